@@ -1,0 +1,223 @@
+/* xfetch — stampede-safe get-or-compute in front of expensive loaders, with
+ * Redis as the shared cache.
+ *
+ *   xf_options o = XF_OPTIONS_INIT;
+ *   xf_client *c;
+ *   if (xf_client_open(&c, &o) != XF_OK) ...
+ *   xf_policy p = XF_POLICY_INIT;
+ *   xf_value v;
+ *   int rc = xf_get_or_compute(c, "user:42", 7, &p, load_user, db, &v);
+ *   ... v.data, v.len ...
+ *   xf_value_free(&v);
+ *   xf_client_close(c);
+ *
+ * Every fallible call returns XF_OK (0) or a negative XF_E* code; the detail
+ * is on the client (xf_errmsg). If a call that takes a loader returns an error
+ * before calling it, the loader is never called.
+ *
+ * Thread-safety: a client is one Redis connection and must be used by one
+ * thread at a time (give each thread its own client). Distinct clients are
+ * independent. Every *_free / *_close accepts NULL.
+ */
+#ifndef XFETCH_H
+#define XFETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(XFETCH_BUILDING) && defined(__GNUC__)
+#define XF_EXPORT __attribute__((visibility("default")))
+#else
+#define XF_EXPORT
+#endif
+
+#define XF_VERSION_MAJOR 0
+#define XF_VERSION_MINOR 1
+#define XF_VERSION_PATCH 0
+
+/* The error list: XF_ERR(NAME, code, message). Codes are frozen once
+ * released; new ones are appended. */
+#define XF_ERRNO_MAP(XF_ERR)                                                               \
+  XF_ERR(EINVAL, -1, "invalid argument")                                                   \
+  XF_ERR(ENOMEM, -2, "out of memory")                                                      \
+  XF_ERR(ECONNECT, -3, "cannot connect to Redis")                                          \
+  XF_ERR(EIO, -4, "Redis connection failed (I/O error or timeout)")                        \
+  XF_ERR(EREDIS, -5, "Redis replied with an error")                                        \
+  XF_ERR(EPROTO, -6, "unexpected reply from Redis")                                        \
+  XF_ERR(ETIMEDOUT, -7, "timed out waiting for another caller's computation")              \
+  XF_ERR(ELOADER, -8, "the loader failed")                                                 \
+  XF_ERR(ENOTFOUND, -9, "not found (negative entry)")                                      \
+  XF_ERR(EWRONGTYPE, -10, "the key holds a value that is not an xfetch entry")             \
+  XF_ERR(EAUTH, -11, "Redis authentication or database selection failed")
+
+/* Return codes. */
+enum {
+  XF_OK = 0,
+#define XF_ERR_ENUM(name, code, msg) XF_##name = (code),
+  XF_ERRNO_MAP(XF_ERR_ENUM)
+#undef XF_ERR_ENUM
+};
+
+/* A static, human-readable message for a return code ("unknown error" for
+ * codes not in the list). Never NULL. */
+XF_EXPORT const char *xf_strerror(int rc);
+
+/* The code's name without prefix, e.g. "EINVAL" for XF_EINVAL, "OK" for 0,
+ * "UNKNOWN" otherwise. Never NULL. */
+XF_EXPORT const char *xf_errname(int rc);
+
+/* Connection options. Zero (or NULL) in any field means its default, so
+ * XF_OPTIONS_INIT (all zero) connects to 127.0.0.1:6379, db 0. Strings are
+ * copied by xf_client_open; the struct may be freed afterwards. */
+typedef struct xf_options {
+  const char *host;       /* default "127.0.0.1" */
+  int port;               /* default 6379 */
+  const char *unix_path;  /* Unix socket; when set, host/port are unused */
+  const char *username;   /* ACL user (Redis 6+); NULL = "default" */
+  const char *password;   /* NULL = no AUTH */
+  int db;                 /* SELECT db; default 0 */
+  int connect_timeout_ms; /* default 1000 */
+  int command_timeout_ms; /* per command; default 1000 */
+  const char *key_prefix; /* prepended to every key; default "" */
+  uint64_t seed;          /* PCG32 seed for the XFetch draws; 0 = getrandom() */
+  size_t max_key_len;     /* longest key accepted; default 65536 */
+  size_t max_value_len;   /* longest value accepted; default 64 MiB */
+  int breaker_ms;         /* after a connection failure, how long calls skip
+                             Redis (fail open) before reconnecting; default
+                             1000; negative = never skip */
+} xf_options;
+
+#define XF_OPTIONS_INIT                                                                    \
+  { 0 }
+
+/* What xf_get_or_compute does when a miss waits for another caller's loader
+ * longer than policy.wait_ms. */
+typedef enum xf_on_wait_timeout {
+  XF_WAIT_LOAD = 0, /* run the loader itself (default) */
+  XF_WAIT_FAIL = 1  /* return XF_ETIMEDOUT */
+} xf_on_wait_timeout;
+
+/* Caching policy for one call. Start from XF_POLICY_INIT and change fields.
+ * Times are milliseconds. */
+typedef struct xf_policy {
+  int64_t ttl_ms;            /* logical lifetime of a computed value; > 0 */
+  double beta;               /* XFetch eagerness: 0 = never early, 1 = the
+                                paper's optimum, INFINITY = always recompute */
+  int64_t lease_ms;          /* longest a loader may hold the key's lease; > 0 */
+  int64_t wait_ms;           /* how long a miss waits for another's loader */
+  int64_t stale_ms;          /* after ttl, how long a value may still be served
+                                while one caller refreshes it (0 = never) */
+  int64_t stale_if_error_ms; /* past ttl, serve a stale value this long when the
+                                loader fails (bounded by stale_ms) */
+  int64_t negative_ttl_ms;   /* lifetime of a cached "not found"; 0 = do not
+                                cache not-found */
+  double jitter;             /* 0..1: each write shortens ttl by up to this
+                                fraction, at random, to spread mass expiry */
+  xf_on_wait_timeout on_wait_timeout;
+} xf_policy;
+
+#define XF_POLICY_INIT                                                                     \
+  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD }
+
+/* Where a returned value came from. */
+typedef enum xf_source {
+  XF_SOURCE_CACHE = 0,   /* a valid cached value */
+  XF_SOURCE_LOADER = 1,  /* this call ran the loader and cached the result */
+  XF_SOURCE_STALE = 2,   /* past its ttl, within stale_ms / stale_if_error_ms */
+  XF_SOURCE_UNCACHED = 3 /* this call ran the loader but could not cache it
+                            (Redis unreachable or refused the write) */
+} xf_source;
+
+/* A value returned to the caller. data is owned by the value (NUL-terminated
+ * for convenience, binary-safe by len); release it with xf_value_free. */
+typedef struct xf_value {
+  char *data;
+  size_t len;
+  xf_source source;
+} xf_value;
+
+/* Frees v->data and zeroes *v. NULL-safe; safe to call twice. */
+XF_EXPORT void xf_value_free(xf_value *v);
+
+/* Opaque client: one Redis connection plus its PCG32 generator and counters. */
+typedef struct xf_client xf_client;
+
+/* Connects and returns a client in *out. On error *out is NULL and the code
+ * says why (XF_ECONNECT, XF_EAUTH, XF_EINVAL, XF_ENOMEM). */
+XF_EXPORT int xf_client_open(xf_client **out, const xf_options *opts);
+
+/* Closes the connection and frees the client. NULL-safe. */
+XF_EXPORT void xf_client_close(xf_client *c);
+
+/* The detail of the last error on this client ("" if none). The string is
+ * owned by the client and valid until its next call. */
+XF_EXPORT const char *xf_errmsg(const xf_client *c);
+
+/* The non-zero code the loader returned when a call failed with XF_ELOADER
+ * (0 otherwise). */
+XF_EXPORT int xf_loader_error(const xf_client *c);
+
+/* Where a loader puts its result. */
+typedef struct xf_sink xf_sink;
+
+/* Hands the loader's bytes to xfetch (copied). Returns XF_OK, XF_EINVAL
+ * (data NULL with len > 0, or len above max_value_len) or XF_ENOMEM. The last
+ * call wins. */
+XF_EXPORT int xf_sink_set(xf_sink *sink, const void *data, size_t len);
+
+/* Marks the result "not found": cached for policy.negative_ttl_ms (when > 0)
+ * and reported to the caller as XF_ENOTFOUND. */
+XF_EXPORT void xf_sink_not_found(xf_sink *sink);
+
+/* The loader: computes the value for key and hands it to sink. Returns 0 on
+ * success; any other value is a failure, nothing is cached and the code is
+ * kept (xf_loader_error). */
+typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *sink);
+
+/* Returns the value of key, computing it with loader when it is missing,
+ * expired, or (XFetch) elected for early recomputation. Across every client
+ * of the same Redis, one caller at a time runs the loader for a key.
+ * On XF_OK, *out holds the value (free it with xf_value_free); on error *out
+ * is zeroed. XF_ENOTFOUND when the loader (or a cached negative entry) said
+ * not found. When Redis is unreachable the loader is called and its value
+ * returned with source XF_SOURCE_UNCACHED (fail open). */
+XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
+                                const xf_policy *policy, xf_loader_fn loader,
+                                void *loader_ud, xf_value *out);
+
+/* Writes a value for key as if a loader had produced it now (warm-up, or
+ * write-through), with delta 0. A value being computed concurrently that
+ * started earlier will not overwrite it. */
+XF_EXPORT int xf_set(xf_client *c, const char *key, size_t keylen, const void *data,
+                     size_t len, const xf_policy *policy);
+
+/* Removes key's entry (value and lease). Returns XF_OK whether or not it
+ * existed. */
+XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);
+
+/* Counters since the client was opened. */
+typedef struct xf_stats {
+  uint64_t hits;         /* valid value returned from the cache */
+  uint64_t misses;       /* no usable value in the cache */
+  uint64_t early;        /* XFetch elected an early recompute */
+  uint64_t loads;        /* loader calls made by this client */
+  uint64_t load_errors;  /* loader calls that failed */
+  uint64_t lease_lost;   /* another caller held the lease */
+  uint64_t waits;        /* calls that waited for another caller's loader */
+  uint64_t stale;        /* stale values served */
+  uint64_t uncached;     /* values returned without caching (fail open) */
+  uint64_t redis_errors; /* Redis errors (replies, I/O, connect) */
+} xf_stats;
+
+/* Copies the client's counters into *out. */
+XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XFETCH_H */

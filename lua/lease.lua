@@ -1,0 +1,26 @@
+-- lease: take the key's lease unless a live one exists.
+-- KEYS[1] entry key. ARGV[1] token, ARGV[2] lease_ms, ARGV[3] the expiry_ms
+-- the caller read ("0" if none).
+-- Returns {1, now_ms} won; {0, now_ms} lost (a live lease exists);
+-- {2, now_ms, value, delta_us, remaining_ms, negative, expiry_ms} when a newer
+-- valid value was written since the caller's read: use it, load nothing.
+local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local f = redis.call('HMGET', key, 'v', 'd', 'e', 'l', 'n')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local e = tonumber(f[3])
+if f[1] and e and e > now and f[3] ~= ARGV[3] then
+  return {2, now, f[1], tonumber(f[2]) or 0, e - now, f[5] and 1 or 0, e}
+end
+if f[4] then
+  local deadline = tonumber(string.match(f[4], ':(%d+)$'))
+  if deadline and deadline > now then return {0, now} end
+end
+redis.call('HSET', key, 'l', token .. ':' .. string.format('%d', now + lease_ms))
+-- The entry must outlive the lease, or it would vanish with the lease mid-load
+-- and let a second caller in. A lease-only hash gets exactly the lease's TTL.
+local pttl = redis.call('PTTL', key)
+if (pttl == -1 and redis.call('HLEN', key) == 1) or (pttl >= 0 and pttl < lease_ms) then
+  redis.call('PEXPIRE', key, lease_ms)
+end
+return {1, now}

@@ -1,0 +1,286 @@
+/* Options, connect and reconnect (timeouts, AUTH, SELECT), the circuit
+ * breaker, and the handle's error state. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+
+#define DEFAULT_TIMEOUT_MS 1000
+#define DEFAULT_BREAKER_MS 1000
+#define DEFAULT_MAX_KEY_LEN 65536
+#define DEFAULT_MAX_VALUE_LEN (64u * 1024 * 1024)
+
+int xf__fail(xf_client *c, int rc, const char *fmt, ...) {
+  if (c) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errstr, sizeof c->errstr, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+static int64_t clock_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t xf__now_us(void) { return clock_us(); }
+int64_t xf__now_ms(void) { return clock_us() / 1000; }
+
+static struct timeval to_timeval(int ms) {
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  return tv;
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+static uint64_t random_u64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+    v = (uint64_t)clock_us() ^ ((uint64_t)getpid() << 32);
+  return v;
+}
+
+/* hiredis 0.14 writes with write(2): a peer that closed the socket would raise
+ * SIGPIPE and kill the process. Block it for the call and swallow any that
+ * became pending, without touching the process-wide disposition. */
+typedef struct {
+  sigset_t old;
+  int was_pending;
+} sigpipe_guard;
+
+static void sigpipe_block(sigpipe_guard *g) {
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  sigpending(&pending);
+  g->was_pending = sigismember(&pending, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
+}
+
+static void sigpipe_restore(sigpipe_guard *g) {
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  sigpending(&pending);
+  if (!g->was_pending && sigismember(&pending, SIGPIPE)) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe, NULL, &zero) == -1 && errno == EINTR)
+      ;
+  }
+  pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+static void drop_connection(xf_client *c) {
+  if (c->ctx)
+    redisFree(c->ctx);
+  c->ctx = NULL;
+  if (c->breaker_ms >= 0)
+    c->retry_after_ms = xf__now_ms() + c->breaker_ms;
+}
+
+/* Runs a setup command (AUTH, SELECT) on a fresh connection. */
+static int setup_command(xf_client *c, int argc, const char **argv) {
+  redisReply *r = redisCommandArgv(c->ctx, argc, argv, NULL);
+  if (!r)
+    return xf__fail(c, XF_ECONNECT, "%s: %s", argv[0], c->ctx->errstr);
+  int bad = r->type == REDIS_REPLY_ERROR;
+  if (bad)
+    xf__fail(c, XF_EAUTH, "%s: %s", argv[0], r->str);
+  freeReplyObject(r);
+  return bad ? XF_EAUTH : XF_OK;
+}
+
+static int connect_now(xf_client *c) {
+  struct timeval ctv = to_timeval(c->connect_timeout_ms);
+  c->ctx = c->unix_path ? redisConnectUnixWithTimeout(c->unix_path, ctv)
+                        : redisConnectWithTimeout(c->host, c->port, ctv);
+  if (!c->ctx)
+    return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
+  c->pid = getpid();
+  int rc = XF_OK;
+  if (c->ctx->err) {
+    rc = xf__fail(c, XF_ECONNECT, "connect to %s%s%d: %s",
+                  c->unix_path ? c->unix_path : c->host, c->unix_path ? "" : ":",
+                  c->unix_path ? 0 : c->port, c->ctx->errstr);
+  } else if (redisSetTimeout(c->ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK) {
+    rc = xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", c->ctx->errstr);
+  } else {
+    redisEnableKeepAlive(c->ctx);
+  }
+  if (rc == XF_OK && c->password) {
+    const char *auth[] = {"AUTH", c->username ? c->username : "default", c->password};
+    rc = setup_command(c, 3, auth);
+  }
+  if (rc == XF_OK && c->db != 0) {
+    char db[16];
+    snprintf(db, sizeof db, "%d", c->db);
+    const char *select[] = {"SELECT", db};
+    rc = setup_command(c, 2, select);
+  }
+  if (rc != XF_OK) {
+    c->stats.redis_errors++;
+    drop_connection(c);
+  }
+  return rc;
+}
+
+/* Connects if needed: after a fork the child never reuses the parent's
+ * socket, and while the breaker is open no connect is attempted. */
+static int ensure_connected(xf_client *c) {
+  if (c->ctx && c->pid != getpid()) {
+    redisFree(c->ctx); /* closes only the child's copy of the descriptor */
+    c->ctx = NULL;
+    c->retry_after_ms = 0;
+  }
+  if (c->ctx)
+    return XF_OK;
+  if (c->breaker_ms >= 0 && xf__now_ms() < c->retry_after_ms) {
+    if (strncmp(c->errstr, "circuit open", 12) == 0)
+      return XF_ECONNECT;
+    char last[sizeof c->errstr];
+    memcpy(last, c->errstr, sizeof last);
+    return xf__fail(c, XF_ECONNECT, "circuit open after: %s", last);
+  }
+  return connect_now(c);
+}
+
+int xf__command(xf_client *c, int argc, const char **argv, const size_t *lens,
+                redisReply **reply) {
+  *reply = NULL;
+  int rc = ensure_connected(c);
+  if (rc != XF_OK)
+    return rc;
+  sigpipe_guard guard;
+  sigpipe_block(&guard);
+  redisReply *r = redisCommandArgv(c->ctx, argc, argv, lens);
+  sigpipe_restore(&guard);
+  if (!r) {
+    int oom = c->ctx->err == REDIS_ERR_OOM;
+    rc = xf__fail(c, oom ? XF_ENOMEM : XF_EIO, "%s: %s", argv[0], c->ctx->errstr);
+    c->stats.redis_errors++;
+    drop_connection(c); /* a hiredis context with an error cannot be reused */
+    return rc;
+  }
+  *reply = r;
+  return XF_OK;
+}
+
+int xf__full_key(xf_client *c, const char *key, size_t keylen, const char **out,
+                 size_t *len) {
+  if (!key)
+    return xf__fail(c, XF_EINVAL, "key is NULL");
+  if (keylen == 0)
+    return xf__fail(c, XF_EINVAL, "key is empty");
+  if (keylen > c->max_key_len)
+    return xf__fail(c, XF_EINVAL, "key is %zu bytes, above max_key_len %zu", keylen,
+                    c->max_key_len);
+  size_t need = c->prefix_len + keylen;
+  if (need > c->keycap) {
+    char *buf = realloc(c->keybuf, need);
+    if (!buf)
+      return xf__fail(c, XF_ENOMEM, "out of memory for the key");
+    c->keybuf = buf;
+    c->keycap = need;
+  }
+  memcpy(c->keybuf, c->prefix, c->prefix_len);
+  memcpy(c->keybuf + c->prefix_len, key, keylen);
+  *out = c->keybuf;
+  *len = need;
+  return XF_OK;
+}
+
+static int copy_options(xf_client *c, const xf_options *o) {
+  c->host = strdup(o->host ? o->host : "127.0.0.1");
+  c->unix_path = dup_or_null(o->unix_path);
+  c->username = dup_or_null(o->username);
+  c->password = dup_or_null(o->password);
+  c->prefix = strdup(o->key_prefix ? o->key_prefix : "");
+  if (!c->host || !c->prefix || (o->unix_path && !c->unix_path) ||
+      (o->username && !c->username) || (o->password && !c->password))
+    return XF_ENOMEM;
+  c->prefix_len = strlen(c->prefix);
+  c->port = o->port ? o->port : 6379;
+  c->db = o->db;
+  c->connect_timeout_ms =
+      o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
+  c->command_timeout_ms =
+      o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;
+  c->breaker_ms = o->breaker_ms ? o->breaker_ms : DEFAULT_BREAKER_MS;
+  c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
+  c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
+  return XF_OK;
+}
+
+static int check_options(const xf_options *o) {
+  return o->port < 0 || o->port > 65535 || o->db < 0 || o->connect_timeout_ms < 0 ||
+                 o->command_timeout_ms < 0
+             ? XF_EINVAL
+             : XF_OK;
+}
+
+int xf_client_open(xf_client **out, const xf_options *opts) {
+  if (!out)
+    return XF_EINVAL;
+  *out = NULL;
+  xf_options defaults = XF_OPTIONS_INIT;
+  const xf_options *o = opts ? opts : &defaults;
+  if (check_options(o) != XF_OK)
+    return XF_EINVAL;
+  xf_client *c = calloc(1, sizeof *c);
+  if (!c)
+    return XF_ENOMEM;
+  if (copy_options(c, o) != XF_OK) {
+    xf_client_close(c);
+    return XF_ENOMEM;
+  }
+  c->id = random_u64();
+  /* A given seed makes the draws reproducible: fixed stream too. */
+  if (o->seed)
+    xf__pcg32_seed(&c->rng, o->seed, 0);
+  else
+    xf__pcg32_seed(&c->rng, random_u64(), c->id);
+  int rc = connect_now(c);
+  if (rc != XF_OK) {
+    xf_client_close(c);
+    return rc;
+  }
+  *out = c;
+  return XF_OK;
+}
+
+void xf_client_close(xf_client *c) {
+  if (!c)
+    return;
+  if (c->ctx)
+    redisFree(c->ctx);
+  free(c->host);
+  free(c->unix_path);
+  free(c->username);
+  free(c->password);
+  free(c->prefix);
+  free(c->keybuf);
+  free(c);
+}
+
+const char *xf_errmsg(const xf_client *c) { return c ? c->errstr : "client is NULL"; }
+
+int xf_loader_error(const xf_client *c) { return c ? c->loader_rc : 0; }
+
+void xf_client_stats(const xf_client *c, xf_stats *out) {
+  if (!out)
+    return;
+  if (!c) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  *out = c->stats;
+}

@@ -1,0 +1,52 @@
+/* The client handle and its connection to Redis. */
+#ifndef XF_CLIENT_H
+#define XF_CLIENT_H
+
+#include <hiredis/hiredis.h>
+#include <stdarg.h>
+#include <sys/types.h>
+
+#include "pcg.h"
+#include "xfetch.h"
+
+struct xf_client {
+  redisContext *ctx; /* NULL while disconnected */
+  char *host, *unix_path, *username, *password;
+  int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
+  size_t max_key_len, max_value_len;
+  char *prefix;
+  size_t prefix_len;
+  char *keybuf; /* prefix + key of the call in progress */
+  size_t keycap;
+  pid_t pid;              /* the process that owns ctx (fork detection) */
+  int64_t retry_after_ms; /* circuit breaker: no reconnect before this */
+  xf__pcg32 rng;
+  uint64_t id;          /* random client id: lease tokens are unique fleet-wide */
+  uint64_t lease_count; /* leases taken, the token's suffix */
+  int loader_rc;
+  xf_stats stats;
+  char errstr[256];
+};
+
+/* Records a message on the client and returns rc (so `return fail(...)`). */
+int xf__fail(xf_client *c, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* CLOCK_MONOTONIC in ms and us. */
+int64_t xf__now_ms(void);
+int64_t xf__now_us(void);
+
+/* Sends one command and returns its reply in *reply (caller frees with
+ * freeReplyObject). Connects first if needed. Error replies come back as
+ * XF_OK with an error reply: the caller decides. Returns XF_EIO / XF_ECONNECT
+ * when Redis cannot be reached (the connection is dropped and the breaker
+ * armed), XF_ENOMEM, XF_EPROTO. */
+int xf__command(xf_client *c, int argc, const char **argv, const size_t *lens,
+                redisReply **reply);
+
+/* Builds prefix + key in the client's key buffer; returns its length via
+ * *len. Validates key and keylen. */
+int xf__full_key(xf_client *c, const char *key, size_t keylen, const char **out,
+                 size_t *len);
+
+#endif

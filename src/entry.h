@@ -1,0 +1,51 @@
+/* The entry protocol on Redis: read / lease / write / release, one function
+ * per script. Keys passed here already carry the prefix. */
+#ifndef XF_ENTRY_H
+#define XF_ENTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+
+/* What the read (or a lease that found a newer value) saw. */
+typedef struct xf__entry {
+  redisReply *reply; /* owns value */
+  const char *value; /* NULL when the entry holds no value */
+  size_t len;
+  int64_t delta_us;
+  int64_t remaining_ms; /* negative once past the logical expiry */
+  int64_t expiry_ms;    /* server time; 0 when no value */
+  int lease_live;
+  int negative;
+} xf__entry;
+
+void xf__entry_free(xf__entry *e);
+
+int xf__entry_read(xf_client *c, const char *key, size_t keylen, xf__entry *out);
+
+typedef enum { XF_LEASE_LOST = 0, XF_LEASE_WON = 1, XF_LEASE_NEWER = 2 } xf__lease_result;
+
+/* Tries to take the lease for lease_ms. seen_expiry_ms is the expiry the
+ * caller read (0 if none). On XF_LEASE_WON, token holds the lease token and
+ * *now_ms the server time; on XF_LEASE_NEWER, *newer holds the newer value. */
+int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_ms,
+                    int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
+                    xf__lease_result *result, xf__entry *newer);
+
+typedef struct xf__write {
+  const char *token; /* "" = no lease held */
+  const char *data;
+  size_t len;
+  int64_t delta_us, ttl_ms, stale_ms;
+  int64_t start_ms; /* server ms when the computation started; <0 = now */
+  int negative;
+} xf__write;
+
+/* Writes the entry; *written is 0 when a newer computation was kept. */
+int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
+                    int *written);
+
+int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *token);
+
+#endif

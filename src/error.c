@@ -1,0 +1,28 @@
+/* Return codes -> messages and names, generated from XF_ERRNO_MAP. */
+#include "xfetch.h"
+
+const char *xf_strerror(int rc) {
+  switch (rc) {
+  case XF_OK:
+    return "success";
+#define XF_ERR_MSG(name, code, msg)                                                        \
+  case XF_##name:                                                                          \
+    return msg;
+    XF_ERRNO_MAP(XF_ERR_MSG)
+#undef XF_ERR_MSG
+  }
+  return "unknown error";
+}
+
+const char *xf_errname(int rc) {
+  switch (rc) {
+  case XF_OK:
+    return "OK";
+#define XF_ERR_NAME(name, code, msg)                                                       \
+  case XF_##name:                                                                          \
+    return #name;
+    XF_ERRNO_MAP(XF_ERR_NAME)
+#undef XF_ERR_NAME
+  }
+  return "UNKNOWN";
+}

@@ -1,0 +1,52 @@
+/* Where a loader hands over its result. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sink.h"
+#include "xfetch.h"
+
+void xf__sink_init(struct xf_sink *sink, size_t max_len) {
+  memset(sink, 0, sizeof *sink);
+  sink->max_len = max_len;
+}
+
+int xf_sink_set(xf_sink *sink, const void *data, size_t len) {
+  if (!sink || (!data && len > 0) || len > sink->max_len)
+    return XF_EINVAL;
+  char *copy = malloc(len + 1);
+  if (!copy)
+    return XF_ENOMEM;
+  if (len)
+    memcpy(copy, data, len);
+  copy[len] = '\0';
+  free(sink->data);
+  sink->data = copy;
+  sink->len = len;
+  sink->is_set = 1;
+  sink->not_found = 0;
+  return XF_OK;
+}
+
+void xf_sink_not_found(xf_sink *sink) {
+  if (!sink)
+    return;
+  xf__sink_clear(sink);
+  sink->not_found = 1;
+}
+
+char *xf__sink_take(struct xf_sink *sink, size_t *len) {
+  char *data = sink->data;
+  *len = sink->len;
+  sink->data = NULL;
+  sink->len = 0;
+  sink->is_set = 0;
+  return data;
+}
+
+void xf__sink_clear(struct xf_sink *sink) {
+  free(sink->data);
+  sink->data = NULL;
+  sink->len = 0;
+  sink->is_set = 0;
+  sink->not_found = 0;
+}
