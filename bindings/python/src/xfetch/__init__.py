@@ -1,0 +1,26 @@
+"""xfetch: stampede-safe get-or-compute on Redis.
+
+    import xfetch
+    cache = xfetch.Cache("redis://127.0.0.1:6379/0", prefix="app:")
+    value = cache.get_or_compute("user:42", lambda: load_user(42), ttl=60.0)
+
+    @cache.cached(ttl=60.0, serializer="json")
+    def profile(user_id): ...
+
+Probabilistic early recomputation (XFetch) plus a fleet-wide lease in the
+entry: one caller at a time recomputes a key, the others keep serving the
+still-valid value. A thin Python layer over the xfetch C library (cffi).
+"""
+from ._cache import Cache, Fetched
+from ._decorator import cached
+from ._errors import (AuthError, ConnectionError, ConnectionLostError, Error,
+                      InvalidArgumentError, LoaderError, NotFoundError, OutOfMemoryError,
+                      ProtocolError, RedisError, TimeoutError, WrongTypeError, check)
+from ._native import ffi, lib
+
+__version__ = "0.1.0"
+
+__all__ = ["Cache", "Fetched", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
+           "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
+           "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
+           "check", "ffi", "lib"]

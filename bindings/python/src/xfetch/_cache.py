@@ -1,0 +1,368 @@
+"""xfetch.Cache: a pool of C clients (one connection each) behind a
+thread-safe, fork-safe Pythonic API."""
+import collections
+import os
+import threading
+import time
+import weakref
+
+from ._errors import ConnectionError, check, error_for
+from ._native import ffi, lib
+from ._policy import PolicyCache
+from ._url import parse_url
+
+SOURCES = {lib.XF_SOURCE_CACHE: "cache", lib.XF_SOURCE_LOADER: "loader",
+           lib.XF_SOURCE_STALE: "stale", lib.XF_SOURCE_UNCACHED: "uncached"}
+STAT_FIELDS = [name for name, _ in ffi.typeof("xf_stats").fields]
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+Fetched = collections.namedtuple("Fetched", "value source")
+Fetched.__doc__ = """(value, source): value is bytes, or None for not found; source
+is "cache", "loader", "stale" or "uncached" (None when not found)."""
+
+
+class _Conn:
+    """One xf_client, used by one thread at a time. It carries the loader and
+    the loader's exception for the call in progress: its handle is the loader's
+    user data, so a call allocates nothing for the callback."""
+
+    __slots__ = ("ptr", "value", "handle", "loader", "exc", "gen", "__weakref__")
+
+    def __init__(self, ptr, gen):
+        self.ptr = ptr
+        self.value = ffi.new("xf_value *")
+        self.handle = ffi.new_handle(self)
+        self.loader = None
+        self.exc = None
+        self.gen = gen
+
+
+@ffi.def_extern()
+def _xf_py_loader(ud, key, keylen, sink):
+    conn = ffi.from_handle(ud)
+    try:
+        value = conn.loader()
+        if value is None:
+            lib.xf_sink_not_found(sink)
+            return 0
+        if not isinstance(value, _BYTES_LIKE):
+            raise TypeError(f"the loader must return bytes or None, not {type(value).__name__}")
+        buf = ffi.from_buffer(value)
+        rc = lib.xf_sink_set(sink, buf, len(buf))
+        if rc != 0:
+            raise error_for(rc)
+        return 0
+    except BaseException as e:  # re-raised by the caller once C returns
+        conn.exc = e
+        return -1
+
+
+def _key_bytes(key):
+    if type(key) is str:
+        key = key.encode("utf-8")
+    elif type(key) is not bytes:
+        if not isinstance(key, (bytes, bytearray, memoryview)):
+            raise TypeError(f"key must be str or bytes, not {type(key).__name__}")
+        key = bytes(key)
+    if not key:
+        raise ValueError("key must not be empty")
+    return key
+
+
+def _seconds_ms(name, v, default_ms):
+    if v is None:
+        return default_ms
+    if type(v) is bool or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(v).__name__}")
+    ms = round(v * 1000) if v == v and v >= 0 and v < 2**31 / 1000 else -1
+    if ms < 1:
+        raise ValueError(f"{name} must be in [0.001, 2147483] seconds, not {v!r}")
+    return ms
+
+
+def _size(name, v):
+    if v is None:
+        return 0
+    if type(v) is bool or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    if v < 1:
+        raise ValueError(f"{name} must be >= 1, not {v!r}")
+    return v
+
+
+_caches = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for cache in list(_caches):
+        cache._forget_parent_connections()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Cache:
+    """A stampede-safe cache on one Redis server.
+
+    Cache(url, prefix="", timeout=1.0, connect_timeout=None, breaker=1.0,
+          seed=None, max_key_len=None, max_value_len=None)
+
+    url: redis://[[user]:password@]host[:port][/db] or
+         unix://[[user]:password@]/path/to/socket[?db=N]
+    prefix: prepended (UTF-8) to every key on Redis.
+    timeout: per-command timeout, seconds; connect_timeout defaults to timeout.
+    breaker: after a connection failure, seconds during which calls skip Redis
+             (fail open: the loader runs, nothing is cached); 0 = never skip.
+    seed: fixed PCG32 seed for the XFetch draws (tests); None = random.
+
+    Thread-safe: each concurrent caller borrows its own connection from the
+    Cache's pool (connections are opened on demand and kept). Fork-safe: a
+    child process never uses the parent's connections. One connection is
+    opened at construction, so a wrong URL or password raises here
+    (xfetch.ConnectionError, xfetch.AuthError).
+    """
+
+    def __init__(self, url="redis://127.0.0.1:6379/0", prefix="", timeout=1.0,
+                 connect_timeout=None, breaker=1.0, seed=None, max_key_len=None,
+                 max_value_len=None):
+        fields = parse_url(url)
+        if not isinstance(prefix, (str, bytes)):
+            raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
+        if seed is not None and (type(seed) is bool or not isinstance(seed, int)
+                                 or not 0 < seed < 2**64):
+            raise ValueError("seed must be None or an int in [1, 2**64)")
+        if type(breaker) is bool or not isinstance(breaker, (int, float)):
+            raise TypeError(f"breaker must be a number of seconds, not {type(breaker).__name__}")
+        if not 0 <= breaker < 2**31 / 1000:
+            raise ValueError(f"breaker must be >= 0 seconds, not {breaker!r}")
+        self._breaker = float(breaker)
+        self._keep = [ffi.new("char[]", s.encode() if isinstance(s, str) else s)
+                      if s is not None else ffi.NULL
+                      for s in (fields["host"], fields["unix_path"], fields["username"],
+                                fields["password"], prefix)]
+        timeout_ms = _seconds_ms("timeout", timeout, 1000)
+        self._opts = ffi.new("xf_options *", {
+            "host": self._keep[0], "port": fields["port"], "unix_path": self._keep[1],
+            "username": self._keep[2], "password": self._keep[3], "db": fields["db"],
+            "connect_timeout_ms": _seconds_ms("connect_timeout", connect_timeout, timeout_ms),
+            "command_timeout_ms": timeout_ms, "key_prefix": self._keep[4],
+            "seed": seed or 0, "max_key_len": _size("max_key_len", max_key_len),
+            "max_value_len": _size("max_value_len", max_value_len),
+            "breaker_ms": round(breaker * 1000) if breaker > 0 else -1,
+        })
+        self._seeded = seed is not None
+        self._policies = PolicyCache()
+        self._gen = 0
+        self._fresh_process()
+        self._closed = False
+        self._pool.append(self._open())  # fail fast on a wrong URL or password
+        _caches.add(self)
+
+    # ---- the connection pool ------------------------------------------------
+
+    def _fresh_process(self):
+        self._lock = threading.Lock()
+        self._pool = []  # idle connections; list.pop/append are atomic
+        self._all = weakref.WeakSet()  # every live connection, for stats()
+        self._retired = dict.fromkeys(STAT_FIELDS, 0)
+        self._retry_after = 0.0  # Python-side breaker for failed opens
+        self._opened = 0
+
+    def _forget_parent_connections(self):
+        # In a fork child. Idle connections are closed: that closes only the
+        # child's copy of each socket, so the parent's connections live on.
+        # Connections another parent thread was using at fork time may be
+        # mid-command: they are abandoned untouched (never used, never freed).
+        idle = set(map(id, self._pool))
+        for conn in list(self._all):
+            if id(conn) in idle:
+                ffi.release(conn.ptr)
+            else:
+                ffi.gc(conn.ptr, None)
+        self._gen += 1
+        self._fresh_process()
+
+    def _open(self):
+        out = ffi.new("xf_client **")
+        if self._seeded and self._opened:  # distinct draws per connection
+            self._opts.seed = (self._opts.seed * 6364136223846793005 + 1) % 2**64 or 1
+        rc = lib.xf_client_open(out, self._opts)
+        if rc != 0:
+            raise error_for(rc)
+        self._opened += 1
+        conn = _Conn(ffi.gc(out[0], lib.xf_client_close), self._gen)
+        with self._lock:
+            self._all.add(conn)
+        return conn
+
+    def _acquire(self):
+        try:
+            return self._pool.pop()
+        except IndexError:
+            pass
+        if self._closed:
+            raise ValueError("the Cache is closed")
+        if time.monotonic() < self._retry_after:
+            raise ConnectionError(lib.XF_ECONNECT, "circuit open after a failed connect")
+        try:
+            return self._open()
+        except ConnectionError:
+            if self._breaker > 0:
+                self._retry_after = time.monotonic() + self._breaker
+            raise
+
+    def _release(self, conn):
+        if conn.gen == self._gen and not self._closed:
+            self._pool.append(conn)
+        elif conn.gen == self._gen:
+            self._retire(conn)
+
+    def _retire(self, conn):
+        stats = ffi.new("xf_stats *")
+        lib.xf_client_stats(conn.ptr, stats)
+        with self._lock:
+            for name in STAT_FIELDS:
+                self._retired[name] += getattr(stats, name)
+            self._all.discard(conn)
+        ffi.release(conn.ptr)
+
+    def close(self):
+        """Closes the idle connections; ones in use close when their call ends.
+        Further calls raise ValueError."""
+        self._closed = True
+        while True:
+            try:
+                conn = self._pool.pop()
+            except IndexError:
+                return
+            self._retire(conn)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- the API ----------------------------------------------------------------
+
+    def fetch(self, key, loader, ttl, beta=1.0, *, lease=5.0, wait=5.0, stale=0.0,
+              stale_if_error=0.0, negative_ttl=0.0, jitter=0.0, on_wait_timeout="load"):
+        """Like get_or_compute, but returns Fetched(value, source)."""
+        kb = _key_bytes(key)
+        if not callable(loader):
+            raise TypeError(f"loader must be callable, not {type(loader).__name__}")
+        policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
+                                     negative_ttl, jitter, on_wait_timeout))
+        try:
+            conn = self._acquire()
+        except ConnectionError:
+            return self._load_uncached(loader)
+        conn.loader = loader
+        try:
+            v = conn.value
+            rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
+                                       conn.handle, v)
+            exc, conn.exc, conn.loader = conn.exc, None, None
+            if rc == 0:
+                try:
+                    result = Fetched(ffi.unpack(v.data, v.len), SOURCES[v.source])
+                finally:
+                    lib.xf_value_free(v)
+                # A failed refresh may still serve a valid (or stale-if-error)
+                # value: the loader's Exception is dropped (counted in
+                # stats()["load_errors"]), but never a KeyboardInterrupt & co.
+                if exc is not None and not isinstance(exc, Exception):
+                    raise exc
+                return result
+            if rc == lib.XF_ENOTFOUND:
+                return Fetched(None, None)
+            if exc is not None:
+                raise exc
+            raise error_for(rc, conn.ptr)
+        finally:
+            exc = None
+            self._release(conn)
+
+    def get_or_compute(self, key, loader, ttl, beta=1.0, *, lease=5.0, wait=5.0, stale=0.0,
+                       stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
+                       on_wait_timeout="load"):
+        """Returns the bytes cached under key, calling loader() to compute them
+        when missing, expired or elected for early recomputation (XFetch).
+        Across every client of the Redis server one caller at a time runs the
+        loader for a key; the others wait for its value or serve the old one.
+
+        key: str (UTF-8) or bytes. loader: a callable with no arguments that
+        returns bytes (bytearray, memoryview) or None for "not found" (then
+        None is returned, and cached for negative_ttl seconds when > 0).
+        Times are seconds: ttl (> 0), lease (how long a loader may hold the
+        key), wait (how long a miss waits for another caller's loader), stale
+        (serve an expired value this long while one caller refreshes it),
+        stale_if_error, negative_ttl; jitter in [0, 1) shortens each ttl at
+        random by up to that fraction; beta >= 0 is XFetch's eagerness (0 =
+        never early, math.inf = always). on_wait_timeout: "load" or "fail"
+        (raise xfetch.TimeoutError).
+
+        An exception raised by loader propagates unchanged; nothing is cached
+        and the lease is released. Library errors raise xfetch.Error
+        subclasses; bad arguments raise TypeError/ValueError before any I/O.
+        """
+        return self.fetch(key, loader, ttl, beta, lease=lease, wait=wait, stale=stale,
+                          stale_if_error=stale_if_error, negative_ttl=negative_ttl,
+                          jitter=jitter, on_wait_timeout=on_wait_timeout)[0]
+
+    def _load_uncached(self, loader):
+        # No connection could be opened: fail open, as the C client does.
+        with self._lock:
+            self._retired["loads"] += 1
+            self._retired["uncached"] += 1
+            self._retired["redis_errors"] += 1
+        value = loader()
+        if value is None:
+            return Fetched(None, None)
+        if not isinstance(value, _BYTES_LIKE):
+            raise TypeError(f"the loader must return bytes or None, not {type(value).__name__}")
+        return Fetched(bytes(value), "uncached")
+
+    def set(self, key, value, ttl, *, stale=0.0, jitter=0.0):
+        """Writes value (bytes-like) for key as if a loader had produced it now."""
+        kb = _key_bytes(key)
+        if not isinstance(value, _BYTES_LIKE):
+            raise TypeError(f"value must be bytes-like, not {type(value).__name__}")
+        buf = ffi.from_buffer(value)
+        policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
+        conn = self._acquire()
+        try:
+            check(lib.xf_set(conn.ptr, kb, len(kb), buf, len(buf), policy), conn.ptr)
+        finally:
+            self._release(conn)
+
+    def delete(self, key):
+        """Removes key's entry (value and lease); no error if it is absent."""
+        kb = _key_bytes(key)
+        conn = self._acquire()
+        try:
+            check(lib.xf_delete(conn.ptr, kb, len(kb)), conn.ptr)
+        finally:
+            self._release(conn)
+
+    def stats(self):
+        """Counters of this Cache in this process (a fork child starts at 0):
+        hits, misses, early, loads, load_errors, lease_lost, waits, stale,
+        uncached, redis_errors, plus connections (open now)."""
+        out = ffi.new("xf_stats *")
+        with self._lock:
+            total = dict(self._retired)
+            conns = list(self._all)
+        for conn in conns:
+            lib.xf_client_stats(conn.ptr, out)
+            for name in STAT_FIELDS:
+                total[name] += getattr(out, name)
+        total["connections"] = len(conns)
+        return total
+
+    def cached(self, ttl, key=None, serializer=None, **policy):
+        """Decorator: caches the function's result; see xfetch.cached."""
+        from ._decorator import cached
+        return cached(self, ttl, key=key, serializer=serializer, **policy)

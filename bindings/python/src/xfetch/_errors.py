@@ -1,0 +1,91 @@
+"""Library errors: one exception class per C code, and check() to raise them."""
+import builtins
+
+from ._native import ffi, lib
+
+
+class Error(Exception):
+    """Base of every error the C library reports.
+
+    code is the C return code (negative, e.g. -3), name its XF_ name without
+    prefix ("ECONNECT") and message the client's detail (or the static text).
+    """
+
+    def __init__(self, code, message=""):
+        self.code = code
+        self.name = ffi.string(lib.xf_errname(code)).decode()
+        self.message = message or ffi.string(lib.xf_strerror(code)).decode()
+        super().__init__(f"{self.message} (XF_{self.name}, {code})")
+
+
+class InvalidArgumentError(Error, ValueError):
+    """XF_EINVAL: an argument the C side refused (e.g. above max_value_len)."""
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """XF_ENOMEM."""
+
+
+class ConnectionError(Error, builtins.ConnectionError):
+    """XF_ECONNECT: Redis cannot be reached (or the circuit breaker is open)."""
+
+
+class ConnectionLostError(ConnectionError):
+    """XF_EIO: the connection failed mid-command (I/O error or timeout)."""
+
+
+class RedisError(Error):
+    """XF_EREDIS: Redis replied with an error."""
+
+
+class ProtocolError(Error):
+    """XF_EPROTO: an unexpected reply from Redis."""
+
+
+class TimeoutError(Error, builtins.TimeoutError):
+    """XF_ETIMEDOUT: waited longer than `wait` for another caller's loader
+    (raised only with on_wait_timeout="fail")."""
+
+
+class LoaderError(Error):
+    """XF_ELOADER without a Python exception to re-raise (not expected)."""
+
+
+class NotFoundError(Error, LookupError):
+    """XF_ENOTFOUND. The binding maps not-found to None; never raised by Cache."""
+
+
+class WrongTypeError(Error, TypeError):
+    """XF_EWRONGTYPE: the Redis key holds something that is not an xfetch entry."""
+
+
+class AuthError(Error, PermissionError):
+    """XF_EAUTH: AUTH or SELECT refused."""
+
+
+_BY_CODE = {
+    lib.XF_EINVAL: InvalidArgumentError,
+    lib.XF_ENOMEM: OutOfMemoryError,
+    lib.XF_ECONNECT: ConnectionError,
+    lib.XF_EIO: ConnectionLostError,
+    lib.XF_EREDIS: RedisError,
+    lib.XF_EPROTO: ProtocolError,
+    lib.XF_ETIMEDOUT: TimeoutError,
+    lib.XF_ELOADER: LoaderError,
+    lib.XF_ENOTFOUND: NotFoundError,
+    lib.XF_EWRONGTYPE: WrongTypeError,
+    lib.XF_EAUTH: AuthError,
+}
+
+
+def error_for(rc, client=ffi.NULL):
+    """The exception for code rc, with the client's detail message if any."""
+    msg = ffi.string(lib.xf_errmsg(client)).decode(errors="replace") if client else ""
+    return _BY_CODE.get(rc, Error)(rc, msg)
+
+
+def check(rc, client=ffi.NULL):
+    """Returns rc when it is XF_OK; raises the matching Error subclass otherwise."""
+    if rc != 0:
+        raise error_for(rc, client)
+    return rc

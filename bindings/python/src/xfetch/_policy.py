@@ -1,0 +1,71 @@
+"""Policy keyword arguments (seconds) -> xf_policy (milliseconds), validated
+in Python so that bad arguments raise before any I/O."""
+import math
+
+from ._native import ffi, lib
+
+MAX_MS = 1 << 40  # the C side's limit (~34 years)
+
+_ON_WAIT_TIMEOUT = {"load": lib.XF_WAIT_LOAD, "fail": lib.XF_WAIT_FAIL}
+
+
+def _number(name, v):
+    if type(v) is bool or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(v).__name__}")
+    if v != v:
+        raise ValueError(f"{name} must not be NaN")
+    return v
+
+
+def _ms(name, seconds, min_ms):
+    seconds = _number(name, seconds)
+    if seconds < 0 or math.isinf(seconds):
+        raise ValueError(f"{name} must be finite and >= 0, not {seconds!r}")
+    ms = round(seconds * 1000)
+    if ms < min_ms or ms > MAX_MS:
+        raise ValueError(f"{name} must be in [{min_ms / 1000:g} s, 2**40 ms], not {seconds!r} s")
+    return ms
+
+
+def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
+                on_wait_timeout):
+    """Returns a new xf_policy cdata; raises TypeError / ValueError."""
+    beta = _number("beta", beta)
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0 (math.inf allowed), not {beta!r}")
+    jitter = _number("jitter", jitter)
+    if not 0 <= jitter < 1:
+        raise ValueError(f"jitter must be in [0, 1), not {jitter!r}")
+    if on_wait_timeout not in _ON_WAIT_TIMEOUT:
+        raise ValueError(f"on_wait_timeout must be 'load' or 'fail', not {on_wait_timeout!r}")
+    return ffi.new("xf_policy *", {
+        "ttl_ms": _ms("ttl", ttl, 1),
+        "beta": float(beta),
+        "lease_ms": _ms("lease", lease, 1),
+        "wait_ms": _ms("wait", wait, 0),
+        "stale_ms": _ms("stale", stale, 0),
+        "stale_if_error_ms": _ms("stale_if_error", stale_if_error, 0),
+        "negative_ttl_ms": _ms("negative_ttl", negative_ttl, 0),
+        "jitter": float(jitter),
+        "on_wait_timeout": _ON_WAIT_TIMEOUT[on_wait_timeout],
+    })
+
+
+class PolicyCache:
+    """Memoizes make_policy per argument tuple: the hot path pays one dict
+    lookup. Keys carry each argument's type, so True never hits the entry of 1."""
+
+    MAX = 256
+
+    def __init__(self):
+        self._cache = {}
+
+    def get(self, args):
+        key = args + tuple(map(type, args))
+        p = self._cache.get(key)
+        if p is None:
+            p = make_policy(*args)
+            if len(self._cache) >= self.MAX:
+                self._cache.clear()
+            self._cache[key] = p
+        return p

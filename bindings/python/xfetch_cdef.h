@@ -1,0 +1,98 @@
+/* The cdef for cffi: mirrors include/xfetch.h (declarations only; cffi checks
+ * every value and layout against the real header when it compiles). */
+enum {
+  XF_OK = 0,
+  XF_EINVAL = -1,
+  XF_ENOMEM = -2,
+  XF_ECONNECT = -3,
+  XF_EIO = -4,
+  XF_EREDIS = -5,
+  XF_EPROTO = -6,
+  XF_ETIMEDOUT = -7,
+  XF_ELOADER = -8,
+  XF_ENOTFOUND = -9,
+  XF_EWRONGTYPE = -10,
+  XF_EAUTH = -11
+};
+
+const char *xf_strerror(int rc);
+const char *xf_errname(int rc);
+
+typedef struct xf_options {
+  const char *host;
+  int port;
+  const char *unix_path;
+  const char *username;
+  const char *password;
+  int db;
+  int connect_timeout_ms;
+  int command_timeout_ms;
+  const char *key_prefix;
+  uint64_t seed;
+  size_t max_key_len;
+  size_t max_value_len;
+  int breaker_ms;
+} xf_options;
+
+typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
+
+typedef struct xf_policy {
+  int64_t ttl_ms;
+  double beta;
+  int64_t lease_ms;
+  int64_t wait_ms;
+  int64_t stale_ms;
+  int64_t stale_if_error_ms;
+  int64_t negative_ttl_ms;
+  double jitter;
+  xf_on_wait_timeout on_wait_timeout;
+} xf_policy;
+
+typedef enum xf_source {
+  XF_SOURCE_CACHE = 0,
+  XF_SOURCE_LOADER = 1,
+  XF_SOURCE_STALE = 2,
+  XF_SOURCE_UNCACHED = 3
+} xf_source;
+
+typedef struct xf_value {
+  char *data;
+  size_t len;
+  xf_source source;
+} xf_value;
+
+void xf_value_free(xf_value *v);
+
+typedef struct xf_client xf_client;
+int xf_client_open(xf_client **out, const xf_options *opts);
+void xf_client_close(xf_client *c);
+const char *xf_errmsg(const xf_client *c);
+int xf_loader_error(const xf_client *c);
+
+typedef struct xf_sink xf_sink;
+int xf_sink_set(xf_sink *sink, const void *data, size_t len);
+void xf_sink_not_found(xf_sink *sink);
+
+typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *sink);
+int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_policy *policy,
+                      xf_loader_fn loader, void *loader_ud, xf_value *out);
+int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_t len,
+           const xf_policy *policy);
+int xf_delete(xf_client *c, const char *key, size_t keylen);
+
+typedef struct xf_stats {
+  uint64_t hits;
+  uint64_t misses;
+  uint64_t early;
+  uint64_t loads;
+  uint64_t load_errors;
+  uint64_t lease_lost;
+  uint64_t waits;
+  uint64_t stale;
+  uint64_t uncached;
+  uint64_t redis_errors;
+} xf_stats;
+void xf_client_stats(const xf_client *c, xf_stats *out);
+
+/* The binding's one callback: the loader trampoline (xfetch/_cache.py). */
+extern "Python" int _xf_py_loader(void *ud, const char *key, size_t keylen, xf_sink *sink);
