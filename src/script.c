@@ -19,10 +19,19 @@ static int load(xf_client *c, const xf__script *s) {
   return rc;
 }
 
+/* A script declaring no-writes runs as EVALSHA_RO: Redis 7 blocks plain
+ * EVALSHA of any script under CLIENT PAUSE WRITE and on read-only replicas. */
+static int read_only(const xf__script *s) {
+  static const char shebang[] = "#!lua flags=no-writes\n";
+  return s->len >= sizeof shebang - 1 && memcmp(s->src, shebang, sizeof shebang - 1) == 0;
+}
+
 static int evalsha(xf_client *c, const xf__script *s, const char *key, size_t keylen,
                    int nargs, const char **args, const size_t *lens, redisReply **reply) {
-  const char *argv[4 + XF_SCRIPT_MAX_ARGS] = {"EVALSHA", s->sha, "1", key};
-  size_t argl[4 + XF_SCRIPT_MAX_ARGS] = {7, 40, 1, keylen};
+  int ro = read_only(s);
+  const char *argv[4 + XF_SCRIPT_MAX_ARGS] = {ro ? "EVALSHA_RO" : "EVALSHA", s->sha, "1",
+                                              key};
+  size_t argl[4 + XF_SCRIPT_MAX_ARGS] = {ro ? 10u : 7u, 40, 1, keylen};
   for (int i = 0; i < nargs; i++) {
     argv[4 + i] = args[i];
     argl[4 + i] = lens[i];

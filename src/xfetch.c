@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "decide.h"
 #include "entry.h"
 #include "sink.h"
 
@@ -92,19 +93,6 @@ static int serve_entry(call *k, xf__entry *e, xf_source source) {
     k->c->stats.stale++;
   xf__entry_free(e);
   return rc;
-}
-
-/* ---- the XFetch decision -------------------------------------------------- */
-
-/* Recompute early when remaining <= -delta * beta * ln(u), u in (0, 1]. */
-static int recompute_early(xf_client *c, const xf_policy *p, const xf__entry *e) {
-  if (p->beta == 0)
-    return 0;
-  if (isinf(p->beta))
-    return 1;
-  double delta_ms = (double)e->delta_us / 1000.0;
-  double u = xf__pcg32_unit(&c->rng);
-  return (double)e->remaining_ms <= -delta_ms * p->beta * log(u);
 }
 
 static int64_t jittered_ttl(xf_client *c, const xf_policy *p) {
@@ -318,7 +306,7 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
     return rc;
   if (!e.value || e.remaining_ms <= 0)
     return load_or_wait(&k, &e);
-  if (recompute_early(c, p, &e))
+  if (xf__recompute_early(&c->rng, e.remaining_ms, e.delta_us, p->beta))
     return refresh_early(&k, &e);
   c->stats.hits++;
   return serve_entry(&k, &e, XF_SOURCE_CACHE);

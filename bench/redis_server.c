@@ -1,0 +1,181 @@
+/* The Redis under test: a throwaway redis-server on a free loopback port (temp
+ * dir, no persistence), or a server named by --redis URL. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+/* redis://[[user:]password@]host[:port][/db] */
+int target_parse_url(target *t, const char *url) {
+  memset(t, 0, sizeof *t);
+  t->port = 6379;
+  if (strncmp(url, "redis://", 8) != 0) {
+    fprintf(stderr, "xfetch-bench: --redis wants redis://host:port[/db], got %s\n", url);
+    return -1;
+  }
+  const char *p = url + 8, *at = strrchr(p, '@');
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    const char *pw = colon ? colon + 1 : p;
+    snprintf(t->password, sizeof t->password, "%.*s", (int)(at - pw), pw);
+    p = at + 1;
+  }
+  size_t hl = strcspn(p, ":/");
+  snprintf(t->host, sizeof t->host, "%.*s", (int)hl, p);
+  p += hl;
+  if (*p == ':')
+    t->port = (int)strtol(p + 1, (char **)&p, 10);
+  if (*p == '/')
+    t->db = atoi(p + 1);
+  if (!t->host[0])
+    snprintf(t->host, sizeof t->host, "127.0.0.1");
+  return 0;
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+    port = ntohs(sa.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+static int spawn(target *t) {
+  char port[16], log[300];
+  snprintf(port, sizeof port, "%d", t->port);
+  snprintf(log, sizeof log, "%s/redis.log", t->dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0), dup2(null, 1);
+    setpgid(0, 0); /* Ctrl-C reaches the bench, which stops the server itself */
+    execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
+           "", "--appendonly", "no", "--dir", t->dir, "--logfile", log, "--daemonize", "no",
+           "--maxclients", "4000", (char *)NULL);
+    fprintf(stderr, "xfetch-bench: cannot run redis-server: %s\n", strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Waits until the server answers PING; 0 when it does. */
+static int await_ready(target *t) {
+  for (int i = 0; i < 250; i++) {
+    int status;
+    if (waitpid(t->pid, &status, WNOHANG) == t->pid)
+      return -1; /* exited: port taken, or no redis-server */
+    struct timeval tv = {0, 200000};
+    redisContext *c = redisConnectWithTimeout(t->host, t->port, tv);
+    if (c && !c->err) {
+      redisReply *r = redisCommand(c, "PING");
+      int ok = r && r->type == REDIS_REPLY_STATUS;
+      if (r)
+        freeReplyObject(r);
+      redisFree(c);
+      if (ok)
+        return 0;
+    } else if (c) {
+      redisFree(c);
+    }
+    sleep_us(20000);
+  }
+  return -1;
+}
+
+int target_start_server(target *t) {
+  memset(t, 0, sizeof *t);
+  snprintf(t->host, sizeof t->host, "127.0.0.1");
+  snprintf(t->dir, sizeof t->dir, "/tmp/xfetch-bench-XXXXXX");
+  if (!mkdtemp(t->dir)) {
+    perror("xfetch-bench: mkdtemp");
+    return -1;
+  }
+  for (int attempt = 0; attempt < 5; attempt++) {
+    t->port = free_port();
+    t->pid = spawn(t);
+    if (t->pid > 0 && await_ready(t) == 0)
+      return 0;
+    target_stop_server(t);
+  }
+  fprintf(stderr, "xfetch-bench: could not start redis-server (see %s/redis.log)\n", t->dir);
+  return -1;
+}
+
+void target_stop_server(target *t) {
+  if (t->pid > 0) {
+    kill(t->pid, SIGTERM);
+    int status;
+    waitpid(t->pid, &status, 0);
+    t->pid = 0;
+  }
+  if (t->dir[0]) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/redis.log", t->dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/dump.rdb", t->dir);
+    unlink(path);
+    rmdir(t->dir);
+  }
+}
+
+redisContext *target_connect(const target *t, int timeout_ms) {
+  struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  redisContext *c = redisConnectWithTimeout(t->host, t->port, tv);
+  if (!c || c->err) {
+    fprintf(stderr, "xfetch-bench: connect %s:%d: %s\n", t->host, t->port,
+            c ? c->errstr : "out of memory");
+    if (c)
+      redisFree(c);
+    return NULL;
+  }
+  redisSetTimeout(c, tv); /* hiredis 0.14: the connect timeout does not cover commands */
+  redisReply *r = NULL;
+  if (t->password[0])
+    r = redisCommand(c, "AUTH %s", t->password);
+  if (r && r->type == REDIS_REPLY_ERROR)
+    fprintf(stderr, "xfetch-bench: AUTH: %s\n", r->str);
+  if (r)
+    freeReplyObject(r);
+  if (t->db) {
+    r = redisCommand(c, "SELECT %d", t->db);
+    if (r)
+      freeReplyObject(r);
+  }
+  return c;
+}
+
+int target_commandstats(redisContext *c, double *usec, double *calls) {
+  *usec = *calls = 0;
+  redisReply *r = redisCommand(c, "INFO commandstats");
+  if (!r || r->type != REDIS_REPLY_STRING) {
+    if (r)
+      freeReplyObject(r);
+    return -1;
+  }
+  for (char *line = strtok(r->str, "\r\n"); line; line = strtok(NULL, "\r\n")) {
+    char name[64];
+    double n, us;
+    if (sscanf(line, "cmdstat_%63[^:]:calls=%lf,usec=%lf", name, &n, &us) != 3)
+      continue;
+    if (strcmp(name, "info") && strcmp(name, "config") && strcmp(name, "ping"))
+      *usec += us, *calls += n;
+  }
+  freeReplyObject(r);
+  return 0;
+}

@@ -1,0 +1,265 @@
+/* The five strategies, each one request at a time on its own connection, all
+ * calling the same loader: sleep loader_ms, counted in the shared arena. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "xfetch.h"
+
+#define LOCK_LEASE_MS 5000 /* same lease and wait budget as XF_POLICY_INIT */
+#define LOCK_WAIT_MS 5000
+#define LOCK_POLL_US 5000
+
+struct strat_ctx {
+  const run_spec *spec;
+  arena *a;
+  redisContext *rc;
+  xf_client *xc;
+  xf_policy policy;
+  pcg rng;
+  char *value;
+  char key[128], lock[140], token[48];
+  size_t keylen, locklen;
+  uint32_t cur_key;
+  uint64_t ntoken;
+};
+
+const char *strategy_name(strategy s) {
+  static const char *names[] = {"raw_get", "naive", "lock", "xfetch_nolease", "xfetch"};
+  return s < ST_COUNT ? names[s] : "?";
+}
+
+static int64_t jittered(pcg *r, const run_spec *s, int64_t ttl) {
+  int64_t cut = (int64_t)((double)ttl * s->jitter * pcg_unit(r));
+  return ttl - cut > 0 ? ttl - cut : 1;
+}
+
+/* The loader: a simulated expensive computation. */
+static void load(strat_ctx *c, int32_t remaining_ms) {
+  long slot = arena_load_begin(c->a, c->cur_key, remaining_ms);
+  sleep_us((int64_t)c->spec->loader_ms * 1000);
+  arena_load_end(c->a, slot);
+}
+
+static int lib_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  strat_ctx *c = ud;
+  load(c, INT32_MIN);
+  return xf_sink_set(sink, c->value, (size_t)c->spec->value_len) == XF_OK ? 0 : -1;
+}
+
+strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worker) {
+  strat_ctx *c = calloc(1, sizeof *c);
+  c->spec = spec;
+  c->a = a;
+  c->value = malloc((size_t)spec->value_len + 1);
+  memset(c->value, 'x', (size_t)spec->value_len);
+  pcg_seed(&c->rng, (uint64_t)now_us() ^ ((uint64_t)getpid() << 32), (uint64_t)worker);
+  if (spec->strat == ST_XFETCH) {
+    xf_options o = XF_OPTIONS_INIT;
+    o.host = t->host;
+    o.port = t->port;
+    o.password = t->password[0] ? t->password : NULL;
+    o.db = t->db;
+    o.command_timeout_ms = 5000;
+    int rc = xf_client_open(&c->xc, &o);
+    if (rc != XF_OK) {
+      fprintf(stderr, "xfetch-bench: xf_client_open: %s\n", xf_strerror(rc));
+      strat_close(c);
+      return NULL;
+    }
+    xf_policy p = XF_POLICY_INIT;
+    p.ttl_ms = spec->ttl_ms;
+    p.beta = spec->beta;
+    p.jitter = spec->jitter;
+    c->policy = p;
+    return c;
+  }
+  c->rc = target_connect(t, 5000);
+  if (!c->rc || (spec->strat == ST_XFETCH_NOLEASE && pure_load_scripts(c->rc) != 0)) {
+    strat_close(c);
+    return NULL;
+  }
+  return c;
+}
+
+void strat_close(strat_ctx *c) {
+  if (!c)
+    return;
+  xf_client_close(c->xc);
+  if (c->rc)
+    redisFree(c->rc);
+  free(c->value);
+  free(c);
+}
+
+/* GET key: 1 hit, 0 miss, -1 error. */
+static int get(strat_ctx *c) {
+  redisReply *r = redisCommand(c->rc, "GET %b", c->key, c->keylen);
+  int rc = !r ? -1 : r->type == REDIS_REPLY_STRING ? 1 : r->type == REDIS_REPLY_NIL ? 0 : -1;
+  if (r)
+    freeReplyObject(r);
+  return rc;
+}
+
+static int set_value(strat_ctx *c) {
+  long long ttl = jittered(&c->rng, c->spec, c->spec->ttl_ms);
+  redisReply *r = redisCommand(c->rc, "SET %b %b PX %lld", c->key, c->keylen, c->value,
+                               (size_t)c->spec->value_len, ttl);
+  int ok = r && r->type == REDIS_REPLY_STATUS;
+  if (r)
+    freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+
+static int naive(strat_ctx *c, unsigned *flags) {
+  int hit = get(c);
+  if (hit != 0)
+    return hit > 0 ? 0 : -1;
+  load(c, INT32_MIN);
+  *flags |= RQ_LOADED;
+  return set_value(c);
+}
+
+/* 1 when this caller took the lock. */
+static int try_lock(strat_ctx *c) {
+  snprintf(c->token, sizeof c->token, "%d-%llu", (int)getpid(),
+           (unsigned long long)++c->ntoken);
+  redisReply *r = redisCommand(c->rc, "SET %b %s NX PX %d", c->lock, c->locklen, c->token,
+                               LOCK_LEASE_MS);
+  int won = r && r->type == REDIS_REPLY_STATUS;
+  if (r)
+    freeReplyObject(r);
+  return won;
+}
+
+static void unlock(strat_ctx *c) {
+  redisReply *r = redisCommand(
+      c->rc,
+      "EVAL %s 1 %b %s",
+      "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+      "return 0",
+      c->lock, c->locklen, c->token);
+  if (r)
+    freeReplyObject(r);
+}
+
+static int lock(strat_ctx *c, unsigned *flags) {
+  int hit = get(c);
+  if (hit != 0)
+    return hit > 0 ? 0 : -1;
+  int64_t give_up = now_us() + LOCK_WAIT_MS * 1000LL;
+  c->locklen = (size_t)snprintf(c->lock, sizeof c->lock, "lock:%s", c->key);
+  for (;;) {
+    if (try_lock(c)) {
+      load(c, INT32_MIN);
+      *flags |= RQ_LOADED;
+      int rc = set_value(c);
+      unlock(c);
+      return rc;
+    }
+    if (now_us() > give_up) { /* the lock holder is too slow: load anyway */
+      load(c, INT32_MIN);
+      *flags |= RQ_LOADED;
+      return set_value(c);
+    }
+    *flags |= RQ_WAITED;
+    sleep_us(LOCK_POLL_US);
+    if ((hit = get(c)) != 0)
+      return hit > 0 ? 0 : -1;
+  }
+}
+
+static int nolease(strat_ctx *c, unsigned *flags) {
+  pure_read e;
+  if (pure_read_entry(c->rc, c->key, c->keylen, &e) != 0)
+    return -1;
+  if (!pure_decide(&c->rng, c->spec->beta, &e))
+    return 0;
+  int64_t t0 = now_us();
+  load(c, e.present ? (int32_t)e.remaining_ms : INT32_MIN);
+  *flags |= RQ_LOADED;
+  return pure_write_entry(c->rc, c->key, c->keylen, c->value, (size_t)c->spec->value_len,
+                          now_us() - t0, jittered(&c->rng, c->spec, c->spec->ttl_ms));
+}
+
+static int library(strat_ctx *c, unsigned *flags) {
+  xf_stats before, after;
+  xf_client_stats(c->xc, &before);
+  xf_value v;
+  int rc = xf_get_or_compute(c->xc, c->key, c->keylen, &c->policy, lib_loader, c, &v);
+  xf_client_stats(c->xc, &after);
+  if (after.loads > before.loads)
+    *flags |= RQ_LOADED;
+  if (after.waits > before.waits)
+    *flags |= RQ_WAITED;
+  if (rc == XF_OK && v.source == XF_SOURCE_STALE)
+    *flags |= RQ_STALE;
+  if (rc == XF_OK && v.source == XF_SOURCE_UNCACHED)
+    rc = XF_EIO; /* fail-open means Redis failed: count it as an error */
+  xf_value_free(&v);
+  return rc == XF_OK ? 0 : -1;
+}
+
+int strat_get(strat_ctx *c, uint32_t key, unsigned *flags) {
+  c->cur_key = key;
+  c->keylen = (size_t)snprintf(c->key, sizeof c->key, "%s%u", c->spec->prefix, key);
+  *flags = 0;
+  switch (c->spec->strat) {
+  case ST_RAW_GET:
+    return get(c) > 0 ? 0 : -1;
+  case ST_NAIVE:
+    return naive(c, flags);
+  case ST_LOCK:
+    return lock(c, flags);
+  case ST_XFETCH_NOLEASE:
+    return nolease(c, flags);
+  case ST_XFETCH:
+    return library(c, flags);
+  default:
+    return -1;
+  }
+}
+
+static void append_prefill(redisContext *rc, const run_spec *s, pcg *r, const char *key,
+                           size_t keylen, const char *v, int64_t ttl_ms) {
+  int64_t ttl = jittered(r, s, ttl_ms);
+  if (s->strat == ST_RAW_GET)
+    redisAppendCommand(rc, "SET %b %b", key, keylen, v, (size_t)s->value_len);
+  else if (s->strat == ST_NAIVE || s->strat == ST_LOCK)
+    redisAppendCommand(rc, "SET %b %b PX %lld", key, keylen, v, (size_t)s->value_len,
+                       (long long)ttl);
+  else /* both XFetch strategies: an entry as if just computed by the loader */
+    pure_append_write(rc, key, keylen, v, (size_t)s->value_len, s->loader_ms * 1000LL, ttl);
+}
+
+int strat_prefill(redisContext *rc, const run_spec *s, int nkeys, int64_t ttl_ms) {
+  if ((s->strat == ST_XFETCH || s->strat == ST_XFETCH_NOLEASE) && pure_load_scripts(rc))
+    return -1;
+  char *v = malloc((size_t)s->value_len + 1);
+  memset(v, 'x', (size_t)s->value_len);
+  pcg r;
+  pcg_seed(&r, (uint64_t)now_us(), 7);
+  int bad = 0;
+  for (int base = 0; base < nkeys; base += 1000) {
+    int n = nkeys - base < 1000 ? nkeys - base : 1000;
+    for (int i = 0; i < n; i++) {
+      char key[128];
+      size_t kl = (size_t)snprintf(key, sizeof key, "%s%d", s->prefix, base + i);
+      append_prefill(rc, s, &r, key, kl, v, ttl_ms);
+    }
+    for (int i = 0; i < n; i++) {
+      redisReply *reply;
+      if (redisGetReply(rc, (void **)&reply) != REDIS_OK)
+        return free(v), -1;
+      bad += reply->type == REDIS_REPLY_ERROR;
+      freeReplyObject(reply);
+    }
+  }
+  free(v);
+  return bad ? -1 : 0;
+}

@@ -1,0 +1,206 @@
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fixture.h"
+
+static xft_server shared;
+
+void xft_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0)
+    ;
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+    return -1;
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static int answers_ping(int port) {
+  struct timeval tv = {0, 200000};
+  redisContext *r = redisConnectWithTimeout("127.0.0.1", port, tv);
+  int ok = 0;
+  if (r && !r->err) {
+    redisReply *rep = redisCommand(r, "PING");
+    ok = rep && (rep->type == REDIS_REPLY_STATUS ||
+                 (rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "NOAUTH")));
+    if (rep)
+      freeReplyObject(rep);
+  }
+  if (r)
+    redisFree(r);
+  return ok;
+}
+
+int xft_server_start(xft_server *s, const char *const *extra) {
+  return xft_server_start_on(s, 0, extra);
+}
+
+int xft_server_start_on(xft_server *s, int fixed_port, const char *const *extra) {
+  memset(s, 0, sizeof *s);
+  snprintf(s->dir, sizeof s->dir, "/tmp/xft-redis-XXXXXX");
+  if (!mkdtemp(s->dir))
+    return -1;
+  snprintf(s->unix_path, sizeof s->unix_path, "%s/redis.sock", s->dir);
+  for (int attempt = 0; attempt < 5; attempt++) {
+    s->port = fixed_port ? fixed_port : free_port();
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->port);
+    const char *argv[64] = {"redis-server",
+                            "--port",
+                            port,
+                            "--bind",
+                            "127.0.0.1",
+                            "--dir",
+                            s->dir,
+                            "--save",
+                            "",
+                            "--appendonly",
+                            "no",
+                            "--unixsocket",
+                            s->unix_path,
+                            "--unixsocketperm",
+                            "700",
+                            "--daemonize",
+                            "no",
+                            "--loglevel",
+                            "warning",
+                            "--logfile",
+                            "redis.log"};
+    int n = 21;
+    for (int i = 0; extra && extra[i] && n < 62; i++)
+      argv[n++] = extra[i];
+    argv[n] = NULL;
+    s->pid = fork();
+    if (s->pid == 0) {
+      execvp("redis-server", (char *const *)argv);
+      _exit(127);
+    }
+    for (int i = 0; i < 200; i++) {
+      if (answers_ping(s->port))
+        return 0;
+      if (waitpid(s->pid, NULL, WNOHANG) == s->pid)
+        break; /* died: port taken, try another */
+      xft_sleep_ms(10);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+  }
+  return -1;
+}
+
+void xft_server_stop(xft_server *s) {
+  if (s->pid > 0) {
+    kill(s->pid, SIGTERM);
+    waitpid(s->pid, NULL, 0);
+    s->pid = 0;
+  }
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
+  if (s->dir[0] && system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", s->dir);
+}
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set) {
+  (void)set;
+  if (xft_server_start(&shared, NULL) != 0) {
+    fprintf(stderr, "fixture: cannot start redis-server\n");
+    exit(1);
+  }
+  /* Criterion's workers are new processes: they find the server here. */
+  char port[16];
+  snprintf(port, sizeof port, "%d", shared.port);
+  setenv("XFT_REDIS_PORT", port, 1);
+  setenv("XFT_REDIS_SOCK", shared.unix_path, 1);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+  (void)stats;
+  xft_server_stop(&shared);
+}
+
+int xft_port(void) {
+  const char *port = getenv("XFT_REDIS_PORT");
+  cr_assert_not_null(port, "no shared redis-server (XFT_REDIS_PORT unset)");
+  return atoi(port);
+}
+
+const char *xft_unix_path(void) { return getenv("XFT_REDIS_SOCK"); }
+
+xf_client *xft_client_port(int port, uint64_t seed) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.seed = seed;
+  xf_client *c = NULL;
+  int rc = xf_client_open(&c, &o);
+  cr_assert_eq(rc, XF_OK, "xf_client_open: %s", xf_strerror(rc));
+  return c;
+}
+
+xf_client *xft_client(uint64_t seed) { return xft_client_port(xft_port(), seed); }
+
+redisContext *xft_redis_port(int port) {
+  redisContext *r = redisConnect("127.0.0.1", port);
+  cr_assert(r && !r->err, "raw connect to %d failed", port);
+  return r;
+}
+
+redisContext *xft_redis(void) { return xft_redis_port(xft_port()); }
+
+static redisReply *vcmd(redisContext *r, const char *fmt, va_list ap) {
+  redisReply *rep = redisvCommand(r, fmt, ap);
+  cr_assert_not_null(rep, "command %s failed: %s", fmt, r->errstr);
+  return rep;
+}
+
+redisReply *xft_cmd(redisContext *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *rep = vcmd(r, fmt, ap);
+  va_end(ap);
+  return rep;
+}
+
+long long xft_int(redisContext *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *rep = vcmd(r, fmt, ap);
+  va_end(ap);
+  cr_assert_eq(rep->type, REDIS_REPLY_INTEGER, "%s: not an integer reply", fmt);
+  long long v = rep->integer;
+  freeReplyObject(rep);
+  return v;
+}
+
+int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key;
+  (void)keylen;
+  xft_loader *l = ud;
+  __atomic_add_fetch(&l->calls, 1, __ATOMIC_SEQ_CST);
+  if (l->sleep_ms)
+    xft_sleep_ms(l->sleep_ms);
+  if (l->fail_rc)
+    return l->fail_rc;
+  if (l->not_found) {
+    xf_sink_not_found(sink);
+    return 0;
+  }
+  return xf_sink_set(sink, l->value, l->len ? l->len : strlen(l->value));
+}

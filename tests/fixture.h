@@ -1,0 +1,59 @@
+/* Test fixtures: a real redis-server on a free loopback port, in a temp dir.
+ * Each test binary starts one shared server before its tests (Criterion
+ * PRE_ALL hook) and stops it after; tests that break their server start a
+ * private one. Tests run in parallel: each uses keys named after itself. */
+#ifndef XF_TEST_FIXTURE_H
+#define XF_TEST_FIXTURE_H
+
+#include <hiredis/hiredis.h>
+#include <sys/types.h>
+
+#include "xfetch.h"
+
+typedef struct xft_server {
+  pid_t pid;
+  int port;
+  char dir[64];
+  char unix_path[128];
+} xft_server;
+
+/* Starts redis-server with extra "name value" config pairs (NULL-terminated)
+ * and waits until it answers PING. Returns 0 or -1. */
+int xft_server_start(xft_server *s, const char *const *extra);
+void xft_server_stop(xft_server *s);
+/* The same on a given port (e.g. to bring a stopped server back). */
+int xft_server_start_on(xft_server *s, int port, const char *const *extra);
+
+/* The binary's shared server. */
+int xft_port(void);
+const char *xft_unix_path(void);
+
+/* A client of the shared server (seeded when seed != 0); asserts success. */
+xf_client *xft_client(uint64_t seed);
+xf_client *xft_client_port(int port, uint64_t seed);
+
+/* A raw hiredis connection for inspecting entries with plain commands. */
+redisContext *xft_redis(void);
+redisContext *xft_redis_port(int port);
+
+/* Runs a command on the raw connection (printf-style) and returns its reply;
+ * asserts it is not NULL. */
+redisReply *xft_cmd(redisContext *r, const char *fmt, ...);
+long long xft_int(redisContext *r, const char *fmt, ...);
+
+/* A loader that counts its calls (atomically), sleeps sleep_ms and returns
+ * value, or fails with fail_rc when non-zero. */
+typedef struct xft_loader {
+  const char *value;
+  size_t len;
+  int sleep_ms;
+  int fail_rc;
+  int not_found;
+  int calls; /* read with __atomic_load_n */
+} xft_loader;
+
+int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink);
+
+void xft_sleep_ms(int ms);
+
+#endif

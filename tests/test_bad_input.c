@@ -1,0 +1,203 @@
+/* Bad input: XF_EINVAL with a message naming the argument, and the loader is
+ * never called; nothing cached is touched. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "fixture.h"
+
+static xf_client *c;
+static xft_loader loader = {.value = "v"};
+
+static void setup(void) {
+  c = xft_client(1);
+  loader.calls = 0;
+}
+static void teardown(void) { xf_client_close(c); }
+
+TestSuite(bad_input, .init = setup, .fini = teardown);
+
+/* Calls get_or_compute and expects XF_EINVAL naming `word`. */
+static void expect_einval(const char *key, size_t keylen, const xf_policy *p,
+                          const char *word) {
+  xf_value v = {(char *)"garbage", 7, XF_SOURCE_CACHE};
+  cr_expect_eq(xf_get_or_compute(c, key, keylen, p, xft_load, &loader, &v), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(c), word) != NULL, "message '%s' should name %s", xf_errmsg(c),
+            word);
+  cr_expect_null(v.data, "out is zeroed on error");
+  cr_expect_eq(loader.calls, 0, "the loader is never called");
+}
+
+static void expect_policy_einval(xf_policy p, const char *word) {
+  expect_einval("bad:policy", 10, &p, word);
+}
+
+Test(bad_input, null_client) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_expect_eq(xf_get_or_compute(NULL, "k", 1, &p, xft_load, &loader, &v), XF_EINVAL);
+  cr_expect_eq(xf_set(NULL, "k", 1, "v", 1, &p), XF_EINVAL);
+  cr_expect_eq(xf_delete(NULL, "k", 1), XF_EINVAL);
+  cr_expect_eq(loader.calls, 0);
+}
+
+Test(bad_input, null_key) {
+  xf_policy p = XF_POLICY_INIT;
+  expect_einval(NULL, 3, &p, "key");
+}
+
+Test(bad_input, empty_key) {
+  xf_policy p = XF_POLICY_INIT;
+  expect_einval("", 0, &p, "key is empty");
+}
+
+Test(bad_input, key_above_the_cap) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.max_key_len = 8;
+  xf_client_close(c);
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  expect_einval("123456789", 9, &p, "max_key_len");
+  cr_expect_eq(xf_delete(c, "123456789", 9), XF_EINVAL);
+}
+
+Test(bad_input, null_loader) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_expect_eq(xf_get_or_compute(c, "k", 1, &p, NULL, NULL, &v), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(c), "loader") != NULL);
+}
+
+Test(bad_input, null_out) {
+  xf_policy p = XF_POLICY_INIT;
+  cr_expect_eq(xf_get_or_compute(c, "k", 1, &p, xft_load, &loader, NULL), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(c), "out") != NULL);
+  cr_expect_eq(loader.calls, 0);
+}
+
+Test(bad_input, null_policy) { expect_einval("bad:policy", 10, NULL, "policy"); }
+
+Test(bad_input, negative_beta) {
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = -1;
+  expect_policy_einval(p, "beta");
+}
+
+Test(bad_input, nan_beta) {
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = NAN;
+  expect_policy_einval(p, "beta");
+}
+
+Test(bad_input, zero_ttl) {
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 0;
+  expect_policy_einval(p, "ttl_ms");
+}
+
+Test(bad_input, negative_ttl) {
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = -5;
+  expect_policy_einval(p, "ttl_ms");
+}
+
+Test(bad_input, zero_lease) {
+  xf_policy p = XF_POLICY_INIT;
+  p.lease_ms = 0;
+  expect_policy_einval(p, "lease_ms");
+}
+
+Test(bad_input, negative_wait_and_windows) {
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = -1;
+  expect_policy_einval(p, "wait_ms");
+  p = (xf_policy)XF_POLICY_INIT;
+  p.stale_ms = -1;
+  expect_policy_einval(p, "stale_ms");
+  p = (xf_policy)XF_POLICY_INIT;
+  p.negative_ttl_ms = -1;
+  expect_policy_einval(p, "negative_ttl_ms");
+}
+
+Test(bad_input, absurd_ttl) {
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = INT64_MAX;
+  expect_policy_einval(p, "ttl_ms");
+}
+
+Test(bad_input, jitter_out_of_range) {
+  xf_policy p = XF_POLICY_INIT;
+  p.jitter = 1.0;
+  expect_policy_einval(p, "jitter");
+  p.jitter = NAN;
+  expect_policy_einval(p, "jitter");
+}
+
+Test(bad_input, set_rejects_null_data_and_oversize_values) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.max_value_len = 4;
+  xf_client_close(c);
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  cr_expect_eq(xf_set(c, "bad:set", 7, NULL, 3, &p), XF_EINVAL);
+  cr_expect_eq(xf_set(c, "bad:set", 7, "12345", 5, &p), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(c), "max_value_len") != NULL);
+  p.ttl_ms = 0;
+  cr_expect_eq(xf_set(c, "bad:set", 7, "1", 1, &p), XF_EINVAL);
+  redisContext *r = xft_redis();
+  cr_expect_eq(xft_int(r, "EXISTS bad:set"), 0);
+  redisFree(r);
+}
+
+static int oversize_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)ud, (void)key, (void)keylen;
+  return xf_sink_set(sink, "too long for the cap", 20);
+}
+
+Test(bad_input, loader_value_above_the_cap_is_a_loader_error) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.max_value_len = 4;
+  xf_client_close(c);
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_expect_eq(xf_get_or_compute(c, "bad:big", 7, &p, oversize_loader, NULL, &v),
+               XF_ELOADER);
+  cr_expect_eq(xf_loader_error(c), XF_EINVAL);
+  redisContext *r = xft_redis();
+  cr_expect_eq(xft_int(r, "EXISTS bad:big"), 0, "nothing cached, lease released");
+  redisFree(r);
+}
+
+static int silent_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)ud, (void)key, (void)keylen, (void)sink;
+  return 0;
+}
+
+Test(bad_input, loader_that_sets_nothing_is_a_loader_error) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_expect_eq(xf_get_or_compute(c, "bad:silent", 10, &p, silent_loader, NULL, &v),
+               XF_ELOADER);
+  cr_expect(strstr(xf_errmsg(c), "xf_sink_set") != NULL, "%s", xf_errmsg(c));
+}
+
+Test(bad_input, sink_rejects_null_data) {
+  cr_expect_eq(xf_sink_set(NULL, "x", 1), XF_EINVAL);
+}
+
+Test(bad_input, bad_input_leaves_the_cached_value_alone) {
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "bad:keep", 8, "kept", 4, &p), XF_OK);
+  p.beta = -3;
+  xf_value v;
+  cr_expect_eq(xf_get_or_compute(c, "bad:keep", 8, &p, xft_load, &loader, &v), XF_EINVAL);
+  redisContext *r = xft_redis();
+  redisReply *rep = xft_cmd(r, "HGET bad:keep v");
+  cr_expect_str_eq(rep->str, "kept");
+  freeReplyObject(rep);
+  redisFree(r);
+}

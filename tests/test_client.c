@@ -1,0 +1,135 @@
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "fixture.h"
+
+static xft_loader hello = {.value = "hello"};
+static const char *const auth_conf[] = {"--requirepass", "s3cret", NULL};
+
+Test(client, open_and_close_defaults_to_given_port) {
+  xf_client *c = xft_client(0);
+  cr_expect_str_eq(xf_errmsg(c), "");
+  xf_client_close(c);
+}
+
+Test(client, close_and_free_accept_null) {
+  xf_client_close(NULL);
+  xf_value_free(NULL);
+  cr_expect_str_eq(xf_errmsg(NULL), "client is NULL");
+  cr_expect_eq(xf_loader_error(NULL), 0);
+}
+
+Test(client, open_refused_port_is_econnect) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nothing listens on port 1 */
+  xf_client *c = (xf_client *)1;
+  cr_expect_eq(xf_client_open(&c, &o), XF_ECONNECT);
+  cr_expect_null(c);
+}
+
+Test(client, open_invalid_options_is_einval) {
+  xf_options o = XF_OPTIONS_INIT;
+  xf_client *c;
+  o.port = 70000;
+  cr_expect_eq(xf_client_open(&c, &o), XF_EINVAL);
+  o.port = 0;
+  o.db = -1;
+  cr_expect_eq(xf_client_open(&c, &o), XF_EINVAL);
+  cr_expect_eq(xf_client_open(NULL, &o), XF_EINVAL);
+}
+
+Test(client, unix_socket) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.unix_path = xft_unix_path();
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK, "%s", xf_strerror(XF_OK));
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_expect_eq(xf_get_or_compute(c, "client:unix", 11, &p, xft_load, &hello, &v), XF_OK);
+  cr_expect_str_eq(v.data, "hello");
+  xf_value_free(&v);
+  xf_client_close(c);
+}
+
+Test(client, select_db) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.db = 3;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "client:db", 9, "x", 1, &p), XF_OK);
+  redisContext *r = xft_redis();
+  cr_expect_eq(xft_int(r, "EXISTS client:db"), 0);
+  freeReplyObject(xft_cmd(r, "SELECT 3"));
+  cr_expect_eq(xft_int(r, "EXISTS client:db"), 1);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(client, password_auth_good_and_bad) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, auth_conf), 0);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  xf_client *c;
+  o.password = "wrong";
+  cr_expect_eq(xf_client_open(&c, &o), XF_EAUTH);
+  o.password = "s3cret";
+  cr_expect_eq(xf_client_open(&c, &o), XF_OK);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(client, acl_username_and_password) {
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "ACL SETUSER xfuser on >pw ~acl:* +@all"));
+  redisFree(r);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.username = "xfuser";
+  o.password = "pw";
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  cr_expect_eq(xf_set(c, "acl:ok", 6, "x", 1, &p), XF_OK);
+  cr_expect_eq(xf_set(c, "other:no", 8, "x", 1, &p), XF_EREDIS);
+  cr_expect(strstr(xf_errmsg(c), "NOPERM") != NULL, "message: %s", xf_errmsg(c));
+  xf_client_close(c);
+}
+
+Test(client, key_prefix_is_prepended) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.key_prefix = "app1:";
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "client:prefix", 13, &p, xft_load, &hello, &v), XF_OK);
+  xf_value_free(&v);
+  redisContext *r = xft_redis();
+  cr_expect_eq(xft_int(r, "EXISTS app1:client:prefix"), 1);
+  cr_expect_eq(xft_int(r, "EXISTS client:prefix"), 0);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(client, stats_count_hits_misses_loads) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  xft_loader l = {.value = "s"};
+  xf_value v;
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(xf_get_or_compute(c, "client:stats", 12, &p, xft_load, &l, &v), XF_OK);
+    xf_value_free(&v);
+  }
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.misses, 1);
+  cr_expect_eq(st.loads, 1);
+  cr_expect_eq(st.hits, 2);
+  cr_expect_eq(st.early, 0);
+  xf_client_close(c);
+}

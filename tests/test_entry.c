@@ -1,0 +1,184 @@
+/* The entry on Redis, read back with plain commands. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "entry.h"
+#include "fixture.h"
+
+static long long hget_ll(redisContext *r, const char *key, const char *field) {
+  redisReply *rep = xft_cmd(r, "HGET %s %s", key, field);
+  cr_assert_eq(rep->type, REDIS_REPLY_STRING, "%s.%s missing", key, field);
+  long long v = atoll(rep->str);
+  freeReplyObject(rep);
+  return v;
+}
+
+static long long server_ms(redisContext *r) {
+  redisReply *rep = xft_cmd(r, "TIME");
+  long long ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
+  freeReplyObject(rep);
+  return ms;
+}
+
+Test(entry, fields_after_a_loader_write) {
+  xf_client *c = xft_client(1);
+  redisContext *r = xft_redis();
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 30000;
+  p.stale_ms = 5000;
+  xft_loader l = {.value = "payload", .sleep_ms = 50};
+  xf_value v;
+  long long before = server_ms(r);
+  cr_assert_eq(xf_get_or_compute(c, "entry:fields", 12, &p, xft_load, &l, &v), XF_OK);
+  long long after = server_ms(r);
+  xf_value_free(&v);
+  redisReply *rep = xft_cmd(r, "HGET entry:fields v");
+  cr_expect_str_eq(rep->str, "payload");
+  freeReplyObject(rep);
+  long long d = hget_ll(r, "entry:fields", "d");
+  cr_expect(d >= 50000 && d < 50000 + 40000, "delta %lld us for a 50 ms loader", d);
+  long long e = hget_ll(r, "entry:fields", "e");
+  cr_expect(e >= before + 30000 && e <= after + 30000, "e %lld not in [%lld, %lld]", e,
+            before + 30000, after + 30000);
+  long long s = hget_ll(r, "entry:fields", "s");
+  cr_expect(s >= before && s <= after - 50, "s %lld: start of the computation", s);
+  cr_expect_eq(xft_int(r, "HEXISTS entry:fields l"), 0, "lease cleared");
+  cr_expect_eq(xft_int(r, "HEXISTS entry:fields n"), 0);
+  long long pttl = xft_int(r, "PTTL entry:fields");
+  cr_expect(pttl > 35000 - 1000 && pttl <= 35000, "PTTL %lld, want ttl + stale", pttl);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(entry, pttl_is_ttl_without_stale_window) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 8000;
+  cr_assert_eq(xf_set(c, "entry:pttl", 10, "x", 1, &p), XF_OK);
+  redisContext *r = xft_redis();
+  long long pttl = xft_int(r, "PTTL entry:pttl");
+  cr_expect(pttl > 7000 && pttl <= 8000, "PTTL %lld", pttl);
+  cr_expect_eq(hget_ll(r, "entry:pttl", "d"), 0, "xf_set writes delta 0");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(entry, lease_only_hash_carries_the_lease_ttl) {
+  xf_client *c = xft_client(1);
+  char token[40];
+  int64_t now;
+  xf__lease_result won;
+  xf__entry newer;
+  cr_assert_eq(xf__entry_lease(c, "entry:lease", 11, 3000, 0, token, &now, &won, &newer),
+               XF_OK);
+  cr_expect_eq(won, XF_LEASE_WON);
+  redisContext *r = xft_redis();
+  long long pttl = xft_int(r, "PTTL entry:lease");
+  cr_expect(pttl > 2000 && pttl <= 3000, "PTTL %lld", pttl);
+  redisReply *rep = xft_cmd(r, "HGET entry:lease l");
+  char want[80];
+  snprintf(want, sizeof want, "%s:%lld", token, (long long)now + 3000);
+  cr_expect_str_eq(rep->str, want);
+  freeReplyObject(rep);
+  cr_expect_eq(xft_int(r, "HLEN entry:lease"), 1);
+  cr_assert_eq(xf__entry_lease(c, "entry:lease", 11, 3000, 0, token, &now, &won, &newer),
+               XF_OK);
+  cr_expect_eq(won, XF_LEASE_LOST, "a live lease is exclusive");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(entry, lease_extends_a_short_physical_ttl) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 500;
+  cr_assert_eq(xf_set(c, "entry:extend", 12, "x", 1, &p), XF_OK);
+  char token[40];
+  int64_t now;
+  xf__lease_result won;
+  xf__entry newer;
+  cr_assert_eq(xf__entry_lease(c, "entry:extend", 12, 4000, 1, token, &now, &won, &newer),
+               XF_OK);
+  cr_assert_eq(won, XF_LEASE_NEWER, "the value read is newer than expiry 1");
+  xf__entry_free(&newer);
+  redisContext *r = xft_redis();
+  redisReply *rep = xft_cmd(r, "HGET entry:extend e");
+  int64_t e = atoll(rep->str);
+  freeReplyObject(rep);
+  cr_assert_eq(xf__entry_lease(c, "entry:extend", 12, 4000, e, token, &now, &won, &newer),
+               XF_OK);
+  cr_expect_eq(won, XF_LEASE_WON);
+  long long pttl = xft_int(r, "PTTL entry:extend");
+  cr_expect(pttl > 3000, "PTTL %lld: the entry must outlive the lease", pttl);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(entry, write_keeps_a_newer_computation) {
+  xf_client *c = xft_client(1);
+  redisContext *r = xft_redis();
+  long long now = server_ms(r);
+  xf__write newer = {"", "new", 3, 10, 60000, 0, now, 0};
+  xf__write older = {"", "old", 3, 10, 60000, 0, now - 1000, 0};
+  int written;
+  cr_assert_eq(xf__entry_write(c, "entry:newer", 11, &newer, &written), XF_OK);
+  cr_expect_eq(written, 1);
+  cr_assert_eq(xf__entry_write(c, "entry:newer", 11, &older, &written), XF_OK);
+  cr_expect_eq(written, 0);
+  redisReply *rep = xft_cmd(r, "HGET entry:newer v");
+  cr_expect_str_eq(rep->str, "new");
+  freeReplyObject(rep);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(entry, release_drops_only_the_callers_lease) {
+  xf_client *c = xft_client(1);
+  char token[40];
+  int64_t now;
+  xf__lease_result won;
+  xf__entry newer;
+  cr_assert_eq(xf__entry_lease(c, "entry:release", 13, 5000, 0, token, &now, &won, &newer),
+               XF_OK);
+  cr_assert_eq(won, XF_LEASE_WON);
+  redisContext *r = xft_redis();
+  cr_assert_eq(xf__entry_release(c, "entry:release", 13, "someone-else"), XF_OK);
+  cr_expect_eq(xft_int(r, "HEXISTS entry:release l"), 1);
+  cr_assert_eq(xf__entry_release(c, "entry:release", 13, token), XF_OK);
+  cr_expect_eq(xft_int(r, "EXISTS entry:release"), 0, "a lease-only hash is deleted");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(entry, negative_entry_has_n_and_negative_ttl) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.negative_ttl_ms = 2000;
+  xft_loader l = {.not_found = 1};
+  xf_value v;
+  cr_expect_eq(xf_get_or_compute(c, "entry:neg", 9, &p, xft_load, &l, &v), XF_ENOTFOUND);
+  cr_expect_null(v.data);
+  redisContext *r = xft_redis();
+  cr_expect_eq(hget_ll(r, "entry:neg", "n"), 1);
+  long long pttl = xft_int(r, "PTTL entry:neg");
+  cr_expect(pttl > 1000 && pttl <= 2000, "PTTL %lld", pttl);
+  cr_expect_eq(xf_get_or_compute(c, "entry:neg", 9, &p, xft_load, &l, &v), XF_ENOTFOUND);
+  cr_expect_eq(l.calls, 1, "the negative entry is served from the cache");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(entry, not_found_without_negative_ttl_is_not_cached) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.not_found = 1};
+  xf_value v;
+  cr_expect_eq(xf_get_or_compute(c, "entry:neg0", 10, &p, xft_load, &l, &v), XF_ENOTFOUND);
+  cr_expect_eq(xf_get_or_compute(c, "entry:neg0", 10, &p, xft_load, &l, &v), XF_ENOTFOUND);
+  cr_expect_eq(l.calls, 2);
+  redisContext *r = xft_redis();
+  cr_expect_eq(xft_int(r, "EXISTS entry:neg0"), 0, "lease released, nothing written");
+  redisFree(r);
+  xf_client_close(c);
+}

@@ -1,0 +1,508 @@
+/* get-or-compute: the flow of DESIGN.md against a real Redis. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fixture.h"
+
+static long long server_ms(redisContext *r) {
+  redisReply *rep = xft_cmd(r, "TIME");
+  long long ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
+  freeReplyObject(rep);
+  return ms;
+}
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Writes an entry by hand: value, delta, expiry in (ms from now), lease. */
+static void put_entry(redisContext *r, const char *key, const char *value, long long d_us,
+                      long long expires_in_ms, long long pttl_ms) {
+  long long now = server_ms(r);
+  freeReplyObject(xft_cmd(r, "HSET %s v %s d %lld e %lld s %lld", key, value, d_us,
+                          now + expires_in_ms, now - 1000));
+  freeReplyObject(xft_cmd(r, "PEXPIRE %s %lld", key, pttl_ms));
+}
+
+static void hold_lease(redisContext *r, const char *key, long long for_ms) {
+  freeReplyObject(xft_cmd(r, "HSET %s l other-holder:%lld", key, server_ms(r) + for_ms));
+  if (xft_int(r, "PTTL %s", key) < 0)
+    freeReplyObject(xft_cmd(r, "PEXPIRE %s %lld", key, for_ms));
+}
+
+static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
+               xf_value *v) {
+  return xf_get_or_compute(c, key, strlen(key), p, xft_load, l, v);
+}
+
+Test(xfetch, miss_loads_once_then_hits) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "v1"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:miss", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "v1");
+  cr_expect_eq(v.len, 2);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  cr_assert_eq(get(c, "flow:miss", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "v1");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 1);
+  xf_value_free(&v);
+  xf_client_close(c);
+}
+
+Test(xfetch, beta_infinity_recomputes_every_time) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = INFINITY;
+  xft_loader l = {.value = "v"};
+  xf_value v;
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(get(c, "flow:inf", &p, &l, &v), XF_OK);
+    cr_expect_eq(v.source, XF_SOURCE_LOADER);
+    xf_value_free(&v);
+  }
+  cr_expect_eq(l.calls, 3);
+  xf_client_close(c);
+}
+
+Test(xfetch, early_recompute_near_expiry_of_a_slow_value) {
+  /* remaining 100 ms, delta 10 s: P(early) = exp(-0.01) ~ 0.99 per read. */
+  redisContext *r = xft_redis();
+  put_entry(r, "flow:early", "old", 10000000, 100, 10000);
+  xf_client *c = xft_client(7);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "new"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:early", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "new");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.early, 1);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, no_early_recompute_far_from_expiry_of_a_fast_value) {
+  /* remaining 60 s, delta 1 ms: P(early) = exp(-60000) = 0. */
+  redisContext *r = xft_redis();
+  put_entry(r, "flow:notearly", "cached", 1000, 60000, 60000);
+  xf_client *c = xft_client(7);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "new"};
+  xf_value v;
+  for (int i = 0; i < 200; i++) {
+    cr_assert_eq(get(c, "flow:notearly", &p, &l, &v), XF_OK);
+    cr_assert_str_eq(v.data, "cached");
+    xf_value_free(&v);
+  }
+  cr_expect_eq(l.calls, 0);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, early_lease_loser_returns_the_current_value_at_once) {
+  redisContext *r = xft_redis();
+  put_entry(r, "flow:early-lost", "current", 100000, 30000, 30000);
+  hold_lease(r, "flow:early-lost", 5000);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = INFINITY;
+  xft_loader l = {.value = "new"};
+  xf_value v;
+  long long t0 = mono_ms();
+  cr_assert_eq(get(c, "flow:early-lost", &p, &l, &v), XF_OK);
+  cr_expect_lt(mono_ms() - t0, 500);
+  cr_expect_str_eq(v.data, "current");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 0);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, expired_value_is_reloaded_by_the_lease_winner) {
+  redisContext *r = xft_redis();
+  put_entry(r, "flow:expired", "old", 1000, -50, 10000);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.stale_ms = 10000;
+  xft_loader l = {.value = "new"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:expired", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "new");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, stale_value_is_served_to_a_lease_loser_within_the_window) {
+  redisContext *r = xft_redis();
+  put_entry(r, "flow:stale", "stale", 1000, -50, 10000);
+  hold_lease(r, "flow:stale", 5000);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.stale_ms = 10000;
+  xft_loader l = {.value = "new"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:stale", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "stale");
+  cr_expect_eq(v.source, XF_SOURCE_STALE);
+  cr_expect_eq(l.calls, 0);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, value_past_the_stale_window_is_not_served) {
+  redisContext *r = xft_redis();
+  put_entry(r, "flow:too-stale", "ancient", 1000, -5000, 10000);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.stale_ms = 1000;
+  xft_loader l = {.value = "new"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:too-stale", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "new");
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+static void *set_later(void *arg) {
+  xft_sleep_ms(200);
+  xf_client *c = xft_client(2);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, (const char *)arg, strlen(arg), "from-holder", 11, &p), XF_OK);
+  xf_client_close(c);
+  return NULL;
+}
+
+Test(xfetch, miss_waits_for_the_lease_holder_and_gets_its_value) {
+  redisContext *r = xft_redis();
+  hold_lease(r, "flow:wait", 5000);
+  pthread_t t;
+  pthread_create(&t, NULL, set_later, "flow:wait");
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "mine"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:wait", &p, &l, &v), XF_OK);
+  pthread_join(t, NULL);
+  cr_expect_str_eq(v.data, "from-holder");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 0);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.waits, 1);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, abandoned_lease_is_taken_once_lease_ms_has_passed) {
+  redisContext *r = xft_redis();
+  hold_lease(r, "flow:abandoned", 300); /* a loader that crashed */
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "recomputed"};
+  xf_value v;
+  long long t0 = mono_ms();
+  cr_assert_eq(get(c, "flow:abandoned", &p, &l, &v), XF_OK);
+  long long took = mono_ms() - t0;
+  cr_expect(took >= 250 && took < 2000, "took %lld ms for a 300 ms lease", took);
+  cr_expect_str_eq(v.data, "recomputed");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  cr_expect_eq(l.calls, 1);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, wait_budget_exhausted_fails_when_asked) {
+  redisContext *r = xft_redis();
+  hold_lease(r, "flow:wait-fail", 5000);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 100;
+  p.on_wait_timeout = XF_WAIT_FAIL;
+  xft_loader l = {.value = "x"};
+  xf_value v;
+  cr_expect_eq(get(c, "flow:wait-fail", &p, &l, &v), XF_ETIMEDOUT);
+  cr_expect_null(v.data);
+  cr_expect_eq(l.calls, 0);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, wait_budget_exhausted_loads_by_default) {
+  redisContext *r = xft_redis();
+  hold_lease(r, "flow:wait-load", 5000);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 100;
+  xft_loader l = {.value = "loaded"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:wait-load", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "loaded");
+  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(xft_int(r, "HEXISTS flow:wait-load l"), 1, "the holder's lease is kept");
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, loader_failure_caches_nothing_and_releases_the_lease) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader bad = {.fail_rc = 7};
+  xf_value v;
+  cr_expect_eq(get(c, "flow:fail", &p, &bad, &v), XF_ELOADER);
+  cr_expect_eq(xf_loader_error(c), 7);
+  cr_expect_str_eq(xf_errmsg(c), "loader returned 7");
+  cr_expect_null(v.data);
+  redisContext *r = xft_redis();
+  cr_expect_eq(xft_int(r, "EXISTS flow:fail"), 0);
+  xft_loader good = {.value = "ok"};
+  long long t0 = mono_ms();
+  cr_assert_eq(get(c, "flow:fail", &p, &good, &v), XF_OK);
+  cr_expect_lt(mono_ms() - t0, 500, "no wait: the lease was released");
+  cr_expect_eq(good.calls, 1);
+  cr_expect_eq(xf_loader_error(c), 0);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, loader_failure_on_early_refresh_serves_the_valid_value) {
+  redisContext *r = xft_redis();
+  put_entry(r, "flow:early-fail", "valid", 1000, 30000, 30000);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = INFINITY;
+  xft_loader bad = {.fail_rc = 3};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:early-fail", &p, &bad, &v), XF_OK);
+  cr_expect_str_eq(v.data, "valid");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  cr_expect_eq(xf_loader_error(c), 3);
+  cr_expect_eq(xft_int(r, "HEXISTS flow:early-fail l"), 0);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, stale_if_error_serves_the_stale_value) {
+  redisContext *r = xft_redis();
+  put_entry(r, "flow:sie", "stale-ok", 1000, -100, 10000);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.stale_if_error_ms = 5000;
+  xft_loader bad = {.fail_rc = 1};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:sie", &p, &bad, &v), XF_OK);
+  cr_expect_str_eq(v.data, "stale-ok");
+  cr_expect_eq(v.source, XF_SOURCE_STALE);
+  xf_value_free(&v);
+  p.stale_if_error_ms = 50;
+  cr_expect_eq(get(c, "flow:sie", &p, &bad, &v), XF_ELOADER, "past stale_if_error_ms");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+typedef struct {
+  xft_loader *loader;
+  xf_value value;
+  int rc;
+} racer;
+
+static void *race(void *arg) {
+  racer *me = arg;
+  xf_client *c = xft_client(0);
+  xf_policy p = XF_POLICY_INIT;
+  me->rc = xf_get_or_compute(c, "flow:cold16", 11, &p, xft_load, me->loader, &me->value);
+  xf_client_close(c);
+  return NULL;
+}
+
+Test(xfetch, sixteen_threads_on_a_cold_key_load_once) {
+  xft_loader l = {.value = "computed-once", .sleep_ms = 200};
+  racer rs[16];
+  pthread_t ts[16];
+  for (int i = 0; i < 16; i++) {
+    rs[i] = (racer){.loader = &l};
+    pthread_create(&ts[i], NULL, race, &rs[i]);
+  }
+  int from_loader = 0;
+  for (int i = 0; i < 16; i++) {
+    pthread_join(ts[i], NULL);
+    cr_expect_eq(rs[i].rc, XF_OK);
+    cr_expect_str_eq(rs[i].value.data, "computed-once");
+    from_loader += rs[i].value.source == XF_SOURCE_LOADER;
+    xf_value_free(&rs[i].value);
+  }
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 1);
+  cr_expect_eq(from_loader, 1);
+}
+
+Test(xfetch, keys_and_values_with_nul_bytes_and_braces_round_trip) {
+  static const char key[] = "flow:{nul}\0key{}";
+  static const char val[] = "va\0lue{with}\0nuls";
+  xft_loader l = {.value = val, .len = sizeof val - 1};
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(xf_get_or_compute(c, key, sizeof key - 1, &p, xft_load, &l, &v), XF_OK);
+    cr_expect_eq(v.len, sizeof val - 1);
+    cr_expect_eq(memcmp(v.data, val, v.len), 0);
+    xf_value_free(&v);
+  }
+  cr_expect_eq(l.calls, 1);
+  redisContext *r = xft_redis();
+  cr_expect_eq(xft_int(r, "EXISTS %b", key, sizeof key - 1), 1);
+  cr_expect_eq(xft_int(r, "EXISTS flow:{nul}"), 0);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, set_then_get_hits_and_delete_invalidates) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  cr_assert_eq(xf_set(c, "flow:set", 8, "warm", 4, &p), XF_OK);
+  xft_loader l = {.value = "loaded"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:set", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "warm");
+  xf_value_free(&v);
+  cr_assert_eq(xf_delete(c, "flow:set", 8), XF_OK);
+  cr_assert_eq(xf_delete(c, "flow:set", 8), XF_OK, "deleting a missing key is fine");
+  cr_assert_eq(get(c, "flow:set", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "loaded");
+  cr_expect_eq(l.calls, 1);
+  xf_value_free(&v);
+  xf_client_close(c);
+}
+
+Test(xfetch, key_of_another_type_is_left_untouched) {
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "SET flow:string precious"));
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "x"};
+  xf_value v;
+  cr_expect_eq(get(c, "flow:string", &p, &l, &v), XF_EWRONGTYPE);
+  cr_expect(strstr(xf_errmsg(c), "WRONGTYPE") != NULL, "%s", xf_errmsg(c));
+  cr_expect_eq(l.calls, 0);
+  redisReply *rep = xft_cmd(r, "GET flow:string");
+  cr_expect_str_eq(rep->str, "precious");
+  freeReplyObject(rep);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, jitter_spreads_expiries_below_ttl) {
+  xf_client *c = xft_client(3);
+  redisContext *r = xft_redis();
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 100000;
+  p.jitter = 0.5;
+  long long lo = 1LL << 62, hi = 0;
+  for (int i = 0; i < 20; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "flow:jitter:%d", i);
+    cr_assert_eq(xf_set(c, key, strlen(key), "x", 1, &p), XF_OK);
+    long long pttl = xft_int(r, "PTTL %s", key);
+    cr_expect(pttl >= 49000 && pttl <= 100000, "PTTL %lld", pttl);
+    lo = pttl < lo ? pttl : lo;
+    hi = pttl > hi ? pttl : hi;
+  }
+  cr_expect_gt(hi - lo, 10000, "20 jittered TTLs should spread");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(xfetch, fails_open_when_redis_is_down_then_reconnects) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  int port = s.port;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.breaker_ms = 200;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xft_server_stop(&s);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "direct"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:down", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "direct");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+  cr_assert_eq(get(c, "flow:down", &p, &l, &v), XF_OK, "circuit open: still fails open");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+  cr_assert_eq(xft_server_start_on(&s, port, NULL), 0);
+  xft_sleep_ms(250);
+  cr_assert_eq(get(c, "flow:down", &p, &l, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER, "reconnected after breaker_ms");
+  cr_expect_eq(l.calls, 3);
+  xf_value_free(&v);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(xfetch, fails_open_when_redis_refuses_writes) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_client *c = xft_client_port(s.port, 1);
+  redisContext *r = xft_redis_port(s.port);
+  freeReplyObject(xft_cmd(r, "CONFIG SET maxmemory 1"));
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "computed"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:oom", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "computed");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  cr_expect_eq(l.calls, 1);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(xfetch, command_timeout_fails_open_instead_of_hanging) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  o.command_timeout_ms = 200;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  redisContext *r = xft_redis_port(s.port);
+  freeReplyObject(xft_cmd(r, "CLIENT PAUSE 3000 ALL"));
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "direct"};
+  xf_value v;
+  long long t0 = mono_ms();
+  cr_assert_eq(get(c, "flow:timeout", &p, &l, &v), XF_OK);
+  cr_expect_lt(mono_ms() - t0, 1500);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+  freeReplyObject(xft_cmd(r, "CLIENT UNPAUSE"));
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
