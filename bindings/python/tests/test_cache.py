@@ -1,0 +1,116 @@
+"""Round trips, keys and values, set/delete, stats, not-found, close."""
+import pytest
+
+import xfetch
+
+
+def test_round_trip_loads_once_then_hits(cache, counter):
+    load = counter(b"hello")
+    assert cache.fetch("k", load, ttl=60) == (b"hello", "loader")
+    assert cache.fetch("k", load, ttl=60) == (b"hello", "cache")
+    assert cache.get_or_compute("k", load, 60.0) == b"hello"
+    assert load.calls == 1
+
+
+def test_str_key_is_utf8_under_the_prefix(cache, admin, prefix, counter):
+    cache.get_or_compute("ключ-é", counter(), ttl=60)
+    assert admin.exists((prefix + "ключ-é").encode("utf-8")) == 1
+    assert admin.hget((prefix + "ключ-é").encode("utf-8"), "v") == b"value"
+
+
+def test_bytes_and_str_keys_name_the_same_entry(cache, counter):
+    load = counter(b"x")
+    cache.get_or_compute("same", load, ttl=60)
+    cache.get_or_compute(b"same", load, ttl=60)
+    assert load.calls == 1
+
+
+def test_binary_keys_and_values_with_nul_bytes(cache, admin, prefix, counter):
+    value = b"\x00a\x00\xff\x00" * 1000
+    key = b"k\x00e\xffy"
+    assert cache.get_or_compute(key, counter(value), ttl=60) == value
+    assert cache.get_or_compute(key, counter(b"other"), ttl=60) == value
+    assert admin.hget(prefix.encode() + key, "v") == value
+
+
+@pytest.mark.parametrize("make", [bytearray, memoryview])
+def test_loader_may_return_bytes_like(cache, make):
+    assert cache.get_or_compute("k", lambda: make(b"abc"), ttl=60) == b"abc"
+
+
+def test_empty_value_is_a_value(cache, counter):
+    load = counter(b"")
+    assert cache.fetch("k", load, ttl=60) == (b"", "loader")
+    assert cache.fetch("k", load, ttl=60) == (b"", "cache")
+
+
+def test_set_then_get_skips_the_loader(cache, counter):
+    cache.set("k", b"warm\x00", ttl=60)
+    load = counter()
+    assert cache.fetch("k", load, ttl=60) == (b"warm\x00", "cache")
+    assert load.calls == 0
+
+
+def test_delete_forces_a_reload(cache, admin, prefix, counter):
+    load = counter()
+    cache.get_or_compute("k", load, ttl=60)
+    cache.delete("k")
+    assert admin.exists(prefix + "k") == 0
+    cache.get_or_compute("k", load, ttl=60)
+    assert load.calls == 2
+    cache.delete("never-existed")  # no error
+
+
+def test_none_from_the_loader_means_not_found(cache, counter):
+    load = counter(None)
+    assert cache.fetch("k", load, ttl=60) == (None, None)
+    assert cache.get_or_compute("k", load, ttl=60) is None
+    assert load.calls == 2  # negative_ttl=0: not-found is not cached
+
+
+def test_not_found_is_cached_for_negative_ttl(cache, counter):
+    load = counter(None)
+    assert cache.get_or_compute("k", load, ttl=60, negative_ttl=30) is None
+    assert cache.get_or_compute("k", load, ttl=60, negative_ttl=30) is None
+    assert load.calls == 1
+
+
+def test_beta_inf_always_recomputes(cache, counter):
+    load = counter()
+    cache.get_or_compute("k", load, ttl=60)
+    assert cache.fetch("k", load, ttl=60, beta=float("inf")) == (b"value", "loader")
+    assert load.calls == 2
+
+
+def test_stats_is_a_dict_of_counters(cache, counter):
+    load = counter()
+    cache.get_or_compute("k", load, ttl=60)
+    cache.get_or_compute("k", load, ttl=60)
+    cache.get_or_compute("k", load, ttl=60)
+    s = cache.stats()
+    assert isinstance(s, dict)
+    assert set(s) == {"hits", "misses", "early", "loads", "load_errors", "lease_lost",
+                      "waits", "stale", "uncached", "redis_errors", "connections"}
+    assert (s["hits"], s["misses"], s["loads"], s["load_errors"]) == (2, 1, 1, 0)
+    assert s["connections"] == 1
+
+
+def test_close_then_calls_raise_value_error(server, admin, counter):
+    with xfetch.Cache(server.url) as c:
+        c.get_or_compute("k", counter(), ttl=60)
+    with pytest.raises(ValueError):
+        c.get_or_compute("k2", counter(), ttl=60)
+    assert c.stats()["loads"] == 1  # counters survive close
+
+
+def test_fail_open_when_redis_goes_away(tmp_path, counter):
+    from conftest import RedisServer
+    srv = RedisServer(str(tmp_path))
+    c = xfetch.Cache(srv.url, timeout=0.5)
+    c.get_or_compute("k", counter(), ttl=60)
+    srv.stop()
+    load = counter(b"fresh")
+    assert c.fetch("k", load, ttl=60) == (b"fresh", "uncached")
+    assert load.calls == 1
+    assert c.stats()["uncached"] == 1
+    c.close()
