@@ -1,9 +1,6 @@
 """Fixtures: a real redis-server on a free loopback port (and a Unix socket)
 in a temp dir, started once per session; no persistence."""
-import os
 import shutil
-import socket
-import subprocess
 import time
 import uuid
 
@@ -11,44 +8,18 @@ import pytest
 import redis
 
 import xfetch
+import xfetch.testing
+from xfetch.testing import free_port  # noqa: F401 - used by tests
 
 ACL_USER, ACL_PASS = "alice", "s3cret:p@ss"  # ':' and '@' exercise URL quoting
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
+class RedisServer(xfetch.testing.RedisServer):
     def __init__(self, tmpdir):
-        exe = shutil.which("redis-server")
-        if not exe:
+        if not shutil.which("redis-server"):
             pytest.skip("redis-server is not installed")
-        self.port = free_port()
-        self.unix_path = os.path.join(tmpdir, "redis.sock")
-        self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", tmpdir,
-             "--save", "", "--appendonly", "no", "--unixsocket", self.unix_path,
-             "--unixsocketperm", "700", "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        super().__init__(tmpdir)
         self.admin = redis.Redis(host="127.0.0.1", port=self.port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.admin.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError("redis-server did not start")
-                time.sleep(0.02)
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 @pytest.fixture(scope="session")
