@@ -87,7 +87,7 @@ def test_fork_child_opens_its_own_connection(cache, admin, counter):
     new = set(during) - set(before)
     assert len(new) == 1  # the child's own connection
     assert set(before) <= set(during)  # the parent's is still there
-    assert during[new.pop()]["cmd"] == "evalsha"
+    assert during[new.pop()]["cmd"].startswith("evalsha")  # it ran our read script
     # The parent's connection was not disturbed by the child.
     assert cache.get_or_compute("k2", counter(b"y"), ttl=60) == b"child"
     assert cache.get_or_compute("k", counter(b"z"), ttl=60) == b"parent"
