@@ -1,6 +1,5 @@
 /* The shared arena (MAP_SHARED, so forked workers write where the parent
  * reads), the clock and the bench's own PCG32. */
-#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

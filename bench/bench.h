@@ -130,7 +130,8 @@ int strat_get(strat_ctx *c, uint32_t key, unsigned *flags);
 void strat_close(strat_ctx *c);
 /* Parent side: writes key as a freshly computed value of the strategy's
  * format (delta = loader_ms, ttl jittered per spec), all keys in one pipeline. */
-int strat_prefill(redisContext *rc, const run_spec *spec, int nkeys, int64_t ttl_ms);
+int strat_prefill(redisContext *rc, const run_spec *spec, int first, int count,
+                  int64_t ttl_ms);
 
 /* pure XFetch with plain scripts (bench/pure_xfetch.c) */
 typedef struct pure_read {

@@ -1,6 +1,5 @@
 /* The Redis under test: a throwaway redis-server on a free loopback port (temp
  * dir, no persistence), or a server named by --redis URL. */
-#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,5 @@
 /* The five strategies, each one request at a time on its own connection, all
  * calling the same loader: sleep loader_ms, counted in the shared arena. */
-#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,7 +236,8 @@ static void append_prefill(redisContext *rc, const run_spec *s, pcg *r, const ch
     pure_append_write(rc, key, keylen, v, (size_t)s->value_len, s->loader_ms * 1000LL, ttl);
 }
 
-int strat_prefill(redisContext *rc, const run_spec *s, int nkeys, int64_t ttl_ms) {
+int strat_prefill(redisContext *rc, const run_spec *s, int first, int count,
+                  int64_t ttl_ms) {
   if ((s->strat == ST_XFETCH || s->strat == ST_XFETCH_NOLEASE) && pure_load_scripts(rc))
     return -1;
   char *v = malloc((size_t)s->value_len + 1);
@@ -245,11 +245,11 @@ int strat_prefill(redisContext *rc, const run_spec *s, int nkeys, int64_t ttl_ms
   pcg r;
   pcg_seed(&r, (uint64_t)now_us(), 7);
   int bad = 0;
-  for (int base = 0; base < nkeys; base += 1000) {
-    int n = nkeys - base < 1000 ? nkeys - base : 1000;
+  for (int base = 0; base < count; base += 1000) {
+    int n = count - base < 1000 ? count - base : 1000;
     for (int i = 0; i < n; i++) {
       char key[128];
-      size_t kl = (size_t)snprintf(key, sizeof key, "%s%d", s->prefix, base + i);
+      size_t kl = (size_t)snprintf(key, sizeof key, "%s%d", s->prefix, first + base + i);
       append_prefill(rc, s, &r, key, kl, v, ttl_ms);
     }
     for (int i = 0; i < n; i++) {

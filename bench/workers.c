@@ -2,7 +2,6 @@
  * has its own connection and plays a closed loop (with think time), an open
  * loop (Poisson arrivals; latency counted from the intended send time, so no
  * coordinated omission) or cold-start rounds. */
-#define _GNU_SOURCE
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,7 +12,7 @@
 
 #include "bench.h"
 
-#define START_LEAD_US 400000 /* time to fork and connect before the epoch */
+#define START_LEAD_US 250000 /* time to fork and connect before the epoch */
 
 typedef struct keys {
   int n;
@@ -94,15 +93,14 @@ static void worker(const target *t, const run_spec *s, arena *a, const keys *k, 
   _exit(0);
 }
 
-static void progress(const run_spec *s, arena *a, const char *label, int64_t t0) {
+static void progress(const run_spec *s, arena *a, const char *label) {
   double el = (double)(now_us() - a->epoch_us) / 1e6;
   double total = s->rounds > 0 ? s->rounds * s->round_gap_ms / 1000.0 : s->duration_s;
   uint64_t n = __atomic_load_n(&a->nsamples, __ATOMIC_RELAXED);
   double rps = el > 0 ? (double)n / el : 0;
-  fprintf(stderr, "\r\033[K%-32s %-15s %5.1f/%.1f s  %8llu req  %7.0f req/s  %6llu loads  %s",
+  fprintf(stderr, "\r\033[K%-24s %-15s %5.1f/%.1f s  %8llu req  %7.0f req/s  %6llu loads",
           label, strategy_name(s->strat), el < 0 ? 0 : el, total, (unsigned long long)n,
-          rps, (unsigned long long)__atomic_load_n(&a->nloads, __ATOMIC_RELAXED),
-          now_us() - t0 > 0 ? "" : "");
+          rps, (unsigned long long)__atomic_load_n(&a->nloads, __ATOMIC_RELAXED));
 }
 
 double workers_run(const target *t, const run_spec *s, arena *a, const char *label) {
@@ -112,7 +110,6 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
   a->epoch_us = now_us() + START_LEAD_US;
   pid_t *pids = calloc((size_t)s->clients, sizeof *pids);
   int failed = 0, tty = isatty(2);
-  int64_t t0 = now_us();
   fflush(NULL);
   for (int i = 0; i < s->clients; i++) {
     pids[i] = fork();
@@ -134,7 +131,7 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
       continue;
     }
     if (tty)
-      progress(s, a, label, t0);
+      progress(s, a, label);
     sleep_us(200000);
   }
   if (tty)

@@ -1,0 +1,120 @@
+/* The table on stdout and the JSON file. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "report.h"
+
+static void extra(char *buf, size_t n, const char *scenario, const result *r) {
+  buf[0] = '\0';
+  if (!strcmp(scenario, "mass_expiry"))
+    snprintf(buf, n, "jitter %.1f  peak loads: %d at once, %d per 100ms  (%llu loads)",
+             r->jitter, r->peak_concurrent_loads, r->peak_loads_per_100ms,
+             (unsigned long long)r->loads);
+  else if (!strcmp(scenario, "hit_overhead"))
+    snprintf(buf, n, "%2d conn  server %.2f us/call", r->connections, r->server_usec_per_call);
+  else if (!strcmp(scenario, "beta_sweep"))
+    snprintf(buf, n, "beta %-3g loads/exp theory %5.2f  early ms theory %4.0f measured %4.0f",
+             r->beta, r->theory_loads_per_expiry, r->theory_early_ms, r->early_ms);
+  else if (!strcmp(scenario, "hot_key") || !strcmp(scenario, "cold_start"))
+    snprintf(buf, n, "%d expiries, waited %.1f%% at cold start, mean wait %.0f ms",
+             r->expiries, r->cold_waited_pct, r->wait_mean_ms);
+}
+
+void report_table(FILE *f, const scenario_out *sc, int n) {
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "\n%s %s\n", sc[i].name, sc[i].params);
+    fprintf(f, "%-15s %8s %4s %5s %7s %6s %7s %7s %7s %7s %8s %8s %8s  %s\n", "strategy",
+            "loads/ex", "max", "cold", "waited%", "stale%", "p50ms", "p99ms", "p999ms",
+            "maxms", "winp99", "stdyp99", "req/s", "");
+    for (int j = 0; j < sc[i].nresults; j++) {
+      const result *r = &sc[i].results[j];
+      char x[160];
+      extra(x, sizeof x, sc[i].name, r);
+      fprintf(f,
+              "%-15s %8.2f %4d %5.1f %7.2f %6.2f %7.3f %7.3f %7.2f %7.1f %8.3f %8.3f %8.0f  "
+              "%s\n",
+              strategy_name(r->strat), r->loads_per_expiry, r->max_loads_per_expiry,
+              r->cold_loads, r->waited_pct, r->stale_pct, r->p50_ms, r->p99_ms, r->p999_ms,
+              r->max_ms, r->win_p99_ms, r->steady_p99_ms, r->throughput_rps, x);
+      if (r->errors || r->dropped)
+        fprintf(f, "                ^ %llu errors, %llu samples dropped\n",
+                (unsigned long long)r->errors, (unsigned long long)r->dropped);
+    }
+  }
+}
+
+static void num(FILE *f, const char *k, double v, int last) {
+  if (isfinite(v))
+    fprintf(f, "\"%s\": %.6g%s", k, v, last ? "" : ", ");
+  else
+    fprintf(f, "\"%s\": null%s", k, last ? "" : ", ");
+}
+
+static void result_json(FILE *f, const result *r) {
+  fprintf(f, "        {\"strategy\": \"%s\", ", strategy_name(r->strat));
+  num(f, "loads_per_expiry", r->loads_per_expiry, 0);
+  num(f, "max_loads_per_expiry", r->max_loads_per_expiry, 0);
+  num(f, "expiries", r->expiries, 0);
+  num(f, "cold_loads", r->cold_loads, 0);
+  num(f, "cold_max_loads", r->cold_max, 0);
+  num(f, "waited_pct", r->waited_pct, 0);
+  num(f, "wait_mean_ms", r->wait_mean_ms, 0);
+  num(f, "wait_max_ms", r->wait_max_ms, 0);
+  num(f, "cold_waited_pct", r->cold_waited_pct, 0);
+  num(f, "loaded_pct", r->loaded_pct, 0);
+  num(f, "stale_pct", r->stale_pct, 0);
+  num(f, "mean_ms", r->mean_ms, 0);
+  num(f, "p50_ms", r->p50_ms, 0);
+  num(f, "p99_ms", r->p99_ms, 0);
+  num(f, "p999_ms", r->p999_ms, 0);
+  num(f, "max_ms", r->max_ms, 0);
+  num(f, "window_requests", (double)r->win_requests, 0);
+  num(f, "window_p50_ms", r->win_p50_ms, 0);
+  num(f, "window_p99_ms", r->win_p99_ms, 0);
+  num(f, "window_p999_ms", r->win_p999_ms, 0);
+  num(f, "window_max_ms", r->win_max_ms, 0);
+  num(f, "steady_p50_ms", r->steady_p50_ms, 0);
+  num(f, "steady_p99_ms", r->steady_p99_ms, 0);
+  num(f, "throughput_rps", r->throughput_rps, 0);
+  num(f, "requests", (double)r->requests, 0);
+  num(f, "errors", (double)r->errors, 0);
+  num(f, "loads", (double)r->loads, 0);
+  num(f, "peak_concurrent_loads", r->peak_concurrent_loads, 0);
+  num(f, "peak_loads_per_100ms", r->peak_loads_per_100ms, 0);
+  num(f, "connections", r->connections, 0);
+  num(f, "beta", r->beta, 0);
+  num(f, "jitter", r->jitter, 0);
+  num(f, "early_ms", r->early_ms, 0);
+  num(f, "server_usec_per_call", r->server_usec_per_call, 0);
+  num(f, "theory_loads_per_expiry", r->theory_loads_per_expiry, 0);
+  num(f, "theory_early_ms", r->theory_early_ms, 0);
+  fprintf(f, "\"loads_per_expiry_hist\": {");
+  int first = 1;
+  for (int k = 1; k <= HIST_MAX; k++)
+    if (r->hist[k]) {
+      fprintf(f, "%s\"%d%s\": %d", first ? "" : ", ", k, k == HIST_MAX ? "+" : "", r->hist[k]);
+      first = 0;
+    }
+  fprintf(f, "}}");
+}
+
+int report_json(const char *path, const char *machine, const scenario_out *sc, int n) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    perror(path);
+    return -1;
+  }
+  fprintf(f, "{\n  \"machine\": %s,\n  \"scenarios\": [\n", machine);
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "    {\"name\": \"%s\", \"params\": %s, \"results\": [\n", sc[i].name,
+            sc[i].params);
+    for (int j = 0; j < sc[i].nresults; j++) {
+      result_json(f, &sc[i].results[j]);
+      fprintf(f, "%s\n", j + 1 < sc[i].nresults ? "," : "");
+    }
+    fprintf(f, "    ]}%s\n", i + 1 < n ? "," : "");
+  }
+  fprintf(f, "  ]\n}\n");
+  return fclose(f) == 0 ? 0 : -1;
+}

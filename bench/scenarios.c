@@ -1,0 +1,143 @@
+/* hot_key, cold_start, mass_expiry and hit_overhead (beta_sweep lives in
+ * beta_sweep.c). Sizes are the issue's; --quick shrinks them for CI. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "scenarios.h"
+
+static const strategy LOADERS[] = {ST_NAIVE, ST_LOCK, ST_XFETCH_NOLEASE, ST_XFETCH};
+#define NLOADERS 4
+
+void spec_init(run_spec *s, const bench_env *e, const char *scenario, strategy st,
+               const char *variant) {
+  memset(s, 0, sizeof *s);
+  s->scenario = scenario;
+  s->strat = st;
+  s->clients = 32;
+  s->nkeys = 1;
+  s->ttl_ms = 2000;
+  s->loader_ms = 100;
+  s->beta = 1.0;
+  s->value_len = 64;
+  s->think_us = e->cfg->think_us >= 0 ? e->cfg->think_us : 1000;
+  snprintf(s->prefix, sizeof s->prefix, "xfb:%x:%s:%s%s%s:", e->cfg->run_id, scenario,
+           strategy_name(st), variant ? ":" : "", variant ? variant : "");
+}
+
+int run_one(const bench_env *e, run_spec *s, int first, int count, int64_t ttl_ms,
+            int cold_absent, int all_cold, result *r) {
+  memset(r, 0, sizeof *r);
+  if (count > 0 && strat_prefill(e->rc, s, first, count, ttl_ms) != 0) {
+    fprintf(stderr, "xfetch-bench: prefill failed for %s/%s\n", s->scenario,
+            strategy_name(s->strat));
+    return -1;
+  }
+  double wall = workers_run(e->t, s, e->a, s->scenario);
+  if (wall < 0)
+    return -1;
+  analyze(s, e->a, wall, cold_absent, all_cold, r);
+  return 0;
+}
+
+int sc_hot_key(const bench_env *e, scenario_out *out) {
+  int q = e->cfg->quick;
+  int clients = e->cfg->clients > 0 ? e->cfg->clients : q ? 16 : 32;
+  int64_t ttl = q ? 800 : 2000;
+  int expiries = q ? 2 : 10;
+  double dur = 0.3 + (expiries + 0.6) * (double)ttl / 1000.0;
+  out->name = "hot_key";
+  snprintf(out->params, sizeof out->params,
+           "{\"clients\": %d, \"ttl_ms\": %lld, \"loader_ms\": 100, \"beta\": 1, "
+           "\"duration_s\": %.1f, \"think_us\": %d, \"open_loop_rps\": %.0f, "
+           "\"raw_get_duration_s\": %.1f}",
+           clients, (long long)ttl, dur, e->cfg->think_us >= 0 ? e->cfg->think_us : 1000,
+           e->cfg->open_rate, q ? 1.0 : 3.0);
+  for (int i = -1; i < NLOADERS; i++) {
+    run_spec s;
+    spec_init(&s, e, "hot_key", i < 0 ? ST_RAW_GET : LOADERS[i], NULL);
+    s.clients = clients, s.ttl_ms = ttl, s.duration_s = dur;
+    s.open_rate = e->cfg->open_rate;
+    int warm = i < 0; /* raw GET: the key never expires, a shorter run suffices */
+    if (warm)
+      s.duration_s = q ? 1.0 : 3.0;
+    if (run_one(e, &s, 0, warm ? 1 : 0, ttl, !warm, 0, &out->results[out->nresults++]))
+      return -1;
+  }
+  return 0;
+}
+
+int sc_cold_start(const bench_env *e, scenario_out *out) {
+  int q = e->cfg->quick;
+  int clients = q ? 16 : 32, rounds = q ? 2 : 5;
+  out->name = "cold_start";
+  snprintf(out->params, sizeof out->params,
+           "{\"clients\": %d, \"rounds\": %d, \"round_gap_ms\": 500, \"loader_ms\": 100, "
+           "\"ttl_ms\": 2000}",
+           clients, rounds);
+  for (int i = 0; i < NLOADERS; i++) {
+    run_spec s;
+    spec_init(&s, e, "cold_start", LOADERS[i], NULL);
+    s.clients = clients, s.rounds = rounds, s.round_gap_ms = 500;
+    s.nkeys = rounds; /* round r asks for key r: absent, all clients at once */
+    if (run_one(e, &s, 0, 0, 0, 1, 1, &out->results[out->nresults++]))
+      return -1;
+  }
+  return 0;
+}
+
+int sc_mass_expiry(const bench_env *e, scenario_out *out) {
+  int q = e->cfg->quick;
+  int keys = q ? 2000 : 10000, clients = q ? 16 : 32;
+  int64_t ttl = q ? 600 : 2000;
+  double dur = (double)ttl / 1000.0 * 1.75, jitters[] = {0, 0.3};
+  out->name = "mass_expiry";
+  snprintf(out->params, sizeof out->params,
+           "{\"keys\": %d, \"zipf_s\": 1.0, \"clients\": %d, \"ttl_ms\": %lld, "
+           "\"loader_ms\": 100, \"duration_s\": %.2f, \"jitters\": [0, 0.3], "
+           "\"think_us\": %d}",
+           keys, clients, (long long)ttl, dur,
+           e->cfg->think_us >= 0 ? e->cfg->think_us : 1000);
+  for (int j = 0; j < 2; j++)
+    for (int i = 0; i < NLOADERS; i++) {
+      run_spec s;
+      spec_init(&s, e, "mass_expiry", LOADERS[i], j ? "jitter" : "nojitter");
+      s.clients = clients, s.nkeys = keys, s.zipf_s = 1.0, s.ttl_ms = ttl;
+      s.duration_s = dur, s.jitter = jitters[j];
+      if (run_one(e, &s, 0, keys, ttl, 0, 0, &out->results[out->nresults++]))
+        return -1;
+    }
+  return 0;
+}
+
+static void resetstat(redisContext *rc) {
+  redisReply *r = redisCommand(rc, "CONFIG RESETSTAT");
+  if (r)
+    freeReplyObject(r);
+}
+
+int sc_hit_overhead(const bench_env *e, scenario_out *out) {
+  int q = e->cfg->quick, conns[] = {1, 50};
+  double dur = q ? 1.0 : 4.0;
+  out->name = "hit_overhead";
+  snprintf(out->params, sizeof out->params,
+           "{\"connections\": [1, 50], \"duration_s\": %.1f, \"think_us\": 0, "
+           "\"ttl_ms\": 3600000, \"value_bytes\": 64}",
+           dur);
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < 2; i++) {
+      run_spec s;
+      char variant[16];
+      snprintf(variant, sizeof variant, "c%d", conns[c]);
+      spec_init(&s, e, "hit_overhead", i ? ST_XFETCH : ST_RAW_GET, variant);
+      s.clients = conns[c], s.think_us = 0, s.duration_s = dur, s.ttl_ms = 3600000;
+      resetstat(e->rc);
+      result *r = &out->results[out->nresults++];
+      if (run_one(e, &s, 0, 1, s.ttl_ms, 0, 0, r))
+        return -1;
+      double usec, calls;
+      if (target_commandstats(e->rc, &usec, &calls) == 0 && r->requests)
+        r->server_usec_per_call = usec / (double)r->requests;
+    }
+  return 0;
+}
