@@ -114,3 +114,40 @@ def test_fail_open_when_redis_goes_away(tmp_path, counter):
     assert load.calls == 1
     assert c.stats()["uncached"] == 1
     c.close()
+
+
+def test_stale_value_is_served_while_another_caller_refreshes(cache, server, prefix):
+    import threading
+    import time
+    cache.get_or_compute("k", lambda: b"old", ttl=0.05, stale=10)
+    time.sleep(0.1)
+    started, release = threading.Event(), threading.Event()
+
+    def slow():
+        started.set()
+        release.wait(5)
+        return b"new"
+
+    other = xfetch.Cache(server.url, prefix=prefix)
+    t = threading.Thread(target=other.get_or_compute, args=("k", slow),
+                         kwargs={"ttl": 60, "stale": 10})
+    t.start()
+    assert started.wait(5)
+    assert cache.fetch("k", lambda: b"unused", ttl=60, stale=10) == (b"old", "stale")
+    release.set()
+    t.join()
+    assert cache.fetch("k", lambda: b"unused", ttl=60) == (b"new", "cache")
+    other.close()
+
+
+def test_stale_if_error_serves_the_old_value_instead_of_raising(cache):
+    import time
+    cache.get_or_compute("k", lambda: b"old", ttl=0.05, stale=10)
+    time.sleep(0.1)
+
+    def broken():
+        raise RuntimeError("backend down")
+    assert cache.fetch("k", broken, ttl=60, stale=10, stale_if_error=10) == (b"old", "stale")
+    with pytest.raises(RuntimeError):  # without stale_if_error the error propagates
+        cache.get_or_compute("k", broken, ttl=60, stale=10)
+    assert cache.stats()["load_errors"] == 2
