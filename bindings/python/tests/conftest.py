@@ -9,7 +9,6 @@ import redis
 
 import xfetch
 import xfetch.testing
-from xfetch.testing import free_port  # noqa: F401 - used by tests
 
 ACL_USER, ACL_PASS = "alice", "s3cret:p@ss"  # ':' and '@' exercise URL quoting
 

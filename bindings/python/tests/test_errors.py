@@ -6,7 +6,7 @@ import traceback
 import pytest
 
 import xfetch
-from conftest import free_port
+from xfetch.testing import free_port
 
 
 class Boom(Exception):
@@ -69,7 +69,7 @@ def test_failed_early_refresh_serves_the_valid_value(cache, counter):
 
 def test_value_above_max_value_len_is_invalid_argument(server, admin, prefix):
     c = xfetch.Cache(server.url, prefix=prefix, max_value_len=4)
-    with pytest.raises(xfetch.InvalidArgumentError) as info:
+    with pytest.raises(xfetch.InvalidArgumentError, match="5 bytes") as info:
         c.get_or_compute("k", lambda: b"12345", ttl=60)
     assert info.value.code == xfetch.lib.XF_EINVAL == -1
     assert isinstance(info.value, ValueError)

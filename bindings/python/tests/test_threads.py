@@ -5,7 +5,6 @@ import time
 
 import pytest
 
-import xfetch
 
 
 def test_16_threads_on_a_cold_key_load_once(cache):

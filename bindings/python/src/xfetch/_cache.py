@@ -6,7 +6,7 @@ import threading
 import time
 import weakref
 
-from ._errors import ConnectionError, check, error_for
+from ._errors import ConnectionError, InvalidArgumentError, check, error_for
 from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._url import parse_url
@@ -51,7 +51,8 @@ def _xf_py_loader(ud, key, keylen, sink):
         buf = ffi.from_buffer(value)
         rc = lib.xf_sink_set(sink, buf, len(buf))
         if rc != 0:
-            raise error_for(rc)
+            raise error_for(rc) if rc != lib.XF_EINVAL else InvalidArgumentError(
+                rc, f"the loader returned {len(buf)} bytes, above max_value_len")
         return 0
     except BaseException as e:  # re-raised by the caller once C returns
         conn.exc = e
