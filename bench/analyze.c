@@ -9,6 +9,7 @@
  * absent. An expiry window is an episode's [first start - 10 ms, last end +
  * 10 ms]; a request is "in a window" when it started inside one. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +202,23 @@ static void latencies(const run_spec *s, const arena *a, int exclude_cold, const
   free(all), free(in), free(steady);
 }
 
+/* XFETCH_BENCH_DUMP=dir: every run's loader calls as text, for digging. */
+static void dump_loads(const run_spec *s, const load_event *ev, size_t n) {
+  const char *dir = getenv("XFETCH_BENCH_DUMP");
+  if (!dir)
+    return;
+  char path[512];
+  snprintf(path, sizeof path, "%s/%sloads.txt", dir, s->prefix);
+  for (char *p = path + strlen(dir) + 1; *p; p++)
+    *p = *p == ':' ? '_' : *p;
+  FILE *f = fopen(path, "w");
+  for (size_t i = 0; f && i < n; i++)
+    fprintf(f, "%u %.3f %.3f %d\n", ev[i].key, ev[i].start_us / 1e3, ev[i].end_us / 1e3,
+            ev[i].remaining_ms);
+  if (f)
+    fclose(f);
+}
+
 void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent, int all_cold,
              result *r) {
   (void)wall_s;
@@ -210,6 +228,7 @@ void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent, 
   load_event *ev = malloc(sizeof *ev * (n + 1));
   memcpy(ev, a->loads, sizeof *ev * n);
   qsort(ev, n, sizeof *ev, cmp_load);
+  dump_loads(s, ev, n);
   spans win = {malloc(sizeof(span) * (n + 1)), 0}, cold = {malloc(sizeof(span) * (n + 1)), 0};
   episodes(s, ev, n, cold_absent, r, &win, &cold);
   concurrency(s, ev, n, r);

@@ -25,29 +25,32 @@ int sc_beta_sweep(const bench_env *e, scenario_out *out) {
   static const double betas[] = {0.5, 1, 1.5, 2, 4};
   int keys = 4, clients = 48;
   double per_key = 1000; /* requests/s on each key */
-  int64_t ttl = q ? 1500 : 5000;
-  double dur = q ? 2.0 : 12.0, d_s = 0.1;
+  double dur = q ? 2.0 : 10.0, d_s = 0.1;
   out->name = "beta_sweep";
   snprintf(out->params, sizeof out->params,
            "{\"strategy\": \"xfetch_nolease\", \"betas\": [0.5, 1, 1.5, 2, 4], \"keys\": %d, "
-           "\"rps_per_key\": %.0f, \"clients\": %d, \"ttl_ms\": %lld, \"loader_ms\": 100, "
-           "\"duration_s\": %.1f, \"arrivals\": \"poisson\"}",
-           keys, per_key, clients, (long long)ttl, dur);
+           "\"rps_per_key\": %.0f, \"clients\": %d, \"ttl_ms\": \"beta d (ln(lambda beta d) + 5)\", "
+           "\"loader_ms\": 100, \"duration_s\": %.1f, \"arrivals\": \"poisson\"}",
+           keys, per_key, clients, dur);
   for (int i = 0; i < 5; i++) {
+    /* A ttl long enough that a fresh value is almost never refreshed at once
+     * (H(ttl) = e^-5), short enough for many expiries per run. */
+    double b = betas[i], lbd = per_key * b * d_s;
+    int64_t ttl = (int64_t)ceil(b * d_s * 1000 * (log(lbd) + 5) / 100) * 100;
     run_spec s;
     char variant[16];
     snprintf(variant, sizeof variant, "b%g", betas[i]);
     spec_init(&s, e, "beta_sweep", ST_XFETCH_NOLEASE, variant);
     s.clients = clients, s.nkeys = keys, s.open_rate = per_key * keys;
     s.ttl_ms = ttl, s.duration_s = dur, s.beta = betas[i];
-    /* Stagger the keys' first expiries so their refreshes do not overlap. */
+    /* Stagger the keys' first expiries so their refreshes do not overlap, all
+     * a full ttl away so each is reached by a steady arrival stream. */
     for (int k = 0; k < keys; k++)
-      if (strat_prefill(e->rc, &s, k, 1, ttl * (k + 1) / keys) != 0)
+      if (strat_prefill(e->rc, &s, k, 1, ttl + ttl * k / keys) != 0)
         return -1;
     result *r = &out->results[out->nresults++];
     if (run_one(e, &s, 0, 0, ttl, 0, 0, r))
       return -1;
-    double b = betas[i], lbd = per_key * b * d_s;
     r->theory_loads_per_expiry = exp(1 / b);
     r->theory_early_ms = b * d_s * 1000 * (log(lbd) + EULER_GAMMA);
   }

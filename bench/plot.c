@@ -60,7 +60,7 @@ static void loads_panel(FILE *gp, const scenario_out *s, const char *dat, int fr
 static void hot_key(const char *dir, FILE *gp, const scenario_out *s) {
   if (timeline(dir, "hot_key-loads.dat", s, 1, s->nresults) != 0)
     return;
-  fprintf(gp, "set terminal pngcairo size 900,%d font ',10'\nset output "
+  fprintf(gp, "set terminal pngcairo size 900,%d font ',10' noenhanced\nset output "
               "'hot_key-loads.png'\nset yrange [0:*]\n",
           160 * (s->nresults - 1) + 40);
   loads_panel(gp, s, "hot_key-loads.dat", 1, s->nresults,
@@ -75,9 +75,9 @@ static void hot_key(const char *dir, FILE *gp, const scenario_out *s) {
     fprintf(f, "\n");
   }
   fclose(f);
-  fprintf(gp, "set terminal pngcairo size 900,500 font ',10'\nset output "
+  fprintf(gp, "set terminal pngcairo size 900,500 font ',10' noenhanced\nset output "
               "'hot_key-latency.png'\nset logscale xy\nset yrange [*:*]\n"
-              "set xtics ('0%%' 1, '90%%' 10, '99%%' 100, '99.9%%' 1000, '99.99%%' 10000)\n"
+              "set xtics ('0%%%%' 1, '90%%%%' 10, '99%%%%' 100, '99.9%%%%' 1000, '99.99%%%%' 10000)\n"
               "set xlabel 'percentile'\nset ylabel 'latency (ms)'\nset key top left\n"
               "set title 'hot_key: latency by percentile'\nplot ");
   for (int j = 0; j < s->nresults; j++)
@@ -91,7 +91,7 @@ static void mass_expiry(const char *dir, FILE *gp, const scenario_out *s) {
   int half = s->nresults / 2;
   if (timeline(dir, "mass_expiry-loads.dat", s, 0, s->nresults) != 0)
     return;
-  fprintf(gp, "set terminal pngcairo size 1100,%d font ',10'\nset output "
+  fprintf(gp, "set terminal pngcairo size 1100,%d font ',10' noenhanced\nset output "
               "'mass_expiry-loads.png'\nset yrange [0:*]\n"
               "set multiplot layout %d,2 columnsfirst title 'mass_expiry: loader calls per "
               "100 ms, left without jitter, right with jitter'\n",
@@ -116,7 +116,7 @@ static void beta_sweep(const char *dir, FILE *gp, const scenario_out *s) {
   }
   fclose(f);
   fprintf(gp,
-          "set terminal pngcairo size 1000,420 font ',10'\nset output 'beta_sweep.png'\n"
+          "set terminal pngcairo size 1000,420 font ',10' noenhanced\nset output 'beta_sweep.png'\n"
           "set multiplot layout 1,2 title 'beta_sweep: pure XFetch (no lease), Poisson "
           "arrivals'\nset xlabel 'beta'\nset ylabel 'loads per expiry'\nset yrange [0:*]\n"
           "set xrange [0.3:4.2]\nset samples 200\n"

@@ -124,12 +124,13 @@ int sc_hit_overhead(const bench_env *e, scenario_out *out) {
            "{\"connections\": [1, 50], \"duration_s\": %.1f, \"think_us\": 0, "
            "\"ttl_ms\": 3600000, \"value_bytes\": 64}",
            dur);
+  static const strategy st[] = {ST_RAW_GET, ST_XFETCH, ST_XFETCH_NOLEASE};
   for (int c = 0; c < 2; c++)
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
       run_spec s;
       char variant[16];
       snprintf(variant, sizeof variant, "c%d", conns[c]);
-      spec_init(&s, e, "hit_overhead", i ? ST_XFETCH : ST_RAW_GET, variant);
+      spec_init(&s, e, "hit_overhead", st[i], variant);
       s.clients = conns[c], s.think_us = 0, s.duration_s = dur, s.ttl_ms = 3600000;
       resetstat(e->rc);
       result *r = &out->results[out->nresults++];
