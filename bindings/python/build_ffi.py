@@ -44,9 +44,12 @@ include_dirs, extra_objects, library_dirs, libraries = (
 ffibuilder = FFI()
 with open(os.path.join(HERE, "xfetch_cdef.h")) as f:
     ffibuilder.cdef(f.read())
+# depends: an in-tree rebuild relinks when libxfetch.a or the header changes.
+headers = [os.path.join(d, "xfetch.h") for d in include_dirs]
 ffibuilder.set_source("xfetch._native", "#include <xfetch.h>",
                       include_dirs=include_dirs, extra_objects=extra_objects,
-                      library_dirs=library_dirs, libraries=libraries)
+                      library_dirs=library_dirs, libraries=libraries,
+                      depends=extra_objects + [h for h in headers if os.path.exists(h)])
 
 if __name__ == "__main__":
     ffibuilder.compile(verbose=True)
