@@ -5,9 +5,9 @@
  * episode's first call has finished (+ 20 ms for its write and scheduling):
  * the calls that answer the same expiry (or the same early refresh) all
  * started before the first of them wrote a new value; a call that starts
- * after that answers the next expiry. A key's first episode is its cold start when it started
- * absent. An expiry window is an episode's [first start - 10 ms, last end +
- * 10 ms]; a request is "in a window" when it started inside one. */
+ * after that answers the next expiry. A key's first episode is its cold start when it
+ * started absent. An expiry window is an episode's [first start - 10 ms, last end + 10 ms];
+ * a request is "in a window" when it started inside one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +95,8 @@ static void episodes(const run_spec *s, load_event *ev, size_t n, int cold_absen
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
     int64_t first_end = ev[i].end_us ? ev[i].end_us : ev[i].start_us, end = first_end;
-    while (j < n && ev[j].key == ev[i].key && ev[j].start_us <= first_end + SAME_EPISODE_US) {
+    while (j < n && ev[j].key == ev[i].key &&
+           ev[j].start_us <= first_end + SAME_EPISODE_US) {
       if (ev[j].end_us > end)
         end = ev[j].end_us;
       j++;
@@ -112,7 +113,8 @@ static void episodes(const run_spec *s, load_event *ev, size_t n, int cold_absen
       win->v[win->n++] = sp;
       total += count;
       r->expiries++;
-      r->max_loads_per_expiry = count > r->max_loads_per_expiry ? count : r->max_loads_per_expiry;
+      r->max_loads_per_expiry =
+          count > r->max_loads_per_expiry ? count : r->max_loads_per_expiry;
       r->hist[count < HIST_MAX ? count : HIST_MAX]++;
       if (ev[i].remaining_ms != INT32_MIN)
         early_sum += ev[i].remaining_ms, early_n++;
@@ -143,7 +145,8 @@ static void concurrency(const run_spec *s, const load_event *ev, size_t n, resul
   int cur = 0;
   for (size_t i = 0; i < 2 * n; i++) {
     cur += (t[i] & 1) ? 1 : -1;
-    r->peak_concurrent_loads = cur > r->peak_concurrent_loads ? cur : r->peak_concurrent_loads;
+    r->peak_concurrent_loads =
+        cur > r->peak_concurrent_loads ? cur : r->peak_concurrent_loads;
   }
   free(t);
 }
@@ -151,9 +154,11 @@ static void concurrency(const run_spec *s, const load_event *ev, size_t n, resul
 static void latencies(const run_spec *s, const arena *a, int exclude_cold, const spans *win,
                       const spans *cold, result *r) {
   size_t n = a->nsamples < a->cap_samples ? a->nsamples : a->cap_samples;
-  uint32_t *all = malloc(sizeof(uint32_t) * (n + 1)), *in = malloc(sizeof(uint32_t) * (n + 1)),
+  uint32_t *all = malloc(sizeof(uint32_t) * (n + 1)),
+           *in = malloc(sizeof(uint32_t) * (n + 1)),
            *steady = malloc(sizeof(uint32_t) * (n + 1));
-  size_t nin = 0, nst = 0, counted = 0, waited = 0, loaded = 0, stale = 0, cwait = 0, ncold = 0;
+  size_t nin = 0, nst = 0, counted = 0, waited = 0, loaded = 0, stale = 0, cwait = 0,
+         ncold = 0;
   double wait_sum = 0, lat_sum = 0;
   for (size_t i = 0; i < n; i++) {
     const sample *x = &a->samples[i];
@@ -175,7 +180,8 @@ static void latencies(const run_spec *s, const arena *a, int exclude_cold, const
     if (x->flags & RQ_WAITED) {
       waited++;
       wait_sum += x->lat_us / 1000.0;
-      r->wait_max_ms = x->lat_us / 1000.0 > r->wait_max_ms ? x->lat_us / 1000.0 : r->wait_max_ms;
+      r->wait_max_ms =
+          x->lat_us / 1000.0 > r->wait_max_ms ? x->lat_us / 1000.0 : r->wait_max_ms;
     }
   }
   (void)s;
@@ -219,8 +225,8 @@ static void dump_loads(const run_spec *s, const load_event *ev, size_t n) {
     fclose(f);
 }
 
-void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent, int all_cold,
-             result *r) {
+void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent,
+             int all_cold, result *r) {
   (void)wall_s;
   r->strat = s->strat;
   r->beta = s->beta, r->jitter = s->jitter, r->connections = s->clients;
@@ -229,7 +235,8 @@ void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent, 
   memcpy(ev, a->loads, sizeof *ev * n);
   qsort(ev, n, sizeof *ev, cmp_load);
   dump_loads(s, ev, n);
-  spans win = {malloc(sizeof(span) * (n + 1)), 0}, cold = {malloc(sizeof(span) * (n + 1)), 0};
+  spans win = {malloc(sizeof(span) * (n + 1)), 0},
+        cold = {malloc(sizeof(span) * (n + 1)), 0};
   episodes(s, ev, n, cold_absent, r, &win, &cold);
   concurrency(s, ev, n, r);
   latencies(s, a, !all_cold, &win, &cold, r);

@@ -28,8 +28,8 @@ static size_t arena_bytes(size_t cap_samples, size_t cap_loads) {
 
 arena *arena_create(size_t cap_samples, size_t cap_loads) {
   size_t n = arena_bytes(cap_samples, cap_loads);
-  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     return NULL;
   arena *a = p;
@@ -71,7 +71,7 @@ long arena_load_begin(arena *a, uint32_t key, int32_t remaining_ms) {
   uint64_t in = __atomic_add_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
   uint64_t peak = __atomic_load_n(&a->peak_inflight, __ATOMIC_RELAXED);
   while (in > peak && !__atomic_compare_exchange_n(&a->peak_inflight, &peak, in, 0,
-                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     ;
   uint64_t i = __atomic_fetch_add(&a->nloads, 1, __ATOMIC_RELAXED);
   if (i >= a->cap_loads)

@@ -26,20 +26,20 @@ const char *strategy_name(strategy s);
 typedef struct run_spec {
   const char *scenario;
   strategy strat;
-  int clients;        /* worker processes, one connection each */
-  double duration_s;  /* closed/open loop: how long each worker runs */
-  int think_us;       /* closed loop: pause between requests */
-  double open_rate;   /* > 0: open loop, Poisson arrivals, requests/s in total */
-  int rounds;         /* > 0: cold-start rounds (one request per client each) */
-  int round_gap_ms;   /* time between cold-start rounds */
-  int nkeys;          /* keys 0..nkeys-1 */
-  double zipf_s;      /* > 0: Zipf(s) key choice; 0: uniform */
-  int64_t ttl_ms;     /* logical TTL of a computed value */
-  int loader_ms;      /* the simulated computation */
-  double beta;        /* XFetch beta (xfetch, xfetch_nolease) */
-  double jitter;      /* 0..1: TTL shortened by up to this fraction */
-  int value_len;      /* bytes per value */
-  char prefix[64];    /* unique key prefix for the run */
+  int clients;       /* worker processes, one connection each */
+  double duration_s; /* closed/open loop: how long each worker runs */
+  int think_us;      /* closed loop: pause between requests */
+  double open_rate;  /* > 0: open loop, Poisson arrivals, requests/s in total */
+  int rounds;        /* > 0: cold-start rounds (one request per client each) */
+  int round_gap_ms;  /* time between cold-start rounds */
+  int nkeys;         /* keys 0..nkeys-1 */
+  double zipf_s;     /* > 0: Zipf(s) key choice; 0: uniform */
+  int64_t ttl_ms;    /* logical TTL of a computed value */
+  int loader_ms;     /* the simulated computation */
+  double beta;       /* XFetch beta (xfetch, xfetch_nolease) */
+  double jitter;     /* 0..1: TTL shortened by up to this fraction */
+  int value_len;     /* bytes per value */
+  char prefix[64];   /* unique key prefix for the run */
 } run_spec;
 
 /* Per-request flags. */
@@ -101,8 +101,8 @@ typedef struct target {
   int port;
   char password[256];
   int db;
-  int pid;         /* throwaway redis-server we started (0 = external) */
-  char dir[256];   /* its temp dir */
+  int pid;       /* throwaway redis-server we started (0 = external) */
+  char dir[256]; /* its temp dir */
   char version[32];
 } target;
 

@@ -25,13 +25,15 @@ int sc_beta_sweep(const bench_env *e, scenario_out *out) {
   static const double betas[] = {0.5, 1, 1.5, 2, 4};
   int keys = 4, clients = 48;
   double per_key = 1000; /* requests/s on each key */
-  double dur = q ? 2.0 : 10.0, d_s = 0.1;
+  double dur = q ? 1.5 : 10.0, d_s = 0.1;
   out->name = "beta_sweep";
-  snprintf(out->params, sizeof out->params,
-           "{\"strategy\": \"xfetch_nolease\", \"betas\": [0.5, 1, 1.5, 2, 4], \"keys\": %d, "
-           "\"rps_per_key\": %.0f, \"clients\": %d, \"ttl_ms\": \"beta d (ln(lambda beta d) + 5)\", "
-           "\"loader_ms\": 100, \"duration_s\": %.1f, \"arrivals\": \"poisson\"}",
-           keys, per_key, clients, dur);
+  snprintf(
+      out->params, sizeof out->params,
+      "{\"strategy\": \"xfetch_nolease\", \"betas\": [0.5, 1, 1.5, 2, 4], \"keys\": %d, "
+      "\"rps_per_key\": %.0f, \"clients\": %d, \"ttl_ms\": \"beta d (ln(lambda beta d) + "
+      "5)\", "
+      "\"loader_ms\": 100, \"duration_s\": %.1f, \"arrivals\": \"poisson\"}",
+      keys, per_key, clients, dur);
   for (int i = 0; i < 5; i++) {
     /* A ttl long enough that a fresh value is almost never refreshed at once
      * (H(ttl) = e^-5), short enough for many expiries per run. */

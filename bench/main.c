@@ -33,20 +33,21 @@ static const struct {
 #define NSCENARIOS 5
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: xfetch-bench [options]\n"
-          "  --quick             small sizes for a CI smoke run (< 60 s)\n"
-          "  --redis URL         use redis://[:password@]host:port[/db] instead of starting\n"
-          "                      a throwaway redis-server on a free loopback port\n"
-          "  --json FILE         write all results as JSON\n"
-          "  --out DIR           PNG plots and their data (default: xfetch-bench-out)\n"
-          "  --no-plots          skip gnuplot\n"
-          "  --scenarios LIST    comma-separated subset of hot_key,cold_start,mass_expiry,\n"
-          "                      hit_overhead,beta_sweep (default: all)\n"
-          "  --clients N         hot_key clients (default 32, quick 16)\n"
-          "  --think-us N        closed-loop think time per request (default 1000)\n"
-          "  --open-loop RPS     hot_key in open loop: Poisson arrivals at RPS in total\n"
-          "  -h, --help\n");
+  fprintf(
+      f,
+      "usage: xfetch-bench [options]\n"
+      "  --quick             small sizes for a CI smoke run (< 60 s)\n"
+      "  --redis URL         use redis://[:password@]host:port[/db] instead of starting\n"
+      "                      a throwaway redis-server on a free loopback port\n"
+      "  --json FILE         write all results as JSON\n"
+      "  --out DIR           PNG plots and their data (default: xfetch-bench-out)\n"
+      "  --no-plots          skip gnuplot\n"
+      "  --scenarios LIST    comma-separated subset of hot_key,cold_start,mass_expiry,\n"
+      "                      hit_overhead,beta_sweep (default: all)\n"
+      "  --clients N         hot_key clients (default 32, quick 16)\n"
+      "  --think-us N        closed-loop think time per request (default 1000)\n"
+      "  --open-loop RPS     hot_key in open loop: Poisson arrivals at RPS in total\n"
+      "  -h, --help\n");
 }
 
 static void cpu_model(char *buf, size_t n) {
@@ -73,21 +74,33 @@ static void redis_version(redisContext *rc, char *buf, size_t n) {
     freeReplyObject(r);
 }
 
-static void machine_json(char *buf, size_t n, const target *t, int quick) {
-  char cpu[256], date[64];
+static void loadavg(char *buf, size_t n) {
+  snprintf(buf, n, "unknown");
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f && fgets(buf, (int)n, f))
+    buf[strcspn(buf, " ")] = '\0';
+  if (f)
+    fclose(f);
+}
+
+static void machine_json(char *buf, size_t n, const target *t, int quick,
+                         const char *load0) {
+  char cpu[256], date[64], load1[64];
+  loadavg(load1, sizeof load1);
   struct utsname u;
   uname(&u);
   cpu_model(cpu, sizeof cpu);
   time_t now = time(NULL);
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-  snprintf(buf, n,
-           "{\"cpu\": \"%s\", \"nproc\": %ld, \"kernel\": \"%s %s\", \"redis_version\": "
-           "\"%s\", \"redis\": \"%s\", \"hiredis\": \"%d.%d.%d\", \"xfetch\": \"%d.%d.%d\", "
-           "\"date\": \"%s\", \"quick\": %s}",
-           cpu, sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release, t->version,
-           t->pid ? "throwaway redis-server on 127.0.0.1" : "external (--redis)",
-           HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, XF_VERSION_MAJOR, XF_VERSION_MINOR,
-           XF_VERSION_PATCH, date, quick ? "true" : "false");
+  snprintf(
+      buf, n,
+      "{\"cpu\": \"%s\", \"nproc\": %ld, \"kernel\": \"%s %s\", \"redis_version\": "
+      "\"%s\", \"redis\": \"%s\", \"hiredis\": \"%d.%d.%d\", \"xfetch\": \"%d.%d.%d\", "
+      "\"date\": \"%s\", \"quick\": %s, \"loadavg_1m_start\": %s, \"loadavg_1m_end\": %s}",
+      cpu, sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release, t->version,
+      t->pid ? "throwaway redis-server on 127.0.0.1" : "external (--redis)", HIREDIS_MAJOR,
+      HIREDIS_MINOR, HIREDIS_PATCH, XF_VERSION_MAJOR, XF_VERSION_MINOR, XF_VERSION_PATCH,
+      date, quick ? "true" : "false", load0, load1);
 }
 
 /* On a server we did not start, remove every key this run wrote. */
@@ -128,26 +141,52 @@ int main(int argc, char **argv) {
   bench_cfg cfg = {0, 0, -1, 0, 0};
   const char *url = NULL, *json = NULL, *out = "xfetch-bench-out", *only = NULL;
   int plots = 1;
-  static const struct option opts[] = {
-      {"quick", no_argument, 0, 'q'},         {"redis", required_argument, 0, 'r'},
-      {"json", required_argument, 0, 'j'},    {"out", required_argument, 0, 'o'},
-      {"no-plots", no_argument, 0, 'P'},      {"scenarios", required_argument, 0, 's'},
-      {"clients", required_argument, 0, 'c'}, {"think-us", required_argument, 0, 't'},
-      {"open-loop", required_argument, 0, 'O'}, {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option opts[] = {{"quick", no_argument, 0, 'q'},
+                                       {"redis", required_argument, 0, 'r'},
+                                       {"json", required_argument, 0, 'j'},
+                                       {"out", required_argument, 0, 'o'},
+                                       {"no-plots", no_argument, 0, 'P'},
+                                       {"scenarios", required_argument, 0, 's'},
+                                       {"clients", required_argument, 0, 'c'},
+                                       {"think-us", required_argument, 0, 't'},
+                                       {"open-loop", required_argument, 0, 'O'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   for (int ch; (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
     switch (ch) {
-    case 'q': cfg.quick = 1; break;
-    case 'r': url = optarg; break;
-    case 'j': json = optarg; break;
-    case 'o': out = optarg; break;
-    case 'P': plots = 0; break;
-    case 's': only = optarg; break;
-    case 'c': cfg.clients = atoi(optarg); break;
-    case 't': cfg.think_us = atoi(optarg); break;
-    case 'O': cfg.open_rate = atof(optarg); break;
-    case 'h': usage(stdout); return 0;
-    default: usage(stderr); return 2;
+    case 'q':
+      cfg.quick = 1;
+      break;
+    case 'r':
+      url = optarg;
+      break;
+    case 'j':
+      json = optarg;
+      break;
+    case 'o':
+      out = optarg;
+      break;
+    case 'P':
+      plots = 0;
+      break;
+    case 's':
+      only = optarg;
+      break;
+    case 'c':
+      cfg.clients = atoi(optarg);
+      break;
+    case 't':
+      cfg.think_us = atoi(optarg);
+      break;
+    case 'O':
+      cfg.open_rate = atof(optarg);
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
     }
   }
   cfg.run_id = (unsigned)(now_us() ^ ((uint64_t)getpid() << 16));
@@ -168,6 +207,8 @@ int main(int argc, char **argv) {
   int n = 0;
   bench_env env = {&cfg, &t, rcx, g_arena};
   int64_t t0 = now_us();
+  char load0[64];
+  loadavg(load0, sizeof load0);
   for (int i = 0; i < NSCENARIOS && !g_interrupted; i++) {
     if (!wanted(only, SCENARIOS[i].name))
       continue;
@@ -178,12 +219,15 @@ int main(int argc, char **argv) {
     }
     n++;
   }
-  printf("xfetch-bench: %d scenario(s) in %.1f s against redis %s (%s:%d)\n", n,
-         (double)(now_us() - t0) / 1e6, t.version, t.host, t.port);
+  char load1[64];
+  loadavg(load1, sizeof load1);
+  printf("xfetch-bench: %d scenario(s) in %.1f s against redis %s (%s:%d), load average "
+         "%s -> %s\n",
+         n, (double)(now_us() - t0) / 1e6, t.version, t.host, t.port, load0, load1);
   report_table(stdout, sc, n);
   fflush(stdout);
   char machine[1024];
-  machine_json(machine, sizeof machine, &t, cfg.quick);
+  machine_json(machine, sizeof machine, &t, cfg.quick, load0);
   rc = 0;
   if (json && report_json(json, machine, sc, n) != 0)
     rc = 1;

@@ -9,6 +9,11 @@
 
 #include "report.h"
 
+static const char *color(strategy s) {
+  static const char *c[] = {"#808080", "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c"};
+  return s < ST_COUNT ? c[s] : "#000000";
+}
+
 static const scenario_out *find(const scenario_out *sc, int n, const char *name) {
   for (int i = 0; i < n; i++)
     if (!strcmp(sc[i].name, name))
@@ -50,9 +55,9 @@ static void loads_panel(FILE *gp, const scenario_out *s, const char *dat, int fr
     const result *r = &s->results[j];
     fprintf(gp,
             "set ylabel 'loads/100ms'\nset xlabel '%s'\nplot '%s' using 1:%d with impulses "
-            "lw 2 title '%s (%.2f loads/expiry, peak %d)'\n",
-            j + 1 == to ? "time (s)" : "", dat, j - from + 2, strategy_name(r->strat),
-            r->loads_per_expiry, r->peak_loads_per_100ms);
+            "lw 2 lc rgb '%s' title '%s (%.2f loads/expiry, peak %d)'\n",
+            j + 1 == to ? "time (s)" : "", dat, j - from + 2, color(r->strat),
+            strategy_name(r->strat), r->loads_per_expiry, r->peak_loads_per_100ms);
   }
   fprintf(gp, "unset multiplot\nunset xlabel\nunset ylabel\n");
 }
@@ -60,8 +65,9 @@ static void loads_panel(FILE *gp, const scenario_out *s, const char *dat, int fr
 static void hot_key(const char *dir, FILE *gp, const scenario_out *s) {
   if (timeline(dir, "hot_key-loads.dat", s, 1, s->nresults) != 0)
     return;
-  fprintf(gp, "set terminal pngcairo size 900,%d font ',10' noenhanced\nset output "
-              "'hot_key-loads.png'\nset yrange [0:*]\n",
+  fprintf(gp,
+          "set terminal pngcairo size 900,%d font ',10' noenhanced\nset output "
+          "'hot_key-loads.png'\nset yrange [0:*]\n",
           160 * (s->nresults - 1) + 40);
   loads_panel(gp, s, "hot_key-loads.dat", 1, s->nresults,
               "hot_key: loader calls over time (same key, same loader)");
@@ -77,12 +83,14 @@ static void hot_key(const char *dir, FILE *gp, const scenario_out *s) {
   fclose(f);
   fprintf(gp, "set terminal pngcairo size 900,500 font ',10' noenhanced\nset output "
               "'hot_key-latency.png'\nset logscale xy\nset yrange [*:*]\n"
-              "set xtics ('0%%%%' 1, '90%%%%' 10, '99%%%%' 100, '99.9%%%%' 1000, '99.99%%%%' 10000)\n"
+              "set xtics ('0%%%%' 1, '90%%%%' 10, '99%%%%' 100, '99.9%%%%' 1000, "
+              "'99.99%%%%' 10000)\n"
               "set xlabel 'percentile'\nset ylabel 'latency (ms)'\nset key top left\n"
               "set title 'hot_key: latency by percentile'\nplot ");
   for (int j = 0; j < s->nresults; j++)
-    fprintf(gp, "%s'hot_key-cdf.dat' using 1:%d with lines lw 2 title '%s'",
-            j ? ", " : "", j + 2, strategy_name(s->results[j].strat));
+    fprintf(gp, "%s'hot_key-cdf.dat' using 1:%d with lines lw 2 lc rgb '%s' title '%s'",
+            j ? ", " : "", j + 2, color(s->results[j].strat),
+            strategy_name(s->results[j].strat));
   fprintf(gp, "\nunset logscale\nunset title\nset xtics autofreq\nunset xlabel\nunset "
               "ylabel\nset key default\n");
 }
@@ -91,16 +99,19 @@ static void mass_expiry(const char *dir, FILE *gp, const scenario_out *s) {
   int half = s->nresults / 2;
   if (timeline(dir, "mass_expiry-loads.dat", s, 0, s->nresults) != 0)
     return;
-  fprintf(gp, "set terminal pngcairo size 1100,%d font ',10' noenhanced\nset output "
-              "'mass_expiry-loads.png'\nset yrange [0:*]\n"
-              "set multiplot layout %d,2 columnsfirst title 'mass_expiry: loader calls per "
-              "100 ms, left without jitter, right with jitter'\n",
+  fprintf(gp,
+          "set terminal pngcairo size 1100,%d font ',10' noenhanced\nset output "
+          "'mass_expiry-loads.png'\nset yrange [0:*]\n"
+          "set multiplot layout %d,2 columnsfirst title 'mass_expiry: loader calls per "
+          "100 ms, left without jitter, right with jitter'\n",
           150 * half + 40, half);
   for (int j = 0; j < s->nresults; j++)
-    fprintf(gp, "plot 'mass_expiry-loads.dat' using 1:%d with impulses lw 2 title '%s "
-                "jitter %.1f (peak %d/100ms, %d at once)'\n",
-            j + 2, strategy_name(s->results[j].strat), s->results[j].jitter,
-            s->results[j].peak_loads_per_100ms, s->results[j].peak_concurrent_loads);
+    fprintf(gp,
+            "plot 'mass_expiry-loads.dat' using 1:%d with impulses lw 2 lc rgb '%s' "
+            "title '%s jitter %.1f (peak %d/100ms, %d at once)'\n",
+            j + 2, color(s->results[j].strat), strategy_name(s->results[j].strat),
+            s->results[j].jitter, s->results[j].peak_loads_per_100ms,
+            s->results[j].peak_concurrent_loads);
   fprintf(gp, "unset multiplot\n");
 }
 
@@ -116,7 +127,8 @@ static void beta_sweep(const char *dir, FILE *gp, const scenario_out *s) {
   }
   fclose(f);
   fprintf(gp,
-          "set terminal pngcairo size 1000,420 font ',10' noenhanced\nset output 'beta_sweep.png'\n"
+          "set terminal pngcairo size 1000,420 font ',10' noenhanced\nset output "
+          "'beta_sweep.png'\n"
           "set multiplot layout 1,2 title 'beta_sweep: pure XFetch (no lease), Poisson "
           "arrivals'\nset xlabel 'beta'\nset ylabel 'loads per expiry'\nset yrange [0:*]\n"
           "set xrange [0.3:4.2]\nset samples 200\n"

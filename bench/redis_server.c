@@ -112,7 +112,8 @@ int target_start_server(target *t) {
       return 0;
     target_stop_server(t);
   }
-  fprintf(stderr, "xfetch-bench: could not start redis-server (see %s/redis.log)\n", t->dir);
+  fprintf(stderr, "xfetch-bench: could not start redis-server (see %s/redis.log)\n",
+          t->dir);
   return -1;
 }
 

@@ -12,9 +12,11 @@ static void extra(char *buf, size_t n, const char *scenario, const result *r) {
              r->jitter, r->peak_concurrent_loads, r->peak_loads_per_100ms,
              (unsigned long long)r->loads);
   else if (!strcmp(scenario, "hit_overhead"))
-    snprintf(buf, n, "%2d conn  server %.2f us/call", r->connections, r->server_usec_per_call);
+    snprintf(buf, n, "%2d conn  server %.2f us/call", r->connections,
+             r->server_usec_per_call);
   else if (!strcmp(scenario, "beta_sweep"))
-    snprintf(buf, n, "beta %-3g loads/exp theory %5.2f  early ms theory %4.0f measured %4.0f",
+    snprintf(buf, n,
+             "beta %-3g loads/exp theory %5.2f  early ms theory %4.0f measured %4.0f",
              r->beta, r->theory_loads_per_expiry, r->theory_early_ms, r->early_ms);
   else if (!strcmp(scenario, "hot_key") || !strcmp(scenario, "cold_start"))
     snprintf(buf, n, "%d expiries, waited %.1f%% at cold start, mean wait %.0f ms",
@@ -31,12 +33,13 @@ void report_table(FILE *f, const scenario_out *sc, int n) {
       const result *r = &sc[i].results[j];
       char x[160];
       extra(x, sizeof x, sc[i].name, r);
-      fprintf(f,
-              "%-15s %8.2f %4d %5.1f %7.2f %6.2f %7.3f %7.3f %7.2f %7.1f %8.3f %8.3f %8.0f  "
-              "%s\n",
-              strategy_name(r->strat), r->loads_per_expiry, r->max_loads_per_expiry,
-              r->cold_loads, r->waited_pct, r->stale_pct, r->p50_ms, r->p99_ms, r->p999_ms,
-              r->max_ms, r->win_p99_ms, r->steady_p99_ms, r->throughput_rps, x);
+      fprintf(
+          f,
+          "%-15s %8.2f %4d %5.1f %7.2f %6.2f %7.3f %7.3f %7.2f %7.1f %8.3f %8.3f %8.0f  "
+          "%s\n",
+          strategy_name(r->strat), r->loads_per_expiry, r->max_loads_per_expiry,
+          r->cold_loads, r->waited_pct, r->stale_pct, r->p50_ms, r->p99_ms, r->p999_ms,
+          r->max_ms, r->win_p99_ms, r->steady_p99_ms, r->throughput_rps, x);
       if (r->errors || r->dropped)
         fprintf(f, "                ^ %llu errors, %llu samples dropped\n",
                 (unsigned long long)r->errors, (unsigned long long)r->dropped);
@@ -93,7 +96,8 @@ static void result_json(FILE *f, const result *r) {
   int first = 1;
   for (int k = 1; k <= HIST_MAX; k++)
     if (r->hist[k]) {
-      fprintf(f, "%s\"%d%s\": %d", first ? "" : ", ", k, k == HIST_MAX ? "+" : "", r->hist[k]);
+      fprintf(f, "%s\"%d%s\": %d", first ? "" : ", ", k, k == HIST_MAX ? "+" : "",
+              r->hist[k]);
       first = 0;
     }
   fprintf(f, "}}");

@@ -51,8 +51,8 @@ typedef struct scenario_out {
 /* Fills r from the arena after a run. cold_absent: keys started absent, so
  * each key's first episode is a cold start (excluded from waited_pct unless
  * all_cold). */
-void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent, int all_cold,
-             result *r);
+void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent,
+             int all_cold, result *r);
 void result_free(result *r);
 
 void report_table(FILE *f, const scenario_out *sc, int n);

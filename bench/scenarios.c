@@ -118,7 +118,7 @@ static void resetstat(redisContext *rc) {
 
 int sc_hit_overhead(const bench_env *e, scenario_out *out) {
   int q = e->cfg->quick, conns[] = {1, 50};
-  double dur = q ? 1.0 : 4.0;
+  double dur = q ? 0.6 : 4.0;
   out->name = "hit_overhead";
   snprintf(out->params, sizeof out->params,
            "{\"connections\": [1, 50], \"duration_s\": %.1f, \"think_us\": 0, "

@@ -99,7 +99,10 @@ void strat_close(strat_ctx *c) {
 /* GET key: 1 hit, 0 miss, -1 error. */
 static int get(strat_ctx *c) {
   redisReply *r = redisCommand(c->rc, "GET %b", c->key, c->keylen);
-  int rc = !r ? -1 : r->type == REDIS_REPLY_STRING ? 1 : r->type == REDIS_REPLY_NIL ? 0 : -1;
+  int rc = !r                              ? -1
+           : r->type == REDIS_REPLY_STRING ? 1
+           : r->type == REDIS_REPLY_NIL    ? 0
+                                           : -1;
   if (r)
     freeReplyObject(r);
   return rc;
@@ -138,8 +141,7 @@ static int try_lock(strat_ctx *c) {
 
 static void unlock(strat_ctx *c) {
   redisReply *r = redisCommand(
-      c->rc,
-      "EVAL %s 1 %b %s",
+      c->rc, "EVAL %s 1 %b %s",
       "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
       "return 0",
       c->lock, c->locklen, c->token);
@@ -155,6 +157,10 @@ static int lock(strat_ctx *c, unsigned *flags) {
   c->locklen = (size_t)snprintf(c->lock, sizeof c->lock, "lock:%s", c->key);
   for (;;) {
     if (try_lock(c)) {
+      if ((hit = get(c)) != 0) { /* written while we took the lock: no load */
+        unlock(c);
+        return hit > 0 ? 0 : -1;
+      }
       load(c, INT32_MIN);
       *flags |= RQ_LOADED;
       int rc = set_value(c);
