@@ -22,8 +22,8 @@ import xfetch.testing
 
 def hammer(get, args):
     """Runs args.threads readers of the hot key for args.seconds; returns the
-    loader's call times and the number of reads."""
-    calls, lock = [], threading.Lock()
+    loader's call times, the number of reads and the readers' errors."""
+    calls, errors, lock = [], [], threading.Lock()
     reads = [0] * args.threads
 
     def loader():
@@ -37,10 +37,13 @@ def hammer(get, args):
 
     def reader(i):
         start.wait()
-        while time.monotonic() < stop:
-            assert get(loader) == b"rendered page"
-            reads[i] += 1
-            time.sleep(0.001)
+        try:
+            while time.monotonic() < stop:
+                assert get(loader) == b"rendered page"
+                reads[i] += 1
+                time.sleep(0.001)
+        except Exception as e:  # reported by main(), which then fails
+            errors.append(e)
 
     threads = [threading.Thread(target=reader, args=(i,)) for i in range(args.threads)]
     for t in threads:
@@ -48,7 +51,7 @@ def hammer(get, args):
     start.wait()
     for t in threads:
         t.join()
-    return calls, sum(reads)
+    return calls, sum(reads), errors
 
 
 def bursts(calls, gap):
@@ -63,10 +66,14 @@ def bursts(calls, gap):
     return [len(g) for g in groups]
 
 
-def report(name, calls, reads, args):
+def report(name, calls, reads, errors, args):
+    if errors:
+        print(f"{name}: {len(errors)} reader(s) failed, first: {errors[0]!r}")
+        return 1
     per = bursts(calls, args.load_time)
     print(f"{name:>7}: {len(calls):3d} loader calls, {reads} reads, {len(per)} recomputations; "
           f"loader calls per expiry/recomputation: {' '.join(map(str, per))}")
+    return 0
 
 
 def main():
@@ -93,19 +100,22 @@ def main():
                 r.set(key, value, px=round(args.ttl * 1000))
             return value
 
-        report("naive", *hammer(naive, args), args)
+        failed = report("naive", *hammer(naive, args), args)
         r.delete(key)
         cache = xfetch.Cache(url)
-        report("xfetch", *hammer(lambda loader: cache.get_or_compute(key, loader,
-                                                                     ttl=args.ttl), args), args)
+        def with_xfetch(loader):
+            return cache.get_or_compute(key, loader, ttl=args.ttl)
+
+        failed |= report("xfetch", *hammer(with_xfetch, args), args)
         s = cache.stats()
         print(f"  xfetch stats: hits {s['hits']}, misses {s['misses']}, early recomputes "
               f"{s['early']}, waits {s['waits']}, connections {s['connections']}")
         cache.close()
+        return failed
     finally:
         if server:
             server.stop()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
