@@ -151,3 +151,30 @@ def test_stale_if_error_serves_the_old_value_instead_of_raising(cache):
     with pytest.raises(RuntimeError):  # without stale_if_error the error propagates
         cache.get_or_compute("k", broken, ttl=60, stale=10)
     assert cache.stats()["load_errors"] == 2
+
+
+def test_connections_close_on_close_and_on_garbage_collection(server, admin, counter):
+    import gc
+    import time
+
+    def others(expected=None):
+        # The server notices a closed socket on its next event-loop turn.
+        for _ in range(200):
+            n = len(admin.client_list()) - 1
+            if expected is None or n == expected:
+                break
+            time.sleep(0.01)
+        return n
+
+    gc.collect()  # connections of earlier tests' unclosed Caches
+    base = others()
+    c = xfetch.Cache(server.url)
+    c.get_or_compute("k", counter(), ttl=60)
+    assert others(base + 1) == base + 1
+    c.close()
+    assert others(base) == base
+    c = xfetch.Cache(server.url)
+    assert others(base + 1) == base + 1
+    del c
+    gc.collect()
+    assert others(base) == base
