@@ -167,6 +167,7 @@ def test_connections_close_on_close_and_on_garbage_collection(server, admin, cou
         return n
 
     gc.collect()  # connections of earlier tests' unclosed Caches
+    time.sleep(0.05)
     base = others()
     c = xfetch.Cache(server.url)
     c.get_or_compute("k", counter(), ttl=60)

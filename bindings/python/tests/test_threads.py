@@ -63,7 +63,6 @@ def xfetch_client_ids(admin):
 def test_fork_child_opens_its_own_connection(cache, admin, counter):
     assert cache.get_or_compute("k", counter(b"parent"), ttl=60) == b"parent"
     before = xfetch_client_ids(admin)
-    assert len(before) == 1
     to_child_r, to_child_w = os.pipe()
     to_parent_r, to_parent_w = os.pipe()
     pid = os.fork()
