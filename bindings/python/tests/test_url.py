@@ -61,6 +61,7 @@ def test_acl_user_password_url(server, admin, counter):
     url = f"redis://{ACL_USER}:{quote(ACL_PASS, safe='')}@127.0.0.1:{server.port}/2"
     c = xfetch.Cache(url)
     assert c.get_or_compute("k", counter(b"acl"), ttl=60) == b"acl"
+    assert repr(c) == f"<xfetch.Cache redis://127.0.0.1:{server.port}/2 prefix=''>"
     users = {cl["user"] for cl in admin.client_list()}
     assert ACL_USER in users
     admin.execute_command("SELECT", 2)

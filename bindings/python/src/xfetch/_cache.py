@@ -153,6 +153,9 @@ class Cache:
             "max_value_len": _size("max_value_len", max_value_len),
             "breaker_ms": round(breaker * 1000) if breaker > 0 else -1,
         })
+        self._where = (f"unix://{fields['unix_path']}" if fields["unix_path"] else
+                       f"redis://{fields['host']}:{fields['port']}") + f"/{fields['db']}"
+        self._prefix = prefix
         self._seeded = seed is not None
         self._policies = PolicyCache()
         self._gen = 0
@@ -239,6 +242,9 @@ class Cache:
             except IndexError:
                 return
             self._retire(conn)
+
+    def __repr__(self):  # never shows the password
+        return f"<xfetch.Cache {self._where} prefix={self._prefix!r}>"
 
     def __enter__(self):
         return self
