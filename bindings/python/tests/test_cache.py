@@ -179,3 +179,22 @@ def test_connections_close_on_close_and_on_garbage_collection(server, admin, cou
     del c
     gc.collect()
     assert others(base) == base
+
+
+def test_fail_open_when_no_new_connection_can_be_opened(tmp_path, counter):
+    import time
+    from conftest import RedisServer
+    srv = RedisServer(str(tmp_path))
+    c = xfetch.Cache(srv.url, timeout=0.5, breaker=30)
+    busy = c._acquire()  # another thread's call in progress: the pool is empty
+    srv.stop()
+    load = counter(b"fresh")
+    assert c.fetch("k", load, ttl=60) == (b"fresh", "uncached")
+    t0 = time.monotonic()
+    assert c.fetch("k", load, ttl=60) == (b"fresh", "uncached")  # breaker: no connect
+    assert time.monotonic() - t0 < 0.1
+    assert load.calls == 2 and c.stats()["uncached"] == 2
+    with pytest.raises(xfetch.ConnectionError):
+        c.delete("k")
+    c._release(busy)
+    c.close()
