@@ -76,6 +76,7 @@ def test_valid_edge_values_are_accepted(cache, counter):
 @pytest.mark.parametrize("kwargs,exc", [(dict(timeout=0), ValueError),
                                         (dict(timeout="1"), TypeError),
                                         (dict(prefix=1), TypeError),
+                                        (dict(prefix="a\0b"), ValueError),
                                         (dict(seed=-1), ValueError),
                                         (dict(breaker=-1), ValueError),
                                         (dict(max_value_len=0), ValueError)])

@@ -139,10 +139,12 @@ class Cache:
         if not 0 <= breaker < 2**31 / 1000:
             raise ValueError(f"breaker must be >= 0 seconds, not {breaker!r}")
         self._breaker = float(breaker)
-        self._keep = [ffi.new("char[]", s.encode() if isinstance(s, str) else s)
-                      if s is not None else ffi.NULL
-                      for s in (fields["host"], fields["unix_path"], fields["username"],
-                                fields["password"], prefix)]
+        strings = [s.encode() if isinstance(s, str) else s
+                   for s in (fields["host"], fields["unix_path"], fields["username"],
+                             fields["password"], prefix)]
+        if any(s is not None and b"\0" in s for s in strings):
+            raise ValueError("the URL and prefix must not contain NUL characters")
+        self._keep = [ffi.new("char[]", s) if s is not None else ffi.NULL for s in strings]
         timeout_ms = _seconds_ms("timeout", timeout, 1000)
         self._opts = ffi.new("xf_options *", {
             "host": self._keep[0], "port": fields["port"], "unix_path": self._keep[1],
@@ -190,12 +192,14 @@ class Cache:
 
     def _open(self):
         out = ffi.new("xf_client **")
-        if self._seeded and self._opened:  # distinct draws per connection
-            self._opts.seed = (self._opts.seed * 6364136223846793005 + 1) % 2**64 or 1
-        rc = lib.xf_client_open(out, self._opts)
+        opts = ffi.new("xf_options *", self._opts[0])
+        with self._lock:
+            if self._seeded:  # reproducible, yet distinct draws per connection
+                opts.seed = (self._opts.seed + 0x9E3779B97F4A7C15 * self._opened) % 2**64 or 1
+            self._opened += 1
+        rc = lib.xf_client_open(out, opts)
         if rc != 0:
             raise error_for(rc)
-        self._opened += 1
         conn = _Conn(ffi.gc(out[0], lib.xf_client_close), self._gen)
         with self._lock:
             self._all.add(conn)
