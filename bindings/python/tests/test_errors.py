@@ -58,13 +58,15 @@ def test_keyboard_interrupt_in_loader_propagates(cache, admin, prefix):
     assert admin.exists(prefix + "k") == 0
 
 
-def test_failed_early_refresh_serves_the_valid_value(cache, counter):
+def test_failed_early_refresh_serves_the_valid_value_and_logs(cache, counter, caplog):
     cache.get_or_compute("k", counter(b"old"), ttl=60)
     box = {}
     # beta=inf elects a refresh; it fails; the still-valid value is served.
     assert cache.fetch("k", failing_loader(box), ttl=60, beta=float("inf")) == (b"old",
                                                                                 "cache")
     assert box["calls"] == 1
+    [record] = [r for r in caplog.records if r.name == "xfetch"]
+    assert record.exc_info[1] is box["exc"]
 
 
 def test_value_above_max_value_len_is_invalid_argument(server, admin, prefix):

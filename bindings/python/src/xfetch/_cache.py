@@ -1,6 +1,7 @@
 """xfetch.Cache: a pool of C clients (one connection each) behind a
 thread-safe, fork-safe Pythonic API."""
 import collections
+import logging
 import os
 import threading
 import time
@@ -15,6 +16,7 @@ SOURCES = {lib.XF_SOURCE_CACHE: "cache", lib.XF_SOURCE_LOADER: "loader",
            lib.XF_SOURCE_STALE: "stale", lib.XF_SOURCE_UNCACHED: "uncached"}
 STAT_FIELDS = [name for name, _ in ffi.typeof("xf_stats").fields]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+log = logging.getLogger("xfetch")
 
 
 Fetched = collections.namedtuple("Fetched", "value source")
@@ -282,10 +284,13 @@ class Cache:
                 finally:
                     lib.xf_value_free(v)
                 # A failed refresh may still serve a valid (or stale-if-error)
-                # value: the loader's Exception is dropped (counted in
-                # stats()["load_errors"]), but never a KeyboardInterrupt & co.
-                if exc is not None and not isinstance(exc, Exception):
-                    raise exc
+                # value: the loader's Exception is logged, not raised (it is
+                # counted in stats()["load_errors"]); KeyboardInterrupt & co are.
+                if exc is not None:
+                    if not isinstance(exc, Exception):
+                        raise exc
+                    log.warning("loader for %r failed; served the %s value", key,
+                                result.source, exc_info=exc)
                 return result
             if rc == lib.XF_ENOTFOUND:
                 return Fetched(None, None)
