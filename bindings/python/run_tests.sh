@@ -17,7 +17,9 @@ cmake --build "$tmp/build" -j2 >>"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"
 cmake --install "$tmp/build" --prefix "$tmp/prefix" >>"$tmp/cmake.log" 2>&1
 
 echo "run_tests: venv + pip install (offline) -> $tmp/venv" >&2
-"$py" -m venv --system-site-packages "$tmp/venv"
+# --without-pip: no ensurepip (Debian's python3-venv) needed; the venv's python
+# runs Debian's pip (python3-pip) from the system site-packages, into the venv.
+"$py" -m venv --system-site-packages --without-pip "$tmp/venv"
 # Build from a copy so the source tree gets no build/ or *.egg-info.
 cp -r "$here" "$tmp/src"
 rm -rf "$tmp/src/build" "$tmp/src/src/"*.egg-info
