@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -90,6 +91,7 @@ int xft_server_start_on(xft_server *s, int fixed_port, const char *const *extra)
     argv[n] = NULL;
     s->pid = fork();
     if (s->pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive an aborted test run */
       execvp("redis-server", (char *const *)argv);
       _exit(127);
     }

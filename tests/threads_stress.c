@@ -1,0 +1,72 @@
+/* Threads on a cold key, outside Criterion so ThreadSanitizer can run it:
+ * each round, 16 threads (one client each) ask for a fresh key at once;
+ * exactly one loader call per round and every thread gets the value.
+ * Usage: threads_stress PORT. Exit 0 on success. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xfetch.h"
+
+#define THREADS 16
+#define ROUNDS 5
+
+static int port;
+static int calls;
+static pthread_barrier_t start;
+
+static int load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)ud;
+  __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
+  struct timespec ts = {0, 50 * 1000000L};
+  nanosleep(&ts, NULL);
+  return xf_sink_set(sink, key, keylen);
+}
+
+static void *worker(void *arg) {
+  const char *key = arg;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  xf_client *c;
+  if (xf_client_open(&c, &o) != XF_OK)
+    return (void *)1;
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  pthread_barrier_wait(&start);
+  int rc = xf_get_or_compute(c, key, strlen(key), &p, load, NULL, &v);
+  int bad = rc != XF_OK || v.len != strlen(key) || memcmp(v.data, key, v.len) != 0;
+  xf_value_free(&v);
+  xf_client_close(c);
+  return (void *)(long)bad;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  port = atoi(argv[1]);
+  int failures = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    char key[64];
+    snprintf(key, sizeof key, "stress:%ld:%d", (long)time(NULL), round);
+    calls = 0;
+    pthread_barrier_init(&start, NULL, THREADS);
+    pthread_t ts[THREADS];
+    for (int i = 0; i < THREADS; i++)
+      pthread_create(&ts[i], NULL, worker, key);
+    for (int i = 0; i < THREADS; i++) {
+      void *bad;
+      pthread_join(ts[i], &bad);
+      failures += bad != NULL;
+    }
+    pthread_barrier_destroy(&start);
+    if (calls != 1) {
+      fprintf(stderr, "round %d: %d loader calls, want 1\n", round, calls);
+      failures++;
+    }
+  }
+  printf("threads_stress: %d rounds x %d threads, %d failures\n", ROUNDS, THREADS,
+         failures);
+  return failures ? 1 : 0;
+}
