@@ -79,7 +79,10 @@ static void sigpipe_restore(sigpipe_guard *g) {
   pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
+/* Remembers why the connection went away, for the breaker's message (the
+ * handle's errstr is cleared by every call). */
 static void drop_connection(xf_client *c) {
+  memcpy(c->conn_err, c->errstr, sizeof c->conn_err);
   if (c->ctx)
     redisFree(c->ctx);
   c->ctx = NULL;
@@ -113,7 +116,7 @@ static int connect_now(xf_client *c) {
                   c->unix_path ? 0 : c->port, c->ctx->errstr);
   } else if (redisSetTimeout(c->ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK) {
     rc = xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", c->ctx->errstr);
-  } else {
+  } else if (!c->unix_path) { /* TCP only: keepalive fails on Unix sockets */
     redisEnableKeepAlive(c->ctx);
   }
   if (rc == XF_OK && c->password) {
@@ -144,11 +147,7 @@ static int ensure_connected(xf_client *c) {
   if (c->ctx)
     return XF_OK;
   if (c->breaker_ms >= 0 && xf__now_ms() < c->retry_after_ms) {
-    if (strncmp(c->errstr, "circuit open", 12) == 0)
-      return XF_ECONNECT;
-    char last[sizeof c->errstr];
-    memcpy(last, c->errstr, sizeof last);
-    return xf__fail(c, XF_ECONNECT, "circuit open after: %s", last);
+    return xf__fail(c, XF_ECONNECT, "circuit open after: %s", c->conn_err);
   }
   return connect_now(c);
 }

@@ -26,6 +26,7 @@ struct xf_client {
   int loader_rc;
   xf_stats stats;
   char errstr[256];
+  char conn_err[256]; /* why the last connection was dropped */
 };
 
 /* Records a message on the client and returns rc (so `return fail(...)`). */

@@ -45,9 +45,15 @@ Test(client, unix_socket) {
   cr_assert_eq(xf_client_open(&c, &o), XF_OK, "%s", xf_strerror(XF_OK));
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
-  cr_expect_eq(xf_get_or_compute(c, "client:unix", 11, &p, xft_load, &hello, &v), XF_OK);
-  cr_expect_str_eq(v.data, "hello");
-  xf_value_free(&v);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(xf_get_or_compute(c, "client:unix", 11, &p, xft_load, &hello, &v), XF_OK,
+                 "%s", xf_errmsg(c));
+    cr_expect_str_eq(v.data, "hello");
+    /* cached, then served: not a fail-open UNCACHED */
+    cr_expect_eq(v.source, i == 0 ? XF_SOURCE_LOADER : XF_SOURCE_CACHE);
+    xf_value_free(&v);
+  }
+  cr_expect_eq(xf_delete(c, "client:unix", 11), XF_OK, "%s", xf_errmsg(c));
   xf_client_close(c);
 }
 

@@ -454,6 +454,9 @@ Test(xfetch, fails_open_when_redis_is_down_then_reconnects) {
   cr_assert_eq(get(c, "flow:down", &p, &l, &v), XF_OK, "circuit open: still fails open");
   cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
   xf_value_free(&v);
+  cr_expect_eq(xf_delete(c, "flow:down", 9), XF_ECONNECT);
+  cr_expect(strstr(xf_errmsg(c), "circuit open after: ") && strlen(xf_errmsg(c)) > 22,
+            "the breaker says why: '%s'", xf_errmsg(c));
   cr_assert_eq(xft_server_start_on(&s, port, NULL), 0);
   xft_sleep_ms(250);
   cr_assert_eq(get(c, "flow:down", &p, &l, &v), XF_OK);

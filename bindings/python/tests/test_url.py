@@ -31,24 +31,7 @@ def test_bad_urls(url, exc):
         xfetch.Cache(url)
 
 
-def core_unix_socket_bug(path):
-    """True while the C core calls redisEnableKeepAlive on Unix sockets: hiredis
-    then marks the fresh context failed ("Operation not supported") and every
-    command fails with XF_EIO (see bindings/python/README.md, Known issues)."""
-    from xfetch import ffi, lib
-    opts = ffi.new("xf_options *")
-    keep = opts.unix_path = ffi.new("char[]", path.encode())
-    out = ffi.new("xf_client **")
-    assert lib.xf_client_open(out, opts) == 0, keep
-    rc = lib.xf_delete(out[0], b"probe", 5)
-    msg = ffi.string(lib.xf_errmsg(out[0])).decode()
-    lib.xf_client_close(out[0])
-    return rc == lib.XF_EIO and "not supported" in msg
-
-
 def test_unix_socket_url(server, admin, counter):
-    if core_unix_socket_bug(server.unix_path):
-        pytest.xfail("C core bug: keepalive on a Unix socket breaks the connection")
     c = xfetch.Cache(f"unix://{server.unix_path}", prefix="u:")
     assert c.fetch("k", counter(b"via unix"), ttl=60) == (b"via unix", "loader")
     assert admin.hget("u:k", "v") == b"via unix"
