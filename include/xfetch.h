@@ -89,6 +89,9 @@ typedef struct xf_options {
   int breaker_ms;         /* after a connection failure, how long calls skip
                              Redis (fail open) before reconnecting; default
                              1000; negative = never skip */
+  int lazy_connect;       /* non-zero: xf_client_open does not connect; the
+                             first call does (and fails open if Redis is
+                             down), so a service can start without Redis */
 } xf_options;
 
 #define XF_OPTIONS_INIT                                                                    \
@@ -146,8 +149,9 @@ XF_EXPORT void xf_value_free(xf_value *v);
 /* Opaque client: one Redis connection plus its PCG32 generator and counters. */
 typedef struct xf_client xf_client;
 
-/* Connects and returns a client in *out. On error *out is NULL and the code
- * says why (XF_ECONNECT, XF_EAUTH, XF_EINVAL, XF_ENOMEM). */
+/* Connects (unless opts->lazy_connect) and returns a client in *out. On
+ * error *out is NULL and the code says why (XF_ECONNECT, XF_EAUTH, XF_EINVAL,
+ * XF_ENOMEM). opts NULL means all defaults. */
 XF_EXPORT int xf_client_open(xf_client **out, const xf_options *opts);
 
 /* Closes the connection and frees the client. NULL-safe. */

@@ -247,7 +247,7 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
     xf__pcg32_seed(&c->rng, o->seed, 0);
   else
     xf__pcg32_seed(&c->rng, random_u64(), c->id);
-  int rc = connect_now(c);
+  int rc = o->lazy_connect ? XF_OK : connect_now(c);
   if (rc != XF_OK) {
     xf_client_close(c);
     return rc;

@@ -27,6 +27,33 @@ Test(client, open_refused_port_is_econnect) {
   cr_expect_null(c);
 }
 
+Test(client, lazy_connect_opens_without_redis_and_fails_open) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nothing listens on port 1 */
+  o.lazy_connect = 1;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "client:lazy", 11, &p, xft_load, &hello, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+  cr_expect_eq(xf_delete(c, "client:lazy", 11), XF_ECONNECT);
+  cr_expect(strstr(xf_errmsg(c), "127.0.0.1:1") != NULL, "'%s'", xf_errmsg(c));
+  xf_client_close(c);
+}
+
+Test(client, lazy_connect_connects_on_first_call) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.lazy_connect = 1;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  cr_expect_eq(xf_set(c, "client:lazy2", 12, "x", 1, &p), XF_OK, "%s", xf_errmsg(c));
+  xf_client_close(c);
+}
+
 Test(client, open_invalid_options_is_einval) {
   xf_options o = XF_OPTIONS_INIT;
   xf_client *c;

@@ -32,6 +32,7 @@ typedef struct xf_options {
   size_t max_key_len;
   size_t max_value_len;
   int breaker_ms;
+  int lazy_connect;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;

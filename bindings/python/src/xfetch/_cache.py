@@ -4,10 +4,9 @@ import collections
 import logging
 import os
 import threading
-import time
 import weakref
 
-from ._errors import ConnectionError, InvalidArgumentError, check, error_for
+from ._errors import InvalidArgumentError, check, error_for
 from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._url import parse_url
@@ -140,7 +139,6 @@ class Cache:
             raise TypeError(f"breaker must be a number of seconds, not {type(breaker).__name__}")
         if not 0 <= breaker < 2**31 / 1000:
             raise ValueError(f"breaker must be >= 0 seconds, not {breaker!r}")
-        self._breaker = float(breaker)
         strings = [s.encode() if isinstance(s, str) else s
                    for s in (fields["host"], fields["unix_path"], fields["username"],
                              fields["password"], prefix)]
@@ -165,7 +163,7 @@ class Cache:
         self._gen = 0
         self._fresh_process()
         self._closed = False
-        self._pool.append(self._open())  # fail fast on a wrong URL or password
+        self._pool.append(self._open(lazy=False))  # fail fast on a wrong URL or password
         _caches.add(self)
 
     # ---- the connection pool ------------------------------------------------
@@ -175,7 +173,6 @@ class Cache:
         self._pool = []  # idle connections; list.pop/append are atomic
         self._all = weakref.WeakSet()  # every live connection, for stats()
         self._retired = dict.fromkeys(STAT_FIELDS, 0)
-        self._retry_after = 0.0  # Python-side breaker for failed opens
         self._opened = 0
 
     def _forget_parent_connections(self):
@@ -192,9 +189,12 @@ class Cache:
         self._gen += 1
         self._fresh_process()
 
-    def _open(self):
+    def _open(self, lazy=True):
+        # Pooled connections connect lazily: if Redis is down, the C client
+        # fails open and its circuit breaker spares the connect timeouts.
         out = ffi.new("xf_client **")
         opts = ffi.new("xf_options *", self._opts[0])
+        opts.lazy_connect = int(lazy)
         with self._lock:
             if self._seeded:  # reproducible, yet distinct draws per connection
                 opts.seed = (self._opts.seed + 0x9E3779B97F4A7C15 * self._opened) % 2**64 or 1
@@ -214,14 +214,7 @@ class Cache:
             pass
         if self._closed:
             raise ValueError("the Cache is closed")
-        if time.monotonic() < self._retry_after:
-            raise ConnectionError(lib.XF_ECONNECT, "circuit open after a failed connect")
-        try:
-            return self._open()
-        except ConnectionError:
-            if self._breaker > 0:
-                self._retry_after = time.monotonic() + self._breaker
-            raise
+        return self._open()
 
     def _release(self, conn):
         if conn.gen == self._gen and not self._closed:
@@ -268,10 +261,7 @@ class Cache:
             raise TypeError(f"loader must be callable, not {type(loader).__name__}")
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout))
-        try:
-            conn = self._acquire()
-        except ConnectionError:
-            return self._load_uncached(loader)
+        conn = self._acquire()
         conn.loader = loader
         try:
             v = conn.value
@@ -327,19 +317,6 @@ class Cache:
         return self.fetch(key, loader, ttl, beta, lease=lease, wait=wait, stale=stale,
                           stale_if_error=stale_if_error, negative_ttl=negative_ttl,
                           jitter=jitter, on_wait_timeout=on_wait_timeout)[0]
-
-    def _load_uncached(self, loader):
-        # No connection could be opened: fail open, as the C client does.
-        with self._lock:
-            self._retired["loads"] += 1
-            self._retired["uncached"] += 1
-            self._retired["redis_errors"] += 1
-        value = loader()
-        if value is None:
-            return Fetched(None, None)
-        if not isinstance(value, _BYTES_LIKE):
-            raise TypeError(f"the loader must return bytes or None, not {type(value).__name__}")
-        return Fetched(bytes(value), "uncached")
 
     def set(self, key, value, ttl, *, stale=0.0, jitter=0.0):
         """Writes value (bytes-like) for key as if a loader had produced it now."""
