@@ -191,6 +191,13 @@ long long xft_int(redisContext *r, const char *fmt, ...) {
   return v;
 }
 
+long long xft_server_ms(redisContext *r) {
+  redisReply *rep = xft_cmd(r, "TIME");
+  long long ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
+  freeReplyObject(rep);
+  return ms;
+}
+
 int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key;
   (void)keylen;

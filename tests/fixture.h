@@ -41,6 +41,9 @@ redisContext *xft_redis_port(int port);
 redisReply *xft_cmd(redisContext *r, const char *fmt, ...);
 long long xft_int(redisContext *r, const char *fmt, ...);
 
+/* The server's clock (TIME) in ms: what the scripts use. */
+long long xft_server_ms(redisContext *r);
+
 /* A loader that counts its calls (atomically), sleeps sleep_ms and returns
  * value, or fails with fail_rc when non-zero. */
 typedef struct xft_loader {

@@ -14,13 +14,6 @@ static long long hget_ll(redisContext *r, const char *key, const char *field) {
   return v;
 }
 
-static long long server_ms(redisContext *r) {
-  redisReply *rep = xft_cmd(r, "TIME");
-  long long ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
-  freeReplyObject(rep);
-  return ms;
-}
-
 Test(entry, fields_after_a_loader_write) {
   xf_client *c = xft_client(1);
   redisContext *r = xft_redis();
@@ -29,9 +22,9 @@ Test(entry, fields_after_a_loader_write) {
   p.stale_ms = 5000;
   xft_loader l = {.value = "payload", .sleep_ms = 50};
   xf_value v;
-  long long before = server_ms(r);
+  long long before = xft_server_ms(r);
   cr_assert_eq(xf_get_or_compute(c, "entry:fields", 12, &p, xft_load, &l, &v), XF_OK);
-  long long after = server_ms(r);
+  long long after = xft_server_ms(r);
   xf_value_free(&v);
   redisReply *rep = xft_cmd(r, "HGET entry:fields v");
   cr_expect_str_eq(rep->str, "payload");
@@ -118,7 +111,7 @@ Test(entry, lease_extends_a_short_physical_ttl) {
 Test(entry, write_keeps_a_newer_computation) {
   xf_client *c = xft_client(1);
   redisContext *r = xft_redis();
-  long long now = server_ms(r);
+  long long now = xft_server_ms(r);
   xf__write newer = {"", "new", 3, 10, 60000, 0, now, 0};
   xf__write older = {"", "old", 3, 10, 60000, 0, now - 1000, 0};
   int written;

@@ -8,13 +8,6 @@
 
 #include "fixture.h"
 
-static long long server_ms(redisContext *r) {
-  redisReply *rep = xft_cmd(r, "TIME");
-  long long ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
-  freeReplyObject(rep);
-  return ms;
-}
-
 static long long mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -24,14 +17,14 @@ static long long mono_ms(void) {
 /* Writes an entry by hand: value, delta, expiry in (ms from now), lease. */
 static void put_entry(redisContext *r, const char *key, const char *value, long long d_us,
                       long long expires_in_ms, long long pttl_ms) {
-  long long now = server_ms(r);
+  long long now = xft_server_ms(r);
   freeReplyObject(xft_cmd(r, "HSET %s v %s d %lld e %lld s %lld", key, value, d_us,
                           now + expires_in_ms, now - 1000));
   freeReplyObject(xft_cmd(r, "PEXPIRE %s %lld", key, pttl_ms));
 }
 
 static void hold_lease(redisContext *r, const char *key, long long for_ms) {
-  freeReplyObject(xft_cmd(r, "HSET %s l other-holder:%lld", key, server_ms(r) + for_ms));
+  freeReplyObject(xft_cmd(r, "HSET %s l other-holder:%lld", key, xft_server_ms(r) + for_ms));
   if (xft_int(r, "PTTL %s", key) < 0)
     freeReplyObject(xft_cmd(r, "PEXPIRE %s %lld", key, for_ms));
 }
