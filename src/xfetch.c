@@ -190,6 +190,10 @@ static int refresh_early(call *k, xf__entry *e) {
   xf__lease_result won;
   xf__entry newer;
   k->c->stats.early++;
+  if (e->lease_live) { /* someone is refreshing already */
+    k->c->stats.lease_lost++;
+    return serve_entry(k, e, XF_SOURCE_CACHE);
+  }
   int rc = xf__entry_lease(k->c, k->key, k->keylen, k->p->lease_ms, e->expiry_ms, token,
                            &now_ms, &won, &newer);
   if (rc != XF_OK || won == XF_LEASE_LOST) {
@@ -220,50 +224,67 @@ static void sleep_ms(int64_t ms) {
   nanosleep(&ts, NULL);
 }
 
+/* Outcome of trying the lease on the miss path. */
+enum { LEASE_DONE, LEASE_HELD_ELSEWHERE };
+
+/* Tries the lease for a missing or expired value. LEASE_DONE: *rc is the
+ * call's result (loaded, or a newer value served, or degraded); the entry has
+ * been consumed. LEASE_HELD_ELSEWHERE: another caller holds it. */
+static int take_lease_and_load(call *k, xf__entry *e, int *rc) {
+  char token[40];
+  int64_t now_ms;
+  xf__lease_result won;
+  xf__entry newer;
+  *rc = xf__entry_lease(k->c, k->key, k->keylen, k->p->lease_ms, e->expiry_ms, token,
+                        &now_ms, &won, &newer);
+  if (*rc != XF_OK) { /* the lease cannot be taken: degrade, never block */
+    xf__entry_free(e);
+    *rc = is_unreachable(*rc) || *rc == XF_EREDIS ? load_uncached(k) : *rc;
+    return LEASE_DONE;
+  }
+  if (won == XF_LEASE_LOST)
+    return LEASE_HELD_ELSEWHERE;
+  if (won == XF_LEASE_NEWER) {
+    xf__entry_free(e);
+    *rc = serve_entry(k, &newer, XF_SOURCE_CACHE);
+    return LEASE_DONE;
+  }
+  *rc = load_and_store(k, token, now_ms);
+  if (*rc == XF_ELOADER)
+    *rc = after_load_error(k, e);
+  else
+    xf__entry_free(e);
+  return LEASE_DONE;
+}
+
 /* The value is missing or expired: take the lease and load, serve stale, or
- * wait (bounded backoff, re-reading) for the lease holder's value. */
+ * wait (bounded backoff, re-reading) for the lease holder's value. A lease the
+ * read already saw live is not asked for: that round trip could only lose. */
 static int load_or_wait(call *k, xf__entry *e) {
   xf_client *c = k->c;
   int64_t give_up_ms = xf__now_ms() + k->p->wait_ms;
   int64_t backoff_ms = BACKOFF_FIRST_MS;
-  int waited = 0;
+  int rc;
   c->stats.misses++;
-  for (;;) {
-    int stale_ok = e->value && -e->remaining_ms <= k->p->stale_ms;
-    char token[40];
-    int64_t now_ms;
-    xf__lease_result won;
-    xf__entry newer;
-    int rc = xf__entry_lease(c, k->key, k->keylen, k->p->lease_ms, e->expiry_ms, token,
-                             &now_ms, &won, &newer);
-    if (rc != XF_OK) { /* the lease cannot be taken: degrade, never block */
-      xf__entry_free(e);
-      return is_unreachable(rc) || rc == XF_EREDIS ? load_uncached(k) : rc;
-    }
-    if (won == XF_LEASE_NEWER) {
-      xf__entry_free(e);
-      return serve_entry(k, &newer, XF_SOURCE_CACHE);
-    }
-    if (won == XF_LEASE_WON) {
-      rc = load_and_store(k, token, now_ms);
-      return rc == XF_ELOADER ? after_load_error(k, e) : (xf__entry_free(e), rc);
-    }
-    c->stats.lease_lost++;
-    if (stale_ok)
+  for (int round = 0;; round++) {
+    if (!e->lease_live && take_lease_and_load(k, e, &rc) == LEASE_DONE)
+      return rc;
+    if (round == 0)
+      c->stats.lease_lost++;
+    if (e->value && -e->remaining_ms <= k->p->stale_ms)
       return serve_entry(k, e, XF_SOURCE_STALE);
+    xf__entry_free(e);
     int64_t left_ms = give_up_ms - xf__now_ms();
     if (left_ms <= 0) {
-      xf__entry_free(e);
       if (k->p->on_wait_timeout == XF_WAIT_FAIL)
         return xf__fail(c, XF_ETIMEDOUT, "waited %lld ms for another caller's loader",
                         (long long)k->p->wait_ms);
-      return load_and_store(k, "", now_ms);
+      return load_and_store(k, "", -1); /* written as of its write time */
     }
-    c->stats.waits += !waited;
-    waited = 1;
+    if (round == 0)
+      c->stats.waits++;
     sleep_ms(backoff_ms < left_ms ? backoff_ms : left_ms);
     backoff_ms = backoff_ms * 3 / 2 < BACKOFF_MAX_MS ? backoff_ms * 3 / 2 : BACKOFF_MAX_MS;
-    xf__entry_free(e);
     rc = xf__entry_read(c, k->key, k->keylen, e);
     if (rc != XF_OK)
       return is_unreachable(rc) ? load_uncached(k) : rc;

@@ -23,8 +23,20 @@ static void put_entry(redisContext *r, const char *key, const char *value, long 
   freeReplyObject(xft_cmd(r, "PEXPIRE %s %lld", key, pttl_ms));
 }
 
+/* How many times the server ran cmd (INFO commandstats). */
+static long long command_calls(redisContext *r, const char *cmd) {
+  redisReply *rep = xft_cmd(r, "INFO commandstats");
+  char needle[64];
+  snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
+  const char *at = strstr(rep->str, needle);
+  long long n = at ? atoll(at + strlen(needle)) : 0;
+  freeReplyObject(rep);
+  return n;
+}
+
 static void hold_lease(redisContext *r, const char *key, long long for_ms) {
-  freeReplyObject(xft_cmd(r, "HSET %s l other-holder:%lld", key, xft_server_ms(r) + for_ms));
+  freeReplyObject(
+      xft_cmd(r, "HSET %s l other-holder:%lld", key, xft_server_ms(r) + for_ms));
   if (xft_int(r, "PTTL %s", key) < 0)
     freeReplyObject(xft_cmd(r, "PEXPIRE %s %lld", key, for_ms));
 }
@@ -498,6 +510,38 @@ Test(xfetch, command_timeout_fails_open_instead_of_hanging) {
   cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
   xf_value_free(&v);
   freeReplyObject(xft_cmd(r, "CLIENT UNPAUSE"));
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(xfetch, a_live_lease_seen_by_the_read_costs_no_second_round_trip) {
+  xft_server s; /* private: counts the server's commands */
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  redisContext *r = xft_redis_port(s.port);
+  put_entry(r, "flow:rt-stale", "stale", 1000, -50, 10000);
+  hold_lease(r, "flow:rt-stale", 5000);
+  put_entry(r, "flow:rt-early", "current", 1000, 30000, 30000);
+  hold_lease(r, "flow:rt-early", 5000);
+  xf_client *c = xft_client_port(s.port, 1);
+  xf_policy p = XF_POLICY_INIT;
+  p.stale_ms = 10000;
+  xft_loader l = {.value = "new"};
+  xf_value v;
+  cr_assert_eq(get(c, "flow:rt-warm-up", &p, &l, &v), XF_OK); /* loads the scripts */
+  xf_value_free(&v);
+  l.calls = 0;
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  cr_assert_eq(get(c, "flow:rt-stale", &p, &l, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_STALE);
+  xf_value_free(&v);
+  p.beta = INFINITY;
+  cr_assert_eq(get(c, "flow:rt-early", &p, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "current");
+  xf_value_free(&v);
+  cr_expect_eq(command_calls(r, "evalsha_ro"), 2, "one read each");
+  cr_expect_eq(command_calls(r, "evalsha"), 0, "no lease attempt that could only lose");
+  cr_expect_eq(l.calls, 0);
   redisFree(r);
   xf_client_close(c);
   xft_server_stop(&s);
