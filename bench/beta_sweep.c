@@ -25,7 +25,7 @@ int sc_beta_sweep(const bench_env *e, scenario_out *out) {
   static const double betas[] = {0.5, 1, 1.5, 2, 4};
   int keys = 4, clients = 48;
   double per_key = 1000; /* requests/s on each key */
-  double dur = q ? 1.5 : 10.0, d_s = 0.1;
+  double dur = q ? 1.2 : 10.0, d_s = 0.1;
   out->name = "beta_sweep";
   snprintf(
       out->params, sizeof out->params,

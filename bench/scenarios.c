@@ -43,7 +43,7 @@ int run_one(const bench_env *e, run_spec *s, int first, int count, int64_t ttl_m
 int sc_hot_key(const bench_env *e, scenario_out *out) {
   int q = e->cfg->quick;
   int clients = e->cfg->clients > 0 ? e->cfg->clients : q ? 16 : 32;
-  int64_t ttl = q ? 800 : 2000;
+  int64_t ttl = q ? 600 : 2000;
   int expiries = q ? 2 : 10;
   double dur = 0.3 + (expiries + 0.6) * (double)ttl / 1000.0;
   out->name = "hot_key";
@@ -93,7 +93,7 @@ int sc_mass_expiry(const bench_env *e, scenario_out *out) {
   int q = e->cfg->quick;
   int keys = q ? 2000 : 10000, clients = q ? 48 : 128;
   double rate = q ? 1000 : 2000;
-  int64_t ttl = q ? 600 : 2000;
+  int64_t ttl = q ? 500 : 2000;
   double dur = (double)ttl / 1000.0 * 1.75, jitters[] = {0, 0.3};
   out->name = "mass_expiry";
   snprintf(out->params, sizeof out->params,

@@ -12,7 +12,7 @@
 
 #include "bench.h"
 
-#define START_LEAD_US 250000 /* time to fork and connect before the epoch */
+#define START_LEAD_US 200000 /* time to fork and connect before the epoch */
 
 typedef struct keys {
   int n;
@@ -109,7 +109,7 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
   arena_reset(a);
   a->epoch_us = now_us() + START_LEAD_US;
   pid_t *pids = calloc((size_t)s->clients, sizeof *pids);
-  int failed = 0, tty = isatty(2);
+  int failed = 0, tty = isatty(2), ticks = 0;
   fflush(NULL);
   for (int i = 0; i < s->clients; i++) {
     pids[i] = fork();
@@ -130,9 +130,9 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
         }
       continue;
     }
-    if (tty)
+    if (tty && ++ticks % 4 == 0)
       progress(s, a, label);
-    sleep_us(200000);
+    sleep_us(50000);
   }
   if (tty)
     fprintf(stderr, "\r\033[K");
