@@ -158,10 +158,15 @@ int xf__command(xf_client *c, int argc, const char **argv, const size_t *lens,
   int rc = ensure_connected(c);
   if (rc != XF_OK)
     return rc;
+  if (xf__resp_encode(&c->request, argc, argv, lens) != 0)
+    return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", argc);
+  void *reply_ptr = NULL;
   sigpipe_guard guard;
   sigpipe_block(&guard);
-  redisReply *r = redisCommandArgv(c->ctx, argc, argv, lens);
+  if (redisAppendFormattedCommand(c->ctx, c->request.data, c->request.len) == REDIS_OK)
+    redisGetReply(c->ctx, &reply_ptr);
   sigpipe_restore(&guard);
+  redisReply *r = reply_ptr;
   if (!r) {
     int oom = c->ctx->err == REDIS_ERR_OOM;
     rc = xf__fail(c, oom ? XF_ENOMEM : XF_EIO, "%s: %s", argv[0], c->ctx->errstr);
@@ -267,6 +272,7 @@ void xf_client_close(xf_client *c) {
   free(c->password);
   free(c->prefix);
   free(c->keybuf);
+  xf__buf_free(&c->request);
   free(c);
 }
 

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "pcg.h"
+#include "resp.h"
 #include "xfetch.h"
 
 struct xf_client {
@@ -16,7 +17,8 @@ struct xf_client {
   size_t max_key_len, max_value_len;
   char *prefix;
   size_t prefix_len;
-  char *keybuf; /* prefix + key of the call in progress */
+  xf__buf request; /* the RESP encoding of the command being sent */
+  char *keybuf;    /* prefix + key of the call in progress */
   size_t keycap;
   pid_t pid;              /* the process that owns ctx (fork detection) */
   int64_t retry_after_ms; /* circuit breaker: no reconnect before this */

@@ -1,0 +1,61 @@
+/* RESP request encoding: *<argc>\r\n then $<len>\r\n<bytes>\r\n per argument. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "resp.h"
+
+/* Writes "<prefix><n>\r\n" at out; returns the bytes written (at most 23). */
+static size_t put_header(char *out, char prefix, size_t n) {
+  char digits[20];
+  size_t d = 0;
+  do {
+    digits[d++] = (char)('0' + n % 10);
+    n /= 10;
+  } while (n);
+  size_t at = 0;
+  out[at++] = prefix;
+  while (d)
+    out[at++] = digits[--d];
+  out[at++] = '\r';
+  out[at++] = '\n';
+  return at;
+}
+
+static int reserve(xf__buf *buf, size_t need) {
+  if (need <= buf->cap)
+    return 0;
+  size_t cap = buf->cap ? buf->cap : 256;
+  while (cap < need)
+    cap *= 2;
+  char *data = realloc(buf->data, cap);
+  if (!data)
+    return -1;
+  buf->data = data;
+  buf->cap = cap;
+  return 0;
+}
+
+int xf__resp_encode(xf__buf *buf, int argc, const char **argv, const size_t *lens) {
+  size_t need = 23;
+  for (int i = 0; i < argc; i++)
+    need += 23 + lens[i] + 2;
+  if (reserve(buf, need) != 0)
+    return -1;
+  char *out = buf->data;
+  size_t at = put_header(out, '*', (size_t)argc);
+  for (int i = 0; i < argc; i++) {
+    at += put_header(out + at, '$', lens[i]);
+    memcpy(out + at, argv[i], lens[i]);
+    at += lens[i];
+    out[at++] = '\r';
+    out[at++] = '\n';
+  }
+  buf->len = at;
+  return 0;
+}
+
+void xf__buf_free(xf__buf *buf) {
+  free(buf->data);
+  buf->data = NULL;
+  buf->len = buf->cap = 0;
+}

@@ -1,0 +1,19 @@
+/* RESP request encoding into a reusable buffer (hiredis 0.14 formats each
+ * command with sdscatfmt, which costs more than the rest of a cache hit). */
+#ifndef XF_RESP_H
+#define XF_RESP_H
+
+#include <stddef.h>
+
+typedef struct xf__buf {
+  char *data;
+  size_t len, cap;
+} xf__buf;
+
+/* Encodes argv as a RESP array of bulk strings into buf (replacing its
+ * contents). Returns 0, or -1 when out of memory. */
+int xf__resp_encode(xf__buf *buf, int argc, const char **argv, const size_t *lens);
+
+void xf__buf_free(xf__buf *buf);
+
+#endif
