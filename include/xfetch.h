@@ -199,6 +199,12 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
 XF_EXPORT int xf_set(xf_client *c, const char *key, size_t keylen, const void *data,
                      size_t len, const xf_policy *policy);
 
+/* Checks that Redis answers (PING), connecting first if needed: a readiness
+ * probe, or the way to surface a lazy_connect client's connection error.
+ * Returns XF_OK, or XF_ECONNECT / XF_EAUTH / XF_EIO / XF_EREDIS with the detail
+ * on the client. */
+XF_EXPORT int xf_ping(xf_client *c);
+
 /* Removes key's entry (value and lease). Returns XF_OK whether or not it
  * existed. */
 XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);

@@ -276,6 +276,23 @@ void xf_client_close(xf_client *c) {
   free(c);
 }
 
+int xf_ping(xf_client *c) {
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  const char *argv[] = {"PING"};
+  size_t lens[] = {4};
+  redisReply *r;
+  int rc = xf__command(c, 1, argv, lens, &r);
+  if (rc != XF_OK)
+    return rc;
+  if (r->type == REDIS_REPLY_ERROR)
+    rc = xf__fail(c, strncmp(r->str, "NOAUTH", 6) == 0 ? XF_EAUTH : XF_EREDIS, "PING: %s",
+                  r->str);
+  freeReplyObject(r);
+  return rc;
+}
+
 const char *xf_errmsg(const xf_client *c) { return c ? c->errstr : "client is NULL"; }
 
 int xf_loader_error(const xf_client *c) { return c ? c->loader_rc : 0; }

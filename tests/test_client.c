@@ -12,6 +12,19 @@ Test(client, open_and_close_defaults_to_given_port) {
   xf_client_close(c);
 }
 
+Test(client, ping_after_the_server_went_away_is_an_error) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_client *c = xft_client_port(s.port, 0);
+  cr_expect_eq(xf_ping(c), XF_OK);
+  xft_server_stop(&s);
+  int rc = xf_ping(c);
+  cr_expect(rc == XF_EIO || rc == XF_ECONNECT, "rc %s", xf_errname(rc));
+  cr_expect_neq(xf_errmsg(c)[0], '\0');
+  cr_expect_eq(xf_ping(NULL), XF_EINVAL);
+  xf_client_close(c);
+}
+
 Test(client, close_and_free_accept_null) {
   xf_client_close(NULL);
   xf_value_free(NULL);
@@ -40,6 +53,7 @@ Test(client, lazy_connect_opens_without_redis_and_fails_open) {
   xf_value_free(&v);
   cr_expect_eq(xf_delete(c, "client:lazy", 11), XF_ECONNECT);
   cr_expect(strstr(xf_errmsg(c), "127.0.0.1:1") != NULL, "'%s'", xf_errmsg(c));
+  cr_expect_eq(xf_ping(c), XF_ECONNECT);
   xf_client_close(c);
 }
 
@@ -50,6 +64,7 @@ Test(client, lazy_connect_connects_on_first_call) {
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   xf_policy p = XF_POLICY_INIT;
+  cr_expect_eq(xf_ping(c), XF_OK, "%s", xf_errmsg(c));
   cr_expect_eq(xf_set(c, "client:lazy2", 12, "x", 1, &p), XF_OK, "%s", xf_errmsg(c));
   xf_client_close(c);
 }

@@ -79,6 +79,7 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
                       xf_loader_fn loader, void *loader_ud, xf_value *out);
 int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_t len,
            const xf_policy *policy);
+int xf_ping(xf_client *c);
 int xf_delete(xf_client *c, const char *key, size_t keylen);
 
 typedef struct xf_stats {

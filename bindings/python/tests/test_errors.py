@@ -97,6 +97,7 @@ def test_connect_refused_raises_connection_error():
     assert info.value.code == xfetch.lib.XF_ECONNECT == -3
     assert isinstance(info.value, ConnectionError)  # the builtin too
     assert "connect" in info.value.message
+    assert "refused" in info.value.message  # the cause, not just the code
 
 
 def test_wait_timeout_fail_raises_timeout_error(cache, server, prefix):

@@ -194,7 +194,7 @@ class Cache:
         # fails open and its circuit breaker spares the connect timeouts.
         out = ffi.new("xf_client **")
         opts = ffi.new("xf_options *", self._opts[0])
-        opts.lazy_connect = int(lazy)
+        opts.lazy_connect = 1
         with self._lock:
             if self._seeded:  # reproducible, yet distinct draws per connection
                 opts.seed = (self._opts.seed + 0x9E3779B97F4A7C15 * self._opened) % 2**64 or 1
@@ -202,7 +202,10 @@ class Cache:
         rc = lib.xf_client_open(out, opts)
         if rc != 0:
             raise error_for(rc)
-        conn = _Conn(ffi.gc(out[0], lib.xf_client_close), self._gen)
+        ptr = ffi.gc(out[0], lib.xf_client_close)
+        if not lazy:  # connect now, keeping the detail of a failure
+            check(lib.xf_ping(ptr), ptr)
+        conn = _Conn(ptr, self._gen)
         with self._lock:
             self._all.add(conn)
         return conn
