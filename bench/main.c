@@ -225,6 +225,7 @@ int main(int argc, char **argv) {
          "%s -> %s\n",
          n, (double)(now_us() - t0) / 1e6, t.version, t.host, t.port, load0, load1);
   report_table(stdout, sc, n);
+  report_summary(stdout, sc, n);
   fflush(stdout);
   char machine[1024];
   machine_json(machine, sizeof machine, &t, cfg.quick, load0);

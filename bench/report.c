@@ -47,6 +47,54 @@ void report_table(FILE *f, const scenario_out *sc, int n) {
   }
 }
 
+static const result *pick(const scenario_out *sc, int n, const char *name, strategy st,
+                          int nth) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; !strcmp(sc[i].name, name) && j < sc[i].nresults; j++)
+      if (sc[i].results[j].strat == st && nth-- == 0)
+        return &sc[i].results[j];
+  return NULL;
+}
+
+/* The figures people ask about, next to what XFetch + a lease should give. */
+void report_summary(FILE *f, const scenario_out *sc, int n) {
+  const result *x = pick(sc, n, "hot_key", ST_XFETCH, 0),
+               *nv = pick(sc, n, "hot_key", ST_NAIVE, 0);
+  fprintf(f, "\nsummary\n");
+  if (x)
+    fprintf(
+        f,
+        "  hot_key xfetch: %.2f loads/expiry (max %d) over %d expiries, cold start %.0f, "
+        "waited %.2f%% after cold start, stale %.2f%%, p99 in expiry windows %.3f ms = "
+        "%.2fx steady state (%.3f ms)\n",
+        x->loads_per_expiry, x->max_loads_per_expiry, x->expiries, x->cold_loads,
+        x->waited_pct, x->stale_pct, x->win_p99_ms,
+        x->steady_p99_ms > 0 ? x->win_p99_ms / x->steady_p99_ms : 0, x->steady_p99_ms);
+  if (nv)
+    fprintf(f, "  hot_key naive: %.2f loads/expiry with %d clients\n", nv->loads_per_expiry,
+            nv->connections);
+  for (int k = 0; k < 2; k++) {
+    const result *g = pick(sc, n, "hit_overhead", ST_RAW_GET, k);
+    const result *h = pick(sc, n, "hit_overhead", ST_XFETCH, k);
+    if (g && h && g->p50_ms > 0)
+      fprintf(f,
+              "  hit_overhead %d conn: xfetch/raw_get p50 %.3f/%.3f ms = %.2fx, throughput "
+              "%.0f/%.0f req/s, server %.2f/%.2f us per request\n",
+              g->connections, h->p50_ms, g->p50_ms, h->p50_ms / g->p50_ms,
+              h->throughput_rps, g->throughput_rps, h->server_usec_per_call,
+              g->server_usec_per_call);
+  }
+  for (int k = 0; k < 8; k++) {
+    const result *b = pick(sc, n, "beta_sweep", ST_XFETCH_NOLEASE, k);
+    if (b)
+      fprintf(f,
+              "  beta %-3g: loads/expiry %.2f (theory e^(1/beta) %.2f), refresh %.0f ms "
+              "before expiry (theory %.0f) over %d expiries\n",
+              b->beta, b->loads_per_expiry, b->theory_loads_per_expiry, b->early_ms,
+              b->theory_early_ms, b->expiries);
+  }
+}
+
 static void num(FILE *f, const char *k, double v, int last) {
   if (isfinite(v))
     fprintf(f, "\"%s\": %.6g%s", k, v, last ? "" : ", ");

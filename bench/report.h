@@ -56,6 +56,7 @@ void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent,
 void result_free(result *r);
 
 void report_table(FILE *f, const scenario_out *sc, int n);
+void report_summary(FILE *f, const scenario_out *sc, int n);
 int report_json(const char *path, const char *machine_json, const scenario_out *sc, int n);
 int plot_all(const char *dir, const scenario_out *sc, int n);
 
