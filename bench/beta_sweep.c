@@ -23,8 +23,8 @@
 int sc_beta_sweep(const bench_env *e, scenario_out *out) {
   int q = e->cfg->quick;
   static const double betas[] = {0.5, 1, 1.5, 2, 4};
-  int keys = 4, clients = 48;
-  double per_key = 1000; /* requests/s on each key */
+  int keys = 4, clients = 128; /* many, so workers busy loading barely thin arrivals */
+  double per_key = 1000;       /* requests/s on each key */
   double dur = q ? 1.2 : 10.0, d_s = 0.1;
   out->name = "beta_sweep";
   snprintf(
