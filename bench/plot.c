@@ -50,7 +50,13 @@ static int timeline(const char *dir, const char *file, const scenario_out *s, in
 
 static void loads_panel(FILE *gp, const scenario_out *s, const char *dat, int from, int to,
                         const char *title) {
-  fprintf(gp, "set multiplot layout %d,1 title '%s'\n", to - from, title);
+  int top = 1;
+  for (int j = from; j < to; j++)
+    top =
+        s->results[j].peak_loads_per_100ms > top ? s->results[j].peak_loads_per_100ms : top;
+  /* One scale for every panel, so 1 load looks small next to 32. */
+  fprintf(gp, "set yrange [0:%d]\nset multiplot layout %d,1 title '%s'\n",
+          top + top / 10 + 1, to - from, title);
   for (int j = from; j < to; j++) {
     const result *r = &s->results[j];
     fprintf(gp,
@@ -96,15 +102,18 @@ static void hot_key(const char *dir, FILE *gp, const scenario_out *s) {
 }
 
 static void mass_expiry(const char *dir, FILE *gp, const scenario_out *s) {
-  int half = s->nresults / 2;
+  int half = s->nresults / 2, top = 1;
+  for (int j = 0; j < s->nresults; j++)
+    top =
+        s->results[j].peak_loads_per_100ms > top ? s->results[j].peak_loads_per_100ms : top;
   if (timeline(dir, "mass_expiry-loads.dat", s, 0, s->nresults) != 0)
     return;
   fprintf(gp,
           "set terminal pngcairo size 1100,%d font ',10' noenhanced\nset output "
-          "'mass_expiry-loads.png'\nset yrange [0:*]\n"
+          "'mass_expiry-loads.png'\nset yrange [0:%d]\n"
           "set multiplot layout %d,2 columnsfirst title 'mass_expiry: loader calls per "
           "100 ms, left without jitter, right with jitter'\n",
-          150 * half + 40, half);
+          150 * half + 40, top + top / 10 + 1, half);
   for (int j = 0; j < s->nresults; j++)
     fprintf(gp,
             "plot 'mass_expiry-loads.dat' using 1:%d with impulses lw 2 lc rgb '%s' "
@@ -132,7 +141,7 @@ static void beta_sweep(const char *dir, FILE *gp, const scenario_out *s) {
           "set multiplot layout 1,2 title 'beta_sweep: pure XFetch (no lease), Poisson "
           "arrivals'\nset xlabel 'beta'\nset ylabel 'loads per expiry'\nset yrange [0:*]\n"
           "set xrange [0.3:4.2]\nset samples 200\n"
-          "plot exp(1/x) with lines lw 2 title 'theory e^{1/beta}', 'beta_sweep.dat' "
+          "plot exp(1/x) with lines lw 2 title 'theory e^(1/beta)', 'beta_sweep.dat' "
           "using 1:2 with linespoints pt 7 ps 1.5 title 'measured mean', '' using 1:3 with "
           "points pt 2 title 'measured max'\n"
           "set ylabel 'refresh lands before expiry (ms)'\n"
