@@ -6,6 +6,7 @@ usage: check_json.py bench.json [plots_dir]"""
 import json
 import math
 import os
+import shutil
 import sys
 
 REQUIRED = ["loads_per_expiry", "max_loads_per_expiry", "cold_loads", "waited_pct",
@@ -67,7 +68,7 @@ def main():
         for r in beta.get("results", []):
             if not isinstance(r.get("theory_loads_per_expiry"), (int, float)):
                 errors.append("beta_sweep: theory_loads_per_expiry missing")
-    if len(sys.argv) > 2:
+    if len(sys.argv) > 2 and shutil.which("gnuplot"):
         for p in PLOTS:
             path = os.path.join(sys.argv[2], p)
             if not os.path.isfile(path) or os.path.getsize(path) == 0:

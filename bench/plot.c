@@ -166,6 +166,10 @@ int plot_all(const char *dir, const scenario_out *sc, int n) {
   if ((s = find(sc, n, "beta_sweep")) && s->nresults > 0)
     beta_sweep(dir, gp, s);
   fclose(gp);
+  if (system("command -v gnuplot > /dev/null 2>&1") != 0) {
+    fprintf(stderr, "xfetch-bench: no gnuplot on PATH: data and plots.gp are in %s\n", dir);
+    return 0;
+  }
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot plots.gp", dir);
   int rc = system(cmd);
