@@ -91,7 +91,6 @@ static void episodes(const run_spec *s, load_event *ev, size_t n, int cold_absen
   double early_sum = 0;
   int early_n = 0, cold_sum = 0;
   long total = 0;
-  (void)s;
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
     int64_t first_end = ev[i].end_us ? ev[i].end_us : ev[i].start_us, end = first_end;
@@ -116,14 +115,18 @@ static void episodes(const run_spec *s, load_event *ev, size_t n, int cold_absen
       r->max_loads_per_expiry =
           count > r->max_loads_per_expiry ? count : r->max_loads_per_expiry;
       r->hist[count < HIST_MAX ? count : HIST_MAX]++;
-      if (ev[i].remaining_ms != INT32_MIN)
+      if (ev[i].remaining_ms != INT32_MIN) {
         early_sum += ev[i].remaining_ms, early_n++;
+        if (s->beta > 0)
+          r->mean_trigger_p += exp(-ev[i].remaining_ms / (s->beta * s->loader_ms));
+      }
     }
     i = j;
   }
   r->loads_per_expiry = r->expiries ? (double)total / r->expiries : 0;
   r->cold_loads = r->cold_episodes ? (double)cold_sum / r->cold_episodes : 0;
   r->early_ms = early_n ? early_sum / early_n : NAN;
+  r->mean_trigger_p = early_n ? r->mean_trigger_p / early_n : NAN;
   merge(win);
   merge(cold);
 }
@@ -244,6 +247,7 @@ void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent,
   double dur = s->rounds > 0 ? wall_s : s->duration_s;
   r->throughput_rps = dur > 0 ? (double)r->requests / dur : 0;
   r->server_usec_per_call = NAN, r->theory_loads_per_expiry = NAN, r->theory_early_ms = NAN;
+  r->theory_given_r0 = NAN;
   free(ev), free(win.v), free(cold.v);
 }
 

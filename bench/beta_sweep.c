@@ -55,6 +55,7 @@ int sc_beta_sweep(const bench_env *e, scenario_out *out) {
       return -1;
     r->theory_loads_per_expiry = exp(1 / b);
     r->theory_early_ms = b * d_s * 1000 * (log(lbd) + EULER_GAMMA);
+    r->theory_given_r0 = 1 + lbd * r->mean_trigger_p * (exp(1 / b) - 1);
   }
   return 0;
 }

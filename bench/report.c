@@ -87,11 +87,13 @@ void report_summary(FILE *f, const scenario_out *sc, int n) {
   for (int k = 0; k < 8; k++) {
     const result *b = pick(sc, n, "beta_sweep", ST_XFETCH_NOLEASE, k);
     if (b)
-      fprintf(f,
-              "  beta %-3g: loads/expiry %.2f (theory e^(1/beta) %.2f), refresh %.0f ms "
-              "before expiry (theory %.0f) over %d expiries\n",
-              b->beta, b->loads_per_expiry, b->theory_loads_per_expiry, b->early_ms,
-              b->theory_early_ms, b->expiries);
+      fprintf(
+          f,
+          "  beta %-3g: loads/expiry %.2f (theory e^(1/beta) %.2f; %.2f given the "
+          "measured first triggers), refresh %.0f ms before expiry (theory %.0f) over %d "
+          "expiries\n",
+          b->beta, b->loads_per_expiry, b->theory_loads_per_expiry, b->theory_given_r0,
+          b->early_ms, b->theory_early_ms, b->expiries);
   }
 }
 
@@ -140,6 +142,7 @@ static void result_json(FILE *f, const result *r) {
   num(f, "server_usec_per_call", r->server_usec_per_call, 0);
   num(f, "theory_loads_per_expiry", r->theory_loads_per_expiry, 0);
   num(f, "theory_early_ms", r->theory_early_ms, 0);
+  num(f, "theory_given_first_trigger", r->theory_given_r0, 0);
   fprintf(f, "\"loads_per_expiry_hist\": {");
   int first = 1;
   for (int k = 1; k <= HIST_MAX; k++)

@@ -35,10 +35,14 @@ typedef struct result {
   int *buckets; /* loader calls started per BUCKET_MS */
   /* XFetch timing: how early the refresh landed (ms before expiry) */
   double early_ms;
+  double mean_trigger_p; /* mean of exp(-r0/(beta delta)) at the first trigger */
   /* hit_overhead */
   double server_usec_per_call;
   /* beta_sweep theory */
   double theory_loads_per_expiry, theory_early_ms;
+  /* 1 + H(r0) (e^(1/beta) - 1) averaged over the measured first triggers r0:
+   * the theory with the first trigger's randomness taken out */
+  double theory_given_r0;
 } result;
 
 typedef struct scenario_out {
