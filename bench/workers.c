@@ -119,7 +119,7 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
     }
     failed += pids[i] < 0;
   }
-  for (int left = s->clients; left > 0;) {
+  for (int left = s->clients - failed; left > 0;) {
     int status;
     pid_t p = waitpid(-1, &status, WNOHANG);
     if (p > 0) {
