@@ -18,8 +18,13 @@ static void extra(char *buf, size_t n, const char *scenario, const result *r) {
     snprintf(buf, n,
              "beta %-3g loads/exp theory %5.2f  early ms theory %4.0f measured %4.0f",
              r->beta, r->theory_loads_per_expiry, r->theory_early_ms, r->early_ms);
-  else if (!strcmp(scenario, "hot_key") || !strcmp(scenario, "cold_start"))
-    snprintf(buf, n, "%d expiries, waited %.1f%% at cold start, mean wait %.0f ms",
+  else if (r->strat == ST_RAW_GET)
+    snprintf(buf, n, "the hit-path floor (no loader)");
+  else if (!strcmp(scenario, "cold_start"))
+    snprintf(buf, n, "max %d loads in a round; waiters waited %.0f ms (max %.0f)",
+             r->cold_max, r->wait_mean_ms, r->wait_max_ms);
+  else if (!strcmp(scenario, "hot_key"))
+    snprintf(buf, n, "%d expiries; waits: %.1f%% at cold start, %.0f ms mean after",
              r->expiries, r->cold_waited_pct, r->wait_mean_ms);
 }
 
