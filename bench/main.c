@@ -191,12 +191,12 @@ int main(int argc, char **argv) {
   }
   cfg.run_id = (unsigned)(now_us() ^ ((uint64_t)getpid() << 16));
   signal(SIGPIPE, SIG_IGN);
-  target t;
-  if (url ? target_parse_url(&t, url) : target_start_server(&t))
-    return 1;
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  target t;
+  if (url ? target_parse_url(&t, url) : target_start_server(&t))
+    return 1;
   int rc = 1;
   redisContext *rcx = target_connect(&t, 5000);
   g_arena = arena_create(16u << 20, 4u << 20);

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,6 +67,9 @@ static int spawn(target *t) {
     int null = open("/dev/null", O_RDWR);
     dup2(null, 0), dup2(null, 1);
     setpgid(0, 0); /* Ctrl-C reaches the bench, which stops the server itself */
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* and if the bench is killed outright */
+#endif
     execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
            "", "--appendonly", "no", "--dir", t->dir, "--logfile", log, "--daemonize", "no",
            "--maxclients", "4000", (char *)NULL);
