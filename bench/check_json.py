@@ -25,8 +25,12 @@ PLOTS = ["hot_key-loads.png", "hot_key-latency.png", "mass_expiry-loads.png",
 
 def main():
     errors = []
-    with open(sys.argv[1]) as f:
-        doc = json.load(f)
+    try:
+        with open(sys.argv[1]) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"check_json: cannot read {sys.argv[1]}: {e}", file=sys.stderr)
+        return 1
     machine = doc.get("machine")
     if not isinstance(machine, dict) or "cpu" not in machine or "redis_version" not in machine:
         errors.append("machine: missing or incomplete")

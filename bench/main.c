@@ -1,10 +1,12 @@
 /* xfetch-bench: options, the Redis under test, the scenarios in order, then
  * the table, the JSON and the plots. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +129,44 @@ static void cleanup_keys(redisContext *rc, unsigned run_id) {
   }
 }
 
+/* mkdir -p */
+static int make_dirs(const char *path) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -1;
+      *p = '/';
+    }
+  return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Fail before a run of minutes, not after it, when an output cannot be written. */
+static int prepare_outputs(const char *json, const char *out, int plots) {
+  if (plots && make_dirs(out) != 0) {
+    fprintf(stderr, "xfetch-bench: cannot create %s: %s\n", out, strerror(errno));
+    return -1;
+  }
+  if (!json)
+    return 0;
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", json);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = '\0';
+    make_dirs(dir);
+  }
+  FILE *f = fopen(json, "a");
+  if (!f) {
+    fprintf(stderr, "xfetch-bench: cannot write %s: %s\n", json, strerror(errno));
+    return -1;
+  }
+  fclose(f);
+  return 0;
+}
+
 static int wanted(const char *list, const char *name) {
   if (!list)
     return 1;
@@ -189,6 +229,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (prepare_outputs(json, out, plots) != 0)
+    return 1;
   cfg.run_id = (unsigned)(now_us() ^ ((uint64_t)getpid() << 16));
   signal(SIGPIPE, SIG_IGN);
   struct sigaction sa = {.sa_handler = on_signal};
