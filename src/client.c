@@ -1,11 +1,12 @@
 /* Options, connect and reconnect (timeouts, AUTH, SELECT), the circuit
  * breaker, and the handle's error state. */
 #include <errno.h>
-#include <signal.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,38 +50,20 @@ static uint64_t random_u64(void) {
   return v;
 }
 
-/* hiredis 0.14 writes with write(2): a peer that closed the socket would raise
- * SIGPIPE and kill the process. Block it for the call and swallow any that
- * became pending, without touching the process-wide disposition. */
-typedef struct {
-  sigset_t old;
-  int was_pending;
-} sigpipe_guard;
+/* Fork detection without a syscall per command: the child bumps this. */
+static unsigned long fork_generation;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static void sigpipe_block(sigpipe_guard *g) {
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  sigpending(&pending);
-  g->was_pending = sigismember(&pending, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
+static void on_fork_child(void) {
+  __atomic_add_fetch(&fork_generation, 1, __ATOMIC_RELAXED);
 }
 
-static void sigpipe_restore(sigpipe_guard *g) {
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  sigpending(&pending);
-  if (!g->was_pending && sigismember(&pending, SIGPIPE)) {
-    struct timespec zero = {0, 0};
-    while (sigtimedwait(&pipe, NULL, &zero) == -1 && errno == EINTR)
-      ;
-  }
-  pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+static unsigned long current_fork_generation(void) {
+  return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
 }
 
-/* Remembers why the connection went away, for the breaker's message (the
- * handle's errstr is cleared by every call). */
 static void drop_connection(xf_client *c) {
   memcpy(c->conn_err, c->errstr, sizeof c->conn_err);
   if (c->ctx)
@@ -90,11 +73,52 @@ static void drop_connection(xf_client *c) {
     c->retry_after_ms = xf__now_ms() + c->breaker_ms;
 }
 
+/* Sends the encoded request with MSG_NOSIGNAL, so a peer that closed the
+ * socket gives EPIPE instead of a SIGPIPE that would kill the process (hiredis
+ * 0.14 writes with write(2)). hiredis then only reads: its output buffer
+ * stays empty. Returns 0, or -1 with errno set. */
+static int send_request(xf_client *c) {
+  const char *at = c->request.data;
+  size_t left = c->request.len;
+  while (left > 0) {
+    ssize_t n = send(c->ctx->fd, at, left, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return -1;
+    at += n;
+    left -= (size_t)n;
+  }
+  return 0;
+}
+
+/* One command on the live connection. On failure *reply is NULL, the code is
+ * returned with the reason on the client; the caller drops the connection. */
+static int roundtrip(xf_client *c, int argc, const char **argv, const size_t *lens,
+                     redisReply **reply) {
+  *reply = NULL;
+  if (xf__resp_encode(&c->request, argc, argv, lens) != 0)
+    return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", argc);
+  if (send_request(c) != 0)
+    return xf__fail(c, XF_EIO, "%s: %s", argv[0],
+                    errno == EAGAIN ? "write timed out" : strerror(errno));
+  void *r = NULL;
+  if (redisGetReply(c->ctx, &r) != REDIS_OK || !r)
+    return xf__fail(c, c->ctx->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EIO, "%s: %s", argv[0],
+                    c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
+  *reply = r;
+  return XF_OK;
+}
+
 /* Runs a setup command (AUTH, SELECT) on a fresh connection. */
 static int setup_command(xf_client *c, int argc, const char **argv) {
-  redisReply *r = redisCommandArgv(c->ctx, argc, argv, NULL);
-  if (!r)
-    return xf__fail(c, XF_ECONNECT, "%s: %s", argv[0], c->ctx->errstr);
+  size_t lens[3];
+  for (int i = 0; i < argc; i++)
+    lens[i] = strlen(argv[i]);
+  redisReply *r;
+  int rc = roundtrip(c, argc, argv, lens, &r);
+  if (rc != XF_OK)
+    return xf__fail(c, XF_ECONNECT, "%s", c->errstr);
   int bad = r->type == REDIS_REPLY_ERROR;
   if (bad)
     xf__fail(c, XF_EAUTH, "%s: %s", argv[0], r->str);
@@ -108,7 +132,8 @@ static int connect_now(xf_client *c) {
                         : redisConnectWithTimeout(c->host, c->port, ctv);
   if (!c->ctx)
     return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
-  c->pid = getpid();
+  pthread_once(&atfork_once, register_atfork);
+  c->fork_generation = current_fork_generation();
   int rc = XF_OK;
   if (c->ctx->err) {
     rc = xf__fail(c, XF_ECONNECT, "connect to %s%s%d: %s",
@@ -139,7 +164,7 @@ static int connect_now(xf_client *c) {
 /* Connects if needed: after a fork the child never reuses the parent's
  * socket, and while the breaker is open no connect is attempted. */
 static int ensure_connected(xf_client *c) {
-  if (c->ctx && c->pid != getpid()) {
+  if (c->ctx && c->fork_generation != current_fork_generation()) {
     redisFree(c->ctx); /* closes only the child's copy of the descriptor */
     c->ctx = NULL;
     c->retry_after_ms = 0;
@@ -158,24 +183,12 @@ int xf__command(xf_client *c, int argc, const char **argv, const size_t *lens,
   int rc = ensure_connected(c);
   if (rc != XF_OK)
     return rc;
-  if (xf__resp_encode(&c->request, argc, argv, lens) != 0)
-    return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", argc);
-  void *reply_ptr = NULL;
-  sigpipe_guard guard;
-  sigpipe_block(&guard);
-  if (redisAppendFormattedCommand(c->ctx, c->request.data, c->request.len) == REDIS_OK)
-    redisGetReply(c->ctx, &reply_ptr);
-  sigpipe_restore(&guard);
-  redisReply *r = reply_ptr;
-  if (!r) {
-    int oom = c->ctx->err == REDIS_ERR_OOM;
-    rc = xf__fail(c, oom ? XF_ENOMEM : XF_EIO, "%s: %s", argv[0], c->ctx->errstr);
+  rc = roundtrip(c, argc, argv, lens, reply);
+  if (rc != XF_OK) {
     c->stats.redis_errors++;
     drop_connection(c); /* a hiredis context with an error cannot be reused */
-    return rc;
   }
-  *reply = r;
-  return XF_OK;
+  return rc;
 }
 
 int xf__full_key(xf_client *c, const char *key, size_t keylen, const char **out,

@@ -20,8 +20,8 @@ struct xf_client {
   xf__buf request; /* the RESP encoding of the command being sent */
   char *keybuf;    /* prefix + key of the call in progress */
   size_t keycap;
-  pid_t pid;              /* the process that owns ctx (fork detection) */
-  int64_t retry_after_ms; /* circuit breaker: no reconnect before this */
+  unsigned long fork_generation; /* of the process that owns ctx */
+  int64_t retry_after_ms;        /* circuit breaker: no reconnect before this */
   xf__pcg32 rng;
   uint64_t id;          /* random client id: lease tokens are unique fleet-wide */
   uint64_t lease_count; /* leases taken, the token's suffix */

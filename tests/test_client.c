@@ -1,5 +1,8 @@
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "fixture.h"
 
@@ -180,4 +183,55 @@ Test(client, stats_count_hits_misses_loads) {
   cr_expect_eq(st.hits, 2);
   cr_expect_eq(st.early, 0);
   xf_client_close(c);
+}
+
+static long long connections_received(redisContext *r) {
+  redisReply *rep = xft_cmd(r, "INFO stats");
+  const char *at = strstr(rep->str, "total_connections_received:");
+  long long n = at ? atoll(at + strlen("total_connections_received:")) : -1;
+  freeReplyObject(rep);
+  return n;
+}
+
+Test(client, a_closed_connection_never_raises_sigpipe) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_client *c = xft_client_port(s.port, 1);
+  cr_assert_eq(xf_ping(c), XF_OK);
+  redisContext *r = xft_redis_port(s.port);
+  freeReplyObject(xft_cmd(r, "CLIENT KILL TYPE normal SKIPME yes"));
+  xft_sleep_ms(50);
+  /* A large write keeps sending after the server's RST: EPIPE, not a signal. */
+  size_t len = 16u << 20;
+  char *big = calloc(1, len);
+  xf_policy p = XF_POLICY_INIT;
+  int rc = xf_set(c, "client:sigpipe", 14, big, len, &p);
+  cr_expect_eq(rc, XF_EIO, "rc %s: %s", xf_errname(rc), xf_errmsg(c));
+  free(big);
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(client, a_forked_child_opens_its_own_connection) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_client *c = xft_client_port(s.port, 1);
+  cr_assert_eq(xf_ping(c), XF_OK);
+  redisContext *r = xft_redis_port(s.port);
+  long long before = connections_received(r);
+  pid_t pid = fork();
+  if (pid == 0) {
+    xf_policy p = XF_POLICY_INIT;
+    _exit(xf_set(c, "client:fork", 11, "child", 5, &p) == XF_OK ? 0 : 1);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  cr_expect_eq(connections_received(r), before + 1, "the child connected anew");
+  cr_expect_eq(xf_ping(c), XF_OK, "the parent's connection is intact");
+  cr_expect_eq(connections_received(r), before + 1);
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&s);
 }
