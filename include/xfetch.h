@@ -194,8 +194,10 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
                                 void *loader_ud, xf_value *out);
 
 /* Writes a value for key as if a loader had produced it now (warm-up, or
- * write-through), with delta 0. A value being computed concurrently that
- * started earlier will not overwrite it. */
+ * write-through). The entry keeps the delta it learned from its last loader
+ * run (0 for a new entry, which is then never refreshed early in its first
+ * lifetime). A value being computed concurrently that started earlier will
+ * not overwrite it. */
 XF_EXPORT int xf_set(xf_client *c, const char *key, size_t keylen, const void *data,
                      size_t len, const xf_policy *policy);
 

@@ -95,7 +95,10 @@ static int expect_int_reply(xf_client *c, redisReply *r, const char *what, int *
 int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
                     int *written) {
   char delta[24], ttl[24], stale[24], start[24];
-  snprintf(delta, sizeof delta, "%" PRId64, w->delta_us);
+  if (w->delta_us >= 0)
+    snprintf(delta, sizeof delta, "%" PRId64, w->delta_us);
+  else
+    delta[0] = '\0';
   snprintf(ttl, sizeof ttl, "%" PRId64, w->ttl_ms);
   snprintf(stale, sizeof stale, "%" PRId64, w->stale_ms);
   if (w->start_ms >= 0)

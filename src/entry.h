@@ -37,7 +37,8 @@ typedef struct xf__write {
   const char *token; /* "" = no lease held */
   const char *data;
   size_t len;
-  int64_t delta_us, ttl_ms, stale_ms;
+  int64_t delta_us; /* <0 = keep the entry's delta */
+  int64_t ttl_ms, stale_ms;
   int64_t start_ms; /* server ms when the computation started; <0 = now */
   int negative;
 } xf__write;

@@ -362,7 +362,7 @@ int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_
     rc = xf__full_key(c, key, keylen, &full, &fulllen);
   if (rc != XF_OK)
     return rc;
-  xf__write w = {"", data, len, 0, jittered_ttl(c, p), p->stale_ms, -1, 0};
+  xf__write w = {"", data, len, -1, jittered_ttl(c, p), p->stale_ms, -1, 0};
   int written;
   return xf__entry_write(c, full, fulllen, &w, &written);
 }

@@ -52,7 +52,7 @@ Test(entry, pttl_is_ttl_without_stale_window) {
   redisContext *r = xft_redis();
   long long pttl = xft_int(r, "PTTL entry:pttl");
   cr_expect(pttl > 7000 && pttl <= 8000, "PTTL %lld", pttl);
-  cr_expect_eq(hget_ll(r, "entry:pttl", "d"), 0, "xf_set writes delta 0");
+  cr_expect_eq(hget_ll(r, "entry:pttl", "d"), 0, "a new entry's delta is 0");
   redisFree(r);
   xf_client_close(c);
 }
@@ -172,6 +172,25 @@ Test(entry, not_found_without_negative_ttl_is_not_cached) {
   cr_expect_eq(l.calls, 2);
   redisContext *r = xft_redis();
   cr_expect_eq(xft_int(r, "EXISTS entry:neg0"), 0, "lease released, nothing written");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(entry, set_keeps_the_delta_learned_by_the_loader) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "computed", .sleep_ms = 30};
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "entry:keepd", 11, &p, xft_load, &l, &v), XF_OK);
+  xf_value_free(&v);
+  redisContext *r = xft_redis();
+  long long learned = hget_ll(r, "entry:keepd", "d");
+  cr_assert_geq(learned, 30000);
+  cr_assert_eq(xf_set(c, "entry:keepd", 11, "written-through", 15, &p), XF_OK);
+  cr_expect_eq(hget_ll(r, "entry:keepd", "d"), learned);
+  redisReply *rep = xft_cmd(r, "HGET entry:keepd v");
+  cr_expect_str_eq(rep->str, "written-through");
+  freeReplyObject(rep);
   redisFree(r);
   xf_client_close(c);
 }
