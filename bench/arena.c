@@ -89,24 +89,3 @@ void arena_load_end(arena *a, long slot) {
   if (slot >= 0)
     a->loads[slot].end_us = now_us() - a->epoch_us;
 }
-
-/* PCG32 (O'Neill 2014), XSH-RR 64/32. */
-#define PCG_MULT 6364136223846793005ULL
-
-void pcg_seed(pcg *r, uint64_t seed, uint64_t stream) {
-  r->inc = (stream << 1u) | 1u;
-  r->state = 0;
-  pcg_next(r);
-  r->state += seed;
-  pcg_next(r);
-}
-
-uint32_t pcg_next(pcg *r) {
-  uint64_t old = r->state;
-  r->state = old * PCG_MULT + r->inc;
-  uint32_t x = (uint32_t)(((old >> 18u) ^ old) >> 27u);
-  uint32_t rot = (uint32_t)(old >> 59u);
-  return (x >> rot) | (x << ((32u - rot) & 31u));
-}
-
-double pcg_unit(pcg *r) { return ((double)pcg_next(r) + 1.0) / 4294967296.0; }

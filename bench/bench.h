@@ -8,6 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decide.h" /* the library's XFetch rule and PCG32 (internal headers) */
+#include "pcg.h"
+
 /* ---- strategies ------------------------------------------------------------ */
 
 typedef enum {
@@ -84,15 +87,13 @@ void arena_load_end(arena *a, long slot);
 int64_t now_us(void);
 void sleep_us(int64_t us);
 
-/* ---- PCG32 (bench's own, for key choice, arrivals and the XFetch draw) ------ */
+/* ---- PCG32: the library's own (src/pcg.h), for key choice, arrivals and the
+ * XFetch draw ---------------------------------------------------------------- */
 
-typedef struct pcg {
-  uint64_t state, inc;
-} pcg;
-
-void pcg_seed(pcg *r, uint64_t seed, uint64_t stream);
-uint32_t pcg_next(pcg *r);
-double pcg_unit(pcg *r); /* (0, 1] */
+typedef xf__pcg32 pcg;
+#define pcg_seed xf__pcg32_seed
+#define pcg_next xf__pcg32_next
+#define pcg_unit xf__pcg32_unit /* (0, 1] */
 
 /* ---- Redis target -------------------------------------------------------------- */
 

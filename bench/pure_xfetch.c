@@ -110,10 +110,10 @@ void pure_append_write(redisContext *rc, const char *key, size_t keylen, const c
   redisAppendCommandArgv(rc, 7, argv, lens);
 }
 
-/* XFetch: recompute when remaining <= -delta * beta * ln(u), u in (0, 1]. */
+/* XFetch, with the library's own rule (src/decide.c): recompute when missing,
+ * expired, or remaining <= -delta * beta * ln(u). */
 int pure_decide(pcg *r, double beta, const pure_read *e) {
   if (!e->present || e->remaining_ms <= 0)
     return 1;
-  double delta_ms = (double)e->delta_us / 1000.0;
-  return (double)e->remaining_ms <= -delta_ms * beta * log(pcg_unit(r));
+  return xf__recompute_early(r, e->remaining_ms, e->delta_us, beta);
 }
