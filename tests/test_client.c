@@ -223,7 +223,10 @@ Test(client, a_forked_child_opens_its_own_connection) {
   pid_t pid = fork();
   if (pid == 0) {
     xf_policy p = XF_POLICY_INIT;
-    _exit(xf_set(c, "client:fork", 11, "child", 5, &p) == XF_OK ? 0 : 1);
+    int rc = xf_set(c, "client:fork", 11, "child", 5, &p);
+    xf_client_close(c); /* frees the child's copies only */
+    redisFree(r);
+    _exit(rc == XF_OK ? 0 : 1);
   }
   int status;
   waitpid(pid, &status, 0);
