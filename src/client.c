@@ -64,6 +64,8 @@ static unsigned long current_fork_generation(void) {
   return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
 }
 
+/* Remembers why the connection went away, for the breaker's message (the
+ * handle's errstr is cleared by every call). */
 static void drop_connection(xf_client *c) {
   memcpy(c->conn_err, c->errstr, sizeof c->conn_err);
   if (c->ctx)
@@ -118,7 +120,7 @@ static int setup_command(xf_client *c, int argc, const char **argv) {
   redisReply *r;
   int rc = roundtrip(c, argc, argv, lens, &r);
   if (rc != XF_OK)
-    return xf__fail(c, XF_ECONNECT, "%s", c->errstr);
+    return XF_ECONNECT; /* roundtrip put the reason on the client */
   int bad = r->type == REDIS_REPLY_ERROR;
   if (bad)
     xf__fail(c, XF_EAUTH, "%s: %s", argv[0], r->str);

@@ -270,7 +270,7 @@ static int take_lease_and_load(call *k, xf__entry *e, int *rc) {
 }
 
 /* The value is missing or expired: take the lease and load, serve stale, or
- * wait (bounded backoff, re-reading) for the lease holder's value. A lease the
+ * wait (polling, see poll_interval_ms) for the lease holder's value. A lease the
  * read already saw live is not asked for: that round trip could only lose. */
 static int load_or_wait(call *k, xf__entry *e) {
   xf_client *c = k->c;
