@@ -52,7 +52,8 @@ extern "C" {
   XF_ERR(ELOADER, -8, "the loader failed")                                                 \
   XF_ERR(ENOTFOUND, -9, "not found (negative entry)")                                      \
   XF_ERR(EWRONGTYPE, -10, "the key holds a value that is not an xfetch entry")             \
-  XF_ERR(EAUTH, -11, "Redis authentication or database selection failed")
+  XF_ERR(EAUTH, -11, "Redis authentication or database selection failed")                  \
+  XF_ERR(ESUPERSEDED, -14, "not cached: a newer value or a delete won")
 
 /* Return codes. */
 enum {
@@ -92,6 +93,10 @@ typedef struct xf_options {
   int lazy_connect;       /* non-zero: xf_client_open does not connect; the
                              first call does (and fails open if Redis is
                              down), so a service can start without Redis */
+  int64_t tombstone_ms;   /* how long xf_delete's tombstone (and the one a
+                             loader's "not found" leaves) refuses the writes
+                             of computations that started before it: make it
+                             longer than your slowest loader; default 60000 */
 } xf_options;
 
 #define XF_OPTIONS_INIT                                                                    \
@@ -115,9 +120,12 @@ typedef struct xf_policy {
   int64_t stale_ms;          /* after ttl, how long a value may still be served
                                 while one caller refreshes it (0 = never) */
   int64_t stale_if_error_ms; /* past ttl, serve a stale value this long when the
-                                loader fails (bounded by stale_ms) */
+                                loader fails (independent of stale_ms: the
+                                entry stays ttl + the larger of the two) */
   int64_t negative_ttl_ms;   /* lifetime of a cached "not found"; 0 = do not
-                                cache not-found */
+                                cache not-found (a value still cached for the
+                                key is then removed: the loader said it is
+                                gone) */
   double jitter;             /* 0..1: each write shortens ttl by up to this
                                 fraction, at random, to spread mass expiry */
   xf_on_wait_timeout on_wait_timeout;
@@ -131,8 +139,10 @@ typedef enum xf_source {
   XF_SOURCE_CACHE = 0,   /* a valid cached value */
   XF_SOURCE_LOADER = 1,  /* this call ran the loader and cached the result */
   XF_SOURCE_STALE = 2,   /* past its ttl, within stale_ms / stale_if_error_ms */
-  XF_SOURCE_UNCACHED = 3 /* this call ran the loader but could not cache it
-                            (Redis unreachable or refused the write) */
+  XF_SOURCE_UNCACHED = 3 /* this call ran the loader but its value was not
+                            cached: Redis unreachable or unable to write, or
+                            the write was refused because a newer value or a
+                            delete won (stats.superseded) */
 } xf_source;
 
 /* A value returned to the caller. data is owned by the value (NUL-terminated
@@ -197,7 +207,9 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
  * write-through). The entry keeps the delta it learned from its last loader
  * run (0 for a new entry, which is then never refreshed early in its first
  * lifetime). A value being computed concurrently that started earlier will
- * not overwrite it. */
+ * not overwrite it. Returns XF_ESUPERSEDED, writing nothing, when the entry
+ * holds a value dated later than now (e.g. after the server's clock stepped
+ * back). */
 XF_EXPORT int xf_set(xf_client *c, const char *key, size_t keylen, const void *data,
                      size_t len, const xf_policy *policy);
 
@@ -208,7 +220,10 @@ XF_EXPORT int xf_set(xf_client *c, const char *key, size_t keylen, const void *d
 XF_EXPORT int xf_ping(xf_client *c);
 
 /* Removes key's entry (value and lease). Returns XF_OK whether or not it
- * existed. */
+ * existed. A delete wins over every computation that started before it: a
+ * tombstone (a hash holding only `s`, for options.tombstone_ms) refuses their
+ * writes, so "update the database, then delete the cache entry" never leaves
+ * the old value cached. */
 XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);
 
 /* Counters since the client was opened. */
@@ -223,6 +238,8 @@ typedef struct xf_stats {
   uint64_t stale;        /* stale values served */
   uint64_t uncached;     /* values returned without caching (fail open) */
   uint64_t redis_errors; /* Redis errors (replies, I/O, connect) */
+  uint64_t superseded;   /* writes refused because a newer value or a delete
+                            won (the value was returned uncached) */
 } xf_stats;
 
 /* Copies the client's counters into *out. */

@@ -1,8 +1,10 @@
 #!lua flags=no-writes
 -- read: everything the XFetch decision needs, in one round trip.
 -- KEYS[1] entry key.
--- Returns {value|nil, delta_us, remaining_ms, lease_live, negative, expiry_ms}.
--- remaining_ms is negative once the value is past its logical expiry.
+-- Returns {value|nil, delta_us, remaining_ms, lease_live, negative, expiry_ms,
+-- now_ms}. remaining_ms is negative once the value is past its logical expiry.
+-- A malformed entry (e not a time within 2^41 ms of now: nan, inf, text) is a
+-- miss; a malformed delta counts as 0, a huge one as 2^40 us.
 local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'e', 'l', 'n')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -12,7 +14,10 @@ if f[4] then
   if deadline and deadline > now then live = 1 end
 end
 local e = tonumber(f[3])
-if not f[1] or not e then
-  return {false, 0, 0, live, 0, 0}
+if not f[1] or not e or not (e > now - 2^41 and e < now + 2^41) then
+  return {false, 0, 0, live, 0, 0, now}
 end
-return {f[1], tonumber(f[2]) or 0, e - now, live, f[5] and 1 or 0, e}
+e = math.floor(e)
+local d = tonumber(f[2])
+d = (d and d > 0) and math.floor(math.min(d, 2^40)) or 0
+return {f[1], d, e - now, live, f[5] and 1 or 0, e, now}

@@ -1,10 +1,17 @@
--- write: store a computed value atomically and clear the caller's lease.
--- KEYS[1] entry key. ARGV[1] token ("" = no lease), ARGV[2] value,
+-- write: store a computed result atomically and clear the caller's lease.
+-- KEYS[1] entry key. ARGV[1] token ("" = no lease held), ARGV[2] value,
 -- ARGV[3] delta_us ("" = keep the entry's, e.g. for a write-through),
--- ARGV[4] ttl_ms, ARGV[5] stale_ms, ARGV[6] start_ms
--- ("" = now), ARGV[7] "1" for a negative entry else "0".
--- Returns 1 written, 0 refused because the entry holds a newer computation.
-local key, token = KEYS[1], ARGV[1]
+-- ARGV[4] ttl_ms, ARGV[5] keep_ms (how long past ttl the entry stays: the
+-- larger of the stale and stale-if-error windows), ARGV[6] start_ms ("" = now),
+-- ARGV[7] kind: "0" a value, "1" a cached not-found, "2" gone (the loader found
+-- nothing and not-found is not cached: the old value is removed and a tombstone
+-- with s = start_ms stays for ARGV[4] ms).
+-- Returns 1 written, 0 refused: the entry holds a newer computation (its s is
+-- later than start_ms, e.g. a delete's tombstone or an xf_set), or the caller's
+-- lease is no longer the entry's (a delete removed it, or another caller took
+-- it over after it ran out). A lease holder whose whole entry is gone may
+-- still write: nothing newer was written.
+local key, token, kind = KEYS[1], ARGV[1], ARGV[7]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local start = tonumber(ARGV[6]) or now
@@ -12,14 +19,21 @@ local f = redis.call('HMGET', key, 's', 'l', 'd')
 local mine = token ~= '' and f[2] ~= false and string.sub(f[2], 1, #token + 1) == token .. ':'
 if mine then redis.call('HDEL', key, 'l') end
 local s_old = tonumber(f[1])
-if s_old and s_old > start then
-  if redis.call('HLEN', key) == 0 then redis.call('DEL', key) end
+if s_old and not (s_old >= 0 and s_old < 2^42) then s_old = nil end -- malformed: ignored
+if (s_old and s_old > start) or (token ~= '' and not mine and redis.call('EXISTS', key) == 1) then
   return 0
 end
 local ttl = tonumber(ARGV[4])
-local delta = ARGV[3] ~= '' and ARGV[3] or (f[3] or '0')
-redis.call('HSET', key, 'v', ARGV[2], 'd', delta, 'e', string.format('%d', now + ttl),
-           's', string.format('%d', start))
-if ARGV[7] == '1' then redis.call('HSET', key, 'n', '1') else redis.call('HDEL', key, 'n') end
+if kind == '2' then
+  redis.call('HDEL', key, 'v', 'd', 'e', 'n')
+  redis.call('HSET', key, 's', string.format('%d', start))
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+  return 1
+end
+local delta = tonumber(ARGV[3] ~= '' and ARGV[3] or f[3])
+delta = (delta and delta > 0) and math.floor(math.min(delta, 2^40)) or 0
+redis.call('HSET', key, 'v', ARGV[2], 'd', string.format('%d', delta),
+           'e', string.format('%d', now + ttl), 's', string.format('%d', start))
+if kind == '1' then redis.call('HSET', key, 'n', '1') else redis.call('HDEL', key, 'n') end
 redis.call('PEXPIRE', key, ttl + tonumber(ARGV[5]))
 return 1

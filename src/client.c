@@ -16,6 +16,7 @@
 #define DEFAULT_BREAKER_MS 1000
 #define DEFAULT_MAX_KEY_LEN 65536
 #define DEFAULT_MAX_VALUE_LEN (64u * 1024 * 1024)
+#define DEFAULT_TOMBSTONE_MS 60000
 
 int xf__fail(xf_client *c, int rc, const char *fmt, ...) {
   if (c) {
@@ -193,30 +194,6 @@ int xf__command(xf_client *c, int argc, const char **argv, const size_t *lens,
   return rc;
 }
 
-int xf__full_key(xf_client *c, const char *key, size_t keylen, const char **out,
-                 size_t *len) {
-  if (!key)
-    return xf__fail(c, XF_EINVAL, "key is NULL");
-  if (keylen == 0)
-    return xf__fail(c, XF_EINVAL, "key is empty");
-  if (keylen > c->max_key_len)
-    return xf__fail(c, XF_EINVAL, "key is %zu bytes, above max_key_len %zu", keylen,
-                    c->max_key_len);
-  size_t need = c->prefix_len + keylen;
-  if (need > c->keycap) {
-    char *buf = realloc(c->keybuf, need);
-    if (!buf)
-      return xf__fail(c, XF_ENOMEM, "out of memory for the key");
-    c->keybuf = buf;
-    c->keycap = need;
-  }
-  memcpy(c->keybuf, c->prefix, c->prefix_len);
-  memcpy(c->keybuf + c->prefix_len, key, keylen);
-  *out = c->keybuf;
-  *len = need;
-  return XF_OK;
-}
-
 static int copy_options(xf_client *c, const xf_options *o) {
   c->host = strdup(o->host ? o->host : "127.0.0.1");
   c->unix_path = dup_or_null(o->unix_path);
@@ -236,12 +213,14 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->breaker_ms = o->breaker_ms ? o->breaker_ms : DEFAULT_BREAKER_MS;
   c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
   c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
+  c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
   return XF_OK;
 }
 
 static int check_options(const xf_options *o) {
   return o->port < 0 || o->port > 65535 || o->db < 0 || o->connect_timeout_ms < 0 ||
-                 o->command_timeout_ms < 0
+                 o->command_timeout_ms < 0 || o->tombstone_ms < 0 ||
+                 o->tombstone_ms > ((int64_t)1 << 40)
              ? XF_EINVAL
              : XF_OK;
 }
@@ -286,7 +265,6 @@ void xf_client_close(xf_client *c) {
   free(c->username);
   free(c->password);
   free(c->prefix);
-  free(c->keybuf);
   xf__buf_free(&c->request);
   free(c);
 }

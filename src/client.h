@@ -14,12 +14,11 @@ struct xf_client {
   redisContext *ctx; /* NULL while disconnected */
   char *host, *unix_path, *username, *password;
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
+  int64_t tombstone_ms;
   size_t max_key_len, max_value_len;
   char *prefix;
   size_t prefix_len;
-  xf__buf request; /* the RESP encoding of the command being sent */
-  char *keybuf;    /* prefix + key of the call in progress */
-  size_t keycap;
+  xf__buf request;               /* the RESP encoding of the command being sent */
   unsigned long fork_generation; /* of the process that owns ctx */
   int64_t retry_after_ms;        /* circuit breaker: no reconnect before this */
   xf__pcg32 rng;
@@ -46,10 +45,5 @@ int64_t xf__now_us(void);
  * armed), XF_ENOMEM, XF_EPROTO. */
 int xf__command(xf_client *c, int argc, const char **argv, const size_t *lens,
                 redisReply **reply);
-
-/* Builds prefix + key in the client's key buffer; returns its length via
- * *len. Validates key and keylen. */
-int xf__full_key(xf_client *c, const char *key, size_t keylen, const char **out,
-                 size_t *len);
 
 #endif

@@ -16,6 +16,7 @@ typedef struct xf__entry {
   int64_t delta_us;
   int64_t remaining_ms; /* negative once past the logical expiry */
   int64_t expiry_ms;    /* server time; 0 when no value */
+  int64_t now_ms;       /* the server's time when it was read */
   int lease_live;
   int negative;
 } xf__entry;
@@ -33,19 +34,32 @@ int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
                     int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
                     xf__lease_result *result, xf__entry *newer);
 
+/* What a write stores (write.lua's kinds). */
+typedef enum {
+  XF_WRITE_VALUE = 0,
+  XF_WRITE_NOT_FOUND = 1, /* a cached not-found (negative entry) */
+  XF_WRITE_GONE = 2       /* not found, not cached: remove the old value */
+} xf__write_kind;
+
 typedef struct xf__write {
   const char *token; /* "" = no lease held */
   const char *data;
   size_t len;
   int64_t delta_us; /* <0 = keep the entry's delta */
-  int64_t ttl_ms, stale_ms;
+  int64_t ttl_ms;   /* XF_WRITE_GONE: how long the tombstone stays */
+  int64_t keep_ms;  /* how long past ttl_ms the entry stays */
   int64_t start_ms; /* server ms when the computation started; <0 = now */
-  int negative;
+  xf__write_kind kind;
 } xf__write;
 
-/* Writes the entry; *written is 0 when a newer computation was kept. */
+/* Writes the entry; *written is 0 when it was refused: a newer computation
+ * (or a delete) is in the entry, or the caller's lease is no longer the
+ * entry's. */
 int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
                     int *written);
+
+/* Removes the entry and leaves a tombstone for tombstone_ms (delete.lua). */
+int xf__entry_delete(xf_client *c, const char *key, size_t keylen, int64_t tombstone_ms);
 
 int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *token);
 

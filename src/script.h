@@ -14,7 +14,13 @@ typedef struct xf__script {
 /* Generated from the lua/ scripts, in the order of XF_LUA in CMakeLists.txt. */
 extern const xf__script xf__scripts[];
 
-enum { XF_SCRIPT_READ, XF_SCRIPT_LEASE, XF_SCRIPT_WRITE, XF_SCRIPT_RELEASE };
+enum {
+  XF_SCRIPT_READ,
+  XF_SCRIPT_LEASE,
+  XF_SCRIPT_WRITE,
+  XF_SCRIPT_RELEASE,
+  XF_SCRIPT_DELETE
+};
 
 #define XF_SCRIPT_MAX_ARGS 8
 

@@ -12,9 +12,10 @@
 #include "client.h"
 #include "decide.h"
 #include "entry.h"
+#include "key.h"
+#include "policy.h"
 #include "sink.h"
 
-#define MAX_TIME_MS ((int64_t)1 << 40) /* ~34 years: far inside Lua's doubles */
 /* A waiter re-reads after a quarter of the time it has waited so far: the
  * value is seen at most ~25% after it lands, whatever the loader's speed,
  * at ~15 reads per waiter for a 100 ms load. */
@@ -22,11 +23,11 @@
 #define WAIT_POLL_MAX_MS 50
 #define WAIT_POLL_DIVISOR 4
 
-/* One get-or-compute call. */
+/* One get-or-compute call. Everything a call needs lives here, never on the
+ * client, so a loader may call back into its own client. */
 typedef struct call {
   xf_client *c;
-  const char *key; /* prefixed, for Redis */
-  size_t keylen;
+  xf__key key;          /* prefixed, for Redis */
   const char *user_key; /* as given, for the loader */
   size_t user_keylen;
   const xf_policy *p;
@@ -40,38 +41,6 @@ void xf_value_free(xf_value *v) {
     return;
   free(v->data);
   memset(v, 0, sizeof *v);
-}
-
-/* ---- validation ------------------------------------------------------------ */
-
-static int check_time(xf_client *c, const char *name, int64_t v, int64_t min) {
-  if (v < min || v > MAX_TIME_MS)
-    return xf__fail(c, XF_EINVAL, "policy %s is %lld, must be in [%lld, 2^40]", name,
-                    (long long)v, (long long)min);
-  return XF_OK;
-}
-
-static int check_policy(xf_client *c, const xf_policy *p) {
-  if (!p)
-    return xf__fail(c, XF_EINVAL, "policy is NULL");
-  if (isnan(p->beta) || p->beta < 0)
-    return xf__fail(c, XF_EINVAL, "policy beta must be >= 0 (INFINITY allowed), not NaN");
-  if (isnan(p->jitter) || p->jitter < 0 || p->jitter >= 1)
-    return xf__fail(c, XF_EINVAL, "policy jitter must be in [0, 1)");
-  if (p->on_wait_timeout != XF_WAIT_LOAD && p->on_wait_timeout != XF_WAIT_FAIL)
-    return xf__fail(c, XF_EINVAL, "policy on_wait_timeout is not an xf_on_wait_timeout");
-  int rc = check_time(c, "ttl_ms", p->ttl_ms, 1);
-  if (rc == XF_OK)
-    rc = check_time(c, "lease_ms", p->lease_ms, 1);
-  if (rc == XF_OK)
-    rc = check_time(c, "wait_ms", p->wait_ms, 0);
-  if (rc == XF_OK)
-    rc = check_time(c, "stale_ms", p->stale_ms, 0);
-  if (rc == XF_OK)
-    rc = check_time(c, "stale_if_error_ms", p->stale_if_error_ms, 0);
-  if (rc == XF_OK)
-    rc = check_time(c, "negative_ttl_ms", p->negative_ttl_ms, 0);
-  return rc;
 }
 
 /* ---- results ----------------------------------------------------------------- */
@@ -97,13 +66,6 @@ static int serve_entry(call *k, xf__entry *e, xf_source source) {
     k->c->stats.stale++;
   xf__entry_free(e);
   return rc;
-}
-
-static int64_t jittered_ttl(xf_client *c, const xf_policy *p) {
-  if (p->jitter <= 0)
-    return p->ttl_ms;
-  int64_t cut = (int64_t)((double)p->ttl_ms * p->jitter * xf__pcg32_unit(&c->rng));
-  return p->ttl_ms - cut > 0 ? p->ttl_ms - cut : 1;
 }
 
 /* ---- the loader ------------------------------------------------------------ */
@@ -149,37 +111,66 @@ static int load_uncached(call *k) {
   return rc == XF_OK ? serve_sink(k, &sink, XF_SOURCE_UNCACHED) : rc;
 }
 
+/* Releases the lease after a failed load, keeping the loader's message. */
+static void release_lease(call *k, const char *token) {
+  char msg[sizeof k->c->errstr];
+  memcpy(msg, k->c->errstr, sizeof msg);
+  xf__entry_release(k->c, k->key.data, k->key.len, token);
+  memcpy(k->c->errstr, msg, sizeof msg);
+}
+
+/* What the loader's result does to the entry. A value, or a not-found to
+ * cache, is written. A not-found that is not cached removes a value the entry
+ * still holds (the loader, the source of truth, says it is gone: serving it
+ * on would be a wrong value), or just drops the lease when there is none. */
+static xf__write what_to_write(call *k, const struct xf_sink *sink, int had_value) {
+  const xf_policy *p = k->p;
+  xf__write w = {.data = sink->data, .len = sink->len, .kind = XF_WRITE_VALUE};
+  if (!sink->not_found) {
+    w.ttl_ms = xf__policy_ttl(k->c, p);
+    w.keep_ms = xf__policy_keep_ms(p);
+  } else if (p->negative_ttl_ms > 0) {
+    w.kind = XF_WRITE_NOT_FOUND;
+    w.ttl_ms = p->negative_ttl_ms;
+  } else if (had_value) {
+    w.kind = XF_WRITE_GONE;
+    w.ttl_ms = k->c->tombstone_ms;
+  } else {
+    w.ttl_ms = 0; /* nothing to write */
+  }
+  return w;
+}
+
 /* Loads and writes. token is the lease held ("" for none); start_ms the
- * server time the computation started. */
-static int load_and_store(call *k, const char *token, int64_t start_ms) {
+ * server time the computation started (it dates the value: newer wins);
+ * had_value whether the entry held a value when this call read it. The
+ * caller gets the loaded value: as XF_SOURCE_LOADER when it was cached, as
+ * XF_SOURCE_UNCACHED when Redis refused it (a newer value or a delete won,
+ * or the write failed). */
+static int load_and_store(call *k, const char *token, int64_t start_ms, int had_value) {
   struct xf_sink sink;
   int64_t delta_us;
   int rc = run_loader(k, &sink, &delta_us);
   if (rc != XF_OK) {
-    if (token[0]) {
-      char msg[sizeof k->c->errstr];
-      memcpy(msg, k->c->errstr, sizeof msg); /* keep the loader's message */
-      xf__entry_release(k->c, k->key, k->keylen, token);
-      memcpy(k->c->errstr, msg, sizeof msg);
-    }
+    if (token[0])
+      release_lease(k, token);
     return rc;
   }
-  if (sink.not_found && k->p->negative_ttl_ms == 0) {
+  xf__write w = what_to_write(k, &sink, had_value);
+  if (w.ttl_ms == 0) {
     if (token[0])
-      xf__entry_release(k->c, k->key, k->keylen, token);
+      xf__entry_release(k->c, k->key.data, k->key.len, token);
     return serve_sink(k, &sink, XF_SOURCE_LOADER);
   }
-  xf__write w = {token,
-                 sink.data,
-                 sink.len,
-                 delta_us,
-                 sink.not_found ? k->p->negative_ttl_ms : jittered_ttl(k->c, k->p),
-                 sink.not_found ? 0 : k->p->stale_ms,
-                 start_ms,
-                 sink.not_found};
-  int written;
-  rc = xf__entry_write(k->c, k->key, k->keylen, &w, &written);
-  return serve_sink(k, &sink, rc == XF_OK ? XF_SOURCE_LOADER : XF_SOURCE_UNCACHED);
+  w.token = token;
+  w.delta_us = delta_us;
+  w.start_ms = start_ms;
+  int written = 0;
+  rc = xf__entry_write(k->c, k->key.data, k->key.len, &w, &written);
+  if (rc == XF_OK && !written)
+    k->c->stats.superseded++;
+  return serve_sink(k, &sink,
+                    rc == XF_OK && written ? XF_SOURCE_LOADER : XF_SOURCE_UNCACHED);
 }
 
 /* ---- the flow ----------------------------------------------------------------- */
@@ -187,7 +178,8 @@ static int load_and_store(call *k, const char *token, int64_t start_ms) {
 static int is_unreachable(int rc) { return rc == XF_EIO || rc == XF_ECONNECT; }
 
 /* A fresh value was elected for early recompute. Whatever happens, the caller
- * gets a valid value: the refreshed one, or the current one. */
+ * gets a valid value: the refreshed one, or the current one; unless the
+ * loader says the value is gone (see what_to_write). */
 static int refresh_early(call *k, xf__entry *e) {
   char token[40];
   int64_t now_ms;
@@ -198,8 +190,8 @@ static int refresh_early(call *k, xf__entry *e) {
     k->c->stats.lease_lost++;
     return serve_entry(k, e, XF_SOURCE_CACHE);
   }
-  int rc = xf__entry_lease(k->c, k->key, k->keylen, k->p->lease_ms, e->expiry_ms, token,
-                           &now_ms, &won, &newer);
+  int rc = xf__entry_lease(k->c, k->key.data, k->key.len, k->p->lease_ms, e->expiry_ms,
+                           token, &now_ms, &won, &newer);
   if (rc != XF_OK || won == XF_LEASE_LOST) {
     k->c->stats.lease_lost += rc == XF_OK;
     return serve_entry(k, e, XF_SOURCE_CACHE);
@@ -208,7 +200,7 @@ static int refresh_early(call *k, xf__entry *e) {
     xf__entry_free(e);
     return serve_entry(k, &newer, XF_SOURCE_CACHE);
   }
-  rc = load_and_store(k, token, now_ms);
+  rc = load_and_store(k, token, now_ms, 1);
   if (rc == XF_ELOADER) /* the current value is still valid: serve it */
     return serve_entry(k, e, XF_SOURCE_CACHE);
   xf__entry_free(e);
@@ -247,7 +239,7 @@ static int take_lease_and_load(call *k, xf__entry *e, int *rc) {
   int64_t now_ms;
   xf__lease_result won;
   xf__entry newer;
-  *rc = xf__entry_lease(k->c, k->key, k->keylen, k->p->lease_ms, e->expiry_ms, token,
+  *rc = xf__entry_lease(k->c, k->key.data, k->key.len, k->p->lease_ms, e->expiry_ms, token,
                         &now_ms, &won, &newer);
   if (*rc != XF_OK) { /* the lease cannot be taken: degrade, never block */
     xf__entry_free(e);
@@ -261,7 +253,7 @@ static int take_lease_and_load(call *k, xf__entry *e, int *rc) {
     *rc = serve_entry(k, &newer, XF_SOURCE_CACHE);
     return LEASE_DONE;
   }
-  *rc = load_and_store(k, token, now_ms);
+  *rc = load_and_store(k, token, now_ms, e->value != NULL);
   if (*rc == XF_ELOADER)
     *rc = after_load_error(k, e);
   else
@@ -285,6 +277,10 @@ static int load_or_wait(call *k, xf__entry *e) {
       c->stats.lease_lost++;
     if (e->value && -e->remaining_ms <= k->p->stale_ms)
       return serve_entry(k, e, XF_SOURCE_STALE);
+    /* A computation that starts after this read is dated by it, no later:
+     * a value written since (an xf_set, a delete) is newer and must win. */
+    int64_t read_ms = e->now_ms;
+    int had_value = e->value != NULL;
     xf__entry_free(e);
     int64_t now_ms = xf__now_ms();
     int64_t left_ms = give_up_ms - now_ms;
@@ -292,12 +288,12 @@ static int load_or_wait(call *k, xf__entry *e) {
       if (k->p->on_wait_timeout == XF_WAIT_FAIL)
         return xf__fail(c, XF_ETIMEDOUT, "waited %lld ms for another caller's loader",
                         (long long)k->p->wait_ms);
-      return load_and_store(k, "", -1); /* written as of its write time */
+      return load_and_store(k, "", read_ms, had_value);
     }
     if (round == 0)
       c->stats.waits++;
     sleep_ms(poll_interval_ms(now_ms - started_ms, left_ms));
-    rc = xf__entry_read(c, k->key, k->keylen, e);
+    rc = xf__entry_read(c, k->key.data, k->key.len, e);
     if (rc != XF_OK)
       return is_unreachable(rc) ? load_uncached(k) : rc;
     if (e->value && e->remaining_ms > 0) {
@@ -313,7 +309,23 @@ static int check_call(xf_client *c, const xf_policy *p, xf_loader_fn loader,
     return xf__fail(c, XF_EINVAL, "out is NULL");
   if (!loader)
     return xf__fail(c, XF_EINVAL, "loader is NULL");
-  return check_policy(c, p);
+  return xf__policy_check(c, p);
+}
+
+/* read -> decide: hit, early refresh, or miss. */
+static int get_or_compute(call *k) {
+  xf__entry e;
+  int rc = xf__entry_read(k->c, k->key.data, k->key.len, &e);
+  if (is_unreachable(rc))
+    return load_uncached(k);
+  if (rc != XF_OK)
+    return rc;
+  if (!e.value || e.remaining_ms <= 0)
+    return load_or_wait(k, &e);
+  if (xf__recompute_early(&k->c->rng, e.remaining_ms, e.delta_us, k->p->beta))
+    return refresh_early(k, &e);
+  k->c->stats.hits++;
+  return serve_entry(k, &e, XF_SOURCE_CACHE);
 }
 
 int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
@@ -324,25 +336,21 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
     return XF_EINVAL;
   c->errstr[0] = '\0';
   c->loader_rc = 0;
-  call k = {c, NULL, 0, key, keylen, p, loader, ud, out};
+  call k = {.c = c,
+            .user_key = key,
+            .user_keylen = keylen,
+            .p = p,
+            .loader = loader,
+            .ud = ud,
+            .out = out};
   int rc = check_call(c, p, loader, out);
   if (rc == XF_OK)
-    rc = xf__full_key(c, key, keylen, &k.key, &k.keylen);
+    rc = xf__key_build(c, key, keylen, &k.key);
   if (rc != XF_OK)
     return rc;
-
-  xf__entry e;
-  rc = xf__entry_read(c, k.key, k.keylen, &e);
-  if (is_unreachable(rc))
-    return load_uncached(&k);
-  if (rc != XF_OK)
-    return rc;
-  if (!e.value || e.remaining_ms <= 0)
-    return load_or_wait(&k, &e);
-  if (xf__recompute_early(&c->rng, e.remaining_ms, e.delta_us, p->beta))
-    return refresh_early(&k, &e);
-  c->stats.hits++;
-  return serve_entry(&k, &e, XF_SOURCE_CACHE);
+  rc = get_or_compute(&k);
+  xf__key_free(&k.key);
+  return rc;
 }
 
 int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_t len,
@@ -355,35 +363,39 @@ int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_
   if (len > c->max_value_len)
     return xf__fail(c, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
                     c->max_value_len);
-  const char *full;
-  size_t fulllen;
-  int rc = check_policy(c, p);
+  xf__key full;
+  int rc = xf__policy_check(c, p);
   if (rc == XF_OK)
-    rc = xf__full_key(c, key, keylen, &full, &fulllen);
+    rc = xf__key_build(c, key, keylen, &full);
   if (rc != XF_OK)
     return rc;
-  xf__write w = {"", data, len, -1, jittered_ttl(c, p), p->stale_ms, -1, 0};
-  int written;
-  return xf__entry_write(c, full, fulllen, &w, &written);
+  xf__write w = {.token = "",
+                 .data = data,
+                 .len = len,
+                 .delta_us = -1,
+                 .ttl_ms = xf__policy_ttl(c, p),
+                 .keep_ms = xf__policy_keep_ms(p),
+                 .start_ms = -1,
+                 .kind = XF_WRITE_VALUE};
+  int written = 0;
+  rc = xf__entry_write(c, full.data, full.len, &w, &written);
+  xf__key_free(&full);
+  if (rc == XF_OK && !written) {
+    c->stats.superseded++;
+    rc = xf__fail(c, XF_ESUPERSEDED, "not written: the entry holds a newer value");
+  }
+  return rc;
 }
 
 int xf_delete(xf_client *c, const char *key, size_t keylen) {
   if (!c)
     return XF_EINVAL;
   c->errstr[0] = '\0';
-  const char *full;
-  size_t fulllen;
-  int rc = xf__full_key(c, key, keylen, &full, &fulllen);
+  xf__key full;
+  int rc = xf__key_build(c, key, keylen, &full);
   if (rc != XF_OK)
     return rc;
-  const char *argv[] = {"DEL", full};
-  size_t lens[] = {3, fulllen};
-  redisReply *r;
-  rc = xf__command(c, 2, argv, lens, &r);
-  if (rc != XF_OK)
-    return rc;
-  if (r->type == REDIS_REPLY_ERROR)
-    rc = xf__fail(c, XF_EREDIS, "DEL: %s", r->str);
-  freeReplyObject(r);
+  rc = xf__entry_delete(c, full.data, full.len, c->tombstone_ms);
+  xf__key_free(&full);
   return rc;
 }

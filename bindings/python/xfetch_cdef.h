@@ -12,7 +12,8 @@ enum {
   XF_ELOADER = -8,
   XF_ENOTFOUND = -9,
   XF_EWRONGTYPE = -10,
-  XF_EAUTH = -11
+  XF_EAUTH = -11,
+  XF_ESUPERSEDED = -14
 };
 
 const char *xf_strerror(int rc);
@@ -33,6 +34,7 @@ typedef struct xf_options {
   size_t max_value_len;
   int breaker_ms;
   int lazy_connect;
+  int64_t tombstone_ms;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
@@ -93,6 +95,7 @@ typedef struct xf_stats {
   uint64_t stale;
   uint64_t uncached;
   uint64_t redis_errors;
+  uint64_t superseded;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 

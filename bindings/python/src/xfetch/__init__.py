@@ -15,7 +15,8 @@ from ._cache import Cache, Fetched
 from ._decorator import cached
 from ._errors import (AuthError, ConnectionError, ConnectionLostError, Error,
                       InvalidArgumentError, LoaderError, NotFoundError, OutOfMemoryError,
-                      ProtocolError, RedisError, TimeoutError, WrongTypeError, check)
+                      ProtocolError, RedisError, SupersededError, TimeoutError,
+                      WrongTypeError, check)
 from ._native import ffi, lib
 
 __version__ = "0.1.0"
@@ -23,4 +24,4 @@ __version__ = "0.1.0"
 __all__ = ["Cache", "Fetched", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
-           "check", "ffi", "lib"]
+           "SupersededError", "check", "ffi", "lib"]

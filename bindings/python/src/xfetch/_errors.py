@@ -63,6 +63,11 @@ class AuthError(Error, PermissionError):
     """XF_EAUTH: AUTH or SELECT refused."""
 
 
+class SupersededError(Error):
+    """XF_ESUPERSEDED: set() was not cached because the entry holds a newer
+    value (written later, or a delete that came after the write started)."""
+
+
 _BY_CODE = {
     lib.XF_EINVAL: InvalidArgumentError,
     lib.XF_ENOMEM: OutOfMemoryError,
@@ -75,6 +80,7 @@ _BY_CODE = {
     lib.XF_ENOTFOUND: NotFoundError,
     lib.XF_EWRONGTYPE: WrongTypeError,
     lib.XF_EAUTH: AuthError,
+    lib.XF_ESUPERSEDED: SupersededError,
 }
 
 

@@ -1,0 +1,370 @@
+/* The two promises (one loader per key, never a wrong value) when calls race
+ * each other: nested calls, deletes and writes landing during a load, loaders
+ * that find nothing, and entries written by hand. Real redis-server. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+
+static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
+               xf_value *v) {
+  return xf_get_or_compute(c, key, strlen(key), p, xft_load, l, v);
+}
+
+static char *hget(redisContext *r, const char *key, const char *field) {
+  redisReply *rep = xft_cmd(r, "HGET %s %s", key, field);
+  char *s = rep->type == REDIS_REPLY_STRING ? strdup(rep->str) : NULL;
+  freeReplyObject(rep);
+  return s;
+}
+
+static void expect_field(redisContext *r, const char *key, const char *field,
+                         const char *want) {
+  char *got = hget(r, key, field);
+  if (want)
+    cr_expect(got && strcmp(got, want) == 0, "%s.%s is %s, want %s", key, field,
+              got ? got : "(nil)", want);
+  else
+    cr_expect_null(got, "%s.%s is %s, want (nil)", key, field, got);
+  free(got);
+}
+
+/* ---- 1. a loader that calls back into its own client ------------------------ */
+
+typedef struct {
+  xf_client *c;
+  int inner_rc;
+} nested;
+
+static int outer_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key;
+  (void)keylen;
+  nested *n = ud;
+  /* A longer key than the outer one: a shared key buffer would be regrown. */
+  static const char inner_key[] = "races:nested:inner-key-much-longer-than-the-outer-one-"
+                                  "so-that-a-shared-buffer-has-to-grow-0123456789";
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "inner"};
+  xf_value v;
+  n->inner_rc = get(n->c, inner_key, &p, &l, &v);
+  xf_value_free(&v);
+  return xf_sink_set(sink, "outer", 5);
+}
+
+Test(races, a_loader_may_call_its_own_client) {
+  xf_client *c = xft_client(1);
+  redisContext *r = xft_redis();
+  nested n = {c, -100};
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "races:nested", 12, &p, outer_loader, &n, &v), XF_OK);
+  cr_expect_eq(n.inner_rc, XF_OK);
+  cr_expect_str_eq(v.data, "outer");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  expect_field(r, "races:nested", "v", "outer");
+  expect_field(r, "races:nested", "l", NULL);
+  expect_field(r,
+               "races:nested:inner-key-much-longer-than-the-outer-one-so-that-a-shared-"
+               "buffer-has-to-grow-0123456789",
+               "v", "inner");
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+/* ---- 2. a delete wins over a load that started before it ---------------------- */
+
+typedef struct {
+  const char *key;
+  xf_policy p;
+  xft_loader l;
+  xf_value v;
+  int rc;
+} background_call;
+
+static void *run_call(void *arg) {
+  background_call *b = arg;
+  xf_client *c = xft_client(3);
+  b->rc = get(c, b->key, &b->p, &b->l, &b->v);
+  xf_client_close(c);
+  return NULL;
+}
+
+static void start_call(pthread_t *t, background_call *b, const char *key, const char *value,
+                       int sleep_ms) {
+  memset(b, 0, sizeof *b);
+  b->key = key;
+  b->p = (xf_policy)XF_POLICY_INIT;
+  b->l.value = value;
+  b->l.sleep_ms = sleep_ms;
+  pthread_create(t, NULL, run_call, b);
+}
+
+static void wait_for_loader(xft_loader *l) {
+  for (int i = 0; i < 500 && __atomic_load_n(&l->calls, __ATOMIC_SEQ_CST) == 0; i++)
+    xft_sleep_ms(2);
+  cr_assert_eq(__atomic_load_n(&l->calls, __ATOMIC_SEQ_CST), 1, "the loader never started");
+}
+
+Test(races, a_delete_during_a_load_wins) {
+  redisContext *r = xft_redis();
+  xf_client *c = xft_client(1);
+  pthread_t t;
+  background_call b;
+  start_call(&t, &b, "races:delete", "before-delete", 300);
+  wait_for_loader(&b.l);
+  cr_assert_eq(xf_delete(c, "races:delete", 12), XF_OK);
+  pthread_join(t, NULL);
+  cr_assert_eq(b.rc, XF_OK);
+  cr_expect_str_eq(b.v.data, "before-delete", "the caller still gets what it computed");
+  cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED, "but it was not cached");
+  expect_field(r, "races:delete", "v", NULL);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader fresh = {.value = "after-delete"};
+  xf_value v;
+  cr_assert_eq(get(c, "races:delete", &p, &fresh, &v), XF_OK);
+  cr_expect_str_eq(v.data, "after-delete");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  cr_expect_eq(fresh.calls, 1);
+  xf_value_free(&v);
+  xf_value_free(&b.v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(races, a_delete_leaves_a_short_lived_tombstone) {
+  redisContext *r = xft_redis();
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "races:tomb", 10, "v", 1, &p), XF_OK);
+  long long before = xft_server_ms(r);
+  cr_assert_eq(xf_delete(c, "races:tomb", 10), XF_OK);
+  expect_field(r, "races:tomb", "v", NULL);
+  char *s = hget(r, "races:tomb", "s");
+  cr_assert_not_null(s, "the tombstone keeps s");
+  cr_expect_geq(atoll(s), before);
+  free(s);
+  long long pttl = xft_int(r, "PTTL races:tomb");
+  cr_expect(pttl > 0 && pttl <= 60000, "tombstone PTTL %lld", pttl);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+/* ---- 3. a waiter that gives up is dated at its last read ---------------------- */
+
+Test(races, a_set_during_a_waiters_load_wins) {
+  redisContext *r = xft_redis();
+  /* Someone else holds the lease for long: the waiter gives up after 100 ms. */
+  freeReplyObject(xft_cmd(r, "HSET races:waiter l other:%lld", xft_server_ms(r) + 10000));
+  freeReplyObject(xft_cmd(r, "PEXPIRE races:waiter 10000"));
+  pthread_t t;
+  background_call b;
+  memset(&b, 0, sizeof b);
+  b.key = "races:waiter";
+  b.p = (xf_policy)XF_POLICY_INIT;
+  b.p.wait_ms = 100;
+  b.l.value = "waiter";
+  b.l.sleep_ms = 300;
+  pthread_create(&t, NULL, run_call, &b);
+  wait_for_loader(&b.l);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "races:waiter", 12, "set", 3, &p), XF_OK);
+  pthread_join(t, NULL);
+  cr_assert_eq(b.rc, XF_OK);
+  cr_expect_str_eq(b.v.data, "waiter");
+  cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED);
+  expect_field(r, "races:waiter", "v", "set");
+  xf_value_free(&b.v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+/* ---- 9. refused writes are reported ----------------------------------------- */
+
+Test(races, a_set_refused_by_a_newer_entry_says_so) {
+  redisContext *r = xft_redis();
+  /* s in the future: as after the server's clock stepped back. */
+  long long now = xft_server_ms(r);
+  freeReplyObject(
+      xft_cmd(r, "HSET races:newer v newer d 0 e %lld s %lld", now + 60000, now + 30000));
+  freeReplyObject(xft_cmd(r, "PEXPIRE races:newer 60000"));
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  cr_expect_eq(xf_set(c, "races:newer", 11, "older", 5, &p), XF_ESUPERSEDED);
+  cr_expect(strstr(xf_errmsg(c), "newer"), "message: %s", xf_errmsg(c));
+  expect_field(r, "races:newer", "v", "newer");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(races, a_lease_taken_over_refuses_the_old_holders_write) {
+  redisContext *r = xft_redis();
+  pthread_t t;
+  background_call b;
+  start_call(&t, &b, "races:takeover", "slow", 300);
+  wait_for_loader(&b.l);
+  /* The slow loader's lease is replaced by another holder's (as after its
+   * lease_ms ran out and someone else took it). */
+  freeReplyObject(xft_cmd(r, "HSET races:takeover l other:%lld", xft_server_ms(r) + 10000));
+  pthread_join(t, NULL);
+  cr_assert_eq(b.rc, XF_OK);
+  cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED);
+  expect_field(r, "races:takeover", "v", NULL);
+  char *l = hget(r, "races:takeover", "l");
+  cr_expect(l && strncmp(l, "other:", 6) == 0, "the new holder's lease is kept");
+  free(l);
+  xf_value_free(&b.v);
+  redisFree(r);
+}
+
+/* ---- 10. an early refresh whose loader finds nothing ------------------------- */
+
+Test(races, not_found_on_early_refresh_removes_the_cached_value) {
+  redisContext *r = xft_redis();
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "races:gone", 10, "old", 3, &p), XF_OK);
+  p.beta = INFINITY; /* elect an early refresh */
+  xft_loader gone = {.not_found = 1};
+  xf_value v;
+  cr_expect_eq(get(c, "races:gone", &p, &gone, &v), XF_ENOTFOUND);
+  cr_expect_eq(gone.calls, 1);
+  expect_field(r, "races:gone", "v", NULL);
+  p.beta = 1.0;
+  xft_loader back = {.value = "back"};
+  cr_assert_eq(get(c, "races:gone", &p, &back, &v), XF_OK);
+  cr_expect_str_eq(v.data, "back");
+  cr_expect_eq(back.calls, 1);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+/* ---- 6. stale-if-error without a stale window ------------------------------- */
+
+Test(races, stale_if_error_works_without_stale_ms) {
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 100;
+  p.stale_ms = 0;
+  p.stale_if_error_ms = 10000;
+  p.beta = 0;
+  xft_loader good = {.value = "kept"};
+  xf_value v;
+  cr_assert_eq(get(c, "races:sie", &p, &good, &v), XF_OK);
+  xf_value_free(&v);
+  xft_sleep_ms(250);
+  xft_loader bad = {.fail_rc = 7};
+  cr_assert_eq(get(c, "races:sie", &p, &bad, &v), XF_OK);
+  cr_expect_str_eq(v.data, "kept");
+  cr_expect_eq(v.source, XF_SOURCE_STALE);
+  xf_value_free(&v);
+  xf_client_close(c);
+}
+
+Test(races, stale_if_error_does_not_widen_stale_while_revalidate) {
+  redisContext *r = xft_redis();
+  long long now = xft_server_ms(r);
+  freeReplyObject(
+      xft_cmd(r, "HSET races:swr v old d 0 e %lld s %lld", now - 200, now - 1000));
+  freeReplyObject(xft_cmd(r, "HSET races:swr l other:%lld", now + 10000));
+  freeReplyObject(xft_cmd(r, "PEXPIRE races:swr 10000"));
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.stale_ms = 0;
+  p.stale_if_error_ms = 10000;
+  p.wait_ms = 0;
+  p.on_wait_timeout = XF_WAIT_FAIL;
+  xft_loader l = {.value = "new"};
+  xf_value v;
+  cr_expect_eq(get(c, "races:swr", &p, &l, &v), XF_ETIMEDOUT,
+               "a lease loser does not serve stale past stale_ms");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+/* ---- 8. corrupted or hand-written entries ----------------------------------- */
+
+static void put_raw(redisContext *r, const char *key, const char *d, const char *e) {
+  freeReplyObject(xft_cmd(r, "DEL %s", key));
+  freeReplyObject(xft_cmd(r, "HSET %s v cached d %s e %s s 1", key, d, e));
+  freeReplyObject(xft_cmd(r, "PEXPIRE %s 60000", key));
+}
+
+Test(races, malformed_expiry_is_a_miss) {
+  static const char *bad[] = {"nan", "inf", "-inf", "-1e300", "1e300", "abc", "", "1e15"};
+  redisContext *r = xft_redis();
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    put_raw(r, "races:bad-e", "1000", bad[i]);
+    xft_loader l = {.value = "fresh"};
+    xf_value v;
+    cr_assert_eq(get(c, "races:bad-e", &p, &l, &v), XF_OK, "e=%s", bad[i]);
+    cr_expect_str_eq(v.data, "fresh", "e=%s", bad[i]);
+    cr_expect_eq(v.source, XF_SOURCE_LOADER, "e=%s", bad[i]);
+    cr_expect_eq(l.calls, 1, "e=%s", bad[i]);
+    xf_value_free(&v);
+  }
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(races, malformed_delta_is_clamped) {
+  redisContext *r = xft_redis();
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  long long e = xft_server_ms(r) + 60000;
+  char es[32];
+  snprintf(es, sizeof es, "%lld", e);
+  /* Unreadable or negative delta: 0, never early. */
+  static const char *zero[] = {"-5", "nan", "-inf", "abc", "-1e300"};
+  for (size_t i = 0; i < sizeof zero / sizeof *zero; i++) {
+    put_raw(r, "races:bad-d", zero[i], es);
+    xft_loader l = {.value = "fresh"};
+    xf_value v;
+    for (int k = 0; k < 20; k++) {
+      cr_assert_eq(get(c, "races:bad-d", &p, &l, &v), XF_OK, "d=%s", zero[i]);
+      cr_expect_str_eq(v.data, "cached", "d=%s", zero[i]);
+      xf_value_free(&v);
+    }
+    cr_expect_eq(l.calls, 0, "d=%s", zero[i]);
+  }
+  /* A huge delta is clamped to the largest (2^40 us, ~12.7 days): with 60 s
+   * left, P(early) = exp(-60 / 1.1e6) ~ 1, so the value is refreshed. */
+  static const char *huge[] = {"1e300", "inf"};
+  for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+    put_raw(r, "races:bad-d", huge[i], es);
+    xft_loader l = {.value = "fresh"};
+    xf_value v;
+    cr_assert_eq(get(c, "races:bad-d", &p, &l, &v), XF_OK, "d=%s", huge[i]);
+    cr_expect_str_eq(v.data, "fresh", "d=%s", huge[i]);
+    cr_expect_eq(l.calls, 1, "d=%s", huge[i]);
+    char *d = hget(r, "races:bad-d", "d");
+    cr_expect(d && atoll(d) >= 0 && atoll(d) < 10000000, "d rewritten as %s", d);
+    free(d);
+    xf_value_free(&v);
+  }
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(races, malformed_start_does_not_block_writes_forever) {
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "HSET races:bad-s v old d 0 e 1 s 1e300"));
+  freeReplyObject(xft_cmd(r, "PEXPIRE races:bad-s 60000"));
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "fresh"};
+  xf_value v;
+  cr_assert_eq(get(c, "races:bad-s", &p, &l, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  expect_field(r, "races:bad-s", "v", "fresh");
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+}
