@@ -3,7 +3,7 @@
 -- the caller read ("0" if none).
 -- Returns {1, now_ms} won (also when the lease is already this token's: a
 -- retried request); {0, now_ms} lost (a live lease exists); {2, now_ms, value,
--- delta_us, remaining_ms, 0, negative, expiry_ms, now_ms} when a newer valid
+-- delta_us, remaining_ms, 0, negative, expiry_ms} when a newer valid
 -- value was written since the caller's read: use it, load nothing. Malformed
 -- fields are judged as the read script judges them.
 local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
@@ -14,7 +14,7 @@ local e = tonumber(f[3])
 if f[1] and e and e > now and e < now + 2^41 and f[3] ~= ARGV[3] then
   local d = tonumber(f[2])
   d = (d and d > 0) and math.floor(math.min(d, 2^40)) or 0
-  return {2, now, f[1], d, math.floor(e) - now, 0, f[5] and 1 or 0, math.floor(e), now}
+  return {2, now, f[1], d, math.floor(e) - now, 0, f[5] and 1 or 0, math.floor(e)}
 end
 if f[4] and string.sub(f[4], 1, #token + 1) == token .. ':' then return {1, now} end
 if f[4] then

@@ -97,7 +97,7 @@ static int send_request(xf_client *c) {
 
 /* One command on the live connection. On failure *reply is NULL, the code is
  * returned with the reason on the client; the caller drops the connection. */
-static int roundtrip(xf_client *c, int argc, const char **argv, const size_t *lens,
+static int roundtrip(xf_client *c, int argc, const char *const *argv, const size_t *lens,
                      redisReply **reply) {
   *reply = NULL;
   if (xf__resp_encode(&c->request, argc, argv, lens) != 0)
@@ -180,7 +180,7 @@ static int ensure_connected(xf_client *c) {
   return connect_now(c);
 }
 
-int xf__command(xf_client *c, int argc, const char **argv, const size_t *lens,
+int xf__command(xf_client *c, int argc, const char *const *argv, const size_t *lens,
                 redisReply **reply) {
   *reply = NULL;
   int rc = ensure_connected(c);

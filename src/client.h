@@ -43,7 +43,7 @@ int64_t xf__now_us(void);
  * XF_OK with an error reply: the caller decides. Returns XF_EIO / XF_ECONNECT
  * when Redis cannot be reached (the connection is dropped and the breaker
  * armed), XF_ENOMEM, XF_EPROTO. */
-int xf__command(xf_client *c, int argc, const char **argv, const size_t *lens,
+int xf__command(xf_client *c, int argc, const char *const *argv, const size_t *lens,
                 redisReply **reply);
 
 #endif

@@ -1,4 +1,5 @@
-/* The entry protocol: one function per Lua script, turning replies into C. */
+/* The entry protocol: one Lua script per operation; calls encoded and
+ * replies parsed here. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,66 @@ void xf__entry_free(xf__entry *e) {
   memset(e, 0, sizeof *e);
 }
 
+/* ---- encode ------------------------------------------------------------------ */
+
+/* Formats v into the cmd's scratch slot i and returns it. */
+static const char *number(xf__cmd *cmd, int i, int64_t v) {
+  snprintf(cmd->scratch[i], sizeof cmd->scratch[i], "%" PRId64, v);
+  return cmd->scratch[i];
+}
+
+static void script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, int nargs,
+                       const char **args) {
+  size_t lens[XF_SCRIPT_MAX_ARGS];
+  for (int i = 0; i < nargs; i++)
+    lens[i] = strlen(args[i]);
+  xf__script_cmd(cmd, script, key, keylen, nargs, args, lens);
+}
+
+void xf__entry_read_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
+  xf__script_cmd(cmd, XF_SCRIPT_READ, key, keylen, 0, NULL, NULL);
+}
+
+void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                         int64_t lease_ms, int64_t seen_expiry_ms) {
+  const char *args[] = {token, number(cmd, 0, lease_ms), number(cmd, 1, seen_expiry_ms)};
+  script_cmd(cmd, XF_SCRIPT_LEASE, key, keylen, 3, args);
+}
+
+void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w) {
+  const char *args[] = {w->token,
+                        w->data ? w->data : "",
+                        w->delta_us >= 0 ? number(cmd, 0, w->delta_us) : "",
+                        number(cmd, 1, w->ttl_ms),
+                        number(cmd, 2, w->keep_ms),
+                        w->start_ms >= 0 ? number(cmd, 3, w->start_ms) : "",
+                        w->kind == XF_WRITE_GONE        ? "2"
+                        : w->kind == XF_WRITE_NOT_FOUND ? "1"
+                                                        : "0"};
+  size_t lens[7];
+  for (int i = 0; i < 7; i++)
+    lens[i] = i == 1 ? w->len : strlen(args[i]);
+  xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 7, args, lens);
+}
+
+void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen,
+                           const char *token) {
+  const char *args[] = {token};
+  script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, 1, args);
+}
+
+void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
+                          int64_t tombstone_ms) {
+  const char *args[] = {number(cmd, 0, tombstone_ms)};
+  script_cmd(cmd, XF_SCRIPT_DELETE, key, keylen, 1, args);
+}
+
+void xf__entry_token(xf_client *c, char token[40]) {
+  snprintf(token, 40, "%016" PRIx64 "-%" PRIu64, c->id, ++c->lease_count);
+}
+
+/* ---- parse ------------------------------------------------------------------- */
+
 static int is_int(const redisReply *r) { return r->type == REDIS_REPLY_INTEGER; }
 
 /* Bounds the scripts keep to (lua/read.lua): anything outside is not from
@@ -22,21 +83,22 @@ static int is_int(const redisReply *r) { return r->type == REDIS_REPLY_INTEGER; 
 
 static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min || v > max; }
 
-/* Parses {value|nil, delta_us, remaining_ms, lease_live, negative, expiry_ms,
- * now_ms} starting at element `at` of r, taking ownership of r. */
+/* Parses {value, delta_us, remaining_ms, lease_live, negative, expiry_ms} or
+ * {nil, 0, 0, lease_live, 0, now_ms} starting at element `at` of r, taking
+ * ownership of r. */
 static int parse_entry(xf_client *c, redisReply *r, size_t at, xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != at + 7)
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != at + 6)
     return xf__fail(c, XF_EPROTO, "entry reply has an unexpected shape");
   redisReply **el = r->element + at;
-  for (int i = 1; i < 7; i++)
+  for (int i = 1; i < 6; i++)
     if (!is_int(el[i]))
       return xf__fail(c, XF_EPROTO, "entry reply field %d is not an integer", i);
   if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
       out_of_range(el[2]->integer, -MAX_SPAN_MS, MAX_SPAN_MS) ||
       out_of_range(el[5]->integer, 0, MAX_CLOCK_MS) ||
-      out_of_range(el[6]->integer, 0, MAX_CLOCK_MS))
+      out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS))
     return xf__fail(c, XF_EPROTO, "entry reply field out of range");
   if (el[0]->type == REDIS_REPLY_STRING) {
     out->value = el[0]->str;
@@ -48,39 +110,24 @@ static int parse_entry(xf_client *c, redisReply *r, size_t at, xf__entry *out) {
   out->remaining_ms = el[2]->integer;
   out->lease_live = el[3]->integer != 0;
   out->negative = el[4]->integer != 0;
-  out->expiry_ms = el[5]->integer;
-  out->now_ms = el[6]->integer;
+  out->now_ms = el[5]->integer - el[2]->integer;
+  out->expiry_ms = out->value ? el[5]->integer : 0;
   return XF_OK;
 }
 
-int xf__entry_read(xf_client *c, const char *key, size_t keylen, xf__entry *out) {
-  redisReply *r;
-  memset(out, 0, sizeof *out);
-  int rc = xf__script_run(c, XF_SCRIPT_READ, key, keylen, 0, NULL, NULL, &r);
-  if (rc != XF_OK)
-    return rc;
-  rc = parse_entry(c, r, 0, out);
+int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out) {
+  int rc = parse_entry(c, r, 0, out);
   if (rc != XF_OK)
     xf__entry_free(out);
   return rc;
 }
 
-int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_ms,
-                    int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
-                    xf__lease_result *result, xf__entry *newer) {
-  char ms[24], seen[24];
-  snprintf(token, 40, "%016" PRIx64 "-%" PRIu64, c->id, ++c->lease_count);
-  snprintf(ms, sizeof ms, "%" PRId64, lease_ms);
-  snprintf(seen, sizeof seen, "%" PRId64, seen_expiry_ms);
-  const char *args[] = {token, ms, seen};
-  size_t lens[] = {strlen(token), strlen(ms), strlen(seen)};
-  redisReply *r;
+int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
+                          xf__lease_result *result, xf__entry *newer) {
   memset(newer, 0, sizeof *newer);
-  int rc = xf__script_run(c, XF_SCRIPT_LEASE, key, keylen, 3, args, lens, &r);
-  if (rc != XF_OK)
-    return rc;
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_int(r->element[0]) ||
-      !is_int(r->element[1])) {
+      !is_int(r->element[1]) || r->element[0]->integer < XF_LEASE_LOST ||
+      r->element[0]->integer > XF_LEASE_NEWER) {
     freeReplyObject(r);
     return xf__fail(c, XF_EPROTO, "lease reply has an unexpected shape");
   }
@@ -90,13 +137,13 @@ int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
     freeReplyObject(r);
     return XF_OK;
   }
-  rc = parse_entry(c, r, 2, newer);
+  int rc = parse_entry(c, r, 2, newer);
   if (rc != XF_OK)
     xf__entry_free(newer);
   return rc;
 }
 
-static int expect_int_reply(xf_client *c, redisReply *r, const char *what, int *value) {
+int xf__entry_parse_int(xf_client *c, redisReply *r, const char *what, int *value) {
   int rc = XF_OK;
   if (is_int(r))
     *value = (int)r->integer;
@@ -106,44 +153,52 @@ static int expect_int_reply(xf_client *c, redisReply *r, const char *what, int *
   return rc;
 }
 
+/* ---- blocking ------------------------------------------------------------------ */
+
+int xf__entry_read(xf_client *c, const char *key, size_t keylen, xf__entry *out) {
+  xf__cmd cmd;
+  redisReply *r;
+  memset(out, 0, sizeof *out);
+  xf__entry_read_cmd(&cmd, key, keylen);
+  int rc = xf__script_run(c, XF_SCRIPT_READ, &cmd, &r);
+  return rc == XF_OK ? xf__entry_parse_read(c, r, out) : rc;
+}
+
+int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_ms,
+                    int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
+                    xf__lease_result *result, xf__entry *newer) {
+  xf__cmd cmd;
+  redisReply *r;
+  memset(newer, 0, sizeof *newer);
+  xf__entry_token(c, token);
+  xf__entry_lease_cmd(&cmd, key, keylen, token, lease_ms, seen_expiry_ms);
+  int rc = xf__script_run(c, XF_SCRIPT_LEASE, &cmd, &r);
+  return rc == XF_OK ? xf__entry_parse_lease(c, r, now_ms, result, newer) : rc;
+}
+
 int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
                     int *written) {
-  char delta[24], ttl[24], keep[24], start[24], kind[4];
-  if (w->delta_us >= 0)
-    snprintf(delta, sizeof delta, "%" PRId64, w->delta_us);
-  else
-    delta[0] = '\0';
-  snprintf(ttl, sizeof ttl, "%" PRId64, w->ttl_ms);
-  snprintf(keep, sizeof keep, "%" PRId64, w->keep_ms);
-  if (w->start_ms >= 0)
-    snprintf(start, sizeof start, "%" PRId64, w->start_ms);
-  else
-    start[0] = '\0';
-  snprintf(kind, sizeof kind, "%d", (int)w->kind);
-  const char *args[] = {w->token, w->data ? w->data : "", delta, ttl, keep, start, kind};
-  size_t lens[] = {strlen(w->token), w->len,        strlen(delta), strlen(ttl),
-                   strlen(keep),     strlen(start), strlen(kind)};
+  xf__cmd cmd;
   redisReply *r;
-  int rc = xf__script_run(c, XF_SCRIPT_WRITE, key, keylen, 7, args, lens, &r);
-  return rc == XF_OK ? expect_int_reply(c, r, "write", written) : rc;
+  xf__entry_write_cmd(&cmd, key, keylen, w);
+  int rc = xf__script_run(c, XF_SCRIPT_WRITE, &cmd, &r);
+  return rc == XF_OK ? xf__entry_parse_int(c, r, "write", written) : rc;
 }
 
 int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *token) {
-  const char *args[] = {token};
-  size_t lens[] = {strlen(token)};
+  xf__cmd cmd;
   redisReply *r;
   int released;
-  int rc = xf__script_run(c, XF_SCRIPT_RELEASE, key, keylen, 1, args, lens, &r);
-  return rc == XF_OK ? expect_int_reply(c, r, "release", &released) : rc;
+  xf__entry_release_cmd(&cmd, key, keylen, token);
+  int rc = xf__script_run(c, XF_SCRIPT_RELEASE, &cmd, &r);
+  return rc == XF_OK ? xf__entry_parse_int(c, r, "release", &released) : rc;
 }
 
 int xf__entry_delete(xf_client *c, const char *key, size_t keylen, int64_t tombstone_ms) {
-  char ms[24];
-  snprintf(ms, sizeof ms, "%" PRId64, tombstone_ms);
-  const char *args[] = {ms};
-  size_t lens[] = {strlen(ms)};
+  xf__cmd cmd;
   redisReply *r;
   int deleted;
-  int rc = xf__script_run(c, XF_SCRIPT_DELETE, key, keylen, 1, args, lens, &r);
-  return rc == XF_OK ? expect_int_reply(c, r, "delete", &deleted) : rc;
+  xf__entry_delete_cmd(&cmd, key, keylen, tombstone_ms);
+  int rc = xf__script_run(c, XF_SCRIPT_DELETE, &cmd, &r);
+  return rc == XF_OK ? xf__entry_parse_int(c, r, "delete", &deleted) : rc;
 }

@@ -1,5 +1,7 @@
-/* The entry protocol on Redis: read / lease / write / release, one function
- * per script. Keys passed here already carry the prefix. */
+/* The entry protocol on Redis: read / lease / write / release / delete, one
+ * script each. For each: a function that encodes the call (no I/O), one that
+ * parses the reply (no I/O), and a blocking helper that does both. Keys passed
+ * here already carry the prefix. */
 #ifndef XF_ENTRY_H
 #define XF_ENTRY_H
 
@@ -23,16 +25,7 @@ typedef struct xf__entry {
 
 void xf__entry_free(xf__entry *e);
 
-int xf__entry_read(xf_client *c, const char *key, size_t keylen, xf__entry *out);
-
 typedef enum { XF_LEASE_LOST = 0, XF_LEASE_WON = 1, XF_LEASE_NEWER = 2 } xf__lease_result;
-
-/* Tries to take the lease for lease_ms. seen_expiry_ms is the expiry the
- * caller read (0 if none). On XF_LEASE_WON, token holds the lease token and
- * *now_ms the server time; on XF_LEASE_NEWER, *newer holds the newer value. */
-int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_ms,
-                    int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
-                    xf__lease_result *result, xf__entry *newer);
 
 /* What a write stores (write.lua's kinds). */
 typedef enum {
@@ -52,15 +45,51 @@ typedef struct xf__write {
   xf__write_kind kind;
 } xf__write;
 
+/* ---- encode: fill cmd (it keeps pointers to key, token and data) ---------- */
+
+void xf__entry_read_cmd(xf__cmd *cmd, const char *key, size_t keylen);
+/* seen_expiry_ms: the expiry the caller read (0 if none). */
+void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                         int64_t lease_ms, int64_t seen_expiry_ms);
+void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w);
+void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token);
+void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
+                          int64_t tombstone_ms);
+
+/* ---- parse: each takes ownership of r (not an error reply) ---------------- */
+
+/* The read script's reply -> *out (which then owns r). XF_OK or XF_EPROTO. */
+int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out);
+
+/* The lease script's reply: *result, the server time in *now_ms, and on
+ * XF_LEASE_NEWER the newer value in *newer. XF_OK or XF_EPROTO. */
+int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
+                          xf__lease_result *result, xf__entry *newer);
+
+/* The integer reply of write (1 written, 0 refused), release or delete. */
+int xf__entry_parse_int(xf_client *c, redisReply *r, const char *what, int *value);
+
+/* Makes the lease token of a client's next lease. */
+void xf__entry_token(xf_client *c, char token[40]);
+
+/* ---- blocking: encode, run (NOSCRIPT handled), parse ---------------------- */
+
+int xf__entry_read(xf_client *c, const char *key, size_t keylen, xf__entry *out);
+
+/* Tries to take the lease for lease_ms with a new token (written to token). */
+int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_ms,
+                    int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
+                    xf__lease_result *result, xf__entry *newer);
+
 /* Writes the entry; *written is 0 when it was refused: a newer computation
  * (or a delete) is in the entry, or the caller's lease is no longer the
  * entry's. */
 int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
                     int *written);
 
+int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *token);
+
 /* Removes the entry and leaves a tombstone for tombstone_ms (delete.lua). */
 int xf__entry_delete(xf_client *c, const char *key, size_t keylen, int64_t tombstone_ms);
-
-int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *token);
 
 #endif

@@ -35,7 +35,7 @@ static int reserve(xf__buf *buf, size_t need) {
   return 0;
 }
 
-int xf__resp_encode(xf__buf *buf, int argc, const char **argv, const size_t *lens) {
+int xf__resp_encode(xf__buf *buf, int argc, const char *const *argv, const size_t *lens) {
   size_t need = 23;
   for (int i = 0; i < argc; i++)
     need += 23 + lens[i] + 2;

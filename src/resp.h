@@ -10,9 +10,19 @@ typedef struct xf__buf {
   size_t len, cap;
 } xf__buf;
 
+/* One command to send, as argv. It may point into its own scratch space
+ * (formatted numbers), so it must not be copied once filled. */
+#define XF_CMD_MAX_ARGS 12
+typedef struct xf__cmd {
+  int argc;
+  const char *argv[XF_CMD_MAX_ARGS];
+  size_t lens[XF_CMD_MAX_ARGS];
+  char scratch[4][24];
+} xf__cmd;
+
 /* Encodes argv as a RESP array of bulk strings into buf (replacing its
  * contents). Returns 0, or -1 when out of memory. */
-int xf__resp_encode(xf__buf *buf, int argc, const char **argv, const size_t *lens);
+int xf__resp_encode(xf__buf *buf, int argc, const char *const *argv, const size_t *lens);
 
 void xf__buf_free(xf__buf *buf);
 

@@ -1,23 +1,8 @@
-/* EVALSHA -> NOSCRIPT -> SCRIPT LOAD -> retry once. */
+/* The embedded Lua scripts: encoding, NOSCRIPT recovery, error replies. */
 #include <string.h>
 
 #include "client.h"
 #include "script.h"
-
-static int load(xf_client *c, const xf__script *s) {
-  const char *argv[] = {"SCRIPT", "LOAD", s->src};
-  size_t lens[] = {6, 4, s->len};
-  redisReply *r;
-  int rc = xf__command(c, 3, argv, lens, &r);
-  if (rc != XF_OK)
-    return rc;
-  if (r->type == REDIS_REPLY_ERROR)
-    rc = xf__fail(c, XF_EREDIS, "SCRIPT LOAD %s: %s", s->name, r->str);
-  else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, s->sha) != 0)
-    rc = xf__fail(c, XF_EPROTO, "SCRIPT LOAD %s: unexpected SHA1", s->name);
-  freeReplyObject(r);
-  return rc;
-}
 
 /* A script declaring no-writes runs as EVALSHA_RO: Redis 7 blocks plain
  * EVALSHA of any script under CLIENT PAUSE WRITE and on read-only replicas. */
@@ -26,43 +11,78 @@ static int read_only(const xf__script *s) {
   return s->len >= sizeof shebang - 1 && memcmp(s->src, shebang, sizeof shebang - 1) == 0;
 }
 
-static int evalsha(xf_client *c, const xf__script *s, const char *key, size_t keylen,
-                   int nargs, const char **args, const size_t *lens, redisReply **reply) {
+static void put(xf__cmd *cmd, const char *arg, size_t len) {
+  cmd->argv[cmd->argc] = arg;
+  cmd->lens[cmd->argc++] = len;
+}
+
+void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, int nargs,
+                    const char **args, const size_t *lens) {
+  const xf__script *s = &xf__scripts[script];
   int ro = read_only(s);
-  const char *argv[4 + XF_SCRIPT_MAX_ARGS] = {ro ? "EVALSHA_RO" : "EVALSHA", s->sha, "1",
-                                              key};
-  size_t argl[4 + XF_SCRIPT_MAX_ARGS] = {ro ? 10u : 7u, 40, 1, keylen};
-  for (int i = 0; i < nargs; i++) {
-    argv[4 + i] = args[i];
-    argl[4 + i] = lens[i];
-  }
-  return xf__command(c, 4 + nargs, argv, argl, reply);
+  cmd->argc = 0;
+  put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
+  put(cmd, s->sha, 40);
+  put(cmd, "1", 1);
+  put(cmd, key, keylen);
+  for (int i = 0; i < nargs && i < XF_SCRIPT_MAX_ARGS; i++)
+    put(cmd, args[i], lens[i]);
+}
+
+void xf__script_load_cmd(xf__cmd *cmd, int script) {
+  const xf__script *s = &xf__scripts[script];
+  cmd->argc = 0;
+  put(cmd, "SCRIPT", 6);
+  put(cmd, "LOAD", 4);
+  put(cmd, s->src, s->len);
 }
 
 static int is_error(const redisReply *r, const char *prefix) {
   return r->type == REDIS_REPLY_ERROR && strncmp(r->str, prefix, strlen(prefix)) == 0;
 }
 
-int xf__script_run(xf_client *c, int script, const char *key, size_t keylen, int nargs,
-                   const char **args, const size_t *lens, redisReply **reply) {
+int xf__script_missing(const redisReply *r) { return is_error(r, "NOSCRIPT"); }
+
+int xf__script_loaded(xf_client *c, int script, redisReply *r) {
   const xf__script *s = &xf__scripts[script];
-  int rc = evalsha(c, s, key, keylen, nargs, args, lens, reply);
-  if (rc == XF_OK && is_error(*reply, "NOSCRIPT")) {
-    freeReplyObject(*reply);
-    *reply = NULL;
-    rc = load(c, s);
-    if (rc == XF_OK)
-      rc = evalsha(c, s, key, keylen, nargs, args, lens, reply);
-  }
-  if (rc != XF_OK)
-    return rc;
-  redisReply *r = *reply;
-  if (r->type != REDIS_REPLY_ERROR)
-    return XF_OK;
-  rc = strstr(r->str, "WRONGTYPE") ? XF_EWRONGTYPE : XF_EREDIS;
-  xf__fail(c, rc, "%s script: %s", s->name, r->str);
+  int rc = XF_OK;
+  if (r->type == REDIS_REPLY_ERROR)
+    rc = xf__fail(c, XF_EREDIS, "SCRIPT LOAD %s: %s", s->name, r->str);
+  else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, s->sha) != 0)
+    rc = xf__fail(c, XF_EPROTO, "SCRIPT LOAD %s: unexpected SHA1", s->name);
+  freeReplyObject(r);
+  return rc;
+}
+
+int xf__script_error(xf_client *c, int script, redisReply *r) {
+  int rc = strstr(r->str, "WRONGTYPE") ? XF_EWRONGTYPE : XF_EREDIS;
+  xf__fail(c, rc, "%s script: %s", xf__scripts[script].name, r->str);
   c->stats.redis_errors++;
   freeReplyObject(r);
+  return rc;
+}
+
+static int send(xf_client *c, const xf__cmd *cmd, redisReply **reply) {
+  return xf__command(c, cmd->argc, cmd->argv, cmd->lens, reply);
+}
+
+int xf__script_run(xf_client *c, int script, const xf__cmd *call, redisReply **reply) {
+  xf__cmd load;
+  int rc = send(c, call, reply);
+  if (rc == XF_OK && xf__script_missing(*reply)) {
+    freeReplyObject(*reply);
+    *reply = NULL;
+    xf__script_load_cmd(&load, script);
+    rc = send(c, &load, reply);
+    if (rc == XF_OK)
+      rc = xf__script_loaded(c, script, *reply);
+    *reply = NULL;
+    if (rc == XF_OK)
+      rc = send(c, call, reply);
+  }
+  if (rc != XF_OK || (*reply)->type != REDIS_REPLY_ERROR)
+    return rc;
+  rc = xf__script_error(c, script, *reply);
   *reply = NULL;
   return rc;
 }

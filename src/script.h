@@ -1,8 +1,12 @@
-/* The embedded Lua scripts and how they are called. */
+/* The embedded Lua scripts: how a call is encoded (EVALSHA / EVALSHA_RO), how
+ * a missing script is loaded (NOSCRIPT -> SCRIPT LOAD -> retry), and what an
+ * error reply means. No I/O here but xf__script_run, the blocking helper. */
 #ifndef XF_SCRIPT_H
 #define XF_SCRIPT_H
 
 #include <stddef.h>
+
+#include "resp.h"
 
 typedef struct xf__script {
   const char *name;
@@ -27,12 +31,30 @@ enum {
 struct xf_client;
 struct redisReply;
 
-/* EVALSHA script with one key and nargs arguments; on NOSCRIPT loads it and
- * retries once. Returns XF_OK with a reply that is not an error reply (caller
- * frees it); a Redis error reply becomes XF_EWRONGTYPE or XF_EREDIS with the
- * message on the client. */
-int xf__script_run(struct xf_client *c, int script, const char *key, size_t keylen,
-                   int nargs, const char **args, const size_t *lens,
+/* Fills cmd with the call of script on key with nargs arguments (pointers
+ * kept: they must outlive the send). A script declaring no-writes runs as
+ * EVALSHA_RO. */
+void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, int nargs,
+                    const char **args, const size_t *lens);
+
+/* Fills cmd with SCRIPT LOAD of script. */
+void xf__script_load_cmd(xf__cmd *cmd, int script);
+
+/* Whether r is Redis' NOSCRIPT error (the script must be loaded first). */
+int xf__script_missing(const struct redisReply *r);
+
+/* Checks the reply to SCRIPT LOAD and frees it: XF_OK, or an error code with
+ * the message on the client. */
+int xf__script_loaded(struct xf_client *c, int script, struct redisReply *r);
+
+/* The code for an error reply to script (WRONGTYPE -> XF_EWRONGTYPE, else
+ * XF_EREDIS), with the message on the client; frees r. */
+int xf__script_error(struct xf_client *c, int script, struct redisReply *r);
+
+/* Blocking: sends call, a call of script (loading the script on NOSCRIPT
+ * and retrying once). Returns XF_OK with a reply that is not an error reply
+ * (caller frees it); an error reply becomes its code (xf__script_error). */
+int xf__script_run(struct xf_client *c, int script, const xf__cmd *call,
                    struct redisReply **reply);
 
 #endif

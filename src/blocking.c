@@ -1,0 +1,116 @@
+/* The blocking driver: today's API, each call a loop around the flow
+ * (flow.h) on the client's one connection, sleeping through waits. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "flow.h"
+#include "policy.h"
+
+void xf_value_free(xf_value *v) {
+  if (!v)
+    return;
+  free(v->data);
+  memset(v, 0, sizeof *v);
+}
+
+static void sleep_until_ms(int64_t wake_ms) {
+  int64_t ms = wake_ms - xf__now_ms();
+  if (ms <= 0)
+    return;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+static xf__step send(xf__flow *f) {
+  redisReply *r;
+  int rc = xf__command(f->c, f->cmd.argc, f->cmd.argv, f->cmd.lens, &r);
+  return xf__flow_reply(f, rc, r, xf__now_ms());
+}
+
+static xf__step run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
+  int64_t t0 = xf__now_us();
+  int lrc = loader(ud, f->user_key, f->user_keylen, &f->sink);
+  int64_t t1 = xf__now_us();
+  return xf__flow_loaded(f, lrc, t1 - t0, t1 / 1000);
+}
+
+int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
+                      xf_loader_fn loader, void *ud, xf_value *out) {
+  if (out)
+    memset(out, 0, sizeof *out);
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  c->loader_rc = 0;
+  if (!out)
+    return xf__fail(c, XF_EINVAL, "out is NULL");
+  if (!loader)
+    return xf__fail(c, XF_EINVAL, "loader is NULL");
+  xf__flow f;
+  xf__step step = xf__flow_start(&f, c, key, keylen, p, out, xf__now_ms());
+  for (;;) {
+    switch (step) {
+    case XF_STEP_SEND:
+      step = send(&f);
+      break;
+    case XF_STEP_LOAD:
+      step = run_loader(&f, loader, ud);
+      break;
+    case XF_STEP_WAIT:
+      sleep_until_ms(f.wake_ms);
+      step = xf__flow_woke(&f, xf__now_ms());
+      break;
+    case XF_STEP_DONE:
+      return f.rc;
+    }
+  }
+}
+
+int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_t len,
+           const xf_policy *p) {
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  if (!data && len > 0)
+    return xf__fail(c, XF_EINVAL, "data is NULL");
+  if (len > c->max_value_len)
+    return xf__fail(c, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
+                    c->max_value_len);
+  xf__key full;
+  int rc = xf__policy_check(c, p);
+  if (rc == XF_OK)
+    rc = xf__key_build(c, key, keylen, &full);
+  if (rc != XF_OK)
+    return rc;
+  xf__write w = {.token = "",
+                 .data = data,
+                 .len = len,
+                 .delta_us = -1,
+                 .ttl_ms = xf__policy_ttl(c, p),
+                 .keep_ms = xf__policy_keep_ms(p),
+                 .start_ms = -1,
+                 .kind = XF_WRITE_VALUE};
+  int written = 0;
+  rc = xf__entry_write(c, full.data, full.len, &w, &written);
+  xf__key_free(&full);
+  if (rc == XF_OK && !written) {
+    c->stats.superseded++;
+    rc = xf__fail(c, XF_ESUPERSEDED, "not written: the entry holds a newer value");
+  }
+  return rc;
+}
+
+int xf_delete(xf_client *c, const char *key, size_t keylen) {
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  xf__key full;
+  int rc = xf__key_build(c, key, keylen, &full);
+  if (rc != XF_OK)
+    return rc;
+  rc = xf__entry_delete(c, full.data, full.len, c->tombstone_ms);
+  xf__key_free(&full);
+  return rc;
+}

@@ -1,0 +1,82 @@
+/* The get-or-compute flow as a sans-I/O state machine: it never touches a
+ * socket, a clock, a thread or a sleep. A driver starts a call, then performs
+ * the step the machine asks for and feeds back what came of it:
+ *
+ *   XF_STEP_SEND  send f->cmd (a command on f->key)  -> xf__flow_reply
+ *   XF_STEP_LOAD  run the loader into &f->sink        -> xf__flow_loaded
+ *   XF_STEP_WAIT  until f->wake_ms on the driver's    -> xf__flow_woke
+ *                 monotonic clock
+ *   XF_STEP_DONE  f->rc is the call's result; on XF_OK *out holds the value.
+ *                 The flow has freed everything it held.
+ *
+ * Every input carries the driver's monotonic time in ms. The machine keeps
+ * its state in the flow, never on the client, so calls may nest. */
+#ifndef XF_FLOW_H
+#define XF_FLOW_H
+
+#include <stdint.h>
+
+#include "entry.h"
+#include "key.h"
+#include "sink.h"
+
+typedef enum xf__step { XF_STEP_SEND, XF_STEP_LOAD, XF_STEP_WAIT, XF_STEP_DONE } xf__step;
+
+/* Why a LOAD runs: with the key's lease, after giving up waiting for another
+ * caller's lease, or failing open (Redis cannot be used: nothing is written). */
+typedef enum xf__load_kind {
+  XF_LOAD_LEASED,
+  XF_LOAD_GAVE_UP,
+  XF_LOAD_UNCACHED
+} xf__load_kind;
+
+typedef struct xf__flow {
+  /* The call. */
+  xf_client *c;
+  const xf_policy *p;
+  const char *user_key; /* as given, for the loader */
+  size_t user_keylen;
+  xf__key key; /* prefixed, for Redis */
+  xf_value *out;
+
+  /* What the driver acts on. */
+  xf__cmd cmd;         /* SEND */
+  struct xf_sink sink; /* LOAD */
+  xf__load_kind load;  /* LOAD: why (a driver may share UNCACHED loads) */
+  int64_t wake_ms;     /* WAIT */
+  int rc;              /* DONE */
+
+  /* Where the call is. */
+  int state;
+  int script_loading;                 /* a SCRIPT LOAD is on the wire (NOSCRIPT recovery) */
+  int script_retried;                 /* at most one SCRIPT LOAD per command */
+  int refresh;                        /* an early refresh of a valid value (not a miss) */
+  int round;                          /* reads made while waiting */
+  int had_value;                      /* the entry held a value when read */
+  xf__entry e;                        /* what the last read saw */
+  char token[40];                     /* the lease held ("" = none) */
+  int64_t start_ms;                   /* server time the computation is dated by */
+  int64_t waited_from_ms, give_up_ms; /* the driver's clock */
+  int64_t delta_us;
+  xf__write w;
+  char msg[256]; /* the loader's message, kept across the release */
+} xf__flow;
+
+/* Starts a call. Validates policy, out and key (XF_STEP_DONE with XF_EINVAL
+ * or XF_ENOMEM when they are bad). The loader is the driver's: it must have
+ * checked it. */
+xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                        const xf_policy *p, xf_value *out, int64_t now_ms);
+
+/* The outcome of a SEND: rc XF_OK with the reply (any type, error replies
+ * included; the flow takes it), or the driver's error (XF_EIO, XF_ECONNECT,
+ * XF_ENOMEM) with reply NULL. */
+xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *reply, int64_t now_ms);
+
+/* The outcome of a LOAD: the loader's return code and how long it ran. */
+xf__step xf__flow_loaded(xf__flow *f, int loader_rc, int64_t delta_us, int64_t now_ms);
+
+/* A WAIT is over. */
+xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
+
+#endif

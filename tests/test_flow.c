@@ -1,0 +1,238 @@
+/* The flow machine without Redis: scripted replies in, steps out. */
+#include <criterion/criterion.h>
+#include <hiredis/hiredis.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flow.h"
+#include "script.h"
+
+static xf_client *c;
+
+static void setup(void) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.lazy_connect = 1; /* the machine never connects: nothing is sent */
+  o.seed = 1;
+  o.port = 1;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+}
+
+static void teardown(void) { xf_client_close(c); }
+
+TestSuite(flow, .init = setup, .fini = teardown);
+
+/* A reply parsed from RESP text, as hiredis would hand it over. */
+static redisReply *reply(const char *resp) {
+  redisReader *rd = redisReaderCreate();
+  redisReaderFeed(rd, resp, strlen(resp));
+  void *r = NULL;
+  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK);
+  cr_assert_not_null(r, "incomplete RESP: %s", resp);
+  redisReaderFree(rd);
+  return r;
+}
+
+static void expect_arg(const xf__flow *f, int i, const char *want) {
+  cr_assert_lt(i, f->cmd.argc);
+  cr_expect_eq(f->cmd.lens[i], strlen(want), "arg %d", i);
+  cr_expect_eq(memcmp(f->cmd.argv[i], want, strlen(want)), 0, "arg %d is not %s", i, want);
+}
+
+static void expect_script(const xf__flow *f, int script) {
+  expect_arg(f, 1, xf__scripts[script].sha);
+}
+
+static int load_value(xf__flow *f, const char *value) {
+  return xf_sink_set(&f->sink, value, strlen(value));
+}
+
+#define HIT "*6\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n"
+#define MISS "*6\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n"
+#define MISS_LEASED "*6\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010000\r\n"
+
+Test(flow, hit_is_one_read) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xf__flow f;
+  cr_assert_eq(xf__flow_start(&f, c, "k", 1, &p, &v, 0), XF_STEP_SEND);
+  expect_arg(&f, 0, "EVALSHA_RO");
+  expect_script(&f, XF_SCRIPT_READ);
+  expect_arg(&f, 3, "k");
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(HIT), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_str_eq(v.data, "old");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+}
+
+Test(flow, miss_leases_loads_and_writes_dated_by_the_lease) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xf__flow f;
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS), 0), XF_STEP_SEND);
+  expect_arg(&f, 0, "EVALSHA");
+  expect_script(&f, XF_SCRIPT_LEASE);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1234567\r\n"), 0),
+               XF_STEP_LOAD);
+  cr_expect_eq(f.load, XF_LOAD_LEASED);
+  load_value(&f, "new");
+  cr_assert_eq(xf__flow_loaded(&f, 0, 42, 0), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_WRITE);
+  expect_arg(&f, 4, f.token);
+  expect_arg(&f, 5, "new");
+  expect_arg(&f, 6, "42");
+  expect_arg(&f, 9, "1234567"); /* start_ms: the lease's server time */
+  expect_arg(&f, 10, "0");
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_str_eq(v.data, "new");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+}
+
+Test(flow, refused_write_is_uncached) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xf__flow f;
+  xf_stats before, after;
+  xf_client_stats(c, &before);
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_reply(&f, XF_OK, reply(MISS), 0);
+  xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0);
+  load_value(&f, "mine");
+  xf__flow_loaded(&f, 0, 1, 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":0\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_client_stats(c, &after);
+  cr_expect_eq(after.superseded, before.superseded + 1);
+  xf_value_free(&v);
+}
+
+Test(flow, noscript_loads_the_script_and_resends_once) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xf__flow f;
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-NOSCRIPT No matching script.\r\n"), 0),
+               XF_STEP_SEND);
+  expect_arg(&f, 0, "SCRIPT");
+  expect_arg(&f, 1, "LOAD");
+  char sha[64];
+  snprintf(sha, sizeof sha, "$40\r\n%s\r\n", xf__scripts[XF_SCRIPT_READ].sha);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(sha), 0), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_READ);
+  /* A second NOSCRIPT for the same command is an error, not a loop. */
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-NOSCRIPT still\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EREDIS);
+}
+
+Test(flow, live_lease_on_a_miss_waits_then_rereads) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xf__flow f;
+  xf__flow_start(&f, c, "k", 1, &p, &v, 1000);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS_LEASED), 1000), XF_STEP_WAIT);
+  cr_expect_eq(f.wake_ms, 1000 + 2);
+  cr_assert_eq(xf__flow_woke(&f, 1002), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_READ);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS_LEASED), 1400), XF_STEP_WAIT);
+  cr_expect_eq(f.wake_ms, 1400 + 50, "polls after a quarter of the wait, at most 50 ms");
+  xf__flow_woke(&f, 1450);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(HIT), 1450), XF_STEP_DONE);
+  cr_expect_str_eq(v.data, "old");
+  xf_value_free(&v);
+}
+
+Test(flow, waiter_that_gives_up_is_dated_by_its_last_read) {
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 0;
+  xf_value v;
+  xf__flow f;
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS_LEASED), 20), XF_STEP_LOAD);
+  cr_expect_eq(f.load, XF_LOAD_GAVE_UP);
+  load_value(&f, "mine");
+  cr_assert_eq(xf__flow_loaded(&f, 0, 1, 0), XF_STEP_SEND);
+  expect_arg(&f, 4, "");        /* no lease */
+  expect_arg(&f, 9, "1010000"); /* the read's server time */
+  xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+}
+
+Test(flow, unreachable_redis_fails_open) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xf__flow f;
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_EIO, NULL, 0), XF_STEP_LOAD);
+  cr_expect_eq(f.load, XF_LOAD_UNCACHED);
+  load_value(&f, "direct");
+  cr_assert_eq(xf__flow_loaded(&f, 0, 1, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+}
+
+Test(flow, failed_early_refresh_releases_and_serves_the_valid_value) {
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = INFINITY;
+  xf_value v;
+  xf__flow f;
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(HIT), 0), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_LEASE);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
+  cr_assert_eq(xf__flow_loaded(&f, 5, 1, 0), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_RELEASE);
+  cr_assert_eq(xf__flow_reply(&f, XF_EIO, NULL, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_str_eq(v.data, "old");
+  cr_expect_eq(xf_loader_error(c), 5);
+  cr_expect_str_eq(xf_errmsg(c), "loader returned 5",
+                   "the release's failure is not the news");
+  xf_value_free(&v);
+}
+
+Test(flow, every_malformed_read_reply_is_eproto) {
+  static const char *bad[] = {
+      ":1\r\n",
+      "$3\r\nabc\r\n",
+      "*0\r\n",
+      "*5\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n",
+      "*6\r\n:1\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
+      "*6\r\n$1\r\nv\r\n$1\r\n1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
+      "*6\r\n$1\r\nv\r\n:-1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
+      "*6\r\n$1\r\nv\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:1\r\n",
+      "*6\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:-5\r\n",
+      "*6\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:0\r\n:50\r\n",
+      "*7\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:1\r\n",
+      "*6\r\n*0\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
+  };
+  xf_policy p = XF_POLICY_INIT;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    xf_value v;
+    xf__flow f;
+    xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(bad[i]), 0), XF_STEP_DONE, "reply %zu", i);
+    cr_expect_eq(f.rc, XF_EPROTO, "reply %zu", i);
+    cr_expect_null(v.data);
+  }
+}
+
+Test(flow, every_malformed_lease_reply_degrades) {
+  static const char *bad[] = {":1\r\n", "*1\r\n:1\r\n", "*2\r\n:7\r\n:1\r\n",
+                              "*2\r\n$1\r\n1\r\n:1\r\n", "*3\r\n:2\r\n:1\r\n:1\r\n"};
+  xf_policy p = XF_POLICY_INIT;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    xf_value v;
+    xf__flow f;
+    xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+    xf__flow_reply(&f, XF_OK, reply(MISS), 0);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(bad[i]), 0), XF_STEP_DONE, "reply %zu", i);
+    cr_expect_eq(f.rc, XF_EPROTO, "reply %zu", i);
+  }
+}
