@@ -203,6 +203,21 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
                                 const xf_policy *policy, xf_loader_fn loader,
                                 void *loader_ud, xf_value *out);
 
+/* The batch driver: n get-or-compute calls at once, with the same policy and
+ * loader. The reads of all n keys travel in one pipelined round trip, so hits
+ * return after it; the misses' leases take one more, the loaders run (one
+ * after the other, in this thread, for the keys this caller won) and their
+ * writes take one more. Each key behaves exactly as xf_get_or_compute would:
+ * rcs[i] is its code and values[i] its value (free each with xf_value_free;
+ * zeroed on error). Returns XF_OK when every key has its rcs[i] (whatever
+ * they are), XF_EINVAL (a NULL array or loader: no key was looked at) or
+ * XF_ENOMEM. n == 0 is XF_OK. Uses the client's one connection: same thread
+ * rules as every call. */
+XF_EXPORT int xf_get_or_compute_many(xf_client *c, size_t n, const char *const *keys,
+                                     const size_t *keylens, const xf_policy *policy,
+                                     xf_loader_fn loader, void *loader_ud, xf_value *values,
+                                     int *rcs);
+
 /* Writes a value for key as if a loader had produced it now (warm-up, or
  * write-through). The entry keeps the delta it learned from its last loader
  * run (0 for a new entry, which is then never refreshed early in its first

@@ -194,6 +194,48 @@ int xf__command(xf_client *c, int argc, const char *const *argv, const size_t *l
   return rc;
 }
 
+/* Marks commands [from, n) failed with rc (no reply). */
+static void fail_from(size_t from, size_t n, int rc, int *rcs) {
+  for (size_t i = from; i < n; i++)
+    rcs[i] = rc;
+}
+
+int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
+                     redisReply **replies) {
+  memset(replies, 0, n * sizeof *replies);
+  int rc = ensure_connected(c);
+  c->request.len = 0;
+  for (size_t i = 0; rc == XF_OK && i < n; i++)
+    if (xf__resp_append(&c->request, cmds[i]->argc, cmds[i]->argv, cmds[i]->lens) != 0)
+      rc = xf__fail(c, XF_ENOMEM, "out of memory for a pipeline of %zu commands", n);
+  if (rc != XF_OK) {
+    fail_from(0, n, rc, rcs);
+    return rc;
+  }
+  size_t got = 0;
+  if (send_request(c) != 0) {
+    rc = xf__fail(c, XF_EIO, "pipeline: %s",
+                  errno == EAGAIN ? "write timed out" : strerror(errno));
+  } else {
+    for (; got < n; got++) {
+      void *r = NULL;
+      if (redisGetReply(c->ctx, &r) != REDIS_OK || !r) {
+        rc = xf__fail(c, c->ctx->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EIO, "pipeline: %s",
+                      c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
+        break;
+      }
+      replies[got] = r;
+      rcs[got] = XF_OK;
+    }
+  }
+  if (rc != XF_OK) {
+    fail_from(got, n, rc, rcs);
+    c->stats.redis_errors++;
+    drop_connection(c);
+  }
+  return rc;
+}
+
 static int copy_options(xf_client *c, const xf_options *o) {
   c->host = strdup(o->host ? o->host : "127.0.0.1");
   c->unix_path = dup_or_null(o->unix_path);

@@ -46,4 +46,11 @@ int64_t xf__now_us(void);
 int xf__command(xf_client *c, int argc, const char *const *argv, const size_t *lens,
                 redisReply **reply);
 
+/* Pipelining: sends the n commands in one write and reads their n replies.
+ * rcs[i] and replies[i] are what xf__command would give for cmds[i]; when the
+ * connection fails, that command and every later one get its code. Returns
+ * XF_OK when every command got a reply. */
+int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
+                     redisReply **replies);
+
 #endif

@@ -35,14 +35,15 @@ static int reserve(xf__buf *buf, size_t need) {
   return 0;
 }
 
-int xf__resp_encode(xf__buf *buf, int argc, const char *const *argv, const size_t *lens) {
-  size_t need = 23;
+int xf__resp_append(xf__buf *buf, int argc, const char *const *argv, const size_t *lens) {
+  size_t need = buf->len + 23;
   for (int i = 0; i < argc; i++)
     need += 23 + lens[i] + 2;
   if (reserve(buf, need) != 0)
     return -1;
   char *out = buf->data;
-  size_t at = put_header(out, '*', (size_t)argc);
+  size_t at = buf->len;
+  at += put_header(out + at, '*', (size_t)argc);
   for (int i = 0; i < argc; i++) {
     at += put_header(out + at, '$', lens[i]);
     memcpy(out + at, argv[i], lens[i]);
@@ -52,6 +53,11 @@ int xf__resp_encode(xf__buf *buf, int argc, const char *const *argv, const size_
   }
   buf->len = at;
   return 0;
+}
+
+int xf__resp_encode(xf__buf *buf, int argc, const char *const *argv, const size_t *lens) {
+  buf->len = 0;
+  return xf__resp_append(buf, argc, argv, lens);
 }
 
 void xf__buf_free(xf__buf *buf) {

@@ -24,6 +24,9 @@ typedef struct xf__cmd {
  * contents). Returns 0, or -1 when out of memory. */
 int xf__resp_encode(xf__buf *buf, int argc, const char *const *argv, const size_t *lens);
 
+/* The same, appended to buf's contents (a pipeline of commands). */
+int xf__resp_append(xf__buf *buf, int argc, const char *const *argv, const size_t *lens);
+
 void xf__buf_free(xf__buf *buf);
 
 #endif

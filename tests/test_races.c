@@ -170,6 +170,7 @@ Test(races, a_set_during_a_waiters_load_wins) {
   b.l.sleep_ms = 300;
   pthread_create(&t, NULL, run_call, &b);
   wait_for_loader(&b.l);
+  xft_sleep_ms(5); /* dates are the server's ms: be a later one than its read */
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "races:waiter", 12, "set", 3, &p), XF_OK);
