@@ -191,6 +191,16 @@ long long xft_int(redisContext *r, const char *fmt, ...) {
   return v;
 }
 
+long long xft_command_calls(redisContext *r, const char *cmd) {
+  redisReply *rep = xft_cmd(r, "INFO commandstats");
+  char needle[64];
+  snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
+  const char *at = strstr(rep->str, needle);
+  long long n = at ? atoll(at + strlen(needle)) : 0;
+  freeReplyObject(rep);
+  return n;
+}
+
 long long xft_server_ms(redisContext *r) {
   redisReply *rep = xft_cmd(r, "TIME");
   long long ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;

@@ -41,6 +41,9 @@ redisContext *xft_redis_port(int port);
 redisReply *xft_cmd(redisContext *r, const char *fmt, ...);
 long long xft_int(redisContext *r, const char *fmt, ...);
 
+/* How many times the server ran cmd, lower case (INFO commandstats). */
+long long xft_command_calls(redisContext *r, const char *cmd);
+
 /* The server's clock (TIME) in ms: what the scripts use. */
 long long xft_server_ms(redisContext *r);
 

@@ -30,15 +30,6 @@ static int key_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   return xf_sink_set(sink, v, (size_t)len);
 }
 
-static long long command_calls(redisContext *r, const char *cmd) {
-  redisReply *rep = xft_cmd(r, "INFO commandstats");
-  char needle[64];
-  snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
-  const char *at = strstr(rep->str, needle);
-  long long n = at ? atoll(at + strlen(needle)) : 0;
-  freeReplyObject(rep);
-  return n;
-}
 
 static void expect_values(const keys *k, size_t n, const xf_value *v, const int *rcs,
                           xf_source source) {
@@ -74,13 +65,13 @@ Test(batch, misses_load_once_then_all_hit_in_one_read_each) {
   expect_values(&k, N, v, rcs, XF_SOURCE_LOADER);
   cr_expect_eq(calls, N);
   free_values(v, N);
-  long long ro = command_calls(r, "evalsha_ro"), rw = command_calls(r, "evalsha");
+  long long ro = xft_command_calls(r, "evalsha_ro"), rw = xft_command_calls(r, "evalsha");
   cr_assert_eq(xf_get_or_compute_many(c, N, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
                XF_OK);
   expect_values(&k, N, v, rcs, XF_SOURCE_CACHE);
   cr_expect_eq(calls, N, "no loader call for hits");
-  cr_expect_eq(command_calls(r, "evalsha_ro") - ro, N, "one read per key");
-  cr_expect_eq(command_calls(r, "evalsha") - rw, 0, "no lease or write for hits");
+  cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, N, "one read per key");
+  cr_expect_eq(xft_command_calls(r, "evalsha") - rw, 0, "no lease or write for hits");
   free_values(v, N);
   redisFree(r);
   xf_client_close(c);

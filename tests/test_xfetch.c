@@ -23,16 +23,6 @@ static void put_entry(redisContext *r, const char *key, const char *value, long 
   freeReplyObject(xft_cmd(r, "PEXPIRE %s %lld", key, pttl_ms));
 }
 
-/* How many times the server ran cmd (INFO commandstats). */
-static long long command_calls(redisContext *r, const char *cmd) {
-  redisReply *rep = xft_cmd(r, "INFO commandstats");
-  char needle[64];
-  snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
-  const char *at = strstr(rep->str, needle);
-  long long n = at ? atoll(at + strlen(needle)) : 0;
-  freeReplyObject(rep);
-  return n;
-}
 
 static void hold_lease(redisContext *r, const char *key, long long for_ms) {
   freeReplyObject(
@@ -539,8 +529,8 @@ Test(xfetch, a_live_lease_seen_by_the_read_costs_no_second_round_trip) {
   cr_assert_eq(get(c, "flow:rt-early", &p, &l, &v), XF_OK);
   cr_expect_str_eq(v.data, "current");
   xf_value_free(&v);
-  cr_expect_eq(command_calls(r, "evalsha_ro"), 2, "one read each");
-  cr_expect_eq(command_calls(r, "evalsha"), 0, "no lease attempt that could only lose");
+  cr_expect_eq(xft_command_calls(r, "evalsha_ro"), 2, "one read each");
+  cr_expect_eq(xft_command_calls(r, "evalsha"), 0, "no lease attempt that could only lose");
   cr_expect_eq(l.calls, 0);
   redisFree(r);
   xf_client_close(c);
