@@ -53,6 +53,10 @@ extern "C" {
   XF_ERR(ENOTFOUND, -9, "not found (negative entry)")                                      \
   XF_ERR(EWRONGTYPE, -10, "the key holds a value that is not an xfetch entry")             \
   XF_ERR(EAUTH, -11, "Redis authentication or database selection failed")                  \
+  XF_ERR(EUNAVAILABLE, -12,                                                                \
+         "Redis cannot serve this command right now (busy, loading, read-only, out of "    \
+         "memory)")                                                                        \
+  XF_ERR(ENOPERM, -13, "the Redis ACL user may not run a command xfetch needs")            \
   XF_ERR(ESUPERSEDED, -14, "not cached: a newer value or a delete won")
 
 /* Return codes. */

@@ -102,13 +102,20 @@ static int roundtrip(xf_client *c, int argc, const char *const *argv, const size
   *reply = NULL;
   if (xf__resp_encode(&c->request, argc, argv, lens) != 0)
     return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", argc);
-  if (send_request(c) != 0)
+  c->peer_closed = 0;
+  if (send_request(c) != 0) {
+    c->peer_closed = errno == EPIPE || errno == ECONNRESET;
     return xf__fail(c, XF_EIO, "%s: %s", argv[0],
                     errno == EAGAIN ? "write timed out" : strerror(errno));
+  }
   void *r = NULL;
-  if (redisGetReply(c->ctx, &r) != REDIS_OK || !r)
+  if (redisGetReply(c->ctx, &r) != REDIS_OK || !r) {
+    c->peer_closed =
+        c->ctx->err == REDIS_ERR_EOF ||
+        (c->ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
     return xf__fail(c, c->ctx->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EIO, "%s: %s", argv[0],
                     c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
+  }
   *reply = r;
   return XF_OK;
 }
@@ -166,12 +173,29 @@ static int connect_now(xf_client *c) {
 
 /* Connects if needed: after a fork the child never reuses the parent's
  * socket, and while the breaker is open no connect is attempted. */
-static int ensure_connected(xf_client *c) {
-  if (c->ctx && c->fork_generation != current_fork_generation()) {
+/* A forked child that keeps using the client gets a new identity: its own
+ * connection, client id (the lease tokens' prefix) and XFetch stream, so it
+ * can never release the parent's lease nor repeat its draws. */
+static void renew_after_fork(xf_client *c) {
+  if (c->ctx)
     redisFree(c->ctx); /* closes only the child's copy of the descriptor */
-    c->ctx = NULL;
-    c->retry_after_ms = 0;
-  }
+  c->ctx = NULL;
+  c->retry_after_ms = 0;
+  pthread_once(&atfork_once, register_atfork);
+  c->fork_generation = current_fork_generation();
+  c->id = random_u64();
+  c->lease_count = 0;
+  xf__pcg32_seed(&c->rng, random_u64(), c->id);
+  c->fork_generation = current_fork_generation();
+}
+
+void xf__client_check_fork(xf_client *c) {
+  if (c->fork_generation != current_fork_generation())
+    renew_after_fork(c);
+}
+
+static int ensure_connected(xf_client *c) {
+  xf__client_check_fork(c);
   if (c->ctx)
     return XF_OK;
   if (c->breaker_ms >= 0 && xf__now_ms() < c->retry_after_ms) {
@@ -183,10 +207,27 @@ static int ensure_connected(xf_client *c) {
 int xf__command(xf_client *c, int argc, const char *const *argv, const size_t *lens,
                 redisReply **reply) {
   *reply = NULL;
+  int was_connected = c->ctx != NULL;
   int rc = ensure_connected(c);
   if (rc != XF_OK)
     return rc;
   rc = roundtrip(c, argc, argv, lens, reply);
+  if (rc == XF_EIO && was_connected && c->peer_closed) {
+    /* The server closed a connection that was working (its idle timeout,
+     * CLIENT KILL, a proxy's cut-off): not a server that is down. Reconnect
+     * once, at once, and send again before the breaker has a say. Every
+     * command xfetch sends is safe to repeat: the read is read-only; the
+     * lease answers "won" again to its own token; a write that was applied
+     * is refused the second time (its lease is gone), so it is reported
+     * uncached, never applied twice; release, delete and SCRIPT LOAD are
+     * idempotent. */
+    redisFree(c->ctx);
+    c->ctx = NULL;
+    rc = connect_now(c); /* on failure: counted, dropped, breaker armed */
+    if (rc != XF_OK)
+      return rc;
+    rc = roundtrip(c, argc, argv, lens, reply);
+  }
   if (rc != XF_OK) {
     c->stats.redis_errors++;
     drop_connection(c); /* a hiredis context with an error cannot be reused */

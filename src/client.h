@@ -25,6 +25,7 @@ struct xf_client {
   uint64_t id;          /* random client id: lease tokens are unique fleet-wide */
   uint64_t lease_count; /* leases taken, the token's suffix */
   int loader_rc;
+  int peer_closed; /* the last failure was the server closing the socket */
   xf_stats stats;
   char errstr[256];
   char conn_err[256]; /* why the last connection was dropped */
@@ -37,6 +38,10 @@ int xf__fail(xf_client *c, int rc, const char *fmt, ...)
 /* CLOCK_MONOTONIC in ms and us. */
 int64_t xf__now_ms(void);
 int64_t xf__now_us(void);
+
+/* In a forked child, gives the client its own identity (connection, client
+ * id, XFetch stream) on first use; a load and a compare otherwise. */
+void xf__client_check_fork(xf_client *c);
 
 /* Sends one command and returns its reply in *reply (caller frees with
  * freeReplyObject). Connects first if needed. Error replies come back as

@@ -68,6 +68,7 @@ void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
 }
 
 void xf__entry_token(xf_client *c, char token[40]) {
+  xf__client_check_fork(c); /* never a parent's token in a child */
   snprintf(token, 40, "%016" PRIx64 "-%" PRIu64, c->id, ++c->lease_count);
 }
 

@@ -26,7 +26,11 @@ enum { READ, LEASE, WRITE, RELEASE, LOAD, WAIT, DONE };
 static const int script_of[] = {XF_SCRIPT_READ, XF_SCRIPT_LEASE, XF_SCRIPT_WRITE,
                                 XF_SCRIPT_RELEASE};
 
-static int is_unreachable(int rc) { return rc == XF_EIO || rc == XF_ECONNECT; }
+/* Redis cannot be used for this step (down, cut off, or busy, loading,
+ * read-only, out of memory...): every step fails open the same way. */
+static int is_unreachable(int rc) {
+  return rc == XF_EIO || rc == XF_ECONNECT || rc == XF_EUNAVAILABLE;
+}
 
 /* ---- sending ------------------------------------------------------------------- */
 
@@ -284,7 +288,7 @@ static xf__step lease_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
     f->token[0] = '\0';
     if (f->refresh)
       return serve(f, XF_SOURCE_CACHE);
-    return is_unreachable(rc) || rc == XF_EREDIS ? load(f, XF_LOAD_UNCACHED) : done(f, rc);
+    return is_unreachable(rc) ? load(f, XF_LOAD_UNCACHED) : done(f, rc);
   }
   if (won == XF_LEASE_NEWER) {
     xf__entry_free(&f->e);

@@ -54,8 +54,23 @@ int xf__script_loaded(xf_client *c, int script, redisReply *r) {
   return rc;
 }
 
+/* Replies of a server that cannot serve the command right now, whatever it
+ * is: the flow fails open on them as on a connection failure. */
+static int is_unavailable(const redisReply *r) {
+  static const char *const prefixes[] = {"BUSY",       "LOADING",  "MASTERDOWN",
+                                         "READONLY",   "OOM",      "MISCONF",
+                                         "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"};
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+    if (is_error(r, prefixes[i]))
+      return 1;
+  return 0;
+}
+
 int xf__script_error(xf_client *c, int script, redisReply *r) {
-  int rc = strstr(r->str, "WRONGTYPE") ? XF_EWRONGTYPE : XF_EREDIS;
+  int rc = is_unavailable(r)             ? XF_EUNAVAILABLE
+           : is_error(r, "NOPERM")       ? XF_ENOPERM
+           : strstr(r->str, "WRONGTYPE") ? XF_EWRONGTYPE
+                                         : XF_EREDIS;
   xf__fail(c, rc, "%s script: %s", xf__scripts[script].name, r->str);
   c->stats.redis_errors++;
   freeReplyObject(r);

@@ -47,8 +47,10 @@ int xf__script_missing(const struct redisReply *r);
  * the message on the client. */
 int xf__script_loaded(struct xf_client *c, int script, struct redisReply *r);
 
-/* The code for an error reply to script (WRONGTYPE -> XF_EWRONGTYPE, else
- * XF_EREDIS), with the message on the client; frees r. */
+/* The code for an error reply to script, with the message on the client;
+ * frees r: XF_EUNAVAILABLE (BUSY, LOADING, MASTERDOWN, READONLY, OOM, MISCONF,
+ * NOREPLICAS, TRYAGAIN, CLUSTERDOWN), XF_ENOPERM (NOPERM), XF_EWRONGTYPE,
+ * else XF_EREDIS. */
 int xf__script_error(struct xf_client *c, int script, struct redisReply *r);
 
 /* Blocking: sends call, a call of script (loading the script on NOSCRIPT

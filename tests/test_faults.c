@@ -1,0 +1,144 @@
+/* Production faults on a real redis-server: what a caller sees. Each test
+ * that breaks its server starts its own. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "entry.h"
+#include "fixture.h"
+
+static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
+               xf_value *v) {
+  return xf_get_or_compute(c, key, strlen(key), p, xft_load, l, v);
+}
+
+/* A hit after the server cut the connection: one reconnection, no loader,
+ * no breaker. */
+static void expect_hit_after_cut(xf_client *c, const char *key) {
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "reloaded"};
+  xf_value v;
+  cr_assert_eq(get(c, key, &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_str_eq(v.data, "cached");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 0);
+  xf_value_free(&v);
+  cr_assert_eq(get(c, key, &p, &l, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_CACHE, "the breaker did not open");
+  xf_value_free(&v);
+}
+
+Test(faults, idle_timeout_reconnects_without_the_breaker) {
+  static const char *const conf[] = {"--timeout", "1", NULL};
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  xf_client *c = xft_client_port(s.port, 1);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "faults:idle", 11, "cached", 6, &p), XF_OK);
+  xft_sleep_ms(2200); /* past the 1 s idle timeout (checked by serverCron) */
+  expect_hit_after_cut(c, "faults:idle");
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(faults, client_kill_reconnects_without_the_breaker) {
+  redisContext *r = xft_redis();
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "faults:kill", 11, "cached", 6, &p), XF_OK);
+  redisReply *id = xft_cmd(r, "CLIENT LIST");
+  freeReplyObject(id);
+  /* Kill every other normal connection: ours among them (tests in parallel
+   * reconnect the same way). */
+  freeReplyObject(xft_cmd(r, "CLIENT KILL TYPE normal SKIPME yes"));
+  expect_hit_after_cut(c, "faults:kill");
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(faults, a_busy_script_fails_open) {
+  static const char *const conf[] = {"--busy-reply-threshold", "50", NULL};
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  xf_client *c = xft_client_port(s.port, 1);
+  cr_assert_eq(xf_ping(c), XF_OK);
+  redisContext *busy = xft_redis_port(s.port);
+  redisAppendCommand(busy, "EVAL %s 0", "while true do end");
+  int done = 0;
+  while (!done)
+    cr_assert_eq(redisBufferWrite(busy, &done), REDIS_OK);
+  xft_sleep_ms(200);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "direct"};
+  xf_value v;
+  cr_assert_eq(get(c, "faults:busy", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_str_eq(v.data, "direct");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  cr_expect_eq(l.calls, 1);
+  cr_expect(strstr(xf_errmsg(c), "BUSY") != NULL, "message: %s", xf_errmsg(c));
+  xf_value_free(&v);
+  redisContext *r = xft_redis_port(s.port);
+  freeReplyObject(xft_cmd(r, "SCRIPT KILL"));
+  redisFree(r);
+  redisFree(busy);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(faults, an_acl_user_without_evalsha_is_a_loud_error) {
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "ACL SETUSER noscript on >pw ~* +@all -evalsha -evalsha_ro"));
+  redisFree(r);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.username = "noscript";
+  o.password = "pw";
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "v"};
+  xf_value v;
+  cr_expect_eq(get(c, "faults:acl", &p, &l, &v), XF_ENOPERM);
+  cr_expect_eq(l.calls, 0);
+  xf_client_close(c);
+}
+
+Test(faults, a_forked_child_gets_its_own_lease_tokens) {
+  xf_client *c = xft_client(1);
+  char token[40], child_token[40] = "";
+  int64_t now;
+  xf__lease_result won;
+  xf__entry newer;
+  cr_assert_eq(xf__entry_lease(c, "faults:fork", 11, 5000, 0, token, &now, &won, &newer),
+               XF_OK);
+  cr_assert_eq(won, XF_LEASE_WON);
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char mine[40] = "";
+    /* The child's first command renews the client's identity. */
+    xf__entry_lease(c, "faults:fork-child", 17, 5000, 0, mine, &now, &won, &newer);
+    xf__entry_free(&newer);
+    /* It cannot release the parent's live lease. */
+    xf__entry_release(c, "faults:fork", 11, mine);
+    ssize_t n = write(fds[1], mine, sizeof mine);
+    xf_client_close(c);
+    _exit(n == (ssize_t)sizeof mine ? 0 : 1);
+  }
+  cr_assert_eq(read(fds[0], child_token, sizeof child_token), (ssize_t)sizeof child_token);
+  int status;
+  waitpid(pid, &status, 0);
+  close(fds[0]);
+  close(fds[1]);
+  cr_expect_neq(strncmp(token, child_token, 16), 0, "client ids %.16s and %.16s", token,
+                child_token);
+  redisContext *r = xft_redis();
+  redisReply *l = xft_cmd(r, "HGET faults:fork l");
+  cr_expect(l->type == REDIS_REPLY_STRING && strncmp(l->str, token, strlen(token)) == 0,
+            "the parent's lease is intact");
+  freeReplyObject(l);
+  redisFree(r);
+  xf_client_close(c);
+}
