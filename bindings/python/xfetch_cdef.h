@@ -13,6 +13,8 @@ enum {
   XF_ENOTFOUND = -9,
   XF_EWRONGTYPE = -10,
   XF_EAUTH = -11,
+  XF_EUNAVAILABLE = -12,
+  XF_ENOPERM = -13,
   XF_ESUPERSEDED = -14
 };
 
@@ -79,6 +81,9 @@ void xf_sink_not_found(xf_sink *sink);
 typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *sink);
 int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_policy *policy,
                       xf_loader_fn loader, void *loader_ud, xf_value *out);
+int xf_get_or_compute_many(xf_client *c, size_t n, const char *const *keys,
+                           const size_t *keylens, const xf_policy *policy, xf_loader_fn loader,
+                           void *loader_ud, xf_value *values, int *rcs);
 int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_t len,
            const xf_policy *policy);
 int xf_ping(xf_client *c);

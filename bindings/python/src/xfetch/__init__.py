@@ -15,7 +15,8 @@ from ._cache import Cache, Fetched
 from ._decorator import cached
 from ._errors import (AuthError, ConnectionError, ConnectionLostError, Error,
                       InvalidArgumentError, LoaderError, NotFoundError, OutOfMemoryError,
-                      ProtocolError, RedisError, SupersededError, TimeoutError,
+                      NoPermissionError, ProtocolError, RedisError, SupersededError,
+                      TimeoutError, UnavailableError,
                       WrongTypeError, check)
 from ._native import ffi, lib
 
@@ -24,4 +25,4 @@ __version__ = "0.1.0"
 __all__ = ["Cache", "Fetched", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
-           "SupersededError", "check", "ffi", "lib"]
+           "SupersededError", "UnavailableError", "NoPermissionError", "check", "ffi", "lib"]

@@ -63,6 +63,16 @@ class AuthError(Error, PermissionError):
     """XF_EAUTH: AUTH or SELECT refused."""
 
 
+class UnavailableError(Error):
+    """XF_EUNAVAILABLE: Redis cannot serve the command right now (BUSY,
+    LOADING, READONLY, OOM, ...). get_or_compute fails open instead; set and
+    delete raise it."""
+
+
+class NoPermissionError(Error, PermissionError):
+    """XF_ENOPERM: the Redis ACL user may not run a command xfetch needs."""
+
+
 class SupersededError(Error):
     """XF_ESUPERSEDED: set() was not cached because the entry holds a newer
     value (written later, or a delete that came after the write started)."""
@@ -80,6 +90,8 @@ _BY_CODE = {
     lib.XF_ENOTFOUND: NotFoundError,
     lib.XF_EWRONGTYPE: WrongTypeError,
     lib.XF_EAUTH: AuthError,
+    lib.XF_EUNAVAILABLE: UnavailableError,
+    lib.XF_ENOPERM: NoPermissionError,
     lib.XF_ESUPERSEDED: SupersededError,
 }
 
