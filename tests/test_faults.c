@@ -1,6 +1,7 @@
 /* Production faults on a real redis-server: what a caller sees. Each test
  * that breaks its server starts its own. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -141,4 +142,38 @@ Test(faults, a_forked_child_gets_its_own_lease_tokens) {
   freeReplyObject(l);
   redisFree(r);
   xf_client_close(c);
+}
+
+Test(faults, a_read_only_replica_serves_hits_and_fails_open_on_misses) {
+  static const char *const fast_sync[] = {"--repl-diskless-sync-delay", "0", NULL};
+  xft_server master, replica;
+  cr_assert_eq(xft_server_start(&master, fast_sync), 0);
+  char port[16];
+  snprintf(port, sizeof port, "%d", master.port);
+  const char *const conf[] = {"--replicaof", "127.0.0.1", port, NULL};
+  cr_assert_eq(xft_server_start(&replica, conf), 0);
+  xf_client *m = xft_client_port(master.port, 1);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(m, "faults:replica", 14, "cached", 6, &p), XF_OK);
+  redisContext *r = xft_redis_port(replica.port);
+  for (int i = 0; i < 300 && xft_int(r, "EXISTS faults:replica") == 0; i++)
+    xft_sleep_ms(10);
+  cr_assert_eq(xft_int(r, "EXISTS faults:replica"), 1, "the replica never synced");
+  xf_client *c = xft_client_port(replica.port, 1);
+  xft_loader l = {.value = "direct"};
+  xf_value v;
+  cr_assert_eq(get(c, "faults:replica", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_str_eq(v.data, "cached");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  cr_assert_eq(get(c, "faults:replica-miss", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_str_eq(v.data, "direct");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  cr_expect_eq(l.calls, 1);
+  xf_value_free(&v);
+  redisFree(r);
+  xf_client_close(c);
+  xf_client_close(m);
+  xft_server_stop(&replica);
+  xft_server_stop(&master);
 }
