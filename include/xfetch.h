@@ -75,6 +75,9 @@ XF_EXPORT const char *xf_strerror(int rc);
  * "UNKNOWN" otherwise. Never NULL. */
 XF_EXPORT const char *xf_errname(int rc);
 
+/* A process-local share: see xf_share_open below. */
+typedef struct xf_share xf_share;
+
 /* Connection options. Zero (or NULL) in any field means its default, so
  * XF_OPTIONS_INIT (all zero) connects to 127.0.0.1:6379, db 0. Strings are
  * copied by xf_client_open; the struct may be freed afterwards. */
@@ -97,6 +100,8 @@ typedef struct xf_options {
   int lazy_connect;       /* non-zero: xf_client_open does not connect; the
                              first call does (and fails open if Redis is
                              down), so a service can start without Redis */
+  xf_share *share;        /* NULL, or a share (xf_share_open) that keeps the
+                             loader protected while Redis cannot be used */
   int64_t tombstone_ms;   /* how long xf_delete's tombstone (and the one a
                              loader's "not found" leaves) refuses the writes
                              of computations that started before it: make it
@@ -140,13 +145,17 @@ typedef struct xf_policy {
 
 /* Where a returned value came from. */
 typedef enum xf_source {
-  XF_SOURCE_CACHE = 0,   /* a valid cached value */
-  XF_SOURCE_LOADER = 1,  /* this call ran the loader and cached the result */
-  XF_SOURCE_STALE = 2,   /* past its ttl, within stale_ms / stale_if_error_ms */
-  XF_SOURCE_UNCACHED = 3 /* this call ran the loader but its value was not
-                            cached: Redis unreachable or unable to write, or
-                            the write was refused because a newer value or a
-                            delete won (stats.superseded) */
+  XF_SOURCE_CACHE = 0,    /* a valid cached value */
+  XF_SOURCE_LOADER = 1,   /* this call ran the loader and cached the result */
+  XF_SOURCE_STALE = 2,    /* past its ttl, within stale_ms / stale_if_error_ms */
+  XF_SOURCE_UNCACHED = 3, /* this call ran the loader but its value was not
+                             cached: Redis unreachable or unable to write, or
+                             the write was refused because a newer value or a
+                             delete won (stats.superseded) */
+  XF_SOURCE_LOCAL = 4     /* Redis could not be used, and the value came from
+                             the client's xf_share: another thread's load of
+                             the key, or one kept from such a load (for up to
+                             its ttl) */
 } xf_source;
 
 /* A value returned to the caller. data is owned by the value (NUL-terminated
@@ -159,6 +168,24 @@ typedef struct xf_value {
 
 /* Frees v->data and zeroes *v. NULL-safe; safe to call twice. */
 XF_EXPORT void xf_value_free(xf_value *v);
+
+/* The process-local share (after curl's share interface): clients opened
+ * with the same share have in common, while Redis cannot be used for a key,
+ * one in-flight load per key (single-flight across threads: the others wait
+ * for its outcome, up to policy.wait_ms) and a bounded fallback cache of the
+ * values so loaded (each kept up to its ttl, least recently used evicted).
+ * Thread-safe. It must outlive every client opened with it. */
+typedef struct xf_share_options {
+  size_t max_entries; /* keys kept at most; 0 = 10000 */
+  size_t max_bytes;   /* bytes of keys and values kept at most; 0 = 64 MiB */
+} xf_share_options;
+
+/* Creates a share in *out. opts NULL = defaults. XF_OK, XF_EINVAL or
+ * XF_ENOMEM. */
+XF_EXPORT int xf_share_open(xf_share **out, const xf_share_options *opts);
+
+/* Frees the share (NULL-safe): after every client using it is closed. */
+XF_EXPORT void xf_share_close(xf_share *s);
 
 /* Opaque client: one Redis connection plus its PCG32 generator and counters. */
 typedef struct xf_client xf_client;
@@ -259,6 +286,7 @@ typedef struct xf_stats {
   uint64_t redis_errors; /* Redis errors (replies, I/O, connect) */
   uint64_t superseded;   /* writes refused because a newer value or a delete
                             won (the value was returned uncached) */
+  uint64_t local;        /* values served from the share (XF_SOURCE_LOCAL) */
 } xf_stats;
 
 /* Copies the client's counters into *out. */

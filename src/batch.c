@@ -65,11 +65,7 @@ static size_t load_all(batch *b, xf_loader_fn loader, void *ud) {
   for (size_t i = 0; i < b->n; i++) {
     if (b->steps[i] != XF_STEP_LOAD)
       continue;
-    xf__flow *f = &b->flows[i];
-    int64_t t0 = xf__now_us();
-    int lrc = loader(ud, f->user_key, f->user_keylen, &f->sink);
-    int64_t t1 = xf__now_us();
-    b->steps[i] = xf__flow_loaded(f, lrc, t1 - t0, t1 / 1000);
+    b->steps[i] = xf__flow_run_loader(&b->flows[i], loader, ud);
     k++;
   }
   return k;

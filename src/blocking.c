@@ -7,6 +7,7 @@
 #include "client.h"
 #include "flow.h"
 #include "policy.h"
+#include "share.h"
 
 void xf_value_free(xf_value *v) {
   if (!v)
@@ -29,10 +30,32 @@ static xf__step send(xf__flow *f) {
   return xf__flow_reply(f, rc, r, xf__now_ms());
 }
 
-static xf__step run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
+/* The share's code for what the loader gave. */
+static int load_outcome(const xf__flow *f, int lrc) {
+  if (lrc != 0 || (!f->sink.is_set && !f->sink.not_found))
+    return XF_ELOADER;
+  return f->sink.not_found ? XF_ENOTFOUND : XF_OK;
+}
+
+xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
+  xf_share *s = f->c->share;
+  xf__share_role role = XF_SHARE_ALONE;
+  if (s && f->load == XF_LOAD_UNCACHED) {
+    char *data = NULL;
+    size_t len = 0;
+    int rc = XF_OK;
+    int64_t now = xf__now_ms();
+    role = xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms, &data,
+                           &len, &rc);
+    if (role == XF_SHARE_SERVED)
+      return xf__flow_local(f, rc, data, len);
+  }
   int64_t t0 = xf__now_us();
   int lrc = loader(ud, f->user_key, f->user_keylen, &f->sink);
   int64_t t1 = xf__now_us();
+  if (role == XF_SHARE_LEAD)
+    xf__share_end(s, f->key.data, f->key.len, load_outcome(f, lrc), f->sink.data,
+                  f->sink.len, t1 / 1000 + f->p->ttl_ms);
   return xf__flow_loaded(f, lrc, t1 - t0, t1 / 1000);
 }
 
@@ -56,7 +79,7 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
       step = send(&f);
       break;
     case XF_STEP_LOAD:
-      step = run_loader(&f, loader, ud);
+      step = xf__flow_run_loader(&f, loader, ud);
       break;
     case XF_STEP_WAIT:
       sleep_until_ms(f.wake_ms);

@@ -65,6 +65,11 @@ static unsigned long current_fork_generation(void) {
   return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
 }
 
+unsigned long xf__fork_generation(void) {
+  pthread_once(&atfork_once, register_atfork);
+  return current_fork_generation();
+}
+
 /* Remembers why the connection went away, for the breaker's message (the
  * handle's errstr is cleared by every call). */
 static void drop_connection(xf_client *c) {
@@ -296,6 +301,7 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->breaker_ms = o->breaker_ms ? o->breaker_ms : DEFAULT_BREAKER_MS;
   c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
   c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
+  c->share = o->share;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
   return XF_OK;
 }

@@ -15,6 +15,7 @@ struct xf_client {
   char *host, *unix_path, *username, *password;
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
   int64_t tombstone_ms;
+  xf_share *share; /* borrowed; NULL = none */
   size_t max_key_len, max_value_len;
   char *prefix;
   size_t prefix_len;
@@ -38,6 +39,9 @@ int xf__fail(xf_client *c, int rc, const char *fmt, ...)
 /* CLOCK_MONOTONIC in ms and us. */
 int64_t xf__now_ms(void);
 int64_t xf__now_us(void);
+
+/* Bumped in every forked child (pthread_atfork): compare to detect a fork. */
+unsigned long xf__fork_generation(void);
 
 /* In a forked child, gives the client its own identity (connection, client
  * id, XFetch stream) on first use; a load and a compare otherwise. */

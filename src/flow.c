@@ -197,6 +197,22 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
   return f->token[0] ? release_then_done(f, rc) : done(f, rc);
 }
 
+xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
+  if (rc != XF_OK) {
+    free(data);
+    if (rc == XF_ELOADER)
+      xf__fail(f->c, rc, "the loader failed in another thread's load of this key");
+    else if (rc == XF_ENOTFOUND)
+      xf__fail(f->c, rc, "another thread's loader found nothing");
+    return done(f, rc);
+  }
+  f->out->data = data;
+  f->out->len = len;
+  f->out->source = XF_SOURCE_LOCAL;
+  f->c->stats.local++;
+  return done(f, XF_OK);
+}
+
 /* Written: the caller gets its value, as cached or (refused, failed) not. */
 static xf__step write_done(xf__flow *f, int rc, redisReply *r) {
   int written = 0;

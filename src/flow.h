@@ -76,6 +76,15 @@ xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *reply, int64_t now_ms);
 /* The outcome of a LOAD: the loader's return code and how long it ran. */
 xf__step xf__flow_loaded(xf__flow *f, int loader_rc, int64_t delta_us, int64_t now_ms);
 
+/* The outcome of a LOAD the driver answered without the loader (from the
+ * share: another thread's load of the key): rc, and on XF_OK the value (data,
+ * malloc'd, is the flow's). The value is served as XF_SOURCE_LOCAL. */
+xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
+
+/* For drivers: performs a LOAD step with loader, in this thread (through the
+ * client's share, if any, when Redis cannot be used) and feeds the flow. */
+xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud);
+
 /* A WAIT is over. */
 xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
 

@@ -1,6 +1,8 @@
 /* Threads on a cold key, outside Criterion so ThreadSanitizer can run it:
  * each round, 16 threads (one client each) ask for a fresh key at once;
- * exactly one loader call per round and every thread gets the value.
+ * exactly one loader call per round and every thread gets the value. Then
+ * the same with Redis unreachable and the threads' clients sharing one
+ * xf_share: still one loader call per round.
  * Usage: threads_stress PORT. Exit 0 on success. */
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 static int port;
 static int calls;
 static pthread_barrier_t start;
+static xf_share *share; /* set: the clients share it and Redis is down */
 
 static int load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)ud;
@@ -28,7 +31,9 @@ static int load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
 static void *worker(void *arg) {
   const char *key = arg;
   xf_options o = XF_OPTIONS_INIT;
-  o.port = port;
+  o.port = share ? 1 : port; /* nobody listens on port 1 */
+  o.lazy_connect = share != NULL;
+  o.share = share;
   xf_client *c;
   if (xf_client_open(&c, &o) != XF_OK)
     return (void *)1;
@@ -47,7 +52,9 @@ int main(int argc, char **argv) {
     return 2;
   port = atoi(argv[1]);
   int failures = 0;
-  for (int round = 0; round < ROUNDS; round++) {
+  for (int round = 0; round < 2 * ROUNDS; round++) {
+    if (round == ROUNDS && xf_share_open(&share, NULL) != XF_OK)
+      return 1;
     char key[64];
     snprintf(key, sizeof key, "stress:%ld:%d", (long)time(NULL), round);
     calls = 0;
@@ -66,7 +73,9 @@ int main(int argc, char **argv) {
       failures++;
     }
   }
-  printf("threads_stress: %d rounds x %d threads, %d failures\n", ROUNDS, THREADS,
-         failures);
+  xf_share_close(share);
+  printf("threads_stress: %d rounds x %d threads (and as many with Redis down and a "
+         "share), %d failures\n",
+         ROUNDS, THREADS, failures);
   return failures ? 1 : 0;
 }

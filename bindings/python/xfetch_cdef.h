@@ -21,6 +21,14 @@ enum {
 const char *xf_strerror(int rc);
 const char *xf_errname(int rc);
 
+typedef struct xf_share xf_share;
+typedef struct xf_share_options {
+  size_t max_entries;
+  size_t max_bytes;
+} xf_share_options;
+int xf_share_open(xf_share **out, const xf_share_options *opts);
+void xf_share_close(xf_share *s);
+
 typedef struct xf_options {
   const char *host;
   int port;
@@ -36,6 +44,7 @@ typedef struct xf_options {
   size_t max_value_len;
   int breaker_ms;
   int lazy_connect;
+  xf_share *share;
   int64_t tombstone_ms;
 } xf_options;
 
@@ -57,7 +66,8 @@ typedef enum xf_source {
   XF_SOURCE_CACHE = 0,
   XF_SOURCE_LOADER = 1,
   XF_SOURCE_STALE = 2,
-  XF_SOURCE_UNCACHED = 3
+  XF_SOURCE_UNCACHED = 3,
+  XF_SOURCE_LOCAL = 4
 } xf_source;
 
 typedef struct xf_value {
@@ -101,6 +111,7 @@ typedef struct xf_stats {
   uint64_t uncached;
   uint64_t redis_errors;
   uint64_t superseded;
+  uint64_t local;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 

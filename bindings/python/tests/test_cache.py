@@ -91,7 +91,7 @@ def test_stats_is_a_dict_of_counters(cache, counter):
     assert isinstance(s, dict)
     assert set(s) == {"hits", "misses", "early", "loads", "load_errors", "lease_lost",
                       "waits", "stale", "uncached", "redis_errors", "superseded",
-                      "connections"}
+                      "local", "connections"}
     assert (s["hits"], s["misses"], s["loads"], s["load_errors"]) == (2, 1, 1, 0)
     assert s["connections"] == 1
 
@@ -186,7 +186,7 @@ def test_fail_open_when_no_new_connection_can_be_opened(tmp_path, counter):
     import time
     from conftest import RedisServer
     srv = RedisServer(str(tmp_path))
-    c = xfetch.Cache(srv.url, timeout=0.5, breaker=30)
+    c = xfetch.Cache(srv.url, timeout=0.5, breaker=30, share=False)  # each call loads
     busy = c._acquire()  # another thread's call in progress: the pool is empty
     srv.stop()
     load = counter(b"fresh")

@@ -91,3 +91,36 @@ def test_fork_child_opens_its_own_connection(cache, admin, counter):
     assert cache.get_or_compute("k", counter(b"z"), ttl=60) == b"parent"
     for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
         os.close(fd)
+
+
+def test_redis_down_threads_share_one_load(tmp_path):
+    """With Redis killed, the Cache's share runs the loader once for many calls."""
+    import xfetch.testing
+    srv = xfetch.testing.RedisServer(str(tmp_path))
+    cache = xfetch.Cache(f"redis://127.0.0.1:{srv.port}/0")
+    srv.stop()
+    calls = []
+    lock = threading.Lock()
+
+    def load():
+        with lock:
+            calls.append(1)
+        time.sleep(0.02)
+        return b"right"
+
+    results = []
+
+    def work():
+        for _ in range(300):
+            results.append(cache.fetch("down:hot", load, ttl=60))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(value == b"right" for value, _ in results) and len(results) == 1200
+    assert {source for _, source in results} <= {"uncached", "local"}
+    assert len(calls) <= 12, f"{len(calls)} loader calls for 1,200 calls"
+    print(f"redis down, share: {len(calls)} loader calls for 1,200 calls")
+    cache.close()

@@ -12,7 +12,8 @@ from ._policy import PolicyCache
 from ._url import parse_url
 
 SOURCES = {lib.XF_SOURCE_CACHE: "cache", lib.XF_SOURCE_LOADER: "loader",
-           lib.XF_SOURCE_STALE: "stale", lib.XF_SOURCE_UNCACHED: "uncached"}
+           lib.XF_SOURCE_STALE: "stale", lib.XF_SOURCE_UNCACHED: "uncached",
+           lib.XF_SOURCE_LOCAL: "local"}
 STAT_FIELDS = [name for name, _ in ffi.typeof("xf_stats").fields]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 log = logging.getLogger("xfetch")
@@ -20,7 +21,7 @@ log = logging.getLogger("xfetch")
 
 Fetched = collections.namedtuple("Fetched", "value source")
 Fetched.__doc__ = """(value, source): value is bytes, or None for not found; source
-is "cache", "loader", "stale" or "uncached" (None when not found)."""
+is "cache", "loader", "stale", "uncached" or "local" (None when not found)."""
 
 
 class _Conn:
@@ -28,10 +29,11 @@ class _Conn:
     the loader's exception for the call in progress: its handle is the loader's
     user data, so a call allocates nothing for the callback."""
 
-    __slots__ = ("ptr", "value", "handle", "loader", "exc", "gen", "__weakref__")
+    __slots__ = ("ptr", "value", "handle", "loader", "exc", "gen", "share", "__weakref__")
 
-    def __init__(self, ptr, gen):
+    def __init__(self, ptr, gen, share):
         self.ptr = ptr
+        self.share = share  # the C client borrows it: it must outlive the client
         self.value = ffi.new("xf_value *")
         self.handle = ffi.new_handle(self)
         self.loader = None
@@ -109,7 +111,7 @@ class Cache:
     """A stampede-safe cache on one Redis server.
 
     Cache(url, prefix="", timeout=1.0, connect_timeout=None, breaker=1.0,
-          seed=None, max_key_len=None, max_value_len=None)
+          seed=None, max_key_len=None, max_value_len=None, share=True)
 
     url: redis://[[user]:password@]host[:port][/db] or
          unix://[[user]:password@]/path/to/socket[?db=N]
@@ -118,6 +120,9 @@ class Cache:
     breaker: after a connection failure, seconds during which calls skip Redis
              (fail open: the loader runs, nothing is cached); 0 = never skip.
     seed: fixed PCG32 seed for the XFetch draws (tests); None = random.
+    share: while Redis cannot be used, the Cache's threads join one load per
+           key and reuse its value for up to its ttl (source "local"), instead
+           of each running the loader (C xf_share; bounded, LRU); False = off.
 
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a
@@ -128,7 +133,7 @@ class Cache:
 
     def __init__(self, url="redis://127.0.0.1:6379/0", prefix="", timeout=1.0,
                  connect_timeout=None, breaker=1.0, seed=None, max_key_len=None,
-                 max_value_len=None):
+                 max_value_len=None, share=True):
         fields = parse_url(url)
         if not isinstance(prefix, (str, bytes)):
             raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
@@ -159,6 +164,11 @@ class Cache:
                        f"redis://{fields['host']}:{fields['port']}") + f"/{fields['db']}"
         self._prefix = prefix
         self._seeded = seed is not None
+        self._share = ffi.NULL
+        if share:  # single-flight and a fallback cache while Redis is down
+            out = ffi.new("xf_share **")
+            check(lib.xf_share_open(out, ffi.NULL))
+            self._share = ffi.gc(out[0], lib.xf_share_close)
         self._policies = PolicyCache()
         self._gen = 0
         self._fresh_process()
@@ -195,6 +205,7 @@ class Cache:
         out = ffi.new("xf_client **")
         opts = ffi.new("xf_options *", self._opts[0])
         opts.lazy_connect = 1
+        opts.share = self._share
         with self._lock:
             if self._seeded:  # reproducible, yet distinct draws per connection
                 opts.seed = (self._opts.seed + 0x9E3779B97F4A7C15 * self._opened) % 2**64 or 1
@@ -205,7 +216,7 @@ class Cache:
         ptr = ffi.gc(out[0], lib.xf_client_close)
         if not lazy:  # connect now, keeping the detail of a failure
             check(lib.xf_ping(ptr), ptr)
-        conn = _Conn(ptr, self._gen)
+        conn = _Conn(ptr, self._gen, self._share)
         with self._lock:
             self._all.add(conn)
         return conn
