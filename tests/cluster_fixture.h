@@ -1,0 +1,44 @@
+/* Test fixture: a real Redis Cluster of 3 masters + 3 replicas on loopback,
+ * in a temp dir. Linking cluster_fixture.c starts one cluster per test binary
+ * (Criterion PRE_ALL hook) and removes it afterwards (POST_ALL); every
+ * redis-server dies with the runner (PR_SET_PDEATHSIG) if the run aborts.
+ * Do not link it with fixture.c (that one starts a standalone server). */
+#ifndef XF_TEST_CLUSTER_FIXTURE_H
+#define XF_TEST_CLUSTER_FIXTURE_H
+
+#include <hiredis/hiredis.h>
+#include <sys/types.h>
+
+#define XFT_CLUSTER_NODES 6
+
+typedef struct xft_cluster {
+  pid_t pid[XFT_CLUSTER_NODES];
+  int port[XFT_CLUSTER_NODES]; /* consecutive; each bus port is port + 10000 */
+  char dir[64];                /* one subdirectory per node */
+  double start_s, stop_s;      /* how long start and stop took */
+} xft_cluster;
+
+/* Starts 6 cluster-enabled redis-servers on free ports below 32768 - 10000
+ * (so neither they nor their bus ports meet the kernel's ephemeral ports),
+ * joins them with `redis-cli --cluster create --cluster-replicas 1` and waits
+ * until every node reports cluster_state:ok and sees all 16384 slots served
+ * by 3 masters with one replica each. Returns 0, or -1 (all stopped, a
+ * message on stderr). */
+int xft_cluster_start(xft_cluster *c);
+
+/* SIGTERM to every node, waits for them, removes the dir. Safe to repeat. */
+void xft_cluster_stop(xft_cluster *c);
+
+/* The binary's shared cluster: the port of node i (0..5; which ones are
+ * masters is the cluster's choice: ask CLUSTER SLOTS). */
+int xft_cluster_port(int i);
+
+/* A raw hiredis connection to the node at port; asserts success. */
+redisContext *xft_cluster_redis(int port);
+
+/* Runs a command (printf-style) and returns its reply; asserts non-NULL. */
+redisReply *xft_cluster_cmd(redisContext *r, const char *fmt, ...);
+
+void xft_cluster_sleep_ms(int ms);
+
+#endif
