@@ -99,18 +99,23 @@ static int parse_entry(xf_client *c, redisReply *r, size_t at, xf__entry *out) {
   if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
       out_of_range(el[2]->integer, -MAX_SPAN_MS, MAX_SPAN_MS) ||
       out_of_range(el[5]->integer, 0, MAX_CLOCK_MS) ||
-      out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS))
+      out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS) ||
+      out_of_range(el[3]->integer, 0, 1) || out_of_range(el[4]->integer, 0, 1))
     return xf__fail(c, XF_EPROTO, "entry reply field out of range");
-  if (el[0]->type == REDIS_REPLY_STRING) {
+  int has_value = el[0]->type == REDIS_REPLY_STRING;
+  if (!has_value && el[0]->type != REDIS_REPLY_NIL)
+    return xf__fail(c, XF_EPROTO, "entry value has an unexpected type");
+  /* read.lua's miss is {nil, 0, 0, live, 0, now}: no times, never negative. */
+  if (!has_value && (el[1]->integer | el[2]->integer | el[4]->integer) != 0)
+    return xf__fail(c, XF_EPROTO, "entry reply fields disagree");
+  if (has_value) {
     out->value = el[0]->str;
     out->len = el[0]->len;
-  } else if (el[0]->type != REDIS_REPLY_NIL) {
-    return xf__fail(c, XF_EPROTO, "entry value has an unexpected type");
   }
   out->delta_us = el[1]->integer;
   out->remaining_ms = el[2]->integer;
-  out->lease_live = el[3]->integer != 0;
-  out->negative = el[4]->integer != 0;
+  out->lease_live = (int)el[3]->integer;
+  out->negative = (int)el[4]->integer;
   out->now_ms = el[5]->integer - el[2]->integer;
   out->expiry_ms = out->value ? el[5]->integer : 0;
   return XF_OK;
@@ -126,9 +131,11 @@ int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out) {
 int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer) {
   memset(newer, 0, sizeof *newer);
+  /* lease.lua: {0|1, now} or {2, now, value entry}. */
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_int(r->element[0]) ||
-      !is_int(r->element[1]) || r->element[0]->integer < XF_LEASE_LOST ||
-      r->element[0]->integer > XF_LEASE_NEWER) {
+      !is_int(r->element[1]) || out_of_range(r->element[0]->integer, 0, 2) ||
+      out_of_range(r->element[1]->integer, 0, MAX_CLOCK_MS) ||
+      r->elements != (r->element[0]->integer == XF_LEASE_NEWER ? 8u : 2u)) {
     freeReplyObject(r);
     return xf__fail(c, XF_EPROTO, "lease reply has an unexpected shape");
   }
@@ -139,6 +146,10 @@ int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
     return XF_OK;
   }
   int rc = parse_entry(c, r, 2, newer);
+  /* A newer value is a valid one, read at the same instant, with no lease. */
+  if (rc == XF_OK && (!newer->value || newer->remaining_ms <= 0 || newer->lease_live ||
+                      newer->now_ms != *now_ms))
+    rc = xf__fail(c, XF_EPROTO, "lease reply's newer value is not one lease.lua gives");
   if (rc != XF_OK)
     xf__entry_free(newer);
   return rc;
@@ -146,10 +157,10 @@ int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
 
 int xf__entry_parse_int(xf_client *c, redisReply *r, const char *what, int *value) {
   int rc = XF_OK;
-  if (is_int(r))
+  if (is_int(r) && (r->integer == 0 || r->integer == 1)) /* the scripts' 0 or 1 */
     *value = (int)r->integer;
   else
-    rc = xf__fail(c, XF_EPROTO, "%s reply is not an integer", what);
+    rc = xf__fail(c, XF_EPROTO, "%s reply is not 0 or 1", what);
   freeReplyObject(r);
   return rc;
 }

@@ -1,0 +1,151 @@
+/* Fuzz target: bytes from Redis -> hiredis reader -> every entry-protocol
+ * parser (read, lease incl. the "newer value" form, write, release, delete).
+ *
+ * The input is raw RESP. Each parser gets every reply the reader completes
+ * (at most MAX_REPLIES per input). After a successful parse the harness
+ * checks what the flow relies on (fields in range and consistent with each
+ * other, the value pointing into the reply), so a parser that accepts a reply
+ * the scripts cannot produce is caught, not only one that crashes. */
+#include <hiredis/hiredis.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "entry.h"
+#include "fuzz.h"
+
+#define MAX_REPLIES 4
+#define MAX_DELTA_US ((int64_t)1 << 40)
+#define MAX_SPAN_MS ((int64_t)1 << 41)
+#define MAX_CLOCK_MS ((int64_t)1 << 50)
+
+enum { P_READ, P_LEASE, P_WRITE, P_RELEASE, P_DELETE, P_COUNT };
+
+static int in_range(int64_t v, int64_t min, int64_t max) { return v >= min && v <= max; }
+
+/* Reads every byte of the value: ASan flags a pointer or length that strays
+ * outside the reply. */
+static unsigned touch(const char *p, size_t len) {
+  unsigned sum = 0;
+  for (size_t i = 0; i < len; i++)
+    sum += (unsigned char)p[i];
+  return sum;
+}
+
+/* The invariants of an entry parsed from elements at.. of r. */
+static void check_entry(const redisReply *r, size_t at, const xf__entry *e) {
+  FUZZ_CHECK(e->reply == r);
+  FUZZ_CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == at + 6);
+  const redisReply *v = r->element[at];
+  if (e->value) {
+    FUZZ_CHECK(v->type == REDIS_REPLY_STRING);
+    FUZZ_CHECK(e->value == v->str && e->len == v->len);
+    (void)touch(e->value, e->len);
+    /* read.lua and lease.lua: remaining = e - now, exactly. */
+    FUZZ_CHECK(e->expiry_ms - e->now_ms == e->remaining_ms);
+  } else {
+    FUZZ_CHECK(v->type == REDIS_REPLY_NIL && e->len == 0);
+    /* A miss is {false, 0, 0, live, 0, now}. */
+    FUZZ_CHECK(e->delta_us == 0 && e->remaining_ms == 0 && e->expiry_ms == 0);
+    FUZZ_CHECK(e->negative == 0);
+  }
+  FUZZ_CHECK(in_range(e->delta_us, 0, MAX_DELTA_US));
+  FUZZ_CHECK(in_range(e->remaining_ms, -MAX_SPAN_MS, MAX_SPAN_MS));
+  FUZZ_CHECK(in_range(e->expiry_ms, 0, MAX_CLOCK_MS));
+  FUZZ_CHECK(in_range(e->now_ms, 0, MAX_CLOCK_MS));
+  FUZZ_CHECK(e->lease_live == 0 || e->lease_live == 1);
+  FUZZ_CHECK(e->negative == 0 || e->negative == 1);
+  /* Booleans are 0 or 1 in the reply, never "anything non-zero". */
+  FUZZ_CHECK(r->element[at + 3]->integer == e->lease_live);
+  FUZZ_CHECK(r->element[at + 4]->integer == e->negative);
+}
+
+static void check_failed(xf_client *c, int rc, const xf__entry *e) {
+  FUZZ_CHECK(rc == XF_EPROTO);
+  FUZZ_CHECK(e->reply == NULL && e->value == NULL && e->len == 0);
+  FUZZ_CHECK(xf_errmsg(c)[0] != '\0');
+}
+
+static void parse_read(xf_client *c, redisReply *r) {
+  xf__entry e;
+  int rc = xf__entry_parse_read(c, r, &e);
+  if (rc != XF_OK) {
+    check_failed(c, rc, &e);
+    return;
+  }
+  check_entry(r, 0, &e);
+  xf__entry_free(&e);
+  FUZZ_CHECK(e.reply == NULL);
+}
+
+static void parse_lease(xf_client *c, redisReply *r) {
+  xf__entry newer;
+  int64_t now_ms = -12345;
+  xf__lease_result result = (xf__lease_result)-1;
+  int rc = xf__entry_parse_lease(c, r, &now_ms, &result, &newer);
+  if (rc != XF_OK) {
+    check_failed(c, rc, &newer);
+    return;
+  }
+  FUZZ_CHECK(result == XF_LEASE_LOST || result == XF_LEASE_WON || result == XF_LEASE_NEWER);
+  FUZZ_CHECK(in_range(now_ms, 0, MAX_CLOCK_MS));
+  if (result != XF_LEASE_NEWER) {
+    FUZZ_CHECK(newer.reply == NULL && newer.value == NULL);
+    return; /* r was freed: LeakSanitizer says if not */
+  }
+  check_entry(r, 2, &newer);
+  /* lease.lua answers "newer" only with a valid value, no live lease, dated
+   * by the same clock reading: the flow serves it as a hit. */
+  FUZZ_CHECK(newer.value != NULL && newer.remaining_ms > 0);
+  FUZZ_CHECK(newer.lease_live == 0 && newer.now_ms == now_ms);
+  xf__entry_free(&newer);
+}
+
+static void parse_int(xf_client *c, redisReply *r, int which) {
+  int is_int = r->type == REDIS_REPLY_INTEGER;
+  long long raw = is_int ? r->integer : 0;
+  int v = -7, rc;
+  rc = xf__entry_parse_int(c, r,
+                           which == P_WRITE     ? "write"
+                           : which == P_RELEASE ? "release"
+                                                : "delete",
+                           &v);
+  if (rc != XF_OK) {
+    FUZZ_CHECK(rc == XF_EPROTO && xf_errmsg(c)[0] != '\0');
+    return;
+  }
+  /* The scripts answer 0 or 1; nothing else may be taken for either. */
+  FUZZ_CHECK(is_int && (raw == 0 || raw == 1));
+  FUZZ_CHECK(v == 0 || v == 1);
+  FUZZ_CHECK(v == raw);
+}
+
+static void parse(xf_client *c, redisReply *r, int which) {
+  if (which == P_READ)
+    parse_read(c, r);
+  else if (which == P_LEASE)
+    parse_lease(c, r);
+  else
+    parse_int(c, r, which);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (fuzz_resp_too_big(data, size))
+    return 0;
+  xf_client *c = fuzz_client();
+  for (int which = 0; which < P_COUNT; which++) {
+    redisReader *rd = redisReaderCreate();
+    FUZZ_CHECK(rd != NULL);
+    if (redisReaderFeed(rd, (const char *)data, size) == REDIS_OK) {
+      for (int n = 0; n < MAX_REPLIES; n++) {
+        void *reply = NULL;
+        if (redisReaderGetReply(rd, &reply) != REDIS_OK || !reply)
+          break;
+        parse(c, reply, which);
+      }
+    }
+    redisReaderFree(rd);
+  }
+  return 0;
+}
