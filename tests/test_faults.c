@@ -1,6 +1,7 @@
 /* Production faults on a real redis-server: what a caller sees. Each test
  * that breaks its server starts its own. */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -176,4 +177,96 @@ Test(faults, a_read_only_replica_serves_hits_and_fails_open_on_misses) {
   xf_client_close(m);
   xft_server_stop(&replica);
   xft_server_stop(&master);
+}
+
+/* A client with short timeouts on its own server, a value cached. */
+static xf_client *short_client(int port) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.command_timeout_ms = 200;
+  o.breaker_ms = 300;
+  o.seed = 1;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "faults:k", 8, "cached", 6, &p), XF_OK);
+  return c;
+}
+
+static void expect_fail_open(xf_client *c) {
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "direct"};
+  xf_value v;
+  cr_assert_eq(get(c, "faults:k", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_str_eq(v.data, "direct");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  cr_expect_eq(l.calls, 1);
+  xf_value_free(&v);
+}
+
+static void expect_hit_again(xf_client *c) {
+  xft_sleep_ms(400); /* past breaker_ms */
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "direct"};
+  xf_value v;
+  cr_assert_eq(get(c, "faults:k", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_str_eq(v.data, "cached");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 0);
+  xf_value_free(&v);
+}
+
+Test(faults, sigstop_beyond_the_command_timeout_fails_open_then_recovers) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_client *c = short_client(s.port);
+  kill(s.pid, SIGSTOP);
+  expect_fail_open(c);
+  kill(s.pid, SIGCONT);
+  expect_hit_again(c);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(faults, debug_sleep_fails_open_then_recovers) {
+  static const char *const conf[] = {"--enable-debug-command", "yes", NULL};
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  xf_client *c = short_client(s.port);
+  redisContext *r = xft_redis_port(s.port);
+  redisAppendCommand(r, "DEBUG SLEEP 0.6");
+  int done = 0;
+  while (!done)
+    cr_assert_eq(redisBufferWrite(r, &done), REDIS_OK);
+  xft_sleep_ms(50);
+  expect_fail_open(c);
+  xft_sleep_ms(600);
+  expect_hit_again(c);
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
+Test(faults, kill_9_then_restart_fails_open_then_hits) {
+  static const char *const conf[] = {"--save", "", NULL};
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  int port = s.port;
+  xf_client *c = short_client(port);
+  kill(s.pid, SIGKILL);
+  waitpid(s.pid, NULL, 0);
+  s.pid = 0;
+  expect_fail_open(c);
+  xft_server_stop(&s);
+  cr_assert_eq(xft_server_start_on(&s, port, NULL), 0);
+  xft_sleep_ms(400); /* past breaker_ms: the data died with the server */
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "reloaded"};
+  xf_value v;
+  cr_assert_eq(get(c, "faults:k", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_eq(v.source, XF_SOURCE_LOADER, "cached again in the new server");
+  cr_expect_eq(l.calls, 1);
+  xf_value_free(&v);
+  xf_client_close(c);
+  xft_server_stop(&s);
 }
