@@ -97,7 +97,13 @@ typedef struct loader {
   uv_loop_t *loop;
   xf_async_load *held[16]; /* never completed by the loader (hold = 1) */
   int hold, held_n;
+  uv_timer_t *closer; /* hold: started once a load is held */
 } loader;
+
+static void close_now(uv_timer_t *t) {
+  xf_async_close(t->data);
+  uv_close((uv_handle_t *)t, NULL);
+}
 
 typedef struct later {
   uv_timer_t timer;
@@ -128,6 +134,8 @@ static void test_loader(void *ud, const char *key, size_t keylen, xf_async_load 
   if (l->hold) {
     cr_assert_lt(l->held_n, 16);
     l->held[l->held_n++] = load;
+    if (l->closer) /* close while this load is pending */
+      uv_timer_start(l->closer, close_now, 10, 0);
   } else if (l->later_ms) {
     later *w = calloc(1, sizeof *w);
     w->l = l;
@@ -287,20 +295,14 @@ Test(async, a_stalled_server_trips_the_command_timeout) {
   xft_server_stop(&s);
 }
 
-static void close_now(uv_timer_t *t) {
-  xf_async_close(t->data);
-  uv_close((uv_handle_t *)t, NULL);
-}
-
 Test(async, close_cancels_calls_in_flight) {
   run r;
   run_open(&r, xft_port(), 0);
   r.close_when_done = 0;
-  loader l = {.value = "never", .hold = 1};
   uv_timer_t closer;
   uv_timer_init(&r.loop, &closer);
   closer.data = r.ac;
-  uv_timer_start(&closer, close_now, 30, 0);
+  loader l = {.value = "never", .hold = 1, .closer = &closer};
   xf_policy p = steady();
   run_calls(&r, 10, "async:cancel", &p, test_loader, &l);
   cr_expect_eq(l.calls, 1, "one winner loads, the others wait");
