@@ -137,6 +137,54 @@ static xf__step loaded(xf__acall *k) {
   return xf__flow_loaded(&k->f, k->loader_rc, t1 - k->load_t0_us, t1 / 1000);
 }
 
+/* ---- shared fail-open loads ------------------------------------------------- */
+
+/* While Redis cannot be used, every call on a hot key would run its loader:
+ * a call whose fail-open load matches one already running (same key, same
+ * loader) waits for that one's result instead. */
+static int same_load(const xf__acall *a, const xf__acall *b) {
+  return a->loader == b->loader && a->ud == b->ud && a->f.key.len == b->f.key.len &&
+         memcmp(a->f.key.data, b->f.key.data, a->f.key.len) == 0;
+}
+
+static int follow(xf_async *ac, xf__acall *k) {
+  for (xf__acall *lead = ac->leaders; lead; lead = lead->next_leader)
+    if (same_load(lead, k)) {
+      k->next_follower = lead->followers;
+      lead->followers = k;
+      ac->core->stats.loads--; /* the flow counted a loader call not made */
+      return 1;
+    }
+  return 0;
+}
+
+static void lead(xf_async *ac, xf__acall *k) {
+  k->followers = NULL;
+  k->next_leader = ac->leaders;
+  ac->leaders = k;
+}
+
+/* Takes the leader off the list and hands each follower a copy of its result
+ * (before the leader's flow takes it). */
+static xf__acall *share_result(xf_async *ac, xf__acall *k) {
+  xf__acall **at = &ac->leaders;
+  while (*at && *at != k)
+    at = &(*at)->next_leader;
+  if (!*at)
+    return NULL; /* not a leader */
+  *at = k->next_leader;
+  const struct xf_sink *from = &k->f.sink;
+  for (xf__acall *f = k->followers; f; f = f->next_follower) {
+    f->load_t0_us = k->load_t0_us;
+    f->loader_rc = k->loader_rc;
+    if (f->loader_rc == 0 && from->not_found)
+      xf_sink_not_found(&f->f.sink);
+    else if (f->loader_rc == 0)
+      f->loader_rc = xf_sink_set(&f->f.sink, from->data, from->len);
+  }
+  return k->followers;
+}
+
 void xf__async_advance(xf__acall *k, xf__step step) {
   xf_async *ac = k->ac;
   while (!ac->closing) {
@@ -155,8 +203,13 @@ void xf__async_advance(xf__acall *k, xf__step step) {
       finish(ac, k);
       return;
     case XF_STEP_LOAD:
-      if (!run_loader(k))
+      if (k->f.load == XF_LOAD_UNCACHED && follow(ac, k))
+        return; /* resumed with its leader */
+      if (!run_loader(k)) {
+        if (k->f.load == XF_LOAD_UNCACHED)
+          lead(ac, k);
         return; /* resumed by xf_async_load_* */
+      }
       step = loaded(k);
       break;
     }
@@ -350,8 +403,14 @@ static void complete_load(xf_async_load *load, int loader_rc) {
     return;
   }
   xf__async_enter(ac);
+  xf__acall *f = share_result(ac, k);
   if (!ac->closing)
     xf__async_advance(k, loaded(k));
+  while (f && !ac->closing) { /* a callback may close: the rest are canceled */
+    xf__acall *next = f->next_follower;
+    xf__async_advance(f, loaded(f));
+    f = next;
+  }
   xf__async_leave(ac);
 }
 

@@ -44,6 +44,10 @@ struct xf__acall {
   size_t heap_at;         /* index in the wait heap, SIZE_MAX when not waiting */
   xf__acall *prev, *next; /* every unfinished call */
   xf__acall *next_deferred;
+  /* Fail-open loads (XF_LOAD_UNCACHED) of one key are shared: the first call's
+   * loader runs, calls that need the same load meanwhile follow it. */
+  xf__acall *followers, *next_follower; /* a leader's; a follower's link */
+  xf__acall *next_leader;               /* in xf_async.leaders */
 };
 
 struct xf_async {
@@ -66,6 +70,7 @@ struct xf_async {
   xf__acall **heap; /* waiters, earliest wake_ms first */
   size_t heap_len, heap_cap;
   xf__acall *deferred, *deferred_tail; /* fed their error on the next tick */
+  xf__acall *leaders;                  /* calls running a fail-open load */
   int64_t armed_ms;                    /* when the loop timer fires; -1 = stopped */
   int depth;                           /* driver frames on the stack */
   int closing;
