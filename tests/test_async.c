@@ -52,17 +52,21 @@ static void on_done(int rc, const xf_value *v, void *privdata) {
   }
 }
 
-static void run_open(run *r, int port, int lazy) {
+static void run_open_with(run *r, const xf_options *o) {
   memset(r, 0, sizeof *r);
   cr_assert_eq(uv_loop_init(&r->loop), 0);
+  int rc = xf_async_open_libuv(&r->ac, o, &r->loop);
+  cr_assert_eq(rc, XF_OK, "xf_async_open_libuv: %s", xf_strerror(rc));
+  r->close_when_done = 1;
+}
+
+static void run_open(run *r, int port, int lazy) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.seed = 7;
   o.lazy_connect = lazy;
   o.breaker_ms = -1; /* tests that kill Redis want every call to try */
-  int rc = xf_async_open_libuv(&r->ac, &o, &r->loop);
-  cr_assert_eq(rc, XF_OK, "xf_async_open_libuv: %s", xf_strerror(rc));
-  r->close_when_done = 1;
+  run_open_with(r, &o);
 }
 
 /* Starts n calls on key, runs the loop until the last callback closed the
@@ -277,13 +281,10 @@ Test(async, a_stalled_server_trips_the_command_timeout) {
   cr_assert_eq(xft_server_start(&s, NULL), 0);
   redisContext *raw = xft_redis_port(s.port);
   run r;
-  memset(&r, 0, sizeof r);
-  cr_assert_eq(uv_loop_init(&r.loop), 0);
   xf_options o = XF_OPTIONS_INIT;
   o.port = s.port;
   o.command_timeout_ms = 50;
-  cr_assert_eq(xf_async_open_libuv(&r.ac, &o, &r.loop), XF_OK);
-  r.close_when_done = 1;
+  run_open_with(&r, &o);
   freeReplyObject(xft_cmd(raw, "CLIENT PAUSE 400 ALL"));
   loader l = {.value = "stalled"};
   r.want = l.value;
@@ -335,4 +336,49 @@ Test(async, bad_arguments_never_call_back) {
   cr_expect_eq(s.fired, 0);
   cr_expect_eq(l.calls, 0);
   run_end(&r);
+}
+
+Test(async, auth_and_select_go_first) {
+  xft_server s;
+  const char *conf[] = {"--requirepass", "sesame", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  run r;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  o.password = "sesame";
+  o.db = 2;
+  run_open_with(&r, &o);
+  loader l = {.value = "in-db-2"};
+  r.want = l.value;
+  xf_policy p = steady();
+  run_calls(&r, 10, "async:db", &p, test_loader, &l);
+  cr_expect_eq(r.by_source[XF_SOURCE_LOADER], 1);
+  cr_expect_eq(r.by_source[XF_SOURCE_CACHE], 9);
+  run_end(&r);
+  redisContext *raw = xft_redis_port(s.port);
+  freeReplyObject(xft_cmd(raw, "AUTH sesame"));
+  freeReplyObject(xft_cmd(raw, "SELECT 2"));
+  cr_expect_eq(xft_int(raw, "EXISTS async:db"), 1, "written in db 2");
+  redisFree(raw);
+  xft_server_stop(&s);
+}
+
+Test(async, a_refused_auth_fails_the_calls_behind_it) {
+  xft_server s;
+  const char *conf[] = {"--requirepass", "sesame", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  run r;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  o.password = "wrong";
+  run_open_with(&r, &o);
+  loader l = {.value = "x"};
+  xf_policy p = steady();
+  run_calls(&r, 3, "async:auth", &p, test_loader, &l);
+  for (int i = 0; i < 3; i++)
+    cr_expect_eq(r.slots[i].rc, XF_EAUTH, "call %d: %s", i, xf_strerror(r.slots[i].rc));
+  cr_expect(strstr(r.errmsg, "AUTH"), "errmsg: %s", r.errmsg);
+  cr_expect_eq(l.calls, 0);
+  run_end(&r);
+  xft_server_stop(&s);
 }
