@@ -45,54 +45,6 @@ static void abandon_flow(xf__flow *f) {
   xf__key_free(&f->key);
 }
 
-/* ---- the waiters: a binary heap on wake_ms ------------------------------------ */
-
-static void heap_set(xf_async *ac, size_t i, xf__acall *k) {
-  ac->heap[i] = k;
-  k->heap_at = i;
-}
-
-static void heap_push(xf_async *ac, xf__acall *k) {
-  size_t i = ac->heap_len++; /* room was made when the call was accepted */
-  while (i > 0 && ac->heap[(i - 1) / 2]->wake_ms > k->wake_ms) {
-    heap_set(ac, i, ac->heap[(i - 1) / 2]);
-    i = (i - 1) / 2;
-  }
-  heap_set(ac, i, k);
-}
-
-static xf__acall *heap_pop(xf_async *ac) {
-  xf__acall *top = ac->heap[0], *last = ac->heap[--ac->heap_len];
-  size_t i = 0, n = ac->heap_len;
-  for (;;) {
-    size_t child = 2 * i + 1;
-    if (child >= n)
-      break;
-    if (child + 1 < n && ac->heap[child + 1]->wake_ms < ac->heap[child]->wake_ms)
-      child++;
-    if (ac->heap[child]->wake_ms >= last->wake_ms)
-      break;
-    heap_set(ac, i, ac->heap[child]);
-    i = child;
-  }
-  if (n > 0)
-    heap_set(ac, i, last);
-  top->heap_at = SIZE_MAX;
-  return top;
-}
-
-static int heap_reserve(xf_async *ac, size_t need) {
-  if (need <= ac->heap_cap)
-    return 0;
-  size_t cap = ac->heap_cap ? ac->heap_cap * 2 : 64;
-  xf__acall **heap = realloc(ac->heap, cap * sizeof *heap);
-  if (!heap)
-    return -1;
-  ac->heap = heap;
-  ac->heap_cap = cap;
-  return 0;
-}
-
 /* ---- stepping a call --------------------------------------------------------- */
 
 /* A SEND that could not go out is fed its error from the timer, so that a
@@ -197,7 +149,7 @@ void xf__async_advance(xf__acall *k, xf__step step) {
     }
     case XF_STEP_WAIT:
       k->wake_ms = k->f.wake_ms;
-      heap_push(ac, k);
+      xf__aheap_push(ac, k);
       return;
     case XF_STEP_DONE:
       finish(ac, k);
@@ -281,7 +233,7 @@ static void run_deferred(xf_async *ac, int64_t now_ms) {
 
 static void wake_due(xf_async *ac, int64_t now_ms) {
   while (!ac->closing && ac->heap_len && ac->heap[0]->wake_ms <= now_ms) {
-    xf__acall *k = heap_pop(ac);
+    xf__acall *k = xf__aheap_pop(ac);
     xf__async_advance(k, xf__flow_woke(&k->f, now_ms));
   }
 }
@@ -352,7 +304,7 @@ int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
   if (!policy)
     return xf__fail(c, XF_EINVAL, "policy is NULL");
   xf__acall *k = calloc(1, sizeof *k);
-  if (!k || heap_reserve(ac, ac->ncalls + 1) != 0) {
+  if (!k || xf__aheap_reserve(ac, ac->ncalls + 1) != 0) {
     free(k);
     return xf__fail(c, XF_ENOMEM, "out of memory for a call");
   }

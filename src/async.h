@@ -87,6 +87,14 @@ void xf__async_advance(xf__acall *k, xf__step step);
 /* Frees the call once nothing holds it any more. */
 void xf__acall_release(xf__acall *k);
 
+/* ---- async_heap.c: the waiters, earliest wake_ms first ------------------------ */
+
+/* Makes room for need waiters (done when a call is accepted, so that a push
+ * never fails). 0, or -1 when out of memory. */
+int xf__aheap_reserve(xf_async *ac, size_t need);
+void xf__aheap_push(xf_async *ac, xf__acall *k);
+xf__acall *xf__aheap_pop(xf_async *ac); /* the earliest; the heap is not empty */
+
 /* ---- async_conn.c --------------------------------------------------------- */
 
 /* Starts connecting (AUTH, SELECT and SCRIPT LOADs queued first). XF_OK or
