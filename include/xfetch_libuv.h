@@ -9,7 +9,9 @@
  *                        and the poll handle (uv_close) before uv_loop_close.
  *
  * hiredis' adapter keeps the loop alive while the connection is open, so
- * uv_run(UV_RUN_DEFAULT) returns after xf_async_close (or uv_stop). */
+ * uv_run(UV_RUN_DEFAULT) returns after xf_async_close (or uv_stop). Under a
+ * strict -std=c11, <uv.h> needs _DEFAULT_SOURCE (or _GNU_SOURCE) defined.
+ * hiredis' adapter also brings a static function named on_close. */
 #ifndef XFETCH_LIBUV_H
 #define XFETCH_LIBUV_H
 
