@@ -57,7 +57,8 @@ extern "C" {
          "Redis cannot serve this command right now (busy, loading, read-only, out of "    \
          "memory)")                                                                        \
   XF_ERR(ENOPERM, -13, "the Redis ACL user may not run a command xfetch needs")            \
-  XF_ERR(ESUPERSEDED, -14, "not cached: a newer value or a delete won")
+  XF_ERR(ESUPERSEDED, -14, "not cached: a newer value or a delete won")                    \
+  XF_ERR(ECANCELED, -15, "canceled: the async handle was closed")
 
 /* Return codes. */
 enum {
@@ -291,6 +292,119 @@ typedef struct xf_stats {
 
 /* Copies the client's counters into *out. */
 XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
+
+/* ---- The event-loop driver ------------------------------------------------
+ *
+ * xf_async is get-or-compute for an event loop: calls never block, many run at
+ * once on one hiredis async connection (their commands pipelined), waits are
+ * loop timers and the loader may complete later. Attach it to a loop with an
+ * adapter header shipped next to this one (libxfetch links no event library):
+ *
+ *   #include <xfetch_libuv.h>      xf_async_open_libuv(&ac, &opts, uv_loop)
+ *   #include <xfetch_libevent.h>   xf_async_open_libevent(&ac, &opts, base)
+ *
+ * A handle belongs to its loop's thread: every xf_async_* call, loader
+ * completion included, must be made on that thread. */
+
+/* Opaque event-loop handle: one hiredis async connection, a timer of the
+ * loop, and the counters of an xf_client. */
+typedef struct xf_async xf_async;
+
+/* hiredis' async connection (hiredis/async.h), for adapters. */
+struct redisAsyncContext;
+
+/* Opaque: what an async loader completes, exactly once. */
+typedef struct xf_async_load xf_async_load;
+
+/* Runs when a call is over, exactly once per call xf_async_get_or_compute
+ * accepted. rc is XF_OK or an error as for xf_get_or_compute (XF_ECANCELED
+ * when xf_async_close ended the call). value is NULL unless rc is XF_OK; it
+ * and its data belong to xfetch and are valid until the callback returns
+ * (copy what you keep). The callback may start new calls and may close the
+ * handle. */
+typedef void (*xf_async_callback_fn)(int rc, const xf_value *value, void *privdata);
+
+/* The async loader: computes key's value and completes load, now (inside this
+ * function) or later from the loop, with xf_async_load_done,
+ * xf_async_load_not_found or xf_async_load_fail. key is valid until then. */
+typedef void (*xf_async_loader_fn)(void *ud, const char *key, size_t keylen,
+                                   xf_async_load *load);
+
+/* The loop glue an adapter header fills in (see xfetch_libuv.h); not needed
+ * by users of the adapters. xf_async_open owns data from then on, also on
+ * failure: it ends with cleanup(data). */
+typedef struct xf_async_loop {
+  void *data; /* the adapter's state, passed to every hook */
+  /* Hooks a new hiredis redisAsyncContext into the loop (e.g. with
+   * redisLibuvAttach); returns 0, or -1 on failure. */
+  int (*attach)(void *data, struct redisAsyncContext *rac);
+  /* (Re)arms the adapter's one timer to call xf_async_timer_fired after
+   * delay_ms (>= 0), replacing any earlier arming. */
+  void (*timer_start)(void *data, int64_t delay_ms);
+  /* Disarms the timer. */
+  void (*timer_stop)(void *data);
+  /* Frees the adapter's state (the timer); called once, by xf_async_close or
+   * a failed xf_async_open. */
+  void (*cleanup)(void *data);
+} xf_async_loop;
+
+/* Opens an event-loop handle with the same options as xf_client_open and
+ * starts connecting in the background; most code calls an adapter's
+ * xf_async_open_libuv / xf_async_open_libevent instead. AUTH and SELECT (and
+ * the scripts' SCRIPT LOAD) go first on every connection; connect and command
+ * timeouts are enforced with the loop's timer. Returns XF_OK with the handle in
+ * *out, XF_EINVAL (bad options or hooks), XF_ENOMEM, or XF_ECONNECT when the
+ * connection fails at once (unless opts->lazy_connect, which also defers the
+ * connect to the first call). A later connection failure makes calls fail
+ * open, as xf_get_or_compute does. */
+XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
+                            const xf_async_loop *loop);
+
+/* Ends every unfinished call (its callback fires with XF_ECANCELED, from
+ * inside this function, or when the current callback returns if called from
+ * one), closes the connection and frees the handle. Leases held by the ended
+ * calls expire by themselves (policy.lease_ms). A loader still running keeps
+ * its load valid: complete it as usual; the result is discarded. NULL-safe. */
+XF_EXPORT void xf_async_close(xf_async *ac);
+
+/* Starts get-or-compute of key on the loop: the same flow and results as
+ * xf_get_or_compute, with loader run as an async loader and callback called
+ * once when it is over. key and policy are copied. Returns XF_OK (the callback
+ * will fire, never from inside this function) or an error and then never calls
+ * callback nor loader: XF_EINVAL (NULL handle, loader or callback, a bad key or
+ * policy, a closing handle) or XF_ENOMEM. Any number of calls may be in flight
+ * on one handle. */
+XF_EXPORT int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
+                                      const xf_policy *policy, xf_async_loader_fn loader,
+                                      void *loader_ud, xf_async_callback_fn callback,
+                                      void *privdata);
+
+/* Completes load with the value (copied). Returns XF_OK, or XF_EINVAL (data
+ * NULL with len > 0, len above max_value_len) / XF_ENOMEM, in which case the
+ * load completes as a loader failure with that code. Either way load is used
+ * up; it may be completed inside the loader or later, once. */
+XF_EXPORT int xf_async_load_done(xf_async_load *load, const void *data, size_t len);
+
+/* Completes load with "not found" (see xf_sink_not_found). */
+XF_EXPORT void xf_async_load_not_found(xf_async_load *load);
+
+/* Completes load with a failure: nothing is cached, code (0 becomes
+ * XF_ELOADER) is kept for xf_async_loader_error, and the call serves stale
+ * data if its policy allows or fails with XF_ELOADER. */
+XF_EXPORT void xf_async_load_fail(xf_async_load *load, int code);
+
+/* For adapters: the timer armed by timer_start has fired. */
+XF_EXPORT void xf_async_timer_fired(xf_async *ac);
+
+/* The detail of the error a callback was given, valid inside that callback
+ * ("" if none). Owned by the handle. */
+XF_EXPORT const char *xf_async_errmsg(const xf_async *ac);
+
+/* Inside a callback given XF_ELOADER: the code the loader failed with. */
+XF_EXPORT int xf_async_loader_error(const xf_async *ac);
+
+/* Copies the handle's counters (as xf_client_stats) into *out. */
+XF_EXPORT void xf_async_stats(const xf_async *ac, xf_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,86 @@
+/* xfetch's event-loop driver on a libevent event_base: include this header
+ * (it pulls in <event2/event.h> and hiredis' libevent adapter) and link
+ * libevent yourself; libxfetch does not depend on it.
+ *
+ *   xf_async *ac;
+ *   int rc = xf_async_open_libevent(&ac, &opts, base);
+ *   ... xf_async_get_or_compute(ac, ...) from the loop ...
+ *   xf_async_close(ac);
+ *
+ * hiredis' adapter keeps the base busy while the connection is open, so
+ * event_base_dispatch returns after xf_async_close (or event_base_loopbreak). */
+#ifndef XFETCH_LIBEVENT_H
+#define XFETCH_LIBEVENT_H
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <stdlib.h>
+
+#include "xfetch.h"
+
+/* The adapter's state: the base and the handle's one timer. */
+typedef struct xf_libevent {
+  struct event_base *base;
+  struct event *timer;
+  xf_async *ac;
+} xf_libevent;
+
+/* Hooks a new hiredis connection into the base. */
+static inline int xf_libevent_attach(void *data, struct redisAsyncContext *rac) {
+  xf_libevent *e = (xf_libevent *)data;
+  return redisLibeventAttach(rac, e->base) == REDIS_OK ? 0 : -1;
+}
+
+/* The timer's callback: hands the event to the driver. */
+static inline void xf_libevent_fired(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  xf_async_timer_fired(((xf_libevent *)arg)->ac);
+}
+
+/* Arms the timer (evtimer_add replaces an earlier arming). */
+static inline void xf_libevent_timer_start(void *data, int64_t delay_ms) {
+  xf_libevent *e = (xf_libevent *)data;
+  struct timeval tv = {(time_t)(delay_ms / 1000), (suseconds_t)(delay_ms % 1000) * 1000};
+  evtimer_add(e->timer, &tv);
+}
+
+/* Disarms the timer. */
+static inline void xf_libevent_timer_stop(void *data) {
+  evtimer_del(((xf_libevent *)data)->timer);
+}
+
+/* Frees the timer and the state. */
+static inline void xf_libevent_cleanup(void *data) {
+  xf_libevent *e = (xf_libevent *)data;
+  event_free(e->timer);
+  free(e);
+}
+
+/* Opens an xf_async handle (see xf_async_open) whose connection and timer
+ * live on base. Returns what xf_async_open returns (XF_ENOMEM when the
+ * adapter's state cannot be allocated). Call from the base's thread. */
+static inline int xf_async_open_libevent(xf_async **out, const xf_options *opts,
+                                         struct event_base *base) {
+  if (out)
+    *out = NULL;
+  if (!out || !base)
+    return XF_EINVAL;
+  xf_libevent *e = (xf_libevent *)calloc(1, sizeof *e);
+  if (!e)
+    return XF_ENOMEM;
+  e->base = base;
+  e->timer = evtimer_new(base, xf_libevent_fired, e);
+  if (!e->timer) {
+    free(e);
+    return XF_ENOMEM;
+  }
+  xf_async_loop hooks = {e, xf_libevent_attach, xf_libevent_timer_start,
+                         xf_libevent_timer_stop, xf_libevent_cleanup};
+  int rc = xf_async_open(out, opts, &hooks);
+  if (rc == XF_OK)
+    e->ac = *out;
+  return rc;
+}
+
+#endif /* XFETCH_LIBEVENT_H */

@@ -1,0 +1,384 @@
+/* The event-loop driver (xf_async_*) on a libuv loop against a real Redis. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xfetch_libuv.h>
+
+#include "fixture.h"
+
+/* ---- a run: N calls on one loop, each callback counted -------------------------- */
+
+typedef struct run run;
+
+typedef struct slot {
+  run *r;
+  int fired;
+  int rc;
+  xf_source source;
+} slot;
+
+struct run {
+  uv_loop_t loop;
+  xf_async *ac;
+  int n, fired, close_when_done;
+  slot *slots;
+  const char *want; /* the value every XF_OK callback must carry */
+  int wrong;        /* XF_OK callbacks with another value */
+  int by_source[4];
+  int loader_error; /* xf_async_loader_error inside the last XF_ELOADER callback */
+  char errmsg[256];
+  xf_stats stats; /* taken by the last callback */
+};
+
+static void on_done(int rc, const xf_value *v, void *privdata) {
+  slot *s = privdata;
+  run *r = s->r;
+  s->fired++;
+  s->rc = rc;
+  if (rc == XF_OK) {
+    s->source = v->source;
+    r->by_source[v->source]++;
+    if (!r->want || v->len != strlen(r->want) || memcmp(v->data, r->want, v->len) != 0)
+      r->wrong++;
+  } else {
+    cr_expect_null(v);
+    r->loader_error = xf_async_loader_error(r->ac);
+    snprintf(r->errmsg, sizeof r->errmsg, "%s", xf_async_errmsg(r->ac));
+  }
+  if (++r->fired == r->n && r->close_when_done) {
+    xf_async_stats(r->ac, &r->stats);
+    xf_async_close(r->ac); /* from inside a callback: the loop then ends */
+  }
+}
+
+static void run_open_with(run *r, const xf_options *o) {
+  memset(r, 0, sizeof *r);
+  cr_assert_eq(uv_loop_init(&r->loop), 0);
+  int rc = xf_async_open_libuv(&r->ac, o, &r->loop);
+  cr_assert_eq(rc, XF_OK, "xf_async_open_libuv: %s", xf_strerror(rc));
+  r->close_when_done = 1;
+}
+
+static void run_open(run *r, int port, int lazy) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.seed = 7;
+  o.lazy_connect = lazy;
+  o.breaker_ms = -1; /* tests that kill Redis want every call to try */
+  run_open_with(r, &o);
+}
+
+/* Starts n calls on key, runs the loop until the last callback closed the
+ * handle, and checks each callback fired exactly once. */
+static void run_calls(run *r, int n, const char *key, const xf_policy *p,
+                      xf_async_loader_fn loader, void *ud) {
+  r->n = n;
+  r->slots = calloc((size_t)n, sizeof *r->slots);
+  cr_assert_not_null(r->slots);
+  for (int i = 0; i < n; i++) {
+    r->slots[i].r = r;
+    int rc = xf_async_get_or_compute(r->ac, key, strlen(key), p, loader, ud, on_done,
+                                     &r->slots[i]);
+    cr_assert_eq(rc, XF_OK, "call %d: %s", i, xf_strerror(rc));
+  }
+  cr_assert_eq(r->fired, 0, "no callback fires inside xf_async_get_or_compute");
+  uv_run(&r->loop, UV_RUN_DEFAULT);
+  for (int i = 0; i < n; i++)
+    cr_expect_eq(r->slots[i].fired, 1, "callback %d fired %d times", i, r->slots[i].fired);
+}
+
+static void run_end(run *r) {
+  free(r->slots);
+  uv_run(&r->loop, UV_RUN_DEFAULT); /* the handles' close callbacks */
+  cr_expect_eq(uv_loop_close(&r->loop), 0, "every handle closed");
+}
+
+/* ---- loaders ----------------------------------------------------------------------- */
+
+typedef struct loader {
+  const char *value;
+  int calls;
+  int fail_rc;
+  int later_ms; /* complete from a loop timer this much later (0: at once) */
+  uv_loop_t *loop;
+  xf_async_load *held[16]; /* never completed by the loader (hold = 1) */
+  int hold, held_n;
+  uv_timer_t *closer; /* hold: started once a load is held */
+  xft_server *kill;   /* stopped by the first loader call */
+} loader;
+
+static void close_now(uv_timer_t *t) {
+  xf_async_close(t->data);
+  uv_close((uv_handle_t *)t, NULL);
+}
+
+typedef struct later {
+  uv_timer_t timer;
+  loader *l;
+  xf_async_load *load;
+} later;
+
+static void complete(loader *l, xf_async_load *load) {
+  if (l->fail_rc)
+    xf_async_load_fail(load, l->fail_rc);
+  else
+    cr_expect_eq(xf_async_load_done(load, l->value, strlen(l->value)), XF_OK);
+}
+
+static void later_closed(uv_handle_t *h) { free(h->data); }
+
+static void later_fired(uv_timer_t *t) {
+  later *w = t->data;
+  complete(w->l, w->load);
+  uv_close((uv_handle_t *)t, later_closed);
+}
+
+static void test_loader(void *ud, const char *key, size_t keylen, xf_async_load *load) {
+  (void)key;
+  (void)keylen;
+  loader *l = ud;
+  if (l->calls++ == 0 && l->kill)
+    xft_server_stop(l->kill); /* Redis dies while the lease's winner loads */
+  if (l->hold) {
+    cr_assert_lt(l->held_n, 16);
+    l->held[l->held_n++] = load;
+    if (l->closer) /* close while this load is pending */
+      uv_timer_start(l->closer, close_now, 10, 0);
+  } else if (l->later_ms) {
+    later *w = calloc(1, sizeof *w);
+    w->l = l;
+    w->load = load;
+    uv_timer_init(l->loop, &w->timer);
+    w->timer.data = w;
+    uv_timer_start(&w->timer, later_fired, (uint64_t)l->later_ms, 0);
+  } else {
+    complete(l, load);
+  }
+}
+
+static xf_policy steady(void) {
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0; /* no early refresh: sources are exact */
+  return p;
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+Test(async, thousand_calls_on_a_cold_hot_key_load_once) {
+  run r;
+  run_open(&r, xft_port(), 0);
+  loader l = {.value = "hot-value", .later_ms = 20, .loop = &r.loop};
+  r.want = l.value;
+  xf_policy p = steady();
+  run_calls(&r, 1000, "async:hot", &p, test_loader, &l);
+  cr_expect_eq(l.calls, 1, "one loader call for 1,000 concurrent calls");
+  cr_expect_eq(r.wrong, 0);
+  cr_expect_eq(r.by_source[XF_SOURCE_LOADER], 1);
+  cr_expect_eq(r.by_source[XF_SOURCE_CACHE], 999);
+  run_end(&r);
+}
+
+Test(async, a_loader_that_completes_at_once_also_loads_once) {
+  run r;
+  run_open(&r, xft_port(), 0);
+  loader l = {.value = "quick"};
+  r.want = l.value;
+  xf_policy p = steady();
+  run_calls(&r, 1000, "async:hot-sync", &p, test_loader, &l);
+  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(r.wrong, 0);
+  cr_expect_eq(r.by_source[XF_SOURCE_LOADER] + r.by_source[XF_SOURCE_CACHE], 1000);
+  run_end(&r);
+}
+
+Test(async, hits_never_call_the_loader) {
+  xf_client *c = xft_client(1);
+  xf_policy p = steady();
+  cr_assert_eq(xf_set(c, "async:warm", 10, "warm", 4, &p), XF_OK);
+  xf_client_close(c);
+  run r;
+  run_open(&r, xft_port(), 0);
+  loader l = {.value = "not this"};
+  r.want = "warm";
+  run_calls(&r, 200, "async:warm", &p, test_loader, &l);
+  cr_expect_eq(l.calls, 0);
+  cr_expect_eq(r.by_source[XF_SOURCE_CACHE], 200);
+  cr_expect_eq(r.wrong, 0);
+  run_end(&r);
+}
+
+Test(async, a_later_loader_value_is_cached_for_the_next_calls) {
+  run r;
+  run_open(&r, xft_port(), 1);
+  loader l = {.value = "later", .later_ms = 5, .loop = &r.loop};
+  r.want = l.value;
+  xf_policy p = steady();
+  run_calls(&r, 1, "async:later", &p, test_loader, &l);
+  cr_expect_eq(r.slots[0].source, XF_SOURCE_LOADER);
+  run_end(&r);
+  run r2;
+  run_open(&r2, xft_port(), 0);
+  r2.want = l.value;
+  run_calls(&r2, 3, "async:later", &p, test_loader, &l);
+  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(r2.by_source[XF_SOURCE_CACHE], 3);
+  run_end(&r2);
+}
+
+Test(async, a_failing_loader_caches_nothing) {
+  run r;
+  run_open(&r, xft_port(), 0);
+  loader l = {.value = "x", .fail_rc = 42, .later_ms = 2, .loop = &r.loop};
+  xf_policy p = steady();
+  run_calls(&r, 1, "async:fails", &p, test_loader, &l);
+  cr_expect_eq(r.slots[0].rc, XF_ELOADER);
+  cr_expect_eq(r.loader_error, 42);
+  cr_expect(strstr(r.errmsg, "42"), "errmsg: %s", r.errmsg);
+  run_end(&r);
+  redisContext *raw = xft_redis();
+  cr_expect_eq(xft_int(raw, "EXISTS async:fails"), 0, "no value and no lease left");
+  redisFree(raw);
+}
+
+Test(async, redis_down_fails_open_through_the_loader) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  int port = s.port;
+  xft_server_stop(&s);
+  run r;
+  run_open(&r, port, 1);
+  loader l = {.value = "from-loader", .later_ms = 10, .loop = &r.loop};
+  r.want = l.value;
+  xf_policy p = steady();
+  run_calls(&r, 100, "async:down", &p, test_loader, &l);
+  cr_expect_eq(r.by_source[XF_SOURCE_UNCACHED], 100);
+  cr_expect_eq(r.wrong, 0);
+  cr_expect_eq(l.calls, 1, "concurrent fail-open loads of a key are shared");
+  cr_expect_eq(r.stats.loads, 1, "stats count loader calls made");
+  cr_expect_eq(r.stats.uncached, 100);
+  run_end(&r);
+}
+
+Test(async, calls_in_flight_fail_open_when_redis_dies) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  run r;
+  run_open(&r, s.port, 0);
+  loader l = {.value = "survivor", .later_ms = 50, .loop = &r.loop, .kill = &s};
+  r.want = l.value;
+  xf_policy p = steady();
+  run_calls(&r, 100, "async:dies", &p, test_loader, &l);
+  cr_expect_eq(r.wrong, 0, "every call got the loader's value");
+  cr_expect_eq(r.by_source[XF_SOURCE_UNCACHED], 100, "none could be cached");
+  cr_expect_eq(l.calls, 2, "the winner's load, and one shared by the waiters (%d)",
+               l.calls);
+  run_end(&r);
+}
+
+Test(async, a_stalled_server_trips_the_command_timeout) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  redisContext *raw = xft_redis_port(s.port);
+  run r;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  o.command_timeout_ms = 50;
+  run_open_with(&r, &o);
+  freeReplyObject(xft_cmd(raw, "CLIENT PAUSE 400 ALL"));
+  loader l = {.value = "stalled"};
+  r.want = l.value;
+  xf_policy p = steady();
+  run_calls(&r, 3, "async:stalled", &p, test_loader, &l);
+  cr_expect_eq(r.by_source[XF_SOURCE_UNCACHED], 3);
+  run_end(&r);
+  redisFree(raw);
+  xft_server_stop(&s);
+}
+
+Test(async, close_cancels_calls_in_flight) {
+  run r;
+  run_open(&r, xft_port(), 0);
+  r.close_when_done = 0;
+  uv_timer_t closer;
+  uv_timer_init(&r.loop, &closer);
+  closer.data = r.ac;
+  loader l = {.value = "never", .hold = 1, .closer = &closer};
+  xf_policy p = steady();
+  run_calls(&r, 10, "async:cancel", &p, test_loader, &l);
+  cr_expect_eq(l.calls, 1, "one winner loads, the others wait");
+  for (int i = 0; i < 10; i++)
+    cr_expect_eq(r.slots[i].rc, XF_ECANCELED);
+  for (int i = 0; i < l.held_n; i++) /* a late completion is discarded */
+    cr_expect_eq(xf_async_load_done(l.held[i], "late", 4), XF_OK);
+  run_end(&r);
+}
+
+Test(async, bad_arguments_never_call_back) {
+  run r;
+  run_open(&r, xft_port(), 1);
+  loader l = {.value = "x"};
+  xf_policy p = steady();
+  slot s = {.r = &r};
+  cr_expect_eq(xf_async_get_or_compute(NULL, "k", 1, &p, test_loader, &l, on_done, &s),
+               XF_EINVAL);
+  cr_expect_eq(xf_async_get_or_compute(r.ac, "", 0, &p, test_loader, &l, on_done, &s),
+               XF_EINVAL);
+  cr_expect_eq(xf_async_get_or_compute(r.ac, "k", 1, NULL, test_loader, &l, on_done, &s),
+               XF_EINVAL);
+  cr_expect_eq(xf_async_get_or_compute(r.ac, "k", 1, &p, NULL, &l, on_done, &s), XF_EINVAL);
+  cr_expect_eq(xf_async_get_or_compute(r.ac, "k", 1, &p, test_loader, &l, NULL, &s),
+               XF_EINVAL);
+  p.ttl_ms = 0;
+  cr_expect_eq(xf_async_get_or_compute(r.ac, "k", 1, &p, test_loader, &l, on_done, &s),
+               XF_EINVAL);
+  xf_async_close(r.ac);
+  cr_expect_eq(s.fired, 0);
+  cr_expect_eq(l.calls, 0);
+  run_end(&r);
+}
+
+Test(async, auth_and_select_go_first) {
+  xft_server s;
+  const char *conf[] = {"--requirepass", "sesame", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  run r;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  o.password = "sesame";
+  o.db = 2;
+  run_open_with(&r, &o);
+  loader l = {.value = "in-db-2"};
+  r.want = l.value;
+  xf_policy p = steady();
+  run_calls(&r, 10, "async:db", &p, test_loader, &l);
+  cr_expect_eq(r.by_source[XF_SOURCE_LOADER], 1);
+  cr_expect_eq(r.by_source[XF_SOURCE_CACHE], 9);
+  run_end(&r);
+  redisContext *raw = xft_redis_port(s.port);
+  freeReplyObject(xft_cmd(raw, "AUTH sesame"));
+  freeReplyObject(xft_cmd(raw, "SELECT 2"));
+  cr_expect_eq(xft_int(raw, "EXISTS async:db"), 1, "written in db 2");
+  redisFree(raw);
+  xft_server_stop(&s);
+}
+
+Test(async, a_refused_auth_fails_the_calls_behind_it) {
+  xft_server s;
+  const char *conf[] = {"--requirepass", "sesame", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  run r;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  o.password = "wrong";
+  run_open_with(&r, &o);
+  loader l = {.value = "x"};
+  xf_policy p = steady();
+  run_calls(&r, 3, "async:auth", &p, test_loader, &l);
+  for (int i = 0; i < 3; i++)
+    cr_expect_eq(r.slots[i].rc, XF_EAUTH, "call %d: %s", i, xf_strerror(r.slots[i].rc));
+  cr_expect(strstr(r.errmsg, "AUTH"), "errmsg: %s", r.errmsg);
+  cr_expect_eq(l.calls, 0);
+  run_end(&r);
+  xft_server_stop(&s);
+}
