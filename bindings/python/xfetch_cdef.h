@@ -15,7 +15,8 @@ enum {
   XF_EAUTH = -11,
   XF_EUNAVAILABLE = -12,
   XF_ENOPERM = -13,
-  XF_ESUPERSEDED = -14
+  XF_ESUPERSEDED = -14,
+  XF_ECANCELED = -15
 };
 
 const char *xf_strerror(int rc);

@@ -78,6 +78,11 @@ class SupersededError(Error):
     value (written later, or a delete that came after the write started)."""
 
 
+class CanceledError(Error):
+    """XF_ECANCELED: the C event-loop driver's handle was closed first (not
+    used by Cache)."""
+
+
 _BY_CODE = {
     lib.XF_EINVAL: InvalidArgumentError,
     lib.XF_ENOMEM: OutOfMemoryError,
@@ -93,6 +98,7 @@ _BY_CODE = {
     lib.XF_EUNAVAILABLE: UnavailableError,
     lib.XF_ENOPERM: NoPermissionError,
     lib.XF_ESUPERSEDED: SupersededError,
+    lib.XF_ECANCELED: CanceledError,
 }
 
 
