@@ -79,12 +79,22 @@ XF_EXPORT const char *xf_errname(int rc);
 /* A process-local share: see xf_share_open below. */
 typedef struct xf_share xf_share;
 
+/* How a client finds out whether it talks to a Redis Cluster. */
+typedef enum xf_cluster_mode {
+  XF_CLUSTER_AUTO = 0, /* ask the first server reached (INFO cluster) */
+  XF_CLUSTER_ON = 1,   /* a cluster: route every key to its slot's node */
+  XF_CLUSTER_OFF = 2   /* one standalone server (or a proxy): never route */
+} xf_cluster_mode;
+
 /* Connection options. Zero (or NULL) in any field means its default, so
  * XF_OPTIONS_INIT (all zero) connects to 127.0.0.1:6379, db 0. Strings are
  * copied by xf_client_open; the struct may be freed afterwards. */
 typedef struct xf_options {
-  const char *host;       /* default "127.0.0.1" */
-  int port;               /* default 6379 */
+  const char *host;       /* default "127.0.0.1"; or a comma-separated list of
+                             seeds, "host[:port],..." ("[::1]:7000" for IPv6):
+                             the first that answers is used (a cluster's map
+                             is loaded from any of them) */
+  int port;               /* default 6379; for seeds given without a port */
   const char *unix_path;  /* Unix socket; when set, host/port are unused */
   const char *username;   /* ACL user (Redis 6+); NULL = "default" */
   const char *password;   /* NULL = no AUTH */
@@ -107,6 +117,17 @@ typedef struct xf_options {
                              loader's "not found" leaves) refuses the writes
                              of computations that started before it: make it
                              longer than your slowest loader; default 60000 */
+  int cluster;            /* xf_cluster_mode; default XF_CLUSTER_AUTO. In a
+                             cluster each key goes to its slot's master (one
+                             connection per node, opened when first needed),
+                             MOVED / ASK / TRYAGAIN / CLUSTERDOWN are followed
+                             and the map is reloaded when nodes move or fail;
+                             db must be 0. Unix sockets are never a cluster */
+  int read_from_replicas; /* non-zero, in a cluster: reads (EVALSHA_RO of the
+                             read script) go to the slot's replicas, round
+                             robin, after READONLY; they may see a value up
+                             to the replication lag old. Leases and writes
+                             always go to the master */
 } xf_options;
 
 #define XF_OPTIONS_INIT                                                                    \
@@ -275,19 +296,23 @@ XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);
 
 /* Counters since the client was opened. */
 typedef struct xf_stats {
-  uint64_t hits;         /* valid value returned from the cache */
-  uint64_t misses;       /* no usable value in the cache */
-  uint64_t early;        /* XFetch elected an early recompute */
-  uint64_t loads;        /* loader calls made by this client */
-  uint64_t load_errors;  /* loader calls that failed */
-  uint64_t lease_lost;   /* another caller held the lease */
-  uint64_t waits;        /* calls that waited for another caller's loader */
-  uint64_t stale;        /* stale values served */
-  uint64_t uncached;     /* values returned without caching (fail open) */
-  uint64_t redis_errors; /* Redis errors (replies, I/O, connect) */
-  uint64_t superseded;   /* writes refused because a newer value or a delete
-                            won (the value was returned uncached) */
-  uint64_t local;        /* values served from the share (XF_SOURCE_LOCAL) */
+  uint64_t hits;          /* valid value returned from the cache */
+  uint64_t misses;        /* no usable value in the cache */
+  uint64_t early;         /* XFetch elected an early recompute */
+  uint64_t loads;         /* loader calls made by this client */
+  uint64_t load_errors;   /* loader calls that failed */
+  uint64_t lease_lost;    /* another caller held the lease */
+  uint64_t waits;         /* calls that waited for another caller's loader */
+  uint64_t stale;         /* stale values served */
+  uint64_t uncached;      /* values returned without caching (fail open) */
+  uint64_t redis_errors;  /* Redis errors (replies, I/O, connect) */
+  uint64_t superseded;    /* writes refused because a newer value or a delete
+                             won (the value was returned uncached) */
+  uint64_t local;         /* values served from the share (XF_SOURCE_LOCAL) */
+  uint64_t redirects;     /* Cluster MOVED and ASK redirections followed */
+  uint64_t map_refreshes; /* Cluster slot maps loaded (CLUSTER SLOTS) */
+  uint64_t connections;   /* connections open now (one per node in a cluster;
+                             a gauge, not a counter) */
 } xf_stats;
 
 /* Copies the client's counters into *out. */

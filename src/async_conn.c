@@ -158,7 +158,7 @@ static int queue_setup(xf_async *ac) {
     rc = queue(ac, on_setup_reply, (void *)(intptr_t)SETUP_SELECT, &cmd);
   }
   for (intptr_t s = XF_SCRIPT_READ; rc == XF_OK && s <= XF_SCRIPT_DELETE; s++) {
-    xf__script_load_cmd(&cmd, (int)s);
+    xf__script_load_cmd(&cmd, (int)s, NULL, 0);
     rc = queue(ac, on_setup_reply, (void *)s, &cmd);
   }
   return rc;

@@ -26,7 +26,7 @@ static void sleep_until_ms(int64_t wake_ms) {
 
 static xf__step send(xf__flow *f) {
   redisReply *r;
-  int rc = xf__command(f->c, f->cmd.argc, f->cmd.argv, f->cmd.lens, &r);
+  int rc = xf__command(f->c, &f->cmd, &r);
   return xf__flow_reply(f, rc, r, xf__now_ms());
 }
 

@@ -37,11 +37,6 @@ static int64_t clock_us(void) {
 int64_t xf__now_us(void) { return clock_us(); }
 int64_t xf__now_ms(void) { return clock_us() / 1000; }
 
-static struct timeval to_timeval(int ms) {
-  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-  return tv;
-}
-
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
 static uint64_t random_u64(void) {
@@ -70,124 +65,15 @@ unsigned long xf__fork_generation(void) {
   return current_fork_generation();
 }
 
-/* Remembers why the connection went away, for the breaker's message (the
- * handle's errstr is cleared by every call). */
-static void drop_connection(xf_client *c) {
-  memcpy(c->conn_err, c->errstr, sizeof c->conn_err);
-  if (c->ctx)
-    redisFree(c->ctx);
-  c->ctx = NULL;
-  if (c->breaker_ms >= 0)
-    c->retry_after_ms = xf__now_ms() + c->breaker_ms;
-}
-
-/* Sends the encoded request with MSG_NOSIGNAL, so a peer that closed the
- * socket gives EPIPE instead of a SIGPIPE that would kill the process (hiredis
- * 0.14 writes with write(2)). hiredis then only reads: its output buffer
- * stays empty. Returns 0, or -1 with errno set. */
-static int send_request(xf_client *c) {
-  const char *at = c->request.data;
-  size_t left = c->request.len;
-  while (left > 0) {
-    ssize_t n = send(c->ctx->fd, at, left, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return -1;
-    at += n;
-    left -= (size_t)n;
-  }
-  return 0;
-}
-
-/* One command on the live connection. On failure *reply is NULL, the code is
- * returned with the reason on the client; the caller drops the connection. */
-static int roundtrip(xf_client *c, int argc, const char *const *argv, const size_t *lens,
-                     redisReply **reply) {
-  *reply = NULL;
-  if (xf__resp_encode(&c->request, argc, argv, lens) != 0)
-    return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", argc);
-  c->peer_closed = 0;
-  if (send_request(c) != 0) {
-    c->peer_closed = errno == EPIPE || errno == ECONNRESET;
-    return xf__fail(c, XF_EIO, "%s: %s", argv[0],
-                    errno == EAGAIN ? "write timed out" : strerror(errno));
-  }
-  void *r = NULL;
-  if (redisGetReply(c->ctx, &r) != REDIS_OK || !r) {
-    c->peer_closed =
-        c->ctx->err == REDIS_ERR_EOF ||
-        (c->ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
-    return xf__fail(c, c->ctx->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EIO, "%s: %s", argv[0],
-                    c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
-  }
-  *reply = r;
-  return XF_OK;
-}
-
-/* Runs a setup command (AUTH, SELECT) on a fresh connection. */
-static int setup_command(xf_client *c, int argc, const char **argv) {
-  size_t lens[3];
-  for (int i = 0; i < argc; i++)
-    lens[i] = strlen(argv[i]);
-  redisReply *r;
-  int rc = roundtrip(c, argc, argv, lens, &r);
-  if (rc != XF_OK)
-    return XF_ECONNECT; /* roundtrip put the reason on the client */
-  int bad = r->type == REDIS_REPLY_ERROR;
-  if (bad)
-    xf__fail(c, XF_EAUTH, "%s: %s", argv[0], r->str);
-  freeReplyObject(r);
-  return bad ? XF_EAUTH : XF_OK;
-}
-
-static int connect_now(xf_client *c) {
-  struct timeval ctv = to_timeval(c->connect_timeout_ms);
-  c->ctx = c->unix_path ? redisConnectUnixWithTimeout(c->unix_path, ctv)
-                        : redisConnectWithTimeout(c->host, c->port, ctv);
-  if (!c->ctx)
-    return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
-  pthread_once(&atfork_once, register_atfork);
-  c->fork_generation = current_fork_generation();
-  int rc = XF_OK;
-  if (c->ctx->err) {
-    rc = xf__fail(c, XF_ECONNECT, "connect to %s%s%d: %s",
-                  c->unix_path ? c->unix_path : c->host, c->unix_path ? "" : ":",
-                  c->unix_path ? 0 : c->port, c->ctx->errstr);
-  } else if (redisSetTimeout(c->ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK) {
-    rc = xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", c->ctx->errstr);
-  } else if (!c->unix_path) { /* TCP only: keepalive fails on Unix sockets */
-    redisEnableKeepAlive(c->ctx);
-  }
-  if (rc == XF_OK && c->password) {
-    const char *auth[] = {"AUTH", c->username ? c->username : "default", c->password};
-    rc = setup_command(c, 3, auth);
-  }
-  if (rc == XF_OK && c->db != 0) {
-    char db[16];
-    snprintf(db, sizeof db, "%d", c->db);
-    const char *select[] = {"SELECT", db};
-    rc = setup_command(c, 2, select);
-  }
-  if (rc != XF_OK) {
-    c->stats.redis_errors++;
-    drop_connection(c);
-  }
-  return rc;
-}
-
-/* Connects if needed: after a fork the child never reuses the parent's
- * socket, and while the breaker is open no connect is attempted. */
 /* A forked child that keeps using the client gets a new identity: its own
- * connection, client id (the lease tokens' prefix) and XFetch stream, so it
+ * connections, client id (the lease tokens' prefix) and XFetch stream, so it
  * can never release the parent's lease nor repeat its draws. */
 static void renew_after_fork(xf_client *c) {
-  if (c->ctx)
-    redisFree(c->ctx); /* closes only the child's copy of the descriptor */
-  c->ctx = NULL;
+  for (int i = 0; i < c->nseeds; i++)
+    xf__conn_forget(&c->seeds[i]);
+  xf__router_forget(c->router);
   c->retry_after_ms = 0;
   pthread_once(&atfork_once, register_atfork);
-  c->fork_generation = current_fork_generation();
   c->id = random_u64();
   c->lease_count = 0;
   xf__pcg32_seed(&c->rng, random_u64(), c->id);
@@ -199,101 +85,158 @@ void xf__client_check_fork(xf_client *c) {
     renew_after_fork(c);
 }
 
-static int ensure_connected(xf_client *c) {
-  xf__client_check_fork(c);
-  if (c->ctx)
-    return XF_OK;
-  if (c->breaker_ms >= 0 && xf__now_ms() < c->retry_after_ms) {
-    return xf__fail(c, XF_ECONNECT, "circuit open after: %s", c->conn_err);
-  }
-  return connect_now(c);
-}
-
-int xf__command(xf_client *c, int argc, const char *const *argv, const size_t *lens,
-                redisReply **reply) {
-  *reply = NULL;
-  int was_connected = c->ctx != NULL;
-  int rc = ensure_connected(c);
-  if (rc != XF_OK)
-    return rc;
-  rc = roundtrip(c, argc, argv, lens, reply);
-  if (rc == XF_EIO && was_connected && c->peer_closed) {
-    /* The server closed a connection that was working (its idle timeout,
-     * CLIENT KILL, a proxy's cut-off): not a server that is down. Reconnect
-     * once, at once, and send again before the breaker has a say. Every
-     * command xfetch sends is safe to repeat: the read is read-only; the
-     * lease answers "won" again to its own token; a write that was applied
-     * is refused the second time (its lease is gone), so it is reported
-     * uncached, never applied twice; release, delete and SCRIPT LOAD are
-     * idempotent. */
-    redisFree(c->ctx);
-    c->ctx = NULL;
-    rc = connect_now(c); /* on failure: counted, dropped, breaker armed */
-    if (rc != XF_OK)
-      return rc;
-    rc = roundtrip(c, argc, argv, lens, reply);
-  }
-  if (rc != XF_OK) {
-    c->stats.redis_errors++;
-    drop_connection(c); /* a hiredis context with an error cannot be reused */
-  }
+/* Connects to the first seed that answers (standalone: the server). */
+static int open_a_seed(xf_client *c) {
+  int rc = xf__conn_open(c, &c->seeds[c->server]);
+  for (int i = 0; rc == XF_ECONNECT && i < c->nseeds; i++)
+    if (i != c->server && (rc = xf__conn_open(c, &c->seeds[i])) == XF_OK)
+      c->server = i;
   return rc;
 }
 
-/* Marks commands [from, n) failed with rc (no reply). */
-static void fail_from(size_t from, size_t n, int rc, int *rcs) {
-  for (size_t i = from; i < n; i++)
-    rcs[i] = rc;
+/* Asks the connected seed whether it runs in cluster mode. A server that
+ * refuses INFO (an ACL, a proxy) is taken as standalone. */
+static int ask_cluster_enabled(xf_client *c, int *enabled) {
+  static const xf__cmd info = {.argc = 2, .argv = {"INFO", "cluster"}, .lens = {4, 7}};
+  redisReply *r;
+  *enabled = 0;
+  int rc = xf__conn_command(c, &c->seeds[c->server], &info, 0, &r);
+  if (rc != XF_OK)
+    return rc;
+  if (r->type == REDIS_REPLY_STRING) {
+    int on = xf__cluster_info_enabled(r->str, r->len);
+    *enabled = on == 1;
+    if (on < 0)
+      rc = xf__fail(c, XF_EPROTO, "INFO cluster: no cluster_enabled field");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Standalone or cluster, decided once, on the first connection. */
+static int resolve_mode(xf_client *c) {
+  int cluster = c->cluster == XF_CLUSTER_ON;
+  if (c->cluster == XF_CLUSTER_AUTO && !c->unix_path) {
+    int rc = open_a_seed(c);
+    if (rc == XF_OK)
+      rc = ask_cluster_enabled(c, &cluster);
+    if (rc != XF_OK)
+      return rc;
+  }
+  if (cluster && c->db != 0)
+    return xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
+  if (cluster) {
+    int rc = xf__router_open(c, &c->router);
+    if (rc != XF_OK)
+      return rc;
+  }
+  c->mode_known = 1;
+  return XF_OK;
+}
+
+int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply) {
+  *reply = NULL;
+  xf__client_check_fork(c);
+  if (!c->mode_known) {
+    int rc = resolve_mode(c);
+    if (rc != XF_OK)
+      return rc;
+  }
+  if (c->router)
+    return xf__router_command(c, c->router, cmd, reply);
+  return xf__conn_command(c, &c->seeds[c->server], cmd, 0, reply);
 }
 
 int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
                      redisReply **replies) {
   memset(replies, 0, n * sizeof *replies);
-  int rc = ensure_connected(c);
-  c->request.len = 0;
-  for (size_t i = 0; rc == XF_OK && i < n; i++)
-    if (xf__resp_append(&c->request, cmds[i]->argc, cmds[i]->argv, cmds[i]->lens) != 0)
-      rc = xf__fail(c, XF_ENOMEM, "out of memory for a pipeline of %zu commands", n);
+  xf__client_check_fork(c);
+  int rc = c->mode_known ? XF_OK : resolve_mode(c);
   if (rc != XF_OK) {
-    fail_from(0, n, rc, rcs);
+    for (size_t i = 0; i < n; i++)
+      rcs[i] = rc;
     return rc;
   }
-  size_t got = 0;
-  if (send_request(c) != 0) {
-    rc = xf__fail(c, XF_EIO, "pipeline: %s",
-                  errno == EAGAIN ? "write timed out" : strerror(errno));
-  } else {
-    for (; got < n; got++) {
-      void *r = NULL;
-      if (redisGetReply(c->ctx, &r) != REDIS_OK || !r) {
-        rc = xf__fail(c, c->ctx->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EIO, "pipeline: %s",
-                      c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
-        break;
-      }
-      replies[got] = r;
-      rcs[got] = XF_OK;
+  if (c->router)
+    return xf__router_pipeline(c, c->router, n, cmds, rcs, replies);
+  return xf__conn_pipeline(c, &c->seeds[c->server], n, cmds, rcs, replies);
+}
+
+/* Splits options.host ("a", "a:7000", "a:7000,b:7001", "[::1]:7000") into
+ * seeds; an entry without a port takes options.port. */
+static int parse_seeds(xf_client *c, const char *list, int port) {
+  size_t n = 1;
+  for (const char *p = list; *p; p++)
+    n += *p == ',';
+  c->seeds = calloc(n, sizeof *c->seeds);
+  if (!c->seeds)
+    return XF_ENOMEM;
+  for (const char *p = list; *p || c->nseeds == 0;) {
+    size_t len = strcspn(p, ",");
+    char host[XF_CLUSTER_HOST_MAX];
+    int seed_port = port;
+    while (len > 0 && *p == ' ')
+      p++, len--;
+    const char *colon = memrchr(p, ':', len);
+    const char *close = memchr(p, ']', len);
+    if (*p == '[' && close) { /* [IPv6]:port */
+      if (close + 1 < p + len && close[1] == ':')
+        seed_port = atoi(close + 2);
+      len = (size_t)(close - p - 1);
+      p++;
+    } else if (colon && memchr(p, ':', len) == colon) { /* host:port, not bare IPv6 */
+      seed_port = atoi(colon + 1);
+      len = (size_t)(colon - p);
     }
+    if (len == 0 || len >= sizeof host || seed_port <= 0 || seed_port > 65535)
+      return XF_EINVAL;
+    memcpy(host, p, len);
+    host[len] = '\0';
+    if (xf__conn_init(&c->seeds[c->nseeds++], host, seed_port, NULL) != XF_OK)
+      return XF_ENOMEM;
+    p += strcspn(p, ",");
+    if (*p == ',')
+      p++;
   }
-  if (rc != XF_OK) {
-    fail_from(got, n, rc, rcs);
-    c->stats.redis_errors++;
-    drop_connection(c);
+  return XF_OK;
+}
+
+/* The servers to connect to: options.unix_path, or options.host's list. The
+ * first seed's host and port are the client's (the event-loop driver's). */
+static int copy_servers(xf_client *c, const xf_options *o) {
+  int port = o->port ? o->port : 6379;
+  if (o->unix_path) {
+    c->seeds = calloc(1, sizeof *c->seeds);
+    if (!c->seeds || xf__conn_init(&c->seeds[0], NULL, 0, c->unix_path) != XF_OK)
+      return XF_ENOMEM;
+    c->nseeds = 1;
+    c->host = strdup(o->host ? o->host : "127.0.0.1");
+    c->port = port;
+  } else {
+    int rc = parse_seeds(c, o->host ? o->host : "127.0.0.1", port);
+    if (rc != XF_OK)
+      return rc;
+    c->host = strdup(c->seeds[0].host);
+    c->port = c->seeds[0].port;
   }
-  return rc;
+  return c->host ? XF_OK : XF_ENOMEM;
 }
 
 static int copy_options(xf_client *c, const xf_options *o) {
-  c->host = strdup(o->host ? o->host : "127.0.0.1");
   c->unix_path = dup_or_null(o->unix_path);
   c->username = dup_or_null(o->username);
   c->password = dup_or_null(o->password);
   c->prefix = strdup(o->key_prefix ? o->key_prefix : "");
-  if (!c->host || !c->prefix || (o->unix_path && !c->unix_path) ||
-      (o->username && !c->username) || (o->password && !c->password))
+  if (!c->prefix || (o->unix_path && !c->unix_path) || (o->username && !c->username) ||
+      (o->password && !c->password))
     return XF_ENOMEM;
+  int rc = copy_servers(c, o);
+  if (rc != XF_OK)
+    return rc;
   c->prefix_len = strlen(c->prefix);
-  c->port = o->port ? o->port : 6379;
   c->db = o->db;
+  c->cluster = o->cluster;
+  c->read_from_replicas = o->read_from_replicas;
   c->connect_timeout_ms =
       o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
   c->command_timeout_ms =
@@ -309,7 +252,9 @@ static int copy_options(xf_client *c, const xf_options *o) {
 static int check_options(const xf_options *o) {
   return o->port < 0 || o->port > 65535 || o->db < 0 || o->connect_timeout_ms < 0 ||
                  o->command_timeout_ms < 0 || o->tombstone_ms < 0 ||
-                 o->tombstone_ms > ((int64_t)1 << 40)
+                 o->tombstone_ms > ((int64_t)1 << 40) || o->cluster < XF_CLUSTER_AUTO ||
+                 o->cluster > XF_CLUSTER_OFF ||
+                 (o->cluster == XF_CLUSTER_ON && o->unix_path)
              ? XF_EINVAL
              : XF_OK;
 }
@@ -325,9 +270,10 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
   xf_client *c = calloc(1, sizeof *c);
   if (!c)
     return XF_ENOMEM;
-  if (copy_options(c, o) != XF_OK) {
+  int rc = copy_options(c, o);
+  if (rc != XF_OK) {
     xf_client_close(c);
-    return XF_ENOMEM;
+    return rc;
   }
   c->id = random_u64();
   /* A given seed makes the draws reproducible: fixed stream too. */
@@ -335,7 +281,10 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
     xf__pcg32_seed(&c->rng, o->seed, 0);
   else
     xf__pcg32_seed(&c->rng, random_u64(), c->id);
-  int rc = o->lazy_connect ? XF_OK : connect_now(c);
+  pthread_once(&atfork_once, register_atfork);
+  c->fork_generation = current_fork_generation();
+  if (!o->lazy_connect)
+    rc = c->cluster == XF_CLUSTER_OFF || c->unix_path ? open_a_seed(c) : resolve_mode(c);
   if (rc != XF_OK) {
     xf_client_close(c);
     return rc;
@@ -347,8 +296,10 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
 void xf_client_close(xf_client *c) {
   if (!c)
     return;
-  if (c->ctx)
-    redisFree(c->ctx);
+  for (int i = 0; i < c->nseeds; i++)
+    xf__conn_free(&c->seeds[i]);
+  free(c->seeds);
+  xf__router_free(c->router);
   free(c->host);
   free(c->unix_path);
   free(c->username);
@@ -362,10 +313,9 @@ int xf_ping(xf_client *c) {
   if (!c)
     return XF_EINVAL;
   c->errstr[0] = '\0';
-  const char *argv[] = {"PING"};
-  size_t lens[] = {4};
+  static const xf__cmd ping = {.argc = 1, .argv = {"PING"}, .lens = {4}};
   redisReply *r;
-  int rc = xf__command(c, 1, argv, lens, &r);
+  int rc = xf__command(c, &ping, &r);
   if (rc != XF_OK)
     return rc;
   if (r->type == REDIS_REPLY_ERROR)
@@ -387,4 +337,8 @@ void xf_client_stats(const xf_client *c, xf_stats *out) {
     return;
   }
   *out = c->stats;
+  if (c->router)
+    out->connections = (uint64_t)xf__router_open_connections(c->router);
+  else
+    out->connections = c->nseeds > 0 && c->seeds[c->server].ctx != NULL;
 }

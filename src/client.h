@@ -6,13 +6,21 @@
 #include <stdarg.h>
 #include <sys/types.h>
 
+#include "conn.h"
 #include "pcg.h"
 #include "resp.h"
+#include "router.h"
 #include "xfetch.h"
 
 struct xf_client {
-  redisContext *ctx; /* NULL while disconnected */
-  char *host, *unix_path, *username, *password;
+  xf__conn *seeds; /* the servers options.host lists (most often one) */
+  int nseeds;
+  int server;         /* standalone: the seed in use */
+  int cluster;        /* the xf_cluster_mode asked for */
+  int mode_known;     /* standalone or cluster is decided */
+  xf__router *router; /* cluster mode; NULL standalone */
+  int read_from_replicas;
+  char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
   int64_t tombstone_ms;
   xf_share *share; /* borrowed; NULL = none */
@@ -20,16 +28,16 @@ struct xf_client {
   char *prefix;
   size_t prefix_len;
   xf__buf request;               /* the RESP encoding of the command being sent */
-  unsigned long fork_generation; /* of the process that owns ctx */
-  int64_t retry_after_ms;        /* circuit breaker: no reconnect before this */
+  unsigned long fork_generation; /* of the process that owns the connections */
+  int64_t retry_after_ms;        /* the event-loop driver's breaker (the blocking
+                                    one keeps one per server, in xf__conn) */
   xf__pcg32 rng;
   uint64_t id;          /* random client id: lease tokens are unique fleet-wide */
   uint64_t lease_count; /* leases taken, the token's suffix */
   int loader_rc;
-  int peer_closed; /* the last failure was the server closing the socket */
   xf_stats stats;
   char errstr[256];
-  char conn_err[256]; /* why the last connection was dropped */
+  char conn_err[256]; /* the event-loop driver's: why its connection dropped */
 };
 
 /* Records a message on the client and returns rc (so `return fail(...)`). */
@@ -48,12 +56,14 @@ unsigned long xf__fork_generation(void);
 void xf__client_check_fork(xf_client *c);
 
 /* Sends one command and returns its reply in *reply (caller frees with
- * freeReplyObject). Connects first if needed. Error replies come back as
- * XF_OK with an error reply: the caller decides. Returns XF_EIO / XF_ECONNECT
- * when Redis cannot be reached (the connection is dropped and the breaker
- * armed), XF_ENOMEM, XF_EPROTO. */
-int xf__command(xf_client *c, int argc, const char *const *argv, const size_t *lens,
-                redisReply **reply);
+ * freeReplyObject). Connects first if needed (and, the first time, finds out
+ * whether the server is a Redis Cluster node: then cmd goes to the node of
+ * cmd->key's slot, redirections followed). Error replies come back as XF_OK
+ * with an error reply: the caller decides. Returns XF_EIO / XF_ECONNECT when
+ * Redis cannot be reached (the connection is dropped and the breaker armed),
+ * XF_ENOMEM, XF_EPROTO, XF_EAUTH, XF_EREDIS (endless redirections), XF_EINVAL
+ * (a cluster with options.db set). */
+int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply);
 
 /* Pipelining: sends the n commands in one write and reads their n replies.
  * rcs[i] and replies[i] are what xf__command would give for cmds[i]; when the

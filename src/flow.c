@@ -394,7 +394,7 @@ xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
     if (xf__script_missing(r) && !f->script_retried) { /* e.g. after SCRIPT FLUSH */
       freeReplyObject(r);
       f->script_retried = f->script_loading = 1;
-      xf__script_load_cmd(&f->cmd, script);
+      xf__script_load_cmd(&f->cmd, script, f->key.data, f->key.len);
       return XF_STEP_SEND;
     }
     rc = xf__script_error(f->c, script, r);

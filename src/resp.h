@@ -11,9 +11,14 @@ typedef struct xf__buf {
 } xf__buf;
 
 /* One command to send, as argv. It may point into its own scratch space
- * (formatted numbers), so it must not be copied once filled. */
+ * (formatted numbers), so it must not be copied once filled. key is the key
+ * whose node must run it (Redis Cluster routes by its slot): the command's
+ * key, or for a SCRIPT LOAD the key of the command it recovers; NULL = any
+ * node. */
 #define XF_CMD_MAX_ARGS 12
 typedef struct xf__cmd {
+  const char *key;
+  size_t keylen;
   int argc;
   const char *argv[XF_CMD_MAX_ARGS];
   size_t lens[XF_CMD_MAX_ARGS];

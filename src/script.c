@@ -20,6 +20,8 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
                     const char **args, const size_t *lens) {
   const xf__script *s = &xf__scripts[script];
   int ro = read_only(s);
+  cmd->key = key;
+  cmd->keylen = keylen;
   cmd->argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
@@ -29,8 +31,10 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
     put(cmd, args[i], lens[i]);
 }
 
-void xf__script_load_cmd(xf__cmd *cmd, int script) {
+void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen) {
   const xf__script *s = &xf__scripts[script];
+  cmd->key = key;
+  cmd->keylen = keylen;
   cmd->argc = 0;
   put(cmd, "SCRIPT", 6);
   put(cmd, "LOAD", 4);
@@ -77,23 +81,19 @@ int xf__script_error(xf_client *c, int script, redisReply *r) {
   return rc;
 }
 
-static int send(xf_client *c, const xf__cmd *cmd, redisReply **reply) {
-  return xf__command(c, cmd->argc, cmd->argv, cmd->lens, reply);
-}
-
 int xf__script_run(xf_client *c, int script, const xf__cmd *call, redisReply **reply) {
   xf__cmd load;
-  int rc = send(c, call, reply);
+  int rc = xf__command(c, call, reply);
   if (rc == XF_OK && xf__script_missing(*reply)) {
     freeReplyObject(*reply);
     *reply = NULL;
-    xf__script_load_cmd(&load, script);
-    rc = send(c, &load, reply);
+    xf__script_load_cmd(&load, script, call->key, call->keylen);
+    rc = xf__command(c, &load, reply);
     if (rc == XF_OK)
       rc = xf__script_loaded(c, script, *reply);
     *reply = NULL;
     if (rc == XF_OK)
-      rc = send(c, call, reply);
+      rc = xf__command(c, call, reply);
   }
   if (rc != XF_OK || (*reply)->type != REDIS_REPLY_ERROR)
     return rc;

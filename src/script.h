@@ -37,8 +37,9 @@ struct redisReply;
 void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, int nargs,
                     const char **args, const size_t *lens);
 
-/* Fills cmd with SCRIPT LOAD of script. */
-void xf__script_load_cmd(xf__cmd *cmd, int script);
+/* Fills cmd with SCRIPT LOAD of script, routed to the node serving key (the
+ * key of the command that got NOSCRIPT; NULL = any node). */
+void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen);
 
 /* Whether r is Redis' NOSCRIPT error (the script must be loaded first). */
 int xf__script_missing(const struct redisReply *r);

@@ -1,0 +1,262 @@
+/* One blocking connection to one Redis server: connect (timeouts, keepalive,
+ * AUTH, SELECT, READONLY), the breaker, a command, a pipeline. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "client.h"
+#include "conn.h"
+
+int xf__conn_init(xf__conn *k, const char *host, int port, const char *unix_path) {
+  memset(k, 0, sizeof *k);
+  k->port = port;
+  k->unix_path = host ? NULL : unix_path;
+  if (host && !(k->host = strdup(host)))
+    return XF_ENOMEM;
+  return XF_OK;
+}
+
+void xf__conn_free(xf__conn *k) {
+  if (!k)
+    return;
+  if (k->ctx)
+    redisFree(k->ctx);
+  free(k->host);
+  memset(k, 0, sizeof *k);
+}
+
+void xf__conn_forget(xf__conn *k) {
+  if (k->ctx)
+    redisFree(k->ctx); /* closes only the child's copy of the descriptor */
+  k->ctx = NULL;
+  k->retry_after_ms = 0;
+}
+
+const char *xf__conn_name(const xf__conn *k, char *buf, size_t len) {
+  if (k->host)
+    snprintf(buf, len, "%s:%d", k->host, k->port);
+  else
+    snprintf(buf, len, "%s", k->unix_path ? k->unix_path : "?");
+  return buf;
+}
+
+static struct timeval to_timeval(int ms) {
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  return tv;
+}
+
+/* Remembers why the connection went away, for the breaker's message (the
+ * handle's errstr is cleared by every call). */
+static void drop(xf_client *c, xf__conn *k) {
+  memcpy(k->err, c->errstr, sizeof k->err);
+  if (k->ctx)
+    redisFree(k->ctx);
+  k->ctx = NULL;
+  if (c->breaker_ms >= 0)
+    k->retry_after_ms = xf__now_ms() + c->breaker_ms;
+}
+
+/* Sends the encoded request with MSG_NOSIGNAL, so a peer that closed the
+ * socket gives EPIPE instead of a SIGPIPE that would kill the process (hiredis
+ * 0.14 writes with write(2)). hiredis then only reads: its output buffer
+ * stays empty. Returns 0, or -1 with errno set. */
+static int send_request(xf__conn *k, const xf__buf *request) {
+  const char *at = request->data;
+  size_t left = request->len;
+  while (left > 0) {
+    ssize_t n = send(k->ctx->fd, at, left, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return -1;
+    at += n;
+    left -= (size_t)n;
+  }
+  return 0;
+}
+
+/* Reads one reply; on failure the code, with the reason on the client. */
+static int read_reply(xf_client *c, xf__conn *k, const char *what, redisReply **reply) {
+  void *r = NULL;
+  if (redisGetReply(k->ctx, &r) != REDIS_OK || !r) {
+    k->peer_closed =
+        k->ctx->err == REDIS_ERR_EOF ||
+        (k->ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
+    return xf__fail(c, k->ctx->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EIO, "%s: %s", what,
+                    k->ctx->errstr[0] ? k->ctx->errstr : "no reply");
+  }
+  *reply = r;
+  return XF_OK;
+}
+
+static int write_request(xf_client *c, xf__conn *k, const char *what) {
+  k->peer_closed = 0;
+  if (send_request(k, &c->request) == 0)
+    return XF_OK;
+  k->peer_closed = errno == EPIPE || errno == ECONNRESET;
+  return xf__fail(c, XF_EIO, "%s: %s", what,
+                  errno == EAGAIN ? "write timed out" : strerror(errno));
+}
+
+static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
+
+/* One command on the live connection (ASKING first when asked). On failure
+ * *reply is NULL, the code is returned with the reason on the client; the
+ * caller drops the connection. */
+static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
+                     redisReply **reply) {
+  *reply = NULL;
+  c->request.len = 0;
+  if ((asking && xf__resp_append(&c->request, 1, asking_cmd.argv, asking_cmd.lens) != 0) ||
+      xf__resp_append(&c->request, cmd->argc, cmd->argv, cmd->lens) != 0)
+    return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", cmd->argc);
+  int rc = write_request(c, k, cmd->argv[0]);
+  if (rc == XF_OK && asking) {
+    redisReply *ok = NULL;
+    rc = read_reply(c, k, "ASKING", &ok);
+    if (rc == XF_OK && ok->type == REDIS_REPLY_ERROR)
+      rc = xf__fail(c, XF_EPROTO, "ASKING: %s", ok->str);
+    if (ok)
+      freeReplyObject(ok);
+  }
+  return rc == XF_OK ? read_reply(c, k, cmd->argv[0], reply) : rc;
+}
+
+/* Runs a setup command (AUTH, SELECT, READONLY) on a fresh connection. */
+static int setup_command(xf_client *c, xf__conn *k, int argc, const char **argv,
+                         int refused_rc) {
+  xf__cmd cmd = {.argc = argc};
+  for (int i = 0; i < argc; i++) {
+    cmd.argv[i] = argv[i];
+    cmd.lens[i] = strlen(argv[i]);
+  }
+  redisReply *r;
+  if (roundtrip(c, k, &cmd, 0, &r) != XF_OK)
+    return XF_ECONNECT; /* roundtrip put the reason on the client */
+  int bad = r->type == REDIS_REPLY_ERROR;
+  if (bad)
+    xf__fail(c, refused_rc, "%s: %s", argv[0], r->str);
+  freeReplyObject(r);
+  return bad ? refused_rc : XF_OK;
+}
+
+static int setup(xf_client *c, xf__conn *k) {
+  int rc = XF_OK;
+  if (c->password) {
+    const char *auth[] = {"AUTH", c->username ? c->username : "default", c->password};
+    rc = setup_command(c, k, 3, auth, XF_EAUTH);
+  }
+  if (rc == XF_OK && c->db != 0) {
+    char db[16];
+    snprintf(db, sizeof db, "%d", c->db);
+    const char *select[] = {"SELECT", db};
+    rc = setup_command(c, k, 2, select, XF_EAUTH);
+  }
+  if (rc == XF_OK && k->readonly) {
+    const char *readonly[] = {"READONLY"};
+    rc = setup_command(c, k, 1, readonly, XF_EREDIS);
+  }
+  return rc;
+}
+
+static int connect_now(xf_client *c, xf__conn *k) {
+  struct timeval ctv = to_timeval(c->connect_timeout_ms);
+  k->ctx = k->unix_path ? redisConnectUnixWithTimeout(k->unix_path, ctv)
+                        : redisConnectWithTimeout(k->host, k->port, ctv);
+  if (!k->ctx)
+    return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
+  char name[300];
+  int rc = XF_OK;
+  if (k->ctx->err) {
+    rc = xf__fail(c, XF_ECONNECT, "connect to %s: %s", xf__conn_name(k, name, sizeof name),
+                  k->ctx->errstr);
+  } else if (redisSetTimeout(k->ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK) {
+    rc = xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", k->ctx->errstr);
+  } else if (!k->unix_path) { /* TCP only: keepalive fails on Unix sockets */
+    redisEnableKeepAlive(k->ctx);
+  }
+  if (rc == XF_OK)
+    rc = setup(c, k);
+  if (rc != XF_OK) {
+    c->stats.redis_errors++;
+    drop(c, k);
+  }
+  return rc;
+}
+
+int xf__conn_open(xf_client *c, xf__conn *k) {
+  xf__client_check_fork(c);
+  if (k->ctx)
+    return XF_OK;
+  if (c->breaker_ms >= 0 && xf__now_ms() < k->retry_after_ms)
+    return xf__fail(c, XF_ECONNECT, "circuit open after: %s", k->err);
+  return connect_now(c, k);
+}
+
+int xf__conn_command(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
+                     redisReply **reply) {
+  *reply = NULL;
+  xf__client_check_fork(c);
+  int was_connected = k->ctx != NULL;
+  int rc = xf__conn_open(c, k);
+  if (rc != XF_OK)
+    return rc;
+  rc = roundtrip(c, k, cmd, asking, reply);
+  if (rc == XF_EIO && was_connected && k->peer_closed) {
+    /* The server closed a connection that was working (its idle timeout,
+     * CLIENT KILL, a proxy's cut-off): not a server that is down. Reconnect
+     * once, at once, and send again before the breaker has a say. Every
+     * command xfetch sends is safe to repeat: the read is read-only; the
+     * lease answers "won" again to its own token; a write that was applied
+     * is refused the second time (its lease is gone), so it is reported
+     * uncached, never applied twice; release, delete and SCRIPT LOAD are
+     * idempotent. */
+    redisFree(k->ctx);
+    k->ctx = NULL;
+    rc = connect_now(c, k); /* on failure: counted, dropped, breaker armed */
+    if (rc != XF_OK)
+      return rc;
+    rc = roundtrip(c, k, cmd, asking, reply);
+  }
+  if (rc != XF_OK) {
+    c->stats.redis_errors++;
+    drop(c, k); /* a hiredis context with an error cannot be reused */
+  }
+  return rc;
+}
+
+/* Marks commands [from, n) failed with rc (no reply). */
+static void fail_from(size_t from, size_t n, int rc, int *rcs) {
+  for (size_t i = from; i < n; i++)
+    rcs[i] = rc;
+}
+
+int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const *cmds,
+                      int *rcs, redisReply **replies) {
+  memset(replies, 0, n * sizeof *replies);
+  int rc = xf__conn_open(c, k);
+  c->request.len = 0;
+  for (size_t i = 0; rc == XF_OK && i < n; i++)
+    if (xf__resp_append(&c->request, cmds[i]->argc, cmds[i]->argv, cmds[i]->lens) != 0)
+      rc = xf__fail(c, XF_ENOMEM, "out of memory for a pipeline of %zu commands", n);
+  if (rc != XF_OK) {
+    fail_from(0, n, rc, rcs);
+    return rc;
+  }
+  size_t got = 0;
+  rc = write_request(c, k, "pipeline");
+  for (; rc == XF_OK && got < n; got++) {
+    rc = read_reply(c, k, "pipeline", &replies[got]);
+    if (rc != XF_OK)
+      break;
+    rcs[got] = XF_OK;
+  }
+  if (rc != XF_OK) {
+    fail_from(got, n, rc, rcs);
+    c->stats.redis_errors++;
+    drop(c, k);
+  }
+  return rc;
+}
