@@ -153,6 +153,8 @@ static int setup(xf_client *c, xf__conn *k) {
     snprintf(db, sizeof db, "%d", c->db);
     const char *select[] = {"SELECT", db};
     rc = setup_command(c, k, 2, select, XF_EAUTH);
+    if (rc == XF_EAUTH && strstr(c->errstr, "cluster mode"))
+      rc = xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
   }
   if (rc == XF_OK && k->readonly) {
     const char *readonly[] = {"READONLY"};

@@ -14,6 +14,7 @@
 
 #include "client.h"
 #include "router.h"
+#include "script.h"
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -174,12 +175,29 @@ static int follow_moved(xf_client *c, xf__router *r, const xf__cluster_redirect 
   return k >= 0 ? k : xf__fail(c, XF_ENOMEM, "out of memory for a node connection");
 }
 
+/* A node that does not know the script cmd runs (a replica, a promoted
+ * replica, a node restarted or flushed: Redis 7 does not replicate SCRIPT
+ * LOAD) gets it loaded here, on that very node; the flow's own recovery
+ * would route the SCRIPT LOAD to the slot's master. Returns XF_OK when the
+ * script is now loaded and cmd may be sent again. */
+static int load_script_on(xf_client *c, xf__conn *k, const xf__cmd *cmd) {
+  int script = cmd->argc > 1 ? xf__script_by_sha(cmd->argv[1], cmd->lens[1]) : -1;
+  if (script < 0)
+    return XF_EREDIS;
+  xf__cmd load;
+  redisReply *reply;
+  xf__script_load_cmd(&load, script, cmd->key, cmd->keylen);
+  int rc = xf__conn_command(c, k, &load, 0, &reply);
+  return rc == XF_OK ? xf__script_loaded(c, script, reply) : rc;
+}
+
 int xf__router_command(xf_client *c, xf__router *r, const xf__cmd *cmd,
                        redisReply **reply) {
   *reply = NULL;
-  int master_only = 0, asking = 0;
+  int master_only = 0, asking = 0, script_loaded = 0;
   int k = route(c, r, cmd, 0);
   for (int attempt = 1; k >= 0; attempt++) {
+    int asked = asking;
     int rc = xf__conn_command(c, &r->conns[k], cmd, asking, reply);
     asking = 0;
     if (rc == XF_EIO || rc == XF_ECONNECT) {
@@ -201,6 +219,15 @@ int xf__router_command(xf_client *c, xf__router *r, const xf__cmd *cmd,
     }
     if (rc != XF_OK || (*reply)->type != REDIS_REPLY_ERROR)
       return rc;
+    if (xf__script_missing(*reply) && !script_loaded) {
+      script_loaded = 1;
+      if (load_script_on(c, &r->conns[k], cmd) == XF_OK) {
+        freeReplyObject(*reply);
+        *reply = NULL;
+        asking = asked;
+        continue; /* the same node, now with the script */
+      }
+    }
     xf__cluster_redirect d;
     if (xf__cluster_redirect_parse((*reply)->str, (*reply)->len, &d) != XF_OK ||
         d.kind == XF_CLUSTER_REPLY)
@@ -244,8 +271,9 @@ static int needs_router(int rc, const redisReply *reply) {
     return 1;
   xf__cluster_redirect d;
   return rc == XF_OK && reply->type == REDIS_REPLY_ERROR &&
-         xf__cluster_redirect_parse(reply->str, reply->len, &d) == XF_OK &&
-         d.kind != XF_CLUSTER_REPLY;
+         (xf__script_missing(reply) ||
+          (xf__cluster_redirect_parse(reply->str, reply->len, &d) == XF_OK &&
+           d.kind != XF_CLUSTER_REPLY));
 }
 
 /* Every command alone, in order: when the pipeline's bookkeeping cannot be

@@ -45,6 +45,13 @@ static int is_error(const redisReply *r, const char *prefix) {
   return r->type == REDIS_REPLY_ERROR && strncmp(r->str, prefix, strlen(prefix)) == 0;
 }
 
+int xf__script_by_sha(const char *sha, size_t len) {
+  for (int i = 0; i < XF_SCRIPT_COUNT; i++)
+    if (len == 40 && memcmp(xf__scripts[i].sha, sha, 40) == 0)
+      return i;
+  return -1;
+}
+
 int xf__script_missing(const redisReply *r) { return is_error(r, "NOSCRIPT"); }
 
 int xf__script_loaded(xf_client *c, int script, redisReply *r) {

@@ -23,7 +23,8 @@ enum {
   XF_SCRIPT_LEASE,
   XF_SCRIPT_WRITE,
   XF_SCRIPT_RELEASE,
-  XF_SCRIPT_DELETE
+  XF_SCRIPT_DELETE,
+  XF_SCRIPT_COUNT
 };
 
 #define XF_SCRIPT_MAX_ARGS 8
@@ -40,6 +41,9 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
 /* Fills cmd with SCRIPT LOAD of script, routed to the node serving key (the
  * key of the command that got NOSCRIPT; NULL = any node). */
 void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen);
+
+/* The script whose SHA1 is sha (len bytes), or -1. */
+int xf__script_by_sha(const char *sha, size_t len);
 
 /* Whether r is Redis' NOSCRIPT error (the script must be loaded first). */
 int xf__script_missing(const struct redisReply *r);

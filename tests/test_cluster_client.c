@@ -1,0 +1,367 @@
+/* The client against a real 3 masters + 3 replicas cluster (cluster_fixture.c):
+ * routing by slot, one round trip per hit once warm, MOVED and ASK while a
+ * slot moves, seed lists, replica reads, the batch driver per node. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "cluster_fixture.h"
+#include "xfetch.h"
+
+#define HOST "127.0.0.1"
+#define NKEYS 1000
+
+/* A loader whose value is "v-" + the key, counting its calls. */
+static int key_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST);
+  char v[96];
+  int len = snprintf(v, sizeof v, "v-%.*s", (int)keylen, key);
+  return xf_sink_set(sink, v, (size_t)len);
+}
+
+static xf_client *open_client(const char *host, int cluster, int replicas) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = host;
+  o.cluster = cluster;
+  o.read_from_replicas = replicas;
+  o.seed = 7;
+  xf_client *c = NULL;
+  int rc = xf_client_open(&c, &o);
+  cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));
+  return c;
+}
+
+static xf_client *node_client(int i) {
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(i));
+  return open_client(host, XF_CLUSTER_AUTO, 0);
+}
+
+static xf_policy long_ttl(void) {
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 3600 * 1000;
+  p.beta = 0; /* no early recompute: the counts below are exact */
+  return p;
+}
+
+/* Gets key and checks the value is "v-" + key from the wanted source. */
+static void expect_get(xf_client *c, const char *key, const xf_policy *p, int *calls,
+                       xf_source source) {
+  xf_value v;
+  int rc = xf_get_or_compute(c, key, strlen(key), p, key_loader, calls, &v);
+  cr_assert_eq(rc, XF_OK, "%s: %s (%s)", key, xf_strerror(rc), xf_errmsg(c));
+  char want[96];
+  snprintf(want, sizeof want, "v-%s", key);
+  cr_expect_str_eq(v.data, want);
+  cr_expect_eq(v.source, source, "%s: source %d, want %d", key, v.source, source);
+  xf_value_free(&v);
+}
+
+/* Commands each node ran since its last CONFIG RESETSTAT, by name. */
+static long long calls_of(int port, const char *cmd) {
+  redisContext *r = xft_cluster_redis(port);
+  redisReply *info = xft_cluster_cmd(r, "INFO commandstats");
+  char field[64];
+  snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+  const char *at = strstr(info->str, field);
+  long long n = at ? atoll(at + strlen(field)) : 0;
+  freeReplyObject(info);
+  redisFree(r);
+  return n;
+}
+
+static void reset_stats(void) {
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    freeReplyObject(xft_cluster_cmd(r, "CONFIG RESETSTAT"));
+    redisFree(r);
+  }
+}
+
+static long long total_calls(const char *cmd) {
+  long long n = 0;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
+    n += calls_of(xft_cluster_port(i), cmd);
+  return n;
+}
+
+Test(cluster_client, auto_mode_detects_the_cluster_and_maps_it) {
+  xf_client *c = node_client(3);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.map_refreshes, 1);
+  cr_expect_eq(st.connections, 0, "the seed's connection is closed once routed");
+  cr_expect_eq(xf_ping(c), XF_OK);
+  xf_client_close(c);
+}
+
+Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
+  xf_client *c = node_client(0);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  char key[64];
+  for (int i = 0; i < NKEYS; i++) {
+    snprintf(key, sizeof key, "cc:route:%d", i);
+    expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
+  }
+  cr_expect_eq(calls, NKEYS);
+  xf_stats warm;
+  xf_client_stats(c, &warm);
+  cr_expect_eq(warm.redirects, 0, "the map routes every key to its master");
+  cr_expect_eq(warm.connections, 3, "one connection per master");
+  reset_stats();
+  for (int i = 0; i < NKEYS; i++) {
+    snprintf(key, sizeof key, "cc:route:%d", i);
+    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  }
+  cr_expect_eq(calls, NKEYS, "no load once warm");
+  xf_stats hot;
+  xf_client_stats(c, &hot);
+  cr_expect_eq(hot.redirects, 0);
+  cr_expect_eq(hot.map_refreshes, warm.map_refreshes);
+  cr_expect_eq(hot.hits - warm.hits, NKEYS);
+  /* One round trip per hit: the read script, and nothing else. */
+  cr_expect_eq(total_calls("evalsha_ro"), NKEYS);
+  cr_expect_eq(total_calls("evalsha"), 0);
+  cr_expect_eq(total_calls("cluster|slots"), 0);
+  cr_expect_eq(total_calls("asking"), 0);
+  xf_client_close(c);
+}
+
+Test(cluster_client, a_seed_list_skips_the_seeds_that_do_not_answer) {
+  char host[128];
+  snprintf(host, sizeof host, HOST ":1, " HOST ":%d,localhost:%d", xft_cluster_port(4),
+           xft_cluster_port(5));
+  xf_client *c = open_client(host, XF_CLUSTER_AUTO, 0);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  expect_get(c, "cc:seeds", &p, &calls, XF_SOURCE_LOADER);
+  expect_get(c, "cc:seeds", &p, &calls, XF_SOURCE_CACHE);
+  cr_expect_eq(calls, 1);
+  xf_client_close(c);
+}
+
+Test(cluster_client, bad_cluster_options_are_refused) {
+  xf_options o = XF_OPTIONS_INIT;
+  xf_client *c = NULL;
+  o.cluster = 3;
+  cr_expect_eq(xf_client_open(&c, &o), XF_EINVAL);
+  o.cluster = XF_CLUSTER_ON;
+  o.unix_path = "/tmp/nowhere.sock";
+  cr_expect_eq(xf_client_open(&c, &o), XF_EINVAL);
+  o = (xf_options)XF_OPTIONS_INIT;
+  o.host = HOST ":99999";
+  cr_expect_eq(xf_client_open(&c, &o), XF_EINVAL);
+  o.host = ",";
+  cr_expect_eq(xf_client_open(&c, &o), XF_EINVAL);
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
+  o.host = host;
+  o.db = 2;
+  cr_expect_eq(xf_client_open(&c, &o), XF_EINVAL, "a cluster has only db 0");
+  cr_expect_null(c);
+}
+
+Test(cluster_client, cluster_off_talks_to_the_seed_alone) {
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
+  xf_client *c = open_client(host, XF_CLUSTER_OFF, 0);
+  xf_policy p = long_ttl();
+  int calls = 0, moved = 0;
+  char key[64];
+  for (int i = 0; i < 30; i++) { /* most keys live on another master */
+    snprintf(key, sizeof key, "cc:off:%d", i);
+    xf_value v;
+    int rc = xf_get_or_compute(c, key, strlen(key), &p, key_loader, &calls, &v);
+    moved += rc == XF_EREDIS && strstr(xf_errmsg(c), "MOVED") != NULL;
+    xf_value_free(&v);
+  }
+  cr_expect_gt(moved, 0, "never routed, so MOVED comes back as an error");
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.redirects, 0);
+  cr_expect_eq(st.map_refreshes, 0);
+  xf_client_close(c);
+}
+
+/* ---- a slot on the move -------------------------------------------------- */
+
+typedef struct node {
+  int port;
+  char id[41];
+} node;
+
+/* The master serving slot, and another master. */
+static void masters_of(int slot, node *owner, node *other) {
+  redisContext *r = xft_cluster_redis(xft_cluster_port(0));
+  redisReply *rep = xft_cluster_cmd(r, "CLUSTER SLOTS");
+  xf__cluster_map m;
+  xf__cluster_map_init(&m);
+  char err[128];
+  cr_assert_eq(xf__cluster_map_parse(&m, rep, HOST, err, sizeof err), XF_OK, "%s", err);
+  int o = xf__cluster_map_master(&m, slot), t = -1;
+  for (int n = 0; n < m.nnodes && t < 0; n++)
+    if (n != o && m.nodes[n].master == -1)
+      t = n;
+  cr_assert(o >= 0 && t >= 0);
+  owner->port = m.nodes[o].port;
+  other->port = m.nodes[t].port;
+  snprintf(owner->id, sizeof owner->id, "%s", m.nodes[o].id);
+  snprintf(other->id, sizeof other->id, "%s", m.nodes[t].id);
+  xf__cluster_map_free(&m);
+  freeReplyObject(rep);
+  redisFree(r);
+}
+
+static void expect_ok(redisReply *rep) {
+  cr_expect(rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "OK") == 0, "got '%s'",
+            rep->str ? rep->str : "?");
+  freeReplyObject(rep);
+}
+
+/* Tells every master that slot now lives on to. */
+static void assign(int slot, const node *to) {
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    redisReply *rep = xft_cluster_cmd(r, "CLUSTER SETSLOT %d NODE %s", slot, to->id);
+    freeReplyObject(rep); /* replicas refuse: they learn it from their master */
+    redisFree(r);
+  }
+}
+
+Test(cluster_client, a_migrated_slot_is_followed_by_moved_without_a_reload) {
+  const char *key = "{cc-moved}k";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  node from, to;
+  masters_of(slot, &from, &to);
+  xf_client *c = node_client(0);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
+  redisContext *src = xft_cluster_redis(from.port), *dst = xft_cluster_redis(to.port);
+  expect_ok(xft_cluster_cmd(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, from.id));
+  expect_ok(xft_cluster_cmd(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, to.id));
+  expect_ok(
+      xft_cluster_cmd(src, "MIGRATE %s %d %s 0 5000 KEYS %s", HOST, to.port, "", key));
+  assign(slot, &to);
+  expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  cr_expect_eq(calls, 1, "the entry moved with its slot: never reloaded");
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.redirects, 1, "one MOVED, then the map knows");
+  redisFree(src);
+  redisFree(dst);
+  xf_client_close(c);
+}
+
+Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
+  const char *kept = "{cc-ask}kept", *gone = "{cc-ask}gone";
+  int slot = xf__cluster_keyslot(kept, strlen(kept));
+  node from, to;
+  masters_of(slot, &from, &to);
+  xf_client *c = node_client(1);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  expect_get(c, kept, &p, &calls, XF_SOURCE_LOADER);
+  expect_get(c, gone, &p, &calls, XF_SOURCE_LOADER);
+  redisContext *src = xft_cluster_redis(from.port), *dst = xft_cluster_redis(to.port);
+  expect_ok(xft_cluster_cmd(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, from.id));
+  expect_ok(xft_cluster_cmd(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, to.id));
+  expect_ok(
+      xft_cluster_cmd(src, "MIGRATE %s %d %s 0 5000 KEYS %s", HOST, to.port, "", gone));
+  /* gone now lives on the target: ASK; kept is still served by the source. */
+  expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
+  expect_get(c, kept, &p, &calls, XF_SOURCE_CACHE);
+  cr_expect_eq(calls, 2);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.redirects, 1, "one ASK; the map was left alone");
+  expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.redirects, 2, "ASK again: the slot is still the source's");
+  cr_expect_eq(calls, 2);
+  expect_ok(
+      xft_cluster_cmd(src, "MIGRATE %s %d %s 0 5000 KEYS %s", HOST, to.port, "", kept));
+  assign(slot, &to);
+  redisFree(src);
+  redisFree(dst);
+  xf_client_close(c);
+}
+
+Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
+  xf_client *w = node_client(2);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  char key[64];
+  for (int i = 0; i < 100; i++) {
+    snprintf(key, sizeof key, "cc:replica:%d", i);
+    expect_get(w, key, &p, &calls, XF_SOURCE_LOADER);
+  }
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) { /* the replicas have caught up */
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    freeReplyObject(xft_cluster_cmd(r, "WAIT 1 2000"));
+    redisFree(r);
+  }
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
+  xf_client *c = open_client(host, XF_CLUSTER_AUTO, 1);
+  long long before[XFT_CLUSTER_NODES];
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
+    before[i] = calls_of(xft_cluster_port(i), "evalsha_ro");
+  for (int i = 0; i < 100; i++) {
+    snprintf(key, sizeof key, "cc:replica:%d", i);
+    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  }
+  cr_expect_eq(calls, 100);
+  long long on_replicas = 0;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    redisReply *role = xft_cluster_cmd(r, "ROLE");
+    int replica = strcmp(role->element[0]->str, "slave") == 0;
+    long long ran = calls_of(xft_cluster_port(i), "evalsha_ro") - before[i];
+    if (replica)
+      on_replicas += ran;
+    freeReplyObject(role);
+    redisFree(r);
+  }
+  cr_expect_geq(on_replicas, 100, "every hit read on a replica");
+  xf_client_close(c);
+  xf_client_close(w);
+}
+
+Test(cluster_client, a_batch_spans_every_master) {
+  xf_client *c = node_client(4);
+  xf_policy p = long_ttl();
+  enum { N = 100 };
+  char buf[N][32];
+  const char *keys[N];
+  size_t lens[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(buf[i], sizeof buf[i], "cc:batch:%d", i);
+    keys[i] = buf[i];
+    lens[i] = strlen(buf[i]);
+  }
+  xf_value v[N];
+  int rcs[N], calls = 0;
+  for (int round = 0; round < 2; round++) {
+    cr_assert_eq(xf_get_or_compute_many(c, N, keys, lens, &p, key_loader, &calls, v, rcs),
+                 XF_OK);
+    for (int i = 0; i < N; i++) {
+      char want[64];
+      snprintf(want, sizeof want, "v-%s", buf[i]);
+      cr_expect_eq(rcs[i], XF_OK, "key %d: %s", i, xf_strerror(rcs[i]));
+      cr_expect(v[i].data && strcmp(v[i].data, want) == 0, "key %d", i);
+      cr_expect_eq(v[i].source, round == 0 ? XF_SOURCE_LOADER : XF_SOURCE_CACHE);
+      xf_value_free(&v[i]);
+    }
+  }
+  cr_expect_eq(calls, N);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.redirects, 0);
+  cr_expect_eq(st.connections, 3);
+  xf_client_close(c);
+}
