@@ -24,8 +24,6 @@
 #define PORT_HIGH (32768 - BUS_OFFSET - XFT_CLUSTER_NODES) /* below the ephemeral range */
 #define READY_TIMEOUT_S 20.0
 
-static xft_cluster shared;
-
 void xft_cluster_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0)
@@ -258,36 +256,6 @@ void xft_cluster_stop(xft_cluster *c) {
     remove_dir(c->dir);
   c->dir[0] = '\0';
   c->stop_s = now_s() - t0;
-}
-
-ReportHook(PRE_ALL)(struct criterion_test_set *set) {
-  (void)set;
-  if (xft_cluster_start(&shared) != 0) {
-    fprintf(stderr, "cluster fixture: cannot start the cluster\n");
-    exit(1);
-  }
-  /* Criterion's workers are new processes: they find the cluster here. */
-  char ports[XFT_CLUSTER_NODES * 8] = "";
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
-    snprintf(ports + strlen(ports), sizeof ports - strlen(ports), "%s%d", i ? "," : "",
-             shared.port[i]);
-  setenv("XFT_CLUSTER_PORTS", ports, 1);
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
-  (void)stats;
-  xft_cluster_stop(&shared);
-  fprintf(stderr, "cluster fixture: start %.2f s, stop %.2f s\n", shared.start_s,
-          shared.stop_s);
-}
-
-int xft_cluster_port(int i) {
-  const char *ports = getenv("XFT_CLUSTER_PORTS");
-  cr_assert_not_null(ports, "no shared cluster (XFT_CLUSTER_PORTS unset)");
-  cr_assert(i >= 0 && i < XFT_CLUSTER_NODES);
-  for (; i > 0; i--)
-    ports = strchr(ports, ',') + 1;
-  return atoi(ports);
 }
 
 redisContext *xft_cluster_redis(int port) {

@@ -1,6 +1,7 @@
 /* Test fixture: a real Redis Cluster of 3 masters + 3 replicas on loopback,
- * in a temp dir. Linking cluster_fixture.c starts one cluster per test binary
- * (Criterion PRE_ALL hook) and removes it afterwards (POST_ALL); every
+ * in a temp dir. A binary that calls xft_cluster_port gets one cluster shared
+ * by its tests (cluster_shared.c: Criterion PRE_ALL hook), removed afterwards
+ * (POST_ALL); xft_cluster_start gives a test its own. Every
  * redis-server dies with the runner (PR_SET_PDEATHSIG) if the run aborts.
  * Do not link it with fixture.c (that one starts a standalone server). */
 #ifndef XF_TEST_CLUSTER_FIXTURE_H

@@ -30,7 +30,6 @@ static int key_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   return xf_sink_set(sink, v, (size_t)len);
 }
 
-
 static void expect_values(const keys *k, size_t n, const xf_value *v, const int *rcs,
                           xf_source source) {
   for (size_t i = 0; i < n; i++) {

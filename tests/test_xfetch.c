@@ -23,7 +23,6 @@ static void put_entry(redisContext *r, const char *key, const char *value, long 
   freeReplyObject(xft_cmd(r, "PEXPIRE %s %lld", key, pttl_ms));
 }
 
-
 static void hold_lease(redisContext *r, const char *key, long long for_ms) {
   freeReplyObject(
       xft_cmd(r, "HSET %s l other-holder:%lld", key, xft_server_ms(r) + for_ms));
