@@ -64,3 +64,15 @@ def test_wrong_password_raises_auth_error(server):
 def test_bad_db_raises_auth_error(server):
     with pytest.raises(xfetch.AuthError, match="SELECT: .*DB index is out of range"):
         xfetch.Cache(f"redis://127.0.0.1:{server.port}/999")
+
+
+def test_seed_lists_and_cluster_parameters():
+    f = parse_url("redis://a:7000,b,[::1]:7002/0?cluster=on&replica_reads=yes")
+    assert f["host"] == "a:7000,b:6379,[::1]:7002"
+    assert f["cluster"] == 1 and f["read_from_replicas"] == 1
+    assert parse_url("redis://h")["cluster"] == 0
+    assert parse_url("redis://h?cluster=off")["cluster"] == 2
+    for bad in ("redis://a:7000,:7001", "redis://a,b:99999", "redis://h?cluster=maybe",
+                "redis://h?replica_reads=1"):
+        with pytest.raises(ValueError):
+            parse_url(bad)

@@ -153,6 +153,7 @@ class Cache:
         timeout_ms = _seconds_ms("timeout", timeout, 1000)
         self._opts = ffi.new("xf_options *", {
             "host": self._keep[0], "port": fields["port"], "unix_path": self._keep[1],
+            "cluster": fields["cluster"], "read_from_replicas": fields["read_from_replicas"],
             "username": self._keep[2], "password": self._keep[3], "db": fields["db"],
             "connect_timeout_ms": _seconds_ms("connect_timeout", connect_timeout, timeout_ms),
             "command_timeout_ms": timeout_ms, "key_prefix": self._keep[4],
@@ -357,7 +358,8 @@ class Cache:
     def stats(self):
         """Counters of this Cache in this process (a fork child starts at 0):
         hits, misses, early, loads, load_errors, lease_lost, waits, stale,
-        uncached, redis_errors, plus connections (open now)."""
+        uncached, redis_errors, superseded, local, redirects, map_refreshes
+        (Redis Cluster), plus connections (clients open now)."""
         out = ffi.new("xf_stats *")
         with self._lock:
             total = dict(self._retired)

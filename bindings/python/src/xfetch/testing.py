@@ -66,3 +66,85 @@ class RedisServer:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _port_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+class RedisCluster:
+    """A throwaway Redis Cluster on loopback: `masters` redis-servers with
+    --cluster-enabled (and `replicas` per master), joined with
+    `redis-cli --cluster create`, ready when every node says cluster_state:ok.
+    Attributes: ports, url (redis://127.0.0.1:<first port>/0, enough to reach
+    every node), seeds_url (every node, comma-separated)."""
+
+    def __init__(self, masters=3, replicas=0):
+        for exe in ("redis-server", "redis-cli"):
+            if not shutil.which(exe):
+                raise FileNotFoundError(f"{exe} is not on PATH")
+        self.dir = tempfile.mkdtemp(prefix="xfetch-cluster.")
+        self.procs = []
+        n = masters * (1 + replicas)
+        # Each node's bus port is its port + 10000: both must be free.
+        base = 20000 + (os.getpid() * 7) % 9000
+        while not all(_port_free(p) and _port_free(p + 10000) for p in range(base, base + n)):
+            base = 20000 + (base + n - 20000) % 9000
+        self.ports = list(range(base, base + n))
+        try:
+            for port in self.ports:
+                d = os.path.join(self.dir, str(port))
+                os.mkdir(d)
+                self.procs.append(subprocess.Popen(
+                    ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
+                     "--cluster-enabled", "yes", "--cluster-node-timeout", "3000",
+                     "--save", "", "--appendonly", "no", "--loglevel", "warning"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self._wait(lambda p: self._info(p, "PING").startswith("+PONG"))
+            subprocess.run(["redis-cli", "--cluster", "create",
+                            *[f"127.0.0.1:{p}" for p in self.ports],
+                            "--cluster-replicas", str(replicas), "--cluster-yes"],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._wait(lambda p: "cluster_state:ok" in self._info(p, "CLUSTER INFO"))
+        except BaseException:
+            self.stop()
+            raise
+        self.url = f"redis://127.0.0.1:{self.ports[0]}/0"
+        self.seeds_url = "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.ports) + "/0"
+
+    @staticmethod
+    def _info(port, command):
+        try:
+            out = subprocess.run(["redis-cli", "-p", str(port), *command.split()],
+                                 capture_output=True, text=True, timeout=5).stdout
+            return "+PONG" if out.strip() == "PONG" else out
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    def _wait(self, ready, timeout=30):
+        deadline = time.monotonic() + timeout
+        for port in self.ports:
+            while not ready(port):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"cluster node {port} not ready (logs in {self.dir})")
+                time.sleep(0.05)
+
+    def stop(self):
+        """Terminates every node and removes the temp dir."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            p.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
