@@ -116,6 +116,9 @@ redisContext *target_connect(const target *t, int timeout_ms);
 /* Sum of server usec and calls over INFO commandstats, without INFO/CONFIG. */
 int target_commandstats(redisContext *c, double *usec, double *calls);
 
+/* xfetch-bench --cluster (bench/cluster.c): prints its own tables; 0 or 1. */
+int bench_cluster(int quick);
+
 /* ---- worker processes ----------------------------------------------------------- */
 
 /* Runs spec on `clients` forked workers; blocks until they exit. Returns the

@@ -49,6 +49,8 @@ static void usage(FILE *f) {
       "  --clients N         hot_key clients (default 32, quick 16)\n"
       "  --think-us N        closed-loop think time per request (default 1000)\n"
       "  --open-loop RPS     hot_key in open loop: Poisson arrivals at RPS in total\n"
+      "  --cluster           instead: hit_overhead and hot_key on a throwaway Redis\n"
+      "                      Cluster (3 masters + 3 replicas) next to a standalone server\n"
       "  -h, --help\n");
 }
 
@@ -180,7 +182,7 @@ static int wanted(const char *list, const char *name) {
 int main(int argc, char **argv) {
   bench_cfg cfg = {0, 0, -1, 0, 0};
   const char *url = NULL, *json = NULL, *out = "xfetch-bench-out", *only = NULL;
-  int plots = 1;
+  int plots = 1, cluster = 0;
   static const struct option opts[] = {{"quick", no_argument, 0, 'q'},
                                        {"redis", required_argument, 0, 'r'},
                                        {"json", required_argument, 0, 'j'},
@@ -190,6 +192,7 @@ int main(int argc, char **argv) {
                                        {"clients", required_argument, 0, 'c'},
                                        {"think-us", required_argument, 0, 't'},
                                        {"open-loop", required_argument, 0, 'O'},
+                                       {"cluster", no_argument, 0, 'C'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   for (int ch; (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
@@ -221,6 +224,9 @@ int main(int argc, char **argv) {
     case 'O':
       cfg.open_rate = atof(optarg);
       break;
+    case 'C':
+      cluster = 1;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -228,6 +234,10 @@ int main(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
+  }
+  if (cluster) {
+    signal(SIGPIPE, SIG_IGN);
+    return bench_cluster(cfg.quick);
   }
   if (prepare_outputs(json, out, plots) != 0)
     return 1;

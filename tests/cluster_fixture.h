@@ -34,6 +34,9 @@ void xft_cluster_stop(xft_cluster *c);
  * masters is the cluster's choice: ask CLUSTER SLOTS). */
 int xft_cluster_port(int i);
 
+/* A raw hiredis connection to the node at port (1 s timeouts), or NULL. */
+redisContext *xft_cluster_connect(int port);
+
 /* A raw hiredis connection to the node at port; asserts success. */
 redisContext *xft_cluster_redis(int port);
 

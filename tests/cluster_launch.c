@@ -1,0 +1,258 @@
+/* A 3 masters + 3 replicas Redis Cluster on loopback, for the tests and the
+ * benchmark (no Criterion here: cluster_fixture.c has the test helpers). */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "cluster_fixture.h"
+
+#define BUS_OFFSET 10000
+#define PORT_LOW 10000
+#define PORT_HIGH (32768 - BUS_OFFSET - XFT_CLUSTER_NODES) /* below the ephemeral range */
+#define READY_TIMEOUT_S 20.0
+
+void xft_cluster_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0)
+    ;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int port_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  if (fd >= 0)
+    close(fd);
+  return ok;
+}
+
+/* A base port whose 6 client ports and 6 bus ports are all free now. */
+static int pick_base(unsigned *seed) {
+  for (int attempt = 0; attempt < 200; attempt++) {
+    int base = PORT_LOW + (int)(rand_r(seed) % (PORT_HIGH - PORT_LOW));
+    int ok = 1;
+    for (int i = 0; ok && i < XFT_CLUSTER_NODES; i++)
+      ok = port_free(base + i) && port_free(base + i + BUS_OFFSET);
+    if (ok)
+      return base;
+  }
+  return -1;
+}
+
+static pid_t spawn(char *const argv[], const char *log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive an aborted test run */
+    if (log) {
+      int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+    }
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static pid_t start_node(xft_cluster *c, int i) {
+  char port[16], dir[96];
+  snprintf(port, sizeof port, "%d", c->port[i]);
+  snprintf(dir, sizeof dir, "%s/node%d", c->dir, i);
+  if (mkdir(dir, 0700) != 0)
+    return -1;
+  // clang-format off
+  /* Replicas show in CLUSTER SLOTS once their replication offset is non-zero:
+   * sync at once and ping them every second, or an idle cluster takes 10 s. */
+  char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", dir,
+                  "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel",
+                  "warning", "--logfile", "redis.log", "--cluster-enabled", "yes",
+                  "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "3000",
+                  "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1", NULL};
+  // clang-format on
+  return spawn(argv, NULL);
+}
+
+redisContext *xft_cluster_connect(int port) {
+  struct timeval tv = {1, 0};
+  redisContext *r = redisConnectWithTimeout("127.0.0.1", port, tv);
+  if (r && !r->err && redisSetTimeout(r, tv) == REDIS_OK)
+    return r;
+  redisFree(r);
+  return NULL;
+}
+
+/* 1 when the node answers PING. */
+static int answers(int port) {
+  redisContext *r = xft_cluster_connect(port);
+  redisReply *rep = r ? redisCommand(r, "PING") : NULL;
+  int ok = rep && rep->type == REDIS_REPLY_STATUS;
+  freeReplyObject(rep);
+  redisFree(r);
+  return ok;
+}
+
+/* 1 when the node says cluster_state:ok and its CLUSTER SLOTS shows all
+ * slots served by 3 masters with one replica each. */
+static int node_ready(int port) {
+  redisContext *r = xft_cluster_connect(port);
+  if (!r)
+    return 0;
+  redisReply *info = redisCommand(r, "CLUSTER INFO");
+  int ok = info && info->type == REDIS_REPLY_STRING &&
+           strstr(info->str, "cluster_state:ok") &&
+           strstr(info->str, "cluster_known_nodes:6\r");
+  freeReplyObject(info);
+  redisReply *slots = ok ? redisCommand(r, "CLUSTER SLOTS") : NULL;
+  xf__cluster_map m;
+  xf__cluster_map_init(&m);
+  ok = slots && xf__cluster_map_parse(&m, slots, "127.0.0.1", NULL, 0) == 0 &&
+       xf__cluster_map_covered(&m) == XF_CLUSTER_SLOTS && m.nnodes == XFT_CLUSTER_NODES;
+  for (int i = 0; ok && i < m.nnodes; i++) {
+    int rep[2];
+    ok = m.nodes[i].master >= 0 || xf__cluster_map_replicas(&m, i, rep, 2) == 1;
+  }
+  xf__cluster_map_free(&m);
+  freeReplyObject(slots);
+  redisFree(r);
+  return ok;
+}
+
+/* Runs redis-cli --cluster create; returns its exit status (or -1). */
+static int create(xft_cluster *c, double deadline) {
+  char eps[XFT_CLUSTER_NODES][32], log[96];
+  char *argv[XFT_CLUSTER_NODES + 8] = {"redis-cli", "--cluster", "create"};
+  int n = 3;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    snprintf(eps[i], sizeof eps[i], "127.0.0.1:%d", c->port[i]);
+    argv[n++] = eps[i];
+  }
+  argv[n++] = "--cluster-replicas";
+  argv[n++] = "1";
+  argv[n++] = "--cluster-yes";
+  argv[n] = NULL;
+  snprintf(log, sizeof log, "%s/create.log", c->dir);
+  pid_t pid = spawn(argv, log);
+  int status = -1;
+  while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {
+    if (now_s() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    xft_cluster_sleep_ms(20);
+  }
+  return pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int wait_all(xft_cluster *c, int (*ready)(int), double deadline) {
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    while (!ready(c->port[i])) {
+      if (now_s() > deadline || waitpid(c->pid[i], NULL, WNOHANG) == c->pid[i])
+        return -1;
+      xft_cluster_sleep_ms(20);
+    }
+  }
+  return 0;
+}
+
+static void stop_nodes(xft_cluster *c) {
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
+    if (c->pid[i] > 0)
+      kill(c->pid[i], SIGTERM);
+  double deadline = now_s() + 5;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    while (c->pid[i] > 0 && waitpid(c->pid[i], NULL, WNOHANG) == 0) {
+      if (now_s() > deadline) {
+        kill(c->pid[i], SIGKILL);
+        waitpid(c->pid[i], NULL, 0);
+        break;
+      }
+      xft_cluster_sleep_ms(5);
+    }
+    c->pid[i] = 0;
+  }
+}
+
+static int start_once(xft_cluster *c, unsigned *seed, double deadline) {
+  int base = pick_base(seed);
+  if (base < 0)
+    return -1;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    c->port[i] = base + i;
+    if ((c->pid[i] = start_node(c, i)) < 0)
+      return -1;
+  }
+  if (wait_all(c, answers, deadline) != 0)
+    return -1; /* a node died: a port was taken meanwhile */
+  int rc = create(c, deadline);
+  if (rc != 0) {
+    fprintf(stderr, "cluster fixture: redis-cli --cluster create exited %d (see %s)\n", rc,
+            c->dir);
+    return -2;
+  }
+  return wait_all(c, node_ready, deadline) == 0 ? 0 : -2;
+}
+
+static void remove_dir(const char *dir) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (dir[0] && system(cmd) != 0)
+    fprintf(stderr, "cluster fixture: could not remove %s\n", dir);
+}
+
+int xft_cluster_start(xft_cluster *c) {
+  double t0 = now_s(), deadline = t0 + READY_TIMEOUT_S;
+  unsigned seed = (unsigned)getpid() ^ (unsigned)(t0 * 1e6);
+  memset(c, 0, sizeof *c);
+  for (int attempt = 0; attempt < 3; attempt++) {
+    snprintf(c->dir, sizeof c->dir, "/tmp/xft-cluster-XXXXXX");
+    if (!mkdtemp(c->dir))
+      return -1;
+    int rc = start_once(c, &seed, deadline);
+    if (rc == 0) {
+      c->start_s = now_s() - t0;
+      return 0;
+    }
+    stop_nodes(c);
+    if (rc == -2) { /* a real failure, not a port race: keep the logs */
+      fprintf(stderr, "cluster fixture: not ready after %.1f s; logs in %s\n", now_s() - t0,
+              c->dir);
+      return -1;
+    }
+    remove_dir(c->dir);
+  }
+  fprintf(stderr, "cluster fixture: no free ports\n");
+  return -1;
+}
+
+void xft_cluster_stop(xft_cluster *c) {
+  double t0 = now_s();
+  stop_nodes(c);
+  if (c->dir[0])
+    remove_dir(c->dir);
+  c->dir[0] = '\0';
+  c->stop_s = now_s() - t0;
+}
