@@ -365,3 +365,51 @@ Test(cluster_client, a_batch_spans_every_master) {
   cr_expect_eq(st.connections, 3);
   xf_client_close(c);
 }
+
+Test(cluster_client, set_and_delete_reach_the_key_s_master) {
+  xf_client *c = node_client(5);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  char key[64];
+  for (int i = 0; i < 30; i++) { /* spread over the three masters */
+    snprintf(key, sizeof key, "cc:set:%d", i);
+    char value[96];
+    int len = snprintf(value, sizeof value, "v-%s", key);
+    cr_assert_eq(xf_set(c, key, strlen(key), value, (size_t)len, &p), XF_OK, "%s: %s", key,
+                 xf_errmsg(c));
+    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+    cr_assert_eq(xf_delete(c, key, strlen(key)), XF_OK, "%s: %s", key, xf_errmsg(c));
+    expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
+  }
+  cr_expect_eq(calls, 30, "every delete made the next call load");
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.redirects, 0);
+  xf_client_close(c);
+}
+
+Test(cluster_client, redirections_that_never_end_give_a_clear_error) {
+  const char *key = "{cc-loop}k";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  node owner, other;
+  masters_of(slot, &owner, &other);
+  /* The owner now says the slot is the other's, which says it is the owner's:
+   * each answers MOVED to the other. */
+  redisContext *o = xft_cluster_redis(owner.port);
+  expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, other.id));
+  xf_client *c = node_client(0);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  xf_value v;
+  int rc = xf_get_or_compute(c, key, strlen(key), &p, key_loader, &calls, &v);
+  cr_expect_eq(rc, XF_EREDIS, "got %s", xf_errname(rc));
+  cr_expect(strstr(xf_errmsg(c), "redirections") != NULL, "%s", xf_errmsg(c));
+  cr_expect_eq(calls, 0, "an error before the loader: it is not called");
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.redirects, 5);
+  expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, owner.id));
+  redisFree(o);
+  expect_get(c, key, &p, &calls, XF_SOURCE_LOADER); /* healed */
+  xf_client_close(c);
+}
