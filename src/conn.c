@@ -235,25 +235,55 @@ static void fail_from(size_t from, size_t n, int rc, int *rcs) {
     rcs[i] = rc;
 }
 
+/* Writes the encoded pipeline and reads its n replies; the count read is in
+ * *got. */
+static int exchange(xf_client *c, xf__conn *k, size_t n, int *rcs, redisReply **replies,
+                    size_t *got) {
+  int rc = write_request(c, k, "pipeline");
+  for (*got = 0; rc == XF_OK && *got < n; ++*got) {
+    rc = read_reply(c, k, "pipeline", &replies[*got]);
+    if (rc != XF_OK)
+      break;
+    rcs[*got] = XF_OK;
+  }
+  return rc;
+}
+
+static int encode(xf_client *c, size_t n, const xf__cmd *const *cmds) {
+  c->request.len = 0;
+  for (size_t i = 0; i < n; i++)
+    if (xf__resp_append(&c->request, cmds[i]->argc, cmds[i]->argv, cmds[i]->lens) != 0)
+      return xf__fail(c, XF_ENOMEM, "out of memory for a pipeline of %zu commands", n);
+  return XF_OK;
+}
+
 int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const *cmds,
                       int *rcs, redisReply **replies) {
   memset(replies, 0, n * sizeof *replies);
+  int was_connected = k->ctx != NULL;
   int rc = xf__conn_open(c, k);
-  c->request.len = 0;
-  for (size_t i = 0; rc == XF_OK && i < n; i++)
-    if (xf__resp_append(&c->request, cmds[i]->argc, cmds[i]->argv, cmds[i]->lens) != 0)
-      rc = xf__fail(c, XF_ENOMEM, "out of memory for a pipeline of %zu commands", n);
+  if (rc == XF_OK)
+    rc = encode(c, n, cmds);
   if (rc != XF_OK) {
     fail_from(0, n, rc, rcs);
     return rc;
   }
   size_t got = 0;
-  rc = write_request(c, k, "pipeline");
-  for (; rc == XF_OK && got < n; got++) {
-    rc = read_reply(c, k, "pipeline", &replies[got]);
-    if (rc != XF_OK)
-      break;
-    rcs[got] = XF_OK;
+  rc = exchange(c, k, n, rcs, replies, &got);
+  if (rc == XF_EIO && got == 0 && was_connected && k->peer_closed) {
+    /* As in xf__conn_command: a working connection the server closed is
+     * reopened once and the whole pipeline sent again (every command can be
+     * sent twice; none got a reply). */
+    redisFree(k->ctx);
+    k->ctx = NULL;
+    rc = connect_now(c, k); /* on failure: counted, dropped, breaker armed */
+    if (rc != XF_OK) {
+      fail_from(0, n, rc, rcs);
+      return rc;
+    }
+    rc = encode(c, n, cmds); /* the setup commands reused the buffer */
+    if (rc == XF_OK)
+      rc = exchange(c, k, n, rcs, replies, &got);
   }
   if (rc != XF_OK) {
     fail_from(got, n, rc, rcs);

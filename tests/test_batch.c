@@ -177,3 +177,27 @@ Test(batch, fails_open_when_redis_is_down) {
   free_values(v, 5);
   xf_client_close(c);
 }
+
+Test(batch, a_connection_the_server_closed_is_reopened_once) {
+  static const char *const conf[] = {"--timeout", "1", NULL};
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  xf_client *c = xft_client_port(s.port, 1);
+  keys k;
+  make_keys(&k, "batch:idle", 10);
+  xf_policy p = XF_POLICY_INIT;
+  int calls = 0;
+  xf_value v[10];
+  int rcs[10];
+  cr_assert_eq(xf_get_or_compute_many(c, 10, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
+               XF_OK);
+  free_values(v, 10);
+  xft_sleep_ms(2200); /* past the 1 s idle timeout: the server closes our socket */
+  cr_assert_eq(xf_get_or_compute_many(c, 10, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
+               XF_OK);
+  expect_values(&k, 10, v, rcs, XF_SOURCE_CACHE);
+  cr_expect_eq(calls, 10, "hits after the reconnection: no loader call");
+  free_values(v, 10);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
