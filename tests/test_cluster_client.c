@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cluster.h"
 #include "cluster_fixture.h"
@@ -411,5 +413,47 @@ Test(cluster_client, redirections_that_never_end_give_a_clear_error) {
   expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, owner.id));
   redisFree(o);
   expect_get(c, key, &p, &calls, XF_SOURCE_LOADER); /* healed */
+  xf_client_close(c);
+}
+
+static int owner_port(const char *key) {
+  node owner, other;
+  masters_of(xf__cluster_keyslot(key, strlen(key)), &owner, &other);
+  return owner.port;
+}
+
+/* The node's connected_clients, this raw connection included. */
+static long connected_clients(int port) {
+  redisContext *r = xft_cluster_redis(port);
+  redisReply *info = xft_cluster_cmd(r, "INFO clients");
+  const char *at = strstr(info->str, "connected_clients:");
+  long n = at ? atol(at + strlen("connected_clients:")) : -1;
+  freeReplyObject(info);
+  redisFree(r);
+  return n;
+}
+
+Test(cluster_client, a_forked_child_opens_its_own_node_connections) {
+  xf_client *c = node_client(0);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  expect_get(c, "cc:fork", &p, &calls, XF_SOURCE_LOADER);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) { /* the child: same client, its own sockets */
+    int master = owner_port("cc:fork");
+    long before = connected_clients(master);
+    xf_value v;
+    int rc = xf_get_or_compute(c, "cc:fork", 7, &p, key_loader, &calls, &v);
+    int ok = rc == XF_OK && v.source == XF_SOURCE_CACHE &&
+             strcmp(v.data, "v-cc:fork") == 0 && connected_clients(master) == before + 1;
+    xf_value_free(&v);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's hit failed");
+  expect_get(c, "cc:fork", &p, &calls, XF_SOURCE_CACHE); /* the parent's still work */
+  cr_expect_eq(calls, 1);
   xf_client_close(c);
 }
