@@ -47,6 +47,8 @@ typedef struct xf_options {
   int lazy_connect;
   xf_share *share;
   int64_t tombstone_ms;
+  int cluster;
+  int read_from_replicas;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
@@ -113,6 +115,9 @@ typedef struct xf_stats {
   uint64_t redis_errors;
   uint64_t superseded;
   uint64_t local;
+  uint64_t redirects;
+  uint64_t map_refreshes;
+  uint64_t connections;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 
