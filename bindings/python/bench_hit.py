@@ -1,73 +1,268 @@
 #!/usr/bin/env python3
-"""Cache-hit overhead: xfetch get_or_compute (a hit) vs a redis-py GET, same
-process, same server, same value size. Prints both per-operation times and
-the ratio (goal: <= 1.3).
+"""Cache-hit cost, side by side on one throwaway redis-server: redis-py GET,
+dogpile.cache (its redis backend), xfetch get_or_compute (sync), redis-py's
+asyncio GET, xfetch.aio (asyncio, when built), and a 100-key get_many against
+100 single gets (and redis-py MGET / GETs for reference).
 
-    /usr/bin/python3 bench_hit.py [--url redis://127.0.0.1:6379/0] [-n 5000] [--rounds 15]
+    /usr/bin/python3 bench_hit.py [--url redis://...] [-n 3000] [--rounds 15] [--size 100]
 
-Rounds alternate between the two so drift hits both alike; the figure is the
-median round of each.
+Every contender reads the same-size value from the same server over its own
+connection, in one process, one call at a time. Rounds alternate between the
+contenders so drift hits them alike; each call is timed on its own: p50/p99
+are over every call of every round, throughput is calls / total time.
+Goals (issue 10): sync hit p50 <= 1.2 x redis-py GET; asyncio hit p50 <=
+1.5 x sync.
 """
 import argparse
+import asyncio
+import inspect
 import statistics
 import time
 
 import redis
+import redis.asyncio
 
 import xfetch
 import xfetch.testing
+from xfetch import ffi, lib
+
+try:
+    from dogpile.cache import make_region
+    from dogpile.cache import __version__ as dogpile_version
+except ImportError as e:  # Debian: python3-dogpile.cache
+    make_region, dogpile_missing = None, f"n/a (dogpile.cache not installed: {e})"
+
+try:
+    import xfetch.aio as xfetch_aio
+    aio_missing = None
+except ImportError:
+    xfetch_aio, aio_missing = None, "n/a (xfetch.aio not built)"
+
+TTL = 3600.0  # long: a hit is never elected for early recomputation (delta 0 anyway)
+clock = time.perf_counter_ns
 
 
-def per_op(fn, n):
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n
+def never():
+    raise AssertionError("a hit must not call the loader")
+
+
+class Series:
+    """One contender's per-call latencies (ns) and total time over all rounds."""
+
+    def __init__(self, name, ops_per_call=1):
+        self.name, self.ops, self.lat, self.total = name, ops_per_call, [], 0
+
+    def run(self, fn, n):
+        lat = self.lat
+        t0 = clock()
+        for _ in range(n):
+            s = clock()
+            fn()
+            lat.append(clock() - s)
+        self.total += clock() - t0
+
+    async def run_async(self, fn, n):
+        lat = self.lat
+        t0 = clock()
+        for _ in range(n):
+            s = clock()
+            await fn()
+            lat.append(clock() - s)
+        self.total += clock() - t0
+
+    def p(self, q):
+        xs = sorted(self.lat)
+        return xs[min(len(xs) - 1, int(q * len(xs)))] / 1000  # us
+
+    def line(self):
+        per_s = len(self.lat) / (self.total / 1e9)
+        return (f"{self.name:<34} {self.p(0.50):9.1f} {self.p(0.99):9.1f} {per_s:11,.0f}"
+                + (f" {per_s * self.ops:12,.0f}" if self.ops > 1 else ""))
+
+
+def xfetch_get_many(cache, keys, policy):
+    """A get-or-compute of every key in one xf_get_or_compute_many call (the
+    batch driver: one round trip for the hits), through the Cache's pool:
+    what Cache.get_many does, for builds that lack it."""
+    conn = cache._acquire()
+    conn.loader = never
+    try:
+        n = len(keys)
+        bufs = [ffi.from_buffer(k) for k in keys]
+        ckeys = ffi.new("const char *[]", bufs)
+        lens = ffi.new("size_t[]", [len(k) for k in keys])
+        values = ffi.new("xf_value[]", n)
+        rcs = ffi.new("int[]", n)
+        rc = lib.xf_get_or_compute_many(conn.ptr, n, ckeys, lens, policy, lib._xf_py_loader,
+                                        conn.handle, values, rcs)
+        xfetch.check(rc)
+        out = []
+        for i in range(n):
+            xfetch.check(rcs[i])
+            out.append(ffi.unpack(values[i].data, values[i].len))
+            lib.xf_value_free(ffi.addressof(values, i))
+        return out
+    finally:
+        conn.loader = None
+        cache._release(conn)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", help="Redis URL (default: start a private redis-server)")
-    ap.add_argument("-n", type=int, default=5000, help="operations per round")
+    ap.add_argument("-n", type=int, default=3000, help="single-key calls per round")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--size", type=int, default=100, help="value size in bytes")
+    ap.add_argument("--batch", type=int, default=100, help="keys per get_many")
     args = ap.parse_args()
     server = None if args.url else xfetch.testing.RedisServer()
     url = args.url or server.url
     try:
-        value = bytes(range(256)) * (args.size // 256) + b"v" * (args.size % 256)
-        r = redis.Redis.from_url(url)
-        r.set("bench:get", value)
-        cache = xfetch.Cache(url)
-        cache.set("bench:hit", value, ttl=3600)  # delta 0: never elected early
-
-        def loader():
-            raise AssertionError("a hit must not call the loader")
-
-        def hit():
-            return cache.get_or_compute("bench:hit", loader, ttl=3600)
-
-        def get():
-            return r.get("bench:get")
-
-        assert hit() == get() == value
-        per_op(hit, 500), per_op(get, 500)  # warm-up
-        xs, gs = [], []
-        for _ in range(args.rounds):
-            xs.append(per_op(hit, args.n))
-            gs.append(per_op(get, args.n))
-        x, g = statistics.median(xs), statistics.median(gs)
-        s = cache.stats()
-        assert s["loads"] == 0 and s["hits"] >= args.n * args.rounds
-        print(f"{args.rounds} rounds x {args.n} ops, {args.size}-byte value, "
-              f"redis-py {redis.__version__}, xfetch {xfetch.__version__}")
-        print(f"redis-py GET        : {g * 1e6:7.2f} us/op")
-        print(f"xfetch hit          : {x * 1e6:7.2f} us/op")
-        print(f"ratio xfetch / GET  : {x / g:7.2f}  (goal <= 1.3)")
-        cache.close()
+        run(args, url)
     finally:
         if server:
             server.stop()
+
+
+def run(args, url):
+    value = bytes(range(256)) * (args.size // 256) + b"v" * (args.size % 256)
+    n, nb = args.n, max(1, args.n // args.batch)  # batch calls per round
+    r = redis.Redis.from_url(url)
+    r.set("bench:get", value)
+    cache = xfetch.Cache(url)
+    cache.set("bench:hit", value, ttl=TTL)
+    keys = [f"bench:many:{i}".encode() for i in range(args.batch)]
+    for k in keys:
+        cache.set(k, value, ttl=TTL)
+    r.mset({f"bench:mget:{i}": value for i in range(args.batch)})
+    mget_keys = [f"bench:mget:{i}" for i in range(args.batch)]
+
+    contenders = []  # (Series, sync fn or None, async fn or None)
+
+    def add(name, fn=None, afn=None, ops=1):
+        contenders.append((Series(name, ops), fn, afn))
+
+    add("redis-py GET", lambda: r.get("bench:get"))
+
+    def sync_hit():
+        return cache.get_or_compute("bench:hit", never, ttl=TTL)
+
+    if make_region:
+        region = make_region().configure("dogpile.cache.redis", expiration_time=TTL,
+                                          arguments={"url": url})
+        region.set("bench:dogpile", value)
+        add("dogpile.cache get_or_create", lambda: region.get_or_create("bench:dogpile", never))
+    add("xfetch get_or_compute (sync)", sync_hit)
+
+    loop = asyncio.new_event_loop()
+    ar = redis.asyncio.Redis.from_url(url)  # the asyncio baseline
+
+    async def aio_get():
+        return await ar.get("bench:get")
+
+    add("redis-py asyncio GET", afn=aio_get)
+    acache = None
+    if xfetch_aio:
+        async def open_aio():
+            c = xfetch_aio.Cache(url)
+            if inspect.isawaitable(c):
+                c = await c
+            return c
+
+        acache = loop.run_until_complete(open_aio())
+
+        async def aio_hit():
+            return await acache.get_or_compute("bench:hit", never, ttl=TTL)
+
+        add("xfetch.aio get_or_compute", afn=aio_hit)
+
+    policy = cache._policies.get((TTL, 1.0, 5.0, 5.0, 0.0, 0.0, 0.0, 0.0, "load"))
+    def many():
+        return xfetch_get_many(cache, keys, policy)
+
+    many_name = f"xfetch get_many({args.batch}) via ffi"
+    if hasattr(cache, "get_many"):  # the binding's own, when it has one
+        def cache_many():
+            got = cache.get_many(keys, loader=never, ttl=TTL)
+            return [got[k] for k in keys] if isinstance(got, dict) else got
+
+        try:
+            cache_many()
+            many, many_name = cache_many, f"xfetch Cache.get_many({args.batch})"
+        except TypeError as e:  # another signature: say so, use the ffi
+            print(f"Cache.get_many(keys, loader=, ttl=) failed ({e}); using the ffi")
+
+    def gets():
+        return [cache.get_or_compute(k, never, ttl=TTL) for k in keys]
+
+    batch = [(Series(many_name, args.batch), many),
+             (Series(f"{args.batch} x xfetch get_or_compute", args.batch), gets),
+             (Series(f"redis-py MGET({args.batch})", args.batch), lambda: r.mget(mget_keys)),
+             (Series(f"{args.batch} x redis-py GET", args.batch),
+              lambda: [r.get(k) for k in mget_keys])]
+
+    # every contender returns the value; then a warm-up round
+    for s, fn, afn in contenders:
+        got = fn() if fn else loop.run_until_complete(afn())
+        if isinstance(got, (list, tuple)):
+            got = got[0] if len(got) != len(value) else got
+        assert bytes(got) == value, s.name
+    for s, fn in batch:
+        got = fn()
+        assert [bytes(x) for x in got] == [value] * args.batch, s.name
+    for s, fn, afn in contenders:
+        Series("warm-up").run(fn, 300) if fn else loop.run_until_complete(
+            Series("warm-up").run_async(afn, 300))
+
+    for _ in range(args.rounds):
+        for s, fn, afn in contenders:
+            s.run(fn, n) if fn else loop.run_until_complete(s.run_async(afn, n))
+        for s, fn in batch:
+            s.run(fn, nb)
+
+    st = cache.stats()
+    assert st["loads"] == 0 and st["misses"] == 0, st
+    print(f"{args.rounds} rounds x {n} calls ({nb} batch calls of {args.batch} keys), "
+          f"{args.size}-byte value, one redis-server on loopback; redis-py {redis.__version__}"
+          f", dogpile.cache {dogpile_version if make_region else '-'}, xfetch "
+          f"{xfetch.__version__}")
+    print(f"{'hit, one key':<34} {'p50 us':>9} {'p99 us':>9} {'calls/s':>11}")
+    by = {}
+    for s, _, _ in contenders:
+        print(s.line())
+        by[s.name] = s
+    if not xfetch_aio:
+        print(f"{'xfetch.aio get_or_compute':<34} {aio_missing}")
+    if not make_region:
+        print(f"{'dogpile.cache get_or_create':<34} {dogpile_missing}")
+    print(f"\n{f'{args.batch} keys, all hits':<34} {'p50 us':>9} {'p99 us':>9} {'calls/s':>11}"
+          f" {'keys/s':>12}")
+    for s, _ in batch:
+        print(s.line())
+
+    get, sync = by["redis-py GET"], by["xfetch get_or_compute (sync)"]
+    ratio = sync.p(0.5) / get.p(0.5)
+    print(f"\n{'sync hit p50 / redis-py GET p50':<34}: {ratio:5.2f}  (goal <= 1.2: "
+          f"{'met' if ratio <= 1.2 else 'NOT met'})")
+    if xfetch_aio:
+        aio = by["xfetch.aio get_or_compute"]
+        ratio = aio.p(0.5) / sync.p(0.5)
+        print(f"{'asyncio hit p50 / sync hit p50':<34}: {ratio:5.2f}  (goal <= 1.5: "
+              f"{'met' if ratio <= 1.5 else 'NOT met'})")
+    else:
+        print(f"{'asyncio hit p50 / sync hit p50':<34}: {aio_missing}")
+    many_s, gets_s = batch[0][0], batch[1][0]
+    print(f"{f'{args.batch} x get / get_many({args.batch}), p50':<34}: "
+          f"{gets_s.p(0.5) / many_s.p(0.5):5.1f}x")
+
+    loop.run_until_complete(ar.close())
+    if acache is not None:
+        close = getattr(acache, "aclose", None) or acache.close
+        res = close()
+        if inspect.isawaitable(res):
+            loop.run_until_complete(res)
+    loop.close()
+    cache.close()
 
 
 if __name__ == "__main__":

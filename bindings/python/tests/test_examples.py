@@ -25,4 +25,13 @@ def test_stampede_example(server):
 
 def test_bench_hit_script(server):
     out = run("bench_hit.py", "--url", server.url, "-n", "200", "--rounds", "2")
-    assert re.search(r"ratio xfetch / GET  :\s+\d+\.\d+", out)
+    row = r"\s+\d+\.\d+\s+\d+\.\d+\s+[\d,]+"
+    for name in ("redis-py GET", "xfetch get_or_compute \\(sync\\)",
+                 "redis-py asyncio GET", r"xfetch (Cache\.)?get_many\(100\)( via ffi)?",
+                 "100 x xfetch get_or_compute", r"redis-py MGET\(100\)"):
+        assert re.search(name + row, out), name
+    assert re.search(r"xfetch\.aio get_or_compute(" + row + r"| +n/a \(xfetch\.aio not built\))",
+                     out)
+    assert re.search(r"dogpile\.cache get_or_create(" + row + r"| +n/a \(dogpile)", out)
+    assert re.search(r"sync hit p50 / redis-py GET p50 +:\s+\d+\.\d+  \(goal <= 1\.2: ", out)
+    assert re.search(r"100 x get / get_many\(100\), p50 +:\s+\d+\.\dx", out)

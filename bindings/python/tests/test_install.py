@@ -1,0 +1,73 @@
+"""The one-step install users run: `pip install --no-build-isolation
+bindings/python` from a clean copy of the checkout (git's files only: no
+csrc/, build/ or C library install), into a fresh venv, offline; then
+get_or_compute against the fixture's redis-server from that venv."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(os.path.join(REPO, "cmake", "embed_lua.cmake"))
+    or not shutil.which("git") or not shutil.which("cmake"),
+    reason="needs an xfetch git checkout, git and cmake")
+
+
+def clean_copy(dest):
+    """Copies the checkout's files as a fresh clone would have them (tracked
+    and new, not ignored), so no build product of the tree leaks in."""
+    files = subprocess.run(["git", "-C", REPO, "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard"], check=True, capture_output=True).stdout
+    for rel in files.decode().split("\0"):
+        if rel and os.path.isfile(os.path.join(REPO, rel)):  # not a deleted file
+            os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+            shutil.copy2(os.path.join(REPO, rel), os.path.join(dest, rel))
+
+
+def test_pip_install_builds_the_c_library_and_caches(tmp_path, server):
+    clean_copy(str(tmp_path / "xfetch"))
+    assert not (tmp_path / "xfetch" / "bindings" / "python" / "csrc").exists()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("XFETCH_PREFIX", None)
+    env.pop("XFETCH_SOURCE_DIR", None)
+    pip = subprocess.run([py, "-m", "pip", "install", "-v", "--no-build-isolation",
+                          "--no-index", "xfetch/bindings/python"],
+                         cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    assert pip.returncode == 0, pip.stdout[-5000:]
+    # every library source was compiled into the extension, without a warning
+    for name in ("flow", "blocking", "batch", "share", "scripts_gen"):
+        assert f"{name}.c -o " in pip.stdout, name
+    assert [ln for ln in pip.stdout.splitlines() if "csrc/" in ln and "warning:" in ln] == []
+
+    script = """
+import sys, xfetch
+calls = []
+def load():
+    calls.append(1)
+    return b"computed"
+c = xfetch.Cache(sys.argv[1], prefix="install-test:")
+a = c.fetch("k", load, ttl=60)
+b = c.fetch("k", load, ttl=60)
+print(xfetch.__file__)
+print(a.value.decode(), a.source, b.value.decode(), b.source, len(calls))
+"""
+    out = subprocess.run([py, "-c", script, server.url], cwd=str(tmp_path), env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    where, result = out.stdout.splitlines()
+    assert where.startswith(str(venv))
+    assert result == "computed loader computed cache 1"
+    # the extension links no xfetch library: only hiredis (and libc/libm)
+    ext = [os.path.join(os.path.dirname(where), f) for f in os.listdir(os.path.dirname(where))
+           if f.startswith("_native") and f.endswith(".so")]
+    needed = subprocess.run(["ldd", ext[0]], capture_output=True, text=True).stdout
+    assert "libhiredis" in needed and "libxfetch" not in needed
