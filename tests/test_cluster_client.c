@@ -233,6 +233,18 @@ static void assign(int slot, const node *to) {
   }
 }
 
+/* Starts moving slot from -> to (IMPORTING, MIGRATING: both may repeat) and
+ * moves key over, as redis-cli --cluster reshard does. */
+static void migrate_key(int slot, const node *from, const node *to, const char *key) {
+  redisContext *src = xft_cluster_redis(from->port), *dst = xft_cluster_redis(to->port);
+  expect_ok(xft_cluster_cmd(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, from->id));
+  expect_ok(xft_cluster_cmd(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, to->id));
+  expect_ok(
+      xft_cluster_cmd(src, "MIGRATE %s %d %s 0 5000 KEYS %s", HOST, to->port, "", key));
+  redisFree(src);
+  redisFree(dst);
+}
+
 Test(cluster_client, a_migrated_slot_is_followed_by_moved_without_a_reload) {
   const char *key = "{cc-moved}k";
   int slot = xf__cluster_keyslot(key, strlen(key));
@@ -242,11 +254,7 @@ Test(cluster_client, a_migrated_slot_is_followed_by_moved_without_a_reload) {
   xf_policy p = long_ttl();
   int calls = 0;
   expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
-  redisContext *src = xft_cluster_redis(from.port), *dst = xft_cluster_redis(to.port);
-  expect_ok(xft_cluster_cmd(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, from.id));
-  expect_ok(xft_cluster_cmd(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, to.id));
-  expect_ok(
-      xft_cluster_cmd(src, "MIGRATE %s %d %s 0 5000 KEYS %s", HOST, to.port, "", key));
+  migrate_key(slot, &from, &to, key);
   assign(slot, &to);
   expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
@@ -254,8 +262,6 @@ Test(cluster_client, a_migrated_slot_is_followed_by_moved_without_a_reload) {
   xf_stats st;
   xf_client_stats(c, &st);
   cr_expect_eq(st.redirects, 1, "one MOVED, then the map knows");
-  redisFree(src);
-  redisFree(dst);
   xf_client_close(c);
 }
 
@@ -269,11 +275,7 @@ Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
   int calls = 0;
   expect_get(c, kept, &p, &calls, XF_SOURCE_LOADER);
   expect_get(c, gone, &p, &calls, XF_SOURCE_LOADER);
-  redisContext *src = xft_cluster_redis(from.port), *dst = xft_cluster_redis(to.port);
-  expect_ok(xft_cluster_cmd(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, from.id));
-  expect_ok(xft_cluster_cmd(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, to.id));
-  expect_ok(
-      xft_cluster_cmd(src, "MIGRATE %s %d %s 0 5000 KEYS %s", HOST, to.port, "", gone));
+  migrate_key(slot, &from, &to, gone);
   /* gone now lives on the target: ASK; kept is still served by the source. */
   expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
   expect_get(c, kept, &p, &calls, XF_SOURCE_CACHE);
@@ -285,11 +287,8 @@ Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
   xf_client_stats(c, &st);
   cr_expect_eq(st.redirects, 2, "ASK again: the slot is still the source's");
   cr_expect_eq(calls, 2);
-  expect_ok(
-      xft_cluster_cmd(src, "MIGRATE %s %d %s 0 5000 KEYS %s", HOST, to.port, "", kept));
+  migrate_key(slot, &from, &to, kept);
   assign(slot, &to);
-  redisFree(src);
-  redisFree(dst);
   xf_client_close(c);
 }
 
