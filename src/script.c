@@ -23,6 +23,7 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
   cmd->key = key;
   cmd->keylen = keylen;
   cmd->argc = 0;
+  cmd->more_argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
   put(cmd, "1", 1);
@@ -36,6 +37,7 @@ void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keyle
   cmd->key = key;
   cmd->keylen = keylen;
   cmd->argc = 0;
+  cmd->more_argc = 0;
   put(cmd, "SCRIPT", 6);
   put(cmd, "LOAD", 4);
   put(cmd, s->src, s->len);
