@@ -1,4 +1,5 @@
 /* The embedded Lua scripts: encoding, NOSCRIPT recovery, error replies. */
+#include <stdio.h>
 #include <string.h>
 
 #include "client.h"
@@ -30,6 +31,22 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
   put(cmd, key, keylen);
   for (int i = 0; i < nargs && i < XF_SCRIPT_MAX_ARGS; i++)
     put(cmd, args[i], lens[i]);
+}
+
+void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *const *keys,
+                         const size_t *keylens) {
+  const xf__script *s = &xf__scripts[script];
+  int ro = read_only(s);
+  cmd->key = nkeys ? keys[0] : NULL;
+  cmd->keylen = nkeys ? keylens[0] : 0;
+  cmd->argc = 0;
+  put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
+  put(cmd, s->sha, 40);
+  int n = snprintf(cmd->scratch[0], sizeof cmd->scratch[0], "%zu", nkeys);
+  put(cmd, cmd->scratch[0], (size_t)n);
+  cmd->more_argc = nkeys;
+  cmd->more_argv = keys;
+  cmd->more_lens = keylens;
 }
 
 void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen) {
