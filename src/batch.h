@@ -38,8 +38,9 @@ typedef struct batch {
 
 /* The first round: the read of every flow still at its first SEND, in one
  * pipeline of read_many calls (one per slot in Redis Cluster; a key alone in
- * its slot sends its own read). Flows a node refused for its slot (TRYAGAIN
- * during a migration, CROSSSLOT) stay at their SEND, to go one by one. */
+ * its slot sends its own read). Flows whose call was refused for reasons
+ * that may hold for some keys only (TRYAGAIN during a migration, CROSSSLOT, an
+ * ACL's NOPERM) stay at their SEND, to go one by one. */
 void xf__batch_read_all(batch *b);
 
 #endif

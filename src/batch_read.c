@@ -88,11 +88,13 @@ static void encode(batch *b, size_t ng) {
   }
 }
 
-/* A node that will not run a multi-key call for its slot right now (a slot
- * migrating, keys split between two nodes; or keys it finds in several
- * slots): each key's own read gets through (ASK is followed per key). */
-static int refused_for_slot(const redisReply *r) {
-  static const char *const prefixes[] = {"TRYAGAIN", "CROSSSLOT", "MOVED", "ASK"};
+/* A refusal that may be about some of the keys only: a node that will not
+ * run a multi-key call for its slot right now (a slot migrating, keys split
+ * between two nodes; or keys it finds in several slots), or an ACL that
+ * allows some keys and not others. Each key's own read then gets what it
+ * would alone (ASK followed per key, NOPERM for the keys denied). */
+static int refused_for_some_keys(const redisReply *r) {
+  static const char *const prefixes[] = {"TRYAGAIN", "CROSSSLOT", "MOVED", "ASK", "NOPERM"};
   for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
     if (strncmp(r->str, prefixes[i], strlen(prefixes[i])) == 0)
       return 1;
@@ -104,7 +106,7 @@ static int refused_for_slot(const redisReply *r) {
 static void hand_out(batch *b, const xf__batch_group *grp, int rc, redisReply *r,
                      int64_t now_ms) {
   if (rc == XF_OK && r->type == REDIS_REPLY_ERROR) {
-    if (refused_for_slot(r)) {
+    if (refused_for_some_keys(r)) {
       freeReplyObject(r); /* the flows stay at their SEND */
       return;
     }

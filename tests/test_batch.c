@@ -351,3 +351,74 @@ Test(batch, a_failed_batch_load_fails_its_keys_only) {
                XF_EINVAL);
   xf_client_close(c);
 }
+
+Test(batch, an_acl_denying_some_keys_fails_those_keys_only) {
+  xf_client *setup = xft_client(1);
+  redisContext *r = xft_redis();
+  keys k;
+  make_keys(&k, "batch:acl", 3);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  warm(setup, &k, 3, &p);
+  xf_client_close(setup);
+  freeReplyObject(
+      xft_cmd(r, "ACL SETUSER batchacl on >pw ~batch:acl:0 ~batch:acl:2 +@all"));
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.username = "batchacl";
+  o.password = "pw";
+  xf_client *c = NULL;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  int calls = 0, rcs[3];
+  xf_value v[3];
+  for (int round = 0; round < 2; round++) { /* the second reads with read_many */
+    cr_assert_eq(xf_get_or_compute_many(c, 3, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
+                 XF_OK);
+    cr_expect_eq(rcs[0], XF_OK, "%s", xf_strerror(rcs[0]));
+    cr_expect_eq(rcs[1], XF_ENOPERM, "%s", xf_strerror(rcs[1]));
+    cr_expect_eq(rcs[2], XF_OK, "%s", xf_strerror(rcs[2]));
+    cr_expect_str_eq(v[2].data, "v-batch:acl:2");
+    free_values(v, 3);
+  }
+  cr_expect_eq(calls, 0);
+  xf_client_close(c);
+  freeReplyObject(xft_cmd(r, "ACL DELUSER batchacl"));
+  redisFree(r);
+}
+
+Test(batch, a_large_batch_reads_in_chunks_of_512) {
+  xft_server s; /* its own: the command counts must be this test's alone */
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_client *c = xft_client_port(s.port, 1);
+  redisContext *r = xft_redis_port(s.port);
+  enum { BIG = 1100 };
+  static char buf[BIG][32];
+  static const char *ks[BIG];
+  static size_t lens[BIG];
+  static xf_value v[BIG];
+  static int rcs[BIG];
+  for (int i = 0; i < BIG; i++) {
+    snprintf(buf[i], sizeof buf[i], "batch:big:%d", i);
+    ks[i] = buf[i];
+    lens[i] = strlen(buf[i]);
+  }
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  int calls = 0;
+  for (int round = 0; round < 3; round++) { /* loads; loads read_many; counted */
+    long long ro = xft_command_calls(r, "evalsha_ro");
+    cr_assert_eq(xf_get_or_compute_many(c, BIG, ks, lens, &p, key_loader, &calls, v, rcs),
+                 XF_OK);
+    for (int i = 0; i < BIG; i++) {
+      cr_expect_eq(rcs[i], XF_OK, "key %d", i);
+      cr_expect_eq(v[i].source, round ? XF_SOURCE_CACHE : XF_SOURCE_LOADER, "key %d", i);
+      xf_value_free(&v[i]);
+    }
+    if (round == 2)
+      cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, 3, "512 + 512 + 76 keys");
+  }
+  cr_expect_eq(calls, BIG);
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
