@@ -19,12 +19,7 @@
 #define VALUE "a value of sixty-four bytes, as hit_overhead uses: 0123456789abc"
 
 xf_client *drv_client(const target *t) {
-  xf_options o = XF_OPTIONS_INIT;
-  o.host = t->host;
-  o.port = t->port;
-  o.password = t->password[0] ? t->password : NULL;
-  o.db = t->db;
-  o.command_timeout_ms = 5000;
+  xf_options o = target_options(t);
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   if (rc != XF_OK)

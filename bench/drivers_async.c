@@ -81,12 +81,7 @@ int drv_async_loop(const target *t, const drv_keyset *k, const xf_policy *p, int
                    double dur_s, drv_run *out) {
   uv_loop_t loop;
   uv_loop_init(&loop);
-  xf_options o = XF_OPTIONS_INIT;
-  o.host = t->host;
-  o.port = t->port;
-  o.password = t->password[0] ? t->password : NULL;
-  o.db = t->db;
-  o.command_timeout_ms = 5000;
+  xf_options o = target_options(t);
   loop_run r = {.k = k, .p = p, .out = out};
   int rc = xf_async_open_libuv(&r.ac, &o, &loop);
   slot *slots = calloc((size_t)n, sizeof *slots);

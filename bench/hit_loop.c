@@ -66,9 +66,7 @@ int main(int argc, char **argv) {
   } else if (target_start_server(&t) != 0) {
     return 1;
   }
-  xf_options o = XF_OPTIONS_INIT;
-  o.host = t.host;
-  o.port = t.port;
+  xf_options o = target_options(&t);
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   xf_policy p = XF_POLICY_INIT;
