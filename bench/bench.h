@@ -10,6 +10,7 @@
 
 #include "decide.h" /* the library's XFetch rule and PCG32 (internal headers) */
 #include "pcg.h"
+#include "xfetch.h"
 
 /* ---- strategies ------------------------------------------------------------ */
 
@@ -113,6 +114,8 @@ void target_stop_server(target *t);
 /* Connects with connect and command timeouts, AUTH and SELECT; NULL on error
  * (message on stderr). */
 redisContext *target_connect(const target *t, int timeout_ms);
+/* The library's options for t (5 s command timeout). */
+xf_options target_options(const target *t);
 /* Sum of server usec and calls over INFO commandstats, without INFO/CONFIG. */
 int target_commandstats(redisContext *c, double *usec, double *calls);
 

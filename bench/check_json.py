@@ -19,6 +19,11 @@ EXPECTED = {
     "hit_overhead": ["raw_get", "xfetch"],
     "beta_sweep": ["xfetch_nolease"],
 }
+DRIVER_FIELDS = {
+    "batch": ["mget_p50_us", "many_p50_us", "sequential_p50_us", "many_round_trips",
+              "many_over_mget", "sequential_over_many"],
+    "async": ["loop_rps", "loop_p50_us", "loop_p99_us", "threads_rps", "threads_p50_us"],
+}
 PLOTS = ["hot_key-loads.png", "hot_key-latency.png", "mass_expiry-loads.png",
          "beta_sweep.png"]
 
@@ -72,6 +77,18 @@ def main():
         for r in beta.get("results", []):
             if not isinstance(r.get("theory_loads_per_expiry"), (int, float)):
                 errors.append("beta_sweep: theory_loads_per_expiry missing")
+    # The drivers' scenarios keep their figures in params (no strategies).
+    for name, fields in DRIVER_FIELDS.items():
+        params = (scenarios.get(name) or {}).get("params")
+        if not isinstance(params, dict):
+            errors.append(f"{name}: scenario or params missing")
+            continue
+        if params.get("skipped"):
+            continue
+        for field in fields:
+            v = params.get(field)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                errors.append(f"{name}: {field} = {v!r} is not a number")
     if len(sys.argv) > 2 and shutil.which("gnuplot"):
         for p in PLOTS:
             path = os.path.join(sys.argv[2], p)

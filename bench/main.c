@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "drivers.h"
 #include "scenarios.h"
 #include "xfetch.h"
 
@@ -31,8 +32,10 @@ static const struct {
                  {"cold_start", sc_cold_start},
                  {"mass_expiry", sc_mass_expiry},
                  {"hit_overhead", sc_hit_overhead},
-                 {"beta_sweep", sc_beta_sweep}};
-#define NSCENARIOS 5
+                 {"beta_sweep", sc_beta_sweep},
+                 {"batch", sc_batch},
+                 {"async", sc_async}};
+#define NSCENARIOS 7
 
 static void usage(FILE *f) {
   fprintf(
@@ -45,7 +48,7 @@ static void usage(FILE *f) {
       "  --out DIR           PNG plots and their data (default: xfetch-bench-out)\n"
       "  --no-plots          skip gnuplot\n"
       "  --scenarios LIST    comma-separated subset of hot_key,cold_start,mass_expiry,\n"
-      "                      hit_overhead,beta_sweep (default: all)\n"
+      "                      hit_overhead,beta_sweep,batch,async (default: all)\n"
       "  --clients N         hot_key clients (default 32, quick 16)\n"
       "  --think-us N        closed-loop think time per request (default 1000)\n"
       "  --open-loop RPS     hot_key in open loop: Poisson arrivals at RPS in total\n"

@@ -140,6 +140,16 @@ void target_stop_server(target *t) {
   }
 }
 
+xf_options target_options(const target *t) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = t->host;
+  o.port = t->port;
+  o.password = t->password[0] ? t->password : NULL;
+  o.db = t->db;
+  o.command_timeout_ms = 5000;
+  return o;
+}
+
 redisContext *target_connect(const target *t, int timeout_ms) {
   struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   redisContext *c = redisConnectWithTimeout(t->host, t->port, tv);

@@ -30,6 +30,8 @@ static void extra(char *buf, size_t n, const char *scenario, const result *r) {
 
 void report_table(FILE *f, const scenario_out *sc, int n) {
   for (int i = 0; i < n; i++) {
+    if (sc[i].nresults == 0)
+      continue; /* batch, async: printed their own table as they ran */
     fprintf(f, "\n%s %s\n", sc[i].name, sc[i].params);
     fprintf(f, "%-15s %8s %4s %5s %7s %6s %7s %7s %7s %7s %8s %8s %8s  %s\n", "strategy",
             "loads/ex", "max", "cold", "waited%", "stale%", "p50ms", "p99ms", "p999ms",

@@ -47,7 +47,7 @@ typedef struct result {
 
 typedef struct scenario_out {
   const char *name;
-  char params[512]; /* a JSON object */
+  char params[1024]; /* a JSON object */
   int nresults;
   result results[16];
 } scenario_out;

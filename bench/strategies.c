@@ -59,12 +59,7 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
   memset(c->value, 'x', (size_t)spec->value_len);
   pcg_seed(&c->rng, (uint64_t)now_us() ^ ((uint64_t)getpid() << 32), (uint64_t)worker);
   if (spec->strat == ST_XFETCH) {
-    xf_options o = XF_OPTIONS_INIT;
-    o.host = t->host;
-    o.port = t->port;
-    o.password = t->password[0] ? t->password : NULL;
-    o.db = t->db;
-    o.command_timeout_ms = 5000;
+    xf_options o = target_options(t);
     int rc = xf_client_open(&c->xc, &o);
     if (rc != XF_OK) {
       fprintf(stderr, "xfetch-bench: xf_client_open: %s\n", xf_strerror(rc));

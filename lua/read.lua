@@ -1,25 +1,5 @@
 #!lua flags=no-writes
 -- read: everything the XFetch decision needs, in one round trip.
--- KEYS[1] entry key.
--- Returns {value, delta_us, remaining_ms, lease_live, negative, expiry_ms}, or
--- {nil, 0, 0, lease_live, 0, now_ms} when there is no value. remaining_ms is
--- negative once the value is past its logical expiry; the server's time is
--- expiry_ms - remaining_ms (one field less to parse on every hit).
--- A malformed entry (e not a time within 2^41 ms of now: nan, inf, text) is a
--- miss; a malformed delta counts as 0, a huge one as 2^40 us.
-local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'e', 'l', 'n')
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local live = 0
-if f[4] then
-  local deadline = tonumber(string.match(f[4], ':(%d+)$'))
-  if deadline and deadline > now then live = 1 end
-end
-local e = tonumber(f[3])
-if not f[1] or not e or not (e > now - 2^41 and e < now + 2^41) then
-  return {false, 0, 0, live, 0, now}
-end
-e = math.floor(e)
-local d = tonumber(f[2])
-d = (d and d > 0) and math.floor(math.min(d, 2^40)) or 0
-return {f[1], d, e - now, live, f[5] and 1 or 0, e}
+-- KEYS[1] entry key. Returns read_entry's six fields (lua/entry_read.lua).
+--#include entry_read.lua
+return read_entry(KEYS[1], server_now())

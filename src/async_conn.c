@@ -119,7 +119,8 @@ static void on_setup_reply(redisAsyncContext *rac, void *reply, void *what) {
 }
 
 static int queue(xf_async *ac, redisCallbackFn *fn, void *privdata, const xf__cmd *cmd) {
-  if (xf__resp_encode(&ac->request, cmd->argc, cmd->argv, cmd->lens) != 0)
+  ac->request.len = 0;
+  if (xf__resp_append_cmd(&ac->request, cmd) != 0)
     return xf__fail(ac->core, XF_ENOMEM, "out of memory for a %d-argument command",
                     cmd->argc);
   if (redisAsyncFormattedCommand(ac->rac, fn, privdata, ac->request.data,

@@ -110,7 +110,7 @@ static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
   *reply = NULL;
   c->request.len = 0;
   if ((asking && xf__resp_append(&c->request, 1, asking_cmd.argv, asking_cmd.lens) != 0) ||
-      xf__resp_append(&c->request, cmd->argc, cmd->argv, cmd->lens) != 0)
+      xf__resp_append_cmd(&c->request, cmd) != 0)
     return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", cmd->argc);
   int rc = write_request(c, k, cmd->argv[0]);
   if (rc == XF_OK && asking) {
@@ -252,7 +252,7 @@ static int exchange(xf_client *c, xf__conn *k, size_t n, int *rcs, redisReply **
 static int encode(xf_client *c, size_t n, const xf__cmd *const *cmds) {
   c->request.len = 0;
   for (size_t i = 0; i < n; i++)
-    if (xf__resp_append(&c->request, cmds[i]->argc, cmds[i]->argv, cmds[i]->lens) != 0)
+    if (xf__resp_append_cmd(&c->request, cmds[i]) != 0)
       return xf__fail(c, XF_ENOMEM, "out of memory for a pipeline of %zu commands", n);
   return XF_OK;
 }

@@ -67,6 +67,11 @@ void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
   script_cmd(cmd, XF_SCRIPT_DELETE, key, keylen, 1, args);
 }
 
+void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
+                             const size_t *keylens) {
+  xf__script_cmd_keys(cmd, XF_SCRIPT_READ_MANY, nkeys, keys, keylens);
+}
+
 void xf__entry_token(xf_client *c, char token[40]) {
   xf__client_check_fork(c); /* never a parent's token in a child */
   snprintf(token, 40, "%016" PRIx64 "-%" PRIu64, c->id, ++c->lease_count);
@@ -126,6 +131,29 @@ int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out) {
   if (rc != XF_OK)
     xf__entry_free(out);
   return rc;
+}
+
+int xf__entry_split_read_many(xf_client *c, redisReply *r, size_t nkeys,
+                              redisReply **parts) {
+  memset(parts, 0, nkeys * sizeof *parts);
+  int ok = r->type == REDIS_REPLY_ARRAY && r->elements == nkeys;
+  for (size_t i = 0; ok && i < nkeys; i++)
+    ok = r->element[i] != NULL;
+  if (!ok) {
+    int array = r->type == REDIS_REPLY_ARRAY;
+    size_t got = r->elements;
+    freeReplyObject(r);
+    if (!array)
+      return xf__fail(c, XF_EPROTO, "read_many reply is not an array");
+    return xf__fail(c, XF_EPROTO, "read_many reply: %zu replies for %zu keys", got, nkeys);
+  }
+  /* Each element moves to its part; freeReplyObject skips the NULLs left. */
+  for (size_t i = 0; i < nkeys; i++) {
+    parts[i] = r->element[i];
+    r->element[i] = NULL;
+  }
+  freeReplyObject(r);
+  return XF_OK;
 }
 
 int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,

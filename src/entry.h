@@ -55,6 +55,10 @@ void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf_
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token);
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
                           int64_t tombstone_ms);
+/* The reads of nkeys keys in one call (read_many.lua; in Redis Cluster all in
+ * one slot). The arrays are kept: they must outlive the send. */
+void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
+                             const size_t *keylens);
 
 /* ---- parse: each takes ownership of r (not an error reply) ---------------- */
 
@@ -65,6 +69,13 @@ int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out);
  * XF_LEASE_NEWER the newer value in *newer. XF_OK or XF_EPROTO. */
 int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer);
+
+/* Splits read_many's reply r (taken; not an error reply) for nkeys keys into
+ * parts[i], key i's reply as read.lua gives it, for xf__entry_parse_read or
+ * xf__flow_reply (each part is then the caller's). XF_OK, or XF_EPROTO when r
+ * is not an array of nkeys replies (every part NULL, r freed). */
+int xf__entry_split_read_many(xf_client *c, redisReply *r, size_t nkeys,
+                              redisReply **parts);
 
 /* The integer reply of write (1 written, 0 refused), release or delete. */
 int xf__entry_parse_int(xf_client *c, redisReply *r, const char *what, int *value);

@@ -35,23 +35,41 @@ static int reserve(xf__buf *buf, size_t need) {
   return 0;
 }
 
-int xf__resp_append(xf__buf *buf, int argc, const char *const *argv, const size_t *lens) {
-  size_t need = buf->len + 23;
-  for (int i = 0; i < argc; i++)
+/* Reserves room for n more arguments of lens (the header counted apart). */
+static size_t room(size_t n, const size_t *lens) {
+  size_t need = 0;
+  for (size_t i = 0; i < n; i++)
     need += 23 + lens[i] + 2;
-  if (reserve(buf, need) != 0)
-    return -1;
-  char *out = buf->data;
-  size_t at = buf->len;
-  at += put_header(out + at, '*', (size_t)argc);
-  for (int i = 0; i < argc; i++) {
+  return need;
+}
+
+static size_t put_args(char *out, size_t n, const char *const *argv, const size_t *lens) {
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
     at += put_header(out + at, '$', lens[i]);
     memcpy(out + at, argv[i], lens[i]);
     at += lens[i];
     out[at++] = '\r';
     out[at++] = '\n';
   }
-  buf->len = at;
+  return at;
+}
+
+int xf__resp_append(xf__buf *buf, int argc, const char *const *argv, const size_t *lens) {
+  if (reserve(buf, buf->len + 23 + room((size_t)argc, lens)) != 0)
+    return -1;
+  buf->len += put_header(buf->data + buf->len, '*', (size_t)argc);
+  buf->len += put_args(buf->data + buf->len, (size_t)argc, argv, lens);
+  return 0;
+}
+
+int xf__resp_append_cmd(xf__buf *buf, const xf__cmd *cmd) {
+  size_t argc = (size_t)cmd->argc, more = cmd->more_argc;
+  if (reserve(buf, buf->len + 23 + room(argc, cmd->lens) + room(more, cmd->more_lens)) != 0)
+    return -1;
+  buf->len += put_header(buf->data + buf->len, '*', argc + more);
+  buf->len += put_args(buf->data + buf->len, argc, cmd->argv, cmd->lens);
+  buf->len += put_args(buf->data + buf->len, more, cmd->more_argv, cmd->more_lens);
   return 0;
 }
 

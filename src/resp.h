@@ -23,6 +23,11 @@ typedef struct xf__cmd {
   const char *argv[XF_CMD_MAX_ARGS];
   size_t lens[XF_CMD_MAX_ARGS];
   char scratch[4][24];
+  /* Arguments sent after argv (a command on many keys: read_many's KEYS);
+   * more_argc 0 = none. Whoever fills argv sets it. */
+  size_t more_argc;
+  const char *const *more_argv;
+  const size_t *more_lens;
 } xf__cmd;
 
 /* Encodes argv as a RESP array of bulk strings into buf (replacing its
@@ -31,6 +36,10 @@ int xf__resp_encode(xf__buf *buf, int argc, const char *const *argv, const size_
 
 /* The same, appended to buf's contents (a pipeline of commands). */
 int xf__resp_append(xf__buf *buf, int argc, const char *const *argv, const size_t *lens);
+
+/* Appends cmd (argv, then more_argv) to buf's contents. 0, or -1 when out of
+ * memory. */
+int xf__resp_append_cmd(xf__buf *buf, const xf__cmd *cmd);
 
 void xf__buf_free(xf__buf *buf);
 

@@ -1,4 +1,5 @@
 /* The embedded Lua scripts: encoding, NOSCRIPT recovery, error replies. */
+#include <stdio.h>
 #include <string.h>
 
 #include "client.h"
@@ -23,6 +24,7 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
   cmd->key = key;
   cmd->keylen = keylen;
   cmd->argc = 0;
+  cmd->more_argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
   put(cmd, "1", 1);
@@ -31,11 +33,28 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
     put(cmd, args[i], lens[i]);
 }
 
+void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *const *keys,
+                         const size_t *keylens) {
+  const xf__script *s = &xf__scripts[script];
+  int ro = read_only(s);
+  cmd->key = nkeys ? keys[0] : NULL;
+  cmd->keylen = nkeys ? keylens[0] : 0;
+  cmd->argc = 0;
+  put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
+  put(cmd, s->sha, 40);
+  int n = snprintf(cmd->scratch[0], sizeof cmd->scratch[0], "%zu", nkeys);
+  put(cmd, cmd->scratch[0], (size_t)n);
+  cmd->more_argc = nkeys;
+  cmd->more_argv = keys;
+  cmd->more_lens = keylens;
+}
+
 void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen) {
   const xf__script *s = &xf__scripts[script];
   cmd->key = key;
   cmd->keylen = keylen;
   cmd->argc = 0;
+  cmd->more_argc = 0;
   put(cmd, "SCRIPT", 6);
   put(cmd, "LOAD", 4);
   put(cmd, s->src, s->len);

@@ -24,6 +24,7 @@ enum {
   XF_SCRIPT_WRITE,
   XF_SCRIPT_RELEASE,
   XF_SCRIPT_DELETE,
+  XF_SCRIPT_READ_MANY,
   XF_SCRIPT_COUNT
 };
 
@@ -37,6 +38,12 @@ struct redisReply;
  * EVALSHA_RO. */
 void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, int nargs,
                     const char **args, const size_t *lens);
+
+/* Fills cmd with the call of script on nkeys keys and no arguments (the
+ * arrays are kept: they must outlive the send). cmd->key is keys[0]: in Redis
+ * Cluster every key must be in its slot. */
+void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *const *keys,
+                         const size_t *keylens);
 
 /* Fills cmd with SCRIPT LOAD of script, routed to the node serving key (the
  * key of the command that got NOSCRIPT; NULL = any node). */

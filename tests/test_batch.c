@@ -47,7 +47,7 @@ static void free_values(xf_value *v, size_t n) {
     xf_value_free(&v[i]);
 }
 
-Test(batch, misses_load_once_then_all_hit_in_one_read_each) {
+Test(batch, misses_load_once_then_all_hit_in_one_read_many) {
   xft_server s; /* its own: the command counts must be this test's alone */
   cr_assert_eq(xft_server_start(&s, NULL), 0);
   xf_client *c = xft_client_port(s.port, 1);
@@ -64,17 +64,79 @@ Test(batch, misses_load_once_then_all_hit_in_one_read_each) {
   expect_values(&k, N, v, rcs, XF_SOURCE_LOADER);
   cr_expect_eq(calls, N);
   free_values(v, N);
-  long long ro = xft_command_calls(r, "evalsha_ro"), rw = xft_command_calls(r, "evalsha");
-  cr_assert_eq(xf_get_or_compute_many(c, N, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
-               XF_OK);
-  expect_values(&k, N, v, rcs, XF_SOURCE_CACHE);
-  cr_expect_eq(calls, N, "no loader call for hits");
-  cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, N, "one read per key");
-  cr_expect_eq(xft_command_calls(r, "evalsha") - rw, 0, "no lease or write for hits");
-  free_values(v, N);
+  for (int round = 0; round < 2; round++) { /* the first may load read_many */
+    long long ro = xft_command_calls(r, "evalsha_ro"), rw = xft_command_calls(r, "evalsha");
+    cr_assert_eq(xf_get_or_compute_many(c, N, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
+                 XF_OK);
+    expect_values(&k, N, v, rcs, XF_SOURCE_CACHE);
+    cr_expect_eq(calls, N, "no loader call for hits");
+    if (round == 1)
+      cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, 1, "one read_many for %d keys",
+                   N);
+    cr_expect_eq(xft_command_calls(r, "evalsha") - rw, 0, "no lease or write for hits");
+    free_values(v, N);
+  }
   redisFree(r);
   xf_client_close(c);
   xft_server_stop(&s);
+}
+
+static void warm(xf_client *c, const keys *k, size_t n, const xf_policy *p) {
+  for (size_t i = 0; i < n; i++) {
+    char val[64];
+    int len = snprintf(val, sizeof val, "v-%s", k->buf[i]);
+    cr_assert_eq(xf_set(c, k->ptr[i], k->len[i], val, (size_t)len, p), XF_OK);
+  }
+}
+
+Test(batch, hits_survive_script_flush) {
+  xf_client *c = xft_client(1);
+  redisContext *r = xft_redis();
+  keys k;
+  make_keys(&k, "batch:flush", 10);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  warm(c, &k, 10, &p);
+  int calls = 0, rcs[10];
+  xf_value v[10];
+  for (int round = 0; round < 2; round++) {
+    redisReply *ok = redisCommand(r, "SCRIPT FLUSH");
+    freeReplyObject(ok);
+    cr_assert_eq(
+        xf_get_or_compute_many(c, 10, k.ptr, k.len, &p, key_loader, &calls, v, rcs), XF_OK);
+    expect_values(&k, 10, v, rcs, XF_SOURCE_CACHE);
+    free_values(v, 10);
+  }
+  cr_expect_eq(calls, 0);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+Test(batch, a_key_of_the_wrong_type_fails_alone) {
+  xf_client *c = xft_client(1);
+  redisContext *r = xft_redis();
+  keys k;
+  make_keys(&k, "batch:wt", 3);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  warm(c, &k, 3, &p);
+  redisReply *ok = redisCommand(r, "SET %s plain", k.buf[1]);
+  freeReplyObject(ok);
+  int calls = 0, rcs[3];
+  xf_value v[3];
+  for (int round = 0; round < 2; round++) { /* the first call finds the mode */
+    cr_assert_eq(xf_get_or_compute_many(c, 3, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
+                 XF_OK);
+    cr_expect_eq(rcs[0], XF_OK);
+    cr_expect_eq(rcs[1], XF_EWRONGTYPE);
+    cr_expect_null(v[1].data);
+    cr_expect_eq(rcs[2], XF_OK);
+    cr_expect_str_eq(v[2].data, "v-batch:wt:2");
+    free_values(v, 3);
+  }
+  cr_expect_eq(calls, 0);
+  redisFree(r);
+  xf_client_close(c);
 }
 
 Test(batch, mixed_hits_and_misses) {
@@ -176,6 +238,189 @@ Test(batch, fails_open_when_redis_is_down) {
   cr_expect_eq(calls, 5);
   free_values(v, 5);
   xf_client_close(c);
+}
+
+/* ---- the batch loader ------------------------------------------------------ */
+
+typedef struct batch_calls {
+  int calls, fail_with, leave_unset;
+  size_t n;
+  char keys[N][32];
+} batch_calls;
+
+/* Records the keys of its (last) call; values "v-" + key. */
+static int batch_loader(void *ud, size_t n, const char *const *ks, const size_t *lens,
+                        xf_sink *const *sinks) {
+  batch_calls *b = ud;
+  b->calls++;
+  b->n = n;
+  for (size_t i = 0; i < n; i++) {
+    snprintf(b->keys[i], sizeof b->keys[i], "%.*s", (int)lens[i], ks[i]);
+    if ((int)i == b->leave_unset - 1)
+      continue;
+    char v[64];
+    int len = snprintf(v, sizeof v, "v-%.*s", (int)lens[i], ks[i]);
+    xf_sink_set(sinks[i], v, (size_t)len);
+  }
+  return b->fail_with;
+}
+
+static int by_str(const void *a, const void *b) { return strcmp(a, b); }
+
+Test(batch, a_batch_loader_gets_exactly_the_cold_keys_in_one_call) {
+  xf_client *c = xft_client(1);
+  keys k;
+  make_keys(&k, "batch:bl", N);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  for (size_t i = 0; i < N; i++) /* 30 cold: every key i % 10 < 3 */
+    if (i % 10 >= 3) {
+      char val[64];
+      int len = snprintf(val, sizeof val, "v-%s", k.buf[i]);
+      cr_assert_eq(xf_set(c, k.ptr[i], k.len[i], val, (size_t)len, &p), XF_OK);
+    }
+  batch_calls b = {0};
+  xf_value v[N];
+  int rcs[N];
+  cr_assert_eq(
+      xf_get_or_compute_many_batch(c, N, k.ptr, k.len, &p, batch_loader, &b, v, rcs),
+      XF_OK);
+  cr_expect_eq(b.calls, 1);
+  cr_assert_eq(b.n, 30);
+  char want[30][32];
+  for (size_t i = 0, j = 0; i < N; i++)
+    if (i % 10 < 3)
+      snprintf(want[j++], sizeof want[0], "%s", k.buf[i]);
+  qsort(b.keys, 30, sizeof b.keys[0], by_str);
+  qsort(want, 30, sizeof want[0], by_str);
+  for (size_t j = 0; j < 30; j++)
+    cr_expect_str_eq(b.keys[j], want[j]);
+  for (size_t i = 0; i < N; i++) {
+    char val[64];
+    snprintf(val, sizeof val, "v-%s", k.buf[i]);
+    cr_expect_eq(rcs[i], XF_OK, "key %zu", i);
+    cr_expect_str_eq(v[i].data, val);
+    cr_expect_eq(v[i].source, i % 10 < 3 ? XF_SOURCE_LOADER : XF_SOURCE_CACHE, "key %zu",
+                 i);
+  }
+  free_values(v, N);
+  /* Now all cached: no call. */
+  cr_assert_eq(
+      xf_get_or_compute_many_batch(c, N, k.ptr, k.len, &p, batch_loader, &b, v, rcs),
+      XF_OK);
+  cr_expect_eq(b.calls, 1);
+  expect_values(&k, N, v, rcs, XF_SOURCE_CACHE);
+  free_values(v, N);
+  xf_client_close(c);
+}
+
+Test(batch, a_failed_batch_load_fails_its_keys_only) {
+  xf_client *c = xft_client(1);
+  keys k;
+  make_keys(&k, "batch:blf", 4);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  warm(c, &k, 2, &p); /* keys 0, 1 cached; 2, 3 cold */
+  batch_calls b = {.fail_with = 7};
+  xf_value v[4];
+  int rcs[4];
+  cr_assert_eq(
+      xf_get_or_compute_many_batch(c, 4, k.ptr, k.len, &p, batch_loader, &b, v, rcs),
+      XF_OK);
+  cr_expect_eq(b.calls, 1);
+  expect_values(&k, 2, v, rcs, XF_SOURCE_CACHE);
+  cr_expect_eq(rcs[2], XF_ELOADER);
+  cr_expect_eq(rcs[3], XF_ELOADER);
+  cr_expect_eq(xf_loader_error(c), 7);
+  free_values(v, 4);
+  /* Nothing was cached, the leases were released: a loader that leaves key
+   * 3's sink unset fails that key alone. */
+  b = (batch_calls){.leave_unset = 2};
+  cr_assert_eq(
+      xf_get_or_compute_many_batch(c, 4, k.ptr, k.len, &p, batch_loader, &b, v, rcs),
+      XF_OK);
+  cr_expect_eq(b.calls, 1);
+  cr_expect_eq(b.n, 2);
+  cr_expect_eq(rcs[0] | rcs[1], XF_OK);
+  int unset = strcmp(b.keys[1], k.buf[2]) == 0 ? 2 : 3;
+  cr_expect_eq(rcs[unset], XF_ELOADER);
+  cr_expect_eq(rcs[5 - unset], XF_OK);
+  cr_expect_eq(v[5 - unset].source, XF_SOURCE_LOADER);
+  free_values(v, 4);
+  cr_expect_eq(xf_get_or_compute_many_batch(c, 1, k.ptr, k.len, &p, NULL, &b, v, rcs),
+               XF_EINVAL);
+  xf_client_close(c);
+}
+
+Test(batch, an_acl_denying_some_keys_fails_those_keys_only) {
+  xf_client *setup = xft_client(1);
+  redisContext *r = xft_redis();
+  keys k;
+  make_keys(&k, "batch:acl", 3);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  warm(setup, &k, 3, &p);
+  xf_client_close(setup);
+  freeReplyObject(
+      xft_cmd(r, "ACL SETUSER batchacl on >pw ~batch:acl:0 ~batch:acl:2 +@all"));
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.username = "batchacl";
+  o.password = "pw";
+  xf_client *c = NULL;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  int calls = 0, rcs[3];
+  xf_value v[3];
+  for (int round = 0; round < 2; round++) { /* the second reads with read_many */
+    cr_assert_eq(xf_get_or_compute_many(c, 3, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
+                 XF_OK);
+    cr_expect_eq(rcs[0], XF_OK, "%s", xf_strerror(rcs[0]));
+    cr_expect_eq(rcs[1], XF_ENOPERM, "%s", xf_strerror(rcs[1]));
+    cr_expect_eq(rcs[2], XF_OK, "%s", xf_strerror(rcs[2]));
+    cr_expect_str_eq(v[2].data, "v-batch:acl:2");
+    free_values(v, 3);
+  }
+  cr_expect_eq(calls, 0);
+  xf_client_close(c);
+  freeReplyObject(xft_cmd(r, "ACL DELUSER batchacl"));
+  redisFree(r);
+}
+
+Test(batch, a_large_batch_reads_in_chunks_of_512) {
+  xft_server s; /* its own: the command counts must be this test's alone */
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_client *c = xft_client_port(s.port, 1);
+  redisContext *r = xft_redis_port(s.port);
+  enum { BIG = 1100 };
+  static char buf[BIG][32];
+  static const char *ks[BIG];
+  static size_t lens[BIG];
+  static xf_value v[BIG];
+  static int rcs[BIG];
+  for (int i = 0; i < BIG; i++) {
+    snprintf(buf[i], sizeof buf[i], "batch:big:%d", i);
+    ks[i] = buf[i];
+    lens[i] = strlen(buf[i]);
+  }
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  int calls = 0;
+  for (int round = 0; round < 3; round++) { /* loads; loads read_many; counted */
+    long long ro = xft_command_calls(r, "evalsha_ro");
+    cr_assert_eq(xf_get_or_compute_many(c, BIG, ks, lens, &p, key_loader, &calls, v, rcs),
+                 XF_OK);
+    for (int i = 0; i < BIG; i++) {
+      cr_expect_eq(rcs[i], XF_OK, "key %d", i);
+      cr_expect_eq(v[i].source, round ? XF_SOURCE_CACHE : XF_SOURCE_LOADER, "key %d", i);
+      xf_value_free(&v[i]);
+    }
+    if (round == 2)
+      cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, 3, "512 + 512 + 76 keys");
+  }
+  cr_expect_eq(calls, BIG);
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&s);
 }
 
 Test(batch, a_connection_the_server_closed_is_reopened_once) {

@@ -464,3 +464,58 @@ Test(cluster_client, a_forked_child_opens_its_own_node_connections) {
   cr_expect_eq(calls, 1);
   xf_client_close(c);
 }
+
+/* The batch's first round: one read_many per slot (a script's keys must share
+ * a slot), a key alone in its slot with its own read; no CROSSSLOT. */
+Test(cluster_client, a_batch_reads_once_per_slot) {
+  xf_client *c = node_client(2);
+  xf_policy p = long_ttl();
+  enum { N = 105 };
+  char buf[N][32];
+  const char *keys[N];
+  size_t lens[N];
+  for (int i = 0; i < N; i++) { /* 3 tags x 33 keys, then 6 untagged keys */
+    if (i < 99)
+      snprintf(buf[i], sizeof buf[i], "cc:{slot%d}:%d", i % 3, i);
+    else
+      snprintf(buf[i], sizeof buf[i], "cc:alone:%d", i);
+    keys[i] = buf[i];
+    lens[i] = strlen(buf[i]);
+  }
+  char seen[16384] = {0};
+  int slots = 0;
+  for (int i = 0; i < N; i++) {
+    int s = xf__cluster_keyslot(keys[i], lens[i]);
+    slots += !seen[s];
+    seen[s] = 1;
+  }
+  xf_value v[N];
+  int rcs[N], calls = 0;
+  for (int round = 0; round < 2; round++) {
+    if (round == 1)
+      reset_stats();
+    cr_assert_eq(xf_get_or_compute_many(c, N, keys, lens, &p, key_loader, &calls, v, rcs),
+                 XF_OK);
+    for (int i = 0; i < N; i++) {
+      char want[64];
+      snprintf(want, sizeof want, "v-%s", buf[i]);
+      cr_expect_eq(rcs[i], XF_OK, "key %d: %s (%s)", i, xf_strerror(rcs[i]), xf_errmsg(c));
+      cr_expect(v[i].data && strcmp(v[i].data, want) == 0, "key %d", i);
+      cr_expect_eq(v[i].source, round == 0 ? XF_SOURCE_LOADER : XF_SOURCE_CACHE);
+      xf_value_free(&v[i]);
+    }
+  }
+  cr_expect_eq(calls, N);
+  long long reads = 0;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
+    reads += calls_of(xft_cluster_port(i), "evalsha_ro");
+  /* A node that had not loaded read_many answers NOSCRIPT once (counted). */
+  long long noscript = 0;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
+    noscript += calls_of(xft_cluster_port(i), "script|load");
+  cr_expect_eq(reads - noscript, slots, "%lld reads for %d slots", reads, slots);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.redis_errors, 0);
+  xf_client_close(c);
+}

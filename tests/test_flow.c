@@ -236,3 +236,83 @@ Test(flow, every_malformed_lease_reply_degrades) {
     cr_expect_eq(f.rc, XF_EPROTO, "reply %zu", i);
   }
 }
+
+/* ---- the batch driver's first round: read_many's reply, split per key ---- */
+
+#include "entry.h"
+
+static xf__step start(xf__flow *f, const char *key, const xf_policy *p, xf_value *v) {
+  return xf__flow_start(f, c, key, strlen(key), p, v, 0);
+}
+
+Test(flow, read_many_parts_are_each_flows_own_read) {
+  const char *keys[] = {"a", "bb", "c"};
+  size_t lens[] = {1, 2, 1};
+  xf__cmd cmd;
+  xf__entry_read_many_cmd(&cmd, 3, keys, lens);
+  cr_expect_eq(cmd.argc, 3);
+  cr_expect_eq(memcmp(cmd.argv[0], "EVALSHA_RO", 10), 0);
+  cr_expect_eq(memcmp(cmd.argv[1], xf__scripts[XF_SCRIPT_READ_MANY].sha, 40), 0);
+  cr_expect_eq(memcmp(cmd.argv[2], "3", cmd.lens[2]), 0);
+  cr_expect_eq(cmd.more_argc, 3);
+  cr_expect_eq(cmd.more_argv, keys);
+  cr_expect_eq(cmd.key, keys[0]);
+
+  redisReply *parts[3];
+  cr_assert_eq(
+      xf__entry_split_read_many(
+          c, reply("*3\r\n" HIT MISS "-WRONGTYPE Operation against a key\r\n"), 3, parts),
+      XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  xf_value v[3];
+  xf__flow f[3];
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(start(&f[i], keys[i], &p, &v[i]), XF_STEP_SEND);
+  cr_expect_eq(xf__flow_reply(&f[0], XF_OK, parts[0], 0), XF_STEP_DONE);
+  cr_expect_eq(f[0].rc, XF_OK);
+  cr_expect_str_eq(v[0].data, "old");
+  cr_expect_eq(v[0].source, XF_SOURCE_CACHE);
+  cr_expect_eq(xf__flow_reply(&f[1], XF_OK, parts[1], 0), XF_STEP_SEND);
+  expect_script(&f[1], XF_SCRIPT_LEASE);
+  cr_expect_eq(xf__flow_reply(&f[2], XF_OK, parts[2], 0), XF_STEP_DONE);
+  cr_expect_eq(f[2].rc, XF_EWRONGTYPE);
+  xf_value_free(&v[0]);
+  /* f[1] holds no lease yet: a failed lease ends it. */
+  cr_expect_eq(xf__flow_reply(&f[1], XF_EIO, NULL, 0), XF_STEP_LOAD);
+  cr_expect_eq(f[1].load, XF_LOAD_UNCACHED);
+  xf__flow_loaded(&f[1], 1, 0, 0);
+}
+
+static void expect_split_fails(const char *resp, size_t nkeys, const char *msg) {
+  redisReply *parts[4] = {(redisReply *)1, (redisReply *)1, (redisReply *)1,
+                          (redisReply *)1};
+  cr_expect_eq(xf__entry_split_read_many(c, reply(resp), nkeys, parts), XF_EPROTO, "%s",
+               resp);
+  for (size_t i = 0; i < nkeys; i++)
+    cr_expect_null(parts[i]);
+  cr_expect(strstr(xf_errmsg(c), msg) != NULL, "%s", xf_errmsg(c));
+}
+
+Test(flow, read_many_of_the_wrong_shape_is_a_protocol_error) {
+  expect_split_fails("*2\r\n" HIT MISS, 3, "2 replies for 3 keys");
+  expect_split_fails("*4\r\n" HIT MISS HIT MISS, 3, "4 replies for 3 keys");
+  expect_split_fails("*0\r\n", 1, "0 replies for 1 keys");
+  expect_split_fails("*-1\r\n", 2, "not an array");
+  expect_split_fails(":3\r\n", 3, "not an array");
+  expect_split_fails("$3\r\nabc\r\n", 3, "not an array");
+}
+
+Test(flow, a_read_many_error_reaches_every_flow) {
+  /* What batch_read.c feeds each flow when the whole call failed. */
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v[2];
+  xf__flow f[2];
+  for (int i = 0; i < 2; i++)
+    start(&f[i], i ? "y" : "x", &p, &v[i]);
+  cr_expect_eq(xf__flow_reply(&f[0], XF_EPROTO, NULL, 0), XF_STEP_DONE);
+  cr_expect_eq(f[0].rc, XF_EPROTO);
+  cr_expect_null(v[0].data);
+  cr_expect_eq(xf__flow_reply(&f[1], XF_EREDIS, NULL, 0), XF_STEP_DONE);
+  cr_expect_eq(f[1].rc, XF_EREDIS);
+}

@@ -42,3 +42,20 @@ Test(resp, multi_digit_lengths_and_buffer_reuse) {
   cr_expect_eq(memcmp(buf.data, "*1\r\n$4\r\nPING\r\n", 14), 0);
   xf__buf_free(&buf);
 }
+
+Test(resp, a_command_with_more_arguments_is_one_array) {
+  const char *keys[] = {"k1", "key2"};
+  size_t lens[] = {2, 4};
+  xf__cmd cmd = {.argc = 2, .argv = {"EVALSHA_RO", "2"}, .lens = {10, 1}};
+  cmd.more_argc = 2, cmd.more_argv = keys, cmd.more_lens = lens;
+  xf__buf buf = {0};
+  cr_assert_eq(xf__resp_append_cmd(&buf, &cmd), 0);
+  cmd.more_argc = 0; /* and appended after it, one without */
+  cr_assert_eq(xf__resp_append_cmd(&buf, &cmd), 0);
+  static const char want[] =
+      "*4\r\n$10\r\nEVALSHA_RO\r\n$1\r\n2\r\n$2\r\nk1\r\n$4\r\nkey2\r\n"
+      "*2\r\n$10\r\nEVALSHA_RO\r\n$1\r\n2\r\n";
+  cr_expect_eq(buf.len, sizeof want - 1);
+  cr_expect_eq(memcmp(buf.data, want, sizeof want - 1), 0);
+  xf__buf_free(&buf);
+}

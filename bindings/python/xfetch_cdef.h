@@ -97,6 +97,8 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
 int xf_get_or_compute_many(xf_client *c, size_t n, const char *const *keys,
                            const size_t *keylens, const xf_policy *policy, xf_loader_fn loader,
                            void *loader_ud, xf_value *values, int *rcs);
+typedef int (*xf_batch_loader_fn)(void *ud, size_t n, const char *const *keys, const size_t *keylens, xf_sink *const *sinks);
+int xf_get_or_compute_many_batch(xf_client *c, size_t n, const char *const *keys, const size_t *keylens, const xf_policy *policy, xf_batch_loader_fn loader, void *loader_ud, xf_value *values, int *rcs);
 int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_t len,
            const xf_policy *policy);
 int xf_ping(xf_client *c);

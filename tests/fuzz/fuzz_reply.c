@@ -1,5 +1,6 @@
 /* Fuzz target: bytes from Redis -> hiredis reader -> every entry-protocol
- * parser (read, lease incl. the "newer value" form, write, release, delete).
+ * parser (read, lease incl. the "newer value" form, write, release, delete,
+ * and read_many's split, each part then read-parsed).
  *
  * The input is raw RESP. Each parser gets every reply the reader completes
  * (at most MAX_REPLIES per input). After a successful parse the harness
@@ -16,11 +17,21 @@
 #include "fuzz.h"
 
 #define MAX_REPLIES 4
+#define MAX_PARTS 64
 #define MAX_DELTA_US ((int64_t)1 << 40)
 #define MAX_SPAN_MS ((int64_t)1 << 41)
 #define MAX_CLOCK_MS ((int64_t)1 << 50)
 
-enum { P_READ, P_LEASE, P_WRITE, P_RELEASE, P_DELETE, P_COUNT };
+enum {
+  P_READ,
+  P_LEASE,
+  P_WRITE,
+  P_RELEASE,
+  P_DELETE,
+  P_READ_MANY,
+  P_READ_MANY_MISCOUNTED, /* split for one key more than the reply has */
+  P_COUNT
+};
 
 static int in_range(int64_t v, int64_t min, int64_t max) { return v >= min && v <= max; }
 
@@ -121,8 +132,38 @@ static void parse_int(xf_client *c, redisReply *r, int which) {
   FUZZ_CHECK(v == raw);
 }
 
+/* read_many's reply split for as many keys as it has elements (and for one
+ * more): each part then goes through the read parser, as the flow gets it. */
+static void parse_read_many(xf_client *c, redisReply *r, size_t extra) {
+  redisReply *parts[MAX_PARTS + 1];
+  size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements + extra : 1 + extra;
+  if (n > MAX_PARTS) {
+    freeReplyObject(r);
+    return;
+  }
+  int was_array = r->type == REDIS_REPLY_ARRAY && r->elements == n;
+  int rc = xf__entry_split_read_many(c, r, n, parts);
+  if (rc != XF_OK) {
+    FUZZ_CHECK(rc == XF_EPROTO && xf_errmsg(c)[0] != '\0');
+    FUZZ_CHECK(!was_array);
+    for (size_t i = 0; i < n; i++)
+      FUZZ_CHECK(parts[i] == NULL);
+    return;
+  }
+  FUZZ_CHECK(was_array);
+  for (size_t i = 0; i < n; i++) {
+    FUZZ_CHECK(parts[i] != NULL);
+    if (parts[i]->type == REDIS_REPLY_ERROR)
+      freeReplyObject(parts[i]); /* the flow's error path, not the parser's */
+    else
+      parse_read(c, parts[i]);
+  }
+}
+
 static void parse(xf_client *c, redisReply *r, int which) {
-  if (which == P_READ)
+  if (which == P_READ_MANY || which == P_READ_MANY_MISCOUNTED)
+    parse_read_many(c, r, which == P_READ_MANY_MISCOUNTED);
+  else if (which == P_READ)
     parse_read(c, r);
   else if (which == P_LEASE)
     parse_lease(c, r);

@@ -65,8 +65,17 @@ class Conn:
 
 
 def lua(name):
+    """A script as the library embeds it: "--#include x.lua" lines replaced by
+    the file (cmake/embed_lua.cmake)."""
     with open(os.path.join(ROOT, "lua", name + ".lua"), "rb") as f:
-        return f.read()
+        text = f.read()
+    out = b""
+    for line in text.splitlines(keepends=True):
+        if line.startswith(b"--#include "):
+            out += lua(line.split()[1].decode()[:-len(".lua")])
+        else:
+            out += line
+    return out
 
 
 def capture():
@@ -123,6 +132,9 @@ def capture():
         r("SET", "k:string", "x")
         seeds["error-wrongtype"] = read("k:string")
         seeds["error-noscript"] = r("EVALSHA", "0" * 40, 1, "k")
+        many = lambda *ks: r("EVAL", lua("read_many"), len(ks), *ks)  # noqa: E731
+        seeds["read-many"] = many("k:none", "k:fresh", "k:stale", "k:neg")
+        seeds["read-many-wrongtype"] = many("k:fresh", "k:string", "k:bin")
     finally:
         srv.terminate()
         srv.wait()
