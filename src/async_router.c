@@ -261,7 +261,10 @@ int xf__aroute_send(xf__acall *k) {
     if (!(to = node_conn(ac, node)))
       return xf__fail(c, XF_ENOMEM, "out of memory for a node connection");
   }
-  return xf__aconn_send(k, to, asking);
+  int rc = xf__aconn_send(k, to, asking);
+  if (rc == XF_ECONNECT || rc == XF_EIO) /* down (its breaker): a failover? */
+    refresh_soon(ac, to);
+  return rc;
 }
 
 /* ---- replies ------------------------------------------------------------------ */
