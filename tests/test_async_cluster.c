@@ -105,7 +105,9 @@ static void later_fired(uv_timer_t *t) {
 static void key_loader(void *ud, const char *key, size_t keylen, xf_async_load *load) {
   loader *l = ud;
   l->calls++;
-  const char *colon = memrchr(key, ':', keylen);
+  char copy[64]; /* key is not NUL-terminated */
+  snprintf(copy, sizeof copy, "%.*s", (int)keylen, key);
+  const char *colon = strrchr(copy, ':');
   int i = colon ? atoi(colon + 1) : 0;
   if (i >= 0 && i < MAX_KEYS)
     l->per_key[i]++;
