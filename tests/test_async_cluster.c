@@ -344,6 +344,62 @@ Test(async_cluster, redirections_that_never_end_give_a_clear_error) {
   close_handle(&h);
 }
 
+/* A node's INFO errorstats count of an error reply ("CLUSTERDOWN"). */
+static long long errors_of(int port, const char *error) {
+  redisContext *r = xft_cluster_redis(port);
+  redisReply *info = xft_cluster_cmd(r, "INFO errorstats");
+  char field[64];
+  snprintf(field, sizeof field, "errorstat_%s:count=", error);
+  const char *at = strstr(info->str, field);
+  long long n = at ? atoll(at + strlen(field)) : 0;
+  freeReplyObject(info);
+  redisFree(r);
+  return n;
+}
+
+typedef struct restore {
+  uv_timer_t timer;
+  int port, slot;
+} restore;
+
+static void restore_slot(uv_timer_t *t) {
+  restore *w = t->data;
+  redisContext *r = xft_cluster_redis(w->port);
+  xft_expect_ok(xft_cluster_cmd(r, "CLUSTER ADDSLOTS %d", w->slot));
+  redisFree(r);
+  uv_close((uv_handle_t *)t, NULL);
+}
+
+Test(async_cluster, clusterdown_is_retried_from_the_loop_timer_until_the_slot_is_back) {
+  const char *key = "{ac-down}k:0";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  xft_node owner, other;
+  xft_masters_of(slot, &owner, &other);
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", other.port); /* its map keeps the slot */
+  handle h;
+  open_handle(&h, host, XF_CLUSTER_AUTO);
+  loader l = {.loop = &h.loop};
+  expect_get(&h, key, &l, XF_SOURCE_LOADER);
+  xft_reset_stats();
+  /* The owner stops serving the slot (CLUSTERDOWN) for about 30 ms: less than
+   * the retries' backoff (10 + 20 + 40 + 80 + 160 ms). */
+  redisContext *o = xft_cluster_redis(owner.port);
+  xft_expect_ok(xft_cluster_cmd(o, "CLUSTER DELSLOTS %d", slot));
+  redisFree(o);
+  restore w = {.port = owner.port, .slot = slot};
+  uv_timer_init(&h.loop, &w.timer);
+  w.timer.data = &w;
+  uv_timer_start(&w.timer, restore_slot, 30, 0);
+  expect_get(&h, key, &l, XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 1, "never reloaded");
+  cr_expect_geq(errors_of(owner.port, "CLUSTERDOWN"), 1, "the call met CLUSTERDOWN");
+  xf_stats st;
+  xf_async_stats(h.ac, &st);
+  cr_expect_eq(st.redirects, 0);
+  close_handle(&h);
+}
+
 /* ---- scripts ------------------------------------------------------------------------ */
 
 Test(async_cluster, a_node_that_lost_its_scripts_gets_them_again) {
