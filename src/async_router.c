@@ -112,7 +112,7 @@ static int take_map(xf_async *ac, xf__aconn *cn, const redisReply *r) {
 
 /* ---- the probe: INFO cluster, CLUSTER SLOTS -------------------------------- */
 
-enum { ASKED_AGAIN = 1 };
+enum { ASKED_AGAIN = 1, NONE_ASKED = 2 };
 
 static void on_probe(redisAsyncContext *rac, void *reply, void *privdata);
 
@@ -139,7 +139,7 @@ static int ask(xf_async *ac, xf__aconn *cn) {
 }
 
 /* Asks the next connection that takes the question (each at most once per
- * probe, never avoid). XF_OK, or the last failure. */
+ * probe, never avoid). XF_OK, or the last failure (rc when none was tried). */
 static int probe_next(xf_async *ac, xf__aconn *avoid, int rc) {
   while (ac->probe_tries < ac->nconns) {
     xf__aconn *cn = ac->conns[ac->probe_at];
@@ -148,6 +148,8 @@ static int probe_next(xf_async *ac, xf__aconn *avoid, int rc) {
     if (cn != avoid && (rc = ask(ac, cn)) == XF_OK)
       return XF_OK;
   }
+  if (rc == NONE_ASKED)
+    rc = xf__fail(ac->core, XF_ECONNECT, "no cluster node left to ask for the map");
   return rc;
 }
 
@@ -160,9 +162,7 @@ static int probe_start(xf_async *ac, xf__aconn *avoid) {
       break;
     }
   ac->refreshed_ms = xf__now_ms();
-  return probe_next(
-      ac, avoid,
-      xf__fail(ac->core, XF_ECONNECT, "no cluster node left to ask for the map"));
+  return probe_next(ac, avoid, NONE_ASKED);
 }
 
 /* A map load unless one is on the wire or happened within
