@@ -11,17 +11,26 @@
 
 #define HOST "127.0.0.1"
 
-/* Commands each node ran since its last CONFIG RESETSTAT, by name. */
-long long xft_calls_of(int port, const char *cmd) {
+/* The number after field (printf-style with name) in the node's INFO section. */
+static long long info_count(int port, const char *section, const char *field,
+                            const char *name) {
   redisContext *r = xft_cluster_redis(port);
-  redisReply *info = xft_cluster_cmd(r, "INFO commandstats");
-  char field[64];
-  snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
-  const char *at = strstr(info->str, field);
-  long long n = at ? atoll(at + strlen(field)) : 0;
+  redisReply *info = xft_cluster_cmd(r, "INFO %s", section);
+  char key[96];
+  snprintf(key, sizeof key, field, name);
+  const char *at = strstr(info->str, key);
+  long long n = at ? atoll(at + strlen(key)) : 0;
   freeReplyObject(info);
   redisFree(r);
   return n;
+}
+
+long long xft_calls_of(int port, const char *cmd) {
+  return info_count(port, "commandstats", "cmdstat_%s:calls=", cmd);
+}
+
+long long xft_errors_of(int port, const char *error) {
+  return info_count(port, "errorstats", "errorstat_%s:count=", error);
 }
 
 void xft_reset_stats(void) {

@@ -30,6 +30,10 @@ void xft_migrate_key(int slot, const xft_node *from, const xft_node *to, const c
  * ("evalsha_ro", "cluster|slots"). */
 long long xft_calls_of(int port, const char *cmd);
 
+/* Error replies of a kind ("CLUSTERDOWN") the node at port gave since its
+ * last CONFIG RESETSTAT (INFO errorstats). */
+long long xft_errors_of(int port, const char *error);
+
 /* CONFIG RESETSTAT on every node. */
 void xft_reset_stats(void);
 

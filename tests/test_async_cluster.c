@@ -344,19 +344,6 @@ Test(async_cluster, redirections_that_never_end_give_a_clear_error) {
   close_handle(&h);
 }
 
-/* A node's INFO errorstats count of an error reply ("CLUSTERDOWN"). */
-static long long errors_of(int port, const char *error) {
-  redisContext *r = xft_cluster_redis(port);
-  redisReply *info = xft_cluster_cmd(r, "INFO errorstats");
-  char field[64];
-  snprintf(field, sizeof field, "errorstat_%s:count=", error);
-  const char *at = strstr(info->str, field);
-  long long n = at ? atoll(at + strlen(field)) : 0;
-  freeReplyObject(info);
-  redisFree(r);
-  return n;
-}
-
 typedef struct restore {
   uv_timer_t timer;
   int port, slot;
@@ -393,7 +380,7 @@ Test(async_cluster, clusterdown_is_retried_from_the_loop_timer_until_the_slot_is
   uv_timer_start(&w.timer, restore_slot, 30, 0);
   expect_get(&h, key, &l, XF_SOURCE_CACHE);
   cr_expect_eq(l.calls, 1, "never reloaded");
-  cr_expect_geq(errors_of(owner.port, "CLUSTERDOWN"), 1, "the call met CLUSTERDOWN");
+  cr_expect_geq(xft_errors_of(owner.port, "CLUSTERDOWN"), 1, "the call met CLUSTERDOWN");
   xf_stats st;
   xf_async_stats(h.ac, &st);
   cr_expect_eq(st.redirects, 0);
