@@ -317,6 +317,33 @@ Test(async_cluster, a_slot_mid_migration_is_followed_by_ask) {
   close_handle(&h);
 }
 
+Test(async_cluster, an_ask_target_without_the_scripts_gets_them_loaded) {
+  const char *kept = "{ac-ask-noscript}k:0", *gone = "{ac-ask-noscript}k:1";
+  int slot = xf__cluster_keyslot(kept, strlen(kept));
+  xft_node from, to;
+  xft_masters_of(slot, &from, &to);
+  handle h;
+  open_node(&h, 2);
+  loader l = {.loop = &h.loop};
+  expect_get(&h, kept, &l, XF_SOURCE_LOADER);
+  expect_get(&h, gone, &l, XF_SOURCE_LOADER);
+  free(run_calls(&h, 30, "ac:ask-warm:", 30, &l)); /* a connection to every master */
+  xft_migrate_key(slot, &from, &to, gone);
+  redisContext *t = xft_cluster_redis(to.port); /* as after a restart */
+  freeReplyObject(xft_cluster_cmd(t, "SCRIPT FLUSH"));
+  redisFree(t);
+  xft_reset_stats();
+  /* The slot's master (the source) has the scripts: only a load on the ASK
+   * target itself lets the read run there. */
+  expect_get(&h, gone, &l, XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 32);
+  cr_expect_eq(xft_calls_of(to.port, "script|load"), 1, "loaded on the target");
+  cr_expect_eq(xft_calls_of(to.port, "asking"), 2, "ASKING before the read, twice");
+  xft_migrate_key(slot, &from, &to, kept);
+  xft_assign(slot, &to);
+  close_handle(&h);
+}
+
 Test(async_cluster, redirections_that_never_end_give_a_clear_error) {
   const char *key = "{ac-loop}k:0";
   int slot = xf__cluster_keyslot(key, strlen(key));
