@@ -127,7 +127,8 @@ typedef struct xf_options {
                              read script) go to the slot's replicas, round
                              robin, after READONLY; they may see a value up
                              to the replication lag old. Leases and writes
-                             always go to the master */
+                             always go to the master. The event-loop driver
+                             (xf_async) ignores it: its reads go to the master */
 } xf_options;
 
 #define XF_OPTIONS_INIT                                                                    \
@@ -344,9 +345,10 @@ XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
 /* ---- The event-loop driver ------------------------------------------------
  *
  * xf_async is get-or-compute for an event loop: calls never block, many run at
- * once on one hiredis async connection (their commands pipelined), waits are
- * loop timers and the loader may complete later. Attach it to a loop with an
- * adapter header shipped next to this one (libxfetch links no event library):
+ * once on one hiredis async connection per server (their commands pipelined;
+ * in a Redis Cluster one per master, each key routed to its slot's master as
+ * xf_client does), waits are loop timers and the loader may complete later. Attach it to a
+ * loop with an adapter header shipped next to this one (libxfetch links no event library):
  *
  *   #include <xfetch_libuv.h>      xf_async_open_libuv(&ac, &opts, uv_loop)
  *   #include <xfetch_libevent.h>   xf_async_open_libevent(&ac, &opts, base)
@@ -354,8 +356,8 @@ XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
  * A handle belongs to its loop's thread: every xf_async_* call, loader
  * completion included, must be made on that thread. */
 
-/* Opaque event-loop handle: one hiredis async connection, a timer of the
- * loop, and the counters of an xf_client. */
+/* Opaque event-loop handle: a hiredis async connection per server (per
+ * cluster node), a timer of the loop, and the counters of an xf_client. */
 typedef struct xf_async xf_async;
 
 /* hiredis' async connection (hiredis/async.h), for adapters. */
@@ -404,7 +406,10 @@ typedef struct xf_async_loop {
  * *out, XF_EINVAL (bad options or hooks), XF_ENOMEM, or XF_ECONNECT when the
  * connection fails at once (unless opts->lazy_connect, which also defers the
  * connect to the first call). A later connection failure makes calls fail
- * open, as xf_get_or_compute does. */
+ * open, as xf_get_or_compute does. With opts->cluster XF_CLUSTER_AUTO the
+ * first connection asks INFO cluster, and in a cluster the slot map is loaded
+ * (CLUSTER SLOTS) on the loop: calls started meanwhile wait for it; XF_EINVAL
+ * for XF_CLUSTER_ON with db != 0. */
 XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
                             const xf_async_loop *loop);
 

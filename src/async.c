@@ -49,8 +49,9 @@ static void abandon_flow(xf__flow *f) {
 
 /* A SEND that could not go out is fed its error from the timer, so that a
  * loader or callback never runs inside xf_async_get_or_compute. */
-static void defer(xf_async *ac, xf__acall *k, int rc) {
+void xf__async_defer(xf_async *ac, xf__acall *k, int rc) {
   k->deferred_rc = rc;
+  k->attempts = k->script_reloaded = 0;
   k->next_deferred = NULL;
   if (ac->deferred_tail)
     ac->deferred_tail->next_deferred = k;
@@ -142,9 +143,9 @@ void xf__async_advance(xf__acall *k, xf__step step) {
   while (!ac->closing) {
     switch (step) {
     case XF_STEP_SEND: {
-      int rc = xf__aconn_send(k);
+      int rc = xf__aroute_send(k);
       if (rc != XF_OK)
-        defer(ac, k, rc);
+        xf__async_defer(ac, k, rc);
       return;
     }
     case XF_STEP_WAIT:
@@ -201,6 +202,7 @@ static void finish_close(xf_async *ac) {
     xf_value_free(&k->out);
     xf__acall_release(k);
   }
+  xf__aroute_free(ac); /* first: its command's callback must find it orphaned */
   xf__aconn_close(ac);
   ac->loop.timer_stop(ac->loop.data);
   ac->loop.cleanup(ac->loop.data);
@@ -234,7 +236,10 @@ static void run_deferred(xf_async *ac, int64_t now_ms) {
 static void wake_due(xf_async *ac, int64_t now_ms) {
   while (!ac->closing && ac->heap_len && ac->heap[0]->wake_ms <= now_ms) {
     xf__acall *k = xf__aheap_pop(ac);
-    xf__async_advance(k, xf__flow_woke(&k->f, now_ms));
+    if (k->resend) /* a cluster retry's backoff is over */
+      k->resend = 0, xf__async_advance(k, XF_STEP_SEND);
+    else
+      xf__async_advance(k, xf__flow_woke(&k->f, now_ms));
   }
 }
 
@@ -276,7 +281,7 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   }
   ac->loop = *loop;
   ac->armed_ms = -1;
-  if (connect_now && (rc = xf__aconn_start(ac)) != XF_OK) {
+  if ((rc = xf__aroute_open(ac, connect_now)) != XF_OK) {
     finish_close(ac);
     return rc;
   }
@@ -396,4 +401,6 @@ int xf_async_loader_error(const xf_async *ac) { return ac ? ac->core->loader_rc 
 
 void xf_async_stats(const xf_async *ac, xf_stats *out) {
   xf_client_stats(ac ? ac->core : NULL, out);
+  if (ac && out)
+    out->connections = (uint64_t)xf__aconn_count(ac);
 }

@@ -1,5 +1,6 @@
 /* The event-loop driver's internals, shared by async.c (calls, loads,
- * timers) and async_conn.c (the hiredis async connection). */
+ * timers), async_conn.c (the hiredis async connections) and async_router.c
+ * (which connection a command goes to: the server, or a cluster's nodes). */
 #ifndef XF_ASYNC_H
 #define XF_ASYNC_H
 
@@ -7,9 +8,30 @@
 #include <stdint.h>
 
 #include "client.h"
+#include "cluster.h"
 #include "flow.h"
 
 typedef struct xf__acall xf__acall;
+
+/* One hiredis async connection to one server (the standalone server, or a
+ * cluster node), set up with AUTH, SELECT and the scripts before any call's
+ * command. It lives until xf_async_close: a call may point at it. */
+typedef struct xf__aconn {
+  xf_async *ac;
+  char *host; /* owned; NULL = the core's Unix socket */
+  int port;
+  redisAsyncContext *rac; /* NULL while down */
+  int usable;             /* commands may be queued on rac */
+  int dying;              /* hiredis is freeing rac (its callbacks run with NULL) */
+  int connected;
+  int setup_rc;           /* AUTH/SELECT failed on rac: its replies get this */
+  size_t inflight;        /* commands on rac awaiting a reply */
+  int64_t progress_ms;    /* last sign of life: connect, a reply, the first send */
+  int64_t retry_after_ms; /* circuit breaker: no reconnect before this */
+} xf__aconn;
+
+/* What the handle knows of the server behind options.host. */
+enum { XF__AMODE_UNKNOWN, XF__AMODE_STANDALONE, XF__AMODE_CLUSTER };
 
 /* What an async loader holds: the call it completes. */
 struct xf_async_load {
@@ -36,11 +58,20 @@ struct xf__acall {
   int in_loader; /* the loader is running on our stack */
   int loaded;    /* it completed there; loader_rc says how */
   int loader_rc;
-  int finished;           /* DONE or canceled: the callback has fired (or never will) */
-  int sent;               /* a command is with hiredis (its callback will run) */
-  int loading;            /* the loader has not completed yet */
-  int deferred_rc;        /* a SEND that could not go out: fed on the next tick */
-  int64_t wake_ms;        /* WAIT */
+  int finished;    /* DONE or canceled: the callback has fired (or never will) */
+  int sent;        /* a command is with hiredis (its callback will run) */
+  int loading;     /* the loader has not completed yet */
+  int deferred_rc; /* a SEND that could not go out: fed on the next tick */
+  int64_t wake_ms; /* WAIT (or, with resend, a cluster retry's backoff) */
+  /* Cluster routing of the current command (async_router.c). */
+  xf__aconn *conn; /* where it was sent */
+  xf__aconn *pin;  /* send the next one here (ASK, NOSCRIPT), not by slot */
+  int pin_asking;  /* ASKING first */
+  int asking;      /* it went with ASKING */
+  int attempts;    /* redirections and retries of this command */
+  int script_reloaded;
+  int resend;             /* the heap wakes it to send again (TRYAGAIN) */
+  xf__acall *next_parked; /* waiting for the cluster mode or map */
   size_t heap_at;         /* index in the wait heap, SIZE_MAX when not waiting */
   xf__acall *prev, *next; /* every unfinished call */
   xf__acall *next_deferred;
@@ -55,14 +86,20 @@ struct xf_async {
   xf_async_loop loop;
   xf__buf request; /* one encoding at a time: hiredis copies it */
 
-  /* The connection (async_conn.c). */
-  redisAsyncContext *rac; /* NULL while down */
-  int usable;             /* commands may be queued on rac */
-  int dying;              /* hiredis is freeing rac (its callbacks run with NULL) */
-  int connected;
-  int setup_rc;        /* AUTH/SELECT/SCRIPT LOAD failed on rac: its replies get this */
-  size_t inflight;     /* commands on rac awaiting a reply */
-  int64_t progress_ms; /* last sign of life: connect, a reply, the first send */
+  /* The connections (async_conn.c) and where commands go (async_router.c). */
+  xf__aconn **conns; /* conns[0..nseeds-1]: options.host's seeds; then cluster nodes */
+  int nconns, conns_cap;
+  xf__aconn *main;           /* standalone: the server */
+  int mode;                  /* XF__AMODE_* */
+  int probing;               /* an INFO cluster or CLUSTER SLOTS is on the wire */
+  int probe_at, probe_tries; /* which of conns is asked; how many were */
+  int mapped;                /* map holds a CLUSTER SLOTS answer */
+  xf__cluster_map map;
+  xf__aconn **node_conn; /* map.nodes[i]'s connection; NULL = not looked up */
+  int node_conn_cap;
+  int64_t refreshed_ms;            /* when the map was last asked for */
+  xf__acall *parked, *parked_tail; /* waiting for the probe (mode or map) */
+  struct xf__aprobe *probe;        /* the probe's command on the wire */
 
   /* The calls. */
   xf__acall *calls; /* every unfinished call */
@@ -95,24 +132,67 @@ int xf__aheap_reserve(xf_async *ac, size_t need);
 void xf__aheap_push(xf_async *ac, xf__acall *k);
 xf__acall *xf__aheap_pop(xf_async *ac); /* the earliest; the heap is not empty */
 
+/* Feeds a SEND's error to the call on the next tick (never on the stack of
+ * xf_async_get_or_compute, so no loader or callback runs there). */
+void xf__async_defer(xf_async *ac, xf__acall *k, int rc);
+
 /* ---- async_conn.c --------------------------------------------------------- */
 
-/* Starts connecting (AUTH, SELECT and SCRIPT LOADs queued first). XF_OK or
- * XF_ECONNECT / XF_ENOMEM with the message on the core. */
-int xf__aconn_start(xf_async *ac);
+/* The connection to host:port (host copied; NULL = the Unix socket) among
+ * ac's, added (not connected) if new. NULL when out of memory. */
+xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port);
 
-/* Queues the call's SEND on the connection (connecting first if the breaker
- * allows). XF_OK, or the error to feed the flow. */
-int xf__aconn_send(xf__acall *k);
+/* Connects cn if it is down and its breaker allows (AUTH, SELECT and SCRIPT
+ * LOADs queued first). XF_OK or XF_ECONNECT / XF_ENOMEM with the message on
+ * the core. */
+int xf__aconn_open(xf__aconn *cn);
 
-/* When the connection's watchdog fires (INT64_MAX: none), and what to do
- * when it has: drop a connection that stopped answering. */
+/* Queues the call's command on cn (ASKING first when asking), connecting
+ * first if needed. XF_OK, or the error to feed the flow. */
+int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking);
+
+/* Queues cmd on cn (open) for fn(rac, reply, privdata); a router command. */
+int xf__aconn_queue(xf__aconn *cn, redisCallbackFn *fn, void *privdata, const xf__cmd *cmd);
+
+/* Queues cmd on cn (open), its reply ignored (ASKING, SCRIPT LOAD). */
+int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd);
+
+/* For a router command's callback: books the reply rac gave on cn (or marks
+ * cn lost when reply is NULL). */
+void xf__aconn_replied(xf__aconn *cn, redisAsyncContext *rac, const void *reply);
+
+/* When the earliest connection watchdog fires (INT64_MAX: none), and what to
+ * do when it has: drop the connections that stopped answering. */
 int64_t xf__aconn_deadline(const xf_async *ac);
 void xf__aconn_check(xf_async *ac, int64_t now_ms);
 
-/* Drops the connection for good (xf_async_close): its pending callbacks
+/* Drops every connection for good (xf_async_close): their pending callbacks
  * then find their calls orphaned. */
 void xf__aconn_close(xf_async *ac);
+
+/* How many connections are up. */
+int xf__aconn_count(const xf_async *ac);
+
+/* ---- async_router.c ------------------------------------------------------- */
+
+/* Sets up where commands go from the options: the seeds' connections, the
+ * mode (OFF or a Unix socket: standalone; ON: cluster; AUTO: asked on the
+ * first connection). With connect_now, starts connecting (and asking).
+ * XF_OK, or XF_EINVAL / XF_ENOMEM / XF_ECONNECT with the message on the core. */
+int xf__aroute_open(xf_async *ac, int connect_now);
+
+/* Frees the router's state (before xf__aconn_close). */
+void xf__aroute_free(xf_async *ac);
+
+/* Sends the call's command where it belongs: the server, or its key's node
+ * (parked until the mode or the map is known). XF_OK, or the error to feed
+ * the flow. */
+int xf__aroute_send(xf__acall *k);
+
+/* In cluster mode, before the flow sees a reply (rc: XF_OK with r, or the
+ * connection's error): follows MOVED / ASK / TRYAGAIN / CLUSTERDOWN / NOSCRIPT
+ * and nodes that stopped answering. Returns 1 when it took the call over. */
+int xf__aroute_reply(xf__acall *k, int rc, const redisReply *r);
 
 /* A deep copy of a reply, freeable with freeReplyObject; NULL when out of
  * memory. */

@@ -1,8 +1,8 @@
-/* The event-loop driver's connection: one hiredis redisAsyncContext at a time,
- * set up with AUTH, SELECT and the scripts' SCRIPT LOAD ahead of any call's
- * command, opened again when a call needs it (unless the breaker is open), and
- * dropped by a watchdog when it stops answering: hiredis 0.14's async API has
- * no timeouts.
+/* The event-loop driver's connections: one hiredis redisAsyncContext per
+ * server (one standalone, one per cluster node), each set up with AUTH, SELECT
+ * and the scripts' SCRIPT LOAD ahead of any call's command, opened again when
+ * a call needs it (unless its breaker is open), and dropped by a watchdog when
+ * it stops answering: hiredis 0.14's async API has no timeouts.
  *
  * hiredis runs every command's callback exactly once: with its reply, or with
  * NULL when the context is freed (a lost connection, a failed connect, our own
@@ -17,7 +17,7 @@
 #include "script.h"
 
 /* Setup commands' callback data (a script's index otherwise). */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2 };
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, IGNORED = -3 };
 
 /* ---- replies ------------------------------------------------------------------- */
 
@@ -57,46 +57,94 @@ redisReply *xf__reply_copy(const redisReply *r) {
 
 /* ---- connection state ------------------------------------------------------------- */
 
-/* A connection failed: remember why and open the breaker, as the blocking
+xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
+  for (int i = 0; i < ac->nconns; i++) {
+    xf__aconn *cn = ac->conns[i];
+    if (cn->port == port && (host ? cn->host && strcmp(cn->host, host) == 0 : !cn->host))
+      return cn;
+  }
+  if (ac->nconns == ac->conns_cap) {
+    int cap = ac->conns_cap ? 2 * ac->conns_cap : 8;
+    xf__aconn **grown = realloc(ac->conns, (size_t)cap * sizeof *grown);
+    if (!grown)
+      return NULL;
+    ac->conns = grown;
+    ac->conns_cap = cap;
+  }
+  xf__aconn *cn = calloc(1, sizeof *cn);
+  if (!cn || (host && !(cn->host = strdup(host)))) {
+    free(cn);
+    return NULL;
+  }
+  cn->ac = ac;
+  cn->port = port;
+  ac->conns[ac->nconns++] = cn;
+  return cn;
+}
+
+/* A connection failed: remember why and open its breaker, as the blocking
  * client does. */
-static void conn_failed(xf_async *ac, const char *what, const char *detail) {
-  xf_client *c = ac->core;
+static void conn_failed(xf__aconn *cn, const char *what, const char *detail) {
+  xf_client *c = cn->ac->core;
   snprintf(c->conn_err, sizeof c->conn_err, "%s: %s", what, detail);
   c->stats.redis_errors++;
   if (c->breaker_ms >= 0)
-    c->retry_after_ms = xf__now_ms() + c->breaker_ms;
+    cn->retry_after_ms = xf__now_ms() + c->breaker_ms;
 }
 
 static void on_connect(const redisAsyncContext *crac, int status) {
   redisAsyncContext *rac = (redisAsyncContext *)crac;
-  xf_async *ac = rac->data;
-  if (!ac || ac->rac != rac)
+  xf__aconn *cn = rac->data;
+  if (!cn || cn->rac != rac)
     return;
+  xf_async *ac = cn->ac;
   if (status == REDIS_OK) {
     xf__async_enter(ac); /* leaving re-arms the watchdog: now a command timeout */
-    ac->connected = 1;
-    ac->progress_ms = xf__now_ms();
+    cn->connected = 1;
+    cn->progress_ms = xf__now_ms();
     if (!ac->core->unix_path)
       redisEnableKeepAlive(&rac->c);
     xf__async_leave(ac);
     return;
   }
   /* hiredis frees rac next; its calls' callbacks then run with NULL. */
-  conn_failed(ac, "connect", rac->errstr ? rac->errstr : "failed");
-  ac->rac = NULL;
-  ac->usable = 0;
+  conn_failed(cn, "connect", rac->errstr ? rac->errstr : "failed");
+  cn->rac = NULL;
+  cn->usable = 0;
   rac->data = NULL;
 }
 
 static void on_disconnect(const redisAsyncContext *crac, int status) {
   redisAsyncContext *rac = (redisAsyncContext *)crac;
   (void)status;
-  xf_async *ac = rac->data;
-  if (!ac || ac->rac != rac)
+  xf__aconn *cn = rac->data;
+  if (!cn || cn->rac != rac)
     return;
-  ac->rac = NULL;
-  ac->usable = ac->dying = ac->connected = 0;
-  ac->inflight = 0;
+  cn->rac = NULL;
+  cn->usable = cn->dying = cn->connected = 0;
+  cn->inflight = 0;
+}
+
+/* The connection is being freed under its commands: no more sends on it. */
+static void lost(xf__aconn *cn, redisAsyncContext *rac) {
+  if (cn->dying)
+    return;
+  cn->dying = 1;
+  cn->usable = 0;
+  snprintf(cn->ac->core->conn_err, sizeof cn->ac->core->conn_err, "connection lost: %s",
+           rac->errstr && rac->errstr[0] ? rac->errstr : "closed");
+  cn->ac->core->stats.redis_errors++;
+}
+
+void xf__aconn_replied(xf__aconn *cn, redisAsyncContext *rac, const void *reply) {
+  if (cn->rac != rac)
+    return;
+  if (reply) {
+    cn->inflight--;
+    cn->progress_ms = xf__now_ms();
+  } else {
+    lost(cn, rac);
+  }
 }
 
 /* AUTH or SELECT refused: the connection is useless. Its calls' replies get
@@ -104,32 +152,38 @@ static void on_disconnect(const redisAsyncContext *crac, int status) {
  * A failed SCRIPT LOAD is left to the flow's NOSCRIPT recovery. */
 static void on_setup_reply(redisAsyncContext *rac, void *reply, void *what) {
   redisReply *r = reply;
-  xf_async *ac = r ? rac->data : NULL;
-  if (!ac || ac->rac != rac)
+  xf__aconn *cn = r ? rac->data : NULL;
+  if (!cn || cn->rac != rac)
     return;
-  ac->inflight--;
-  ac->progress_ms = xf__now_ms();
+  cn->inflight--;
+  cn->progress_ms = xf__now_ms();
   intptr_t step = (intptr_t)what;
-  if (step >= 0 || r->type != REDIS_REPLY_ERROR || ac->setup_rc != XF_OK)
+  if (step >= 0 || step == IGNORED || r->type != REDIS_REPLY_ERROR || cn->setup_rc != XF_OK)
     return;
-  ac->setup_rc = XF_EAUTH;
-  conn_failed(ac, step == SETUP_AUTH ? "AUTH" : "SELECT", r->str);
-  ac->usable = 0;
+  cn->setup_rc = XF_EAUTH;
+  conn_failed(cn, step == SETUP_AUTH ? "AUTH" : "SELECT", r->str);
+  cn->usable = 0;
   redisAsyncDisconnect(rac);
 }
 
-static int queue(xf_async *ac, redisCallbackFn *fn, void *privdata, const xf__cmd *cmd) {
+int xf__aconn_queue(xf__aconn *cn, redisCallbackFn *fn, void *privdata,
+                    const xf__cmd *cmd) {
+  xf_async *ac = cn->ac;
   ac->request.len = 0;
   if (xf__resp_append_cmd(&ac->request, cmd) != 0)
     return xf__fail(ac->core, XF_ENOMEM, "out of memory for a %d-argument command",
                     cmd->argc);
-  if (redisAsyncFormattedCommand(ac->rac, fn, privdata, ac->request.data,
+  if (redisAsyncFormattedCommand(cn->rac, fn, privdata, ac->request.data,
                                  ac->request.len) != REDIS_OK)
     return xf__fail(ac->core, XF_EIO, "the connection refuses commands: %s",
-                    ac->rac->errstr && ac->rac->errstr[0] ? ac->rac->errstr : "closing");
-  if (ac->inflight++ == 0)
-    ac->progress_ms = xf__now_ms();
+                    cn->rac->errstr && cn->rac->errstr[0] ? cn->rac->errstr : "closing");
+  if (cn->inflight++ == 0)
+    cn->progress_ms = xf__now_ms();
   return XF_OK;
+}
+
+int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd) {
+  return xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)IGNORED, cmd);
 }
 
 static void put(xf__cmd *cmd, const char *arg) {
@@ -140,15 +194,15 @@ static void put(xf__cmd *cmd, const char *arg) {
 /* AUTH, SELECT, then every script, ahead of any call's command: a fresh
  * server would otherwise answer each concurrent call's first EVALSHA with
  * NOSCRIPT and each would load the script itself. */
-static int queue_setup(xf_async *ac) {
-  xf_client *c = ac->core;
+static int queue_setup(xf__aconn *cn) {
+  xf_client *c = cn->ac->core;
   xf__cmd cmd = {0};
   int rc = XF_OK;
   if (c->password) {
     put(&cmd, "AUTH");
     put(&cmd, c->username ? c->username : "default");
     put(&cmd, c->password);
-    rc = queue(ac, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, &cmd);
+    rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, &cmd);
   }
   char db[16];
   if (rc == XF_OK && c->db != 0) {
@@ -156,40 +210,59 @@ static int queue_setup(xf_async *ac) {
     cmd.argc = 0;
     put(&cmd, "SELECT");
     put(&cmd, db);
-    rc = queue(ac, on_setup_reply, (void *)(intptr_t)SETUP_SELECT, &cmd);
+    rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)SETUP_SELECT, &cmd);
   }
   for (intptr_t s = XF_SCRIPT_READ; rc == XF_OK && s <= XF_SCRIPT_DELETE; s++) {
     xf__script_load_cmd(&cmd, (int)s, NULL, 0);
-    rc = queue(ac, on_setup_reply, (void *)s, &cmd);
+    rc = xf__aconn_queue(cn, on_setup_reply, (void *)s, &cmd);
   }
   return rc;
 }
 
-int xf__aconn_start(xf_async *ac) {
+static int start(xf__aconn *cn) {
+  xf_async *ac = cn->ac;
   xf_client *c = ac->core;
-  redisAsyncContext *rac = c->unix_path ? redisAsyncConnectUnix(c->unix_path)
-                                        : redisAsyncConnect(c->host, c->port);
+  redisAsyncContext *rac = cn->host ? redisAsyncConnect(cn->host, cn->port)
+                                    : redisAsyncConnectUnix(c->unix_path);
   if (!rac)
     return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
-  const char *where = c->unix_path ? c->unix_path : c->host;
+  char where[XF_CLUSTER_HOST_MAX + 16];
+  if (cn->host)
+    snprintf(where, sizeof where, "%s:%d", cn->host, cn->port);
+  else
+    snprintf(where, sizeof where, "%s", c->unix_path);
   if (rac->err || ac->loop.attach(ac->loop.data, rac) != 0) {
     char detail[200];
     snprintf(detail, sizeof detail, "%s",
              rac->err ? rac->errstr : "cannot attach to the loop");
     redisAsyncFree(rac);
-    conn_failed(ac, "connect", detail);
+    conn_failed(cn, "connect", detail);
     return xf__fail(c, XF_ECONNECT, "connect to %s: %s", where, detail);
   }
-  rac->data = ac;
+  rac->data = cn;
   redisAsyncSetConnectCallback(rac, on_connect);
   redisAsyncSetDisconnectCallback(rac, on_disconnect);
-  ac->rac = rac;
-  ac->usable = 1;
-  ac->dying = ac->connected = 0;
-  ac->setup_rc = XF_OK;
-  ac->inflight = 0;
-  ac->progress_ms = xf__now_ms();
-  return queue_setup(ac);
+  cn->rac = rac;
+  cn->usable = 1;
+  cn->dying = cn->connected = 0;
+  cn->setup_rc = XF_OK;
+  cn->inflight = 0;
+  cn->progress_ms = xf__now_ms();
+  return queue_setup(cn);
+}
+
+int xf__aconn_open(xf__aconn *cn) {
+  xf_client *c = cn->ac->core;
+  if (!cn->rac) {
+    if (c->breaker_ms >= 0 && xf__now_ms() < cn->retry_after_ms)
+      return xf__fail(c, XF_ECONNECT, "circuit open after: %s", c->conn_err);
+    int rc = start(cn);
+    if (rc != XF_OK)
+      return rc;
+  }
+  if (!cn->usable)
+    return xf__fail(c, XF_ECONNECT, "connection closing after: %s", c->conn_err);
+  return XF_OK;
 }
 
 /* ---- calls' commands ------------------------------------------------------------ */
@@ -202,85 +275,114 @@ static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
     xf__acall_release(k);
     return;
   }
-  int current = ac->rac == rac;
+  xf__aconn *cn = k->conn;
+  int current = cn->rac == rac;
   int64_t now_ms = xf__now_ms();
   if (current && reply) {
-    ac->inflight--;
-    ac->progress_ms = now_ms;
+    cn->inflight--;
+    cn->progress_ms = now_ms;
   }
   if (ac->closing)
     return; /* the close cancels the call */
   int rc = XF_OK;
   redisReply *copy = NULL;
   if (!reply) {
-    if (current && !ac->dying) { /* hiredis is freeing rac: no more sends on it */
-      ac->dying = 1;
-      ac->usable = 0;
-      snprintf(ac->core->conn_err, sizeof ac->core->conn_err, "connection lost: %s",
-               rac->errstr && rac->errstr[0] ? rac->errstr : "closed");
-      ac->core->stats.redis_errors++;
-    }
+    if (current)
+      lost(cn, rac);
     rc = xf__fail(ac->core, XF_EIO, "%s", ac->core->conn_err);
-  } else if (current && ac->setup_rc != XF_OK) {
-    rc = xf__fail(ac->core, ac->setup_rc, "%s", ac->core->conn_err);
-  } else if (!(copy = xf__reply_copy(reply))) {
-    rc = xf__fail(ac->core, XF_ENOMEM, "out of memory for a reply");
+  } else if (current && cn->setup_rc != XF_OK) {
+    rc = xf__fail(ac->core, cn->setup_rc, "%s", ac->core->conn_err);
   }
   xf__async_enter(ac);
+  if (ac->mode == XF__AMODE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
+      xf__aroute_reply(k, rc, reply)) {
+    xf__async_leave(ac);
+    return;
+  }
+  k->attempts = k->script_reloaded = 0; /* the flow's next command starts afresh */
+  if (rc == XF_OK && !(copy = xf__reply_copy(reply)))
+    rc = xf__fail(ac->core, XF_ENOMEM, "out of memory for a reply");
   xf__async_advance(k, xf__flow_reply(&k->f, rc, copy, now_ms));
   xf__async_leave(ac);
 }
 
-int xf__aconn_send(xf__acall *k) {
-  xf_async *ac = k->ac;
-  xf_client *c = ac->core;
-  if (!ac->rac) {
-    if (c->breaker_ms >= 0 && xf__now_ms() < c->retry_after_ms)
-      return xf__fail(c, XF_ECONNECT, "circuit open after: %s", c->conn_err);
-    int rc = xf__aconn_start(ac);
-    if (rc != XF_OK)
-      return rc;
-  }
-  if (!ac->usable)
-    return xf__fail(c, XF_ECONNECT, "connection closing after: %s", c->conn_err);
-  int rc = queue(ac, on_reply, k, &k->f.cmd);
+int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
+  static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
+  int rc = xf__aconn_open(cn);
+  if (rc == XF_OK && asking)
+    rc = xf__aconn_queue_ignored(cn, &asking_cmd);
   if (rc == XF_OK)
+    rc = xf__aconn_queue(cn, on_reply, k, &k->f.cmd);
+  if (rc == XF_OK) {
     k->sent = 1;
+    k->conn = cn;
+    k->asking = asking;
+  }
   return rc;
 }
 
 /* ---- the watchdog ------------------------------------------------------------------ */
 
-int64_t xf__aconn_deadline(const xf_async *ac) {
-  if (!ac->rac || ac->dying || ac->inflight == 0)
+static int64_t deadline(const xf__aconn *cn) {
+  if (!cn->rac || cn->dying || cn->inflight == 0)
     return INT64_MAX;
-  const xf_client *c = ac->core;
-  return ac->progress_ms + (ac->connected ? c->command_timeout_ms : c->connect_timeout_ms);
+  const xf_client *c = cn->ac->core;
+  return cn->progress_ms + (cn->connected ? c->command_timeout_ms : c->connect_timeout_ms);
 }
 
-void xf__aconn_check(xf_async *ac, int64_t now_ms) {
-  if (now_ms < xf__aconn_deadline(ac))
+int64_t xf__aconn_deadline(const xf_async *ac) {
+  int64_t due = INT64_MAX;
+  for (int i = 0; i < ac->nconns; i++) {
+    int64_t d = deadline(ac->conns[i]);
+    if (d < due)
+      due = d;
+  }
+  return due;
+}
+
+static void check(xf__aconn *cn, int64_t now_ms) {
+  if (now_ms < deadline(cn))
     return;
   /* The loop may have been busy (a slow callback) while the replies were
    * arriving: take what is there before judging. */
-  redisAsyncHandleRead(ac->rac);
-  if (xf__now_ms() < xf__aconn_deadline(ac) || ac->closing)
+  redisAsyncHandleRead(cn->rac);
+  if (xf__now_ms() < deadline(cn) || cn->ac->closing)
     return;
-  redisAsyncContext *rac = ac->rac;
-  conn_failed(ac, ac->connected ? "command" : "connect", "timed out");
-  ac->rac = NULL;
-  ac->usable = ac->connected = 0;
-  ac->inflight = 0;
+  redisAsyncContext *rac = cn->rac;
+  conn_failed(cn, cn->connected ? "command" : "connect", "timed out");
+  cn->rac = NULL;
+  cn->usable = cn->connected = 0;
+  cn->inflight = 0;
   rac->data = NULL;
   redisAsyncFree(rac); /* its calls' callbacks run now, with NULL */
 }
 
+void xf__aconn_check(xf_async *ac, int64_t now_ms) {
+  for (int i = 0; i < ac->nconns && !ac->closing; i++) /* callbacks may add some */
+    check(ac->conns[i], now_ms);
+}
+
 void xf__aconn_close(xf_async *ac) {
-  redisAsyncContext *rac = ac->rac;
-  if (!rac)
-    return;
-  ac->rac = NULL;
-  rac->data = NULL;
-  if (!ac->dying) /* else hiredis is freeing it and calling us from there */
-    redisAsyncFree(rac);
+  for (int i = 0; i < ac->nconns; i++) {
+    xf__aconn *cn = ac->conns[i];
+    redisAsyncContext *rac = cn->rac;
+    if (rac) {
+      cn->rac = NULL;
+      rac->data = NULL;
+      if (!cn->dying) /* else hiredis is freeing it and calling us from there */
+        redisAsyncFree(rac);
+    }
+    free(cn->host);
+    free(cn);
+  }
+  free(ac->conns);
+  ac->conns = NULL;
+  ac->nconns = ac->conns_cap = 0;
+}
+
+int xf__aconn_count(const xf_async *ac) {
+  int n = 0;
+  for (int i = 0; i < ac->nconns; i++)
+    n += ac->conns[i]->connected;
+  return n;
 }

@@ -10,6 +10,7 @@
 
 #include "cluster.h"
 #include "cluster_fixture.h"
+#include "cluster_slots.h"
 #include "xfetch.h"
 
 #define HOST "127.0.0.1"
@@ -61,34 +62,6 @@ static void expect_get(xf_client *c, const char *key, const xf_policy *p, int *c
   xf_value_free(&v);
 }
 
-/* Commands each node ran since its last CONFIG RESETSTAT, by name. */
-static long long calls_of(int port, const char *cmd) {
-  redisContext *r = xft_cluster_redis(port);
-  redisReply *info = xft_cluster_cmd(r, "INFO commandstats");
-  char field[64];
-  snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
-  const char *at = strstr(info->str, field);
-  long long n = at ? atoll(at + strlen(field)) : 0;
-  freeReplyObject(info);
-  redisFree(r);
-  return n;
-}
-
-static void reset_stats(void) {
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
-    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
-    freeReplyObject(xft_cluster_cmd(r, "CONFIG RESETSTAT"));
-    redisFree(r);
-  }
-}
-
-static long long total_calls(const char *cmd) {
-  long long n = 0;
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
-    n += calls_of(xft_cluster_port(i), cmd);
-  return n;
-}
-
 Test(cluster_client, auto_mode_detects_the_cluster_and_maps_it) {
   xf_client *c = node_client(3);
   xf_stats st;
@@ -113,7 +86,7 @@ Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
   xf_client_stats(c, &warm);
   cr_expect_eq(warm.redirects, 0, "the map routes every key to its master");
   cr_expect_eq(warm.connections, 3, "one connection per master");
-  reset_stats();
+  xft_reset_stats();
   for (int i = 0; i < NKEYS; i++) {
     snprintf(key, sizeof key, "cc:route:%d", i);
     expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
@@ -125,10 +98,10 @@ Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
   cr_expect_eq(hot.map_refreshes, warm.map_refreshes);
   cr_expect_eq(hot.hits - warm.hits, NKEYS);
   /* One round trip per hit: the read script, and nothing else. */
-  cr_expect_eq(total_calls("evalsha_ro"), NKEYS);
-  cr_expect_eq(total_calls("evalsha"), 0);
-  cr_expect_eq(total_calls("cluster|slots"), 0);
-  cr_expect_eq(total_calls("asking"), 0);
+  cr_expect_eq(xft_total_calls("evalsha_ro"), NKEYS);
+  cr_expect_eq(xft_total_calls("evalsha"), 0);
+  cr_expect_eq(xft_total_calls("cluster|slots"), 0);
+  cr_expect_eq(xft_total_calls("asking"), 0);
   xf_client_close(c);
 }
 
@@ -190,72 +163,17 @@ Test(cluster_client, cluster_off_talks_to_the_seed_alone) {
 
 /* ---- a slot on the move -------------------------------------------------- */
 
-typedef struct node {
-  int port;
-  char id[41];
-} node;
-
-/* The master serving slot, and another master. */
-static void masters_of(int slot, node *owner, node *other) {
-  redisContext *r = xft_cluster_redis(xft_cluster_port(0));
-  redisReply *rep = xft_cluster_cmd(r, "CLUSTER SLOTS");
-  xf__cluster_map m;
-  xf__cluster_map_init(&m);
-  char err[128];
-  cr_assert_eq(xf__cluster_map_parse(&m, rep, HOST, err, sizeof err), XF_OK, "%s", err);
-  int o = xf__cluster_map_master(&m, slot), t = -1;
-  for (int n = 0; n < m.nnodes && t < 0; n++)
-    if (n != o && m.nodes[n].master == -1)
-      t = n;
-  cr_assert(o >= 0 && t >= 0);
-  owner->port = m.nodes[o].port;
-  other->port = m.nodes[t].port;
-  snprintf(owner->id, sizeof owner->id, "%s", m.nodes[o].id);
-  snprintf(other->id, sizeof other->id, "%s", m.nodes[t].id);
-  xf__cluster_map_free(&m);
-  freeReplyObject(rep);
-  redisFree(r);
-}
-
-static void expect_ok(redisReply *rep) {
-  cr_expect(rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "OK") == 0, "got '%s'",
-            rep->str ? rep->str : "?");
-  freeReplyObject(rep);
-}
-
-/* Tells every master that slot now lives on to. */
-static void assign(int slot, const node *to) {
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
-    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
-    redisReply *rep = xft_cluster_cmd(r, "CLUSTER SETSLOT %d NODE %s", slot, to->id);
-    freeReplyObject(rep); /* replicas refuse: they learn it from their master */
-    redisFree(r);
-  }
-}
-
-/* Starts moving slot from -> to (IMPORTING, MIGRATING: both may repeat) and
- * moves key over, as redis-cli --cluster reshard does. */
-static void migrate_key(int slot, const node *from, const node *to, const char *key) {
-  redisContext *src = xft_cluster_redis(from->port), *dst = xft_cluster_redis(to->port);
-  expect_ok(xft_cluster_cmd(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, from->id));
-  expect_ok(xft_cluster_cmd(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, to->id));
-  expect_ok(
-      xft_cluster_cmd(src, "MIGRATE %s %d %s 0 5000 KEYS %s", HOST, to->port, "", key));
-  redisFree(src);
-  redisFree(dst);
-}
-
 Test(cluster_client, a_migrated_slot_is_followed_by_moved_without_a_reload) {
   const char *key = "{cc-moved}k";
   int slot = xf__cluster_keyslot(key, strlen(key));
-  node from, to;
-  masters_of(slot, &from, &to);
+  xft_node from, to;
+  xft_masters_of(slot, &from, &to);
   xf_client *c = node_client(0);
   xf_policy p = long_ttl();
   int calls = 0;
   expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
-  migrate_key(slot, &from, &to, key);
-  assign(slot, &to);
+  xft_migrate_key(slot, &from, &to, key);
+  xft_assign(slot, &to);
   expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   cr_expect_eq(calls, 1, "the entry moved with its slot: never reloaded");
@@ -268,14 +186,14 @@ Test(cluster_client, a_migrated_slot_is_followed_by_moved_without_a_reload) {
 Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
   const char *kept = "{cc-ask}kept", *gone = "{cc-ask}gone";
   int slot = xf__cluster_keyslot(kept, strlen(kept));
-  node from, to;
-  masters_of(slot, &from, &to);
+  xft_node from, to;
+  xft_masters_of(slot, &from, &to);
   xf_client *c = node_client(1);
   xf_policy p = long_ttl();
   int calls = 0;
   expect_get(c, kept, &p, &calls, XF_SOURCE_LOADER);
   expect_get(c, gone, &p, &calls, XF_SOURCE_LOADER);
-  migrate_key(slot, &from, &to, gone);
+  xft_migrate_key(slot, &from, &to, gone);
   /* gone now lives on the target: ASK; kept is still served by the source. */
   expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
   expect_get(c, kept, &p, &calls, XF_SOURCE_CACHE);
@@ -287,8 +205,8 @@ Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
   xf_client_stats(c, &st);
   cr_expect_eq(st.redirects, 2, "ASK again: the slot is still the source's");
   cr_expect_eq(calls, 2);
-  migrate_key(slot, &from, &to, kept);
-  assign(slot, &to);
+  xft_migrate_key(slot, &from, &to, kept);
+  xft_assign(slot, &to);
   xf_client_close(c);
 }
 
@@ -311,7 +229,7 @@ Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
   xf_client *c = open_client(host, XF_CLUSTER_AUTO, 1);
   long long before[XFT_CLUSTER_NODES];
   for (int i = 0; i < XFT_CLUSTER_NODES; i++)
-    before[i] = calls_of(xft_cluster_port(i), "evalsha_ro");
+    before[i] = xft_calls_of(xft_cluster_port(i), "evalsha_ro");
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "cc:replica:%d", i);
     expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
@@ -322,7 +240,7 @@ Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
     redisContext *r = xft_cluster_redis(xft_cluster_port(i));
     redisReply *role = xft_cluster_cmd(r, "ROLE");
     int replica = strcmp(role->element[0]->str, "slave") == 0;
-    long long ran = calls_of(xft_cluster_port(i), "evalsha_ro") - before[i];
+    long long ran = xft_calls_of(xft_cluster_port(i), "evalsha_ro") - before[i];
     if (replica)
       on_replicas += ran;
     freeReplyObject(role);
@@ -392,12 +310,12 @@ Test(cluster_client, set_and_delete_reach_the_key_s_master) {
 Test(cluster_client, redirections_that_never_end_give_a_clear_error) {
   const char *key = "{cc-loop}k";
   int slot = xf__cluster_keyslot(key, strlen(key));
-  node owner, other;
-  masters_of(slot, &owner, &other);
+  xft_node owner, other;
+  xft_masters_of(slot, &owner, &other);
   /* The owner now says the slot is the other's, which says it is the owner's:
    * each answers MOVED to the other. */
   redisContext *o = xft_cluster_redis(owner.port);
-  expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, other.id));
+  xft_expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, other.id));
   xf_client *c = node_client(0);
   xf_policy p = long_ttl();
   int calls = 0;
@@ -409,15 +327,15 @@ Test(cluster_client, redirections_that_never_end_give_a_clear_error) {
   xf_stats st;
   xf_client_stats(c, &st);
   cr_expect_eq(st.redirects, 5);
-  expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, owner.id));
+  xft_expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, owner.id));
   redisFree(o);
   expect_get(c, key, &p, &calls, XF_SOURCE_LOADER); /* healed */
   xf_client_close(c);
 }
 
 static int owner_port(const char *key) {
-  node owner, other;
-  masters_of(xf__cluster_keyslot(key, strlen(key)), &owner, &other);
+  xft_node owner, other;
+  xft_masters_of(xf__cluster_keyslot(key, strlen(key)), &owner, &other);
   return owner.port;
 }
 
@@ -493,7 +411,7 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
   int rcs[N], calls = 0;
   for (int round = 0; round < 2; round++) {
     if (round == 1)
-      reset_stats();
+      xft_reset_stats();
     cr_assert_eq(xf_get_or_compute_many(c, N, keys, lens, &p, key_loader, &calls, v, rcs),
                  XF_OK);
     for (int i = 0; i < N; i++) {
@@ -508,11 +426,11 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
   cr_expect_eq(calls, N);
   long long reads = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++)
-    reads += calls_of(xft_cluster_port(i), "evalsha_ro");
+    reads += xft_calls_of(xft_cluster_port(i), "evalsha_ro");
   /* A node that had not loaded read_many answers NOSCRIPT once (counted). */
   long long noscript = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++)
-    noscript += calls_of(xft_cluster_port(i), "script|load");
+    noscript += xft_calls_of(xft_cluster_port(i), "script|load");
   cr_expect_eq(reads - noscript, slots, "%lld reads for %d slots", reads, slots);
   xf_stats st;
   xf_client_stats(c, &st);

@@ -1,0 +1,43 @@
+/* Test helpers on the binary's shared cluster (cluster_fixture.h): which
+ * master serves a slot, moving a slot or one key by hand (as redis-cli
+ * --cluster reshard does), and the commands each node ran (INFO
+ * commandstats). */
+#ifndef XF_TEST_CLUSTER_SLOTS_H
+#define XF_TEST_CLUSTER_SLOTS_H
+
+#include <hiredis/hiredis.h>
+
+/* A master, by port and node id. */
+typedef struct xft_node {
+  int port;
+  char id[41];
+} xft_node;
+
+/* The master serving slot, and another master. */
+void xft_masters_of(int slot, xft_node *owner, xft_node *other);
+
+/* Expects an OK status reply, and frees it. */
+void xft_expect_ok(redisReply *rep);
+
+/* Tells every master that slot now lives on to. */
+void xft_assign(int slot, const xft_node *to);
+
+/* Starts moving slot from -> to (IMPORTING, MIGRATING: both may repeat) and
+ * moves key over. */
+void xft_migrate_key(int slot, const xft_node *from, const xft_node *to, const char *key);
+
+/* Commands the node at port ran since its last CONFIG RESETSTAT, by name
+ * ("evalsha_ro", "cluster|slots"). */
+long long xft_calls_of(int port, const char *cmd);
+
+/* Error replies of a kind ("CLUSTERDOWN") the node at port gave since its
+ * last CONFIG RESETSTAT (INFO errorstats). */
+long long xft_errors_of(int port, const char *error);
+
+/* CONFIG RESETSTAT on every node. */
+void xft_reset_stats(void);
+
+/* xft_calls_of summed over every node. */
+long long xft_total_calls(const char *cmd);
+
+#endif
