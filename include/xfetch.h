@@ -58,7 +58,8 @@ extern "C" {
          "memory)")                                                                        \
   XF_ERR(ENOPERM, -13, "the Redis ACL user may not run a command xfetch needs")            \
   XF_ERR(ESUPERSEDED, -14, "not cached: a newer value or a delete won")                    \
-  XF_ERR(ECANCELED, -15, "canceled: the async handle was closed")
+  XF_ERR(ECANCELED, -15, "canceled: the async handle was closed")                          \
+  XF_ERR(EBUSY, -16, "every pooled client stayed busy for the checkout timeout")
 
 /* Return codes. */
 enum {
@@ -341,6 +342,58 @@ typedef struct xf_stats {
 
 /* Copies the client's counters into *out. */
 XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
+
+/* ---- The pool driver -------------------------------------------------------
+ *
+ * xf_pool is get-or-compute for threaded services: any number of threads
+ * share at most max_connections clients (Redis connections; in a cluster,
+ * that many clients each with its connections to the nodes). A call holds a
+ * client only while it talks to Redis, never while its loader runs or it
+ * waits, so a loader may call the pool again even with max_connections 1.
+ * The pool owns a process-local share (xf_share: one load per key across the
+ * threads while Redis cannot be used) unless opts->share is given. Open it in
+ * the process that uses it: after fork(), a child opens its own pool. */
+typedef struct xf_pool xf_pool;
+
+/* Opens a pool in *out with one client (not connected: clients connect on
+ * first use, as with lazy_connect); more are made on demand up to
+ * max_connections (1..4096). opts is copied (NULL = defaults). A call that
+ * finds every client busy waits up to checkout_timeout_ms (0 = 1000) for one,
+ * then returns XF_EBUSY without calling the loader. Returns XF_OK,
+ * XF_EINVAL or XF_ENOMEM. Thread-safe once open. */
+XF_EXPORT int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
+                           int checkout_timeout_ms);
+
+/* xf_get_or_compute through the pool: same arguments, result and contract,
+ * plus XF_EBUSY when no client came free in time. Thread-safe. */
+XF_EXPORT int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
+                                     const xf_policy *policy, xf_loader_fn loader,
+                                     void *loader_ud, xf_value *out);
+
+/* xf_set and xf_delete through the pool (plus XF_EBUSY). Thread-safe. */
+XF_EXPORT int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data,
+                          size_t len, const xf_policy *policy);
+XF_EXPORT int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
+
+/* The message of the calling thread's last failed pool call ("" after a
+ * success); valid until its next pool call. Never NULL. */
+XF_EXPORT const char *xf_pool_errmsg(void);
+
+/* What the pool did. */
+typedef struct xf_pool_info {
+  xf_stats clients;   /* the clients' counters summed (as of their last
+                         call); connections: those of the idle clients */
+  uint64_t open;      /* clients made (<= max_connections) */
+  uint64_t idle;      /* clients not in use now */
+  uint64_t waited;    /* calls that waited for a client */
+  uint64_t timed_out; /* calls that gave up waiting (XF_EBUSY) */
+} xf_pool_info;
+
+/* Copies the pool's counters into *out (zeros for a NULL pool). Thread-safe. */
+XF_EXPORT void xf_pool_stats(xf_pool *p, xf_pool_info *out);
+
+/* Closes every client and frees the pool (NULL-safe); no call may be running. */
+XF_EXPORT void xf_pool_close(xf_pool *p);
 
 /* ---- The event-loop driver ------------------------------------------------
  *

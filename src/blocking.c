@@ -37,26 +37,37 @@ static int load_outcome(const xf__flow *f, int lrc) {
   return f->sink.not_found ? XF_ENOTFOUND : XF_OK;
 }
 
-xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
-  xf_share *s = f->c->share;
+void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *ud,
+                          xf__loaded *out) {
+  memset(out, 0, sizeof *out);
   xf__share_role role = XF_SHARE_ALONE;
   if (s && f->load == XF_LOAD_UNCACHED) {
-    char *data = NULL;
-    size_t len = 0;
-    int rc = XF_OK;
     int64_t now = xf__now_ms();
-    role = xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms, &data,
-                           &len, &rc);
-    if (role == XF_SHARE_SERVED)
-      return xf__flow_local(f, rc, data, len);
+    role = xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms, &out->data,
+                           &out->len, &out->rc);
+    if ((out->served = role == XF_SHARE_SERVED))
+      return;
   }
   int64_t t0 = xf__now_us();
-  int lrc = loader(ud, f->user_key, f->user_keylen, &f->sink);
+  out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
   int64_t t1 = xf__now_us();
   if (role == XF_SHARE_LEAD)
-    xf__share_end(s, f->key.data, f->key.len, load_outcome(f, lrc), f->sink.data,
+    xf__share_end(s, f->key.data, f->key.len, load_outcome(f, out->loader_rc), f->sink.data,
                   f->sink.len, t1 / 1000 + f->p->ttl_ms);
-  return xf__flow_loaded(f, lrc, t1 - t0, t1 / 1000);
+  out->delta_us = t1 - t0;
+  out->end_ms = t1 / 1000;
+}
+
+xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l) {
+  if (l->served)
+    return xf__flow_local(f, l->rc, l->data, l->len);
+  return xf__flow_loaded(f, l->loader_rc, l->delta_us, l->end_ms);
+}
+
+xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
+  xf__loaded l;
+  xf__flow_call_loader(f, f->c->share, loader, ud, &l);
+  return xf__flow_feed_loaded(f, &l);
 }
 
 int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_policy *p,

@@ -16,7 +16,8 @@ enum {
   XF_EUNAVAILABLE = -12,
   XF_ENOPERM = -13,
   XF_ESUPERSEDED = -14,
-  XF_ECANCELED = -15
+  XF_ECANCELED = -15,
+  XF_EBUSY = -16
 };
 
 const char *xf_strerror(int rc);
@@ -125,3 +126,23 @@ void xf_client_stats(const xf_client *c, xf_stats *out);
 
 /* The binding's one callback: the loader trampoline (xfetch/_cache.py). */
 extern "Python" int _xf_py_loader(void *ud, const char *key, size_t keylen, xf_sink *sink);
+
+typedef struct xf_pool xf_pool;
+int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
+                 int checkout_timeout_ms);
+int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
+                           const xf_policy *policy, xf_loader_fn loader, void *loader_ud,
+                           xf_value *out);
+int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data, size_t len,
+                const xf_policy *policy);
+int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
+const char *xf_pool_errmsg(void);
+typedef struct xf_pool_info {
+  xf_stats clients;
+  uint64_t open;
+  uint64_t idle;
+  uint64_t waited;
+  uint64_t timed_out;
+} xf_pool_info;
+void xf_pool_stats(xf_pool *p, xf_pool_info *out);
+void xf_pool_close(xf_pool *p);

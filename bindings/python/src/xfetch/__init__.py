@@ -15,7 +15,7 @@ from ._cache import Cache, Fetched
 from ._decorator import cached
 from ._errors import (AuthError, ConnectionError, ConnectionLostError, Error,
                       InvalidArgumentError, LoaderError, NotFoundError, OutOfMemoryError,
-                      NoPermissionError, ProtocolError, RedisError, SupersededError,
+                      BusyError, NoPermissionError, ProtocolError, RedisError, SupersededError,
                       TimeoutError, UnavailableError,
                       WrongTypeError, check)
 from ._native import ffi, lib
@@ -25,4 +25,5 @@ __version__ = "0.1.0"
 __all__ = ["Cache", "Fetched", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
-           "SupersededError", "UnavailableError", "NoPermissionError", "check", "ffi", "lib"]
+           "SupersededError", "UnavailableError", "NoPermissionError", "BusyError", "check",
+           "ffi", "lib"]

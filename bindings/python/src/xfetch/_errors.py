@@ -83,6 +83,11 @@ class CanceledError(Error):
     used by Cache)."""
 
 
+class BusyError(Error):
+    """XF_EBUSY: every client of a C pool (xf_pool) stayed busy for its
+    checkout timeout (not used by Cache)."""
+
+
 _BY_CODE = {
     lib.XF_EINVAL: InvalidArgumentError,
     lib.XF_ENOMEM: OutOfMemoryError,
@@ -99,6 +104,7 @@ _BY_CODE = {
     lib.XF_ENOPERM: NoPermissionError,
     lib.XF_ESUPERSEDED: SupersededError,
     lib.XF_ECANCELED: CanceledError,
+    lib.XF_EBUSY: BusyError,
 }
 
 

@@ -1,0 +1,210 @@
+/* The pool driver (xf_pool_*) against a real Redis: many threads, few
+ * clients, one loader per key, nested calls, the checkout timeout. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+
+static xf_pool *open_pool(int port, size_t max, int timeout_ms) {
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32];
+  snprintf(host, sizeof host, "127.0.0.1:%d", port);
+  o.host = host; /* copied by the pool: this buffer may go */
+  xf_pool *p = NULL;
+  cr_assert_eq(xf_pool_open(&p, &o, max, timeout_ms), XF_OK);
+  return p;
+}
+
+typedef struct caller {
+  pthread_t th;
+  xf_pool *pool;
+  const char *key;
+  xft_loader *loader;
+  int rc;
+  char value[64];
+  xf_source source;
+} caller;
+
+static void *call(void *arg) {
+  caller *c = arg;
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  c->rc =
+      xf_pool_get_or_compute(c->pool, c->key, strlen(c->key), &p, xft_load, c->loader, &v);
+  if (c->rc == XF_OK)
+    snprintf(c->value, sizeof c->value, "%s", v.data);
+  c->source = v.source;
+  xf_value_free(&v);
+  return NULL;
+}
+
+static void run_callers(caller *cs, int n) {
+  for (int i = 0; i < n; i++)
+    cr_assert_eq(pthread_create(&cs[i].th, NULL, call, &cs[i]), 0);
+  for (int i = 0; i < n; i++)
+    pthread_join(cs[i].th, NULL);
+}
+
+Test(pool, sixteen_threads_on_a_cold_key_share_four_clients_and_one_load) {
+  xft_server s; /* its own: the client count is this test's alone */
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_pool *pool = open_pool(s.port, 4, 0);
+  xft_loader l = {.value = "computed", .sleep_ms = 100};
+  caller cs[16];
+  for (int i = 0; i < 16; i++)
+    cs[i] = (caller){.pool = pool, .key = "pool:hot", .loader = &l};
+  run_callers(cs, 16);
+  for (int i = 0; i < 16; i++) {
+    cr_expect_eq(cs[i].rc, XF_OK, "thread %d: %s", i, xf_strerror(cs[i].rc));
+    cr_expect_str_eq(cs[i].value, "computed");
+  }
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 1);
+  xf_pool_info info;
+  xf_pool_stats(pool, &info);
+  cr_expect_leq(info.open, 4);
+  cr_expect_eq(info.clients.loads, 1);
+  cr_expect_eq(info.clients.hits + info.clients.misses + info.clients.waits >= 16, 1);
+  redisContext *r = xft_redis_port(s.port);
+  /* Redis saw at most 4 xfetch connections (plus this raw one). */
+  redisReply *clients = xft_cmd(r, "INFO clients");
+  const char *at = strstr(clients->str, "connected_clients:");
+  long long connected = at ? atoll(at + strlen("connected_clients:")) : -1;
+  freeReplyObject(clients);
+  cr_expect_leq(connected, 4 + 1, "%lld connections", connected);
+  redisFree(r);
+  xf_pool_close(pool);
+  xft_server_stop(&s);
+}
+
+typedef struct nested {
+  xf_pool *pool;
+  int outer_calls, inner_rc;
+} nested;
+
+/* A loader that asks the pool for another key before answering. */
+static int nested_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  nested *n = ud;
+  n->outer_calls++;
+  xft_loader inner = {.value = "inner"};
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  n->inner_rc =
+      xf_pool_get_or_compute(n->pool, "pool:nested:inner", 17, &p, xft_load, &inner, &v);
+  int rc = n->inner_rc == XF_OK ? xf_sink_set(sink, v.data, v.len) : -1;
+  xf_value_free(&v);
+  return rc;
+}
+
+Test(pool, a_loader_may_call_the_pool_even_with_one_client) {
+  xf_pool *pool = open_pool(xft_port(), 1, 200);
+  nested n = {.pool = pool};
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_assert_eq(
+      xf_pool_get_or_compute(pool, "pool:nested:outer", 17, &p, nested_loader, &n, &v),
+      XF_OK, "%s", xf_pool_errmsg());
+  cr_expect_eq(n.inner_rc, XF_OK);
+  cr_expect_str_eq(v.data, "inner");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  xf_pool_info info;
+  xf_pool_stats(pool, &info);
+  cr_expect_eq(info.open, 1);
+  cr_expect_eq(info.timed_out, 0);
+  xf_pool_close(pool);
+}
+
+typedef struct blocker {
+  int port;
+} blocker;
+
+/* Keeps the server busy for 600 ms (DEBUG SLEEP): a command sent meanwhile
+ * holds its pooled client until then. */
+static void *block_server(void *arg) {
+  redisContext *r = xft_redis_port(((blocker *)arg)->port);
+  freeReplyObject(xft_cmd(r, "DEBUG SLEEP 0.6"));
+  redisFree(r);
+  return NULL;
+}
+
+Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
+  xft_server s;
+  static const char *const conf[] = {"--enable-debug-command", "yes", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  xf_pool *pool = open_pool(s.port, 1, 100);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_pool_set(pool, "pool:busy", 9, "v", 1, &p), XF_OK, "%s",
+               xf_pool_errmsg());
+  pthread_t sleeper;
+  blocker b = {s.port};
+  cr_assert_eq(pthread_create(&sleeper, NULL, block_server, &b), 0);
+  xft_sleep_ms(100); /* the server sleeps now */
+  xft_loader l = {.value = "x"};
+  caller holder = {.pool = pool, .key = "pool:busy", .loader = &l};
+  cr_assert_eq(pthread_create(&holder.th, NULL, call, &holder), 0);
+  xft_sleep_ms(100); /* holder waits for its reply, holding the only client */
+  xf_value v;
+  int rc = xf_pool_get_or_compute(pool, "pool:busy", 9, &p, xft_load, &l, &v);
+  cr_expect_eq(rc, XF_EBUSY, "got %s", xf_errname(rc));
+  cr_expect(strstr(xf_pool_errmsg(), "max_connections 1") != NULL, "%s", xf_pool_errmsg());
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 0, "the loader is not called");
+  pthread_join(holder.th, NULL);
+  pthread_join(sleeper, NULL);
+  cr_expect_eq(holder.rc, XF_OK);
+  xf_pool_info info;
+  xf_pool_stats(pool, &info);
+  cr_expect_eq(info.timed_out, 1);
+  xf_pool_close(pool);
+  xft_server_stop(&s);
+}
+
+Test(pool, redis_down_fails_open_with_one_load_across_threads) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  int port = s.port;
+  xft_server_stop(&s);
+  xf_pool *pool = open_pool(port, 2, 0);
+  xft_loader l = {.value = "direct", .sleep_ms = 100};
+  caller cs[8];
+  for (int i = 0; i < 8; i++)
+    cs[i] = (caller){.pool = pool, .key = "pool:down", .loader = &l};
+  run_callers(cs, 8);
+  for (int i = 0; i < 8; i++) {
+    cr_expect_eq(cs[i].rc, XF_OK, "thread %d: %s", i, xf_strerror(cs[i].rc));
+    cr_expect_str_eq(cs[i].value, "direct");
+  }
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 1, "the pool's share");
+  xf_pool_close(pool);
+}
+
+Test(pool, bad_arguments_are_refused) {
+  xf_pool *pool = NULL;
+  cr_expect_eq(xf_pool_open(NULL, NULL, 1, 0), XF_EINVAL);
+  cr_expect_eq(xf_pool_open(&pool, NULL, 0, 0), XF_EINVAL);
+  cr_expect_eq(xf_pool_open(&pool, NULL, 1, -1), XF_EINVAL);
+  xf_options bad = XF_OPTIONS_INIT;
+  bad.port = 70000;
+  cr_expect_eq(xf_pool_open(&pool, &bad, 1, 0), XF_EINVAL);
+  cr_expect_null(pool);
+  pool = open_pool(xft_port(), 1, 0);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xft_loader l = {.value = "x"};
+  cr_expect_eq(xf_pool_get_or_compute(NULL, "k", 1, &p, xft_load, &l, &v), XF_EINVAL);
+  cr_expect_eq(xf_pool_get_or_compute(pool, "k", 1, &p, NULL, &l, &v), XF_EINVAL);
+  cr_expect_eq(xf_pool_get_or_compute(pool, "k", 1, &p, xft_load, &l, NULL), XF_EINVAL);
+  cr_expect_eq(xf_pool_get_or_compute(pool, "", 0, &p, xft_load, &l, &v), XF_EINVAL);
+  cr_expect_eq(xf_pool_set(NULL, "k", 1, "v", 1, &p), XF_EINVAL);
+  cr_expect_eq(xf_pool_delete(pool, NULL, 1), XF_EINVAL);
+  cr_expect_eq(l.calls, 0);
+  xf_pool_info info;
+  xf_pool_stats(NULL, &info);
+  cr_expect_eq(info.open, 0);
+  xf_pool_stats(pool, NULL);
+  xf_pool_close(pool);
+  xf_pool_close(NULL);
+}
