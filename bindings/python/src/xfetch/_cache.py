@@ -4,6 +4,7 @@ import collections
 import logging
 import os
 import threading
+import time
 import weakref
 
 from ._errors import InvalidArgumentError, check, error_for
@@ -29,7 +30,8 @@ class _Conn:
     the loader's exception for the call in progress: its handle is the loader's
     user data, so a call allocates nothing for the callback."""
 
-    __slots__ = ("ptr", "value", "handle", "loader", "exc", "gen", "share", "__weakref__")
+    __slots__ = ("ptr", "value", "handle", "loader", "exc", "load_s", "gen", "share",
+                 "__weakref__")
 
     def __init__(self, ptr, gen, share):
         self.ptr = ptr
@@ -38,14 +40,17 @@ class _Conn:
         self.handle = ffi.new_handle(self)
         self.loader = None
         self.exc = None
+        self.load_s = 0.0  # how long the last loader call took
         self.gen = gen
 
 
 @ffi.def_extern()
 def _xf_py_loader(ud, key, keylen, sink):
     conn = ffi.from_handle(ud)
+    t0 = time.monotonic()
     try:
         value = conn.loader()
+        conn.load_s = time.monotonic() - t0
         if value is None:
             lib.xf_sink_not_found(sink)
             return 0
@@ -65,6 +70,8 @@ def _xf_py_loader(ud, key, keylen, sink):
 def _key_bytes(key):
     if type(key) is str:
         key = key.encode("utf-8")
+    elif isinstance(key, str):  # a str subclass (StrEnum, SafeString): its characters
+        key = str.encode(key, "utf-8")
     elif type(key) is not bytes:
         if not isinstance(key, (bytes, bytearray, memoryview)):
             raise TypeError(f"key must be str or bytes, not {type(key).__name__}")
@@ -278,11 +285,18 @@ class Cache:
                                      negative_ttl, jitter, on_wait_timeout))
         conn = self._acquire()
         conn.loader = loader
+        conn.load_s = 0.0
         try:
             v = conn.value
             rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
                                        conn.handle, v)
             exc, conn.exc, conn.loader = conn.exc, None, None
+            if conn.load_s > lease:
+                # The lease ran out while it loaded: another caller may have
+                # taken the key over and loaded it too (no stampede protection).
+                log.warning("loader for %r took %.3f s, longer than its lease (%.3f s): "
+                            "other callers may have run it too; pass lease= above the "
+                            "loader's time", key, conn.load_s, lease)
             if rc == 0:
                 try:
                     result = Fetched(ffi.unpack(v.data, v.len), SOURCES[v.source])

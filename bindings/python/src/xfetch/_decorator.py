@@ -1,11 +1,22 @@
 """The cached() decorator: keys from the function's qualified name and its
-arguments, values through an optional serializer."""
+arguments (canonical, the same in every process), values through an
+optional serializer."""
+import datetime
+import decimal
+import enum
+import fractions
 import functools
 import inspect
 import json
+import logging
 import pickle
+import string
+import uuid
 
+from ._errors import SupersededError
 from ._policy import make_policy
+
+log = logging.getLogger("xfetch")
 
 _SERIALIZERS = {
     "pickle": (lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL), pickle.loads),
@@ -29,11 +40,54 @@ def _serializer(serializer):
     raise TypeError("serializer must be 'pickle', 'json' or an object with dumps/loads")
 
 
-def _key_builder(func, key):
-    """Returns f(*args, **kwargs) -> str|bytes."""
-    if callable(key):
-        return key
+# ---- canonical keys -----------------------------------------------------------
+
+# Values whose repr is the same in every process and names the value.
+_PLAIN = (type(None), bool, int, float, complex, decimal.Decimal, fractions.Fraction,
+          datetime.date, datetime.time, datetime.timedelta, uuid.UUID)
+
+
+def _canon(v):
+    """A text that is the same for equal arguments in every process: reprs of
+    plain values, str and bytes by content (str subclasses as str), tuples and
+    lists in order, dicts by sorted key, sets sorted, enums by name. Anything
+    else (objects whose repr shows an address) raises TypeError."""
+    if isinstance(v, enum.Enum):
+        return f"{type(v).__qualname__}.{v.name}"
+    if isinstance(v, str):
+        return repr(str(v))
+    if isinstance(v, (bytes, bytearray)):
+        return repr(bytes(v))
+    if isinstance(v, _PLAIN):
+        return repr(v)
+    if isinstance(v, tuple):
+        return "(" + ", ".join(map(_canon, v)) + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, list):
+        return "[" + ", ".join(map(_canon, v)) + "]"
+    if isinstance(v, dict):
+        items = sorted((_canon(k), _canon(x)) for k, x in v.items())
+        return "{" + ", ".join(f"{k}: {x}" for k, x in items) + "}"
+    if isinstance(v, (set, frozenset)):
+        inner = ", ".join(sorted(map(_canon, v)))
+        return ("frozenset({" + inner + "})") if isinstance(v, frozenset) else "{" + inner + "}"
+    raise TypeError(f"a {type(v).__name__} argument cannot be part of a cache key: pass "
+                    f"None, bool, numbers, str, bytes, dates, UUIDs, enums, or tuples, "
+                    f"lists, dicts and sets of them, or give the decorator key=")
+
+
+def _takes_self(func):
+    """Whether func is a method by its first parameter's name (self or cls):
+    that argument is left out of the key, as dogpile.cache does."""
+    params = list(inspect.signature(func).parameters)
+    return bool(params) and params[0] in ("self", "cls")
+
+
+def _key_builder(func, key, namespace=None, version=None):
+    """Returns make_key(*args, **kwargs) -> str|bytes over the arguments
+    without self/cls."""
     sig = inspect.signature(func)
+    if _takes_self(func):
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
     name = f"{func.__module__}.{func.__qualname__}"
 
     def bound(args, kwargs):
@@ -41,50 +95,150 @@ def _key_builder(func, key):
         b.apply_defaults()
         return b.arguments
 
-    if isinstance(key, str):  # a format string over the arguments by name
-        return lambda *a, **kw: key.format(**bound(a, kw))
-    if key is not None:
+    if callable(key):
+        make = key
+    elif isinstance(key, str):  # a format string over the arguments by name
+        fields = {f.split(".")[0].split("[")[0]
+                  for _, f, _, _ in string.Formatter().parse(key) if f is not None}
+        unknown = fields - set(sig.parameters)
+        if unknown or "" in fields:
+            raise ValueError(f"key template {key!r} names {', '.join(sorted(unknown)) or '{}'}"
+                             f", which is not an argument of {func.__qualname__}")
+
+        def make(*a, **kw):
+            return key.format(**bound(a, kw))
+    elif key is None:
+        # "module.qualname(name=canonical value, ...)": defaults applied, so
+        # f(1) and f(x=1) share an entry, and **kwargs sorted by name.
+        def make(*a, **kw):
+            return name + "(" + ", ".join(
+                f"{k}={_canon(v)}" for k, v in bound(a, kw).items()) + ")"
+    else:
         raise TypeError("key must be None, a format string or a callable")
-    # The default: "module.qualname(repr of each argument by name)", defaults
-    # applied, so f(1) and f(x=1) share an entry. Arguments must have a repr
-    # that identifies them (ints, strings, tuples... not plain objects).
-    return lambda *a, **kw: name + "(" + ", ".join(
-        f"{k}={v!r}" for k, v in bound(a, kw).items()) + ")"
+    if namespace is None and version is None:
+        return make
+
+    def scoped(*a, **kw):
+        k = make(*a, **kw)
+        if isinstance(k, bytes):
+            k = k.decode("utf-8", "surrogateescape")
+        k = k if namespace is None else f"{namespace}:{k}"
+        return k if version is None else f"{k}#v{version}"
+    return scoped
 
 
-def cached(cache, ttl, key=None, serializer=None, **policy):
+# ---- the decorator --------------------------------------------------------------
+
+class _Uncached(Exception):
+    """Carries a result out of the loader without caching it (condition=)."""
+
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+
+def _ttl_seconds(ttl, result=None):
+    if isinstance(ttl, datetime.timedelta):
+        return ttl.total_seconds()
+    return ttl(result) if callable(ttl) else ttl
+
+
+def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=None,
+           condition=None, **policy):
     """Decorator factory behind Cache.cached.
 
-    ttl and **policy are get_or_compute's policy keywords (seconds). key: None
-    (module.qualname and the arguments' reprs), a format string such as
-    "user:{user_id}" over the arguments by name, or a callable taking the
-    function's arguments and returning str or bytes. serializer: None (the
-    function returns bytes, or None for "not found"), "pickle", "json", or an
-    object with dumps/loads. The wrapper has .key(*args, **kwargs) and
-    .invalidate(*args, **kwargs).
+    ttl: seconds, a datetime.timedelta, or a callable taking the result and
+    returning seconds. **policy: get_or_compute's policy keywords (seconds).
+    key: None (module.qualname and the arguments' canonical forms: the same in
+    every process; self/cls left out), a format string such as "user:{user_id}"
+    over the arguments by name (checked at decoration), or a callable taking
+    the arguments (without self/cls) and returning str or bytes. namespace and
+    version scope the keys ("namespace:key#vN"): bump version to move to fresh
+    entries on purpose. serializer: None (the function returns bytes), "pickle",
+    "json", or an object with dumps/loads; with a serializer, a None result
+    means "not found" (cached for negative_ttl, default 0 = not cached), and an
+    entry the serializer cannot read is a miss (recomputed and overwritten).
+    condition: a callable taking the result; False = return it uncached.
+
+    The wrapper has .key(*args), .invalidate(*args), .set(value, *args) (the
+    arguments without self/cls), .refresh(*args) (the function's own
+    arguments: computes now and overwrites) and .original.
     """
     dumps, loads = _serializer(serializer)
-    policy = dict(policy, ttl=ttl)
+    fixed_ttl = not callable(ttl) or isinstance(ttl, datetime.timedelta)
+    policy = dict(policy, ttl=_ttl_seconds(ttl) if fixed_ttl else 60.0)
     unknown = set(policy) - _POLICY_KEYWORDS
     if unknown:
         raise TypeError(f"unknown policy keyword(s): {', '.join(sorted(unknown))}")
     _validate(**policy)
+    if condition is not None and not callable(condition):
+        raise TypeError("condition must be a callable taking the result")
 
     def decorate(func):
-        make_key = _key_builder(func, key)
+        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(f"{func.__qualname__} is an async function: cache it with "
+                            f"xfetch.aio.Cache.cached, not the sync decorator")
+        make_key = _key_builder(func, key, namespace, version)
+        method = _takes_self(func)
+
+        def encode(result):
+            if dumps is None or result is None:
+                return result
+            return dumps(result)
+
+        def compute(args, kwargs):
+            """The loader: the function's encoded result, or _Uncached."""
+            result = func(*args, **kwargs)
+            if (condition is not None and not condition(result)) or not fixed_ttl:
+                raise _Uncached(result)
+            return encode(result)
+
+        def store(k, result):
+            data = encode(result)
+            if data is None:
+                return
+            ttl_s = _ttl_seconds(ttl, result)
+            try:
+                cache.set(k, data, ttl=ttl_s,
+                          **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
+            except SupersededError:
+                pass  # a newer value or a delete won: ours is served, not kept
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            if dumps is None:
-                loader = functools.partial(func, *args, **kwargs)
-            else:
-                def loader():
-                    return dumps(func(*args, **kwargs))
-            value = cache.get_or_compute(make_key(*args, **kwargs), loader, **policy)
-            return value if loads is None or value is None else loads(value)
+            k = make_key(*(args[1:] if method else args), **kwargs)
+            try:
+                value = cache.get_or_compute(k, lambda: compute(args, kwargs), **policy)
+            except _Uncached as u:
+                if not fixed_ttl and (condition is None or condition(u.value)):
+                    store(k, u.value)
+                return u.value
+            if loads is None or value is None:
+                return value
+            try:
+                return loads(value)
+            except Exception:
+                # Written by another serializer or version: a miss, not an
+                # error for the whole ttl. Recompute and overwrite.
+                log.warning("cached value for %r could not be decoded; recomputing", k,
+                            exc_info=True)
+                result = func(*args, **kwargs)
+                if condition is None or condition(result):
+                    store(k, result)
+                return result
+
+        def refresh(*args, **kwargs):
+            """Computes the value now and overwrites the entry; returns it.
+            Takes the function's own arguments (a method's self included)."""
+            result = func(*args, **kwargs)
+            store(make_key(*(args[1:] if method else args), **kwargs), result)
+            return result
 
         wrapper.key = make_key
         wrapper.invalidate = lambda *a, **kw: cache.delete(make_key(*a, **kw))
+        wrapper.set = lambda value, *a, **kw: store(make_key(*a, **kw), value)
+        wrapper.refresh = refresh
+        wrapper.original = func
         return wrapper
 
     return decorate

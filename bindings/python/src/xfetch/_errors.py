@@ -17,6 +17,9 @@ class Error(Exception):
         self.message = message or ffi.string(lib.xf_strerror(code)).decode()
         super().__init__(f"{self.message} (XF_{self.name}, {code})")
 
+    def __reduce__(self):  # pickle (a ProcessPoolExecutor worker's error): code, message
+        return (type(self), (self.code, self.message))
+
 
 class InvalidArgumentError(Error, ValueError):
     """XF_EINVAL: an argument the C side refused (e.g. above max_value_len)."""

@@ -1,0 +1,220 @@
+"""Issue 10's defects, each reproduced: methods, canonical keys, pickling,
+str subclasses, async functions, serializer changes, negative_ttl with a
+serializer, loaders slower than their lease."""
+import concurrent.futures
+import enum
+import json
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import xfetch
+
+
+# ---- 1. methods: self and cls are not part of the key ----------------------
+
+class Repo:
+    calls = 0
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def load(self, user_id):
+        Repo.calls += 1
+        return b"user %d" % user_id
+
+
+def test_a_method_shares_its_entry_across_instances(cache):
+    Repo.calls = 0
+
+    class Users(Repo):
+        @cache.cached(ttl=60)
+        def get(self, user_id):
+            return self.load(user_id)
+
+        @classmethod
+        @cache.cached(ttl=60)
+        def count(cls, kind):
+            return b"%d" % len(kind)
+
+    a, b = Users(cache), Users(cache)
+    assert a.get(1) == b"user 1"
+    assert b.get(1) == b"user 1"
+    assert Repo.calls == 1, "one entry for every instance"
+    assert "0x" not in a.get.key(1), a.get.key(1)
+    assert a.get.key(1) == b.get.key(1)
+    a.get.invalidate(1)
+    assert b.get(1) == b"user 1" and Repo.calls == 2
+    assert Users.count("abc") == b"3"
+    assert "Users" not in Users.count.key("abc").split("(")[1]
+
+
+# ---- 2. canonical keys --------------------------------------------------------
+
+_KEY_SCRIPT = r"""
+import sys, xfetch
+from xfetch._decorator import _key_builder
+def f(tags, **options): pass
+make = _key_builder(f, None)
+print(make({"b", "a", "c", "d"}, z=1, a=frozenset({"x", "y"}), m={"k2": 1, "k1": {3, 2, 1}}))
+print(make(tags={"d", "c", "b", "a"}, m={"k1": {1, 2, 3}, "k2": 1}, a=frozenset({"y", "x"}), z=1))
+"""
+
+
+def test_default_keys_are_the_same_in_every_process():
+    keys = set()
+    for seed in ("1", "2", "3"):
+        out = subprocess.run([sys.executable, "-c", _KEY_SCRIPT], capture_output=True,
+                             text=True, env=dict(os.environ, PYTHONHASHSEED=seed), check=True)
+        lines = out.stdout.split("\n")[:2]
+        assert lines[0] == lines[1], "kwargs order and set order do not matter"
+        keys.add(lines[0])
+    assert len(keys) == 1, keys
+
+
+def test_arguments_without_a_stable_key_are_refused_at_call_time(cache):
+    @cache.cached(ttl=60)
+    def f(obj):
+        return b"x"
+
+    with pytest.raises(TypeError, match="cannot be part of a cache key"):
+        f(object())
+    with pytest.raises(TypeError, match="cannot be part of a cache key"):
+        f([lambda: 1])
+
+
+# ---- 3. exceptions pickle ---------------------------------------------------------
+
+def _raise_from_worker(url):
+    cache = xfetch.Cache(url)
+    cache.set("k", b"v", ttl=60)
+    raise xfetch.ConnectionError(-3, "connect to nowhere")
+
+
+def test_every_error_class_pickles():
+    for cls in [xfetch.Error] + [c for c in vars(xfetch).values()
+                                 if isinstance(c, type) and issubclass(c, xfetch.Error)]:
+        for code in (-3, -5):
+            e = cls(code, "detail")
+            back = pickle.loads(pickle.dumps(e))
+            assert type(back) is cls
+            assert (back.code, back.message, str(back)) == (e.code, e.message, str(e))
+
+
+def test_an_error_in_a_process_pool_worker_reaches_the_caller(server):
+    with concurrent.futures.ProcessPoolExecutor(1) as pool:
+        with pytest.raises(xfetch.ConnectionError) as info:
+            pool.submit(_raise_from_worker, server.url).result()
+    assert info.value.message == "connect to nowhere"
+
+
+# ---- 4. str subclasses --------------------------------------------------------------
+
+class Color(str, enum.Enum):
+    RED = "red"
+
+
+class SafeString(str):
+    pass
+
+
+def test_str_subclasses_are_keys(cache, counter):
+    load = counter(b"v")
+    assert cache.get_or_compute(SafeString("k1"), load, ttl=60) == b"v"
+    assert cache.get_or_compute("k1", load, ttl=60) == b"v"
+    assert load.calls == 1, "the same key as the plain str"
+    assert cache.get_or_compute(Color.RED, load, ttl=60) == b"v"
+    assert cache.get_or_compute("red", load, ttl=60) == b"v"
+    assert load.calls == 2
+
+
+# ---- 5. async functions and key templates, at decoration ------------------------------
+
+def test_an_async_function_is_refused_at_decoration(cache):
+    with pytest.raises(TypeError, match="xfetch.aio"):
+        @cache.cached(ttl=60)
+        async def f():
+            return b"x"
+
+
+def test_a_key_template_naming_no_argument_is_refused_at_decoration(cache):
+    with pytest.raises(ValueError, match="user_idd"):
+        @cache.cached(ttl=60, key="user:{user_idd}")
+        def f(user_id):
+            return b"x"
+
+
+# ---- 6. a value the serializer cannot read is a miss ----------------------------------
+
+def test_changing_the_serializer_reloads_instead_of_failing(cache, caplog):
+    calls = []
+
+    def make(serializer):
+        @cache.cached(ttl=60, serializer=serializer, key="report")
+        def report():
+            calls.append(serializer)
+            return {"n": 1}
+        return report
+
+    assert make("pickle")() == {"n": 1}
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        assert make("json")() == {"n": 1}
+    assert calls == ["pickle", "json"]
+    assert "could not be decoded" in caplog.text
+    assert make("json")() == {"n": 1}
+    assert calls == ["pickle", "json"], "the entry was overwritten in the new format"
+
+
+def test_namespace_and_version_move_to_fresh_keys(cache):
+    @cache.cached(ttl=60, namespace="billing", version=2)
+    def total(n):
+        return b"%d" % n
+
+    assert total.key(3).startswith("billing:")
+    assert total.key(3).endswith("#v2")
+    assert total(3) == b"3"
+
+
+# ---- 7. negative_ttl with a serializer; loaders slower than the lease ----------------
+
+def test_none_with_a_serializer_is_not_found_and_follows_negative_ttl(cache, admin, prefix):
+    calls = []
+
+    @cache.cached(ttl=60, serializer="json", key="missing", negative_ttl=0.2)
+    def missing():
+        calls.append(1)
+        return None
+
+    assert missing() is None
+    assert missing() is None
+    assert len(calls) == 1
+    assert admin.hget(prefix + "missing", "n") is not None, "a not-found entry"
+    assert admin.pttl(prefix + "missing") <= 200 + 60000  # not-found, not a 60 s value
+    time.sleep(0.3)
+    assert missing() is None
+    assert len(calls) == 2, "reloaded after negative_ttl"
+
+
+def test_a_loader_slower_than_its_lease_is_logged(cache, caplog):
+    loads = []
+
+    def slow():
+        loads.append(1)
+        time.sleep(0.3)
+        return b"v"
+
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        threads = [threading.Thread(target=cache.get_or_compute, args=("slow", slow),
+                                    kwargs=dict(ttl=60, lease=0.1, wait=2)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(loads) > 1, "the lease ran out: other callers loaded too"
+    assert "longer than its lease" in caplog.text
