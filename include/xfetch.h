@@ -296,6 +296,14 @@ XF_EXPORT int xf_get_or_compute_many_batch(xf_client *c, size_t n, const char *c
                                            xf_batch_loader_fn loader, void *loader_ud,
                                            xf_value *values, int *rcs);
 
+/* Reads key's value without computing anything: XF_OK with a copy in *out
+ * (source XF_SOURCE_CACHE; free with xf_value_free) while the value is
+ * within its ttl; XF_ENOTFOUND when the entry is absent, past its ttl (a
+ * stale value is not returned) or a cached not-found. Takes no lease, never
+ * waits. One round trip (the read script). Errors: XF_EINVAL, XF_ECONNECT,
+ * XF_EIO, XF_EREDIS, XF_EWRONGTYPE, ... (no fail-open: there is no loader). */
+XF_EXPORT int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out);
+
 /* Writes a value for key as if a loader had produced it now (warm-up, or
  * write-through). The entry keeps the delta it learned from its last loader
  * run (0 for a new entry, which is then never refreshed early in its first

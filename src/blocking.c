@@ -102,6 +102,42 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
   }
 }
 
+int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out) {
+  if (out)
+    memset(out, 0, sizeof *out);
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  if (!out)
+    return xf__fail(c, XF_EINVAL, "out is NULL");
+  xf__key full;
+  int rc = xf__key_build(c, key, keylen, &full);
+  if (rc != XF_OK)
+    return rc;
+  xf__entry e;
+  rc = xf__entry_read(c, full.data, full.len, &e);
+  xf__key_free(&full);
+  if (rc != XF_OK)
+    return rc;
+  if (!e.value || e.remaining_ms <= 0 || e.negative) { /* absent, expired, not found */
+    c->stats.misses++;
+    xf__entry_free(&e);
+    return XF_ENOTFOUND;
+  }
+  out->data = malloc(e.len + 1);
+  if (!out->data) {
+    xf__entry_free(&e);
+    return xf__fail(c, XF_ENOMEM, "out of memory for a %zu-byte value", e.len);
+  }
+  memcpy(out->data, e.value, e.len);
+  out->data[e.len] = '\0';
+  out->len = e.len;
+  out->source = XF_SOURCE_CACHE;
+  c->stats.hits++;
+  xf__entry_free(&e);
+  return XF_OK;
+}
+
 int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_t len,
            const xf_policy *p) {
   if (!c)

@@ -535,3 +535,31 @@ Test(xfetch, a_live_lease_seen_by_the_read_costs_no_second_round_trip) {
   xf_client_close(c);
   xft_server_stop(&s);
 }
+
+Test(xfetch, get_reads_without_computing_or_leasing) {
+  xf_client *c = xft_client(1);
+  redisContext *r = xft_redis();
+  xf_value v;
+  cr_expect_eq(xf_get(c, "xf:get", 6, &v), XF_ENOTFOUND);
+  cr_expect_null(v.data);
+  cr_expect_eq(xft_int(r, "EXISTS xf:get"), 0, "no lease taken by a get");
+  put_entry(r, "xf:get", "fresh", 1000, 10000, 60000);
+  cr_assert_eq(xf_get(c, "xf:get", 6, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_str_eq(v.data, "fresh");
+  cr_expect_eq(v.len, 5);
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  put_entry(r, "xf:get", "old", 1000, -10, 60000); /* past its ttl: stale */
+  cr_expect_eq(xf_get(c, "xf:get", 6, &v), XF_ENOTFOUND, "a stale value is not returned");
+  freeReplyObject(xft_cmd(r, "SET xf:get:str plain"));
+  cr_expect_eq(xf_get(c, "xf:get:str", 10, &v), XF_EWRONGTYPE);
+  cr_expect_eq(xf_get(c, NULL, 3, &v), XF_EINVAL);
+  cr_expect_eq(xf_get(c, "k", 1, NULL), XF_EINVAL);
+  cr_expect_eq(xf_get(NULL, "k", 1, &v), XF_EINVAL);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.hits, 1);
+  cr_expect_eq(st.loads, 0);
+  redisFree(r);
+  xf_client_close(c);
+}

@@ -100,6 +100,7 @@ int xf_get_or_compute_many(xf_client *c, size_t n, const char *const *keys,
                            void *loader_ud, xf_value *values, int *rcs);
 typedef int (*xf_batch_loader_fn)(void *ud, size_t n, const char *const *keys, const size_t *keylens, xf_sink *const *sinks);
 int xf_get_or_compute_many_batch(xf_client *c, size_t n, const char *const *keys, const size_t *keylens, const xf_policy *policy, xf_batch_loader_fn loader, void *loader_ud, xf_value *values, int *rcs);
+int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out);
 int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_t len,
            const xf_policy *policy);
 int xf_ping(xf_client *c);
@@ -126,6 +127,8 @@ void xf_client_stats(const xf_client *c, xf_stats *out);
 
 /* The binding's one callback: the loader trampoline (xfetch/_cache.py). */
 extern "Python" int _xf_py_loader(void *ud, const char *key, size_t keylen, xf_sink *sink);
+extern "Python" int _xf_py_key_loader(void *ud, const char *key, size_t keylen,
+                                      xf_sink *sink);
 
 typedef struct xf_pool xf_pool;
 int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,

@@ -30,7 +30,7 @@ class _Conn:
     the loader's exception for the call in progress: its handle is the loader's
     user data, so a call allocates nothing for the callback."""
 
-    __slots__ = ("ptr", "value", "handle", "loader", "exc", "load_s", "gen", "share",
+    __slots__ = ("ptr", "value", "handle", "loader", "exc", "load_s", "gen", "share", "keys",
                  "__weakref__")
 
     def __init__(self, ptr, gen, share):
@@ -41,6 +41,7 @@ class _Conn:
         self.loader = None
         self.exc = None
         self.load_s = 0.0  # how long the last loader call took
+        self.keys = None  # get_many: key bytes -> the caller's key
         self.gen = gen
 
 
@@ -51,19 +52,36 @@ def _xf_py_loader(ud, key, keylen, sink):
     try:
         value = conn.loader()
         conn.load_s = time.monotonic() - t0
-        if value is None:
-            lib.xf_sink_not_found(sink)
-            return 0
-        if not isinstance(value, _BYTES_LIKE):
-            raise TypeError(f"the loader must return bytes or None, not {type(value).__name__}")
-        buf = ffi.from_buffer(value)
-        rc = lib.xf_sink_set(sink, buf, len(buf))
-        if rc != 0:
-            raise error_for(rc) if rc != lib.XF_EINVAL else InvalidArgumentError(
-                rc, f"the loader returned {len(buf)} bytes, above max_value_len")
+        _sink_value(value, sink)
         return 0
     except BaseException as e:  # re-raised by the caller once C returns
         conn.exc = e
+        return -1
+
+
+def _sink_value(value, sink):
+    """Hands a loader's result to the C sink; raises for a wrong type or size."""
+    if value is None:
+        lib.xf_sink_not_found(sink)
+        return
+    if not isinstance(value, _BYTES_LIKE):
+        raise TypeError(f"the loader must return bytes or None, not {type(value).__name__}")
+    buf = ffi.from_buffer(value)
+    rc = lib.xf_sink_set(sink, buf, len(buf))
+    if rc != 0:
+        raise error_for(rc) if rc != lib.XF_EINVAL else InvalidArgumentError(
+            rc, f"the loader returned {len(buf)} bytes, above max_value_len")
+
+
+@ffi.def_extern()
+def _xf_py_key_loader(ud, key, keylen, sink):
+    conn = ffi.from_handle(ud)
+    try:
+        _sink_value(conn.loader(conn.keys[ffi.unpack(key, keylen)]), sink)
+        return 0
+    except BaseException as e:  # the first is re-raised once C returns
+        if conn.exc is None:
+            conn.exc = e
         return -1
 
 
@@ -131,6 +149,14 @@ class Cache:
            key and reuse its value for up to its ttl (source "local"), instead
            of each running the loader (C xf_share; bounded, LRU); False = off.
 
+    lazy_connect: True = do not connect now (a module-level Cache must not
+           break start-up while Redis is down): the first call connects, or
+           fails open.
+    max_connections: None = one connection per concurrent caller (opened on
+           demand and kept); an int bounds them: callers beyond it wait for one.
+           A call made from inside a loader (or a decorated function calling
+           another) reuses its thread's connection, so nesting never opens more.
+
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a
     child process never uses the parent's connections. One connection is
@@ -140,7 +166,7 @@ class Cache:
 
     def __init__(self, url="redis://127.0.0.1:6379/0", prefix="", timeout=1.0,
                  connect_timeout=None, breaker=1.0, seed=None, max_key_len=None,
-                 max_value_len=None, share=True):
+                 max_value_len=None, share=True, lazy_connect=False, max_connections=None):
         fields = parse_url(url)
         if not isinstance(prefix, (str, bytes)):
             raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
@@ -181,7 +207,15 @@ class Cache:
         self._gen = 0
         self._fresh_process()
         self._closed = False
-        self._pool.append(self._open(lazy=False))  # fail fast on a wrong URL or password
+        if max_connections is not None and (type(max_connections) is not int
+                                            or max_connections < 1):
+            raise ValueError(f"max_connections must be None or an int >= 1, "
+                             f"not {max_connections!r}")
+        self._max_connections = max_connections
+        self._fresh_slots()
+        # Fail fast on a wrong URL or password, unless the service must start
+        # without Redis (lazy_connect: the first call connects, or fails open).
+        self._pool.append(self._open(lazy=bool(lazy_connect)))
         _caches.add(self)
 
     # ---- the connection pool ------------------------------------------------
@@ -206,6 +240,7 @@ class Cache:
                 ffi.gc(conn.ptr, None)
         self._gen += 1
         self._fresh_process()
+        self._fresh_slots()
 
     def _open(self, lazy=True):
         # Pooled connections connect lazily: if Redis is down, the C client
@@ -228,6 +263,43 @@ class Cache:
         with self._lock:
             self._all.add(conn)
         return conn
+
+    def _fresh_slots(self):
+        # max_connections bounds the connections in use (so, open) at once.
+        self._slots = (threading.BoundedSemaphore(self._max_connections)
+                       if self._max_connections else None)
+        self._tls = threading.local()  # the connection this thread's call holds
+
+    def _enter(self):
+        """The connection for a call: the one this thread's outer call holds
+        (a loader or decorated function calling the Cache again: the C client
+        allows nested calls, so nesting never opens more connections), else
+        one from the pool, waiting for a slot under max_connections."""
+        outer = getattr(self._tls, "conn", None)
+        if outer is not None and outer.gen == self._gen:
+            saved = (outer.loader, outer.exc, outer.load_s, outer.keys, outer.value)
+            outer.loader = outer.exc = outer.keys = None
+            outer.value = ffi.new("xf_value *")
+            return outer, saved
+        if self._slots is not None:
+            self._slots.acquire()
+        try:
+            conn = self._acquire()
+        except BaseException:
+            if self._slots is not None:
+                self._slots.release()
+            raise
+        self._tls.conn = conn
+        return conn, None
+
+    def _exit(self, conn, saved):
+        if saved is not None:  # back to the outer call on this connection
+            conn.loader, conn.exc, conn.load_s, conn.keys, conn.value = saved
+            return
+        self._tls.conn = None
+        self._release(conn)
+        if self._slots is not None:
+            self._slots.release()
 
     def _acquire(self):
         try:
@@ -283,7 +355,7 @@ class Cache:
             raise TypeError(f"loader must be callable, not {type(loader).__name__}")
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout))
-        conn = self._acquire()
+        conn, saved = self._enter()
         conn.loader = loader
         conn.load_s = 0.0
         try:
@@ -318,7 +390,7 @@ class Cache:
             raise error_for(rc, conn.ptr)
         finally:
             exc = None
-            self._release(conn)
+            self._exit(conn, saved)
 
     def get_or_compute(self, key, loader, ttl, beta=1.0, *, lease=5.0, wait=5.0, stale=0.0,
                        stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
@@ -354,20 +426,96 @@ class Cache:
             raise TypeError(f"value must be bytes-like, not {type(value).__name__}")
         buf = ffi.from_buffer(value)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
-        conn = self._acquire()
+        conn, saved = self._enter()
         try:
             check(lib.xf_set(conn.ptr, kb, len(kb), buf, len(buf), policy), conn.ptr)
         finally:
-            self._release(conn)
+            self._exit(conn, saved)
 
     def delete(self, key):
         """Removes key's entry (value and lease); no error if it is absent."""
-        kb = _key_bytes(key)
-        conn = self._acquire()
+        self.delete_many([key])
+
+    def delete_many(self, keys):
+        """Removes each key's entry (value and lease), in order, on one
+        connection; no error for absent keys."""
+        kbs = [_key_bytes(k) for k in keys]
+        conn, saved = self._enter()
         try:
-            check(lib.xf_delete(conn.ptr, kb, len(kb)), conn.ptr)
+            for kb in kbs:
+                check(lib.xf_delete(conn.ptr, kb, len(kb)), conn.ptr)
         finally:
-            self._release(conn)
+            self._exit(conn, saved)
+
+    def get(self, key):
+        """The bytes cached under key while within their ttl, else None (absent,
+        expired or a cached not-found). Computes nothing, takes no lease; one
+        round trip. Errors raise (there is no loader to fail open to)."""
+        kb = _key_bytes(key)
+        conn, saved = self._enter()
+        v = conn.value
+        try:
+            rc = lib.xf_get(conn.ptr, kb, len(kb), v)
+            if rc == lib.XF_ENOTFOUND:
+                return None
+            check(rc, conn.ptr)
+            try:
+                return ffi.unpack(v.data, v.len)
+            finally:
+                lib.xf_value_free(v)
+        finally:
+            self._exit(conn, saved)
+
+    def get_many(self, keys, loader, ttl, beta=1.0, *, lease=5.0, wait=5.0, stale=0.0,
+                 stale_if_error=0.0, negative_ttl=0.0, jitter=0.0, on_wait_timeout="load"):
+        """get_or_compute for many keys at once on the C batch driver: the
+        reads travel in one round trip (one script per Redis Cluster slot),
+        misses take their leases in one more, and loader(key) runs for each
+        key this caller must compute. Returns {key: bytes or None}, in the
+        order given (duplicates once). The first exception a loader raises
+        propagates once every key is done (the others' values are cached)."""
+        originals = {}
+        for k in keys:
+            originals.setdefault(_key_bytes(k), k)
+        if not callable(loader):
+            raise TypeError(f"loader must be callable, not {type(loader).__name__}")
+        policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
+                                     negative_ttl, jitter, on_wait_timeout))
+        n = len(originals)
+        if n == 0:
+            return {}
+        kbs = list(originals)
+        cbufs = [ffi.from_buffer(kb) for kb in kbs]
+        ckeys = ffi.new("const char *[]", [ffi.cast("const char *", b) for b in cbufs])
+        clens = ffi.new("size_t[]", [len(kb) for kb in kbs])
+        values = ffi.new("xf_value[]", n)
+        rcs = ffi.new("int[]", n)
+        conn, saved = self._enter()
+        conn.loader, conn.keys, conn.exc = loader, originals, None
+        try:
+            check(lib.xf_get_or_compute_many(conn.ptr, n, ckeys, clens, policy,
+                                             lib._xf_py_key_loader, conn.handle, values,
+                                             rcs), conn.ptr)
+            exc, conn.exc = conn.exc, None
+            out, first_error = {}, None
+            for i, kb in enumerate(kbs):
+                if rcs[i] == 0:
+                    out[originals[kb]] = ffi.unpack(values[i].data, values[i].len)
+                    lib.xf_value_free(ffi.addressof(values, i))
+                elif rcs[i] == lib.XF_ENOTFOUND:
+                    out[originals[kb]] = None
+                elif first_error is None:
+                    first_error = error_for(rcs[i], conn.ptr)
+            if exc is not None:
+                raise exc
+            if first_error is not None:
+                raise first_error
+            return out
+        finally:
+            for i in range(n):
+                lib.xf_value_free(ffi.addressof(values, i))
+            exc = None
+            self._exit(conn, saved)
 
     def stats(self):
         """Counters of this Cache in this process (a fork child starts at 0):

@@ -1,0 +1,148 @@
+"""Issue 10's features for real applications: get, get_many, delete_many,
+lazy_connect, max_connections (nested calls reuse the thread's connection),
+the decorator's helpers, condition and ttl forms."""
+import datetime
+import threading
+import time
+
+import pytest
+
+import xfetch
+
+
+def test_get_reads_without_computing(cache, counter):
+    assert cache.get("g") is None
+    cache.set("g", b"v", ttl=60)
+    assert cache.get("g") == b"v"
+    load = counter(None)
+    cache.get_or_compute("nf", load, ttl=60, negative_ttl=60)
+    assert cache.get("nf") is None
+    assert cache.stats()["loads"] == 1
+
+
+def test_get_many_reads_in_one_batch_and_loads_the_misses(cache, admin):
+    cache.set("a", b"A", ttl=60)
+    loaded = []
+
+    def load(key):
+        loaded.append(key)
+        return None if key == "none" else key.upper().encode()
+
+    before = admin.info("commandstats").get("cmdstat_evalsha_ro", {}).get("calls", 0)
+    out = cache.get_many(["a", "b", "none", "b"], load, ttl=60)
+    assert out == {"a": b"A", "b": b"B", "none": None}
+    assert list(out) == ["a", "b", "none"]
+    assert sorted(loaded) == ["b", "none"]
+    assert cache.get_many(["a", "b"], load, ttl=60) == {"a": b"A", "b": b"B"}
+    assert sorted(loaded) == ["b", "none"], "hits: no load"
+    after = admin.info("commandstats")["cmdstat_evalsha_ro"]["calls"]
+    assert after - before == 2, "one read_many per batch"
+
+
+def test_get_many_raises_the_loaders_exception_and_caches_the_rest(cache):
+    def load(key):
+        if key == "bad":
+            raise KeyError(key)
+        return b"ok"
+
+    with pytest.raises(KeyError):
+        cache.get_many(["good", "bad"], load, ttl=60)
+    assert cache.get("good") == b"ok"
+    assert cache.get("bad") is None
+
+
+def test_delete_many(cache):
+    for k in ("x", "y"):
+        cache.set(k, b"1", ttl=60)
+    cache.delete_many(["x", "y", "absent"])
+    assert cache.get("x") is None and cache.get("y") is None
+
+
+def test_lazy_connect_starts_without_redis(counter):
+    cache = xfetch.Cache("redis://127.0.0.1:1/0", lazy_connect=True, breaker=1)
+    load = counter(b"direct")
+    assert cache.fetch("k", load, ttl=60) == (b"direct", "uncached")
+    cache.close()
+    with pytest.raises(xfetch.ConnectionError):
+        xfetch.Cache("redis://127.0.0.1:1/0")
+
+
+def test_nested_calls_reuse_the_thread_s_connection(server, admin, prefix):
+    cache = xfetch.Cache(server.url, prefix=prefix, max_connections=1)
+
+    @cache.cached(ttl=60)
+    def leaf(n):
+        return b"%d" % n
+
+    @cache.cached(ttl=60)
+    def middle(n):
+        return leaf(n) + b"+"
+
+    @cache.cached(ttl=60)
+    def top(n):
+        return middle(n) + b"!"
+
+    assert top(1) == b"1+!"
+    assert cache.stats()["connections"] == 1
+    cache.close()
+
+
+def test_max_connections_bounds_the_connections_of_many_threads(server, prefix):
+    cache = xfetch.Cache(server.url, prefix=prefix, max_connections=2)
+    errors = []
+
+    def work():
+        try:
+            for i in range(20):
+                cache.get_or_compute(f"k{i}", lambda: time.sleep(0.005) or b"v", ttl=60)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert cache.stats()["connections"] <= 2
+    cache.close()
+    with pytest.raises(ValueError):
+        xfetch.Cache(server.url, max_connections=0)
+
+
+def test_decorator_helpers(cache):
+    calls = []
+
+    @cache.cached(ttl=60, serializer="json")
+    def price(item):
+        calls.append(item)
+        return {"item": item, "n": len(calls)}
+
+    assert price("a") == {"item": "a", "n": 1}
+    assert price.refresh("a") == {"item": "a", "n": 2}
+    assert price("a") == {"item": "a", "n": 2}
+    price.set({"item": "a", "n": 99}, "a")
+    assert price("a") == {"item": "a", "n": 99}
+    assert price.original("a") == {"item": "a", "n": 3}
+
+
+def test_condition_and_ttl_forms(cache, admin, prefix):
+    calls = []
+
+    @cache.cached(ttl=datetime.timedelta(seconds=30), condition=lambda r: r != b"partial")
+    def page(n):
+        calls.append(n)
+        return b"partial" if n == 0 else b"full"
+
+    assert page(0) == b"partial" and page(0) == b"partial"
+    assert calls == [0, 0], "not cached"
+    assert page(1) == b"full" and page(1) == b"full"
+    assert calls == [0, 0, 1]
+
+    @cache.cached(ttl=lambda r: 5 if r == b"short" else 50, key="ttl:{n}")
+    def lived(n):
+        return b"short" if n == 0 else b"long"
+
+    assert lived(0) == b"short" and lived(1) == b"long"
+    assert 0 < admin.pttl(prefix + "ttl:0") <= 5000
+    assert 5000 < admin.pttl(prefix + "ttl:1") <= 50000
