@@ -351,6 +351,90 @@ typedef struct xf_stats {
 /* Copies the client's counters into *out. */
 XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
 
+/* ---- The sans-I/O call --------------------------------------------------
+ *
+ * For a driver written around xfetch rather than on top of it (the Python
+ * asyncio binding): the same get-or-compute as xf_get_or_compute, but the
+ * caller does the I/O. It writes the call's request bytes on its own
+ * connection, parses what comes back with an xf_reader (one per connection:
+ * replies come back in the order requests were written, so many calls may be
+ * pipelined on one connection) and hands each reply to its call; it runs the
+ * loader when asked, and sleeps when asked. The call never touches a socket,
+ * a thread or a sleep. The client gives the configuration (key prefix,
+ * limits, lease-token identity, XFetch draws, stats): open it with
+ * lazy_connect and use it from one thread, like the calls; it is never used
+ * for I/O by a call. The connection must have run AUTH/SELECT first; a call
+ * never routes by Redis Cluster slot. */
+typedef struct xf_call xf_call;
+typedef struct xf_reader xf_reader;
+typedef struct xf_reply xf_reply; /* one parsed reply */
+
+typedef enum xf_call_step {
+  XF_CALL_SEND = 0, /* write xf_call_request's bytes; then xf_call_reply */
+  XF_CALL_LOAD = 1, /* run the loader; then xf_call_loaded / _not_found / _load_failed */
+  XF_CALL_WAIT = 2, /* sleep xf_call_wait_ms; then xf_call_woke */
+  XF_CALL_DONE = 3  /* xf_call_result; then xf_call_free */
+} xf_call_step;
+
+/* Starts a call for key (copied) under policy (copied) with c's
+ * configuration. Returns XF_OK with *out (already at its first step: bad
+ * arguments end it at once with XF_CALL_DONE and the code in
+ * xf_call_result), XF_EINVAL (out, c or policy NULL) or XF_ENOMEM. */
+XF_EXPORT int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                            const xf_policy *policy);
+
+/* The step the call waits on (XF_CALL_DONE for NULL). */
+XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
+
+/* In XF_CALL_SEND: the RESP bytes to write, owned by the call, valid until
+ * its next step; NULL (and *len 0) in any other step. */
+XF_EXPORT const char *xf_call_request(const xf_call *call, size_t *len);
+
+/* The reply to the request (the call takes it), or NULL when the connection
+ * failed before it came (the call fails open as on XF_EIO). Returns the next
+ * step. A reply given in another step is freed and ignored. */
+XF_EXPORT xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);
+
+/* The request could not be written or its reply never came: rc XF_ECONNECT
+ * (no connection) or XF_EIO (anything else). Returns the next step. */
+XF_EXPORT xf_call_step xf_call_io_failed(xf_call *call, int rc);
+
+/* In XF_CALL_LOAD: the loader's value (copied), "not found", or its failure
+ * (loader_rc non-zero; 0 counts as -1): nothing is cached. The load's
+ * duration (the XFetch delta) runs from the step's start to this call.
+ * Return the next step. */
+XF_EXPORT xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len);
+XF_EXPORT xf_call_step xf_call_not_found(xf_call *call);
+XF_EXPORT xf_call_step xf_call_load_failed(xf_call *call, int loader_rc);
+
+/* In XF_CALL_WAIT: how many ms to sleep (0 = now); then xf_call_woke. */
+XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call);
+XF_EXPORT xf_call_step xf_call_woke(xf_call *call);
+
+/* In XF_CALL_DONE: the call's result, as xf_get_or_compute returns it; on
+ * XF_OK the value moves to *out (free with xf_value_free). XF_EINVAL before
+ * XF_CALL_DONE. xf_call_errmsg: the message of a failed call ("" if none),
+ * owned by the call. */
+XF_EXPORT int xf_call_result(xf_call *call, xf_value *out);
+XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
+
+/* Frees the call at any step (NULL-safe). A call abandoned before
+ * XF_CALL_DONE may leave its lease, which expires after policy.lease_ms. */
+XF_EXPORT void xf_call_free(xf_call *call);
+
+/* A reply parser for one connection (hiredis' reader): feed it every byte
+ * read, then take complete replies in order with xf_reader_next (XF_OK with
+ * *reply NULL: more bytes needed; XF_EPROTO: the stream is not RESP, drop
+ * the connection). xf_reply_is_error tells an error reply (its text in *msg,
+ * owned by the reply), e.g. for AUTH. A reply not given to a call is freed
+ * with xf_reply_free. Not thread-safe; all NULL-safe. */
+XF_EXPORT int xf_reader_open(xf_reader **out);
+XF_EXPORT int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
+XF_EXPORT int xf_reader_next(xf_reader *rd, xf_reply **reply);
+XF_EXPORT int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t *len);
+XF_EXPORT void xf_reply_free(xf_reply *reply);
+XF_EXPORT void xf_reader_close(xf_reader *rd);
+
 /* ---- The pool driver -------------------------------------------------------
  *
  * xf_pool is get-or-compute for threaded services: any number of threads

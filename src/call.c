@@ -1,0 +1,238 @@
+/* The sans-I/O call: the flow (flow.h) behind a public API, for drivers
+ * written outside C (the Python asyncio binding): the caller moves the bytes,
+ * runs the loader and sleeps; the call decides. Replies are parsed by an
+ * xf_reader, one per connection, so pipelined calls share it. */
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "flow.h"
+#include "sink.h"
+
+struct xf_call {
+  xf__flow f;
+  xf__step step;
+  xf_policy policy; /* the flow points at it: a copy the call owns */
+  char *key;        /* likewise */
+  xf_value out;
+  xf__buf request; /* the RESP bytes of the SEND step */
+  int64_t load_t0_us;
+  char errstr[256]; /* the client's message when the call ended in error */
+};
+
+struct xf_reader {
+  redisReader *r;
+};
+
+/* The step as the public enum, after the call moved on. */
+static xf_call_step advance(xf_call *call, xf__step step) {
+  call->step = step;
+  switch (step) {
+  case XF_STEP_SEND:
+    call->request.len = 0;
+    if (xf__resp_append_cmd(&call->request, &call->f.cmd) != 0)
+      return advance(call, xf__flow_reply(&call->f, XF_ENOMEM, NULL, xf__now_ms()));
+    return XF_CALL_SEND;
+  case XF_STEP_LOAD:
+    call->load_t0_us = xf__now_us();
+    return XF_CALL_LOAD;
+  case XF_STEP_WAIT:
+    return XF_CALL_WAIT;
+  case XF_STEP_DONE:
+  default:
+    if (call->f.rc != XF_OK)
+      snprintf(call->errstr, sizeof call->errstr, "%s", call->f.c->errstr);
+    return XF_CALL_DONE;
+  }
+}
+
+int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                  const xf_policy *policy) {
+  if (!out)
+    return XF_EINVAL;
+  *out = NULL;
+  if (!c || !policy || (!key && keylen > 0))
+    return XF_EINVAL;
+  xf_call *call = calloc(1, sizeof *call);
+  if (!call || !(call->key = malloc(keylen + 1))) {
+    free(call);
+    return XF_ENOMEM;
+  }
+  if (keylen)
+    memcpy(call->key, key, keylen);
+  call->policy = *policy;
+  c->errstr[0] = '\0';
+  advance(call, xf__flow_start(&call->f, c, call->key, keylen, &call->policy, &call->out,
+                               xf__now_ms()));
+  *out = call;
+  return XF_OK;
+}
+
+xf_call_step xf_call_next(const xf_call *call) {
+  if (!call)
+    return XF_CALL_DONE;
+  switch (call->step) {
+  case XF_STEP_SEND:
+    return XF_CALL_SEND;
+  case XF_STEP_LOAD:
+    return XF_CALL_LOAD;
+  case XF_STEP_WAIT:
+    return XF_CALL_WAIT;
+  default:
+    return XF_CALL_DONE;
+  }
+}
+
+const char *xf_call_request(const xf_call *call, size_t *len) {
+  if (!call || call->step != XF_STEP_SEND) {
+    if (len)
+      *len = 0;
+    return NULL;
+  }
+  if (len)
+    *len = call->request.len;
+  return call->request.data;
+}
+
+xf_call_step xf_call_reply(xf_call *call, xf_reply *reply) {
+  redisReply *r = (redisReply *)reply;
+  if (!call || call->step != XF_STEP_SEND) {
+    if (r)
+      freeReplyObject(r);
+    return xf_call_next(call);
+  }
+  return advance(call, xf__flow_reply(&call->f, r ? XF_OK : XF_EIO, r, xf__now_ms()));
+}
+
+xf_call_step xf_call_io_failed(xf_call *call, int rc) {
+  if (!call || call->step != XF_STEP_SEND)
+    return xf_call_next(call);
+  if (rc != XF_ECONNECT && rc != XF_ENOMEM)
+    rc = XF_EIO;
+  return advance(call, xf__flow_reply(&call->f, rc, NULL, xf__now_ms()));
+}
+
+/* A LOAD's outcome: rc 0 with the sink filled, or the loader's failure. */
+static xf_call_step loaded(xf_call *call, int loader_rc) {
+  int64_t t1 = xf__now_us();
+  return advance(call,
+                 xf__flow_loaded(&call->f, loader_rc, t1 - call->load_t0_us, t1 / 1000));
+}
+
+xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len) {
+  if (!call || call->step != XF_STEP_LOAD)
+    return xf_call_next(call);
+  int rc = xf_sink_set(&call->f.sink, data, len);
+  return loaded(call, rc == XF_OK ? 0 : rc);
+}
+
+xf_call_step xf_call_not_found(xf_call *call) {
+  if (!call || call->step != XF_STEP_LOAD)
+    return xf_call_next(call);
+  xf_sink_not_found(&call->f.sink);
+  return loaded(call, 0);
+}
+
+xf_call_step xf_call_load_failed(xf_call *call, int loader_rc) {
+  if (!call || call->step != XF_STEP_LOAD)
+    return xf_call_next(call);
+  return loaded(call, loader_rc ? loader_rc : -1);
+}
+
+int64_t xf_call_wait_ms(const xf_call *call) {
+  if (!call || call->step != XF_STEP_WAIT)
+    return 0;
+  int64_t ms = call->f.wake_ms - xf__now_ms();
+  return ms > 0 ? ms : 0;
+}
+
+xf_call_step xf_call_woke(xf_call *call) {
+  if (!call || call->step != XF_STEP_WAIT)
+    return xf_call_next(call);
+  return advance(call, xf__flow_woke(&call->f, xf__now_ms()));
+}
+
+int xf_call_result(xf_call *call, xf_value *out) {
+  if (out)
+    memset(out, 0, sizeof *out);
+  if (!call || call->step != XF_STEP_DONE)
+    return XF_EINVAL;
+  if (out && call->f.rc == XF_OK) {
+    *out = call->out;
+    memset(&call->out, 0, sizeof call->out);
+  }
+  return call->f.rc;
+}
+
+const char *xf_call_errmsg(const xf_call *call) { return call ? call->errstr : ""; }
+
+void xf_call_free(xf_call *call) {
+  if (!call)
+    return;
+  if (call->step != XF_STEP_DONE) { /* abandoned mid-way: what the flow holds */
+    xf__entry_free(&call->f.e);
+    xf__sink_clear(&call->f.sink);
+    xf__key_free(&call->f.key);
+  }
+  xf_value_free(&call->out);
+  xf__buf_free(&call->request);
+  free(call->key);
+  free(call);
+}
+
+/* ---- replies ---------------------------------------------------------------- */
+
+int xf_reader_open(xf_reader **out) {
+  if (!out)
+    return XF_EINVAL;
+  *out = calloc(1, sizeof **out);
+  if (!*out || !((*out)->r = redisReaderCreate())) {
+    free(*out);
+    *out = NULL;
+    return XF_ENOMEM;
+  }
+  return XF_OK;
+}
+
+int xf_reader_feed(xf_reader *rd, const char *data, size_t len) {
+  if (!rd || (!data && len))
+    return XF_EINVAL;
+  return redisReaderFeed(rd->r, data, len) == REDIS_OK ? XF_OK : XF_ENOMEM;
+}
+
+int xf_reader_next(xf_reader *rd, xf_reply **reply) {
+  if (!reply)
+    return XF_EINVAL;
+  *reply = NULL;
+  if (!rd)
+    return XF_EINVAL;
+  void *r = NULL;
+  if (redisReaderGetReply(rd->r, &r) != REDIS_OK)
+    return XF_EPROTO;
+  *reply = r;
+  return XF_OK;
+}
+
+int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t *len) {
+  const redisReply *r = (const redisReply *)reply;
+  int err = r && r->type == REDIS_REPLY_ERROR;
+  if (msg)
+    *msg = err ? r->str : NULL;
+  if (len)
+    *len = err ? r->len : 0;
+  return err;
+}
+
+void xf_reply_free(xf_reply *reply) {
+  if (reply)
+    freeReplyObject(reply);
+}
+
+void xf_reader_close(xf_reader *rd) {
+  if (!rd)
+    return;
+  redisReaderFree(rd->r);
+  free(rd);
+}

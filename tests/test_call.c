@@ -1,0 +1,194 @@
+/* The sans-I/O call (xf_call_*, xf_reader_*) driven by hand over a plain
+ * socket to a real Redis: request bytes written as they are, reply bytes fed
+ * back whole or one byte at a time. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fixture.h"
+
+typedef struct wire {
+  redisContext *sock; /* only its file descriptor is used */
+  xf_reader *reader;
+  int byte_at_a_time;
+} wire;
+
+static wire open_wire(int byte_at_a_time) {
+  wire w = {.sock = xft_redis(), .byte_at_a_time = byte_at_a_time};
+  cr_assert_eq(xf_reader_open(&w.reader), XF_OK);
+  return w;
+}
+
+static void close_wire(wire *w) {
+  xf_reader_close(w->reader);
+  redisFree(w->sock);
+}
+
+/* Writes the call's request and reads until its reply is complete. */
+static xf_reply *exchange(wire *w, const xf_call *call) {
+  size_t len;
+  const char *req = xf_call_request(call, &len);
+  cr_assert_not_null(req);
+  cr_assert_eq(write(w->sock->fd, req, len), (ssize_t)len);
+  for (;;) {
+    xf_reply *reply;
+    cr_assert_eq(xf_reader_next(w->reader, &reply), XF_OK);
+    if (reply)
+      return reply;
+    char buf[4096];
+    ssize_t n = read(w->sock->fd, buf, w->byte_at_a_time ? 1 : sizeof buf);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(xf_reader_feed(w->reader, buf, (size_t)n), XF_OK);
+  }
+}
+
+typedef struct script {
+  const char *value; /* the loader's; NULL = it fails */
+  int loads;
+} script;
+
+/* Runs a call to the end as a driver would; returns its code. */
+static int drive(wire *w, xf_client *c, const char *key, const xf_policy *p, script *s,
+                 xf_value *out) {
+  xf_call *call;
+  cr_assert_eq(xf_call_start(&call, c, key, strlen(key), p), XF_OK);
+  for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
+    if (step == XF_CALL_SEND) {
+      step = xf_call_reply(call, exchange(w, call));
+    } else if (step == XF_CALL_LOAD) {
+      s->loads++;
+      step = s->value ? xf_call_loaded(call, s->value, strlen(s->value))
+                      : xf_call_load_failed(call, 7);
+    } else {
+      usleep((useconds_t)xf_call_wait_ms(call) * 1000);
+      step = xf_call_woke(call);
+    }
+  }
+  int rc = xf_call_result(call, out);
+  xf_call_free(call);
+  return rc;
+}
+
+static xf_client *config_client(void) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.lazy_connect = 1;
+  o.port = 1; /* never used for I/O: a call has no socket of its own */
+  o.seed = 3;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  return c;
+}
+
+Test(call, a_miss_loads_and_writes_then_hits_fed_byte_by_byte) {
+  xf_client *c = config_client();
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  for (int bytewise = 0; bytewise < 2; bytewise++) {
+    wire w = open_wire(bytewise);
+    char key[32];
+    snprintf(key, sizeof key, "call:miss:%d", bytewise);
+    script s = {.value = "computed"};
+    xf_value v;
+    cr_assert_eq(drive(&w, c, key, &p, &s, &v), XF_OK, "%s", xf_errmsg(c));
+    cr_expect_str_eq(v.data, "computed");
+    cr_expect_eq(v.source, XF_SOURCE_LOADER);
+    xf_value_free(&v);
+    cr_assert_eq(drive(&w, c, key, &p, &s, &v), XF_OK);
+    cr_expect_str_eq(v.data, "computed");
+    cr_expect_eq(v.source, XF_SOURCE_CACHE);
+    cr_expect_eq(s.loads, 1);
+    xf_value_free(&v);
+    close_wire(&w);
+  }
+  xf_client_close(c);
+}
+
+Test(call, noscript_after_script_flush_is_recovered) {
+  xf_client *c = config_client();
+  wire w = open_wire(0);
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "SCRIPT FLUSH"));
+  xf_policy p = XF_POLICY_INIT;
+  script s = {.value = "v"};
+  xf_value v;
+  cr_assert_eq(drive(&w, c, "call:noscript", &p, &s, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_expect_str_eq(v.data, "v");
+  xf_value_free(&v);
+  redisFree(r);
+  close_wire(&w);
+  xf_client_close(c);
+}
+
+Test(call, a_failed_loader_caches_nothing) {
+  xf_client *c = config_client();
+  wire w = open_wire(0);
+  xf_policy p = XF_POLICY_INIT;
+  script s = {.value = NULL};
+  xf_value v;
+  cr_expect_eq(drive(&w, c, "call:fails", &p, &s, &v), XF_ELOADER);
+  cr_expect_eq(xf_loader_error(c), 7);
+  cr_expect_null(v.data);
+  redisContext *r = xft_redis();
+  cr_expect_eq(xft_int(r, "HEXISTS call:fails v"), 0);
+  redisFree(r);
+  close_wire(&w);
+  xf_client_close(c);
+}
+
+Test(call, an_error_reply_and_a_lost_connection) {
+  xf_client *c = config_client();
+  wire w = open_wire(0);
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "SET call:str plain"));
+  xf_policy p = XF_POLICY_INIT;
+  script s = {.value = "v"};
+  xf_value v;
+  cr_expect_eq(drive(&w, c, "call:str", &p, &s, &v), XF_EWRONGTYPE);
+  xf_call *call;
+  cr_assert_eq(xf_call_start(&call, c, "call:io", 7, &p), XF_OK);
+  cr_assert_eq(xf_call_next(call), XF_CALL_SEND);
+  cr_assert_eq(xf_call_io_failed(call, XF_EIO), XF_CALL_LOAD, "fails open");
+  cr_assert_eq(xf_call_loaded(call, "direct", 6), XF_CALL_DONE);
+  cr_assert_eq(xf_call_result(call, &v), XF_OK);
+  cr_expect_str_eq(v.data, "direct");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+  xf_call_free(call);
+  redisFree(r);
+  close_wire(&w);
+  xf_client_close(c);
+}
+
+Test(call, bad_arguments_and_a_call_abandoned_mid_way) {
+  xf_client *c = config_client();
+  xf_policy p = XF_POLICY_INIT;
+  xf_call *call = NULL;
+  cr_expect_eq(xf_call_start(NULL, c, "k", 1, &p), XF_EINVAL);
+  cr_expect_eq(xf_call_start(&call, NULL, "k", 1, &p), XF_EINVAL);
+  cr_expect_eq(xf_call_start(&call, c, "k", 1, NULL), XF_EINVAL);
+  cr_assert_eq(xf_call_start(&call, c, "", 0, &p), XF_OK);
+  cr_expect_eq(xf_call_next(call), XF_CALL_DONE);
+  cr_expect_eq(xf_call_result(call, NULL), XF_EINVAL, "an empty key");
+  xf_call_free(call);
+  cr_assert_eq(xf_call_start(&call, c, "call:abandoned", 14, &p), XF_OK);
+  cr_expect_eq(xf_call_result(call, NULL), XF_EINVAL, "not done yet");
+  cr_expect_eq(xf_call_woke(call), XF_CALL_SEND, "a wrong step is ignored");
+  xf_call_free(call); /* mid-way: nothing leaks (valgrind) */
+  xf_call_free(NULL);
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  cr_assert_eq(xf_reader_feed(rd, "-ERR no\r\n:", 10), XF_OK);
+  xf_reply *reply;
+  cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
+  const char *msg;
+  size_t len;
+  cr_expect(xf_reply_is_error(reply, &msg, &len));
+  cr_expect_eq(len, 6);
+  xf_reply_free(reply);
+  cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
+  cr_expect_null(reply, "incomplete");
+  cr_assert_eq(xf_reader_feed(rd, "x\r\n", 3), XF_OK);
+  cr_expect_eq(xf_reader_next(rd, &reply), XF_EPROTO);
+  xf_reader_close(rd);
+  xf_client_close(c);
+}
