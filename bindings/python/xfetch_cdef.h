@@ -149,3 +149,33 @@ typedef struct xf_pool_info {
 } xf_pool_info;
 void xf_pool_stats(xf_pool *p, xf_pool_info *out);
 void xf_pool_close(xf_pool *p);
+
+typedef struct xf_call xf_call;
+typedef struct xf_reader xf_reader;
+typedef struct xf_reply xf_reply;
+typedef enum xf_call_step {
+  XF_CALL_SEND = 0,
+  XF_CALL_LOAD = 1,
+  XF_CALL_WAIT = 2,
+  XF_CALL_DONE = 3
+} xf_call_step;
+int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                  const xf_policy *policy);
+xf_call_step xf_call_next(const xf_call *call);
+const char *xf_call_request(const xf_call *call, size_t *len);
+xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);
+xf_call_step xf_call_io_failed(xf_call *call, int rc);
+xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len);
+xf_call_step xf_call_not_found(xf_call *call);
+xf_call_step xf_call_load_failed(xf_call *call, int loader_rc);
+int64_t xf_call_wait_ms(const xf_call *call);
+xf_call_step xf_call_woke(xf_call *call);
+int xf_call_result(xf_call *call, xf_value *out);
+const char *xf_call_errmsg(const xf_call *call);
+void xf_call_free(xf_call *call);
+int xf_reader_open(xf_reader **out);
+int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
+int xf_reader_next(xf_reader *rd, xf_reply **reply);
+int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t *len);
+void xf_reply_free(xf_reply *reply);
+void xf_reader_close(xf_reader *rd);
