@@ -146,3 +146,11 @@ def test_condition_and_ttl_forms(cache, admin, prefix):
     assert lived(0) == b"short" and lived(1) == b"long"
     assert 0 < admin.pttl(prefix + "ttl:0") <= 5000
     assert 5000 < admin.pttl(prefix + "ttl:1") <= 50000
+
+
+def test_the_package_is_typed():
+    import importlib.resources
+    import inspect
+    assert importlib.resources.files("xfetch").joinpath("py.typed").is_file()
+    hints = inspect.get_annotations(xfetch.Cache.get_or_compute, eval_str=True)
+    assert hints["return"] == (bytes | None)

@@ -1,6 +1,9 @@
 """xfetch.Cache: a pool of C clients (one connection each) behind a
 thread-safe, fork-safe Pythonic API."""
+from __future__ import annotations
+
 import collections
+import datetime
 import logging
 import os
 import threading
@@ -11,6 +14,12 @@ from ._errors import InvalidArgumentError, check, error_for
 from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._url import parse_url
+
+from typing import Any, Callable, Iterable, TypeVar, Union  # noqa: E402
+
+Key = Union[str, bytes]
+Value = Union[bytes, bytearray, memoryview]
+F = TypeVar("F", bound=Callable[..., Any])
 
 SOURCES = {lib.XF_SOURCE_CACHE: "cache", lib.XF_SOURCE_LOADER: "loader",
            lib.XF_SOURCE_STALE: "stale", lib.XF_SOURCE_UNCACHED: "uncached",
@@ -164,9 +173,12 @@ class Cache:
     (xfetch.ConnectionError, xfetch.AuthError).
     """
 
-    def __init__(self, url="redis://127.0.0.1:6379/0", prefix="", timeout=1.0,
-                 connect_timeout=None, breaker=1.0, seed=None, max_key_len=None,
-                 max_value_len=None, share=True, lazy_connect=False, max_connections=None):
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str | bytes = "",
+                 timeout: float = 1.0, connect_timeout: float | None = None,
+                 breaker: float = 1.0, seed: int | None = None,
+                 max_key_len: int | None = None, max_value_len: int | None = None,
+                 share: bool = True, lazy_connect: bool = False,
+                 max_connections: int | None = None) -> None:
         fields = parse_url(url)
         if not isinstance(prefix, (str, bytes)):
             raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
@@ -325,7 +337,7 @@ class Cache:
             self._all.discard(conn)
         ffi.release(conn.ptr)
 
-    def close(self):
+    def close(self) -> None:
         """Closes the idle connections; ones in use close when their call ends.
         Further calls raise ValueError."""
         self._closed = True
@@ -347,8 +359,10 @@ class Cache:
 
     # ---- the API ----------------------------------------------------------------
 
-    def fetch(self, key, loader, ttl, beta=1.0, *, lease=5.0, wait=5.0, stale=0.0,
-              stale_if_error=0.0, negative_ttl=0.0, jitter=0.0, on_wait_timeout="load"):
+    def fetch(self, key: Key, loader: Callable[[], Value | None], ttl: float,
+              beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
+              stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
+              jitter: float = 0.0, on_wait_timeout: str = "load") -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         kb = _key_bytes(key)
         if not callable(loader):
@@ -392,9 +406,11 @@ class Cache:
             exc = None
             self._exit(conn, saved)
 
-    def get_or_compute(self, key, loader, ttl, beta=1.0, *, lease=5.0, wait=5.0, stale=0.0,
-                       stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
-                       on_wait_timeout="load"):
+    def get_or_compute(self, key: Key, loader: Callable[[], Value | None], ttl: float,
+                       beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
+                       stale: float = 0.0, stale_if_error: float = 0.0,
+                       negative_ttl: float = 0.0, jitter: float = 0.0,
+                       on_wait_timeout: str = "load") -> bytes | None:
         """Returns the bytes cached under key, calling loader() to compute them
         when missing, expired or elected for early recomputation (XFetch).
         Across every client of the Redis server one caller at a time runs the
@@ -419,7 +435,8 @@ class Cache:
                           stale_if_error=stale_if_error, negative_ttl=negative_ttl,
                           jitter=jitter, on_wait_timeout=on_wait_timeout)[0]
 
-    def set(self, key, value, ttl, *, stale=0.0, jitter=0.0):
+    def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
+            jitter: float = 0.0) -> None:
         """Writes value (bytes-like) for key as if a loader had produced it now."""
         kb = _key_bytes(key)
         if not isinstance(value, _BYTES_LIKE):
@@ -432,11 +449,11 @@ class Cache:
         finally:
             self._exit(conn, saved)
 
-    def delete(self, key):
+    def delete(self, key: Key) -> None:
         """Removes key's entry (value and lease); no error if it is absent."""
         self.delete_many([key])
 
-    def delete_many(self, keys):
+    def delete_many(self, keys: Iterable[Key]) -> None:
         """Removes each key's entry (value and lease), in order, on one
         connection; no error for absent keys."""
         kbs = [_key_bytes(k) for k in keys]
@@ -447,7 +464,7 @@ class Cache:
         finally:
             self._exit(conn, saved)
 
-    def get(self, key):
+    def get(self, key: Key) -> bytes | None:
         """The bytes cached under key while within their ttl, else None (absent,
         expired or a cached not-found). Computes nothing, takes no lease; one
         round trip. Errors raise (there is no loader to fail open to)."""
@@ -466,8 +483,11 @@ class Cache:
         finally:
             self._exit(conn, saved)
 
-    def get_many(self, keys, loader, ttl, beta=1.0, *, lease=5.0, wait=5.0, stale=0.0,
-                 stale_if_error=0.0, negative_ttl=0.0, jitter=0.0, on_wait_timeout="load"):
+    def get_many(self, keys: Iterable[Key], loader: Callable[[Key], Value | None],
+                 ttl: float, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
+                 stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
+                 jitter: float = 0.0, on_wait_timeout: str = "load"
+                 ) -> dict[Key, bytes | None]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
         misses take their leases in one more, and loader(key) runs for each
@@ -517,7 +537,7 @@ class Cache:
             exc = None
             self._exit(conn, saved)
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """Counters of this Cache in this process (a fork child starts at 0):
         hits, misses, early, loads, load_errors, lease_lost, waits, stale,
         uncached, redis_errors, superseded, local, redirects, map_refreshes
@@ -533,7 +553,9 @@ class Cache:
         total["connections"] = len(conns)
         return total
 
-    def cached(self, ttl, key=None, serializer=None, **policy):
+    def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],
+               key: str | Callable[..., str | bytes] | None = None,
+               serializer: Any = None, **policy: Any) -> Callable[[F], F]:
         """Decorator: caches the function's result; see xfetch.cached."""
         from ._decorator import cached
         return cached(self, ttl, key=key, serializer=serializer, **policy)

@@ -12,6 +12,8 @@ asyncio stream per Cache, runs loaders (plain or async def) and sleeps with
 asyncio. Concurrent calls pipeline their commands on the stream; replies are
 matched in order. The event loop is never blocked: no call waits on a thread.
 """
+from __future__ import annotations
+
 import asyncio
 import collections
 import functools
@@ -25,6 +27,12 @@ from ._errors import AuthError, ConnectionError, Error, check, error_for
 from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._url import parse_url
+
+from typing import Any, Awaitable, Callable, Union  # noqa: E402
+
+Key = Union[str, bytes]
+Value = Union[bytes, bytearray, memoryview]
+Loader = Callable[[], Union[Value, None, Awaitable[Union[Value, None]]]]
 
 log = logging.getLogger("xfetch")
 _BYTES_LIKE = (bytes, bytearray, memoryview)
@@ -121,9 +129,10 @@ class Cache:
     a standalone server (a cluster URL raises ValueError when it says
     cluster=on; an auto-detected cluster answers MOVED: RedisError)."""
 
-    def __init__(self, url="redis://127.0.0.1:6379/0", prefix="", timeout=1.0,
-                 connect_timeout=None, breaker=1.0, seed=None, max_key_len=None,
-                 max_value_len=None):
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str | bytes = "",
+                 timeout: float = 1.0, connect_timeout: float | None = None,
+                 breaker: float = 1.0, seed: int | None = None,
+                 max_key_len: int | None = None, max_value_len: int | None = None) -> None:
         fields = parse_url(url)
         if fields["cluster"] == 1:
             raise ValueError("xfetch.aio does not route a Redis Cluster: use xfetch.Cache")
@@ -209,7 +218,7 @@ class Cache:
             if self._opening is opening and opening.done():
                 self._opening = None
 
-    async def close(self):
+    async def close(self) -> None:
         """Closes the stream; calls made afterwards open a new one."""
         if self._stream is not None:
             await self._stream.close()
@@ -223,9 +232,10 @@ class Cache:
 
     # ---- the API ----------------------------------------------------------------
 
-    async def fetch(self, key, loader, ttl, beta=1.0, *, lease=5.0, wait=5.0, stale=0.0,
-                    stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
-                    on_wait_timeout="load"):
+    async def fetch(self, key: Key, loader: Loader, ttl: float, beta: float = 1.0, *,
+                    lease: float = 5.0, wait: float = 5.0, stale: float = 0.0,
+                    stale_if_error: float = 0.0, negative_ttl: float = 0.0,
+                    jitter: float = 0.0, on_wait_timeout: str = "load") -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         kb = _key_bytes(key)
         if not callable(loader):
@@ -303,20 +313,22 @@ class Cache:
         buf = ffi.from_buffer(value)
         return lib.xf_call_loaded(call, buf, len(buf)), None
 
-    async def get_or_compute(self, key, loader, ttl, beta=1.0, **policy):
+    async def get_or_compute(self, key: Key, loader: Loader, ttl: float, beta: float = 1.0,
+                             **policy: Any) -> bytes | None:
         """Returns the bytes cached under key, awaiting loader() (a plain
         function or an async def) to compute them when missing, expired or
         elected for early recomputation. Same keywords and errors as
         xfetch.Cache.get_or_compute."""
         return (await self.fetch(key, loader, ttl, beta, **policy))[0]
 
-    async def set(self, key, value, ttl, *, stale=0.0, jitter=0.0):
+    async def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
+                  jitter: float = 0.0) -> None:
         """xfetch.Cache.set, awaited. It runs on a worker thread through a
         sync Cache on the same URL (the sans-I/O call covers get-or-compute
         only): a known limit."""
         await asyncio.to_thread(self._sync().set, key, value, ttl, stale=stale, jitter=jitter)
 
-    async def delete(self, key):
+    async def delete(self, key: Key) -> None:
         """xfetch.Cache.delete, awaited (on a worker thread: see set)."""
         await asyncio.to_thread(self._sync().delete, key)
 
@@ -327,7 +339,7 @@ class Cache:
                                          lazy_connect=True)
         return self._sync_cache
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """The counters of the C state machine (xfetch.Cache.stats's names)."""
         out = ffi.new("xf_stats *")
         lib.xf_client_stats(self._client, out)
