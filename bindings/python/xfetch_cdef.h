@@ -129,6 +129,8 @@ void xf_client_stats(const xf_client *c, xf_stats *out);
 extern "Python" int _xf_py_loader(void *ud, const char *key, size_t keylen, xf_sink *sink);
 extern "Python" int _xf_py_key_loader(void *ud, const char *key, size_t keylen,
                                       xf_sink *sink);
+extern "Python" int _xf_py_batch_loader(void *ud, size_t n, const char *const *keys,
+                                        const size_t *keylens, xf_sink *const *sinks);
 
 typedef struct xf_pool xf_pool;
 int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,

@@ -154,3 +154,21 @@ def test_the_package_is_typed():
     assert importlib.resources.files("xfetch").joinpath("py.typed").is_file()
     hints = inspect.get_annotations(xfetch.Cache.get_or_compute, eval_str=True)
     assert hints["return"] == (bytes | None)
+
+
+def test_cached_many_loads_the_missing_ids_in_one_call(cache):
+    calls = []
+
+    @cache.cached_many(ttl=60, key="user:{}", serializer="json")
+    def users(ids):
+        calls.append(sorted(ids))
+        return {i: {"id": i} for i in ids if i != 404}
+
+    assert users([1, 2]) == {1: {"id": 1}, 2: {"id": 2}}
+    assert users([2, 3, 404, 1]) == {2: {"id": 2}, 3: {"id": 3}, 404: None, 1: {"id": 1}}
+    assert calls == [[1, 2], [3, 404]], "one call per batch, with the missing ids only"
+    users.invalidate(1)
+    assert users([1]) == {1: {"id": 1}}
+    assert calls[-1] == [1]
+    with pytest.raises(ValueError):
+        cache.cached_many(ttl=60, key="user")

@@ -3,6 +3,7 @@ thread-safe, fork-safe Pythonic API."""
 from __future__ import annotations
 
 import collections
+import collections.abc
 import datetime
 import logging
 import os
@@ -89,6 +90,24 @@ def _xf_py_key_loader(ud, key, keylen, sink):
         _sink_value(conn.loader(conn.keys[ffi.unpack(key, keylen)]), sink)
         return 0
     except BaseException as e:  # the first is re-raised once C returns
+        if conn.exc is None:
+            conn.exc = e
+        return -1
+
+
+@ffi.def_extern()
+def _xf_py_batch_loader(ud, n, keys, keylens, sinks):
+    conn = ffi.from_handle(ud)
+    try:
+        asked = [conn.keys[ffi.unpack(keys[i], keylens[i])] for i in range(n)]
+        values = conn.loader(asked)
+        if not isinstance(values, collections.abc.Mapping):
+            raise TypeError(f"a batch loader must return a mapping of key to bytes or None, "
+                            f"not {type(values).__name__}")
+        for i, k in enumerate(asked):
+            _sink_value(values.get(k), sinks[i])  # a key left out is "not found"
+        return 0
+    except BaseException as e:  # re-raised once C returns
         if conn.exc is None:
             conn.exc = e
         return -1
@@ -486,14 +505,17 @@ class Cache:
     def get_many(self, keys: Iterable[Key], loader: Callable[[Key], Value | None],
                  ttl: float, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
                  stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
-                 jitter: float = 0.0, on_wait_timeout: str = "load"
+                 jitter: float = 0.0, on_wait_timeout: str = "load", batch: bool = False
                  ) -> dict[Key, bytes | None]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
         misses take their leases in one more, and loader(key) runs for each
         key this caller must compute. Returns {key: bytes or None}, in the
         order given (duplicates once). The first exception a loader raises
-        propagates once every key is done (the others' values are cached)."""
+        propagates once every key is done (the others' values are cached).
+        batch=True: loader(list of keys) is called once per round with every
+        key this caller must compute, and returns a mapping key -> bytes or
+        None (a key left out is "not found"); an exception fails them all."""
         originals = {}
         for k in keys:
             originals.setdefault(_key_bytes(k), k)
@@ -513,9 +535,14 @@ class Cache:
         conn, saved = self._enter()
         conn.loader, conn.keys, conn.exc = loader, originals, None
         try:
-            check(lib.xf_get_or_compute_many(conn.ptr, n, ckeys, clens, policy,
-                                             lib._xf_py_key_loader, conn.handle, values,
-                                             rcs), conn.ptr)
+            if batch:
+                check(lib.xf_get_or_compute_many_batch(conn.ptr, n, ckeys, clens, policy,
+                                                       lib._xf_py_batch_loader, conn.handle,
+                                                       values, rcs), conn.ptr)
+            else:
+                check(lib.xf_get_or_compute_many(conn.ptr, n, ckeys, clens, policy,
+                                                 lib._xf_py_key_loader, conn.handle, values,
+                                                 rcs), conn.ptr)
             exc, conn.exc = conn.exc, None
             out, first_error = {}, None
             for i, kb in enumerate(kbs):
@@ -559,3 +586,11 @@ class Cache:
         """Decorator: caches the function's result; see xfetch.cached."""
         from ._decorator import cached
         return cached(self, ttl, key=key, serializer=serializer, **policy)
+
+    def cached_many(self, ttl: float, key: str | Callable[[Any], Key],
+                    serializer: Any = None, **policy: Any) -> Callable[[F], F]:
+        """Decorator for a function that takes a list of ids and returns a
+        mapping id -> result (an id left out is "not found"); see
+        xfetch._decorator.cached_many."""
+        from ._decorator import cached_many
+        return cached_many(self, ttl, key, serializer=serializer, **policy)
