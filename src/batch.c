@@ -100,11 +100,7 @@ static size_t wake_due(batch *b) {
       first = b->flows[i].wake_ms;
   if (first == INT64_MAX)
     return 0;
-  int64_t ms = first - xf__now_ms();
-  if (ms > 0) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-  }
+  xf__sleep_until_ms(first);
   int64_t now_ms = xf__now_ms();
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++)

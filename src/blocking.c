@@ -16,7 +16,7 @@ void xf_value_free(xf_value *v) {
   memset(v, 0, sizeof *v);
 }
 
-static void sleep_until_ms(int64_t wake_ms) {
+void xf__sleep_until_ms(int64_t wake_ms) {
   int64_t ms = wake_ms - xf__now_ms();
   if (ms <= 0)
     return;
@@ -93,7 +93,7 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
       step = xf__flow_run_loader(&f, loader, ud);
       break;
     case XF_STEP_WAIT:
-      sleep_until_ms(f.wake_ms);
+      xf__sleep_until_ms(f.wake_ms);
       step = xf__flow_woke(&f, xf__now_ms());
       break;
     case XF_STEP_DONE:

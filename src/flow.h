@@ -102,6 +102,9 @@ void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *u
                           xf__loaded *out);
 xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l);
 
+/* For the blocking drivers: sleeps until wake_ms (xf__now_ms's clock). */
+void xf__sleep_until_ms(int64_t wake_ms);
+
 /* A WAIT is over. */
 xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
 

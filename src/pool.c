@@ -128,14 +128,6 @@ static int finish(xf_pool *p, xf_client *c, int rc) {
   return rc;
 }
 
-static void sleep_until_ms(int64_t wake_ms) {
-  int64_t ms = wake_ms - xf__now_ms();
-  if (ms <= 0)
-    return;
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
-
 int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                            const xf_policy *policy, xf_loader_fn loader, void *ud,
                            xf_value *out) {
@@ -168,7 +160,7 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
     if (step == XF_STEP_LOAD)
       xf__flow_call_loader(&f, share, loader, ud, &l);
     else
-      sleep_until_ms(f.wake_ms);
+      xf__sleep_until_ms(f.wake_ms);
     f.c = c = checkout(p, -1);
     step = step == XF_STEP_LOAD ? xf__flow_feed_loaded(&f, &l)
                                 : xf__flow_woke(&f, xf__now_ms());
