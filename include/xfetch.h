@@ -383,6 +383,16 @@ typedef enum xf_call_step {
 XF_EXPORT int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
                             const xf_policy *policy);
 
+/* The same for xf_set and xf_delete: a call that only sends (XF_CALL_SEND
+ * until XF_CALL_DONE; NOSCRIPT recovered) and ends with xf_set's / xf_delete's
+ * code (XF_ESUPERSEDED for a set refused by a newer value; XF_EIO / XF_ECONNECT
+ * when the connection failed: nothing to fail open to). data is copied. Bad
+ * arguments return XF_EINVAL (no call). */
+XF_EXPORT int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                                const void *data, size_t len, const xf_policy *policy);
+XF_EXPORT int xf_call_start_delete(xf_call **out, xf_client *c, const char *key,
+                                   size_t keylen);
+
 /* The step the call waits on (XF_CALL_DONE for NULL). */
 XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
 

@@ -9,10 +9,23 @@
 
 #include "client.h"
 #include "flow.h"
+#include "policy.h"
+#include "script.h"
 #include "sink.h"
 
+/* What a call does: the get-or-compute flow, or one script (set, delete). */
+enum { CALL_GET, CALL_SET, CALL_DELETE };
+
 struct xf_call {
-  xf__flow f;
+  int kind;
+  xf__flow f; /* CALL_GET */
+  struct {    /* CALL_SET, CALL_DELETE: one script, NOSCRIPT recovered once */
+    xf__key key;
+    xf__write w;
+    char *data;
+    xf__cmd cmd;
+    int script, loading, retried, rc;
+  } one;
   xf__step step;
   xf_policy policy; /* the flow points at it: a copy the call owns */
   char *key;        /* likewise */
@@ -26,14 +39,24 @@ struct xf_reader {
   redisReader *r;
 };
 
+static int call_rc(const xf_call *call) {
+  return call->kind == CALL_GET ? call->f.rc : call->one.rc;
+}
+
+static xf_call_step one_done(xf_call *call, int rc);
+
 /* The step as the public enum, after the call moved on. */
 static xf_call_step advance(xf_call *call, xf__step step) {
   call->step = step;
   switch (step) {
   case XF_STEP_SEND:
     call->request.len = 0;
-    if (xf__resp_append_cmd(&call->request, &call->f.cmd) != 0)
+    if (xf__resp_append_cmd(&call->request,
+                            call->kind == CALL_GET ? &call->f.cmd : &call->one.cmd) != 0) {
+      if (call->kind != CALL_GET)
+        return one_done(call, xf__fail(call->f.c, XF_ENOMEM, "out of memory"));
       return advance(call, xf__flow_reply(&call->f, XF_ENOMEM, NULL, xf__now_ms()));
+    }
     return XF_CALL_SEND;
   case XF_STEP_LOAD:
     call->load_t0_us = xf__now_us();
@@ -42,10 +65,15 @@ static xf_call_step advance(xf_call *call, xf__step step) {
     return XF_CALL_WAIT;
   case XF_STEP_DONE:
   default:
-    if (call->f.rc != XF_OK)
+    if (call_rc(call) != XF_OK)
       snprintf(call->errstr, sizeof call->errstr, "%s", call->f.c->errstr);
     return XF_CALL_DONE;
   }
+}
+
+static xf_call_step one_done(xf_call *call, int rc) {
+  call->one.rc = rc;
+  return advance(call, XF_STEP_DONE);
 }
 
 int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
@@ -66,6 +94,74 @@ int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
   c->errstr[0] = '\0';
   advance(call, xf__flow_start(&call->f, c, call->key, keylen, &call->policy, &call->out,
                                xf__now_ms()));
+  *out = call;
+  return XF_OK;
+}
+
+/* A set's or delete's call: key built, script chosen, first SEND ready. */
+static int start_one(xf_call **out, xf_client *c, int kind, const char *key,
+                     size_t keylen) {
+  *out = NULL;
+  xf_call *call = calloc(1, sizeof *call);
+  if (!call)
+    return XF_ENOMEM;
+  call->kind = kind;
+  call->f.c = c; /* configuration and messages; never I/O */
+  call->one.script = kind == CALL_SET ? XF_SCRIPT_WRITE : XF_SCRIPT_DELETE;
+  c->errstr[0] = '\0';
+  int rc = xf__key_build(c, key, keylen, &call->one.key);
+  if (rc != XF_OK) {
+    free(call);
+    return rc;
+  }
+  *out = call;
+  return XF_OK;
+}
+
+int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                      const void *data, size_t len, const xf_policy *policy) {
+  if (!out || !c || !policy || (!data && len > 0))
+    return XF_EINVAL;
+  *out = NULL;
+  if (len > c->max_value_len)
+    return xf__fail(c, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
+                    c->max_value_len);
+  int rc = xf__policy_check(c, policy);
+  xf_call *call = NULL;
+  if (rc == XF_OK)
+    rc = start_one(&call, c, CALL_SET, key, keylen);
+  if (rc != XF_OK)
+    return rc;
+  if (!(call->one.data = malloc(len + 1))) {
+    xf_call_free(call);
+    return XF_ENOMEM;
+  }
+  if (len)
+    memcpy(call->one.data, data, len);
+  call->one.w = (xf__write){.token = "",
+                            .data = call->one.data,
+                            .len = len,
+                            .delta_us = -1,
+                            .ttl_ms = xf__policy_ttl(c, policy),
+                            .keep_ms = xf__policy_keep_ms(policy),
+                            .start_ms = -1,
+                            .kind = XF_WRITE_VALUE};
+  xf__entry_write_cmd(&call->one.cmd, call->one.key.data, call->one.key.len, &call->one.w);
+  advance(call, XF_STEP_SEND);
+  *out = call;
+  return XF_OK;
+}
+
+int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen) {
+  if (!out || !c)
+    return XF_EINVAL;
+  xf_call *call;
+  int rc = start_one(&call, c, CALL_DELETE, key, keylen);
+  if (rc != XF_OK)
+    return rc;
+  xf__entry_delete_cmd(&call->one.cmd, call->one.key.data, call->one.key.len,
+                       c->tombstone_ms);
+  advance(call, XF_STEP_SEND);
   *out = call;
   return XF_OK;
 }
@@ -96,6 +192,40 @@ const char *xf_call_request(const xf_call *call, size_t *len) {
   return call->request.data;
 }
 
+/* The reply to a set's or delete's script (or to its SCRIPT LOAD). */
+static xf_call_step one_reply(xf_call *call, redisReply *r) {
+  xf_client *c = call->f.c;
+  if (call->one.loading) { /* SCRIPT LOAD answered: the script again */
+    call->one.loading = 0;
+    int rc = xf__script_loaded(c, call->one.script, r);
+    if (rc != XF_OK)
+      return one_done(call, rc);
+    if (call->kind == CALL_SET)
+      xf__entry_write_cmd(&call->one.cmd, call->one.key.data, call->one.key.len,
+                          &call->one.w);
+    else
+      xf__entry_delete_cmd(&call->one.cmd, call->one.key.data, call->one.key.len,
+                           c->tombstone_ms);
+    return advance(call, XF_STEP_SEND);
+  }
+  if (r->type == REDIS_REPLY_ERROR && xf__script_missing(r) && !call->one.retried) {
+    freeReplyObject(r);
+    call->one.retried = call->one.loading = 1;
+    xf__script_load_cmd(&call->one.cmd, call->one.script, call->one.key.data,
+                        call->one.key.len);
+    return advance(call, XF_STEP_SEND);
+  }
+  if (r->type == REDIS_REPLY_ERROR)
+    return one_done(call, xf__script_error(c, call->one.script, r));
+  int done = 0;
+  int rc = xf__entry_parse_int(c, r, call->kind == CALL_SET ? "write" : "delete", &done);
+  if (rc == XF_OK && call->kind == CALL_SET && !done) {
+    c->stats.superseded++;
+    rc = xf__fail(c, XF_ESUPERSEDED, "not written: the entry holds a newer value");
+  }
+  return one_done(call, rc);
+}
+
 xf_call_step xf_call_reply(xf_call *call, xf_reply *reply) {
   redisReply *r = (redisReply *)reply;
   if (!call || call->step != XF_STEP_SEND) {
@@ -103,6 +233,9 @@ xf_call_step xf_call_reply(xf_call *call, xf_reply *reply) {
       freeReplyObject(r);
     return xf_call_next(call);
   }
+  if (call->kind != CALL_GET)
+    return r ? one_reply(call, r)
+             : one_done(call, xf__fail(call->f.c, XF_EIO, "the connection failed"));
   return advance(call, xf__flow_reply(&call->f, r ? XF_OK : XF_EIO, r, xf__now_ms()));
 }
 
@@ -111,6 +244,8 @@ xf_call_step xf_call_io_failed(xf_call *call, int rc) {
     return xf_call_next(call);
   if (rc != XF_ECONNECT && rc != XF_ENOMEM)
     rc = XF_EIO;
+  if (call->kind != CALL_GET) /* no loader to fail open to: the error */
+    return one_done(call, xf__fail(call->f.c, rc, "the connection failed"));
   return advance(call, xf__flow_reply(&call->f, rc, NULL, xf__now_ms()));
 }
 
@@ -159,11 +294,11 @@ int xf_call_result(xf_call *call, xf_value *out) {
     memset(out, 0, sizeof *out);
   if (!call || call->step != XF_STEP_DONE)
     return XF_EINVAL;
-  if (out && call->f.rc == XF_OK) {
+  if (out && call->kind == CALL_GET && call->f.rc == XF_OK) {
     *out = call->out;
     memset(&call->out, 0, sizeof call->out);
   }
-  return call->f.rc;
+  return call_rc(call);
 }
 
 const char *xf_call_errmsg(const xf_call *call) { return call ? call->errstr : ""; }
@@ -171,7 +306,10 @@ const char *xf_call_errmsg(const xf_call *call) { return call ? call->errstr : "
 void xf_call_free(xf_call *call) {
   if (!call)
     return;
-  if (call->step != XF_STEP_DONE) { /* abandoned mid-way: what the flow holds */
+  if (call->kind != CALL_GET) {
+    xf__key_free(&call->one.key);
+    free(call->one.data);
+  } else if (call->step != XF_STEP_DONE) { /* abandoned mid-way: what the flow holds */
     xf__entry_free(&call->f.e);
     xf__sink_clear(&call->f.sink);
     xf__key_free(&call->f.key);

@@ -192,3 +192,43 @@ Test(call, bad_arguments_and_a_call_abandoned_mid_way) {
   xf_reader_close(rd);
   xf_client_close(c);
 }
+
+/* Sends a one-script call (set, delete) to its end; returns its code. */
+static int drive_one(wire *w, xf_call *call) {
+  for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;)
+    step = xf_call_reply(call, exchange(w, call));
+  int rc = xf_call_result(call, NULL);
+  xf_call_free(call);
+  return rc;
+}
+
+Test(call, set_and_delete_as_calls) {
+  xf_client *c = config_client();
+  wire w = open_wire(1);
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "SCRIPT FLUSH")); /* the set recovers from NOSCRIPT */
+  xf_policy p = XF_POLICY_INIT;
+  xf_call *call;
+  cr_assert_eq(xf_call_start_set(&call, c, "call:set", 8, "written", 7, &p), XF_OK);
+  cr_assert_eq(drive_one(&w, call), XF_OK, "%s", xf_errmsg(c));
+  script s = {.value = "loaded"};
+  xf_value v;
+  cr_assert_eq(drive(&w, c, "call:set", &p, &s, &v), XF_OK);
+  cr_expect_str_eq(v.data, "written");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  cr_assert_eq(xf_call_start_delete(&call, c, "call:set", 8), XF_OK);
+  cr_assert_eq(drive_one(&w, call), XF_OK);
+  cr_assert_eq(drive(&w, c, "call:set", &p, &s, &v), XF_OK);
+  cr_expect_str_eq(v.data, "loaded", "the delete left a miss");
+  xf_value_free(&v);
+  cr_assert_eq(xf_call_start_set(&call, c, "call:set", 8, "x", 1, &p), XF_OK);
+  cr_expect_eq(xf_call_io_failed(call, XF_EIO), XF_CALL_DONE);
+  cr_expect_eq(xf_call_result(call, NULL), XF_EIO, "no fail-open for a set");
+  xf_call_free(call);
+  cr_expect_eq(xf_call_start_set(&call, c, "k", 1, NULL, 3, &p), XF_EINVAL);
+  cr_expect_eq(xf_call_start_delete(&call, c, "", 0), XF_EINVAL);
+  redisFree(r);
+  close_wire(&w);
+  xf_client_close(c);
+}

@@ -163,6 +163,9 @@ typedef enum xf_call_step {
 } xf_call_step;
 int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
                   const xf_policy *policy);
+int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                      const void *data, size_t len, const xf_policy *policy);
+int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen);
 xf_call_step xf_call_next(const xf_call *call);
 const char *xf_call_request(const xf_call *call, size_t *len);
 xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);

@@ -139,7 +139,6 @@ class Cache:
         if "," in (fields["host"] or ""):
             raise ValueError("xfetch.aio takes one server, not a seed list")
         self._fields = fields
-        self._url = url
         self._timeout = _seconds_ms("timeout", timeout, 1000) / 1000
         self._connect_timeout = _seconds_ms("connect_timeout", connect_timeout,
                                             round(self._timeout * 1000)) / 1000
@@ -323,21 +322,38 @@ class Cache:
 
     async def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
                   jitter: float = 0.0) -> None:
-        """xfetch.Cache.set, awaited. It runs on a worker thread through a
-        sync Cache on the same URL (the sans-I/O call covers get-or-compute
-        only): a known limit."""
-        await asyncio.to_thread(self._sync().set, key, value, ttl, stale=stale, jitter=jitter)
+        """Writes value for key as if a loader had produced it now (the C
+        sans-I/O call of xf_set). Raises SupersededError when a newer value
+        or a delete holds the entry."""
+        kb = _key_bytes(key)
+        if not isinstance(value, _BYTES_LIKE):
+            raise TypeError(f"value must be bytes-like, not {type(value).__name__}")
+        buf = ffi.from_buffer(value)
+        policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
+        out = self._callp
+        check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy),
+              self._client)
+        await self._run_one(out[0])
 
     async def delete(self, key: Key) -> None:
-        """xfetch.Cache.delete, awaited (on a worker thread: see set)."""
-        await asyncio.to_thread(self._sync().delete, key)
+        """Removes key's entry (value and lease); no error if it is absent."""
+        kb = _key_bytes(key)
+        out = self._callp
+        check(lib.xf_call_start_delete(out, self._client, kb, len(kb)), self._client)
+        await self._run_one(out[0])
 
-    def _sync(self):
-        if getattr(self, "_sync_cache", None) is None:
-            from ._cache import Cache as SyncCache
-            self._sync_cache = SyncCache(self._url, prefix=self._prefix, share=False,
-                                         lazy_connect=True)
-        return self._sync_cache
+    async def _run_one(self, call):
+        """Sends a set's or delete's call to its end; raises its error."""
+        try:
+            step = lib.xf_call_next(call)
+            while step != lib.XF_CALL_DONE:
+                step = await self._send(call)
+            rc = lib.xf_call_result(call, ffi.NULL)
+            if rc != 0:
+                msg = ffi.string(lib.xf_call_errmsg(call)).decode(errors="replace")
+                raise type(error_for(rc))(rc, msg)
+        finally:
+            lib.xf_call_free(call)
 
     def stats(self) -> dict[str, int]:
         """The counters of the C state machine (xfetch.Cache.stats's names)."""
