@@ -218,3 +218,29 @@ def test_a_loader_slower_than_its_lease_is_logged(cache, caplog):
             t.join()
     assert len(loads) > 1, "the lease ran out: other callers loaded too"
     assert "longer than its lease" in caplog.text
+
+
+def test_helpers_of_a_bound_method_bind_self(cache):
+    """obj.method.refresh(1) and obj.method.set(v, 1) act for obj (the key
+    still leaves self out), as .key/.invalidate already did."""
+    calls = []
+
+    class Prices:
+        def __init__(self, rate):
+            self.rate = rate
+
+        @cache.cached(ttl=60, serializer="json")
+        def price(self, item):
+            calls.append(item)
+            return {"item": item, "rate": self.rate}
+
+    a = Prices(2)
+    assert a.price("x") == {"item": "x", "rate": 2}
+    assert a.price.refresh("x") == {"item": "x", "rate": 2}, "refresh gets self"
+    assert calls == ["x", "x"]
+    a.price.set({"item": "x", "rate": 9}, "x")
+    assert Prices(3).price("x") == {"item": "x", "rate": 9}, "one entry for every instance"
+    assert a.price.original("y") == {"item": "y", "rate": 2}, "original is bound too"
+    assert Prices.price.refresh(a, "x") == {"item": "x", "rate": 2}, "unbound: pass self"
+    assert a.price.key("x") == Prices.price.key("x")
+    assert a.price.__name__ == "price" and a.price.__self__ is a

@@ -161,8 +161,10 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     condition: a callable taking the result; False = return it uncached.
 
     The wrapper has .key(*args), .invalidate(*args), .set(value, *args) (the
-    arguments without self/cls), .refresh(*args) (the function's own
-    arguments: computes now and overwrites) and .original.
+    arguments without self/cls), .refresh(*args) (computes now and
+    overwrites) and .original. On a method, obj.method.refresh(*args) and
+    obj.method.original(*args) act for obj; Class.method.refresh(obj, *args)
+    takes it explicitly.
     """
     dumps, loads = _serializer(serializer)
     fixed_ttl = not callable(ttl) or isinstance(ttl, datetime.timedelta)
@@ -239,9 +241,64 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         wrapper.set = lambda value, *a, **kw: store(make_key(*a, **kw), value)
         wrapper.refresh = refresh
         wrapper.original = func
-        return wrapper
+        return _CachedMethod(wrapper) if method else wrapper
 
     return decorate
+
+
+class _CachedMethod:
+    """A cached method: called like the function; looked up on an instance
+    (or on a class, under classmethod) it binds like a function does, and its
+    .refresh and .original then get that self too (.key, .invalidate and .set
+    leave self out of the key either way)."""
+
+    def __init__(self, wrapper):
+        self._wrapper = wrapper
+        functools.update_wrapper(self, wrapper)  # __name__, __doc__, the helpers
+
+    def __call__(self, *args, **kwargs):
+        return self._wrapper(*args, **kwargs)
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else _BoundCachedMethod(self, obj)
+
+    def __repr__(self):
+        return f"<cached method {self.__qualname__}>"
+
+
+class _BoundCachedMethod:
+    """obj.method for a cached method: the helpers bound to obj."""
+
+    __slots__ = ("__func__", "__self__")
+
+    def __init__(self, func, obj):
+        self.__func__ = func
+        self.__self__ = obj
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__._wrapper(self.__self__, *args, **kwargs)
+
+    def refresh(self, *args, **kwargs):
+        return self.__func__.refresh(self.__self__, *args, **kwargs)
+
+    def original(self, *args, **kwargs):
+        return self.__func__.original(self.__self__, *args, **kwargs)
+
+    def __getattr__(self, name):  # key, invalidate, set, __name__, __doc__, ...
+        return getattr(self.__func__, name)
+
+    def __eq__(self, other):
+        return (isinstance(other, _BoundCachedMethod) and self.__func__ is other.__func__
+                and self.__self__ is other.__self__)
+
+    def __hash__(self):
+        return hash((id(self.__func__), id(self.__self__)))
+
+    def __reduce__(self):  # pickles as getattr(obj, name), like a bound method
+        return getattr, (self.__self__, self.__func__.__name__)
+
+    def __repr__(self):
+        return f"<bound cached method {self.__func__.__qualname__} of {self.__self__!r}>"
 
 
 def cached_many(cache, ttl, key, serializer=None, **policy):
