@@ -13,7 +13,6 @@ import pickle
 import string
 import uuid
 
-from ._errors import SupersededError
 from ._policy import make_policy
 
 log = logging.getLogger("xfetch")
@@ -198,13 +197,11 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         def store(k, result):
             data = encode(result)
             if data is None:
-                return
+                return False
             ttl_s = _ttl_seconds(ttl, result)
-            try:
-                cache.set(k, data, ttl=ttl_s,
-                          **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
-            except SupersededError:
-                pass  # a newer value or a delete won: ours is served, not kept
+            # False when a newer value won: ours is returned, not kept.
+            return cache.set(k, data, ttl=ttl_s,
+                      **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
