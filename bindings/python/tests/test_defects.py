@@ -171,6 +171,31 @@ def test_changing_the_serializer_reloads_instead_of_failing(cache, caplog):
     assert calls == ["pickle", "json"], "the entry was overwritten in the new format"
 
 
+def test_an_undecodable_hot_key_is_reloaded_once_not_by_every_caller(cache, caplog):
+    """After a serializer change, the callers that find the old format do not
+    each run the function: one reloads under the lease, the others wait for
+    its value (before: 8 callers, 8 loads)."""
+    calls = []
+
+    @cache.cached(ttl=60, serializer="json", key="hot")
+    def hot():
+        calls.append(1)
+        time.sleep(0.2)
+        return {"n": 1}
+
+    cache.set("hot", pickle.dumps({"n": 0}), ttl=60)
+    out = []
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        threads = [threading.Thread(target=lambda: out.append(hot())) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert out == [{"n": 1}] * 8
+    assert len(calls) <= 2, f"{len(calls)} loads for 8 callers"
+    assert "could not be decoded" in caplog.text
+
+
 def test_namespace_and_version_move_to_fresh_keys(cache):
     @cache.cached(ttl=60, namespace="billing", version=2)
     def total(n):

@@ -9,10 +9,13 @@ import functools
 import inspect
 import json
 import logging
+import math
 import pickle
 import string
+import time
 import uuid
 
+from ._errors import Error
 from ._policy import make_policy
 
 log = logging.getLogger("xfetch")
@@ -203,15 +206,21 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             return cache.set(k, data, ttl=ttl_s,
                       **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
 
+        def uncached(k, u):
+            """The result a loader carried out uncached (condition=, or a ttl
+            computed from the result: then written here with set)."""
+            if not fixed_ttl and (condition is None or condition(u.value)):
+                store(k, u.value)
+            return u.value
+
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
             k = make_key(*(args[1:] if method else args), **kwargs)
+            loader = functools.partial(compute, args, kwargs)
             try:
-                value = cache.get_or_compute(k, lambda: compute(args, kwargs), **policy)
+                value = cache.get_or_compute(k, loader, **policy)
             except _Uncached as u:
-                if not fixed_ttl and (condition is None or condition(u.value)):
-                    store(k, u.value)
-                return u.value
+                return uncached(k, u)
             if loads is None or value is None:
                 return value
             try:
@@ -221,10 +230,43 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 # error for the whole ttl. Recompute and overwrite.
                 log.warning("cached value for %r could not be decoded; recomputing", k,
                             exc_info=True)
-                result = func(*args, **kwargs)
-                if condition is None or condition(result):
-                    store(k, result)
-                return result
+            return reload(k, args, kwargs, loader)
+
+        def reload(k, args, kwargs, loader):
+            """Replaces an entry the serializer cannot read without a stampede:
+            beta=inf elects every caller, the lease lets one of them recompute,
+            and the others are served the old value meanwhile: they poll for
+            the new one (for up to the policy's wait), then compute it
+            themselves."""
+            forced = dict(policy, beta=math.inf)
+            deadline = time.monotonic() + policy.get("wait", 5.0)
+            for _ in range(3):  # again after the entry expired meanwhile; bounded
+                try:
+                    value, source = cache.fetch(k, loader, **forced)
+                except _Uncached as u:
+                    return uncached(k, u)
+                if value is None:
+                    return None
+                if source not in ("cache", "stale"):  # the function's own result
+                    return loads(value)
+                while time.monotonic() < deadline:
+                    try:
+                        return loads(value)
+                    except Exception:
+                        pass
+                    time.sleep(0.02)  # another caller holds the lease: wait for its value
+                    try:
+                        value = cache.get(k)
+                    except Error:
+                        break
+                    if value is None:  # expired or deleted meanwhile: lease again
+                        break
+                else:
+                    break
+            result = func(*args, **kwargs)  # the refresher is slower than wait
+            if condition is None or condition(result):
+                store(k, result)
+            return result
 
         def refresh(*args, **kwargs):
             """Computes the value now and overwrites the entry; returns it.
