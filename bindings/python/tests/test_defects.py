@@ -3,7 +3,6 @@ str subclasses, async functions, serializer changes, negative_ttl with a
 serializer, loaders slower than their lease."""
 import concurrent.futures
 import enum
-import json
 import logging
 import os
 import pickle
@@ -269,3 +268,30 @@ def test_helpers_of_a_bound_method_bind_self(cache):
     assert Prices.price.refresh(a, "x") == {"item": "x", "rate": 2}, "unbound: pass self"
     assert a.price.key("x") == Prices.price.key("x")
     assert a.price.__name__ == "price" and a.price.__self__ is a
+
+
+def test_a_decorated_function_slower_than_its_lease_gets_a_longer_lease(cache, caplog):
+    """The decorator learns how long its function runs and leases for at least
+    twice that: the first cold load ran out of its lease (loads > 1, logged),
+    the next one is loaded once by 8 callers."""
+    loads = []
+
+    @cache.cached(ttl=60, key="slow:{n}", lease=0.1, wait=2)
+    def slow(n):
+        loads.append(n)
+        time.sleep(0.3)
+        return b"v"
+
+    def stampede(n):
+        threads = [threading.Thread(target=slow, args=(n,)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        stampede(1)
+    assert loads.count(1) > 1, "the lease ran out: other callers loaded too"
+    assert "longer than its lease" in caplog.text
+    stampede(2)
+    assert loads.count(2) == 1, f"{loads.count(2)} loads with the learned lease"

@@ -161,6 +161,8 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     means "not found" (cached for negative_ttl, default 0 = not cached), and an
     entry the serializer cannot read is a miss (recomputed and overwritten).
     condition: a callable taking the result; False = return it uncached.
+    lease: at least twice the slowest run of the function seen in this
+    process (a longer-running loader would lose the key mid-load).
 
     The wrapper has .key(*args), .invalidate(*args), .set(value, *args) (the
     arguments without self/cls), .refresh(*args) (computes now and
@@ -190,9 +192,17 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 return result
             return dumps(result)
 
+        # The lease, at least twice the slowest run of func seen in this
+        # process: a lease that runs out mid-load lets another caller load too.
+        leased = [policy]
+
         def compute(args, kwargs):
             """The loader: the function's encoded result, or _Uncached."""
+            t0 = time.monotonic()
             result = func(*args, **kwargs)
+            lease = math.ceil((time.monotonic() - t0) * 20) / 10  # 2x, up to 0.1 s
+            if lease > leased[0].get("lease", 5.0) and lease < 2**31 / 1000:
+                leased[0] = dict(policy, lease=lease)
             if (condition is not None and not condition(result)) or not fixed_ttl:
                 raise _Uncached(result)
             return encode(result)
@@ -218,7 +228,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             k = make_key(*(args[1:] if method else args), **kwargs)
             loader = functools.partial(compute, args, kwargs)
             try:
-                value = cache.get_or_compute(k, loader, **policy)
+                value = cache.get_or_compute(k, loader, **leased[0])
             except _Uncached as u:
                 return uncached(k, u)
             if loads is None or value is None:
@@ -238,7 +248,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             and the others are served the old value meanwhile: they poll for
             the new one (for up to the policy's wait), then compute it
             themselves."""
-            forced = dict(policy, beta=math.inf)
+            forced = dict(leased[0], beta=math.inf)
             deadline = time.monotonic() + policy.get("wait", 5.0)
             for _ in range(3):  # again after the entry expired meanwhile; bounded
                 try:
