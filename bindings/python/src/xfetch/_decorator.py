@@ -200,7 +200,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             """The loader: the function's encoded result, or _Uncached."""
             t0 = time.monotonic()
             result = func(*args, **kwargs)
-            lease = math.ceil((time.monotonic() - t0) * 20) / 10  # 2x, up to 0.1 s
+            lease = math.ceil((time.monotonic() - t0) * 20) / 10  # 2x, rounded up to 0.1 s
             if lease > leased[0].get("lease", 5.0) and lease < 2**31 / 1000:
                 leased[0] = dict(policy, lease=lease)
             if (condition is not None and not condition(result)) or not fixed_ttl:
