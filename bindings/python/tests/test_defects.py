@@ -96,9 +96,20 @@ def _raise_from_worker(url):
     raise xfetch.ConnectionError(-3, "connect to nowhere")
 
 
-def test_every_error_class_pickles():
-    for cls in [xfetch.Error] + [c for c in vars(xfetch).values()
-                                 if isinstance(c, type) and issubclass(c, xfetch.Error)]:
+def _error_classes():
+    todo, out = [xfetch.Error], []
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def test_every_error_class_is_exported_and_pickles():
+    classes = _error_classes()
+    assert len(classes) >= 16
+    for cls in classes:
+        assert getattr(xfetch, cls.__name__) is cls and cls.__name__ in xfetch.__all__
         for code in (-3, -5):
             e = cls(code, "detail")
             back = pickle.loads(pickle.dumps(e))
