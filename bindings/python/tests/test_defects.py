@@ -306,3 +306,26 @@ def test_a_decorated_function_slower_than_its_lease_gets_a_longer_lease(cache, c
     assert "longer than its lease" in caplog.text
     stampede(2)
     assert loads.count(2) == 1, f"{loads.count(2)} loads with the learned lease"
+
+
+def test_cached_many_takes_namespace_and_version_and_reloads_undecodable_ids(cache, caplog):
+    calls = []
+
+    def make(serializer):
+        @cache.cached_many(ttl=60, key="user:{}", serializer=serializer, namespace="app",
+                           version=3)
+        def users(ids):
+            calls.append(sorted(ids))
+            return {i: {"id": i} for i in ids}
+        return users
+
+    users = make("pickle")
+    assert users.key(7) == "app:user:7#v3"
+    assert users([1, 2]) == {1: {"id": 1}, 2: {"id": 2}}
+    cache.set(users.key(3), b"\x80not json", ttl=60)
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        assert make("json")([1, 3]) == {1: {"id": 1}, 3: {"id": 3}}
+    assert "could not be decoded" in caplog.text
+    assert calls == [[1, 2], [1, 3]], "the undecodable ids reloaded in one call"
+    assert make("json")([1, 3]) == {1: {"id": 1}, 3: {"id": 3}}
+    assert calls == [[1, 2], [1, 3]], "overwritten in the new format"

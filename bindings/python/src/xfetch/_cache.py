@@ -595,9 +595,11 @@ class Cache:
         return cached(self, ttl, key=key, serializer=serializer, **policy)
 
     def cached_many(self, ttl: float, key: str | Callable[[Any], Key],
-                    serializer: Any = None, **policy: Any) -> Callable[[F], F]:
+                    serializer: Any = None, *, namespace: str | None = None,
+                    version: Any = None, **policy: Any) -> Callable[[F], F]:
         """Decorator for a function that takes a list of ids and returns a
         mapping id -> result (an id left out is "not found"); see
         xfetch._decorator.cached_many."""
         from ._decorator import cached_many
-        return cached_many(self, ttl, key, serializer=serializer, **policy)
+        return cached_many(self, ttl, key, serializer=serializer, namespace=namespace,
+                           version=version, **policy)

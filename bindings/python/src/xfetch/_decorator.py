@@ -120,13 +120,17 @@ def _key_builder(func, key, namespace=None, version=None):
     if namespace is None and version is None:
         return make
 
-    def scoped(*a, **kw):
-        k = make(*a, **kw)
-        if isinstance(k, bytes):
-            k = k.decode("utf-8", "surrogateescape")
-        k = k if namespace is None else f"{namespace}:{k}"
-        return k if version is None else f"{k}#v{version}"
-    return scoped
+    return lambda *a, **kw: _scope(make(*a, **kw), namespace, version)
+
+
+def _scope(k, namespace, version):
+    """"namespace:k#vN" (either part only when given)."""
+    if namespace is None and version is None:
+        return k
+    if isinstance(k, bytes):
+        k = k.decode("utf-8", "surrogateescape")
+    k = k if namespace is None else f"{namespace}:{k}"
+    return k if version is None else f"{k}#v{version}"
 
 
 # ---- the decorator --------------------------------------------------------------
@@ -350,7 +354,8 @@ class _BoundCachedMethod:
         return f"<bound cached method {self.__func__.__qualname__} of {self.__self__!r}>"
 
 
-def cached_many(cache, ttl, key, serializer=None, **policy):
+def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=None,
+                **policy):
     """Decorator factory behind Cache.cached_many, for batch functions:
 
         @cache.cached_many(ttl=60, key="user:{}", serializer="json")
@@ -360,7 +365,10 @@ def cached_many(cache, ttl, key, serializer=None, **policy):
                                # Redis in one round trip, the misses loaded
                                # with one call of load_users(missing ids)
 
-    key: a format string with one {} for the id, or a callable id -> key.
+    key: a format string with one {} for the id, or a callable id -> key;
+    namespace= and version= scope it as for cached ("namespace:key#vN").
+    An entry the serializer cannot read is a miss: logged, and those ids are
+    computed in one more call and overwritten.
     The ids must be hashable; the result is a dict in the order of the ids
     given (an id the function left out, or mapped to None, maps to None).
     With a serializer the values are encoded; without, they are bytes. The
@@ -371,9 +379,11 @@ def cached_many(cache, ttl, key, serializer=None, **policy):
     if isinstance(key, str):
         if key.count("{}") != 1:
             raise ValueError("a cached_many key template needs exactly one {} for the id")
-        make_key = key.format
+        make_key = (key.format if namespace is None and version is None else
+                    lambda i: _scope(key.format(i), namespace, version))
     elif callable(key):
-        make_key = key
+        make_key = (key if namespace is None and version is None else
+                    lambda i: _scope(key(i), namespace, version))
     else:
         raise TypeError("key must be a format string with {} or a callable id -> key")
 
@@ -396,8 +406,26 @@ def cached_many(cache, ttl, key, serializer=None, **policy):
                 return out
 
             values = cache.get_many(list(by_key), load, batch=True, **policy)
-            return {by_key[k]: (v if loads is None or v is None else loads(v))
-                    for k, v in values.items()}
+            out, unreadable = {}, []
+            for k, v in values.items():
+                try:
+                    out[by_key[k]] = v if loads is None or v is None else loads(v)
+                except Exception:
+                    unreadable.append(k)
+                    out[by_key[k]] = None
+            if unreadable:
+                # Written by another serializer or version: misses, computed
+                # in one more call and overwritten.
+                log.warning("cached values for %r could not be decoded; recomputing",
+                            unreadable)
+                results = func([by_key[k] for k in unreadable])
+                for k in unreadable:
+                    r = results.get(by_key[k])
+                    out[by_key[k]] = r
+                    if r is not None:
+                        cache.set(k, dumps(r), ttl=policy["ttl"],
+                                  **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
+            return out
 
         wrapper.key = make_key
         wrapper.invalidate = lambda *ids: cache.delete_many([make_key(i) for i in ids])
