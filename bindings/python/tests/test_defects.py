@@ -329,3 +329,22 @@ def test_cached_many_takes_namespace_and_version_and_reloads_undecodable_ids(cac
     assert calls == [[1, 2], [1, 3]], "the undecodable ids reloaded in one call"
     assert make("json")([1, 3]) == {1: {"id": 1}, 3: {"id": 3}}
     assert calls == [[1, 2], [1, 3]], "overwritten in the new format"
+
+
+def test_cached_many_on_a_method(cache):
+    calls = []
+
+    class Users:
+        def __init__(self, source):
+            self.source = source
+
+        @cache.cached_many(ttl=60, key="u:{}", serializer="json")
+        def load(self, ids):
+            calls.append(sorted(ids))
+            return {i: {"id": i, "from": self.source} for i in ids}
+
+    assert Users("a").load([1, 2]) == {1: {"id": 1, "from": "a"}, 2: {"id": 2, "from": "a"}}
+    assert Users("b").load([2, 3]) == {2: {"id": 2, "from": "a"}, 3: {"id": 3, "from": "b"}}
+    assert calls == [[1, 2], [3]]
+    Users("c").load.invalidate(2)
+    assert Users("c").load([2]) == {2: {"id": 2, "from": "c"}}

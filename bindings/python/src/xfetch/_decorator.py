@@ -372,7 +372,8 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
     The ids must be hashable; the result is a dict in the order of the ids
     given (an id the function left out, or mapped to None, maps to None).
     With a serializer the values are encoded; without, they are bytes. The
-    wrapper has .key(id), .invalidate(*ids) and .original."""
+    wrapper has .key(id), .invalidate(*ids) and .original. On a method
+    (first parameter self or cls), self is passed through and not keyed."""
     dumps, loads = _serializer(serializer)
     policy = dict(policy, ttl=_ttl_seconds(ttl))
     _validate(**policy)
@@ -392,13 +393,18 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
             raise TypeError(f"{func.__qualname__} is an async function: not supported by "
                             f"the sync decorator")
 
+        method = _takes_self(func)  # f(self, ids): self is passed through, not keyed
+
         @functools.wraps(func)
-        def wrapper(ids):
-            ids = list(dict.fromkeys(ids))
+        def wrapper(*args):
+            if len(args) != 1 + method:
+                raise TypeError(f"{func.__qualname__} takes {'self and ' if method else ''}"
+                                f"one list of ids, got {len(args)} arguments")
+            head, ids = args[:-1], list(dict.fromkeys(args[-1]))
             by_key = {make_key(i): i for i in ids}
 
             def load(keys):
-                results = func([by_key[k] for k in keys])
+                results = func(*head, [by_key[k] for k in keys])
                 out = {}
                 for k in keys:
                     r = results.get(by_key[k])
@@ -418,7 +424,7 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
                 # in one more call and overwritten.
                 log.warning("cached values for %r could not be decoded; recomputing",
                             unreadable)
-                results = func([by_key[k] for k in unreadable])
+                results = func(*head, [by_key[k] for k in unreadable])
                 for k in unreadable:
                     r = results.get(by_key[k])
                     out[by_key[k]] = r
