@@ -589,10 +589,13 @@ class Cache:
 
     def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],
                key: str | Callable[..., str | bytes] | None = None,
-               serializer: Any = None, **policy: Any) -> Callable[[F], F]:
+               serializer: Any = None, *, namespace: str | None = None,
+               version: Any = None, condition: Callable[[Any], bool] | None = None,
+               **policy: Any) -> Callable[[F], F]:
         """Decorator: caches the function's result; see xfetch.cached."""
         from ._decorator import cached
-        return cached(self, ttl, key=key, serializer=serializer, **policy)
+        return cached(self, ttl, key=key, serializer=serializer, namespace=namespace,
+                      version=version, condition=condition, **policy)
 
     def cached_many(self, ttl: float, key: str | Callable[[Any], Key],
                     serializer: Any = None, *, namespace: str | None = None,
