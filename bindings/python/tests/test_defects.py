@@ -142,6 +142,18 @@ def test_str_subclasses_are_keys(cache, counter):
     assert cache.get_or_compute(Color.RED, load, ttl=60) == b"v"
     assert cache.get_or_compute("red", load, ttl=60) == b"v"
     assert load.calls == 2
+    if hasattr(enum, "StrEnum"):  # Python 3.11+
+        Shade = enum.StrEnum("Shade", {"DARK": "dark"})
+        assert cache.get_or_compute(Shade.DARK, load, ttl=60) == b"v"
+        assert cache.get_or_compute("dark", load, ttl=60) == b"v"
+        assert load.calls == 3
+
+        @cache.cached(ttl=60, key="shade:{s}")
+        def shade(s):
+            return s.encode()
+
+        assert shade(Shade.DARK) == b"dark"
+        assert shade.key(Shade.DARK) == "shade:dark"
 
 
 # ---- 5. async functions and key templates, at decoration ------------------------------
