@@ -360,3 +360,14 @@ def test_cached_many_on_a_method(cache):
     assert calls == [[1, 2], [3]]
     Users("c").load.invalidate(2)
     assert Users("c").load([2]) == {2: {"id": 2, "from": "c"}}
+
+
+def test_refresh_follows_condition(cache):
+    @cache.cached(ttl=60, serializer="json", key="c:{n}", condition=lambda r: r["ok"])
+    def f(n):
+        return {"ok": n > 0}
+
+    assert f.refresh(0) == {"ok": False}
+    assert cache.get("c:0") is None, "a result condition refuses is not cached by refresh"
+    assert f.refresh(1) == {"ok": True}
+    assert cache.get("c:1") == b'{"ok":true}'

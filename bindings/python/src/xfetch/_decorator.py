@@ -286,7 +286,8 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             """Computes the value now and overwrites the entry; returns it.
             Takes the function's own arguments (a method's self included)."""
             result = func(*args, **kwargs)
-            store(make_key(*(args[1:] if method else args), **kwargs), result)
+            if condition is None or condition(result):
+                store(make_key(*(args[1:] if method else args), **kwargs), result)
             return result
 
         wrapper.key = make_key
