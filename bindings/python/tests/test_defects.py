@@ -371,3 +371,18 @@ def test_refresh_follows_condition(cache):
     assert cache.get("c:0") is None, "a result condition refuses is not cached by refresh"
     assert f.refresh(1) == {"ok": True}
     assert cache.get("c:1") == b'{"ok":true}'
+
+
+def test_a_ttl_callable_returning_0_or_none_does_not_cache(cache):
+    calls = []
+
+    @cache.cached(ttl=lambda r: r["ttl"], serializer="json", key="t:{n}")
+    def f(n):
+        calls.append(n)
+        return {"ttl": [None, 0, 60][n]}
+
+    for n in (0, 1):
+        assert f(n) == {"ttl": [None, 0][n]}
+        assert cache.get(f.key(n)) is None
+    assert f(2) == {"ttl": 60} and f(2) == {"ttl": 60}
+    assert calls == [0, 1, 2]

@@ -154,7 +154,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     """Decorator factory behind Cache.cached.
 
     ttl: seconds, a datetime.timedelta, or a callable taking the result and
-    returning seconds. **policy: get_or_compute's policy keywords (seconds).
+    returning seconds (None or <= 0: do not cache that result). **policy: get_or_compute's policy keywords (seconds).
     key: None (module.qualname and the arguments' canonical forms: the same in
     every process; self/cls left out), a format string such as "user:{user_id}"
     over the arguments by name (checked at decoration), or a callable taking
@@ -216,6 +216,8 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             if data is None:
                 return False
             ttl_s = _ttl_seconds(ttl, result)
+            if ttl_s is None or ttl_s <= 0:  # a ttl callable's "do not cache"
+                return False
             # False when a newer value won: ours is returned, not kept.
             return cache.set(k, data, ttl=ttl_s,
                       **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
