@@ -386,3 +386,25 @@ def test_a_ttl_callable_returning_0_or_none_does_not_cache(cache):
         assert cache.get(f.key(n)) is None
     assert f(2) == {"ttl": 60} and f(2) == {"ttl": 60}
     assert calls == [0, 1, 2]
+
+
+def test_a_ttl_callable_keeps_the_stampede_protection(cache, admin, prefix):
+    """With ttl computed from the result, 8 callers on a cold key still load
+    once (the loader wrote nothing before: every waiter then loaded)."""
+    calls = []
+
+    @cache.cached(ttl=lambda r: r["ttl"], serializer="json", key="tc")
+    def f():
+        calls.append(1)
+        time.sleep(0.2)
+        return {"ttl": 30}
+
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(f())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == [{"ttl": 30}] * 8
+    assert len(calls) == 1, f"{len(calls)} loads for 8 callers"
+    assert 25000 < admin.pttl(prefix + "tc") <= 30000, "the entry lives for the computed ttl"

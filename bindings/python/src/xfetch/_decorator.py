@@ -199,17 +199,36 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         # The lease, at least twice the slowest run of func seen in this
         # process: a lease that runs out mid-load lets another caller load too.
         leased = [policy]
+        extra = {n: v for n, v in policy.items() if n in ("stale", "jitter")}  # for set
 
-        def compute(args, kwargs):
-            """The loader: the function's encoded result, or _Uncached."""
+        def compute(args, kwargs, box):
+            """The loader: the function's encoded result, or _Uncached. With a
+            ttl computed from the result, the value is written under a
+            placeholder ttl (so callers waiting on the lease get it) and box
+            gets (data, ttl) for rewrite() to set the real one."""
             t0 = time.monotonic()
             result = func(*args, **kwargs)
             lease = math.ceil((time.monotonic() - t0) * 20) / 10  # 2x, rounded up to 0.1 s
             if lease > leased[0].get("lease", 5.0) and lease < 2**31 / 1000:
                 leased[0] = dict(policy, lease=lease)
-            if (condition is not None and not condition(result)) or not fixed_ttl:
+            if condition is not None and not condition(result):
                 raise _Uncached(result)
-            return encode(result)
+            data = encode(result)
+            if not fixed_ttl and data is not None:
+                ttl_s = _ttl_seconds(ttl, result)
+                if ttl_s is None or ttl_s <= 0:  # a ttl callable's "do not cache"
+                    raise _Uncached(result)
+                box.append((data, ttl_s))
+            return data
+
+        def rewrite(k, box):
+            """Gives the entry this call's loader wrote its computed ttl."""
+            if box:
+                data, ttl_s = box.pop()
+                try:
+                    cache.set(k, data, ttl=ttl_s, **extra)
+                except Error as e:  # Redis went away meanwhile: it served uncached
+                    log.warning("could not set the ttl of %r: %s", k, e)
 
         def store(k, result):
             data = encode(result)
@@ -219,24 +238,18 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             if ttl_s is None or ttl_s <= 0:  # a ttl callable's "do not cache"
                 return False
             # False when a newer value won: ours is returned, not kept.
-            return cache.set(k, data, ttl=ttl_s,
-                      **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
-
-        def uncached(k, u):
-            """The result a loader carried out uncached (condition=, or a ttl
-            computed from the result: then written here with set)."""
-            if not fixed_ttl and (condition is None or condition(u.value)):
-                store(k, u.value)
-            return u.value
+            return cache.set(k, data, ttl=ttl_s, **extra)
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
             k = make_key(*(args[1:] if method else args), **kwargs)
-            loader = functools.partial(compute, args, kwargs)
+            box = []
+            loader = functools.partial(compute, args, kwargs, box)
             try:
                 value = cache.get_or_compute(k, loader, **leased[0])
             except _Uncached as u:
-                return uncached(k, u)
+                return u.value
+            rewrite(k, box)
             if loads is None or value is None:
                 return value
             try:
@@ -246,9 +259,9 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 # error for the whole ttl. Recompute and overwrite.
                 log.warning("cached value for %r could not be decoded; recomputing", k,
                             exc_info=True)
-            return reload(k, args, kwargs, loader)
+            return reload(k, args, kwargs, loader, box)
 
-        def reload(k, args, kwargs, loader):
+        def reload(k, args, kwargs, loader, box):
             """Replaces an entry the serializer cannot read without a stampede:
             beta=inf elects every caller, the lease lets one of them recompute,
             and the others are served the old value meanwhile: they poll for
@@ -260,7 +273,8 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 try:
                     value, source = cache.fetch(k, loader, **forced)
                 except _Uncached as u:
-                    return uncached(k, u)
+                    return u.value
+                rewrite(k, box)
                 if value is None:
                     return None
                 if source not in ("cache", "stale"):  # the function's own result
