@@ -58,7 +58,7 @@ def test_a_method_shares_its_entry_across_instances(cache):
 
 _KEY_SCRIPT = r"""
 import sys, xfetch
-from xfetch._decorator import _key_builder
+from xfetch._keys import _key_builder
 def f(tags, **options): pass
 make = _key_builder(f, None)
 print(make({"b", "a", "c", "d"}, z=1, a=frozenset({"x", "y"}), m={"k2": 1, "k1": {3, 2, 1}}))
