@@ -408,3 +408,23 @@ def test_a_ttl_callable_keeps_the_stampede_protection(cache, admin, prefix):
     assert out == [{"ttl": 30}] * 8
     assert len(calls) == 1, f"{len(calls)} loads for 8 callers"
     assert 25000 < admin.pttl(prefix + "tc") <= 30000, "the entry lives for the computed ttl"
+
+
+_LAZY = xfetch.Cache("redis://127.0.0.1:1", lazy_connect=True)  # never used for I/O here
+
+
+class Pickled:
+    def __init__(self, n):
+        self.n = n
+
+    @_LAZY.cached(ttl=60)
+    def get(self, x):
+        return b"%d" % (self.n + x)
+
+
+def test_a_cached_method_pickles_by_name():
+    """Like a plain method (a ProcessPoolExecutor sends obj.method by name)."""
+    bound = pickle.loads(pickle.dumps(Pickled(2).get))
+    assert bound.__self__.n == 2 and bound.__func__ is Pickled.__dict__["get"]
+    assert pickle.loads(pickle.dumps(Pickled.get)) is Pickled.get
+    assert bound.original(1) == b"3"

@@ -236,6 +236,9 @@ class _CachedMethod:
     def __get__(self, obj, objtype=None):
         return self if obj is None else _BoundCachedMethod(self, obj)
 
+    def __reduce__(self):  # pickles by name, as functions do
+        return self.__qualname__
+
     def __repr__(self):
         return f"<cached method {self.__qualname__}>"
 
