@@ -199,3 +199,16 @@ def test_fail_open_when_no_new_connection_can_be_opened(tmp_path, counter):
         c.delete("k")
     c._release(busy)
     c.close()
+
+
+def test_set_says_whether_it_wrote(cache, admin, prefix):
+    """True when written; False, writing nothing, when the entry holds a value
+    dated later than now (as after the server's clock stepped back)."""
+    assert cache.set("fresh", b"v", ttl=60) is True
+    sec, usec = admin.time()
+    now = sec * 1000 + usec // 1000
+    admin.hset(prefix + "newer", mapping={"v": b"newer", "d": 0, "e": now + 60000,
+                                          "s": now + 30000})
+    admin.pexpire(prefix + "newer", 60000)
+    assert cache.set("newer", b"older", ttl=60) is False
+    assert admin.hget(prefix + "newer", "v") == b"newer"

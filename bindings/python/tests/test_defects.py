@@ -3,7 +3,6 @@ str subclasses, async functions, serializer changes, negative_ttl with a
 serializer, loaders slower than their lease."""
 import concurrent.futures
 import enum
-import json
 import logging
 import os
 import pickle
@@ -59,7 +58,7 @@ def test_a_method_shares_its_entry_across_instances(cache):
 
 _KEY_SCRIPT = r"""
 import sys, xfetch
-from xfetch._decorator import _key_builder
+from xfetch._keys import _key_builder
 def f(tags, **options): pass
 make = _key_builder(f, None)
 print(make({"b", "a", "c", "d"}, z=1, a=frozenset({"x", "y"}), m={"k2": 1, "k1": {3, 2, 1}}))
@@ -97,9 +96,20 @@ def _raise_from_worker(url):
     raise xfetch.ConnectionError(-3, "connect to nowhere")
 
 
-def test_every_error_class_pickles():
-    for cls in [xfetch.Error] + [c for c in vars(xfetch).values()
-                                 if isinstance(c, type) and issubclass(c, xfetch.Error)]:
+def _error_classes():
+    todo, out = [xfetch.Error], []
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def test_every_error_class_is_exported_and_pickles():
+    classes = _error_classes()
+    assert len(classes) >= 16
+    for cls in classes:
+        assert getattr(xfetch, cls.__name__) is cls and cls.__name__ in xfetch.__all__
         for code in (-3, -5):
             e = cls(code, "detail")
             back = pickle.loads(pickle.dumps(e))
@@ -132,6 +142,18 @@ def test_str_subclasses_are_keys(cache, counter):
     assert cache.get_or_compute(Color.RED, load, ttl=60) == b"v"
     assert cache.get_or_compute("red", load, ttl=60) == b"v"
     assert load.calls == 2
+    if hasattr(enum, "StrEnum"):  # Python 3.11+
+        Shade = enum.StrEnum("Shade", {"DARK": "dark"})
+        assert cache.get_or_compute(Shade.DARK, load, ttl=60) == b"v"
+        assert cache.get_or_compute("dark", load, ttl=60) == b"v"
+        assert load.calls == 3
+
+        @cache.cached(ttl=60, key="shade:{s}")
+        def shade(s):
+            return s.encode()
+
+        assert shade(Shade.DARK) == b"dark"
+        assert shade.key(Shade.DARK) == "shade:dark"
 
 
 # ---- 5. async functions and key templates, at decoration ------------------------------
@@ -169,6 +191,31 @@ def test_changing_the_serializer_reloads_instead_of_failing(cache, caplog):
     assert "could not be decoded" in caplog.text
     assert make("json")() == {"n": 1}
     assert calls == ["pickle", "json"], "the entry was overwritten in the new format"
+
+
+def test_an_undecodable_hot_key_is_reloaded_once_not_by_every_caller(cache, caplog):
+    """After a serializer change, the callers that find the old format do not
+    each run the function: one reloads under the lease, the others wait for
+    its value (before: 8 callers, 8 loads)."""
+    calls = []
+
+    @cache.cached(ttl=60, serializer="json", key="hot")
+    def hot():
+        calls.append(1)
+        time.sleep(0.2)
+        return {"n": 1}
+
+    cache.set("hot", pickle.dumps({"n": 0}), ttl=60)
+    out = []
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        threads = [threading.Thread(target=lambda: out.append(hot())) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert out == [{"n": 1}] * 8
+    assert len(calls) <= 2, f"{len(calls)} loads for 8 callers"
+    assert "could not be decoded" in caplog.text
 
 
 def test_namespace_and_version_move_to_fresh_keys(cache):
@@ -218,3 +265,166 @@ def test_a_loader_slower_than_its_lease_is_logged(cache, caplog):
             t.join()
     assert len(loads) > 1, "the lease ran out: other callers loaded too"
     assert "longer than its lease" in caplog.text
+
+
+def test_helpers_of_a_bound_method_bind_self(cache):
+    """obj.method.refresh(1) and obj.method.set(v, 1) act for obj (the key
+    still leaves self out), as .key/.invalidate already did."""
+    calls = []
+
+    class Prices:
+        def __init__(self, rate):
+            self.rate = rate
+
+        @cache.cached(ttl=60, serializer="json")
+        def price(self, item):
+            calls.append(item)
+            return {"item": item, "rate": self.rate}
+
+    a = Prices(2)
+    assert a.price("x") == {"item": "x", "rate": 2}
+    assert a.price.refresh("x") == {"item": "x", "rate": 2}, "refresh gets self"
+    assert calls == ["x", "x"]
+    a.price.set({"item": "x", "rate": 9}, "x")
+    assert Prices(3).price("x") == {"item": "x", "rate": 9}, "one entry for every instance"
+    assert a.price.original("y") == {"item": "y", "rate": 2}, "original is bound too"
+    assert Prices.price.refresh(a, "x") == {"item": "x", "rate": 2}, "unbound: pass self"
+    assert a.price.key("x") == Prices.price.key("x")
+    assert a.price.__name__ == "price" and a.price.__self__ is a
+
+
+def test_a_decorated_function_slower_than_its_lease_gets_a_longer_lease(cache, caplog):
+    """The decorator learns how long its function runs and leases for at least
+    twice that: the first cold load ran out of its lease (loads > 1, logged),
+    the next one is loaded once by 8 callers."""
+    loads = []
+
+    @cache.cached(ttl=60, key="slow:{n}", lease=0.1, wait=2)
+    def slow(n):
+        loads.append(n)
+        time.sleep(0.3)
+        return b"v"
+
+    def stampede(n):
+        threads = [threading.Thread(target=slow, args=(n,)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        stampede(1)
+    assert loads.count(1) > 1, "the lease ran out: other callers loaded too"
+    assert "longer than its lease" in caplog.text
+    stampede(2)
+    assert loads.count(2) == 1, f"{loads.count(2)} loads with the learned lease"
+
+
+def test_cached_many_takes_namespace_and_version_and_reloads_undecodable_ids(cache, caplog):
+    calls = []
+
+    def make(serializer):
+        @cache.cached_many(ttl=60, key="user:{}", serializer=serializer, namespace="app",
+                           version=3)
+        def users(ids):
+            calls.append(sorted(ids))
+            return {i: {"id": i} for i in ids}
+        return users
+
+    users = make("pickle")
+    assert users.key(7) == "app:user:7#v3"
+    assert users([1, 2]) == {1: {"id": 1}, 2: {"id": 2}}
+    cache.set(users.key(3), b"\x80not json", ttl=60)
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        assert make("json")([1, 3]) == {1: {"id": 1}, 3: {"id": 3}}
+    assert "could not be decoded" in caplog.text
+    assert calls == [[1, 2], [1, 3]], "the undecodable ids reloaded in one call"
+    assert make("json")([1, 3]) == {1: {"id": 1}, 3: {"id": 3}}
+    assert calls == [[1, 2], [1, 3]], "overwritten in the new format"
+
+
+def test_cached_many_on_a_method(cache):
+    calls = []
+
+    class Users:
+        def __init__(self, source):
+            self.source = source
+
+        @cache.cached_many(ttl=60, key="u:{}", serializer="json")
+        def load(self, ids):
+            calls.append(sorted(ids))
+            return {i: {"id": i, "from": self.source} for i in ids}
+
+    assert Users("a").load([1, 2]) == {1: {"id": 1, "from": "a"}, 2: {"id": 2, "from": "a"}}
+    assert Users("b").load([2, 3]) == {2: {"id": 2, "from": "a"}, 3: {"id": 3, "from": "b"}}
+    assert calls == [[1, 2], [3]]
+    Users("c").load.invalidate(2)
+    assert Users("c").load([2]) == {2: {"id": 2, "from": "c"}}
+
+
+def test_refresh_follows_condition(cache):
+    @cache.cached(ttl=60, serializer="json", key="c:{n}", condition=lambda r: r["ok"])
+    def f(n):
+        return {"ok": n > 0}
+
+    assert f.refresh(0) == {"ok": False}
+    assert cache.get("c:0") is None, "a result condition refuses is not cached by refresh"
+    assert f.refresh(1) == {"ok": True}
+    assert cache.get("c:1") == b'{"ok":true}'
+
+
+def test_a_ttl_callable_returning_0_or_none_does_not_cache(cache):
+    calls = []
+
+    @cache.cached(ttl=lambda r: r["ttl"], serializer="json", key="t:{n}")
+    def f(n):
+        calls.append(n)
+        return {"ttl": [None, 0, 60][n]}
+
+    for n in (0, 1):
+        assert f(n) == {"ttl": [None, 0][n]}
+        assert cache.get(f.key(n)) is None
+    assert f(2) == {"ttl": 60} and f(2) == {"ttl": 60}
+    assert calls == [0, 1, 2]
+
+
+def test_a_ttl_callable_keeps_the_stampede_protection(cache, admin, prefix):
+    """With ttl computed from the result, 8 callers on a cold key still load
+    once (the loader wrote nothing before: every waiter then loaded)."""
+    calls = []
+
+    @cache.cached(ttl=lambda r: r["ttl"], serializer="json", key="tc")
+    def f():
+        calls.append(1)
+        time.sleep(0.2)
+        return {"ttl": 30}
+
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(f())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == [{"ttl": 30}] * 8
+    assert len(calls) == 1, f"{len(calls)} loads for 8 callers"
+    assert 25000 < admin.pttl(prefix + "tc") <= 30000, "the entry lives for the computed ttl"
+
+
+_LAZY = xfetch.Cache("redis://127.0.0.1:1", lazy_connect=True)  # never used for I/O here
+
+
+class Pickled:
+    def __init__(self, n):
+        self.n = n
+
+    @_LAZY.cached(ttl=60)
+    def get(self, x):
+        return b"%d" % (self.n + x)
+
+
+def test_a_cached_method_pickles_by_name():
+    """Like a plain method (a ProcessPoolExecutor sends obj.method by name)."""
+    bound = pickle.loads(pickle.dumps(Pickled(2).get))
+    assert bound.__self__.n == 2 and bound.__func__ is Pickled.__dict__["get"]
+    assert pickle.loads(pickle.dumps(Pickled.get)) is Pickled.get
+    assert bound.original(1) == b"3"

@@ -13,7 +13,7 @@ still-valid value. A thin Python layer over the xfetch C library (cffi).
 """
 from ._cache import Cache, Fetched
 from ._decorator import cached
-from ._errors import (AuthError, ConnectionError, ConnectionLostError, Error,
+from ._errors import (AuthError, CanceledError, ConnectionError, ConnectionLostError, Error,
                       InvalidArgumentError, LoaderError, NotFoundError, OutOfMemoryError,
                       BusyError, NoPermissionError, ProtocolError, RedisError, SupersededError,
                       TimeoutError, UnavailableError,
@@ -25,5 +25,5 @@ __version__ = "0.1.0"
 __all__ = ["Cache", "Fetched", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
-           "SupersededError", "UnavailableError", "NoPermissionError", "BusyError", "check",
+           "SupersededError", "UnavailableError", "NoPermissionError", "BusyError", "CanceledError", "check",
            "ffi", "lib"]

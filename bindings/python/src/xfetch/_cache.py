@@ -455,8 +455,11 @@ class Cache:
                           jitter=jitter, on_wait_timeout=on_wait_timeout)[0]
 
     def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
-            jitter: float = 0.0) -> None:
-        """Writes value (bytes-like) for key as if a loader had produced it now."""
+            jitter: float = 0.0) -> bool:
+        """Writes value (bytes-like) for key as if a loader had produced it now.
+        Returns True when written, False when the entry holds a value dated
+        later than now (a newer write won, or the server's clock stepped back):
+        nothing is written then. Other failures raise xfetch.Error."""
         kb = _key_bytes(key)
         if not isinstance(value, _BYTES_LIKE):
             raise TypeError(f"value must be bytes-like, not {type(value).__name__}")
@@ -464,7 +467,11 @@ class Cache:
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
         conn, saved = self._enter()
         try:
-            check(lib.xf_set(conn.ptr, kb, len(kb), buf, len(buf), policy), conn.ptr)
+            rc = lib.xf_set(conn.ptr, kb, len(kb), buf, len(buf), policy)
+            if rc == lib.XF_ESUPERSEDED:
+                return False
+            check(rc, conn.ptr)
+            return True
         finally:
             self._exit(conn, saved)
 
@@ -582,15 +589,20 @@ class Cache:
 
     def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],
                key: str | Callable[..., str | bytes] | None = None,
-               serializer: Any = None, **policy: Any) -> Callable[[F], F]:
+               serializer: Any = None, *, namespace: str | None = None,
+               version: Any = None, condition: Callable[[Any], bool] | None = None,
+               **policy: Any) -> Callable[[F], F]:
         """Decorator: caches the function's result; see xfetch.cached."""
         from ._decorator import cached
-        return cached(self, ttl, key=key, serializer=serializer, **policy)
+        return cached(self, ttl, key=key, serializer=serializer, namespace=namespace,
+                      version=version, condition=condition, **policy)
 
     def cached_many(self, ttl: float, key: str | Callable[[Any], Key],
-                    serializer: Any = None, **policy: Any) -> Callable[[F], F]:
+                    serializer: Any = None, *, namespace: str | None = None,
+                    version: Any = None, **policy: Any) -> Callable[[F], F]:
         """Decorator for a function that takes a list of ids and returns a
         mapping id -> result (an id left out is "not found"); see
         xfetch._decorator.cached_many."""
         from ._decorator import cached_many
-        return cached_many(self, ttl, key, serializer=serializer, **policy)
+        return cached_many(self, ttl, key, serializer=serializer, namespace=namespace,
+                           version=version, **policy)

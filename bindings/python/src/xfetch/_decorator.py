@@ -1,19 +1,16 @@
-"""The cached() decorator: keys from the function's qualified name and its
-arguments (canonical, the same in every process), values through an
-optional serializer."""
+"""The cached() and cached_many() decorators: keys from _keys (canonical,
+the same in every process), values through an optional serializer."""
 import datetime
-import decimal
-import enum
-import fractions
 import functools
 import inspect
 import json
 import logging
+import math
 import pickle
-import string
-import uuid
+import time
 
-from ._errors import SupersededError
+from ._errors import Error
+from ._keys import _key_builder, _scope, _takes_self  # noqa: F401 (aio uses them)
 from ._policy import make_policy
 
 log = logging.getLogger("xfetch")
@@ -40,93 +37,6 @@ def _serializer(serializer):
     raise TypeError("serializer must be 'pickle', 'json' or an object with dumps/loads")
 
 
-# ---- canonical keys -----------------------------------------------------------
-
-# Values whose repr is the same in every process and names the value.
-_PLAIN = (type(None), bool, int, float, complex, decimal.Decimal, fractions.Fraction,
-          datetime.date, datetime.time, datetime.timedelta, uuid.UUID)
-
-
-def _canon(v):
-    """A text that is the same for equal arguments in every process: reprs of
-    plain values, str and bytes by content (str subclasses as str), tuples and
-    lists in order, dicts by sorted key, sets sorted, enums by name. Anything
-    else (objects whose repr shows an address) raises TypeError."""
-    if isinstance(v, enum.Enum):
-        return f"{type(v).__qualname__}.{v.name}"
-    if isinstance(v, str):
-        return repr(str(v))
-    if isinstance(v, (bytes, bytearray)):
-        return repr(bytes(v))
-    if isinstance(v, _PLAIN):
-        return repr(v)
-    if isinstance(v, tuple):
-        return "(" + ", ".join(map(_canon, v)) + ("," if len(v) == 1 else "") + ")"
-    if isinstance(v, list):
-        return "[" + ", ".join(map(_canon, v)) + "]"
-    if isinstance(v, dict):
-        items = sorted((_canon(k), _canon(x)) for k, x in v.items())
-        return "{" + ", ".join(f"{k}: {x}" for k, x in items) + "}"
-    if isinstance(v, (set, frozenset)):
-        inner = ", ".join(sorted(map(_canon, v)))
-        return ("frozenset({" + inner + "})") if isinstance(v, frozenset) else "{" + inner + "}"
-    raise TypeError(f"a {type(v).__name__} argument cannot be part of a cache key: pass "
-                    f"None, bool, numbers, str, bytes, dates, UUIDs, enums, or tuples, "
-                    f"lists, dicts and sets of them, or give the decorator key=")
-
-
-def _takes_self(func):
-    """Whether func is a method by its first parameter's name (self or cls):
-    that argument is left out of the key, as dogpile.cache does."""
-    params = list(inspect.signature(func).parameters)
-    return bool(params) and params[0] in ("self", "cls")
-
-
-def _key_builder(func, key, namespace=None, version=None):
-    """Returns make_key(*args, **kwargs) -> str|bytes over the arguments
-    without self/cls."""
-    sig = inspect.signature(func)
-    if _takes_self(func):
-        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
-    name = f"{func.__module__}.{func.__qualname__}"
-
-    def bound(args, kwargs):
-        b = sig.bind(*args, **kwargs)
-        b.apply_defaults()
-        return b.arguments
-
-    if callable(key):
-        make = key
-    elif isinstance(key, str):  # a format string over the arguments by name
-        fields = {f.split(".")[0].split("[")[0]
-                  for _, f, _, _ in string.Formatter().parse(key) if f is not None}
-        unknown = fields - set(sig.parameters)
-        if unknown or "" in fields:
-            raise ValueError(f"key template {key!r} names {', '.join(sorted(unknown)) or '{}'}"
-                             f", which is not an argument of {func.__qualname__}")
-
-        def make(*a, **kw):
-            return key.format(**bound(a, kw))
-    elif key is None:
-        # "module.qualname(name=canonical value, ...)": defaults applied, so
-        # f(1) and f(x=1) share an entry, and **kwargs sorted by name.
-        def make(*a, **kw):
-            return name + "(" + ", ".join(
-                f"{k}={_canon(v)}" for k, v in bound(a, kw).items()) + ")"
-    else:
-        raise TypeError("key must be None, a format string or a callable")
-    if namespace is None and version is None:
-        return make
-
-    def scoped(*a, **kw):
-        k = make(*a, **kw)
-        if isinstance(k, bytes):
-            k = k.decode("utf-8", "surrogateescape")
-        k = k if namespace is None else f"{namespace}:{k}"
-        return k if version is None else f"{k}#v{version}"
-    return scoped
-
-
 # ---- the decorator --------------------------------------------------------------
 
 class _Uncached(Exception):
@@ -148,7 +58,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     """Decorator factory behind Cache.cached.
 
     ttl: seconds, a datetime.timedelta, or a callable taking the result and
-    returning seconds. **policy: get_or_compute's policy keywords (seconds).
+    returning seconds (None or <= 0: do not cache that result). **policy: get_or_compute's policy keywords (seconds).
     key: None (module.qualname and the arguments' canonical forms: the same in
     every process; self/cls left out), a format string such as "user:{user_id}"
     over the arguments by name (checked at decoration), or a callable taking
@@ -159,10 +69,14 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     means "not found" (cached for negative_ttl, default 0 = not cached), and an
     entry the serializer cannot read is a miss (recomputed and overwritten).
     condition: a callable taking the result; False = return it uncached.
+    lease: at least twice the slowest run of the function seen in this
+    process (a longer-running loader would lose the key mid-load).
 
     The wrapper has .key(*args), .invalidate(*args), .set(value, *args) (the
-    arguments without self/cls), .refresh(*args) (the function's own
-    arguments: computes now and overwrites) and .original.
+    arguments without self/cls), .refresh(*args) (computes now and
+    overwrites) and .original. On a method, obj.method.refresh(*args) and
+    obj.method.original(*args) act for obj; Class.method.refresh(obj, *args)
+    takes it explicitly.
     """
     dumps, loads = _serializer(serializer)
     fixed_ttl = not callable(ttl) or isinstance(ttl, datetime.timedelta)
@@ -186,33 +100,60 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 return result
             return dumps(result)
 
-        def compute(args, kwargs):
-            """The loader: the function's encoded result, or _Uncached."""
+        # The lease, at least twice the slowest run of func seen in this
+        # process: a lease that runs out mid-load lets another caller load too.
+        leased = [policy]
+        extra = {n: v for n, v in policy.items() if n in ("stale", "jitter")}  # for set
+
+        def compute(args, kwargs, box):
+            """The loader: the function's encoded result, or _Uncached. With a
+            ttl computed from the result, the value is written under a
+            placeholder ttl (so callers waiting on the lease get it) and box
+            gets (data, ttl) for rewrite() to set the real one."""
+            t0 = time.monotonic()
             result = func(*args, **kwargs)
-            if (condition is not None and not condition(result)) or not fixed_ttl:
+            lease = math.ceil((time.monotonic() - t0) * 20) / 10  # 2x, rounded up to 0.1 s
+            if lease > leased[0].get("lease", 5.0) and lease < 2**31 / 1000:
+                leased[0] = dict(policy, lease=lease)
+            if condition is not None and not condition(result):
                 raise _Uncached(result)
-            return encode(result)
+            data = encode(result)
+            if not fixed_ttl and data is not None:
+                ttl_s = _ttl_seconds(ttl, result)
+                if ttl_s is None or ttl_s <= 0:  # a ttl callable's "do not cache"
+                    raise _Uncached(result)
+                box.append((data, ttl_s))
+            return data
+
+        def rewrite(k, box):
+            """Gives the entry this call's loader wrote its computed ttl."""
+            if box:
+                data, ttl_s = box.pop()
+                try:
+                    cache.set(k, data, ttl=ttl_s, **extra)
+                except Error as e:  # Redis went away meanwhile: it served uncached
+                    log.warning("could not set the ttl of %r: %s", k, e)
 
         def store(k, result):
             data = encode(result)
             if data is None:
-                return
+                return False
             ttl_s = _ttl_seconds(ttl, result)
-            try:
-                cache.set(k, data, ttl=ttl_s,
-                          **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
-            except SupersededError:
-                pass  # a newer value or a delete won: ours is served, not kept
+            if ttl_s is None or ttl_s <= 0:  # a ttl callable's "do not cache"
+                return False
+            # False when a newer value won: ours is returned, not kept.
+            return cache.set(k, data, ttl=ttl_s, **extra)
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
             k = make_key(*(args[1:] if method else args), **kwargs)
+            box = []
+            loader = functools.partial(compute, args, kwargs, box)
             try:
-                value = cache.get_or_compute(k, lambda: compute(args, kwargs), **policy)
+                value = cache.get_or_compute(k, loader, **leased[0])
             except _Uncached as u:
-                if not fixed_ttl and (condition is None or condition(u.value)):
-                    store(k, u.value)
                 return u.value
+            rewrite(k, box)
             if loads is None or value is None:
                 return value
             try:
@@ -222,16 +163,51 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 # error for the whole ttl. Recompute and overwrite.
                 log.warning("cached value for %r could not be decoded; recomputing", k,
                             exc_info=True)
-                result = func(*args, **kwargs)
-                if condition is None or condition(result):
-                    store(k, result)
-                return result
+            return reload(k, args, kwargs, loader, box)
+
+        def reload(k, args, kwargs, loader, box):
+            """Replaces an entry the serializer cannot read without a stampede:
+            beta=inf elects every caller, the lease lets one of them recompute,
+            and the others are served the old value meanwhile: they poll for
+            the new one (for up to the policy's wait), then compute it
+            themselves."""
+            forced = dict(leased[0], beta=math.inf)
+            deadline = time.monotonic() + policy.get("wait", 5.0)
+            for _ in range(3):  # again after the entry expired meanwhile; bounded
+                try:
+                    value, source = cache.fetch(k, loader, **forced)
+                except _Uncached as u:
+                    return u.value
+                rewrite(k, box)
+                if value is None:
+                    return None
+                if source not in ("cache", "stale"):  # the function's own result
+                    return loads(value)
+                while time.monotonic() < deadline:
+                    try:
+                        return loads(value)
+                    except Exception:
+                        pass
+                    time.sleep(0.02)  # another caller holds the lease: wait for its value
+                    try:
+                        value = cache.get(k)
+                    except Error:
+                        break
+                    if value is None:  # expired or deleted meanwhile: lease again
+                        break
+                else:
+                    break
+            result = func(*args, **kwargs)  # the refresher is slower than wait
+            if condition is None or condition(result):
+                store(k, result)
+            return result
 
         def refresh(*args, **kwargs):
             """Computes the value now and overwrites the entry; returns it.
             Takes the function's own arguments (a method's self included)."""
             result = func(*args, **kwargs)
-            store(make_key(*(args[1:] if method else args), **kwargs), result)
+            if condition is None or condition(result):
+                store(make_key(*(args[1:] if method else args), **kwargs), result)
             return result
 
         wrapper.key = make_key
@@ -239,12 +215,71 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         wrapper.set = lambda value, *a, **kw: store(make_key(*a, **kw), value)
         wrapper.refresh = refresh
         wrapper.original = func
-        return wrapper
+        return _CachedMethod(wrapper) if method else wrapper
 
     return decorate
 
 
-def cached_many(cache, ttl, key, serializer=None, **policy):
+class _CachedMethod:
+    """A cached method: called like the function; looked up on an instance
+    (or on a class, under classmethod) it binds like a function does, and its
+    .refresh and .original then get that self too (.key, .invalidate and .set
+    leave self out of the key either way)."""
+
+    def __init__(self, wrapper):
+        self._wrapper = wrapper
+        functools.update_wrapper(self, wrapper)  # __name__, __doc__, the helpers
+
+    def __call__(self, *args, **kwargs):
+        return self._wrapper(*args, **kwargs)
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else _BoundCachedMethod(self, obj)
+
+    def __reduce__(self):  # pickles by name, as functions do
+        return self.__qualname__
+
+    def __repr__(self):
+        return f"<cached method {self.__qualname__}>"
+
+
+class _BoundCachedMethod:
+    """obj.method for a cached method: the helpers bound to obj."""
+
+    __slots__ = ("__func__", "__self__")
+
+    def __init__(self, func, obj):
+        self.__func__ = func
+        self.__self__ = obj
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__._wrapper(self.__self__, *args, **kwargs)
+
+    def refresh(self, *args, **kwargs):
+        return self.__func__.refresh(self.__self__, *args, **kwargs)
+
+    def original(self, *args, **kwargs):
+        return self.__func__.original(self.__self__, *args, **kwargs)
+
+    def __getattr__(self, name):  # key, invalidate, set, __name__, __doc__, ...
+        return getattr(self.__func__, name)
+
+    def __eq__(self, other):
+        return (isinstance(other, _BoundCachedMethod) and self.__func__ is other.__func__
+                and self.__self__ is other.__self__)
+
+    def __hash__(self):
+        return hash((id(self.__func__), id(self.__self__)))
+
+    def __reduce__(self):  # pickles as getattr(obj, name), like a bound method
+        return getattr, (self.__self__, self.__func__.__name__)
+
+    def __repr__(self):
+        return f"<bound cached method {self.__func__.__qualname__} of {self.__self__!r}>"
+
+
+def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=None,
+                **policy):
     """Decorator factory behind Cache.cached_many, for batch functions:
 
         @cache.cached_many(ttl=60, key="user:{}", serializer="json")
@@ -254,20 +289,26 @@ def cached_many(cache, ttl, key, serializer=None, **policy):
                                # Redis in one round trip, the misses loaded
                                # with one call of load_users(missing ids)
 
-    key: a format string with one {} for the id, or a callable id -> key.
+    key: a format string with one {} for the id, or a callable id -> key;
+    namespace= and version= scope it as for cached ("namespace:key#vN").
+    An entry the serializer cannot read is a miss: logged, and those ids are
+    computed in one more call and overwritten.
     The ids must be hashable; the result is a dict in the order of the ids
     given (an id the function left out, or mapped to None, maps to None).
     With a serializer the values are encoded; without, they are bytes. The
-    wrapper has .key(id), .invalidate(*ids) and .original."""
+    wrapper has .key(id), .invalidate(*ids) and .original. On a method
+    (first parameter self or cls), self is passed through and not keyed."""
     dumps, loads = _serializer(serializer)
     policy = dict(policy, ttl=_ttl_seconds(ttl))
     _validate(**policy)
     if isinstance(key, str):
         if key.count("{}") != 1:
             raise ValueError("a cached_many key template needs exactly one {} for the id")
-        make_key = key.format
+        make_key = (key.format if namespace is None and version is None else
+                    lambda i: _scope(key.format(i), namespace, version))
     elif callable(key):
-        make_key = key
+        make_key = (key if namespace is None and version is None else
+                    lambda i: _scope(key(i), namespace, version))
     else:
         raise TypeError("key must be a format string with {} or a callable id -> key")
 
@@ -276,13 +317,18 @@ def cached_many(cache, ttl, key, serializer=None, **policy):
             raise TypeError(f"{func.__qualname__} is an async function: not supported by "
                             f"the sync decorator")
 
+        method = _takes_self(func)  # f(self, ids): self is passed through, not keyed
+
         @functools.wraps(func)
-        def wrapper(ids):
-            ids = list(dict.fromkeys(ids))
+        def wrapper(*args):
+            if len(args) != 1 + method:
+                raise TypeError(f"{func.__qualname__} takes {'self and ' if method else ''}"
+                                f"one list of ids, got {len(args)} arguments")
+            head, ids = args[:-1], list(dict.fromkeys(args[-1]))
             by_key = {make_key(i): i for i in ids}
 
             def load(keys):
-                results = func([by_key[k] for k in keys])
+                results = func(*head, [by_key[k] for k in keys])
                 out = {}
                 for k in keys:
                     r = results.get(by_key[k])
@@ -290,8 +336,26 @@ def cached_many(cache, ttl, key, serializer=None, **policy):
                 return out
 
             values = cache.get_many(list(by_key), load, batch=True, **policy)
-            return {by_key[k]: (v if loads is None or v is None else loads(v))
-                    for k, v in values.items()}
+            out, unreadable = {}, []
+            for k, v in values.items():
+                try:
+                    out[by_key[k]] = v if loads is None or v is None else loads(v)
+                except Exception:
+                    unreadable.append(k)
+                    out[by_key[k]] = None
+            if unreadable:
+                # Written by another serializer or version: misses, computed
+                # in one more call and overwritten.
+                log.warning("cached values for %r could not be decoded; recomputing",
+                            unreadable)
+                results = func(*head, [by_key[k] for k in unreadable])
+                for k in unreadable:
+                    r = results.get(by_key[k])
+                    out[by_key[k]] = r
+                    if r is not None:
+                        cache.set(k, dumps(r), ttl=policy["ttl"],
+                                  **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
+            return out
 
         wrapper.key = make_key
         wrapper.invalidate = lambda *ids: cache.delete_many([make_key(i) for i in ids])

@@ -77,8 +77,9 @@ class NoPermissionError(Error, PermissionError):
 
 
 class SupersededError(Error):
-    """XF_ESUPERSEDED: set() was not cached because the entry holds a newer
-    value (written later, or a delete that came after the write started)."""
+    """XF_ESUPERSEDED: a write was not cached because the entry holds a newer
+    value (written later, or a delete that came after the write started).
+    Cache.set returns False for it instead of raising; check() raises it."""
 
 
 class CanceledError(Error):
