@@ -103,7 +103,7 @@ def test_auth_select_set_delete_and_the_decorator(server, admin, prefix):
     async def main():
         cache = xfetch.aio.Cache(url, prefix=prefix)
         assert await cache.get_or_compute("db3", lambda: b"three", ttl=60) == b"three"
-        await cache.set("s", b"set", ttl=60)
+        assert await cache.set("s", b"set", ttl=60) is True
         assert await cache.get_or_compute("s", lambda: b"x", ttl=60) == b"set"
         await cache.delete("s")
         assert await cache.get_or_compute("s", lambda: b"x", ttl=60) == b"x"

@@ -321,10 +321,10 @@ class Cache:
         return (await self.fetch(key, loader, ttl, beta, **policy))[0]
 
     async def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
-                  jitter: float = 0.0) -> None:
+                  jitter: float = 0.0) -> bool:
         """Writes value for key as if a loader had produced it now (the C
-        sans-I/O call of xf_set). Raises SupersededError when a newer value
-        or a delete holds the entry."""
+        sans-I/O call of xf_set): True when written, False when a newer value
+        or a delete holds the entry (as xfetch.Cache.set)."""
         kb = _key_bytes(key)
         if not isinstance(value, _BYTES_LIKE):
             raise TypeError(f"value must be bytes-like, not {type(value).__name__}")
@@ -333,7 +333,7 @@ class Cache:
         out = self._callp
         check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy),
               self._client)
-        await self._run_one(out[0])
+        return await self._run_one(out[0]) != lib.XF_ESUPERSEDED
 
     async def delete(self, key: Key) -> None:
         """Removes key's entry (value and lease); no error if it is absent."""
@@ -343,15 +343,17 @@ class Cache:
         await self._run_one(out[0])
 
     async def _run_one(self, call):
-        """Sends a set's or delete's call to its end; raises its error."""
+        """Sends a set's or delete's call to its end; raises its error but
+        XF_ESUPERSEDED, which it returns (else 0)."""
         try:
             step = lib.xf_call_next(call)
             while step != lib.XF_CALL_DONE:
                 step = await self._send(call)
             rc = lib.xf_call_result(call, ffi.NULL)
-            if rc != 0:
+            if rc not in (0, lib.XF_ESUPERSEDED):
                 msg = ffi.string(lib.xf_call_errmsg(call)).decode(errors="replace")
                 raise type(error_for(rc))(rc, msg)
+            return rc
         finally:
             lib.xf_call_free(call)
 
