@@ -48,25 +48,33 @@ static void run_callers(caller *cs, int n) {
     pthread_join(cs[i].th, NULL);
 }
 
-Test(pool, sixteen_threads_on_a_cold_key_share_four_clients_and_one_load) {
+Test(pool, sixteen_threads_on_a_cold_key_share_four_clients_and_one_load_per_episode) {
   xft_server s; /* its own: the client count is this test's alone */
   cr_assert_eq(xft_server_start(&s, NULL), 0);
   xf_pool *pool = open_pool(s.port, 4, 0);
   xft_loader l = {.value = "computed", .sleep_ms = 100};
-  caller cs[16];
-  for (int i = 0; i < 16; i++)
-    cs[i] = (caller){.pool = pool, .key = "pool:hot", .loader = &l};
-  run_callers(cs, 16);
-  for (int i = 0; i < 16; i++) {
-    cr_expect_eq(cs[i].rc, XF_OK, "thread %d: %s", i, xf_strerror(cs[i].rc));
-    cr_expect_str_eq(cs[i].value, "computed");
+  /* Three episodes: the key is deleted through the pool between them. */
+  for (int episode = 1; episode <= 3; episode++) {
+    caller cs[16];
+    for (int i = 0; i < 16; i++)
+      cs[i] = (caller){.pool = pool, .key = "pool:hot", .loader = &l};
+    run_callers(cs, 16);
+    int from_loader = 0;
+    for (int i = 0; i < 16; i++) {
+      cr_expect_eq(cs[i].rc, XF_OK, "thread %d: %s", i, xf_strerror(cs[i].rc));
+      cr_expect_str_eq(cs[i].value, "computed");
+      from_loader += cs[i].source == XF_SOURCE_LOADER;
+    }
+    cr_expect_eq(from_loader, 1, "episode %d", episode);
+    cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), episode, "episode %d",
+                 episode);
+    cr_assert_eq(xf_pool_delete(pool, "pool:hot", 8), XF_OK, "%s", xf_pool_errmsg());
   }
-  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 1);
   xf_pool_info info;
   xf_pool_stats(pool, &info);
   cr_expect_leq(info.open, 4);
-  cr_expect_eq(info.clients.loads, 1);
-  cr_expect_eq(info.clients.hits + info.clients.misses + info.clients.waits >= 16, 1);
+  cr_expect_eq(info.clients.loads, 3);
+  cr_expect_eq(info.clients.hits + info.clients.misses + info.clients.waits >= 48, 1);
   redisContext *r = xft_redis_port(s.port);
   /* Redis saw at most 4 xfetch connections (plus this raw one). */
   redisReply *clients = xft_cmd(r, "INFO clients");
