@@ -160,6 +160,17 @@ Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
   cr_expect_eq(rc, XF_EBUSY, "got %s", xf_errname(rc));
   cr_expect(strstr(xf_pool_errmsg(), "max_connections 1") != NULL, "%s", xf_pool_errmsg());
   cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 0, "the loader is not called");
+  /* Arguments that are wrong whatever the client are refused at once, not
+   * after waiting for one (the server sleeps ~400 ms more). */
+  cr_expect_eq(xf_pool_get_or_compute(pool, NULL, 1, &p, xft_load, &l, &v), XF_EINVAL);
+  cr_expect(strstr(xf_pool_errmsg(), "key") != NULL, "%s", xf_pool_errmsg());
+  cr_expect_eq(xf_pool_get_or_compute(pool, "k", 0, &p, xft_load, &l, &v), XF_EINVAL);
+  cr_expect_eq(xf_pool_get_or_compute(pool, "k", 1, NULL, xft_load, &l, &v), XF_EINVAL);
+  cr_expect(strstr(xf_pool_errmsg(), "policy") != NULL, "%s", xf_pool_errmsg());
+  cr_expect_eq(xf_pool_set(pool, NULL, 1, "v", 1, &p), XF_EINVAL);
+  cr_expect_eq(xf_pool_set(pool, "k", 1, NULL, 1, &p), XF_EINVAL);
+  cr_expect_eq(xf_pool_set(pool, "k", 1, "v", 1, NULL), XF_EINVAL);
+  cr_expect_eq(xf_pool_delete(pool, "", 0), XF_EINVAL);
   pthread_join(holder.th, NULL);
   pthread_join(sleeper, NULL);
   cr_expect_eq(holder.rc, XF_OK);
