@@ -467,7 +467,9 @@ XF_EXPORT int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_con
                            int checkout_timeout_ms);
 
 /* xf_get_or_compute through the pool: same arguments, result and contract,
- * plus XF_EBUSY when no client came free in time. Thread-safe. */
+ * plus XF_EBUSY when no client came free in time. A NULL or empty key or a
+ * NULL policy, out or loader is XF_EINVAL at once, without waiting for a
+ * client. Thread-safe. */
 XF_EXPORT int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                                      const xf_policy *policy, xf_loader_fn loader,
                                      void *loader_ud, xf_value *out);

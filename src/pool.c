@@ -128,6 +128,20 @@ static int finish(xf_pool *p, xf_client *c, int rc) {
   return rc;
 }
 
+/* Arguments that are wrong whatever the client: refused before checking one
+ * out, so a bad call never waits for a busy pool nor reports XF_EBUSY. The
+ * client's own checks (max_key_len, the policy's values) still run. */
+static int refuse(const char *key, size_t keylen, int check_policy,
+                  const xf_policy *policy) {
+  const char *why = !key            ? "key is NULL"
+                    : keylen == 0   ? "key is empty"
+                    : !check_policy ? NULL
+                    : !policy       ? "policy is NULL"
+                                    : NULL;
+  snprintf(last_error, sizeof last_error, "%s", why ? why : "");
+  return why ? XF_EINVAL : XF_OK;
+}
+
 int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                            const xf_policy *policy, xf_loader_fn loader, void *ud,
                            xf_value *out) {
@@ -141,6 +155,8 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                     : "loader");
     return XF_EINVAL;
   }
+  if (refuse(key, keylen, 1, policy) != XF_OK)
+    return XF_EINVAL;
   xf_client *c = checkout(p, p->checkout_timeout_ms);
   if (!c)
     return XF_EBUSY;
@@ -168,14 +184,16 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
   return finish(p, c, f.rc);
 }
 
-/* Runs fn on a checked-out client with the caller's own message kept. */
-#define WITH_CLIENT(p, call)                                                               \
+/* Runs fn on a checked-out client with the caller's own message kept; bad:
+ * refuse()'s verdict (which also cleared or set the message). */
+#define WITH_CLIENT(p, bad, call)                                                          \
   do {                                                                                     \
-    last_error[0] = '\0';                                                                  \
     if (!(p)) {                                                                            \
       snprintf(last_error, sizeof last_error, "pool is NULL");                             \
       return XF_EINVAL;                                                                    \
     }                                                                                      \
+    if ((bad) != XF_OK)                                                                    \
+      return XF_EINVAL;                                                                    \
     xf_client *c = checkout((p), (p)->checkout_timeout_ms);                                \
     if (!c)                                                                                \
       return XF_EBUSY;                                                                     \
@@ -184,11 +202,16 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
 
 int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data, size_t len,
                 const xf_policy *policy) {
-  WITH_CLIENT(p, xf_set(c, key, keylen, data, len, policy));
+  int bad = refuse(key, keylen, 1, policy);
+  if (bad == XF_OK && !data && len > 0) {
+    snprintf(last_error, sizeof last_error, "data is NULL");
+    bad = XF_EINVAL;
+  }
+  WITH_CLIENT(p, bad, xf_set(c, key, keylen, data, len, policy));
 }
 
 int xf_pool_delete(xf_pool *p, const char *key, size_t keylen) {
-  WITH_CLIENT(p, xf_delete(c, key, keylen));
+  WITH_CLIENT(p, refuse(key, keylen, 0, NULL), xf_delete(c, key, keylen));
 }
 
 const char *xf_pool_errmsg(void) { return last_error; }

@@ -48,25 +48,33 @@ static void run_callers(caller *cs, int n) {
     pthread_join(cs[i].th, NULL);
 }
 
-Test(pool, sixteen_threads_on_a_cold_key_share_four_clients_and_one_load) {
+Test(pool, sixteen_threads_on_a_cold_key_share_four_clients_and_one_load_per_episode) {
   xft_server s; /* its own: the client count is this test's alone */
   cr_assert_eq(xft_server_start(&s, NULL), 0);
   xf_pool *pool = open_pool(s.port, 4, 0);
   xft_loader l = {.value = "computed", .sleep_ms = 100};
-  caller cs[16];
-  for (int i = 0; i < 16; i++)
-    cs[i] = (caller){.pool = pool, .key = "pool:hot", .loader = &l};
-  run_callers(cs, 16);
-  for (int i = 0; i < 16; i++) {
-    cr_expect_eq(cs[i].rc, XF_OK, "thread %d: %s", i, xf_strerror(cs[i].rc));
-    cr_expect_str_eq(cs[i].value, "computed");
+  /* Three episodes: the key is deleted through the pool between them. */
+  for (int episode = 1; episode <= 3; episode++) {
+    caller cs[16];
+    for (int i = 0; i < 16; i++)
+      cs[i] = (caller){.pool = pool, .key = "pool:hot", .loader = &l};
+    run_callers(cs, 16);
+    int from_loader = 0;
+    for (int i = 0; i < 16; i++) {
+      cr_expect_eq(cs[i].rc, XF_OK, "thread %d: %s", i, xf_strerror(cs[i].rc));
+      cr_expect_str_eq(cs[i].value, "computed");
+      from_loader += cs[i].source == XF_SOURCE_LOADER;
+    }
+    cr_expect_eq(from_loader, 1, "episode %d", episode);
+    cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), episode, "episode %d",
+                 episode);
+    cr_assert_eq(xf_pool_delete(pool, "pool:hot", 8), XF_OK, "%s", xf_pool_errmsg());
   }
-  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 1);
   xf_pool_info info;
   xf_pool_stats(pool, &info);
   cr_expect_leq(info.open, 4);
-  cr_expect_eq(info.clients.loads, 1);
-  cr_expect_eq(info.clients.hits + info.clients.misses + info.clients.waits >= 16, 1);
+  cr_expect_eq(info.clients.loads, 3);
+  cr_expect_eq(info.clients.hits + info.clients.misses + info.clients.waits >= 48, 1);
   redisContext *r = xft_redis_port(s.port);
   /* Redis saw at most 4 xfetch connections (plus this raw one). */
   redisReply *clients = xft_cmd(r, "INFO clients");
@@ -152,6 +160,17 @@ Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
   cr_expect_eq(rc, XF_EBUSY, "got %s", xf_errname(rc));
   cr_expect(strstr(xf_pool_errmsg(), "max_connections 1") != NULL, "%s", xf_pool_errmsg());
   cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 0, "the loader is not called");
+  /* Arguments that are wrong whatever the client are refused at once, not
+   * after waiting for one (the server sleeps ~400 ms more). */
+  cr_expect_eq(xf_pool_get_or_compute(pool, NULL, 1, &p, xft_load, &l, &v), XF_EINVAL);
+  cr_expect(strstr(xf_pool_errmsg(), "key") != NULL, "%s", xf_pool_errmsg());
+  cr_expect_eq(xf_pool_get_or_compute(pool, "k", 0, &p, xft_load, &l, &v), XF_EINVAL);
+  cr_expect_eq(xf_pool_get_or_compute(pool, "k", 1, NULL, xft_load, &l, &v), XF_EINVAL);
+  cr_expect(strstr(xf_pool_errmsg(), "policy") != NULL, "%s", xf_pool_errmsg());
+  cr_expect_eq(xf_pool_set(pool, NULL, 1, "v", 1, &p), XF_EINVAL);
+  cr_expect_eq(xf_pool_set(pool, "k", 1, NULL, 1, &p), XF_EINVAL);
+  cr_expect_eq(xf_pool_set(pool, "k", 1, "v", 1, NULL), XF_EINVAL);
+  cr_expect_eq(xf_pool_delete(pool, "", 0), XF_EINVAL);
   pthread_join(holder.th, NULL);
   pthread_join(sleeper, NULL);
   cr_expect_eq(holder.rc, XF_OK);
