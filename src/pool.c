@@ -120,10 +120,13 @@ static void checkin(xf_pool *p, xf_client *c) {
   pthread_mutex_unlock(&p->lock);
 }
 
-/* Checks c in, keeping its message as this thread's. */
+/* Checks c in, keeping its message as this thread's; a success clears it
+ * (a loader's nested pool call may have failed meanwhile on this thread). */
 static int finish(xf_pool *p, xf_client *c, int rc) {
   if (rc != XF_OK)
     snprintf(last_error, sizeof last_error, "%s", c->errstr);
+  else
+    last_error[0] = '\0';
   checkin(p, c);
   return rc;
 }

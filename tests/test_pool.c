@@ -126,6 +126,38 @@ Test(pool, a_loader_may_call_the_pool_even_with_one_client) {
   xf_pool_close(pool);
 }
 
+/* A loader whose nested call fails (its own loader does) and that answers
+ * anyway: the outer call succeeds. */
+static int forgiving_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  nested *n = ud;
+  n->outer_calls++;
+  xft_loader failing = {.fail_rc = 7};
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  n->inner_rc =
+      xf_pool_get_or_compute(n->pool, "pool:forgive:inner", 18, &p, xft_load, &failing, &v);
+  xf_value_free(&v);
+  return xf_sink_set(sink, "fallback", 8);
+}
+
+Test(pool, a_success_leaves_no_message_from_a_failed_nested_call) {
+  xf_pool *pool = open_pool(xft_port(), 1, 200);
+  nested n = {.pool = pool};
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_assert_eq(
+      xf_pool_get_or_compute(pool, "pool:forgive:outer", 18, &p, forgiving_loader, &n, &v),
+      XF_OK, "%s", xf_pool_errmsg());
+  cr_expect_eq(n.inner_rc, XF_ELOADER);
+  cr_expect_str_eq(v.data, "fallback");
+  cr_expect_str_eq(xf_pool_errmsg(), "", "after a success: \"%s\"", xf_pool_errmsg());
+  xf_value_free(&v);
+  cr_expect_eq(xf_pool_delete(pool, "pool:forgive:missing", 20), XF_OK);
+  cr_expect_str_eq(xf_pool_errmsg(), "");
+  xf_pool_close(pool);
+}
+
 typedef struct blocker {
   int port;
 } blocker;
