@@ -13,11 +13,15 @@ typedef struct wire {
   int byte_at_a_time;
 } wire;
 
-static wire open_wire(int byte_at_a_time) {
-  wire w = {.sock = xft_redis(), .byte_at_a_time = byte_at_a_time};
+/* A connection to the server on port (0 = the binary's shared one). */
+static wire open_wire_to(int port, int byte_at_a_time) {
+  wire w = {.sock = port ? xft_redis_port(port) : xft_redis(),
+            .byte_at_a_time = byte_at_a_time};
   cr_assert_eq(xf_reader_open(&w.reader), XF_OK);
   return w;
 }
+
+static wire open_wire(int byte_at_a_time) { return open_wire_to(0, byte_at_a_time); }
 
 static void close_wire(wire *w) {
   xf_reader_close(w->reader);
@@ -104,9 +108,11 @@ Test(call, a_miss_loads_and_writes_then_hits_fed_byte_by_byte) {
 }
 
 Test(call, noscript_after_script_flush_is_recovered) {
+  xft_server srv; /* its own: a SCRIPT FLUSH would hit the other tests' calls */
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
   xf_client *c = config_client();
-  wire w = open_wire(0);
-  redisContext *r = xft_redis();
+  wire w = open_wire_to(srv.port, 0);
+  redisContext *r = xft_redis_port(srv.port);
   freeReplyObject(xft_cmd(r, "SCRIPT FLUSH"));
   xf_policy p = XF_POLICY_INIT;
   script s = {.value = "v"};
@@ -117,6 +123,7 @@ Test(call, noscript_after_script_flush_is_recovered) {
   redisFree(r);
   close_wire(&w);
   xf_client_close(c);
+  xft_server_stop(&srv);
 }
 
 Test(call, a_failed_loader_caches_nothing) {
@@ -203,9 +210,11 @@ static int drive_one(wire *w, xf_call *call) {
 }
 
 Test(call, set_and_delete_as_calls) {
+  xft_server srv; /* its own: it flushes the scripts */
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
   xf_client *c = config_client();
-  wire w = open_wire(1);
-  redisContext *r = xft_redis();
+  wire w = open_wire_to(srv.port, 1);
+  redisContext *r = xft_redis_port(srv.port);
   freeReplyObject(xft_cmd(r, "SCRIPT FLUSH")); /* the set recovers from NOSCRIPT */
   xf_policy p = XF_POLICY_INIT;
   xf_call *call;
@@ -219,7 +228,8 @@ Test(call, set_and_delete_as_calls) {
   xf_value_free(&v);
   cr_assert_eq(xf_call_start_delete(&call, c, "call:set", 8), XF_OK);
   cr_assert_eq(drive_one(&w, call), XF_OK);
-  cr_assert_eq(drive(&w, c, "call:set", &p, &s, &v), XF_OK);
+  int rc = drive(&w, c, "call:set", &p, &s, &v);
+  cr_assert_eq(rc, XF_OK, "%s: %s", xf_errname(rc), xf_errmsg(c));
   cr_expect_str_eq(v.data, "loaded", "the delete left a miss");
   xf_value_free(&v);
   cr_assert_eq(xf_call_start_set(&call, c, "call:set", 8, "x", 1, &p), XF_OK);
@@ -231,4 +241,5 @@ Test(call, set_and_delete_as_calls) {
   redisFree(r);
   close_wire(&w);
   xf_client_close(c);
+  xft_server_stop(&srv);
 }
