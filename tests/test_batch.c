@@ -90,8 +90,10 @@ static void warm(xf_client *c, const keys *k, size_t n, const xf_policy *p) {
 }
 
 Test(batch, hits_survive_script_flush) {
-  xf_client *c = xft_client(1);
-  redisContext *r = xft_redis();
+  xft_server srv; /* its own: a SCRIPT FLUSH would race the other tests' calls */
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_client *c = xft_client_port(srv.port, 1);
+  redisContext *r = xft_redis_port(srv.port);
   keys k;
   make_keys(&k, "batch:flush", 10);
   xf_policy p = XF_POLICY_INIT;
@@ -110,6 +112,7 @@ Test(batch, hits_survive_script_flush) {
   cr_expect_eq(calls, 0);
   redisFree(r);
   xf_client_close(c);
+  xft_server_stop(&srv);
 }
 
 Test(batch, a_key_of_the_wrong_type_fails_alone) {
