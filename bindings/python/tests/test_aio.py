@@ -103,7 +103,7 @@ def test_auth_select_set_delete_and_the_decorator(server, admin, prefix):
     async def main():
         cache = xfetch.aio.Cache(url, prefix=prefix)
         assert await cache.get_or_compute("db3", lambda: b"three", ttl=60) == b"three"
-        assert await cache.set("s", b"set", ttl=60) is True
+        await cache.set("s", b"set", ttl=60)
         assert await cache.get_or_compute("s", lambda: b"x", ttl=60) == b"set"
         await cache.delete("s")
         assert await cache.get_or_compute("s", lambda: b"x", ttl=60) == b"x"
@@ -134,3 +134,112 @@ def test_a_cluster_url_is_refused():
         xfetch.aio.Cache("redis://a:1,b:2/0")
     with pytest.raises(ValueError):
         xfetch.aio.Cache("redis://a:1/0?cluster=on")
+
+
+def test_set_and_delete_run_on_the_stream_not_on_a_thread(server, admin, prefix,
+                                                          monkeypatch):
+    def no_thread(*a, **k):
+        raise AssertionError("xfetch.aio parked a call on a thread")
+    monkeypatch.setattr(asyncio, "to_thread", no_thread)
+
+    async def main():
+        async with xfetch.aio.Cache(server.url, prefix=prefix) as cache:
+            await asyncio.gather(*[cache.set(f"w{i}", b"v%d" % i, ttl=60) for i in range(50)])
+            assert [await cache.get_or_compute(f"w{i}", lambda: b"x", ttl=60)
+                    for i in range(50)] == [b"v%d" % i for i in range(50)]
+            await cache.delete_many([f"w{i}" for i in range(50)])
+            assert await cache.get_or_compute("w7", lambda: b"reloaded", ttl=60) == b"reloaded"
+            admin.script_flush()  # NOSCRIPT is recovered by the C call
+            await cache.set("w8", b"after flush", ttl=60)
+            await cache.delete("w9")
+            assert cache.stats()["connections"] == 1
+            admin.set(prefix + "str", b"plain")
+            with pytest.raises(xfetch.WrongTypeError):
+                await cache.set("str", b"x", ttl=60)
+            with pytest.raises(TypeError):
+                await cache.set("str", "not bytes", ttl=60)
+    run(main())
+    assert admin.hget(prefix + "w8", "v") == b"after flush"
+    assert admin.hget(prefix + "w0", "v") is None
+
+
+def test_set_and_delete_with_redis_down_raise(prefix):
+    async def main():
+        cache = xfetch.aio.Cache("redis://127.0.0.1:1/0", prefix=prefix)
+        with pytest.raises(xfetch.ConnectionError):
+            await cache.set("k", b"v", ttl=60)
+        with pytest.raises(xfetch.ConnectionError):
+            await cache.delete("k")
+    run(main())
+
+
+def test_a_server_in_cluster_mode_is_refused_when_the_stream_opens():
+    import xfetch.testing
+    with xfetch.testing.RedisCluster(masters=3) as cluster:
+        async def main():
+            cache = xfetch.aio.Cache(cluster.url)
+            with pytest.raises(xfetch.InvalidArgumentError, match="Redis Cluster"):
+                await cache.get_or_compute("k", lambda: b"x", ttl=60)
+            with pytest.raises(ValueError, match="Redis Cluster"):
+                await cache.set("k", b"x", ttl=60)
+        run(main())
+
+
+def test_a_task_doing_only_hits_still_lets_others_run(server, prefix):
+    # Hits whose replies are already there complete without a trip through
+    # the loop; every 16th yields to it anyway: the other tasks never wait
+    # for more than 16 hits in a row.
+    async def main():
+        async with xfetch.aio.Cache(server.url, prefix=prefix) as cache:
+            await cache.set("hot", b"v", ttl=60)
+            hits, seen, done = 0, [], False
+
+            async def ticker():
+                while not done:
+                    seen.append(hits)
+                    await asyncio.sleep(0)
+
+            task = asyncio.ensure_future(ticker())
+            await asyncio.sleep(0)
+            for _ in range(2000):
+                assert await cache.get_or_compute("hot", lambda: b"x", ttl=60) == b"v"
+                hits += 1
+            done = True
+            await task
+            seen.append(hits)
+            gaps = [b - a for a, b in zip(seen, seen[1:])]
+            assert max(gaps) <= 16, max(gaps)
+    run(main())
+
+
+def test_a_reply_later_than_the_timeout_fails_open_and_the_stream_goes_on(server, admin,
+                                                                            prefix):
+    async def main():
+        async with xfetch.aio.Cache(server.url, prefix=prefix, timeout=0.1) as cache:
+            await cache.set("late", b"cached", ttl=60)
+            admin.execute_command("CLIENT", "PAUSE", "400", "ALL")
+            t0 = time.monotonic()
+            assert await cache.fetch("late", lambda: b"direct", ttl=60) == \
+                (b"direct", "uncached")
+            assert time.monotonic() - t0 < 0.35  # the timeout, not the pause
+            await asyncio.sleep(0.5)  # the pause ends; the late replies are dropped
+            assert await cache.fetch("late", lambda: b"x", ttl=60) == (b"cached", "cache")
+            assert cache.stats()["connections"] == 1
+    run(main())
+
+
+def test_a_unix_socket_and_one_cache_across_two_event_loops(server, admin, prefix):
+    cache = xfetch.aio.Cache(server.unix_url, prefix=prefix)  # e.g. module-level
+
+    async def first():
+        assert await cache.get_or_compute("u", lambda: b"one", ttl=60) == b"one"
+
+    async def second():  # a new loop: the first loop's stream is dropped, a new one opened
+        assert await cache.fetch("u", lambda: b"two", ttl=60) == (b"one", "cache")
+        await cache.set("u2", b"set", ttl=60)
+        assert cache.stats()["connections"] == 1
+        await cache.close()
+
+    run(first())
+    run(second())
+    assert admin.hget(prefix + "u2", "v") == b"set"

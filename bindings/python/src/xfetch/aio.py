@@ -19,16 +19,18 @@ import collections
 import functools
 import inspect
 import logging
+import socket
 import time
 
 from . import _decorator
 from ._cache import SOURCES, Fetched, _key_bytes, _seconds_ms
-from ._errors import AuthError, ConnectionError, Error, check, error_for
+from ._errors import (AuthError, ConnectionError, ConnectionLostError, Error,
+                      InvalidArgumentError, check, error_for)
 from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._url import parse_url
 
-from typing import Any, Awaitable, Callable, Union  # noqa: E402
+from typing import Any, Awaitable, Callable, Iterable, Union  # noqa: E402
 
 Key = Union[str, bytes]
 Value = Union[bytes, bytearray, memoryview]
@@ -36,30 +38,85 @@ Loader = Callable[[], Union[Value, None, Awaitable[Union[Value, None]]]]
 
 log = logging.getLogger("xfetch")
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+# _run compares steps with these literals (no attribute lookups on the hot path)
+assert (lib.XF_CALL_SEND, lib.XF_CALL_LOAD, lib.XF_CALL_DONE) == (0, 1, 3)
 
 
-class _Stream(asyncio.Protocol):
-    """One connection, as an asyncio protocol: requests written in order,
-    replies parsed by the C reader as bytes arrive (in the loop's own read
-    callback: no reader task, one loop iteration less per reply) and handed to
-    the oldest waiting request."""
+class _Stream:
+    """One connection on a non-blocking socket of the running loop: requests
+    written in order, replies parsed by the C reader and handed to the oldest
+    waiting request.
 
-    def __init__(self, timeout):
-        self.timeout = timeout
+    Reading is the loop's reader callback (no reader task), and a request
+    that is alone on the stream also tries one non-blocking recv right after
+    its send: when the reply is already there (often, on a nearby Redis) the
+    call completes without the two loop iterations an await costs. So that
+    a task doing nothing but hits still lets the others run, every
+    FAST_LIMIT-th such completion yields to the loop. Timeouts: one timer for
+    the oldest request at a time, not one per request."""
+
+    FAST_LIMIT = 16
+    READ_SIZE = 256 * 1024
+
+    def __init__(self, loop, sock, timeout):
+        self.loop, self.sock, self.timeout = loop, sock, timeout
         out = ffi.new("xf_reader **")
         check(lib.xf_reader_open(out))
         self.parser = ffi.gc(out[0], lib.xf_reader_close)
         self.reply = ffi.new("xf_reply **")
         self.waiting = collections.deque()  # futures, in request order
+        self.deadlines = collections.deque()  # their loop.time() deadlines
+        self.unsent = bytearray()  # bytes the socket did not take yet
         self.broken = None  # the exception that ended the stream
-        self.transport = None
+        self.timer = None  # the timeout of the oldest request, when armed
+        self.fast = 0  # completions since the last yield to the loop
+        loop.add_reader(sock, self._readable)
 
-    def connection_made(self, transport):
-        self.transport = transport
+    # ---- bytes out --------------------------------------------------------
 
-    def data_received(self, data):
+    def _write(self, data):
+        if self.unsent:
+            self.unsent += data
+            return
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            self._lost(e)
+            return
+        if n < len(data):
+            self.unsent += data[n:]
+            self.loop.add_writer(self.sock, self._writable)
+
+    def _writable(self):
+        try:
+            n = self.sock.send(self.unsent)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        del self.unsent[:n]
+        if not self.unsent:
+            self.loop.remove_writer(self.sock)
+
+    # ---- bytes in ---------------------------------------------------------
+
+    def _readable(self):
+        try:
+            data = self.sock.recv(self.READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        if not data:
+            self._lost(None)
+            return
         try:
             check(lib.xf_reader_feed(self.parser, data, len(data)))
+            waiting, deadlines = self.waiting, self.deadlines
             while True:
                 rc = lib.xf_reader_next(self.parser, self.reply)
                 if rc != 0:
@@ -67,50 +124,116 @@ class _Stream(asyncio.Protocol):
                 reply = self.reply[0]
                 if reply == ffi.NULL:
                     return
-                fut = self.waiting.popleft() if self.waiting else None
-                if fut is None or fut.done():
+                if waiting:
+                    fut = waiting.popleft()
+                    deadlines.popleft()
+                else:
+                    fut = None
+                if fut is None or fut.done():  # timed out or cancelled
                     lib.xf_reply_free(reply)
                 else:
                     fut.set_result(reply)
         except Error as e:
             self._break(e)
 
-    def connection_lost(self, exc):
-        self._break(ConnectionError(lib.XF_EIO, f"connection lost: {exc or 'closed'}"))
+    # ---- timeouts ---------------------------------------------------------
+
+    def _arm(self):
+        """Arms the timer for the oldest request not yet expired, if none is."""
+        if self.timer is None and self.waiting and not self.broken:
+            self.timer = self.loop.call_at(self.deadlines[0], self._expire)
+
+    def _expire(self):
+        """Fails every request past its deadline; each keeps its place in the
+        stream (its reply is freed when it arrives)."""
+        self.timer = None
+        now = self.loop.time()
+        for fut, deadline in zip(self.waiting, self.deadlines):
+            if deadline > now:
+                self.timer = self.loop.call_at(deadline, self._expire)
+                return
+            if not fut.done():
+                fut.set_exception(asyncio.TimeoutError("no reply within the command timeout"))
+
+    # ---- the end ----------------------------------------------------------
+
+    def _lost(self, exc):
+        self._break(ConnectionLostError(lib.XF_EIO, f"connection lost: {exc or 'closed'}"))
 
     def _break(self, exc):
         if self.broken is None:
             self.broken = exc
+            self.loop.remove_reader(self.sock)
+            if self.unsent:
+                self.loop.remove_writer(self.sock)
+            self.sock.close()
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
         while self.waiting:
             fut = self.waiting.popleft()
+            self.deadlines.popleft()
             if not fut.done():
                 fut.set_exception(exc)
-        if self.transport is not None:
-            self.transport.close()
+
+    # ---- requests ---------------------------------------------------------
+
+    def start(self, data):
+        """Writes data (bytes-like; copied if the socket does not take it all
+        at once). Returns the cdata reply (owned by the caller) when it is
+        already there, else a future of it."""
+        if self.broken:
+            raise self.broken
+        fut = self.loop.create_future()
+        self.waiting.append(fut)
+        self.deadlines.append(self.loop.time() + self.timeout)
+        self._write(data)
+        if len(self.waiting) == 1 and not self.unsent and self.broken is None:
+            if self.fast < self.FAST_LIMIT:
+                self._readable()  # the reply may be there already
+                if fut.done():
+                    self.fast += 1
+                    return fut.result()
+        # through the loop (other tasks run): this one is the first completion
+        # since the last yield
+        self.fast = 1
+        if self.timer is None:
+            self._arm()
+        return fut
 
     async def request(self, data):
         """Writes data and returns the cdata reply (owned by the caller)."""
-        if self.broken:
-            raise self.broken
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self.waiting.append(fut)
-        self.transport.write(data)
-        # A timed-out or cancelled request keeps its place in the stream: its
-        # reply is freed when it arrives (the future is done by then).
-        timer = loop.call_later(self.timeout, _expire, fut)
-        try:
-            return await fut
-        finally:
-            timer.cancel()
+        reply = self.start(data)
+        return (await reply) if isinstance(reply, asyncio.Future) else reply
 
     async def close(self):
         self._break(ConnectionError(lib.XF_EIO, "closed"))
 
 
-def _expire(fut):
-    if not fut.done():
-        fut.set_exception(asyncio.TimeoutError("no reply within the command timeout"))
+async def _connect(loop, fields):
+    """A connected non-blocking socket to the URL's server."""
+    if fields["unix_path"]:
+        targets = [(socket.AF_UNIX, socket.SOCK_STREAM, 0, fields["unix_path"])]
+    else:
+        infos = await loop.getaddrinfo(fields["host"], fields["port"],
+                                       type=socket.SOCK_STREAM)
+        targets = [(fam, typ, proto, addr) for fam, typ, proto, _, addr in infos]
+    error = None
+    for family, type_, proto, addr in targets:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            if family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+            return sock
+        except OSError as e:
+            sock.close()
+            error = e
+        except BaseException:  # cancelled (the connect timeout)
+            sock.close()
+            raise
+    raise error or OSError(f"no address for {fields['host']!r}")
 
 
 def _command(*args):
@@ -126,8 +249,9 @@ class Cache:
     """The asyncio twin of xfetch.Cache: the same arguments (but share,
     max_connections and lazy_connect: one stream, opened by the first call),
     the same calls, awaited. A Redis Cluster is not routed here: point it at
-    a standalone server (a cluster URL raises ValueError when it says
-    cluster=on; an auto-detected cluster answers MOVED: RedisError)."""
+    a standalone server (a seed list or cluster=on URL raises ValueError; a
+    server in cluster mode is told when the stream opens, with CLUSTER MYID,
+    and every call raises InvalidArgumentError, a ValueError)."""
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str | bytes = "",
                  timeout: float = 1.0, connect_timeout: float | None = None,
@@ -139,6 +263,7 @@ class Cache:
         if "," in (fields["host"] or ""):
             raise ValueError("xfetch.aio takes one server, not a seed list")
         self._fields = fields
+        self._url = url
         self._timeout = _seconds_ms("timeout", timeout, 1000) / 1000
         self._connect_timeout = _seconds_ms("connect_timeout", connect_timeout,
                                             round(self._timeout * 1000)) / 1000
@@ -153,6 +278,7 @@ class Cache:
         check(lib.xf_client_open(out, opts))
         self._client = ffi.gc(out[0], lib.xf_client_close)  # configuration only: no I/O
         self._policies = PolicyCache()
+        self._fast_policies = {}
         # Scratch cdata for the hot path: used between two awaits only.
         self._callp = ffi.new("xf_call **")
         self._size = ffi.new("size_t *")
@@ -173,33 +299,52 @@ class Cache:
     async def _open(self):
         f = self._fields
         loop = asyncio.get_running_loop()
-        make = lambda: _Stream(self._timeout)  # noqa: E731
-        if f["unix_path"]:
-            conn = loop.create_unix_connection(make, f["unix_path"])
-        else:
-            conn = loop.create_connection(make, f["host"], f["port"])
-        _, stream = await asyncio.wait_for(conn, self._connect_timeout)
+        sock = await asyncio.wait_for(_connect(loop, f), self._connect_timeout)
+        stream = _Stream(loop, sock, self._timeout)
         setup = []
         if f["password"] is not None:
             setup.append(("AUTH", f["username"] or "default", f["password"]))
         if f["db"]:
             setup.append(("SELECT", str(f["db"])))
-        for args in setup:
-            reply = await stream.request(_command(*args))
+        # CLUSTER MYID answers a cluster node and is an error anywhere else
+        # (cluster support disabled, or not allowed to this user: then no
+        # cluster can be told, and a call on a key of another node gets MOVED
+        # as a RedisError). Pipelined with AUTH/SELECT: no round trip more.
+        setup.append(("CLUSTER", "MYID"))
+        replies = await asyncio.gather(*[stream.request(_command(*a)) for a in setup],
+                                       return_exceptions=True)
+        failure = None
+        for args, reply in zip(setup, replies):
+            if isinstance(reply, BaseException):
+                failure = failure or reply
+                continue
             msg, n = ffi.new("const char **"), ffi.new("size_t *")
             refused = lib.xf_reply_is_error(reply, msg, n)
             text = ffi.unpack(msg[0], n[0]).decode(errors="replace") if refused else ""
             lib.xf_reply_free(reply)
-            if refused:
-                await stream.close()
-                raise AuthError(lib.XF_EAUTH, f"{args[0]}: {text}")
+            if args[0] == "CLUSTER":
+                if not refused:
+                    failure = failure or InvalidArgumentError(
+                        lib.XF_EINVAL, "xfetch.aio does not route a Redis Cluster (this "
+                        "server runs in cluster mode): use xfetch.Cache")
+            elif refused:
+                failure = failure or AuthError(lib.XF_EAUTH, f"{args[0]}: {text}")
+        if failure is not None:
+            await stream.close()
+            raise failure
         return stream
 
     async def _connection(self):
         """The open stream, opening one if needed (one opener at a time); a
         failure arms the breaker: calls fail open without trying until then."""
-        if self._stream is not None and not self._stream.broken:
-            return self._stream
+        stream = self._stream
+        if stream is not None and not stream.broken:
+            if stream.loop is asyncio.get_running_loop():
+                return stream
+            # opened under another event loop (an earlier asyncio.run): drop it
+            stream.waiting.clear()  # futures of that loop: nothing awaits them here
+            stream.deadlines.clear()
+            stream._break(ConnectionError(lib.XF_EIO, "opened by another event loop"))
         if time.monotonic() < self._retry_after:
             raise ConnectionError(lib.XF_ECONNECT, "circuit open after a connection failure")
         if self._opening is None:
@@ -236,21 +381,41 @@ class Cache:
                     stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                     jitter: float = 0.0, on_wait_timeout: str = "load") -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
+        policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
+                                     negative_ttl, jitter, on_wait_timeout))
+        value, source = await self._run(key, loader, policy, lease)
+        return Fetched(value, source)
+
+    async def _run(self, key, loader, policy, lease):
+        """One get-or-compute on the C call: (bytes, source name) or (None, None)."""
         kb = _key_bytes(key)
         if not callable(loader):
             raise TypeError(f"loader must be callable, not {type(loader).__name__}")
-        policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout))
         out = self._callp
         check(lib.xf_call_start(out, self._client, kb, len(kb), policy))
         call = out[0]
         exc = None
         try:
             step = lib.xf_call_next(call)
-            while step != lib.XF_CALL_DONE:
-                if step == lib.XF_CALL_SEND:
-                    step = await self._send(call)
-                elif step == lib.XF_CALL_LOAD:
+            while step != 3:  # XF_CALL_DONE
+                if step == 0:  # XF_CALL_SEND; the open stream inline (the hot path)
+                    stream = self._stream
+                    if (stream is None or stream.broken is not None
+                            or stream.loop is not asyncio.get_running_loop()):
+                        step = await self._send(call)
+                        continue
+                    n = self._size
+                    # the call's own bytes: start() sends them now, or copies them
+                    data = ffi.buffer(lib.xf_call_request(call, n), n[0])
+                    try:
+                        reply = stream.start(data)
+                        if isinstance(reply, asyncio.Future):
+                            reply = await reply
+                    except (Error, OSError, asyncio.TimeoutError):
+                        step = lib.xf_call_io_failed(call, lib.XF_EIO)
+                    else:
+                        step = lib.xf_call_reply(call, reply)
+                elif step == 1:  # XF_CALL_LOAD
                     step, exc = await self._load(call, loader, lease, key)
                 else:
                     await asyncio.sleep(lib.xf_call_wait_ms(call) / 1000)
@@ -259,15 +424,15 @@ class Cache:
             rc = lib.xf_call_result(call, value)
             if rc == 0:
                 try:
-                    result = Fetched(ffi.unpack(value.data, value.len), SOURCES[value.source])
+                    result = ffi.unpack(value.data, value.len), SOURCES[value.source]
                 finally:
                     lib.xf_value_free(value)
                 if exc is not None:
                     log.warning("loader for %r failed; served the %s value", key,
-                                result.source, exc_info=exc)
+                                result[1], exc_info=exc)
                 return result
             if rc == lib.XF_ENOTFOUND:
-                return Fetched(None, None)
+                return None, None
             if exc is not None:
                 raise exc
             msg = ffi.string(lib.xf_call_errmsg(call)).decode(errors="replace")
@@ -280,7 +445,7 @@ class Cache:
         n = self._size
         data = ffi.unpack(lib.xf_call_request(call, n), n[0])
         stream = self._stream
-        if stream is None or stream.broken:
+        if stream is None or stream.broken or stream.loop is not asyncio.get_running_loop():
             try:
                 stream = await self._connection()
             except ConnectionError:
@@ -318,36 +483,51 @@ class Cache:
         function or an async def) to compute them when missing, expired or
         elected for early recomputation. Same keywords and errors as
         xfetch.Cache.get_or_compute."""
-        return (await self.fetch(key, loader, ttl, beta, **policy))[0]
+        if policy:
+            return (await self.fetch(key, loader, ttl, beta, **policy))[0]
+        # ttl and beta only (the common call): a smaller memo than fetch's
+        fast = (ttl, beta, type(ttl), type(beta))
+        p = self._fast_policies.get(fast)
+        if p is None:
+            p = self._policies.get((ttl, beta, 5.0, 5.0, 0.0, 0.0, 0.0, 0.0, "load"))
+            if len(self._fast_policies) >= 256:
+                self._fast_policies.clear()
+            self._fast_policies[fast] = p
+        return (await self._run(key, loader, p, 5.0))[0]
 
     async def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
                   jitter: float = 0.0) -> bool:
-        """Writes value for key as if a loader had produced it now (the C
-        sans-I/O call of xf_set): True when written, False when a newer value
-        or a delete holds the entry (as xfetch.Cache.set)."""
+        """xfetch.Cache.set, awaited: on the Cache's stream (the C call
+        xf_call_start_set), pipelined with the other calls. True when
+        written, False when a newer value or a delete holds the entry (as
+        xfetch.Cache.set); other errors raise (nothing to fall back to)."""
         kb = _key_bytes(key)
         if not isinstance(value, _BYTES_LIKE):
             raise TypeError(f"value must be bytes-like, not {type(value).__name__}")
         buf = ffi.from_buffer(value)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
-        out = self._callp
-        check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy),
-              self._client)
-        return await self._run_one(out[0]) != lib.XF_ESUPERSEDED
+        out = ffi.new("xf_call **")
+        check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy))
+        return await self._write(out[0]) != lib.XF_ESUPERSEDED
 
     async def delete(self, key: Key) -> None:
-        """Removes key's entry (value and lease); no error if it is absent."""
+        """xfetch.Cache.delete, awaited, on the Cache's stream
+        (xf_call_start_delete); no error if the key is absent."""
         kb = _key_bytes(key)
-        out = self._callp
-        check(lib.xf_call_start_delete(out, self._client, kb, len(kb)), self._client)
-        await self._run_one(out[0])
+        out = ffi.new("xf_call **")
+        check(lib.xf_call_start_delete(out, self._client, kb, len(kb)))
+        await self._write(out[0])
 
-    async def _run_one(self, call):
-        """Sends a set's or delete's call to its end; raises its error but
-        XF_ESUPERSEDED, which it returns (else 0)."""
+    async def delete_many(self, keys: Iterable[Key]) -> None:
+        """Removes each key's entry, the deletes pipelined on the stream."""
+        await asyncio.gather(*[self.delete(k) for k in keys])
+
+    async def _write(self, call):
+        """Runs a set or delete call (SEND steps only) to its end; returns 0
+        or XF_ESUPERSEDED, raises any other error."""
         try:
             step = lib.xf_call_next(call)
-            while step != lib.XF_CALL_DONE:
+            while step == lib.XF_CALL_SEND:
                 step = await self._send(call)
             rc = lib.xf_call_result(call, ffi.NULL)
             if rc not in (0, lib.XF_ESUPERSEDED):
