@@ -148,7 +148,11 @@ typedef struct xf_policy {
   int64_t ttl_ms;            /* logical lifetime of a computed value; > 0 */
   double beta;               /* XFetch eagerness: 0 = never early, 1 = the
                                 paper's optimum, INFINITY = always recompute */
-  int64_t lease_ms;          /* longest a loader may hold the key's lease; > 0 */
+  int64_t lease_ms;          /* how long a loader may hold the key's lease; > 0.
+                                The lease taken is twice the entry's delta
+                                (its last loader's time) when that is longer,
+                                so a slow loader keeps its protection once
+                                its time is known */
   int64_t wait_ms;           /* how long a miss waits for another's loader */
   int64_t stale_ms;          /* after ttl, how long a value may still be served
                                 while one caller refreshes it (0 = never) */

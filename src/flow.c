@@ -34,6 +34,17 @@ static int is_unreachable(int rc) {
 
 /* ---- sending ------------------------------------------------------------------- */
 
+/* The lease a caller asks for: policy.lease_ms, or twice the entry's delta
+ * (its last loader's time) when that is longer, so a loader slower than the
+ * policy's lease keeps the key's protection from its second run on instead
+ * of letting every caller load once its lease runs out. */
+static int64_t lease_ms_for(const xf__flow *f) {
+  int64_t twice_delta_ms = f->e.delta_us > 0 ? (f->e.delta_us + 499) / 500 : 0;
+  if (twice_delta_ms > XF_MAX_TIME_MS)
+    twice_delta_ms = XF_MAX_TIME_MS;
+  return twice_delta_ms > f->p->lease_ms ? twice_delta_ms : f->p->lease_ms;
+}
+
 /* Encodes the command of the current step (again, after a SCRIPT LOAD). */
 static xf__step encode(xf__flow *f) {
   const char *key = f->key.data;
@@ -43,7 +54,7 @@ static xf__step encode(xf__flow *f) {
     xf__entry_read_cmd(&f->cmd, key, len);
     break;
   case LEASE:
-    xf__entry_lease_cmd(&f->cmd, key, len, f->token, f->p->lease_ms, f->e.expiry_ms);
+    xf__entry_lease_cmd(&f->cmd, key, len, f->token, lease_ms_for(f), f->e.expiry_ms);
     break;
   case WRITE:
     xf__entry_write_cmd(&f->cmd, key, len, &f->w);
