@@ -246,6 +246,15 @@ XF_EXPORT int xf_sink_set(xf_sink *sink, const void *data, size_t len);
  * and reported to the caller as XF_ENOTFOUND. */
 XF_EXPORT void xf_sink_not_found(xf_sink *sink);
 
+/* Sets the logical lifetime of the value this loader hands over, instead of
+ * policy.ttl_ms (policy.jitter still applies; stale windows unchanged), for a
+ * ttl that depends on the result. 0 = do not cache it: the caller gets the
+ * value (XF_SOURCE_UNCACHED), nothing is written and the lease is released
+ * (the entry keeps what it held). Call it from the loader, before or after
+ * xf_sink_set; a not-found keeps policy.negative_ttl_ms. Returns XF_OK or
+ * XF_EINVAL (sink NULL, ttl_ms outside [0, 2^40]). */
+XF_EXPORT int xf_sink_ttl(xf_sink *sink, int64_t ttl_ms);
+
 /* The loader: computes the value for key and hands it to sink. Returns 0 on
  * success; any other value is a failure, nothing is cached and the code is
  * kept (xf_loader_error). */

@@ -157,9 +157,14 @@ static xf__write what_to_write(xf__flow *f) {
                  .len = f->sink.len,
                  .delta_us = f->delta_us,
                  .start_ms = f->start_ms};
-  if (!f->sink.not_found) {
+  if (!f->sink.not_found && f->sink.ttl_set && f->sink.ttl_ms == 0) {
+    w.ttl_ms = 0; /* xf_sink_ttl(sink, 0): returned, not cached */
+  } else if (!f->sink.not_found) {
+    xf_policy q = *p; /* xf_sink_ttl's ttl, with the policy's jitter */
+    if (f->sink.ttl_set)
+      q.ttl_ms = f->sink.ttl_ms;
     w.kind = XF_WRITE_VALUE;
-    w.ttl_ms = xf__policy_ttl(f->c, p);
+    w.ttl_ms = xf__policy_ttl(f->c, &q);
     w.keep_ms = xf__policy_keep_ms(p);
   } else if (p->negative_ttl_ms > 0) {
     w.kind = XF_WRITE_NOT_FOUND;
@@ -204,7 +209,8 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
   f->w = what_to_write(f);
   if (f->w.ttl_ms > 0)
     return send(f, WRITE);
-  int rc = serve_sink(f, XF_SOURCE_LOADER); /* a not-found, nothing to write */
+  /* A not-found not to cache, or a value the loader said not to cache. */
+  int rc = serve_sink(f, f->sink.not_found ? XF_SOURCE_LOADER : XF_SOURCE_UNCACHED);
   return f->token[0] ? release_then_done(f, rc) : done(f, rc);
 }
 

@@ -120,6 +120,42 @@ Test(flow, lease_is_twice_the_learned_delta_when_longer) {
   }
 }
 
+/* xf_sink_ttl: the loader's ttl is written instead of the policy's; 0 means
+ * the value is returned uncached and the lease released. */
+Test(flow, the_loader_s_ttl_replaces_the_policy_s) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xf__flow f;
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_reply(&f, XF_OK, reply(MISS), 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
+  load_value(&f, "new");
+  cr_assert_eq(xf_sink_ttl(&f.sink, 1234), XF_OK);
+  cr_assert_eq(xf__flow_loaded(&f, 0, 42, 0), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_WRITE);
+  expect_arg(&f, 7, "1234");
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_reply(&f, XF_OK, reply(MISS), 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
+  cr_assert_eq(xf_sink_ttl(&f.sink, 0), XF_OK); /* before the value: either order */
+  load_value(&f, "mine");
+  cr_assert_eq(xf__flow_loaded(&f, 0, 42, 0), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_RELEASE);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_str_eq(v.data, "mine");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+
+  cr_expect_eq(xf_sink_ttl(NULL, 1), XF_EINVAL);
+  cr_expect_eq(xf_sink_ttl(&f.sink, -1), XF_EINVAL);
+  cr_expect_eq(xf_sink_ttl(&f.sink, ((int64_t)1 << 40) + 1), XF_EINVAL);
+}
+
 Test(flow, refused_write_is_uncached) {
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
