@@ -428,3 +428,34 @@ def test_a_cached_method_pickles_by_name():
     assert bound.__self__.n == 2 and bound.__func__ is Pickled.__dict__["get"]
     assert pickle.loads(pickle.dumps(Pickled.get)) is Pickled.get
     assert bound.original(1) == b"3"
+
+
+def test_a_loader_slower_than_its_lease_keeps_protection_once_its_time_is_known(cache,
+                                                                                 caplog):
+    """The lease taken is twice the entry's delta (the last load time) when
+    that is longer than lease=: once a slow load is cached, 8 callers of the
+    expired key load it once (the lease of 0.1 s alone would let a waiter
+    take the key over every 0.1 s of the 0.3 s load)."""
+    loads = []
+
+    def slow():
+        loads.append(1)
+        time.sleep(0.3)
+        return b"v"
+
+    # stale_if_error keeps the expired entry, and its delta, on Redis.
+    policy = dict(ttl=0.5, lease=0.1, wait=3, stale_if_error=30)
+    assert cache.get_or_compute("slow2", slow, **policy) == b"v"
+    time.sleep(0.55)
+    del loads[:]
+    results = []
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        threads = [threading.Thread(target=lambda: results.append(
+            cache.fetch("slow2", slow, **policy))) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(loads) == 1
+    assert sorted(r.source for r in results) == ["cache"] * 7 + ["loader"]
+    assert "longer than its lease" not in caplog.text, "protected: nothing to warn about"

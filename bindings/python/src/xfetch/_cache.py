@@ -396,17 +396,20 @@ class Cache:
             rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
                                        conn.handle, v)
             exc, conn.exc, conn.loader = conn.exc, None, None
-            if conn.load_s > lease:
-                # The lease ran out while it loaded: another caller may have
-                # taken the key over and loaded it too (no stampede protection).
-                log.warning("loader for %r took %.3f s, longer than its lease (%.3f s): "
-                            "other callers may have run it too; pass lease= above the "
-                            "loader's time", key, conn.load_s, lease)
             if rc == 0:
                 try:
                     result = Fetched(ffi.unpack(v.data, v.len), SOURCES[v.source])
                 finally:
                     lib.xf_value_free(v)
+                if conn.load_s > lease and result.source == "uncached":
+                    # Its lease ran out and another caller took the key over
+                    # (so loaded it too): the write was refused. The lease is
+                    # twice the entry's last load time once one is cached, so
+                    # this is a key's first slow load (or Redis was down).
+                    log.warning("loader for %r took %.3f s, longer than its lease "
+                                "(%.3f s), and its value was not cached: other callers "
+                                "may have run it too; pass lease= above the loader's "
+                                "time", key, conn.load_s, lease)
                 # A failed refresh may still serve a valid (or stale-if-error)
                 # value: the loader's Exception is logged, not raised (it is
                 # counted in stats()["load_errors"]); KeyboardInterrupt & co are.
