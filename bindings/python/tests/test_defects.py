@@ -2,9 +2,11 @@
 str subclasses, async functions, serializer changes, negative_ttl with a
 serializer, loaders slower than their lease."""
 import concurrent.futures
+import datetime
 import enum
 import logging
 import os
+import pathlib
 import pickle
 import subprocess
 import sys
@@ -86,6 +88,17 @@ def test_arguments_without_a_stable_key_are_refused_at_call_time(cache):
         f(object())
     with pytest.raises(TypeError, match="cannot be part of a cache key"):
         f([lambda: 1])
+
+    class Zone(datetime.tzinfo):  # no __repr__: its repr shows its address
+        def utcoffset(self, dt):
+            return datetime.timedelta(0)
+
+    with pytest.raises(TypeError, match="cannot be part of a cache key"):
+        f(datetime.datetime(2026, 1, 1, tzinfo=Zone()))
+    utc = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    assert f.key(utc).endswith("f(obj=datetime.datetime(2026, 1, 1, 0, 0, "
+                               "tzinfo=datetime.timezone.utc))")
+    assert f.key(pathlib.PurePosixPath("/srv/a")).endswith("(obj=PurePosixPath('/srv/a'))")
 
 
 # ---- 3. exceptions pickle ---------------------------------------------------------
