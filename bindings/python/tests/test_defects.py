@@ -56,6 +56,35 @@ def test_a_method_shares_its_entry_across_instances(cache):
     assert "Users" not in Users.count.key("abc").split("(")[1]
 
 
+def test_the_decorator_goes_above_classmethod_and_staticmethod_too(cache):
+    calls = []
+
+    class Units:
+        @cache.cached(ttl=60)
+        @classmethod
+        def of(cls, kind):
+            calls.append((cls, kind))
+            return kind.encode()
+
+        @cache.cached(ttl=60)
+        @staticmethod
+        def twice(n):
+            calls.append(n)
+            return b"%d" % (2 * n)
+
+    assert Units.of("m") == b"m" and Units().of("m") == b"m"
+    assert calls == [(Units, "m")], "cls is not part of the key"
+    assert Units.of.key("m").endswith("Units.of(kind='m')")
+    assert Units.twice(2) == b"4" and Units().twice(2) == b"4"
+    assert calls[1:] == [2]
+    with pytest.raises(TypeError, match="xfetch.aio"):
+        class Later:
+            @cache.cached(ttl=60)
+            @staticmethod
+            async def f():
+                return b"x"
+
+
 # ---- 2. canonical keys --------------------------------------------------------
 
 _KEY_SCRIPT = r"""
@@ -239,6 +268,13 @@ def test_namespace_and_version_move_to_fresh_keys(cache):
     assert total.key(3).startswith("billing:")
     assert total.key(3).endswith("#v2")
     assert total(3) == b"3"
+
+    @cache.cached(ttl=60, key=lambda n: b"raw\xff%d" % n, namespace="ns", version=1)
+    def raw(n):
+        return b"%d" % n
+
+    assert raw.key(4) == b"ns:raw\xff4#v1"
+    assert raw(4) == b"4" and cache.get(b"ns:raw\xff4#v1") == b"4"
 
 
 # ---- 7. negative_ttl with a serializer; loaders slower than the lease ----------------

@@ -89,6 +89,8 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         raise TypeError("condition must be a callable taking the result")
 
     def decorate(func):
+        if isinstance(func, (classmethod, staticmethod)):  # placed above the decorator
+            return type(func)(decorate(func.__func__))
         if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
             raise TypeError(f"{func.__qualname__} is an async function: cache it with "
                             f"xfetch.aio.Cache.cached, not the sync decorator")

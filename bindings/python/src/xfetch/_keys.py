@@ -97,7 +97,8 @@ def _scope(k, namespace, version):
     """"namespace:k#vN" (either part only when given)."""
     if namespace is None and version is None:
         return k
-    if isinstance(k, bytes):
-        k = k.decode("utf-8", "surrogateescape")
-    k = k if namespace is None else f"{namespace}:{k}"
-    return k if version is None else f"{k}#v{version}"
+    head = "" if namespace is None else f"{namespace}:"
+    tail = "" if version is None else f"#v{version}"
+    if isinstance(k, (bytes, bytearray)):  # any bytes (not only UTF-8): stays bytes
+        return head.encode() + bytes(k) + tail.encode()
+    return head + k + tail
