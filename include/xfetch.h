@@ -250,9 +250,11 @@ XF_EXPORT void xf_sink_not_found(xf_sink *sink);
  * policy.ttl_ms (policy.jitter still applies; stale windows unchanged), for a
  * ttl that depends on the result. 0 = do not cache it: the caller gets the
  * value (XF_SOURCE_UNCACHED), nothing is written and the lease is released
- * (the entry keeps what it held). Call it from the loader, before or after
- * xf_sink_set; a not-found keeps policy.negative_ttl_ms. Returns XF_OK or
- * XF_EINVAL (sink NULL, ttl_ms outside [0, 2^40]). */
+ * (the entry keeps what it held). While Redis cannot be used, the client's
+ * xf_share keeps the value for this ttl too (0: not kept). Call it from the
+ * loader, before or after xf_sink_set; a not-found keeps
+ * policy.negative_ttl_ms. Returns XF_OK or XF_EINVAL (sink NULL, ttl_ms
+ * outside [0, 2^40]). */
 XF_EXPORT int xf_sink_ttl(xf_sink *sink, int64_t ttl_ms);
 
 /* The loader: computes the value for key and hands it to sink. Returns 0 on

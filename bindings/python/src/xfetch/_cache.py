@@ -69,8 +69,24 @@ def _xf_py_loader(ud, key, keylen, sink):
         return -1
 
 
+class Timed:
+    """A loader's result with its own ttl (seconds; 0 = return it uncached):
+    the decorator's ttl callable and condition= (C xf_sink_ttl)."""
+
+    __slots__ = ("value", "ttl")
+
+    def __init__(self, value, ttl):
+        self.value, self.ttl = value, ttl
+
+
 def _sink_value(value, sink):
     """Hands a loader's result to the C sink; raises for a wrong type or size."""
+    if type(value) is Timed:
+        ttl = value.ttl
+        if type(ttl) is bool or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40 / 1000:
+            raise ValueError(f"a ttl must be a number of seconds >= 0, not {ttl!r}")
+        check(lib.xf_sink_ttl(sink, max(1, round(ttl * 1000)) if ttl > 0 else 0))
+        value = value.value
     if value is None:
         lib.xf_sink_not_found(sink)
         return
