@@ -148,7 +148,11 @@ typedef struct xf_policy {
   int64_t ttl_ms;            /* logical lifetime of a computed value; > 0 */
   double beta;               /* XFetch eagerness: 0 = never early, 1 = the
                                 paper's optimum, INFINITY = always recompute */
-  int64_t lease_ms;          /* longest a loader may hold the key's lease; > 0 */
+  int64_t lease_ms;          /* how long a loader may hold the key's lease; > 0.
+                                The lease taken is twice the entry's delta
+                                (its last loader's time) when that is longer,
+                                so a slow loader keeps its protection once
+                                its time is known */
   int64_t wait_ms;           /* how long a miss waits for another's loader */
   int64_t stale_ms;          /* after ttl, how long a value may still be served
                                 while one caller refreshes it (0 = never) */
@@ -241,6 +245,17 @@ XF_EXPORT int xf_sink_set(xf_sink *sink, const void *data, size_t len);
 /* Marks the result "not found": cached for policy.negative_ttl_ms (when > 0)
  * and reported to the caller as XF_ENOTFOUND. */
 XF_EXPORT void xf_sink_not_found(xf_sink *sink);
+
+/* Sets the logical lifetime of the value this loader hands over, instead of
+ * policy.ttl_ms (policy.jitter still applies; stale windows unchanged), for a
+ * ttl that depends on the result. 0 = do not cache it: the caller gets the
+ * value (XF_SOURCE_UNCACHED), nothing is written and the lease is released
+ * (the entry keeps what it held). While Redis cannot be used, the client's
+ * xf_share keeps the value for this ttl too (0: not kept). Call it from the
+ * loader, before or after xf_sink_set; a not-found keeps
+ * policy.negative_ttl_ms. Returns XF_OK or XF_EINVAL (sink NULL, ttl_ms
+ * outside [0, 2^40]). */
+XF_EXPORT int xf_sink_ttl(xf_sink *sink, int64_t ttl_ms);
 
 /* The loader: computes the value for key and hands it to sink. Returns 0 on
  * success; any other value is a failure, nothing is cached and the code is

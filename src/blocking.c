@@ -51,9 +51,10 @@ void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *u
   int64_t t0 = xf__now_us();
   out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
   int64_t t1 = xf__now_us();
-  if (role == XF_SHARE_LEAD)
+  if (role == XF_SHARE_LEAD) /* kept for the loader's ttl (xf_sink_ttl), 0 = not kept */
     xf__share_end(s, f->key.data, f->key.len, load_outcome(f, out->loader_rc), f->sink.data,
-                  f->sink.len, t1 / 1000 + f->p->ttl_ms);
+                  f->sink.len,
+                  t1 / 1000 + (f->sink.ttl_set ? f->sink.ttl_ms : f->p->ttl_ms));
   out->delta_us = t1 - t0;
   out->end_ms = t1 / 1000;
 }

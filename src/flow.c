@@ -34,6 +34,17 @@ static int is_unreachable(int rc) {
 
 /* ---- sending ------------------------------------------------------------------- */
 
+/* The lease a caller asks for: policy.lease_ms, or twice the entry's delta
+ * (its last loader's time) when that is longer, so a loader slower than the
+ * policy's lease keeps the key's protection from its second run on instead
+ * of letting every caller load once its lease runs out. */
+static int64_t lease_ms_for(const xf__flow *f) {
+  int64_t twice_delta_ms = f->e.delta_us > 0 ? (f->e.delta_us + 499) / 500 : 0;
+  if (twice_delta_ms > XF_MAX_TIME_MS)
+    twice_delta_ms = XF_MAX_TIME_MS;
+  return twice_delta_ms > f->p->lease_ms ? twice_delta_ms : f->p->lease_ms;
+}
+
 /* Encodes the command of the current step (again, after a SCRIPT LOAD). */
 static xf__step encode(xf__flow *f) {
   const char *key = f->key.data;
@@ -43,7 +54,7 @@ static xf__step encode(xf__flow *f) {
     xf__entry_read_cmd(&f->cmd, key, len);
     break;
   case LEASE:
-    xf__entry_lease_cmd(&f->cmd, key, len, f->token, f->p->lease_ms, f->e.expiry_ms);
+    xf__entry_lease_cmd(&f->cmd, key, len, f->token, lease_ms_for(f), f->e.expiry_ms);
     break;
   case WRITE:
     xf__entry_write_cmd(&f->cmd, key, len, &f->w);
@@ -146,9 +157,14 @@ static xf__write what_to_write(xf__flow *f) {
                  .len = f->sink.len,
                  .delta_us = f->delta_us,
                  .start_ms = f->start_ms};
-  if (!f->sink.not_found) {
+  if (!f->sink.not_found && f->sink.ttl_set && f->sink.ttl_ms == 0) {
+    w.ttl_ms = 0; /* xf_sink_ttl(sink, 0): returned, not cached */
+  } else if (!f->sink.not_found) {
+    xf_policy q = *p; /* xf_sink_ttl's ttl, with the policy's jitter */
+    if (f->sink.ttl_set)
+      q.ttl_ms = f->sink.ttl_ms;
     w.kind = XF_WRITE_VALUE;
-    w.ttl_ms = xf__policy_ttl(f->c, p);
+    w.ttl_ms = xf__policy_ttl(f->c, &q);
     w.keep_ms = xf__policy_keep_ms(p);
   } else if (p->negative_ttl_ms > 0) {
     w.kind = XF_WRITE_NOT_FOUND;
@@ -193,7 +209,8 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
   f->w = what_to_write(f);
   if (f->w.ttl_ms > 0)
     return send(f, WRITE);
-  int rc = serve_sink(f, XF_SOURCE_LOADER); /* a not-found, nothing to write */
+  /* A not-found not to cache, or a value the loader said not to cache. */
+  int rc = serve_sink(f, f->sink.not_found ? XF_SOURCE_LOADER : XF_SOURCE_UNCACHED);
   return f->token[0] ? release_then_done(f, rc) : done(f, rc);
 }
 

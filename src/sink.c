@@ -10,6 +10,14 @@ void xf__sink_init(struct xf_sink *sink, size_t max_len) {
   sink->max_len = max_len;
 }
 
+int xf_sink_ttl(xf_sink *sink, int64_t ttl_ms) {
+  if (!sink || ttl_ms < 0 || ttl_ms > (int64_t)1 << 40)
+    return XF_EINVAL;
+  sink->ttl_ms = ttl_ms;
+  sink->ttl_set = 1;
+  return XF_OK;
+}
+
 int xf_sink_set(xf_sink *sink, const void *data, size_t len) {
   if (!sink || (!data && len > 0) || len > sink->max_len)
     return XF_EINVAL;

@@ -92,6 +92,70 @@ Test(flow, miss_leases_loads_and_writes_dated_by_the_lease) {
   xf_value_free(&v);
 }
 
+/* The lease covers the entry's last loader: twice its delta when that is
+ * longer than policy.lease_ms (here 3 s and 1 s). */
+Test(flow, lease_is_twice_the_learned_delta_when_longer) {
+  xf_policy p = XF_POLICY_INIT;
+  p.lease_ms = 1000;
+  struct {
+    const char *read;
+    const char *lease_ms;
+  } cases[] = {
+      {MISS, "1000"}, /* no delta learned yet */
+      {"*6\r\n$3\r\nold\r\n:3000000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n", "6000"},
+      {"*6\r\n$3\r\nold\r\n:400000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n", "1000"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    xf_value v;
+    xf__flow f;
+    xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(cases[i].read), 0), XF_STEP_SEND);
+    expect_script(&f, XF_SCRIPT_LEASE);
+    expect_arg(&f, 5, cases[i].lease_ms);
+    /* Won, the loader fails, the release is lost: the flow ends. */
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
+    cr_assert_eq(xf__flow_loaded(&f, 5, 1, 0), XF_STEP_SEND);
+    cr_assert_eq(xf__flow_reply(&f, XF_EIO, NULL, 0), XF_STEP_DONE);
+    xf_value_free(&v);
+  }
+}
+
+/* xf_sink_ttl: the loader's ttl is written instead of the policy's; 0 means
+ * the value is returned uncached and the lease released. */
+Test(flow, the_loader_s_ttl_replaces_the_policy_s) {
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xf__flow f;
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_reply(&f, XF_OK, reply(MISS), 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
+  load_value(&f, "new");
+  cr_assert_eq(xf_sink_ttl(&f.sink, 1234), XF_OK);
+  cr_assert_eq(xf__flow_loaded(&f, 0, 42, 0), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_WRITE);
+  expect_arg(&f, 7, "1234");
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+
+  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_reply(&f, XF_OK, reply(MISS), 0);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
+  cr_assert_eq(xf_sink_ttl(&f.sink, 0), XF_OK); /* before the value: either order */
+  load_value(&f, "mine");
+  cr_assert_eq(xf__flow_loaded(&f, 0, 42, 0), XF_STEP_SEND);
+  expect_script(&f, XF_SCRIPT_RELEASE);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_str_eq(v.data, "mine");
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+
+  cr_expect_eq(xf_sink_ttl(NULL, 1), XF_EINVAL);
+  cr_expect_eq(xf_sink_ttl(&f.sink, -1), XF_EINVAL);
+  cr_expect_eq(xf_sink_ttl(&f.sink, ((int64_t)1 << 40) + 1), XF_EINVAL);
+}
+
 Test(flow, refused_write_is_uncached) {
   xf_policy p = XF_POLICY_INIT;
   xf_value v;

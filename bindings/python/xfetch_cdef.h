@@ -91,6 +91,7 @@ int xf_loader_error(const xf_client *c);
 typedef struct xf_sink xf_sink;
 int xf_sink_set(xf_sink *sink, const void *data, size_t len);
 void xf_sink_not_found(xf_sink *sink);
+int xf_sink_ttl(xf_sink *sink, int64_t ttl_ms);
 
 typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *sink);
 int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_policy *policy,

@@ -2,9 +2,11 @@
 str subclasses, async functions, serializer changes, negative_ttl with a
 serializer, loaders slower than their lease."""
 import concurrent.futures
+import datetime
 import enum
 import logging
 import os
+import pathlib
 import pickle
 import subprocess
 import sys
@@ -54,6 +56,35 @@ def test_a_method_shares_its_entry_across_instances(cache):
     assert "Users" not in Users.count.key("abc").split("(")[1]
 
 
+def test_the_decorator_goes_above_classmethod_and_staticmethod_too(cache):
+    calls = []
+
+    class Units:
+        @cache.cached(ttl=60)
+        @classmethod
+        def of(cls, kind):
+            calls.append((cls, kind))
+            return kind.encode()
+
+        @cache.cached(ttl=60)
+        @staticmethod
+        def twice(n):
+            calls.append(n)
+            return b"%d" % (2 * n)
+
+    assert Units.of("m") == b"m" and Units().of("m") == b"m"
+    assert calls == [(Units, "m")], "cls is not part of the key"
+    assert Units.of.key("m").endswith("Units.of(kind='m')")
+    assert Units.twice(2) == b"4" and Units().twice(2) == b"4"
+    assert calls[1:] == [2]
+    with pytest.raises(TypeError, match="xfetch.aio"):
+        class Later:
+            @cache.cached(ttl=60)
+            @staticmethod
+            async def f():
+                return b"x"
+
+
 # ---- 2. canonical keys --------------------------------------------------------
 
 _KEY_SCRIPT = r"""
@@ -86,6 +117,17 @@ def test_arguments_without_a_stable_key_are_refused_at_call_time(cache):
         f(object())
     with pytest.raises(TypeError, match="cannot be part of a cache key"):
         f([lambda: 1])
+
+    class Zone(datetime.tzinfo):  # no __repr__: its repr shows its address
+        def utcoffset(self, dt):
+            return datetime.timedelta(0)
+
+    with pytest.raises(TypeError, match="cannot be part of a cache key"):
+        f(datetime.datetime(2026, 1, 1, tzinfo=Zone()))
+    utc = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    assert f.key(utc).endswith("f(obj=datetime.datetime(2026, 1, 1, 0, 0, "
+                               "tzinfo=datetime.timezone.utc))")
+    assert f.key(pathlib.PurePosixPath("/srv/a")).endswith("(obj=PurePosixPath('/srv/a'))")
 
 
 # ---- 3. exceptions pickle ---------------------------------------------------------
@@ -226,6 +268,13 @@ def test_namespace_and_version_move_to_fresh_keys(cache):
     assert total.key(3).startswith("billing:")
     assert total.key(3).endswith("#v2")
     assert total(3) == b"3"
+
+    @cache.cached(ttl=60, key=lambda n: b"raw\xff%d" % n, namespace="ns", version=1)
+    def raw(n):
+        return b"%d" % n
+
+    assert raw.key(4) == b"ns:raw\xff4#v1"
+    assert raw(4) == b"4" and cache.get(b"ns:raw\xff4#v1") == b"4"
 
 
 # ---- 7. negative_ttl with a serializer; loaders slower than the lease ----------------
@@ -428,3 +477,34 @@ def test_a_cached_method_pickles_by_name():
     assert bound.__self__.n == 2 and bound.__func__ is Pickled.__dict__["get"]
     assert pickle.loads(pickle.dumps(Pickled.get)) is Pickled.get
     assert bound.original(1) == b"3"
+
+
+def test_a_loader_slower_than_its_lease_keeps_protection_once_its_time_is_known(cache,
+                                                                                 caplog):
+    """The lease taken is twice the entry's delta (the last load time) when
+    that is longer than lease=: once a slow load is cached, 8 callers of the
+    expired key load it once (the lease of 0.1 s alone would let a waiter
+    take the key over every 0.1 s of the 0.3 s load)."""
+    loads = []
+
+    def slow():
+        loads.append(1)
+        time.sleep(0.3)
+        return b"v"
+
+    # stale_if_error keeps the expired entry, and its delta, on Redis.
+    policy = dict(ttl=0.5, lease=0.1, wait=3, stale_if_error=30)
+    assert cache.get_or_compute("slow2", slow, **policy) == b"v"
+    time.sleep(0.55)
+    del loads[:]
+    results = []
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        threads = [threading.Thread(target=lambda: results.append(
+            cache.fetch("slow2", slow, **policy))) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(loads) == 1
+    assert sorted(r.source for r in results) == ["cache"] * 7 + ["loader"]
+    assert "longer than its lease" not in caplog.text, "protected: nothing to warn about"

@@ -176,3 +176,68 @@ def test_cached_many_loads_the_missing_ids_in_one_call(cache):
     assert calls[-1] == [1]
     with pytest.raises(ValueError):
         cache.cached_many(ttl=60, key="user")
+
+
+def test_a_ttl_callable_or_condition_keeps_early_refresh_and_the_lease(cache, admin, prefix,
+                                                                      caplog):
+    """The result's ttl and condition= go to the C write (xf_sink_ttl): an
+    early refresh writes its value (it was discarded as a "failed" load, with
+    a warning), condition=False returns the fresh result uncached (it served
+    the old value), and a cold key loads once for 8 callers (the write is
+    the lease holder's: no window between a release and a set)."""
+    import logging
+    import math
+    runs = []
+
+    @cache.cached(ttl=lambda r: 30, beta=math.inf, key="tc")
+    def always_early():
+        runs.append(1)
+        return b"v%d" % len(runs)
+
+    @cache.cached(ttl=60, beta=math.inf, key="cond", condition=lambda r: r != b"skip")
+    def conditional():
+        runs.append(2)
+        return b"keep" if runs.count(2) == 1 else b"skip"
+
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        assert [always_early() for _ in range(3)] == [b"v1", b"v2", b"v3"]
+        assert cache.get("tc") == b"v3"
+        assert 0 < admin.pttl(prefix + "tc") <= 30000
+        assert conditional() == b"keep"
+        assert conditional() == b"skip", "the function's result, not cached"
+        assert cache.get("cond") == b"keep"
+    assert "failed" not in caplog.text
+    assert cache.stats()["load_errors"] == 0
+
+    slow_runs = []
+
+    @cache.cached(ttl=lambda r: 60, key="cold")
+    def slow():
+        slow_runs.append(1)
+        time.sleep(0.2)
+        return b"s"
+
+    threads = [threading.Thread(target=slow) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(slow_runs) == 1
+
+
+def test_an_uncached_result_is_not_kept_by_the_share_while_redis_is_down():
+    """condition=False (xf_sink_ttl 0) holds while Redis is down too: the
+    process share serves a kept value for its ttl, so it must not keep this
+    one (it served it, source "local", without calling the function)."""
+    cache = xfetch.Cache("redis://127.0.0.1:1/0", lazy_connect=True, breaker=1)
+    calls = []
+
+    @cache.cached(ttl=60, condition=lambda r: False)
+    def volatile():
+        calls.append(1)
+        return b"now"
+
+    assert volatile() == b"now" and volatile() == b"now"
+    assert len(calls) == 2
+    assert cache.stats()["local"] == 0
+    cache.close()

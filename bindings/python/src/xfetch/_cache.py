@@ -69,8 +69,24 @@ def _xf_py_loader(ud, key, keylen, sink):
         return -1
 
 
+class Timed:
+    """A loader's result with its own ttl (seconds; 0 = return it uncached):
+    the decorator's ttl callable and condition= (C xf_sink_ttl)."""
+
+    __slots__ = ("value", "ttl")
+
+    def __init__(self, value, ttl):
+        self.value, self.ttl = value, ttl
+
+
 def _sink_value(value, sink):
     """Hands a loader's result to the C sink; raises for a wrong type or size."""
+    if type(value) is Timed:
+        ttl = value.ttl
+        if type(ttl) is bool or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40 / 1000:
+            raise ValueError(f"a ttl must be a number of seconds >= 0, not {ttl!r}")
+        check(lib.xf_sink_ttl(sink, max(1, round(ttl * 1000)) if ttl > 0 else 0))
+        value = value.value
     if value is None:
         lib.xf_sink_not_found(sink)
         return
@@ -396,17 +412,20 @@ class Cache:
             rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
                                        conn.handle, v)
             exc, conn.exc, conn.loader = conn.exc, None, None
-            if conn.load_s > lease:
-                # The lease ran out while it loaded: another caller may have
-                # taken the key over and loaded it too (no stampede protection).
-                log.warning("loader for %r took %.3f s, longer than its lease (%.3f s): "
-                            "other callers may have run it too; pass lease= above the "
-                            "loader's time", key, conn.load_s, lease)
             if rc == 0:
                 try:
                     result = Fetched(ffi.unpack(v.data, v.len), SOURCES[v.source])
                 finally:
                     lib.xf_value_free(v)
+                if conn.load_s > lease and result.source == "uncached":
+                    # Its lease ran out and another caller took the key over
+                    # (so loaded it too): the write was refused. The lease is
+                    # twice the entry's last load time once one is cached, so
+                    # this is a key's first slow load (or Redis was down).
+                    log.warning("loader for %r took %.3f s, longer than its lease "
+                                "(%.3f s), and its value was not cached: other callers "
+                                "may have run it too; pass lease= above the loader's "
+                                "time", key, conn.load_s, lease)
                 # A failed refresh may still serve a valid (or stale-if-error)
                 # value: the loader's Exception is logged, not raised (it is
                 # counted in stats()["load_errors"]); KeyboardInterrupt & co are.

@@ -9,6 +9,7 @@ import math
 import pickle
 import time
 
+from ._cache import Timed
 from ._errors import Error
 from ._keys import _key_builder, _scope, _takes_self  # noqa: F401 (aio uses them)
 from ._policy import make_policy
@@ -38,14 +39,6 @@ def _serializer(serializer):
 
 
 # ---- the decorator --------------------------------------------------------------
-
-class _Uncached(Exception):
-    """Carries a result out of the loader without caching it (condition=)."""
-
-    def __init__(self, value):
-        super().__init__()
-        self.value = value
-
 
 def _ttl_seconds(ttl, result=None):
     if isinstance(ttl, datetime.timedelta):
@@ -89,6 +82,8 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         raise TypeError("condition must be a callable taking the result")
 
     def decorate(func):
+        if isinstance(func, (classmethod, staticmethod)):  # placed above the decorator
+            return type(func)(decorate(func.__func__))
         if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
             raise TypeError(f"{func.__qualname__} is an async function: cache it with "
                             f"xfetch.aio.Cache.cached, not the sync decorator")
@@ -105,34 +100,24 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         leased = [policy]
         extra = {n: v for n, v in policy.items() if n in ("stale", "jitter")}  # for set
 
-        def compute(args, kwargs, box):
-            """The loader: the function's encoded result, or _Uncached. With a
-            ttl computed from the result, the value is written under a
-            placeholder ttl (so callers waiting on the lease get it) and box
-            gets (data, ttl) for rewrite() to set the real one."""
+        def compute(args, kwargs):
+            """The loader: the function's encoded result; with its own ttl
+            (C xf_sink_ttl) when ttl is a callable, or 0 (returned, not
+            cached) when condition= refuses it: the lease holder's write
+            carries it, so waiters and XFetch's early refreshes work as with
+            a fixed ttl."""
             t0 = time.monotonic()
             result = func(*args, **kwargs)
             lease = math.ceil((time.monotonic() - t0) * 20) / 10  # 2x, rounded up to 0.1 s
             if lease > leased[0].get("lease", 5.0) and lease < 2**31 / 1000:
                 leased[0] = dict(policy, lease=lease)
             if condition is not None and not condition(result):
-                raise _Uncached(result)
+                return Timed(encode(result), 0)
             data = encode(result)
             if not fixed_ttl and data is not None:
                 ttl_s = _ttl_seconds(ttl, result)
-                if ttl_s is None or ttl_s <= 0:  # a ttl callable's "do not cache"
-                    raise _Uncached(result)
-                box.append((data, ttl_s))
+                return Timed(data, ttl_s if ttl_s and ttl_s > 0 else 0)  # <= 0: not cached
             return data
-
-        def rewrite(k, box):
-            """Gives the entry this call's loader wrote its computed ttl."""
-            if box:
-                data, ttl_s = box.pop()
-                try:
-                    cache.set(k, data, ttl=ttl_s, **extra)
-                except Error as e:  # Redis went away meanwhile: it served uncached
-                    log.warning("could not set the ttl of %r: %s", k, e)
 
         def store(k, result):
             data = encode(result)
@@ -147,13 +132,8 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
             k = make_key(*(args[1:] if method else args), **kwargs)
-            box = []
-            loader = functools.partial(compute, args, kwargs, box)
-            try:
-                value = cache.get_or_compute(k, loader, **leased[0])
-            except _Uncached as u:
-                return u.value
-            rewrite(k, box)
+            loader = functools.partial(compute, args, kwargs)
+            value = cache.get_or_compute(k, loader, **leased[0])
             if loads is None or value is None:
                 return value
             try:
@@ -163,9 +143,9 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 # error for the whole ttl. Recompute and overwrite.
                 log.warning("cached value for %r could not be decoded; recomputing", k,
                             exc_info=True)
-            return reload(k, args, kwargs, loader, box)
+            return reload(k, args, kwargs, loader)
 
-        def reload(k, args, kwargs, loader, box):
+        def reload(k, args, kwargs, loader):
             """Replaces an entry the serializer cannot read without a stampede:
             beta=inf elects every caller, the lease lets one of them recompute,
             and the others are served the old value meanwhile: they poll for
@@ -174,11 +154,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             forced = dict(leased[0], beta=math.inf)
             deadline = time.monotonic() + policy.get("wait", 5.0)
             for _ in range(3):  # again after the entry expired meanwhile; bounded
-                try:
-                    value, source = cache.fetch(k, loader, **forced)
-                except _Uncached as u:
-                    return u.value
-                rewrite(k, box)
+                value, source = cache.fetch(k, loader, **forced)
                 if value is None:
                     return None
                 if source not in ("cache", "stale"):  # the function's own result

@@ -6,12 +6,14 @@ import decimal
 import enum
 import fractions
 import inspect
+import pathlib
 import string
 import uuid
 
 # Values whose repr is the same in every process and names the value.
 _PLAIN = (type(None), bool, int, float, complex, decimal.Decimal, fractions.Fraction,
-          datetime.date, datetime.time, datetime.timedelta, uuid.UUID)
+          datetime.date, datetime.time, datetime.timedelta, datetime.tzinfo, uuid.UUID,
+          pathlib.PurePath)
 
 
 def _canon(v):
@@ -26,7 +28,9 @@ def _canon(v):
     if isinstance(v, (bytes, bytearray)):
         return repr(bytes(v))
     if isinstance(v, _PLAIN):
-        return repr(v)
+        r = repr(v)
+        if " at 0x" not in r:  # e.g. a datetime with a tzinfo of no repr
+            return r
     if isinstance(v, tuple):
         return "(" + ", ".join(map(_canon, v)) + ("," if len(v) == 1 else "") + ")"
     if isinstance(v, list):
@@ -37,9 +41,10 @@ def _canon(v):
     if isinstance(v, (set, frozenset)):
         inner = ", ".join(sorted(map(_canon, v)))
         return ("frozenset({" + inner + "})") if isinstance(v, frozenset) else "{" + inner + "}"
-    raise TypeError(f"a {type(v).__name__} argument cannot be part of a cache key: pass "
-                    f"None, bool, numbers, str, bytes, dates, UUIDs, enums, or tuples, "
-                    f"lists, dicts and sets of them, or give the decorator key=")
+    raise TypeError(f"a {type(v).__name__} argument cannot be part of a cache key ({v!r} "
+                    f"is not the same in every process): pass None, bool, numbers, str, "
+                    f"bytes, dates, UUIDs, paths, enums, or tuples, lists, dicts and sets "
+                    f"of them, or give the decorator key=")
 
 
 def _takes_self(func):
@@ -92,7 +97,8 @@ def _scope(k, namespace, version):
     """"namespace:k#vN" (either part only when given)."""
     if namespace is None and version is None:
         return k
-    if isinstance(k, bytes):
-        k = k.decode("utf-8", "surrogateescape")
-    k = k if namespace is None else f"{namespace}:{k}"
-    return k if version is None else f"{k}#v{version}"
+    head = "" if namespace is None else f"{namespace}:"
+    tail = "" if version is None else f"#v{version}"
+    if isinstance(k, (bytes, bytearray)):  # any bytes (not only UTF-8): stays bytes
+        return head.encode() + bytes(k) + tail.encode()
+    return head + k + tail
