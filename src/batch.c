@@ -6,7 +6,6 @@
  * batch_read.c). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "batch.h"
 
