@@ -259,6 +259,22 @@ static int check_options(const xf_options *o) {
              : XF_OK;
 }
 
+/* Out of memory on demand, for the tests of the paths that handle it (a
+ * pool's failed open): never set by the library itself. The failing open
+ * takes 1 ms, as one that made the kernel reclaim memory first may: threads
+ * racing it are then certain to overlap it. */
+unsigned xf__test_fail_open_every, xf__test_failed_opens;
+static unsigned opens_counted;
+
+static int fail_this_open(void) {
+  unsigned every = __atomic_load_n(&xf__test_fail_open_every, __ATOMIC_RELAXED);
+  if (!every || __atomic_add_fetch(&opens_counted, 1, __ATOMIC_RELAXED) % every != 0)
+    return 0;
+  __atomic_add_fetch(&xf__test_failed_opens, 1, __ATOMIC_RELAXED);
+  nanosleep(&(struct timespec){0, 1000000L}, NULL);
+  return 1;
+}
+
 int xf_client_open(xf_client **out, const xf_options *opts) {
   if (!out)
     return XF_EINVAL;
@@ -267,7 +283,7 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
   const xf_options *o = opts ? opts : &defaults;
   if (check_options(o) != XF_OK)
     return XF_EINVAL;
-  xf_client *c = calloc(1, sizeof *c);
+  xf_client *c = fail_this_open() ? NULL : calloc(1, sizeof *c);
   if (!c)
     return XF_ENOMEM;
   int rc = copy_options(c, o);
