@@ -482,14 +482,17 @@ XF_EXPORT int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_con
                            int checkout_timeout_ms);
 
 /* xf_get_or_compute through the pool: same arguments, result and contract,
- * plus XF_EBUSY when no client came free in time. A NULL or empty key or a
+ * plus XF_EBUSY when no client came free in time, and XF_ENOMEM when the
+ * pool had room for a new client but could not make it (the pool is then
+ * unchanged; the loader is not called). A NULL or empty key or a
  * NULL policy, out or loader is XF_EINVAL at once, without waiting for a
  * client. Thread-safe. */
 XF_EXPORT int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                                      const xf_policy *policy, xf_loader_fn loader,
                                      void *loader_ud, xf_value *out);
 
-/* xf_set and xf_delete through the pool (plus XF_EBUSY). Thread-safe. */
+/* xf_set and xf_delete through the pool (plus XF_EBUSY, and XF_ENOMEM as
+ * above). Thread-safe. */
 XF_EXPORT int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data,
                           size_t len, const xf_policy *policy);
 XF_EXPORT int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
