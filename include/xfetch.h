@@ -584,7 +584,11 @@ typedef struct xf_async_loop {
  * open, as xf_get_or_compute does. With opts->cluster XF_CLUSTER_AUTO the
  * first connection asks INFO cluster, and in a cluster the slot map is loaded
  * (CLUSTER SLOTS) on the loop: calls started meanwhile wait for it; XF_EINVAL
- * for XF_CLUSTER_ON with db != 0. */
+ * for XF_CLUSTER_ON with db != 0. A standalone handle given a seed list
+ * uses the first seed that comes up, in order (as xf_client_open does), and,
+ * when that seed later cannot be reached, the next one (wrapping around);
+ * calls queued on a seed that never came up go to the next seed instead of
+ * failing open. */
 XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
                             const xf_async_loop *loop);
 
