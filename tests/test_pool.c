@@ -1,10 +1,14 @@
 /* The pool driver (xf_pool_*) against a real Redis: many threads, few
  * clients, one loader per key, nested calls, the checkout timeout. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "client.h" /* xf__test_fail_open_every */
 #include "fixture.h"
@@ -353,4 +357,81 @@ Test(pool, a_failed_client_open_leaves_the_pool_as_it_was) {
   redisFree(r);
   xf_pool_close(pool);
   xft_server_stop(&s);
+}
+
+/* A loopback port nothing listens on: bound, read, closed. */
+static int dead_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_geq(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* Pooled clients connect lazily: with cluster OFF nothing walked the seed
+ * list, so a dead first seed failed every call open. */
+Test(pool, a_dead_first_seed_is_skipped_with_cluster_off) {
+  char hosts[64];
+  snprintf(hosts, sizeof hosts, "127.0.0.1:%d,127.0.0.1:%d", dead_port(), xft_port());
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = hosts;
+  o.cluster = XF_CLUSTER_OFF;
+  xf_pool *pool = NULL;
+  cr_assert_eq(xf_pool_open(&pool, &o, 2, 0), XF_OK);
+  xft_loader l = {.value = "seeded"};
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0; /* no early refresh: sources are exact */
+  int by_source[5] = {0};
+  for (int i = 0; i < 10; i++) {
+    xf_value v;
+    cr_assert_eq(xf_pool_get_or_compute(pool, "pool:seeds:off", 14, &p, xft_load, &l, &v),
+                 XF_OK, "%s", xf_pool_errmsg());
+    by_source[v.source]++;
+    xf_value_free(&v);
+  }
+  cr_expect_eq(by_source[XF_SOURCE_LOADER], 1, "%d uncached",
+               by_source[XF_SOURCE_UNCACHED]);
+  cr_expect_eq(by_source[XF_SOURCE_CACHE], 9);
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 1);
+  xf_pool_close(pool);
+}
+
+static void pool_calls(xf_pool *pool, const char *key, xft_loader *l, int n,
+                       int *by_source) {
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  for (int i = 0; i < n; i++) {
+    xf_value v;
+    cr_assert_eq(xf_pool_get_or_compute(pool, key, strlen(key), &p, xft_load, l, &v), XF_OK,
+                 "%s", xf_pool_errmsg());
+    by_source[v.source]++;
+    xf_value_free(&v);
+  }
+}
+
+/* The seed in use goes away: the next call moves on to the next seed. */
+Test(pool, calls_move_to_the_next_seed_when_theirs_goes_away) {
+  xft_server first;
+  cr_assert_eq(xft_server_start(&first, NULL), 0);
+  char hosts[64];
+  snprintf(hosts, sizeof hosts, "127.0.0.1:%d,127.0.0.1:%d", first.port, xft_port());
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = hosts;
+  o.cluster = XF_CLUSTER_OFF;
+  xf_pool *pool = NULL;
+  cr_assert_eq(xf_pool_open(&pool, &o, 1, 0), XF_OK);
+  xft_loader l = {.value = "either-seed"};
+  int by_source[5] = {0};
+  pool_calls(pool, "pool:seeds:moved", &l, 3, by_source);
+  cr_expect_eq(by_source[XF_SOURCE_LOADER], 1);
+  xft_server_stop(&first);
+  pool_calls(pool, "pool:seeds:moved", &l, 3, by_source);
+  cr_expect_eq(by_source[XF_SOURCE_LOADER], 2, "the second seed's first call loads");
+  cr_expect_eq(by_source[XF_SOURCE_CACHE], 4, "%d uncached, %d local",
+               by_source[XF_SOURCE_UNCACHED], by_source[XF_SOURCE_LOCAL]);
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 2);
+  xf_pool_close(pool);
 }
