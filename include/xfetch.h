@@ -93,8 +93,9 @@ typedef enum xf_cluster_mode {
 typedef struct xf_options {
   const char *host;       /* default "127.0.0.1"; or a comma-separated list of
                              seeds, "host[:port],..." ("[::1]:7000" for IPv6):
-                             the first that answers is used (a cluster's map
-                             is loaded from any of them) */
+                             the first that answers is used, and the next
+                             when it cannot be reached (a cluster's map is
+                             loaded from any of them) */
   int port;               /* default 6379; for seeds given without a port */
   const char *unix_path;  /* Unix socket; when set, host/port are unused */
   const char *username;   /* ACL user (Redis 6+); NULL = "default" */
