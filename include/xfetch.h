@@ -93,8 +93,9 @@ typedef enum xf_cluster_mode {
 typedef struct xf_options {
   const char *host;       /* default "127.0.0.1"; or a comma-separated list of
                              seeds, "host[:port],..." ("[::1]:7000" for IPv6):
-                             the first that answers is used (a cluster's map
-                             is loaded from any of them) */
+                             the first that answers is used, and the next
+                             when it cannot be reached (a cluster's map is
+                             loaded from any of them) */
   int port;               /* default 6379; for seeds given without a port */
   const char *unix_path;  /* Unix socket; when set, host/port are unused */
   const char *username;   /* ACL user (Redis 6+); NULL = "default" */
@@ -482,14 +483,17 @@ XF_EXPORT int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_con
                            int checkout_timeout_ms);
 
 /* xf_get_or_compute through the pool: same arguments, result and contract,
- * plus XF_EBUSY when no client came free in time. A NULL or empty key or a
+ * plus XF_EBUSY when no client came free in time, and XF_ENOMEM when the
+ * pool had room for a new client but could not make it (the pool is then
+ * unchanged; the loader is not called). A NULL or empty key or a
  * NULL policy, out or loader is XF_EINVAL at once, without waiting for a
  * client. Thread-safe. */
 XF_EXPORT int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                                      const xf_policy *policy, xf_loader_fn loader,
                                      void *loader_ud, xf_value *out);
 
-/* xf_set and xf_delete through the pool (plus XF_EBUSY). Thread-safe. */
+/* xf_set and xf_delete through the pool (plus XF_EBUSY, and XF_ENOMEM as
+ * above). Thread-safe. */
 XF_EXPORT int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data,
                           size_t len, const xf_policy *policy);
 XF_EXPORT int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
@@ -581,7 +585,11 @@ typedef struct xf_async_loop {
  * open, as xf_get_or_compute does. With opts->cluster XF_CLUSTER_AUTO the
  * first connection asks INFO cluster, and in a cluster the slot map is loaded
  * (CLUSTER SLOTS) on the loop: calls started meanwhile wait for it; XF_EINVAL
- * for XF_CLUSTER_ON with db != 0. */
+ * for XF_CLUSTER_ON with db != 0. A standalone handle given a seed list
+ * uses the first seed that comes up, in order (as xf_client_open does), and,
+ * when that seed later cannot be reached, the next one (wrapping around);
+ * calls queued on a seed that never came up go to the next seed instead of
+ * failing open. */
 XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
                             const xf_async_loop *loop);
 

@@ -25,6 +25,7 @@ typedef struct xf__aconn {
   int dying;              /* hiredis is freeing rac (its callbacks run with NULL) */
   int connected;
   int setup_rc;           /* AUTH/SELECT failed on rac: its replies get this */
+  int failed_connect;     /* rac never came up: its commands were never written */
   size_t inflight;        /* commands on rac awaiting a reply */
   int64_t progress_ms;    /* last sign of life: connect, a reply, the first send */
   int64_t retry_after_ms; /* circuit breaker: no reconnect before this */
@@ -172,6 +173,24 @@ void xf__aconn_close(xf_async *ac);
 
 /* How many connections are up. */
 int xf__aconn_count(const xf_async *ac);
+
+/* ---- async_seeds.c: which seed a standalone handle talks to ---------------- */
+
+/* Connects the seed in use, else the next seed that takes it (xf_async_open).
+ * XF_OK or the last seed's error. */
+int xf__aseeds_open(xf_async *ac);
+
+/* Queues the call's command on the seed in use, else on the next seed that
+ * takes it (which is then the seed in use). XF_OK or the last seed's error. */
+int xf__aseeds_send(xf__acall *k);
+
+/* cn failed to come up: if it is the seed in use, the next one is. */
+void xf__aseeds_down(xf__aconn *cn);
+
+/* A NULL reply from cn: when cn never came up (the command was never written)
+ * and another seed is left to try for this command, sends it there and
+ * returns 1; 0 when the reply stands. */
+int xf__aseeds_resend(xf__acall *k, xf__aconn *cn);
 
 /* ---- async_router.c ------------------------------------------------------- */
 

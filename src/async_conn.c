@@ -90,6 +90,10 @@ static void conn_failed(xf__aconn *cn, const char *what, const char *detail) {
   c->stats.redis_errors++;
   if (c->breaker_ms >= 0)
     cn->retry_after_ms = xf__now_ms() + c->breaker_ms;
+  if (!cn->connected) { /* never came up: calls move on to the next seed */
+    cn->failed_connect = 1;
+    xf__aseeds_down(cn);
+  }
 }
 
 static void on_connect(const redisAsyncContext *crac, int status) {
@@ -244,7 +248,7 @@ static int start(xf__aconn *cn) {
   redisAsyncSetDisconnectCallback(rac, on_disconnect);
   cn->rac = rac;
   cn->usable = 1;
-  cn->dying = cn->connected = 0;
+  cn->dying = cn->connected = cn->failed_connect = 0;
   cn->setup_rc = XF_OK;
   cn->inflight = 0;
   cn->progress_ms = xf__now_ms();
@@ -284,6 +288,8 @@ static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
   }
   if (ac->closing)
     return; /* the close cancels the call */
+  if (!reply && xf__aseeds_resend(k, cn))
+    return; /* never written: it went to the next seed */
   int rc = XF_OK;
   redisReply *copy = NULL;
   if (!reply) {

@@ -228,7 +228,7 @@ static void on_probe(redisAsyncContext *rac, void *reply, void *privdata) {
 int xf__aroute_send(xf__acall *k) {
   xf_async *ac = k->ac;
   if (ac->mode == XF__AMODE_STANDALONE)
-    return xf__aconn_send(k, ac->main, 0);
+    return xf__aseeds_send(k);
   xf_client *c = ac->core;
   if (ac->mode == XF__AMODE_CLUSTER && c->db != 0)
     return xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
@@ -375,8 +375,7 @@ int xf__aroute_open(xf_async *ac, int connect_now) {
     return xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
   if (!connect_now)
     return XF_OK;
-  return ac->mode == XF__AMODE_STANDALONE ? xf__aconn_open(ac->main)
-                                          : probe_start(ac, NULL);
+  return ac->mode == XF__AMODE_STANDALONE ? xf__aseeds_open(ac) : probe_start(ac, NULL);
 }
 
 void xf__aroute_free(xf_async *ac) {

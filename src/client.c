@@ -134,6 +134,16 @@ static int resolve_mode(xf_client *c) {
   return XF_OK;
 }
 
+/* Standalone: the seed in use cannot be reached (connect failed, or its
+ * breaker is open: the command was not sent), so the first of the others that
+ * answers becomes the one in use. A lazy client (every pooled one) or one
+ * whose seed went away gets here without open_a_seed having run. */
+static int next_seed(xf_client *c, int rc) {
+  if (rc != XF_ECONNECT || c->nseeds < 2 || open_a_seed(c) != XF_OK)
+    return 0;
+  return 1;
+}
+
 int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply) {
   *reply = NULL;
   xf__client_check_fork(c);
@@ -144,7 +154,10 @@ int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply) {
   }
   if (c->router)
     return xf__router_command(c, c->router, cmd, reply);
-  return xf__conn_command(c, &c->seeds[c->server], cmd, 0, reply);
+  int rc = xf__conn_command(c, &c->seeds[c->server], cmd, 0, reply);
+  if (next_seed(c, rc))
+    rc = xf__conn_command(c, &c->seeds[c->server], cmd, 0, reply);
+  return rc;
 }
 
 int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
@@ -159,7 +172,10 @@ int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rc
   }
   if (c->router)
     return xf__router_pipeline(c, c->router, n, cmds, rcs, replies);
-  return xf__conn_pipeline(c, &c->seeds[c->server], n, cmds, rcs, replies);
+  rc = xf__conn_pipeline(c, &c->seeds[c->server], n, cmds, rcs, replies);
+  if (next_seed(c, rc)) /* XF_ECONNECT: no command went */
+    rc = xf__conn_pipeline(c, &c->seeds[c->server], n, cmds, rcs, replies);
+  return rc;
 }
 
 /* Splits options.host ("a", "a:7000", "a:7000,b:7001", "[::1]:7000") into
@@ -259,6 +275,22 @@ static int check_options(const xf_options *o) {
              : XF_OK;
 }
 
+/* Out of memory on demand, for the tests of the paths that handle it (a
+ * pool's failed open): never set by the library itself. The failing open
+ * takes 1 ms, as one that made the kernel reclaim memory first may: threads
+ * racing it are then certain to overlap it. */
+unsigned xf__test_fail_open_every, xf__test_failed_opens;
+static unsigned opens_counted;
+
+static int fail_this_open(void) {
+  unsigned every = __atomic_load_n(&xf__test_fail_open_every, __ATOMIC_RELAXED);
+  if (!every || __atomic_add_fetch(&opens_counted, 1, __ATOMIC_RELAXED) % every != 0)
+    return 0;
+  __atomic_add_fetch(&xf__test_failed_opens, 1, __ATOMIC_RELAXED);
+  nanosleep(&(struct timespec){0, 1000000L}, NULL);
+  return 1;
+}
+
 int xf_client_open(xf_client **out, const xf_options *opts) {
   if (!out)
     return XF_EINVAL;
@@ -267,7 +299,7 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
   const xf_options *o = opts ? opts : &defaults;
   if (check_options(o) != XF_OK)
     return XF_EINVAL;
-  xf_client *c = calloc(1, sizeof *c);
+  xf_client *c = fail_this_open() ? NULL : calloc(1, sizeof *c);
   if (!c)
     return XF_ENOMEM;
   int rc = copy_options(c, o);

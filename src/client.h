@@ -72,4 +72,9 @@ int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply);
 int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
                      redisReply **replies);
 
+/* Tests only (internal; reached through the static library): with N > 0,
+ * every Nth xf_client_open fails with XF_ENOMEM as if calloc had, and
+ * xf__test_failed_opens counts those. Read and written with __atomic_*. */
+extern unsigned xf__test_fail_open_every, xf__test_failed_opens;
+
 #endif

@@ -24,6 +24,7 @@ struct xf_pool {
   char *strings[5];
   xf_share *own_share;
   size_t max, made, nidle;
+  size_t opening;   /* clients being opened (outside the lock) */
   xf_client **idle; /* a stack of the idle clients */
   xf_client **all;  /* every client made, for close */
   xf_stats *seen;   /* all[i]'s stats already added to totals */
@@ -66,50 +67,57 @@ static void collect(xf_pool *p, xf_client *c) {
 }
 
 /* A client for this thread: an idle one, a new one while fewer than max
- * exist, or the next one checked in. wait_ms < 0 is for a call that already
- * began (so at least one client exists): it waits for an idle one as long as
- * it takes (every holder gives its client back after one command) and never
- * fails. Returns NULL with the reason in last_error on timeout or error. */
-static xf_client *checkout(xf_pool *p, int wait_ms) {
+ * exist or are being opened, or the next one checked in. wait_ms < 0 is for a
+ * call that already began (so at least one client exists): it waits for an
+ * idle one as long as it takes (every holder gives its client back after one
+ * command) and never fails. XF_OK, XF_EBUSY on timeout, or the error of a
+ * client that could not be made (XF_ENOMEM), with the reason in last_error. */
+static int checkout(xf_pool *p, int wait_ms, xf_client **out) {
   struct timespec until = deadline_in(wait_ms > 0 ? wait_ms : 0);
   pthread_mutex_lock(&p->lock);
   int waited = 0;
-  while (p->nidle == 0 && (p->made == p->max || wait_ms < 0)) {
+  while (p->nidle == 0 && (p->made + p->opening == p->max || wait_ms < 0)) {
     waited = 1;
     int rc = wait_ms < 0 ? pthread_cond_wait(&p->freed, &p->lock)
                          : pthread_cond_timedwait(&p->freed, &p->lock, &until);
-    if (rc == ETIMEDOUT && p->nidle == 0) {
+    if (rc == ETIMEDOUT && p->nidle == 0 && p->made + p->opening == p->max) {
       p->timed_out++;
       pthread_mutex_unlock(&p->lock);
       snprintf(last_error, sizeof last_error,
                "no pooled client free within %d ms (max_connections %zu)", wait_ms, p->max);
-      return NULL;
+      return XF_EBUSY;
     }
   }
   p->waited += waited;
   xf_client *c = NULL;
   if (p->nidle > 0) {
     c = p->idle[--p->nidle];
-  } else { /* reserve a slot, open outside the lock (lazy: no I/O) */
-    size_t slot = p->made++;
+  } else { /* open outside the lock (lazy: no I/O) */
+    /* Only a count is reserved, not a slot: other threads' opens finish in
+     * any order, so a client takes the next slot once it exists and a failed
+     * open has nothing to give back but its count. all[0..made) is always
+     * made of open clients. */
+    p->opening++;
     pthread_mutex_unlock(&p->lock);
     int rc = xf_client_open(&c, &p->opts);
     pthread_mutex_lock(&p->lock);
+    p->opening--;
     if (rc != XF_OK) {
-      p->made--;
-      pthread_cond_signal(&p->freed);
+      pthread_cond_signal(&p->freed); /* a waiter may open one in our place */
       pthread_mutex_unlock(&p->lock);
       snprintf(last_error, sizeof last_error, "opening a pooled client: %s",
                xf_strerror(rc));
-      return NULL;
+      return rc;
     }
-    p->all[slot] = c;
-    memset(&p->seen[slot], 0, sizeof p->seen[slot]);
+    p->all[p->made] = c;
+    memset(&p->seen[p->made], 0, sizeof p->seen[p->made]);
+    p->made++;
   }
   pthread_mutex_unlock(&p->lock);
   c->errstr[0] = '\0';
   c->loader_rc = 0;
-  return c;
+  *out = c;
+  return XF_OK;
 }
 
 static void checkin(xf_pool *p, xf_client *c) {
@@ -160,15 +168,16 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
   }
   if (refuse(key, keylen, 1, policy) != XF_OK)
     return XF_EINVAL;
-  xf_client *c = checkout(p, p->checkout_timeout_ms);
-  if (!c)
-    return XF_EBUSY;
+  xf_client *c = NULL;
+  int rc = checkout(p, p->checkout_timeout_ms, &c);
+  if (rc != XF_OK)
+    return rc;
   xf__flow f;
   xf__step step = xf__flow_start(&f, c, key, keylen, policy, out, xf__now_ms());
   while (step != XF_STEP_DONE) {
     if (step == XF_STEP_SEND) {
       redisReply *r;
-      int rc = xf__command(c, &f.cmd, &r);
+      rc = xf__command(c, &f.cmd, &r);
       step = xf__flow_reply(&f, rc, r, xf__now_ms());
       continue;
     }
@@ -180,7 +189,8 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
       xf__flow_call_loader(&f, share, loader, ud, &l);
     else
       xf__sleep_until_ms(f.wake_ms);
-    f.c = c = checkout(p, -1);
+    checkout(p, -1, &c); /* never fails: it waits for a client */
+    f.c = c;
     step = step == XF_STEP_LOAD ? xf__flow_feed_loaded(&f, &l)
                                 : xf__flow_woke(&f, xf__now_ms());
   }
@@ -197,9 +207,10 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
     }                                                                                      \
     if ((bad) != XF_OK)                                                                    \
       return XF_EINVAL;                                                                    \
-    xf_client *c = checkout((p), (p)->checkout_timeout_ms);                                \
-    if (!c)                                                                                \
-      return XF_EBUSY;                                                                     \
+    xf_client *c = NULL;                                                                   \
+    int out_rc = checkout((p), (p)->checkout_timeout_ms, &c);                              \
+    if (out_rc != XF_OK)                                                                   \
+      return out_rc;                                                                       \
     return finish((p), c, (call));                                                         \
   } while (0)
 

@@ -7,6 +7,10 @@
  *   busy:    16 threads hammer one cached key through ONE client with a 1 ms
  *            checkout timeout: every call is XF_OK or XF_EBUSY, the pool
  *            counts exactly the XF_EBUSYs, the loader never runs again;
+ *   openfail: 16 threads through up to 8 clients while every other client
+ *            open fails: every call is XF_OK, XF_ENOMEM (exactly one per failed
+ *            open) or XF_EBUSY, every client is idle afterwards, and the
+ *            summed stats count no more than the calls made;
  *   down:    Redis unreachable, 16 threads through 2 clients: one loader call
  *            (the pool's share), every thread gets the value.
  * Usage: pool_stress PORT. Exit 0 on success. */
@@ -21,6 +25,11 @@
 #define THREADS 16
 #define ROUNDS 3
 #define BUSY_CALLS 50
+#define OPENFAIL_MAX 8
+
+/* The library's internal test hook (src/client.h): every Nth client open
+ * fails with XF_ENOMEM. */
+extern unsigned xf__test_fail_open_every, xf__test_failed_opens;
 
 static xf_pool *pool;
 static pthread_barrier_t start;
@@ -139,6 +148,70 @@ static void open_pool(int port, size_t max, int timeout_ms) {
   }
 }
 
+typedef struct tally {
+  long ok, enomem, ebusy;
+} tally;
+
+static void *openfail(void *arg) {
+  tally *t = arg;
+  xf_policy p = XF_POLICY_INIT;
+  pthread_barrier_wait(&start);
+  for (int i = 0; i < BUSY_CALLS; i++) {
+    xf_value v;
+    int rc = xf_pool_get_or_compute(pool, outer_key, strlen(outer_key), &p, load_plain,
+                                    NULL, &v);
+    if (rc == XF_OK)
+      t->ok++;
+    else if (rc == XF_ENOMEM)
+      t->enomem++;
+    else if (rc == XF_EBUSY)
+      t->ebusy++;
+    else
+      fail("openfail call", rc);
+    if (rc == XF_OK &&
+        (v.len != strlen(outer_key) || memcmp(v.data, outer_key, v.len) != 0))
+      fail("openfail call: wrong value", rc);
+    xf_value_free(&v);
+  }
+  return NULL;
+}
+
+/* Threads race to open clients while every other open fails. */
+static long openfail_round(int port) {
+  open_pool(port, OPENFAIL_MAX, 2000);
+  unsigned failed_before = __atomic_load_n(&xf__test_failed_opens, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&xf__test_fail_open_every, 2, __ATOMIC_SEQ_CST);
+  tally ts[THREADS] = {{0}};
+  pthread_t th[THREADS];
+  pthread_barrier_init(&start, NULL, THREADS);
+  for (int i = 0; i < THREADS; i++)
+    pthread_create(&th[i], NULL, openfail, &ts[i]);
+  for (int i = 0; i < THREADS; i++)
+    pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&start);
+  __atomic_store_n(&xf__test_fail_open_every, 0, __ATOMIC_SEQ_CST);
+  long failed =
+      (long)(__atomic_load_n(&xf__test_failed_opens, __ATOMIC_SEQ_CST) - failed_before);
+  tally sum = {0};
+  for (int i = 0; i < THREADS; i++)
+    sum.ok += ts[i].ok, sum.enomem += ts[i].enomem, sum.ebusy += ts[i].ebusy;
+  xf_pool_info info;
+  xf_pool_stats(pool, &info);
+  if (sum.enomem != failed || (long)info.timed_out != sum.ebusy ||
+      info.open > OPENFAIL_MAX || info.idle != info.open ||
+      info.clients.hits > (uint64_t)sum.ok) {
+    fprintf(stderr,
+            "pool_stress: openfail: %ld XF_ENOMEM for %ld failed opens, %ld XF_EBUSY (%llu "
+            "timed out), %llu open, %llu idle, %llu hits for %ld calls\n",
+            sum.enomem, failed, sum.ebusy, (unsigned long long)info.timed_out,
+            (unsigned long long)info.open, (unsigned long long)info.idle,
+            (unsigned long long)info.clients.hits, sum.ok);
+    failures++;
+  }
+  xf_pool_close(pool);
+  return failed;
+}
+
 static void run(void *(*fn)(void *), long *args) {
   pthread_t ts[THREADS];
   pthread_barrier_init(&start, NULL, THREADS);
@@ -164,7 +237,7 @@ int main(int argc, char **argv) {
     return 2;
   int port = atoi(argv[1]);
   long stamp = (long)time(NULL);
-  long ebusy_total = 0;
+  long ebusy_total = 0, failed_opens = 0;
   for (int round = 0; round < ROUNDS; round++) {
     snprintf(outer_key, sizeof outer_key, "pstress:%ld:%d:outer", stamp, round);
     snprintf(inner_key, sizeof inner_key, "pstress:%ld:%d:inner", stamp, round);
@@ -208,6 +281,9 @@ int main(int argc, char **argv) {
     ebusy_total += sum;
     xf_pool_close(pool);
 
+    failed_opens += openfail_round(port); /* outer_key still cached: hits only */
+    expect_calls("openfail", round, &plain_calls, 0);
+
     open_pool(1, 2, 2000); /* nobody listens on port 1 */
     run(down, NULL);
     expect_calls("Redis-down", round, &plain_calls, 1);
@@ -215,7 +291,7 @@ int main(int argc, char **argv) {
   }
   printf("pool_stress: %d rounds x %d threads (nested calls through 1 client, %d hits each "
          "through 1 client with a 1 ms checkout timeout: %ld XF_EBUSY, Redis down through "
-         "2), %d failures\n",
-         ROUNDS, THREADS, BUSY_CALLS, ebusy_total, failures);
+         "2, %ld client opens failed through up to %d), %d failures\n",
+         ROUNDS, THREADS, BUSY_CALLS, ebusy_total, failed_opens, OPENFAIL_MAX, failures);
   return failures ? 1 : 0;
 }

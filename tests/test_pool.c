@@ -1,11 +1,16 @@
 /* The pool driver (xf_pool_*) against a real Redis: many threads, few
  * clients, one loader per key, nested calls, the checkout timeout. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "client.h" /* xf__test_fail_open_every */
 #include "fixture.h"
 
 static xf_pool *open_pool(int port, size_t max, int timeout_ms) {
@@ -258,4 +263,175 @@ Test(pool, bad_arguments_are_refused) {
   xf_pool_stats(pool, NULL);
   xf_pool_close(pool);
   xf_pool_close(NULL);
+}
+
+#define OPENFAIL_THREADS 25
+#define OPENFAIL_CALLS 50
+
+typedef struct hammer {
+  pthread_t th;
+  xf_pool *pool;
+  xft_loader *loader;
+  int id, ok, enomem, ebusy, other, wrong;
+} hammer;
+
+/* Calls on five keys; every outcome counted, none may be another code. */
+static void *hammer_calls(void *arg) {
+  hammer *h = arg;
+  xf_policy p = XF_POLICY_INIT;
+  for (int i = 0; i < OPENFAIL_CALLS; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "pool:openfail:%d", (h->id + i) % 5);
+    xf_value v;
+    int rc = xf_pool_get_or_compute(h->pool, key, strlen(key), &p, xft_load, h->loader, &v);
+    h->ok += rc == XF_OK;
+    h->enomem += rc == XF_ENOMEM;
+    h->ebusy += rc == XF_EBUSY;
+    h->other += rc != XF_OK && rc != XF_ENOMEM && rc != XF_EBUSY;
+    h->wrong += rc == XF_OK && (v.len != 6 || memcmp(v.data, "loaded", 6) != 0);
+    xf_value_free(&v);
+  }
+  return NULL;
+}
+
+/* Every other client open fails (out of memory) while threads race to open
+ * them: a failed open must give back its reserved slot without disturbing
+ * the slots other threads are filling meanwhile, and the call that asked for
+ * it gets the real error. */
+Test(pool, a_failed_client_open_leaves_the_pool_as_it_was) {
+  xft_server s; /* its own: the connection count is this test's alone */
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_pool *pool = open_pool(s.port, 32, 0);
+  xft_loader l = {.value = "loaded"};
+  hammer hs[OPENFAIL_THREADS];
+  __atomic_store_n(&xf__test_fail_open_every, 2, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < OPENFAIL_THREADS; i++) {
+    hs[i] = (hammer){.pool = pool, .loader = &l, .id = i};
+    cr_assert_eq(pthread_create(&hs[i].th, NULL, hammer_calls, &hs[i]), 0);
+  }
+  int ok = 0, enomem = 0, ebusy = 0, other = 0, wrong = 0;
+  for (int i = 0; i < OPENFAIL_THREADS; i++) {
+    pthread_join(hs[i].th, NULL);
+    ok += hs[i].ok, enomem += hs[i].enomem, ebusy += hs[i].ebusy;
+    other += hs[i].other, wrong += hs[i].wrong;
+  }
+  __atomic_store_n(&xf__test_fail_open_every, 0, __ATOMIC_SEQ_CST);
+  unsigned failed = __atomic_load_n(&xf__test_failed_opens, __ATOMIC_SEQ_CST);
+  cr_expect_gt(failed, 0, "no open failed: the test tested nothing");
+  cr_expect_eq(other, 0, "calls end XF_OK, XF_ENOMEM or XF_EBUSY");
+  cr_expect_eq(wrong, 0);
+  cr_expect_eq(enomem, (int)failed, "each failed open fails its call with XF_ENOMEM");
+  xf_pool_info info;
+  xf_pool_stats(pool, &info);
+  cr_log_info("%d ok, %d XF_ENOMEM (%u failed opens), %d XF_EBUSY; %llu open, %llu idle, "
+              "%llu loads, %llu hits",
+              ok, enomem, failed, ebusy, (unsigned long long)info.open,
+              (unsigned long long)info.idle, (unsigned long long)info.clients.loads,
+              (unsigned long long)info.clients.hits);
+  cr_expect_eq(ebusy, (int)info.timed_out);
+  cr_expect_leq(info.open, 32);
+  cr_expect_eq(info.idle, info.open, "every client was checked in");
+  /* Every counter is a sum of real calls' counts (no unsigned underflow). */
+  cr_expect_leq(info.clients.loads, (uint64_t)ok, "loads %llu for %d calls",
+                (unsigned long long)info.clients.loads, ok);
+  cr_expect_geq(info.clients.loads, (uint64_t)__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST));
+  cr_expect_leq(info.clients.hits, (uint64_t)ok, "hits %llu for %d calls",
+                (unsigned long long)info.clients.hits, ok);
+  /* The pool still works: as many threads as clients, none failing. */
+  caller cs[32];
+  for (int i = 0; i < 32; i++)
+    cs[i] = (caller){.pool = pool, .key = "pool:openfail:after", .loader = &l};
+  run_callers(cs, 32);
+  for (int i = 0; i < 32; i++)
+    cr_expect_eq(cs[i].rc, XF_OK, "thread %d: %s", i, xf_strerror(cs[i].rc));
+  xf_pool_stats(pool, &info);
+  cr_expect_leq(info.open, 32);
+  cr_expect_eq(info.idle, info.open);
+  redisContext *r = xft_redis_port(s.port);
+  redisReply *clients = xft_cmd(r, "INFO clients");
+  const char *at = strstr(clients->str, "connected_clients:");
+  long long connected = at ? atoll(at + strlen("connected_clients:")) : -1;
+  freeReplyObject(clients);
+  cr_expect_leq(connected, (long long)info.open + 1, "%lld connections for %llu clients",
+                connected, (unsigned long long)info.open);
+  redisFree(r);
+  xf_pool_close(pool);
+  xft_server_stop(&s);
+}
+
+/* A loopback port nothing listens on: bound, read, closed. */
+static int dead_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_geq(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* Pooled clients connect lazily: with cluster OFF nothing walked the seed
+ * list, so a dead first seed failed every call open. */
+Test(pool, a_dead_first_seed_is_skipped_with_cluster_off) {
+  char hosts[64];
+  snprintf(hosts, sizeof hosts, "127.0.0.1:%d,127.0.0.1:%d", dead_port(), xft_port());
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = hosts;
+  o.cluster = XF_CLUSTER_OFF;
+  xf_pool *pool = NULL;
+  cr_assert_eq(xf_pool_open(&pool, &o, 2, 0), XF_OK);
+  xft_loader l = {.value = "seeded"};
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0; /* no early refresh: sources are exact */
+  int by_source[5] = {0};
+  for (int i = 0; i < 10; i++) {
+    xf_value v;
+    cr_assert_eq(xf_pool_get_or_compute(pool, "pool:seeds:off", 14, &p, xft_load, &l, &v),
+                 XF_OK, "%s", xf_pool_errmsg());
+    by_source[v.source]++;
+    xf_value_free(&v);
+  }
+  cr_expect_eq(by_source[XF_SOURCE_LOADER], 1, "%d uncached",
+               by_source[XF_SOURCE_UNCACHED]);
+  cr_expect_eq(by_source[XF_SOURCE_CACHE], 9);
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 1);
+  xf_pool_close(pool);
+}
+
+static void pool_calls(xf_pool *pool, const char *key, xft_loader *l, int n,
+                       int *by_source) {
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  for (int i = 0; i < n; i++) {
+    xf_value v;
+    cr_assert_eq(xf_pool_get_or_compute(pool, key, strlen(key), &p, xft_load, l, &v), XF_OK,
+                 "%s", xf_pool_errmsg());
+    by_source[v.source]++;
+    xf_value_free(&v);
+  }
+}
+
+/* The seed in use goes away: the next call moves on to the next seed. */
+Test(pool, calls_move_to_the_next_seed_when_theirs_goes_away) {
+  xft_server first;
+  cr_assert_eq(xft_server_start(&first, NULL), 0);
+  char hosts[64];
+  snprintf(hosts, sizeof hosts, "127.0.0.1:%d,127.0.0.1:%d", first.port, xft_port());
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = hosts;
+  o.cluster = XF_CLUSTER_OFF;
+  xf_pool *pool = NULL;
+  cr_assert_eq(xf_pool_open(&pool, &o, 1, 0), XF_OK);
+  xft_loader l = {.value = "either-seed"};
+  int by_source[5] = {0};
+  pool_calls(pool, "pool:seeds:moved", &l, 3, by_source);
+  cr_expect_eq(by_source[XF_SOURCE_LOADER], 1);
+  xft_server_stop(&first);
+  pool_calls(pool, "pool:seeds:moved", &l, 3, by_source);
+  cr_expect_eq(by_source[XF_SOURCE_LOADER], 2, "the second seed's first call loads");
+  cr_expect_eq(by_source[XF_SOURCE_CACHE], 4, "%d uncached, %d local",
+               by_source[XF_SOURCE_UNCACHED], by_source[XF_SOURCE_LOCAL]);
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 2);
+  xf_pool_close(pool);
 }
