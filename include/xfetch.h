@@ -361,6 +361,9 @@ typedef struct xf_stats {
   uint64_t map_refreshes; /* Cluster slot maps loaded (CLUSTER SLOTS) */
   uint64_t connections;   /* connections open now (one per node in a cluster;
                              a gauge, not a counter) */
+  uint64_t malformed;     /* entries read that xfetch did not write as they
+                             are (a field out of range or not a number):
+                             each is a miss, recomputed and overwritten */
 } xf_stats;
 
 /* Copies the client's counters into *out. */
