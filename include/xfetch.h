@@ -315,8 +315,10 @@ XF_EXPORT int xf_get_or_compute_many_batch(xf_client *c, size_t n, const char *c
  * (source XF_SOURCE_CACHE; free with xf_value_free) while the value is
  * within its ttl; XF_ENOTFOUND when the entry is absent, past its ttl (a
  * stale value is not returned) or a cached not-found. Takes no lease, never
- * waits. One round trip (the read script). Errors: XF_EINVAL, XF_ECONNECT,
- * XF_EIO, XF_EREDIS, XF_EWRONGTYPE, ... (no fail-open: there is no loader). */
+ * waits. One round trip (the read script). An entry not as xfetch writes it
+ * (stats.malformed) is XF_ENOTFOUND. Errors: XF_EINVAL, XF_ECONNECT, XF_EIO,
+ * XF_EUNAVAILABLE (BUSY, LOADING...: to the read or its SCRIPT LOAD),
+ * XF_EREDIS, XF_EWRONGTYPE, ... (no fail-open: there is no loader). */
 XF_EXPORT int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out);
 
 /* Writes a value for key as if a loader had produced it now (warm-up, or
@@ -325,7 +327,8 @@ XF_EXPORT int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out
  * lifetime). A value being computed concurrently that started earlier will
  * not overwrite it. Returns XF_ESUPERSEDED, writing nothing, when the entry
  * holds a value dated later than now (e.g. after the server's clock stepped
- * back). */
+ * back); XF_EUNAVAILABLE when Redis cannot run it now (BUSY, LOADING, ...:
+ * answered to the write or to its SCRIPT LOAD). */
 XF_EXPORT int xf_set(xf_client *c, const char *key, size_t keylen, const void *data,
                      size_t len, const xf_policy *policy);
 
@@ -339,7 +342,7 @@ XF_EXPORT int xf_ping(xf_client *c);
  * existed. A delete wins over every computation that started before it: a
  * tombstone (a hash holding only `s`, for options.tombstone_ms) refuses their
  * writes, so "update the database, then delete the cache entry" never leaves
- * the old value cached. */
+ * the old value cached. XF_EUNAVAILABLE as for xf_set. */
 XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);
 
 /* Counters since the client was opened. */
