@@ -443,9 +443,11 @@ XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call);
 XF_EXPORT xf_call_step xf_call_woke(xf_call *call);
 
 /* In XF_CALL_DONE: the call's result, as xf_get_or_compute returns it; on
- * XF_OK the value moves to *out (free with xf_value_free). XF_EINVAL before
- * XF_CALL_DONE. xf_call_errmsg: the message of a failed call ("" if none),
- * owned by the call. */
+ * XF_OK the value moves to *out (free with xf_value_free; out NULL: the code
+ * only, the value stays). XF_EINVAL before XF_CALL_DONE, and once the value
+ * was moved out (a second call would otherwise look like a cached empty
+ * value), with "already taken" in xf_call_errmsg. xf_call_errmsg: the message
+ * of a failed call ("" if none), owned by the call. */
 XF_EXPORT int xf_call_result(xf_call *call, xf_value *out);
 XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
 
@@ -456,9 +458,10 @@ XF_EXPORT void xf_call_free(xf_call *call);
 /* A reply parser for one connection (hiredis' reader): feed it every byte
  * read, then take complete replies in order with xf_reader_next (XF_OK with
  * *reply NULL: more bytes needed; XF_EPROTO: the stream is not RESP, drop
- * the connection). xf_reply_is_error tells an error reply (its text in *msg,
- * owned by the reply), e.g. for AUTH. A reply not given to a call is freed
- * with xf_reply_free. Not thread-safe; all NULL-safe. */
+ * the connection: from then on xf_reader_feed and xf_reader_next keep
+ * returning XF_EPROTO; xf_reader_feed's XF_ENOMEM is only out of memory). xf_reply_is_error
+ * tells an error reply (its text in *msg, owned by the reply), e.g. for AUTH. A reply not
+ * given to a call is freed with xf_reply_free. Not thread-safe; all NULL-safe. */
 XF_EXPORT int xf_reader_open(xf_reader **out);
 XF_EXPORT int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
 XF_EXPORT int xf_reader_next(xf_reader *rd, xf_reply **reply);
