@@ -316,8 +316,10 @@ XF_EXPORT int xf_get_or_compute_many_batch(xf_client *c, size_t n, const char *c
  * (source XF_SOURCE_CACHE; free with xf_value_free) while the value is
  * within its ttl; XF_ENOTFOUND when the entry is absent, past its ttl (a
  * stale value is not returned) or a cached not-found. Takes no lease, never
- * waits. One round trip (the read script). Errors: XF_EINVAL, XF_ECONNECT,
- * XF_EIO, XF_EREDIS, XF_EWRONGTYPE, ... (no fail-open: there is no loader). */
+ * waits. One round trip (the read script). An entry not as xfetch writes it
+ * (stats.malformed) is XF_ENOTFOUND. Errors: XF_EINVAL, XF_ECONNECT, XF_EIO,
+ * XF_EUNAVAILABLE (BUSY, LOADING...: to the read or its SCRIPT LOAD),
+ * XF_EREDIS, XF_EWRONGTYPE, ... (no fail-open: there is no loader). */
 XF_EXPORT int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out);
 
 /* Writes a value for key as if a loader had produced it now (warm-up, or
@@ -326,7 +328,8 @@ XF_EXPORT int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out
  * lifetime). A value being computed concurrently that started earlier will
  * not overwrite it. Returns XF_ESUPERSEDED, writing nothing, when the entry
  * holds a value dated later than now (e.g. after the server's clock stepped
- * back). */
+ * back); XF_EUNAVAILABLE when Redis cannot run it now (BUSY, LOADING, ...:
+ * answered to the write or to its SCRIPT LOAD). */
 XF_EXPORT int xf_set(xf_client *c, const char *key, size_t keylen, const void *data,
                      size_t len, const xf_policy *policy);
 
@@ -340,7 +343,7 @@ XF_EXPORT int xf_ping(xf_client *c);
  * existed. A delete wins over every computation that started before it: a
  * tombstone (a hash holding only `s`, for options.tombstone_ms) refuses their
  * writes, so "update the database, then delete the cache entry" never leaves
- * the old value cached. */
+ * the old value cached. XF_EUNAVAILABLE as for xf_set. */
 XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);
 
 /* Counters since the client was opened. */
@@ -362,6 +365,9 @@ typedef struct xf_stats {
   uint64_t map_refreshes; /* Cluster slot maps loaded (CLUSTER SLOTS) */
   uint64_t connections;   /* connections open now (one per node in a cluster;
                              a gauge, not a counter) */
+  uint64_t malformed;     /* entries read that xfetch did not write as they
+                             are (a field out of range or not a number):
+                             each is a miss, recomputed and overwritten */
 } xf_stats;
 
 /* Copies the client's counters into *out. */
@@ -438,9 +444,11 @@ XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call);
 XF_EXPORT xf_call_step xf_call_woke(xf_call *call);
 
 /* In XF_CALL_DONE: the call's result, as xf_get_or_compute returns it; on
- * XF_OK the value moves to *out (free with xf_value_free). XF_EINVAL before
- * XF_CALL_DONE. xf_call_errmsg: the message of a failed call ("" if none),
- * owned by the call. */
+ * XF_OK the value moves to *out (free with xf_value_free; out NULL: the code
+ * only, the value stays). XF_EINVAL before XF_CALL_DONE, and once the value
+ * was moved out (a second call would otherwise look like a cached empty
+ * value), with "already taken" in xf_call_errmsg. xf_call_errmsg: the message
+ * of a failed call ("" if none), owned by the call. */
 XF_EXPORT int xf_call_result(xf_call *call, xf_value *out);
 XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
 
@@ -451,9 +459,10 @@ XF_EXPORT void xf_call_free(xf_call *call);
 /* A reply parser for one connection (hiredis' reader): feed it every byte
  * read, then take complete replies in order with xf_reader_next (XF_OK with
  * *reply NULL: more bytes needed; XF_EPROTO: the stream is not RESP, drop
- * the connection). xf_reply_is_error tells an error reply (its text in *msg,
- * owned by the reply), e.g. for AUTH. A reply not given to a call is freed
- * with xf_reply_free. Not thread-safe; all NULL-safe. */
+ * the connection: from then on xf_reader_feed and xf_reader_next keep
+ * returning XF_EPROTO; xf_reader_feed's XF_ENOMEM is only out of memory). xf_reply_is_error
+ * tells an error reply (its text in *msg, owned by the reply), e.g. for AUTH. A reply not
+ * given to a call is freed with xf_reply_free. Not thread-safe; all NULL-safe. */
 XF_EXPORT int xf_reader_open(xf_reader **out);
 XF_EXPORT int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
 XF_EXPORT int xf_reader_next(xf_reader *rd, xf_reply **reply);

@@ -4,23 +4,17 @@
 -- Returns {1, now_ms} won (also when the lease is already this token's: a
 -- retried request); {0, now_ms} lost (a live lease exists); {2, now_ms, value,
 -- delta_us, remaining_ms, 0, negative, expiry_ms} when a newer valid
--- value was written since the caller's read: use it, load nothing. Malformed
--- fields are judged as the read script judges them.
+-- value was written since the caller's read: use it, load nothing. The entry
+-- is judged as the read script judges it (a malformed lease is dead).
+--#include entry_read.lua
 local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local f = redis.call('HMGET', key, 'v', 'd', 'e', 'l', 'n')
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local e = tonumber(f[3])
-if f[1] and e and e > now and e < now + 2^41 and f[3] ~= ARGV[3] then
-  local d = tonumber(f[2])
-  d = (d and d > 0) and math.floor(math.min(d, 2^40)) or 0
-  return {2, now, f[1], d, math.floor(e) - now, 0, f[5] and 1 or 0, math.floor(e)}
+local now = server_now()
+local t = entry(key, now)
+if t.v and t.e > now and t.e ~= tonumber(ARGV[3]) then
+  return {2, now, t.v, t.d, t.e - now, 0, t.n, t.e}
 end
-if f[4] and string.sub(f[4], 1, #token + 1) == token .. ':' then return {1, now} end
-if f[4] then
-  local deadline = tonumber(string.match(f[4], ':(%d+)$'))
-  if deadline and deadline > now then return {0, now} end
-end
+if t.l and string.sub(t.l, 1, #token + 1) == token .. ':' then return {1, now} end
+if t.live == 1 then return {0, now} end
 redis.call('HSET', key, 'l', token .. ':' .. string.format('%d', now + lease_ms))
 -- The entry must outlive the lease, or it would vanish with the lease mid-load
 -- and let a second caller in. A lease-only hash gets exactly the lease's TTL.

@@ -10,17 +10,16 @@
 -- later than start_ms, e.g. a delete's tombstone or an xf_set), or the caller's
 -- lease is no longer the entry's (a delete removed it, or another caller took
 -- it over after it ran out). A lease holder whose whole entry is gone may
--- still write: nothing newer was written.
+-- still write: nothing newer was written. A malformed entry is overwritten
+-- (its malformed s refuses nothing) and a malformed lease dropped.
+--#include entry_read.lua
 local key, token, kind = KEYS[1], ARGV[1], ARGV[7]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_now()
 local start = tonumber(ARGV[6]) or now
-local f = redis.call('HMGET', key, 's', 'l', 'd')
-local mine = token ~= '' and f[2] ~= false and string.sub(f[2], 1, #token + 1) == token .. ':'
-if mine then redis.call('HDEL', key, 'l') end
-local s_old = tonumber(f[1])
-if s_old and not (s_old >= 0 and s_old < 2^42) then s_old = nil end -- malformed: ignored
-if (s_old and s_old > start) or (token ~= '' and not mine and redis.call('EXISTS', key) == 1) then
+local t = entry(key, now) -- a malformed s is ignored (entry_read.lua)
+local mine = token ~= '' and t.l and string.sub(t.l, 1, #token + 1) == token .. ':'
+if mine or t.lease_bad then redis.call('HDEL', key, 'l') end
+if (t.s and t.s > start) or (token ~= '' and not mine and redis.call('EXISTS', key) == 1) then
   return 0
 end
 local ttl = tonumber(ARGV[4])
@@ -30,7 +29,7 @@ if kind == '2' then
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
   return 1
 end
-local delta = tonumber(ARGV[3] ~= '' and ARGV[3] or f[3])
+local delta = ARGV[3] ~= '' and tonumber(ARGV[3]) or t.d
 delta = (delta and delta > 0) and math.floor(math.min(delta, 2^40)) or 0
 redis.call('HSET', key, 'v', ARGV[2], 'd', string.format('%d', delta),
            'e', string.format('%d', now + ttl), 's', string.format('%d', start))

@@ -32,6 +32,7 @@ struct xf_call {
   xf_value out;
   xf__buf request; /* the RESP bytes of the SEND step */
   int64_t load_t0_us;
+  int taken;        /* xf_call_result moved the value out */
   char errstr[256]; /* the client's message when the call ended in error */
 };
 
@@ -294,9 +295,14 @@ int xf_call_result(xf_call *call, xf_value *out) {
     memset(out, 0, sizeof *out);
   if (!call || call->step != XF_STEP_DONE)
     return XF_EINVAL;
+  if (call->taken) { /* else XF_OK with no data: a cached empty value's look */
+    snprintf(call->errstr, sizeof call->errstr, "the call's result was already taken");
+    return XF_EINVAL;
+  }
   if (out && call->kind == CALL_GET && call->f.rc == XF_OK) {
     *out = call->out;
     memset(&call->out, 0, sizeof call->out);
+    call->taken = 1;
   }
   return call_rc(call);
 }
@@ -337,7 +343,11 @@ int xf_reader_open(xf_reader **out) {
 int xf_reader_feed(xf_reader *rd, const char *data, size_t len) {
   if (!rd || (!data && len))
     return XF_EINVAL;
-  return redisReaderFeed(rd->r, data, len) == REDIS_OK ? XF_OK : XF_ENOMEM;
+  if (redisReaderFeed(rd->r, data, len) == REDIS_OK)
+    return XF_OK;
+  /* hiredis refuses every feed once the stream was not RESP: that is still
+   * the protocol error, not a lack of memory. */
+  return rd->r->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EPROTO;
 }
 
 int xf_reader_next(xf_reader *rd, xf_reply **reply) {

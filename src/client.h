@@ -61,8 +61,9 @@ void xf__client_check_fork(xf_client *c);
  * cmd->key's slot, redirections followed). Error replies come back as XF_OK
  * with an error reply: the caller decides. Returns XF_EIO / XF_ECONNECT when
  * Redis cannot be reached (the connection is dropped and the breaker armed),
- * XF_ENOMEM, XF_EPROTO, XF_EAUTH, XF_EREDIS (endless redirections), XF_EINVAL
- * (a cluster with options.db set). */
+ * XF_EUNAVAILABLE (a cluster node refused the SCRIPT LOAD that recovers its
+ * NOSCRIPT: busy, loading), XF_ENOMEM, XF_EPROTO, XF_EAUTH, XF_EREDIS (endless
+ * redirections), XF_EINVAL (a cluster with options.db set). */
 int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply);
 
 /* Pipelining: sends the n commands in one write and reads their n replies.

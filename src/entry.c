@@ -81,17 +81,32 @@ void xf__entry_token(xf_client *c, char token[40]) {
 
 static int is_int(const redisReply *r) { return r->type == REDIS_REPLY_INTEGER; }
 
-/* Bounds the scripts keep to (lua/read.lua): anything outside is not from
- * them, and would overflow the arithmetic of the flow. */
+/* Bounds the scripts keep to (lua/entry_read.lua): anything outside is not
+ * from them, and would overflow the arithmetic of the flow. */
 #define MAX_DELTA_US ((int64_t)1 << 40)
 #define MAX_SPAN_MS ((int64_t)1 << 41)
 #define MAX_CLOCK_MS ((int64_t)1 << 50)
 
 static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min || v > max; }
 
-/* Parses {value, delta_us, remaining_ms, lease_live, negative, expiry_ms} or
- * {nil, 0, 0, lease_live, 0, now_ms} starting at element `at` of r, taking
- * ownership of r. */
+/* Whether the six fields at el, of the right types, are values read.lua
+ * gives: {value, delta_us, remaining_ms, lease_live, negative, expiry_ms} or
+ * {nil, 0, 0, lease_live, malformed, now_ms}. */
+static int in_range(redisReply **el, int has_value) {
+  if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
+      out_of_range(el[2]->integer, -MAX_SPAN_MS, MAX_SPAN_MS) ||
+      out_of_range(el[5]->integer, 0, MAX_CLOCK_MS) ||
+      out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS) ||
+      out_of_range(el[3]->integer, 0, 1) || out_of_range(el[4]->integer, 0, 1))
+    return 0;
+  return has_value || (el[1]->integer | el[2]->integer) == 0;
+}
+
+/* Parses the six fields starting at element `at` of r, taking ownership of r.
+ * A reply of another shape is XF_EPROTO. A reply of the right shape whose
+ * numbers are out of range, or read.lua's "malformed" miss, is a malformed
+ * entry: a miss, never an error, so that an entry xfetch did not write
+ * cannot stop its key from being recomputed and overwritten. */
 static int parse_entry(xf_client *c, redisReply *r, size_t at, xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
@@ -101,28 +116,26 @@ static int parse_entry(xf_client *c, redisReply *r, size_t at, xf__entry *out) {
   for (int i = 1; i < 6; i++)
     if (!is_int(el[i]))
       return xf__fail(c, XF_EPROTO, "entry reply field %d is not an integer", i);
-  if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
-      out_of_range(el[2]->integer, -MAX_SPAN_MS, MAX_SPAN_MS) ||
-      out_of_range(el[5]->integer, 0, MAX_CLOCK_MS) ||
-      out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS) ||
-      out_of_range(el[3]->integer, 0, 1) || out_of_range(el[4]->integer, 0, 1))
-    return xf__fail(c, XF_EPROTO, "entry reply field out of range");
   int has_value = el[0]->type == REDIS_REPLY_STRING;
   if (!has_value && el[0]->type != REDIS_REPLY_NIL)
-    return xf__fail(c, XF_EPROTO, "entry value has an unexpected type");
-  /* read.lua's miss is {nil, 0, 0, live, 0, now}: no times, never negative. */
-  if (!has_value && (el[1]->integer | el[2]->integer | el[4]->integer) != 0)
-    return xf__fail(c, XF_EPROTO, "entry reply fields disagree");
-  if (has_value) {
-    out->value = el[0]->str;
-    out->len = el[0]->len;
+    return xf__fail(c, XF_EPROTO, "entry reply's value has an unexpected type");
+  if (!in_range(el, has_value)) { /* no time to trust: 0 dates a write the oldest */
+    out->malformed = 1;
+    out->lease_live = el[3]->integer == 1;
+    return XF_OK;
   }
+  out->lease_live = (int)el[3]->integer;
+  out->now_ms = el[5]->integer - el[2]->integer;
+  if (!has_value) {
+    out->malformed = (int)el[4]->integer;
+    return XF_OK;
+  }
+  out->value = el[0]->str;
+  out->len = el[0]->len;
   out->delta_us = el[1]->integer;
   out->remaining_ms = el[2]->integer;
-  out->lease_live = (int)el[3]->integer;
   out->negative = (int)el[4]->integer;
-  out->now_ms = el[5]->integer - el[2]->integer;
-  out->expiry_ms = out->value ? el[5]->integer : 0;
+  out->expiry_ms = el[5]->integer;
   return XF_OK;
 }
 
@@ -130,6 +143,8 @@ int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out) {
   int rc = parse_entry(c, r, 0, out);
   if (rc != XF_OK)
     xf__entry_free(out);
+  else if (out->malformed)
+    c->stats.malformed++;
   return rc;
 }
 

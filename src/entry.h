@@ -21,6 +21,7 @@ typedef struct xf__entry {
   int64_t now_ms;       /* the server's time when it was read */
   int lease_live;
   int negative;
+  int malformed; /* the entry is not as xfetch writes it: a miss (value NULL) */
 } xf__entry;
 
 void xf__entry_free(xf__entry *e);
@@ -62,7 +63,9 @@ void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys
 
 /* ---- parse: each takes ownership of r (not an error reply) ---------------- */
 
-/* The read script's reply -> *out (which then owns r). XF_OK or XF_EPROTO. */
+/* The read script's reply -> *out (which then owns r). XF_OK or XF_EPROTO
+ * (a reply of another shape). A malformed entry (out->malformed, counted in
+ * stats.malformed) is XF_OK: a miss. */
 int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out);
 
 /* The lease script's reply: *result, the server time in *now_ms, and on

@@ -262,7 +262,7 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   /* A computation that starts after this read is dated by it, no later: a
    * value written since (an xf_set, a delete) is newer and must win. */
   f->start_ms = e->now_ms;
-  f->had_value = e->value != NULL;
+  f->had_value = e->value != NULL || e->malformed;
   xf__entry_free(e);
   int64_t left_ms = f->give_up_ms - now_ms;
   if (left_ms <= 0) {
@@ -336,7 +336,7 @@ static xf__step lease_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
     return serve(f, XF_SOURCE_CACHE);
   }
   f->start_ms = lease_ms;
-  f->had_value = f->refresh || f->e.value != NULL;
+  f->had_value = f->refresh || f->e.value != NULL || f->e.malformed;
   return load(f, XF_LOAD_LEASED);
 }
 

@@ -52,7 +52,7 @@ typedef struct xf__flow {
   int script_retried;                 /* at most one SCRIPT LOAD per command */
   int refresh;                        /* an early refresh of a valid value (not a miss) */
   int round;                          /* reads made while waiting */
-  int had_value;                      /* the entry held a value when read */
+  int had_value;                      /* a value (or a malformed entry) was read */
   xf__entry e;                        /* what the last read saw */
   char token[40];                     /* the lease held ("" = none) */
   int64_t start_ms;                   /* server time the computation is dated by */

@@ -221,9 +221,13 @@ int xf__router_command(xf_client *c, xf__router *r, const xf__cmd *cmd,
       return rc;
     if (xf__script_missing(*reply) && !script_loaded) {
       script_loaded = 1;
-      if (load_script_on(c, &r->conns[k], cmd) == XF_OK) {
+      int lrc = load_script_on(c, &r->conns[k], cmd);
+      if (lrc == XF_OK ||
+          lrc == XF_EUNAVAILABLE) { /* busy, loading: the caller fails open */
         freeReplyObject(*reply);
         *reply = NULL;
+        if (lrc != XF_OK)
+          return lrc;
         asking = asked;
         continue; /* the same node, now with the script */
       }

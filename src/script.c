@@ -64,28 +64,9 @@ static int is_error(const redisReply *r, const char *prefix) {
   return r->type == REDIS_REPLY_ERROR && strncmp(r->str, prefix, strlen(prefix)) == 0;
 }
 
-int xf__script_by_sha(const char *sha, size_t len) {
-  for (int i = 0; i < XF_SCRIPT_COUNT; i++)
-    if (len == 40 && memcmp(xf__scripts[i].sha, sha, 40) == 0)
-      return i;
-  return -1;
-}
-
-int xf__script_missing(const redisReply *r) { return is_error(r, "NOSCRIPT"); }
-
-int xf__script_loaded(xf_client *c, int script, redisReply *r) {
-  const xf__script *s = &xf__scripts[script];
-  int rc = XF_OK;
-  if (r->type == REDIS_REPLY_ERROR)
-    rc = xf__fail(c, XF_EREDIS, "SCRIPT LOAD %s: %s", s->name, r->str);
-  else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, s->sha) != 0)
-    rc = xf__fail(c, XF_EPROTO, "SCRIPT LOAD %s: unexpected SHA1", s->name);
-  freeReplyObject(r);
-  return rc;
-}
-
 /* Replies of a server that cannot serve the command right now, whatever it
- * is: the flow fails open on them as on a connection failure. */
+ * is (a long script, a replica loading its dataset, a failover...): callers
+ * fail open on them as on a connection failure. */
 static int is_unavailable(const redisReply *r) {
   static const char *const prefixes[] = {"BUSY",       "LOADING",  "MASTERDOWN",
                                          "READONLY",   "OOM",      "MISCONF",
@@ -96,15 +77,70 @@ static int is_unavailable(const redisReply *r) {
   return 0;
 }
 
-int xf__script_error(xf_client *c, int script, redisReply *r) {
-  int rc = is_unavailable(r)             ? XF_EUNAVAILABLE
-           : is_error(r, "NOPERM")       ? XF_ENOPERM
-           : strstr(r->str, "WRONGTYPE") ? XF_EWRONGTYPE
-                                         : XF_EREDIS;
-  xf__fail(c, rc, "%s script: %s", xf__scripts[script].name, r->str);
+xf__reply_kind xf__reply_classify(const redisReply *r) {
+  if (r->type != REDIS_REPLY_ERROR)
+    return XF_REPLY_VALUE;
+  if (is_error(r, "NOSCRIPT"))
+    return XF_REPLY_NOSCRIPT;
+  if (is_error(r, "MOVED ") || is_error(r, "ASK "))
+    return XF_REPLY_REDIRECT;
+  if (is_unavailable(r))
+    return XF_REPLY_UNAVAILABLE;
+  if (is_error(r, "NOPERM"))
+    return XF_REPLY_NOPERM;
+  if (strstr(r->str, "WRONGTYPE"))
+    return XF_REPLY_WRONGTYPE;
+  return XF_REPLY_HARD;
+}
+
+/* The code an error reply ends a call with. */
+static int error_code(const redisReply *r) {
+  switch (xf__reply_classify(r)) {
+  case XF_REPLY_UNAVAILABLE:
+    return XF_EUNAVAILABLE;
+  case XF_REPLY_NOPERM:
+    return XF_ENOPERM;
+  case XF_REPLY_WRONGTYPE:
+    return XF_EWRONGTYPE;
+  default:
+    return XF_EREDIS;
+  }
+}
+
+int xf__script_by_sha(const char *sha, size_t len) {
+  for (int i = 0; i < XF_SCRIPT_COUNT; i++)
+    if (len == 40 && memcmp(xf__scripts[i].sha, sha, 40) == 0)
+      return i;
+  return -1;
+}
+
+int xf__script_missing(const redisReply *r) {
+  return xf__reply_classify(r) == XF_REPLY_NOSCRIPT;
+}
+
+/* An error reply to a script's call or to its SCRIPT LOAD (what, e.g. "SCRIPT
+ * LOAD "): its code, the message on the client; frees r. */
+static int error_reply(xf_client *c, const char *what, int script, redisReply *r) {
+  int rc = error_code(r);
+  xf__fail(c, rc, "%s%s script: %s", what, xf__scripts[script].name, r->str);
   c->stats.redis_errors++;
   freeReplyObject(r);
   return rc;
+}
+
+int xf__script_loaded(xf_client *c, int script, redisReply *r) {
+  const xf__script *s = &xf__scripts[script];
+  if (r->type == REDIS_REPLY_ERROR) /* BUSY, LOADING: unavailable, as for the call */
+    return error_reply(c, "SCRIPT LOAD of the ", script, r);
+  int rc = XF_OK;
+  if (r->type != REDIS_REPLY_STRING || strcmp(r->str, s->sha) != 0)
+    rc = xf__fail(c, XF_EPROTO, "SCRIPT LOAD %s: unexpected SHA1", s->name);
+  freeReplyObject(r);
+  return rc;
+}
+
+int xf__script_error(xf_client *c, int script, redisReply *r) {
+  return error_reply(c, "", script, r);
 }
 
 int xf__script_run(xf_client *c, int script, const xf__cmd *call, redisReply **reply) {

@@ -52,16 +52,33 @@ void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keyle
 /* The script whose SHA1 is sha (len bytes), or -1. */
 int xf__script_by_sha(const char *sha, size_t len);
 
+/* What a reply means for the command it answers: the one classification of
+ * error replies, used by every driver and router (through the functions
+ * below, or directly). */
+typedef enum xf__reply_kind {
+  XF_REPLY_VALUE,       /* not an error reply */
+  XF_REPLY_NOSCRIPT,    /* the script must be loaded first: SCRIPT LOAD, then again */
+  XF_REPLY_REDIRECT,    /* Redis Cluster MOVED / ASK: another node must run it */
+  XF_REPLY_UNAVAILABLE, /* the server cannot run it now (BUSY, LOADING, MASTERDOWN,
+                           READONLY, OOM, MISCONF, NOREPLICAS, TRYAGAIN,
+                           CLUSTERDOWN): XF_EUNAVAILABLE, fail open */
+  XF_REPLY_NOPERM,      /* XF_ENOPERM */
+  XF_REPLY_WRONGTYPE,   /* XF_EWRONGTYPE */
+  XF_REPLY_HARD         /* any other error reply: XF_EREDIS */
+} xf__reply_kind;
+
+xf__reply_kind xf__reply_classify(const struct redisReply *r);
+
 /* Whether r is Redis' NOSCRIPT error (the script must be loaded first). */
 int xf__script_missing(const struct redisReply *r);
 
 /* Checks the reply to SCRIPT LOAD and frees it: XF_OK, or an error code with
- * the message on the client. */
+ * the message on the client: an error reply gets xf__script_error's code (a
+ * busy or loading server is XF_EUNAVAILABLE, as for the call itself). */
 int xf__script_loaded(struct xf_client *c, int script, struct redisReply *r);
 
-/* The code for an error reply to script, with the message on the client;
- * frees r: XF_EUNAVAILABLE (BUSY, LOADING, MASTERDOWN, READONLY, OOM, MISCONF,
- * NOREPLICAS, TRYAGAIN, CLUSTERDOWN), XF_ENOPERM (NOPERM), XF_EWRONGTYPE,
+/* The code for an error reply to script (xf__reply_classify), with the
+ * message on the client; frees r: XF_EUNAVAILABLE, XF_ENOPERM, XF_EWRONGTYPE,
  * else XF_EREDIS. */
 int xf__script_error(struct xf_client *c, int script, struct redisReply *r);
 

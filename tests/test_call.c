@@ -243,3 +243,58 @@ Test(call, set_and_delete_as_calls) {
   xf_client_close(c);
   xft_server_stop(&srv);
 }
+
+/* A stream that is not RESP stays broken: every later feed and next says
+ * XF_EPROTO (drop the connection), never XF_ENOMEM, which would send a driver
+ * looking for a memory problem. */
+Test(call, a_reader_after_a_protocol_error_keeps_saying_so) {
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  cr_assert_eq(xf_reader_feed(rd, "+OK\r\n", 5), XF_OK);
+  xf_reply *reply;
+  cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
+  cr_assert_not_null(reply);
+  xf_reply_free(reply);
+  cr_assert_eq(xf_reader_feed(rd, "?garbage\r\n", 10), XF_OK);
+  cr_expect_eq(xf_reader_next(rd, &reply), XF_EPROTO);
+  cr_expect_null(reply);
+  for (int i = 0; i < 2; i++) {
+    cr_expect_eq(xf_reader_feed(rd, "+OK\r\n", 5), XF_EPROTO, "feed %d", i);
+    cr_expect_eq(xf_reader_next(rd, &reply), XF_EPROTO, "next %d", i);
+    cr_expect_null(reply);
+  }
+  xf_reader_close(rd);
+}
+
+/* The value moves out once: a second xf_call_result must not look like a
+ * cached empty value (XF_OK, data NULL, len 0). */
+Test(call, a_result_is_taken_once) {
+  xf_client *c = config_client();
+  xf_policy p = XF_POLICY_INIT;
+  wire w = open_wire(0);
+  xf_call *call;
+  cr_assert_eq(xf_call_start(&call, c, "call:once", 9, &p), XF_OK);
+  for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;)
+    step = step == XF_CALL_SEND   ? xf_call_reply(call, exchange(&w, call))
+           : step == XF_CALL_LOAD ? xf_call_loaded(call, "v", 1)
+                                  : xf_call_woke(call);
+  xf_value v;
+  cr_assert_eq(xf_call_result(call, &v), XF_OK);
+  cr_expect_str_eq(v.data, "v");
+  xf_value_free(&v);
+  cr_expect_eq(xf_call_result(call, &v), XF_EINVAL, "a second result");
+  cr_expect_null(v.data);
+  cr_expect(strstr(xf_call_errmsg(call), "already taken"), "%s", xf_call_errmsg(call));
+  xf_call_free(call);
+  /* Asking for the code only (out NULL) takes nothing: the value is still there. */
+  cr_assert_eq(xf_call_start(&call, c, "call:once", 9, &p), XF_OK);
+  while (xf_call_next(call) == XF_CALL_SEND)
+    xf_call_reply(call, exchange(&w, call));
+  cr_assert_eq(xf_call_result(call, NULL), XF_OK);
+  cr_assert_eq(xf_call_result(call, &v), XF_OK);
+  cr_expect_str_eq(v.data, "v");
+  xf_value_free(&v);
+  xf_call_free(call);
+  close_wire(&w);
+  xf_client_close(c);
+}

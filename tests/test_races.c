@@ -315,44 +315,7 @@ Test(races, malformed_expiry_is_a_miss) {
   xf_client_close(c);
 }
 
-Test(races, malformed_delta_is_clamped) {
-  redisContext *r = xft_redis();
-  xf_client *c = xft_client(1);
-  xf_policy p = XF_POLICY_INIT;
-  long long e = xft_server_ms(r) + 60000;
-  char es[32];
-  snprintf(es, sizeof es, "%lld", e);
-  /* Unreadable or negative delta: 0, never early. */
-  static const char *zero[] = {"-5", "nan", "-inf", "abc", "-1e300"};
-  for (size_t i = 0; i < sizeof zero / sizeof *zero; i++) {
-    put_raw(r, "races:bad-d", zero[i], es);
-    xft_loader l = {.value = "fresh"};
-    xf_value v;
-    for (int k = 0; k < 20; k++) {
-      cr_assert_eq(get(c, "races:bad-d", &p, &l, &v), XF_OK, "d=%s", zero[i]);
-      cr_expect_str_eq(v.data, "cached", "d=%s", zero[i]);
-      xf_value_free(&v);
-    }
-    cr_expect_eq(l.calls, 0, "d=%s", zero[i]);
-  }
-  /* A huge delta is clamped to the largest (2^40 us, ~12.7 days): with 60 s
-   * left, P(early) = exp(-60 / 1.1e6) ~ 1, so the value is refreshed. */
-  static const char *huge[] = {"1e300", "inf"};
-  for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
-    put_raw(r, "races:bad-d", huge[i], es);
-    xft_loader l = {.value = "fresh"};
-    xf_value v;
-    cr_assert_eq(get(c, "races:bad-d", &p, &l, &v), XF_OK, "d=%s", huge[i]);
-    cr_expect_str_eq(v.data, "fresh", "d=%s", huge[i]);
-    cr_expect_eq(l.calls, 1, "d=%s", huge[i]);
-    char *d = hget(r, "races:bad-d", "d");
-    cr_expect(d && atoll(d) >= 0 && atoll(d) < 10000000, "d rewritten as %s", d);
-    free(d);
-    xf_value_free(&v);
-  }
-  redisFree(r);
-  xf_client_close(c);
-}
+/* Every field's malformed values, through each driver: test_malformed.c. */
 
 Test(races, malformed_start_does_not_block_writes_forever) {
   redisContext *r = xft_redis();

@@ -123,6 +123,7 @@ typedef struct xf_stats {
   uint64_t redirects;
   uint64_t map_refreshes;
   uint64_t connections;
+  uint64_t malformed;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 

@@ -6,7 +6,9 @@
  * (at most MAX_REPLIES per input). After a successful parse the harness
  * checks what the flow relies on (fields in range and consistent with each
  * other, the value pointing into the reply), so a parser that accepts a reply
- * the scripts cannot produce is caught, not only one that crashes. */
+ * the scripts cannot produce is caught, not only one that crashes. A read
+ * reply of the right shape whose numbers no entry has is a malformed miss
+ * (counted), never XF_EPROTO: no entry may brick its key. */
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,10 +46,39 @@ static unsigned touch(const char *p, size_t len) {
   return sum;
 }
 
+/* Whether r's elements at.. have the read reply's shape: six, the value a
+ * bulk string or nil, the others integers. Whatever their values, such a
+ * reply must parse (a malformed entry is a miss, never XF_EPROTO). */
+static int read_shaped(const redisReply *r, size_t at) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != at + 6)
+    return 0;
+  int t = r->element[at]->type;
+  if (t != REDIS_REPLY_STRING && t != REDIS_REPLY_NIL)
+    return 0;
+  for (size_t i = at + 1; i < at + 6; i++)
+    if (r->element[i]->type != REDIS_REPLY_INTEGER)
+      return 0;
+  return 1;
+}
+
+/* A malformed entry: a miss with nothing of the reply's numbers but the lease
+ * flag and a clock in range. */
+static void check_malformed(const redisReply *r, size_t at, const xf__entry *e) {
+  FUZZ_CHECK(e->value == NULL && e->len == 0 && e->negative == 0);
+  FUZZ_CHECK(e->delta_us == 0 && e->remaining_ms == 0 && e->expiry_ms == 0);
+  FUZZ_CHECK(in_range(e->now_ms, 0, MAX_CLOCK_MS));
+  FUZZ_CHECK(e->lease_live == (r->element[at + 3]->integer == 1));
+}
+
 /* The invariants of an entry parsed from elements at.. of r. */
 static void check_entry(const redisReply *r, size_t at, const xf__entry *e) {
   FUZZ_CHECK(e->reply == r);
-  FUZZ_CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == at + 6);
+  FUZZ_CHECK(read_shaped(r, at));
+  FUZZ_CHECK(e->malformed == 0 || e->malformed == 1);
+  if (e->malformed) {
+    check_malformed(r, at, e);
+    return;
+  }
   const redisReply *v = r->element[at];
   if (e->value) {
     FUZZ_CHECK(v->type == REDIS_REPLY_STRING);
@@ -57,9 +88,9 @@ static void check_entry(const redisReply *r, size_t at, const xf__entry *e) {
     FUZZ_CHECK(e->expiry_ms - e->now_ms == e->remaining_ms);
   } else {
     FUZZ_CHECK(v->type == REDIS_REPLY_NIL && e->len == 0);
-    /* A miss is {false, 0, 0, live, 0, now}. */
+    /* A miss is {false, 0, 0, live, 0, now} (1 in place of the 0: malformed). */
     FUZZ_CHECK(e->delta_us == 0 && e->remaining_ms == 0 && e->expiry_ms == 0);
-    FUZZ_CHECK(e->negative == 0);
+    FUZZ_CHECK(e->negative == 0 && r->element[at + 4]->integer == 0);
   }
   FUZZ_CHECK(in_range(e->delta_us, 0, MAX_DELTA_US));
   FUZZ_CHECK(in_range(e->remaining_ms, -MAX_SPAN_MS, MAX_SPAN_MS));
@@ -69,7 +100,7 @@ static void check_entry(const redisReply *r, size_t at, const xf__entry *e) {
   FUZZ_CHECK(e->negative == 0 || e->negative == 1);
   /* Booleans are 0 or 1 in the reply, never "anything non-zero". */
   FUZZ_CHECK(r->element[at + 3]->integer == e->lease_live);
-  FUZZ_CHECK(r->element[at + 4]->integer == e->negative);
+  FUZZ_CHECK(!e->value || r->element[at + 4]->integer == e->negative);
 }
 
 static void check_failed(xf_client *c, int rc, const xf__entry *e) {
@@ -80,11 +111,17 @@ static void check_failed(xf_client *c, int rc, const xf__entry *e) {
 
 static void parse_read(xf_client *c, redisReply *r) {
   xf__entry e;
+  int shaped = read_shaped(r, 0);
+  xf_stats before, after;
+  xf_client_stats(c, &before);
   int rc = xf__entry_parse_read(c, r, &e);
   if (rc != XF_OK) {
+    FUZZ_CHECK(!shaped); /* bad values are a malformed miss, never an error */
     check_failed(c, rc, &e);
     return;
   }
+  xf_client_stats(c, &after);
+  FUZZ_CHECK(after.malformed == before.malformed + (uint64_t)e.malformed);
   check_entry(r, 0, &e);
   xf__entry_free(&e);
   FUZZ_CHECK(e.reply == NULL);
@@ -108,7 +145,7 @@ static void parse_lease(xf_client *c, redisReply *r) {
   check_entry(r, 2, &newer);
   /* lease.lua answers "newer" only with a valid value, no live lease, dated
    * by the same clock reading: the flow serves it as a hit. */
-  FUZZ_CHECK(newer.value != NULL && newer.remaining_ms > 0);
+  FUZZ_CHECK(!newer.malformed && newer.value != NULL && newer.remaining_ms > 0);
   FUZZ_CHECK(newer.lease_live == 0 && newer.now_ms == now_ms);
   xf__entry_free(&newer);
 }

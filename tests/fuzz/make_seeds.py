@@ -113,6 +113,16 @@ def capture():
         seeds["read-malformed-e"] = read("k:nan")
         r("HSET", "k:hugedelta", "v", "x", "d", "1e300", "e", now + 1000)
         seeds["read-huge-delta"] = read("k:hugedelta")
+        # Malformed entries (one bad field each): read.lua's malformed miss.
+        for name, field, bad in [("e-negative", "e", "-1"), ("d-negative", "d", "-5"),
+                                 ("d-exponent", "d", "1e3"), ("s-future", "s", now + 10**12),
+                                 ("l-garbage", "l", "garbage"),
+                                 ("l-far", "l", "tok:99999999999999999999"), ("n-0", "n", "0")]:
+            k = "k:bad-" + name
+            r("HSET", k, "v", "x", "d", 1, "e", now + 1000, "s", now)
+            r("HSET", k, field, bad)
+            seeds["read-malformed-" + name] = read(k)
+        seeds["lease-over-malformed-lease"] = lease("k:bad-l-garbage", "t9")
         r("HSET", "k:bin", "v", b"\x00\r\n$5\r\n*1\xff", "d", 7, "e", now + 1000)
         seeds["read-binary-value"] = read("k:bin")
 
@@ -125,6 +135,8 @@ def capture():
                                     60000, 0, start, "0")
         seeds["write-written"] = w("k:w", "", now)
         seeds["write-refused"] = w("k:w", "", now - 100000)
+        r("HSET", "k:w", "s", now + 10**12)  # a malformed s refuses nothing
+        seeds["write-over-malformed-s"] = w("k:w", "", now - 100000)
         rel = lambda k, tok: r("EVAL", lua("release"), 1, k, tok)  # noqa: E731
         seeds["release-released"] = rel("k:cold", "t1")
         seeds["release-not-mine"] = rel("k:cold", "t1")
@@ -154,6 +166,15 @@ def handwritten_replies():
         "bug-read-lease-live-5": b"*7\r\n$1\r\nx\r\n:0\r\n:10\r\n:5\r\n:0\r\n:110\r\n:100\r\n",
         "bug-read-remaining-disagrees":
             b"*7\r\n$1\r\nx\r\n:0\r\n:999\r\n:0\r\n:0\r\n:110\r\n:100\r\n",
+        # Right shape, values no entry has: a malformed miss, never EPROTO.
+        "malformed-delta-negative": b"*6\r\n$1\r\nx\r\n:-1\r\n:10\r\n:0\r\n:0\r\n:110\r\n",
+        "malformed-expiry-negative": b"*6\r\n$1\r\nx\r\n:1\r\n:10\r\n:0\r\n:0\r\n:-1\r\n",
+        "malformed-remaining-int64-min":
+            b"*6\r\n$1\r\nx\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:5\r\n",
+        "malformed-live-7": b"*6\r\n$1\r\nx\r\n:1\r\n:10\r\n:7\r\n:0\r\n:110\r\n",
+        "malformed-negative-2": b"*6\r\n$1\r\nx\r\n:1\r\n:10\r\n:1\r\n:2\r\n:110\r\n",
+        "malformed-miss-with-times": b"*6\r\n$-1\r\n:5\r\n:10\r\n:0\r\n:0\r\n:110\r\n",
+        "malformed-miss-flagged": b"*6\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:1\r\n:110\r\n",
         # Edges.
         "edge-remaining-over": b"*7\r\n$1\r\nx\r\n:0\r\n:%d\r\n:0\r\n:0\r\n:%d\r\n:0\r\n"
                                % (big + 1, big + 1),

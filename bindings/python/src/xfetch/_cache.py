@@ -594,7 +594,8 @@ class Cache:
         """Counters of this Cache in this process (a fork child starts at 0):
         hits, misses, early, loads, load_errors, lease_lost, waits, stale,
         uncached, redis_errors, superseded, local, redirects, map_refreshes
-        (Redis Cluster), plus connections (clients open now)."""
+        (Redis Cluster), malformed (entries not as xfetch writes them: each a
+        miss, recomputed), plus connections (clients open now)."""
         out = ffi.new("xf_stats *")
         with self._lock:
             total = dict(self._retired)
