@@ -34,6 +34,9 @@ typedef struct batch {
   redisReply **parts;      /* read_many's reply, split per key */
   xf__batch_group *groups; /* the first round (lazily) */
   xf__cmd *many;           /* the first round's read_many calls (lazily) */
+  int64_t lease_ms;        /* the policy's */
+  size_t loaded;           /* per-key loads run so far, and their time */
+  int64_t load_us;
 } batch;
 
 /* The first round: the read of every flow still at its first SEND, in one

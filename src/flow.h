@@ -81,6 +81,10 @@ xf__step xf__flow_loaded(xf__flow *f, int loader_rc, int64_t delta_us, int64_t n
  * malloc'd, is the flow's). The value is served as XF_SOURCE_LOCAL. */
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
 
+/* Whether the SEND step asks for the key's lease (a driver may hold it back
+ * until the key's turn to load comes: see batch.c). */
+int xf__flow_leasing(const xf__flow *f);
+
 /* For drivers: performs a LOAD step with loader, in this thread (through the
  * client's share, if any, when Redis cannot be used) and feeds the flow. */
 xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud);
