@@ -42,6 +42,8 @@ static void batch_close(batch *b) {
   free(b->parts);
   free(b->groups);
   free(b->many);
+  free(b->order);
+  free(b->roles);
 }
 
 /* How many leases may be asked for now. The per-key loader runs the keys one
@@ -93,7 +95,7 @@ static size_t send_all(batch *b, const batch_loaders *l) {
 }
 
 /* Every flow waiting for its loader: one after the other with the per-key
- * loader, or all in one call of the batch loader. */
+ * loader, or all in one call of the batch loader (batch_load.c). */
 static size_t load_all(batch *b, const batch_loaders *l) {
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++) {
@@ -104,23 +106,13 @@ static size_t load_all(batch *b, const batch_loaders *l) {
       b->steps[i] = xf__flow_run_loader(&b->flows[i], l->one, l->ud);
       b->load_us += xf__now_us() - t0;
       b->loaded++;
-    } else
+    } else {
       b->who[k] = i;
+    }
     k++;
   }
-  if (k == 0 || l->one)
-    return k;
-  for (size_t j = 0; j < k; j++) {
-    xf__flow *f = &b->flows[b->who[j]];
-    b->keys[j] = f->user_key;
-    b->lens[j] = f->user_keylen;
-    b->sinks[j] = &f->sink;
-  }
-  int64_t t0 = xf__now_us();
-  int lrc = l->many(l->ud, k, b->keys, b->lens, b->sinks);
-  int64_t t1 = xf__now_us();
-  for (size_t j = 0; j < k; j++)
-    b->steps[b->who[j]] = xf__flow_loaded(&b->flows[b->who[j]], lrc, t1 - t0, t1 / 1000);
+  if (k && !l->one)
+    xf__batch_load_many(b, l, k);
   return k;
 }
 
