@@ -39,13 +39,15 @@ static size_t join(batch *b, size_t k) {
       b->order[m++] = &b->flows[b->who[j]];
   }
   qsort(b->order, m, sizeof *b->order, key_order);
+  /* Before any flow is served: a served flow is done, its key freed. */
+  for (size_t j = 1; j < m; j++)
+    if (key_order(&b->order[j - 1], &b->order[j]) == 0)
+      b->roles[b->order[j] - b->flows] = COPIED;
   for (size_t j = 0; j < m; j++) {
     xf__flow *f = b->order[j];
     size_t i = (size_t)(f - b->flows);
-    if (j > 0 && key_order(&b->order[j - 1], &b->order[j]) == 0) {
-      b->roles[i] = COPIED;
+    if (b->roles[i] == COPIED)
       continue;
-    }
     char *data = NULL;
     size_t len = 0;
     int rc = XF_OK;
