@@ -276,9 +276,13 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
 
 /* The batch driver: n get-or-compute calls at once, with the same policy and
  * loader. The reads of all n keys travel in one round trip, as one read_many
- * script call (one per slot in Redis Cluster), so hits return after it; the
- * misses' leases take one more, the loaders run (one after the other, in
- * this thread, for the keys this caller won) and their writes take one more. Each key
+ * script call (one per slot in Redis Cluster), so hits return after it. The
+ * loaders then run one after the other, in this thread, for the keys this
+ * caller wins: a key's lease is taken at its turn, with the write of the key
+ * before (or for the next few keys at once, as many as the loads so far say
+ * fit in half of policy.lease_ms), so every lease covers its key's load
+ * however long the batch takes. A key another caller takes meanwhile is
+ * waited for or served, not loaded again. Each key
  * behaves exactly as xf_get_or_compute would: rcs[i] is its code and values[i] its value
  * (free each with xf_value_free; zeroed on error). Returns XF_OK when every key has its
  * rcs[i] (whatever they are), XF_EINVAL (a NULL array or loader: no key was looked at) or
@@ -304,9 +308,13 @@ typedef int (*xf_batch_loader_fn)(void *ud, size_t n, const char *const *keys,
  * loaded with one call of loader per round of the batch: usually one call
  * with exactly the batch's missing keys; a key that waited on another
  * caller's lease and then had to load comes in a later call. Each key's delta
- * (XFetch) is the whole call's duration. Same returns, ownership and thread
- * rules as xf_get_or_compute_many; the client's share is not used for these
- * loads. */
+ * (XFetch) is the whole call's duration; every lease of a call is taken
+ * right before it. Same returns, ownership and thread rules as
+ * xf_get_or_compute_many. While Redis cannot be used, the keys go through
+ * the client's share as xf_get_or_compute's do: a key another thread is
+ * loading is waited for (its outcome served as XF_SOURCE_LOCAL), and the
+ * call's loader gets only the keys it leads, their outcomes then handed to
+ * the threads waiting on them. */
 XF_EXPORT int xf_get_or_compute_many_batch(xf_client *c, size_t n, const char *const *keys,
                                            const size_t *keylens, const xf_policy *policy,
                                            xf_batch_loader_fn loader, void *loader_ud,

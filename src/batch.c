@@ -42,13 +42,45 @@ static void batch_close(batch *b) {
   free(b->parts);
   free(b->groups);
   free(b->many);
+  free(b->order);
+  free(b->roles);
 }
 
-/* Every flow waiting to send, in one pipeline. Returns how many were sent. */
-static size_t send_all(batch *b) {
-  size_t k = 0;
+/* How many leases may be asked for now. The per-key loader runs the keys one
+ * after the other: a lease taken for every miss at once runs out for the
+ * keys whose turn comes after lease_ms of loads, and another caller then
+ * loads them too (and its write refuses ours). So leases go to the next keys
+ * only, once the keys leased before are loaded: as many as the loads seen so
+ * far say will be loaded within half a lease, and no more than have been
+ * loaded (a first fast load does not lease the whole batch). Their writes and
+ * the next leases share a round trip. A key not leased yet is open to another
+ * caller: its lease then finds that caller's value (newer) or its lease (and
+ * waits for it). The batch loader loads every leased key in one call, right
+ * after the leases: no limit. */
+static size_t lease_budget(const batch *b, const batch_loaders *l) {
+  if (!l->one)
+    return SIZE_MAX;
+  for (size_t i = 0; i < b->n; i++)
+    if (b->steps[i] == XF_STEP_LOAD)
+      return 0;
+  if (b->loaded == 0)
+    return 1;
+  int64_t half_lease_us = b->lease_ms < INT64_MAX / 500 ? b->lease_ms * 500 : INT64_MAX;
+  uint64_t fit = (uint64_t)(half_lease_us / (b->load_us / (int64_t)b->loaded + 1));
+  return fit < 1 ? 1 : fit > b->loaded ? b->loaded : (size_t)fit;
+}
+
+/* Every flow waiting to send, in one pipeline (leases within the budget).
+ * Returns how many were sent. */
+static size_t send_all(batch *b, const batch_loaders *l) {
+  size_t k = 0, leases = lease_budget(b, l);
   for (size_t i = 0; i < b->n; i++)
     if (b->steps[i] == XF_STEP_SEND) {
+      if (xf__flow_leasing(&b->flows[i])) {
+        if (leases == 0)
+          continue;
+        leases--;
+      }
       b->cmds[k] = &b->flows[i].cmd;
       b->who[k++] = i;
     }
@@ -63,31 +95,24 @@ static size_t send_all(batch *b) {
 }
 
 /* Every flow waiting for its loader: one after the other with the per-key
- * loader, or all in one call of the batch loader. */
+ * loader, or all in one call of the batch loader (batch_load.c). */
 static size_t load_all(batch *b, const batch_loaders *l) {
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++) {
     if (b->steps[i] != XF_STEP_LOAD)
       continue;
-    if (l->one)
+    if (l->one) {
+      int64_t t0 = xf__now_us();
       b->steps[i] = xf__flow_run_loader(&b->flows[i], l->one, l->ud);
-    else
+      b->load_us += xf__now_us() - t0;
+      b->loaded++;
+    } else {
       b->who[k] = i;
+    }
     k++;
   }
-  if (k == 0 || l->one)
-    return k;
-  for (size_t j = 0; j < k; j++) {
-    xf__flow *f = &b->flows[b->who[j]];
-    b->keys[j] = f->user_key;
-    b->lens[j] = f->user_keylen;
-    b->sinks[j] = &f->sink;
-  }
-  int64_t t0 = xf__now_us();
-  int lrc = l->many(l->ud, k, b->keys, b->lens, b->sinks);
-  int64_t t1 = xf__now_us();
-  for (size_t j = 0; j < k; j++)
-    b->steps[b->who[j]] = xf__flow_loaded(&b->flows[b->who[j]], lrc, t1 - t0, t1 / 1000);
+  if (k && !l->one)
+    xf__batch_load_many(b, l, k);
   return k;
 }
 
@@ -136,11 +161,12 @@ static int run_many(xf_client *c, size_t n, const char *const *keys, const size_
     batch_close(&b);
     return xf__fail(c, XF_ENOMEM, "out of memory for a batch of %zu keys", n);
   }
+  b.lease_ms = p ? p->lease_ms : 0;
   int64_t now_ms = xf__now_ms();
   for (size_t i = 0; i < n; i++)
     b.steps[i] = xf__flow_start(&b.flows[i], c, keys[i], keylens[i], p, &values[i], now_ms);
   xf__batch_read_all(&b);
-  while (send_all(&b) || load_all(&b, l) || wake_due(&b))
+  while (send_all(&b, l) || load_all(&b, l) || wake_due(&b))
     ;
   for (size_t i = 0; i < n; i++)
     rcs[i] = b.flows[i].rc;

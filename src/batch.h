@@ -34,6 +34,11 @@ typedef struct batch {
   redisReply **parts;      /* read_many's reply, split per key */
   xf__batch_group *groups; /* the first round (lazily) */
   xf__cmd *many;           /* the first round's read_many calls (lazily) */
+  int64_t lease_ms;        /* the policy's */
+  size_t loaded;           /* per-key loads run so far, and their time */
+  int64_t load_us;
+  xf__flow **order; /* the batch loader's keys by key, and how each */
+  int *roles;       /* gets its value (batch_load.c; lazily) */
 } batch;
 
 /* The first round: the read of every flow still at its first SEND, in one
@@ -42,5 +47,9 @@ typedef struct batch {
  * that may hold for some keys only (TRYAGAIN during a migration, CROSSSLOT, an
  * ACL's NOPERM) stay at their SEND, to go one by one. */
 void xf__batch_read_all(batch *b);
+
+/* The flows who[0..k), at their LOAD, loaded with one call of l->many:
+ * through the client's share for those failing open (see batch_load.c). */
+void xf__batch_load_many(batch *b, const batch_loaders *l, size_t k);
 
 #endif

@@ -37,24 +37,35 @@ static int load_outcome(const xf__flow *f, int lrc) {
   return f->sink.not_found ? XF_ENOTFOUND : XF_OK;
 }
 
+/* The only calls into the share (single-flight and fallback while Redis
+ * cannot be used), for every driver. */
+xf__share_role xf__flow_share_begin(xf__flow *f, xf_share *s, char **data, size_t *len,
+                                    int *rc) {
+  int64_t now = xf__now_ms();
+  return xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms, data, len,
+                         rc);
+}
+
+void xf__flow_share_end(xf__flow *f, xf_share *s, int loader_rc, int64_t end_ms) {
+  /* kept for the loader's ttl (xf_sink_ttl), 0 = not kept */
+  xf__share_end(s, f->key.data, f->key.len, load_outcome(f, loader_rc), f->sink.data,
+                f->sink.len, end_ms + (f->sink.ttl_set ? f->sink.ttl_ms : f->p->ttl_ms));
+}
+
 void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *ud,
                           xf__loaded *out) {
   memset(out, 0, sizeof *out);
   xf__share_role role = XF_SHARE_ALONE;
   if (s && f->load == XF_LOAD_UNCACHED) {
-    int64_t now = xf__now_ms();
-    role = xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms, &out->data,
-                           &out->len, &out->rc);
+    role = xf__flow_share_begin(f, s, &out->data, &out->len, &out->rc);
     if ((out->served = role == XF_SHARE_SERVED))
       return;
   }
   int64_t t0 = xf__now_us();
   out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
   int64_t t1 = xf__now_us();
-  if (role == XF_SHARE_LEAD) /* kept for the loader's ttl (xf_sink_ttl), 0 = not kept */
-    xf__share_end(s, f->key.data, f->key.len, load_outcome(f, out->loader_rc), f->sink.data,
-                  f->sink.len,
-                  t1 / 1000 + (f->sink.ttl_set ? f->sink.ttl_ms : f->p->ttl_ms));
+  if (role == XF_SHARE_LEAD)
+    xf__flow_share_end(f, s, out->loader_rc, t1 / 1000);
   out->delta_us = t1 - t0;
   out->end_ms = t1 / 1000;
 }

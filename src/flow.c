@@ -255,8 +255,13 @@ static int64_t poll_interval_ms(int64_t waited_ms, int64_t left_ms) {
  * wait for its value, or after wait_ms load (or fail) anyway. */
 static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   xf__entry *e = &f->e;
-  if (f->round == 0)
+  if (f->round == 0) {
     f->c->stats.lease_lost++;
+    /* The wait budget starts here, not at the read: a batch may hold a
+     * miss's lease request back while its earlier keys load (batch.c). */
+    f->waited_from_ms = now_ms;
+    f->give_up_ms = now_ms + f->p->wait_ms;
+  }
   if (e->value && -e->remaining_ms <= f->p->stale_ms)
     return serve(f, XF_SOURCE_STALE);
   /* A computation that starts after this read is dated by it, no later: a
@@ -359,8 +364,6 @@ static xf__step read_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
   }
   if (!fresh) {
     f->c->stats.misses++;
-    f->waited_from_ms = now_ms;
-    f->give_up_ms = now_ms + f->p->wait_ms;
     return miss(f, now_ms);
   }
   if (xf__recompute_early(&f->c->rng, e->remaining_ms, e->delta_us, f->p->beta))
@@ -397,6 +400,8 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
     return done(f, rc);
   return send(f, READ);
 }
+
+int xf__flow_leasing(const xf__flow *f) { return f->state == LEASE; }
 
 xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
   int script = script_of[f->state];

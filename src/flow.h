@@ -18,6 +18,7 @@
 
 #include "entry.h"
 #include "key.h"
+#include "share.h"
 #include "sink.h"
 
 typedef enum xf__step { XF_STEP_SEND, XF_STEP_LOAD, XF_STEP_WAIT, XF_STEP_DONE } xf__step;
@@ -81,6 +82,10 @@ xf__step xf__flow_loaded(xf__flow *f, int loader_rc, int64_t delta_us, int64_t n
  * malloc'd, is the flow's). The value is served as XF_SOURCE_LOCAL. */
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
 
+/* Whether the SEND step asks for the key's lease (a driver may hold it back
+ * until the key's turn to load comes: see batch.c). */
+int xf__flow_leasing(const xf__flow *f);
+
 /* For drivers: performs a LOAD step with loader, in this thread (through the
  * client's share, if any, when Redis cannot be used) and feeds the flow. */
 xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud);
@@ -101,6 +106,15 @@ typedef struct xf__loaded {
 void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *ud,
                           xf__loaded *out);
 xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l);
+
+/* For drivers that run the loader themselves (the batch loader): f's key in
+ * share s. xf__flow_share_begin joins its flight (waiting up to the policy's
+ * wait_ms) as xf__share_begin does; a LEAD must be ended, once the loader
+ * has filled f->sink (loader_rc its code, end_ms when it returned, on
+ * xf__now_ms's clock), with xf__flow_share_end. */
+xf__share_role xf__flow_share_begin(xf__flow *f, xf_share *s, char **data, size_t *len,
+                                    int *rc);
+void xf__flow_share_end(xf__flow *f, xf_share *s, int loader_rc, int64_t end_ms);
 
 /* For the blocking drivers: sleeps until wake_ms (xf__now_ms's clock). */
 void xf__sleep_until_ms(int64_t wake_ms);

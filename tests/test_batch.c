@@ -1,5 +1,6 @@
 /* The batch driver (xf_get_or_compute_many) against a real Redis. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,4 +449,112 @@ Test(batch, a_connection_the_server_closed_is_reopened_once) {
   free_values(v, 10);
   xf_client_close(c);
   xft_server_stop(&s);
+}
+
+/* ---- leases while the keys load one after the other ----------------------- */
+
+enum { TURNS = 10 };
+
+/* Counts loads per key ("<prefix>:<i>"), slowly; the first load lets the
+ * second client in. */
+typedef struct turns {
+  int loads[TURNS];
+  int started;
+  int sleep_ms;
+} turns;
+
+static int turn_of(const char *key, size_t keylen) {
+  const char *colon = memrchr(key, ':', keylen);
+  return colon ? atoi(colon + 1) : -1;
+}
+
+static int slow_key_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  turns *t = ud;
+  int i = turn_of(key, keylen);
+  if (i < 0 || i >= TURNS)
+    return -1; /* not this test's key: fails the test by its rc */
+  __atomic_add_fetch(&t->loads[i], 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&t->started, 1, __ATOMIC_SEQ_CST);
+  xft_sleep_ms(t->sleep_ms);
+  char v[64];
+  int len = snprintf(v, sizeof v, "v-%.*s", (int)keylen, key);
+  return xf_sink_set(sink, v, (size_t)len);
+}
+
+typedef struct second {
+  turns *t;
+  const keys *k;
+  const xf_policy *p;
+  int batch; /* the second client runs a batch too, else one call per key */
+  int uncached, wrong;
+} second;
+
+/* Another client, once the batch has started loading: asks for every key. */
+static void *second_client(void *arg) {
+  second *s = arg;
+  while (!__atomic_load_n(&s->t->started, __ATOMIC_SEQ_CST))
+    xft_sleep_ms(1);
+  xf_client *c = xft_client(2);
+  xf_value v[TURNS];
+  int rcs[TURNS];
+  if (s->batch) {
+    if (xf_get_or_compute_many(c, TURNS, s->k->ptr, s->k->len, s->p, slow_key_loader, s->t,
+                               v, rcs) != XF_OK)
+      for (size_t i = 0; i < TURNS; i++)
+        rcs[i] = XF_EINVAL, v[i].data = NULL;
+  } else {
+    for (size_t i = 0; i < TURNS; i++)
+      rcs[i] = xf_get_or_compute(c, s->k->ptr[i], s->k->len[i], s->p, slow_key_loader, s->t,
+                                 &v[i]);
+  }
+  for (size_t i = 0; i < TURNS; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "v-%s", s->k->buf[i]);
+    s->wrong += rcs[i] != XF_OK || !v[i].data || strcmp(v[i].data, want) != 0;
+    s->uncached += rcs[i] == XF_OK && v[i].source == XF_SOURCE_UNCACHED;
+    xf_value_free(&v[i]);
+  }
+  xf_client_close(c);
+  return NULL;
+}
+
+/* TURNS cold keys whose loads (25 ms each) take longer together than the
+ * lease (100 ms): a lease taken for every key up front runs out before the
+ * later keys' turn, and the second client then loads them too. */
+static void keys_stay_protected(const char *prefix, int second_batch) {
+  xf_client *c = xft_client(1);
+  keys k;
+  make_keys(&k, prefix, TURNS);
+  xf_policy p = XF_POLICY_INIT;
+  p.lease_ms = 100;
+  p.wait_ms = 3000; /* a loaded machine: never give up waiting in this test */
+  turns t = {.sleep_ms = 25};
+  second s = {.t = &t, .k = &k, .p = &p, .batch = second_batch};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, second_client, &s), 0);
+  xf_value v[TURNS];
+  int rcs[TURNS];
+  cr_assert_eq(
+      xf_get_or_compute_many(c, TURNS, k.ptr, k.len, &p, slow_key_loader, &t, v, rcs),
+      XF_OK);
+  pthread_join(th, NULL);
+  int uncached = 0;
+  for (size_t i = 0; i < TURNS; i++) {
+    cr_expect_eq(rcs[i], XF_OK, "key %zu: %s", i, xf_strerror(rcs[i]));
+    uncached += v[i].source == XF_SOURCE_UNCACHED;
+    cr_expect_eq(t.loads[i], 1, "key %zu loaded %d times", i, t.loads[i]);
+  }
+  cr_expect_eq(uncached, 0, "the batch's writes refused");
+  cr_expect_eq(s.uncached, 0, "the second client's writes refused");
+  cr_expect_eq(s.wrong, 0);
+  free_values(v, TURNS);
+  xf_client_close(c);
+}
+
+Test(batch, keys_stay_protected_until_their_turn_to_load) {
+  keys_stay_protected("batch:turn", 0);
+}
+
+Test(batch, two_batches_on_the_same_cold_keys_load_each_once) {
+  keys_stay_protected("batch:turn2", 1);
 }

@@ -1,6 +1,7 @@
 /* Production faults on a real redis-server: what a caller sees. Each test
  * that breaks its server starts its own. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -269,4 +270,106 @@ Test(faults, kill_9_then_restart_fails_open_then_hits) {
   xf_value_free(&v);
   xf_client_close(c);
   xft_server_stop(&s);
+}
+
+/* ---- the batch loader and the share while Redis is down --------------------- */
+
+enum { IDS = 3, THREADS = 8, ROUNDS = 3 };
+
+/* Loads per id ("batch-down:<round>:<id>") in one 100 ms call. */
+typedef struct id_loads {
+  int loads[ROUNDS][IDS];
+  int bad_keys;
+} id_loads;
+
+static int count_ids(void *ud, size_t n, const char *const *keys, const size_t *lens,
+                     xf_sink *const *sinks) {
+  id_loads *l = ud;
+  for (size_t i = 0; i < n; i++) {
+    int round, id;
+    if (sscanf(keys[i], "batch-down:%d:%d", &round, &id) != 2 || round < 0 ||
+        round >= ROUNDS || id < 0 || id >= IDS) {
+      __atomic_add_fetch(&l->bad_keys, 1, __ATOMIC_SEQ_CST);
+      continue;
+    }
+    __atomic_add_fetch(&l->loads[round][id], 1, __ATOMIC_SEQ_CST);
+    xf_sink_set(sinks[i], keys[i], lens[i]);
+  }
+  xft_sleep_ms(100);
+  return 0;
+}
+
+typedef struct batcher {
+  xf_share *share;
+  id_loads *loads;
+  pthread_barrier_t *go;
+  int index, wrong;
+} batcher;
+
+/* Each round: the round's ids in an order of the thread's own (and one of
+ * them twice), so that two calls lead different keys and want each other's. */
+static void *batch_rounds(void *arg) {
+  batcher *w = arg;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nobody listens: Redis is down */
+  o.lazy_connect = 1;
+  o.share = w->share;
+  xf_client *c;
+  if (xf_client_open(&c, &o) != XF_OK) {
+    w->wrong++;
+    return NULL;
+  }
+  xf_policy p = XF_POLICY_INIT;
+  for (int round = 0; round < ROUNDS; round++) {
+    char buf[IDS + 1][32];
+    const char *keys[IDS + 1];
+    size_t lens[IDS + 1];
+    for (int j = 0; j <= IDS; j++) {
+      snprintf(buf[j], sizeof buf[j], "batch-down:%d:%d", round, (w->index + j) % IDS);
+      keys[j] = buf[j];
+      lens[j] = strlen(buf[j]);
+    }
+    xf_value v[IDS + 1];
+    int rcs[IDS + 1];
+    pthread_barrier_wait(w->go);
+    if (xf_get_or_compute_many_batch(c, IDS + 1, keys, lens, &p, count_ids, w->loads, v,
+                                     rcs) != XF_OK) {
+      w->wrong++;
+      continue;
+    }
+    for (int j = 0; j <= IDS; j++) {
+      w->wrong += rcs[j] != XF_OK || !v[j].data || strcmp(v[j].data, buf[j]) != 0 ||
+                  (v[j].source != XF_SOURCE_UNCACHED && v[j].source != XF_SOURCE_LOCAL);
+      xf_value_free(&v[j]);
+    }
+  }
+  xf_client_close(c);
+  return NULL;
+}
+
+Test(faults, redis_down_batch_loaders_share_their_loads) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  id_loads loads = {0};
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, THREADS);
+  batcher w[THREADS];
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    w[i] = (batcher){.share = s, .loads = &loads, .go = &go, .index = i};
+    cr_assert_eq(pthread_create(&t[i], NULL, batch_rounds, &w[i]), 0);
+  }
+  int wrong = 0;
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    wrong += w[i].wrong;
+  }
+  cr_expect_eq(wrong, 0, "every key answered with its value, uncached or local");
+  cr_expect_eq(loads.bad_keys, 0);
+  for (int r = 0; r < ROUNDS; r++)
+    for (int id = 0; id < IDS; id++)
+      cr_expect_eq(loads.loads[r][id], 1, "round %d id %d loaded %d times", r, id,
+                   loads.loads[r][id]);
+  pthread_barrier_destroy(&go);
+  xf_share_close(s);
 }

@@ -535,13 +535,15 @@ class Cache:
                  ) -> dict[Key, bytes | None]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
-        misses take their leases in one more, and loader(key) runs for each
-        key this caller must compute. Returns {key: bytes or None}, in the
+        and loader(key) runs for each key this caller must compute, its
+        lease taken at its turn. Returns {key: bytes or None}, in the
         order given (duplicates once). The first exception a loader raises
         propagates once every key is done (the others' values are cached).
         batch=True: loader(list of keys) is called once per round with every
         key this caller must compute, and returns a mapping key -> bytes or
-        None (a key left out is "not found"); an exception fails them all."""
+        None (a key left out is "not found"); an exception fails them all.
+        With Redis down, a key another thread is loading is waited for (the
+        Cache's share), not loaded again."""
         originals = {}
         for k in keys:
             originals.setdefault(_key_bytes(k), k)
