@@ -48,6 +48,25 @@ rows: list[str] = repo.get(1)
 repo.get.invalidate(1)
 rows = repo.get.refresh(1)
 repo.get("1")  # type: ignore[arg-type]
+rows = Repo.get(repo, 1)
+
+
+class Prices:
+    rate = 2
+
+    @classmethod
+    @cache.cached(ttl=60.0, serializer="json")
+    def of(cls, item: int) -> int:
+        return cls.rate * item
+
+
+class Special(Prices):
+    rate = 3
+
+
+n: int = Special.of(1)
+Special.of.invalidate(1)
+Special.of("1")  # type: ignore[arg-type]
 
 f: xfetch.Fetched = cache.fetch("page:home", lambda: b"<html>", ttl=60.0)
 source: str | None = f.source

@@ -29,7 +29,10 @@ from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._url import parse_url
 
-from typing import Any, Awaitable, Callable, Iterable, Union  # noqa: E402
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Union  # noqa: E402
+
+if TYPE_CHECKING:
+    from ._types import AsyncCachedDecorator
 
 Key = Union[str, bytes]
 Value = Union[bytes, bytearray, memoryview]
@@ -544,8 +547,9 @@ class Cache:
         s["connections"] = int(self._stream is not None and not self._stream.broken)
         return s
 
-    def cached(self, ttl, key=None, serializer=None, *, namespace=None, version=None,
-               **policy):
+    def cached(self, ttl: float, key: str | Callable[..., str | bytes] | None = None,
+               serializer: Any = None, *, namespace: str | None = None,
+               version: Any = None, **policy: Any) -> AsyncCachedDecorator:
         """Decorator for async def functions: caches the awaited result, with
         xfetch.Cache.cached's keys, serializers, namespace and version; see
         xfetch._aio_decorator.cached."""
