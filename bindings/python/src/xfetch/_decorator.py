@@ -42,7 +42,9 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     ttl: seconds, a datetime.timedelta, or a callable taking the result and
     returning seconds (None or <= 0: do not cache that result). **policy: get_or_compute's policy keywords (seconds).
     key: None (module.qualname and the arguments' canonical forms: the same in
-    every process; self/cls left out), a format string such as "user:{user_id}"
+    every process; self left out, a classmethod's cls keyed by class; past
+    1024 bytes, digested; a closure or lambda is refused unless key= or
+    namespace= is given), a format string such as "user:{user_id}"
     over the arguments by name (checked at decoration), or a callable taking
     the arguments (without self/cls) and returning str or bytes. namespace and
     version scope the keys ("namespace:key#vN"): bump version to move to fresh
@@ -55,7 +57,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     process (a longer-running loader would lose the key mid-load).
 
     The wrapper has .key(*args), .invalidate(*args), .set(value, *args) (the
-    arguments without self/cls), .refresh(*args) (computes now and
+    arguments without self; a classmethod's bound to its class), .refresh(*args) (computes now and
     overwrites) and .original. On a method, obj.method.refresh(*args) and
     obj.method.original(*args) act for obj; Class.method.refresh(obj, *args)
     takes it explicitly.
