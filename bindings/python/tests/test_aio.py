@@ -109,7 +109,7 @@ def test_auth_select_set_delete_and_the_decorator(server, admin, prefix):
         assert await cache.get_or_compute("s", lambda: b"x", ttl=60) == b"x"
         calls = []
 
-        @cache.cached(ttl=60, serializer="json")
+        @cache.cached(ttl=60, serializer="json", namespace="t")
         async def profile(user_id):
             calls.append(user_id)
             return {"id": user_id}

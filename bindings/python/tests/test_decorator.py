@@ -7,12 +7,12 @@ import xfetch
 def test_default_key_is_qualname_and_arguments(cache):
     calls = []
 
-    @cache.cached(ttl=60)
+    @cache.cached(ttl=60, namespace="t")
     def profile(user_id, fmt="short"):
         calls.append((user_id, fmt))
         return f"{user_id}:{fmt}".encode()
 
-    assert profile.key(42) == (f"{__name__}.test_default_key_is_qualname_and_arguments."
+    assert profile.key(42) == (f"t:{__name__}.test_default_key_is_qualname_and_arguments."
                                "<locals>.profile(user_id=42, fmt='short')")
     assert profile(42) == b"42:short"
     assert profile(user_id=42) == b"42:short"  # same key: arguments bound by name
@@ -40,7 +40,7 @@ def test_format_string_and_callable_keys(cache, admin, prefix):
 def test_serializers_round_trip_non_bytes(cache, serializer):
     calls = []
 
-    @cache.cached(ttl=60, serializer=serializer)
+    @cache.cached(ttl=60, serializer=serializer, namespace="t")
     def data(n):
         calls.append(n)
         return {"n": n, "items": [1, 2.5, "three", None]}
@@ -56,13 +56,13 @@ def test_custom_serializer_and_none_value(cache):
         dumps = staticmethod(lambda v: v.upper().encode())
         loads = staticmethod(lambda b: b.decode())
 
-    @cache.cached(ttl=60, serializer=Upper)
+    @cache.cached(ttl=60, serializer=Upper, namespace="t")
     def shout(s):
         return s
 
     assert shout("hi") == "HI"
 
-    @cache.cached(ttl=60, serializer="json")
+    @cache.cached(ttl=60, serializer="json", namespace="t")
     def nothing():
         return None
 
@@ -72,7 +72,7 @@ def test_custom_serializer_and_none_value(cache):
 def test_invalidate_and_policy_keywords(cache):
     calls = []
 
-    @xfetch.cached(cache, ttl=60, beta=0.5, stale=5)
+    @xfetch.cached(cache, ttl=60, beta=0.5, stale=5, namespace="t")
     def f(x):
         calls.append(x)
         return b"%d" % len(calls)
@@ -87,7 +87,7 @@ def test_invalidate_and_policy_keywords(cache):
 def test_exceptions_propagate_through_the_decorator(cache):
     err = RuntimeError("db down")
 
-    @cache.cached(ttl=60, serializer="pickle")
+    @cache.cached(ttl=60, serializer="pickle", namespace="t")
     def g():
         raise err
 

@@ -35,12 +35,12 @@ def test_a_method_shares_its_entry_across_instances(cache):
     Repo.calls = 0
 
     class Users(Repo):
-        @cache.cached(ttl=60)
+        @cache.cached(ttl=60, namespace="t")
         def get(self, user_id):
             return self.load(user_id)
 
         @classmethod
-        @cache.cached(ttl=60)
+        @cache.cached(ttl=60, namespace="t")
         def count(cls, kind):
             return b"%d" % len(kind)
 
@@ -53,28 +53,31 @@ def test_a_method_shares_its_entry_across_instances(cache):
     a.get.invalidate(1)
     assert b.get(1) == b"user 1" and Repo.calls == 2
     assert Users.count("abc") == b"3"
-    assert "Users" not in Users.count.key("abc").split("(")[1]
+    # issue 17: cls is keyed (the class called on), self is not
+    assert Users.count.key("abc").endswith(".Users.count(cls=test_defects."
+                                           "test_a_method_shares_its_entry_across_instances."
+                                           "<locals>.Users, kind='abc')")
 
 
 def test_the_decorator_goes_above_classmethod_and_staticmethod_too(cache):
     calls = []
 
     class Units:
-        @cache.cached(ttl=60)
+        @cache.cached(ttl=60, namespace="t")
         @classmethod
         def of(cls, kind):
             calls.append((cls, kind))
             return kind.encode()
 
-        @cache.cached(ttl=60)
+        @cache.cached(ttl=60, namespace="t")
         @staticmethod
         def twice(n):
             calls.append(n)
             return b"%d" % (2 * n)
 
     assert Units.of("m") == b"m" and Units().of("m") == b"m"
-    assert calls == [(Units, "m")], "cls is not part of the key"
-    assert Units.of.key("m").endswith("Units.of(kind='m')")
+    assert calls == [(Units, "m")], "one class: one entry, by instance or by class"
+    assert Units.of.key("m").endswith("<locals>.Units, kind='m')")  # issue 17: cls keyed
     assert Units.twice(2) == b"4" and Units().twice(2) == b"4"
     assert calls[1:] == [2]
     with pytest.raises(TypeError, match="xfetch.aio"):
@@ -109,7 +112,7 @@ def test_default_keys_are_the_same_in_every_process():
 
 
 def test_arguments_without_a_stable_key_are_refused_at_call_time(cache):
-    @cache.cached(ttl=60)
+    @cache.cached(ttl=60, namespace="t")
     def f(obj):
         return b"x"
 
@@ -325,7 +328,7 @@ def test_helpers_of_a_bound_method_bind_self(cache):
         def __init__(self, rate):
             self.rate = rate
 
-        @cache.cached(ttl=60, serializer="json")
+        @cache.cached(ttl=60, serializer="json", namespace="t")
         def price(self, item):
             calls.append(item)
             return {"item": item, "rate": self.rate}

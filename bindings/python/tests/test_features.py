@@ -74,15 +74,15 @@ def test_lazy_connect_starts_without_redis(counter):
 def test_nested_calls_reuse_the_thread_s_connection(server, admin, prefix):
     cache = xfetch.Cache(server.url, prefix=prefix, max_connections=1)
 
-    @cache.cached(ttl=60)
+    @cache.cached(ttl=60, namespace="t")
     def leaf(n):
         return b"%d" % n
 
-    @cache.cached(ttl=60)
+    @cache.cached(ttl=60, namespace="t")
     def middle(n):
         return leaf(n) + b"+"
 
-    @cache.cached(ttl=60)
+    @cache.cached(ttl=60, namespace="t")
     def top(n):
         return middle(n) + b"!"
 
@@ -117,7 +117,7 @@ def test_max_connections_bounds_the_connections_of_many_threads(server, prefix):
 def test_decorator_helpers(cache):
     calls = []
 
-    @cache.cached(ttl=60, serializer="json")
+    @cache.cached(ttl=60, serializer="json", namespace="t")
     def price(item):
         calls.append(item)
         return {"item": item, "n": len(calls)}
@@ -133,7 +133,8 @@ def test_decorator_helpers(cache):
 def test_condition_and_ttl_forms(cache, admin, prefix):
     calls = []
 
-    @cache.cached(ttl=datetime.timedelta(seconds=30), condition=lambda r: r != b"partial")
+    @cache.cached(ttl=datetime.timedelta(seconds=30), condition=lambda r: r != b"partial",
+                  namespace="t")
     def page(n):
         calls.append(n)
         return b"partial" if n == 0 else b"full"
@@ -232,7 +233,7 @@ def test_an_uncached_result_is_not_kept_by_the_share_while_redis_is_down():
     cache = xfetch.Cache("redis://127.0.0.1:1/0", lazy_connect=True, breaker=1)
     calls = []
 
-    @cache.cached(ttl=60, condition=lambda r: False)
+    @cache.cached(ttl=60, condition=lambda r: False, namespace="t")
     def volatile():
         calls.append(1)
         return b"now"

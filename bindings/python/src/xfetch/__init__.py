@@ -20,9 +20,16 @@ from ._errors import (AuthError, CanceledError, ConnectionError, ConnectionLostE
                       WrongTypeError, check)
 from ._native import ffi, lib
 
+try:  # the decorators' types (ParamSpec: Python 3.10+; on 3.9 for type checkers only)
+    from ._types import (AsyncCachedFunction, AsyncCachedMethod, CachedFunction,
+                         CachedMethod)
+except ImportError:  # pragma: no cover
+    pass
+
 __version__ = "0.1.0"
 
-__all__ = ["Cache", "Fetched", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
+__all__ = ["Cache", "Fetched", "CachedFunction", "CachedMethod", "AsyncCachedFunction",
+           "AsyncCachedMethod", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
            "SupersededError", "UnavailableError", "NoPermissionError", "BusyError", "CanceledError", "check",

@@ -14,9 +14,13 @@ import weakref
 from ._errors import InvalidArgumentError, check, error_for
 from ._native import ffi, lib
 from ._policy import PolicyCache
+from ._types import Fetched  # a typed NamedTuple
 from ._url import parse_url
 
-from typing import Any, Callable, Iterable, TypeVar, Union  # noqa: E402
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union  # noqa: E402
+
+if TYPE_CHECKING:
+    from ._types import CachedDecorator
 
 Key = Union[str, bytes]
 Value = Union[bytes, bytearray, memoryview]
@@ -28,11 +32,6 @@ SOURCES = {lib.XF_SOURCE_CACHE: "cache", lib.XF_SOURCE_LOADER: "loader",
 STAT_FIELDS = [name for name, _ in ffi.typeof("xf_stats").fields]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 log = logging.getLogger("xfetch")
-
-
-Fetched = collections.namedtuple("Fetched", "value source")
-Fetched.__doc__ = """(value, source): value is bytes, or None for not found; source
-is "cache", "loader", "stale", "uncached" or "local" (None when not found)."""
 
 
 class _Conn:
@@ -613,7 +612,7 @@ class Cache:
                key: str | Callable[..., str | bytes] | None = None,
                serializer: Any = None, *, namespace: str | None = None,
                version: Any = None, condition: Callable[[Any], bool] | None = None,
-               **policy: Any) -> Callable[[F], F]:
+               **policy: Any) -> CachedDecorator:
         """Decorator: caches the function's result; see xfetch.cached."""
         from ._decorator import cached
         return cached(self, ttl, key=key, serializer=serializer, namespace=namespace,

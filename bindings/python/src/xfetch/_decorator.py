@@ -3,39 +3,28 @@ the same in every process), values through an optional serializer."""
 import datetime
 import functools
 import inspect
-import json
 import logging
 import math
-import pickle
 import time
 
 from ._cache import Timed
 from ._errors import Error
-from ._keys import _key_builder, _scope, _takes_self  # noqa: F401 (aio uses them)
+from ._keys import _check_function, _first_param, _key_builder, _label, _scope, _takes_self
 from ._policy import make_policy
+from ._serializers import _serializer
 
 log = logging.getLogger("xfetch")
 
-_SERIALIZERS = {
-    "pickle": (lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL), pickle.loads),
-    "json": (lambda v: json.dumps(v, separators=(",", ":"), sort_keys=True).encode(),
-             lambda b: json.loads(b)),
-}
 
-
-def _serializer(serializer):
-    if serializer is None:
-        return None, None
-    if isinstance(serializer, str):
-        try:
-            return _SERIALIZERS[serializer]
-        except KeyError:
-            raise ValueError(f"serializer must be 'pickle', 'json' or an object with "
-                             f"dumps/loads, not {serializer!r}") from None
-    if callable(getattr(serializer, "dumps", None)) and callable(
-            getattr(serializer, "loads", None)):
-        return serializer.dumps, serializer.loads
-    raise TypeError("serializer must be 'pickle', 'json' or an object with dumps/loads")
+def _check_sync(func, decorator):
+    """Refuses at decoration what the sync decorators cannot cache."""
+    _check_function(func)
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        raise TypeError(f"{_label(func)} is an async function: cache it with "
+                        f"xfetch.aio.Cache.cached, not the sync {decorator}")
+    if inspect.isgeneratorfunction(func):
+        raise TypeError(f"{_label(func)} is a generator function: its result (a "
+                        f"generator) cannot be cached; cache a function returning a list")
 
 
 # ---- the decorator --------------------------------------------------------------
@@ -53,7 +42,9 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     ttl: seconds, a datetime.timedelta, or a callable taking the result and
     returning seconds (None or <= 0: do not cache that result). **policy: get_or_compute's policy keywords (seconds).
     key: None (module.qualname and the arguments' canonical forms: the same in
-    every process; self/cls left out), a format string such as "user:{user_id}"
+    every process; self left out, a classmethod's cls keyed by class; past
+    1024 bytes, digested; a closure or lambda is refused unless key= or
+    namespace= is given), a format string such as "user:{user_id}"
     over the arguments by name (checked at decoration), or a callable taking
     the arguments (without self/cls) and returning str or bytes. namespace and
     version scope the keys ("namespace:key#vN"): bump version to move to fresh
@@ -66,7 +57,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     process (a longer-running loader would lose the key mid-load).
 
     The wrapper has .key(*args), .invalidate(*args), .set(value, *args) (the
-    arguments without self/cls), .refresh(*args) (computes now and
+    arguments without self; a classmethod's bound to its class), .refresh(*args) (computes now and
     overwrites) and .original. On a method, obj.method.refresh(*args) and
     obj.method.original(*args) act for obj; Class.method.refresh(obj, *args)
     takes it explicitly.
@@ -84,11 +75,9 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     def decorate(func):
         if isinstance(func, (classmethod, staticmethod)):  # placed above the decorator
             return type(func)(decorate(func.__func__))
-        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
-            raise TypeError(f"{func.__qualname__} is an async function: cache it with "
-                            f"xfetch.aio.Cache.cached, not the sync decorator")
+        _check_sync(func, "decorator")
         make_key = _key_builder(func, key, namespace, version)
-        method = _takes_self(func)
+        drop = _first_param(func) == "self"  # left out of the key; cls is keyed
 
         def encode(result):
             if dumps is None or result is None:
@@ -131,7 +120,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            k = make_key(*(args[1:] if method else args), **kwargs)
+            k = make_key(*(args[1:] if drop else args), **kwargs)
             loader = functools.partial(compute, args, kwargs)
             value = cache.get_or_compute(k, loader, **leased[0])
             if loads is None or value is None:
@@ -183,7 +172,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             Takes the function's own arguments (a method's self included)."""
             result = func(*args, **kwargs)
             if condition is None or condition(result):
-                store(make_key(*(args[1:] if method else args), **kwargs), result)
+                store(make_key(*(args[1:] if drop else args), **kwargs), result)
             return result
 
         wrapper.key = make_key
@@ -191,19 +180,21 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         wrapper.set = lambda value, *a, **kw: store(make_key(*a, **kw), value)
         wrapper.refresh = refresh
         wrapper.original = func
-        return _CachedMethod(wrapper) if method else wrapper
+        return _CachedMethod(wrapper) if _takes_self(func) else wrapper
 
     return decorate
 
 
 class _CachedMethod:
-    """A cached method: called like the function; looked up on an instance
-    (or on a class, under classmethod) it binds like a function does, and its
-    .refresh and .original then get that self too (.key, .invalidate and .set
-    leave self out of the key either way)."""
+    """A cached method (sync or aio): called like the function; looked up on
+    an instance (or on a class, under classmethod) it binds like a function
+    does, and its .refresh and .original then get that self too. .key,
+    .invalidate and .set leave self out of the key either way; a
+    classmethod's (first parameter cls) get the class it is called on."""
 
     def __init__(self, wrapper):
         self._wrapper = wrapper
+        self._by_class = _first_param(wrapper.original) == "cls"
         functools.update_wrapper(self, wrapper)  # __name__, __doc__, the helpers
 
     def __call__(self, *args, **kwargs):
@@ -237,7 +228,19 @@ class _BoundCachedMethod:
     def original(self, *args, **kwargs):
         return self.__func__.original(self.__self__, *args, **kwargs)
 
-    def __getattr__(self, name):  # key, invalidate, set, __name__, __doc__, ...
+    def _keyed(self):  # what the key takes before the arguments: cls, not self
+        return (self.__self__,) if self.__func__._by_class else ()
+
+    def key(self, *args, **kwargs):
+        return self.__func__.key(*self._keyed(), *args, **kwargs)
+
+    def invalidate(self, *args, **kwargs):
+        return self.__func__.invalidate(*self._keyed(), *args, **kwargs)
+
+    def set(self, value, *args, **kwargs):
+        return self.__func__.set(value, *self._keyed(), *args, **kwargs)
+
+    def __getattr__(self, name):  # __name__, __doc__, ...
         return getattr(self.__func__, name)
 
     def __eq__(self, other):
@@ -271,6 +274,8 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
     computed in one more call and overwritten.
     The ids must be hashable; the result is a dict in the order of the ids
     given (an id the function left out, or mapped to None, maps to None).
+    Ids that render one key ("7" and 7 with "user:{}") share its entry: each
+    is a key of the result, with the first of their results that is not None.
     With a serializer the values are encoded; without, they are bytes. The
     wrapper has .key(id), .invalidate(*ids) and .original. On a method
     (first parameter self or cls), self is passed through and not keyed."""
@@ -289,10 +294,7 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
         raise TypeError("key must be a format string with {} or a callable id -> key")
 
     def decorate(func):
-        if inspect.iscoroutinefunction(func):
-            raise TypeError(f"{func.__qualname__} is an async function: not supported by "
-                            f"the sync decorator")
-
+        _check_sync(func, "cached_many")
         method = _takes_self(func)  # f(self, ids): self is passed through, not keyed
 
         @functools.wraps(func)
@@ -301,37 +303,39 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
                 raise TypeError(f"{func.__qualname__} takes {'self and ' if method else ''}"
                                 f"one list of ids, got {len(args)} arguments")
             head, ids = args[:-1], list(dict.fromkeys(args[-1]))
-            by_key = {make_key(i): i for i in ids}
+            key_of = {i: make_key(i) for i in ids}
+            by_key = {}  # key -> the ids that render it ("7" and 7: one entry)
+            for i, k in key_of.items():
+                by_key.setdefault(k, []).append(i)
+
+            def compute(keys):  # {key: result}: one call for every id of these keys
+                results = func(*head, [i for k in keys for i in by_key[k]])
+                return {k: next((r for r in map(results.get, by_key[k]) if r is not None),
+                                None) for k in keys}
 
             def load(keys):
-                results = func(*head, [by_key[k] for k in keys])
-                out = {}
-                for k in keys:
-                    r = results.get(by_key[k])
-                    out[k] = None if r is None else (r if dumps is None else dumps(r))
-                return out
+                return {k: r if r is None or dumps is None else dumps(r)
+                        for k, r in compute(keys).items()}
 
             values = cache.get_many(list(by_key), load, batch=True, **policy)
-            out, unreadable = {}, []
+            got, unreadable = {}, []
             for k, v in values.items():
                 try:
-                    out[by_key[k]] = v if loads is None or v is None else loads(v)
+                    got[k] = v if loads is None or v is None else loads(v)
                 except Exception:
                     unreadable.append(k)
-                    out[by_key[k]] = None
+                    got[k] = None
             if unreadable:
                 # Written by another serializer or version: misses, computed
                 # in one more call and overwritten.
                 log.warning("cached values for %r could not be decoded; recomputing",
                             unreadable)
-                results = func(*head, [by_key[k] for k in unreadable])
-                for k in unreadable:
-                    r = results.get(by_key[k])
-                    out[by_key[k]] = r
+                for k, r in compute(unreadable).items():
+                    got[k] = r
                     if r is not None:
                         cache.set(k, dumps(r), ttl=policy["ttl"],
                                   **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
-            return out
+            return {i: got[k] for i, k in key_of.items()}
 
         wrapper.key = make_key
         wrapper.invalidate = lambda *ids: cache.delete_many([make_key(i) for i in ids])

@@ -22,7 +22,6 @@ import logging
 import socket
 import time
 
-from . import _decorator
 from ._cache import SOURCES, Fetched, _key_bytes, _seconds_ms
 from ._errors import (AuthError, ConnectionError, ConnectionLostError, Error,
                       InvalidArgumentError, check, error_for)
@@ -30,7 +29,10 @@ from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._url import parse_url
 
-from typing import Any, Awaitable, Callable, Iterable, Union  # noqa: E402
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Union  # noqa: E402
+
+if TYPE_CHECKING:
+    from ._types import AsyncCachedDecorator
 
 Key = Union[str, bytes]
 Value = Union[bytes, bytearray, memoryview]
@@ -545,33 +547,12 @@ class Cache:
         s["connections"] = int(self._stream is not None and not self._stream.broken)
         return s
 
-    def cached(self, ttl, key=None, serializer=None, *, namespace=None, version=None,
-               **policy):
+    def cached(self, ttl: float, key: str | Callable[..., str | bytes] | None = None,
+               serializer: Any = None, *, namespace: str | None = None,
+               version: Any = None, **policy: Any) -> AsyncCachedDecorator:
         """Decorator for async def functions: caches the awaited result, with
-        xfetch.Cache.cached's keys (canonical, self/cls left out), serializers,
-        namespace and version; the wrapper has .key(*args)."""
-        dumps, loads = _decorator._serializer(serializer)
-        policy = dict(policy, ttl=ttl)
-        _decorator._validate(**policy)
-
-        def decorate(func):
-            if not inspect.iscoroutinefunction(func):
-                raise TypeError(f"{func.__qualname__} is not an async def: use "
-                                f"xfetch.Cache.cached")
-            make_key = _decorator._key_builder(func, key, namespace, version)
-            method = _decorator._takes_self(func)
-
-            @functools.wraps(func)
-            async def wrapper(*args, **kwargs):
-                async def load():
-                    result = await func(*args, **kwargs)
-                    return result if dumps is None or result is None else dumps(result)
-                k = make_key(*(args[1:] if method else args), **kwargs)
-                value = await self.get_or_compute(k, load, **policy)
-                return value if loads is None or value is None else loads(value)
-
-            wrapper.key = make_key
-            wrapper.original = func
-            return wrapper
-
-        return decorate
+        xfetch.Cache.cached's keys, serializers, namespace and version; see
+        xfetch._aio_decorator.cached."""
+        from ._aio_decorator import cached
+        return cached(self, ttl, key, serializer, namespace=namespace, version=version,
+                      **policy)
