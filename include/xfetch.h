@@ -202,6 +202,13 @@ XF_EXPORT void xf_value_free(xf_value *v);
  * one in-flight load per key (single-flight across threads: the others wait
  * for its outcome, up to policy.wait_ms) and a bounded fallback cache of the
  * values so loaded (each kept up to its ttl, least recently used evicted).
+ * Its entries are keyed by where their values come from: the client's
+ * servers (host:port list or Unix path), db and user, then the prefixed key;
+ * clients of other servers, dbs or users never see them. A set or delete of
+ * the key through a client of the share (xf_set, xf_delete, xf_pool_set,
+ * xf_pool_delete, xf_call_start_set/_delete, and the write of a
+ * get-or-compute's loaded value) drops the share's copy, acknowledged or
+ * not: the share never serves a value older than one written since.
  * Thread-safe. It must outlive every client opened with it. */
 typedef struct xf_share_options {
   size_t max_entries; /* keys kept at most; 0 = 10000 */

@@ -37,14 +37,14 @@ static int load_outcome(const xf__flow *f, int lrc) {
   return f->sink.not_found ? XF_ENOTFOUND : XF_OK;
 }
 
-void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *ud,
+void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader, void *ud,
                           xf__loaded *out) {
   memset(out, 0, sizeof *out);
   xf__share_role role = XF_SHARE_ALONE;
-  if (s && f->load == XF_LOAD_UNCACHED) {
+  if (sc && f->load == XF_LOAD_UNCACHED) {
     int64_t now = xf__now_ms();
-    role = xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms, &out->data,
-                           &out->len, &out->rc);
+    role = xf__share_begin(sc, f->key.data, f->key.len, now, now + f->p->wait_ms,
+                           &out->data, &out->len, &out->rc);
     if ((out->served = role == XF_SHARE_SERVED))
       return;
   }
@@ -52,8 +52,8 @@ void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *u
   out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
   int64_t t1 = xf__now_us();
   if (role == XF_SHARE_LEAD) /* kept for the loader's ttl (xf_sink_ttl), 0 = not kept */
-    xf__share_end(s, f->key.data, f->key.len, load_outcome(f, out->loader_rc), f->sink.data,
-                  f->sink.len,
+    xf__share_end(sc, f->key.data, f->key.len, load_outcome(f, out->loader_rc),
+                  f->sink.data, f->sink.len,
                   t1 / 1000 + (f->sink.ttl_set ? f->sink.ttl_ms : f->p->ttl_ms));
   out->delta_us = t1 - t0;
   out->end_ms = t1 / 1000;
@@ -67,7 +67,7 @@ xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l) {
 
 xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
   xf__loaded l;
-  xf__flow_call_loader(f, f->c->share, loader, ud, &l);
+  xf__flow_call_loader(f, f->c, loader, ud, &l);
   return xf__flow_feed_loaded(f, &l);
 }
 
@@ -165,6 +165,7 @@ int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_
                  .kind = XF_WRITE_VALUE};
   int written = 0;
   rc = xf__entry_write(c, full.data, full.len, &w, &written);
+  xf__share_drop(c, full.data, full.len); /* older than what Redis now holds */
   xf__key_free(&full);
   if (rc == XF_OK && !written) {
     c->stats.superseded++;
@@ -182,6 +183,7 @@ int xf_delete(xf_client *c, const char *key, size_t keylen) {
   if (rc != XF_OK)
     return rc;
   rc = xf__entry_delete(c, full.data, full.len, c->tombstone_ms);
+  xf__share_drop(c, full.data, full.len); /* Redis would no longer serve it */
   xf__key_free(&full);
   return rc;
 }

@@ -13,6 +13,7 @@
 #include "flow.h"
 #include "policy.h"
 #include "script.h"
+#include "share.h"
 
 /* A waiter re-reads after a quarter of the time it has waited so far: the
  * value is seen at most ~25% after it lands, whatever the loader's speed,
@@ -233,6 +234,9 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
 /* Written: the caller gets its value, as cached or (refused, failed) not. */
 static xf__step write_done(xf__flow *f, int rc, redisReply *r) {
   int written = 0;
+  /* Whatever came of it, a fallback copy in the share is older than the
+   * value (or not-found) just written: never serve it again. */
+  xf__share_drop(f->c, f->key.data, f->key.len);
   if (rc == XF_OK)
     rc = xf__entry_parse_int(f->c, r, "write", &written);
   if (rc == XF_OK && !written)

@@ -86,9 +86,10 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
 xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud);
 
 /* The same in two halves, for a driver that lends the client to others while
- * the loader runs (the pool): xf__flow_call_loader runs it (through share s
- * when Redis cannot be used; NULL = none) and touches neither f->c nor the
- * flow's state but its sink; xf__flow_feed_loaded then feeds the outcome
+ * the loader runs (the pool): xf__flow_call_loader runs it (through sc's
+ * share when Redis cannot be used; sc NULL = none; only sc->share and sc->ns
+ * are read, see share.h) and touches neither f->c nor the flow's state but
+ * its sink; xf__flow_feed_loaded then feeds the outcome
  * (f->c set again). */
 typedef struct xf__loaded {
   int served; /* answered by the share: rc, data (malloc'd), len */
@@ -98,7 +99,7 @@ typedef struct xf__loaded {
   int loader_rc; /* else the loader's code, duration and end time */
   int64_t delta_us, end_ms;
 } xf__loaded;
-void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *ud,
+void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader, void *ud,
                           xf__loaded *out);
 xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l);
 

@@ -1,5 +1,9 @@
 /* The process-local share: single-flight per key and a bounded LRU fallback
- * cache, under one mutex. */
+ * cache, under one mutex. A slot's key is the client's namespace (where its
+ * values come from: servers, db, user) followed by its Redis key, so clients
+ * of different servers or dbs never serve each other's values; an
+ * acknowledged write or delete drops the slot, so the share never serves
+ * what Redis itself would no longer serve. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,8 @@ typedef struct slot {
   unsigned long flight; /* bumped when a flight ends */
   int outcome;          /* the last flight's code */
   int waiters;          /* followers holding a pointer to it */
+  int dropped;          /* a write or delete came during the flight: its
+                           value goes to its followers, never kept */
 } slot;
 
 struct xf_share {
@@ -118,23 +124,27 @@ static void check_fork(xf_share *s) {
   s->fork_generation = xf__fork_generation();
 }
 
-static slot *find(xf_share *s, const char *key, size_t keylen) {
+/* The slot of c's namespace + key. */
+static slot *find(xf_share *s, const xf_client *c, const char *key, size_t keylen) {
+  size_t nslen = c->ns_len;
   for (slot *e = s->head; e; e = e->next)
-    if (e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
+    if (e->keylen == nslen + keylen && memcmp(e->key, c->ns, nslen) == 0 &&
+        memcmp(e->key + nslen, key, keylen) == 0)
       return e;
   return NULL;
 }
 
-static slot *new_slot(xf_share *s, const char *key, size_t keylen) {
+static slot *new_slot(xf_share *s, const xf_client *c, const char *key, size_t keylen) {
   slot *e = calloc(1, sizeof *e);
-  if (!e || !(e->key = malloc(keylen))) {
+  if (!e || !(e->key = malloc(c->ns_len + keylen))) {
     free(e);
     return NULL;
   }
-  memcpy(e->key, key, keylen);
-  e->keylen = keylen;
+  memcpy(e->key, c->ns, c->ns_len);
+  memcpy(e->key + c->ns_len, key, keylen);
+  e->keylen = c->ns_len + keylen;
   s->entries++;
-  s->bytes += keylen;
+  s->bytes += e->keylen;
   push_front(s, e);
   return e;
 }
@@ -163,11 +173,15 @@ static void wait_until(xf_share *s, int64_t deadline_ms) {
   pthread_cond_timedwait(&s->landed, &s->mu, &ts);
 }
 
-xf__share_role xf__share_begin(xf_share *s, const char *key, size_t keylen, int64_t now_ms,
-                               int64_t deadline_ms, char **data, size_t *len, int *rc) {
+xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keylen,
+                               int64_t now_ms, int64_t deadline_ms, char **data,
+                               size_t *len, int *rc) {
+  xf_share *s = c->share;
+  if (!s)
+    return XF_SHARE_ALONE;
   check_fork(s);
   pthread_mutex_lock(&s->mu);
-  slot *e = find(s, key, keylen);
+  slot *e = find(s, c, key, keylen);
   xf__share_role role = XF_SHARE_LEAD;
   if (e && e->value && e->expires_ms > now_ms && !e->loading) {
     *rc = copy_value(e, data, len);
@@ -185,7 +199,7 @@ xf__share_role xf__share_begin(xf_share *s, const char *key, size_t keylen, int6
       role = XF_SHARE_SERVED;
     }
   } else {
-    if (!e && !(e = new_slot(s, key, keylen))) {
+    if (!e && !(e = new_slot(s, c, key, keylen))) {
       pthread_mutex_unlock(&s->mu);
       return XF_SHARE_ALONE;
     }
@@ -200,10 +214,13 @@ xf__share_role xf__share_begin(xf_share *s, const char *key, size_t keylen, int6
   return role;
 }
 
-void xf__share_end(xf_share *s, const char *key, size_t keylen, int rc, const char *data,
-                   size_t len, int64_t expires_ms) {
+void xf__share_end(const xf_client *c, const char *key, size_t keylen, int rc,
+                   const char *data, size_t len, int64_t expires_ms) {
+  xf_share *s = c->share;
+  if (!s)
+    return;
   pthread_mutex_lock(&s->mu);
-  slot *e = find(s, key, keylen);
+  slot *e = find(s, c, key, keylen);
   if (e) {
     drop_value(s, e);
     if (rc == XF_OK && data && (e->value = malloc(len ? len : 1))) {
@@ -212,11 +229,27 @@ void xf__share_end(xf_share *s, const char *key, size_t keylen, int rc, const ch
       s->bytes += len;
     }
     e->outcome = rc == XF_OK && !e->value ? XF_ENOMEM : rc;
-    e->expires_ms = expires_ms;
+    e->expires_ms = e->dropped ? INT64_MIN : expires_ms;
+    e->dropped = 0;
     e->loading = 0;
     e->flight++;
     pthread_cond_broadcast(&s->landed);
     evict(s);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+void xf__share_drop(const xf_client *c, const char *key, size_t keylen) {
+  xf_share *s = c->share;
+  if (!s)
+    return;
+  pthread_mutex_lock(&s->mu);
+  slot *e = find(s, c, key, keylen);
+  if (e && !e->loading && e->waiters == 0) {
+    free_slot(s, e);
+  } else if (e) { /* followers still take the flight's value: only never again */
+    e->expires_ms = INT64_MIN;
+    e->dropped = e->loading;
   }
   pthread_mutex_unlock(&s->mu);
 }
