@@ -275,7 +275,12 @@ typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *s
  * On XF_OK, *out holds the value (free it with xf_value_free); on error *out
  * is zeroed. XF_ENOTFOUND when the loader (or a cached negative entry) said
  * not found. When Redis is unreachable the loader is called and its value
- * returned with source XF_SOURCE_UNCACHED (fail open). */
+ * returned with source XF_SOURCE_UNCACHED (fail open). A call made from
+ * inside a loader, on its thread, for the very key that loader computes
+ * (through any client or pool of the same servers, db and user; batch and
+ * event-loop calls too) returns XF_EINVAL at once, its loader not called,
+ * xf_errmsg "the loader for key K asked for K itself (a recursion...)": it
+ * would otherwise wait on its own lease for wait_ms, then load again. */
 XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
                                 const xf_policy *policy, xf_loader_fn loader,
                                 void *loader_ud, xf_value *out);

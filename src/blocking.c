@@ -49,7 +49,9 @@ void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader,
       return;
   }
   int64_t t0 = xf__now_us();
+  xf__nest_push(&f->nest, sc ? sc : f->c, f->key.data, f->key.len);
   out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
+  xf__nest_pop(&f->nest);
   int64_t t1 = xf__now_us();
   if (role == XF_SHARE_LEAD) /* kept for the loader's ttl (xf_sink_ttl), 0 = not kept */
     xf__share_end(sc, f->key.data, f->key.len, load_outcome(f, out->loader_rc),

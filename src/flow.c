@@ -397,6 +397,13 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   int rc = xf__policy_check(c, p);
   if (rc == XF_OK)
     rc = xf__key_build(c, key, keylen, &f->key);
+  if (rc == XF_OK && xf__nest_has(c, f->key.data, f->key.len)) {
+    int shown = keylen > 60 ? 60 : (int)keylen; /* the message holds both */
+    rc = xf__fail(c, XF_EINVAL,
+                  "the loader for key %.*s asked for %.*s itself (a recursion: it would "
+                  "wait on its own lease)",
+                  shown, key, shown, key);
+  }
   if (rc != XF_OK)
     return done(f, rc);
   return send(f, READ);

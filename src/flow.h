@@ -18,6 +18,7 @@
 
 #include "entry.h"
 #include "key.h"
+#include "nest.h"
 #include "sink.h"
 
 typedef enum xf__step { XF_STEP_SEND, XF_STEP_LOAD, XF_STEP_WAIT, XF_STEP_DONE } xf__step;
@@ -59,11 +60,13 @@ typedef struct xf__flow {
   int64_t waited_from_ms, give_up_ms; /* the driver's clock */
   int64_t delta_us;
   xf__write w;
+  xf__nest nest; /* while its loader runs: this thread computes key */
   char msg[256]; /* the loader's message, kept across the release */
 } xf__flow;
 
 /* Starts a call. Validates policy, out and key (XF_STEP_DONE with XF_EINVAL
- * or XF_ENOMEM when they are bad). The loader is the driver's: it must have
+ * or XF_ENOMEM when they are bad; XF_EINVAL too for a key a loader on this
+ * thread is computing, see nest.h). The loader is the driver's: it must have
  * checked it. */
 xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                         const xf_policy *p, xf_value *out, int64_t now_ms);
