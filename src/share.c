@@ -35,8 +35,49 @@ struct xf_share {
   pthread_cond_t landed;
   size_t max_entries, max_bytes, entries, bytes;
   slot *head, *tail;
-  unsigned long fork_generation;
+  struct xf_share *next_open; /* in the list of open shares (fork) */
 };
+
+void (*xf__share_test_yield)(void);
+
+/* fork(): a share's lock may be held, and its slots half-changed, by a
+ * thread of the parent that does not exist in the child. Checking for a fork
+ * on first use in the child (as before) ran outside the lock, so two of the
+ * child's threads could both reset the share, the second clearing the
+ * first's flight (two loads of one key). Instead, as POSIX's rationale for
+ * pthread_atfork has it, fork() itself takes every open share's lock before
+ * forking (so no thread is inside one: the slots are whole) and releases it
+ * in both processes; in the child, before any thread of its own can run,
+ * the share forgets the flights and waiters of the parent's threads. */
+static pthread_mutex_t open_shares_mu = PTHREAD_MUTEX_INITIALIZER;
+static xf_share *open_shares;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void) {
+  pthread_mutex_lock(&open_shares_mu);
+  for (xf_share *s = open_shares; s; s = s->next_open)
+    pthread_mutex_lock(&s->mu);
+}
+
+static void after_fork_in_parent(void) {
+  for (xf_share *s = open_shares; s; s = s->next_open)
+    pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&open_shares_mu);
+}
+
+static void forget_parent_threads(xf_share *s);
+
+static void after_fork_in_child(void) {
+  for (xf_share *s = open_shares; s; s = s->next_open) {
+    forget_parent_threads(s);
+    pthread_mutex_unlock(&s->mu); /* held by this very thread since before_fork */
+  }
+  pthread_mutex_unlock(&open_shares_mu);
+}
+
+static void register_atfork(void) {
+  pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+}
 
 int xf_share_open(xf_share **out, const xf_share_options *o) {
   if (!out)
@@ -48,7 +89,11 @@ int xf_share_open(xf_share **out, const xf_share_options *o) {
   s->max_bytes = o && o->max_bytes ? o->max_bytes : DEFAULT_MAX_BYTES;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->landed, NULL);
-  s->fork_generation = xf__fork_generation();
+  pthread_once(&atfork_once, register_atfork);
+  pthread_mutex_lock(&open_shares_mu);
+  s->next_open = open_shares;
+  open_shares = s;
+  pthread_mutex_unlock(&open_shares_mu);
   *out = s;
   return XF_OK;
 }
@@ -94,6 +139,12 @@ static void free_slot(xf_share *s, slot *e) {
 void xf_share_close(xf_share *s) {
   if (!s)
     return;
+  pthread_mutex_lock(&open_shares_mu);
+  xf_share **at = &open_shares;
+  while (*at != s)
+    at = &(*at)->next_open;
+  *at = s->next_open;
+  pthread_mutex_unlock(&open_shares_mu);
   while (s->head)
     free_slot(s, s->head);
   pthread_cond_destroy(&s->landed);
@@ -112,19 +163,18 @@ static void evict(xf_share *s) {
   }
 }
 
-/* A forked child has no leaders: nothing is loading there. Its locks are
- * made anew (a parent's thread may have held them at the fork). */
-static void check_fork(xf_share *s) {
-  if (s->fork_generation == xf__fork_generation())
-    return;
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->landed, NULL);
+void (*xf__share_test_yield)(void);
+
+/* The child's only thread runs this inside fork(): no flight is in progress
+ * and nobody waits. The condition variable is made anew: the parent's
+ * waiters are counted in it, and a broadcast (or a destroy) could wait for
+ * them forever. */
+static void forget_parent_threads(xf_share *s) {
   for (slot *e = s->head; e; e = e->next)
-    e->loading = e->waiters = 0;
-  s->fork_generation = xf__fork_generation();
+    e->loading = e->waiters = e->dropped = 0;
+  pthread_cond_init(&s->landed, NULL);
 }
 
-/* The slot of c's namespace + key. */
 static slot *find(xf_share *s, const xf_client *c, const char *key, size_t keylen) {
   size_t nslen = c->ns_len;
   for (slot *e = s->head; e; e = e->next)
@@ -179,7 +229,8 @@ xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keyle
   xf_share *s = c->share;
   if (!s)
     return XF_SHARE_ALONE;
-  check_fork(s);
+  if (xf__share_test_yield)
+    xf__share_test_yield();
   pthread_mutex_lock(&s->mu);
   slot *e = find(s, c, key, keylen);
   xf__share_role role = XF_SHARE_LEAD;

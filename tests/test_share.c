@@ -4,8 +4,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "fixture.h"
+#include "share.h"
 
 /* A client whose Redis is gone (lazy: nobody listens on port 1). */
 static xf_client *down_client(xf_share *s) {
@@ -350,6 +353,7 @@ static int gated_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
 
 typedef struct flight {
   xf_client *c;
+  const char *key; /* NULL: "share:inflight" */
   gate g;
   xf_value v;
   int rc;
@@ -358,7 +362,8 @@ typedef struct flight {
 static void *fly(void *arg) {
   flight *fl = arg;
   xf_policy p = XF_POLICY_INIT;
-  fl->rc = xf_get_or_compute(fl->c, "share:inflight", 14, &p, gated_load, &fl->g, &fl->v);
+  const char *key = fl->key ? fl->key : "share:inflight";
+  fl->rc = xf_get_or_compute(fl->c, key, strlen(key), &p, gated_load, &fl->g, &fl->v);
   return NULL;
 }
 
@@ -409,4 +414,90 @@ Test(share, a_delete_during_a_flight_is_not_undone_by_it) {
   xf_client_close(other);
   xf_client_close(fl.c);
   xf_share_close(s);
+}
+
+/* ---- a forked child's first use of the share ------------------------------------ */
+
+#define FORK_THREADS 8
+
+static pthread_barrier_t lined_up;
+static int released, loader_started;
+static xf_share *fork_share;
+
+/* Each thread's first pass: all of them get here before any goes on; one
+ * goes first, the others only once its loader runs (so they meet its flight
+ * in progress). */
+static void line_up(void) {
+  static _Thread_local int passed;
+  if (passed++)
+    return;
+  if (pthread_barrier_wait(&lined_up) == PTHREAD_BARRIER_SERIAL_THREAD)
+    return;
+  for (int i = 0; i < 2000 && !__atomic_load_n(&loader_started, __ATOMIC_SEQ_CST); i++)
+    xft_sleep_ms(1);
+  __atomic_add_fetch(&released, 1, __ATOMIC_SEQ_CST);
+}
+
+static int slow_once(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&loader_started, 1, __ATOMIC_SEQ_CST);
+  for (int i = 0;
+       i < 2000 && __atomic_load_n(&released, __ATOMIC_SEQ_CST) < FORK_THREADS - 1; i++)
+    xft_sleep_ms(1);
+  xft_sleep_ms(100); /* the others are past their first pass: let them meet the flight */
+  return xf_sink_set(sink, "child", 5);
+}
+
+static void *child_caller(void *ud) {
+  xf_client *c = down_client(fork_share);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  if (xf_get_or_compute(c, "share:forked", 12, &p, slow_once, ud, &v) != XF_OK)
+    __atomic_add_fetch((int *)ud, 100, __ATOMIC_SEQ_CST); /* shows as a wrong count */
+  xf_value_free(&v);
+  xf_client_close(c);
+  return NULL;
+}
+
+/* In a forked child, 8 threads meet the share at once, Redis down: one loads,
+ * the others follow its flight. At the fork, a thread of the parent was
+ * loading the same key: that flight does not exist in the child. The exit
+ * status is the number of loads. */
+Test(share, a_forked_childs_threads_on_one_key_load_once) {
+  cr_assert_eq(xf_share_open(&fork_share, NULL), XF_OK);
+  flight parent = {.c = down_client(fork_share),
+                   .g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER}};
+  parent.key = "share:forked";
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, fly, &parent), 0);
+  pthread_mutex_lock(&parent.g.mu);
+  while (!parent.g.started)
+    pthread_cond_wait(&parent.g.cv, &parent.g.mu);
+  pthread_mutex_unlock(&parent.g.mu);
+  pid_t pid = fork();
+  if (pid == 0) {
+    pthread_barrier_init(&lined_up, NULL, FORK_THREADS);
+    xf__share_test_yield = line_up;
+    int calls = 0;
+    pthread_t t[FORK_THREADS];
+    for (int i = 0; i < FORK_THREADS; i++)
+      pthread_create(&t[i], NULL, child_caller, &calls);
+    for (int i = 0; i < FORK_THREADS; i++)
+      pthread_join(t[i], NULL);
+    _exit(calls > 250 ? 250 : calls);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  pthread_mutex_lock(&parent.g.mu);
+  parent.g.go = 1;
+  pthread_cond_broadcast(&parent.g.cv);
+  pthread_mutex_unlock(&parent.g.mu);
+  pthread_join(t, NULL);
+  xf_value_free(&parent.v);
+  cr_assert(WIFEXITED(status));
+  cr_expect_eq(WEXITSTATUS(status), 1, "the child's %d threads ran the loader %d times",
+               FORK_THREADS, WEXITSTATUS(status));
+  xf_client_close(parent.c);
+  xf_share_close(fork_share);
 }
