@@ -203,6 +203,13 @@ XF_EXPORT void xf_value_free(xf_value *v);
  * one in-flight load per key (single-flight across threads: the others wait
  * for its outcome, up to policy.wait_ms) and a bounded fallback cache of the
  * values so loaded (each kept up to its ttl, least recently used evicted).
+ * Its entries are keyed by where their values come from: the client's
+ * servers (host:port list or Unix path), db and user, then the prefixed key;
+ * clients of other servers, dbs or users never see them. A set or delete of
+ * the key through a client of the share (xf_set, xf_delete, xf_pool_set,
+ * xf_pool_delete, xf_call_start_set/_delete, and the write of a
+ * get-or-compute's loaded value) drops the share's copy, acknowledged or
+ * not: the share never serves a value older than one written since.
  * Thread-safe. It must outlive every client opened with it. */
 typedef struct xf_share_options {
   size_t max_entries; /* keys kept at most; 0 = 10000 */
@@ -269,7 +276,12 @@ typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *s
  * On XF_OK, *out holds the value (free it with xf_value_free); on error *out
  * is zeroed. XF_ENOTFOUND when the loader (or a cached negative entry) said
  * not found. When Redis is unreachable the loader is called and its value
- * returned with source XF_SOURCE_UNCACHED (fail open). */
+ * returned with source XF_SOURCE_UNCACHED (fail open). A call made from
+ * inside a loader, on its thread, for the very key that loader computes
+ * (through any client or pool of the same servers, db and user; batch and
+ * event-loop calls too) returns XF_EINVAL at once, its loader not called,
+ * xf_errmsg "the loader for key K asked for K itself (a recursion...)": it
+ * would otherwise wait on its own lease for wait_ms, then load again. */
 XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
                                 const xf_policy *policy, xf_loader_fn loader,
                                 void *loader_ud, xf_value *out);

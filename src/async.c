@@ -80,7 +80,11 @@ static int run_loader(xf__acall *k) {
   k->in_loader = 1;
   k->load.call = k;
   k->load_t0_us = xf__now_us();
+  /* A call for the same key started from inside the loader would wait on
+   * this call's own lease: it fails at once (nest.h). */
+  xf__nest_push(&k->f.nest, k->f.c, k->f.key.data, k->f.key.len);
   k->loader(k->ud, k->key, k->keylen, &k->load);
+  xf__nest_pop(&k->f.nest);
   k->in_loader = 0;
   return k->loaded;
 }

@@ -51,7 +51,7 @@ static size_t join(batch *b, size_t k) {
     char *data = NULL;
     size_t len = 0;
     int rc = XF_OK;
-    switch (xf__flow_share_begin(f, b->c->share, &data, &len, &rc)) {
+    switch (xf__flow_share_begin(f, b->c, &data, &len, &rc)) {
     case XF_SHARE_SERVED:
       b->roles[i] = SERVED;
       b->steps[i] = xf__flow_local(f, rc, data, len);
@@ -88,8 +88,7 @@ static void copy_outcomes(batch *b, size_t m) {
 }
 
 void xf__batch_load_many(batch *b, const batch_loaders *l, size_t k) {
-  xf_share *s = b->c->share;
-  size_t m = s ? join(b, k) : 0;
+  size_t m = b->c->share ? join(b, k) : 0;
   size_t nl = 0; /* who[0..nl): the flows this call loads */
   for (size_t j = 0; j < k; j++) {
     size_t i = b->who[j];
@@ -101,14 +100,19 @@ void xf__batch_load_many(batch *b, const batch_loaders *l, size_t k) {
     b->lens[nl] = f->user_keylen;
     b->sinks[nl++] = &f->sink;
   }
+  for (size_t j = 0; j < nl; j++) /* a nested call for one of them fails at once */
+    xf__nest_push(&b->flows[b->who[j]].nest, b->c, b->flows[b->who[j]].key.data,
+                  b->flows[b->who[j]].key.len);
   int lrc = 0;
   int64_t t0 = xf__now_us();
   if (nl)
     lrc = l->many(l->ud, nl, b->keys, b->lens, b->sinks);
   int64_t t1 = xf__now_us();
+  for (size_t j = nl; j-- > 0;)
+    xf__nest_pop(&b->flows[b->who[j]].nest);
   for (size_t j = 0; j < nl && m; j++)
     if (b->roles[b->who[j]] == LEADS)
-      xf__flow_share_end(&b->flows[b->who[j]], s, lrc, t1 / 1000);
+      xf__flow_share_end(&b->flows[b->who[j]], b->c, lrc, t1 / 1000);
   for (size_t j = 0; j < nl; j++)
     b->steps[b->who[j]] = xf__flow_loaded(&b->flows[b->who[j]], lrc, t1 - t0, t1 / 1000);
   if (m)

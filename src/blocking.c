@@ -38,34 +38,36 @@ static int load_outcome(const xf__flow *f, int lrc) {
 }
 
 /* The only calls into the share (single-flight and fallback while Redis
- * cannot be used), for every driver. */
-xf__share_role xf__flow_share_begin(xf__flow *f, xf_share *s, char **data, size_t *len,
-                                    int *rc) {
+ * cannot be used), for every driver; sc's share (none: ALONE). */
+xf__share_role xf__flow_share_begin(xf__flow *f, const xf_client *sc, char **data,
+                                    size_t *len, int *rc) {
   int64_t now = xf__now_ms();
-  return xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms, data, len,
+  return xf__share_begin(sc, f->key.data, f->key.len, now, now + f->p->wait_ms, data, len,
                          rc);
 }
 
-void xf__flow_share_end(xf__flow *f, xf_share *s, int loader_rc, int64_t end_ms) {
+void xf__flow_share_end(xf__flow *f, const xf_client *sc, int loader_rc, int64_t end_ms) {
   /* kept for the loader's ttl (xf_sink_ttl), 0 = not kept */
-  xf__share_end(s, f->key.data, f->key.len, load_outcome(f, loader_rc), f->sink.data,
+  xf__share_end(sc, f->key.data, f->key.len, load_outcome(f, loader_rc), f->sink.data,
                 f->sink.len, end_ms + (f->sink.ttl_set ? f->sink.ttl_ms : f->p->ttl_ms));
 }
 
-void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *ud,
+void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader, void *ud,
                           xf__loaded *out) {
   memset(out, 0, sizeof *out);
   xf__share_role role = XF_SHARE_ALONE;
-  if (s && f->load == XF_LOAD_UNCACHED) {
-    role = xf__flow_share_begin(f, s, &out->data, &out->len, &out->rc);
+  if (sc && f->load == XF_LOAD_UNCACHED) {
+    role = xf__flow_share_begin(f, sc, &out->data, &out->len, &out->rc);
     if ((out->served = role == XF_SHARE_SERVED))
       return;
   }
   int64_t t0 = xf__now_us();
+  xf__nest_push(&f->nest, sc ? sc : f->c, f->key.data, f->key.len);
   out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
+  xf__nest_pop(&f->nest);
   int64_t t1 = xf__now_us();
   if (role == XF_SHARE_LEAD)
-    xf__flow_share_end(f, s, out->loader_rc, t1 / 1000);
+    xf__flow_share_end(f, sc, out->loader_rc, t1 / 1000);
   out->delta_us = t1 - t0;
   out->end_ms = t1 / 1000;
 }
@@ -78,7 +80,7 @@ xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l) {
 
 xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
   xf__loaded l;
-  xf__flow_call_loader(f, f->c->share, loader, ud, &l);
+  xf__flow_call_loader(f, f->c, loader, ud, &l);
   return xf__flow_feed_loaded(f, &l);
 }
 
@@ -176,6 +178,7 @@ int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_
                  .kind = XF_WRITE_VALUE};
   int written = 0;
   rc = xf__entry_write(c, full.data, full.len, &w, &written);
+  xf__share_drop(c, full.data, full.len); /* older than what Redis now holds */
   xf__key_free(&full);
   if (rc == XF_OK && !written) {
     c->stats.superseded++;
@@ -193,6 +196,7 @@ int xf_delete(xf_client *c, const char *key, size_t keylen) {
   if (rc != XF_OK)
     return rc;
   rc = xf__entry_delete(c, full.data, full.len, c->tombstone_ms);
+  xf__share_drop(c, full.data, full.len); /* Redis would no longer serve it */
   xf__key_free(&full);
   return rc;
 }

@@ -11,6 +11,7 @@
 #include "flow.h"
 #include "policy.h"
 #include "script.h"
+#include "share.h"
 #include "sink.h"
 
 /* What a call does: the get-or-compute flow, or one script (set, delete). */
@@ -74,6 +75,8 @@ static xf_call_step advance(xf_call *call, xf__step step) {
 
 static xf_call_step one_done(xf_call *call, int rc) {
   call->one.rc = rc;
+  if (call->one.key.data) /* the share's copy is older than the set or delete */
+    xf__share_drop(call->f.c, call->one.key.data, call->one.key.len);
   return advance(call, XF_STEP_DONE);
 }
 

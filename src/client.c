@@ -238,6 +238,28 @@ static int copy_servers(xf_client *c, const xf_options *o) {
   return c->host ? XF_OK : XF_ENOMEM;
 }
 
+/* The client's namespace: "host:port,..." (or the unix path), db and user,
+ * each ended by a NUL (none can hold one), so two clients have the same
+ * namespace only when they talk to the same servers' same db as the same
+ * user. The key prefix is already part of every Redis key. */
+static int build_ns(xf_client *c) {
+  size_t cap = 64 + (c->username ? strlen(c->username) : 0);
+  for (int i = 0; i < c->nseeds; i++)
+    cap += (c->seeds[i].host ? strlen(c->seeds[i].host) : strlen(c->unix_path)) + 8;
+  if (!(c->ns = malloc(cap)))
+    return XF_ENOMEM;
+  size_t n = 0;
+  for (int i = 0; i < c->nseeds; i++)
+    n += (size_t)(c->seeds[i].host ? snprintf(c->ns + n, cap - n, "%s%s:%d", i ? "," : "",
+                                              c->seeds[i].host, c->seeds[i].port)
+                                   : snprintf(c->ns + n, cap - n, "unix:%s", c->unix_path));
+  n += (size_t)snprintf(c->ns + n + 1, cap - n - 1, "%d", c->db) + 1;
+  n += (size_t)snprintf(c->ns + n + 1, cap - n - 1, "%s", c->username ? c->username : "") +
+       1;
+  c->ns_len = n + 1; /* the last field's NUL */
+  return XF_OK;
+}
+
 static int copy_options(xf_client *c, const xf_options *o) {
   c->unix_path = dup_or_null(o->unix_path);
   c->username = dup_or_null(o->username);
@@ -262,7 +284,7 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
   c->share = o->share;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
-  return XF_OK;
+  return build_ns(c);
 }
 
 static int check_options(const xf_options *o) {
@@ -337,6 +359,7 @@ void xf_client_close(xf_client *c) {
   free(c->username);
   free(c->password);
   free(c->prefix);
+  free(c->ns);
   xf__buf_free(&c->request);
   free(c);
 }

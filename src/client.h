@@ -24,6 +24,9 @@ struct xf_client {
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
   int64_t tombstone_ms;
   xf_share *share; /* borrowed; NULL = none */
+  char *ns;        /* where values come from: the servers (or unix path), db
+                      and user, NUL-separated (share slots, nested loads) */
+  size_t ns_len;
   size_t max_key_len, max_value_len;
   char *prefix;
   size_t prefix_len;

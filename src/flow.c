@@ -13,6 +13,7 @@
 #include "flow.h"
 #include "policy.h"
 #include "script.h"
+#include "share.h"
 
 /* A waiter re-reads after a quarter of the time it has waited so far: the
  * value is seen at most ~25% after it lands, whatever the loader's speed,
@@ -233,6 +234,9 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
 /* Written: the caller gets its value, as cached or (refused, failed) not. */
 static xf__step write_done(xf__flow *f, int rc, redisReply *r) {
   int written = 0;
+  /* Whatever came of it, a fallback copy in the share is older than the
+   * value (or not-found) just written: never serve it again. */
+  xf__share_drop(f->c, f->key.data, f->key.len);
   if (rc == XF_OK)
     rc = xf__entry_parse_int(f->c, r, "write", &written);
   if (rc == XF_OK && !written)
@@ -396,6 +400,13 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   int rc = xf__policy_check(c, p);
   if (rc == XF_OK)
     rc = xf__key_build(c, key, keylen, &f->key);
+  if (rc == XF_OK && xf__nest_has(c, f->key.data, f->key.len)) {
+    int shown = keylen > 60 ? 60 : (int)keylen; /* the message holds both */
+    rc = xf__fail(c, XF_EINVAL,
+                  "the loader for key %.*s asked for %.*s itself (a recursion: it would "
+                  "wait on its own lease)",
+                  shown, key, shown, key);
+  }
   if (rc != XF_OK)
     return done(f, rc);
   return send(f, READ);

@@ -18,6 +18,7 @@
 
 #include "entry.h"
 #include "key.h"
+#include "nest.h"
 #include "share.h"
 #include "sink.h"
 
@@ -60,11 +61,13 @@ typedef struct xf__flow {
   int64_t waited_from_ms, give_up_ms; /* the driver's clock */
   int64_t delta_us;
   xf__write w;
+  xf__nest nest; /* while its loader runs: this thread computes key */
   char msg[256]; /* the loader's message, kept across the release */
 } xf__flow;
 
 /* Starts a call. Validates policy, out and key (XF_STEP_DONE with XF_EINVAL
- * or XF_ENOMEM when they are bad). The loader is the driver's: it must have
+ * or XF_ENOMEM when they are bad; XF_EINVAL too for a key a loader on this
+ * thread is computing, see nest.h). The loader is the driver's: it must have
  * checked it. */
 xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                         const xf_policy *p, xf_value *out, int64_t now_ms);
@@ -91,9 +94,10 @@ int xf__flow_leasing(const xf__flow *f);
 xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud);
 
 /* The same in two halves, for a driver that lends the client to others while
- * the loader runs (the pool): xf__flow_call_loader runs it (through share s
- * when Redis cannot be used; NULL = none) and touches neither f->c nor the
- * flow's state but its sink; xf__flow_feed_loaded then feeds the outcome
+ * the loader runs (the pool): xf__flow_call_loader runs it (through sc's
+ * share when Redis cannot be used; sc NULL = none; only sc->share and sc->ns
+ * are read, see share.h) and touches neither f->c nor the flow's state but
+ * its sink; xf__flow_feed_loaded then feeds the outcome
  * (f->c set again). */
 typedef struct xf__loaded {
   int served; /* answered by the share: rc, data (malloc'd), len */
@@ -103,7 +107,7 @@ typedef struct xf__loaded {
   int loader_rc; /* else the loader's code, duration and end time */
   int64_t delta_us, end_ms;
 } xf__loaded;
-void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *ud,
+void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader, void *ud,
                           xf__loaded *out);
 xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l);
 
@@ -112,9 +116,9 @@ xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l);
  * wait_ms) as xf__share_begin does; a LEAD must be ended, once the loader
  * has filled f->sink (loader_rc its code, end_ms when it returned, on
  * xf__now_ms's clock), with xf__flow_share_end. */
-xf__share_role xf__flow_share_begin(xf__flow *f, xf_share *s, char **data, size_t *len,
-                                    int *rc);
-void xf__flow_share_end(xf__flow *f, xf_share *s, int loader_rc, int64_t end_ms);
+xf__share_role xf__flow_share_begin(xf__flow *f, const xf_client *sc, char **data,
+                                    size_t *len, int *rc);
+void xf__flow_share_end(xf__flow *f, const xf_client *sc, int loader_rc, int64_t end_ms);
 
 /* For the blocking drivers: sleeps until wake_ms (xf__now_ms's clock). */
 void xf__sleep_until_ms(int64_t wake_ms);

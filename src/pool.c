@@ -182,11 +182,10 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
       continue;
     }
     /* A load or a wait: the client goes back to the pool meanwhile. */
-    xf_share *share = c->share;
     checkin(p, c);
     xf__loaded l;
-    if (step == XF_STEP_LOAD)
-      xf__flow_call_loader(&f, share, loader, ud, &l);
+    if (step == XF_STEP_LOAD) /* c only for its share and namespace (see share.h) */
+      xf__flow_call_loader(&f, c, loader, ud, &l);
     else
       xf__sleep_until_ms(f.wake_ms);
     checkout(p, -1, &c); /* never fails: it waits for a client */

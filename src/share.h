@@ -16,14 +16,31 @@ typedef enum {
   XF_SHARE_ALONE   /* the wait ran out: the caller loads on its own */
 } xf__share_role;
 
+/* Every function takes the client whose share (c->share; NULL = none: a
+ * no-op, or XF_SHARE_ALONE) and namespace (c->ns: where its values come
+ * from) to use, and key, the Redis key (prefixed): the share keys its slots
+ * by both, so no caller can mix up servers or dbs. They read only c->share
+ * and c->ns, which never change once the client is open: a pooled client
+ * another thread holds meanwhile will do. */
+
 /* Joins key's flight at now_ms (monotonic): a fresh fallback value or the
  * outcome of the flight in progress (waiting until deadline_ms), or the lead. */
-xf__share_role xf__share_begin(xf_share *s, const char *key, size_t keylen, int64_t now_ms,
-                               int64_t deadline_ms, char **data, size_t *len, int *rc);
+xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keylen,
+                               int64_t now_ms, int64_t deadline_ms, char **data,
+                               size_t *len, int *rc);
 
 /* Ends the lead: rc XF_OK with the value (copied, kept until expires_ms), or
  * the failure to hand to the flight's followers (never kept). */
-void xf__share_end(xf_share *s, const char *key, size_t keylen, int rc, const char *data,
-                   size_t len, int64_t expires_ms);
+void xf__share_end(const xf_client *c, const char *key, size_t keylen, int rc,
+                   const char *data, size_t len, int64_t expires_ms);
+
+/* Redis acknowledged (or was sent) a write or delete of key: the share's
+ * copy goes, and a flight in progress hands its value to its followers but
+ * does not keep it (it started before the write). */
+void xf__share_drop(const xf_client *c, const char *key, size_t keylen);
+
+/* For tests: called by xf__share_begin before it takes the share's lock
+ * (where a thread of a forked child first meets the share); NULL = none. */
+extern void (*xf__share_test_yield)(void);
 
 #endif

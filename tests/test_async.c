@@ -545,3 +545,43 @@ Test(async, calls_fail_open_when_every_seed_is_dead) {
   cr_expect_eq(l.calls, 1);
   run_end(&r);
 }
+
+/* A loader that asks for its own key: refused at once (it would wait on its
+ * own lease), the outer call loads once. */
+typedef struct selfish {
+  xf_async *ac;
+  int calls, inner_rc;
+  char msg[256];
+} selfish;
+
+static void ignore_done(int rc, const xf_value *v, void *privdata) {
+  (void)rc, (void)v, (void)privdata;
+}
+
+static void self_loader(void *ud, const char *key, size_t keylen, xf_async_load *load) {
+  selfish *s = ud;
+  if (s->calls++ == 0) {
+    xf_policy p = steady();
+    s->inner_rc =
+        xf_async_get_or_compute(s->ac, key, keylen, &p, self_loader, s, ignore_done, NULL);
+    snprintf(s->msg, sizeof s->msg, "%s", xf_async_errmsg(s->ac));
+  }
+  cr_expect_eq(xf_async_load_done(load, "outer", 5), XF_OK);
+}
+
+Test(async, a_loader_asking_for_its_own_key_is_refused_at_once) {
+  run r;
+  run_open(&r, xft_port(), 0);
+  r.want = "outer";
+  selfish s = {.ac = r.ac};
+  xf_policy p = steady();
+  run_calls(&r, 1, "async:self", &p, self_loader, &s);
+  cr_expect_eq(s.inner_rc, XF_EINVAL, "the nested call returned %s",
+               xf_errname(s.inner_rc));
+  cr_expect(strstr(s.msg, "async:self asked for async:self itself") != NULL, "message: %s",
+            s.msg);
+  cr_expect_eq(s.calls, 1);
+  cr_expect_eq(r.slots[0].rc, XF_OK);
+  cr_expect_eq(r.slots[0].source, XF_SOURCE_LOADER);
+  run_end(&r);
+}

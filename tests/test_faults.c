@@ -373,3 +373,111 @@ Test(faults, redis_down_batch_loaders_share_their_loads) {
   pthread_barrier_destroy(&go);
   xf_share_close(s);
 }
+
+/* ---- a loader asking for its own key -------------------------------------------- */
+
+typedef struct selfish {
+  xf_client *c;
+  int batch; /* the nested call is a batch of one */
+  int calls, inner_rc;
+  char msg[256];
+} selfish;
+
+/* Asks for its own key once (the second load, if any, just answers). */
+static int self_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  selfish *s = ud;
+  if (++s->calls == 1) {
+    xf_policy p = XF_POLICY_INIT;
+    p.wait_ms = 300; /* what the nested call would stall for without the check */
+    xf_value v = {0};
+    if (s->batch)
+      xf_get_or_compute_many(s->c, 1, &key, &keylen, &p, self_loader, s, &v, &s->inner_rc);
+    else
+      s->inner_rc = xf_get_or_compute(s->c, key, keylen, &p, self_loader, s, &v);
+    snprintf(s->msg, sizeof s->msg, "%s", xf_errmsg(s->c));
+    xf_value_free(&v);
+  }
+  return xf_sink_set(sink, "outer", 5);
+}
+
+static void expect_refused(const selfish *s, const char *key) {
+  char want[128];
+  snprintf(want, sizeof want, "%s asked for %s itself", key, key);
+  cr_expect_eq(s->inner_rc, XF_EINVAL, "the nested call returned %s",
+               xf_errname(s->inner_rc));
+  cr_expect(strstr(s->msg, want) != NULL, "message: %s", s->msg);
+  cr_expect_eq(s->calls, 1, "the loader ran %d times", s->calls);
+}
+
+static void own_key(xf_client *c, int batch, const char *key, xf_source source) {
+  selfish s = {.c = c, .batch = batch};
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 300;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, key, strlen(key), &p, self_loader, &s, &v), XF_OK, "%s",
+               xf_errmsg(c));
+  expect_refused(&s, key);
+  cr_expect_str_eq(v.data, "outer");
+  cr_expect_eq(v.source, source);
+  xf_value_free(&v);
+}
+
+Test(faults, a_loader_asking_for_its_own_key_fails_at_once) {
+  xf_client *c = xft_client(1);
+  own_key(c, 0, "faults:self", XF_SOURCE_LOADER);
+  own_key(c, 1, "faults:selfmany", XF_SOURCE_LOADER);
+  xf_client_close(c);
+}
+
+Test(faults, a_loader_asking_for_its_own_key_fails_at_once_with_redis_down) {
+  xf_share *share;
+  cr_assert_eq(xf_share_open(&share, NULL), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nobody listens: fail open, through the share */
+  o.lazy_connect = 1;
+  o.share = share;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  own_key(c, 0, "faults:selfdown", XF_SOURCE_UNCACHED);
+  xf_client_close(c);
+  xf_share_close(share);
+}
+
+/* A batch loader asking for one of the keys it is loading. */
+static int self_batch_loader(void *ud, size_t n, const char *const *keys,
+                             const size_t *keylens, xf_sink *const *sinks) {
+  selfish *s = ud;
+  xft_loader l = {.value = "inner"};
+  if (++s->calls == 1) {
+    xf_policy p = XF_POLICY_INIT;
+    p.wait_ms = 300;
+    xf_value v;
+    s->inner_rc =
+        xf_get_or_compute(s->c, keys[n - 1], keylens[n - 1], &p, xft_load, &l, &v);
+    snprintf(s->msg, sizeof s->msg, "%s", xf_errmsg(s->c));
+    xf_value_free(&v);
+  }
+  for (size_t i = 0; i < n; i++)
+    xf_sink_set(sinks[i], "outer", 5);
+  return 0;
+}
+
+Test(faults, a_batch_loader_asking_for_its_own_key_fails_at_once) {
+  xf_client *c = xft_client(1);
+  selfish s = {.c = c};
+  const char *keys[] = {"faults:batchself:a", "faults:batchself:b"};
+  size_t lens[] = {18, 18};
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 300;
+  xf_value v[2];
+  int rcs[2];
+  cr_assert_eq(
+      xf_get_or_compute_many_batch(c, 2, keys, lens, &p, self_batch_loader, &s, v, rcs),
+      XF_OK);
+  expect_refused(&s, "faults:batchself:b");
+  for (int i = 0; i < 2; i++) {
+    cr_expect_eq(rcs[i], XF_OK);
+    xf_value_free(&v[i]);
+  }
+  xf_client_close(c);
+}

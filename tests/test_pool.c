@@ -435,3 +435,52 @@ Test(pool, calls_move_to_the_next_seed_when_theirs_goes_away) {
   cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 2);
   xf_pool_close(pool);
 }
+
+/* ---- a loader asking the pool for its own key ----------------------------------- */
+
+typedef struct selfish {
+  xf_pool *pool;
+  int calls, inner_rc;
+  char msg[256];
+} selfish;
+
+/* Asks for its own key once (the second load, if any, just answers). */
+static int self_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  selfish *s = ud;
+  if (__atomic_add_fetch(&s->calls, 1, __ATOMIC_SEQ_CST) == 1) {
+    xf_policy p = XF_POLICY_INIT;
+    p.wait_ms = 300; /* what the nested call would stall for without the check */
+    xf_value v;
+    s->inner_rc = xf_pool_get_or_compute(s->pool, key, keylen, &p, self_loader, s, &v);
+    snprintf(s->msg, sizeof s->msg, "%s", xf_pool_errmsg());
+    xf_value_free(&v);
+  }
+  return xf_sink_set(sink, "outer", 5);
+}
+
+static void expect_own_key_refused(int port, xf_source source) {
+  xf_pool *pool = open_pool(port, 1, 200);
+  selfish s = {.pool = pool};
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 300;
+  xf_value v;
+  cr_assert_eq(xf_pool_get_or_compute(pool, "pool:self", 9, &p, self_loader, &s, &v), XF_OK,
+               "%s", xf_pool_errmsg());
+  cr_expect_eq(s.inner_rc, XF_EINVAL, "the nested call returned %s",
+               xf_errname(s.inner_rc));
+  cr_expect(strstr(s.msg, "pool:self asked for pool:self itself") != NULL, "message: %s",
+            s.msg);
+  cr_expect_eq(s.calls, 1, "the loader ran %d times", s.calls);
+  cr_expect_str_eq(v.data, "outer");
+  cr_expect_eq(v.source, source);
+  xf_value_free(&v);
+  xf_pool_close(pool);
+}
+
+Test(pool, a_loader_asking_for_its_own_key_fails_at_once) {
+  expect_own_key_refused(xft_port(), XF_SOURCE_LOADER);
+}
+
+Test(pool, a_loader_asking_for_its_own_key_fails_at_once_with_redis_down) {
+  expect_own_key_refused(1, XF_SOURCE_UNCACHED); /* the pool's own share */
+}
