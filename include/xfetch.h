@@ -356,7 +356,10 @@ typedef struct xf_stats {
   uint64_t redis_errors;  /* Redis errors (replies, I/O, connect) */
   uint64_t superseded;    /* writes refused because a newer value or a delete
                              won (the value was returned uncached) */
-  uint64_t local;         /* values served from the share (XF_SOURCE_LOCAL) */
+  uint64_t local;         /* calls the share answered instead of the loader:
+                             another thread's load of the key (its value, its
+                             not-found or its failure) or a value kept from
+                             one (XF_SOURCE_LOCAL); not counted in loads */
   uint64_t redirects;     /* Cluster MOVED and ASK redirections followed */
   uint64_t map_refreshes; /* Cluster slot maps loaded (CLUSTER SLOTS) */
   uint64_t connections;   /* connections open now (one per node in a cluster;

@@ -215,6 +215,8 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
 }
 
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
+  f->c->stats.loads--; /* load() counted a loader run the share made unneeded */
+  f->c->stats.local++;
   if (rc != XF_OK) {
     free(data);
     if (rc == XF_ELOADER)
@@ -226,7 +228,6 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
   f->out->data = data;
   f->out->len = len;
   f->out->source = XF_SOURCE_LOCAL;
-  f->c->stats.local++;
   return done(f, XF_OK);
 }
 

@@ -173,3 +173,26 @@ Test(share, bounded_by_bytes) {
   xf_client_close(c);
   xf_share_close(s);
 }
+
+/* stats count what happened: loads are loader runs, the calls the share
+ * answered are local (before: every call counted a load). */
+Test(share, stats_count_loader_runs_and_share_answers) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_client *c = down_client(s);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "v"};
+  for (int i = 0; i < 100; i++) {
+    xf_value v;
+    cr_assert_eq(get(c, "share:stats", &p, &l, &v), XF_OK);
+    xf_value_free(&v);
+  }
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(st.loads, 1, "loads %llu for 1 loader run", (unsigned long long)st.loads);
+  cr_expect_eq(st.local, 99);
+  cr_expect_eq(st.uncached, 1);
+  xf_client_close(c);
+  xf_share_close(s);
+}
