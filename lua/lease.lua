@@ -1,13 +1,17 @@
 -- lease: take the key's lease unless a live one exists.
 -- KEYS[1] entry key. ARGV[1] token, ARGV[2] lease_ms, ARGV[3] the expiry_ms
--- the caller read ("0" if none).
+-- the caller read ("0" if none), ARGV[4] the server time of the caller's
+-- first read (optional).
 -- Returns {1, now_ms} won (also when the lease is already this token's: a
 -- retried request); {0, now_ms} lost (a live lease exists); {2, now_ms, value,
 -- delta_us, remaining_ms, 0, negative, expiry_ms} when a newer valid
--- value was written since the caller's read: use it, load nothing. Malformed
--- fields are judged as the read script judges them.
+-- value was written since the caller's read: use it, load nothing; {3, now_ms}
+-- when a load that found nothing (not cached) ended after the caller's first
+-- read (field f, release.lua / write.lua): the caller came during that load,
+-- its answer is that not-found. Malformed fields are judged as the read
+-- script judges them.
 local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local f = redis.call('HMGET', key, 'v', 'd', 'e', 'l', 'n')
+local f = redis.call('HMGET', key, 'v', 'd', 'e', 'l', 'n', 'f')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local e = tonumber(f[3])
@@ -21,6 +25,8 @@ if f[4] then
   local deadline = tonumber(string.match(f[4], ':(%d+)$'))
   if deadline and deadline > now then return {0, now} end
 end
+local nothing, first_read = tonumber(f[6]), tonumber(ARGV[4])
+if nothing and first_read and nothing > first_read then return {3, now} end
 redis.call('HSET', key, 'l', token .. ':' .. string.format('%d', now + lease_ms))
 -- The entry must outlive the lease, or it would vanish with the lease mid-load
 -- and let a second caller in. A lease-only hash gets exactly the lease's TTL.

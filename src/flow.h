@@ -53,6 +53,8 @@ typedef struct xf__flow {
   int refresh;                        /* an early refresh of a valid value (not a miss) */
   int round;                          /* reads made while waiting */
   int had_value;                      /* the entry held a value when read */
+  int found_nothing;                  /* the release tells the waiters: not found */
+  int64_t first_read_ms;              /* server time of the call's first read */
   xf__entry e;                        /* what the last read saw */
   char token[40];                     /* the lease held ("" = none) */
   int64_t start_ms;                   /* server time the computation is dated by */
