@@ -43,8 +43,8 @@ void xf__flow_call_loader(xf__flow *f, xf_share *s, xf_loader_fn loader, void *u
   xf__share_role role = XF_SHARE_ALONE;
   if (s && f->load == XF_LOAD_UNCACHED) {
     int64_t now = xf__now_ms();
-    role = xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms, &out->data,
-                           &out->len, &out->rc);
+    role = xf__share_begin(s, f->key.data, f->key.len, now, now + f->p->wait_ms,
+                           f->interrupt, f->interrupt_ud, &out->data, &out->len, &out->rc);
     if ((out->served = role == XF_SHARE_SERVED))
       return;
   }
@@ -94,8 +94,9 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
       step = xf__flow_run_loader(&f, loader, ud);
       break;
     case XF_STEP_WAIT:
-      xf__sleep_until_ms(f.wake_ms);
-      step = xf__flow_woke(&f, xf__now_ms());
+      xf__sleep_until_ms(f.wake_ms); /* at most WAIT_POLL_MAX_MS */
+      step =
+          xf__flow_interrupted(&f) ? xf__flow_cancel(&f) : xf__flow_woke(&f, xf__now_ms());
       break;
     case XF_STEP_DONE:
       return f.rc;

@@ -23,7 +23,9 @@ struct xf_client {
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
   int64_t tombstone_ms;
-  xf_share *share; /* borrowed; NULL = none */
+  xf_share *share;           /* borrowed; NULL = none */
+  xf_interrupt_fn interrupt; /* options.interrupt: checked during waits */
+  void *interrupt_ud;
   size_t max_key_len, max_value_len;
   char *prefix;
   size_t prefix_len;

@@ -219,7 +219,9 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
 }
 
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
-  f->c->stats.loads--; /* load() counted a loader run the share made unneeded */
+  f->c->stats.loads--;    /* load() counted a loader run the share made unneeded */
+  if (rc == XF_ECANCELED) /* interrupted while waiting for the share's flight */
+    return done(f, xf__fail(f->c, rc, "interrupted (options.interrupt)"));
   f->c->stats.local++;
   if (rc != XF_OK) {
     free(data);
@@ -298,6 +300,15 @@ xf__step xf__flow_woke(xf__flow *f, int64_t now_ms) {
   (void)now_ms;
   f->round++;
   return send(f, READ);
+}
+
+int xf__flow_interrupted(const xf__flow *f) {
+  return f->interrupt && f->interrupt(f->interrupt_ud) != 0;
+}
+
+xf__step xf__flow_cancel(xf__flow *f) {
+  int rc = xf__fail(f->c, XF_ECANCELED, "interrupted (options.interrupt)");
+  return f->token[0] && f->state != DONE ? release_then_done(f, rc) : done(f, rc);
 }
 
 /* ---- early refresh ------------------------------------------------------------- */
@@ -392,6 +403,8 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   f->user_key = key;
   f->user_keylen = keylen;
   f->out = out;
+  f->interrupt = c->interrupt;
+  f->interrupt_ud = c->interrupt_ud;
   memset(out, 0, sizeof *out);
   memset(&f->sink, 0, sizeof f->sink);
   memset(&f->e, 0, sizeof f->e);

@@ -38,6 +38,8 @@ typedef struct xf__flow {
   size_t user_keylen;
   xf__key key; /* prefixed, for Redis */
   xf_value *out;
+  xf_interrupt_fn interrupt; /* the client's, copied: a pool lends the client */
+  void *interrupt_ud;        /* to others while this call waits */
 
   /* What the driver acts on. */
   xf__cmd cmd;         /* SEND */
@@ -109,5 +111,12 @@ void xf__sleep_until_ms(int64_t wake_ms);
 
 /* A WAIT is over. */
 xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
+
+/* Whether the call's interrupt check (options.interrupt) asks it to stop. */
+int xf__flow_interrupted(const xf__flow *f);
+
+/* Ends the call with XF_ECANCELED (options.interrupt asked): from a WAIT, or
+ * any step where the driver stops it; a lease held is released first. */
+xf__step xf__flow_cancel(xf__flow *f);
 
 #endif

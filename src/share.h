@@ -17,9 +17,12 @@ typedef enum {
 } xf__share_role;
 
 /* Joins key's flight at now_ms (monotonic): a fresh fallback value or the
- * outcome of the flight in progress (waiting until deadline_ms), or the lead. */
+ * outcome of the flight in progress (waiting until deadline_ms; every 50 ms
+ * interrupt(ud), when not NULL, may end the wait: SERVED with XF_ECANCELED),
+ * or the lead. */
 xf__share_role xf__share_begin(xf_share *s, const char *key, size_t keylen, int64_t now_ms,
-                               int64_t deadline_ms, char **data, size_t *len, int *rc);
+                               int64_t deadline_ms, xf_interrupt_fn interrupt, void *ud,
+                               char **data, size_t *len, int *rc);
 
 /* Ends the lead: rc XF_OK with the value (copied, kept until expires_ms), or
  * the failure to hand to the flight's followers (never kept). */
