@@ -81,7 +81,17 @@ class Cache:
         self._stream = None
         self._opening = None
         self._retry_after = 0.0
+        self._redis_errors = 0  # failed connects and requests (the C client does no I/O)
         self._prefix = prefix
+
+    def __del__(self):
+        # Dropped without close(): the loop's reader would keep the socket open
+        stream = getattr(self, "_stream", None)
+        if stream is not None and stream.broken is None:
+            try:
+                stream._break(ConnectionError(lib.XF_EIO, "the Cache was dropped"))
+            except Exception:  # the loop is gone: the socket at least
+                stream.sock.close()
 
     def __repr__(self):
         f = self._fields
@@ -151,6 +161,7 @@ class Cache:
         except Error:  # AUTH / SELECT refused: loud, not a fail-open
             raise
         except (OSError, asyncio.TimeoutError) as e:
+            self._redis_errors += 1
             self._retry_after = time.monotonic() + self._breaker
             raise ConnectionError(lib.XF_ECONNECT, f"connect: {e}") from e
         finally:
@@ -207,6 +218,7 @@ class Cache:
                         if isinstance(reply, asyncio.Future):
                             reply = await reply
                     except (Error, OSError, asyncio.TimeoutError):
+                        self._redis_errors += 1
                         step = lib.xf_call_io_failed(call, lib.XF_EIO)
                     else:
                         step = lib.xf_call_reply(call, reply)
@@ -248,8 +260,27 @@ class Cache:
         try:
             reply = await stream.request(data)
         except (Error, OSError, asyncio.TimeoutError):
+            self._redis_errors += 1
             return lib.xf_call_io_failed(call, lib.XF_EIO)
         return lib.xf_call_reply(call, reply)
+
+    def _release_now(self, call, step):
+        """The loader was cancelled or interrupted (KeyboardInterrupt): its
+        lease is released at once (the call's RELEASE is written, its reply
+        dropped when it comes) instead of being left for lease seconds."""
+        stream = self._stream
+        if step != lib.XF_CALL_SEND or stream is None or stream.broken is not None:
+            return
+        n = self._size
+        try:
+            reply = stream.start(ffi.unpack(lib.xf_call_request(call, n), n[0]))
+        except (Error, OSError):
+            return
+        if isinstance(reply, asyncio.Future):
+            reply.add_done_callback(
+                lambda f: f.cancelled() or f.exception() or lib.xf_reply_free(f.result()))
+        else:
+            lib.xf_reply_free(reply)
 
     async def _load(self, call, loader, lease, key):
         t0 = time.monotonic()
@@ -259,6 +290,9 @@ class Cache:
                 value = await value
         except Exception as e:  # nothing is cached; raised (or logged) at the end
             return lib.xf_call_load_failed(call, -1), e
+        except BaseException:  # CancelledError, KeyboardInterrupt: raised at once
+            self._release_now(call, lib.xf_call_load_failed(call, -1))
+            raise
         took = time.monotonic() - t0
         if took > lease:
             log.warning("loader for %r took %.3f s, longer than its lease (%.3f s): other "
@@ -337,6 +371,7 @@ class Cache:
         out = ffi.new("xf_stats *")
         lib.xf_client_stats(self._client, out)
         s = {name: getattr(out, name) for name, _ in ffi.typeof("xf_stats").fields}
+        s["redis_errors"] += self._redis_errors
         s["connections"] = int(self._stream is not None and not self._stream.broken)
         return s
 
