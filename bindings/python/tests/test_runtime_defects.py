@@ -244,7 +244,9 @@ def test_not_found_is_shared_with_its_waiters(server, admin, prefix, face):
                      for _ in range(8)]
         for t in followers:
             t.start()
-        time.sleep(0.3)  # every follower is waiting on the leader's lease
+        deadline = time.monotonic() + 5  # every follower waits on the leader's lease
+        while cache.stats()["waits"] < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
         go.set()
         for t in [leader] + followers:
             t.join()
@@ -263,7 +265,9 @@ def test_not_found_is_shared_with_its_waiters(server, admin, prefix, face):
             await started.wait()
             followers = [asyncio.ensure_future(
                 cache.get_or_compute("hot", follower_loader, ttl=60)) for _ in range(8)]
-            await asyncio.sleep(0.3)
+            deadline = time.monotonic() + 5
+            while cache.stats()["waits"] < 8 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
             go.set()
             out = await asyncio.gather(leader, *followers)
             after = await cache.get_or_compute("hot", follower_loader, ttl=60)
