@@ -80,6 +80,9 @@ XF_EXPORT const char *xf_errname(int rc);
 /* A process-local share: see xf_share_open below. */
 typedef struct xf_share xf_share;
 
+/* An interrupt check (see xf_options.interrupt): non-zero = stop the call. */
+typedef int (*xf_interrupt_fn)(void *ud);
+
 /* How a client finds out whether it talks to a Redis Cluster. */
 typedef enum xf_cluster_mode {
   XF_CLUSTER_AUTO = 0, /* ask the first server reached (INFO cluster) */
@@ -131,6 +134,14 @@ typedef struct xf_options {
                              to the replication lag old. Leases and writes
                              always go to the master. The event-loop driver
                              (xf_async) ignores it: its reads go to the master */
+  /* NULL, or called with interrupt_ud, in the calling thread, at least every
+   * 50 ms while a blocking call waits: for another caller's lease, or for
+   * another thread's load of the key in the share (xf_get_or_compute,
+   * xf_get_or_compute_many). Non-zero ends the call at once with XF_ECANCELED
+   * (it holds no lease then; the loader is not run). For bindings that must
+   * let a signal (Ctrl-C) through a wait. */
+  xf_interrupt_fn interrupt;
+  void *interrupt_ud;
 } xf_options;
 
 #define XF_OPTIONS_INIT                                                                    \
@@ -380,7 +391,10 @@ typedef struct xf_stats {
   uint64_t redis_errors;  /* Redis errors (replies, I/O, connect) */
   uint64_t superseded;    /* writes refused because a newer value or a delete
                              won (the value was returned uncached) */
-  uint64_t local;         /* values served from the share (XF_SOURCE_LOCAL) */
+  uint64_t local;         /* calls the share answered instead of the loader:
+                             another thread's load of the key (its value, its
+                             not-found or its failure) or a value kept from
+                             one (XF_SOURCE_LOCAL); not counted in loads */
   uint64_t redirects;     /* Cluster MOVED and ASK redirections followed */
   uint64_t map_refreshes; /* Cluster slot maps loaded (CLUSTER SLOTS) */
   uint64_t connections;   /* connections open now (one per node in a cluster;

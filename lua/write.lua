@@ -5,7 +5,8 @@
 -- larger of the stale and stale-if-error windows), ARGV[6] start_ms ("" = now),
 -- ARGV[7] kind: "0" a value, "1" a cached not-found, "2" gone (the loader found
 -- nothing and not-found is not cached: the old value is removed and a tombstone
--- with s = start_ms stays for ARGV[4] ms).
+-- with s = start_ms stays for ARGV[4] ms, with the found-nothing marker f = now
+-- for the callers that waited on this load: see release.lua).
 -- Returns 1 written, 0 refused: the entry holds a newer computation (its s is
 -- later than start_ms, e.g. a delete's tombstone or an xf_set), or the caller's
 -- lease is no longer the entry's (a delete removed it, or another caller took
@@ -25,7 +26,7 @@ end
 local ttl = tonumber(ARGV[4])
 if kind == '2' then
   redis.call('HDEL', key, 'v', 'd', 'e', 'n')
-  redis.call('HSET', key, 's', string.format('%d', start))
+  redis.call('HSET', key, 's', string.format('%d', start), 'f', string.format('%d', now))
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
   return 1
 end

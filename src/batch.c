@@ -126,10 +126,12 @@ static size_t wake_due(batch *b) {
     return 0;
   xf__sleep_until_ms(first);
   int64_t now_ms = xf__now_ms();
+  int stop = xf__flow_interrupted(&b->flows[0]); /* ends every wait */
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++)
-    if (b->steps[i] == XF_STEP_WAIT && b->flows[i].wake_ms <= now_ms) {
-      b->steps[i] = xf__flow_woke(&b->flows[i], now_ms);
+    if (b->steps[i] == XF_STEP_WAIT && (stop || b->flows[i].wake_ms <= now_ms)) {
+      b->steps[i] =
+          stop ? xf__flow_cancel(&b->flows[i]) : xf__flow_woke(&b->flows[i], now_ms);
       k++;
     }
   return k;

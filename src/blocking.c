@@ -107,8 +107,9 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
       step = xf__flow_run_loader(&f, loader, ud);
       break;
     case XF_STEP_WAIT:
-      xf__sleep_until_ms(f.wake_ms);
-      step = xf__flow_woke(&f, xf__now_ms());
+      xf__sleep_until_ms(f.wake_ms); /* at most WAIT_POLL_MAX_MS */
+      step =
+          xf__flow_interrupted(&f) ? xf__flow_cancel(&f) : xf__flow_woke(&f, xf__now_ms());
       break;
     case XF_STEP_DONE:
       return f.rc;

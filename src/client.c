@@ -283,6 +283,8 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
   c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
   c->share = o->share;
+  c->interrupt = o->interrupt;
+  c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
   return build_ns(c);
 }

@@ -27,6 +27,8 @@ struct xf_client {
   char *ns;        /* where values come from: the servers (or unix path), db
                       and user, NUL-separated (share slots, nested loads) */
   size_t ns_len;
+  xf_interrupt_fn interrupt; /* options.interrupt: checked during waits */
+  void *interrupt_ud;
   size_t max_key_len, max_value_len;
   char *prefix;
   size_t prefix_len;

@@ -181,6 +181,7 @@ static int connect_now(xf_client *c, xf__conn *k) {
   }
   if (rc == XF_OK)
     rc = setup(c, k);
+  k->refused_rc = rc == XF_EAUTH || rc == XF_EINVAL ? rc : 0;
   if (rc != XF_OK) {
     c->stats.redis_errors++;
     drop(c, k);
@@ -193,7 +194,8 @@ int xf__conn_open(xf_client *c, xf__conn *k) {
   if (k->ctx)
     return XF_OK;
   if (c->breaker_ms >= 0 && xf__now_ms() < k->retry_after_ms)
-    return xf__fail(c, XF_ECONNECT, "circuit open after: %s", k->err);
+    return xf__fail(c, k->refused_rc ? k->refused_rc : XF_ECONNECT,
+                    "circuit open after: %s", k->err);
   return connect_now(c, k);
 }
 

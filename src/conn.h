@@ -20,6 +20,8 @@ typedef struct xf__conn {
   int readonly;           /* a replica serving reads: READONLY after connect */
   int64_t retry_after_ms; /* circuit breaker: no reconnect before this */
   int peer_closed;        /* the last failure was the server closing the socket */
+  int refused_rc;         /* XF_EAUTH / XF_EINVAL: the last connect's AUTH or SELECT
+                             was refused; the breaker repeats it, never ECONNECT */
   char err[256];          /* why the connection was last dropped */
 } xf__conn;
 
@@ -38,7 +40,9 @@ void xf__conn_forget(xf__conn *k);
 const char *xf__conn_name(const xf__conn *k, char *buf, size_t len);
 
 /* Connects now if k is not connected and its breaker allows it. Returns
- * XF_OK, XF_ECONNECT (breaker open or connect failed), XF_EAUTH, XF_ENOMEM;
+ * XF_OK, XF_ECONNECT (breaker open or connect failed), XF_EAUTH (AUTH or
+ * SELECT refused, also while the breaker is open after such a refusal: a
+ * misconfiguration is never taken for a server that is down), XF_ENOMEM;
  * the reason on the client. */
 int xf__conn_open(struct xf_client *c, xf__conn *k);
 

@@ -34,9 +34,10 @@ void xf__entry_read_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
 }
 
 void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
-                         int64_t lease_ms, int64_t seen_expiry_ms) {
-  const char *args[] = {token, number(cmd, 0, lease_ms), number(cmd, 1, seen_expiry_ms)};
-  script_cmd(cmd, XF_SCRIPT_LEASE, key, keylen, 3, args);
+                         int64_t lease_ms, int64_t seen_expiry_ms, int64_t first_read_ms) {
+  const char *args[] = {token, number(cmd, 0, lease_ms), number(cmd, 1, seen_expiry_ms),
+                        number(cmd, 2, first_read_ms)};
+  script_cmd(cmd, XF_SCRIPT_LEASE, key, keylen, first_read_ms > 0 ? 4 : 3, args);
 }
 
 void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w) {
@@ -55,10 +56,10 @@ void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf_
   xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 7, args, lens);
 }
 
-void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen,
-                           const char *token) {
-  const char *args[] = {token};
-  script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, 1, args);
+void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                           int64_t nothing_keep_ms) {
+  const char *args[] = {token, number(cmd, 0, nothing_keep_ms)};
+  script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, nothing_keep_ms > 0 ? 2 : 1, args);
 }
 
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
@@ -174,9 +175,9 @@ int xf__entry_split_read_many(xf_client *c, redisReply *r, size_t nkeys,
 int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer) {
   memset(newer, 0, sizeof *newer);
-  /* lease.lua: {0|1, now} or {2, now, value entry}. */
+  /* lease.lua: {0|1|3, now} or {2, now, value entry}. */
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_int(r->element[0]) ||
-      !is_int(r->element[1]) || out_of_range(r->element[0]->integer, 0, 2) ||
+      !is_int(r->element[1]) || out_of_range(r->element[0]->integer, 0, 3) ||
       out_of_range(r->element[1]->integer, 0, MAX_CLOCK_MS) ||
       r->elements != (r->element[0]->integer == XF_LEASE_NEWER ? 8u : 2u)) {
     freeReplyObject(r);
@@ -226,7 +227,7 @@ int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
   redisReply *r;
   memset(newer, 0, sizeof *newer);
   xf__entry_token(c, token);
-  xf__entry_lease_cmd(&cmd, key, keylen, token, lease_ms, seen_expiry_ms);
+  xf__entry_lease_cmd(&cmd, key, keylen, token, lease_ms, seen_expiry_ms, 0);
   int rc = xf__script_run(c, XF_SCRIPT_LEASE, &cmd, &r);
   return rc == XF_OK ? xf__entry_parse_lease(c, r, now_ms, result, newer) : rc;
 }
@@ -244,7 +245,7 @@ int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *
   xf__cmd cmd;
   redisReply *r;
   int released;
-  xf__entry_release_cmd(&cmd, key, keylen, token);
+  xf__entry_release_cmd(&cmd, key, keylen, token, 0);
   int rc = xf__script_run(c, XF_SCRIPT_RELEASE, &cmd, &r);
   return rc == XF_OK ? xf__entry_parse_int(c, r, "release", &released) : rc;
 }

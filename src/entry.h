@@ -26,7 +26,12 @@ typedef struct xf__entry {
 
 void xf__entry_free(xf__entry *e);
 
-typedef enum { XF_LEASE_LOST = 0, XF_LEASE_WON = 1, XF_LEASE_NEWER = 2 } xf__lease_result;
+typedef enum {
+  XF_LEASE_LOST = 0,
+  XF_LEASE_WON = 1,
+  XF_LEASE_NEWER = 2,
+  XF_LEASE_NOTHING = 3 /* a load that found nothing ended after the first read */
+} xf__lease_result;
 
 /* What a write stores (write.lua's kinds). */
 typedef enum {
@@ -49,11 +54,16 @@ typedef struct xf__write {
 /* ---- encode: fill cmd (it keeps pointers to key, token and data) ---------- */
 
 void xf__entry_read_cmd(xf__cmd *cmd, const char *key, size_t keylen);
-/* seen_expiry_ms: the expiry the caller read (0 if none). */
+/* seen_expiry_ms: the expiry the caller read (0 if none); first_read_ms: the
+ * server time of the caller's first read (0 = none): a load that found
+ * nothing and ended after it answers XF_LEASE_NOTHING. */
 void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
-                         int64_t lease_ms, int64_t seen_expiry_ms);
+                         int64_t lease_ms, int64_t seen_expiry_ms, int64_t first_read_ms);
 void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w);
-void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token);
+/* nothing_keep_ms > 0: the load found nothing (not cached); leave the marker
+ * that answers its waiters (lua/release.lua) for that long. */
+void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                           int64_t nothing_keep_ms);
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
                           int64_t tombstone_ms);
 /* The reads of nkeys keys in one call (read_many.lua; in Redis Cluster all in

@@ -55,13 +55,15 @@ static xf__step encode(xf__flow *f) {
     xf__entry_read_cmd(&f->cmd, key, len);
     break;
   case LEASE:
-    xf__entry_lease_cmd(&f->cmd, key, len, f->token, lease_ms_for(f), f->e.expiry_ms);
+    xf__entry_lease_cmd(&f->cmd, key, len, f->token, lease_ms_for(f), f->e.expiry_ms,
+                        f->first_read_ms);
     break;
   case WRITE:
     xf__entry_write_cmd(&f->cmd, key, len, &f->w);
     break;
   default:
-    xf__entry_release_cmd(&f->cmd, key, len, f->token);
+    xf__entry_release_cmd(&f->cmd, key, len, f->token,
+                          f->found_nothing ? f->p->wait_ms : 0);
   }
   return XF_STEP_SEND;
 }
@@ -210,12 +212,18 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
   f->w = what_to_write(f);
   if (f->w.ttl_ms > 0)
     return send(f, WRITE);
-  /* A not-found not to cache, or a value the loader said not to cache. */
+  /* A not-found not to cache (the release tells the callers that waited on
+   * this lease), or a value the loader said not to cache. */
+  f->found_nothing = f->sink.not_found;
   int rc = serve_sink(f, f->sink.not_found ? XF_SOURCE_LOADER : XF_SOURCE_UNCACHED);
   return f->token[0] ? release_then_done(f, rc) : done(f, rc);
 }
 
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
+  f->c->stats.loads--;    /* load() counted a loader run the share made unneeded */
+  if (rc == XF_ECANCELED) /* interrupted while waiting for the share's flight */
+    return done(f, xf__fail(f->c, rc, "interrupted (options.interrupt)"));
+  f->c->stats.local++;
   if (rc != XF_OK) {
     free(data);
     if (rc == XF_ELOADER)
@@ -227,7 +235,6 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
   f->out->data = data;
   f->out->len = len;
   f->out->source = XF_SOURCE_LOCAL;
-  f->c->stats.local++;
   return done(f, XF_OK);
 }
 
@@ -304,6 +311,15 @@ xf__step xf__flow_woke(xf__flow *f, int64_t now_ms) {
   return send(f, READ);
 }
 
+int xf__flow_interrupted(const xf__flow *f) {
+  return f->interrupt && f->interrupt(f->interrupt_ud) != 0;
+}
+
+xf__step xf__flow_cancel(xf__flow *f) {
+  int rc = xf__fail(f->c, XF_ECANCELED, "interrupted (options.interrupt)");
+  return f->token[0] && f->state != DONE ? release_then_done(f, rc) : done(f, rc);
+}
+
 /* ---- early refresh ------------------------------------------------------------- */
 
 /* A fresh value was elected for early recompute. Whatever happens, the caller
@@ -331,6 +347,10 @@ static xf__step lease_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
     if (f->refresh)
       return serve(f, XF_SOURCE_CACHE);
     return is_unreachable(rc) ? load(f, XF_LOAD_UNCACHED) : done(f, rc);
+  }
+  if (won == XF_LEASE_NOTHING) { /* this caller came during a load that found nothing */
+    f->token[0] = '\0';
+    return done(f, xf__fail(f->c, XF_ENOTFOUND, "another caller's loader found nothing"));
   }
   if (won == XF_LEASE_NEWER) {
     xf__entry_free(&f->e);
@@ -360,6 +380,8 @@ static xf__step read_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
     return done(f, rc);
   xf__entry *e = &f->e;
   int fresh = e->value && e->remaining_ms > 0;
+  if (f->round == 0)
+    f->first_read_ms = e->now_ms;
   if (f->round > 0) { /* a waiter's re-read */
     if (!fresh)
       return miss(f, now_ms);
@@ -388,6 +410,8 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   f->user_key = key;
   f->user_keylen = keylen;
   f->out = out;
+  f->interrupt = c->interrupt;
+  f->interrupt_ud = c->interrupt_ud;
   memset(out, 0, sizeof *out);
   memset(&f->sink, 0, sizeof f->sink);
   memset(&f->e, 0, sizeof f->e);
@@ -395,8 +419,8 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   f->token[0] = '\0';
   f->load = XF_LOAD_LEASED;
   f->rc = XF_OK;
-  f->script_loading = f->refresh = f->round = f->had_value = 0;
-  f->start_ms = f->delta_us = 0;
+  f->script_loading = f->refresh = f->round = f->had_value = f->found_nothing = 0;
+  f->start_ms = f->delta_us = f->first_read_ms = 0;
   int rc = xf__policy_check(c, p);
   if (rc == XF_OK)
     rc = xf__key_build(c, key, keylen, &f->key);

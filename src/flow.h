@@ -40,6 +40,8 @@ typedef struct xf__flow {
   size_t user_keylen;
   xf__key key; /* prefixed, for Redis */
   xf_value *out;
+  xf_interrupt_fn interrupt; /* the client's, copied: a pool lends the client */
+  void *interrupt_ud;        /* to others while this call waits */
 
   /* What the driver acts on. */
   xf__cmd cmd;         /* SEND */
@@ -55,6 +57,8 @@ typedef struct xf__flow {
   int refresh;                        /* an early refresh of a valid value (not a miss) */
   int round;                          /* reads made while waiting */
   int had_value;                      /* a value (or a malformed entry) was read */
+  int found_nothing;                  /* the release tells the waiters: not found */
+  int64_t first_read_ms;              /* server time of the call's first read */
   xf__entry e;                        /* what the last read saw */
   char token[40];                     /* the lease held ("" = none) */
   int64_t start_ms;                   /* server time the computation is dated by */
@@ -125,5 +129,12 @@ void xf__sleep_until_ms(int64_t wake_ms);
 
 /* A WAIT is over. */
 xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
+
+/* Whether the call's interrupt check (options.interrupt) asks it to stop. */
+int xf__flow_interrupted(const xf__flow *f);
+
+/* Ends the call with XF_ECANCELED (options.interrupt asked): from a WAIT, or
+ * any step where the driver stops it; a lease held is released first. */
+xf__step xf__flow_cancel(xf__flow *f);
 
 #endif

@@ -14,6 +14,7 @@
 
 #define DEFAULT_MAX_ENTRIES 10000
 #define DEFAULT_MAX_BYTES (64u * 1024 * 1024)
+#define INTERRUPT_SLICE_MS 50 /* how often a waiter asks options.interrupt */
 
 typedef struct slot {
   struct slot *prev, *next; /* LRU list, most recent first */
@@ -223,6 +224,25 @@ static void wait_until(xf_share *s, int64_t deadline_ms) {
   pthread_cond_timedwait(&s->landed, &s->mu, &ts);
 }
 
+/* Waits for the flight to land, in slices, asking interrupt (without the
+ * lock: it may run a binding's code) between them. Returns 1 when it asked
+ * to stop. */
+static int wait_flight(xf_share *s, slot *e, unsigned long flight, int64_t deadline_ms,
+                       xf_interrupt_fn interrupt, void *ud) {
+  while (e->flight == flight && xf__now_ms() < deadline_ms) {
+    int64_t slice_ms = xf__now_ms() + INTERRUPT_SLICE_MS;
+    wait_until(s, interrupt && slice_ms < deadline_ms ? slice_ms : deadline_ms);
+    if (interrupt && e->flight == flight) {
+      pthread_mutex_unlock(&s->mu);
+      int stop = interrupt(ud);
+      pthread_mutex_lock(&s->mu);
+      if (stop)
+        return 1;
+    }
+  }
+  return 0;
+}
+
 xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keylen,
                                int64_t now_ms, int64_t deadline_ms, char **data,
                                size_t *len, int *rc) {
@@ -231,6 +251,8 @@ xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keyle
     return XF_SHARE_ALONE;
   if (xf__share_test_yield)
     xf__share_test_yield();
+  xf_interrupt_fn interrupt = c->interrupt;
+  void *ud = c->interrupt_ud;
   pthread_mutex_lock(&s->mu);
   slot *e = find(s, c, key, keylen);
   xf__share_role role = XF_SHARE_LEAD;
@@ -240,10 +262,12 @@ xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keyle
   } else if (e && e->loading) {
     unsigned long flight = e->flight;
     e->waiters++;
-    while (e->flight == flight && xf__now_ms() < deadline_ms)
-      wait_until(s, deadline_ms);
+    int stopped = wait_flight(s, e, flight, deadline_ms, interrupt, ud);
     e->waiters--;
-    if (e->flight == flight) {
+    if (stopped) {
+      *rc = XF_ECANCELED;
+      role = XF_SHARE_SERVED;
+    } else if (e->flight == flight) {
       role = XF_SHARE_ALONE;
     } else {
       *rc = e->value && e->outcome == XF_OK ? copy_value(e, data, len) : e->outcome;

@@ -19,12 +19,14 @@ typedef enum {
 /* Every function takes the client whose share (c->share; NULL = none: a
  * no-op, or XF_SHARE_ALONE) and namespace (c->ns: where its values come
  * from) to use, and key, the Redis key (prefixed): the share keys its slots
- * by both, so no caller can mix up servers or dbs. They read only c->share
- * and c->ns, which never change once the client is open: a pooled client
+ * by both, so no caller can mix up servers or dbs. They read only c->share,
+ * c->ns and c->interrupt, which never change once the client is open: a pooled client
  * another thread holds meanwhile will do. */
 
 /* Joins key's flight at now_ms (monotonic): a fresh fallback value or the
- * outcome of the flight in progress (waiting until deadline_ms), or the lead. */
+ * outcome of the flight in progress (waiting until deadline_ms; every 50 ms
+ * c->interrupt, when set, may end the wait: SERVED with XF_ECANCELED), or the
+ * lead. */
 xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keylen,
                                int64_t now_ms, int64_t deadline_ms, char **data,
                                size_t *len, int *rc);

@@ -132,6 +132,30 @@ Test(client, password_auth_good_and_bad) {
   xft_server_stop(&s);
 }
 
+/* A refused AUTH is a misconfiguration, never "Redis is down": with
+ * lazy_connect every call says XF_EAUTH (the breaker repeats the refusal
+ * instead of turning it into a fail-open), and no loader runs. */
+Test(client, a_refused_auth_is_eauth_for_every_call) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, auth_conf), 0);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  o.password = "wrong";
+  o.lazy_connect = 1;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "v", .len = 1};
+  for (int i = 0; i < 5; i++) {
+    xf_value v;
+    cr_expect_eq(xf_get_or_compute(c, "client:auth", 11, &p, xft_load, &l, &v), XF_EAUTH,
+                 "call %d: %s", i, xf_errmsg(c));
+  }
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_RELAXED), 0);
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
+
 Test(client, acl_username_and_password) {
   redisContext *r = xft_redis();
   freeReplyObject(xft_cmd(r, "ACL SETUSER xfuser on >pw ~acl:* +@all"));

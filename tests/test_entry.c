@@ -171,7 +171,12 @@ Test(entry, not_found_without_negative_ttl_is_not_cached) {
   cr_expect_eq(xf_get_or_compute(c, "entry:neg0", 10, &p, xft_load, &l, &v), XF_ENOTFOUND);
   cr_expect_eq(l.calls, 2);
   redisContext *r = xft_redis();
-  cr_expect_eq(xft_int(r, "EXISTS entry:neg0"), 0, "lease released, nothing written");
+  /* Lease released, no value: only the found-nothing marker (f) for the
+   * callers that waited on the load, gone after wait_ms. */
+  cr_expect_eq(xft_int(r, "HLEN entry:neg0"), 1, "lease released, nothing written");
+  cr_expect_eq(xft_int(r, "HEXISTS entry:neg0 f"), 1);
+  long long pttl = xft_int(r, "PTTL entry:neg0");
+  cr_expect(pttl > 0 && pttl <= p.wait_ms, "PTTL %lld", pttl);
   redisFree(r);
   xf_client_close(c);
 }

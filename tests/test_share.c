@@ -501,3 +501,78 @@ Test(share, a_forked_childs_threads_on_one_key_load_once) {
   xf_client_close(parent.c);
   xf_share_close(fork_share);
 }
+
+/* stats count what happened: loads are loader runs, the calls the share
+ * answered are local (before: every call counted a load). */
+Test(share, stats_count_loader_runs_and_share_answers) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_client *c = down_client(s);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "v"};
+  for (int i = 0; i < 100; i++) {
+    xf_value v;
+    cr_assert_eq(get(c, "share:stats", &p, &l, &v), XF_OK);
+    xf_value_free(&v);
+  }
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(st.loads, 1, "loads %llu for 1 loader run", (unsigned long long)st.loads);
+  cr_expect_eq(st.local, 99);
+  cr_expect_eq(st.uncached, 1);
+  xf_client_close(c);
+  xf_share_close(s);
+}
+
+typedef struct {
+  xf_share *share;
+  xft_loader *l;
+  int rc;
+} share_call;
+
+static void *slow_lead(void *arg) {
+  share_call *sc = arg;
+  xf_client *c = down_client(sc->share);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  sc->rc = get(c, "share:intr", &p, sc->l, &v);
+  xf_value_free(&v);
+  xf_client_close(c);
+  return NULL;
+}
+
+static int stop_now(void *ud) { return ++*(int *)ud >= 2; }
+
+/* A thread waiting for another thread's load of the key in the share asks
+ * options.interrupt between 50 ms slices and stops with XF_ECANCELED (before:
+ * it slept on the condition until the load landed or wait_ms ran out). */
+Test(share, interrupt_ends_a_wait_for_another_threads_load) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xft_loader slow = {.value = "v", .sleep_ms = 1500};
+  share_call lead = {s, &slow, -100};
+  pthread_t t;
+  pthread_create(&t, NULL, slow_lead, &lead);
+  xft_sleep_ms(100); /* the lead is loading */
+  int checks = 0;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1;
+  o.lazy_connect = 1;
+  o.share = s;
+  o.interrupt = stop_now;
+  o.interrupt_ud = &checks;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader mine = {.value = "mine"};
+  xf_value v;
+  cr_expect_eq(get(c, "share:intr", &p, &mine, &v), XF_ECANCELED, "%s", xf_errmsg(c));
+  cr_expect_eq(checks, 2);
+  cr_expect_eq(mine.calls, 0);
+  cr_expect_eq(__atomic_load_n(&slow.calls, __ATOMIC_RELAXED), 1, "still loading");
+  xf_client_close(c);
+  pthread_join(t, NULL);
+  cr_expect_eq(lead.rc, XF_OK);
+  xf_share_close(s);
+}

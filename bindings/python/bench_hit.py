@@ -85,7 +85,7 @@ def xfetch_get_many(cache, keys, policy):
     batch driver: one round trip for the hits), through the Cache's pool:
     what Cache.get_many does, for builds that lack it."""
     conn = cache._acquire()
-    conn.loader = never
+    conn.state.loader = never
     try:
         n = len(keys)
         bufs = [ffi.from_buffer(k) for k in keys]
@@ -103,7 +103,7 @@ def xfetch_get_many(cache, keys, policy):
             lib.xf_value_free(ffi.addressof(values, i))
         return out
     finally:
-        conn.loader = None
+        conn.state.loader = None
         cache._release(conn)
 
 

@@ -31,6 +31,8 @@ typedef struct xf_share_options {
 int xf_share_open(xf_share **out, const xf_share_options *opts);
 void xf_share_close(xf_share *s);
 
+typedef int (*xf_interrupt_fn)(void *ud);
+
 typedef struct xf_options {
   const char *host;
   int port;
@@ -50,6 +52,8 @@ typedef struct xf_options {
   int64_t tombstone_ms;
   int cluster;
   int read_from_replicas;
+  xf_interrupt_fn interrupt;
+  void *interrupt_ud;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
@@ -127,12 +131,14 @@ typedef struct xf_stats {
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 
-/* The binding's one callback: the loader trampoline (xfetch/_cache.py). */
+/* The binding's callbacks (xfetch/_runtime.py): the loader trampolines, and
+ * the interrupt check that lets a signal through a C wait. */
 extern "Python" int _xf_py_loader(void *ud, const char *key, size_t keylen, xf_sink *sink);
 extern "Python" int _xf_py_key_loader(void *ud, const char *key, size_t keylen,
                                       xf_sink *sink);
 extern "Python" int _xf_py_batch_loader(void *ud, size_t n, const char *const *keys,
                                         const size_t *keylens, xf_sink *const *sinks);
+extern "Python" int _xf_py_interrupt(void *ud);
 
 typedef struct xf_pool xf_pool;
 int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,

@@ -37,7 +37,7 @@ def test_get_or_compute_whose_loader_asks_for_its_own_key(cache):
 def test_a_decorated_function_calling_itself_with_the_same_arguments(cache):
     calls = []
 
-    @cache.cached(ttl=60)
+    @cache.cached(ttl=60, namespace="t")
     def fib(n):
         calls.append(n)
         return fib(n) if n > 1 and len(calls) == 1 else b"1"
@@ -47,7 +47,7 @@ def test_a_decorated_function_calling_itself_with_the_same_arguments(cache):
 
 
 def test_a_decorated_function_recursing_on_other_arguments_still_works(cache):
-    @cache.cached(ttl=60, serializer="json")
+    @cache.cached(ttl=60, serializer="json", namespace="t")
     def fact(n):
         return 1 if n <= 1 else n * fact(n - 1)
 

@@ -2,19 +2,17 @@
 thread-safe, fork-safe Pythonic API."""
 from __future__ import annotations
 
-import collections
-import collections.abc
 import datetime
 import logging
 import os
 import threading
-import time
 import weakref
 
-from ._errors import InvalidArgumentError, check, error_for
+from ._errors import check, error_for
 from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._types import Fetched  # a typed NamedTuple
+from ._runtime import CallState, Failures
 from ._url import parse_url
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union  # noqa: E402
@@ -35,97 +33,19 @@ log = logging.getLogger("xfetch")
 
 
 class _Conn:
-    """One xf_client, used by one thread at a time. It carries the loader and
-    the loader's exception for the call in progress: its handle is the loader's
-    user data, so a call allocates nothing for the callback."""
+    """One xf_client, used by one thread at a time. Its CallState carries the
+    loader and the loader's exception for the call in progress; the state's
+    handle is the loader's user data, so a call allocates nothing for the
+    callback (and the state does not refer back to the connection)."""
 
-    __slots__ = ("ptr", "value", "handle", "loader", "exc", "load_s", "gen", "share", "keys",
-                 "__weakref__")
+    __slots__ = ("ptr", "value", "handle", "state", "gen", "share", "__weakref__")
 
-    def __init__(self, ptr, gen, share):
+    def __init__(self, ptr, gen, share, state, handle):
         self.ptr = ptr
         self.share = share  # the C client borrows it: it must outlive the client
         self.value = ffi.new("xf_value *")
-        self.handle = ffi.new_handle(self)
-        self.loader = None
-        self.exc = None
-        self.load_s = 0.0  # how long the last loader call took
-        self.keys = None  # get_many: key bytes -> the caller's key
+        self.state, self.handle = state, handle  # the handle outlives the client
         self.gen = gen
-
-
-@ffi.def_extern()
-def _xf_py_loader(ud, key, keylen, sink):
-    conn = ffi.from_handle(ud)
-    t0 = time.monotonic()
-    try:
-        value = conn.loader()
-        conn.load_s = time.monotonic() - t0
-        _sink_value(value, sink)
-        return 0
-    except BaseException as e:  # re-raised by the caller once C returns
-        conn.exc = e
-        return -1
-
-
-class Timed:
-    """A loader's result with its own ttl (seconds; 0 = return it uncached):
-    the decorator's ttl callable and condition= (C xf_sink_ttl)."""
-
-    __slots__ = ("value", "ttl")
-
-    def __init__(self, value, ttl):
-        self.value, self.ttl = value, ttl
-
-
-def _sink_value(value, sink):
-    """Hands a loader's result to the C sink; raises for a wrong type or size."""
-    if type(value) is Timed:
-        ttl = value.ttl
-        if type(ttl) is bool or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40 / 1000:
-            raise ValueError(f"a ttl must be a number of seconds >= 0, not {ttl!r}")
-        check(lib.xf_sink_ttl(sink, max(1, round(ttl * 1000)) if ttl > 0 else 0))
-        value = value.value
-    if value is None:
-        lib.xf_sink_not_found(sink)
-        return
-    if not isinstance(value, _BYTES_LIKE):
-        raise TypeError(f"the loader must return bytes or None, not {type(value).__name__}")
-    buf = ffi.from_buffer(value)
-    rc = lib.xf_sink_set(sink, buf, len(buf))
-    if rc != 0:
-        raise error_for(rc) if rc != lib.XF_EINVAL else InvalidArgumentError(
-            rc, f"the loader returned {len(buf)} bytes, above max_value_len")
-
-
-@ffi.def_extern()
-def _xf_py_key_loader(ud, key, keylen, sink):
-    conn = ffi.from_handle(ud)
-    try:
-        _sink_value(conn.loader(conn.keys[ffi.unpack(key, keylen)]), sink)
-        return 0
-    except BaseException as e:  # the first is re-raised once C returns
-        if conn.exc is None:
-            conn.exc = e
-        return -1
-
-
-@ffi.def_extern()
-def _xf_py_batch_loader(ud, n, keys, keylens, sinks):
-    conn = ffi.from_handle(ud)
-    try:
-        asked = [conn.keys[ffi.unpack(keys[i], keylens[i])] for i in range(n)]
-        values = conn.loader(asked)
-        if not isinstance(values, collections.abc.Mapping):
-            raise TypeError(f"a batch loader must return a mapping of key to bytes or None, "
-                            f"not {type(values).__name__}")
-        for i, k in enumerate(asked):
-            _sink_value(values.get(k), sinks[i])  # a key left out is "not found"
-        return 0
-    except BaseException as e:  # re-raised once C returns
-        if conn.exc is None:
-            conn.exc = e
-        return -1
 
 
 def _key_bytes(key):
@@ -245,6 +165,7 @@ class Cache:
         self._prefix = prefix
         self._seeded = seed is not None
         self._share = ffi.NULL
+        self._failures = Failures()  # loader exceptions, for the share's followers
         if share:  # single-flight and a fallback cache while Redis is down
             out = ffi.new("xf_share **")
             check(lib.xf_share_open(out, ffi.NULL))
@@ -295,6 +216,10 @@ class Cache:
         opts = ffi.new("xf_options *", self._opts[0])
         opts.lazy_connect = 1
         opts.share = self._share
+        state = CallState(self._failures)
+        handle = ffi.new_handle(state)
+        opts.interrupt = lib._xf_py_interrupt  # a Ctrl-C ends a C wait at once
+        opts.interrupt_ud = handle
         with self._lock:
             if self._seeded:  # reproducible, yet distinct draws per connection
                 opts.seed = (self._opts.seed + 0x9E3779B97F4A7C15 * self._opened) % 2**64 or 1
@@ -305,7 +230,7 @@ class Cache:
         ptr = ffi.gc(out[0], lib.xf_client_close)
         if not lazy:  # connect now, keeping the detail of a failure
             check(lib.xf_ping(ptr), ptr)
-        conn = _Conn(ptr, self._gen, self._share)
+        conn = _Conn(ptr, self._gen, self._share, state, handle)
         with self._lock:
             self._all.add(conn)
         return conn
@@ -323,8 +248,9 @@ class Cache:
         one from the pool, waiting for a slot under max_connections."""
         outer = getattr(self._tls, "conn", None)
         if outer is not None and outer.gen == self._gen:
-            saved = (outer.loader, outer.exc, outer.load_s, outer.keys, outer.value)
-            outer.loader = outer.exc = outer.keys = None
+            st = outer.state
+            saved = (st.loader, st.exc, st.load_s, st.keys, outer.value)
+            st.loader = st.exc = st.keys = None
             outer.value = ffi.new("xf_value *")
             return outer, saved
         if self._slots is not None:
@@ -340,7 +266,8 @@ class Cache:
 
     def _exit(self, conn, saved):
         if saved is not None:  # back to the outer call on this connection
-            conn.loader, conn.exc, conn.load_s, conn.keys, conn.value = saved
+            st = conn.state
+            st.loader, st.exc, st.load_s, st.keys, conn.value = saved
             return
         self._tls.conn = None
         self._release(conn)
@@ -404,19 +331,23 @@ class Cache:
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout))
         conn, saved = self._enter()
-        conn.loader = loader
-        conn.load_s = 0.0
+        st = conn.state
+        st.loader = loader
+        st.load_s = 0.0
         try:
             v = conn.value
             rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
                                        conn.handle, v)
-            exc, conn.exc, conn.loader = conn.exc, None, None
+            exc, st.exc, st.loader = st.exc, None, None
+            if exc is not None and not isinstance(exc, Exception):
+                lib.xf_value_free(v)
+                raise exc  # KeyboardInterrupt, SystemExit: at once, whatever C did
             if rc == 0:
                 try:
                     result = Fetched(ffi.unpack(v.data, v.len), SOURCES[v.source])
                 finally:
                     lib.xf_value_free(v)
-                if conn.load_s > lease and result.source == "uncached":
+                if st.load_s > lease and result.source == "uncached":
                     # Its lease ran out and another caller took the key over
                     # (so loaded it too): the write was refused. The lease is
                     # twice the entry's last load time once one is cached, so
@@ -424,13 +355,11 @@ class Cache:
                     log.warning("loader for %r took %.3f s, longer than its lease "
                                 "(%.3f s), and its value was not cached: other callers "
                                 "may have run it too; pass lease= above the loader's "
-                                "time", key, conn.load_s, lease)
+                                "time", key, st.load_s, lease)
                 # A failed refresh may still serve a valid (or stale-if-error)
                 # value: the loader's Exception is logged, not raised (it is
-                # counted in stats()["load_errors"]); KeyboardInterrupt & co are.
+                # counted in stats()["load_errors"]).
                 if exc is not None:
-                    if not isinstance(exc, Exception):
-                        raise exc
                     log.warning("loader for %r failed; served the %s value", key,
                                 result.source, exc_info=exc)
                 return result
@@ -438,6 +367,10 @@ class Cache:
                 return Fetched(None, None)
             if exc is not None:
                 raise exc
+            if rc == lib.XF_ELOADER:  # another thread's load of the key (the share)
+                exc = st.failures.exception(kb)  # failed: its exception, not ours
+                if exc is not None:
+                    raise exc
             raise error_for(rc, conn.ptr)
         finally:
             exc = None
@@ -560,7 +493,8 @@ class Cache:
         values = ffi.new("xf_value[]", n)
         rcs = ffi.new("int[]", n)
         conn, saved = self._enter()
-        conn.loader, conn.keys, conn.exc = loader, originals, None
+        st = conn.state
+        st.loader, st.keys, st.exc = loader, originals, None
         try:
             if batch:
                 check(lib.xf_get_or_compute_many_batch(conn.ptr, n, ckeys, clens, policy,
@@ -570,7 +504,7 @@ class Cache:
                 check(lib.xf_get_or_compute_many(conn.ptr, n, ckeys, clens, policy,
                                                  lib._xf_py_key_loader, conn.handle, values,
                                                  rcs), conn.ptr)
-            exc, conn.exc = conn.exc, None
+            exc, st.exc, st.loader = st.exc, None, None
             out, first_error = {}, None
             for i, kb in enumerate(kbs):
                 if rcs[i] == 0:

@@ -7,7 +7,7 @@ import logging
 import math
 import time
 
-from ._cache import Timed
+from ._runtime import Timed
 from ._errors import Error
 from ._keys import _check_function, _first_param, _key_builder, _label, _scope, _takes_self
 from ._policy import make_policy

@@ -15,18 +15,16 @@ matched in order. The event loop is never blocked: no call waits on a thread.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import inspect
 import logging
-import socket
 import time
 
 from ._cache import SOURCES, Fetched, _key_bytes, _seconds_ms
-from ._errors import (AuthError, ConnectionError, ConnectionLostError, Error,
-                      InvalidArgumentError, check, error_for)
+from ._errors import AuthError, ConnectionError, Error, InvalidArgumentError, check, error_for
 from ._native import ffi, lib
 from ._policy import PolicyCache
+from ._stream import _command, _connect, _Stream
 from ._url import parse_url
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Union  # noqa: E402
@@ -42,209 +40,6 @@ log = logging.getLogger("xfetch")
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 # _run compares steps with these literals (no attribute lookups on the hot path)
 assert (lib.XF_CALL_SEND, lib.XF_CALL_LOAD, lib.XF_CALL_DONE) == (0, 1, 3)
-
-
-class _Stream:
-    """One connection on a non-blocking socket of the running loop: requests
-    written in order, replies parsed by the C reader and handed to the oldest
-    waiting request.
-
-    Reading is the loop's reader callback (no reader task), and a request
-    that is alone on the stream also tries one non-blocking recv right after
-    its send: when the reply is already there (often, on a nearby Redis) the
-    call completes without the two loop iterations an await costs. So that
-    a task doing nothing but hits still lets the others run, every
-    FAST_LIMIT-th such completion yields to the loop. Timeouts: one timer for
-    the oldest request at a time, not one per request."""
-
-    FAST_LIMIT = 16
-    READ_SIZE = 256 * 1024
-
-    def __init__(self, loop, sock, timeout):
-        self.loop, self.sock, self.timeout = loop, sock, timeout
-        out = ffi.new("xf_reader **")
-        check(lib.xf_reader_open(out))
-        self.parser = ffi.gc(out[0], lib.xf_reader_close)
-        self.reply = ffi.new("xf_reply **")
-        self.waiting = collections.deque()  # futures, in request order
-        self.deadlines = collections.deque()  # their loop.time() deadlines
-        self.unsent = bytearray()  # bytes the socket did not take yet
-        self.broken = None  # the exception that ended the stream
-        self.timer = None  # the timeout of the oldest request, when armed
-        self.fast = 0  # completions since the last yield to the loop
-        loop.add_reader(sock, self._readable)
-
-    # ---- bytes out --------------------------------------------------------
-
-    def _write(self, data):
-        if self.unsent:
-            self.unsent += data
-            return
-        try:
-            n = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError as e:
-            self._lost(e)
-            return
-        if n < len(data):
-            self.unsent += data[n:]
-            self.loop.add_writer(self.sock, self._writable)
-
-    def _writable(self):
-        try:
-            n = self.sock.send(self.unsent)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            self._lost(e)
-            return
-        del self.unsent[:n]
-        if not self.unsent:
-            self.loop.remove_writer(self.sock)
-
-    # ---- bytes in ---------------------------------------------------------
-
-    def _readable(self):
-        try:
-            data = self.sock.recv(self.READ_SIZE)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            self._lost(e)
-            return
-        if not data:
-            self._lost(None)
-            return
-        try:
-            check(lib.xf_reader_feed(self.parser, data, len(data)))
-            waiting, deadlines = self.waiting, self.deadlines
-            while True:
-                rc = lib.xf_reader_next(self.parser, self.reply)
-                if rc != 0:
-                    raise error_for(rc)
-                reply = self.reply[0]
-                if reply == ffi.NULL:
-                    return
-                if waiting:
-                    fut = waiting.popleft()
-                    deadlines.popleft()
-                else:
-                    fut = None
-                if fut is None or fut.done():  # timed out or cancelled
-                    lib.xf_reply_free(reply)
-                else:
-                    fut.set_result(reply)
-        except Error as e:
-            self._break(e)
-
-    # ---- timeouts ---------------------------------------------------------
-
-    def _arm(self):
-        """Arms the timer for the oldest request not yet expired, if none is."""
-        if self.timer is None and self.waiting and not self.broken:
-            self.timer = self.loop.call_at(self.deadlines[0], self._expire)
-
-    def _expire(self):
-        """Fails every request past its deadline; each keeps its place in the
-        stream (its reply is freed when it arrives)."""
-        self.timer = None
-        now = self.loop.time()
-        for fut, deadline in zip(self.waiting, self.deadlines):
-            if deadline > now:
-                self.timer = self.loop.call_at(deadline, self._expire)
-                return
-            if not fut.done():
-                fut.set_exception(asyncio.TimeoutError("no reply within the command timeout"))
-
-    # ---- the end ----------------------------------------------------------
-
-    def _lost(self, exc):
-        self._break(ConnectionLostError(lib.XF_EIO, f"connection lost: {exc or 'closed'}"))
-
-    def _break(self, exc):
-        if self.broken is None:
-            self.broken = exc
-            self.loop.remove_reader(self.sock)
-            if self.unsent:
-                self.loop.remove_writer(self.sock)
-            self.sock.close()
-            if self.timer is not None:
-                self.timer.cancel()
-                self.timer = None
-        while self.waiting:
-            fut = self.waiting.popleft()
-            self.deadlines.popleft()
-            if not fut.done():
-                fut.set_exception(exc)
-
-    # ---- requests ---------------------------------------------------------
-
-    def start(self, data):
-        """Writes data (bytes-like; copied if the socket does not take it all
-        at once). Returns the cdata reply (owned by the caller) when it is
-        already there, else a future of it."""
-        if self.broken:
-            raise self.broken
-        fut = self.loop.create_future()
-        self.waiting.append(fut)
-        self.deadlines.append(self.loop.time() + self.timeout)
-        self._write(data)
-        if len(self.waiting) == 1 and not self.unsent and self.broken is None:
-            if self.fast < self.FAST_LIMIT:
-                self._readable()  # the reply may be there already
-                if fut.done():
-                    self.fast += 1
-                    return fut.result()
-        # through the loop (other tasks run): this one is the first completion
-        # since the last yield
-        self.fast = 1
-        if self.timer is None:
-            self._arm()
-        return fut
-
-    async def request(self, data):
-        """Writes data and returns the cdata reply (owned by the caller)."""
-        reply = self.start(data)
-        return (await reply) if isinstance(reply, asyncio.Future) else reply
-
-    async def close(self):
-        self._break(ConnectionError(lib.XF_EIO, "closed"))
-
-
-async def _connect(loop, fields):
-    """A connected non-blocking socket to the URL's server."""
-    if fields["unix_path"]:
-        targets = [(socket.AF_UNIX, socket.SOCK_STREAM, 0, fields["unix_path"])]
-    else:
-        infos = await loop.getaddrinfo(fields["host"], fields["port"],
-                                       type=socket.SOCK_STREAM)
-        targets = [(fam, typ, proto, addr) for fam, typ, proto, _, addr in infos]
-    error = None
-    for family, type_, proto, addr in targets:
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setblocking(False)
-            if family != socket.AF_UNIX:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await loop.sock_connect(sock, addr)
-            return sock
-        except OSError as e:
-            sock.close()
-            error = e
-        except BaseException:  # cancelled (the connect timeout)
-            sock.close()
-            raise
-    raise error or OSError(f"no address for {fields['host']!r}")
-
-
-def _command(*args):
-    """RESP encoding of a setup command (AUTH, SELECT)."""
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
 
 
 class Cache:
@@ -288,7 +83,17 @@ class Cache:
         self._stream = None
         self._opening = None
         self._retry_after = 0.0
+        self._redis_errors = 0  # failed connects and requests (the C client does no I/O)
         self._prefix = prefix
+
+    def __del__(self):
+        # Dropped without close(): the loop's reader would keep the socket open
+        stream = getattr(self, "_stream", None)
+        if stream is not None and stream.broken is None:
+            try:
+                stream._break(ConnectionError(lib.XF_EIO, "the Cache was dropped"))
+            except Exception:  # the loop is gone: the socket at least
+                stream.sock.close()
 
     def __repr__(self):
         f = self._fields
@@ -358,6 +163,7 @@ class Cache:
         except Error:  # AUTH / SELECT refused: loud, not a fail-open
             raise
         except (OSError, asyncio.TimeoutError) as e:
+            self._redis_errors += 1
             self._retry_after = time.monotonic() + self._breaker
             raise ConnectionError(lib.XF_ECONNECT, f"connect: {e}") from e
         finally:
@@ -414,6 +220,7 @@ class Cache:
                         if isinstance(reply, asyncio.Future):
                             reply = await reply
                     except (Error, OSError, asyncio.TimeoutError):
+                        self._redis_errors += 1
                         step = lib.xf_call_io_failed(call, lib.XF_EIO)
                     else:
                         step = lib.xf_call_reply(call, reply)
@@ -455,8 +262,27 @@ class Cache:
         try:
             reply = await stream.request(data)
         except (Error, OSError, asyncio.TimeoutError):
+            self._redis_errors += 1
             return lib.xf_call_io_failed(call, lib.XF_EIO)
         return lib.xf_call_reply(call, reply)
+
+    def _release_now(self, call, step):
+        """The loader was cancelled or interrupted (KeyboardInterrupt): its
+        lease is released at once (the call's RELEASE is written, its reply
+        dropped when it comes) instead of being left for lease seconds."""
+        stream = self._stream
+        if step != lib.XF_CALL_SEND or stream is None or stream.broken is not None:
+            return
+        n = self._size
+        try:
+            reply = stream.start(ffi.unpack(lib.xf_call_request(call, n), n[0]))
+        except (Error, OSError):
+            return
+        if isinstance(reply, asyncio.Future):
+            reply.add_done_callback(
+                lambda f: f.cancelled() or f.exception() or lib.xf_reply_free(f.result()))
+        else:
+            lib.xf_reply_free(reply)
 
     async def _load(self, call, loader, lease, key):
         t0 = time.monotonic()
@@ -466,6 +292,9 @@ class Cache:
                 value = await value
         except Exception as e:  # nothing is cached; raised (or logged) at the end
             return lib.xf_call_load_failed(call, -1), e
+        except BaseException:  # CancelledError, KeyboardInterrupt: raised at once
+            self._release_now(call, lib.xf_call_load_failed(call, -1))
+            raise
         took = time.monotonic() - t0
         if took > lease:
             log.warning("loader for %r took %.3f s, longer than its lease (%.3f s): other "
@@ -544,6 +373,7 @@ class Cache:
         out = ffi.new("xf_stats *")
         lib.xf_client_stats(self._client, out)
         s = {name: getattr(out, name) for name, _ in ffi.typeof("xf_stats").fields}
+        s["redis_errors"] += self._redis_errors
         s["connections"] = int(self._stream is not None and not self._stream.broken)
         return s
 

@@ -1,0 +1,343 @@
+"""Runtime defects of issue 17 (items 4, 5, 6, 11, 12, 13, 14), each on a real
+redis-server and, where both faces have the behaviour, on xfetch.Cache and
+xfetch.aio.Cache alike."""
+import asyncio
+import gc
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import xfetch
+import xfetch.aio
+from xfetch.testing import free_port
+
+FACES = ["sync", "aio"]
+
+
+def run_face(face, url, body, **kw):
+    """Runs body(cache) -> result with a Cache of the face: a coroutine
+    function for aio (inside asyncio.run), a plain one for sync."""
+    if face == "sync":
+        cache = xfetch.Cache(url, **kw)
+        try:
+            return body(cache)
+        finally:
+            cache.close()
+
+    async def main():
+        cache = xfetch.aio.Cache(url, **kw)
+        try:
+            return await body(cache)
+        finally:
+            await cache.close()
+    return asyncio.run(main())
+
+
+# ---- 4: Ctrl-C inside a C wait, or inside the loader -------------------------------
+
+CHILD = r"""
+import asyncio, sys, time, xfetch, xfetch.aio
+url, prefix, key, face = sys.argv[1:5]
+
+def loader():
+    print("loading", flush=True)
+    time.sleep(30)
+    return b"x"
+
+async def aloader():
+    print("loading", flush=True)
+    await asyncio.sleep(30)
+    return b"x"
+
+if face == "sync":
+    cache = xfetch.Cache(url, prefix=prefix)
+    print("ready", flush=True)
+    cache.get_or_compute(key, loader, ttl=60, lease=30, wait=30)
+else:
+    async def main():
+        cache = xfetch.aio.Cache(url, prefix=prefix)
+        await cache.set("warm", b"1", ttl=60)  # the stream is open
+        print("ready", flush=True)
+        await cache.get_or_compute(key, aloader, ttl=60, lease=30, wait=30)
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("where", ["waiting", "loading"])
+def test_ctrl_c_propagates_at_once_and_the_lease_is_released(server, admin, prefix, face,
+                                                             where):
+    full = (prefix + "k").encode()
+    foreign = None
+    if where == "waiting":  # another caller holds the lease, for a minute
+        now_ms = int(admin.time()[0]) * 1000 + admin.time()[1] // 1000
+        foreign = f"someone-else-1:{now_ms + 60000}".encode()
+        admin.hset(full, "l", foreign)
+        admin.pexpire(full, 60000)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, server.url, prefix, "k", face],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"ready\n"
+        if where == "loading":
+            assert child.stdout.readline() == b"loading\n"
+        time.sleep(0.3)  # inside the C wait (or the loader) by now
+        t0 = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.monotonic() - t0
+    finally:
+        child.kill()
+        _, err = child.communicate()
+    assert took < 1.0, (took, err.decode())
+    assert b"KeyboardInterrupt" in err, err.decode()
+    assert b"Exception ignored" not in err and b"LoaderError" not in err, err.decode()
+    assert child.returncode != 0
+    if where == "waiting":
+        assert admin.hget(full, "l") == foreign  # not ours: untouched
+    else:
+        deadline = time.monotonic() + 1.0
+        while admin.hget(full, "l") is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert admin.hget(full, "l") is None  # released, not left for 30 s
+
+
+# ---- 5: with Redis down, every caller gets the loader's exception ------------------
+
+class DoesNotExist(Exception):
+    pass
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_redis_down_every_caller_gets_the_loaders_exception(face):
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    runs = []
+
+    def loader():
+        runs.append(1)
+        time.sleep(0.2)  # the other callers join this load
+        raise DoesNotExist("no such row")
+
+    if face == "sync":
+        cache = xfetch.Cache(url, lazy_connect=True, timeout=0.2)
+        barrier, errors = threading.Barrier(6), []
+
+        def call():
+            barrier.wait()
+            try:
+                cache.get_or_compute("row:1", loader, ttl=60)
+            except BaseException as e:  # noqa: B902 - recorded and checked
+                errors.append(e)
+        threads = [threading.Thread(target=call) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        cache.close()
+        assert len(runs) == 1  # the share still protects the loader
+    else:
+        async def aloader():
+            return loader()
+
+        async def main():
+            cache = xfetch.aio.Cache(url, timeout=0.2)
+            return await asyncio.gather(
+                *[cache.get_or_compute("row:1", aloader, ttl=60) for _ in range(6)],
+                return_exceptions=True)
+        errors = asyncio.run(main())
+    assert [type(e).__name__ for e in errors] == ["DoesNotExist"] * 6, errors
+    assert all(str(e) == "no such row" for e in errors)
+
+
+# ---- 6: get_many stops at a KeyboardInterrupt ---------------------------------------
+
+def test_get_many_stops_at_keyboard_interrupt(cache, admin, prefix):
+    calls = []
+
+    def loader(key):
+        calls.append(key)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        time.sleep(0.05)
+        return b"v"
+
+    keys = [f"k{i}" for i in range(40)]
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        cache.get_many(keys, loader, ttl=60)
+    assert time.monotonic() - t0 < 1.0
+    assert calls == ["k0"]
+    assert admin.keys(prefix + "*") == []  # nothing cached, every lease released
+
+
+# ---- 11: a dropped Cache closes its sockets -----------------------------------------
+
+def open_sockets():
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_dropped_cache_closes_its_sockets(server, admin, prefix, face):
+    gc.collect()
+    gc.disable()
+    try:
+        if face == "sync":
+            base = open_sockets()
+            for i in range(20):
+                c = xfetch.Cache(server.url, prefix=prefix)
+                c.get_or_compute("k", lambda: b"v", ttl=60)
+                del c
+            grown = open_sockets() - base
+        else:
+            async def main():
+                base = open_sockets()
+                for i in range(20):
+                    c = xfetch.aio.Cache(server.url, prefix=prefix)
+                    await c.get_or_compute("k", lambda: b"v", ttl=60)
+                    del c
+                return open_sockets() - base
+            grown = asyncio.run(main())
+    finally:
+        gc.enable()
+    assert grown <= 0, f"{grown} sockets left open by 20 dropped Caches"
+
+
+# ---- 12: a not-found is shared with the callers that waited for it ------------------
+
+@pytest.mark.parametrize("face", FACES)
+def test_not_found_is_shared_with_its_waiters(server, admin, prefix, face):
+    follower_loads = []
+
+    def follower_loader():
+        follower_loads.append(1)
+        return None
+
+    if face == "sync":
+        cache = xfetch.Cache(server.url, prefix=prefix)
+        started, go = threading.Event(), threading.Event()
+        results = []
+
+        def leader_loader():
+            started.set()
+            go.wait(5)
+            return None
+
+        def call(loader):
+            results.append(cache.get_or_compute("hot", loader, ttl=60))
+        leader = threading.Thread(target=call, args=(leader_loader,))
+        leader.start()
+        assert started.wait(5)
+        followers = [threading.Thread(target=call, args=(follower_loader,))
+                     for _ in range(8)]
+        for t in followers:
+            t.start()
+        deadline = time.monotonic() + 5  # every follower waits on the leader's lease
+        while cache.stats()["waits"] < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        go.set()
+        for t in [leader] + followers:
+            t.join()
+        after = cache.get_or_compute("hot", follower_loader, ttl=60)
+        cache.close()
+    else:
+        async def main():
+            cache = xfetch.aio.Cache(server.url, prefix=prefix)
+            started, go = asyncio.Event(), asyncio.Event()
+
+            async def leader_loader():
+                started.set()
+                await go.wait()
+                return None
+            leader = asyncio.ensure_future(cache.get_or_compute("hot", leader_loader, ttl=60))
+            await started.wait()
+            followers = [asyncio.ensure_future(
+                cache.get_or_compute("hot", follower_loader, ttl=60)) for _ in range(8)]
+            deadline = time.monotonic() + 5
+            while cache.stats()["waits"] < 8 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            go.set()
+            out = await asyncio.gather(leader, *followers)
+            after = await cache.get_or_compute("hot", follower_loader, ttl=60)
+            await cache.close()
+            return out, after
+        results, after = asyncio.run(main())
+    assert results == [None] * 9
+    assert follower_loads == [1]  # only the caller that came after the load loaded
+    assert after is None
+
+
+# ---- 13: a refused AUTH is an AuthError for every call ------------------------------
+
+@pytest.mark.parametrize("face", FACES)
+def test_wrong_password_is_an_auth_error_for_every_call(server, admin, face):
+    url = f"redis://alice:wrong@127.0.0.1:{server.port}/0"
+    loads, outcomes = [], []
+
+    def loader():
+        loads.append(1)
+        return b"v"
+
+    if face == "sync":
+        cache = xfetch.Cache(url, lazy_connect=True)
+        for i in range(30):
+            try:
+                cache.get_or_compute(f"k{i % 3}", loader, ttl=60)
+                outcomes.append("served")
+            except xfetch.Error as e:
+                outcomes.append(type(e).__name__)
+        cache.close()
+    else:
+        async def main():
+            cache = xfetch.aio.Cache(url)
+            for i in range(30):
+                try:
+                    await cache.get_or_compute(f"k{i % 3}", loader, ttl=60)
+                    outcomes.append("served")
+                except xfetch.Error as e:
+                    outcomes.append(type(e).__name__)
+        asyncio.run(main())
+    assert outcomes == ["AuthError"] * 30
+    assert loads == []
+
+
+# ---- 14: stats() while Redis is down ------------------------------------------------
+
+@pytest.mark.parametrize("face", FACES)
+def test_stats_count_what_happened_while_redis_is_down(face):
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    runs = []
+
+    def loader():
+        runs.append(1)
+        return b"v"
+
+    if face == "sync":
+        def body(cache):
+            for _ in range(200):
+                assert cache.get_or_compute("k", loader, ttl=60) == b"v"
+            return cache.stats()
+    else:
+        async def body(cache):
+            for _ in range(200):
+                assert await cache.get_or_compute("k", loader, ttl=60) == b"v"
+            return cache.stats()
+    kw = {"lazy_connect": True} if face == "sync" else {}
+    stats = run_face(face, url, body, timeout=0.2, **kw)
+    assert stats["loads"] == len(runs)
+    assert stats["redis_errors"] >= 1
+    if face == "sync":  # the share: one load, the others served from it
+        assert len(runs) == 1
+        assert stats["local"] == 199
