@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "drivers.h"
+#include "goals.h"
 #include "scenarios.h"
 #include "xfetch.h"
 
@@ -281,6 +282,7 @@ int main(int argc, char **argv) {
          n, (double)(now_us() - t0) / 1e6, t.version, t.host, t.port, load0, load1);
   report_table(stdout, sc, n);
   report_summary(stdout, sc, n);
+  goals_print(stdout);
   fflush(stdout);
   char machine[1024];
   machine_json(machine, sizeof machine, &t, cfg.quick, load0);
