@@ -74,6 +74,7 @@ def check_hit_cost(scenarios, goals, errors):
                     if not is_num(row.get(field)):
                         errors.append(f"hit_cost/{table}/{row.get('value_bytes')}: {field} = "
                                       f"{row.get(field)!r} is not a number")
+        want.append("p50_1conn_interleaved")
         for row in params.get("sizes") or []:
             if isinstance(row.get("value_bytes"), int):
                 want.append("hit_server_" + size_label(row["value_bytes"]))

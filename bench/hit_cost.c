@@ -340,6 +340,8 @@ static int sizes_pass(hc *h, scenario_out *out, int q) {
     char id[32];
     snprintf(id, sizeof id, "hit_server_%s", z->label);
     goal_set(id, srv_ratio);
+    if (z->len == 16)
+      goal_set("p50_1conn_interleaved", cli_ratio);
     if (z->len >= (100u << 10)) {
       snprintf(id, sizeof id, "hit_client_%s", z->label);
       goal_set(id, cli_ratio);
