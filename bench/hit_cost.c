@@ -11,7 +11,8 @@
  *     client us per hit: p50 of each hit's wall time, GET and xfetch
  *       interleaved in blocks so that a load change on the shared machine
  *       falls on both;
- *   per value size (16 B, 100 B, 1 KiB, 100 KiB; --quick 100 B and 100 KiB):
+ *   per value size (16 B, 100 B, 1 KiB, 100 KiB; --quick 100 B and 100 KiB),
+ *   in bench/hit_memory.c:
  *     bytes per entry: INFO memory's used_memory less the client buffers,
  *     before and after writing N entries, on a flushed db: plain SET, SET PX
  *     (a plain key with a TTL, as a cache would write it) and xf_set.
@@ -23,10 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "drivers.h"
 #include "goals.h"
+#include "hit_cost.h"
 
-#define CTL_NAME "xfb-hit-cost-ctl"
 #define BLOCK 50 /* client pass: hits of one way before switching to the other */
 
 typedef struct hit_size {
@@ -42,28 +42,7 @@ static const hit_size HIT_SIZES[] = {{16, "16B", 2000, 5000, 1},
                                      {100 << 10, "100KiB", 1000, 2000, 1},
                                      {1 << 20, "1MiB", 300, 500, 0}};
 
-typedef struct mem_size {
-  size_t len;
-  const char *label;
-  int entries, quick_entries; /* quick_entries 0: not in --quick */
-} mem_size;
-
-static const mem_size MEM_SIZES[] = {{16, "16B", 20000, 0},
-                                     {100, "100B", 20000, 2000},
-                                     {1024, "1KiB", 20000, 0},
-                                     {100 << 10, "100KiB", 500, 50}};
-
-typedef struct hc {
-  const bench_env *e;
-  redisContext *ctl; /* CONFIG, SLOWLOG, INFO: named, so its commands are left out */
-  redisContext *g;   /* the raw GETs */
-  xf_client *x;      /* the hits */
-  xf_policy p;
-  char gkey[64], xkey[64];
-  size_t len;
-} hc;
-
-static redisReply *cmd(redisContext *c, const char *fmt, ...) {
+redisReply *hc_cmd(redisContext *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   redisReply *r = redisvCommand(c, fmt, ap);
@@ -72,7 +51,7 @@ static redisReply *cmd(redisContext *c, const char *fmt, ...) {
 }
 
 /* A command whose answer does not matter (a failure shows in what follows). */
-static void cmd_free(redisContext *c, const char *fmt, ...) {
+void hc_cmd_free(redisContext *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   redisReply *r = redisvCommand(c, fmt, ap);
@@ -82,7 +61,7 @@ static void cmd_free(redisContext *c, const char *fmt, ...) {
 }
 
 static int get_hit(hc *h) {
-  redisReply *r = cmd(h->g, "GET %s", h->gkey);
+  redisReply *r = hc_cmd(h->g, "GET %s", h->gkey);
   int ok = r && r->type == REDIS_REPLY_STRING && (size_t)r->len == h->len;
   if (r)
     freeReplyObject(r);
@@ -135,19 +114,19 @@ static void names(char *buf, size_t cap, const name_count *t, int nt, int hits) 
  * SLOWLOG entries are [id, time, us, argv, addr, name]; the commands a
  * script runs have the address "?:0". */
 static int server_pass(hc *h, int (*hit)(hc *), int n, srv_cost *out) {
-  redisReply *r = cmd(h->ctl, "CONFIG SET slowlog-max-len %d", 4 * n + 64);
+  redisReply *r = hc_cmd(h->ctl, "CONFIG SET slowlog-max-len %d", 4 * n + 64);
   int ok = r && r->type == REDIS_REPLY_STATUS;
   if (r)
     freeReplyObject(r);
-  cmd_free(h->ctl, "CONFIG SET slowlog-log-slower-than %s", "0");
-  cmd_free(h->ctl, "SLOWLOG RESET");
-  cmd_free(h->ctl, "CONFIG RESETSTAT");
+  hc_cmd_free(h->ctl, "CONFIG SET slowlog-log-slower-than %s", "0");
+  hc_cmd_free(h->ctl, "SLOWLOG RESET");
+  hc_cmd_free(h->ctl, "CONFIG RESETSTAT");
   for (int i = 0; ok && i < n; i++)
     ok = hit(h) == 0;
   double usec, calls;
   ok = ok && target_commandstats(h->ctl, &usec, &calls) == 0;
-  cmd_free(h->ctl, "CONFIG SET slowlog-log-slower-than %s", "-1");
-  r = ok ? cmd(h->ctl, "SLOWLOG GET -1") : NULL;
+  hc_cmd_free(h->ctl, "CONFIG SET slowlog-log-slower-than %s", "-1");
+  r = ok ? hc_cmd(h->ctl, "SLOWLOG GET -1") : NULL;
   if (!r || r->type != REDIS_REPLY_ARRAY) {
     fprintf(stderr, "xfetch-bench: hit_cost: %s\n",
             ok ? "SLOWLOG GET failed" : "a hit failed");
@@ -173,7 +152,7 @@ static int server_pass(hc *h, int (*hit)(hc *), int n, srv_cost *out) {
     }
   }
   freeReplyObject(r);
-  cmd_free(h->ctl, "SLOWLOG RESET");
+  hc_cmd_free(h->ctl, "SLOWLOG RESET");
   if (ntop_calls < n) { /* the slowlog dropped entries: the sum would be short */
     fprintf(stderr, "xfetch-bench: hit_cost: %.0f commands logged for %d hits\n",
             ntop_calls, n);
@@ -218,87 +197,7 @@ static int client_pass(hc *h, int n, double *get_p50, double *hit_p50, double *g
   return rc;
 }
 
-/* ---- memory ----------------------------------------------------------------------- */
-
-static double used_memory(redisContext *c) {
-  redisReply *r = cmd(c, "INFO memory");
-  double used = -1;
-  if (r && r->type == REDIS_REPLY_STRING) {
-    const char *u = strstr(r->str, "\nused_memory:"),
-               *cl = strstr(r->str, "mem_clients_normal:");
-    if (u && cl)
-      used = atof(u + strlen("\nused_memory:")) - atof(cl + strlen("mem_clients_normal:"));
-  }
-  if (r)
-    freeReplyObject(r);
-  return used;
-}
-
-/* A throwaway server is flushed; on the user's server (--redis) only this
- * pass's keys are deleted (its other keys stay, so the figures are rougher). */
-static int clear(hc *h, const char *prefix, int n) {
-  if (h->e->t->pid) {
-    cmd_free(h->ctl, "FLUSHDB SYNC");
-  } else {
-    for (int i = 0; i < n; i++)
-      redisAppendCommand(h->ctl, "DEL %s%06d", prefix, i);
-    for (int i = 0; i < n; i++) {
-      redisReply *r = NULL;
-      if (redisGetReply(h->ctl, (void **)&r) != REDIS_OK)
-        return -1;
-      freeReplyObject(r);
-    }
-  }
-  return 0;
-}
-
-/* Lets the server's cron catch up before used_memory is read: it finishes
- * resizing the key tables (during an incremental rehash both tables are
- * allocated, a few bytes per entry off; one tick, hz 10, rehashes far more
- * buckets than 20,000 entries need), and it is what updates the client
- * memory that mem_clients_normal reports, which otherwise lags behind a
- * client buffer that grew or shrank (tens of bytes per entry at 2,000). */
-static void settle(void) { sleep_us(150000); }
-
-/* way 0: SET, 1: SET PX, 2: xf_set. Bytes per entry, or < 0. */
-static double mem_way(hc *h, int way, const char *val, size_t len, int n) {
-  char prefix[48];
-  snprintf(prefix, sizeof prefix, "xfb:%x:hcm:%c:", h->e->cfg->run_id, "spx"[way]);
-  if (clear(h, prefix, n) != 0)
-    return -1;
-  settle();
-  double m0 = used_memory(h->ctl);
-  size_t per_pipe = len > (4u << 20) / 1000 ? (4u << 20) / len + 1 : 1000;
-  for (int base = 0; way < 2 && base < n; base += (int)per_pipe) {
-    int k = n - base < (int)per_pipe ? n - base : (int)per_pipe;
-    for (int i = base; i < base + k; i++)
-      redisAppendCommand(h->ctl, way ? "SET %s%06d %b PX 3600000" : "SET %s%06d %b", prefix,
-                         i, val, len);
-    for (int i = 0; i < k; i++) {
-      redisReply *r = NULL;
-      if (redisGetReply(h->ctl, (void **)&r) != REDIS_OK)
-        return -1;
-      freeReplyObject(r);
-    }
-  }
-  for (int i = 0; way == 2 && i < n; i++) {
-    char key[64];
-    int kl = snprintf(key, sizeof key, "%s%06d", prefix, i);
-    if (xf_set(h->x, key, (size_t)kl, val, len, &h->p) != XF_OK) {
-      fprintf(stderr, "xfetch-bench: hit_cost: xf_set: %s\n", xf_errmsg(h->x));
-      return -1;
-    }
-  }
-  settle();
-  double m1 = used_memory(h->ctl);
-  if (clear(h, prefix, n) != 0 || m0 < 0 || m1 < 0)
-    return -1;
-  return (m1 - m0) / n;
-}
-
 /* ---- the scenario ----------------------------------------------------------------- */
-
-static size_t json_at(scenario_out *out) { return strlen(out->params); }
 
 static int sizes_pass(hc *h, scenario_out *out, int q) {
   printf("\nhit_cost: a hit (xf_get_or_compute, warm key) vs a GET of the same value, "
@@ -306,7 +205,7 @@ static int sizes_pass(hc *h, scenario_out *out, int q) {
   printf("%-8s %6s %6s | %8s %8s %6s %9s | %8s %8s %6s | %s\n", "value", "srv n", "cli n",
          "GET us", "hit us", "ratio", "(all cmd)", "GET p50", "hit p50", "ratio",
          "the hit's commands");
-  size_t at = json_at(out);
+  size_t at = strlen(out->params);
   at += (size_t)snprintf(out->params + at, sizeof out->params - at, "\"sizes\": [");
   int first = 1;
   for (size_t s = 0; s < sizeof HIT_SIZES / sizeof HIT_SIZES[0]; s++) {
@@ -321,7 +220,7 @@ static int sizes_pass(hc *h, scenario_out *out, int q) {
     h->len = z->len;
     snprintf(h->gkey, sizeof h->gkey, "xfb:%x:hc:g:%zu", h->e->cfg->run_id, z->len);
     snprintf(h->xkey, sizeof h->xkey, "xfb:%x:hc:x:%zu", h->e->cfg->run_id, z->len);
-    redisReply *r = cmd(h->g, "SET %s %b", h->gkey, val, z->len);
+    redisReply *r = hc_cmd(h->g, "SET %s %b", h->gkey, val, z->len);
     int ok = r && r->type == REDIS_REPLY_STATUS;
     if (r)
       freeReplyObject(r);
@@ -367,56 +266,12 @@ static int sizes_pass(hc *h, scenario_out *out, int q) {
   return 0;
 }
 
-static int memory_pass(hc *h, scenario_out *out, int q) {
-  printf("\nhit_cost: Redis memory per entry (used_memory less client buffers, over N "
-         "entries%s)\n",
-         h->e->t->pid ? " on a flushed db" : "; --redis: not flushed");
-  printf("%-8s %8s %10s %10s %10s %8s\n", "value", "entries", "SET B", "SET PX B",
-         "xf_set B", "xf/SET");
-  size_t at = json_at(out);
-  at += (size_t)snprintf(out->params + at, sizeof out->params - at,
-                         "\"flushed\": %s, \"memory\": [", h->e->t->pid ? "true" : "false");
-  int first = 1;
-  for (size_t s = 0; s < sizeof MEM_SIZES / sizeof MEM_SIZES[0]; s++) {
-    const mem_size *z = &MEM_SIZES[s];
-    int n = q ? z->quick_entries : z->entries;
-    if (n == 0)
-      continue;
-    char *val = malloc(z->len);
-    if (!val)
-      return -1;
-    memset(val, 'x', z->len);
-    double b[3];
-    for (int w = 0; w < 3; w++)
-      if ((b[w] = mem_way(h, w, val, z->len, n)) < 0) {
-        free(val);
-        fprintf(stderr, "xfetch-bench: hit_cost: memory of %zu-byte values failed\n",
-                z->len);
-        return -1;
-      }
-    free(val);
-    char id[32];
-    snprintf(id, sizeof id, "memory_%s", z->label);
-    goal_set(id, b[2] / b[0]);
-    printf("%-8s %8d %10.0f %10.0f %10.0f %7.2fx\n", z->label, n, b[0], b[1], b[2],
-           b[2] / b[0]);
-    at +=
-        (size_t)snprintf(out->params + at, sizeof out->params - at,
-                         "%s{\"value_bytes\": %zu, \"entries\": %d, \"set_bytes\": %.1f, "
-                         "\"set_px_bytes\": %.1f, \"xfetch_bytes\": %.1f, \"ratio\": %.3g}",
-                         first ? "" : ", ", z->len, n, b[0], b[1], b[2], b[2] / b[0]);
-    first = 0;
-  }
-  snprintf(out->params + at, sizeof out->params - at, "]}");
-  return 0;
-}
-
 /* Puts the server's slowlog settings back as they were (they matter on --redis). */
 static void slowlog_settings(redisContext *c, char *thr, char *len, size_t cap,
                              int restore) {
   if (restore) {
-    cmd_free(c, "CONFIG SET slowlog-log-slower-than %s", thr);
-    cmd_free(c, "CONFIG SET slowlog-max-len %s", len);
+    hc_cmd_free(c, "CONFIG SET slowlog-log-slower-than %s", thr);
+    hc_cmd_free(c, "CONFIG SET slowlog-max-len %s", len);
     return;
   }
   const char *k[2] = {"slowlog-log-slower-than", "slowlog-max-len"};
@@ -445,12 +300,12 @@ int sc_hit_cost(const bench_env *e, scenario_out *out) {
   snprintf(out->params, sizeof out->params, "{");
   if (!h.ctl || !h.g || !h.x)
     goto done;
-  cmd_free(h.ctl, "CLIENT SETNAME %s", CTL_NAME);
+  hc_cmd_free(h.ctl, "CLIENT SETNAME %s", CTL_NAME);
   slowlog_settings(h.ctl, thr, len, sizeof thr, 0);
   rc = sizes_pass(&h, out, q);
   slowlog_settings(h.ctl, thr, len, sizeof thr, 1);
   if (rc == 0)
-    rc = memory_pass(&h, out, q);
+    rc = hc_memory_pass(&h, out, q);
 done:
   if (rc)
     snprintf(out->params, sizeof out->params, "{\"failed\": true}");
