@@ -490,6 +490,14 @@ XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
  * XF_CALL_DONE may leave its lease, which expires after policy.lease_ms. */
 XF_EXPORT void xf_call_free(xf_call *call);
 
+/* What a connection is for: the setup it runs (see below). */
+typedef enum xf_setup_flags {
+  XF_SETUP_REPLICA = 1, /* it reads from a replica: READONLY */
+  XF_SETUP_SCRIPTS = 2  /* SCRIPT LOAD every script ahead of the calls, so that
+                           the first calls on a fresh server do not each get
+                           NOSCRIPT and load the script themselves */
+} xf_setup_flags;
+
 /* A reply parser for one connection (hiredis' reader): feed it every byte
  * read, then take complete replies in order with xf_reader_next (XF_OK with
  * *reply NULL: more bytes needed; XF_EPROTO: the stream is not RESP, drop
