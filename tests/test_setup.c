@@ -1,7 +1,9 @@
-/* The connection setup (setup.c): the list built from the options and the
- * role, and the judgement of replies. */
+/* The connection setup (setup.c) and its public face (xf_call_setup*): the
+ * list built from the options and the role, and the judgement of replies,
+ * scripted and from a real server. */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "fixture.h"
@@ -116,4 +118,88 @@ Test(setup, replies_are_judged_auth_is_eauth_busy_and_loading_unavailable) {
   cr_expect_str_eq(xf_errmsg(c), "AUTH: WRONGPASS invalid username-password pair");
   freeReplyObject(r);
   xf_client_close(c);
+}
+
+/* ---- the public face, over a plain socket ------------------------------------- */
+
+Test(setup, the_public_bytes_are_the_list_in_resp) {
+  xf_client *c = configured("xfuser", "pw", 3);
+  cr_assert_eq(xf_call_setup_count(c, 0), 2);
+  cr_expect_eq(xf_call_setup_count(c, XF_SETUP_REPLICA), 3);
+  cr_expect_eq(xf_call_setup_count(c, XF_SETUP_SCRIPTS), 2 + 5);
+  cr_expect_eq(xf_call_setup_count(NULL, 0), XF_EINVAL);
+  static const char *const want[] = {"*3\r\n$4\r\nAUTH\r\n$6\r\nxfuser\r\n$2\r\npw\r\n",
+                                     "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n",
+                                     "*1\r\n$8\r\nREADONLY\r\n"};
+  for (int i = 0; i < 3; i++) {
+    size_t len = 99;
+    const char *data = xf_call_setup(c, XF_SETUP_REPLICA, i, &len);
+    cr_assert_not_null(data, "command %d", i);
+    cr_expect_eq(len, strlen(want[i]), "command %d", i);
+    cr_expect_eq(memcmp(data, want[i], len), 0, "command %d: %.*s", i, (int)len, data);
+  }
+  size_t len = 99;
+  cr_expect_null(xf_call_setup(c, 0, 2, &len));
+  cr_expect_eq(len, 0);
+  cr_expect_null(xf_call_setup(c, 0, -1, &len));
+  cr_expect_null(xf_call_setup(NULL, 0, 0, &len));
+  cr_expect_eq(xf_call_setup_reply(c, 0, 2, NULL), XF_EINVAL);
+  cr_expect_eq(xf_call_setup_reply(c, 0, 0, NULL), XF_EIO);
+  cr_expect_eq(xf_call_setup_reply(NULL, 0, 0, NULL), XF_EINVAL);
+  xf_client_close(c);
+}
+
+/* Writes the client's setup on a fresh socket to port and judges each reply;
+ * returns the first code that is not XF_OK (XF_OK when all are). */
+static int run_setup(xf_client *c, int port, int flags) {
+  redisContext *sock = xft_redis_port(port);
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  int n = xf_call_setup_count(c, flags), first = XF_OK;
+  for (int i = 0; i < n; i++) { /* pipelined: every command, then every reply */
+    size_t len;
+    const char *data = xf_call_setup(c, flags, i, &len);
+    cr_assert_eq(write(sock->fd, data, len), (ssize_t)len);
+  }
+  for (int i = 0; i < n; i++) {
+    xf_reply *reply = NULL;
+    for (;;) {
+      cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
+      if (reply)
+        break;
+      char buf[4096];
+      ssize_t got = read(sock->fd, buf, sizeof buf);
+      cr_assert_gt(got, 0);
+      cr_assert_eq(xf_reader_feed(rd, buf, (size_t)got), XF_OK);
+    }
+    int rc = xf_call_setup_reply(c, flags, i, reply);
+    if (first == XF_OK)
+      first = rc;
+  }
+  xf_reader_close(rd);
+  redisFree(sock);
+  return first;
+}
+
+Test(setup, a_real_server_judged_acl_user_db_wrongpass_and_noauth) {
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "ACL SETUSER setupuser on >pw ~* +@all"));
+  xf_client *c = configured("setupuser", "pw", 3);
+  cr_expect_eq(run_setup(c, xft_port(), XF_SETUP_SCRIPTS), XF_OK, "%s", xf_errmsg(c));
+  xf_client_close(c);
+  c = configured("setupuser", "wrong", 3);
+  cr_expect_eq(run_setup(c, xft_port(), 0), XF_EAUTH);
+  cr_expect(strstr(xf_errmsg(c), "AUTH: WRONGPASS"), "%s", xf_errmsg(c));
+  xf_client_close(c);
+  freeReplyObject(xft_cmd(r, "ACL DELUSER setupuser"));
+  redisFree(r);
+
+  xft_server s;
+  const char *conf[] = {"--requirepass", "sesame", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  c = configured(NULL, NULL, 2); /* no password: the server asks for one */
+  cr_expect_eq(run_setup(c, s.port, 0), XF_EAUTH);
+  cr_expect(strstr(xf_errmsg(c), "SELECT: NOAUTH"), "%s", xf_errmsg(c));
+  xf_client_close(c);
+  xft_server_stop(&s);
 }
