@@ -419,8 +419,9 @@ XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
  * a thread or a sleep. The client gives the configuration (key prefix,
  * limits, lease-token identity, XFetch draws, stats): open it with
  * lazy_connect and use it from one thread, like the calls; it is never used
- * for I/O by a call. The connection must have run AUTH/SELECT first; a call
- * never routes by Redis Cluster slot. */
+ * for I/O by a call. The connection must have run the client's setup first
+ * (xf_call_setup: AUTH, SELECT), and a call never routes by Redis Cluster
+ * slot. */
 typedef struct xf_call xf_call;
 typedef struct xf_reader xf_reader;
 typedef struct xf_reply xf_reply; /* one parsed reply */
@@ -489,6 +490,35 @@ XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
 /* Frees the call at any step (NULL-safe). A call abandoned before
  * XF_CALL_DONE may leave its lease, which expires after policy.lease_ms. */
 XF_EXPORT void xf_call_free(xf_call *call);
+
+/* What a connection is for, in xf_call_setup's flags. */
+typedef enum xf_setup_flags {
+  XF_SETUP_REPLICA = 1, /* it reads from a replica: READONLY */
+  XF_SETUP_SCRIPTS = 2  /* SCRIPT LOAD every script ahead of the calls, so that
+                           the first calls on a fresh server do not each get
+                           NOSCRIPT and load the script themselves */
+} xf_setup_flags;
+
+/* The setup a fresh connection runs before any call's request, the one every
+ * xfetch transport runs: AUTH [username] password (options.password set),
+ * SELECT db (options.db != 0), then READONLY and the SCRIPT LOADs as flags
+ * ask. xf_call_setup_count: how many commands (0: none; XF_EINVAL for a NULL
+ * c). xf_call_setup: the RESP bytes of command i (0 <= i < count), owned by c
+ * and valid until the next call on c; NULL (and *len 0) for an i out of range
+ * or out of memory. The commands may be pipelined, and the calls' requests
+ * after them: Redis runs them in order. */
+XF_EXPORT int xf_call_setup_count(const xf_client *c, int flags);
+XF_EXPORT const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
+
+/* Judges the reply to setup command i (same flags) and frees it; NULL = the
+ * connection failed before it came. Returns XF_OK, or, with the message in
+ * xf_errmsg(c), the code the connection's calls get (close it):
+ * XF_EAUTH (AUTH refused: WRONGPASS, ...; NOAUTH; SELECT refused), XF_EINVAL
+ * (SELECT on a Redis Cluster: db 0 only), XF_EUNAVAILABLE (BUSY, LOADING: the
+ * server cannot serve now; calls fail open, as on XF_EIO), XF_EREDIS
+ * (READONLY refused), XF_EIO (no reply), XF_EINVAL (c NULL, i out of range).
+ * A SCRIPT LOAD's error is XF_OK: the call that needs the script loads it. */
+XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
 
 /* A reply parser for one connection (hiredis' reader): feed it every byte
  * read, then take complete replies in order with xf_reader_next (XF_OK with

@@ -14,8 +14,9 @@
 typedef struct xf__acall xf__acall;
 
 /* One hiredis async connection to one server (the standalone server, or a
- * cluster node), set up with AUTH, SELECT and the scripts before any call's
- * command. It lives until xf_async_close: a call may point at it. */
+ * cluster node), running the connection setup (setup.h) and the scripts'
+ * preload before any call's command. It lives until xf_async_close: a call
+ * may point at it. */
 typedef struct xf__aconn {
   xf_async *ac;
   char *host; /* owned; NULL = the core's Unix socket */
@@ -24,11 +25,11 @@ typedef struct xf__aconn {
   int usable;             /* commands may be queued on rac */
   int dying;              /* hiredis is freeing rac (its callbacks run with NULL) */
   int connected;
-  int setup_rc;           /* AUTH/SELECT failed on rac: its replies get this */
-  int failed_connect;     /* rac never came up: its commands were never written */
-  size_t inflight;        /* commands on rac awaiting a reply */
-  int64_t progress_ms;    /* last sign of life: connect, a reply, the first send */
-  int64_t retry_after_ms; /* circuit breaker: no reconnect before this */
+  int setup_rc;        /* a setup command was refused on rac: its replies get this */
+  int failed_connect;  /* rac never came up: its commands were never written */
+  size_t inflight;     /* commands on rac awaiting a reply */
+  int64_t progress_ms; /* last sign of life: connect, a reply, the first send */
+  xf__breaker breaker; /* no reconnect while open */
 } xf__aconn;
 
 /* What the handle knows of the server behind options.host. */
@@ -143,7 +144,7 @@ void xf__async_defer(xf_async *ac, xf__acall *k, int rc);
  * ac's, added (not connected) if new. NULL when out of memory. */
 xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port);
 
-/* Connects cn if it is down and its breaker allows (AUTH, SELECT and SCRIPT
+/* Connects cn if it is down and its breaker allows (the setup and the SCRIPT
  * LOADs queued first). XF_OK or XF_ECONNECT / XF_ENOMEM with the message on
  * the core. */
 int xf__aconn_open(xf__aconn *cn);

@@ -72,7 +72,6 @@ static void renew_after_fork(xf_client *c) {
   for (int i = 0; i < c->nseeds; i++)
     xf__conn_forget(&c->seeds[i]);
   xf__router_forget(c->router);
-  c->retry_after_ms = 0;
   pthread_once(&atfork_once, register_atfork);
   c->id = random_u64();
   c->lease_count = 0;

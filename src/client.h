@@ -34,8 +34,6 @@ struct xf_client {
   size_t prefix_len;
   xf__buf request;               /* the RESP encoding of the command being sent */
   unsigned long fork_generation; /* of the process that owns the connections */
-  int64_t retry_after_ms;        /* the event-loop driver's breaker (the blocking
-                                    one keeps one per server, in xf__conn) */
   xf__pcg32 rng;
   uint64_t id;          /* random client id: lease tokens are unique fleet-wide */
   uint64_t lease_count; /* leases taken, the token's suffix */

@@ -1,5 +1,5 @@
 /* One blocking connection to one Redis server: connect (timeouts, keepalive,
- * AUTH, SELECT, READONLY), the breaker, a command, a pipeline. */
+ * then the setup of setup.c), the breaker, a command, a pipeline. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +8,7 @@
 
 #include "client.h"
 #include "conn.h"
+#include "setup.h"
 
 int xf__conn_init(xf__conn *k, const char *host, int port, const char *unix_path) {
   memset(k, 0, sizeof *k);
@@ -31,7 +32,7 @@ void xf__conn_forget(xf__conn *k) {
   if (k->ctx)
     redisFree(k->ctx); /* closes only the child's copy of the descriptor */
   k->ctx = NULL;
-  k->retry_after_ms = 0;
+  xf__breaker_close(&k->breaker);
 }
 
 const char *xf__conn_name(const xf__conn *k, char *buf, size_t len) {
@@ -47,15 +48,13 @@ static struct timeval to_timeval(int ms) {
   return tv;
 }
 
-/* Remembers why the connection went away, for the breaker's message (the
+/* The breaker keeps why the connection went away, for its message (the
  * handle's errstr is cleared by every call). */
 static void drop(xf_client *c, xf__conn *k) {
-  memcpy(k->err, c->errstr, sizeof k->err);
   if (k->ctx)
     redisFree(k->ctx);
   k->ctx = NULL;
-  if (c->breaker_ms >= 0)
-    k->retry_after_ms = xf__now_ms() + c->breaker_ms;
+  xf__breaker_trip(&k->breaker, c->breaker_ms, xf__now_ms(), c->errstr);
 }
 
 /* Sends the encoded request with MSG_NOSIGNAL, so a peer that closed the
@@ -124,43 +123,32 @@ static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
   return rc == XF_OK ? read_reply(c, k, cmd->argv[0], reply) : rc;
 }
 
-/* Runs a setup command (AUTH, SELECT, READONLY) on a fresh connection. */
-static int setup_command(xf_client *c, xf__conn *k, int argc, const char **argv,
-                         int refused_rc) {
-  xf__cmd cmd = {.argc = argc};
-  for (int i = 0; i < argc; i++) {
-    cmd.argv[i] = argv[i];
-    cmd.lens[i] = strlen(argv[i]);
+/* Runs the connection's setup (setup.c), its commands in one write. */
+static int setup(xf_client *c, xf__conn *k) {
+  xf__setup s;
+  xf__setup_build(c, k->readonly ? XF_SETUP_REPLICA : 0, &s);
+  c->request.len = 0;
+  for (int i = 0; i < s.n; i++)
+    if (xf__resp_append_cmd(&c->request, &s.cmd[i]) != 0)
+      return xf__fail(c, XF_ENOMEM, "out of memory for the connection setup");
+  int rc = s.n ? write_request(c, k, s.cmd[0].argv[0]) : XF_OK;
+  for (int i = 0; rc == XF_OK && i < s.n; i++) {
+    redisReply *r;
+    rc = read_reply(c, k, s.cmd[i].argv[0], &r);
+    if (rc == XF_OK) {
+      rc = xf__setup_judge(c, s.kind[i], r);
+      freeReplyObject(r);
+    }
   }
-  redisReply *r;
-  if (roundtrip(c, k, &cmd, 0, &r) != XF_OK)
-    return XF_ECONNECT; /* roundtrip put the reason on the client */
-  int bad = r->type == REDIS_REPLY_ERROR;
-  if (bad)
-    xf__fail(c, refused_rc, "%s: %s", argv[0], r->str);
-  freeReplyObject(r);
-  return bad ? refused_rc : XF_OK;
+  return rc == XF_EIO ? XF_ECONNECT : rc; /* not set up: not connected */
 }
 
-static int setup(xf_client *c, xf__conn *k) {
-  int rc = XF_OK;
-  if (c->password) {
-    const char *auth[] = {"AUTH", c->username ? c->username : "default", c->password};
-    rc = setup_command(c, k, 3, auth, XF_EAUTH);
-  }
-  if (rc == XF_OK && c->db != 0) {
-    char db[16];
-    snprintf(db, sizeof db, "%d", c->db);
-    const char *select[] = {"SELECT", db};
-    rc = setup_command(c, k, 2, select, XF_EAUTH);
-    if (rc == XF_EAUTH && strstr(c->errstr, "cluster mode"))
-      rc = xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
-  }
-  if (rc == XF_OK && k->readonly) {
-    const char *readonly[] = {"READONLY"};
-    rc = setup_command(c, k, 1, readonly, XF_EREDIS);
-  }
-  return rc;
+int xf__conn_tune(xf_client *c, redisContext *ctx, int tcp, int blocking) {
+  if (blocking && redisSetTimeout(ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK)
+    return xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", ctx->errstr);
+  if (tcp) /* keepalive fails on Unix sockets */
+    redisEnableKeepAlive(ctx);
+  return XF_OK;
 }
 
 static int connect_now(xf_client *c, xf__conn *k) {
@@ -170,21 +158,17 @@ static int connect_now(xf_client *c, xf__conn *k) {
   if (!k->ctx)
     return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
   char name[300];
-  int rc = XF_OK;
-  if (k->ctx->err) {
-    rc = xf__fail(c, XF_ECONNECT, "connect to %s: %s", xf__conn_name(k, name, sizeof name),
-                  k->ctx->errstr);
-  } else if (redisSetTimeout(k->ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK) {
-    rc = xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", k->ctx->errstr);
-  } else if (!k->unix_path) { /* TCP only: keepalive fails on Unix sockets */
-    redisEnableKeepAlive(k->ctx);
-  }
+  int rc = k->ctx->err ? xf__fail(c, XF_ECONNECT, "connect to %s: %s",
+                                  xf__conn_name(k, name, sizeof name), k->ctx->errstr)
+                       : xf__conn_tune(c, k->ctx, !k->unix_path, 1);
   if (rc == XF_OK)
     rc = setup(c, k);
   k->refused_rc = rc == XF_EAUTH || rc == XF_EINVAL ? rc : 0;
   if (rc != XF_OK) {
     c->stats.redis_errors++;
     drop(c, k);
+  } else {
+    xf__breaker_close(&k->breaker);
   }
   return rc;
 }
@@ -193,9 +177,9 @@ int xf__conn_open(xf_client *c, xf__conn *k) {
   xf__client_check_fork(c);
   if (k->ctx)
     return XF_OK;
-  if (c->breaker_ms >= 0 && xf__now_ms() < k->retry_after_ms)
+  if (!xf__breaker_allows(&k->breaker, xf__now_ms()))
     return xf__fail(c, k->refused_rc ? k->refused_rc : XF_ECONNECT,
-                    "circuit open after: %s", k->err);
+                    "circuit open after: %s", k->breaker.why);
   return connect_now(c, k);
 }
 

@@ -62,4 +62,11 @@ int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink);
 
 void xft_sleep_ms(int ms);
 
+/* Makes the server on port busy: another connection runs a script that never
+ * ends, and past busy-reply-threshold (start the server with
+ * "--busy-reply-threshold 10") Redis answers BUSY to nearly every command
+ * until SCRIPT KILL. Returns that connection, for xft_busy_stop. */
+redisContext *xft_busy_start(int port);
+void xft_busy_stop(int port, redisContext *b);
+
 #endif

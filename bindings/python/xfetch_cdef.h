@@ -186,6 +186,13 @@ xf_call_step xf_call_woke(xf_call *call);
 int xf_call_result(xf_call *call, xf_value *out);
 const char *xf_call_errmsg(const xf_call *call);
 void xf_call_free(xf_call *call);
+typedef enum xf_setup_flags {
+  XF_SETUP_REPLICA = 1,
+  XF_SETUP_SCRIPTS = 2
+} xf_setup_flags;
+int xf_call_setup_count(const xf_client *c, int flags);
+const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
+int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
 int xf_reader_open(xf_reader **out);
 int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
 int xf_reader_next(xf_reader *rd, xf_reply **reply);

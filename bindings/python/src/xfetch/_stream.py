@@ -203,12 +203,3 @@ async def _connect(loop, fields):
             sock.close()
             raise
     raise error or OSError(f"no address for {fields['host']!r}")
-
-
-def _command(*args):
-    """RESP encoding of a setup command (AUTH, SELECT)."""
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out

@@ -21,10 +21,11 @@ import logging
 import time
 
 from ._cache import SOURCES, Fetched, _key_bytes, _seconds_ms
-from ._errors import AuthError, ConnectionError, Error, InvalidArgumentError, check, error_for
+from ._errors import (ConnectionError, Error, InvalidArgumentError, UnavailableError, check,
+                      error_for)
 from ._native import ffi, lib
 from ._policy import PolicyCache
-from ._stream import _command, _connect, _Stream
+from ._stream import _connect, _Stream
 from ._url import parse_url
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Union  # noqa: E402
@@ -37,6 +38,10 @@ Value = Union[bytes, bytearray, memoryview]
 Loader = Callable[[], Union[Value, None, Awaitable[Union[Value, None]]]]
 
 log = logging.getLogger("xfetch")
+# CLUSTER MYID answers a cluster node and is an error anywhere else (cluster
+# support disabled, or not allowed to this user: then no cluster can be told,
+# and a call on a key of another node gets MOVED as a RedisError).
+_CLUSTER_MYID = b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nMYID\r\n"
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 # _run compares steps with these literals (no attribute lookups on the hot path)
 assert (lib.XF_CALL_SEND, lib.XF_CALL_LOAD, lib.XF_CALL_DONE) == (0, 1, 3)
@@ -67,7 +72,10 @@ class Cache:
         self._breaker = breaker
         prefix_b = prefix.encode() if isinstance(prefix, str) else prefix
         self._keep = ffi.new("char[]", prefix_b)
+        auth = {k: ffi.new("char[]", fields[k].encode())
+                for k in ("username", "password") if fields[k] is not None}
         opts = ffi.new("xf_options *", {
+            **auth, "db": fields["db"],  # for xf_call_setup: the C side's AUTH, SELECT
             "key_prefix": self._keep, "seed": seed or 0, "lazy_connect": 1,
             "cluster": 2,  # XF_CLUSTER_OFF: this client is never connected
             "max_key_len": max_key_len or 0, "max_value_len": max_value_len or 0})
@@ -108,34 +116,27 @@ class Cache:
         loop = asyncio.get_running_loop()
         sock = await asyncio.wait_for(_connect(loop, f), self._connect_timeout)
         stream = _Stream(loop, sock, self._timeout)
-        setup = []
-        if f["password"] is not None:
-            setup.append(("AUTH", f["username"] or "default", f["password"]))
-        if f["db"]:
-            setup.append(("SELECT", str(f["db"])))
-        # CLUSTER MYID answers a cluster node and is an error anywhere else
-        # (cluster support disabled, or not allowed to this user: then no
-        # cluster can be told, and a call on a key of another node gets MOVED
-        # as a RedisError). Pipelined with AUTH/SELECT: no round trip more.
-        setup.append(("CLUSTER", "MYID"))
-        replies = await asyncio.gather(*[stream.request(_command(*a)) for a in setup],
+        # The C side's setup (AUTH, SELECT: what every xfetch transport runs),
+        # then CLUSTER MYID, pipelined: one round trip.
+        n, size = lib.xf_call_setup_count(self._client, 0), self._size
+        setup = [ffi.unpack(lib.xf_call_setup(self._client, 0, i, size), size[0])
+                 for i in range(n)]
+        replies = await asyncio.gather(*[stream.request(r) for r in setup + [_CLUSTER_MYID]],
                                        return_exceptions=True)
         failure = None
-        for args, reply in zip(setup, replies):
+        for i, reply in enumerate(replies):
             if isinstance(reply, BaseException):
                 failure = failure or reply
-                continue
-            msg, n = ffi.new("const char **"), ffi.new("size_t *")
-            refused = lib.xf_reply_is_error(reply, msg, n)
-            text = ffi.unpack(msg[0], n[0]).decode(errors="replace") if refused else ""
-            lib.xf_reply_free(reply)
-            if args[0] == "CLUSTER":
-                if not refused:
+            elif i < n:  # judged (and freed) by C: XF_EAUTH, XF_EUNAVAILABLE (busy), ...
+                rc = lib.xf_call_setup_reply(self._client, 0, i, reply)
+                failure = failure or (error_for(rc, self._client) if rc else None)
+            else:
+                cluster = not lib.xf_reply_is_error(reply, ffi.NULL, ffi.NULL)
+                lib.xf_reply_free(reply)
+                if cluster:
                     failure = failure or InvalidArgumentError(
                         lib.XF_EINVAL, "xfetch.aio does not route a Redis Cluster (this "
                         "server runs in cluster mode): use xfetch.Cache")
-            elif refused:
-                failure = failure or AuthError(lib.XF_EAUTH, f"{args[0]}: {text}")
         if failure is not None:
             await stream.close()
             raise failure
@@ -160,6 +161,10 @@ class Cache:
         try:
             self._stream = await asyncio.shield(opening)
             return self._stream
+        except UnavailableError as e:  # busy or loading: as if down, calls fail open
+            self._redis_errors += 1
+            self._retry_after = time.monotonic() + self._breaker
+            raise ConnectionError(lib.XF_ECONNECT, str(e)) from e
         except Error:  # AUTH / SELECT refused: loud, not a fail-open
             raise
         except (OSError, asyncio.TimeoutError) as e:
