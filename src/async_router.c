@@ -166,12 +166,12 @@ static int probe_start(xf_async *ac, xf__aconn *avoid) {
 }
 
 /* A map load unless one is on the wire or happened within
- * XF_ROUTER_REFRESH_MS (a burst of MOVED or failures loads it once). Returns
+ * XF_ROUTE_REFRESH_MS (a burst of MOVED or failures loads it once). Returns
  * whether one is on the wire. */
 static int refresh_soon(xf_async *ac, xf__aconn *avoid) {
   if (ac->probing)
     return 1;
-  if (xf__now_ms() - ac->refreshed_ms < XF_ROUTER_REFRESH_MS)
+  if (xf__now_ms() - ac->refreshed_ms < XF_ROUTE_REFRESH_MS)
     return 0;
   return probe_start(ac, avoid) == XF_OK;
 }
