@@ -205,6 +205,10 @@ xf__route_act xf__route_start(xf__routes *r, const xf__cmd *cmd, xf__hop *h, int
 
 xf__route_act xf__route_next(xf__routes *r, const xf__cmd *cmd, xf__hop *h, int64_t now_ms,
                              int *arg) {
+  if (h->reload && xf__route_refresh_due(r, now_ms)) {
+    h->reload = 0;
+    return XF_ROUTE_REFRESH;
+  }
   xf__route_act act = pick(r, cmd, h, now_ms, arg);
   if (act == XF_ROUTE_REFRESH && r->mapped)
     act = fail(arg, xf__fail(r->c, XF_EUNAVAILABLE, "no master in the cluster map"));
@@ -250,6 +254,7 @@ static xf__route_act redirected(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
   if (delay < 0) /* TRYAGAIN / CLUSTERDOWN for too long: the flow fails open */
     return XF_ROUTE_DONE;
   if (!redirect) {
+    h->reload = d->kind == XF_CLUSTER_DOWN; /* a failover may have moved the slot */
     *arg = delay;
     return XF_ROUTE_BACKOFF;
   }

@@ -57,6 +57,7 @@ typedef struct xf__hop {
   int script_loaded; /* one SCRIPT LOAD per command */
   int failed;        /* the node that just did not answer (-1 = none) */
   int failed_rc;     /* and its code */
+  int reload;        /* CLUSTERDOWN: reload the map after the backoff */
 } xf__hop;
 
 /* What the driver does next with a command. */
