@@ -216,6 +216,11 @@ static int queue_setup(xf__aconn *cn) {
     put(&cmd, db);
     rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)SETUP_SELECT, &cmd);
   }
+  if (rc == XF_OK && cn->readonly) { /* a replica's reads (async_router.c) */
+    cmd.argc = 0;
+    put(&cmd, "READONLY");
+    rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)IGNORED, &cmd);
+  }
   for (intptr_t s = XF_SCRIPT_READ; rc == XF_OK && s <= XF_SCRIPT_DELETE; s++) {
     xf__script_load_cmd(&cmd, (int)s, NULL, 0);
     rc = xf__aconn_queue(cn, on_setup_reply, (void *)s, &cmd);
@@ -300,12 +305,13 @@ static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
     rc = xf__fail(ac->core, cn->setup_rc, "%s", ac->core->conn_err);
   }
   xf__async_enter(ac);
-  if (ac->mode == XF__AMODE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
+  if (ac->core->routes.mode == XF_ROUTE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
       xf__aroute_reply(k, rc, reply)) {
     xf__async_leave(ac);
     return;
   }
-  k->attempts = k->script_reloaded = 0; /* the flow's next command starts afresh */
+  k->attempts = 0; /* the flow's next command starts afresh */
+  k->route_act = XF_ROUTE_DONE;
   if (rc == XF_OK && !(copy = xf__reply_copy(reply)))
     rc = xf__fail(ac->core, XF_ENOMEM, "out of memory for a reply");
   xf__async_advance(k, xf__flow_reply(&k->f, rc, copy, now_ms));
@@ -322,7 +328,6 @@ int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
   if (rc == XF_OK) {
     k->sent = 1;
     k->conn = cn;
-    k->asking = asking;
   }
   return rc;
 }
