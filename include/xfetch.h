@@ -419,9 +419,19 @@ XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
  * a thread or a sleep. The client gives the configuration (key prefix,
  * limits, lease-token identity, XFetch draws, stats): open it with
  * lazy_connect and use it from one thread, like the calls; it is never used
- * for I/O by a call. The connection must have run the client's setup first
- * (xf_call_setup: AUTH, SELECT), and a call never routes by Redis Cluster
- * slot. */
+ * for I/O by a call. Every connection must have run the client's setup first
+ * (xf_call_setup: AUTH, SELECT).
+ *
+ * Where each request goes: xf_call_target names the server (host, port) —
+ * the seed in use, or in a Redis Cluster the node of the key's slot (a
+ * replica for reads with options.read_from_replicas) — so a driver keeps one
+ * connection per (host, port) and writes the request on that one. What the
+ * client's router must learn comes as a call's own SEND, answered like any
+ * other: INFO cluster (options.cluster AUTO, first calls) and CLUSTER SLOTS
+ * (a Redis Cluster's map, and again after MOVED or a failover). MOVED, ASK,
+ * TRYAGAIN, CLUSTERDOWN, NOSCRIPT and failed nodes are followed by the call
+ * itself: a reply fed back may simply give another SEND, to another server,
+ * or a WAIT (a backoff). The map is the client's, shared by all its calls. */
 typedef struct xf_call xf_call;
 typedef struct xf_reader xf_reader;
 typedef struct xf_reply xf_reply; /* one parsed reply */
@@ -457,13 +467,28 @@ XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
  * its next step; NULL (and *len 0) in any other step. */
 XF_EXPORT const char *xf_call_request(const xf_call *call, size_t *len);
 
-/* The reply to the request (the call takes it), or NULL when the connection
- * failed before it came (the call fails open as on XF_EIO). Returns the next
- * step. A reply given in another step is freed and ignored. */
+/* In XF_CALL_SEND: the server xf_call_request's bytes go to, and how many
+ * replies they produce. *host is the server's name or IP (owned by the
+ * client: valid until xf_client_close; NULL with *port 0 for the client's
+ * options.unix_path). Returns n >= 1: read n replies on that connection and
+ * feed the last one to xf_call_reply, freeing the others with xf_reply_free
+ * (a READONLY, ASKING or SCRIPT LOAD may go first, in the same bytes; the
+ * command's reply says how they went). XF_EINVAL in any other step. host or
+ * port may be NULL. */
+XF_EXPORT int xf_call_target(const xf_call *call, const char **host, int *port);
+
+/* The (last) reply to the request (the call takes it), or NULL when the
+ * connection failed before it came (as xf_call_io_failed with XF_EIO).
+ * Returns the next step: another XF_CALL_SEND when the reply was a
+ * redirection or the router's own question. A reply given in another step is
+ * freed and ignored. */
 XF_EXPORT xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);
 
 /* The request could not be written or its reply never came: rc XF_ECONNECT
- * (no connection) or XF_EIO (anything else). Returns the next step. */
+ * (no connection) or XF_EIO (anything else). Returns the next step: a SEND
+ * to another server when one may answer (the next seed after XF_ECONNECT; a
+ * replica's read goes to its master; in a cluster, the map is asked again),
+ * else the call fails open. */
 XF_EXPORT xf_call_step xf_call_io_failed(xf_call *call, int rc);
 
 /* In XF_CALL_LOAD: the loader's value (copied), "not found", or its failure
@@ -474,7 +499,8 @@ XF_EXPORT xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t le
 XF_EXPORT xf_call_step xf_call_not_found(xf_call *call);
 XF_EXPORT xf_call_step xf_call_load_failed(xf_call *call, int loader_rc);
 
-/* In XF_CALL_WAIT: how many ms to sleep (0 = now); then xf_call_woke. */
+/* In XF_CALL_WAIT: how many ms to sleep (0 = now; a lease holder's wait, or
+ * a cluster's TRYAGAIN / CLUSTERDOWN backoff); then xf_call_woke. */
 XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call);
 XF_EXPORT xf_call_step xf_call_woke(xf_call *call);
 

@@ -51,7 +51,8 @@ static void abandon_flow(xf__flow *f) {
  * loader or callback never runs inside xf_async_get_or_compute. */
 void xf__async_defer(xf_async *ac, xf__acall *k, int rc) {
   k->deferred_rc = rc;
-  k->attempts = k->script_reloaded = 0;
+  k->attempts = 0;
+  k->route_act = XF_ROUTE_DONE;
   k->next_deferred = NULL;
   if (ac->deferred_tail)
     ac->deferred_tail->next_deferred = k;

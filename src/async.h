@@ -8,7 +8,6 @@
 #include <stdint.h>
 
 #include "client.h"
-#include "cluster.h"
 #include "flow.h"
 
 typedef struct xf__acall xf__acall;
@@ -30,10 +29,8 @@ typedef struct xf__aconn {
   size_t inflight;     /* commands on rac awaiting a reply */
   int64_t progress_ms; /* last sign of life: connect, a reply, the first send */
   xf__breaker breaker; /* no reconnect while open */
+  int readonly;        /* READONLY goes first on every (re)connect: a replica's */
 } xf__aconn;
-
-/* What the handle knows of the server behind options.host. */
-enum { XF__AMODE_UNKNOWN, XF__AMODE_STANDALONE, XF__AMODE_CLUSTER };
 
 /* What an async loader holds: the call it completes. */
 struct xf_async_load {
@@ -65,17 +62,15 @@ struct xf__acall {
   int loading;     /* the loader has not completed yet */
   int deferred_rc; /* a SEND that could not go out: fed on the next tick */
   int64_t wake_ms; /* WAIT (or, with resend, a cluster retry's backoff) */
-  /* Cluster routing of the current command (async_router.c). */
-  xf__aconn *conn; /* where it was sent */
-  xf__aconn *pin;  /* send the next one here (ASK, NOSCRIPT), not by slot */
-  int pin_asking;  /* ASKING first */
-  int asking;      /* it went with ASKING */
-  int attempts;    /* redirections and retries of this command */
-  int script_reloaded;
-  int resend;             /* the heap wakes it to send again (TRYAGAIN) */
-  xf__acall *next_parked; /* waiting for the cluster mode or map */
-  size_t heap_at;         /* index in the wait heap, SIZE_MAX when not waiting */
-  xf__acall *prev, *next; /* every unfinished call */
+  /* Routing of the current command (async_router.c, async_seeds.c). */
+  xf__aconn *conn;         /* where it was sent */
+  xf__hop hop;             /* its way through a cluster (route.h) */
+  xf__route_act route_act; /* XF_ROUTE_DONE: the flow's next command starts afresh */
+  int attempts;            /* seeds tried for this command (standalone) */
+  int resend;              /* the heap wakes it to send again (a backoff) */
+  xf__acall *next_parked;  /* waiting for the cluster mode or map */
+  size_t heap_at;          /* index in the wait heap, SIZE_MAX when not waiting */
+  xf__acall *prev, *next;  /* every unfinished call */
   xf__acall *next_deferred;
   /* Fail-open loads (XF_LOAD_UNCACHED) of one key are shared: the first call's
    * loader runs, calls that need the same load meanwhile follow it. */
@@ -92,14 +87,10 @@ struct xf_async {
   xf__aconn **conns; /* conns[0..nseeds-1]: options.host's seeds; then cluster nodes */
   int nconns, conns_cap;
   xf__aconn *main;           /* standalone: the server */
-  int mode;                  /* XF__AMODE_* */
   int probing;               /* an INFO cluster or CLUSTER SLOTS is on the wire */
   int probe_at, probe_tries; /* which of conns is asked; how many were */
-  int mapped;                /* map holds a CLUSTER SLOTS answer */
-  xf__cluster_map map;
-  xf__aconn **node_conn; /* map.nodes[i]'s connection; NULL = not looked up */
+  xf__aconn **node_conn;     /* core->routes.nodes[i]'s connection; NULL = none yet */
   int node_conn_cap;
-  int64_t refreshed_ms;            /* when the map was last asked for */
   xf__acall *parked, *parked_tail; /* waiting for the probe (mode or map) */
   struct xf__aprobe *probe;        /* the probe's command on the wire */
 

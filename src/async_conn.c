@@ -205,7 +205,8 @@ int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd) {
  * command: many calls are queued at once on a fresh connection. */
 static int queue_setup(xf__aconn *cn) {
   xf__setup s;
-  xf__setup_build(cn->ac->core, XF_SETUP_SCRIPTS, &s);
+  xf__setup_build(cn->ac->core, XF_SETUP_SCRIPTS | (cn->readonly ? XF_SETUP_REPLICA : 0),
+                  &s);
   int rc = XF_OK;
   for (int i = 0; rc == XF_OK && i < s.n; i++)
     rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)s.kind[i], &s.cmd[i]);
@@ -289,12 +290,13 @@ static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
     rc = xf__fail(ac->core, cn->setup_rc, "%s", ac->core->conn_err);
   }
   xf__async_enter(ac);
-  if (ac->mode == XF__AMODE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
+  if (ac->core->routes.mode == XF_ROUTE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
       xf__aroute_reply(k, rc, reply)) {
     xf__async_leave(ac);
     return;
   }
-  k->attempts = k->script_reloaded = 0; /* the flow's next command starts afresh */
+  k->attempts = 0; /* the flow's next command starts afresh */
+  k->route_act = XF_ROUTE_DONE;
   if (rc == XF_OK && !(copy = xf__reply_copy(reply)))
     rc = xf__fail(ac->core, XF_ENOMEM, "out of memory for a reply");
   xf__async_advance(k, xf__flow_reply(&k->f, rc, copy, now_ms));
@@ -311,7 +313,6 @@ int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
   if (rc == XF_OK) {
     k->sent = 1;
     k->conn = cn;
-    k->asking = asking;
   }
   return rc;
 }

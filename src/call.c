@@ -7,59 +7,51 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "call.h"
 #include "client.h"
-#include "flow.h"
 #include "policy.h"
 #include "script.h"
 #include "share.h"
 #include "sink.h"
-
-/* What a call does: the get-or-compute flow, or one script (set, delete). */
-enum { CALL_GET, CALL_SET, CALL_DELETE };
-
-struct xf_call {
-  int kind;
-  xf__flow f; /* CALL_GET */
-  struct {    /* CALL_SET, CALL_DELETE: one script, NOSCRIPT recovered once */
-    xf__key key;
-    xf__write w;
-    char *data;
-    xf__cmd cmd;
-    int script, loading, retried, rc;
-  } one;
-  xf__step step;
-  xf_policy policy; /* the flow points at it: a copy the call owns */
-  char *key;        /* likewise */
-  xf_value out;
-  xf__buf request; /* the RESP bytes of the SEND step */
-  int64_t load_t0_us;
-  int taken;        /* xf_call_result moved the value out */
-  char errstr[256]; /* the client's message when the call ended in error */
-};
-
-struct xf_reader {
-  redisReader *r;
-};
 
 static int call_rc(const xf_call *call) {
   return call->kind == CALL_GET ? call->f.rc : call->one.rc;
 }
 
 static xf_call_step one_done(xf_call *call, int rc);
+static xf_call_step advance(xf_call *call, xf__step step);
+
+static const xf__cmd *cmd_of(const xf_call *call) {
+  return call->kind == CALL_GET ? &call->f.cmd : &call->one.cmd;
+}
+
+/* The command's outcome is the error rc (it could not be sent, or the
+ * router gave up on it). */
+static xf_call_step fed(xf_call *call, int rc) {
+  if (call->kind != CALL_GET) /* no loader to fail open to: the error */
+    return one_done(call, rc);
+  return advance(call, xf__flow_reply(&call->f, rc, NULL, xf__now_ms()));
+}
+
+/* What call_route.c answered for the command. */
+static xf_call_step routed(xf_call *call, int rc) {
+  if (rc == XF__CALL_SENDING) {
+    call->step = XF_STEP_SEND;
+    return XF_CALL_SEND;
+  }
+  if (rc == XF__CALL_BACKING_OFF) {
+    call->step = XF_STEP_WAIT;
+    return XF_CALL_WAIT;
+  }
+  return fed(call, rc);
+}
 
 /* The step as the public enum, after the call moved on. */
 static xf_call_step advance(xf_call *call, xf__step step) {
   call->step = step;
   switch (step) {
   case XF_STEP_SEND:
-    call->request.len = 0;
-    if (xf__resp_append_cmd(&call->request,
-                            call->kind == CALL_GET ? &call->f.cmd : &call->one.cmd) != 0) {
-      if (call->kind != CALL_GET)
-        return one_done(call, xf__fail(call->f.c, XF_ENOMEM, "out of memory"));
-      return advance(call, xf__flow_reply(&call->f, XF_ENOMEM, NULL, xf__now_ms()));
-    }
-    return XF_CALL_SEND;
+    return routed(call, xf__call_route(call, cmd_of(call)));
   case XF_STEP_LOAD:
     call->load_t0_us = xf__now_us();
     return XF_CALL_LOAD;
@@ -237,6 +229,11 @@ xf_call_step xf_call_reply(xf_call *call, xf_reply *reply) {
       freeReplyObject(r);
     return xf_call_next(call);
   }
+  if (!r)
+    xf__fail(call->f.c, XF_EIO, "the connection failed");
+  int rc = xf__call_route_reply(call, cmd_of(call), &r, r ? XF_OK : XF_EIO);
+  if (rc != XF__CALL_REPLY)
+    return routed(call, rc);
   if (call->kind != CALL_GET)
     return r ? one_reply(call, r)
              : one_done(call, xf__fail(call->f.c, XF_EIO, "the connection failed"));
@@ -248,9 +245,10 @@ xf_call_step xf_call_io_failed(xf_call *call, int rc) {
     return xf_call_next(call);
   if (rc != XF_ECONNECT && rc != XF_ENOMEM)
     rc = XF_EIO;
-  if (call->kind != CALL_GET) /* no loader to fail open to: the error */
-    return one_done(call, xf__fail(call->f.c, rc, "the connection failed"));
-  return advance(call, xf__flow_reply(&call->f, rc, NULL, xf__now_ms()));
+  xf__fail(call->f.c, rc, "the connection failed");
+  redisReply *none = NULL;
+  return routed(call,
+                rc == XF_ENOMEM ? rc : xf__call_route_reply(call, cmd_of(call), &none, rc));
 }
 
 /* A LOAD's outcome: rc 0 with the sink filled, or the loader's failure. */
@@ -283,13 +281,15 @@ xf_call_step xf_call_load_failed(xf_call *call, int loader_rc) {
 int64_t xf_call_wait_ms(const xf_call *call) {
   if (!call || call->step != XF_STEP_WAIT)
     return 0;
-  int64_t ms = call->f.wake_ms - xf__now_ms();
+  int64_t ms = (call->backoff ? call->wake_ms : call->f.wake_ms) - xf__now_ms();
   return ms > 0 ? ms : 0;
 }
 
 xf_call_step xf_call_woke(xf_call *call) {
   if (!call || call->step != XF_STEP_WAIT)
     return xf_call_next(call);
+  if (call->backoff) /* the router's: the command again */
+    return routed(call, xf__call_route(call, cmd_of(call)));
   return advance(call, xf__flow_woke(&call->f, xf__now_ms()));
 }
 
@@ -308,6 +308,20 @@ int xf_call_result(xf_call *call, xf_value *out) {
     call->taken = 1;
   }
   return call_rc(call);
+}
+
+int xf_call_target(const xf_call *call, const char **host, int *port) {
+  if (host)
+    *host = NULL;
+  if (port)
+    *port = 0;
+  if (!call || call->step != XF_STEP_SEND)
+    return XF_EINVAL;
+  if (host)
+    *host = call->host;
+  if (port)
+    *port = call->port;
+  return call->replies;
 }
 
 const char *xf_call_errmsg(const xf_call *call) { return call ? call->errstr : ""; }

@@ -17,8 +17,9 @@ struct xf_client {
   int nseeds;
   int server;         /* standalone: the seed in use */
   int cluster;        /* the xf_cluster_mode asked for */
-  int mode_known;     /* standalone or cluster is decided */
-  xf__router *router; /* cluster mode; NULL standalone */
+  int mode_known;     /* standalone or cluster is decided (blocking drivers) */
+  xf__routes routes;  /* mode, map, nodes: every driver's routing decisions */
+  xf__router *router; /* the blocking drivers' node connections; NULL standalone */
   int read_from_replicas;
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;

@@ -65,6 +65,9 @@ static xf__step encode(xf__flow *f) {
     xf__entry_release_cmd(&f->cmd, key, len, f->token,
                           f->found_nothing ? f->p->wait_ms : 0);
   }
+  /* A waiter re-reads to see the value the lease holder wrote: a replica
+   * may not have it yet. */
+  f->cmd.on_master = f->state == READ && f->round > 0;
   return XF_STEP_SEND;
 }
 
@@ -298,7 +301,9 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
 /* The value is missing or expired. A lease the read already saw live is not
  * asked for: that round trip could only lose. */
 static xf__step miss(xf__flow *f, int64_t now_ms) {
-  if (f->e.lease_live)
+  /* Not when the read may come from a lagging replica: the lease script runs
+   * on the master and says whether the lease is live there. */
+  if (f->e.lease_live && !f->c->read_from_replicas)
     return lease_held_elsewhere(f, now_ms);
   xf__entry_token(f->c, f->token);
   f->refresh = 0;

@@ -23,6 +23,7 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
   int ro = read_only(s);
   cmd->key = key;
   cmd->keylen = keylen;
+  cmd->on_master = 0;
   cmd->argc = 0;
   cmd->more_argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
@@ -39,6 +40,7 @@ void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *con
   int ro = read_only(s);
   cmd->key = nkeys ? keys[0] : NULL;
   cmd->keylen = nkeys ? keylens[0] : 0;
+  cmd->on_master = 0;
   cmd->argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
@@ -53,6 +55,7 @@ void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keyle
   const xf__script *s = &xf__scripts[script];
   cmd->key = key;
   cmd->keylen = keylen;
+  cmd->on_master = 0;
   cmd->argc = 0;
   cmd->more_argc = 0;
   put(cmd, "SCRIPT", 6);

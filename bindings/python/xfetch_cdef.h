@@ -176,6 +176,7 @@ int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keyle
 int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen);
 xf_call_step xf_call_next(const xf_call *call);
 const char *xf_call_request(const xf_call *call, size_t *len);
+int xf_call_target(const xf_call *call, const char **host, int *port);
 xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);
 xf_call_step xf_call_io_failed(xf_call *call, int rc);
 xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len);
