@@ -135,11 +135,17 @@ typedef struct xf_options {
                              always go to the master. The event-loop driver
                              (xf_async) ignores it: its reads go to the master */
   /* NULL, or called with interrupt_ud, in the calling thread, at least every
-   * 50 ms while a blocking call waits: for another caller's lease, or for
-   * another thread's load of the key in the share (xf_get_or_compute,
-   * xf_get_or_compute_many). Non-zero ends the call at once with XF_ECANCELED
-   * (it holds no lease then; the loader is not run). For bindings that must
-   * let a signal (Ctrl-C) through a wait. */
+   * 50 ms while a blocking call waits: for another caller's lease, for
+   * another thread's load of the key in the share, for a pooled client
+   * (xf_pool_*), or for a Redis reply that does not come (a slow or stopped
+   * server; any blocking, batch or pool call). Non-zero ends the call at
+   * once with XF_ECANCELED: the loader is not run, or its result is dropped;
+   * a connection whose reply was still due is closed (reopened on next use,
+   * never read again; the breaker is not armed). A lease the call holds is
+   * released on a fresh connection within 250 ms, without asking again, or
+   * else expires after lease_ms. Not asked while connecting or writing a
+   * request. When set, each reply costs one poll(); when NULL, nothing. For
+   * bindings that must let a signal (Ctrl-C) through a wait. */
   xf_interrupt_fn interrupt;
   void *interrupt_ud;
 } xf_options;

@@ -9,6 +9,8 @@
 #include "policy.h"
 #include "share.h"
 
+#define INTERRUPT_SLICE_MS 50 /* how often a sleeping call asks options.interrupt */
+
 void xf_value_free(xf_value *v) {
   if (!v)
     return;
@@ -24,11 +26,30 @@ void xf__sleep_until_ms(int64_t wake_ms) {
   nanosleep(&ts, NULL);
 }
 
-static xf__step send(xf__flow *f) {
+int xf__flow_sleep(const xf__flow *f, int64_t wake_ms) {
+  for (;;) {
+    int64_t slice_ms = xf__now_ms() + INTERRUPT_SLICE_MS;
+    xf__sleep_until_ms(slice_ms < wake_ms ? slice_ms : wake_ms);
+    if (xf__flow_interrupted(f))
+      return 1;
+    if (xf__now_ms() >= wake_ms)
+      return 0;
+  }
+}
+
+/* Inlined into xf_get_or_compute: a hit pays no call for it. */
+static inline xf__step send(xf__flow *f) {
   redisReply *r;
+  int canceled = xf__flow_canceled(f);
+  if (canceled) /* off the hot path: a hit only pays the test */
+    f->c->grace_ms = XF_CANCEL_GRACE_MS;
   int rc = xf__command(f->c, &f->cmd, &r);
+  if (canceled)
+    f->c->grace_ms = 0;
   return xf__flow_reply(f, rc, r, xf__now_ms());
 }
+
+xf__step xf__flow_send(xf__flow *f) { return send(f); }
 
 /* The share's code for what the loader gave. */
 static int load_outcome(const xf__flow *f, int lrc) {
@@ -107,9 +128,8 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
       step = xf__flow_run_loader(&f, loader, ud);
       break;
     case XF_STEP_WAIT:
-      xf__sleep_until_ms(f.wake_ms); /* at most WAIT_POLL_MAX_MS */
-      step =
-          xf__flow_interrupted(&f) ? xf__flow_cancel(&f) : xf__flow_woke(&f, xf__now_ms());
+      step = xf__flow_sleep(&f, f.wake_ms) ? xf__flow_cancel(&f)
+                                           : xf__flow_woke(&f, xf__now_ms());
       break;
     case XF_STEP_DONE:
       return f.rc;

@@ -30,6 +30,9 @@ struct xf_client {
   size_t ns_len;
   xf_interrupt_fn interrupt; /* options.interrupt: checked during waits */
   void *interrupt_ud;
+  int grace_ms; /* > 0 while a driver sends the release of a call the interrupt
+                   ended: interrupt not asked, connect and each reply bounded
+                   by it (conn.c); set and cleared around that one send */
   size_t max_key_len, max_value_len;
   char *prefix;
   size_t prefix_len;

@@ -321,6 +321,9 @@ int xf__flow_interrupted(const xf__flow *f) {
 }
 
 xf__step xf__flow_cancel(xf__flow *f) {
+  xf_value_free(f->out);    /* a value decided before a release: not returned */
+  if (xf__flow_canceled(f)) /* that release failed too: the lease expires */
+    return done(f, XF_ECANCELED);
   int rc = xf__fail(f->c, XF_ECANCELED, "interrupted (options.interrupt)");
   return f->token[0] && f->state != DONE ? release_then_done(f, rc) : done(f, rc);
 }
@@ -444,6 +447,10 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
 int xf__flow_leasing(const xf__flow *f) { return f->state == LEASE; }
 
 xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
+  if (rc == XF_ECANCELED) { /* the interrupt cut a reply wait short */
+    f->script_loading = 0;
+    return xf__flow_cancel(f);
+  }
   int script = script_of[f->state];
   if (f->script_loading) { /* the reply to SCRIPT LOAD: resend the command */
     f->script_loading = 0;

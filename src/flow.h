@@ -134,7 +134,32 @@ xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
 int xf__flow_interrupted(const xf__flow *f);
 
 /* Ends the call with XF_ECANCELED (options.interrupt asked): from a WAIT, or
- * any step where the driver stops it; a lease held is released first. */
+ * any step where the driver stops it; a SEND's reply wait the interrupt cut
+ * short (xf__flow_reply with XF_ECANCELED) comes here too. A lease held (or
+ * maybe held: a LEASE whose reply was cut) is released first: that SEND is
+ * xf__flow_canceled, and the driver sends it with client->grace_ms. A value
+ * already decided is freed. */
 xf__step xf__flow_cancel(xf__flow *f);
+
+/* How long the release of a call the interrupt ended may take (connect,
+ * setup, reply): the server that was too slow may still be; past it the
+ * lease is left to expire (lease_ms), and Ctrl-C is not held for longer. */
+#define XF_CANCEL_GRACE_MS 250
+
+/* Whether f's SEND is the release of a call the interrupt ended: to be sent
+ * without asking the interrupt again, within a short grace (the lease
+ * expires by itself when that fails). Inline, for the hot path: while a call
+ * sends, only xf__flow_cancel has set f->rc to XF_ECANCELED (an outcome is
+ * kept in f->rc before a release only). */
+static inline int xf__flow_canceled(const xf__flow *f) { return f->rc == XF_ECANCELED; }
+
+/* For the blocking drivers: sends f's command on f->c (with the grace of
+ * xf__flow_canceled) and feeds the reply back. */
+xf__step xf__flow_send(xf__flow *f);
+
+/* For the blocking drivers: sleeps until wake_ms in slices of at most 50 ms,
+ * asking the call's interrupt after each. Non-zero: it asked to stop (the
+ * driver then calls xf__flow_cancel). */
+int xf__flow_sleep(const xf__flow *f, int64_t wake_ms);
 
 #endif

@@ -265,14 +265,19 @@ class Cache:
         return conn, None
 
     def _exit(self, conn, saved):
+        # A Ctrl-C that ended a C reply wait of a call with no loader (get,
+        # set, delete) is raised here, never left for the next call.
+        exc, conn.state.exc = conn.state.exc, None
         if saved is not None:  # back to the outer call on this connection
             st = conn.state
             st.loader, st.exc, st.load_s, st.keys, conn.value = saved
-            return
-        self._tls.conn = None
-        self._release(conn)
-        if self._slots is not None:
-            self._slots.release()
+        else:
+            self._tls.conn = None
+            self._release(conn)
+            if self._slots is not None:
+                self._slots.release()
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc
 
     def _acquire(self):
         try:
