@@ -58,7 +58,7 @@ extern "C" {
          "memory)")                                                                        \
   XF_ERR(ENOPERM, -13, "the Redis ACL user may not run a command xfetch needs")            \
   XF_ERR(ESUPERSEDED, -14, "not cached: a newer value or a delete won")                    \
-  XF_ERR(ECANCELED, -15, "canceled: the async handle was closed")                          \
+  XF_ERR(ECANCELED, -15, "canceled: interrupted, or its handle closed")                    \
   XF_ERR(EBUSY, -16, "every pooled client stayed busy for the checkout timeout")
 
 /* Return codes. */
