@@ -9,6 +9,7 @@
 
 #include "client.h"
 #include "flow.h"
+#include "reply.h"
 
 typedef struct xf__acall xf__acall;
 
@@ -203,10 +204,6 @@ int xf__aroute_send(xf__acall *k);
 /* In cluster mode, before the flow sees a reply (rc: XF_OK with r, or the
  * connection's error): follows MOVED / ASK / TRYAGAIN / CLUSTERDOWN / NOSCRIPT
  * and nodes that stopped answering. Returns 1 when it took the call over. */
-int xf__aroute_reply(xf__acall *k, int rc, const redisReply *r);
-
-/* A deep copy of a reply, freeable with freeReplyObject; NULL when out of
- * memory. */
-redisReply *xf__reply_copy(const redisReply *r);
+int xf__aroute_reply(xf__acall *k, int rc, const xf__reply *r);
 
 #endif

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "async.h"
+#include "reader.h"
+#include "reply.h"
 #include "setup.h"
 
 /* The callback data of a reply nobody waits for (a setup command's is its
@@ -23,40 +25,6 @@
 enum { IGNORED = -1 };
 
 /* ---- replies ------------------------------------------------------------------- */
-
-/* hiredis 0.14 frees a reply when its callback returns; the flow keeps what it
- * is given, so it gets a copy. */
-redisReply *xf__reply_copy(const redisReply *r) {
-  redisReply *copy = calloc(1, sizeof *copy);
-  if (!copy)
-    return NULL;
-  copy->type = r->type;
-  copy->integer = r->integer;
-  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
-      r->type == REDIS_REPLY_ERROR) {
-    copy->str = malloc(r->len + 1);
-    if (!copy->str) {
-      free(copy);
-      return NULL;
-    }
-    memcpy(copy->str, r->str, r->len);
-    copy->str[r->len] = '\0';
-    copy->len = r->len;
-  } else if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
-    copy->element = calloc(r->elements, sizeof *copy->element);
-    if (!copy->element) {
-      free(copy);
-      return NULL;
-    }
-    copy->elements = r->elements;
-    for (size_t i = 0; i < r->elements; i++)
-      if (r->element[i] && !(copy->element[i] = xf__reply_copy(r->element[i]))) {
-        freeReplyObject(copy);
-        return NULL;
-      }
-  }
-  return copy;
-}
 
 /* ---- connection state ------------------------------------------------------------- */
 
@@ -162,7 +130,7 @@ void xf__aconn_replied(xf__aconn *cn, redisAsyncContext *rac, const void *reply)
  * XF_EUNAVAILABLE, a busy server, fails them open) and it closes once they
  * are in. A failed SCRIPT LOAD is left to the flow's NOSCRIPT recovery. */
 static void on_setup_reply(redisAsyncContext *rac, void *reply, void *what) {
-  redisReply *r = reply;
+  xf__reply *r = reply;
   xf__aconn *cn = r ? rac->data : NULL;
   if (!cn || cn->rac != rac)
     return;
@@ -220,6 +188,7 @@ static int start(xf__aconn *cn) {
                                     : redisAsyncConnectUnix(c->unix_path);
   if (!rac)
     return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
+  xf__reader_adopt(rac->c.reader); /* its replies are xf__reply objects */
   char where[XF_CLUSTER_HOST_MAX + 16];
   if (cn->host)
     snprintf(where, sizeof where, "%s:%d", cn->host, cn->port);
@@ -281,7 +250,7 @@ static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
   if (!reply && xf__aseeds_resend(k, cn))
     return; /* never written: it went to the next seed */
   int rc = XF_OK;
-  redisReply *copy = NULL;
+  xf__reply *copy = NULL;
   if (!reply) {
     if (current)
       lost(cn, rac);

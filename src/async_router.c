@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "async.h"
+#include "reply.h"
 #include "script.h"
 
 /* The probe's command in flight: orphaned (cn NULL) by xf_async_close. */
@@ -134,7 +135,7 @@ static int refresh_soon(xf_async *ac, xf__aconn *avoid) {
 
 /* What cn's answer to the probe says: XF_OK (the mode or the map is known),
  * ASKED_AGAIN (a cluster: now its map), or why another node must be asked. */
-static int answer(xf_async *ac, xf__aconn *cn, const redisReply *r) {
+static int answer(xf_async *ac, xf__aconn *cn, const xf__reply *r) {
   xf_client *c = ac->core;
   if (!r)
     return xf__fail(c, XF_EIO, "%s", c->conn_err);
@@ -262,7 +263,7 @@ int xf__aroute_send(xf__acall *k) {
   return perform(k, act, arg);
 }
 
-int xf__aroute_reply(xf__acall *k, int rc, const redisReply *r) {
+int xf__aroute_reply(xf__acall *k, int rc, const xf__reply *r) {
   xf__routes *rt = routes(k->ac);
   int arg = 0;
   xf__route_act act =

@@ -5,6 +5,7 @@
 
 #include "client.h"
 #include "flow.h"
+#include "reply.h"
 
 typedef struct batch_loaders {
   xf_loader_fn one;        /* per key; or */
@@ -27,11 +28,11 @@ typedef struct batch {
   const xf__cmd **cmds; /* the pending SENDs, in the order sent */
   size_t *who;          /* which flow each pending SEND is */
   int *rcs;
-  redisReply **replies;
+  xf__reply **replies;
   const char **keys; /* read_many's KEYS; the batch loader's keys */
   size_t *lens;
   xf_sink **sinks;
-  redisReply **parts;      /* read_many's reply, split per key */
+  xf__reply **parts;       /* read_many's reply, split per key */
   xf__batch_group *groups; /* the first round (lazily) */
   xf__cmd *many;           /* the first round's read_many calls (lazily) */
   int64_t lease_ms;        /* the policy's */

@@ -9,6 +9,7 @@
 #include "batch.h"
 #include "cluster.h"
 #include "entry.h"
+#include "reply.h"
 #include "script.h"
 
 /* A read_many call runs its keys in one go on the server: bound how long
@@ -91,7 +92,7 @@ static void encode(batch *b, size_t ng) {
  * between two nodes; or keys it finds in several slots), or an ACL that
  * allows some keys and not others. Each key's own read then gets what it
  * would alone (ASK followed per key, NOPERM for the keys denied). */
-static int refused_for_some_keys(const redisReply *r) {
+static int refused_for_some_keys(const xf__reply *r) {
   static const char *const prefixes[] = {"TRYAGAIN", "CROSSSLOT", "MOVED", "ASK", "NOPERM"};
   for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
     if (strncmp(r->str, prefixes[i], strlen(prefixes[i])) == 0)
@@ -101,16 +102,16 @@ static int refused_for_some_keys(const redisReply *r) {
 
 /* Feeds each flow of grp its part of read_many's outcome (rc, r): its own
  * read reply, or the error the whole call met. */
-static void hand_out(batch *b, const xf__batch_group *grp, int rc, redisReply *r,
+static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
                      int64_t now_ms) {
-  if (rc == XF_OK && r->type == REDIS_REPLY_ERROR) {
+  if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
     if (refused_for_some_keys(r)) {
-      freeReplyObject(r); /* the flows stay at their SEND */
+      xf__reply_free(r); /* the flows stay at their SEND */
       return;
     }
     rc = xf__script_error(b->c, XF_SCRIPT_READ_MANY, r);
   }
-  redisReply **parts = b->parts + grp->first;
+  xf__reply **parts = b->parts + grp->first;
   if (rc == XF_OK)
     rc = xf__entry_split_read_many(b->c, r, grp->count, parts);
   for (size_t j = 0; j < grp->count; j++) {
@@ -148,7 +149,7 @@ static void reload(batch *b, size_t ng, size_t nm) {
       hand_out(b, grp, b->rcs[k], b->replies[k], now_ms);
     } else {
       if (b->replies[k])
-        freeReplyObject(b->replies[k]);
+        xf__reply_free(b->replies[k]);
       hand_out(b, grp, rc, NULL, now_ms);
     }
     k++;
@@ -177,7 +178,7 @@ void xf__batch_read_all(batch *b) {
       size_t i = b->who[grp->first];
       b->steps[i] = xf__flow_reply(&b->flows[i], b->rcs[g], b->replies[g], now_ms);
     } else if (b->rcs[g] == XF_OK && xf__script_missing(b->replies[g])) {
-      freeReplyObject(b->replies[g]);
+      xf__reply_free(b->replies[g]);
       grp->reload = 1;
       reloads++;
     } else {

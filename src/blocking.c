@@ -7,6 +7,7 @@
 #include "client.h"
 #include "flow.h"
 #include "policy.h"
+#include "reply.h"
 #include "share.h"
 
 #define INTERRUPT_SLICE_MS 50 /* how often a sleeping call asks options.interrupt */
@@ -39,7 +40,7 @@ int xf__flow_sleep(const xf__flow *f, int64_t wake_ms) {
 
 /* Inlined into xf_get_or_compute: a hit pays no call for it. */
 static inline xf__step send(xf__flow *f) {
-  redisReply *r;
+  xf__reply *r;
   int canceled = xf__flow_canceled(f);
   if (canceled) /* off the hot path: a hit only pays the test */
     f->c->grace_ms = XF_CANCEL_GRACE_MS;

@@ -2,7 +2,6 @@
  * written outside C (the Python asyncio binding): the caller moves the bytes,
  * runs the loader and sleeps; the call decides. Replies are parsed by an
  * xf_reader, one per connection, so pipelined calls share it. */
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "call.h"
 #include "client.h"
 #include "policy.h"
+#include "reply.h"
 #include "script.h"
 #include "share.h"
 #include "sink.h"
@@ -189,7 +189,7 @@ const char *xf_call_request(const xf_call *call, size_t *len) {
 }
 
 /* The reply to a set's or delete's script (or to its SCRIPT LOAD). */
-static xf_call_step one_reply(xf_call *call, redisReply *r) {
+static xf_call_step one_reply(xf_call *call, xf__reply *r) {
   xf_client *c = call->f.c;
   if (call->one.loading) { /* SCRIPT LOAD answered: the script again */
     call->one.loading = 0;
@@ -204,14 +204,14 @@ static xf_call_step one_reply(xf_call *call, redisReply *r) {
                            c->tombstone_ms);
     return advance(call, XF_STEP_SEND);
   }
-  if (r->type == REDIS_REPLY_ERROR && xf__script_missing(r) && !call->one.retried) {
-    freeReplyObject(r);
+  if (r->type == XF_REPLY_ERROR && xf__script_missing(r) && !call->one.retried) {
+    xf__reply_free(r);
     call->one.retried = call->one.loading = 1;
     xf__script_load_cmd(&call->one.cmd, call->one.script, call->one.key.data,
                         call->one.key.len);
     return advance(call, XF_STEP_SEND);
   }
-  if (r->type == REDIS_REPLY_ERROR)
+  if (r->type == XF_REPLY_ERROR)
     return one_done(call, xf__script_error(c, call->one.script, r));
   int done = 0;
   int rc = xf__entry_parse_int(c, r, call->kind == CALL_SET ? "write" : "delete", &done);
@@ -223,10 +223,10 @@ static xf_call_step one_reply(xf_call *call, redisReply *r) {
 }
 
 xf_call_step xf_call_reply(xf_call *call, xf_reply *reply) {
-  redisReply *r = (redisReply *)reply;
+  xf__reply *r = (xf__reply *)reply;
   if (!call || call->step != XF_STEP_SEND) {
     if (r)
-      freeReplyObject(r);
+      xf__reply_free(r);
     return xf_call_next(call);
   }
   if (!r)
@@ -246,7 +246,7 @@ xf_call_step xf_call_io_failed(xf_call *call, int rc) {
   if (rc != XF_ECONNECT && rc != XF_ENOMEM)
     rc = XF_EIO;
   xf__fail(call->f.c, rc, "the connection failed");
-  redisReply *none = NULL;
+  xf__reply *none = NULL;
   return routed(call,
                 rc == XF_ENOMEM ? rc : xf__call_route_reply(call, cmd_of(call), &none, rc));
 }
@@ -341,63 +341,4 @@ void xf_call_free(xf_call *call) {
   xf__buf_free(&call->request);
   free(call->key);
   free(call);
-}
-
-/* ---- replies ---------------------------------------------------------------- */
-
-int xf_reader_open(xf_reader **out) {
-  if (!out)
-    return XF_EINVAL;
-  *out = calloc(1, sizeof **out);
-  if (!*out || !((*out)->r = redisReaderCreate())) {
-    free(*out);
-    *out = NULL;
-    return XF_ENOMEM;
-  }
-  return XF_OK;
-}
-
-int xf_reader_feed(xf_reader *rd, const char *data, size_t len) {
-  if (!rd || (!data && len))
-    return XF_EINVAL;
-  if (redisReaderFeed(rd->r, data, len) == REDIS_OK)
-    return XF_OK;
-  /* hiredis refuses every feed once the stream was not RESP: that is still
-   * the protocol error, not a lack of memory. */
-  return rd->r->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EPROTO;
-}
-
-int xf_reader_next(xf_reader *rd, xf_reply **reply) {
-  if (!reply)
-    return XF_EINVAL;
-  *reply = NULL;
-  if (!rd)
-    return XF_EINVAL;
-  void *r = NULL;
-  if (redisReaderGetReply(rd->r, &r) != REDIS_OK)
-    return XF_EPROTO;
-  *reply = r;
-  return XF_OK;
-}
-
-int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t *len) {
-  const redisReply *r = (const redisReply *)reply;
-  int err = r && r->type == REDIS_REPLY_ERROR;
-  if (msg)
-    *msg = err ? r->str : NULL;
-  if (len)
-    *len = err ? r->len : 0;
-  return err;
-}
-
-void xf_reply_free(xf_reply *reply) {
-  if (reply)
-    freeReplyObject(reply);
-}
-
-void xf_reader_close(xf_reader *rd) {
-  if (!rd)
-    return;
-  redisReaderFree(rd->r);
-  free(rd);
 }

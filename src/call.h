@@ -3,9 +3,8 @@
 #ifndef XF_CALL_H
 #define XF_CALL_H
 
-#include <hiredis/hiredis.h>
-
 #include "flow.h"
+#include "reply.h"
 #include "route.h"
 
 /* What a call does: the get-or-compute flow, or one script (set, delete). */
@@ -45,10 +44,6 @@ struct xf_call {
   int64_t wake_ms;
 };
 
-struct xf_reader {
-  redisReader *r;
-};
-
 /* Outcomes of call_route.c's functions, beside an error code (< 0) for the
  * command: fed to its flow or script. */
 enum { XF__CALL_SENDING = 1, XF__CALL_BACKING_OFF = 2, XF__CALL_REPLY = 3 };
@@ -62,6 +57,6 @@ int xf__call_route(xf_call *call, const xf__cmd *cmd);
  * XF_EIO / XF_ECONNECT). XF__CALL_REPLY: *r is the command's; else the
  * router took it (*r freed): XF__CALL_SENDING / XF__CALL_BACKING_OFF as
  * xf__call_route, or an error code. */
-int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, redisReply **r, int rc);
+int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, xf__reply **r, int rc);
 
 #endif

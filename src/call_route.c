@@ -10,6 +10,7 @@
 
 #include "call.h"
 #include "client.h"
+#include "reply.h"
 #include "script.h"
 
 /* Another call is asking for the map: look again after this long. */
@@ -132,7 +133,7 @@ int xf__call_route(xf_call *call, const xf__cmd *cmd) {
 }
 
 /* The answer to a probe: r (freed), or the failure rc. */
-static int probed(xf_call *call, const xf__cmd *cmd, redisReply *r, int rc) {
+static int probed(xf_call *call, const xf__cmd *cmd, xf__reply *r, int rc) {
   xf__routes *r_ = routes_of(call);
   xf_client *c = call->f.c;
   int what = call->probe;
@@ -140,7 +141,7 @@ static int probed(xf_call *call, const xf__cmd *cmd, redisReply *r, int rc) {
   if (r) {
     rc = what == PROBE_MODE ? xf__route_detect(r_, r)
                             : xf__route_take_map(r_, r, call->host, xf__now_ms());
-    freeReplyObject(r);
+    xf__reply_free(r);
     if (rc == XF_OK && what == PROBE_MODE && c->nseeds > 0)
       c->server = (c->server + call->tries) % c->nseeds; /* it answered */
     if (rc == XF_OK)
@@ -157,11 +158,11 @@ static int probed(xf_call *call, const xf__cmd *cmd, redisReply *r, int rc) {
   return rc;
 }
 
-int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, redisReply **r, int rc) {
+int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, xf__reply **r, int rc) {
   xf__routes *rt = routes_of(call);
   xf_client *c = call->f.c;
   if (call->probe != PROBE_NONE) {
-    redisReply *reply = *r;
+    xf__reply *reply = *r;
     *r = NULL;
     return probed(call, cmd, reply, rc);
   }
@@ -179,7 +180,7 @@ int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, redisReply **r, int 
   xf__route_act act = *r ? xf__route_reply(rt, cmd, &call->hop, *r, now_ms, &arg)
                          : xf__route_io_error(rt, cmd, &call->hop, rc, now_ms, &arg);
   if (act != XF_ROUTE_DONE && *r) {
-    freeReplyObject(*r);
+    xf__reply_free(*r);
     *r = NULL;
   }
   return perform(call, cmd, act, arg);

@@ -1,9 +1,9 @@
 /* The connection setup on the sans-I/O face (xf_call_setup*): the list the
  * blocking and event-loop transports run (setup.c), handed out as bytes to a
  * driver that owns its socket (xfetch.aio), and its replies judged here. */
-#include <hiredis/hiredis.h>
 
 #include "client.h"
+#include "reply.h"
 #include "setup.h"
 
 int xf_call_setup_count(const xf_client *c, int flags) {
@@ -30,7 +30,7 @@ const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len) {
 }
 
 int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply) {
-  redisReply *r = (redisReply *)reply;
+  xf__reply *r = (xf__reply *)reply;
   int rc = XF_EINVAL;
   if (c) {
     xf__setup s;
@@ -43,6 +43,6 @@ int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply) {
       rc = xf__setup_judge(c, s.kind[i], r);
   }
   if (r)
-    freeReplyObject(r);
+    xf__reply_free(r);
   return rc;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "reply.h"
 
 #define DEFAULT_TIMEOUT_MS 1000
 #define DEFAULT_BREAKER_MS 1000
@@ -96,12 +97,12 @@ static int open_a_seed(xf_client *c) {
 /* Asks the connected seed whether it runs in cluster mode (the router
  * decides from the reply). */
 static int ask_cluster_enabled(xf_client *c) {
-  redisReply *r;
+  xf__reply *r;
   int rc = xf__conn_command(c, &c->seeds[c->server], &xf__route_info_cmd, 0, &r);
   if (rc != XF_OK)
     return rc;
   rc = xf__route_detect(&c->routes, r);
-  freeReplyObject(r);
+  xf__reply_free(r);
   return rc;
 }
 
@@ -136,7 +137,7 @@ static int next_seed(xf_client *c, int rc) {
   return 1;
 }
 
-int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply) {
+int xf__command(xf_client *c, const xf__cmd *cmd, xf__reply **reply) {
   *reply = NULL;
   xf__client_check_fork(c);
   if (!c->mode_known) {
@@ -153,7 +154,7 @@ int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply) {
 }
 
 int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
-                     redisReply **replies) {
+                     xf__reply **replies) {
   memset(replies, 0, n * sizeof *replies);
   xf__client_check_fork(c);
   int rc = c->mode_known ? XF_OK : resolve_mode(c);
@@ -365,14 +366,14 @@ int xf_ping(xf_client *c) {
     return XF_EINVAL;
   c->errstr[0] = '\0';
   static const xf__cmd ping = {.argc = 1, .argv = {"PING"}, .lens = {4}};
-  redisReply *r;
+  xf__reply *r;
   int rc = xf__command(c, &ping, &r);
   if (rc != XF_OK)
     return rc;
-  if (r->type == REDIS_REPLY_ERROR)
+  if (r->type == XF_REPLY_ERROR)
     rc = xf__fail(c, strncmp(r->str, "NOAUTH", 6) == 0 ? XF_EAUTH : XF_EREDIS, "PING: %s",
                   r->str);
-  freeReplyObject(r);
+  xf__reply_free(r);
   return rc;
 }
 

@@ -2,12 +2,12 @@
 #ifndef XF_CLIENT_H
 #define XF_CLIENT_H
 
-#include <hiredis/hiredis.h>
 #include <stdarg.h>
 #include <sys/types.h>
 
 #include "conn.h"
 #include "pcg.h"
+#include "reply.h"
 #include "resp.h"
 #include "router.h"
 #include "xfetch.h"
@@ -63,7 +63,7 @@ unsigned long xf__fork_generation(void);
 void xf__client_check_fork(xf_client *c);
 
 /* Sends one command and returns its reply in *reply (caller frees with
- * freeReplyObject). Connects first if needed (and, the first time, finds out
+ * xf__reply_free). Connects first if needed (and, the first time, finds out
  * whether the server is a Redis Cluster node: then cmd goes to the node of
  * cmd->key's slot, redirections followed). Error replies come back as XF_OK
  * with an error reply: the caller decides. Returns XF_EIO / XF_ECONNECT when
@@ -71,14 +71,14 @@ void xf__client_check_fork(xf_client *c);
  * XF_EUNAVAILABLE (a cluster node refused the SCRIPT LOAD that recovers its
  * NOSCRIPT: busy, loading), XF_ENOMEM, XF_EPROTO, XF_EAUTH, XF_EREDIS (endless
  * redirections), XF_EINVAL (a cluster with options.db set). */
-int xf__command(xf_client *c, const xf__cmd *cmd, redisReply **reply);
+int xf__command(xf_client *c, const xf__cmd *cmd, xf__reply **reply);
 
 /* Pipelining: sends the n commands in one write and reads their n replies.
  * rcs[i] and replies[i] are what xf__command would give for cmds[i]; when the
  * connection fails, that command and every later one get its code. Returns
  * XF_OK when every command got a reply. */
 int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
-                     redisReply **replies);
+                     xf__reply **replies);
 
 /* Tests only (internal; reached through the static library): with N > 0,
  * every Nth xf_client_open fails with XF_ENOMEM as if calloc had, and

@@ -1,11 +1,11 @@
 /* Redis Cluster routing without I/O: slots, the slot map, redirections. */
-#include <hiredis/hiredis.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cluster.h"
+#include "reply.h"
 #include "xfetch.h"
 
 /* CRC16 XMODEM four bits at a time: entry i is the remainder of i << 12. */
@@ -111,20 +111,20 @@ typedef struct parse {
 
 /* Adds the node described by [host, port, id, ...]; *index is -1 when its
  * endpoint is "?" (not known yet). */
-static int parse_node(parse *p, const redisReply *n, size_t range, int *index) {
+static int parse_node(parse *p, const xf__reply *n, size_t range, int *index) {
   *index = -1;
-  if (n->type != REDIS_REPLY_ARRAY || n->elements < 2)
+  if (n->type != XF_REPLY_ARRAY || n->elements < 2)
     return fail(p->err, p->errlen,
                 "CLUSTER SLOTS: range %zu: a node is not [host, port, ...]", range);
-  const redisReply *host = n->element[0], *port = n->element[1];
-  const redisReply *id = n->elements > 2 ? n->element[2] : NULL;
-  if ((host->type != REDIS_REPLY_STRING && host->type != REDIS_REPLY_NIL) ||
-      port->type != REDIS_REPLY_INTEGER || port->integer <= 0 || port->integer > 65535 ||
-      (id && id->type != REDIS_REPLY_STRING))
+  const xf__reply *host = n->element[0], *port = n->element[1];
+  const xf__reply *id = n->elements > 2 ? n->element[2] : NULL;
+  if ((host->type != XF_REPLY_STRING && host->type != XF_REPLY_NIL) ||
+      port->type != XF_REPLY_INTEGER || port->integer <= 0 || port->integer > 65535 ||
+      (id && id->type != XF_REPLY_STRING))
     return fail(p->err, p->errlen, "CLUSTER SLOTS: range %zu: bad node host, port or id",
                 range);
-  const char *name = host->type == REDIS_REPLY_STRING ? host->str : "";
-  size_t namelen = host->type == REDIS_REPLY_STRING ? host->len : 0;
+  const char *name = host->type == XF_REPLY_STRING ? host->str : "";
+  size_t namelen = host->type == XF_REPLY_STRING ? host->len : 0;
   if (namelen == 1 && name[0] == '?')
     return XF_OK;
   if (namelen == 0) { /* nil or "": reach it where CLUSTER SLOTS was asked */
@@ -147,10 +147,9 @@ static int parse_node(parse *p, const redisReply *n, size_t range, int *index) {
   return XF_OK;
 }
 
-static int parse_range(parse *p, const redisReply *r, size_t i) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER ||
-      r->element[1]->type != REDIS_REPLY_INTEGER)
+static int parse_range(parse *p, const xf__reply *r, size_t i) {
+  if (r->type != XF_REPLY_ARRAY || r->elements < 3 ||
+      r->element[0]->type != XF_REPLY_INTEGER || r->element[1]->type != XF_REPLY_INTEGER)
     return fail(p->err, p->errlen,
                 "CLUSTER SLOTS: range %zu is not [start, end, master, ...]", i);
   long long start = r->element[0]->integer, end = r->element[1]->integer;
@@ -180,7 +179,7 @@ static int parse_range(parse *p, const redisReply *r, size_t i) {
   return XF_OK;
 }
 
-int xf__cluster_map_parse(xf__cluster_map *m, const redisReply *r, const char *seed_host,
+int xf__cluster_map_parse(xf__cluster_map *m, const xf__reply *r, const char *seed_host,
                           char *err, size_t errlen) {
   xf__cluster_map next;
   xf__cluster_map_init(&next);
@@ -188,9 +187,9 @@ int xf__cluster_map_parse(xf__cluster_map *m, const redisReply *r, const char *s
   int rc = XF_OK;
   if (!r)
     rc = fail(err, errlen, "CLUSTER SLOTS: no reply");
-  else if (r->type == REDIS_REPLY_ERROR)
+  else if (r->type == XF_REPLY_ERROR)
     rc = fail(err, errlen, "CLUSTER SLOTS: %s", r->str);
-  else if (r->type != REDIS_REPLY_ARRAY)
+  else if (r->type != XF_REPLY_ARRAY)
     rc = fail(err, errlen, "CLUSTER SLOTS: reply is not an array");
   for (size_t i = 0; rc == XF_OK && i < r->elements; i++)
     rc = parse_range(&p, r->element[i], i);

@@ -9,7 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct redisReply;
+#include "reply.h"
+
+struct xf_reply;
 
 #define XF_CLUSTER_SLOTS 16384
 /* Redirections (MOVED, ASK) and retries (TRYAGAIN, CLUSTERDOWN) one command
@@ -57,7 +59,7 @@ void xf__cluster_map_free(xf__cluster_map *m);
  * in err (m left empty) when the reply has another shape, a slot range out of
  * bounds or claimed twice, or XF_ENOMEM. Slots no range names stay -1: the
  * caller checks xf__cluster_map_covered(). */
-int xf__cluster_map_parse(xf__cluster_map *m, const struct redisReply *r,
+int xf__cluster_map_parse(xf__cluster_map *m, const struct xf_reply *r,
                           const char *seed_host, char *err, size_t errlen);
 
 /* Index in nodes[] of the master serving slot, or -1 (unknown or bad slot). */
@@ -95,7 +97,7 @@ typedef struct xf__cluster_redirect {
   char host[XF_CLUSTER_HOST_MAX]; /* "" = the host of the node that replied */
 } xf__cluster_redirect;
 
-/* Classifies an error reply's text (msg, len: redisReply str/len, without the
+/* Classifies an error reply's text (msg, len: xf__reply str/len, without the
  * leading '-'). Anything that is not MOVED / ASK / TRYAGAIN / CLUSTERDOWN is
  * XF_CLUSTER_REPLY. Returns 0, or XF_EPROTO for a MOVED or ASK it cannot parse
  * (out->kind is then XF_CLUSTER_REPLY). */

@@ -9,6 +9,8 @@
 
 #include "client.h"
 #include "conn.h"
+#include "reader.h"
+#include "reply.h"
 #include "setup.h"
 
 #define REPLY_SLICE_MS 50 /* how often a reply wait asks options.interrupt */
@@ -134,7 +136,7 @@ __attribute__((noinline)) static int get_reply_sliced(xf_client *c, xf__conn *k,
 /* Reads one reply; on failure the code, with the reason on the client.
  * Without an interrupt to ask, hiredis' blocking read: a hit pays no poll()
  * (a grace is only ever set after an interrupt fired: one test is enough). */
-static int read_reply(xf_client *c, xf__conn *k, const char *what, redisReply **reply) {
+static int read_reply(xf_client *c, xf__conn *k, const char *what, xf__reply **reply) {
   void *r = NULL;
   int ok = REDIS_OK;
   if (!c->interrupt) {
@@ -172,7 +174,7 @@ static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
  * *reply is NULL, the code is returned with the reason on the client; the
  * caller drops the connection. */
 static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
-                     redisReply **reply) {
+                     xf__reply **reply) {
   *reply = NULL;
   c->request.len = 0;
   if ((asking && xf__resp_append(&c->request, 1, asking_cmd.argv, asking_cmd.lens) != 0) ||
@@ -180,12 +182,12 @@ static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
     return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", cmd->argc);
   int rc = write_request(c, k, cmd->argv[0]);
   if (rc == XF_OK && asking) {
-    redisReply *ok = NULL;
+    xf__reply *ok = NULL;
     rc = read_reply(c, k, "ASKING", &ok);
-    if (rc == XF_OK && ok->type == REDIS_REPLY_ERROR)
+    if (rc == XF_OK && ok->type == XF_REPLY_ERROR)
       rc = xf__fail(c, XF_EPROTO, "ASKING: %s", ok->str);
     if (ok)
-      freeReplyObject(ok);
+      xf__reply_free(ok);
   }
   return rc == XF_OK ? read_reply(c, k, cmd->argv[0], reply) : rc;
 }
@@ -200,11 +202,11 @@ static int setup(xf_client *c, xf__conn *k) {
       return xf__fail(c, XF_ENOMEM, "out of memory for the connection setup");
   int rc = s.n ? write_request(c, k, s.cmd[0].argv[0]) : XF_OK;
   for (int i = 0; rc == XF_OK && i < s.n; i++) {
-    redisReply *r;
+    xf__reply *r;
     rc = read_reply(c, k, s.cmd[i].argv[0], &r);
     if (rc == XF_OK) {
       rc = xf__setup_judge(c, s.kind[i], r);
-      freeReplyObject(r);
+      xf__reply_free(r);
     }
   }
   return rc == XF_EIO ? XF_ECONNECT : rc; /* not set up: not connected */
@@ -226,6 +228,7 @@ static int connect_now(xf_client *c, xf__conn *k) {
                         : redisConnectWithTimeout(k->host, k->port, ctv);
   if (!k->ctx)
     return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
+  xf__reader_adopt(k->ctx->reader); /* its replies are xf__reply objects */
   char name[300];
   int rc = k->ctx->err ? xf__fail(c, XF_ECONNECT, "connect to %s: %s",
                                   xf__conn_name(k, name, sizeof name), k->ctx->errstr)
@@ -252,7 +255,7 @@ int xf__conn_open(xf_client *c, xf__conn *k) {
 }
 
 int xf__conn_command(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
-                     redisReply **reply) {
+                     xf__reply **reply) {
   *reply = NULL;
   xf__client_check_fork(c);
   int was_connected = k->ctx != NULL;
@@ -290,7 +293,7 @@ static void fail_from(size_t from, size_t n, int rc, int *rcs) {
 
 /* Writes the encoded pipeline and reads its n replies; the count read is in
  * *got. */
-static int exchange(xf_client *c, xf__conn *k, size_t n, int *rcs, redisReply **replies,
+static int exchange(xf_client *c, xf__conn *k, size_t n, int *rcs, xf__reply **replies,
                     size_t *got) {
   int rc = write_request(c, k, "pipeline");
   for (*got = 0; rc == XF_OK && *got < n; ++*got) {
@@ -311,7 +314,7 @@ static int encode(xf_client *c, size_t n, const xf__cmd *const *cmds) {
 }
 
 int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const *cmds,
-                      int *rcs, redisReply **replies) {
+                      int *rcs, xf__reply **replies) {
   memset(replies, 0, n * sizeof *replies);
   int was_connected = k->ctx != NULL;
   int rc = xf__conn_open(c, k);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "breaker.h"
+#include "reply.h"
 #include "resp.h"
 
 struct xf_client;
@@ -50,21 +51,21 @@ const char *xf__conn_name(const xf__conn *k, char *buf, size_t len);
 int xf__conn_open(struct xf_client *c, xf__conn *k);
 
 /* Sends cmd on k and returns its reply in *reply (caller frees with
- * freeReplyObject); connects first if needed. With asking, an ASKING travels
+ * xf__reply_free); connects first if needed. With asking, an ASKING travels
  * first in the same write (a Cluster ASK redirection) and its reply is
  * checked. Error replies come back as XF_OK with an error reply. A working
  * connection the server closed (idle timeout, CLIENT KILL) is reopened once
  * and the command sent again. Returns XF_EIO / XF_ECONNECT when the server
  * cannot be reached (k dropped, its breaker armed), XF_ENOMEM, XF_EPROTO. */
 int xf__conn_command(struct xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
-                     redisReply **reply);
+                     xf__reply **reply);
 
 /* Pipelining: sends the n commands in one write and reads their n replies.
  * rcs[i] and replies[i] are what xf__conn_command would give for cmds[i];
  * when the connection fails, that command and every later one get its code.
  * Returns XF_OK when every command got a reply. */
 int xf__conn_pipeline(struct xf_client *c, xf__conn *k, size_t n,
-                      const xf__cmd *const *cmds, int *rcs, redisReply **replies);
+                      const xf__cmd *const *cmds, int *rcs, xf__reply **replies);
 
 /* Applies the client's socket options to a fresh hiredis context, for both
  * transports: TCP keepalive (tcp non-zero: a peer gone silent is found), and

@@ -5,11 +5,12 @@
 #include <string.h>
 
 #include "entry.h"
+#include "reply.h"
 #include "script.h"
 
 void xf__entry_free(xf__entry *e) {
   if (e->reply)
-    freeReplyObject(e->reply);
+    xf__reply_free(e->reply);
   memset(e, 0, sizeof *e);
 }
 
@@ -80,7 +81,7 @@ void xf__entry_token(xf_client *c, char token[40]) {
 
 /* ---- parse ------------------------------------------------------------------- */
 
-static int is_int(const redisReply *r) { return r->type == REDIS_REPLY_INTEGER; }
+static int is_int(const xf__reply *r) { return r->type == XF_REPLY_INTEGER; }
 
 /* Bounds the scripts keep to (lua/entry_read.lua): anything outside is not
  * from them, and would overflow the arithmetic of the flow. */
@@ -93,7 +94,7 @@ static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min ||
 /* Whether the six fields at el, of the right types, are values read.lua
  * gives: {value, delta_us, remaining_ms, lease_live, negative, expiry_ms} or
  * {nil, 0, 0, lease_live, malformed, now_ms}. */
-static int in_range(redisReply **el, int has_value) {
+static int in_range(xf__reply **el, int has_value) {
   if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
       out_of_range(el[2]->integer, -MAX_SPAN_MS, MAX_SPAN_MS) ||
       out_of_range(el[5]->integer, 0, MAX_CLOCK_MS) ||
@@ -108,17 +109,17 @@ static int in_range(redisReply **el, int has_value) {
  * numbers are out of range, or read.lua's "malformed" miss, is a malformed
  * entry: a miss, never an error, so that an entry xfetch did not write
  * cannot stop its key from being recomputed and overwritten. */
-static int parse_entry(xf_client *c, redisReply *r, size_t at, xf__entry *out) {
+static int parse_entry(xf_client *c, xf__reply *r, size_t at, xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != at + 6)
+  if (r->type != XF_REPLY_ARRAY || r->elements != at + 6)
     return xf__fail(c, XF_EPROTO, "entry reply has an unexpected shape");
-  redisReply **el = r->element + at;
+  xf__reply **el = r->element + at;
   for (int i = 1; i < 6; i++)
     if (!is_int(el[i]))
       return xf__fail(c, XF_EPROTO, "entry reply field %d is not an integer", i);
-  int has_value = el[0]->type == REDIS_REPLY_STRING;
-  if (!has_value && el[0]->type != REDIS_REPLY_NIL)
+  int has_value = el[0]->type == XF_REPLY_STRING;
+  if (!has_value && el[0]->type != XF_REPLY_NIL)
     return xf__fail(c, XF_EPROTO, "entry reply's value has an unexpected type");
   if (!in_range(el, has_value)) { /* no time to trust: 0 dates a write the oldest */
     out->malformed = 1;
@@ -140,7 +141,7 @@ static int parse_entry(xf_client *c, redisReply *r, size_t at, xf__entry *out) {
   return XF_OK;
 }
 
-int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out) {
+int xf__entry_parse_read(xf_client *c, xf__reply *r, xf__entry *out) {
   int rc = parse_entry(c, r, 0, out);
   if (rc != XF_OK)
     xf__entry_free(out);
@@ -149,44 +150,43 @@ int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out) {
   return rc;
 }
 
-int xf__entry_split_read_many(xf_client *c, redisReply *r, size_t nkeys,
-                              redisReply **parts) {
+int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__reply **parts) {
   memset(parts, 0, nkeys * sizeof *parts);
-  int ok = r->type == REDIS_REPLY_ARRAY && r->elements == nkeys;
+  int ok = r->type == XF_REPLY_ARRAY && r->elements == nkeys;
   for (size_t i = 0; ok && i < nkeys; i++)
     ok = r->element[i] != NULL;
   if (!ok) {
-    int array = r->type == REDIS_REPLY_ARRAY;
+    int array = r->type == XF_REPLY_ARRAY;
     size_t got = r->elements;
-    freeReplyObject(r);
+    xf__reply_free(r);
     if (!array)
       return xf__fail(c, XF_EPROTO, "read_many reply is not an array");
     return xf__fail(c, XF_EPROTO, "read_many reply: %zu replies for %zu keys", got, nkeys);
   }
-  /* Each element moves to its part; freeReplyObject skips the NULLs left. */
+  /* Each element moves to its part; xf__reply_free skips the NULLs left. */
   for (size_t i = 0; i < nkeys; i++) {
     parts[i] = r->element[i];
     r->element[i] = NULL;
   }
-  freeReplyObject(r);
+  xf__reply_free(r);
   return XF_OK;
 }
 
-int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
+int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer) {
   memset(newer, 0, sizeof *newer);
   /* lease.lua: {0|1|3, now} or {2, now, value entry}. */
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_int(r->element[0]) ||
+  if (r->type != XF_REPLY_ARRAY || r->elements < 2 || !is_int(r->element[0]) ||
       !is_int(r->element[1]) || out_of_range(r->element[0]->integer, 0, 3) ||
       out_of_range(r->element[1]->integer, 0, MAX_CLOCK_MS) ||
       r->elements != (r->element[0]->integer == XF_LEASE_NEWER ? 8u : 2u)) {
-    freeReplyObject(r);
+    xf__reply_free(r);
     return xf__fail(c, XF_EPROTO, "lease reply has an unexpected shape");
   }
   *result = (xf__lease_result)r->element[0]->integer;
   *now_ms = r->element[1]->integer;
   if (*result != XF_LEASE_NEWER) {
-    freeReplyObject(r);
+    xf__reply_free(r);
     return XF_OK;
   }
   int rc = parse_entry(c, r, 2, newer);
@@ -199,13 +199,13 @@ int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
   return rc;
 }
 
-int xf__entry_parse_int(xf_client *c, redisReply *r, const char *what, int *value) {
+int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value) {
   int rc = XF_OK;
   if (is_int(r) && (r->integer == 0 || r->integer == 1)) /* the scripts' 0 or 1 */
     *value = (int)r->integer;
   else
     rc = xf__fail(c, XF_EPROTO, "%s reply is not 0 or 1", what);
-  freeReplyObject(r);
+  xf__reply_free(r);
   return rc;
 }
 
@@ -213,7 +213,7 @@ int xf__entry_parse_int(xf_client *c, redisReply *r, const char *what, int *valu
 
 int xf__entry_read(xf_client *c, const char *key, size_t keylen, xf__entry *out) {
   xf__cmd cmd;
-  redisReply *r;
+  xf__reply *r;
   memset(out, 0, sizeof *out);
   xf__entry_read_cmd(&cmd, key, keylen);
   int rc = xf__script_run(c, XF_SCRIPT_READ, &cmd, &r);
@@ -224,7 +224,7 @@ int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
                     int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
                     xf__lease_result *result, xf__entry *newer) {
   xf__cmd cmd;
-  redisReply *r;
+  xf__reply *r;
   memset(newer, 0, sizeof *newer);
   xf__entry_token(c, token);
   xf__entry_lease_cmd(&cmd, key, keylen, token, lease_ms, seen_expiry_ms, 0);
@@ -235,7 +235,7 @@ int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
 int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
                     int *written) {
   xf__cmd cmd;
-  redisReply *r;
+  xf__reply *r;
   xf__entry_write_cmd(&cmd, key, keylen, w);
   int rc = xf__script_run(c, XF_SCRIPT_WRITE, &cmd, &r);
   return rc == XF_OK ? xf__entry_parse_int(c, r, "write", written) : rc;
@@ -243,7 +243,7 @@ int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__writ
 
 int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *token) {
   xf__cmd cmd;
-  redisReply *r;
+  xf__reply *r;
   int released;
   xf__entry_release_cmd(&cmd, key, keylen, token, 0);
   int rc = xf__script_run(c, XF_SCRIPT_RELEASE, &cmd, &r);
@@ -252,7 +252,7 @@ int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *
 
 int xf__entry_delete(xf_client *c, const char *key, size_t keylen, int64_t tombstone_ms) {
   xf__cmd cmd;
-  redisReply *r;
+  xf__reply *r;
   int deleted;
   xf__entry_delete_cmd(&cmd, key, keylen, tombstone_ms);
   int rc = xf__script_run(c, XF_SCRIPT_DELETE, &cmd, &r);

@@ -9,10 +9,11 @@
 #include <stdint.h>
 
 #include "client.h"
+#include "reply.h"
 
 /* What the read (or a lease that found a newer value) saw. */
 typedef struct xf__entry {
-  redisReply *reply; /* owns value */
+  xf__reply *reply;  /* owns value */
   const char *value; /* NULL when the entry holds no value */
   size_t len;
   int64_t delta_us;
@@ -76,22 +77,21 @@ void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys
 /* The read script's reply -> *out (which then owns r). XF_OK or XF_EPROTO
  * (a reply of another shape). A malformed entry (out->malformed, counted in
  * stats.malformed) is XF_OK: a miss. */
-int xf__entry_parse_read(xf_client *c, redisReply *r, xf__entry *out);
+int xf__entry_parse_read(xf_client *c, xf__reply *r, xf__entry *out);
 
 /* The lease script's reply: *result, the server time in *now_ms, and on
  * XF_LEASE_NEWER the newer value in *newer. XF_OK or XF_EPROTO. */
-int xf__entry_parse_lease(xf_client *c, redisReply *r, int64_t *now_ms,
+int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer);
 
 /* Splits read_many's reply r (taken; not an error reply) for nkeys keys into
  * parts[i], key i's reply as read.lua gives it, for xf__entry_parse_read or
  * xf__flow_reply (each part is then the caller's). XF_OK, or XF_EPROTO when r
  * is not an array of nkeys replies (every part NULL, r freed). */
-int xf__entry_split_read_many(xf_client *c, redisReply *r, size_t nkeys,
-                              redisReply **parts);
+int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__reply **parts);
 
 /* The integer reply of write (1 written, 0 refused), release or delete. */
-int xf__entry_parse_int(xf_client *c, redisReply *r, const char *what, int *value);
+int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value);
 
 /* Makes the lease token of a client's next lease. */
 void xf__entry_token(xf_client *c, char token[40]);

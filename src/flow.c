@@ -12,6 +12,7 @@
 #include "decide.h"
 #include "flow.h"
 #include "policy.h"
+#include "reply.h"
 #include "script.h"
 #include "share.h"
 
@@ -132,9 +133,9 @@ static xf__step release_then_done(xf__flow *f, int rc) {
   return send(f, RELEASE);
 }
 
-static xf__step release_done(xf__flow *f, redisReply *r) {
+static xf__step release_done(xf__flow *f, xf__reply *r) {
   if (r)
-    freeReplyObject(r);
+    xf__reply_free(r);
   memcpy(f->c->errstr, f->msg, sizeof f->msg);
   return done(f, f->rc);
 }
@@ -242,7 +243,7 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
 }
 
 /* Written: the caller gets its value, as cached or (refused, failed) not. */
-static xf__step write_done(xf__flow *f, int rc, redisReply *r) {
+static xf__step write_done(xf__flow *f, int rc, xf__reply *r) {
   int written = 0;
   /* Whatever came of it, a fallback copy in the share is older than the
    * value (or not-found) just written: never serve it again. */
@@ -344,7 +345,7 @@ static xf__step refresh_early(xf__flow *f) {
   return send(f, LEASE);
 }
 
-static xf__step lease_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
+static xf__step lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   int64_t lease_ms = 0;
   xf__lease_result won = XF_LEASE_LOST;
   xf__entry newer;
@@ -379,7 +380,7 @@ static xf__step lease_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
 
 /* ---- read -> decide ------------------------------------------------------------- */
 
-static xf__step read_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
+static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   if (rc == XF_OK)
     rc = xf__entry_parse_read(f->c, r, &f->e);
   if (is_unreachable(rc))
@@ -446,7 +447,7 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
 
 int xf__flow_leasing(const xf__flow *f) { return f->state == LEASE; }
 
-xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
+xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   if (rc == XF_ECANCELED) { /* the interrupt cut a reply wait short */
     f->script_loading = 0;
     return xf__flow_cancel(f);
@@ -459,9 +460,9 @@ xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
     r = NULL;
     if (rc == XF_OK)
       return encode(f);
-  } else if (rc == XF_OK && r->type == REDIS_REPLY_ERROR) {
+  } else if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
     if (xf__script_missing(r) && !f->script_retried) { /* e.g. after SCRIPT FLUSH */
-      freeReplyObject(r);
+      xf__reply_free(r);
       f->script_retried = f->script_loading = 1;
       xf__script_load_cmd(&f->cmd, script, f->key.data, f->key.len);
       return XF_STEP_SEND;

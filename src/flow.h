@@ -19,6 +19,7 @@
 #include "entry.h"
 #include "key.h"
 #include "nest.h"
+#include "reply.h"
 #include "share.h"
 #include "sink.h"
 
@@ -79,7 +80,7 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
 /* The outcome of a SEND: rc XF_OK with the reply (any type, error replies
  * included; the flow takes it), or the driver's error (XF_EIO, XF_ECONNECT,
  * XF_ENOMEM) with reply NULL. */
-xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *reply, int64_t now_ms);
+xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *reply, int64_t now_ms);
 
 /* The outcome of a LOAD: the loader's return code and how long it ran. */
 xf__step xf__flow_loaded(xf__flow *f, int loader_rc, int64_t delta_us, int64_t now_ms);

@@ -7,12 +7,12 @@
  * SCRIPT LOAD are idempotent. A MOVED / ASK / TRYAGAIN / CLUSTERDOWN reply
  * means the node did not run the command at all, and a replica's error reply
  * means the replica did not (it only ever runs reads). */
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
+#include "reply.h"
 #include "route.h"
 #include "script.h"
 
@@ -98,19 +98,19 @@ static int only_db0(xf__routes *r) {
                   r->c->db);
 }
 
-int xf__route_detect(xf__routes *r, const redisReply *info) {
+int xf__route_detect(xf__routes *r, const xf__reply *info) {
   int on =
-      info->type == REDIS_REPLY_STRING ? xf__cluster_info_enabled(info->str, info->len) : 0;
+      info->type == XF_REPLY_STRING ? xf__cluster_info_enabled(info->str, info->len) : 0;
   if (on < 0)
     return xf__fail(r->c, XF_EPROTO, "INFO cluster: no cluster_enabled field");
   r->mode = on ? XF_ROUTE_CLUSTER : XF_ROUTE_STANDALONE;
   return on && r->c->db != 0 ? only_db0(r) : XF_OK;
 }
 
-int xf__route_take_map(xf__routes *r, const redisReply *slots, const char *from_host,
+int xf__route_take_map(xf__routes *r, const xf__reply *slots, const char *from_host,
                        int64_t now_ms) {
   xf_client *c = r->c;
-  if (slots->type == REDIS_REPLY_ERROR)
+  if (slots->type == XF_REPLY_ERROR)
     return xf__fail(c, XF_EPROTO, "CLUSTER SLOTS: %s", slots->str);
   xf__cluster_map *fresh = malloc(sizeof *fresh); /* 32 KiB: not on a stack */
   if (!fresh)
@@ -242,7 +242,7 @@ void xf__route_script(const xf__cmd *cmd, xf__cmd *load) {
 
 /* MOVED / ASK / TRYAGAIN / CLUSTERDOWN. */
 static xf__route_act redirected(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
-                                const xf__cluster_redirect *d, const redisReply *reply,
+                                const xf__cluster_redirect *d, const xf__reply *reply,
                                 int64_t now_ms, int *arg) {
   xf_client *c = r->c;
   int delay = xf__cluster_retry_delay_ms(d->kind, ++h->attempt);
@@ -280,7 +280,7 @@ static xf__route_act redirected(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
 }
 
 xf__route_act xf__route_reply(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
-                              const redisReply *reply, int64_t now_ms, int *arg) {
+                              const xf__reply *reply, int64_t now_ms, int *arg) {
   xf__reply_kind kind = xf__reply_classify(reply);
   if (kind == XF_REPLY_VALUE)
     return XF_ROUTE_DONE;

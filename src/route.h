@@ -4,7 +4,7 @@
  * error, a node that does not answer). Every driver (blocking, batch, pool,
  * the event loop, the public xf_call_*) asks it where a command goes and
  * performs what it answers over its own connections: the decisions and their
- * messages exist once, here. It parses replies (redisReply) but owns no
+ * messages exist once, here. It parses replies (xf__reply) but owns no
  * connection, no clock (now_ms is an argument) and no thread; its owner
  * serialises access. */
 #ifndef XF_ROUTE_H
@@ -13,10 +13,11 @@
 #include <stdint.h>
 
 #include "cluster.h"
+#include "reply.h"
 #include "resp.h"
 
 struct xf_client;
-struct redisReply;
+struct xf_reply;
 
 /* How long after a full map load another one may happen: a burst of MOVED
  * (a resharding) or of failures (a failover) refreshes the map once per
@@ -84,12 +85,12 @@ extern const xf__cmd xf__route_info_cmd, xf__route_map_cmd;
 /* The reply to INFO cluster decides the mode (a server that refuses INFO,
  * an ACL or a proxy, is standalone). XF_OK, XF_EPROTO (no cluster_enabled
  * field), XF_EINVAL (a cluster and options.db set), message on the client. */
-int xf__route_detect(xf__routes *r, const struct redisReply *info);
+int xf__route_detect(xf__routes *r, const struct xf_reply *info);
 
 /* A CLUSTER SLOTS reply from a node at from_host (NULL: the Unix socket's)
  * becomes the map; roles are updated, map_refreshes counted. XF_OK, or
  * XF_EPROTO / XF_ENOMEM with the message on the client (the old map kept). */
-int xf__route_take_map(xf__routes *r, const struct redisReply *slots, const char *from_host,
+int xf__route_take_map(xf__routes *r, const struct xf_reply *slots, const char *from_host,
                        int64_t now_ms);
 
 /* Whether a map load may start now (none within XF_ROUTE_REFRESH_MS), and
@@ -116,7 +117,7 @@ xf__route_act xf__route_next(xf__routes *r, const xf__cmd *cmd, xf__hop *h, int6
 
 /* The reply hop.node gave to cmd. */
 xf__route_act xf__route_reply(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
-                              const struct redisReply *reply, int64_t now_ms, int *arg);
+                              const struct xf_reply *reply, int64_t now_ms, int *arg);
 
 /* hop.node could not be reached or did not answer cmd (rc: XF_EIO,
  * XF_ECONNECT). */

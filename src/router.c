@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "reply.h"
 #include "router.h"
 #include "script.h"
 
@@ -49,12 +50,12 @@ static int readonly(xf_client *c, xf__conn *k) {
   k->readonly = 1;
   if (!k->ctx)
     return XF_OK;
-  redisReply *reply;
+  xf__reply *reply;
   int rc = xf__conn_command(c, k, &cmd, 0, &reply);
-  if (rc == XF_OK && reply->type == REDIS_REPLY_ERROR)
+  if (rc == XF_OK && reply->type == XF_REPLY_ERROR)
     rc = xf__fail(c, XF_EREDIS, "READONLY: %s", reply->str), k->readonly = 0;
   if (reply)
-    freeReplyObject(reply);
+    xf__reply_free(reply);
   return rc;
 }
 
@@ -62,12 +63,12 @@ static int readonly(xf_client *c, xf__conn *k) {
 
 /* CLUSTER SLOTS through k into the client's routes. */
 static int load_map(xf_client *c, xf__conn *k) {
-  redisReply *reply;
+  xf__reply *reply;
   int rc = xf__conn_command(c, k, &xf__route_map_cmd, 0, &reply);
   if (rc != XF_OK)
     return rc;
   rc = xf__route_take_map(&c->routes, reply, k->host, xf__now_ms());
-  freeReplyObject(reply);
+  xf__reply_free(reply);
   return rc;
 }
 
@@ -104,16 +105,16 @@ typedef struct run {
   size_t n;
   const xf__cmd *const *cmds;
   int *rcs;
-  redisReply **replies;
+  xf__reply **replies;
   pending *p;
   size_t *who;
   const xf__cmd **group;
   int *grcs;
-  redisReply **greplies;
+  xf__reply **greplies;
 } run;
 
 /* What came back for command i (rc, reply) decides its next act. */
-static void answered(xf_client *c, run *u, size_t i, int rc, redisReply *reply) {
+static void answered(xf_client *c, run *u, size_t i, int rc, xf__reply *reply) {
   pending *p = &u->p[i];
   int64_t now_ms = xf__now_ms();
   if (rc == XF_EIO || rc == XF_ECONNECT) {
@@ -127,7 +128,7 @@ static void answered(xf_client *c, run *u, size_t i, int rc, redisReply *reply) 
     u->rcs[i] = XF_OK;
     u->replies[i] = reply;
   } else if (reply) {
-    freeReplyObject(reply);
+    xf__reply_free(reply);
   }
   if (p->act == XF_ROUTE_FAIL)
     u->rcs[i] = p->arg;
@@ -138,7 +139,7 @@ static void load_script(xf_client *c, xf__router *r, run *u, size_t i) {
   pending *p = &u->p[i];
   xf__conn *k = conn_of(c, r, p->h.node);
   xf__cmd load;
-  redisReply *reply;
+  xf__reply *reply;
   xf__route_script(u->cmds[i], &load);
   int rc = k ? xf__conn_command(c, k, &load, 0, &reply) : XF_ENOMEM;
   if (rc == XF_OK)
@@ -161,7 +162,7 @@ static void send_to(xf_client *c, xf__router *r, run *u, int node) {
     if (!k) {
       answered(c, u, i, xf__fail(c, XF_ENOMEM, "out of memory for a connection"), NULL);
     } else if (p->h.asking) {
-      redisReply *reply;
+      xf__reply *reply;
       int rc = xf__conn_command(c, k, u->cmds[i], 1, &reply);
       answered(c, u, i, rc, reply);
     } else {
@@ -235,19 +236,18 @@ static int finish(xf_client *c, xf__router *r, run *u) {
   return all;
 }
 
-int xf__router_command(xf_client *c, xf__router *r, const xf__cmd *cmd,
-                       redisReply **reply) {
+int xf__router_command(xf_client *c, xf__router *r, const xf__cmd *cmd, xf__reply **reply) {
   pending p;
   size_t who;
   const xf__cmd *group;
   int rc, grc;
-  redisReply *greply;
+  xf__reply *greply;
   run u = {1, &cmd, &rc, reply, &p, &who, &group, &grc, &greply};
   return finish(c, r, &u);
 }
 
 int xf__router_pipeline(xf_client *c, xf__router *r, size_t n, const xf__cmd *const *cmds,
-                        int *rcs, redisReply **replies) {
+                        int *rcs, xf__reply **replies) {
   run u = {n,
            cmds,
            rcs,

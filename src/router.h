@@ -6,6 +6,7 @@
 #define XF_ROUTER_H
 
 #include "conn.h"
+#include "reply.h"
 #include "route.h"
 
 typedef struct xf__router {
@@ -31,13 +32,13 @@ void xf__router_forget(xf__router *r);
  * its decisions. Same contract as xf__command, plus XF_EREDIS when the
  * redirections do not end. */
 int xf__router_command(struct xf_client *c, xf__router *r, const xf__cmd *cmd,
-                       redisReply **reply);
+                       xf__reply **reply);
 
 /* xf__command_many in cluster mode: one pipeline per node, round after round
  * for the commands redirected or refused; the refused ones (TRYAGAIN,
  * CLUSTERDOWN) back off once per round, together. */
 int xf__router_pipeline(struct xf_client *c, xf__router *r, size_t n,
-                        const xf__cmd *const *cmds, int *rcs, redisReply **replies);
+                        const xf__cmd *const *cmds, int *rcs, xf__reply **replies);
 
 /* How many node connections are open. */
 int xf__router_open_connections(const xf__router *r);

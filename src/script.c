@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "reply.h"
 #include "script.h"
 
 /* A script declaring no-writes runs as EVALSHA_RO: Redis 7 blocks plain
@@ -63,14 +64,14 @@ void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keyle
   put(cmd, s->src, s->len);
 }
 
-static int is_error(const redisReply *r, const char *prefix) {
-  return r->type == REDIS_REPLY_ERROR && strncmp(r->str, prefix, strlen(prefix)) == 0;
+static int is_error(const xf__reply *r, const char *prefix) {
+  return r->type == XF_REPLY_ERROR && strncmp(r->str, prefix, strlen(prefix)) == 0;
 }
 
 /* Replies of a server that cannot serve the command right now, whatever it
  * is (a long script, a replica loading its dataset, a failover...): callers
  * fail open on them as on a connection failure. */
-static int is_unavailable(const redisReply *r) {
+static int is_unavailable(const xf__reply *r) {
   static const char *const prefixes[] = {"BUSY",       "LOADING",  "MASTERDOWN",
                                          "READONLY",   "OOM",      "MISCONF",
                                          "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"};
@@ -80,8 +81,8 @@ static int is_unavailable(const redisReply *r) {
   return 0;
 }
 
-xf__reply_kind xf__reply_classify(const redisReply *r) {
-  if (r->type != REDIS_REPLY_ERROR)
+xf__reply_kind xf__reply_classify(const xf__reply *r) {
+  if (r->type != XF_REPLY_ERROR)
     return XF_REPLY_VALUE;
   if (is_error(r, "NOSCRIPT"))
     return XF_REPLY_NOSCRIPT;
@@ -97,7 +98,7 @@ xf__reply_kind xf__reply_classify(const redisReply *r) {
 }
 
 /* The code an error reply ends a call with. */
-static int error_code(const redisReply *r) {
+static int error_code(const xf__reply *r) {
   switch (xf__reply_classify(r)) {
   case XF_REPLY_UNAVAILABLE:
     return XF_EUNAVAILABLE;
@@ -117,40 +118,40 @@ int xf__script_by_sha(const char *sha, size_t len) {
   return -1;
 }
 
-int xf__script_missing(const redisReply *r) {
+int xf__script_missing(const xf__reply *r) {
   return xf__reply_classify(r) == XF_REPLY_NOSCRIPT;
 }
 
 /* An error reply to a script's call or to its SCRIPT LOAD (what, e.g. "SCRIPT
  * LOAD "): its code, the message on the client; frees r. */
-static int error_reply(xf_client *c, const char *what, int script, redisReply *r) {
+static int error_reply(xf_client *c, const char *what, int script, xf__reply *r) {
   int rc = error_code(r);
   xf__fail(c, rc, "%s%s script: %s", what, xf__scripts[script].name, r->str);
   c->stats.redis_errors++;
-  freeReplyObject(r);
+  xf__reply_free(r);
   return rc;
 }
 
-int xf__script_loaded(xf_client *c, int script, redisReply *r) {
+int xf__script_loaded(xf_client *c, int script, xf__reply *r) {
   const xf__script *s = &xf__scripts[script];
-  if (r->type == REDIS_REPLY_ERROR) /* BUSY, LOADING: unavailable, as for the call */
+  if (r->type == XF_REPLY_ERROR) /* BUSY, LOADING: unavailable, as for the call */
     return error_reply(c, "SCRIPT LOAD of the ", script, r);
   int rc = XF_OK;
-  if (r->type != REDIS_REPLY_STRING || strcmp(r->str, s->sha) != 0)
+  if (r->type != XF_REPLY_STRING || strcmp(r->str, s->sha) != 0)
     rc = xf__fail(c, XF_EPROTO, "SCRIPT LOAD %s: unexpected SHA1", s->name);
-  freeReplyObject(r);
+  xf__reply_free(r);
   return rc;
 }
 
-int xf__script_error(xf_client *c, int script, redisReply *r) {
+int xf__script_error(xf_client *c, int script, xf__reply *r) {
   return error_reply(c, "", script, r);
 }
 
-int xf__script_run(xf_client *c, int script, const xf__cmd *call, redisReply **reply) {
+int xf__script_run(xf_client *c, int script, const xf__cmd *call, xf__reply **reply) {
   xf__cmd load;
   int rc = xf__command(c, call, reply);
   if (rc == XF_OK && xf__script_missing(*reply)) {
-    freeReplyObject(*reply);
+    xf__reply_free(*reply);
     *reply = NULL;
     xf__script_load_cmd(&load, script, call->key, call->keylen);
     rc = xf__command(c, &load, reply);
@@ -160,7 +161,7 @@ int xf__script_run(xf_client *c, int script, const xf__cmd *call, redisReply **r
     if (rc == XF_OK)
       rc = xf__command(c, call, reply);
   }
-  if (rc != XF_OK || (*reply)->type != REDIS_REPLY_ERROR)
+  if (rc != XF_OK || (*reply)->type != XF_REPLY_ERROR)
     return rc;
   rc = xf__script_error(c, script, *reply);
   *reply = NULL;

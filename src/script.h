@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "reply.h"
 #include "resp.h"
 
 typedef struct xf__script {
@@ -31,7 +32,7 @@ enum {
 #define XF_SCRIPT_MAX_ARGS 8
 
 struct xf_client;
-struct redisReply;
+struct xf_reply;
 
 /* Fills cmd with the call of script on key with nargs arguments (pointers
  * kept: they must outlive the send). A script declaring no-writes runs as
@@ -67,25 +68,25 @@ typedef enum xf__reply_kind {
   XF_REPLY_HARD         /* any other error reply: XF_EREDIS */
 } xf__reply_kind;
 
-xf__reply_kind xf__reply_classify(const struct redisReply *r);
+xf__reply_kind xf__reply_classify(const struct xf_reply *r);
 
 /* Whether r is Redis' NOSCRIPT error (the script must be loaded first). */
-int xf__script_missing(const struct redisReply *r);
+int xf__script_missing(const struct xf_reply *r);
 
 /* Checks the reply to SCRIPT LOAD and frees it: XF_OK, or an error code with
  * the message on the client: an error reply gets xf__script_error's code (a
  * busy or loading server is XF_EUNAVAILABLE, as for the call itself). */
-int xf__script_loaded(struct xf_client *c, int script, struct redisReply *r);
+int xf__script_loaded(struct xf_client *c, int script, struct xf_reply *r);
 
 /* The code for an error reply to script (xf__reply_classify), with the
  * message on the client; frees r: XF_EUNAVAILABLE, XF_ENOPERM, XF_EWRONGTYPE,
  * else XF_EREDIS. */
-int xf__script_error(struct xf_client *c, int script, struct redisReply *r);
+int xf__script_error(struct xf_client *c, int script, struct xf_reply *r);
 
 /* Blocking: sends call, a call of script (loading the script on NOSCRIPT
  * and retrying once). Returns XF_OK with a reply that is not an error reply
  * (caller frees it); an error reply becomes its code (xf__script_error). */
 int xf__script_run(struct xf_client *c, int script, const xf__cmd *call,
-                   struct redisReply **reply);
+                   struct xf_reply **reply);
 
 #endif

@@ -1,9 +1,9 @@
 /* The connection setup's commands and the judgement of their replies. */
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "client.h"
+#include "reply.h"
 #include "setup.h"
 
 static xf__cmd *next(xf__setup *s, xf__setup_kind kind) {
@@ -50,7 +50,7 @@ static const char *name(xf__setup_kind kind) {
  * server asking for one) is an authentication failure: a busy or loading
  * server at connect time is a server that cannot serve now, so the calls
  * fail open instead of reporting a misconfiguration. */
-static int refusal(xf__setup_kind kind, const redisReply *r) {
+static int refusal(xf__setup_kind kind, const xf__reply *r) {
   if (xf__reply_classify(r) == XF_REPLY_UNAVAILABLE)
     return XF_EUNAVAILABLE;
   if (kind == XF__SETUP_AUTH || strncmp(r->str, "NOAUTH", 6) == 0)
@@ -60,8 +60,8 @@ static int refusal(xf__setup_kind kind, const redisReply *r) {
   return XF_EREDIS;
 }
 
-int xf__setup_judge(xf_client *c, xf__setup_kind kind, const redisReply *r) {
-  if (r->type != REDIS_REPLY_ERROR || kind == XF__SETUP_SCRIPT)
+int xf__setup_judge(xf_client *c, xf__setup_kind kind, const xf__reply *r) {
+  if (r->type != XF_REPLY_ERROR || kind == XF__SETUP_SCRIPT)
     return XF_OK;
   int rc = refusal(kind, r);
   if (rc == XF_EINVAL)

@@ -8,11 +8,12 @@
 #ifndef XF_SETUP_H
 #define XF_SETUP_H
 
+#include "reply.h"
 #include "resp.h"
 #include "script.h"
 
 struct xf_client;
-struct redisReply;
+struct xf_reply;
 
 /* What one setup command is for (its reply is judged by it). */
 typedef enum xf__setup_kind {
@@ -48,6 +49,6 @@ void xf__setup_build(const struct xf_client *c, int flags, xf__setup *s);
  *   XF_EINVAL        SELECT on a Redis Cluster (only db 0 there);
  *   XF_EREDIS        READONLY refused.
  * A preload's error is XF_OK: the call that needs the script loads it. */
-int xf__setup_judge(struct xf_client *c, xf__setup_kind kind, const struct redisReply *r);
+int xf__setup_judge(struct xf_client *c, xf__setup_kind kind, const struct xf_reply *r);
 
 #endif

@@ -1,11 +1,11 @@
 /* The flow machine without Redis: scripted replies in, steps out. */
 #include <criterion/criterion.h>
-#include <hiredis/hiredis.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "flow.h"
+#include "reply.h"
 #include "script.h"
 
 static xf_client *c;
@@ -22,14 +22,16 @@ static void teardown(void) { xf_client_close(c); }
 
 TestSuite(flow, .init = setup, .fini = teardown);
 
-/* A reply parsed from RESP text, as hiredis would hand it over. */
-static redisReply *reply(const char *resp) {
-  redisReader *rd = redisReaderCreate();
-  redisReaderFeed(rd, resp, strlen(resp));
-  void *r = NULL;
-  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK);
+/* A reply parsed from RESP text by the library's reader, as a driver hands
+ * it over. */
+static xf__reply *reply(const char *resp) {
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  cr_assert_eq(xf_reader_feed(rd, resp, strlen(resp)), XF_OK);
+  xf_reply *r = NULL;
+  cr_assert_eq(xf_reader_next(rd, &r), XF_OK);
   cr_assert_not_null(r, "incomplete RESP: %s", resp);
-  redisReaderFree(rd);
+  xf_reader_close(rd);
   return r;
 }
 
@@ -355,7 +357,7 @@ Test(flow, read_many_parts_are_each_flows_own_read) {
   cr_expect_eq(cmd.more_argv, keys);
   cr_expect_eq(cmd.key, keys[0]);
 
-  redisReply *parts[3];
+  xf__reply *parts[3];
   cr_assert_eq(
       xf__entry_split_read_many(
           c, reply("*3\r\n" HIT MISS "-WRONGTYPE Operation against a key\r\n"), 3, parts),
@@ -382,8 +384,7 @@ Test(flow, read_many_parts_are_each_flows_own_read) {
 }
 
 static void expect_split_fails(const char *resp, size_t nkeys, const char *msg) {
-  redisReply *parts[4] = {(redisReply *)1, (redisReply *)1, (redisReply *)1,
-                          (redisReply *)1};
+  xf__reply *parts[4] = {(xf__reply *)1, (xf__reply *)1, (xf__reply *)1, (xf__reply *)1};
   cr_expect_eq(xf__entry_split_read_many(c, reply(resp), nkeys, parts), XF_EPROTO, "%s",
                resp);
   for (size_t i = 0; i < nkeys; i++)
