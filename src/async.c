@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "async.h"
+#include "client_io.h"
 
 /* ---- the calls ------------------------------------------------------------------ */
 
@@ -319,6 +320,7 @@ int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
     return xf__fail(c, XF_ENOMEM, "out of memory for a call");
   }
   k->p = *policy;
+  xf__client_check_fork(c); /* the flow's lease tokens: never a parent's in a child */
   xf__step step = xf__flow_start(&k->f, c, key, keylen, &k->p, &k->out, xf__now_ms());
   if (step == XF_STEP_DONE) { /* a bad key or policy: nothing was sent */
     int rc = k->f.rc;

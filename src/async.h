@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "client.h"
+#include "client_io.h"
 #include "flow.h"
 #include "reply.h"
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "async.h"
+#include "client_io.h"
 #include "reader.h"
 #include "reply.h"
 #include "setup.h"

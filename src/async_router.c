@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "async.h"
+#include "client_io.h"
 #include "reply.h"
 #include "script.h"
 

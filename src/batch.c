@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "client_io.h"
 
 static int batch_open(batch *b, xf_client *c, size_t n) {
   memset(b, 0, sizeof *b);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "client_io.h"
 
 /* How a key of the call gets its value. */
 enum { LOADED, LEADS, SERVED, COPIED };

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "client_io.h"
 #include "cluster.h"
 #include "entry.h"
 #include "reply.h"

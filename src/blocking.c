@@ -5,6 +5,8 @@
 #include <time.h>
 
 #include "client.h"
+#include "client_io.h"
+#include "entry_run.h"
 #include "flow.h"
 #include "policy.h"
 #include "reply.h"

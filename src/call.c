@@ -8,6 +8,7 @@
 
 #include "call.h"
 #include "client.h"
+#include "client_io.h"
 #include "policy.h"
 #include "reply.h"
 #include "script.h"
@@ -88,6 +89,7 @@ int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
     memcpy(call->key, key, keylen);
   call->policy = *policy;
   c->errstr[0] = '\0';
+  xf__client_check_fork(c); /* the flow's lease tokens: never a parent's in a child */
   advance(call, xf__flow_start(&call->f, c, call->key, keylen, &call->policy, &call->out,
                                xf__now_ms()));
   *out = call;

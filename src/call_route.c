@@ -10,6 +10,7 @@
 
 #include "call.h"
 #include "client.h"
+#include "client_io.h"
 #include "reply.h"
 #include "script.h"
 

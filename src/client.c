@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "client_io.h"
 #include "reply.h"
 
 #define DEFAULT_TIMEOUT_MS 1000
@@ -18,16 +19,6 @@
 #define DEFAULT_MAX_KEY_LEN 65536
 #define DEFAULT_MAX_VALUE_LEN (64u * 1024 * 1024)
 #define DEFAULT_TOMBSTONE_MS 60000
-
-int xf__fail(xf_client *c, int rc, const char *fmt, ...) {
-  if (c) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->errstr, sizeof c->errstr, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 static int64_t clock_us(void) {
   struct timespec ts;
@@ -325,6 +316,9 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
     return rc;
   }
   xf__route_init(&c->routes, c);
+  /* The seeds first: the map is asked of them before any node is known. */
+  for (int i = 0; !c->unix_path && i < c->nseeds; i++)
+    xf__route_node_at(&c->routes, c->seeds[i].host, c->seeds[i].port); /* ENOMEM: fewer */
   c->id = random_u64();
   /* A given seed makes the draws reproducible: fixed stream too. */
   if (o->seed)

@@ -1,25 +1,29 @@
-/* The client handle and its connection to Redis. */
+/* The client handle: its options, identity, routing state and counters.
+ * What the transports keep of it (seeds, node connections) is opaque here;
+ * sending commands, the clock and fork detection are in client_io.h. */
 #ifndef XF_CLIENT_H
 #define XF_CLIENT_H
 
 #include <stdarg.h>
-#include <sys/types.h>
+#include <stdint.h>
 
-#include "conn.h"
 #include "pcg.h"
-#include "reply.h"
 #include "resp.h"
-#include "router.h"
+#include "route.h"
 #include "xfetch.h"
 
+/* The transports' state, behind pointers: the core never looks inside. */
+struct xf__conn;
+struct xf__router;
+
 struct xf_client {
-  xf__conn *seeds; /* the servers options.host lists (most often one) */
+  struct xf__conn *seeds; /* the servers options.host lists (most often one) */
   int nseeds;
-  int server;         /* standalone: the seed in use */
-  int cluster;        /* the xf_cluster_mode asked for */
-  int mode_known;     /* standalone or cluster is decided (blocking drivers) */
-  xf__routes routes;  /* mode, map, nodes: every driver's routing decisions */
-  xf__router *router; /* the blocking drivers' node connections; NULL standalone */
+  int server;                /* standalone: the seed in use */
+  int cluster;               /* the xf_cluster_mode asked for */
+  int mode_known;            /* standalone or cluster is decided (blocking drivers) */
+  xf__routes routes;         /* mode, map, nodes: every driver's routing decisions */
+  struct xf__router *router; /* the blocking drivers' node connections; NULL standalone */
   int read_from_replicas;
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
@@ -50,39 +54,5 @@ struct xf_client {
 /* Records a message on the client and returns rc (so `return fail(...)`). */
 int xf__fail(xf_client *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* CLOCK_MONOTONIC in ms and us. */
-int64_t xf__now_ms(void);
-int64_t xf__now_us(void);
-
-/* Bumped in every forked child (pthread_atfork): compare to detect a fork. */
-unsigned long xf__fork_generation(void);
-
-/* In a forked child, gives the client its own identity (connection, client
- * id, XFetch stream) on first use; a load and a compare otherwise. */
-void xf__client_check_fork(xf_client *c);
-
-/* Sends one command and returns its reply in *reply (caller frees with
- * xf__reply_free). Connects first if needed (and, the first time, finds out
- * whether the server is a Redis Cluster node: then cmd goes to the node of
- * cmd->key's slot, redirections followed). Error replies come back as XF_OK
- * with an error reply: the caller decides. Returns XF_EIO / XF_ECONNECT when
- * Redis cannot be reached (the connection is dropped and the breaker armed),
- * XF_EUNAVAILABLE (a cluster node refused the SCRIPT LOAD that recovers its
- * NOSCRIPT: busy, loading), XF_ENOMEM, XF_EPROTO, XF_EAUTH, XF_EREDIS (endless
- * redirections), XF_EINVAL (a cluster with options.db set). */
-int xf__command(xf_client *c, const xf__cmd *cmd, xf__reply **reply);
-
-/* Pipelining: sends the n commands in one write and reads their n replies.
- * rcs[i] and replies[i] are what xf__command would give for cmds[i]; when the
- * connection fails, that command and every later one get its code. Returns
- * XF_OK when every command got a reply. */
-int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
-                     xf__reply **replies);
-
-/* Tests only (internal; reached through the static library): with N > 0,
- * every Nth xf_client_open fails with XF_ENOMEM as if calloc had, and
- * xf__test_failed_opens counts those. Read and written with __atomic_*. */
-extern unsigned xf__test_fail_open_every, xf__test_failed_opens;
 
 #endif

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "client.h"
+#include "client_io.h"
 #include "conn.h"
 #include "reader.h"
 #include "reply.h"

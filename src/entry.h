@@ -93,27 +93,8 @@ int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__repl
 /* The integer reply of write (1 written, 0 refused), release or delete. */
 int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value);
 
-/* Makes the lease token of a client's next lease. */
+/* Makes the lease token of a client's next lease. The driver has checked for
+ * a fork first (xf__client_check_fork): never a parent's token in a child. */
 void xf__entry_token(xf_client *c, char token[40]);
-
-/* ---- blocking: encode, run (NOSCRIPT handled), parse ---------------------- */
-
-int xf__entry_read(xf_client *c, const char *key, size_t keylen, xf__entry *out);
-
-/* Tries to take the lease for lease_ms with a new token (written to token). */
-int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_ms,
-                    int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
-                    xf__lease_result *result, xf__entry *newer);
-
-/* Writes the entry; *written is 0 when it was refused: a newer computation
- * (or a delete) is in the entry, or the caller's lease is no longer the
- * entry's. */
-int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
-                    int *written);
-
-int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *token);
-
-/* Removes the entry and leaves a tombstone for tombstone_ms (delete.lua). */
-int xf__entry_delete(xf_client *c, const char *key, size_t keylen, int64_t tombstone_ms);
 
 #endif

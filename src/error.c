@@ -1,4 +1,9 @@
-/* Return codes -> messages and names, generated from XF_ERRNO_MAP. */
+/* Return codes -> messages and names, generated from XF_ERRNO_MAP; a
+ * message recorded on a client. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "client.h"
 #include "xfetch.h"
 
 const char *xf_strerror(int rc) {
@@ -25,4 +30,14 @@ const char *xf_errname(int rc) {
 #undef XF_ERR_NAME
   }
   return "UNKNOWN";
+}
+
+int xf__fail(xf_client *c, int rc, const char *fmt, ...) {
+  if (c) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errstr, sizeof c->errstr, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "client_io.h"
 #include "flow.h"
 #include "share.h"
 

@@ -48,9 +48,6 @@ void xf__route_init(xf__routes *r, xf_client *c) {
   r->mode = c->cluster == XF_CLUSTER_ON                    ? XF_ROUTE_CLUSTER
             : c->cluster == XF_CLUSTER_OFF || c->unix_path ? XF_ROUTE_STANDALONE
                                                            : XF_ROUTE_UNKNOWN;
-  /* The seeds first: the map is asked of them before any node is known. */
-  for (int i = 0; !c->unix_path && i < c->nseeds; i++)
-    xf__route_node_at(r, c->seeds[i].host, c->seeds[i].port); /* ENOMEM: fewer seeds */
 }
 
 void xf__route_free(xf__routes *r) {

@@ -73,7 +73,8 @@ typedef enum xf__route_act {
 } xf__route_act;
 
 /* Sets r up from c's options (mode OFF or a Unix socket: standalone; ON:
- * cluster; AUTO: unknown until xf__route_detect). */
+ * cluster; AUTO: unknown until xf__route_detect). The owner then adds the
+ * seeds (xf__route_node_at), which the map is asked of first. */
 void xf__route_init(xf__routes *r, struct xf_client *c);
 
 /* Frees the map and the node table (r is then as after init). */

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "client_io.h"
 #include "reply.h"
 #include "router.h"
 #include "script.h"

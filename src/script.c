@@ -146,24 +146,3 @@ int xf__script_loaded(xf_client *c, int script, xf__reply *r) {
 int xf__script_error(xf_client *c, int script, xf__reply *r) {
   return error_reply(c, "", script, r);
 }
-
-int xf__script_run(xf_client *c, int script, const xf__cmd *call, xf__reply **reply) {
-  xf__cmd load;
-  int rc = xf__command(c, call, reply);
-  if (rc == XF_OK && xf__script_missing(*reply)) {
-    xf__reply_free(*reply);
-    *reply = NULL;
-    xf__script_load_cmd(&load, script, call->key, call->keylen);
-    rc = xf__command(c, &load, reply);
-    if (rc == XF_OK)
-      rc = xf__script_loaded(c, script, *reply);
-    *reply = NULL;
-    if (rc == XF_OK)
-      rc = xf__command(c, call, reply);
-  }
-  if (rc != XF_OK || (*reply)->type != XF_REPLY_ERROR)
-    return rc;
-  rc = xf__script_error(c, script, *reply);
-  *reply = NULL;
-  return rc;
-}

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "client_io.h"
 #include "share.h"
 
 #define DEFAULT_MAX_ENTRIES 10000

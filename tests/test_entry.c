@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "entry.h"
+#include "entry_run.h"
 #include "fixture.h"
 
 static long long hget_ll(redisContext *r, const char *key, const char *field) {

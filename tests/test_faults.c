@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "entry.h"
+#include "entry_run.h"
 #include "fixture.h"
 
 static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
