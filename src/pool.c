@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "client.h"
-#include "flow.h"
+#include "drive.h"
 #include "share.h"
 
 #define DEFAULT_CHECKOUT_TIMEOUT_MS 1000
