@@ -51,29 +51,34 @@ static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
   }
 }
 
-/* A call for key (copied: the flow points at the call's copy). */
-static xf_call *call_new(xf_client *c, const char *key, size_t keylen) {
-  xf_call *call = calloc(1, sizeof *call);
-  if (!call || !(call->key = malloc(keylen + 1))) {
-    free(call);
-    return NULL;
+/* The checks every start makes, then a call for key (copied: the flow
+ * points at the call's copy) in *call. */
+static int call_new(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                    xf_call **call) {
+  if (!out)
+    return XF_EINVAL;
+  *out = NULL;
+  if (!c || (!key && keylen > 0))
+    return XF_EINVAL;
+  if (!(*call = calloc(1, sizeof **call)) || !((*call)->key = malloc(keylen + 1))) {
+    free(*call);
+    return XF_ENOMEM;
   }
   if (keylen)
-    memcpy(call->key, key, keylen);
+    memcpy((*call)->key, key, keylen);
   c->errstr[0] = '\0';
-  return call;
+  return XF_OK;
 }
 
 int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
                   const xf_policy *policy, int64_t now_ms) {
-  if (!out)
-    return XF_EINVAL;
-  *out = NULL;
-  if (!c || !policy || (!key && keylen > 0))
-    return XF_EINVAL;
-  xf_call *call = call_new(c, key, keylen);
-  if (!call)
-    return XF_ENOMEM;
+  xf_call *call;
+  int rc = policy ? call_new(out, c, key, keylen, &call) : XF_EINVAL;
+  if (rc != XF_OK) {
+    if (out)
+      *out = NULL;
+    return rc;
+  }
   call->policy = *policy;
   advance(call,
           xf__flow_start(&call->f, c, call->key, keylen, &call->policy, &call->out, now_ms),
@@ -84,14 +89,10 @@ int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
 
 int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen,
                       int64_t now_ms) {
-  if (!out)
-    return XF_EINVAL;
-  *out = NULL;
-  if (!c || (!key && keylen > 0))
-    return XF_EINVAL;
-  xf_call *call = call_new(c, key, keylen);
-  if (!call)
-    return XF_ENOMEM;
+  xf_call *call;
+  int rc = call_new(out, c, key, keylen, &call);
+  if (rc != XF_OK)
+    return rc;
   advance(call, xf__flow_start_get(&call->f, c, call->key, keylen, &call->out, now_ms),
           now_ms);
   *out = call;
@@ -114,14 +115,10 @@ static int started(xf_call **out, xf_call *call, xf__step step, int64_t now_ms) 
 int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
                       const void *data, size_t len, const xf_policy *policy,
                       int64_t now_ms) {
-  if (!out)
-    return XF_EINVAL;
-  *out = NULL;
-  if (!c || (!key && keylen > 0))
-    return XF_EINVAL;
-  xf_call *call = call_new(c, key, keylen);
-  if (!call)
-    return XF_ENOMEM;
+  xf_call *call;
+  int rc = call_new(out, c, key, keylen, &call);
+  if (rc != XF_OK)
+    return rc;
   if (policy)
     call->policy = *policy;
   /* A copy the flow keeps, unless the flow will refuse data anyway (NULL,
@@ -142,14 +139,10 @@ int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keyle
 
 int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen,
                          int64_t now_ms) {
-  if (!out)
-    return XF_EINVAL;
-  *out = NULL;
-  if (!c || (!key && keylen > 0))
-    return XF_EINVAL;
-  xf_call *call = call_new(c, key, keylen);
-  if (!call)
-    return XF_ENOMEM;
+  xf_call *call;
+  int rc = call_new(out, c, key, keylen, &call);
+  if (rc != XF_OK)
+    return rc;
   return started(out, call, xf__flow_start_delete(&call->f, c, call->key, keylen, now_ms),
                  now_ms);
 }

@@ -184,31 +184,24 @@ static xf__step read_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
   return xf__flow_done(f, rc);
 }
 
-/* A write, of any kind. Whatever came of it, a fallback copy in the share is
- * older than the value (or not-found) just written: never serve it again. A
- * write refused by a newer value is superseded: a set says so, a
- * get-or-compute serves its value uncached. */
-static xf__step write_done(xf__flow *f, int rc, redisReply *r) {
-  int written = 0;
+/* A write (of any kind) or a delete. Whatever came of it, a fallback copy in
+ * the share is older than what was just written or deleted (acknowledged or
+ * not: it may have been applied): never serve it again. A write refused by a
+ * newer value is superseded: a set says so, a get-or-compute serves its
+ * value uncached. */
+static xf__step changed(xf__flow *f, int rc, redisReply *r) {
+  int deleting = f->state == XF__DELETE, applied = 0;
   xf__share_drop(f->c, f->key.data, f->key.len);
   if (rc == XF_OK)
-    rc = xf__entry_parse_int(f->c, r, "write", &written);
-  if (rc == XF_OK && !written)
+    rc = xf__entry_parse_int(f->c, r, deleting ? "delete" : "write", &applied);
+  if (deleting)
+    return xf__flow_done(f, rc); /* applied: 0 when there was nothing to delete */
+  if (rc == XF_OK && !applied)
     f->c->stats.superseded++;
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
-    return xf__flow_written(f, rc == XF_OK && written);
-  if (rc == XF_OK && !written)
+    return xf__flow_written(f, rc == XF_OK && applied);
+  if (rc == XF_OK && !applied)
     rc = xf__fail(f->c, XF_ESUPERSEDED, "not written: the entry holds a newer value");
-  return xf__flow_done(f, rc);
-}
-
-/* A delete: Redis would no longer serve the share's copy (acknowledged or
- * not: it may have been applied). */
-static xf__step delete_done(xf__flow *f, int rc, redisReply *r) {
-  int deleted = 0;
-  xf__share_drop(f->c, f->key.data, f->key.len);
-  if (rc == XF_OK)
-    rc = xf__entry_parse_int(f->c, r, "delete", &deleted);
   return xf__flow_done(f, rc);
 }
 
@@ -240,9 +233,8 @@ xf__step xf__flow_reply(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
   case XF__LEASE:
     return xf__flow_lease_done(f, rc, r, now_ms);
   case XF__WRITE:
-    return write_done(f, rc, r);
   case XF__DELETE:
-    return delete_done(f, rc, r);
+    return changed(f, rc, r);
   default:
     return xf__flow_released(f, r);
   }

@@ -9,6 +9,7 @@
 
 #include "client.h"
 #include "flow.h"
+#include "flow_replies.h"
 #include "script.h"
 #include "share.h"
 
@@ -31,22 +32,6 @@ static void teardown(void) {
 }
 
 TestSuite(flow_kinds, .init = setup, .fini = teardown);
-
-static redisReply *reply(const char *resp) {
-  redisReader *rd = redisReaderCreate();
-  redisReaderFeed(rd, resp, strlen(resp));
-  void *r = NULL;
-  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK);
-  cr_assert_not_null(r, "incomplete RESP: %s", resp);
-  redisReaderFree(rd);
-  return r;
-}
-
-static void expect_arg(const xf__flow *f, int i, const char *want) {
-  cr_assert_lt(i, f->cmd.argc);
-  cr_expect_eq(f->cmd.lens[i], strlen(want), "arg %d", i);
-  cr_expect_eq(memcmp(f->cmd.argv[i], want, strlen(want)), 0, "arg %d is not %s", i, want);
-}
 
 #define HIT "*6\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n"
 #define MISS "*6\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n"
