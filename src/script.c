@@ -1,4 +1,5 @@
-/* The embedded Lua scripts: encoding, NOSCRIPT recovery, error replies. */
+/* The embedded Lua scripts: encoding, SCRIPT LOAD, what error replies mean
+ * (NOSCRIPT is recovered by the flow, flow.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -144,25 +145,4 @@ int xf__script_loaded(xf_client *c, int script, redisReply *r) {
 
 int xf__script_error(xf_client *c, int script, redisReply *r) {
   return error_reply(c, "", script, r);
-}
-
-int xf__script_run(xf_client *c, int script, const xf__cmd *call, redisReply **reply) {
-  xf__cmd load;
-  int rc = xf__command(c, call, reply);
-  if (rc == XF_OK && xf__script_missing(*reply)) {
-    freeReplyObject(*reply);
-    *reply = NULL;
-    xf__script_load_cmd(&load, script, call->key, call->keylen);
-    rc = xf__command(c, &load, reply);
-    if (rc == XF_OK)
-      rc = xf__script_loaded(c, script, *reply);
-    *reply = NULL;
-    if (rc == XF_OK)
-      rc = xf__command(c, call, reply);
-  }
-  if (rc != XF_OK || (*reply)->type != REDIS_REPLY_ERROR)
-    return rc;
-  rc = xf__script_error(c, script, *reply);
-  *reply = NULL;
-  return rc;
 }
