@@ -422,11 +422,15 @@ XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
  * replies come back in the order requests were written, so many calls may be
  * pipelined on one connection) and hands each reply to its call; it runs the
  * loader when asked, and sleeps when asked. The call never touches a socket,
- * a thread or a sleep. The client gives the configuration (key prefix,
- * limits, lease-token identity, XFetch draws, stats): open it with
- * lazy_connect and use it from one thread, like the calls; it is never used
- * for I/O by a call. Every connection must have run the client's setup first
- * (xf_call_setup: AUTH, SELECT).
+ * a thread, a sleep or a clock: every input carries now_ms, the driver's
+ * monotonic time in ms (any clock that never goes back, the same for every
+ * call of a client: e.g. Python's time.monotonic() * 1000), and a load's
+ * duration is the driver's measure (changed before 1.0: the calls read
+ * CLOCK_MONOTONIC themselves until then). The client gives the
+ * configuration (key prefix, limits, lease-token identity, XFetch draws,
+ * stats): open it with lazy_connect and use it from one thread, like the
+ * calls; it is never used for I/O by a call. Every connection must have run
+ * the client's setup first (xf_call_setup: AUTH, SELECT).
  *
  * Where each request goes: xf_call_target names the server (host, port) —
  * the seed in use, or in a Redis Cluster the node of the key's slot (a
@@ -450,11 +454,17 @@ typedef enum xf_call_step {
 } xf_call_step;
 
 /* Starts a call for key (copied) under policy (copied) with c's
- * configuration. Returns XF_OK with *out (already at its first step: bad
- * arguments end it at once with XF_CALL_DONE and the code in
+ * configuration at now_ms. Returns XF_OK with *out (already at its first
+ * step: bad arguments end it at once with XF_CALL_DONE and the code in
  * xf_call_result), XF_EINVAL (out, c or policy NULL) or XF_ENOMEM. */
 XF_EXPORT int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
-                            const xf_policy *policy);
+                            const xf_policy *policy, int64_t now_ms);
+
+/* The same for xf_get: a call that only sends and ends with xf_get's code
+ * (XF_OK with the value in xf_call_result, XF_ENOTFOUND, or Redis' error: no
+ * fail-open). Returns as xf_call_start. */
+XF_EXPORT int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                                int64_t now_ms);
 
 /* The same for xf_set and xf_delete: a call that only sends (XF_CALL_SEND
  * until XF_CALL_DONE; NOSCRIPT recovered) and ends with xf_set's / xf_delete's
@@ -462,9 +472,10 @@ XF_EXPORT int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t
  * when the connection failed: nothing to fail open to). data is copied. Bad
  * arguments return XF_EINVAL (no call). */
 XF_EXPORT int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
-                                const void *data, size_t len, const xf_policy *policy);
+                                const void *data, size_t len, const xf_policy *policy,
+                                int64_t now_ms);
 XF_EXPORT int xf_call_start_delete(xf_call **out, xf_client *c, const char *key,
-                                   size_t keylen);
+                                   size_t keylen, int64_t now_ms);
 
 /* The step the call waits on (XF_CALL_DONE for NULL). */
 XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
@@ -488,27 +499,30 @@ XF_EXPORT int xf_call_target(const xf_call *call, const char **host, int *port);
  * Returns the next step: another XF_CALL_SEND when the reply was a
  * redirection or the router's own question. A reply given in another step is
  * freed and ignored. */
-XF_EXPORT xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);
+XF_EXPORT xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms);
 
 /* The request could not be written or its reply never came: rc XF_ECONNECT
  * (no connection) or XF_EIO (anything else). Returns the next step: a SEND
  * to another server when one may answer (the next seed after XF_ECONNECT; a
  * replica's read goes to its master; in a cluster, the map is asked again),
  * else the call fails open. */
-XF_EXPORT xf_call_step xf_call_io_failed(xf_call *call, int rc);
+XF_EXPORT xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms);
 
 /* In XF_CALL_LOAD: the loader's value (copied), "not found", or its failure
- * (loader_rc non-zero; 0 counts as -1): nothing is cached. The load's
- * duration (the XFetch delta) runs from the step's start to this call.
- * Return the next step. */
-XF_EXPORT xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len);
-XF_EXPORT xf_call_step xf_call_not_found(xf_call *call);
-XF_EXPORT xf_call_step xf_call_load_failed(xf_call *call, int loader_rc);
+ * (loader_rc non-zero; 0 counts as -1): nothing is cached. duration_us is
+ * how long the loader ran, as the driver measured it (the XFetch delta the
+ * entry keeps; < 0 counts as 0). Return the next step. */
+XF_EXPORT xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len,
+                                      int64_t duration_us, int64_t now_ms);
+XF_EXPORT xf_call_step xf_call_not_found(xf_call *call, int64_t duration_us,
+                                         int64_t now_ms);
+XF_EXPORT xf_call_step xf_call_load_failed(xf_call *call, int loader_rc, int64_t now_ms);
 
-/* In XF_CALL_WAIT: how many ms to sleep (0 = now; a lease holder's wait, or
- * a cluster's TRYAGAIN / CLUSTERDOWN backoff); then xf_call_woke. */
-XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call);
-XF_EXPORT xf_call_step xf_call_woke(xf_call *call);
+/* In XF_CALL_WAIT: how many ms to sleep from now_ms (0 = now; a lease
+ * holder's wait, or a cluster's TRYAGAIN / CLUSTERDOWN backoff), the wake-up
+ * time being on the clock the call was given; then xf_call_woke. */
+XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call, int64_t now_ms);
+XF_EXPORT xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 
 /* In XF_CALL_DONE: the call's result, as xf_get_or_compute returns it; on
  * XF_OK the value moves to *out (free with xf_value_free; out NULL: the code

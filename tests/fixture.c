@@ -201,6 +201,12 @@ long long xft_command_calls(redisContext *r, const char *cmd) {
   return n;
 }
 
+int64_t xft_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 long long xft_server_ms(redisContext *r) {
   redisReply *rep = xft_cmd(r, "TIME");
   long long ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;

@@ -44,6 +44,10 @@ long long xft_int(redisContext *r, const char *fmt, ...);
 /* How many times the server ran cmd, lower case (INFO commandstats). */
 long long xft_command_calls(redisContext *r, const char *cmd);
 
+/* This process' monotonic clock in ms: the time a test driving the sans-I/O
+ * call (xf_call_*) gives it, as a real driver would. */
+int64_t xft_now_ms(void);
+
 /* The server's clock (TIME) in ms: what the scripts use. */
 long long xft_server_ms(redisContext *r);
 

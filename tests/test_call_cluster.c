@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -23,6 +24,13 @@ typedef struct wire {
   redisContext *sock; /* only its file descriptor is used */
   xf_reader *reader;
 } wire;
+
+/* The driver's clock: every call input carries it. */
+static int64_t driver_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static wire wires[MAX_WIRES];
 static int nwires, writes[MAX_WIRES];
@@ -82,7 +90,7 @@ static xf_call_step send_step(xf_call *call) {
     else
       last = r;
   }
-  return xf_call_reply(call, last);
+  return xf_call_reply(call, last, driver_ms());
 }
 
 static int loads;
@@ -93,7 +101,7 @@ static int drive(xf_client *c, const char *key, xf_source *source) {
   p.ttl_ms = 3600 * 1000;
   p.beta = 0;
   xf_call *call;
-  cr_assert_eq(xf_call_start(&call, c, key, strlen(key), &p), XF_OK);
+  cr_assert_eq(xf_call_start(&call, c, key, strlen(key), &p, driver_ms()), XF_OK);
   for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
     if (step == XF_CALL_SEND) {
       step = send_step(call);
@@ -101,10 +109,10 @@ static int drive(xf_client *c, const char *key, xf_source *source) {
       loads++;
       char v[96];
       int len = snprintf(v, sizeof v, "v-%s", key);
-      step = xf_call_loaded(call, v, (size_t)len);
+      step = xf_call_loaded(call, v, (size_t)len, 1000, driver_ms());
     } else {
-      usleep((useconds_t)xf_call_wait_ms(call) * 1000);
-      step = xf_call_woke(call);
+      usleep((useconds_t)xf_call_wait_ms(call, driver_ms()) * 1000);
+      step = xf_call_woke(call, driver_ms());
     }
   }
   xf_value v;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "flow.h"
-#include "reply.h"
+#include "flow_replies.h"
 #include "script.h"
 
 static xf_client *c;
@@ -21,25 +21,6 @@ static void setup(void) {
 static void teardown(void) { xf_client_close(c); }
 
 TestSuite(flow, .init = setup, .fini = teardown);
-
-/* A reply parsed from RESP text by the library's reader, as a driver hands
- * it over. */
-static xf__reply *reply(const char *resp) {
-  xf_reader *rd;
-  cr_assert_eq(xf_reader_open(&rd), XF_OK);
-  cr_assert_eq(xf_reader_feed(rd, resp, strlen(resp)), XF_OK);
-  xf_reply *r = NULL;
-  cr_assert_eq(xf_reader_next(rd, &r), XF_OK);
-  cr_assert_not_null(r, "incomplete RESP: %s", resp);
-  xf_reader_close(rd);
-  return r;
-}
-
-static void expect_arg(const xf__flow *f, int i, const char *want) {
-  cr_assert_lt(i, f->cmd.argc);
-  cr_expect_eq(f->cmd.lens[i], strlen(want), "arg %d", i);
-  cr_expect_eq(memcmp(f->cmd.argv[i], want, strlen(want)), 0, "arg %d is not %s", i, want);
-}
 
 static void expect_script(const xf__flow *f, int script) {
   expect_arg(f, 1, xf__scripts[script].sha);

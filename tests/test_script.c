@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "fixture.h"
+#include "reply.h"
 #include "script.h"
 
 Test(script, shas_are_sha1_hex_of_the_embedded_source) {
@@ -82,11 +83,11 @@ static int run_call(xf_call *call, redisContext *r, int port, redisContext **bus
       cr_assert_eq(redisAppendFormattedCommand(r, req, len), REDIS_OK);
       void *reply = NULL;
       cr_assert_eq(redisGetReply(r, &reply), REDIS_OK);
-      step = xf_call_reply(call, reply);
+      step = xf_call_reply(call, reply, xft_now_ms());
     } else if (step == XF_CALL_LOAD) {
-      step = xf_call_loaded(call, "fresh", 5);
+      step = xf_call_loaded(call, "fresh", 5, 1000, xft_now_ms());
     } else {
-      step = xf_call_woke(call);
+      step = xf_call_woke(call, xft_now_ms());
     }
   }
   cr_expect(*busy, "no SCRIPT LOAD was sent");
@@ -110,11 +111,12 @@ Test(script, script_load_refused_busy_is_unavailable) {
     freeReplyObject(xft_cmd(r, "SCRIPT FLUSH"));
     xf_call *call;
     if (kind == 0)
-      cr_assert_eq(xf_call_start(&call, c, "script:busy", 11, &p), XF_OK);
+      cr_assert_eq(xf_call_start(&call, c, "script:busy", 11, &p, xft_now_ms()), XF_OK);
     else if (kind == 1)
-      cr_assert_eq(xf_call_start_set(&call, c, "script:busy", 11, "v", 1, &p), XF_OK);
+      cr_assert_eq(xf_call_start_set(&call, c, "script:busy", 11, "v", 1, &p, xft_now_ms()),
+                   XF_OK);
     else
-      cr_assert_eq(xf_call_start_delete(&call, c, "script:busy", 11), XF_OK);
+      cr_assert_eq(xf_call_start_delete(&call, c, "script:busy", 11, xft_now_ms()), XF_OK);
     redisContext *busy = NULL;
     xf_value v;
     int rc = run_call(call, r, s.port, &busy, &v);

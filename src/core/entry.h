@@ -1,7 +1,7 @@
 /* The entry protocol on Redis: read / lease / write / release / delete, one
- * script each. For each: a function that encodes the call (no I/O), one that
- * parses the reply (no I/O), and a blocking helper that does both. Keys passed
- * here already carry the prefix. */
+ * script each. For each: a function that encodes the call and one that parses
+ * the reply; no I/O (the flow, flow.h, runs them). Keys passed here already
+ * carry the prefix. */
 #ifndef XF_ENTRY_H
 #define XF_ENTRY_H
 

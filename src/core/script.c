@@ -1,4 +1,5 @@
-/* The embedded Lua scripts: encoding, NOSCRIPT recovery, error replies. */
+/* The embedded Lua scripts: encoding, SCRIPT LOAD, what error replies mean
+ * (NOSCRIPT is recovered by the flow, flow.c). */
 #include <stdio.h>
 #include <string.h>
 

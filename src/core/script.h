@@ -1,12 +1,11 @@
 /* The embedded Lua scripts: how a call is encoded (EVALSHA / EVALSHA_RO), how
  * a missing script is loaded (NOSCRIPT -> SCRIPT LOAD -> retry), and what an
- * error reply means. No I/O. */
+ * error reply means. No I/O here. */
 #ifndef XF_SCRIPT_H
 #define XF_SCRIPT_H
 
 #include <stddef.h>
 
-#include "reply.h"
 #include "resp.h"
 
 typedef struct xf__script {

@@ -130,7 +130,7 @@ static size_t wake_due(batch *b) {
       first = b->flows[i].wake_ms;
   if (first == INT64_MAX)
     return 0;
-  int stop = xf__flow_sleep(&b->flows[0], first); /* ends every wait */
+  int stop = xf__drive_sleep(&b->flows[0], first); /* ends every wait */
   int64_t now_ms = xf__now_ms();
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++)

@@ -3,8 +3,8 @@
 #ifndef XF_BATCH_H
 #define XF_BATCH_H
 
-#include "client.h"
-#include "flow.h"
+#include "client_io.h"
+#include "drive.h"
 #include "reply.h"
 
 typedef struct batch_loaders {

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 
 #include "call.h"
-#include "client.h"
 #include "client_io.h"
 #include "reply.h"
 #include "script.h"
@@ -45,12 +44,12 @@ static int to_seed(xf_call *call, const xf__cmd *cmd, int tries) {
 
 /* Asks what the router needs: the mode (the seeds, in turn), or the map
  * (its nodes, seeds first, in turn; never node avoid). */
-static int probe(xf_call *call, int what, int avoid) {
+static int probe(xf_call *call, int what, int avoid, int64_t now_ms) {
   xf__routes *r = routes_of(call);
   call->probe = what;
   if (what == PROBE_MODE)
     return to_seed(call, &xf__route_info_cmd, call->tries);
-  xf__route_refreshing(r, xf__now_ms());
+  xf__route_refreshing(r, now_ms);
   int node = xf__route_map_node(r, call->tries, avoid);
   if (node < 0)
     return xf__fail(call->f.c, XF_ECONNECT, "no cluster node left to ask for the map");
@@ -58,14 +57,15 @@ static int probe(xf_call *call, int what, int avoid) {
   return encode(call, r->nodes[node].host, r->nodes[node].port, &cmd, 1);
 }
 
-static int backoff(xf_call *call, int ms) {
+static int backoff(xf_call *call, int ms, int64_t now_ms) {
   call->backoff = 1;
-  call->wake_ms = xf__now_ms() + ms;
+  call->wake_ms = now_ms + ms;
   return XF__CALL_BACKING_OFF;
 }
 
 /* Does the router's act for cmd. */
-static int perform(xf_call *call, const xf__cmd *cmd, xf__route_act act, int arg) {
+static int perform(xf_call *call, const xf__cmd *cmd, xf__route_act act, int arg,
+                   int64_t now_ms) {
   xf__routes *r = routes_of(call);
   for (;;) {
     call->route_act = act;
@@ -74,13 +74,13 @@ static int perform(xf_call *call, const xf__cmd *cmd, xf__route_act act, int arg
       return act == XF_ROUTE_DONE ? XF__CALL_REPLY : arg;
     }
     if (act == XF_ROUTE_BACKOFF)
-      return backoff(call, arg);
-    if (act == XF_ROUTE_REFRESH && xf__route_refresh_due(r, xf__now_ms())) {
+      return backoff(call, arg, now_ms);
+    if (act == XF_ROUTE_REFRESH && xf__route_refresh_due(r, now_ms)) {
       call->tries = 0;
-      return probe(call, PROBE_MAP, call->hop.failed);
+      return probe(call, PROBE_MAP, call->hop.failed, now_ms);
     }
     if (act == XF_ROUTE_REFRESH) {
-      act = xf__route_next(r, cmd, &call->hop, xf__now_ms(), &arg);
+      act = xf__route_next(r, cmd, &call->hop, now_ms, &arg);
       continue;
     }
     const xf__cmd *cmds[4];
@@ -102,7 +102,7 @@ static int perform(xf_call *call, const xf__cmd *cmd, xf__route_act act, int arg
 }
 
 /* Routes cmd once the mode is known. */
-static int route(xf_call *call, const xf__cmd *cmd) {
+static int route(xf_call *call, const xf__cmd *cmd, int64_t now_ms) {
   xf__routes *r = routes_of(call);
   xf_client *c = call->f.c;
   call->probe = PROBE_NONE;
@@ -111,61 +111,61 @@ static int route(xf_call *call, const xf__cmd *cmd) {
   if (r->mode == XF_ROUTE_STANDALONE)
     return to_seed(call, cmd, 0);
   if (r->mode == XF_ROUTE_UNKNOWN)
-    return probe(call, PROBE_MODE, -1);
+    return probe(call, PROBE_MODE, -1, now_ms);
   if (c->db != 0)
     return xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
-  int64_t now_ms = xf__now_ms();
   if (!r->mapped && xf__route_refresh_due(r, now_ms))
-    return probe(call, PROBE_MAP, -1);
+    return probe(call, PROBE_MAP, -1, now_ms);
   if (!r->mapped) /* another call's CLUSTER SLOTS is on the wire */
-    return backoff(call, MAP_POLL_MS);
+    return backoff(call, MAP_POLL_MS, now_ms);
   int arg = 0;
   xf__route_act act =
       call->route_act == XF_ROUTE_DONE
           ? xf__route_start(r, cmd, &call->hop, now_ms, &arg)
           : xf__route_next(r, cmd, &call->hop, now_ms, &arg); /* a backoff, a map */
-  return perform(call, cmd, act, arg);
+  return perform(call, cmd, act, arg, now_ms);
 }
 
-int xf__call_route(xf_call *call, const xf__cmd *cmd) {
+int xf__call_route(xf_call *call, const xf__cmd *cmd, int64_t now_ms) {
   call->backoff = 0;
   call->tries = 0;
-  return route(call, cmd);
+  return route(call, cmd, now_ms);
 }
 
 /* The answer to a probe: r (freed), or the failure rc. */
-static int probed(xf_call *call, const xf__cmd *cmd, xf__reply *r, int rc) {
+static int probed(xf_call *call, const xf__cmd *cmd, xf__reply *r, int rc, int64_t now_ms) {
   xf__routes *r_ = routes_of(call);
   xf_client *c = call->f.c;
   int what = call->probe;
   call->probe = PROBE_NONE;
   if (r) {
     rc = what == PROBE_MODE ? xf__route_detect(r_, r)
-                            : xf__route_take_map(r_, r, call->host, xf__now_ms());
+                            : xf__route_take_map(r_, r, call->host, now_ms);
     xf__reply_free(r);
     if (rc == XF_OK && what == PROBE_MODE && c->nseeds > 0)
       c->server = (c->server + call->tries) % c->nseeds; /* it answered */
     if (rc == XF_OK)
-      return route(call, cmd);
+      return route(call, cmd, now_ms);
     if (rc == XF_EINVAL)
       return rc;
   }
   int candidates = what == PROBE_MODE ? c->nseeds : r_->nnodes;
   if (++call->tries < candidates) /* the next server */
-    return probe(call, what, what == PROBE_MAP ? call->hop.failed : -1);
+    return probe(call, what, what == PROBE_MAP ? call->hop.failed : -1, now_ms);
   if (what == PROBE_MAP && r_->mapped) /* a refresh failed: the map we have */
-    return route(call, cmd);
+    return route(call, cmd, now_ms);
   call->route_act = XF_ROUTE_DONE;
   return rc;
 }
 
-int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, xf__reply **r, int rc) {
+int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, xf__reply **r, int rc,
+                         int64_t now_ms) {
   xf__routes *rt = routes_of(call);
   xf_client *c = call->f.c;
   if (call->probe != PROBE_NONE) {
     xf__reply *reply = *r;
     *r = NULL;
-    return probed(call, cmd, reply, rc);
+    return probed(call, cmd, reply, rc, now_ms);
   }
   if (rt->mode != XF_ROUTE_CLUSTER) {
     /* A seed that cannot be reached: the next one, for this command and the
@@ -177,12 +177,11 @@ int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, xf__reply **r, int r
     return *r ? XF__CALL_REPLY : rc;
   }
   int arg = 0;
-  int64_t now_ms = xf__now_ms();
   xf__route_act act = *r ? xf__route_reply(rt, cmd, &call->hop, *r, now_ms, &arg)
                          : xf__route_io_error(rt, cmd, &call->hop, rc, now_ms, &arg);
   if (act != XF_ROUTE_DONE && *r) {
     xf__reply_free(*r);
     *r = NULL;
   }
-  return perform(call, cmd, act, arg);
+  return perform(call, cmd, act, arg, now_ms);
 }

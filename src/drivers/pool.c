@@ -11,9 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "client.h"
 #include "client_io.h"
-#include "flow.h"
+#include "drive.h"
+#include "reply.h"
 #include "share.h"
 
 #define DEFAULT_CHECKOUT_TIMEOUT_MS 1000
@@ -202,7 +202,7 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
   xf__step step = xf__flow_start(&f, c, key, keylen, policy, out, xf__now_ms());
   while (step != XF_STEP_DONE) {
     if (step == XF_STEP_SEND) {
-      step = xf__flow_send(&f);
+      step = xf__drive_send(&f);
       continue;
     }
     /* A load or a wait: the client goes back to the pool meanwhile. */
@@ -212,7 +212,7 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
     if (step == XF_STEP_LOAD) /* c only for its share and namespace (see share.h) */
       xf__flow_call_loader(&f, c, loader, ud, &l);
     else
-      stop = xf__flow_sleep(&f, f.wake_ms);
+      stop = xf__drive_sleep(&f, f.wake_ms);
     /* Never fails: it waits for a client (every holder gives its own back
      * after one command), which the call needs to end, even interrupted. */
     checkout(p, -1, &c);

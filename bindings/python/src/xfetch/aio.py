@@ -47,6 +47,11 @@ _BYTES_LIKE = (bytes, bytearray, memoryview)
 assert (lib.XF_CALL_SEND, lib.XF_CALL_LOAD, lib.XF_CALL_DONE) == (0, 1, 3)
 
 
+def _now_ms() -> int:
+    """The time every xf_call_* input carries: the C call reads no clock."""
+    return int(time.monotonic() * 1000)
+
+
 class Cache:
     """The asyncio twin of xfetch.Cache: the same arguments (but share,
     max_connections and lazy_connect: one stream, opened by the first call),
@@ -205,7 +210,7 @@ class Cache:
         if not callable(loader):
             raise TypeError(f"loader must be callable, not {type(loader).__name__}")
         out = self._callp
-        check(lib.xf_call_start(out, self._client, kb, len(kb), policy))
+        check(lib.xf_call_start(out, self._client, kb, len(kb), policy, _now_ms()))
         call = out[0]
         exc = None
         try:
@@ -226,14 +231,14 @@ class Cache:
                             reply = await reply
                     except (Error, OSError, asyncio.TimeoutError):
                         self._redis_errors += 1
-                        step = lib.xf_call_io_failed(call, lib.XF_EIO)
+                        step = lib.xf_call_io_failed(call, lib.XF_EIO, _now_ms())
                     else:
-                        step = lib.xf_call_reply(call, reply)
+                        step = lib.xf_call_reply(call, reply, _now_ms())
                 elif step == 1:  # XF_CALL_LOAD
                     step, exc = await self._load(call, loader, lease, key)
                 else:
-                    await asyncio.sleep(lib.xf_call_wait_ms(call) / 1000)
-                    step = lib.xf_call_woke(call)
+                    await asyncio.sleep(lib.xf_call_wait_ms(call, _now_ms()) / 1000)
+                    step = lib.xf_call_woke(call, _now_ms())
             value = self._value
             rc = lib.xf_call_result(call, value)
             if rc == 0:
@@ -263,13 +268,13 @@ class Cache:
             try:
                 stream = await self._connection()
             except ConnectionError:
-                return lib.xf_call_io_failed(call, lib.XF_ECONNECT)
+                return lib.xf_call_io_failed(call, lib.XF_ECONNECT, _now_ms())
         try:
             reply = await stream.request(data)
         except (Error, OSError, asyncio.TimeoutError):
             self._redis_errors += 1
-            return lib.xf_call_io_failed(call, lib.XF_EIO)
-        return lib.xf_call_reply(call, reply)
+            return lib.xf_call_io_failed(call, lib.XF_EIO, _now_ms())
+        return lib.xf_call_reply(call, reply, _now_ms())
 
     def _release_now(self, call, step):
         """The loader was cancelled or interrupted (KeyboardInterrupt): its
@@ -296,9 +301,9 @@ class Cache:
             if inspect.isawaitable(value):
                 value = await value
         except Exception as e:  # nothing is cached; raised (or logged) at the end
-            return lib.xf_call_load_failed(call, -1), e
+            return lib.xf_call_load_failed(call, -1, _now_ms()), e
         except BaseException:  # CancelledError, KeyboardInterrupt: raised at once
-            self._release_now(call, lib.xf_call_load_failed(call, -1))
+            self._release_now(call, lib.xf_call_load_failed(call, -1, _now_ms()))
             raise
         took = time.monotonic() - t0
         if took > lease:
@@ -306,12 +311,12 @@ class Cache:
                         "callers may have run it too; pass lease= above the loader's time",
                         key, took, lease)
         if value is None:
-            return lib.xf_call_not_found(call), None
+            return lib.xf_call_not_found(call, int(took * 1e6), _now_ms()), None
         if not isinstance(value, _BYTES_LIKE):
-            return lib.xf_call_load_failed(call, -1), TypeError(
+            return lib.xf_call_load_failed(call, -1, _now_ms()), TypeError(
                 f"the loader must return bytes or None, not {type(value).__name__}")
         buf = ffi.from_buffer(value)
-        return lib.xf_call_loaded(call, buf, len(buf)), None
+        return lib.xf_call_loaded(call, buf, len(buf), int(took * 1e6), _now_ms()), None
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: float, beta: float = 1.0,
                              **policy: Any) -> bytes | None:
@@ -343,7 +348,8 @@ class Cache:
         buf = ffi.from_buffer(value)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
         out = ffi.new("xf_call **")
-        check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy))
+        check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy,
+                                    _now_ms()))
         return await self._write(out[0]) != lib.XF_ESUPERSEDED
 
     async def delete(self, key: Key) -> None:
@@ -351,7 +357,7 @@ class Cache:
         (xf_call_start_delete); no error if the key is absent."""
         kb = _key_bytes(key)
         out = ffi.new("xf_call **")
-        check(lib.xf_call_start_delete(out, self._client, kb, len(kb)))
+        check(lib.xf_call_start_delete(out, self._client, kb, len(kb), _now_ms()))
         await self._write(out[0])
 
     async def delete_many(self, keys: Iterable[Key]) -> None:
