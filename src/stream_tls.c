@@ -147,8 +147,14 @@ static const char *cert_names(SSL *ssl, char *buf, size_t len) {
   return buf;
 }
 
-/* What the server sent instead of a TLS record, printable, for the message. */
-static const char *shown(const xf__stream *s, char *buf, size_t len) {
+/* What the server sent instead of a TLS record, printable, for the message.
+ * OpenSSL read only a record header (5 bytes): the rest of the line, if it
+ * has come, is taken now (the stream has failed: nothing else reads it). */
+static const char *shown(xf__stream *s, char *buf, size_t len) {
+  char more[sizeof s->first];
+  ssize_t n = recv(s->fd, more, sizeof more - s->nfirst, MSG_DONTWAIT);
+  if (n > 0)
+    xf__stream_note(s, more, (size_t)n);
   size_t at = 0;
   for (size_t i = 0; i < s->nfirst && at + 5 < len; i++) {
     unsigned char c = s->first[i];
