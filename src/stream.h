@@ -79,10 +79,12 @@ typedef struct xf__stream {
   int got_bytes;           /* the server has sent at least one byte */
   unsigned char first[24]; /* the first bytes the server sent (diagnostics) */
   size_t nfirst;
-  int peer_eof;   /* the server closed its side (read EOF) */
-  int sys_errno;  /* errno of the last failed socket call */
-  char peer[300]; /* "host:port" or the path, for messages */
-  char name[256]; /* the name sent as SNI and verified; "" = none */
+  int peer_eof;     /* the server closed its side (read EOF) */
+  int got_data;     /* TLS: application bytes have been read */
+  int cert_missing; /* TLS: the server asked for a client certificate, we have none */
+  int sys_errno;    /* errno of the last failed socket call */
+  char peer[300];   /* "host:port" or the path, for messages */
+  char name[256];   /* the name sent as SNI and verified; "" = none */
   xf__stream_err err;
   char errstr[256];
 } xf__stream;

@@ -94,6 +94,17 @@ static int set_names(xf__stream *s) {
             : SSL_set1_host(s->ssl, s->name) == 1;
 }
 
+/* Called when the server asks for a client certificate (mutual TLS). With
+ * none configured, a TLS 1.3 server's refusal comes after our handshake has
+ * ended, as an alert or, when it closes with our first command unread, as a
+ * reset that destroys the alert: remembering the question words both. */
+static int on_cert_request(SSL *ssl, void *arg) {
+  xf__stream *s = arg;
+  if (!SSL_get_certificate(ssl))
+    s->cert_missing = 1;
+  return 1; /* go on: the server decides */
+}
+
 xf__io xf__stream_tls_start(xf__stream *s) {
   pthread_once(&bio_once, make_bio_method);
   BIO *b = bio_method ? BIO_new(bio_method) : NULL;
@@ -106,6 +117,7 @@ xf__io xf__stream_tls_start(xf__stream *s) {
   BIO_set_init(b, 1);
   SSL_set_bio(s->ssl, b, b); /* s->ssl owns b now */
   SSL_set_connect_state(s->ssl);
+  SSL_set_cert_cb(s->ssl, on_cert_request, s);
   if (!set_names(s)) {
     ERR_clear_error();
     return xf__stream_fail(s, XF__SE_CONFIG, "TLS: %s cannot be used as a server name",
@@ -188,6 +200,11 @@ static xf__io handshake_failed(xf__stream *s) {
     r = xf__stream_fail(s, XF__SE_TLS,
                         "TLS to %s: the server is not speaking TLS (it answered \"%s\")",
                         s->peer, shown(s, buf, sizeof buf));
+  else if (s->cert_missing)
+    r = xf__stream_fail(s, XF__SE_TLS,
+                        "TLS to %s: the server requires a client certificate and none is "
+                        "configured (mutual TLS): %s",
+                        s->peer, s->peer_eof ? "connection closed" : ssl_reason(s));
   else if (s->peer_eof || s->sys_errno == ECONNRESET || s->sys_errno == EPIPE)
     r = xf__stream_fail(s, XF__SE_TLS,
                         "TLS to %s: the server closed the connection during the handshake",
@@ -221,8 +238,7 @@ xf__io xf__stream_tls_handshake(xf__stream *s) {
 
 /* ---- an open TLS stream --------------------------------------------------- */
 
-/* A TLS 1.3 server checks the client's certificate after the client has
- * finished its handshake: a refusal arrives as an alert on the first read. */
+/* Alerts a server sends when it refuses the client's certificate. */
 static int refuses_client(unsigned long e) {
   int r = ERR_GET_REASON(e);
   return r == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED ||
@@ -234,15 +250,22 @@ static int refuses_client(unsigned long e) {
 static xf__io io_failed(xf__stream *s, int e, const char *what) {
   xf__io r;
   unsigned long last = ERR_peek_last_error();
-  if (e == SSL_ERROR_ZERO_RETURN ||
-      (e == SSL_ERROR_SYSCALL &&
-       (s->sys_errno == EPIPE || s->sys_errno == ECONNRESET || s->peer_eof)))
-    r = xf__stream_fail(s, XF__SE_CLOSED, "%s closed the connection", s->peer);
-  else if (e == SSL_ERROR_SSL && refuses_client(last))
+  int closed = e == SSL_ERROR_ZERO_RETURN ||
+               (e == SSL_ERROR_SYSCALL &&
+                (s->sys_errno == EPIPE || s->sys_errno == ECONNRESET || s->peer_eof));
+  int refused = e == SSL_ERROR_SSL && refuses_client(last);
+  if (s->cert_missing && !s->got_data && (closed || refused))
     r = xf__stream_fail(s, XF__SE_TLS,
-                        "TLS to %s: the server refused the client certificate (%s): "
-                        "mutual TLS needs a certificate the server trusts",
-                        s->peer, ERR_reason_error_string(last));
+                        "TLS to %s: the server requires a client certificate and none is "
+                        "configured (mutual TLS): %s",
+                        s->peer,
+                        refused ? ERR_reason_error_string(last) : "connection closed");
+  else if (refused)
+    r = xf__stream_fail(s, XF__SE_TLS,
+                        "TLS to %s: the server refused the client certificate: %s", s->peer,
+                        ERR_reason_error_string(last));
+  else if (closed)
+    r = xf__stream_fail(s, XF__SE_CLOSED, "%s closed the connection", s->peer);
   else
     r = xf__stream_fail(s, XF__SE_IO, "TLS %s %s: %s", what, s->peer, ssl_reason(s));
   ERR_clear_error();
@@ -264,6 +287,7 @@ xf__io xf__stream_tls_read(xf__stream *s, void *buf, size_t cap, size_t *got) {
   ERR_clear_error();
   int n = SSL_read(s->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
   if (n > 0) {
+    s->got_data = 1;
     *got = (size_t)n;
     return XF__IO_DONE;
   }
