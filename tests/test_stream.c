@@ -13,7 +13,15 @@
 #include "stream.h"
 #include "tls_fixture.h"
 
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#endif
+
 #define DEADLINE_MS 2000
+/* "Fails fast": well under the deadline; valgrind runs TLS 20-50 times slower. */
+#define QUICK_MS (RUNNING_ON_VALGRIND ? 5000 : 1000)
 
 static xf__tls *tls_with(const char *ca_file, const char *cert, const char *key,
                          const char *server_name, int no_verify) {
@@ -36,9 +44,10 @@ static xf__tls *tls_trusting(const char *ca) {
 
 /* Opens s to host:port and connects within ms; the code. */
 static int connect_to(xf__stream *s, const char *host, int port, xf__tls *tls, int ms) {
+  int64_t deadline = xf__stream_now_ms() + ms;
   xf__stream_init(s);
   xf__stream_open_tcp(s, host, port, tls);
-  return xf__stream_connect_blocking(s, xf__stream_now_ms() + ms);
+  return xf__stream_connect_blocking(s, deadline);
 }
 
 /* Sends an encoded command and reads its reply (NULL when the stream failed:
@@ -112,7 +121,7 @@ Test(stream, a_wrong_ca_is_not_trusted_at_once) {
   xf__stream s;
   int64_t t0 = xf__stream_now_ms();
   cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_port(), t, DEADLINE_MS), XF_ECONNECT);
-  cr_assert_lt(xf__stream_now_ms() - t0, 1000);
+  cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS);
   cr_assert_eq(s.err, XF__SE_CERT);
   /* Redis sends its CA along: a chain that ends in a root we do not trust. */
   cr_assert(strstr(s.errstr, "certificate not trusted: self-signed certificate in "
@@ -170,7 +179,7 @@ Test(stream, plain_text_to_a_tls_port_fails_fast_and_says_tls) {
   int64_t t0 = xf__stream_now_ms();
   cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_port(), NULL, DEADLINE_MS), XF_OK);
   cr_assert_null(roundtrip(&s, PING, strlen(PING)));
-  cr_assert_lt(xf__stream_now_ms() - t0, 1000, "not a hang");
+  cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS, "not a hang");
   cr_assert_eq(s.err, XF__SE_CLOSED);
   cr_assert_eq(xf__stream_code(&s), XF_EIO);
   cr_assert(strstr(s.errstr, "before answering (if it is a TLS port, connect with TLS"),
@@ -185,10 +194,11 @@ Test(stream, tls_to_a_plain_redis_port_times_out_with_a_hint) {
   xf__stream s;
   int64_t t0 = xf__stream_now_ms();
   cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_plain_port(), t, 300), XF_ECONNECT);
-  cr_assert_lt(xf__stream_now_ms() - t0, 1000);
+  cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS);
   cr_assert_eq(s.err, XF__SE_TLS);
+  cr_assert_geq(xf__stream_now_ms() - t0, 299, "waited for the deadline");
   cr_assert(strstr(s.errstr, "TLS handshake with 127.0.0.1:") &&
-                strstr(s.errstr, " timed out after 30"), /* 300 ms and a little */
+                strstr(s.errstr, " timed out after "), /* the deadline less the open */
             "%s", s.errstr);
   cr_assert(strstr(s.errstr, " ms (the server sent nothing back: is it a plain, non-TLS "
                              "port?)"),
@@ -226,7 +236,7 @@ Test(stream, tls_to_a_plain_text_answer_is_not_speaking_tls) {
   pthread_join(th, NULL);
   close(lfd);
   cr_assert_eq(rc, XF_ECONNECT);
-  cr_assert_lt(xf__stream_now_ms() - t0, 1000);
+  cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS);
   cr_assert(strstr(s.errstr, "the server is not speaking TLS (it answered \"-ERR unknown "
                              "command\")"),
             "%s", s.errstr);
@@ -255,7 +265,7 @@ Test(stream, mutual_tls_without_a_client_certificate_is_refused_clearly) {
   cr_assert_eq(s.handshakes, rc == XF_OK);
   if (rc == XF_OK)
     cr_assert_null(roundtrip(&s, PING, strlen(PING)));
-  cr_assert_lt(xf__stream_now_ms() - t0, 1000);
+  cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS);
   cr_assert_eq(s.err, XF__SE_TLS, "%d: %s", s.err, s.errstr);
   cr_assert_eq(xf__stream_code(&s), XF_ECONNECT);
   /* The alert ("tlsv13 alert certificate required"), or a reset that beat
