@@ -216,10 +216,13 @@ static xf__io handshake_failed(xf__stream *s) {
   return r;
 }
 
-/* SSL_ERROR_WANT_* into s->want: AGAIN; otherwise 0. */
+/* SSL_ERROR_WANT_READ / _WRITE: records it in s->want and answers AGAIN;
+ * any other error: FAIL, for the caller to word. */
 static xf__io want(xf__stream *s, int e) {
+  if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+    return XF__IO_FAIL;
   s->want = e == SSL_ERROR_WANT_READ ? XF__WANT_READ : XF__WANT_WRITE;
-  return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? XF__IO_AGAIN : XF__IO_FAIL;
+  return XF__IO_AGAIN;
 }
 
 xf__io xf__stream_tls_handshake(xf__stream *s) {
