@@ -7,6 +7,8 @@
 #include "cluster.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
+#include "reader.h"
+#include "reply.h"
 #include "xfetch.h"
 
 #define HOST "127.0.0.1"
@@ -48,10 +50,18 @@ long long xft_total_calls(const char *cmd) {
   return n;
 }
 
+xf__reply *xft_cluster_slots(int port) {
+  redisContext *r = xft_cluster_redis(port);
+  xf__reader_adopt(r->reader); /* its one reply goes to the core's parser */
+  xf__reply *rep = redisCommand(r, "CLUSTER SLOTS");
+  cr_assert(rep && rep->type == XF_REPLY_ARRAY, "CLUSTER SLOTS: %s", r->errstr);
+  redisFree(r);
+  return rep;
+}
+
 /* The master serving slot, and another master. */
 void xft_masters_of(int slot, xft_node *owner, xft_node *other) {
-  redisContext *r = xft_cluster_redis(xft_cluster_port(0));
-  redisReply *rep = xft_cluster_cmd(r, "CLUSTER SLOTS");
+  xf__reply *rep = xft_cluster_slots(xft_cluster_port(0));
   xf__cluster_map m;
   xf__cluster_map_init(&m);
   char err[128];
@@ -66,8 +76,7 @@ void xft_masters_of(int slot, xft_node *owner, xft_node *other) {
   snprintf(owner->id, sizeof owner->id, "%s", m.nodes[o].id);
   snprintf(other->id, sizeof other->id, "%s", m.nodes[t].id);
   xf__cluster_map_free(&m);
-  freeReplyObject(rep);
-  redisFree(r);
+  xf__reply_free(rep);
 }
 
 void xft_expect_ok(redisReply *rep) {

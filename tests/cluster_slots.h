@@ -13,6 +13,12 @@ typedef struct xft_node {
   char id[41];
 } xft_node;
 
+struct xf_reply;
+
+/* The CLUSTER SLOTS reply of the node at port, built by the library's reader
+ * for the core's parser (free with xf__reply_free). */
+struct xf_reply *xft_cluster_slots(int port);
+
 /* The master serving slot, and another master. */
 void xft_masters_of(int slot, xft_node *owner, xft_node *other);
 

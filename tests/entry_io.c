@@ -1,16 +1,16 @@
 /* Blocking runs of single entry scripts for tests (entry_io.h). */
 #include <string.h>
 
-#include "client.h"
+#include "client_io.h"
 #include "entry_io.h"
 #include "script.h"
 
 /* Sends cmd, a call of script (SCRIPT LOAD and again on NOSCRIPT): XF_OK with
  * a reply that is not an error reply, else the error reply's code. */
-static int run(xf_client *c, int script, const xf__cmd *cmd, redisReply **reply) {
+static int run(xf_client *c, int script, const xf__cmd *cmd, xf__reply **reply) {
   int rc = xf__command(c, cmd, reply);
   if (rc == XF_OK && xf__reply_classify(*reply) == XF_REPLY_NOSCRIPT) {
-    freeReplyObject(*reply);
+    xf__reply_free(*reply);
     xf__cmd load;
     xf__script_load_cmd(&load, script, cmd->key, cmd->keylen);
     rc = xf__command(c, &load, reply);
@@ -19,7 +19,7 @@ static int run(xf_client *c, int script, const xf__cmd *cmd, redisReply **reply)
     if (rc == XF_OK)
       rc = xf__command(c, cmd, reply);
   }
-  if (rc != XF_OK || (*reply)->type != REDIS_REPLY_ERROR)
+  if (rc != XF_OK || (*reply)->type != XF_REPLY_ERROR)
     return rc;
   return xf__script_error(c, script, *reply);
 }
@@ -28,8 +28,9 @@ int xft_entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
                     int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
                     xf__lease_result *result, xf__entry *newer) {
   xf__cmd cmd;
-  redisReply *r;
+  xf__reply *r;
   memset(newer, 0, sizeof *newer);
+  xf__client_check_fork(c); /* never a parent's token in a child */
   xf__entry_token(c, token);
   xf__entry_lease_cmd(&cmd, key, keylen, token, lease_ms, seen_expiry_ms, 0);
   int rc = run(c, XF_SCRIPT_LEASE, &cmd, &r);
@@ -39,7 +40,7 @@ int xft_entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
 int xft_entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
                     int *written) {
   xf__cmd cmd;
-  redisReply *r;
+  xf__reply *r;
   xf__entry_write_cmd(&cmd, key, keylen, w);
   int rc = run(c, XF_SCRIPT_WRITE, &cmd, &r);
   return rc == XF_OK ? xf__entry_parse_int(c, r, "write", written) : rc;
@@ -47,7 +48,7 @@ int xft_entry_write(xf_client *c, const char *key, size_t keylen, const xf__writ
 
 int xft_entry_release(xf_client *c, const char *key, size_t keylen, const char *token) {
   xf__cmd cmd;
-  redisReply *r;
+  xf__reply *r;
   int released;
   xf__entry_release_cmd(&cmd, key, keylen, token, 0);
   int rc = run(c, XF_SCRIPT_RELEASE, &cmd, &r);

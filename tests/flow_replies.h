@@ -4,19 +4,21 @@
 #define XFT_FLOW_REPLIES_H
 
 #include <criterion/criterion.h>
-#include <hiredis/hiredis.h>
 #include <string.h>
 
 #include "flow.h"
+#include "reply.h"
 
-/* A reply parsed from RESP text, as hiredis would hand it over. */
-static inline redisReply *reply(const char *resp) {
-  redisReader *rd = redisReaderCreate();
-  redisReaderFeed(rd, resp, strlen(resp));
-  void *r = NULL;
-  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK);
+/* A reply parsed from RESP text by the library's reader, as a driver hands
+ * it over. */
+static inline xf__reply *reply(const char *resp) {
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  cr_assert_eq(xf_reader_feed(rd, resp, strlen(resp)), XF_OK);
+  xf_reply *r = NULL;
+  cr_assert_eq(xf_reader_next(rd, &r), XF_OK);
   cr_assert_not_null(r, "incomplete RESP: %s", resp);
-  redisReaderFree(rd);
+  xf_reader_close(rd);
   return r;
 }
 

@@ -27,7 +27,7 @@
 #define BUSY_CALLS 50
 #define OPENFAIL_MAX 8
 
-/* The library's internal test hook (src/client.h): every Nth client open
+/* The library's internal test hook (src/client_io.h): every Nth client open
  * fails with XF_ENOMEM. */
 extern unsigned xf__test_fail_open_every, xf__test_failed_opens;
 

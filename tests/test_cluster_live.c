@@ -6,6 +6,8 @@
 
 #include "cluster.h"
 #include "cluster_fixture.h"
+#include "cluster_slots.h"
+#include "reply.h"
 #include "xfetch.h"
 
 #define HOST "127.0.0.1"
@@ -13,13 +15,11 @@
 #define ASK_TAG "{xft-live-ask}"
 
 static void load_map(int port, xf__cluster_map *m) {
-  redisContext *r = xft_cluster_redis(port);
-  redisReply *rep = xft_cluster_cmd(r, "CLUSTER SLOTS");
+  xf__reply *rep = xft_cluster_slots(port);
   char err[160] = "";
   xf__cluster_map_init(m);
   cr_assert_eq(xf__cluster_map_parse(m, rep, HOST, err, sizeof err), XF_OK, "%s", err);
-  freeReplyObject(rep);
-  redisFree(r);
+  xf__reply_free(rep);
 }
 
 static int ask_slot(void) { return xf__cluster_keyslot(ASK_TAG, strlen(ASK_TAG)); }

@@ -1,12 +1,12 @@
 /* The cluster router's slot map, parsed from CLUSTER SLOTS replies built
  * with hiredis' own reader. */
 #include <criterion/criterion.h>
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cluster.h"
+#include "reply.h"
 #include "xfetch.h"
 
 /* --- Replies from a compact notation, through hiredis' own reader ------------
@@ -83,30 +83,32 @@ static int emit(const char **p, text *t) {
   return 1;
 }
 
-static redisReply *raw_reply(const char *resp, size_t len) {
-  redisReader *rd = redisReaderCreate();
-  cr_assert_eq(redisReaderFeed(rd, resp, len), REDIS_OK);
-  void *r = NULL;
-  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK, "bad RESP");
+/* RESP parsed by the library's reader (NUL bytes included). */
+static xf__reply *raw_reply(const char *resp, size_t len) {
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  cr_assert_eq(xf_reader_feed(rd, resp, len), XF_OK, "bad RESP");
+  xf_reply *r = NULL;
+  cr_assert_eq(xf_reader_next(rd, &r), XF_OK, "bad RESP");
   cr_assert_not_null(r, "incomplete RESP");
-  redisReaderFree(rd);
+  xf_reader_close(rd);
   return r;
 }
 
-static redisReply *reply(const char *notation) {
+static xf__reply *reply(const char *notation) {
   text t = {0};
   const char *p = notation;
   cr_assert(emit(&p, &t), "empty notation");
-  redisReply *r = raw_reply(t.data, t.len);
+  xf__reply *r = raw_reply(t.data, t.len);
   free(t.data);
   return r;
 }
 
 /* Parses notation into m (seed host "10.0.0.9"); returns the code. */
 static int parse(xf__cluster_map *m, const char *notation, char *err, size_t errlen) {
-  redisReply *r = reply(notation);
+  xf__reply *r = reply(notation);
   int rc = xf__cluster_map_parse(m, r, "10.0.0.9", err, errlen);
-  freeReplyObject(r);
+  xf__reply_free(r);
   return rc;
 }
 
@@ -183,9 +185,9 @@ Test(cluster, unknown_and_empty_endpoints) {
   cr_assert_geq(b, 0);
   cr_expect_eq(m.nodes[b].master, -1, "a replica of an unknown master is not attached");
   /* Without a seed host, an empty endpoint is unusable. */
-  redisReply *r = reply("[[0 9 ['' 7000]]]");
+  xf__reply *r = reply("[[0 9 ['' 7000]]]");
   cr_expect_eq(xf__cluster_map_parse(&m, r, NULL, err, sizeof err), XF_EPROTO);
-  freeReplyObject(r);
+  xf__reply_free(r);
   xf__cluster_map_free(&m);
 }
 
@@ -243,9 +245,9 @@ Test(cluster, odd_hosts_are_refused) {
   xf__cluster_map_init(&m);
   char err[128];
   static const char nul[] = "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$3\r\na\0b\r\n:1\r\n";
-  redisReply *r = raw_reply(nul, sizeof nul - 1);
+  xf__reply *r = raw_reply(nul, sizeof nul - 1);
   cr_expect_eq(xf__cluster_map_parse(&m, r, NULL, err, sizeof err), XF_EPROTO);
-  freeReplyObject(r);
+  xf__reply_free(r);
   char longhost[400] = "[[0 1 [";
   memset(longhost + 7, 'h', 300);
   strcpy(longhost + 307, " 1]]]");

@@ -1,6 +1,5 @@
 /* The flow machine without Redis: scripted replies in, steps out. */
 #include <criterion/criterion.h>
-#include <hiredis/hiredis.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -339,7 +338,7 @@ Test(flow, read_many_parts_are_each_flows_own_read) {
   cr_expect_eq(cmd.more_argv, keys);
   cr_expect_eq(cmd.key, keys[0]);
 
-  redisReply *parts[3];
+  xf__reply *parts[3];
   cr_assert_eq(
       xf__entry_split_read_many(
           c, reply("*3\r\n" HIT MISS "-WRONGTYPE Operation against a key\r\n"), 3, parts),
@@ -366,8 +365,7 @@ Test(flow, read_many_parts_are_each_flows_own_read) {
 }
 
 static void expect_split_fails(const char *resp, size_t nkeys, const char *msg) {
-  redisReply *parts[4] = {(redisReply *)1, (redisReply *)1, (redisReply *)1,
-                          (redisReply *)1};
+  xf__reply *parts[4] = {(xf__reply *)1, (xf__reply *)1, (xf__reply *)1, (xf__reply *)1};
   cr_expect_eq(xf__entry_split_read_many(c, reply(resp), nkeys, parts), XF_EPROTO, "%s",
                resp);
   for (size_t i = 0; i < nkeys; i++)

@@ -3,7 +3,6 @@
  * fail-open: no loader) and the share's drops are the machine's, so every
  * driver (blocking, pool, xf_call_*) gets them from here. */
 #include <criterion/criterion.h>
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h" /* xf__test_fail_open_every */
+#include "client_io.h" /* xf__test_fail_open_every */
 #include "fixture.h"
 
 static xf_pool *open_pool(int port, size_t max, int timeout_ms) {

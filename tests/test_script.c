@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "fixture.h"
+#include "reply.h"
 #include "script.h"
 
 Test(script, shas_are_sha1_hex_of_the_embedded_source) {
@@ -174,12 +175,14 @@ Test(script, commands_refused_busy_are_unavailable) {
   xft_server_stop(&s);
 }
 
-static redisReply *parsed(const char *resp) {
-  redisReader *rd = redisReaderCreate();
-  void *r = NULL;
-  redisReaderFeed(rd, resp, strlen(resp));
-  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK);
-  redisReaderFree(rd);
+/* RESP parsed by the library's reader, as a driver hands it over. */
+static xf__reply *parsed(const char *resp) {
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  cr_assert_eq(xf_reader_feed(rd, resp, strlen(resp)), XF_OK);
+  xf_reply *r = NULL;
+  cr_assert_eq(xf_reader_next(rd, &r), XF_OK);
+  xf_reader_close(rd);
   cr_assert_not_null(r);
   return r;
 }
@@ -206,9 +209,9 @@ Test(script, error_replies_are_classified_in_one_place) {
   };
   xf_client *c = xft_client(1);
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    redisReply *r = parsed(cases[i].resp);
+    xf__reply *r = parsed(cases[i].resp);
     cr_expect_eq(xf__reply_classify(r), cases[i].kind, "%s", cases[i].resp);
-    freeReplyObject(r);
+    xf__reply_free(r);
   }
   cr_expect_eq(xf__script_loaded(c, XF_SCRIPT_READ, parsed("-LOADING loading\r\n")),
                XF_EUNAVAILABLE);

@@ -22,12 +22,14 @@ static xf_client *configured(const char *user, const char *pass, int db) {
   return c;
 }
 
-static redisReply *parsed(const char *resp) {
-  redisReader *rd = redisReaderCreate();
-  void *r = NULL;
-  redisReaderFeed(rd, resp, strlen(resp));
-  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK);
-  redisReaderFree(rd);
+/* RESP parsed by the library's reader, as a driver hands it over. */
+static xf__reply *parsed(const char *resp) {
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  cr_assert_eq(xf_reader_feed(rd, resp, strlen(resp)), XF_OK);
+  xf_reply *r = NULL;
+  cr_assert_eq(xf_reader_next(rd, &r), XF_OK);
+  xf_reader_close(rd);
   cr_assert_not_null(r);
   return r;
 }
@@ -102,7 +104,7 @@ Test(setup, replies_are_judged_auth_is_eauth_busy_and_loading_unavailable) {
   };
   xf_client *c = configured(NULL, NULL, 5);
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    redisReply *r = parsed(cases[i].resp);
+    xf__reply *r = parsed(cases[i].resp);
     c->errstr[0] = '\0';
     int rc = xf__setup_judge(c, cases[i].kind, r);
     cr_expect_eq(rc, cases[i].rc, "case %zu (%s): %s", i, cases[i].resp, xf_errname(rc));
@@ -111,12 +113,12 @@ Test(setup, replies_are_judged_auth_is_eauth_busy_and_loading_unavailable) {
                 xf_errmsg(c));
     if (rc != XF_OK && rc != XF_EINVAL)
       cr_expect(strstr(xf_errmsg(c), r->str), "the reply in the message: %s", xf_errmsg(c));
-    freeReplyObject(r);
+    xf__reply_free(r);
   }
-  redisReply *r = parsed("-WRONGPASS invalid username-password pair\r\n");
+  xf__reply *r = parsed("-WRONGPASS invalid username-password pair\r\n");
   cr_expect_eq(xf__setup_judge(c, XF__SETUP_AUTH, r), XF_EAUTH);
   cr_expect_str_eq(xf_errmsg(c), "AUTH: WRONGPASS invalid username-password pair");
-  freeReplyObject(r);
+  xf__reply_free(r);
   xf_client_close(c);
 }
 

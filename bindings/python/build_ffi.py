@@ -5,7 +5,9 @@ By default the extension compiles the C library's own sources, so
 libhiredis-dev, and cmake when building from a git checkout):
 
 - in a git checkout (../../CMakeLists.txt), csrc/ is refreshed from it first:
-  the .c files of XF_SOURCES there, src/*.h, include/xfetch.h, and
+  the .c files of XF_CORE_SOURCES, XF_IO_SOURCES and XF_DRIVER_SOURCES there
+  and every header of src/core, src/io and src/drivers (all flat in csrc/src:
+  the names are unique), include/xfetch.h, and
   scripts_gen.c, made from lua/*.lua (XF_LUA, in that order) by
   cmake/embed_lua.cmake, the generator the CMake build runs;
 - in an unpacked sdist (PKG-INFO here), csrc/ came with it (MANIFEST.in), so
@@ -26,6 +28,8 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")  # the library sources the extension compiles
+LAYERS = ("core", "io", "driver")  # CMakeLists.txt's XF_<LAYER>_SOURCES
+DIRS = {"core": "core", "io": "io", "driver": "drivers"}  # their src/ dirs
 
 
 def _cmake_list(root, name):
@@ -84,16 +88,20 @@ def _copy_if_changed(src, dst):
 
 def sync_csrc(root):
     """Makes csrc/ the library's sources from the checkout root: src/ the .c
-    files of XF_SOURCES (CMakeLists.txt) and every src/*.h, include/xfetch.h
+    files of the three layers' source lists (CMakeLists.txt) and every header
+    of src/core, src/io and src/drivers, flat, include/xfetch.h
     (not the libuv/libevent adapter headers), and scripts_gen.c, the Lua
     scripts embedded by CMake's generator. The build compiles csrc/ (setuptools
     wants paths inside the project) and the sdist ships it, so a build from the
     sdist needs neither the checkout nor cmake."""
     want = {os.path.join("src", os.path.basename(p)): p
-            for p in _cmake_list(root, "XF_SOURCES") if p.endswith(".c")}
-    for f in os.listdir(os.path.join(root, "src")):
-        if f.endswith(".h"):
-            want[os.path.join("src", f)] = os.path.join(root, "src", f)
+            for layer in LAYERS for p in _cmake_list(root, f"XF_{layer.upper()}_SOURCES")
+            if p.endswith(".c")}
+    for layer in LAYERS:
+        d = os.path.join(root, "src", DIRS[layer])
+        for f in os.listdir(d):
+            if f.endswith(".h"):
+                want[os.path.join("src", f)] = os.path.join(d, f)
     want[os.path.join("include", "xfetch.h")] = os.path.join(root, "include", "xfetch.h")
     for sub in ("src", "include"):
         os.makedirs(os.path.join(CSRC, sub), exist_ok=True)

@@ -9,7 +9,6 @@
  * the scripts cannot produce is caught, not only one that crashes. A read
  * reply of the right shape whose numbers no entry has is a malformed miss
  * (counted), never XF_EPROTO: no entry may brick its key. */
-#include <hiredis/hiredis.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,8 @@
 
 #include "entry.h"
 #include "fuzz.h"
+#include "reader.h"
+#include "reply.h"
 
 #define MAX_REPLIES 4
 #define MAX_PARTS 64
@@ -49,21 +50,21 @@ static unsigned touch(const char *p, size_t len) {
 /* Whether r's elements at.. have the read reply's shape: six, the value a
  * bulk string or nil, the others integers. Whatever their values, such a
  * reply must parse (a malformed entry is a miss, never XF_EPROTO). */
-static int read_shaped(const redisReply *r, size_t at) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != at + 6)
+static int read_shaped(const xf__reply *r, size_t at) {
+  if (r->type != XF_REPLY_ARRAY || r->elements != at + 6)
     return 0;
   int t = r->element[at]->type;
-  if (t != REDIS_REPLY_STRING && t != REDIS_REPLY_NIL)
+  if (t != XF_REPLY_STRING && t != XF_REPLY_NIL)
     return 0;
   for (size_t i = at + 1; i < at + 6; i++)
-    if (r->element[i]->type != REDIS_REPLY_INTEGER)
+    if (r->element[i]->type != XF_REPLY_INTEGER)
       return 0;
   return 1;
 }
 
 /* A malformed entry: a miss with nothing of the reply's numbers but the lease
  * flag and a clock in range. */
-static void check_malformed(const redisReply *r, size_t at, const xf__entry *e) {
+static void check_malformed(const xf__reply *r, size_t at, const xf__entry *e) {
   FUZZ_CHECK(e->value == NULL && e->len == 0 && e->negative == 0);
   FUZZ_CHECK(e->delta_us == 0 && e->remaining_ms == 0 && e->expiry_ms == 0);
   FUZZ_CHECK(in_range(e->now_ms, 0, MAX_CLOCK_MS));
@@ -71,7 +72,7 @@ static void check_malformed(const redisReply *r, size_t at, const xf__entry *e) 
 }
 
 /* The invariants of an entry parsed from elements at.. of r. */
-static void check_entry(const redisReply *r, size_t at, const xf__entry *e) {
+static void check_entry(const xf__reply *r, size_t at, const xf__entry *e) {
   FUZZ_CHECK(e->reply == r);
   FUZZ_CHECK(read_shaped(r, at));
   FUZZ_CHECK(e->malformed == 0 || e->malformed == 1);
@@ -79,15 +80,15 @@ static void check_entry(const redisReply *r, size_t at, const xf__entry *e) {
     check_malformed(r, at, e);
     return;
   }
-  const redisReply *v = r->element[at];
+  const xf__reply *v = r->element[at];
   if (e->value) {
-    FUZZ_CHECK(v->type == REDIS_REPLY_STRING);
+    FUZZ_CHECK(v->type == XF_REPLY_STRING);
     FUZZ_CHECK(e->value == v->str && e->len == v->len);
     (void)touch(e->value, e->len);
     /* read.lua and lease.lua: remaining = e - now, exactly. */
     FUZZ_CHECK(e->expiry_ms - e->now_ms == e->remaining_ms);
   } else {
-    FUZZ_CHECK(v->type == REDIS_REPLY_NIL && e->len == 0);
+    FUZZ_CHECK(v->type == XF_REPLY_NIL && e->len == 0);
     /* A miss is {false, 0, 0, live, 0, now} (1 in place of the 0: malformed). */
     FUZZ_CHECK(e->delta_us == 0 && e->remaining_ms == 0 && e->expiry_ms == 0);
     FUZZ_CHECK(e->negative == 0 && r->element[at + 4]->integer == 0);
@@ -109,7 +110,7 @@ static void check_failed(xf_client *c, int rc, const xf__entry *e) {
   FUZZ_CHECK(xf_errmsg(c)[0] != '\0');
 }
 
-static void parse_read(xf_client *c, redisReply *r) {
+static void parse_read(xf_client *c, xf__reply *r) {
   xf__entry e;
   int shaped = read_shaped(r, 0);
   xf_stats before, after;
@@ -127,7 +128,7 @@ static void parse_read(xf_client *c, redisReply *r) {
   FUZZ_CHECK(e.reply == NULL);
 }
 
-static void parse_lease(xf_client *c, redisReply *r) {
+static void parse_lease(xf_client *c, xf__reply *r) {
   xf__entry newer;
   int64_t now_ms = -12345;
   xf__lease_result result = (xf__lease_result)-1;
@@ -151,8 +152,8 @@ static void parse_lease(xf_client *c, redisReply *r) {
   xf__entry_free(&newer);
 }
 
-static void parse_int(xf_client *c, redisReply *r, int which) {
-  int is_int = r->type == REDIS_REPLY_INTEGER;
+static void parse_int(xf_client *c, xf__reply *r, int which) {
+  int is_int = r->type == XF_REPLY_INTEGER;
   long long raw = is_int ? r->integer : 0;
   int v = -7, rc;
   rc = xf__entry_parse_int(c, r,
@@ -172,14 +173,14 @@ static void parse_int(xf_client *c, redisReply *r, int which) {
 
 /* read_many's reply split for as many keys as it has elements (and for one
  * more): each part then goes through the read parser, as the flow gets it. */
-static void parse_read_many(xf_client *c, redisReply *r, size_t extra) {
-  redisReply *parts[MAX_PARTS + 1];
-  size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements + extra : 1 + extra;
+static void parse_read_many(xf_client *c, xf__reply *r, size_t extra) {
+  xf__reply *parts[MAX_PARTS + 1];
+  size_t n = r->type == XF_REPLY_ARRAY ? r->elements + extra : 1 + extra;
   if (n > MAX_PARTS) {
-    freeReplyObject(r);
+    xf__reply_free(r);
     return;
   }
-  int was_array = r->type == REDIS_REPLY_ARRAY && r->elements == n;
+  int was_array = r->type == XF_REPLY_ARRAY && r->elements == n;
   int rc = xf__entry_split_read_many(c, r, n, parts);
   if (rc != XF_OK) {
     FUZZ_CHECK(rc == XF_EPROTO && xf_errmsg(c)[0] != '\0');
@@ -191,14 +192,14 @@ static void parse_read_many(xf_client *c, redisReply *r, size_t extra) {
   FUZZ_CHECK(was_array);
   for (size_t i = 0; i < n; i++) {
     FUZZ_CHECK(parts[i] != NULL);
-    if (parts[i]->type == REDIS_REPLY_ERROR)
-      freeReplyObject(parts[i]); /* the flow's error path, not the parser's */
+    if (parts[i]->type == XF_REPLY_ERROR)
+      xf__reply_free(parts[i]); /* the flow's error path, not the parser's */
     else
       parse_read(c, parts[i]);
   }
 }
 
-static void parse(xf_client *c, redisReply *r, int which) {
+static void parse(xf_client *c, xf__reply *r, int which) {
   if (which == P_READ_MANY || which == P_READ_MANY_MISCOUNTED)
     parse_read_many(c, r, which == P_READ_MANY_MISCOUNTED);
   else if (which == P_READ)
@@ -214,7 +215,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   xf_client *c = fuzz_client();
   for (int which = 0; which < P_COUNT; which++) {
-    redisReader *rd = redisReaderCreate();
+    redisReader *rd = xf__reader_create();
     FUZZ_CHECK(rd != NULL);
     if (redisReaderFeed(rd, (const char *)data, size) == REDIS_OK) {
       for (int n = 0; n < MAX_REPLIES; n++) {

@@ -1,0 +1,58 @@
+/* The client handle: its options, identity, routing state and counters.
+ * What the transports keep of it (seeds, node connections) is opaque here;
+ * sending commands, the clock and fork detection are in client_io.h. */
+#ifndef XF_CLIENT_H
+#define XF_CLIENT_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "pcg.h"
+#include "resp.h"
+#include "route.h"
+#include "xfetch.h"
+
+/* The transports' state, behind pointers: the core never looks inside. */
+struct xf__conn;
+struct xf__router;
+
+struct xf_client {
+  struct xf__conn *seeds; /* the servers options.host lists (most often one) */
+  int nseeds;
+  int server;                /* standalone: the seed in use */
+  int cluster;               /* the xf_cluster_mode asked for */
+  int mode_known;            /* standalone or cluster is decided (blocking drivers) */
+  xf__routes routes;         /* mode, map, nodes: every driver's routing decisions */
+  struct xf__router *router; /* the blocking drivers' node connections; NULL standalone */
+  int read_from_replicas;
+  char *host, *unix_path, *username, *password; /* host, port: the first seed */
+  int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
+  int64_t tombstone_ms;
+  xf_share *share; /* borrowed; NULL = none */
+  char *ns;        /* where values come from: the servers (or unix path), db
+                      and user, NUL-separated (share slots, nested loads) */
+  size_t ns_len;
+  xf_interrupt_fn interrupt; /* options.interrupt: checked during waits */
+  void *interrupt_ud;
+  int grace_ms; /* > 0 while a driver sends the release of a call the interrupt
+                   ended: interrupt not asked, connect and each reply bounded
+                   by it (conn.c); set and cleared around that one send */
+  size_t max_key_len, max_value_len;
+  char *prefix;
+  size_t prefix_len;
+  xf__buf request;               /* the RESP encoding of the command being sent */
+  unsigned long fork_generation; /* of the process that owns the connections */
+  xf__pcg32 rng;
+  uint64_t id;          /* random client id: lease tokens are unique fleet-wide */
+  uint64_t lease_count; /* leases taken, the token's suffix */
+  int loader_rc;
+  xf_stats stats;
+  char errstr[256];
+  char conn_err[256]; /* the event-loop driver's: why its connection dropped */
+};
+
+/* Records a message on the client and returns rc (so `return fail(...)`). */
+int xf__fail(xf_client *c, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,209 @@
+/* The entry protocol: one Lua script per operation; calls encoded and
+ * replies parsed here. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "entry.h"
+#include "reply.h"
+#include "script.h"
+
+void xf__entry_free(xf__entry *e) {
+  if (e->reply)
+    xf__reply_free(e->reply);
+  memset(e, 0, sizeof *e);
+}
+
+/* ---- encode ------------------------------------------------------------------ */
+
+/* Formats v into the cmd's scratch slot i and returns it. */
+static const char *number(xf__cmd *cmd, int i, int64_t v) {
+  snprintf(cmd->scratch[i], sizeof cmd->scratch[i], "%" PRId64, v);
+  return cmd->scratch[i];
+}
+
+static void script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, int nargs,
+                       const char **args) {
+  size_t lens[XF_SCRIPT_MAX_ARGS];
+  for (int i = 0; i < nargs; i++)
+    lens[i] = strlen(args[i]);
+  xf__script_cmd(cmd, script, key, keylen, nargs, args, lens);
+}
+
+void xf__entry_read_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
+  xf__script_cmd(cmd, XF_SCRIPT_READ, key, keylen, 0, NULL, NULL);
+}
+
+void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                         int64_t lease_ms, int64_t seen_expiry_ms, int64_t first_read_ms) {
+  const char *args[] = {token, number(cmd, 0, lease_ms), number(cmd, 1, seen_expiry_ms),
+                        number(cmd, 2, first_read_ms)};
+  script_cmd(cmd, XF_SCRIPT_LEASE, key, keylen, first_read_ms > 0 ? 4 : 3, args);
+}
+
+void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w) {
+  const char *args[] = {w->token,
+                        w->data ? w->data : "",
+                        w->delta_us >= 0 ? number(cmd, 0, w->delta_us) : "",
+                        number(cmd, 1, w->ttl_ms),
+                        number(cmd, 2, w->keep_ms),
+                        w->start_ms >= 0 ? number(cmd, 3, w->start_ms) : "",
+                        w->kind == XF_WRITE_GONE        ? "2"
+                        : w->kind == XF_WRITE_NOT_FOUND ? "1"
+                                                        : "0"};
+  size_t lens[7];
+  for (int i = 0; i < 7; i++)
+    lens[i] = i == 1 ? w->len : strlen(args[i]);
+  xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 7, args, lens);
+}
+
+void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                           int64_t nothing_keep_ms) {
+  const char *args[] = {token, number(cmd, 0, nothing_keep_ms)};
+  script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, nothing_keep_ms > 0 ? 2 : 1, args);
+}
+
+void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
+                          int64_t tombstone_ms) {
+  const char *args[] = {number(cmd, 0, tombstone_ms)};
+  script_cmd(cmd, XF_SCRIPT_DELETE, key, keylen, 1, args);
+}
+
+void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
+                             const size_t *keylens) {
+  xf__script_cmd_keys(cmd, XF_SCRIPT_READ_MANY, nkeys, keys, keylens);
+}
+
+void xf__entry_token(xf_client *c, char token[40]) {
+  snprintf(token, 40, "%016" PRIx64 "-%" PRIu64, c->id, ++c->lease_count);
+}
+
+/* ---- parse ------------------------------------------------------------------- */
+
+static int is_int(const xf__reply *r) { return r->type == XF_REPLY_INTEGER; }
+
+/* Bounds the scripts keep to (lua/entry_read.lua): anything outside is not
+ * from them, and would overflow the arithmetic of the flow. */
+#define MAX_DELTA_US ((int64_t)1 << 40)
+#define MAX_SPAN_MS ((int64_t)1 << 41)
+#define MAX_CLOCK_MS ((int64_t)1 << 50)
+
+static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min || v > max; }
+
+/* Whether the six fields at el, of the right types, are values read.lua
+ * gives: {value, delta_us, remaining_ms, lease_live, negative, expiry_ms} or
+ * {nil, 0, 0, lease_live, malformed, now_ms}. */
+static int in_range(xf__reply **el, int has_value) {
+  if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
+      out_of_range(el[2]->integer, -MAX_SPAN_MS, MAX_SPAN_MS) ||
+      out_of_range(el[5]->integer, 0, MAX_CLOCK_MS) ||
+      out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS) ||
+      out_of_range(el[3]->integer, 0, 1) || out_of_range(el[4]->integer, 0, 1))
+    return 0;
+  return has_value || (el[1]->integer | el[2]->integer) == 0;
+}
+
+/* Parses the six fields starting at element `at` of r, taking ownership of r.
+ * A reply of another shape is XF_EPROTO. A reply of the right shape whose
+ * numbers are out of range, or read.lua's "malformed" miss, is a malformed
+ * entry: a miss, never an error, so that an entry xfetch did not write
+ * cannot stop its key from being recomputed and overwritten. */
+static int parse_entry(xf_client *c, xf__reply *r, size_t at, xf__entry *out) {
+  memset(out, 0, sizeof *out);
+  out->reply = r;
+  if (r->type != XF_REPLY_ARRAY || r->elements != at + 6)
+    return xf__fail(c, XF_EPROTO, "entry reply has an unexpected shape");
+  xf__reply **el = r->element + at;
+  for (int i = 1; i < 6; i++)
+    if (!is_int(el[i]))
+      return xf__fail(c, XF_EPROTO, "entry reply field %d is not an integer", i);
+  int has_value = el[0]->type == XF_REPLY_STRING;
+  if (!has_value && el[0]->type != XF_REPLY_NIL)
+    return xf__fail(c, XF_EPROTO, "entry reply's value has an unexpected type");
+  if (!in_range(el, has_value)) { /* no time to trust: 0 dates a write the oldest */
+    out->malformed = 1;
+    out->lease_live = el[3]->integer == 1;
+    return XF_OK;
+  }
+  out->lease_live = (int)el[3]->integer;
+  out->now_ms = el[5]->integer - el[2]->integer;
+  if (!has_value) {
+    out->malformed = (int)el[4]->integer;
+    return XF_OK;
+  }
+  out->value = el[0]->str;
+  out->len = el[0]->len;
+  out->delta_us = el[1]->integer;
+  out->remaining_ms = el[2]->integer;
+  out->negative = (int)el[4]->integer;
+  out->expiry_ms = el[5]->integer;
+  return XF_OK;
+}
+
+int xf__entry_parse_read(xf_client *c, xf__reply *r, xf__entry *out) {
+  int rc = parse_entry(c, r, 0, out);
+  if (rc != XF_OK)
+    xf__entry_free(out);
+  else if (out->malformed)
+    c->stats.malformed++;
+  return rc;
+}
+
+int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__reply **parts) {
+  memset(parts, 0, nkeys * sizeof *parts);
+  int ok = r->type == XF_REPLY_ARRAY && r->elements == nkeys;
+  for (size_t i = 0; ok && i < nkeys; i++)
+    ok = r->element[i] != NULL;
+  if (!ok) {
+    int array = r->type == XF_REPLY_ARRAY;
+    size_t got = r->elements;
+    xf__reply_free(r);
+    if (!array)
+      return xf__fail(c, XF_EPROTO, "read_many reply is not an array");
+    return xf__fail(c, XF_EPROTO, "read_many reply: %zu replies for %zu keys", got, nkeys);
+  }
+  /* Each element moves to its part; xf__reply_free skips the NULLs left. */
+  for (size_t i = 0; i < nkeys; i++) {
+    parts[i] = r->element[i];
+    r->element[i] = NULL;
+  }
+  xf__reply_free(r);
+  return XF_OK;
+}
+
+int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
+                          xf__lease_result *result, xf__entry *newer) {
+  memset(newer, 0, sizeof *newer);
+  /* lease.lua: {0|1|3, now} or {2, now, value entry}. */
+  if (r->type != XF_REPLY_ARRAY || r->elements < 2 || !is_int(r->element[0]) ||
+      !is_int(r->element[1]) || out_of_range(r->element[0]->integer, 0, 3) ||
+      out_of_range(r->element[1]->integer, 0, MAX_CLOCK_MS) ||
+      r->elements != (r->element[0]->integer == XF_LEASE_NEWER ? 8u : 2u)) {
+    xf__reply_free(r);
+    return xf__fail(c, XF_EPROTO, "lease reply has an unexpected shape");
+  }
+  *result = (xf__lease_result)r->element[0]->integer;
+  *now_ms = r->element[1]->integer;
+  if (*result != XF_LEASE_NEWER) {
+    xf__reply_free(r);
+    return XF_OK;
+  }
+  int rc = parse_entry(c, r, 2, newer);
+  /* A newer value is a valid one, read at the same instant, with no lease. */
+  if (rc == XF_OK && (!newer->value || newer->remaining_ms <= 0 || newer->lease_live ||
+                      newer->now_ms != *now_ms))
+    rc = xf__fail(c, XF_EPROTO, "lease reply's newer value is not one lease.lua gives");
+  if (rc != XF_OK)
+    xf__entry_free(newer);
+  return rc;
+}
+
+int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value) {
+  int rc = XF_OK;
+  if (is_int(r) && (r->integer == 0 || r->integer == 1)) /* the scripts' 0 or 1 */
+    *value = (int)r->integer;
+  else
+    rc = xf__fail(c, XF_EPROTO, "%s reply is not 0 or 1", what);
+  xf__reply_free(r);
+  return rc;
+}

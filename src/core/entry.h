@@ -1,0 +1,100 @@
+/* The entry protocol on Redis: read / lease / write / release / delete, one
+ * script each. For each: a function that encodes the call and one that parses
+ * the reply; no I/O (the flow, flow.h, runs them). Keys passed here already
+ * carry the prefix. */
+#ifndef XF_ENTRY_H
+#define XF_ENTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "reply.h"
+
+/* What the read (or a lease that found a newer value) saw. */
+typedef struct xf__entry {
+  xf__reply *reply;  /* owns value */
+  const char *value; /* NULL when the entry holds no value */
+  size_t len;
+  int64_t delta_us;
+  int64_t remaining_ms; /* negative once past the logical expiry */
+  int64_t expiry_ms;    /* server time; 0 when no value */
+  int64_t now_ms;       /* the server's time when it was read */
+  int lease_live;
+  int negative;
+  int malformed; /* the entry is not as xfetch writes it: a miss (value NULL) */
+} xf__entry;
+
+void xf__entry_free(xf__entry *e);
+
+typedef enum {
+  XF_LEASE_LOST = 0,
+  XF_LEASE_WON = 1,
+  XF_LEASE_NEWER = 2,
+  XF_LEASE_NOTHING = 3 /* a load that found nothing ended after the first read */
+} xf__lease_result;
+
+/* What a write stores (write.lua's kinds). */
+typedef enum {
+  XF_WRITE_VALUE = 0,
+  XF_WRITE_NOT_FOUND = 1, /* a cached not-found (negative entry) */
+  XF_WRITE_GONE = 2       /* not found, not cached: remove the old value */
+} xf__write_kind;
+
+typedef struct xf__write {
+  const char *token; /* "" = no lease held */
+  const char *data;
+  size_t len;
+  int64_t delta_us; /* <0 = keep the entry's delta */
+  int64_t ttl_ms;   /* XF_WRITE_GONE: how long the tombstone stays */
+  int64_t keep_ms;  /* how long past ttl_ms the entry stays */
+  int64_t start_ms; /* server ms when the computation started; <0 = now */
+  xf__write_kind kind;
+} xf__write;
+
+/* ---- encode: fill cmd (it keeps pointers to key, token and data) ---------- */
+
+void xf__entry_read_cmd(xf__cmd *cmd, const char *key, size_t keylen);
+/* seen_expiry_ms: the expiry the caller read (0 if none); first_read_ms: the
+ * server time of the caller's first read (0 = none): a load that found
+ * nothing and ended after it answers XF_LEASE_NOTHING. */
+void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                         int64_t lease_ms, int64_t seen_expiry_ms, int64_t first_read_ms);
+void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w);
+/* nothing_keep_ms > 0: the load found nothing (not cached); leave the marker
+ * that answers its waiters (lua/release.lua) for that long. */
+void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                           int64_t nothing_keep_ms);
+void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
+                          int64_t tombstone_ms);
+/* The reads of nkeys keys in one call (read_many.lua; in Redis Cluster all in
+ * one slot). The arrays are kept: they must outlive the send. */
+void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
+                             const size_t *keylens);
+
+/* ---- parse: each takes ownership of r (not an error reply) ---------------- */
+
+/* The read script's reply -> *out (which then owns r). XF_OK or XF_EPROTO
+ * (a reply of another shape). A malformed entry (out->malformed, counted in
+ * stats.malformed) is XF_OK: a miss. */
+int xf__entry_parse_read(xf_client *c, xf__reply *r, xf__entry *out);
+
+/* The lease script's reply: *result, the server time in *now_ms, and on
+ * XF_LEASE_NEWER the newer value in *newer. XF_OK or XF_EPROTO. */
+int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
+                          xf__lease_result *result, xf__entry *newer);
+
+/* Splits read_many's reply r (taken; not an error reply) for nkeys keys into
+ * parts[i], key i's reply as read.lua gives it, for xf__entry_parse_read or
+ * xf__flow_reply (each part is then the caller's). XF_OK, or XF_EPROTO when r
+ * is not an array of nkeys replies (every part NULL, r freed). */
+int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__reply **parts);
+
+/* The integer reply of write (1 written, 0 refused), release or delete. */
+int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value);
+
+/* Makes the lease token of a client's next lease. The driver has checked for
+ * a fork first (xf__client_check_fork): never a parent's token in a child. */
+void xf__entry_token(xf_client *c, char token[40]);
+
+#endif

@@ -1,0 +1,251 @@
+/* The flow's machine (flow.h): every call kind starts here, every command is
+ * encoded here and every reply comes in here. So NOSCRIPT recovery (through
+ * the one classifier, xf__reply_classify), error replies, superseded writes
+ * and the share's drops after a write or delete are decided once, for every
+ * kind and every driver. Get-or-compute's own decisions (XFetch, the lease,
+ * waits, loads, fail-open) are flow_compute.c's. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "flow_steps.h"
+#include "policy.h"
+#include "script.h"
+#include "share.h"
+
+static const int script_of[] = {XF_SCRIPT_READ, XF_SCRIPT_LEASE, XF_SCRIPT_WRITE,
+                                XF_SCRIPT_RELEASE, XF_SCRIPT_DELETE};
+
+/* ---- sending and ending ------------------------------------------------------- */
+
+/* Encodes the command of the current state (again, after a SCRIPT LOAD). */
+static xf__step encode(xf__flow *f) {
+  const char *key = f->key.data;
+  size_t len = f->key.len;
+  switch (f->state) {
+  case XF__READ:
+    xf__entry_read_cmd(&f->cmd, key, len);
+    break;
+  case XF__LEASE:
+    xf__entry_lease_cmd(&f->cmd, key, len, f->token, xf__flow_lease_ms(f), f->e.expiry_ms,
+                        f->first_read_ms);
+    break;
+  case XF__WRITE:
+    xf__entry_write_cmd(&f->cmd, key, len, &f->w);
+    break;
+  case XF__DELETE:
+    xf__entry_delete_cmd(&f->cmd, key, len, f->c->tombstone_ms);
+    break;
+  default:
+    xf__entry_release_cmd(&f->cmd, key, len, f->token,
+                          f->found_nothing ? f->p->wait_ms : 0);
+  }
+  /* A waiter re-reads to see the value the lease holder wrote: a replica
+   * may not have it yet. */
+  f->cmd.on_master = f->state == XF__READ && f->round > 0;
+  return XF_STEP_SEND;
+}
+
+xf__step xf__flow_send(xf__flow *f, int state) {
+  f->state = state;
+  f->script_retried = 0;
+  return encode(f);
+}
+
+xf__step xf__flow_done(xf__flow *f, int rc) {
+  f->rc = rc;
+  f->state = XF__DONE;
+  xf__flow_abandon(f);
+  return XF_STEP_DONE;
+}
+
+void xf__flow_abandon(xf__flow *f) {
+  xf__entry_free(&f->e);
+  xf__sink_clear(&f->sink);
+  xf__key_free(&f->key);
+}
+
+int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source) {
+  char *copy = malloc(len + 1);
+  if (!copy)
+    return xf__fail(f->c, XF_ENOMEM, "out of memory for a %zu-byte value", len);
+  if (len)
+    memcpy(copy, data, len);
+  copy[len] = '\0';
+  f->out->data = copy;
+  f->out->len = len;
+  f->out->source = source;
+  return XF_OK;
+}
+
+/* ---- starting ----------------------------------------------------------------- */
+
+/* What every kind starts with: only what a step may read before writing it
+ * (the flow is ~1 KiB, and a hit should not pay for clearing it), then the
+ * checks (p: the policy to check, NULL = none). */
+static int begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
+                 const xf_policy *p, xf_value *out) {
+  f->kind = kind;
+  f->c = c;
+  f->p = p;
+  f->user_key = key;
+  f->user_keylen = keylen;
+  f->out = out;
+  f->interrupt = c->interrupt;
+  f->interrupt_ud = c->interrupt_ud;
+  if (out)
+    memset(out, 0, sizeof *out);
+  memset(&f->sink, 0, sizeof f->sink);
+  memset(&f->e, 0, sizeof f->e);
+  f->key.data = NULL;
+  f->token[0] = '\0';
+  f->load = XF_LOAD_LEASED;
+  f->rc = XF_OK;
+  f->state = XF__READ;
+  f->script_loading = f->refresh = f->round = f->had_value = f->found_nothing = 0;
+  f->start_ms = f->delta_us = f->first_read_ms = 0;
+  int rc = kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET ? xf__policy_check(c, p)
+                                                                 : XF_OK;
+  return rc == XF_OK ? xf__key_build(c, key, keylen, &f->key) : rc;
+}
+
+xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                        const xf_policy *p, xf_value *out, int64_t now_ms) {
+  (void)now_ms;
+  int rc = begin(f, XF_KIND_GET_OR_COMPUTE, c, key, keylen, p, out);
+  if (rc == XF_OK && xf__nest_has(c, f->key.data, f->key.len)) {
+    int shown = keylen > 60 ? 60 : (int)keylen; /* the message holds both */
+    rc = xf__fail(c, XF_EINVAL,
+                  "the loader for key %.*s asked for %.*s itself (a recursion: it would "
+                  "wait on its own lease)",
+                  shown, key, shown, key);
+  }
+  return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
+}
+
+xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                            xf_value *out, int64_t now_ms) {
+  (void)now_ms;
+  int rc = begin(f, XF_KIND_GET, c, key, keylen, NULL, out);
+  return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
+}
+
+xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                            const void *data, size_t len, const xf_policy *p,
+                            int64_t now_ms) {
+  (void)now_ms;
+  int rc = begin(f, XF_KIND_SET, c, key, keylen, p, NULL);
+  if (rc == XF_OK && !data && len > 0)
+    rc = xf__fail(c, XF_EINVAL, "data is NULL");
+  else if (rc == XF_OK && len > c->max_value_len)
+    rc = xf__fail(c, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
+                  c->max_value_len);
+  if (rc != XF_OK)
+    return xf__flow_done(f, rc);
+  /* As if a loader had produced it now: the entry keeps its delta, and the
+   * server dates it (start_ms -1), so a computation that started earlier
+   * cannot overwrite it. */
+  f->w = (xf__write){.token = "",
+                     .data = data,
+                     .len = len,
+                     .delta_us = -1,
+                     .ttl_ms = xf__policy_ttl(c, p),
+                     .keep_ms = xf__policy_keep_ms(p),
+                     .start_ms = -1,
+                     .kind = XF_WRITE_VALUE};
+  return xf__flow_send(f, XF__WRITE);
+}
+
+xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                               int64_t now_ms) {
+  (void)now_ms;
+  int rc = begin(f, XF_KIND_DELETE, c, key, keylen, NULL, NULL);
+  return rc == XF_OK ? xf__flow_send(f, XF__DELETE) : xf__flow_done(f, rc);
+}
+
+/* ---- outcomes ----------------------------------------------------------------- */
+
+/* A read: get-or-compute decides (flow_compute.c); a get has no loader to
+ * fail open to, so Redis' errors are its own, and only a value within its
+ * ttl is served. */
+static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
+  if (rc == XF_OK)
+    rc = xf__entry_parse_read(f->c, r, &f->e);
+  if (f->kind == XF_KIND_GET_OR_COMPUTE)
+    return xf__flow_read_decide(f, rc, now_ms);
+  const xf__entry *e = &f->e;
+  if (rc == XF_OK && (!e->value || e->remaining_ms <= 0 || e->negative)) {
+    f->c->stats.misses++; /* absent, stale, a cached not-found, malformed */
+    rc = XF_ENOTFOUND;
+  } else if (rc == XF_OK) {
+    f->c->stats.hits++;
+    rc = xf__flow_serve_bytes(f, e->value, e->len, XF_SOURCE_CACHE);
+  }
+  return xf__flow_done(f, rc);
+}
+
+/* A write (of any kind) or a delete. Whatever came of it, a fallback copy in
+ * the share is older than what was just written or deleted (acknowledged or
+ * not: it may have been applied): never serve it again. A write refused by a
+ * newer value is superseded: a set says so, a get-or-compute serves its
+ * value uncached. */
+static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
+  int deleting = f->state == XF__DELETE, applied = 0;
+  xf__share_drop(f->c, f->key.data, f->key.len);
+  if (rc == XF_OK)
+    rc = xf__entry_parse_int(f->c, r, deleting ? "delete" : "write", &applied);
+  if (deleting)
+    return xf__flow_done(f, rc); /* applied: 0 when there was nothing to delete */
+  if (rc == XF_OK && !applied)
+    f->c->stats.superseded++;
+  if (f->kind == XF_KIND_GET_OR_COMPUTE)
+    return xf__flow_written(f, rc == XF_OK && applied);
+  if (rc == XF_OK && !applied)
+    rc = xf__fail(f->c, XF_ESUPERSEDED, "not written: the entry holds a newer value");
+  return xf__flow_done(f, rc);
+}
+
+/* ---- inputs ------------------------------------------------------------------- */
+
+xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
+  if (rc == XF_ECANCELED) { /* the interrupt cut a reply wait short */
+    f->script_loading = 0;
+    return xf__flow_cancel(f);
+  }
+  int script = script_of[f->state];
+  if (f->script_loading) { /* the reply to SCRIPT LOAD: resend the command */
+    f->script_loading = 0;
+    if (rc == XF_OK)
+      rc = xf__script_loaded(f->c, script, r);
+    r = NULL;
+    if (rc == XF_OK)
+      return encode(f);
+  } else if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
+    /* e.g. after SCRIPT FLUSH: load it, then the command again (once) */
+    if (xf__reply_classify(r) == XF_REPLY_NOSCRIPT && !f->script_retried) {
+      xf__reply_free(r);
+      f->script_retried = f->script_loading = 1;
+      xf__script_load_cmd(&f->cmd, script, f->key.data, f->key.len);
+      return XF_STEP_SEND;
+    }
+    rc = xf__script_error(f->c, script, r); /* unavailable, noperm, wrongtype... */
+    r = NULL;
+  }
+  switch (f->state) {
+  case XF__READ:
+    return read_done(f, rc, r, now_ms);
+  case XF__LEASE:
+    return xf__flow_lease_done(f, rc, r, now_ms);
+  case XF__WRITE:
+  case XF__DELETE:
+    return changed(f, rc, r);
+  default:
+    return xf__flow_released(f, r);
+  }
+}
+
+int xf__flow_leasing(const xf__flow *f) { return f->state == XF__LEASE; }
+
+int xf__flow_interrupted(const xf__flow *f) {
+  return f->interrupt && f->interrupt(f->interrupt_ud) != 0;
+}

@@ -1,0 +1,159 @@
+/* Every call kind (get-or-compute, get, set, delete) as one sans-I/O state
+ * machine: it never touches a socket, a clock, a thread or a sleep, so
+ * NOSCRIPT, superseded writes, fail-open and the share's drops are decided
+ * here for every driver. A driver starts a call of a kind, then performs the
+ * step the machine asks for and feeds back what came of it:
+ *
+ *   XF_STEP_SEND  send f->cmd (a command on f->key)  -> xf__flow_reply
+ *   XF_STEP_LOAD  run the loader into &f->sink        -> xf__flow_loaded
+ *   XF_STEP_WAIT  until f->wake_ms on the driver's    -> xf__flow_woke
+ *                 monotonic clock
+ *   XF_STEP_DONE  f->rc is the call's result; on XF_OK *out holds the value
+ *                 (get-or-compute, get). The flow has freed everything it
+ *                 held.
+ *
+ * Get, set and delete only SEND (one script each, NOSCRIPT recovered); only
+ * get-or-compute LOADs and WAITs.
+ *
+ * Every input carries the driver's monotonic time in ms. The machine keeps
+ * its state in the flow, never on the client, so calls may nest. */
+#ifndef XF_FLOW_H
+#define XF_FLOW_H
+
+#include <stdint.h>
+
+#include "entry.h"
+#include "key.h"
+#include "nest.h"
+#include "reply.h"
+#include "sink.h"
+
+typedef enum xf__step { XF_STEP_SEND, XF_STEP_LOAD, XF_STEP_WAIT, XF_STEP_DONE } xf__step;
+
+typedef enum xf__kind {
+  XF_KIND_GET_OR_COMPUTE, /* read, decide, lease, load, write (xf_get_or_compute) */
+  XF_KIND_GET,            /* read only: a fresh value or XF_ENOTFOUND (xf_get) */
+  XF_KIND_SET,            /* write a value (xf_set) */
+  XF_KIND_DELETE          /* delete, leaving a tombstone (xf_delete) */
+} xf__kind;
+
+/* Why a LOAD runs: with the key's lease, after giving up waiting for another
+ * caller's lease, or failing open (Redis cannot be used: nothing is written). */
+typedef enum xf__load_kind {
+  XF_LOAD_LEASED,
+  XF_LOAD_GAVE_UP,
+  XF_LOAD_UNCACHED
+} xf__load_kind;
+
+typedef struct xf__flow {
+  /* The call. */
+  xf__kind kind;
+  xf_client *c;
+  const xf_policy *p;
+  const char *user_key; /* as given, for the loader */
+  size_t user_keylen;
+  xf__key key;               /* prefixed, for Redis */
+  xf_value *out;             /* get-or-compute, get; NULL for set, delete */
+  xf_interrupt_fn interrupt; /* the client's, copied: a pool lends the client */
+  void *interrupt_ud;        /* to others while this call waits */
+
+  /* What the driver acts on. */
+  xf__cmd cmd;         /* SEND */
+  struct xf_sink sink; /* LOAD */
+  xf__load_kind load;  /* LOAD: why (a driver may share UNCACHED loads) */
+  int64_t wake_ms;     /* WAIT */
+  int rc;              /* DONE */
+
+  /* Where the call is. */
+  int state;
+  int script_loading;                 /* a SCRIPT LOAD is on the wire (NOSCRIPT recovery) */
+  int script_retried;                 /* at most one SCRIPT LOAD per command */
+  int refresh;                        /* an early refresh of a valid value (not a miss) */
+  int round;                          /* reads made while waiting */
+  int had_value;                      /* a value (or a malformed entry) was read */
+  int found_nothing;                  /* the release tells the waiters: not found */
+  int64_t first_read_ms;              /* server time of the call's first read */
+  xf__entry e;                        /* what the last read saw */
+  char token[40];                     /* the lease held ("" = none) */
+  int64_t start_ms;                   /* server time the computation is dated by */
+  int64_t waited_from_ms, give_up_ms; /* the driver's clock */
+  int64_t delta_us;
+  xf__write w;
+  xf__nest nest; /* while its loader runs: this thread computes key */
+  char msg[256]; /* the loader's message, kept across the release */
+} xf__flow;
+
+/* Starts a get-or-compute. Validates policy, out and key (XF_STEP_DONE with
+ * XF_EINVAL or XF_ENOMEM when they are bad; XF_EINVAL too for a key a loader
+ * on this thread is computing, see nest.h). The loader is the driver's: it
+ * must have checked it. */
+xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                        const xf_policy *p, xf_value *out, int64_t now_ms);
+
+/* Starts a get: XF_OK with the value while it is within its ttl, else
+ * XF_ENOTFOUND (absent, stale, a cached not-found, malformed); Redis' errors
+ * as they are (no loader to fail open to). */
+xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                            xf_value *out, int64_t now_ms);
+
+/* Starts a set of data (len bytes, not copied: kept by the driver until
+ * DONE) under p: XF_OK, XF_ESUPERSEDED when a newer value holds the entry;
+ * Redis' errors as they are. Whatever the outcome once sent, the share's copy
+ * of the key is dropped. */
+xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                            const void *data, size_t len, const xf_policy *p,
+                            int64_t now_ms);
+
+/* Starts a delete (a tombstone for the client's tombstone_ms): XF_OK
+ * whether or not the entry existed; the share's copy dropped as for a set. */
+xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                               int64_t now_ms);
+
+/* The outcome of a SEND: rc XF_OK with the reply (any type, error replies
+ * included; the flow takes it), or the driver's error (XF_EIO, XF_ECONNECT,
+ * XF_ENOMEM) with reply NULL. */
+xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *reply, int64_t now_ms);
+
+/* The outcome of a LOAD: the loader's return code and how long it ran. */
+xf__step xf__flow_loaded(xf__flow *f, int loader_rc, int64_t delta_us, int64_t now_ms);
+
+/* The outcome of a LOAD the driver answered without the loader (from the
+ * share: another thread's load of the key): rc, and on XF_OK the value (data,
+ * malloc'd, is the flow's). The value is served as XF_SOURCE_LOCAL. */
+xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
+
+/* Frees what a flow abandoned before DONE holds (the machine has no abort
+ * input: a driver that drops a call mid-way calls this). */
+void xf__flow_abandon(xf__flow *f);
+
+/* Whether the SEND step asks for the key's lease (a driver may hold it back
+ * until the key's turn to load comes: see batch.c). */
+int xf__flow_leasing(const xf__flow *f);
+
+/* A WAIT is over. */
+xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
+
+/* Whether the call's interrupt check (options.interrupt) asks it to stop. */
+int xf__flow_interrupted(const xf__flow *f);
+
+/* Ends the call with XF_ECANCELED (options.interrupt asked): from a WAIT, or
+ * any step where the driver stops it; a SEND's reply wait the interrupt cut
+ * short (xf__flow_reply with XF_ECANCELED) comes here too. A lease held (or
+ * maybe held: a LEASE whose reply was cut) is released first: that SEND is
+ * xf__flow_canceled, and the driver sends it with client->grace_ms. A value
+ * already decided is freed. */
+xf__step xf__flow_cancel(xf__flow *f);
+
+/* How long the release of a call the interrupt ended may take (connect,
+ * setup, reply): the server that was too slow may still be; past it the
+ * lease is left to expire (lease_ms), and Ctrl-C is not held for longer. */
+#define XF_CANCEL_GRACE_MS 250
+
+/* Whether f's SEND is the release of a call the interrupt ended: to be sent
+ * without asking the interrupt again, within a short grace (the lease
+ * expires by itself when that fails). Inline, for the hot path: while a call
+ * sends, only xf__flow_cancel has set f->rc to XF_ECANCELED (an outcome is
+ * kept in f->rc before a release only). */
+static inline int xf__flow_canceled(const xf__flow *f) { return f->rc == XF_ECANCELED; }
+
+#endif

@@ -1,0 +1,405 @@
+/* The event-loop driver: each xf_async_get_or_compute call is a flow
+ * (flow.h) stepped from the loop's events: its replies (async_conn.c), its
+ * loader's completion, and the handle's one loop timer, which serves every
+ * call's WAIT, the SENDs that could not go out, and the connection's
+ * watchdog. User code (loaders, callbacks) runs only from those events, never
+ * from inside xf_async_get_or_compute. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async.h"
+#include "client_io.h"
+
+/* ---- the calls ------------------------------------------------------------------ */
+
+static void link_call(xf_async *ac, xf__acall *k) {
+  k->prev = NULL;
+  k->next = ac->calls;
+  if (ac->calls)
+    ac->calls->prev = k;
+  ac->calls = k;
+}
+
+static void unlink_call(xf_async *ac, xf__acall *k) {
+  if (k->prev)
+    k->prev->next = k->next;
+  else
+    ac->calls = k->next;
+  if (k->next)
+    k->next->prev = k->prev;
+  k->prev = k->next = NULL;
+}
+
+void xf__acall_release(xf__acall *k) {
+  if (!k->finished || k->sent || k->loading)
+    return;
+  free(k->key);
+  free(k);
+}
+
+/* ---- stepping a call --------------------------------------------------------- */
+
+/* A SEND that could not go out is fed its error from the timer, so that a
+ * loader or callback never runs inside xf_async_get_or_compute. */
+void xf__async_defer(xf_async *ac, xf__acall *k, int rc) {
+  k->deferred_rc = rc;
+  k->attempts = 0;
+  k->route_act = XF_ROUTE_DONE;
+  k->next_deferred = NULL;
+  if (ac->deferred_tail)
+    ac->deferred_tail->next_deferred = k;
+  else
+    ac->deferred = k;
+  ac->deferred_tail = k;
+}
+
+static void finish(xf_async *ac, xf__acall *k) {
+  unlink_call(ac, k);
+  ac->ncalls--;
+  k->finished = 1;
+  int rc = k->f.rc;
+  if (rc == XF_OK)
+    ac->core->errstr[0] = '\0';
+  ac->core->loader_rc = rc == XF_ELOADER ? k->loader_rc : 0;
+  k->cb(rc, rc == XF_OK ? &k->out : NULL, k->privdata);
+  xf_value_free(&k->out);
+  xf__acall_release(k);
+}
+
+/* Runs the loader; returns whether it completed before returning. */
+static int run_loader(xf__acall *k) {
+  k->loading = 1;
+  k->loaded = 0;
+  k->in_loader = 1;
+  k->load.call = k;
+  k->load_t0_us = xf__now_us();
+  /* A call for the same key started from inside the loader would wait on
+   * this call's own lease: it fails at once (nest.h). */
+  xf__nest_push(&k->f.nest, k->f.c, k->f.key.data, k->f.key.len);
+  k->loader(k->ud, k->key, k->keylen, &k->load);
+  xf__nest_pop(&k->f.nest);
+  k->in_loader = 0;
+  return k->loaded;
+}
+
+static xf__step loaded(xf__acall *k) {
+  int64_t t1 = xf__now_us();
+  return xf__flow_loaded(&k->f, k->loader_rc, t1 - k->load_t0_us, t1 / 1000);
+}
+
+/* ---- shared fail-open loads ------------------------------------------------- */
+
+/* While Redis cannot be used, every call on a hot key would run its loader:
+ * a call whose fail-open load matches one already running (same key, same
+ * loader) waits for that one's result instead. */
+static int same_load(const xf__acall *a, const xf__acall *b) {
+  return a->loader == b->loader && a->ud == b->ud && a->f.key.len == b->f.key.len &&
+         memcmp(a->f.key.data, b->f.key.data, a->f.key.len) == 0;
+}
+
+static int follow(xf_async *ac, xf__acall *k) {
+  for (xf__acall *lead = ac->leaders; lead; lead = lead->next_leader)
+    if (same_load(lead, k)) {
+      k->next_follower = lead->followers;
+      lead->followers = k;
+      ac->core->stats.loads--; /* the flow counted a loader call not made */
+      return 1;
+    }
+  return 0;
+}
+
+static void lead(xf_async *ac, xf__acall *k) {
+  k->followers = NULL;
+  k->next_leader = ac->leaders;
+  ac->leaders = k;
+}
+
+/* Takes the leader off the list and hands each follower a copy of its result
+ * (before the leader's flow takes it). */
+static xf__acall *share_result(xf_async *ac, xf__acall *k) {
+  xf__acall **at = &ac->leaders;
+  while (*at && *at != k)
+    at = &(*at)->next_leader;
+  if (!*at)
+    return NULL; /* not a leader */
+  *at = k->next_leader;
+  const struct xf_sink *from = &k->f.sink;
+  for (xf__acall *f = k->followers; f; f = f->next_follower) {
+    f->load_t0_us = k->load_t0_us;
+    f->loader_rc = k->loader_rc;
+    if (f->loader_rc == 0 && from->not_found)
+      xf_sink_not_found(&f->f.sink);
+    else if (f->loader_rc == 0)
+      f->loader_rc = xf_sink_set(&f->f.sink, from->data, from->len);
+  }
+  return k->followers;
+}
+
+void xf__async_advance(xf__acall *k, xf__step step) {
+  xf_async *ac = k->ac;
+  while (!ac->closing) {
+    switch (step) {
+    case XF_STEP_SEND: {
+      int rc = xf__aroute_send(k);
+      if (rc != XF_OK)
+        xf__async_defer(ac, k, rc);
+      return;
+    }
+    case XF_STEP_WAIT:
+      k->wake_ms = k->f.wake_ms;
+      xf__aheap_push(ac, k);
+      return;
+    case XF_STEP_DONE:
+      finish(ac, k);
+      return;
+    case XF_STEP_LOAD:
+      if (k->f.load == XF_LOAD_UNCACHED && follow(ac, k))
+        return; /* resumed with its leader */
+      if (!run_loader(k)) {
+        if (k->f.load == XF_LOAD_UNCACHED)
+          lead(ac, k);
+        return; /* resumed by xf_async_load_* */
+      }
+      step = loaded(k);
+      break;
+    }
+  }
+}
+
+/* ---- frames, the timer, closing ---------------------------------------------- */
+
+static void rearm(xf_async *ac) {
+  int64_t due = ac->deferred ? 0 : INT64_MAX;
+  if (ac->heap_len && ac->heap[0]->wake_ms < due)
+    due = ac->heap[0]->wake_ms;
+  int64_t watchdog = xf__aconn_deadline(ac);
+  if (watchdog < due)
+    due = watchdog;
+  if (due == ac->armed_ms)
+    return;
+  ac->armed_ms = due == INT64_MAX ? -1 : due;
+  if (due == INT64_MAX) {
+    ac->loop.timer_stop(ac->loop.data);
+    return;
+  }
+  int64_t now = xf__now_ms();
+  ac->loop.timer_start(ac->loop.data, due > now ? due - now : 0);
+}
+
+static void finish_close(xf_async *ac) {
+  ac->depth++; /* for good: callbacks below cannot re-enter the close */
+  while (ac->calls) {
+    xf__acall *k = ac->calls;
+    unlink_call(ac, k);
+    k->finished = 1;
+    k->ac = NULL; /* orphaned: hiredis or a late loader may still hold it */
+    xf__flow_abandon(&k->f);
+    xf__fail(ac->core, XF_ECANCELED, "the async handle was closed");
+    k->cb(XF_ECANCELED, NULL, k->privdata);
+    xf_value_free(&k->out);
+    xf__acall_release(k);
+  }
+  xf__aroute_free(ac); /* first: its command's callback must find it orphaned */
+  xf__aconn_close(ac);
+  ac->loop.timer_stop(ac->loop.data);
+  ac->loop.cleanup(ac->loop.data);
+  xf_client_close(ac->core);
+  xf__buf_free(&ac->request);
+  free(ac->heap);
+  free(ac);
+}
+
+void xf__async_enter(xf_async *ac) { ac->depth++; }
+
+void xf__async_leave(xf_async *ac) {
+  if (--ac->depth > 0)
+    return;
+  if (ac->closing)
+    finish_close(ac);
+  else
+    rearm(ac);
+}
+
+static void run_deferred(xf_async *ac, int64_t now_ms) {
+  xf__acall *k = ac->deferred;
+  ac->deferred = ac->deferred_tail = NULL;
+  while (k && !ac->closing) {
+    xf__acall *next = k->next_deferred;
+    xf__async_advance(k, xf__flow_reply(&k->f, k->deferred_rc, NULL, now_ms));
+    k = next;
+  }
+}
+
+static void wake_due(xf_async *ac, int64_t now_ms) {
+  while (!ac->closing && ac->heap_len && ac->heap[0]->wake_ms <= now_ms) {
+    xf__acall *k = xf__aheap_pop(ac);
+    if (k->resend) /* a cluster retry's backoff is over */
+      k->resend = 0, xf__async_advance(k, XF_STEP_SEND);
+    else
+      xf__async_advance(k, xf__flow_woke(&k->f, now_ms));
+  }
+}
+
+void xf_async_timer_fired(xf_async *ac) {
+  if (!ac || ac->closing)
+    return;
+  ac->armed_ms = -1;
+  xf__async_enter(ac);
+  int64_t now_ms = xf__now_ms();
+  xf__aconn_check(ac, now_ms);
+  run_deferred(ac, now_ms);
+  wake_due(ac, now_ms);
+  xf__async_leave(ac);
+}
+
+/* ---- the API ---------------------------------------------------------------- */
+
+static int check_loop(const xf_async_loop *l) {
+  return l && l->attach && l->timer_start && l->timer_stop && l->cleanup ? XF_OK
+                                                                         : XF_EINVAL;
+}
+
+int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *loop) {
+  if (out)
+    *out = NULL;
+  if (check_loop(loop) != XF_OK)
+    return XF_EINVAL; /* no cleanup hook to call */
+  xf_options o = XF_OPTIONS_INIT;
+  if (opts)
+    o = *opts;
+  int connect_now = !o.lazy_connect;
+  o.lazy_connect = 1; /* the core never connects: the flow's state only */
+  xf_async *ac = calloc(1, sizeof *ac);
+  int rc = !out ? XF_EINVAL : !ac ? XF_ENOMEM : xf_client_open(&ac->core, &o);
+  if (rc != XF_OK) {
+    free(ac);
+    loop->cleanup(loop->data);
+    return rc;
+  }
+  ac->loop = *loop;
+  ac->armed_ms = -1;
+  if ((rc = xf__aroute_open(ac, connect_now)) != XF_OK) {
+    finish_close(ac);
+    return rc;
+  }
+  *out = ac;
+  return XF_OK;
+}
+
+void xf_async_close(xf_async *ac) {
+  if (!ac || ac->closing)
+    return;
+  ac->closing = 1;
+  if (ac->depth == 0)
+    finish_close(ac);
+}
+
+int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
+                            const xf_policy *policy, xf_async_loader_fn loader, void *ud,
+                            xf_async_callback_fn callback, void *privdata) {
+  if (!ac || ac->closing)
+    return XF_EINVAL;
+  xf_client *c = ac->core;
+  c->errstr[0] = '\0';
+  if (!loader || !callback)
+    return xf__fail(c, XF_EINVAL, "loader or callback is NULL");
+  if (!policy)
+    return xf__fail(c, XF_EINVAL, "policy is NULL");
+  xf__acall *k = calloc(1, sizeof *k);
+  if (!k || xf__aheap_reserve(ac, ac->ncalls + 1) != 0) {
+    free(k);
+    return xf__fail(c, XF_ENOMEM, "out of memory for a call");
+  }
+  k->p = *policy;
+  xf__client_check_fork(c); /* the flow's lease tokens: never a parent's in a child */
+  xf__step step = xf__flow_start(&k->f, c, key, keylen, &k->p, &k->out, xf__now_ms());
+  if (step == XF_STEP_DONE) { /* a bad key or policy: nothing was sent */
+    int rc = k->f.rc;
+    free(k);
+    return rc;
+  }
+  k->key = malloc(keylen);
+  if (!k->key) {
+    xf__flow_abandon(&k->f);
+    free(k);
+    return xf__fail(c, XF_ENOMEM, "out of memory for a %zu-byte key", keylen);
+  }
+  memcpy(k->key, key, keylen);
+  k->keylen = keylen;
+  k->ac = ac;
+  k->loader = loader;
+  k->ud = ud;
+  k->cb = callback;
+  k->privdata = privdata;
+  k->heap_at = SIZE_MAX;
+  link_call(ac, k);
+  ac->ncalls++;
+  xf__async_enter(ac);
+  xf__async_advance(k, step); /* a SEND: queued or deferred, no user code */
+  xf__async_leave(ac);
+  return XF_OK;
+}
+
+/* ---- loads ------------------------------------------------------------------ */
+
+static void complete_load(xf_async_load *load, int loader_rc) {
+  xf__acall *k = load ? load->call : NULL;
+  if (!k || !k->loading)
+    return;
+  k->loading = 0;
+  k->loader_rc = loader_rc;
+  xf_async *ac = k->ac;
+  if (!ac) { /* canceled: the result goes nowhere */
+    xf__acall_release(k);
+    return;
+  }
+  if (k->in_loader) { /* xf__async_advance carries on */
+    k->loaded = 1;
+    return;
+  }
+  xf__async_enter(ac);
+  xf__acall *f = share_result(ac, k);
+  if (!ac->closing)
+    xf__async_advance(k, loaded(k));
+  while (f && !ac->closing) { /* a callback may close: the rest are canceled */
+    xf__acall *next = f->next_follower;
+    xf__async_advance(f, loaded(f));
+    f = next;
+  }
+  xf__async_leave(ac);
+}
+
+int xf_async_load_done(xf_async_load *load, const void *data, size_t len) {
+  xf__acall *k = load ? load->call : NULL;
+  if (!k || !k->loading)
+    return XF_EINVAL;
+  int rc = k->ac ? xf_sink_set(&k->f.sink, data, len) : XF_OK;
+  complete_load(load, rc);
+  return rc;
+}
+
+void xf_async_load_not_found(xf_async_load *load) {
+  xf__acall *k = load ? load->call : NULL;
+  if (!k || !k->loading)
+    return;
+  if (k->ac)
+    xf_sink_not_found(&k->f.sink);
+  complete_load(load, 0);
+}
+
+void xf_async_load_fail(xf_async_load *load, int code) {
+  complete_load(load, code ? code : XF_ELOADER);
+}
+
+const char *xf_async_errmsg(const xf_async *ac) {
+  return ac ? ac->core->errstr : "handle is NULL";
+}
+
+int xf_async_loader_error(const xf_async *ac) { return ac ? ac->core->loader_rc : 0; }
+
+void xf_async_stats(const xf_async *ac, xf_stats *out) {
+  xf_client_stats(ac ? ac->core : NULL, out);
+  if (ac && out)
+    out->connections = (uint64_t)xf__aconn_count(ac);
+}

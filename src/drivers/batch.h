@@ -1,0 +1,56 @@
+/* The batch driver's state, shared by batch.c (the rounds after the first,
+ * the loaders) and batch_read.c (the first round: every read at once). */
+#ifndef XF_BATCH_H
+#define XF_BATCH_H
+
+#include "client_io.h"
+#include "drive.h"
+#include "reply.h"
+
+typedef struct batch_loaders {
+  xf_loader_fn one;        /* per key; or */
+  xf_batch_loader_fn many; /* every won key in one call */
+  void *ud;
+} batch_loaders;
+
+/* The flows who[first .. first+count) read with one command, cmd. */
+typedef struct xf__batch_group {
+  size_t first, count;
+  xf__cmd *cmd;
+  int reload; /* NOSCRIPT: load read_many, send cmd again */
+} xf__batch_group;
+
+typedef struct batch {
+  xf_client *c;
+  size_t n;
+  xf__flow *flows;
+  xf__step *steps;
+  const xf__cmd **cmds; /* the pending SENDs, in the order sent */
+  size_t *who;          /* which flow each pending SEND is */
+  int *rcs;
+  xf__reply **replies;
+  const char **keys; /* read_many's KEYS; the batch loader's keys */
+  size_t *lens;
+  xf_sink **sinks;
+  xf__reply **parts;       /* read_many's reply, split per key */
+  xf__batch_group *groups; /* the first round (lazily) */
+  xf__cmd *many;           /* the first round's read_many calls (lazily) */
+  int64_t lease_ms;        /* the policy's */
+  size_t loaded;           /* per-key loads run so far, and their time */
+  int64_t load_us;
+  xf__flow **order; /* the batch loader's keys by key, and how each */
+  int *roles;       /* gets its value (batch_load.c; lazily) */
+} batch;
+
+/* The first round: the read of every flow still at its first SEND, in one
+ * pipeline of read_many calls (one per slot in Redis Cluster; a key alone in
+ * its slot sends its own read). Flows whose call was refused for reasons
+ * that may hold for some keys only (TRYAGAIN during a migration, CROSSSLOT, an
+ * ACL's NOPERM) stay at their SEND, to go one by one. */
+void xf__batch_read_all(batch *b);
+
+/* The flows who[0..k), at their LOAD, loaded with one call of l->many:
+ * through the client's share for those failing open (see batch_load.c). */
+void xf__batch_load_many(batch *b, const batch_loaders *l, size_t k);
+
+#endif

@@ -1,0 +1,191 @@
+/* The batch driver's first round: every key's read in one read_many call
+ * (lua/read_many.lua), so that n hits cost one script run on the server
+ * instead of n. Each flow is then fed its own part of the reply, exactly as
+ * if its own read had answered. In Redis Cluster a script's keys must share
+ * a slot: the keys go in one call per slot. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "client_io.h"
+#include "cluster.h"
+#include "entry.h"
+#include "reply.h"
+#include "script.h"
+
+/* A read_many call runs its keys in one go on the server: bound how long
+ * that keeps Redis from everyone else. */
+#define READ_MANY_MAX_KEYS 512
+
+/* Whether the keys of one call must share a slot (Redis Cluster). Before the
+ * first command the client may not know yet (options.cluster auto): grouping
+ * by slot is right either way. */
+static int one_slot_only(const xf_client *c) {
+  return c->routes.mode != XF_ROUTE_STANDALONE;
+}
+
+typedef struct keyed {
+  int slot;
+  size_t flow;
+} keyed;
+
+static int by_slot(const void *pa, const void *pb) {
+  const keyed *a = pa, *b = pb;
+  if (a->slot != b->slot)
+    return a->slot < b->slot ? -1 : 1;
+  return a->flow < b->flow ? -1 : a->flow > b->flow;
+}
+
+/* Puts the flows at their first read in b->who, by slot when a call must
+ * keep to one, and cuts them into groups. Returns the number of groups (0:
+ * nothing to read, or no memory: the flows then send their own reads). */
+static size_t group(batch *b) {
+  size_t k = 0;
+  for (size_t i = 0; i < b->n; i++)
+    if (b->steps[i] == XF_STEP_SEND)
+      b->who[k++] = i;
+  keyed *ks = NULL;
+  if (k > 1 && one_slot_only(b->c)) {
+    if (!(ks = malloc(k * sizeof *ks)))
+      return 0;
+    for (size_t j = 0; j < k; j++) {
+      const xf__key *key = &b->flows[b->who[j]].key;
+      ks[j] = (keyed){xf__cluster_keyslot(key->data, key->len), b->who[j]};
+    }
+    qsort(ks, k, sizeof *ks, by_slot);
+    for (size_t j = 0; j < k; j++)
+      b->who[j] = ks[j].flow;
+  }
+  size_t ng = 0;
+  for (size_t s = 0, e; s < k; s = e) {
+    for (e = s + 1; e < k && e - s < READ_MANY_MAX_KEYS; e++)
+      if (ks && ks[e].slot != ks[s].slot)
+        break;
+    b->groups[ng++] = (xf__batch_group){s, e - s, NULL, 0};
+  }
+  free(ks);
+  return ng;
+}
+
+/* The command of each group: the flow's own read when alone, else a
+ * read_many on the group's keys. */
+static void encode(batch *b, size_t ng) {
+  size_t nm = 0;
+  for (size_t g = 0; g < ng; g++) {
+    xf__batch_group *grp = &b->groups[g];
+    if (grp->count == 1) {
+      grp->cmd = &b->flows[b->who[grp->first]].cmd;
+    } else {
+      for (size_t j = grp->first; j < grp->first + grp->count; j++) {
+        b->keys[j] = b->flows[b->who[j]].key.data;
+        b->lens[j] = b->flows[b->who[j]].key.len;
+      }
+      grp->cmd = &b->many[nm++];
+      xf__entry_read_many_cmd(grp->cmd, grp->count, b->keys + grp->first,
+                              b->lens + grp->first);
+    }
+    b->cmds[g] = grp->cmd;
+  }
+}
+
+/* A refusal that may be about some of the keys only: a node that will not
+ * run a multi-key call for its slot right now (a slot migrating, keys split
+ * between two nodes; or keys it finds in several slots), or an ACL that
+ * allows some keys and not others. Each key's own read then gets what it
+ * would alone (ASK followed per key, NOPERM for the keys denied). */
+static int refused_for_some_keys(const xf__reply *r) {
+  static const char *const prefixes[] = {"TRYAGAIN", "CROSSSLOT", "MOVED", "ASK", "NOPERM"};
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+    if (strncmp(r->str, prefixes[i], strlen(prefixes[i])) == 0)
+      return 1;
+  return 0;
+}
+
+/* Feeds each flow of grp its part of read_many's outcome (rc, r): its own
+ * read reply, or the error the whole call met. */
+static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
+                     int64_t now_ms) {
+  if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
+    if (refused_for_some_keys(r)) {
+      xf__reply_free(r); /* the flows stay at their SEND */
+      return;
+    }
+    rc = xf__script_error(b->c, XF_SCRIPT_READ_MANY, r);
+  }
+  xf__reply **parts = b->parts + grp->first;
+  if (rc == XF_OK)
+    rc = xf__entry_split_read_many(b->c, r, grp->count, parts);
+  for (size_t j = 0; j < grp->count; j++) {
+    size_t i = b->who[grp->first + j];
+    b->steps[i] = xf__flow_reply(&b->flows[i], rc, rc == XF_OK ? parts[j] : NULL, now_ms);
+  }
+}
+
+/* The groups whose read_many the server did not know (a fresh server, after
+ * SCRIPT FLUSH): SCRIPT LOAD then the call again, every group in one more
+ * pipeline. A second NOSCRIPT is an error (hand_out). */
+static void reload(batch *b, size_t ng, size_t nm) {
+  size_t k = 0;
+  for (size_t g = 0; g < ng; g++)
+    if (b->groups[g].reload) {
+      xf__cmd *load = &b->many[nm++];
+      xf__script_load_cmd(load, XF_SCRIPT_READ_MANY, b->groups[g].cmd->key,
+                          b->groups[g].cmd->keylen);
+      b->cmds[k++] = load;
+      b->cmds[k++] = b->groups[g].cmd;
+    }
+  xf__command_many(b->c, k, b->cmds, b->rcs, b->replies);
+  int64_t now_ms = xf__now_ms();
+  k = 0;
+  for (size_t g = 0; g < ng; g++) {
+    xf__batch_group *grp = &b->groups[g];
+    if (!grp->reload)
+      continue;
+    grp->reload = 0;
+    int rc = b->rcs[k];
+    if (rc == XF_OK)
+      rc = xf__script_loaded(b->c, XF_SCRIPT_READ_MANY, b->replies[k]);
+    k++;
+    if (rc == XF_OK) {
+      hand_out(b, grp, b->rcs[k], b->replies[k], now_ms);
+    } else {
+      if (b->replies[k])
+        xf__reply_free(b->replies[k]);
+      hand_out(b, grp, rc, NULL, now_ms);
+    }
+    k++;
+  }
+}
+
+void xf__batch_read_all(batch *b) {
+  if (!b->groups) {
+    b->groups = malloc(b->n * sizeof *b->groups);
+    b->many = malloc(b->n * sizeof *b->many);
+    if (!b->groups || !b->many)
+      return; /* the flows send their own reads */
+  }
+  size_t ng = group(b);
+  if (ng == 0)
+    return;
+  encode(b, ng);
+  size_t nm = 0, reloads = 0;
+  for (size_t g = 0; g < ng; g++)
+    nm += b->groups[g].count > 1;
+  xf__command_many(b->c, ng, b->cmds, b->rcs, b->replies);
+  int64_t now_ms = xf__now_ms();
+  for (size_t g = 0; g < ng; g++) {
+    xf__batch_group *grp = &b->groups[g];
+    if (grp->count == 1) {
+      size_t i = b->who[grp->first];
+      b->steps[i] = xf__flow_reply(&b->flows[i], b->rcs[g], b->replies[g], now_ms);
+    } else if (b->rcs[g] == XF_OK && xf__script_missing(b->replies[g])) {
+      xf__reply_free(b->replies[g]);
+      grp->reload = 1;
+      reloads++;
+    } else {
+      hand_out(b, grp, b->rcs[g], b->replies[g], now_ms);
+    }
+  }
+  if (reloads)
+    reload(b, ng, nm);
+}

@@ -1,0 +1,293 @@
+/* The sans-I/O call: the flow (flow.h), every kind of it, behind a public
+ * API, for drivers written outside C (the Python asyncio binding): the caller
+ * moves the bytes, runs the loader, sleeps and tells the time; the call
+ * decides, and reads no clock. Replies are parsed by an
+ * xf_reader, one per connection, so pipelined calls share it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call.h"
+#include "client_io.h"
+#include "reply.h"
+#include "sink.h"
+
+static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms);
+
+/* The command's outcome is the error rc (it could not be sent, or the
+ * router gave up on it): the flow decides (a get-or-compute fails open). */
+static xf_call_step fed(xf_call *call, int rc, int64_t now_ms) {
+  return advance(call, xf__flow_reply(&call->f, rc, NULL, now_ms), now_ms);
+}
+
+/* What call_route.c answered for the command. */
+static xf_call_step routed(xf_call *call, int rc, int64_t now_ms) {
+  if (rc == XF__CALL_SENDING) {
+    call->step = XF_STEP_SEND;
+    return XF_CALL_SEND;
+  }
+  if (rc == XF__CALL_BACKING_OFF) {
+    call->step = XF_STEP_WAIT;
+    return XF_CALL_WAIT;
+  }
+  return fed(call, rc, now_ms);
+}
+
+/* The step as the public enum, after the call moved on. */
+static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
+  call->step = step;
+  switch (step) {
+  case XF_STEP_SEND:
+    return routed(call, xf__call_route(call, &call->f.cmd, now_ms), now_ms);
+  case XF_STEP_LOAD:
+    return XF_CALL_LOAD;
+  case XF_STEP_WAIT:
+    return XF_CALL_WAIT;
+  case XF_STEP_DONE:
+  default:
+    if (call->f.rc != XF_OK)
+      snprintf(call->errstr, sizeof call->errstr, "%s", call->f.c->errstr);
+    return XF_CALL_DONE;
+  }
+}
+
+/* The checks every start makes, then a call for key (copied: the flow
+ * points at the call's copy) in *call. */
+static int call_new(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                    xf_call **call) {
+  if (!out)
+    return XF_EINVAL;
+  *out = NULL;
+  if (!c || (!key && keylen > 0))
+    return XF_EINVAL;
+  if (!(*call = calloc(1, sizeof **call)) || !((*call)->key = malloc(keylen + 1))) {
+    free(*call);
+    return XF_ENOMEM;
+  }
+  if (keylen)
+    memcpy((*call)->key, key, keylen);
+  c->errstr[0] = '\0';
+  xf__client_check_fork(c); /* the flow's lease tokens: never a parent's in a child */
+  return XF_OK;
+}
+
+int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                  const xf_policy *policy, int64_t now_ms) {
+  xf_call *call;
+  int rc = policy ? call_new(out, c, key, keylen, &call) : XF_EINVAL;
+  if (rc != XF_OK) {
+    if (out)
+      *out = NULL;
+    return rc;
+  }
+  call->policy = *policy;
+  advance(call,
+          xf__flow_start(&call->f, c, call->key, keylen, &call->policy, &call->out, now_ms),
+          now_ms);
+  *out = call;
+  return XF_OK;
+}
+
+int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                      int64_t now_ms) {
+  xf_call *call;
+  int rc = call_new(out, c, key, keylen, &call);
+  if (rc != XF_OK)
+    return rc;
+  advance(call, xf__flow_start_get(&call->f, c, call->key, keylen, &call->out, now_ms),
+          now_ms);
+  *out = call;
+  return XF_OK;
+}
+
+/* A set's or delete's call, once its flow started: refused arguments are
+ * the start's error (no call), anything else the call's. */
+static int started(xf_call **out, xf_call *call, xf__step step, int64_t now_ms) {
+  if (step == XF_STEP_DONE) {
+    int rc = call->f.rc;
+    xf_call_free(call);
+    return rc;
+  }
+  advance(call, step, now_ms);
+  *out = call;
+  return XF_OK;
+}
+
+int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                      const void *data, size_t len, const xf_policy *policy,
+                      int64_t now_ms) {
+  xf_call *call;
+  int rc = call_new(out, c, key, keylen, &call);
+  if (rc != XF_OK)
+    return rc;
+  if (policy)
+    call->policy = *policy;
+  /* A copy the flow keeps, unless the flow will refuse data anyway (NULL,
+   * or above max_value_len: not worth copying). */
+  const void *kept = data;
+  if (data && len <= c->max_value_len) {
+    if (!(call->data = malloc(len + 1))) {
+      xf_call_free(call);
+      return XF_ENOMEM;
+    }
+    kept = len ? memcpy(call->data, data, len) : call->data;
+  }
+  return started(out, call,
+                 xf__flow_start_set(&call->f, c, call->key, keylen, kept, len,
+                                    policy ? &call->policy : NULL, now_ms),
+                 now_ms);
+}
+
+int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                         int64_t now_ms) {
+  xf_call *call;
+  int rc = call_new(out, c, key, keylen, &call);
+  if (rc != XF_OK)
+    return rc;
+  return started(out, call, xf__flow_start_delete(&call->f, c, call->key, keylen, now_ms),
+                 now_ms);
+}
+
+xf_call_step xf_call_next(const xf_call *call) {
+  if (!call)
+    return XF_CALL_DONE;
+  switch (call->step) {
+  case XF_STEP_SEND:
+    return XF_CALL_SEND;
+  case XF_STEP_LOAD:
+    return XF_CALL_LOAD;
+  case XF_STEP_WAIT:
+    return XF_CALL_WAIT;
+  default:
+    return XF_CALL_DONE;
+  }
+}
+
+const char *xf_call_request(const xf_call *call, size_t *len) {
+  if (!call || call->step != XF_STEP_SEND) {
+    if (len)
+      *len = 0;
+    return NULL;
+  }
+  if (len)
+    *len = call->request.len;
+  return call->request.data;
+}
+
+xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms) {
+  xf__reply *r = (xf__reply *)reply;
+  if (!call || call->step != XF_STEP_SEND) {
+    if (r)
+      xf__reply_free(r);
+    return xf_call_next(call);
+  }
+  if (!r)
+    xf__fail(call->f.c, XF_EIO, "the connection failed");
+  int rc = xf__call_route_reply(call, &call->f.cmd, &r, r ? XF_OK : XF_EIO, now_ms);
+  if (rc != XF__CALL_REPLY)
+    return routed(call, rc, now_ms);
+  return advance(call, xf__flow_reply(&call->f, r ? XF_OK : XF_EIO, r, now_ms), now_ms);
+}
+
+xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms) {
+  if (!call || call->step != XF_STEP_SEND)
+    return xf_call_next(call);
+  if (rc != XF_ECONNECT && rc != XF_ENOMEM)
+    rc = XF_EIO;
+  xf__fail(call->f.c, rc, "the connection failed");
+  xf__reply *none = NULL;
+  return routed(
+      call,
+      rc == XF_ENOMEM ? rc : xf__call_route_reply(call, &call->f.cmd, &none, rc, now_ms),
+      now_ms);
+}
+
+/* A LOAD's outcome: rc 0 with the sink filled, or the loader's failure; its
+ * duration (the XFetch delta) is the driver's measure. */
+static xf_call_step loaded(xf_call *call, int loader_rc, int64_t duration_us,
+                           int64_t now_ms) {
+  return advance(
+      call, xf__flow_loaded(&call->f, loader_rc, duration_us > 0 ? duration_us : 0, now_ms),
+      now_ms);
+}
+
+xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len,
+                            int64_t duration_us, int64_t now_ms) {
+  if (!call || call->step != XF_STEP_LOAD)
+    return xf_call_next(call);
+  int rc = xf_sink_set(&call->f.sink, data, len);
+  return loaded(call, rc == XF_OK ? 0 : rc, duration_us, now_ms);
+}
+
+xf_call_step xf_call_not_found(xf_call *call, int64_t duration_us, int64_t now_ms) {
+  if (!call || call->step != XF_STEP_LOAD)
+    return xf_call_next(call);
+  xf_sink_not_found(&call->f.sink);
+  return loaded(call, 0, duration_us, now_ms);
+}
+
+xf_call_step xf_call_load_failed(xf_call *call, int loader_rc, int64_t now_ms) {
+  if (!call || call->step != XF_STEP_LOAD)
+    return xf_call_next(call);
+  return loaded(call, loader_rc ? loader_rc : -1, 0, now_ms);
+}
+
+int64_t xf_call_wait_ms(const xf_call *call, int64_t now_ms) {
+  if (!call || call->step != XF_STEP_WAIT)
+    return 0;
+  int64_t ms = (call->backoff ? call->wake_ms : call->f.wake_ms) - now_ms;
+  return ms > 0 ? ms : 0;
+}
+
+xf_call_step xf_call_woke(xf_call *call, int64_t now_ms) {
+  if (!call || call->step != XF_STEP_WAIT)
+    return xf_call_next(call);
+  if (call->backoff) /* the router's: the command again */
+    return routed(call, xf__call_route(call, &call->f.cmd, now_ms), now_ms);
+  return advance(call, xf__flow_woke(&call->f, now_ms), now_ms);
+}
+
+int xf_call_result(xf_call *call, xf_value *out) {
+  if (out)
+    memset(out, 0, sizeof *out);
+  if (!call || call->step != XF_STEP_DONE)
+    return XF_EINVAL;
+  if (call->taken) { /* else XF_OK with no data: a cached empty value's look */
+    snprintf(call->errstr, sizeof call->errstr, "the call's result was already taken");
+    return XF_EINVAL;
+  }
+  if (out && call->f.out && call->f.rc == XF_OK) { /* a kind with a value */
+    *out = call->out;
+    memset(&call->out, 0, sizeof call->out);
+    call->taken = 1;
+  }
+  return call->f.rc;
+}
+
+int xf_call_target(const xf_call *call, const char **host, int *port) {
+  if (host)
+    *host = NULL;
+  if (port)
+    *port = 0;
+  if (!call || call->step != XF_STEP_SEND)
+    return XF_EINVAL;
+  if (host)
+    *host = call->host;
+  if (port)
+    *port = call->port;
+  return call->replies;
+}
+
+const char *xf_call_errmsg(const xf_call *call) { return call ? call->errstr : ""; }
+
+void xf_call_free(xf_call *call) {
+  if (!call)
+    return;
+  if (call->step != XF_STEP_DONE) /* abandoned mid-way: what the flow holds */
+    xf__flow_abandon(&call->f);
+  free(call->data);
+  xf_value_free(&call->out);
+  xf__buf_free(&call->request);
+  free(call->key);
+  free(call);
+}

@@ -1,0 +1,210 @@
+/* The event-loop driver's internals, shared by async.c (calls, loads,
+ * timers), async_conn.c (the hiredis async connections) and async_router.c
+ * (which connection a command goes to: the server, or a cluster's nodes). */
+#ifndef XF_ASYNC_H
+#define XF_ASYNC_H
+
+#include <hiredis/async.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "client_io.h"
+#include "flow.h"
+#include "reply.h"
+
+typedef struct xf__acall xf__acall;
+
+/* One hiredis async connection to one server (the standalone server, or a
+ * cluster node), running the connection setup (setup.h) and the scripts'
+ * preload before any call's command. It lives until xf_async_close: a call
+ * may point at it. */
+typedef struct xf__aconn {
+  xf_async *ac;
+  char *host; /* owned; NULL = the core's Unix socket */
+  int port;
+  redisAsyncContext *rac; /* NULL while down */
+  int usable;             /* commands may be queued on rac */
+  int dying;              /* hiredis is freeing rac (its callbacks run with NULL) */
+  int connected;
+  int setup_rc;        /* a setup command was refused on rac: its replies get this */
+  int failed_connect;  /* rac never came up: its commands were never written */
+  size_t inflight;     /* commands on rac awaiting a reply */
+  int64_t progress_ms; /* last sign of life: connect, a reply, the first send */
+  xf__breaker breaker; /* no reconnect while open */
+  int readonly;        /* READONLY goes first on every (re)connect: a replica's */
+} xf__aconn;
+
+/* What an async loader holds: the call it completes. */
+struct xf_async_load {
+  xf__acall *call;
+};
+
+/* One accepted xf_async_get_or_compute call. It lives until its callback has
+ * fired (or it was canceled), its command's hiredis callback has run and its
+ * loader has completed: hiredis and a late loader may still hold it after
+ * xf_async_close (it is then orphaned: ac is NULL). */
+struct xf__acall {
+  xf_async *ac; /* NULL once orphaned */
+  xf__flow f;   /* not movable: f.key may point into itself */
+  xf_policy p;  /* copies: the caller's may be gone before we are */
+  char *key;
+  size_t keylen;
+  xf_value out;
+  xf_async_loader_fn loader;
+  void *ud;
+  xf_async_callback_fn cb;
+  void *privdata;
+  xf_async_load load;
+  int64_t load_t0_us;
+  int in_loader; /* the loader is running on our stack */
+  int loaded;    /* it completed there; loader_rc says how */
+  int loader_rc;
+  int finished;    /* DONE or canceled: the callback has fired (or never will) */
+  int sent;        /* a command is with hiredis (its callback will run) */
+  int loading;     /* the loader has not completed yet */
+  int deferred_rc; /* a SEND that could not go out: fed on the next tick */
+  int64_t wake_ms; /* WAIT (or, with resend, a cluster retry's backoff) */
+  /* Routing of the current command (async_router.c, async_seeds.c). */
+  xf__aconn *conn;         /* where it was sent */
+  xf__hop hop;             /* its way through a cluster (route.h) */
+  xf__route_act route_act; /* XF_ROUTE_DONE: the flow's next command starts afresh */
+  int attempts;            /* seeds tried for this command (standalone) */
+  int resend;              /* the heap wakes it to send again (a backoff) */
+  xf__acall *next_parked;  /* waiting for the cluster mode or map */
+  size_t heap_at;          /* index in the wait heap, SIZE_MAX when not waiting */
+  xf__acall *prev, *next;  /* every unfinished call */
+  xf__acall *next_deferred;
+  /* Fail-open loads (XF_LOAD_UNCACHED) of one key are shared: the first call's
+   * loader runs, calls that need the same load meanwhile follow it. */
+  xf__acall *followers, *next_follower; /* a leader's; a follower's link */
+  xf__acall *next_leader;               /* in xf_async.leaders */
+};
+
+struct xf_async {
+  xf_client *core; /* lazy_connect, never connected: rng, ids, stats, errors */
+  xf_async_loop loop;
+  xf__buf request; /* one encoding at a time: hiredis copies it */
+
+  /* The connections (async_conn.c) and where commands go (async_router.c). */
+  xf__aconn **conns; /* conns[0..nseeds-1]: options.host's seeds; then cluster nodes */
+  int nconns, conns_cap;
+  xf__aconn *main;           /* standalone: the server */
+  int probing;               /* an INFO cluster or CLUSTER SLOTS is on the wire */
+  int probe_at, probe_tries; /* which of conns is asked; how many were */
+  xf__aconn **node_conn;     /* core->routes.nodes[i]'s connection; NULL = none yet */
+  int node_conn_cap;
+  xf__acall *parked, *parked_tail; /* waiting for the probe (mode or map) */
+  struct xf__aprobe *probe;        /* the probe's command on the wire */
+
+  /* The calls. */
+  xf__acall *calls; /* every unfinished call */
+  size_t ncalls;
+  xf__acall **heap; /* waiters, earliest wake_ms first */
+  size_t heap_len, heap_cap;
+  xf__acall *deferred, *deferred_tail; /* fed their error on the next tick */
+  xf__acall *leaders;                  /* calls running a fail-open load */
+  int64_t armed_ms;                    /* when the loop timer fires; -1 = stopped */
+  int depth;                           /* driver frames on the stack */
+  int closing;
+};
+
+/* Driver frames: a user callback may call xf_async_close; the handle is
+ * freed when the outermost frame leaves. */
+void xf__async_enter(xf_async *ac);
+void xf__async_leave(xf_async *ac);
+
+/* Runs the flow of call from step until it must wait for something. */
+void xf__async_advance(xf__acall *k, xf__step step);
+
+/* Frees the call once nothing holds it any more. */
+void xf__acall_release(xf__acall *k);
+
+/* ---- async_heap.c: the waiters, earliest wake_ms first ------------------------ */
+
+/* Makes room for need waiters (done when a call is accepted, so that a push
+ * never fails). 0, or -1 when out of memory. */
+int xf__aheap_reserve(xf_async *ac, size_t need);
+void xf__aheap_push(xf_async *ac, xf__acall *k);
+xf__acall *xf__aheap_pop(xf_async *ac); /* the earliest; the heap is not empty */
+
+/* Feeds a SEND's error to the call on the next tick (never on the stack of
+ * xf_async_get_or_compute, so no loader or callback runs there). */
+void xf__async_defer(xf_async *ac, xf__acall *k, int rc);
+
+/* ---- async_conn.c --------------------------------------------------------- */
+
+/* The connection to host:port (host copied; NULL = the Unix socket) among
+ * ac's, added (not connected) if new. NULL when out of memory. */
+xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port);
+
+/* Connects cn if it is down and its breaker allows (the setup and the SCRIPT
+ * LOADs queued first). XF_OK or XF_ECONNECT / XF_ENOMEM with the message on
+ * the core. */
+int xf__aconn_open(xf__aconn *cn);
+
+/* Queues the call's command on cn (ASKING first when asking), connecting
+ * first if needed. XF_OK, or the error to feed the flow. */
+int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking);
+
+/* Queues cmd on cn (open) for fn(rac, reply, privdata); a router command. */
+int xf__aconn_queue(xf__aconn *cn, redisCallbackFn *fn, void *privdata, const xf__cmd *cmd);
+
+/* Queues cmd on cn (open), its reply ignored (ASKING, SCRIPT LOAD). */
+int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd);
+
+/* For a router command's callback: books the reply rac gave on cn (or marks
+ * cn lost when reply is NULL). */
+void xf__aconn_replied(xf__aconn *cn, redisAsyncContext *rac, const void *reply);
+
+/* When the earliest connection watchdog fires (INT64_MAX: none), and what to
+ * do when it has: drop the connections that stopped answering. */
+int64_t xf__aconn_deadline(const xf_async *ac);
+void xf__aconn_check(xf_async *ac, int64_t now_ms);
+
+/* Drops every connection for good (xf_async_close): their pending callbacks
+ * then find their calls orphaned. */
+void xf__aconn_close(xf_async *ac);
+
+/* How many connections are up. */
+int xf__aconn_count(const xf_async *ac);
+
+/* ---- async_seeds.c: which seed a standalone handle talks to ---------------- */
+
+/* Connects the seed in use, else the next seed that takes it (xf_async_open).
+ * XF_OK or the last seed's error. */
+int xf__aseeds_open(xf_async *ac);
+
+/* Queues the call's command on the seed in use, else on the next seed that
+ * takes it (which is then the seed in use). XF_OK or the last seed's error. */
+int xf__aseeds_send(xf__acall *k);
+
+/* cn failed to come up: if it is the seed in use, the next one is. */
+void xf__aseeds_down(xf__aconn *cn);
+
+/* A NULL reply from cn: when cn never came up (the command was never written)
+ * and another seed is left to try for this command, sends it there and
+ * returns 1; 0 when the reply stands. */
+int xf__aseeds_resend(xf__acall *k, xf__aconn *cn);
+
+/* ---- async_router.c ------------------------------------------------------- */
+
+/* Sets up where commands go from the options: the seeds' connections, the
+ * mode (OFF or a Unix socket: standalone; ON: cluster; AUTO: asked on the
+ * first connection). With connect_now, starts connecting (and asking).
+ * XF_OK, or XF_EINVAL / XF_ENOMEM / XF_ECONNECT with the message on the core. */
+int xf__aroute_open(xf_async *ac, int connect_now);
+
+/* Frees the router's state (before xf__aconn_close). */
+void xf__aroute_free(xf_async *ac);
+
+/* Sends the call's command where it belongs: the server, or its key's node
+ * (parked until the mode or the map is known). XF_OK, or the error to feed
+ * the flow. */
+int xf__aroute_send(xf__acall *k);
+
+/* In cluster mode, before the flow sees a reply (rc: XF_OK with r, or the
+ * connection's error): follows MOVED / ASK / TRYAGAIN / CLUSTERDOWN / NOSCRIPT
+ * and nodes that stopped answering. Returns 1 when it took the call over. */
+int xf__aroute_reply(xf__acall *k, int rc, const xf__reply *r);
+
+#endif

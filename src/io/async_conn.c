@@ -1,0 +1,354 @@
+/* The event-loop driver's connections: one hiredis redisAsyncContext per
+ * server (one standalone, one per cluster node), each running the connection
+ * setup (setup.c: AUTH, SELECT, the scripts' SCRIPT LOAD) ahead of any call's
+ * command, opened again when
+ * a call needs it (unless its breaker is open), and dropped by a watchdog when
+ * it stops answering: hiredis 0.14's async API has no timeouts.
+ *
+ * hiredis runs every command's callback exactly once: with its reply, or with
+ * NULL when the context is freed (a lost connection, a failed connect, our own
+ * redisAsyncFree). A NULL reply is the flow's I/O-error input: the call fails
+ * open through its loader. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async.h"
+#include "client_io.h"
+#include "reader.h"
+#include "reply.h"
+#include "setup.h"
+
+/* The callback data of a reply nobody waits for (a setup command's is its
+ * xf__setup_kind). */
+enum { IGNORED = -1 };
+
+/* ---- replies ------------------------------------------------------------------- */
+
+/* ---- connection state ------------------------------------------------------------- */
+
+xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
+  for (int i = 0; i < ac->nconns; i++) {
+    xf__aconn *cn = ac->conns[i];
+    if (cn->port == port && (host ? cn->host && strcmp(cn->host, host) == 0 : !cn->host))
+      return cn;
+  }
+  if (ac->nconns == ac->conns_cap) {
+    int cap = ac->conns_cap ? 2 * ac->conns_cap : 8;
+    xf__aconn **grown = realloc(ac->conns, (size_t)cap * sizeof *grown);
+    if (!grown)
+      return NULL;
+    ac->conns = grown;
+    ac->conns_cap = cap;
+  }
+  xf__aconn *cn = calloc(1, sizeof *cn);
+  if (!cn || (host && !(cn->host = strdup(host)))) {
+    free(cn);
+    return NULL;
+  }
+  cn->ac = ac;
+  cn->port = port;
+  ac->conns[ac->nconns++] = cn;
+  return cn;
+}
+
+/* A connection failed: remember why and open its breaker, as the blocking
+ * client does. */
+__attribute__((format(printf, 2, 3))) static void conn_failed(xf__aconn *cn,
+                                                              const char *fmt, ...) {
+  xf_client *c = cn->ac->core;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->conn_err, sizeof c->conn_err, fmt, ap);
+  va_end(ap);
+  c->stats.redis_errors++;
+  xf__breaker_trip(&cn->breaker, c->breaker_ms, xf__now_ms(), c->conn_err);
+  if (!cn->connected) { /* never came up: calls move on to the next seed */
+    cn->failed_connect = 1;
+    xf__aseeds_down(cn);
+  }
+}
+
+static void on_connect(const redisAsyncContext *crac, int status) {
+  redisAsyncContext *rac = (redisAsyncContext *)crac;
+  xf__aconn *cn = rac->data;
+  if (!cn || cn->rac != rac)
+    return;
+  xf_async *ac = cn->ac;
+  if (status == REDIS_OK) {
+    xf__async_enter(ac); /* leaving re-arms the watchdog: now a command timeout */
+    cn->connected = 1;
+    cn->progress_ms = xf__now_ms();
+    xf__breaker_close(&cn->breaker);
+    xf__conn_tune(ac->core, &rac->c, cn->host != NULL, 0); /* never fails: no timeout */
+    xf__async_leave(ac);
+    return;
+  }
+  /* hiredis frees rac next; its calls' callbacks then run with NULL. */
+  conn_failed(cn, "connect: %s", rac->errstr ? rac->errstr : "failed");
+  cn->rac = NULL;
+  cn->usable = 0;
+  rac->data = NULL;
+}
+
+static void on_disconnect(const redisAsyncContext *crac, int status) {
+  redisAsyncContext *rac = (redisAsyncContext *)crac;
+  (void)status;
+  xf__aconn *cn = rac->data;
+  if (!cn || cn->rac != rac)
+    return;
+  cn->rac = NULL;
+  cn->usable = cn->dying = cn->connected = 0;
+  cn->inflight = 0;
+}
+
+/* The connection is being freed under its commands: no more sends on it. */
+static void lost(xf__aconn *cn, redisAsyncContext *rac) {
+  if (cn->dying)
+    return;
+  cn->dying = 1;
+  cn->usable = 0;
+  snprintf(cn->ac->core->conn_err, sizeof cn->ac->core->conn_err, "connection lost: %s",
+           rac->errstr && rac->errstr[0] ? rac->errstr : "closed");
+  cn->ac->core->stats.redis_errors++;
+}
+
+void xf__aconn_replied(xf__aconn *cn, redisAsyncContext *rac, const void *reply) {
+  if (cn->rac != rac)
+    return;
+  if (reply) {
+    cn->inflight--;
+    cn->progress_ms = xf__now_ms();
+  } else {
+    lost(cn, rac);
+  }
+}
+
+/* A setup command refused (xf__setup_judge): the connection is useless. Its
+ * calls' replies get the judged code (XF_EAUTH as with the blocking client;
+ * XF_EUNAVAILABLE, a busy server, fails them open) and it closes once they
+ * are in. A failed SCRIPT LOAD is left to the flow's NOSCRIPT recovery. */
+static void on_setup_reply(redisAsyncContext *rac, void *reply, void *what) {
+  xf__reply *r = reply;
+  xf__aconn *cn = r ? rac->data : NULL;
+  if (!cn || cn->rac != rac)
+    return;
+  cn->inflight--;
+  cn->progress_ms = xf__now_ms();
+  intptr_t kind = (intptr_t)what;
+  if (kind == IGNORED || cn->setup_rc != XF_OK)
+    return;
+  xf_client *c = cn->ac->core;
+  int rc = xf__setup_judge(c, (xf__setup_kind)kind, r);
+  if (rc == XF_OK)
+    return;
+  cn->setup_rc = rc;
+  conn_failed(cn, "%s", c->errstr);
+  cn->usable = 0;
+  redisAsyncDisconnect(rac);
+}
+
+int xf__aconn_queue(xf__aconn *cn, redisCallbackFn *fn, void *privdata,
+                    const xf__cmd *cmd) {
+  xf_async *ac = cn->ac;
+  ac->request.len = 0;
+  if (xf__resp_append_cmd(&ac->request, cmd) != 0)
+    return xf__fail(ac->core, XF_ENOMEM, "out of memory for a %d-argument command",
+                    cmd->argc);
+  if (redisAsyncFormattedCommand(cn->rac, fn, privdata, ac->request.data,
+                                 ac->request.len) != REDIS_OK)
+    return xf__fail(ac->core, XF_EIO, "the connection refuses commands: %s",
+                    cn->rac->errstr && cn->rac->errstr[0] ? cn->rac->errstr : "closing");
+  if (cn->inflight++ == 0)
+    cn->progress_ms = xf__now_ms();
+  return XF_OK;
+}
+
+int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd) {
+  return xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)IGNORED, cmd);
+}
+
+/* The connection setup with the scripts' preload, ahead of any call's
+ * command: many calls are queued at once on a fresh connection. */
+static int queue_setup(xf__aconn *cn) {
+  xf__setup s;
+  xf__setup_build(cn->ac->core, XF_SETUP_SCRIPTS | (cn->readonly ? XF_SETUP_REPLICA : 0),
+                  &s);
+  int rc = XF_OK;
+  for (int i = 0; rc == XF_OK && i < s.n; i++)
+    rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)s.kind[i], &s.cmd[i]);
+  return rc;
+}
+
+static int start(xf__aconn *cn) {
+  xf_async *ac = cn->ac;
+  xf_client *c = ac->core;
+  redisAsyncContext *rac = cn->host ? redisAsyncConnect(cn->host, cn->port)
+                                    : redisAsyncConnectUnix(c->unix_path);
+  if (!rac)
+    return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
+  xf__reader_adopt(rac->c.reader); /* its replies are xf__reply objects */
+  char where[XF_CLUSTER_HOST_MAX + 16];
+  if (cn->host)
+    snprintf(where, sizeof where, "%s:%d", cn->host, cn->port);
+  else
+    snprintf(where, sizeof where, "%s", c->unix_path);
+  if (rac->err || ac->loop.attach(ac->loop.data, rac) != 0) {
+    char detail[200];
+    snprintf(detail, sizeof detail, "%s",
+             rac->err ? rac->errstr : "cannot attach to the loop");
+    redisAsyncFree(rac);
+    conn_failed(cn, "connect: %s", detail);
+    return xf__fail(c, XF_ECONNECT, "connect to %s: %s", where, detail);
+  }
+  rac->data = cn;
+  redisAsyncSetConnectCallback(rac, on_connect);
+  redisAsyncSetDisconnectCallback(rac, on_disconnect);
+  cn->rac = rac;
+  cn->usable = 1;
+  cn->dying = cn->connected = cn->failed_connect = 0;
+  cn->setup_rc = XF_OK;
+  cn->inflight = 0;
+  cn->progress_ms = xf__now_ms();
+  return queue_setup(cn);
+}
+
+int xf__aconn_open(xf__aconn *cn) {
+  xf_client *c = cn->ac->core;
+  if (!cn->rac) {
+    if (!xf__breaker_allows(&cn->breaker, xf__now_ms()))
+      return xf__fail(c, XF_ECONNECT, "circuit open after: %s", cn->breaker.why);
+    int rc = start(cn);
+    if (rc != XF_OK)
+      return rc;
+  }
+  if (!cn->usable)
+    return xf__fail(c, XF_ECONNECT, "connection closing after: %s", c->conn_err);
+  return XF_OK;
+}
+
+/* ---- calls' commands ------------------------------------------------------------ */
+
+static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
+  xf__acall *k = privdata;
+  k->sent = 0;
+  xf_async *ac = k->ac;
+  if (!ac) { /* canceled by xf_async_close */
+    xf__acall_release(k);
+    return;
+  }
+  xf__aconn *cn = k->conn;
+  int current = cn->rac == rac;
+  int64_t now_ms = xf__now_ms();
+  if (current && reply) {
+    cn->inflight--;
+    cn->progress_ms = now_ms;
+  }
+  if (ac->closing)
+    return; /* the close cancels the call */
+  if (!reply && xf__aseeds_resend(k, cn))
+    return; /* never written: it went to the next seed */
+  int rc = XF_OK;
+  xf__reply *copy = NULL;
+  if (!reply) {
+    if (current)
+      lost(cn, rac);
+    rc = xf__fail(ac->core, XF_EIO, "%s", ac->core->conn_err);
+  } else if (current && cn->setup_rc != XF_OK) {
+    rc = xf__fail(ac->core, cn->setup_rc, "%s", ac->core->conn_err);
+  }
+  xf__async_enter(ac);
+  if (ac->core->routes.mode == XF_ROUTE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
+      xf__aroute_reply(k, rc, reply)) {
+    xf__async_leave(ac);
+    return;
+  }
+  k->attempts = 0; /* the flow's next command starts afresh */
+  k->route_act = XF_ROUTE_DONE;
+  if (rc == XF_OK && !(copy = xf__reply_copy(reply)))
+    rc = xf__fail(ac->core, XF_ENOMEM, "out of memory for a reply");
+  xf__async_advance(k, xf__flow_reply(&k->f, rc, copy, now_ms));
+  xf__async_leave(ac);
+}
+
+int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
+  static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
+  int rc = xf__aconn_open(cn);
+  if (rc == XF_OK && asking)
+    rc = xf__aconn_queue_ignored(cn, &asking_cmd);
+  if (rc == XF_OK)
+    rc = xf__aconn_queue(cn, on_reply, k, &k->f.cmd);
+  if (rc == XF_OK) {
+    k->sent = 1;
+    k->conn = cn;
+  }
+  return rc;
+}
+
+/* ---- the watchdog ------------------------------------------------------------------ */
+
+static int64_t deadline(const xf__aconn *cn) {
+  if (!cn->rac || cn->dying || cn->inflight == 0)
+    return INT64_MAX;
+  const xf_client *c = cn->ac->core;
+  return cn->progress_ms + (cn->connected ? c->command_timeout_ms : c->connect_timeout_ms);
+}
+
+int64_t xf__aconn_deadline(const xf_async *ac) {
+  int64_t due = INT64_MAX;
+  for (int i = 0; i < ac->nconns; i++) {
+    int64_t d = deadline(ac->conns[i]);
+    if (d < due)
+      due = d;
+  }
+  return due;
+}
+
+static void check(xf__aconn *cn, int64_t now_ms) {
+  if (now_ms < deadline(cn))
+    return;
+  /* The loop may have been busy (a slow callback) while the replies were
+   * arriving: take what is there before judging. */
+  redisAsyncHandleRead(cn->rac);
+  if (xf__now_ms() < deadline(cn) || cn->ac->closing)
+    return;
+  redisAsyncContext *rac = cn->rac;
+  conn_failed(cn, "%s: timed out", cn->connected ? "command" : "connect");
+  cn->rac = NULL;
+  cn->usable = cn->connected = 0;
+  cn->inflight = 0;
+  rac->data = NULL;
+  redisAsyncFree(rac); /* its calls' callbacks run now, with NULL */
+}
+
+void xf__aconn_check(xf_async *ac, int64_t now_ms) {
+  for (int i = 0; i < ac->nconns && !ac->closing; i++) /* callbacks may add some */
+    check(ac->conns[i], now_ms);
+}
+
+void xf__aconn_close(xf_async *ac) {
+  for (int i = 0; i < ac->nconns; i++) {
+    xf__aconn *cn = ac->conns[i];
+    redisAsyncContext *rac = cn->rac;
+    if (rac) {
+      cn->rac = NULL;
+      rac->data = NULL;
+      if (!cn->dying) /* else hiredis is freeing it and calling us from there */
+        redisAsyncFree(rac);
+    }
+    free(cn->host);
+    free(cn);
+  }
+  free(ac->conns);
+  ac->conns = NULL;
+  ac->nconns = ac->conns_cap = 0;
+}
+
+int xf__aconn_count(const xf_async *ac) {
+  int n = 0;
+  for (int i = 0; i < ac->nconns; i++)
+    n += ac->conns[i]->connected;
+  return n;
+}

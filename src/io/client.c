@@ -1,0 +1,390 @@
+/* Options, connect and reconnect (timeouts, AUTH, SELECT), the circuit
+ * breaker, and the handle's error state. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "client_io.h"
+#include "reply.h"
+
+#define DEFAULT_TIMEOUT_MS 1000
+#define DEFAULT_BREAKER_MS 1000
+#define DEFAULT_MAX_KEY_LEN 65536
+#define DEFAULT_MAX_VALUE_LEN (64u * 1024 * 1024)
+#define DEFAULT_TOMBSTONE_MS 60000
+
+static int64_t clock_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t xf__now_us(void) { return clock_us(); }
+int64_t xf__now_ms(void) { return clock_us() / 1000; }
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+static uint64_t random_u64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+    v = (uint64_t)clock_us() ^ ((uint64_t)getpid() << 32);
+  return v;
+}
+
+/* Fork detection without a syscall per command: the child bumps this. */
+static unsigned long fork_generation;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void) {
+  __atomic_add_fetch(&fork_generation, 1, __ATOMIC_RELAXED);
+}
+
+static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+static unsigned long current_fork_generation(void) {
+  return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
+}
+
+unsigned long xf__fork_generation(void) {
+  pthread_once(&atfork_once, register_atfork);
+  return current_fork_generation();
+}
+
+/* A forked child that keeps using the client gets a new identity: its own
+ * connections, client id (the lease tokens' prefix) and XFetch stream, so it
+ * can never release the parent's lease nor repeat its draws. */
+static void renew_after_fork(xf_client *c) {
+  for (int i = 0; i < c->nseeds; i++)
+    xf__conn_forget(&c->seeds[i]);
+  xf__router_forget(c->router);
+  pthread_once(&atfork_once, register_atfork);
+  c->id = random_u64();
+  c->lease_count = 0;
+  xf__pcg32_seed(&c->rng, random_u64(), c->id);
+  c->fork_generation = current_fork_generation();
+}
+
+void xf__client_check_fork(xf_client *c) {
+  if (c->fork_generation != current_fork_generation())
+    renew_after_fork(c);
+}
+
+/* Connects to the first seed that answers (standalone: the server). */
+static int open_a_seed(xf_client *c) {
+  int rc = xf__conn_open(c, &c->seeds[c->server]);
+  for (int i = 0; rc == XF_ECONNECT && i < c->nseeds; i++)
+    if (i != c->server && (rc = xf__conn_open(c, &c->seeds[i])) == XF_OK)
+      c->server = i;
+  return rc;
+}
+
+/* Asks the connected seed whether it runs in cluster mode (the router
+ * decides from the reply). */
+static int ask_cluster_enabled(xf_client *c) {
+  xf__reply *r;
+  int rc = xf__conn_command(c, &c->seeds[c->server], &xf__route_info_cmd, 0, &r);
+  if (rc != XF_OK)
+    return rc;
+  rc = xf__route_detect(&c->routes, r);
+  xf__reply_free(r);
+  return rc;
+}
+
+/* Standalone or cluster, decided once, on the first connection. */
+static int resolve_mode(xf_client *c) {
+  if (c->routes.mode == XF_ROUTE_UNKNOWN) {
+    int rc = open_a_seed(c);
+    if (rc == XF_OK)
+      rc = ask_cluster_enabled(c);
+    if (rc != XF_OK)
+      return rc;
+  }
+  int cluster = c->routes.mode == XF_ROUTE_CLUSTER;
+  if (cluster && c->db != 0)
+    return xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
+  if (cluster) {
+    int rc = xf__router_open(c, &c->router);
+    if (rc != XF_OK)
+      return rc;
+  }
+  c->mode_known = 1;
+  return XF_OK;
+}
+
+/* Standalone: the seed in use cannot be reached (connect failed, or its
+ * breaker is open: the command was not sent), so the first of the others that
+ * answers becomes the one in use. A lazy client (every pooled one) or one
+ * whose seed went away gets here without open_a_seed having run. */
+static int next_seed(xf_client *c, int rc) {
+  if (rc != XF_ECONNECT || c->nseeds < 2 || open_a_seed(c) != XF_OK)
+    return 0;
+  return 1;
+}
+
+int xf__command(xf_client *c, const xf__cmd *cmd, xf__reply **reply) {
+  *reply = NULL;
+  xf__client_check_fork(c);
+  if (!c->mode_known) {
+    int rc = resolve_mode(c);
+    if (rc != XF_OK)
+      return rc;
+  }
+  if (c->router)
+    return xf__router_command(c, c->router, cmd, reply);
+  int rc = xf__conn_command(c, &c->seeds[c->server], cmd, 0, reply);
+  if (next_seed(c, rc))
+    rc = xf__conn_command(c, &c->seeds[c->server], cmd, 0, reply);
+  return rc;
+}
+
+int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
+                     xf__reply **replies) {
+  memset(replies, 0, n * sizeof *replies);
+  xf__client_check_fork(c);
+  int rc = c->mode_known ? XF_OK : resolve_mode(c);
+  if (rc != XF_OK) {
+    for (size_t i = 0; i < n; i++)
+      rcs[i] = rc;
+    return rc;
+  }
+  if (c->router)
+    return xf__router_pipeline(c, c->router, n, cmds, rcs, replies);
+  rc = xf__conn_pipeline(c, &c->seeds[c->server], n, cmds, rcs, replies);
+  if (next_seed(c, rc)) /* XF_ECONNECT: no command went */
+    rc = xf__conn_pipeline(c, &c->seeds[c->server], n, cmds, rcs, replies);
+  return rc;
+}
+
+/* Splits options.host ("a", "a:7000", "a:7000,b:7001", "[::1]:7000") into
+ * seeds; an entry without a port takes options.port. */
+static int parse_seeds(xf_client *c, const char *list, int port) {
+  size_t n = 1;
+  for (const char *p = list; *p; p++)
+    n += *p == ',';
+  c->seeds = calloc(n, sizeof *c->seeds);
+  if (!c->seeds)
+    return XF_ENOMEM;
+  for (const char *p = list; *p || c->nseeds == 0;) {
+    size_t len = strcspn(p, ",");
+    char host[XF_CLUSTER_HOST_MAX];
+    int seed_port = port;
+    while (len > 0 && *p == ' ')
+      p++, len--;
+    const char *colon = memrchr(p, ':', len);
+    const char *close = memchr(p, ']', len);
+    if (*p == '[' && close) { /* [IPv6]:port */
+      if (close + 1 < p + len && close[1] == ':')
+        seed_port = atoi(close + 2);
+      len = (size_t)(close - p - 1);
+      p++;
+    } else if (colon && memchr(p, ':', len) == colon) { /* host:port, not bare IPv6 */
+      seed_port = atoi(colon + 1);
+      len = (size_t)(colon - p);
+    }
+    if (len == 0 || len >= sizeof host || seed_port <= 0 || seed_port > 65535)
+      return XF_EINVAL;
+    memcpy(host, p, len);
+    host[len] = '\0';
+    if (xf__conn_init(&c->seeds[c->nseeds++], host, seed_port, NULL) != XF_OK)
+      return XF_ENOMEM;
+    p += strcspn(p, ",");
+    if (*p == ',')
+      p++;
+  }
+  return XF_OK;
+}
+
+/* The servers to connect to: options.unix_path, or options.host's list. The
+ * first seed's host and port are the client's (the event-loop driver's). */
+static int copy_servers(xf_client *c, const xf_options *o) {
+  int port = o->port ? o->port : 6379;
+  if (o->unix_path) {
+    c->seeds = calloc(1, sizeof *c->seeds);
+    if (!c->seeds || xf__conn_init(&c->seeds[0], NULL, 0, c->unix_path) != XF_OK)
+      return XF_ENOMEM;
+    c->nseeds = 1;
+    c->host = strdup(o->host ? o->host : "127.0.0.1");
+    c->port = port;
+  } else {
+    int rc = parse_seeds(c, o->host ? o->host : "127.0.0.1", port);
+    if (rc != XF_OK)
+      return rc;
+    c->host = strdup(c->seeds[0].host);
+    c->port = c->seeds[0].port;
+  }
+  return c->host ? XF_OK : XF_ENOMEM;
+}
+
+/* The client's namespace: "host:port,..." (or the unix path), db and user,
+ * each ended by a NUL (none can hold one), so two clients have the same
+ * namespace only when they talk to the same servers' same db as the same
+ * user. The key prefix is already part of every Redis key. */
+static int build_ns(xf_client *c) {
+  size_t cap = 64 + (c->username ? strlen(c->username) : 0);
+  for (int i = 0; i < c->nseeds; i++)
+    cap += (c->seeds[i].host ? strlen(c->seeds[i].host) : strlen(c->unix_path)) + 8;
+  if (!(c->ns = malloc(cap)))
+    return XF_ENOMEM;
+  size_t n = 0;
+  for (int i = 0; i < c->nseeds; i++)
+    n += (size_t)(c->seeds[i].host ? snprintf(c->ns + n, cap - n, "%s%s:%d", i ? "," : "",
+                                              c->seeds[i].host, c->seeds[i].port)
+                                   : snprintf(c->ns + n, cap - n, "unix:%s", c->unix_path));
+  n += (size_t)snprintf(c->ns + n + 1, cap - n - 1, "%d", c->db) + 1;
+  n += (size_t)snprintf(c->ns + n + 1, cap - n - 1, "%s", c->username ? c->username : "") +
+       1;
+  c->ns_len = n + 1; /* the last field's NUL */
+  return XF_OK;
+}
+
+static int copy_options(xf_client *c, const xf_options *o) {
+  c->unix_path = dup_or_null(o->unix_path);
+  c->username = dup_or_null(o->username);
+  c->password = dup_or_null(o->password);
+  c->prefix = strdup(o->key_prefix ? o->key_prefix : "");
+  if (!c->prefix || (o->unix_path && !c->unix_path) || (o->username && !c->username) ||
+      (o->password && !c->password))
+    return XF_ENOMEM;
+  int rc = copy_servers(c, o);
+  if (rc != XF_OK)
+    return rc;
+  c->prefix_len = strlen(c->prefix);
+  c->db = o->db;
+  c->cluster = o->cluster;
+  c->read_from_replicas = o->read_from_replicas;
+  c->connect_timeout_ms =
+      o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
+  c->command_timeout_ms =
+      o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;
+  c->breaker_ms = o->breaker_ms ? o->breaker_ms : DEFAULT_BREAKER_MS;
+  c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
+  c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
+  c->share = o->share;
+  c->interrupt = o->interrupt;
+  c->interrupt_ud = o->interrupt_ud;
+  c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
+  return build_ns(c);
+}
+
+static int check_options(const xf_options *o) {
+  return o->port < 0 || o->port > 65535 || o->db < 0 || o->connect_timeout_ms < 0 ||
+                 o->command_timeout_ms < 0 || o->tombstone_ms < 0 ||
+                 o->tombstone_ms > ((int64_t)1 << 40) || o->cluster < XF_CLUSTER_AUTO ||
+                 o->cluster > XF_CLUSTER_OFF ||
+                 (o->cluster == XF_CLUSTER_ON && o->unix_path)
+             ? XF_EINVAL
+             : XF_OK;
+}
+
+/* Out of memory on demand, for the tests of the paths that handle it (a
+ * pool's failed open): never set by the library itself. The failing open
+ * takes 1 ms, as one that made the kernel reclaim memory first may: threads
+ * racing it are then certain to overlap it. */
+unsigned xf__test_fail_open_every, xf__test_failed_opens;
+static unsigned opens_counted;
+
+static int fail_this_open(void) {
+  unsigned every = __atomic_load_n(&xf__test_fail_open_every, __ATOMIC_RELAXED);
+  if (!every || __atomic_add_fetch(&opens_counted, 1, __ATOMIC_RELAXED) % every != 0)
+    return 0;
+  __atomic_add_fetch(&xf__test_failed_opens, 1, __ATOMIC_RELAXED);
+  nanosleep(&(struct timespec){0, 1000000L}, NULL);
+  return 1;
+}
+
+int xf_client_open(xf_client **out, const xf_options *opts) {
+  if (!out)
+    return XF_EINVAL;
+  *out = NULL;
+  xf_options defaults = XF_OPTIONS_INIT;
+  const xf_options *o = opts ? opts : &defaults;
+  if (check_options(o) != XF_OK)
+    return XF_EINVAL;
+  xf_client *c = fail_this_open() ? NULL : calloc(1, sizeof *c);
+  if (!c)
+    return XF_ENOMEM;
+  int rc = copy_options(c, o);
+  if (rc != XF_OK) {
+    xf_client_close(c);
+    return rc;
+  }
+  xf__route_init(&c->routes, c);
+  /* The seeds first: the map is asked of them before any node is known. */
+  for (int i = 0; !c->unix_path && i < c->nseeds; i++)
+    xf__route_node_at(&c->routes, c->seeds[i].host, c->seeds[i].port); /* ENOMEM: fewer */
+  c->id = random_u64();
+  /* A given seed makes the draws reproducible: fixed stream too. */
+  if (o->seed)
+    xf__pcg32_seed(&c->rng, o->seed, 0);
+  else
+    xf__pcg32_seed(&c->rng, random_u64(), c->id);
+  pthread_once(&atfork_once, register_atfork);
+  c->fork_generation = current_fork_generation();
+  if (!o->lazy_connect)
+    rc = c->cluster == XF_CLUSTER_OFF || c->unix_path ? open_a_seed(c) : resolve_mode(c);
+  if (rc != XF_OK) {
+    xf_client_close(c);
+    return rc;
+  }
+  *out = c;
+  return XF_OK;
+}
+
+void xf_client_close(xf_client *c) {
+  if (!c)
+    return;
+  for (int i = 0; i < c->nseeds; i++)
+    xf__conn_free(&c->seeds[i]);
+  free(c->seeds);
+  xf__router_free(c->router);
+  xf__route_free(&c->routes);
+  free(c->host);
+  free(c->unix_path);
+  free(c->username);
+  free(c->password);
+  free(c->prefix);
+  free(c->ns);
+  xf__buf_free(&c->request);
+  free(c);
+}
+
+int xf_ping(xf_client *c) {
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  static const xf__cmd ping = {.argc = 1, .argv = {"PING"}, .lens = {4}};
+  xf__reply *r;
+  int rc = xf__command(c, &ping, &r);
+  if (rc != XF_OK)
+    return rc;
+  if (r->type == XF_REPLY_ERROR)
+    rc = xf__fail(c, strncmp(r->str, "NOAUTH", 6) == 0 ? XF_EAUTH : XF_EREDIS, "PING: %s",
+                  r->str);
+  xf__reply_free(r);
+  return rc;
+}
+
+const char *xf_errmsg(const xf_client *c) { return c ? c->errstr : "client is NULL"; }
+
+int xf_loader_error(const xf_client *c) { return c ? c->loader_rc : 0; }
+
+void xf_client_stats(const xf_client *c, xf_stats *out) {
+  if (!out)
+    return;
+  if (!c) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  *out = c->stats;
+  if (c->router)
+    out->connections = (uint64_t)xf__router_open_connections(c->router);
+  else
+    out->connections = c->nseeds > 0 && c->seeds[c->server].ctx != NULL;
+}

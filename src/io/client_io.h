@@ -1,0 +1,50 @@
+/* What the drivers and transports need of the client beyond client.h:
+ * sending commands over its connections (the seed, or a cluster's nodes),
+ * the clock, and fork detection. Defined in client.c. */
+#ifndef XF_CLIENT_IO_H
+#define XF_CLIENT_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "conn.h"
+#include "reply.h"
+#include "resp.h"
+#include "router.h"
+
+/* CLOCK_MONOTONIC in ms and us. */
+int64_t xf__now_ms(void);
+int64_t xf__now_us(void);
+
+/* Bumped in every forked child (pthread_atfork): compare to detect a fork. */
+unsigned long xf__fork_generation(void);
+
+/* In a forked child, gives the client its own identity (connection, client
+ * id, XFetch stream) on first use; a load and a compare otherwise. */
+void xf__client_check_fork(xf_client *c);
+
+/* Sends one command and returns its reply in *reply (caller frees with
+ * xf__reply_free). Connects first if needed (and, the first time, finds out
+ * whether the server is a Redis Cluster node: then cmd goes to the node of
+ * cmd->key's slot, redirections followed). Error replies come back as XF_OK
+ * with an error reply: the caller decides. Returns XF_EIO / XF_ECONNECT when
+ * Redis cannot be reached (the connection is dropped and the breaker armed),
+ * XF_EUNAVAILABLE (a cluster node refused the SCRIPT LOAD that recovers its
+ * NOSCRIPT: busy, loading), XF_ENOMEM, XF_EPROTO, XF_EAUTH, XF_EREDIS (endless
+ * redirections), XF_EINVAL (a cluster with options.db set). */
+int xf__command(xf_client *c, const xf__cmd *cmd, xf__reply **reply);
+
+/* Pipelining: sends the n commands in one write and reads their n replies.
+ * rcs[i] and replies[i] are what xf__command would give for cmds[i]; when the
+ * connection fails, that command and every later one get its code. Returns
+ * XF_OK when every command got a reply. */
+int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
+                     xf__reply **replies);
+
+/* Tests only (internal; reached through the static library): with N > 0,
+ * every Nth xf_client_open fails with XF_ENOMEM as if calloc had, and
+ * xf__test_failed_opens counts those. Read and written with __atomic_*. */
+extern unsigned xf__test_fail_open_every, xf__test_failed_opens;
+
+#endif
