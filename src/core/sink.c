@@ -58,3 +58,12 @@ void xf__sink_clear(struct xf_sink *sink) {
   sink->is_set = 0;
   sink->not_found = 0;
 }
+
+/* A call's result owns its bytes as the sink handed them over (malloc'd):
+ * the core frees what it decided and then dropped (an interrupted call). */
+void xf_value_free(xf_value *v) {
+  if (!v)
+    return;
+  free(v->data);
+  memset(v, 0, sizeof *v);
+}

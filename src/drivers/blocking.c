@@ -7,13 +7,6 @@
 #include "drive.h"
 #include "reply.h"
 
-void xf_value_free(xf_value *v) {
-  if (!v)
-    return;
-  free(v->data);
-  memset(v, 0, sizeof *v);
-}
-
 /* Runs the flow from step to its end: the blocking driver's one loop, for
  * every kind (only get-or-compute LOADs or WAITs: loader NULL otherwise). */
 static int run(xf__flow *f, xf__step step, xf_loader_fn loader, void *ud) {
