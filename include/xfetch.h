@@ -420,7 +420,11 @@ XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
  * limits, lease-token identity, XFetch draws, stats): open it with
  * lazy_connect and use it from one thread, like the calls; it is never used
  * for I/O by a call. The connection must have run AUTH/SELECT first; a call
- * never routes by Redis Cluster slot. */
+ * never routes by Redis Cluster slot. With a share (options.share), a call
+ * whose Redis cannot be used loads through it as xf_get_or_compute does,
+ * without blocking: one load per key, its followers polling (XF_CALL_WAIT)
+ * until it lands, up to policy.wait_ms; a kept value serves (source
+ * XF_SOURCE_LOCAL). */
 typedef struct xf_call xf_call;
 typedef struct xf_reader xf_reader;
 typedef struct xf_reply xf_reply; /* one parsed reply */
@@ -449,6 +453,11 @@ XF_EXPORT int xf_call_start_set(xf_call **out, xf_client *c, const char *key, si
 XF_EXPORT int xf_call_start_delete(xf_call **out, xf_client *c, const char *key,
                                    size_t keylen);
 
+/* The same for xf_get: the read script only (one SEND, NOSCRIPT recovered),
+ * ending with xf_get's code: XF_OK with the value while within its ttl,
+ * XF_ENOTFOUND (absent, expired, a cached not-found), or the error. */
+XF_EXPORT int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen);
+
 /* The step the call waits on (XF_CALL_DONE for NULL). */
 XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
 
@@ -472,6 +481,12 @@ XF_EXPORT xf_call_step xf_call_io_failed(xf_call *call, int rc);
 XF_EXPORT xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len);
 XF_EXPORT xf_call_step xf_call_not_found(xf_call *call);
 XF_EXPORT xf_call_step xf_call_load_failed(xf_call *call, int loader_rc);
+
+/* In XF_CALL_LOAD: the sink the loader fills (xf_sink_set, xf_sink_not_found,
+ * xf_sink_ttl: a result with its own ttl), then xf_call_load_done with the
+ * loader's code (0: the sink is filled); NULL in any other step. */
+XF_EXPORT xf_sink *xf_call_sink(xf_call *call);
+XF_EXPORT xf_call_step xf_call_load_done(xf_call *call, int loader_rc);
 
 /* In XF_CALL_WAIT: how many ms to sleep (0 = now); then xf_call_woke. */
 XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call);

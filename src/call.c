@@ -14,8 +14,9 @@
 #include "share.h"
 #include "sink.h"
 
-/* What a call does: the get-or-compute flow, or one script (set, delete). */
-enum { CALL_GET, CALL_SET, CALL_DELETE };
+/* What a call does: the get-or-compute flow, or one script (set, delete,
+ * read). */
+enum { CALL_GET, CALL_SET, CALL_DELETE, CALL_READ };
 
 struct xf_call {
   int kind;
@@ -33,6 +34,11 @@ struct xf_call {
   xf_value out;
   xf__buf request; /* the RESP bytes of the SEND step */
   int64_t load_t0_us;
+  struct { /* a load while Redis cannot be used goes through the client's share */
+    int lead, polling, alone;
+    unsigned long seen; /* the flight found in progress (xf__share_try) */
+    int64_t from_ms, give_up_ms;
+  } share;
   int taken;        /* xf_call_result moved the value out */
   char errstr[256]; /* the client's message when the call ended in error */
 };
@@ -46,6 +52,7 @@ static int call_rc(const xf_call *call) {
 }
 
 static xf_call_step one_done(xf_call *call, int rc);
+static xf_call_step share_join(xf_call *call);
 
 /* The step as the public enum, after the call moved on. */
 static xf_call_step advance(xf_call *call, xf__step step) {
@@ -61,6 +68,9 @@ static xf_call_step advance(xf_call *call, xf__step step) {
     }
     return XF_CALL_SEND;
   case XF_STEP_LOAD:
+    if (call->f.load == XF_LOAD_UNCACHED && call->f.c->share && !call->share.lead &&
+        !call->share.alone)
+      return share_join(call);
     call->load_t0_us = xf__now_us();
     return XF_CALL_LOAD;
   case XF_STEP_WAIT:
@@ -73,9 +83,45 @@ static xf_call_step advance(xf_call *call, xf__step step) {
   }
 }
 
+/* Redis cannot be used: the load goes through the client's share, as the
+ * blocking driver's does, but without blocking: the lead loads (its outcome
+ * ends the flight in loaded()), a kept value or a landed flight serves
+ * (source "local"), and a flight in progress is polled (XF_CALL_WAIT, as a
+ * wait for a lease is) up to the policy's wait, then the call loads alone. */
+static xf_call_step share_join(xf_call *call) {
+  xf__flow *f = &call->f;
+  int64_t now = xf__now_ms();
+  if (!call->share.polling) {
+    call->share.from_ms = now;
+    call->share.give_up_ms = now + f->p->wait_ms;
+  }
+  call->share.polling = 0;
+  char *data = NULL;
+  size_t len = 0;
+  int rc = XF_OK;
+  xf__share_role role =
+      xf__share_try(f->c, f->key.data, f->key.len, now, &call->share.seen, &data, &len, &rc);
+  if (role == XF_SHARE_SERVED)
+    return advance(call, xf__flow_local(f, rc, data, len));
+  if (role == XF_SHARE_LEAD) {
+    call->share.lead = 1;
+  } else if (now < call->share.give_up_ms) { /* another caller's flight: poll */
+    int64_t ms = (now - call->share.from_ms) / 4, left = call->share.give_up_ms - now;
+    ms = ms < 2 ? 2 : ms > 50 ? 50 : ms;
+    f->wake_ms = now + (ms < left ? ms : left);
+    call->share.polling = 1;
+    call->step = XF_STEP_WAIT;
+    return XF_CALL_WAIT;
+  } else {
+    call->share.alone = 1;
+  }
+  call->load_t0_us = xf__now_us();
+  return XF_CALL_LOAD;
+}
+
 static xf_call_step one_done(xf_call *call, int rc) {
   call->one.rc = rc;
-  if (call->one.key.data) /* the share's copy is older than the set or delete */
+  if (call->one.key.data && call->kind != CALL_READ) /* older than the set or delete */
     xf__share_drop(call->f.c, call->one.key.data, call->one.key.len);
   return advance(call, XF_STEP_DONE);
 }
@@ -170,6 +216,20 @@ int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t ke
   return XF_OK;
 }
 
+int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen) {
+  if (!out || !c)
+    return XF_EINVAL;
+  xf_call *call;
+  int rc = start_one(&call, c, CALL_READ, key, keylen);
+  if (rc != XF_OK)
+    return rc;
+  call->one.script = XF_SCRIPT_READ;
+  xf__entry_read_cmd(&call->one.cmd, call->one.key.data, call->one.key.len);
+  advance(call, XF_STEP_SEND);
+  *out = call;
+  return XF_OK;
+}
+
 xf_call_step xf_call_next(const xf_call *call) {
   if (!call)
     return XF_CALL_DONE;
@@ -196,7 +256,31 @@ const char *xf_call_request(const xf_call *call, size_t *len) {
   return call->request.data;
 }
 
-/* The reply to a set's or delete's script (or to its SCRIPT LOAD). */
+/* xf_get's answer from the read script's reply: the value while within its
+ * ttl, else XF_ENOTFOUND (absent, expired, a cached not-found). */
+static int read_reply(xf_call *call, redisReply *r) {
+  xf_client *c = call->f.c;
+  xf__entry e;
+  int rc = xf__entry_parse_read(c, r, &e);
+  if (rc != XF_OK)
+    return rc;
+  if (!e.value || e.remaining_ms <= 0 || e.negative) {
+    c->stats.misses++;
+    rc = XF_ENOTFOUND;
+  } else if (!(call->out.data = malloc(e.len + 1))) {
+    rc = xf__fail(c, XF_ENOMEM, "out of memory for a %zu-byte value", e.len);
+  } else {
+    memcpy(call->out.data, e.value, e.len);
+    call->out.data[e.len] = '\0';
+    call->out.len = e.len;
+    call->out.source = XF_SOURCE_CACHE;
+    c->stats.hits++;
+  }
+  xf__entry_free(&e);
+  return rc;
+}
+
+/* The reply to a set's, delete's or read's script (or to its SCRIPT LOAD). */
 static xf_call_step one_reply(xf_call *call, redisReply *r) {
   xf_client *c = call->f.c;
   if (call->one.loading) { /* SCRIPT LOAD answered: the script again */
@@ -207,6 +291,8 @@ static xf_call_step one_reply(xf_call *call, redisReply *r) {
     if (call->kind == CALL_SET)
       xf__entry_write_cmd(&call->one.cmd, call->one.key.data, call->one.key.len,
                           &call->one.w);
+    else if (call->kind == CALL_READ)
+      xf__entry_read_cmd(&call->one.cmd, call->one.key.data, call->one.key.len);
     else
       xf__entry_delete_cmd(&call->one.cmd, call->one.key.data, call->one.key.len,
                            c->tombstone_ms);
@@ -221,6 +307,8 @@ static xf_call_step one_reply(xf_call *call, redisReply *r) {
   }
   if (r->type == REDIS_REPLY_ERROR)
     return one_done(call, xf__script_error(c, call->one.script, r));
+  if (call->kind == CALL_READ)
+    return one_done(call, read_reply(call, r));
   int done = 0;
   int rc = xf__entry_parse_int(c, r, call->kind == CALL_SET ? "write" : "delete", &done);
   if (rc == XF_OK && call->kind == CALL_SET && !done) {
@@ -256,6 +344,10 @@ xf_call_step xf_call_io_failed(xf_call *call, int rc) {
 /* A LOAD's outcome: rc 0 with the sink filled, or the loader's failure. */
 static xf_call_step loaded(xf_call *call, int loader_rc) {
   int64_t t1 = xf__now_us();
+  if (call->share.lead) { /* the flight's followers get this outcome */
+    call->share.lead = 0;
+    xf__flow_share_end(&call->f, call->f.c, loader_rc, t1 / 1000);
+  }
   return advance(call,
                  xf__flow_loaded(&call->f, loader_rc, t1 - call->load_t0_us, t1 / 1000));
 }
@@ -274,6 +366,16 @@ xf_call_step xf_call_not_found(xf_call *call) {
   return loaded(call, 0);
 }
 
+xf_sink *xf_call_sink(xf_call *call) {
+  return call && call->kind == CALL_GET && call->step == XF_STEP_LOAD ? &call->f.sink : NULL;
+}
+
+xf_call_step xf_call_load_done(xf_call *call, int loader_rc) {
+  if (!call || call->step != XF_STEP_LOAD)
+    return xf_call_next(call);
+  return loaded(call, loader_rc);
+}
+
 xf_call_step xf_call_load_failed(xf_call *call, int loader_rc) {
   if (!call || call->step != XF_STEP_LOAD)
     return xf_call_next(call);
@@ -290,6 +392,8 @@ int64_t xf_call_wait_ms(const xf_call *call) {
 xf_call_step xf_call_woke(xf_call *call) {
   if (!call || call->step != XF_STEP_WAIT)
     return xf_call_next(call);
+  if (call->share.polling)
+    return share_join(call);
   return advance(call, xf__flow_woke(&call->f, xf__now_ms()));
 }
 
@@ -302,7 +406,7 @@ int xf_call_result(xf_call *call, xf_value *out) {
     snprintf(call->errstr, sizeof call->errstr, "the call's result was already taken");
     return XF_EINVAL;
   }
-  if (out && call->kind == CALL_GET && call->f.rc == XF_OK) {
+  if (out && (call->kind == CALL_GET || call->kind == CALL_READ) && call_rc(call) == XF_OK) {
     *out = call->out;
     memset(&call->out, 0, sizeof call->out);
     call->taken = 1;
@@ -315,6 +419,8 @@ const char *xf_call_errmsg(const xf_call *call) { return call ? call->errstr : "
 void xf_call_free(xf_call *call) {
   if (!call)
     return;
+  if (call->share.lead) /* abandoned in its load: end the flight, failed */
+    xf__flow_share_end(&call->f, call->f.c, -1, xf__now_ms());
   if (call->kind != CALL_GET) {
     xf__key_free(&call->one.key);
     free(call->one.data);

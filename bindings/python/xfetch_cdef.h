@@ -174,6 +174,7 @@ int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
 int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
                       const void *data, size_t len, const xf_policy *policy);
 int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen);
+int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen);
 xf_call_step xf_call_next(const xf_call *call);
 const char *xf_call_request(const xf_call *call, size_t *len);
 xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);
@@ -181,6 +182,8 @@ xf_call_step xf_call_io_failed(xf_call *call, int rc);
 xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len);
 xf_call_step xf_call_not_found(xf_call *call);
 xf_call_step xf_call_load_failed(xf_call *call, int loader_rc);
+xf_sink *xf_call_sink(xf_call *call);
+xf_call_step xf_call_load_done(xf_call *call, int loader_rc);
 int64_t xf_call_wait_ms(const xf_call *call);
 xf_call_step xf_call_woke(xf_call *call);
 int xf_call_result(xf_call *call, xf_value *out);
