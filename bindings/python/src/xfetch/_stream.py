@@ -39,6 +39,7 @@ class _Stream:
         self.broken = None  # the exception that ended the stream
         self.timer = None  # the timeout of the oldest request, when armed
         self.fast = 0  # completions since the last yield to the loop
+        self.orphans = {}  # future -> callback: replies of abandoned calls (adopt)
         loop.add_reader(sock, self._readable)
 
     # ---- bytes out --------------------------------------------------------
@@ -98,7 +99,10 @@ class _Stream:
                     deadlines.popleft()
                 else:
                     fut = None
-                if fut is None or fut.done():  # timed out or cancelled
+                then = self.orphans.pop(fut, None) if self.orphans else None
+                if then is not None:  # an abandoned call's
+                    then(reply)
+                elif fut is None or fut.done():  # timed out or cancelled
                     lib.xf_reply_free(reply)
                 else:
                     fut.set_result(reply)
@@ -142,8 +146,14 @@ class _Stream:
         while self.waiting:
             fut = self.waiting.popleft()
             self.deadlines.popleft()
-            if not fut.done():
-                fut.set_exception(exc)
+            then = self.orphans.pop(fut, None) if self.orphans else None
+            if then is not None:
+                then(None)
+            elif not fut.done():
+                try:
+                    fut.set_exception(exc)
+                except RuntimeError:  # its loop is closed: nobody awaits it
+                    pass
 
     # ---- requests ---------------------------------------------------------
 
@@ -169,6 +179,19 @@ class _Stream:
         if self.timer is None:
             self._arm()
         return fut
+
+    def adopt(self, fut, then):
+        """The reply to fut, a request whose caller is gone (cancelled), goes
+        to then(reply) when it comes (then(None) if it never will) instead of
+        being dropped: the abandoned call finishes (releases its lease)."""
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            then(fut.result())
+        elif fut.done() and not fut.cancelled():
+            then(None)
+        elif self.broken is not None:
+            then(None)
+        else:
+            self.orphans[fut] = then
 
     async def request(self, data):
         """Writes data and returns the cdata reply (owned by the caller)."""
