@@ -24,8 +24,70 @@ DRIVER_FIELDS = {
               "many_over_mget", "sequential_over_many"],
     "async": ["loop_rps", "loop_p50_us", "loop_p99_us", "threads_rps", "threads_p50_us"],
 }
+HIT_COST_SIZE = ["value_bytes", "get_server_us", "hit_server_us", "hit_server_all_cmds_us",
+                 "server_ratio", "get_p50_us", "hit_p50_us", "client_ratio"]
+HIT_COST_MEMORY = ["value_bytes", "entries", "set_bytes", "set_px_bytes", "xfetch_bytes",
+                   "ratio"]
+HIT_OVERHEAD_RATIOS = ["xfetch_over_raw_get_p50_1conn", "xfetch_over_raw_get_rps_1conn",
+                       "xfetch_over_raw_get_p50_50conn", "xfetch_over_raw_get_rps_50conn"]
+# Issue 19's goals each scenario measures in every run (hit_cost's depend on
+# the sizes it ran, from its params).
+GOALS_OF = {"hit_overhead": ["p50_1conn", "throughput_50conn"],
+            "batch": ["batch_vs_mget", "batch_vs_sequential"]}
 PLOTS = ["hot_key-loads.png", "hot_key-latency.png", "mass_expiry-loads.png",
          "beta_sweep.png"]
+
+
+def is_num(v):
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def size_label(n):
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{n}B"
+
+
+def check_hit_cost(scenarios, goals, errors):
+    """hit_cost: its two tables in params, and the goals they feed."""
+    if "hit_overhead" in scenarios:
+        params = scenarios["hit_overhead"].get("params") or {}
+        for field in HIT_OVERHEAD_RATIOS:
+            if not is_num(params.get(field)):
+                errors.append(f"hit_overhead: {field} = {params.get(field)!r} is not a number")
+    want = []
+    for name, ids in GOALS_OF.items():
+        if name in scenarios:
+            want += ids
+    if "hit_cost" not in scenarios:
+        errors.append("hit_cost: scenario missing")
+    if hc := scenarios.get("hit_cost"):
+        params = hc.get("params") or {}
+        for table, fields in (("sizes", HIT_COST_SIZE), ("memory", HIT_COST_MEMORY)):
+            rows = params.get(table)
+            if not isinstance(rows, list) or len(rows) < 2:
+                errors.append(f"hit_cost: {table} missing or shorter than two sizes")
+                continue
+            for row in rows:
+                for field in fields:
+                    if not is_num(row.get(field)):
+                        errors.append(f"hit_cost/{table}/{row.get('value_bytes')}: {field} = "
+                                      f"{row.get(field)!r} is not a number")
+        want.append("p50_1conn_interleaved")
+        for row in params.get("sizes") or []:
+            if isinstance(row.get("value_bytes"), int):
+                want.append("hit_server_" + size_label(row["value_bytes"]))
+        for row in params.get("memory") or []:
+            if isinstance(row.get("value_bytes"), int):
+                want.append("memory_" + size_label(row["value_bytes"]))
+    if not isinstance(goals, list):
+        errors.append("goals: missing")
+        return
+    measured = {g.get("id"): g.get("measured") for g in goals if isinstance(g, dict)}
+    for gid in want:
+        if not is_num(measured.get(gid)):
+            errors.append(f"goals: {gid} = {measured.get(gid)!r} is not a number")
 
 
 def main():
@@ -89,6 +151,7 @@ def main():
             v = params.get(field)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 errors.append(f"{name}: {field} = {v!r} is not a number")
+    check_hit_cost(scenarios, doc.get("goals"), errors)
     if len(sys.argv) > 2 and shutil.which("gnuplot"):
         for p in PLOTS:
             path = os.path.join(sys.argv[2], p)

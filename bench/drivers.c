@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "drivers.h"
+#include "goals.h"
 
 #define BATCH_KEYS 100
 #define VALUE "a value of sixty-four bytes, as hit_overhead uses: 0123456789abc"
@@ -195,6 +196,8 @@ int sc_batch(const bench_env *e, scenario_out *out) {
       measure(&w[2], 2, seq_iters, e->rc, c, &k, &mk, &p))
     goto done;
   double vs_mget = w[1].p50 / w[0].p50, vs_seq = w[2].p50 / w[1].p50;
+  goal_set("batch_vs_mget", vs_mget);
+  goal_set("batch_vs_sequential", vs_seq);
   out->name = "batch";
   snprintf(out->params, sizeof out->params,
            "{\"keys\": %d, \"value_bytes\": %zu, \"batches\": %zu, \"sequential_batches\": "

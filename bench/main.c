@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "drivers.h"
+#include "goals.h"
 #include "scenarios.h"
 #include "xfetch.h"
 
@@ -34,8 +35,11 @@ static const struct {
                  {"hit_overhead", sc_hit_overhead},
                  {"beta_sweep", sc_beta_sweep},
                  {"batch", sc_batch},
-                 {"async", sc_async}};
-#define NSCENARIOS 7
+                 {"async", sc_async},
+                 /* Last: on a throwaway server it flushes the db between its
+                  * memory measurements. */
+                 {"hit_cost", sc_hit_cost}};
+#define NSCENARIOS 8
 
 static void usage(FILE *f) {
   fprintf(
@@ -48,7 +52,7 @@ static void usage(FILE *f) {
       "  --out DIR           PNG plots and their data (default: xfetch-bench-out)\n"
       "  --no-plots          skip gnuplot\n"
       "  --scenarios LIST    comma-separated subset of hot_key,cold_start,mass_expiry,\n"
-      "                      hit_overhead,beta_sweep,batch,async (default: all)\n"
+      "                      hit_overhead,beta_sweep,batch,async,hit_cost (default: all)\n"
       "  --clients N         hot_key clients (default 32, quick 16)\n"
       "  --think-us N        closed-loop think time per request (default 1000)\n"
       "  --open-loop RPS     hot_key in open loop: Poisson arrivals at RPS in total\n"
@@ -281,6 +285,7 @@ int main(int argc, char **argv) {
          n, (double)(now_us() - t0) / 1e6, t.version, t.host, t.port, load0, load1);
   report_table(stdout, sc, n);
   report_summary(stdout, sc, n);
+  goals_print(stdout);
   fflush(stdout);
   char machine[1024];
   machine_json(machine, sizeof machine, &t, cfg.quick, load0);

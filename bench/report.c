@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "goals.h"
 #include "report.h"
 
 static void extra(char *buf, size_t n, const char *scenario, const result *r) {
@@ -86,10 +87,10 @@ void report_summary(FILE *f, const scenario_out *sc, int n) {
     if (g && h && g->p50_ms > 0)
       fprintf(f,
               "  hit_overhead %d conn: xfetch/raw_get p50 %.3f/%.3f ms = %.2fx, throughput "
-              "%.0f/%.0f req/s, server %.2f/%.2f us per request\n",
+              "%.0f/%.0f req/s = %.2fx, server %.2f/%.2f us per request\n",
               g->connections, h->p50_ms, g->p50_ms, h->p50_ms / g->p50_ms,
-              h->throughput_rps, g->throughput_rps, h->server_usec_per_call,
-              g->server_usec_per_call);
+              h->throughput_rps, g->throughput_rps, h->throughput_rps / g->throughput_rps,
+              h->server_usec_per_call, g->server_usec_per_call);
   }
   for (int k = 0; k < 8; k++) {
     const result *b = pick(sc, n, "beta_sweep", ST_XFETCH_NOLEASE, k);
@@ -177,6 +178,8 @@ int report_json(const char *path, const char *machine, const scenario_out *sc, i
     }
     fprintf(f, "    ]}%s\n", i + 1 < n ? "," : "");
   }
-  fprintf(f, "  ]\n}\n");
+  fprintf(f, "  ],\n  ");
+  goals_json(f);
+  fprintf(f, "\n}\n");
   return fclose(f) == 0 ? 0 : -1;
 }

@@ -47,7 +47,7 @@ typedef struct result {
 
 typedef struct scenario_out {
   const char *name;
-  char params[1024]; /* a JSON object */
+  char params[4096]; /* a JSON object (hit_cost's tables are the largest) */
   int nresults;
   result results[16];
 } scenario_out;

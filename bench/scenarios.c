@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "goals.h"
 #include "scenarios.h"
 
 static const strategy LOADERS[] = {ST_NAIVE, ST_LOCK, ST_XFETCH_NOLEASE, ST_XFETCH};
@@ -146,5 +147,20 @@ int sc_hit_overhead(const bench_env *e, scenario_out *out) {
       if (target_commandstats(e->rc, &usec, &calls) == 0 && r->requests)
         r->server_usec_per_call = usec / (double)r->requests;
     }
+  /* Issue 19's ratios, xfetch over raw GET (results: raw, xfetch, nolease
+   * per connection count), in the params too so the JSON carries them. */
+  const result *r = out->results;
+  double p50_1 = r[1].p50_ms / r[0].p50_ms,
+         rps_1 = r[1].throughput_rps / r[0].throughput_rps;
+  double p50_50 = r[4].p50_ms / r[3].p50_ms,
+         rps_50 = r[4].throughput_rps / r[3].throughput_rps;
+  goal_set("p50_1conn", p50_1);
+  goal_set("throughput_50conn", rps_50);
+  size_t at = strlen(out->params) - 1; /* over the closing brace */
+  snprintf(out->params + at, sizeof out->params - at,
+           ", \"xfetch_over_raw_get_p50_1conn\": %.3g, \"xfetch_over_raw_get_rps_1conn\": "
+           "%.3g, \"xfetch_over_raw_get_p50_50conn\": %.3g, "
+           "\"xfetch_over_raw_get_rps_50conn\": %.3g}",
+           p50_1, rps_1, p50_50, rps_50);
   return 0;
 }

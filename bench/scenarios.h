@@ -32,5 +32,7 @@ int sc_cold_start(const bench_env *e, scenario_out *out);
 int sc_mass_expiry(const bench_env *e, scenario_out *out);
 int sc_hit_overhead(const bench_env *e, scenario_out *out);
 int sc_beta_sweep(const bench_env *e, scenario_out *out);
+/* bench/hit_cost.c: issue 19's hit and memory costs against GET and SET. */
+int sc_hit_cost(const bench_env *e, scenario_out *out);
 
 #endif

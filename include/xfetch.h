@@ -58,7 +58,7 @@ extern "C" {
          "memory)")                                                                        \
   XF_ERR(ENOPERM, -13, "the Redis ACL user may not run a command xfetch needs")            \
   XF_ERR(ESUPERSEDED, -14, "not cached: a newer value or a delete won")                    \
-  XF_ERR(ECANCELED, -15, "canceled: the async handle was closed")                          \
+  XF_ERR(ECANCELED, -15, "canceled: interrupted, or its handle closed")                    \
   XF_ERR(EBUSY, -16, "every pooled client stayed busy for the checkout timeout")
 
 /* Return codes. */
@@ -135,11 +135,17 @@ typedef struct xf_options {
                              always go to the master. The event-loop driver
                              (xf_async) ignores it: its reads go to the master */
   /* NULL, or called with interrupt_ud, in the calling thread, at least every
-   * 50 ms while a blocking call waits: for another caller's lease, or for
-   * another thread's load of the key in the share (xf_get_or_compute,
-   * xf_get_or_compute_many). Non-zero ends the call at once with XF_ECANCELED
-   * (it holds no lease then; the loader is not run). For bindings that must
-   * let a signal (Ctrl-C) through a wait. */
+   * 50 ms while a blocking call waits: for another caller's lease, for
+   * another thread's load of the key in the share, for a pooled client
+   * (xf_pool_*), or for a Redis reply that does not come (a slow or stopped
+   * server; any blocking, batch or pool call). Non-zero ends the call at
+   * once with XF_ECANCELED: the loader is not run, or its result is dropped;
+   * a connection whose reply was still due is closed (reopened on next use,
+   * never read again; the breaker is not armed). A lease the call holds is
+   * released on a fresh connection within 250 ms, without asking again, or
+   * else expires after lease_ms. Not asked while connecting or writing a
+   * request. When set, each reply costs one poll(); when NULL, nothing. For
+   * bindings that must let a signal (Ctrl-C) through a wait. */
   xf_interrupt_fn interrupt;
   void *interrupt_ud;
 } xf_options;
@@ -416,15 +422,33 @@ XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
  * replies come back in the order requests were written, so many calls may be
  * pipelined on one connection) and hands each reply to its call; it runs the
  * loader when asked, and sleeps when asked. The call never touches a socket,
- * a thread or a sleep. The client gives the configuration (key prefix,
- * limits, lease-token identity, XFetch draws, stats): open it with
- * lazy_connect and use it from one thread, like the calls; it is never used
- * for I/O by a call. The connection must have run AUTH/SELECT first; a call
- * never routes by Redis Cluster slot. With a share (options.share), a call
- * whose Redis cannot be used loads through it as xf_get_or_compute does,
- * without blocking: one load per key, its followers polling (XF_CALL_WAIT)
- * until it lands, up to policy.wait_ms; a kept value serves (source
- * XF_SOURCE_LOCAL). */
+ * a thread, a sleep or a clock: every input carries now_ms, the driver's
+ * monotonic time in ms (any clock that never goes back, the same for every
+ * call of a client: e.g. Python's time.monotonic() * 1000), and a load's
+ * duration is the driver's measure (changed before 1.0: the calls read
+ * CLOCK_MONOTONIC themselves until then). The client gives the
+ * configuration (key prefix, limits, lease-token identity, XFetch draws,
+ * stats): open it with lazy_connect and use it from one thread, like the
+ * calls; it is never used for I/O by a call. Every connection must have run
+ * the client's setup first (xf_call_setup: AUTH, SELECT).
+ *
+ * Where each request goes: xf_call_target names the server (host, port) —
+ * the seed in use, or in a Redis Cluster the node of the key's slot (a
+ * replica for reads with options.read_from_replicas) — so a driver keeps one
+ * connection per (host, port) and writes the request on that one. What the
+ * client's router must learn comes as a call's own SEND, answered like any
+ * other: INFO cluster (options.cluster AUTO, first calls) and CLUSTER SLOTS
+ * (a Redis Cluster's map, and again after MOVED or a failover). MOVED, ASK,
+ * TRYAGAIN, CLUSTERDOWN, NOSCRIPT and failed nodes are followed by the call
+ * itself: a reply fed back may simply give another SEND, to another server,
+ * or a WAIT (a backoff). The map is the client's, shared by all its calls.
+ *
+ * With a share (options.share), a call whose Redis cannot be used loads
+ * through it as xf_get_or_compute does, without blocking: one load per key,
+ * its followers polling (XF_CALL_WAIT) until it lands, up to policy.wait_ms;
+ * a kept value serves (source XF_SOURCE_LOCAL). The share is the process's:
+ * its times are on CLOCK_MONOTONIC's ms, so a driver using one gives now_ms
+ * on that clock (Python's time.monotonic() on Linux). */
 typedef struct xf_call xf_call;
 typedef struct xf_reader xf_reader;
 typedef struct xf_reply xf_reply; /* one parsed reply */
@@ -437,11 +461,17 @@ typedef enum xf_call_step {
 } xf_call_step;
 
 /* Starts a call for key (copied) under policy (copied) with c's
- * configuration. Returns XF_OK with *out (already at its first step: bad
- * arguments end it at once with XF_CALL_DONE and the code in
+ * configuration at now_ms. Returns XF_OK with *out (already at its first
+ * step: bad arguments end it at once with XF_CALL_DONE and the code in
  * xf_call_result), XF_EINVAL (out, c or policy NULL) or XF_ENOMEM. */
 XF_EXPORT int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
-                            const xf_policy *policy);
+                            const xf_policy *policy, int64_t now_ms);
+
+/* The same for xf_get: a call that only sends and ends with xf_get's code
+ * (XF_OK with the value in xf_call_result, XF_ENOTFOUND, or Redis' error: no
+ * fail-open). Returns as xf_call_start. */
+XF_EXPORT int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                                int64_t now_ms);
 
 /* The same for xf_set and xf_delete: a call that only sends (XF_CALL_SEND
  * until XF_CALL_DONE; NOSCRIPT recovered) and ends with xf_set's / xf_delete's
@@ -449,14 +479,10 @@ XF_EXPORT int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t
  * when the connection failed: nothing to fail open to). data is copied. Bad
  * arguments return XF_EINVAL (no call). */
 XF_EXPORT int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
-                                const void *data, size_t len, const xf_policy *policy);
+                                const void *data, size_t len, const xf_policy *policy,
+                                int64_t now_ms);
 XF_EXPORT int xf_call_start_delete(xf_call **out, xf_client *c, const char *key,
-                                   size_t keylen);
-
-/* The same for xf_get: the read script only (one SEND, NOSCRIPT recovered),
- * ending with xf_get's code: XF_OK with the value while within its ttl,
- * XF_ENOTFOUND (absent, expired, a cached not-found), or the error. */
-XF_EXPORT int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen);
+                                   size_t keylen, int64_t now_ms);
 
 /* The step the call waits on (XF_CALL_DONE for NULL). */
 XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
@@ -465,32 +491,53 @@ XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
  * its next step; NULL (and *len 0) in any other step. */
 XF_EXPORT const char *xf_call_request(const xf_call *call, size_t *len);
 
-/* The reply to the request (the call takes it), or NULL when the connection
- * failed before it came (the call fails open as on XF_EIO). Returns the next
- * step. A reply given in another step is freed and ignored. */
-XF_EXPORT xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);
+/* In XF_CALL_SEND: the server xf_call_request's bytes go to, and how many
+ * replies they produce. *host is the server's name or IP (owned by the
+ * client: valid until xf_client_close; NULL with *port 0 for the client's
+ * options.unix_path). Returns n >= 1: read n replies on that connection and
+ * feed the last one to xf_call_reply, freeing the others with xf_reply_free
+ * (a READONLY, ASKING or SCRIPT LOAD may go first, in the same bytes; the
+ * command's reply says how they went). XF_EINVAL in any other step. host or
+ * port may be NULL. */
+XF_EXPORT int xf_call_target(const xf_call *call, const char **host, int *port);
+
+/* The (last) reply to the request (the call takes it), or NULL when the
+ * connection failed before it came (as xf_call_io_failed with XF_EIO).
+ * Returns the next step: another XF_CALL_SEND when the reply was a
+ * redirection or the router's own question. A reply given in another step is
+ * freed and ignored. */
+XF_EXPORT xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms);
 
 /* The request could not be written or its reply never came: rc XF_ECONNECT
- * (no connection) or XF_EIO (anything else). Returns the next step. */
-XF_EXPORT xf_call_step xf_call_io_failed(xf_call *call, int rc);
+ * (no connection) or XF_EIO (anything else). Returns the next step: a SEND
+ * to another server when one may answer (the next seed after XF_ECONNECT; a
+ * replica's read goes to its master; in a cluster, the map is asked again),
+ * else the call fails open. */
+XF_EXPORT xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms);
 
 /* In XF_CALL_LOAD: the loader's value (copied), "not found", or its failure
- * (loader_rc non-zero; 0 counts as -1): nothing is cached. The load's
- * duration (the XFetch delta) runs from the step's start to this call.
- * Return the next step. */
-XF_EXPORT xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len);
-XF_EXPORT xf_call_step xf_call_not_found(xf_call *call);
-XF_EXPORT xf_call_step xf_call_load_failed(xf_call *call, int loader_rc);
+ * (loader_rc non-zero; 0 counts as -1): nothing is cached. duration_us is
+ * how long the loader ran, as the driver measured it (the XFetch delta the
+ * entry keeps; < 0 counts as 0). Return the next step. */
+XF_EXPORT xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len,
+                                      int64_t duration_us, int64_t now_ms);
+XF_EXPORT xf_call_step xf_call_not_found(xf_call *call, int64_t duration_us,
+                                         int64_t now_ms);
+XF_EXPORT xf_call_step xf_call_load_failed(xf_call *call, int loader_rc, int64_t now_ms);
 
 /* In XF_CALL_LOAD: the sink the loader fills (xf_sink_set, xf_sink_not_found,
  * xf_sink_ttl: a result with its own ttl), then xf_call_load_done with the
- * loader's code (0: the sink is filled); NULL in any other step. */
+ * loader's code (0: the sink is filled), its duration and the time, as
+ * xf_call_loaded; NULL in any other step. */
 XF_EXPORT xf_sink *xf_call_sink(xf_call *call);
-XF_EXPORT xf_call_step xf_call_load_done(xf_call *call, int loader_rc);
+XF_EXPORT xf_call_step xf_call_load_done(xf_call *call, int loader_rc, int64_t duration_us,
+                                         int64_t now_ms);
 
-/* In XF_CALL_WAIT: how many ms to sleep (0 = now); then xf_call_woke. */
-XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call);
-XF_EXPORT xf_call_step xf_call_woke(xf_call *call);
+/* In XF_CALL_WAIT: how many ms to sleep from now_ms (0 = now; a lease
+ * holder's wait, or a cluster's TRYAGAIN / CLUSTERDOWN backoff), the wake-up
+ * time being on the clock the call was given; then xf_call_woke. */
+XF_EXPORT int64_t xf_call_wait_ms(const xf_call *call, int64_t now_ms);
+XF_EXPORT xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 
 /* In XF_CALL_DONE: the call's result, as xf_get_or_compute returns it; on
  * XF_OK the value moves to *out (free with xf_value_free; out NULL: the code
@@ -504,6 +551,35 @@ XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
 /* Frees the call at any step (NULL-safe). A call abandoned before
  * XF_CALL_DONE may leave its lease, which expires after policy.lease_ms. */
 XF_EXPORT void xf_call_free(xf_call *call);
+
+/* What a connection is for, in xf_call_setup's flags. */
+typedef enum xf_setup_flags {
+  XF_SETUP_REPLICA = 1, /* it reads from a replica: READONLY */
+  XF_SETUP_SCRIPTS = 2  /* SCRIPT LOAD every script ahead of the calls, so that
+                           the first calls on a fresh server do not each get
+                           NOSCRIPT and load the script themselves */
+} xf_setup_flags;
+
+/* The setup a fresh connection runs before any call's request, the one every
+ * xfetch transport runs: AUTH [username] password (options.password set),
+ * SELECT db (options.db != 0), then READONLY and the SCRIPT LOADs as flags
+ * ask. xf_call_setup_count: how many commands (0: none; XF_EINVAL for a NULL
+ * c). xf_call_setup: the RESP bytes of command i (0 <= i < count), owned by c
+ * and valid until the next call on c; NULL (and *len 0) for an i out of range
+ * or out of memory. The commands may be pipelined, and the calls' requests
+ * after them: Redis runs them in order. */
+XF_EXPORT int xf_call_setup_count(const xf_client *c, int flags);
+XF_EXPORT const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
+
+/* Judges the reply to setup command i (same flags) and frees it; NULL = the
+ * connection failed before it came. Returns XF_OK, or, with the message in
+ * xf_errmsg(c), the code the connection's calls get (close it):
+ * XF_EAUTH (AUTH refused: WRONGPASS, ...; NOAUTH; SELECT refused), XF_EINVAL
+ * (SELECT on a Redis Cluster: db 0 only), XF_EUNAVAILABLE (BUSY, LOADING: the
+ * server cannot serve now; calls fail open, as on XF_EIO), XF_EREDIS
+ * (READONLY refused), XF_EIO (no reply), XF_EINVAL (c NULL, i out of range).
+ * A SCRIPT LOAD's error is XF_OK: the call that needs the script loads it. */
+XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
 
 /* A reply parser for one connection (hiredis' reader): feed it every byte
  * read, then take complete replies in order with xf_reader_next (XF_OK with

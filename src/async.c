@@ -37,21 +37,14 @@ void xf__acall_release(xf__acall *k) {
   free(k);
 }
 
-/* What the flow holds when a call ends before DONE (the machine has no
- * abort input). */
-static void abandon_flow(xf__flow *f) {
-  xf__entry_free(&f->e);
-  xf__sink_clear(&f->sink);
-  xf__key_free(&f->key);
-}
-
 /* ---- stepping a call --------------------------------------------------------- */
 
 /* A SEND that could not go out is fed its error from the timer, so that a
  * loader or callback never runs inside xf_async_get_or_compute. */
 void xf__async_defer(xf_async *ac, xf__acall *k, int rc) {
   k->deferred_rc = rc;
-  k->attempts = k->script_reloaded = 0;
+  k->attempts = 0;
+  k->route_act = XF_ROUTE_DONE;
   k->next_deferred = NULL;
   if (ac->deferred_tail)
     ac->deferred_tail->next_deferred = k;
@@ -200,7 +193,7 @@ static void finish_close(xf_async *ac) {
     unlink_call(ac, k);
     k->finished = 1;
     k->ac = NULL; /* orphaned: hiredis or a late loader may still hold it */
-    abandon_flow(&k->f);
+    xf__flow_abandon(&k->f);
     xf__fail(ac->core, XF_ECANCELED, "the async handle was closed");
     k->cb(XF_ECANCELED, NULL, k->privdata);
     xf_value_free(&k->out);
@@ -326,7 +319,7 @@ int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
   }
   k->key = malloc(keylen);
   if (!k->key) {
-    abandon_flow(&k->f);
+    xf__flow_abandon(&k->f);
     free(k);
     return xf__fail(c, XF_ENOMEM, "out of memory for a %zu-byte key", keylen);
   }

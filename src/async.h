@@ -8,14 +8,14 @@
 #include <stdint.h>
 
 #include "client.h"
-#include "cluster.h"
 #include "flow.h"
 
 typedef struct xf__acall xf__acall;
 
 /* One hiredis async connection to one server (the standalone server, or a
- * cluster node), set up with AUTH, SELECT and the scripts before any call's
- * command. It lives until xf_async_close: a call may point at it. */
+ * cluster node), running the connection setup (setup.h) and the scripts'
+ * preload before any call's command. It lives until xf_async_close: a call
+ * may point at it. */
 typedef struct xf__aconn {
   xf_async *ac;
   char *host; /* owned; NULL = the core's Unix socket */
@@ -24,15 +24,13 @@ typedef struct xf__aconn {
   int usable;             /* commands may be queued on rac */
   int dying;              /* hiredis is freeing rac (its callbacks run with NULL) */
   int connected;
-  int setup_rc;           /* AUTH/SELECT failed on rac: its replies get this */
-  int failed_connect;     /* rac never came up: its commands were never written */
-  size_t inflight;        /* commands on rac awaiting a reply */
-  int64_t progress_ms;    /* last sign of life: connect, a reply, the first send */
-  int64_t retry_after_ms; /* circuit breaker: no reconnect before this */
+  int setup_rc;        /* a setup command was refused on rac: its replies get this */
+  int failed_connect;  /* rac never came up: its commands were never written */
+  size_t inflight;     /* commands on rac awaiting a reply */
+  int64_t progress_ms; /* last sign of life: connect, a reply, the first send */
+  xf__breaker breaker; /* no reconnect while open */
+  int readonly;        /* READONLY goes first on every (re)connect: a replica's */
 } xf__aconn;
-
-/* What the handle knows of the server behind options.host. */
-enum { XF__AMODE_UNKNOWN, XF__AMODE_STANDALONE, XF__AMODE_CLUSTER };
 
 /* What an async loader holds: the call it completes. */
 struct xf_async_load {
@@ -64,17 +62,15 @@ struct xf__acall {
   int loading;     /* the loader has not completed yet */
   int deferred_rc; /* a SEND that could not go out: fed on the next tick */
   int64_t wake_ms; /* WAIT (or, with resend, a cluster retry's backoff) */
-  /* Cluster routing of the current command (async_router.c). */
-  xf__aconn *conn; /* where it was sent */
-  xf__aconn *pin;  /* send the next one here (ASK, NOSCRIPT), not by slot */
-  int pin_asking;  /* ASKING first */
-  int asking;      /* it went with ASKING */
-  int attempts;    /* redirections and retries of this command */
-  int script_reloaded;
-  int resend;             /* the heap wakes it to send again (TRYAGAIN) */
-  xf__acall *next_parked; /* waiting for the cluster mode or map */
-  size_t heap_at;         /* index in the wait heap, SIZE_MAX when not waiting */
-  xf__acall *prev, *next; /* every unfinished call */
+  /* Routing of the current command (async_router.c, async_seeds.c). */
+  xf__aconn *conn;         /* where it was sent */
+  xf__hop hop;             /* its way through a cluster (route.h) */
+  xf__route_act route_act; /* XF_ROUTE_DONE: the flow's next command starts afresh */
+  int attempts;            /* seeds tried for this command (standalone) */
+  int resend;              /* the heap wakes it to send again (a backoff) */
+  xf__acall *next_parked;  /* waiting for the cluster mode or map */
+  size_t heap_at;          /* index in the wait heap, SIZE_MAX when not waiting */
+  xf__acall *prev, *next;  /* every unfinished call */
   xf__acall *next_deferred;
   /* Fail-open loads (XF_LOAD_UNCACHED) of one key are shared: the first call's
    * loader runs, calls that need the same load meanwhile follow it. */
@@ -91,14 +87,10 @@ struct xf_async {
   xf__aconn **conns; /* conns[0..nseeds-1]: options.host's seeds; then cluster nodes */
   int nconns, conns_cap;
   xf__aconn *main;           /* standalone: the server */
-  int mode;                  /* XF__AMODE_* */
   int probing;               /* an INFO cluster or CLUSTER SLOTS is on the wire */
   int probe_at, probe_tries; /* which of conns is asked; how many were */
-  int mapped;                /* map holds a CLUSTER SLOTS answer */
-  xf__cluster_map map;
-  xf__aconn **node_conn; /* map.nodes[i]'s connection; NULL = not looked up */
+  xf__aconn **node_conn;     /* core->routes.nodes[i]'s connection; NULL = none yet */
   int node_conn_cap;
-  int64_t refreshed_ms;            /* when the map was last asked for */
   xf__acall *parked, *parked_tail; /* waiting for the probe (mode or map) */
   struct xf__aprobe *probe;        /* the probe's command on the wire */
 
@@ -143,7 +135,7 @@ void xf__async_defer(xf_async *ac, xf__acall *k, int rc);
  * ac's, added (not connected) if new. NULL when out of memory. */
 xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port);
 
-/* Connects cn if it is down and its breaker allows (AUTH, SELECT and SCRIPT
+/* Connects cn if it is down and its breaker allows (the setup and the SCRIPT
  * LOADs queued first). XF_OK or XF_ECONNECT / XF_ENOMEM with the message on
  * the core. */
 int xf__aconn_open(xf__aconn *cn);

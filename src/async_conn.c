@@ -1,6 +1,7 @@
 /* The event-loop driver's connections: one hiredis redisAsyncContext per
- * server (one standalone, one per cluster node), each set up with AUTH, SELECT
- * and the scripts' SCRIPT LOAD ahead of any call's command, opened again when
+ * server (one standalone, one per cluster node), each running the connection
+ * setup (setup.c: AUTH, SELECT, the scripts' SCRIPT LOAD) ahead of any call's
+ * command, opened again when
  * a call needs it (unless its breaker is open), and dropped by a watchdog when
  * it stops answering: hiredis 0.14's async API has no timeouts.
  *
@@ -8,16 +9,18 @@
  * NULL when the context is freed (a lost connection, a failed connect, our own
  * redisAsyncFree). A NULL reply is the flow's I/O-error input: the call fails
  * open through its loader. */
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "async.h"
-#include "script.h"
+#include "setup.h"
 
-/* Setup commands' callback data (a script's index otherwise). */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2, IGNORED = -3 };
+/* The callback data of a reply nobody waits for (a setup command's is its
+ * xf__setup_kind). */
+enum { IGNORED = -1 };
 
 /* ---- replies ------------------------------------------------------------------- */
 
@@ -84,12 +87,15 @@ xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
 
 /* A connection failed: remember why and open its breaker, as the blocking
  * client does. */
-static void conn_failed(xf__aconn *cn, const char *what, const char *detail) {
+__attribute__((format(printf, 2, 3))) static void conn_failed(xf__aconn *cn,
+                                                              const char *fmt, ...) {
   xf_client *c = cn->ac->core;
-  snprintf(c->conn_err, sizeof c->conn_err, "%s: %s", what, detail);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->conn_err, sizeof c->conn_err, fmt, ap);
+  va_end(ap);
   c->stats.redis_errors++;
-  if (c->breaker_ms >= 0)
-    cn->retry_after_ms = xf__now_ms() + c->breaker_ms;
+  xf__breaker_trip(&cn->breaker, c->breaker_ms, xf__now_ms(), c->conn_err);
   if (!cn->connected) { /* never came up: calls move on to the next seed */
     cn->failed_connect = 1;
     xf__aseeds_down(cn);
@@ -106,13 +112,13 @@ static void on_connect(const redisAsyncContext *crac, int status) {
     xf__async_enter(ac); /* leaving re-arms the watchdog: now a command timeout */
     cn->connected = 1;
     cn->progress_ms = xf__now_ms();
-    if (!ac->core->unix_path)
-      redisEnableKeepAlive(&rac->c);
+    xf__breaker_close(&cn->breaker);
+    xf__conn_tune(ac->core, &rac->c, cn->host != NULL, 0); /* never fails: no timeout */
     xf__async_leave(ac);
     return;
   }
   /* hiredis frees rac next; its calls' callbacks then run with NULL. */
-  conn_failed(cn, "connect", rac->errstr ? rac->errstr : "failed");
+  conn_failed(cn, "connect: %s", rac->errstr ? rac->errstr : "failed");
   cn->rac = NULL;
   cn->usable = 0;
   rac->data = NULL;
@@ -151,9 +157,10 @@ void xf__aconn_replied(xf__aconn *cn, redisAsyncContext *rac, const void *reply)
   }
 }
 
-/* AUTH or SELECT refused: the connection is useless. Its calls' replies get
- * XF_EAUTH (as the blocking client's calls do) and it closes once they are in.
- * A failed SCRIPT LOAD is left to the flow's NOSCRIPT recovery. */
+/* A setup command refused (xf__setup_judge): the connection is useless. Its
+ * calls' replies get the judged code (XF_EAUTH as with the blocking client;
+ * XF_EUNAVAILABLE, a busy server, fails them open) and it closes once they
+ * are in. A failed SCRIPT LOAD is left to the flow's NOSCRIPT recovery. */
 static void on_setup_reply(redisAsyncContext *rac, void *reply, void *what) {
   redisReply *r = reply;
   xf__aconn *cn = r ? rac->data : NULL;
@@ -161,11 +168,15 @@ static void on_setup_reply(redisAsyncContext *rac, void *reply, void *what) {
     return;
   cn->inflight--;
   cn->progress_ms = xf__now_ms();
-  intptr_t step = (intptr_t)what;
-  if (step >= 0 || step == IGNORED || r->type != REDIS_REPLY_ERROR || cn->setup_rc != XF_OK)
+  intptr_t kind = (intptr_t)what;
+  if (kind == IGNORED || cn->setup_rc != XF_OK)
     return;
-  cn->setup_rc = XF_EAUTH;
-  conn_failed(cn, step == SETUP_AUTH ? "AUTH" : "SELECT", r->str);
+  xf_client *c = cn->ac->core;
+  int rc = xf__setup_judge(c, (xf__setup_kind)kind, r);
+  if (rc == XF_OK)
+    return;
+  cn->setup_rc = rc;
+  conn_failed(cn, "%s", c->errstr);
   cn->usable = 0;
   redisAsyncDisconnect(rac);
 }
@@ -190,36 +201,15 @@ int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd) {
   return xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)IGNORED, cmd);
 }
 
-static void put(xf__cmd *cmd, const char *arg) {
-  cmd->argv[cmd->argc] = arg;
-  cmd->lens[cmd->argc++] = strlen(arg);
-}
-
-/* AUTH, SELECT, then every script, ahead of any call's command: a fresh
- * server would otherwise answer each concurrent call's first EVALSHA with
- * NOSCRIPT and each would load the script itself. */
+/* The connection setup with the scripts' preload, ahead of any call's
+ * command: many calls are queued at once on a fresh connection. */
 static int queue_setup(xf__aconn *cn) {
-  xf_client *c = cn->ac->core;
-  xf__cmd cmd = {0};
+  xf__setup s;
+  xf__setup_build(cn->ac->core, XF_SETUP_SCRIPTS | (cn->readonly ? XF_SETUP_REPLICA : 0),
+                  &s);
   int rc = XF_OK;
-  if (c->password) {
-    put(&cmd, "AUTH");
-    put(&cmd, c->username ? c->username : "default");
-    put(&cmd, c->password);
-    rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, &cmd);
-  }
-  char db[16];
-  if (rc == XF_OK && c->db != 0) {
-    snprintf(db, sizeof db, "%d", c->db);
-    cmd.argc = 0;
-    put(&cmd, "SELECT");
-    put(&cmd, db);
-    rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)SETUP_SELECT, &cmd);
-  }
-  for (intptr_t s = XF_SCRIPT_READ; rc == XF_OK && s <= XF_SCRIPT_DELETE; s++) {
-    xf__script_load_cmd(&cmd, (int)s, NULL, 0);
-    rc = xf__aconn_queue(cn, on_setup_reply, (void *)s, &cmd);
-  }
+  for (int i = 0; rc == XF_OK && i < s.n; i++)
+    rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)s.kind[i], &s.cmd[i]);
   return rc;
 }
 
@@ -240,7 +230,7 @@ static int start(xf__aconn *cn) {
     snprintf(detail, sizeof detail, "%s",
              rac->err ? rac->errstr : "cannot attach to the loop");
     redisAsyncFree(rac);
-    conn_failed(cn, "connect", detail);
+    conn_failed(cn, "connect: %s", detail);
     return xf__fail(c, XF_ECONNECT, "connect to %s: %s", where, detail);
   }
   rac->data = cn;
@@ -258,8 +248,8 @@ static int start(xf__aconn *cn) {
 int xf__aconn_open(xf__aconn *cn) {
   xf_client *c = cn->ac->core;
   if (!cn->rac) {
-    if (c->breaker_ms >= 0 && xf__now_ms() < cn->retry_after_ms)
-      return xf__fail(c, XF_ECONNECT, "circuit open after: %s", c->conn_err);
+    if (!xf__breaker_allows(&cn->breaker, xf__now_ms()))
+      return xf__fail(c, XF_ECONNECT, "circuit open after: %s", cn->breaker.why);
     int rc = start(cn);
     if (rc != XF_OK)
       return rc;
@@ -300,12 +290,13 @@ static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
     rc = xf__fail(ac->core, cn->setup_rc, "%s", ac->core->conn_err);
   }
   xf__async_enter(ac);
-  if (ac->mode == XF__AMODE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
+  if (ac->core->routes.mode == XF_ROUTE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
       xf__aroute_reply(k, rc, reply)) {
     xf__async_leave(ac);
     return;
   }
-  k->attempts = k->script_reloaded = 0; /* the flow's next command starts afresh */
+  k->attempts = 0; /* the flow's next command starts afresh */
+  k->route_act = XF_ROUTE_DONE;
   if (rc == XF_OK && !(copy = xf__reply_copy(reply)))
     rc = xf__fail(ac->core, XF_ENOMEM, "out of memory for a reply");
   xf__async_advance(k, xf__flow_reply(&k->f, rc, copy, now_ms));
@@ -322,7 +313,6 @@ int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
   if (rc == XF_OK) {
     k->sent = 1;
     k->conn = cn;
-    k->asking = asking;
   }
   return rc;
 }
@@ -355,7 +345,7 @@ static void check(xf__aconn *cn, int64_t now_ms) {
   if (xf__now_ms() < deadline(cn) || cn->ac->closing)
     return;
   redisAsyncContext *rac = cn->rac;
-  conn_failed(cn, cn->connected ? "command" : "connect", "timed out");
+  conn_failed(cn, "%s: timed out", cn->connected ? "command" : "connect");
   cn->rac = NULL;
   cn->usable = cn->connected = 0;
   cn->inflight = 0;

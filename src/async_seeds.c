@@ -24,7 +24,7 @@ static int seed_index(const xf_async *ac, const xf__aconn *cn) {
 void xf__aseeds_down(xf__aconn *cn) {
   xf_async *ac = cn->ac;
   int at = seed_index(ac, cn);
-  if (ac->mode == XF__AMODE_STANDALONE && cn == ac->main && at >= 0)
+  if (ac->core->routes.mode == XF_ROUTE_STANDALONE && cn == ac->main && at >= 0)
     ac->main = ac->conns[(at + 1) % nseeds(ac)];
 }
 
@@ -47,8 +47,8 @@ int xf__aseeds_send(xf__acall *k) { return walk(k->ac, k); }
 
 int xf__aseeds_resend(xf__acall *k, xf__aconn *cn) {
   xf_async *ac = k->ac;
-  if (ac->mode != XF__AMODE_STANDALONE || !cn->failed_connect || seed_index(ac, cn) < 0 ||
-      ++k->attempts >= nseeds(ac))
+  if (ac->core->routes.mode != XF_ROUTE_STANDALONE || !cn->failed_connect ||
+      seed_index(ac, cn) < 0 || ++k->attempts >= nseeds(ac))
     return 0;
   return walk(ac, k) == XF_OK; /* from the seed after cn (xf__aseeds_down) */
 }

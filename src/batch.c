@@ -86,7 +86,12 @@ static size_t send_all(batch *b, const batch_loaders *l) {
     }
   if (k == 0)
     return 0;
+  int grace = 1; /* releases after an interrupt only: sent within the grace */
+  for (size_t j = 0; j < k && grace; j++)
+    grace = xf__flow_canceled(&b->flows[b->who[j]]);
+  b->c->grace_ms = grace ? XF_CANCEL_GRACE_MS : 0;
   xf__command_many(b->c, k, b->cmds, b->rcs, b->replies);
+  b->c->grace_ms = 0;
   int64_t now_ms = xf__now_ms();
   for (size_t j = 0; j < k; j++)
     b->steps[b->who[j]] =
@@ -124,9 +129,8 @@ static size_t wake_due(batch *b) {
       first = b->flows[i].wake_ms;
   if (first == INT64_MAX)
     return 0;
-  xf__sleep_until_ms(first);
+  int stop = xf__drive_sleep(&b->flows[0], first); /* ends every wait */
   int64_t now_ms = xf__now_ms();
-  int stop = xf__flow_interrupted(&b->flows[0]); /* ends every wait */
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++)
     if (b->steps[i] == XF_STEP_WAIT && (stop || b->flows[i].wake_ms <= now_ms)) {
@@ -135,6 +139,21 @@ static size_t wake_due(batch *b) {
       k++;
     }
   return k;
+}
+
+/* Once the interrupt ended one call (a reply wait it cut short), it ends
+ * them all: no more loads, every lease held released. Only with an
+ * interrupt set: a batch of hits pays nothing. */
+static void stop_if_canceled(batch *b) {
+  if (!b->c->interrupt)
+    return;
+  size_t i = 0;
+  while (i < b->n && !(b->steps[i] == XF_STEP_DONE ? b->flows[i].rc == XF_ECANCELED
+                                                   : xf__flow_canceled(&b->flows[i])))
+    i++;
+  for (size_t j = 0; i < b->n && j < b->n; j++)
+    if (b->steps[j] != XF_STEP_DONE && !xf__flow_canceled(&b->flows[j]))
+      b->steps[j] = xf__flow_cancel(&b->flows[j]);
 }
 
 static int check_many(xf_client *c, size_t n, const char *const *keys,
@@ -168,7 +187,7 @@ static int run_many(xf_client *c, size_t n, const char *const *keys, const size_
   for (size_t i = 0; i < n; i++)
     b.steps[i] = xf__flow_start(&b.flows[i], c, keys[i], keylens[i], p, &values[i], now_ms);
   xf__batch_read_all(&b);
-  while (send_all(&b, l) || load_all(&b, l) || wake_due(&b))
+  while ((stop_if_canceled(&b), send_all(&b, l) || load_all(&b, l) || wake_due(&b)))
     ;
   for (size_t i = 0; i < n; i++)
     rcs[i] = b.flows[i].rc;

@@ -4,7 +4,7 @@
 #define XF_BATCH_H
 
 #include "client.h"
-#include "flow.h"
+#include "drive.h"
 
 typedef struct batch_loaders {
   xf_loader_fn one;        /* per key; or */

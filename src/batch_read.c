@@ -19,9 +19,7 @@
  * first command the client may not know yet (options.cluster auto): grouping
  * by slot is right either way. */
 static int one_slot_only(const xf_client *c) {
-  if (c->mode_known)
-    return c->router != NULL;
-  return c->cluster == XF_CLUSTER_ON || (c->cluster == XF_CLUSTER_AUTO && !c->unix_path);
+  return c->routes.mode != XF_ROUTE_STANDALONE;
 }
 
 typedef struct keyed {

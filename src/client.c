@@ -72,7 +72,6 @@ static void renew_after_fork(xf_client *c) {
   for (int i = 0; i < c->nseeds; i++)
     xf__conn_forget(&c->seeds[i]);
   xf__router_forget(c->router);
-  c->retry_after_ms = 0;
   pthread_once(&atfork_once, register_atfork);
   c->id = random_u64();
   c->lease_count = 0;
@@ -94,35 +93,28 @@ static int open_a_seed(xf_client *c) {
   return rc;
 }
 
-/* Asks the connected seed whether it runs in cluster mode. A server that
- * refuses INFO (an ACL, a proxy) is taken as standalone. */
-static int ask_cluster_enabled(xf_client *c, int *enabled) {
-  static const xf__cmd info = {.argc = 2, .argv = {"INFO", "cluster"}, .lens = {4, 7}};
+/* Asks the connected seed whether it runs in cluster mode (the router
+ * decides from the reply). */
+static int ask_cluster_enabled(xf_client *c) {
   redisReply *r;
-  *enabled = 0;
-  int rc = xf__conn_command(c, &c->seeds[c->server], &info, 0, &r);
+  int rc = xf__conn_command(c, &c->seeds[c->server], &xf__route_info_cmd, 0, &r);
   if (rc != XF_OK)
     return rc;
-  if (r->type == REDIS_REPLY_STRING) {
-    int on = xf__cluster_info_enabled(r->str, r->len);
-    *enabled = on == 1;
-    if (on < 0)
-      rc = xf__fail(c, XF_EPROTO, "INFO cluster: no cluster_enabled field");
-  }
+  rc = xf__route_detect(&c->routes, r);
   freeReplyObject(r);
   return rc;
 }
 
 /* Standalone or cluster, decided once, on the first connection. */
 static int resolve_mode(xf_client *c) {
-  int cluster = c->cluster == XF_CLUSTER_ON;
-  if (c->cluster == XF_CLUSTER_AUTO && !c->unix_path) {
+  if (c->routes.mode == XF_ROUTE_UNKNOWN) {
     int rc = open_a_seed(c);
     if (rc == XF_OK)
-      rc = ask_cluster_enabled(c, &cluster);
+      rc = ask_cluster_enabled(c);
     if (rc != XF_OK)
       return rc;
   }
+  int cluster = c->routes.mode == XF_ROUTE_CLUSTER;
   if (cluster && c->db != 0)
     return xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
   if (cluster) {
@@ -331,6 +323,7 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
     xf_client_close(c);
     return rc;
   }
+  xf__route_init(&c->routes, c);
   c->id = random_u64();
   /* A given seed makes the draws reproducible: fixed stream too. */
   if (o->seed)
@@ -356,6 +349,7 @@ void xf_client_close(xf_client *c) {
     xf__conn_free(&c->seeds[i]);
   free(c->seeds);
   xf__router_free(c->router);
+  xf__route_free(&c->routes);
   free(c->host);
   free(c->unix_path);
   free(c->username);

@@ -17,8 +17,9 @@ struct xf_client {
   int nseeds;
   int server;         /* standalone: the seed in use */
   int cluster;        /* the xf_cluster_mode asked for */
-  int mode_known;     /* standalone or cluster is decided */
-  xf__router *router; /* cluster mode; NULL standalone */
+  int mode_known;     /* standalone or cluster is decided (blocking drivers) */
+  xf__routes routes;  /* mode, map, nodes: every driver's routing decisions */
+  xf__router *router; /* the blocking drivers' node connections; NULL standalone */
   int read_from_replicas;
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
@@ -29,13 +30,14 @@ struct xf_client {
   size_t ns_len;
   xf_interrupt_fn interrupt; /* options.interrupt: checked during waits */
   void *interrupt_ud;
+  int grace_ms; /* > 0 while a driver sends the release of a call the interrupt
+                   ended: interrupt not asked, connect and each reply bounded
+                   by it (conn.c); set and cleared around that one send */
   size_t max_key_len, max_value_len;
   char *prefix;
   size_t prefix_len;
   xf__buf request;               /* the RESP encoding of the command being sent */
   unsigned long fork_generation; /* of the process that owns the connections */
-  int64_t retry_after_ms;        /* the event-loop driver's breaker (the blocking
-                                    one keeps one per server, in xf__conn) */
   xf__pcg32 rng;
   uint64_t id;          /* random client id: lease tokens are unique fleet-wide */
   uint64_t lease_count; /* leases taken, the token's suffix */

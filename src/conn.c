@@ -1,6 +1,7 @@
 /* One blocking connection to one Redis server: connect (timeouts, keepalive,
- * AUTH, SELECT, READONLY), the breaker, a command, a pipeline. */
+ * then the setup of setup.c), the breaker, a command, a pipeline. */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,9 @@
 
 #include "client.h"
 #include "conn.h"
+#include "setup.h"
+
+#define REPLY_SLICE_MS 50 /* how often a reply wait asks options.interrupt */
 
 int xf__conn_init(xf__conn *k, const char *host, int port, const char *unix_path) {
   memset(k, 0, sizeof *k);
@@ -31,7 +35,7 @@ void xf__conn_forget(xf__conn *k) {
   if (k->ctx)
     redisFree(k->ctx); /* closes only the child's copy of the descriptor */
   k->ctx = NULL;
-  k->retry_after_ms = 0;
+  xf__breaker_close(&k->breaker);
 }
 
 const char *xf__conn_name(const xf__conn *k, char *buf, size_t len) {
@@ -47,15 +51,19 @@ static struct timeval to_timeval(int ms) {
   return tv;
 }
 
-/* Remembers why the connection went away, for the breaker's message (the
- * handle's errstr is cleared by every call). */
-static void drop(xf_client *c, xf__conn *k) {
-  memcpy(k->err, c->errstr, sizeof k->err);
+/* The breaker keeps why the connection went away, for its message (the
+ * handle's errstr is cleared by every call). A call the interrupt ended, or
+ * a release sent after one (c->grace_ms), says nothing about the server:
+ * the connection goes (a reply may still be on its way: never read it as
+ * the next command's), the breaker stays closed and nothing is counted. */
+static void drop(xf_client *c, xf__conn *k, int rc) {
   if (k->ctx)
     redisFree(k->ctx);
   k->ctx = NULL;
-  if (c->breaker_ms >= 0)
-    k->retry_after_ms = xf__now_ms() + c->breaker_ms;
+  if (rc == XF_ECANCELED || c->grace_ms)
+    return;
+  c->stats.redis_errors++;
+  xf__breaker_trip(&k->breaker, c->breaker_ms, xf__now_ms(), c->errstr);
 }
 
 /* Sends the encoded request with MSG_NOSIGNAL, so a peer that closed the
@@ -77,10 +85,68 @@ static int send_request(xf__conn *k, const xf__buf *request) {
   return 0;
 }
 
-/* Reads one reply; on failure the code, with the reason on the client. */
+/* Waits until k's socket can be read, until deadline_ms, in poll() slices
+ * of at most REPLY_SLICE_MS when options.interrupt is to be asked between
+ * them. XF_OK, XF_ECANCELED or XF_EIO (timed out), the reason on c. */
+static int wait_readable(xf_client *c, xf__conn *k, const char *what, int64_t deadline_ms) {
+  int ask = c->interrupt && !c->grace_ms; /* a release after an interrupt: not again */
+  for (;;) {
+    int64_t left = deadline_ms - xf__now_ms();
+    if (left <= 0)
+      return xf__fail(c, XF_EIO, "%s: no reply within %d ms", what,
+                      c->grace_ms ? c->grace_ms : c->command_timeout_ms);
+    struct pollfd p = {.fd = k->ctx->fd, .events = POLLIN};
+    int n = poll(&p, 1, (int)(ask && left > REPLY_SLICE_MS ? REPLY_SLICE_MS : left));
+    if (n > 0) /* a reply, or an error or EOF that the read reports */
+      return XF_OK;
+    if (n < 0 && errno != EINTR)
+      return xf__fail(c, XF_EIO, "%s: poll: %s", what, strerror(errno));
+    if (ask && c->interrupt(c->interrupt_ud) != 0)
+      return xf__fail(c, XF_ECANCELED, "interrupted (options.interrupt) waiting for %s",
+                      what);
+  }
+}
+
+/* redisGetReply, with the socket read only once poll() says it has bytes: a
+ * slow or stopped server then holds the call for one slice, not for the
+ * command timeout (hiredis 0.14's blocking read cannot be cut short). The
+ * command timeout counts for the whole reply, here. XF_OK with *r set, or
+ * with *r NULL when hiredis failed (its error in k->ctx); XF_ECANCELED or
+ * XF_EIO with the reason on c. */
+__attribute__((noinline)) static int get_reply_sliced(xf_client *c, xf__conn *k,
+                                                      const char *what, void **r) {
+  int ms = c->grace_ms && c->grace_ms < c->command_timeout_ms ? c->grace_ms
+                                                              : c->command_timeout_ms;
+  int64_t deadline_ms = xf__now_ms() + ms;
+  if (redisGetReplyFromReader(k->ctx, r) != REDIS_OK) /* a reply already read */
+    return XF_OK;
+  while (!*r) {
+    int rc = wait_readable(c, k, what, deadline_ms);
+    if (rc != XF_OK)
+      return rc;
+    if (redisBufferRead(k->ctx) != REDIS_OK ||
+        redisGetReplyFromReader(k->ctx, r) != REDIS_OK)
+      return XF_OK;
+  }
+  return XF_OK;
+}
+
+/* Reads one reply; on failure the code, with the reason on the client.
+ * Without an interrupt to ask, hiredis' blocking read: a hit pays no poll()
+ * (a grace is only ever set after an interrupt fired: one test is enough). */
 static int read_reply(xf_client *c, xf__conn *k, const char *what, redisReply **reply) {
   void *r = NULL;
-  if (redisGetReply(k->ctx, &r) != REDIS_OK || !r) {
+  int ok = REDIS_OK;
+  if (!c->interrupt) {
+    ok = redisGetReply(k->ctx, &r);
+  } else {
+    int rc = get_reply_sliced(c, k, what, &r);
+    if (rc != XF_OK) { /* canceled, timed out: said on c */
+      k->peer_closed = 0;
+      return rc;
+    }
+  }
+  if (ok != REDIS_OK || !r) {
     k->peer_closed =
         k->ctx->err == REDIS_ERR_EOF ||
         (k->ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
@@ -124,67 +190,53 @@ static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
   return rc == XF_OK ? read_reply(c, k, cmd->argv[0], reply) : rc;
 }
 
-/* Runs a setup command (AUTH, SELECT, READONLY) on a fresh connection. */
-static int setup_command(xf_client *c, xf__conn *k, int argc, const char **argv,
-                         int refused_rc) {
-  xf__cmd cmd = {.argc = argc};
-  for (int i = 0; i < argc; i++) {
-    cmd.argv[i] = argv[i];
-    cmd.lens[i] = strlen(argv[i]);
+/* Runs the connection's setup (setup.c), its commands in one write. */
+static int setup(xf_client *c, xf__conn *k) {
+  xf__setup s;
+  xf__setup_build(c, k->readonly ? XF_SETUP_REPLICA : 0, &s);
+  c->request.len = 0;
+  for (int i = 0; i < s.n; i++)
+    if (xf__resp_append_cmd(&c->request, &s.cmd[i]) != 0)
+      return xf__fail(c, XF_ENOMEM, "out of memory for the connection setup");
+  int rc = s.n ? write_request(c, k, s.cmd[0].argv[0]) : XF_OK;
+  for (int i = 0; rc == XF_OK && i < s.n; i++) {
+    redisReply *r;
+    rc = read_reply(c, k, s.cmd[i].argv[0], &r);
+    if (rc == XF_OK) {
+      rc = xf__setup_judge(c, s.kind[i], r);
+      freeReplyObject(r);
+    }
   }
-  redisReply *r;
-  if (roundtrip(c, k, &cmd, 0, &r) != XF_OK)
-    return XF_ECONNECT; /* roundtrip put the reason on the client */
-  int bad = r->type == REDIS_REPLY_ERROR;
-  if (bad)
-    xf__fail(c, refused_rc, "%s: %s", argv[0], r->str);
-  freeReplyObject(r);
-  return bad ? refused_rc : XF_OK;
+  return rc == XF_EIO ? XF_ECONNECT : rc; /* not set up: not connected */
 }
 
-static int setup(xf_client *c, xf__conn *k) {
-  int rc = XF_OK;
-  if (c->password) {
-    const char *auth[] = {"AUTH", c->username ? c->username : "default", c->password};
-    rc = setup_command(c, k, 3, auth, XF_EAUTH);
-  }
-  if (rc == XF_OK && c->db != 0) {
-    char db[16];
-    snprintf(db, sizeof db, "%d", c->db);
-    const char *select[] = {"SELECT", db};
-    rc = setup_command(c, k, 2, select, XF_EAUTH);
-    if (rc == XF_EAUTH && strstr(c->errstr, "cluster mode"))
-      rc = xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
-  }
-  if (rc == XF_OK && k->readonly) {
-    const char *readonly[] = {"READONLY"};
-    rc = setup_command(c, k, 1, readonly, XF_EREDIS);
-  }
-  return rc;
+int xf__conn_tune(xf_client *c, redisContext *ctx, int tcp, int blocking) {
+  if (blocking && redisSetTimeout(ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK)
+    return xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", ctx->errstr);
+  if (tcp) /* keepalive fails on Unix sockets */
+    redisEnableKeepAlive(ctx);
+  return XF_OK;
 }
 
 static int connect_now(xf_client *c, xf__conn *k) {
-  struct timeval ctv = to_timeval(c->connect_timeout_ms);
+  int ms = c->grace_ms && c->grace_ms < c->connect_timeout_ms ? c->grace_ms
+                                                              : c->connect_timeout_ms;
+  struct timeval ctv = to_timeval(ms);
   k->ctx = k->unix_path ? redisConnectUnixWithTimeout(k->unix_path, ctv)
                         : redisConnectWithTimeout(k->host, k->port, ctv);
   if (!k->ctx)
     return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
   char name[300];
-  int rc = XF_OK;
-  if (k->ctx->err) {
-    rc = xf__fail(c, XF_ECONNECT, "connect to %s: %s", xf__conn_name(k, name, sizeof name),
-                  k->ctx->errstr);
-  } else if (redisSetTimeout(k->ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK) {
-    rc = xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", k->ctx->errstr);
-  } else if (!k->unix_path) { /* TCP only: keepalive fails on Unix sockets */
-    redisEnableKeepAlive(k->ctx);
-  }
+  int rc = k->ctx->err ? xf__fail(c, XF_ECONNECT, "connect to %s: %s",
+                                  xf__conn_name(k, name, sizeof name), k->ctx->errstr)
+                       : xf__conn_tune(c, k->ctx, !k->unix_path, 1);
   if (rc == XF_OK)
     rc = setup(c, k);
   k->refused_rc = rc == XF_EAUTH || rc == XF_EINVAL ? rc : 0;
   if (rc != XF_OK) {
-    c->stats.redis_errors++;
-    drop(c, k);
+    drop(c, k, rc);
+  } else {
+    xf__breaker_close(&k->breaker);
   }
   return rc;
 }
@@ -193,9 +245,9 @@ int xf__conn_open(xf_client *c, xf__conn *k) {
   xf__client_check_fork(c);
   if (k->ctx)
     return XF_OK;
-  if (c->breaker_ms >= 0 && xf__now_ms() < k->retry_after_ms)
+  if (!xf__breaker_allows(&k->breaker, xf__now_ms()))
     return xf__fail(c, k->refused_rc ? k->refused_rc : XF_ECONNECT,
-                    "circuit open after: %s", k->err);
+                    "circuit open after: %s", k->breaker.why);
   return connect_now(c, k);
 }
 
@@ -225,8 +277,7 @@ int xf__conn_command(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
     rc = roundtrip(c, k, cmd, asking, reply);
   }
   if (rc != XF_OK) {
-    c->stats.redis_errors++;
-    drop(c, k); /* a hiredis context with an error cannot be reused */
+    drop(c, k, rc); /* a hiredis context with an error cannot be reused */
   }
   return rc;
 }
@@ -289,8 +340,7 @@ int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const 
   }
   if (rc != XF_OK) {
     fail_from(got, n, rc, rcs);
-    c->stats.redis_errors++;
-    drop(c, k);
+    drop(c, k, rc);
   }
   return rc;
 }

@@ -1,28 +1,29 @@
 /* One connection to one Redis server (the standalone server, or one node of
- * a cluster): connect with the client's timeouts, keepalive and AUTH (and
- * SELECT, READONLY), a circuit breaker per server, one command or a pipeline
- * on it. Blocking; the client's thread only. */
+ * a cluster): connect with the client's timeouts and keepalive, run the
+ * connection setup (setup.h: AUTH, SELECT, READONLY), a circuit breaker per
+ * server (breaker.h), one command or a pipeline on it. Blocking; the
+ * client's thread only. */
 #ifndef XF_CONN_H
 #define XF_CONN_H
 
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 
+#include "breaker.h"
 #include "resp.h"
 
 struct xf_client;
 
 typedef struct xf__conn {
-  redisContext *ctx;      /* NULL while disconnected */
-  char *host;             /* owned; NULL when unix_path is used */
-  int port;               /* TCP */
-  const char *unix_path;  /* borrowed from the client; NULL = TCP */
-  int readonly;           /* a replica serving reads: READONLY after connect */
-  int64_t retry_after_ms; /* circuit breaker: no reconnect before this */
-  int peer_closed;        /* the last failure was the server closing the socket */
-  int refused_rc;         /* XF_EAUTH / XF_EINVAL: the last connect's AUTH or SELECT
-                             was refused; the breaker repeats it, never ECONNECT */
-  char err[256];          /* why the connection was last dropped */
+  redisContext *ctx;     /* NULL while disconnected */
+  char *host;            /* owned; NULL when unix_path is used */
+  int port;              /* TCP */
+  const char *unix_path; /* borrowed from the client; NULL = TCP */
+  int readonly;          /* a replica serving reads: READONLY after connect */
+  xf__breaker breaker;   /* no reconnect while open; why it was last dropped */
+  int peer_closed;       /* the last failure was the server closing the socket */
+  int refused_rc;        /* XF_EAUTH / XF_EINVAL: the last connect's AUTH or SELECT
+                            was refused; the breaker repeats it, never ECONNECT */
 } xf__conn;
 
 /* Sets k up for host:port (copied), or for unix_path when host is NULL; not
@@ -40,10 +41,12 @@ void xf__conn_forget(xf__conn *k);
 const char *xf__conn_name(const xf__conn *k, char *buf, size_t len);
 
 /* Connects now if k is not connected and its breaker allows it. Returns
- * XF_OK, XF_ECONNECT (breaker open or connect failed), XF_EAUTH (AUTH or
- * SELECT refused, also while the breaker is open after such a refusal: a
- * misconfiguration is never taken for a server that is down), XF_ENOMEM;
- * the reason on the client. */
+ * XF_OK, XF_ECONNECT (breaker open or connect failed), XF_EAUTH / XF_EINVAL
+ * (AUTH or SELECT refused, also while the breaker is open after such a
+ * refusal: a misconfiguration is never taken for a server that is down),
+ * XF_EUNAVAILABLE (a busy or loading server refused a setup command) /
+ * XF_EREDIS (READONLY refused): xf__setup_judge; XF_ENOMEM; the reason on
+ * the client. */
 int xf__conn_open(struct xf_client *c, xf__conn *k);
 
 /* Sends cmd on k and returns its reply in *reply (caller frees with
@@ -62,5 +65,12 @@ int xf__conn_command(struct xf_client *c, xf__conn *k, const xf__cmd *cmd, int a
  * Returns XF_OK when every command got a reply. */
 int xf__conn_pipeline(struct xf_client *c, xf__conn *k, size_t n,
                       const xf__cmd *const *cmds, int *rcs, redisReply **replies);
+
+/* Applies the client's socket options to a fresh hiredis context, for both
+ * transports: TCP keepalive (tcp non-zero: a peer gone silent is found), and
+ * with blocking the command timeout (the event-loop driver has its watchdog
+ * instead: a socket timeout would break hiredis' async I/O). XF_OK, or
+ * XF_ECONNECT with the message on c. */
+int xf__conn_tune(struct xf_client *c, redisContext *ctx, int tcp, int blocking);
 
 #endif

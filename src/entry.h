@@ -1,7 +1,7 @@
 /* The entry protocol on Redis: read / lease / write / release / delete, one
- * script each. For each: a function that encodes the call (no I/O), one that
- * parses the reply (no I/O), and a blocking helper that does both. Keys passed
- * here already carry the prefix. */
+ * script each. For each: a function that encodes the call and one that parses
+ * the reply; no I/O (the flow, flow.h, runs them). Keys passed here already
+ * carry the prefix. */
 #ifndef XF_ENTRY_H
 #define XF_ENTRY_H
 
@@ -95,25 +95,5 @@ int xf__entry_parse_int(xf_client *c, redisReply *r, const char *what, int *valu
 
 /* Makes the lease token of a client's next lease. */
 void xf__entry_token(xf_client *c, char token[40]);
-
-/* ---- blocking: encode, run (NOSCRIPT handled), parse ---------------------- */
-
-int xf__entry_read(xf_client *c, const char *key, size_t keylen, xf__entry *out);
-
-/* Tries to take the lease for lease_ms with a new token (written to token). */
-int xf__entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_ms,
-                    int64_t seen_expiry_ms, char token[40], int64_t *now_ms,
-                    xf__lease_result *result, xf__entry *newer);
-
-/* Writes the entry; *written is 0 when it was refused: a newer computation
- * (or a delete) is in the entry, or the caller's lease is no longer the
- * entry's. */
-int xf__entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
-                    int *written);
-
-int xf__entry_release(xf_client *c, const char *key, size_t keylen, const char *token);
-
-/* Removes the entry and leaves a tombstone for tombstone_ms (delete.lua). */
-int xf__entry_delete(xf_client *c, const char *key, size_t keylen, int64_t tombstone_ms);
 
 #endif

@@ -1,13 +1,19 @@
-/* The get-or-compute flow as a sans-I/O state machine: it never touches a
- * socket, a clock, a thread or a sleep. A driver starts a call, then performs
- * the step the machine asks for and feeds back what came of it:
+/* Every call kind (get-or-compute, get, set, delete) as one sans-I/O state
+ * machine: it never touches a socket, a clock, a thread or a sleep, so
+ * NOSCRIPT, superseded writes, fail-open and the share's drops are decided
+ * here for every driver. A driver starts a call of a kind, then performs the
+ * step the machine asks for and feeds back what came of it:
  *
  *   XF_STEP_SEND  send f->cmd (a command on f->key)  -> xf__flow_reply
  *   XF_STEP_LOAD  run the loader into &f->sink        -> xf__flow_loaded
  *   XF_STEP_WAIT  until f->wake_ms on the driver's    -> xf__flow_woke
  *                 monotonic clock
- *   XF_STEP_DONE  f->rc is the call's result; on XF_OK *out holds the value.
- *                 The flow has freed everything it held.
+ *   XF_STEP_DONE  f->rc is the call's result; on XF_OK *out holds the value
+ *                 (get-or-compute, get). The flow has freed everything it
+ *                 held.
+ *
+ * Get, set and delete only SEND (one script each, NOSCRIPT recovered); only
+ * get-or-compute LOADs and WAITs.
  *
  * Every input carries the driver's monotonic time in ms. The machine keeps
  * its state in the flow, never on the client, so calls may nest. */
@@ -19,10 +25,16 @@
 #include "entry.h"
 #include "key.h"
 #include "nest.h"
-#include "share.h"
 #include "sink.h"
 
 typedef enum xf__step { XF_STEP_SEND, XF_STEP_LOAD, XF_STEP_WAIT, XF_STEP_DONE } xf__step;
+
+typedef enum xf__kind {
+  XF_KIND_GET_OR_COMPUTE, /* read, decide, lease, load, write (xf_get_or_compute) */
+  XF_KIND_GET,            /* read only: a fresh value or XF_ENOTFOUND (xf_get) */
+  XF_KIND_SET,            /* write a value (xf_set) */
+  XF_KIND_DELETE          /* delete, leaving a tombstone (xf_delete) */
+} xf__kind;
 
 /* Why a LOAD runs: with the key's lease, after giving up waiting for another
  * caller's lease, or failing open (Redis cannot be used: nothing is written). */
@@ -34,12 +46,13 @@ typedef enum xf__load_kind {
 
 typedef struct xf__flow {
   /* The call. */
+  xf__kind kind;
   xf_client *c;
   const xf_policy *p;
   const char *user_key; /* as given, for the loader */
   size_t user_keylen;
-  xf__key key; /* prefixed, for Redis */
-  xf_value *out;
+  xf__key key;               /* prefixed, for Redis */
+  xf_value *out;             /* get-or-compute, get; NULL for set, delete */
   xf_interrupt_fn interrupt; /* the client's, copied: a pool lends the client */
   void *interrupt_ud;        /* to others while this call waits */
 
@@ -69,12 +82,31 @@ typedef struct xf__flow {
   char msg[256]; /* the loader's message, kept across the release */
 } xf__flow;
 
-/* Starts a call. Validates policy, out and key (XF_STEP_DONE with XF_EINVAL
- * or XF_ENOMEM when they are bad; XF_EINVAL too for a key a loader on this
- * thread is computing, see nest.h). The loader is the driver's: it must have
- * checked it. */
+/* Starts a get-or-compute. Validates policy, out and key (XF_STEP_DONE with
+ * XF_EINVAL or XF_ENOMEM when they are bad; XF_EINVAL too for a key a loader
+ * on this thread is computing, see nest.h). The loader is the driver's: it
+ * must have checked it. */
 xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                         const xf_policy *p, xf_value *out, int64_t now_ms);
+
+/* Starts a get: XF_OK with the value while it is within its ttl, else
+ * XF_ENOTFOUND (absent, stale, a cached not-found, malformed); Redis' errors
+ * as they are (no loader to fail open to). */
+xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                            xf_value *out, int64_t now_ms);
+
+/* Starts a set of data (len bytes, not copied: kept by the driver until
+ * DONE) under p: XF_OK, XF_ESUPERSEDED when a newer value holds the entry;
+ * Redis' errors as they are. Whatever the outcome once sent, the share's copy
+ * of the key is dropped. */
+xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                            const void *data, size_t len, const xf_policy *p,
+                            int64_t now_ms);
+
+/* Starts a delete (a tombstone for the client's tombstone_ms): XF_OK
+ * whether or not the entry existed; the share's copy dropped as for a set. */
+xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                               int64_t now_ms);
 
 /* The outcome of a SEND: rc XF_OK with the reply (any type, error replies
  * included; the flow takes it), or the driver's error (XF_EIO, XF_ECONNECT,
@@ -89,43 +121,13 @@ xf__step xf__flow_loaded(xf__flow *f, int loader_rc, int64_t delta_us, int64_t n
  * malloc'd, is the flow's). The value is served as XF_SOURCE_LOCAL. */
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
 
+/* Frees what a flow abandoned before DONE holds (the machine has no abort
+ * input: a driver that drops a call mid-way calls this). */
+void xf__flow_abandon(xf__flow *f);
+
 /* Whether the SEND step asks for the key's lease (a driver may hold it back
  * until the key's turn to load comes: see batch.c). */
 int xf__flow_leasing(const xf__flow *f);
-
-/* For drivers: performs a LOAD step with loader, in this thread (through the
- * client's share, if any, when Redis cannot be used) and feeds the flow. */
-xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud);
-
-/* The same in two halves, for a driver that lends the client to others while
- * the loader runs (the pool): xf__flow_call_loader runs it (through sc's
- * share when Redis cannot be used; sc NULL = none; only sc->share and sc->ns
- * are read, see share.h) and touches neither f->c nor the flow's state but
- * its sink; xf__flow_feed_loaded then feeds the outcome
- * (f->c set again). */
-typedef struct xf__loaded {
-  int served; /* answered by the share: rc, data (malloc'd), len */
-  int rc;
-  char *data;
-  size_t len;
-  int loader_rc; /* else the loader's code, duration and end time */
-  int64_t delta_us, end_ms;
-} xf__loaded;
-void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader, void *ud,
-                          xf__loaded *out);
-xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l);
-
-/* For drivers that run the loader themselves (the batch loader): f's key in
- * share s. xf__flow_share_begin joins its flight (waiting up to the policy's
- * wait_ms) as xf__share_begin does; a LEAD must be ended, once the loader
- * has filled f->sink (loader_rc its code, end_ms when it returned, on
- * xf__now_ms's clock), with xf__flow_share_end. */
-xf__share_role xf__flow_share_begin(xf__flow *f, const xf_client *sc, char **data,
-                                    size_t *len, int *rc);
-void xf__flow_share_end(xf__flow *f, const xf_client *sc, int loader_rc, int64_t end_ms);
-
-/* For the blocking drivers: sleeps until wake_ms (xf__now_ms's clock). */
-void xf__sleep_until_ms(int64_t wake_ms);
 
 /* A WAIT is over. */
 xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
@@ -134,7 +136,23 @@ xf__step xf__flow_woke(xf__flow *f, int64_t now_ms);
 int xf__flow_interrupted(const xf__flow *f);
 
 /* Ends the call with XF_ECANCELED (options.interrupt asked): from a WAIT, or
- * any step where the driver stops it; a lease held is released first. */
+ * any step where the driver stops it; a SEND's reply wait the interrupt cut
+ * short (xf__flow_reply with XF_ECANCELED) comes here too. A lease held (or
+ * maybe held: a LEASE whose reply was cut) is released first: that SEND is
+ * xf__flow_canceled, and the driver sends it with client->grace_ms. A value
+ * already decided is freed. */
 xf__step xf__flow_cancel(xf__flow *f);
+
+/* How long the release of a call the interrupt ended may take (connect,
+ * setup, reply): the server that was too slow may still be; past it the
+ * lease is left to expire (lease_ms), and Ctrl-C is not held for longer. */
+#define XF_CANCEL_GRACE_MS 250
+
+/* Whether f's SEND is the release of a call the interrupt ended: to be sent
+ * without asking the interrupt again, within a short grace (the lease
+ * expires by itself when that fails). Inline, for the hot path: while a call
+ * sends, only xf__flow_cancel has set f->rc to XF_ECANCELED (an outcome is
+ * kept in f->rc before a release only). */
+static inline int xf__flow_canceled(const xf__flow *f) { return f->rc == XF_ECANCELED; }
 
 #endif

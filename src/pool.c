@@ -12,10 +12,11 @@
 #include <time.h>
 
 #include "client.h"
-#include "flow.h"
+#include "drive.h"
 #include "share.h"
 
 #define DEFAULT_CHECKOUT_TIMEOUT_MS 1000
+#define INTERRUPT_SLICE_MS 50 /* how often a waiting call asks options.interrupt */
 
 struct xf_pool {
   pthread_mutex_t lock;
@@ -66,6 +67,25 @@ static void collect(xf_pool *p, xf_client *c) {
   }
 }
 
+/* One wait for a client checked in, until *until, at most 50 ms long when
+ * options.interrupt is set: asked (without the lock: it may run a signal
+ * handler) after each slice. The lock is held on return. 0, ETIMEDOUT (at
+ * *until) or XF_ECANCELED. */
+static int wait_slice(xf_pool *p, const struct timespec *until) {
+  if (!p->opts.interrupt)
+    return pthread_cond_timedwait(&p->freed, &p->lock, until);
+  struct timespec slice = deadline_in(INTERRUPT_SLICE_MS);
+  int last = slice.tv_sec > until->tv_sec ||
+             (slice.tv_sec == until->tv_sec && slice.tv_nsec >= until->tv_nsec);
+  int rc = pthread_cond_timedwait(&p->freed, &p->lock, last ? until : &slice);
+  if (rc != ETIMEDOUT || last)
+    return rc;
+  pthread_mutex_unlock(&p->lock);
+  int stop = p->opts.interrupt(p->opts.interrupt_ud);
+  pthread_mutex_lock(&p->lock);
+  return stop ? XF_ECANCELED : 0;
+}
+
 /* A client for this thread: an idle one, a new one while fewer than max
  * exist or are being opened, or the next one checked in. wait_ms < 0 is for a
  * call that already began (so at least one client exists): it waits for an
@@ -78,8 +98,13 @@ static int checkout(xf_pool *p, int wait_ms, xf_client **out) {
   int waited = 0;
   while (p->nidle == 0 && (p->made + p->opening == p->max || wait_ms < 0)) {
     waited = 1;
-    int rc = wait_ms < 0 ? pthread_cond_wait(&p->freed, &p->lock)
-                         : pthread_cond_timedwait(&p->freed, &p->lock, &until);
+    int rc = wait_ms < 0 ? pthread_cond_wait(&p->freed, &p->lock) : wait_slice(p, &until);
+    if (rc == XF_ECANCELED) {
+      pthread_mutex_unlock(&p->lock);
+      snprintf(last_error, sizeof last_error,
+               "interrupted (options.interrupt) waiting for a pooled client");
+      return XF_ECANCELED;
+    }
     if (rc == ETIMEDOUT && p->nidle == 0 && p->made + p->opening == p->max) {
       p->timed_out++;
       pthread_mutex_unlock(&p->lock);
@@ -176,21 +201,23 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
   xf__step step = xf__flow_start(&f, c, key, keylen, policy, out, xf__now_ms());
   while (step != XF_STEP_DONE) {
     if (step == XF_STEP_SEND) {
-      redisReply *r;
-      rc = xf__command(c, &f.cmd, &r);
-      step = xf__flow_reply(&f, rc, r, xf__now_ms());
+      step = xf__drive_send(&f);
       continue;
     }
     /* A load or a wait: the client goes back to the pool meanwhile. */
     checkin(p, c);
     xf__loaded l;
+    int stop = 0;
     if (step == XF_STEP_LOAD) /* c only for its share and namespace (see share.h) */
       xf__flow_call_loader(&f, c, loader, ud, &l);
     else
-      xf__sleep_until_ms(f.wake_ms);
-    checkout(p, -1, &c); /* never fails: it waits for a client */
+      stop = xf__drive_sleep(&f, f.wake_ms);
+    /* Never fails: it waits for a client (every holder gives its own back
+     * after one command), which the call needs to end, even interrupted. */
+    checkout(p, -1, &c);
     f.c = c;
     step = step == XF_STEP_LOAD ? xf__flow_feed_loaded(&f, &l)
+           : stop               ? xf__flow_cancel(&f)
                                 : xf__flow_woke(&f, xf__now_ms());
   }
   return finish(p, c, f.rc);

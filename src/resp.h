@@ -19,6 +19,7 @@ typedef struct xf__buf {
 typedef struct xf__cmd {
   const char *key;
   size_t keylen;
+  int on_master; /* a read that must see the latest write: never on a replica */
   int argc;
   const char *argv[XF_CMD_MAX_ARGS];
   size_t lens[XF_CMD_MAX_ARGS];

@@ -1,4 +1,5 @@
-/* The embedded Lua scripts: encoding, NOSCRIPT recovery, error replies. */
+/* The embedded Lua scripts: encoding, SCRIPT LOAD, what error replies mean
+ * (NOSCRIPT is recovered by the flow, flow.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
   int ro = read_only(s);
   cmd->key = key;
   cmd->keylen = keylen;
+  cmd->on_master = 0;
   cmd->argc = 0;
   cmd->more_argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
@@ -39,6 +41,7 @@ void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *con
   int ro = read_only(s);
   cmd->key = nkeys ? keys[0] : NULL;
   cmd->keylen = nkeys ? keylens[0] : 0;
+  cmd->on_master = 0;
   cmd->argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
@@ -53,6 +56,7 @@ void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keyle
   const xf__script *s = &xf__scripts[script];
   cmd->key = key;
   cmd->keylen = keylen;
+  cmd->on_master = 0;
   cmd->argc = 0;
   cmd->more_argc = 0;
   put(cmd, "SCRIPT", 6);
@@ -141,25 +145,4 @@ int xf__script_loaded(xf_client *c, int script, redisReply *r) {
 
 int xf__script_error(xf_client *c, int script, redisReply *r) {
   return error_reply(c, "", script, r);
-}
-
-int xf__script_run(xf_client *c, int script, const xf__cmd *call, redisReply **reply) {
-  xf__cmd load;
-  int rc = xf__command(c, call, reply);
-  if (rc == XF_OK && xf__script_missing(*reply)) {
-    freeReplyObject(*reply);
-    *reply = NULL;
-    xf__script_load_cmd(&load, script, call->key, call->keylen);
-    rc = xf__command(c, &load, reply);
-    if (rc == XF_OK)
-      rc = xf__script_loaded(c, script, *reply);
-    *reply = NULL;
-    if (rc == XF_OK)
-      rc = xf__command(c, call, reply);
-  }
-  if (rc != XF_OK || (*reply)->type != REDIS_REPLY_ERROR)
-    return rc;
-  rc = xf__script_error(c, script, *reply);
-  *reply = NULL;
-  return rc;
 }

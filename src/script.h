@@ -1,6 +1,6 @@
 /* The embedded Lua scripts: how a call is encoded (EVALSHA / EVALSHA_RO), how
  * a missing script is loaded (NOSCRIPT -> SCRIPT LOAD -> retry), and what an
- * error reply means. No I/O here but xf__script_run, the blocking helper. */
+ * error reply means. No I/O here. */
 #ifndef XF_SCRIPT_H
 #define XF_SCRIPT_H
 
@@ -81,11 +81,5 @@ int xf__script_loaded(struct xf_client *c, int script, struct redisReply *r);
  * message on the client; frees r: XF_EUNAVAILABLE, XF_ENOPERM, XF_EWRONGTYPE,
  * else XF_EREDIS. */
 int xf__script_error(struct xf_client *c, int script, struct redisReply *r);
-
-/* Blocking: sends call, a call of script (loading the script on NOSCRIPT
- * and retrying once). Returns XF_OK with a reply that is not an error reply
- * (caller frees it); an error reply becomes its code (xf__script_error). */
-int xf__script_run(struct xf_client *c, int script, const xf__cmd *call,
-                   struct redisReply **reply);
 
 #endif

@@ -201,6 +201,12 @@ long long xft_command_calls(redisContext *r, const char *cmd) {
   return n;
 }
 
+int64_t xft_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 long long xft_server_ms(redisContext *r) {
   redisReply *rep = xft_cmd(r, "TIME");
   long long ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
@@ -222,4 +228,36 @@ int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
     return 0;
   }
   return xf_sink_set(sink, l->value, l->len ? l->len : strlen(l->value));
+}
+
+/* (fixture.h) Busy until the probe's PING says so: from then on the other
+ * tests' commands are refused, not merely slow. */
+redisContext *xft_busy_start(int port) {
+  redisContext *b = xft_redis_port(port);
+  redisAppendCommand(b, "EVAL %s 0", "while true do end");
+  int done = 0;
+  while (!done)
+    cr_assert_eq(redisBufferWrite(b, &done), REDIS_OK);
+  redisContext *probe = xft_redis_port(port);
+  int busy = 0;
+  for (int i = 0; i < 1000 && !busy; i++) {
+    redisReply *r = xft_cmd(probe, "PING");
+    busy = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSY", 4) == 0;
+    freeReplyObject(r);
+    if (!busy)
+      xft_sleep_ms(2);
+  }
+  cr_assert(busy, "the server never got busy");
+  redisFree(probe);
+  return b;
+}
+
+void xft_busy_stop(int port, redisContext *b) {
+  redisContext *k = xft_redis_port(port);
+  freeReplyObject(xft_cmd(k, "SCRIPT KILL"));
+  redisFree(k);
+  void *r = NULL;
+  redisGetReply(b, &r); /* the killed script's error */
+  freeReplyObject(r);
+  redisFree(b);
 }

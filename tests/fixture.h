@@ -44,6 +44,10 @@ long long xft_int(redisContext *r, const char *fmt, ...);
 /* How many times the server ran cmd, lower case (INFO commandstats). */
 long long xft_command_calls(redisContext *r, const char *cmd);
 
+/* This process' monotonic clock in ms: the time a test driving the sans-I/O
+ * call (xf_call_*) gives it, as a real driver would. */
+int64_t xft_now_ms(void);
+
 /* The server's clock (TIME) in ms: what the scripts use. */
 long long xft_server_ms(redisContext *r);
 
@@ -61,5 +65,12 @@ typedef struct xft_loader {
 int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink);
 
 void xft_sleep_ms(int ms);
+
+/* Makes the server on port busy: another connection runs a script that never
+ * ends, and past busy-reply-threshold (start the server with
+ * "--busy-reply-threshold 10") Redis answers BUSY to nearly every command
+ * until SCRIPT KILL. Returns that connection, for xft_busy_stop. */
+redisContext *xft_busy_start(int port);
+void xft_busy_stop(int port, redisContext *b);
 
 #endif

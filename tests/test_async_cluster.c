@@ -34,15 +34,20 @@ typedef struct call {
   xf_source source;
 } call;
 
-static void open_handle(handle *h, const char *host, int cluster) {
+static void open_handle_with(handle *h, const char *host, int cluster, int replicas) {
   memset(h, 0, sizeof *h);
   cr_assert_eq(uv_loop_init(&h->loop), 0);
   xf_options o = XF_OPTIONS_INIT;
   o.host = host;
   o.cluster = cluster;
+  o.read_from_replicas = replicas;
   o.seed = 7;
   int rc = xf_async_open_libuv(&h->ac, &o, &h->loop);
   cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));
+}
+
+static void open_handle(handle *h, const char *host, int cluster) {
+  open_handle_with(h, host, cluster, 0);
 }
 
 static void open_node(handle *h, int i) {
@@ -215,6 +220,43 @@ Test(async_cluster, a_thousand_calls_over_300_keys_load_each_once_then_hit_in_on
   cr_expect_eq(xft_total_calls("evalsha"), 0);
   cr_expect_eq(xft_total_calls("cluster|slots"), 0);
   cr_expect_eq(xft_total_calls("asking"), 0);
+  close_handle(&h);
+}
+
+Test(async_cluster, replica_reads_serve_hits_from_the_replicas) {
+  handle w;
+  open_node(&w, 2);
+  loader l = {.loop = &w.loop};
+  free(run_calls(&w, 100, "ac:replica:", 100, &l));
+  cr_expect_eq(l.calls, 100);
+  close_handle(&w);
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) { /* the replicas have caught up */
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    freeReplyObject(xft_cluster_cmd(r, "WAIT 1 2000"));
+    redisFree(r);
+  }
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
+  handle h;
+  open_handle_with(&h, host, XF_CLUSTER_AUTO, 1);
+  long long before[XFT_CLUSTER_NODES];
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
+    before[i] = xft_calls_of(xft_cluster_port(i), "evalsha_ro");
+  loader r = {.loop = &h.loop};
+  free(run_calls(&h, 100, "ac:replica:", 100, &r));
+  cr_expect_eq(h.errors, 0, "last error: %s", h.errmsg);
+  cr_expect_eq(h.by_source[XF_SOURCE_CACHE], 100);
+  cr_expect_eq(r.calls, 0);
+  long long on_replicas = 0;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    long long ran = xft_calls_of(xft_cluster_port(i), "evalsha_ro") - before[i];
+    if (!is_master(xft_cluster_port(i)))
+      on_replicas += ran;
+  }
+  cr_expect_geq(on_replicas, 100, "every hit read on a replica (%lld)", on_replicas);
+  xf_stats st;
+  xf_async_stats(h.ac, &st);
+  cr_expect_eq(st.redirects, 0, "READONLY went first on the replicas' connections");
   close_handle(&h);
 }
 

@@ -55,17 +55,17 @@ typedef struct script {
 static int drive(wire *w, xf_client *c, const char *key, const xf_policy *p, script *s,
                  xf_value *out) {
   xf_call *call;
-  cr_assert_eq(xf_call_start(&call, c, key, strlen(key), p), XF_OK);
+  cr_assert_eq(xf_call_start(&call, c, key, strlen(key), p, xft_now_ms()), XF_OK);
   for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
     if (step == XF_CALL_SEND) {
-      step = xf_call_reply(call, exchange(w, call));
+      step = xf_call_reply(call, exchange(w, call), xft_now_ms());
     } else if (step == XF_CALL_LOAD) {
       s->loads++;
-      step = s->value ? xf_call_loaded(call, s->value, strlen(s->value))
-                      : xf_call_load_failed(call, 7);
+      step = s->value ? xf_call_loaded(call, s->value, strlen(s->value), 1000, xft_now_ms())
+                      : xf_call_load_failed(call, 7, xft_now_ms());
     } else {
-      usleep((useconds_t)xf_call_wait_ms(call) * 1000);
-      step = xf_call_woke(call);
+      usleep((useconds_t)xf_call_wait_ms(call, xft_now_ms()) * 1000);
+      step = xf_call_woke(call, xft_now_ms());
     }
   }
   int rc = xf_call_result(call, out);
@@ -152,10 +152,10 @@ Test(call, an_error_reply_and_a_lost_connection) {
   xf_value v;
   cr_expect_eq(drive(&w, c, "call:str", &p, &s, &v), XF_EWRONGTYPE);
   xf_call *call;
-  cr_assert_eq(xf_call_start(&call, c, "call:io", 7, &p), XF_OK);
+  cr_assert_eq(xf_call_start(&call, c, "call:io", 7, &p, 0), XF_OK);
   cr_assert_eq(xf_call_next(call), XF_CALL_SEND);
-  cr_assert_eq(xf_call_io_failed(call, XF_EIO), XF_CALL_LOAD, "fails open");
-  cr_assert_eq(xf_call_loaded(call, "direct", 6), XF_CALL_DONE);
+  cr_assert_eq(xf_call_io_failed(call, XF_EIO, 0), XF_CALL_LOAD, "fails open");
+  cr_assert_eq(xf_call_loaded(call, "direct", 6, 10, 0), XF_CALL_DONE);
   cr_assert_eq(xf_call_result(call, &v), XF_OK);
   cr_expect_str_eq(v.data, "direct");
   cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
@@ -170,16 +170,16 @@ Test(call, bad_arguments_and_a_call_abandoned_mid_way) {
   xf_client *c = config_client();
   xf_policy p = XF_POLICY_INIT;
   xf_call *call = NULL;
-  cr_expect_eq(xf_call_start(NULL, c, "k", 1, &p), XF_EINVAL);
-  cr_expect_eq(xf_call_start(&call, NULL, "k", 1, &p), XF_EINVAL);
-  cr_expect_eq(xf_call_start(&call, c, "k", 1, NULL), XF_EINVAL);
-  cr_assert_eq(xf_call_start(&call, c, "", 0, &p), XF_OK);
+  cr_expect_eq(xf_call_start(NULL, c, "k", 1, &p, 0), XF_EINVAL);
+  cr_expect_eq(xf_call_start(&call, NULL, "k", 1, &p, 0), XF_EINVAL);
+  cr_expect_eq(xf_call_start(&call, c, "k", 1, NULL, 0), XF_EINVAL);
+  cr_assert_eq(xf_call_start(&call, c, "", 0, &p, 0), XF_OK);
   cr_expect_eq(xf_call_next(call), XF_CALL_DONE);
   cr_expect_eq(xf_call_result(call, NULL), XF_EINVAL, "an empty key");
   xf_call_free(call);
-  cr_assert_eq(xf_call_start(&call, c, "call:abandoned", 14, &p), XF_OK);
+  cr_assert_eq(xf_call_start(&call, c, "call:abandoned", 14, &p, 0), XF_OK);
   cr_expect_eq(xf_call_result(call, NULL), XF_EINVAL, "not done yet");
-  cr_expect_eq(xf_call_woke(call), XF_CALL_SEND, "a wrong step is ignored");
+  cr_expect_eq(xf_call_woke(call, 0), XF_CALL_SEND, "a wrong step is ignored");
   xf_call_free(call); /* mid-way: nothing leaks (valgrind) */
   xf_call_free(NULL);
   xf_reader *rd;
@@ -203,7 +203,7 @@ Test(call, bad_arguments_and_a_call_abandoned_mid_way) {
 /* Sends a one-script call (set, delete) to its end; returns its code. */
 static int drive_one(wire *w, xf_call *call) {
   for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;)
-    step = xf_call_reply(call, exchange(w, call));
+    step = xf_call_reply(call, exchange(w, call), xft_now_ms());
   int rc = xf_call_result(call, NULL);
   xf_call_free(call);
   return rc;
@@ -218,7 +218,7 @@ Test(call, set_and_delete_as_calls) {
   freeReplyObject(xft_cmd(r, "SCRIPT FLUSH")); /* the set recovers from NOSCRIPT */
   xf_policy p = XF_POLICY_INIT;
   xf_call *call;
-  cr_assert_eq(xf_call_start_set(&call, c, "call:set", 8, "written", 7, &p), XF_OK);
+  cr_assert_eq(xf_call_start_set(&call, c, "call:set", 8, "written", 7, &p, 0), XF_OK);
   cr_assert_eq(drive_one(&w, call), XF_OK, "%s", xf_errmsg(c));
   script s = {.value = "loaded"};
   xf_value v;
@@ -226,18 +226,18 @@ Test(call, set_and_delete_as_calls) {
   cr_expect_str_eq(v.data, "written");
   cr_expect_eq(v.source, XF_SOURCE_CACHE);
   xf_value_free(&v);
-  cr_assert_eq(xf_call_start_delete(&call, c, "call:set", 8), XF_OK);
+  cr_assert_eq(xf_call_start_delete(&call, c, "call:set", 8, 0), XF_OK);
   cr_assert_eq(drive_one(&w, call), XF_OK);
   int rc = drive(&w, c, "call:set", &p, &s, &v);
   cr_assert_eq(rc, XF_OK, "%s: %s", xf_errname(rc), xf_errmsg(c));
   cr_expect_str_eq(v.data, "loaded", "the delete left a miss");
   xf_value_free(&v);
-  cr_assert_eq(xf_call_start_set(&call, c, "call:set", 8, "x", 1, &p), XF_OK);
-  cr_expect_eq(xf_call_io_failed(call, XF_EIO), XF_CALL_DONE);
+  cr_assert_eq(xf_call_start_set(&call, c, "call:set", 8, "x", 1, &p, 0), XF_OK);
+  cr_expect_eq(xf_call_io_failed(call, XF_EIO, 0), XF_CALL_DONE);
   cr_expect_eq(xf_call_result(call, NULL), XF_EIO, "no fail-open for a set");
   xf_call_free(call);
-  cr_expect_eq(xf_call_start_set(&call, c, "k", 1, NULL, 3, &p), XF_EINVAL);
-  cr_expect_eq(xf_call_start_delete(&call, c, "", 0), XF_EINVAL);
+  cr_expect_eq(xf_call_start_set(&call, c, "k", 1, NULL, 3, &p, 0), XF_EINVAL);
+  cr_expect_eq(xf_call_start_delete(&call, c, "", 0, 0), XF_EINVAL);
   redisFree(r);
   close_wire(&w);
   xf_client_close(c);
@@ -273,11 +273,11 @@ Test(call, a_result_is_taken_once) {
   xf_policy p = XF_POLICY_INIT;
   wire w = open_wire(0);
   xf_call *call;
-  cr_assert_eq(xf_call_start(&call, c, "call:once", 9, &p), XF_OK);
+  cr_assert_eq(xf_call_start(&call, c, "call:once", 9, &p, 0), XF_OK);
   for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;)
-    step = step == XF_CALL_SEND   ? xf_call_reply(call, exchange(&w, call))
-           : step == XF_CALL_LOAD ? xf_call_loaded(call, "v", 1)
-                                  : xf_call_woke(call);
+    step = step == XF_CALL_SEND   ? xf_call_reply(call, exchange(&w, call), 0)
+           : step == XF_CALL_LOAD ? xf_call_loaded(call, "v", 1, 10, 0)
+                                  : xf_call_woke(call, 0);
   xf_value v;
   cr_assert_eq(xf_call_result(call, &v), XF_OK);
   cr_expect_str_eq(v.data, "v");
@@ -287,13 +287,101 @@ Test(call, a_result_is_taken_once) {
   cr_expect(strstr(xf_call_errmsg(call), "already taken"), "%s", xf_call_errmsg(call));
   xf_call_free(call);
   /* Asking for the code only (out NULL) takes nothing: the value is still there. */
-  cr_assert_eq(xf_call_start(&call, c, "call:once", 9, &p), XF_OK);
+  cr_assert_eq(xf_call_start(&call, c, "call:once", 9, &p, 0), XF_OK);
   while (xf_call_next(call) == XF_CALL_SEND)
-    xf_call_reply(call, exchange(&w, call));
+    xf_call_reply(call, exchange(&w, call), 0);
   cr_assert_eq(xf_call_result(call, NULL), XF_OK);
   cr_assert_eq(xf_call_result(call, &v), XF_OK);
   cr_expect_str_eq(v.data, "v");
   xf_value_free(&v);
+  xf_call_free(call);
+  close_wire(&w);
+  xf_client_close(c);
+}
+
+/* The call reads no clock: a lease wait's deadlines follow the time it is
+ * given. Another caller's lease is live for a minute of real time; the call
+ * waits, re-reads and gives up at the fake times it is fed, within a few ms
+ * of real time. A fixed time never gives up. */
+Test(call, the_call_takes_time_only_from_its_inputs) {
+  xf_client *c = config_client();
+  wire w = open_wire(0);
+  redisContext *r = xft_redis();
+  long long lease_until = xft_server_ms(r) + 60000;
+  freeReplyObject(xft_cmd(r, "HSET call:fake l other:%lld", lease_until));
+  freeReplyObject(xft_cmd(r, "PEXPIRE call:fake 60000"));
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 500;
+  p.on_wait_timeout = XF_WAIT_FAIL;
+  xf_call *call;
+  const int64_t t0 = 1000000; /* any clock, far from the process' own */
+  cr_assert_eq(xf_call_start(&call, c, "call:fake", 9, &p, t0), XF_OK);
+  xf_call_step step = xf_call_next(call);
+  while (step == XF_CALL_SEND) /* INFO cluster first (options.cluster AUTO) */
+    step = xf_call_reply(call, exchange(&w, call), t0);
+  cr_assert_eq(step, XF_CALL_WAIT, "%s", xf_call_errmsg(call));
+  cr_expect_eq(xf_call_wait_ms(call, t0), 2, "the first poll");
+  cr_expect_eq(xf_call_wait_ms(call, t0 + 1), 1);
+  cr_expect_eq(xf_call_wait_ms(call, t0 + 100), 0, "past due: now");
+  for (int i = 0; i < 3; i++) { /* the clock stands still: the wait never ends */
+    cr_assert_eq(xf_call_woke(call, t0), XF_CALL_SEND);
+    cr_assert_eq(xf_call_reply(call, exchange(&w, call), t0), XF_CALL_WAIT);
+    cr_expect_eq(xf_call_wait_ms(call, t0), 2, "round %d", i);
+  }
+  cr_assert_eq(xf_call_woke(call, t0 + 400), XF_CALL_SEND);
+  cr_assert_eq(xf_call_reply(call, exchange(&w, call), t0 + 400), XF_CALL_WAIT);
+  cr_expect_eq(xf_call_wait_ms(call, t0 + 400), 50, "a quarter of 400 ms, capped at 50");
+  cr_assert_eq(xf_call_woke(call, t0 + 500), XF_CALL_SEND);
+  cr_assert_eq(xf_call_reply(call, exchange(&w, call), t0 + 500), XF_CALL_DONE);
+  cr_expect_eq(xf_call_result(call, NULL), XF_ETIMEDOUT, "%s", xf_call_errmsg(call));
+  xf_call_free(call);
+  /* The loader's duration is the driver's measure: the entry's delta. */
+  freeReplyObject(xft_cmd(r, "DEL call:fake"));
+  cr_assert_eq(xf_call_start(&call, c, "call:fake", 9, &p, t0), XF_OK);
+  step = xf_call_next(call);
+  while (step == XF_CALL_SEND)
+    step = xf_call_reply(call, exchange(&w, call), t0);
+  cr_assert_eq(step, XF_CALL_LOAD);
+  step = xf_call_loaded(call, "v", 1, 250000, t0);
+  while (step == XF_CALL_SEND)
+    step = xf_call_reply(call, exchange(&w, call), t0);
+  cr_assert_eq(xf_call_result(call, NULL), XF_OK);
+  xf_call_free(call);
+  redisReply *delta = xft_cmd(r, "HGET call:fake d");
+  cr_expect(delta->str && strcmp(delta->str, "250000") == 0, "d is %s", delta->str);
+  freeReplyObject(delta);
+  redisFree(r);
+  close_wire(&w);
+  xf_client_close(c);
+}
+
+/* xf_get as a call: the value while within its ttl, else XF_ENOTFOUND. */
+Test(call, get_as_a_call) {
+  xf_client *c = config_client();
+  wire w = open_wire(0);
+  xf_policy p = XF_POLICY_INIT;
+  xf_call *call;
+  cr_assert_eq(xf_call_start_set(&call, c, "call:get", 8, "there", 5, &p, 0), XF_OK);
+  cr_assert_eq(drive_one(&w, call), XF_OK);
+  cr_assert_eq(xf_call_start_get(&call, c, "call:get", 8, 0), XF_OK);
+  while (xf_call_next(call) == XF_CALL_SEND)
+    xf_call_reply(call, exchange(&w, call), 0);
+  xf_value v;
+  cr_assert_eq(xf_call_result(call, &v), XF_OK, "%s", xf_call_errmsg(call));
+  cr_expect_str_eq(v.data, "there");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  xf_call_free(call);
+  cr_assert_eq(xf_call_start_delete(&call, c, "call:get", 8, 0), XF_OK);
+  cr_assert_eq(drive_one(&w, call), XF_OK);
+  cr_assert_eq(xf_call_start_get(&call, c, "call:get", 8, 0), XF_OK);
+  while (xf_call_next(call) == XF_CALL_SEND)
+    xf_call_reply(call, exchange(&w, call), 0);
+  cr_expect_eq(xf_call_result(call, &v), XF_ENOTFOUND);
+  cr_expect_null(v.data);
+  xf_call_free(call);
+  cr_assert_eq(xf_call_start_get(&call, c, "", 0, 0), XF_OK);
+  cr_expect_eq(xf_call_result(call, NULL), XF_EINVAL, "an empty key");
   xf_call_free(call);
   close_wire(&w);
   xf_client_close(c);

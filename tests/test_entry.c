@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "entry.h"
+#include "entry_io.h"
 #include "fixture.h"
 
 static long long hget_ll(redisContext *r, const char *key, const char *field) {
@@ -63,7 +64,7 @@ Test(entry, lease_only_hash_carries_the_lease_ttl) {
   int64_t now;
   xf__lease_result won;
   xf__entry newer;
-  cr_assert_eq(xf__entry_lease(c, "entry:lease", 11, 3000, 0, token, &now, &won, &newer),
+  cr_assert_eq(xft_entry_lease(c, "entry:lease", 11, 3000, 0, token, &now, &won, &newer),
                XF_OK);
   cr_expect_eq(won, XF_LEASE_WON);
   redisContext *r = xft_redis();
@@ -75,7 +76,7 @@ Test(entry, lease_only_hash_carries_the_lease_ttl) {
   cr_expect_str_eq(rep->str, want);
   freeReplyObject(rep);
   cr_expect_eq(xft_int(r, "HLEN entry:lease"), 1);
-  cr_assert_eq(xf__entry_lease(c, "entry:lease", 11, 3000, 0, token, &now, &won, &newer),
+  cr_assert_eq(xft_entry_lease(c, "entry:lease", 11, 3000, 0, token, &now, &won, &newer),
                XF_OK);
   cr_expect_eq(won, XF_LEASE_LOST, "a live lease is exclusive");
   redisFree(r);
@@ -91,7 +92,7 @@ Test(entry, lease_extends_a_short_physical_ttl) {
   int64_t now;
   xf__lease_result won;
   xf__entry newer;
-  cr_assert_eq(xf__entry_lease(c, "entry:extend", 12, 4000, 1, token, &now, &won, &newer),
+  cr_assert_eq(xft_entry_lease(c, "entry:extend", 12, 4000, 1, token, &now, &won, &newer),
                XF_OK);
   cr_assert_eq(won, XF_LEASE_NEWER, "the value read is newer than expiry 1");
   xf__entry_free(&newer);
@@ -99,7 +100,7 @@ Test(entry, lease_extends_a_short_physical_ttl) {
   redisReply *rep = xft_cmd(r, "HGET entry:extend e");
   int64_t e = atoll(rep->str);
   freeReplyObject(rep);
-  cr_assert_eq(xf__entry_lease(c, "entry:extend", 12, 4000, e, token, &now, &won, &newer),
+  cr_assert_eq(xft_entry_lease(c, "entry:extend", 12, 4000, e, token, &now, &won, &newer),
                XF_OK);
   cr_expect_eq(won, XF_LEASE_WON);
   long long pttl = xft_int(r, "PTTL entry:extend");
@@ -115,9 +116,9 @@ Test(entry, write_keeps_a_newer_computation) {
   xf__write newer = {"", "new", 3, 10, 60000, 0, now, 0};
   xf__write older = {"", "old", 3, 10, 60000, 0, now - 1000, 0};
   int written;
-  cr_assert_eq(xf__entry_write(c, "entry:newer", 11, &newer, &written), XF_OK);
+  cr_assert_eq(xft_entry_write(c, "entry:newer", 11, &newer, &written), XF_OK);
   cr_expect_eq(written, 1);
-  cr_assert_eq(xf__entry_write(c, "entry:newer", 11, &older, &written), XF_OK);
+  cr_assert_eq(xft_entry_write(c, "entry:newer", 11, &older, &written), XF_OK);
   cr_expect_eq(written, 0);
   redisReply *rep = xft_cmd(r, "HGET entry:newer v");
   cr_expect_str_eq(rep->str, "new");
@@ -132,13 +133,13 @@ Test(entry, release_drops_only_the_callers_lease) {
   int64_t now;
   xf__lease_result won;
   xf__entry newer;
-  cr_assert_eq(xf__entry_lease(c, "entry:release", 13, 5000, 0, token, &now, &won, &newer),
+  cr_assert_eq(xft_entry_lease(c, "entry:release", 13, 5000, 0, token, &now, &won, &newer),
                XF_OK);
   cr_assert_eq(won, XF_LEASE_WON);
   redisContext *r = xft_redis();
-  cr_assert_eq(xf__entry_release(c, "entry:release", 13, "someone-else"), XF_OK);
+  cr_assert_eq(xft_entry_release(c, "entry:release", 13, "someone-else"), XF_OK);
   cr_expect_eq(xft_int(r, "HEXISTS entry:release l"), 1);
-  cr_assert_eq(xf__entry_release(c, "entry:release", 13, token), XF_OK);
+  cr_assert_eq(xft_entry_release(c, "entry:release", 13, token), XF_OK);
   cr_expect_eq(xft_int(r, "EXISTS entry:release"), 0, "a lease-only hash is deleted");
   redisFree(r);
   xf_client_close(c);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "entry.h"
+#include "entry_io.h"
 #include "fixture.h"
 
 static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
@@ -113,7 +114,7 @@ Test(faults, a_forked_child_gets_its_own_lease_tokens) {
   int64_t now;
   xf__lease_result won;
   xf__entry newer;
-  cr_assert_eq(xf__entry_lease(c, "faults:fork", 11, 5000, 0, token, &now, &won, &newer),
+  cr_assert_eq(xft_entry_lease(c, "faults:fork", 11, 5000, 0, token, &now, &won, &newer),
                XF_OK);
   cr_assert_eq(won, XF_LEASE_WON);
   int fds[2];
@@ -122,10 +123,10 @@ Test(faults, a_forked_child_gets_its_own_lease_tokens) {
   if (pid == 0) {
     char mine[40] = "";
     /* The child's first command renews the client's identity. */
-    xf__entry_lease(c, "faults:fork-child", 17, 5000, 0, mine, &now, &won, &newer);
+    xft_entry_lease(c, "faults:fork-child", 17, 5000, 0, mine, &now, &won, &newer);
     xf__entry_free(&newer);
     /* It cannot release the parent's live lease. */
-    xf__entry_release(c, "faults:fork", 11, mine);
+    xft_entry_release(c, "faults:fork", 11, mine);
     ssize_t n = write(fds[1], mine, sizeof mine);
     xf_client_close(c);
     _exit(n == (ssize_t)sizeof mine ? 0 : 1);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "flow.h"
+#include "flow_replies.h"
 #include "script.h"
 
 static xf_client *c;
@@ -21,23 +22,6 @@ static void setup(void) {
 static void teardown(void) { xf_client_close(c); }
 
 TestSuite(flow, .init = setup, .fini = teardown);
-
-/* A reply parsed from RESP text, as hiredis would hand it over. */
-static redisReply *reply(const char *resp) {
-  redisReader *rd = redisReaderCreate();
-  redisReaderFeed(rd, resp, strlen(resp));
-  void *r = NULL;
-  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK);
-  cr_assert_not_null(r, "incomplete RESP: %s", resp);
-  redisReaderFree(rd);
-  return r;
-}
-
-static void expect_arg(const xf__flow *f, int i, const char *want) {
-  cr_assert_lt(i, f->cmd.argc);
-  cr_expect_eq(f->cmd.lens[i], strlen(want), "arg %d", i);
-  cr_expect_eq(memcmp(f->cmd.argv[i], want, strlen(want)), 0, "arg %d is not %s", i, want);
-}
 
 static void expect_script(const xf__flow *f, int script) {
   expect_arg(f, 1, xf__scripts[script].sha);

@@ -4,10 +4,12 @@
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h" /* xf__test_fail_open_every */
@@ -483,4 +485,99 @@ Test(pool, a_loader_asking_for_its_own_key_fails_at_once) {
 
 Test(pool, a_loader_asking_for_its_own_key_fails_at_once_with_redis_down) {
   expect_own_key_refused(1, XF_SOURCE_UNCACHED); /* the pool's own share */
+}
+
+/* ---- options.interrupt in the pool's own waits -------------------------------- */
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Fires in the test's own thread once the clock passes *at (0 = never). */
+typedef struct main_alarm {
+  pthread_t main;
+  long long at;
+} main_alarm;
+
+static int ring_in_main(void *ud) {
+  main_alarm *a = ud;
+  return pthread_equal(pthread_self(), a->main) && a->at && mono_ms() >= a->at;
+}
+
+static xf_pool *open_interruptible(int port, size_t max, int timeout_ms, main_alarm *a) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.command_timeout_ms = 3000;
+  o.interrupt = ring_in_main;
+  o.interrupt_ud = a;
+  xf_pool *p = NULL;
+  cr_assert_eq(xf_pool_open(&p, &o, max, timeout_ms), XF_OK);
+  return p;
+}
+
+/* A pooled call waiting on another caller's lease asks the interrupt while it
+ * sleeps and ends with XF_ECANCELED at once, without loading; the other's
+ * lease stays. (Before: it slept its whole wait_ms, then loaded.) */
+Test(pool, interrupt_ends_a_wait_on_another_callers_lease) {
+  redisContext *r = xft_redis();
+  char lease[64];
+  snprintf(lease, sizeof lease, "other-1:%lld", xft_server_ms(r) + 60000);
+  freeReplyObject(xft_cmd(r, "HSET pool:intr l %s", lease));
+  freeReplyObject(xft_cmd(r, "PEXPIRE pool:intr 60000"));
+  main_alarm a = {.main = pthread_self()};
+  xf_pool *pool = open_interruptible(xft_port(), 2, 0, &a);
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 1500;
+  xft_loader l = {.value = "v"};
+  xf_value v;
+  long long t0 = mono_ms();
+  a.at = t0 + 100;
+  int rc = xf_pool_get_or_compute(pool, "pool:intr", 9, &p, xft_load, &l, &v);
+  long long took = mono_ms() - t0;
+  cr_expect_eq(rc, XF_ECANCELED, "%s: %s", xf_errname(rc), xf_pool_errmsg());
+  cr_expect_lt(took, 1000, "took %lld ms", took);
+  cr_expect_eq(l.calls, 0);
+  xf_value_free(&v);
+  redisReply *still = xft_cmd(r, "HGET pool:intr l");
+  cr_expect_str_eq(still->str ? still->str : "(nil)", lease,
+                   "not this caller's: untouched");
+  freeReplyObject(still);
+  redisFree(r);
+  xf_pool_close(pool);
+}
+
+/* A call waiting for a pooled client (the only one is held by a call whose
+ * server stopped answering) asks the interrupt between slices and ends with
+ * XF_ECANCELED; the holder, not interrupted, gets its reply once the server
+ * is back. (Before: it waited the whole checkout timeout: XF_EBUSY.) */
+Test(pool, interrupt_ends_a_wait_for_a_pooled_client) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  main_alarm a = {.main = pthread_self()};
+  xf_pool *pool = open_interruptible(s.port, 1, 1500, &a);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_pool_set(pool, "pool:held", 9, "v", 1, &p), XF_OK, "%s",
+               xf_pool_errmsg());
+  kill(s.pid, SIGSTOP);
+  xft_loader l = {.value = "x"};
+  caller holder = {.pool = pool, .key = "pool:held", .loader = &l};
+  cr_assert_eq(pthread_create(&holder.th, NULL, call, &holder), 0);
+  xft_sleep_ms(100); /* holder waits for its reply, holding the only client */
+  xf_value v;
+  long long t0 = mono_ms();
+  a.at = t0 + 100;
+  int rc = xf_pool_get_or_compute(pool, "pool:held", 9, &p, xft_load, &l, &v);
+  long long took = mono_ms() - t0;
+  kill(s.pid, SIGCONT);
+  cr_expect_eq(rc, XF_ECANCELED, "%s: %s", xf_errname(rc), xf_pool_errmsg());
+  cr_expect_lt(took, 1000, "took %lld ms", took);
+  pthread_join(holder.th, NULL);
+  cr_expect_eq(holder.rc, XF_OK);
+  cr_expect_str_eq(holder.value, "v");
+  cr_expect_eq(holder.source, XF_SOURCE_CACHE);
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 0);
+  xf_pool_close(pool);
+  xft_server_stop(&s);
 }

@@ -66,39 +66,6 @@ Test(script, hits_work_while_writes_are_paused) {
 
 /* ---- a server that cannot run scripts now: BUSY ------------------------------ */
 
-/* Another connection runs a script that never ends: past busy-reply-threshold
- * (10 ms on these servers) Redis answers BUSY to nearly every command,
- * SCRIPT LOAD included, until SCRIPT KILL. Returns that connection. */
-static redisContext *start_busy(int port) {
-  redisContext *b = xft_redis_port(port);
-  redisAppendCommand(b, "EVAL %s 0", "while true do end");
-  int done = 0;
-  while (!done)
-    cr_assert_eq(redisBufferWrite(b, &done), REDIS_OK);
-  redisContext *probe = xft_redis_port(port);
-  int busy = 0;
-  for (int i = 0; i < 1000 && !busy; i++) {
-    redisReply *r = xft_cmd(probe, "PING");
-    busy = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSY", 4) == 0;
-    freeReplyObject(r);
-    if (!busy)
-      xft_sleep_ms(2);
-  }
-  cr_assert(busy, "the server never got busy");
-  redisFree(probe);
-  return b;
-}
-
-static void stop_busy(int port, redisContext *b) {
-  redisContext *k = xft_redis_port(port);
-  freeReplyObject(xft_cmd(k, "SCRIPT KILL"));
-  redisFree(k);
-  void *r = NULL;
-  redisGetReply(b, &r); /* the killed script's error */
-  freeReplyObject(r);
-  redisFree(b);
-}
-
 static const char *const busy_config[] = {"--busy-reply-threshold", "10", NULL};
 
 /* Runs a sans-I/O call over r; the server turns busy just before the call
@@ -111,15 +78,15 @@ static int run_call(xf_call *call, redisContext *r, int port, redisContext **bus
       size_t len;
       const char *req = xf_call_request(call, &len);
       if (!*busy && memmem(req, len, "SCRIPT\r\n$4\r\nLOAD", 16))
-        *busy = start_busy(port);
+        *busy = xft_busy_start(port);
       cr_assert_eq(redisAppendFormattedCommand(r, req, len), REDIS_OK);
       void *reply = NULL;
       cr_assert_eq(redisGetReply(r, &reply), REDIS_OK);
-      step = xf_call_reply(call, reply);
+      step = xf_call_reply(call, reply, xft_now_ms());
     } else if (step == XF_CALL_LOAD) {
-      step = xf_call_loaded(call, "fresh", 5);
+      step = xf_call_loaded(call, "fresh", 5, 1000, xft_now_ms());
     } else {
-      step = xf_call_woke(call);
+      step = xf_call_woke(call, xft_now_ms());
     }
   }
   cr_expect(*busy, "no SCRIPT LOAD was sent");
@@ -143,11 +110,12 @@ Test(script, script_load_refused_busy_is_unavailable) {
     freeReplyObject(xft_cmd(r, "SCRIPT FLUSH"));
     xf_call *call;
     if (kind == 0)
-      cr_assert_eq(xf_call_start(&call, c, "script:busy", 11, &p), XF_OK);
+      cr_assert_eq(xf_call_start(&call, c, "script:busy", 11, &p, xft_now_ms()), XF_OK);
     else if (kind == 1)
-      cr_assert_eq(xf_call_start_set(&call, c, "script:busy", 11, "v", 1, &p), XF_OK);
+      cr_assert_eq(xf_call_start_set(&call, c, "script:busy", 11, "v", 1, &p, xft_now_ms()),
+                   XF_OK);
     else
-      cr_assert_eq(xf_call_start_delete(&call, c, "script:busy", 11), XF_OK);
+      cr_assert_eq(xf_call_start_delete(&call, c, "script:busy", 11, xft_now_ms()), XF_OK);
     redisContext *busy = NULL;
     xf_value v;
     int rc = run_call(call, r, s.port, &busy, &v);
@@ -161,7 +129,7 @@ Test(script, script_load_refused_busy_is_unavailable) {
                    xf_errname(rc));
     }
     if (busy)
-      stop_busy(s.port, busy);
+      xft_busy_stop(s.port, busy);
   }
   redisFree(r);
   xf_client_close(c);
@@ -180,7 +148,7 @@ Test(script, commands_refused_busy_are_unavailable) {
   xf_client *c = xft_client_port(s.port, 1);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "script:busy", 11, "cached", 6, &p), XF_OK);
-  redisContext *busy = start_busy(s.port);
+  redisContext *busy = xft_busy_start(s.port);
   xft_loader l = {.value = "fresh", .len = 5};
   xf_value v;
   cr_expect_eq(blocking_get(c, "script:busy2", &l, &v), XF_OK, "%s", xf_errmsg(c));
@@ -201,7 +169,7 @@ Test(script, commands_refused_busy_are_unavailable) {
     cr_expect_eq(vs[i].source, XF_SOURCE_UNCACHED, "batch %d", i);
     xf_value_free(&vs[i]);
   }
-  stop_busy(s.port, busy);
+  xft_busy_stop(s.port, busy);
   xf_client_close(c);
   xft_server_stop(&s);
 }

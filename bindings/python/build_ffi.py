@@ -110,7 +110,8 @@ def _from_prefix(prefix):
         archive = os.path.join(prefix, libdir, "libxfetch.a")
         if os.path.exists(archive):
             return dict(include_dirs=[os.path.join(prefix, "include")],
-                        extra_objects=[archive], libraries=["hiredis", "m"],
+                        extra_objects=[archive],
+                        libraries=["hiredis", "ssl", "crypto", "m"],
                         depends=[archive, os.path.join(prefix, "include", "xfetch.h")])
     raise SystemExit(f"build_ffi: no libxfetch.a under XFETCH_PREFIX={prefix}")
 
@@ -133,7 +134,8 @@ def _from_sources():
     # warning must not break a user's install (the CMake build has -Werror,
     # and tests/test_install.py checks that this build warns about nothing).
     return dict(sources=sources, include_dirs=[rel("include"), rel("src")],
-                libraries=["hiredis", "m"], define_macros=[("_GNU_SOURCE", None)],
+                libraries=["hiredis", "ssl", "crypto", "m"],  # ssl, crypto: TLS (stream_tls.c)
+                define_macros=[("_GNU_SOURCE", None)],
                 extra_compile_args=["-std=c11", "-fvisibility=hidden"],
                 depends=headers + [rel("include", "xfetch.h")])
 

@@ -170,25 +170,38 @@ typedef enum xf_call_step {
   XF_CALL_DONE = 3
 } xf_call_step;
 int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
-                  const xf_policy *policy);
+                  const xf_policy *policy, int64_t now_ms);
+int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                      int64_t now_ms);
 int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keylen,
-                      const void *data, size_t len, const xf_policy *policy);
-int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen);
-int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keylen);
+                      const void *data, size_t len, const xf_policy *policy,
+                      int64_t now_ms);
+int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                         int64_t now_ms);
 xf_call_step xf_call_next(const xf_call *call);
 const char *xf_call_request(const xf_call *call, size_t *len);
-xf_call_step xf_call_reply(xf_call *call, xf_reply *reply);
-xf_call_step xf_call_io_failed(xf_call *call, int rc);
-xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len);
-xf_call_step xf_call_not_found(xf_call *call);
-xf_call_step xf_call_load_failed(xf_call *call, int loader_rc);
+int xf_call_target(const xf_call *call, const char **host, int *port);
+xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms);
+xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms);
+xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len,
+                            int64_t duration_us, int64_t now_ms);
+xf_call_step xf_call_not_found(xf_call *call, int64_t duration_us, int64_t now_ms);
+xf_call_step xf_call_load_failed(xf_call *call, int loader_rc, int64_t now_ms);
 xf_sink *xf_call_sink(xf_call *call);
-xf_call_step xf_call_load_done(xf_call *call, int loader_rc);
-int64_t xf_call_wait_ms(const xf_call *call);
-xf_call_step xf_call_woke(xf_call *call);
+xf_call_step xf_call_load_done(xf_call *call, int loader_rc, int64_t duration_us,
+                               int64_t now_ms);
+int64_t xf_call_wait_ms(const xf_call *call, int64_t now_ms);
+xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 int xf_call_result(xf_call *call, xf_value *out);
 const char *xf_call_errmsg(const xf_call *call);
 void xf_call_free(xf_call *call);
+typedef enum xf_setup_flags {
+  XF_SETUP_REPLICA = 1,
+  XF_SETUP_SCRIPTS = 2
+} xf_setup_flags;
+int xf_call_setup_count(const xf_client *c, int flags);
+const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
+int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
 int xf_reader_open(xf_reader **out);
 int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
 int xf_reader_next(xf_reader *rd, xf_reply **reply);

@@ -134,6 +134,65 @@ def test_auth_select_set_delete_and_the_decorator(server, admin, prefix):
     admin.execute_command("SELECT", 0)
 
 
+def test_the_stream_runs_the_c_setup_acl_user_and_db(server, admin, prefix):
+    from conftest import ACL_PASS, ACL_USER
+    from urllib.parse import quote
+    url = f"redis://{ACL_USER}:{quote(ACL_PASS, safe='')}@127.0.0.1:{server.port}/3"
+    ffi, lib = xfetch.ffi, xfetch.lib
+
+    async def main():
+        cache = xfetch.aio.Cache(url, prefix=prefix)
+        # the commands come from C (xf_call_setup), not from Python's encoding
+        size = ffi.new("size_t *")
+        assert lib.xf_call_setup_count(cache._client, 0) == 2
+        assert ffi.unpack(lib.xf_call_setup(cache._client, 0, 0, size), size[0]) == (
+            b"*3\r\n$4\r\nAUTH\r\n$5\r\nalice\r\n$11\r\ns3cret:p@ss\r\n")
+        assert ffi.unpack(lib.xf_call_setup(cache._client, 0, 1, size), size[0]) == (
+            b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n")
+        assert await cache.get_or_compute("who", lambda: b"x", ttl=60) == b"x"
+        host, port = cache._link.stream.sock.getsockname()[:2]
+        mine = [c for c in admin.client_list() if c["addr"] == f"{host}:{port}"]
+        assert [(c["user"], c["db"]) for c in mine] == [(ACL_USER, "3")]
+        await cache.close()
+        bad = xfetch.aio.Cache(f"redis://{ACL_USER}:wrong@127.0.0.1:{server.port}/3",
+                               lazy_connect=True)  # the stream's setup, not the check
+        with pytest.raises(xfetch.AuthError, match="AUTH: WRONGPASS"):
+            await bad.get_or_compute("k", lambda: b"x", ttl=60)
+    run(main())
+
+
+def test_a_busy_server_at_select_fails_open_not_auth_error(tmp_path, prefix):
+    import socket
+    from conftest import RedisServer
+    srv = RedisServer(str(tmp_path))
+    srv.admin.config_set("busy-reply-threshold", 10)
+    looping = socket.create_connection(("127.0.0.1", srv.port))
+    looping.sendall(b"*3\r\n$4\r\nEVAL\r\n$17\r\nwhile true do end\r\n$1\r\n0\r\n")
+    try:
+        deadline = time.monotonic() + 5
+        while True:  # until Redis answers BUSY: SELECT is refused, AUTH is not
+            try:
+                srv.admin.ping()
+            except Exception as e:
+                if "BUSY" in str(e):
+                    break
+            assert time.monotonic() < deadline, "the server never got busy"
+            time.sleep(0.002)
+
+        async def main():
+            # lazy_connect: the stream's setup meets BUSY (the constructor's check
+            # would raise UnavailableError, as xfetch.Cache's does)
+            cache = xfetch.aio.Cache(f"redis://127.0.0.1:{srv.port}/3", prefix=prefix,
+                                     lazy_connect=True)
+            assert await cache.fetch("k", lambda: b"direct", ttl=60) == (b"direct", "uncached")
+            await cache.close()
+        run(main())
+    finally:
+        srv.admin.script_kill()
+        looping.close()
+        srv.stop()
+
+
 def test_a_cluster_url_is_refused():
     with pytest.raises(ValueError):
         xfetch.aio.Cache("redis://a:1,b:2/0")

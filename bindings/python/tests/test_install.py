@@ -66,7 +66,7 @@ print(a.value.decode(), a.source, b.value.decode(), b.source, len(calls))
     where, result = out.stdout.splitlines()
     assert where.startswith(str(venv))
     assert result == "computed loader computed cache 1"
-    # the extension links no xfetch library: only hiredis (and libc/libm)
+    # the extension links no xfetch library: only hiredis, OpenSSL (and libc/libm)
     ext = [os.path.join(os.path.dirname(where), f) for f in os.listdir(os.path.dirname(where))
            if f.startswith("_native") and f.endswith(".so")]
     needed = subprocess.run(["ldd", ext[0]], capture_output=True, text=True).stdout

@@ -14,6 +14,7 @@ import pytest
 
 import xfetch
 import xfetch.aio
+import xfetch.testing
 from xfetch.testing import free_port
 
 FACES = ["sync", "aio"]
@@ -88,6 +89,70 @@ def test_ctrl_c_propagates_at_once_and_the_lease_is_released(server, admin, pref
         while admin.hget(full, "l") is not None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert admin.hget(full, "l") is None  # released, not left for 30 s
+
+
+SLOW_CHILD = r"""
+import sys, time, xfetch
+url, prefix, call = sys.argv[1:4]
+cache = xfetch.Cache(url, prefix=prefix, timeout=5.0)
+cache.set("a", b"A", ttl=60)  # the connection is open
+cache.set("b", b"B", ttl=60)
+print("ready", flush=True)
+sys.stdin.readline()  # the server is stopped now
+t0 = time.monotonic()
+try:
+    if call == "get":
+        cache.get("a")
+    else:
+        cache.get_or_compute("a", lambda: b"loader", ttl=60)
+    print("returned", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted {time.monotonic() - t0:.3f}", flush=True)
+sys.stdin.readline()  # the server answers again
+print(cache.fetch("b", lambda: b"loader", ttl=60), flush=True)
+"""
+
+
+@pytest.mark.parametrize("call", ["get_or_compute", "get"])
+def test_ctrl_c_while_redis_does_not_answer(tmp_path, prefix, call):
+    """A Ctrl-C while the C call waits for the reply of a server that stopped
+    answering (SIGSTOP) raises KeyboardInterrupt at once, not after the
+    command timeout (5 s here); once the server is back, the next call on
+    the same Cache gets its own key's value from the cache: not the late
+    reply of the interrupted read. The aio face waits in asyncio, where a
+    Ctrl-C already gets through."""
+    srv = xfetch.testing.RedisServer(str(tmp_path))
+    stopped = False
+    child = None
+    try:
+        child = subprocess.Popen([sys.executable, "-c", SLOW_CHILD, srv.url, prefix, call],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+        assert child.stdout.readline() == b"ready\n", child.stderr.read().decode()
+        os.kill(srv.proc.pid, signal.SIGSTOP)
+        stopped = True
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        time.sleep(0.3)  # inside the C reply wait by now
+        t0 = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        line = child.stdout.readline()
+        took = time.monotonic() - t0
+        os.kill(srv.proc.pid, signal.SIGCONT)
+        stopped = False
+        assert line.startswith(b"interrupted"), (line, child.stderr.read().decode())
+        assert took < 1.0, took
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=10)
+        assert out == b"Fetched(value=b'B', source='cache')\n", (out, err.decode())
+    finally:
+        if stopped:
+            os.kill(srv.proc.pid, signal.SIGCONT)
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.communicate()
+        srv.stop()
 
 
 # ---- 5: with Redis down, every caller gets the loader's exception ------------------

@@ -17,6 +17,13 @@ from ._runtime import sink_value
 # steps() compares with these literals (no attribute lookups on the hot path)
 assert (lib.XF_CALL_SEND, lib.XF_CALL_LOAD, lib.XF_CALL_DONE) == (0, 1, 3)
 _Future = asyncio.Future
+_monotonic = time.monotonic
+
+
+def now_ms():
+    """The time every xf_call_* input carries: the C call reads no clock
+    (time.monotonic: CLOCK_MONOTONIC on Linux, the share's clock)."""
+    return int(_monotonic() * 1000)
 
 
 async def steps(cache, call, loader=None, key=None, kb=None):
@@ -37,12 +44,12 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                     try:
                         stream = await link.connect()
                     except ConnectionError:  # the breaker, or the connect failed
-                        step = lib.xf_call_io_failed(call, lib.XF_ECONNECT)
+                        step = lib.xf_call_io_failed(call, lib.XF_ECONNECT, now_ms())
                         continue
                 # the call's own bytes: start() sends them now, or copies them
                 data = ffi.buffer(lib.xf_call_request(call, n), n[0])
                 try:
-                    reply = stream.start(data)
+                    reply = stream.start(data, lib.xf_call_target(call, ffi.NULL, ffi.NULL))
                     if reply.__class__ is _Future or isinstance(reply, _Future):
                         pending = reply
                         reply = await reply
@@ -50,16 +57,16 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 except (Error, OSError, asyncio.TimeoutError):
                     pending = None
                     link.failed()
-                    step = lib.xf_call_io_failed(call, lib.XF_EIO)
+                    step = lib.xf_call_io_failed(call, lib.XF_EIO, now_ms())
                 else:
-                    step = lib.xf_call_reply(call, reply)
+                    step = lib.xf_call_reply(call, reply, now_ms())
             elif step == 1:  # XF_CALL_LOAD
-                t0 = time.monotonic()
+                t0 = _monotonic()
                 step, exc = await _load(cache, call, loader, kb)
-                took = time.monotonic() - t0
+                took = _monotonic() - t0
             else:  # XF_CALL_WAIT: another caller's lease, or its load in the share
-                await asyncio.sleep(lib.xf_call_wait_ms(call) / 1000)
-                step = lib.xf_call_woke(call)
+                await asyncio.sleep(lib.xf_call_wait_ms(call, now_ms()) / 1000)
+                step = lib.xf_call_woke(call, now_ms())
     except BaseException:
         abandon(link, call, stream if pending is not None else None, pending)
         raise
@@ -71,6 +78,7 @@ async def _load(cache, call, loader, kb):
     found, a result with its own ttl; a wrong type or size raises as on the
     sync face). Returns (next step, the loader's Exception or None)."""
     token = enter_load(cache._config.namespace, kb)
+    t0 = _monotonic()
     try:
         value = loader()
         if inspect.isawaitable(value):
@@ -78,10 +86,10 @@ async def _load(cache, call, loader, kb):
         sink_value(value, lib.xf_call_sink(call))
     except Exception as e:  # nothing is cached; raised (or logged) at the end
         cache._config.failures.record(kb, e)  # for the share's followers
-        return lib.xf_call_load_done(call, -1), e
+        return lib.xf_call_load_done(call, -1, int((_monotonic() - t0) * 1e6), now_ms()), e
     finally:
         leave_load(token)
-    return lib.xf_call_load_done(call, 0), None
+    return lib.xf_call_load_done(call, 0, int((_monotonic() - t0) * 1e6), now_ms()), None
 
 
 def abandon(link, call, stream, pending):
@@ -93,25 +101,26 @@ def abandon(link, call, stream, pending):
     size = ffi.new("size_t *")
 
     def replied(reply):
-        go(lib.xf_call_reply(call, reply) if reply is not None else
-           lib.xf_call_io_failed(call, lib.XF_EIO))
+        go(lib.xf_call_reply(call, reply, now_ms()) if reply is not None else
+           lib.xf_call_io_failed(call, lib.XF_EIO, now_ms()))
 
     def go(step):
         while step != lib.XF_CALL_DONE:
             if step == lib.XF_CALL_LOAD:
-                step = lib.xf_call_load_failed(call, -1)
+                step = lib.xf_call_load_failed(call, -1, now_ms())
                 continue
             s = link.current
             if step != lib.XF_CALL_SEND or s is None or s.broken is not None:
                 break  # waiting (nothing held), or no stream to send on
             try:
-                reply = s.start(ffi.unpack(lib.xf_call_request(call, size), size[0]))
+                reply = s.start(ffi.unpack(lib.xf_call_request(call, size), size[0]),
+                                lib.xf_call_target(call, ffi.NULL, ffi.NULL))
             except (Error, OSError):
                 break
             if isinstance(reply, asyncio.Future):
                 s.adopt(reply, replied)
                 return
-            step = lib.xf_call_reply(call, reply)
+            step = lib.xf_call_reply(call, reply, now_ms())
         lib.xf_call_free(call)
 
     if pending is not None:

@@ -8,51 +8,44 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ._errors import AuthError, ConnectionError, Error, InvalidArgumentError
+from ._errors import ConnectionError, Error, InvalidArgumentError, UnavailableError, error_for
 from ._native import ffi, lib
-from ._stream import _command, _connect, _Stream
+from ._stream import _connect, _Stream
+
+# CLUSTER MYID answers a cluster node and is an error anywhere else (cluster
+# support disabled, or not allowed to this user: then no cluster can be told,
+# and a call on a key of another node gets MOVED as a RedisError).
+_CLUSTER_MYID = b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nMYID\r\n"
 
 
-def setup_commands(fields):
-    """What a new connection sends first, pipelined: AUTH and SELECT from the
-    URL, and CLUSTER MYID, which answers a cluster node and is an error
-    anywhere else (cluster support disabled, or not allowed to this user:
-    then no cluster can be told, and a call on a key of another node gets
-    MOVED as a RedisError)."""
-    setup = []
-    if fields["password"] is not None:
-        setup.append(("AUTH", fields["username"] or "default", fields["password"]))
-    if fields["db"]:
-        setup.append(("SELECT", str(fields["db"])))
-    setup.append(("CLUSTER", "MYID"))
-    return setup
-
-
-async def open_stream(fields, timeout, connect_timeout):
-    """A new stream on the running loop, its setup done; raises AuthError,
-    InvalidArgumentError (a cluster node), OSError or a timeout."""
+async def open_stream(client, fields, timeout, connect_timeout):
+    """A new stream on the running loop, its setup done: the C side's
+    (xf_call_setup: AUTH, SELECT, what every xfetch transport runs), then
+    CLUSTER MYID, pipelined: one round trip. Raises AuthError (refused),
+    UnavailableError (busy, loading), InvalidArgumentError (a cluster node),
+    OSError or a timeout."""
     loop = asyncio.get_running_loop()
     sock = await asyncio.wait_for(_connect(loop, fields), connect_timeout)
     stream = _Stream(loop, sock, timeout)
-    setup = setup_commands(fields)
-    replies = await asyncio.gather(*[stream.request(_command(*a)) for a in setup],
+    size = ffi.new("size_t *")
+    n = lib.xf_call_setup_count(client, 0)
+    setup = [ffi.unpack(lib.xf_call_setup(client, 0, i, size), size[0]) for i in range(n)]
+    replies = await asyncio.gather(*[stream.request(r) for r in setup + [_CLUSTER_MYID]],
                                    return_exceptions=True)
     failure = None
-    for args, reply in zip(setup, replies):
+    for i, reply in enumerate(replies):
         if isinstance(reply, BaseException):
             failure = failure or reply
-            continue
-        msg, n = ffi.new("const char **"), ffi.new("size_t *")
-        refused = lib.xf_reply_is_error(reply, msg, n)
-        text = ffi.unpack(msg[0], n[0]).decode(errors="replace") if refused else ""
-        lib.xf_reply_free(reply)
-        if args[0] == "CLUSTER":
-            if not refused:
+        elif i < n:  # judged (and freed) by C: XF_EAUTH, XF_EUNAVAILABLE (busy), ...
+            rc = lib.xf_call_setup_reply(client, 0, i, reply)
+            failure = failure or (error_for(rc, client) if rc else None)
+        else:
+            cluster = not lib.xf_reply_is_error(reply, ffi.NULL, ffi.NULL)
+            lib.xf_reply_free(reply)
+            if cluster:
                 failure = failure or InvalidArgumentError(
                     lib.XF_EINVAL, "xfetch.aio does not route a Redis Cluster (this "
                     "server runs in cluster mode): use xfetch.Cache")
-        elif refused:
-            failure = failure or AuthError(lib.XF_EAUTH, f"{args[0]}: {text}")
     if failure is not None:
         await stream.close()
         raise failure
@@ -68,7 +61,8 @@ class Link:
     runs (an earlier asyncio.run), and refuses while it runs in another
     thread (the C client and the stream are one thread's)."""
 
-    def __init__(self, fields, timeout, connect_timeout, breaker):
+    def __init__(self, client, fields, timeout, connect_timeout, breaker):
+        self.client = client
         self.fields, self.timeout, self.connect_timeout = fields, timeout, connect_timeout
         self.breaker = breaker
         self.stream = self.current = None
@@ -111,11 +105,15 @@ class Link:
             return stream
         if self.opening is None:
             self.opening = asyncio.ensure_future(
-                open_stream(self.fields, self.timeout, self.connect_timeout))
+                open_stream(self.client, self.fields, self.timeout,
+                            self.connect_timeout))
         opening = self.opening
         try:
             self.stream = self.current = await asyncio.shield(opening)
             return self.stream
+        except UnavailableError as e:  # busy or loading: as if down, calls fail open
+            self.failed()
+            raise ConnectionError(lib.XF_ECONNECT, str(e)) from e
         except Error:  # AUTH / SELECT refused, a cluster: loud, not a fail-open
             raise
         except (OSError, asyncio.TimeoutError) as e:

@@ -134,14 +134,19 @@ class Pool:
         return conn, None
 
     def exit(self, conn, saved):
+        # A Ctrl-C that ended a C reply wait of a call with no loader (get,
+        # set, delete) is raised here, never left for the next call.
+        exc, conn.state.exc = conn.state.exc, None
         if saved is not None:  # back to the outer call on this connection
             st = conn.state
             st.loader, st.exc, st.load_s, st.keys, conn.value = saved
-            return
-        self.tls.conn = None
-        self._release(conn)
-        if self.slots is not None:
-            self.slots.release()
+        else:
+            self.tls.conn = None
+            self._release(conn)
+            if self.slots is not None:
+                self.slots.release()
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc
 
     def _acquire(self):
         try:

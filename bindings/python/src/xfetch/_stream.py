@@ -97,6 +97,9 @@ class _Stream:
                 if waiting:
                     fut = waiting.popleft()
                     deadlines.popleft()
+                    if fut is None:  # a reply before the command's (start's n)
+                        lib.xf_reply_free(reply)
+                        continue
                 else:
                     fut = None
                 then = self.orphans.pop(fut, None) if self.orphans else None
@@ -125,7 +128,7 @@ class _Stream:
             if deadline > now:
                 self.timer = self.loop.call_at(deadline, self._expire)
                 return
-            if not fut.done():
+            if fut is not None and not fut.done():
                 fut.set_exception(asyncio.TimeoutError("no reply within the command timeout"))
 
     # ---- the end ----------------------------------------------------------
@@ -147,6 +150,8 @@ class _Stream:
             fut = self.waiting.popleft()
             self.deadlines.popleft()
             then = self.orphans.pop(fut, None) if self.orphans else None
+            if fut is None:
+                continue
             if then is not None:
                 then(None)
             elif not fut.done():
@@ -157,17 +162,23 @@ class _Stream:
 
     # ---- requests ---------------------------------------------------------
 
-    def start(self, data):
+    def start(self, data, n=1):
         """Writes data (bytes-like; copied if the socket does not take it all
-        at once). Returns the cdata reply (owned by the caller) when it is
-        already there, else a future of it."""
+        at once), which produces n replies: the first n-1 are freed (a
+        READONLY, ASKING or SCRIPT LOAD before the command: xf_call_target).
+        Returns the cdata last reply (owned by the caller) when it is already
+        there, else a future of it."""
         if self.broken:
             raise self.broken
         fut = self.loop.create_future()
+        deadline = self.loop.time() + self.timeout
+        for _ in range(n - 1):
+            self.waiting.append(None)
+            self.deadlines.append(deadline)
         self.waiting.append(fut)
-        self.deadlines.append(self.loop.time() + self.timeout)
+        self.deadlines.append(deadline)
         self._write(data)
-        if len(self.waiting) == 1 and not self.unsent and self.broken is None:
+        if len(self.waiting) == n and not self.unsent and self.broken is None:
             if self.fast < self.FAST_LIMIT:
                 self._readable()  # the reply may be there already
                 if fut.done():
@@ -226,12 +237,3 @@ async def _connect(loop, fields):
             sock.close()
             raise
     raise error or OSError(f"no address for {fields['host']!r}")
-
-
-def _command(*args):
-    """RESP encoding of a setup command (AUTH, SELECT)."""
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ._aio_call import steps
+from ._aio_call import now_ms, steps
 from ._aio_link import Link
 from ._aio_many import get_many
 from ._core import (Config, call_error, check_loader, check_not_loading, check_value,
@@ -72,7 +72,7 @@ class Cache:
         out = ffi.new("xf_client **")
         check(lib.xf_client_open(out, opts))
         self._client = ffi.gc(out[0], lib.xf_client_close)
-        self._link = Link(fields, config.timeout_ms / 1000, config.connect_timeout_ms / 1000,
+        self._link = Link(self._client, fields, config.timeout_ms / 1000, config.connect_timeout_ms / 1000,
                           breaker)
         if not config.lazy_connect:
             config.check_now()
@@ -143,7 +143,7 @@ class Cache:
         kb = self._start(key)
         check_loader(loader)
         out = self._callp
-        check(lib.xf_call_start(out, self._client, kb, len(kb), policy))
+        check(lib.xf_call_start(out, self._client, kb, len(kb), policy, now_ms()))
         call = out[0]
         exc, took = await steps(self, call, loader, key, kb)
         try:
@@ -192,7 +192,7 @@ class Cache:
         else None; computes nothing, takes no lease (xf_call_start_get)."""
         kb = self._start(key)
         out = ffi.new("xf_call **")
-        check(lib.xf_call_start_get(out, self._client, kb, len(kb)))
+        check(lib.xf_call_start_get(out, self._client, kb, len(kb), now_ms()))
         return (await self._oneshot(out[0]))[1]
 
     async def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
@@ -203,15 +203,15 @@ class Cache:
         buf = check_value(value)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
         out = ffi.new("xf_call **")
-        check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy),
-              self._client)
+        check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy,
+                                    now_ms()), self._client)
         return (await self._oneshot(out[0]))[0] != lib.XF_ESUPERSEDED
 
     async def delete(self, key: Key) -> None:
         """xfetch.Cache.delete, awaited (xf_call_start_delete)."""
         kb = self._start(key)
         out = ffi.new("xf_call **")
-        check(lib.xf_call_start_delete(out, self._client, kb, len(kb)))
+        check(lib.xf_call_start_delete(out, self._client, kb, len(kb), now_ms()))
         await self._oneshot(out[0])
 
     async def delete_many(self, keys: Iterable[Key]) -> None:

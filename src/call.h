@@ -1,0 +1,73 @@
+/* The public sans-I/O call's state, shared by call.c (the call's steps) and
+ * call_route.c (where each SEND goes: the server, or a cluster node). */
+#ifndef XF_CALL_H
+#define XF_CALL_H
+
+#include <hiredis/hiredis.h>
+
+#include "flow.h"
+#include "route.h"
+
+/* What the SEND on the wire asks: the call's command, or what the router
+ * needs before routing it. */
+enum { PROBE_NONE, PROBE_MODE, PROBE_MAP };
+
+struct xf_call {
+  xf__flow f; /* every kind (flow.h) */
+  xf__step step;
+  xf_policy policy; /* the flow points at it: a copy the call owns */
+  char *key;        /* likewise */
+  char *data;       /* likewise: a set's value */
+  xf_value out;
+  xf__buf request;  /* the RESP bytes of the SEND step */
+  int taken;        /* xf_call_result moved the value out */
+  char errstr[256]; /* the client's message when the call ended in error */
+  /* Routing (call_route.c). */
+  const char *host; /* where request goes (the client's strings); NULL = Unix */
+  int port;
+  int replies;             /* how many replies request produces */
+  int probe;               /* PROBE_* */
+  int tries;               /* servers asked for the current probe or command */
+  xf__hop hop;             /* the command's way through a cluster */
+  xf__route_act route_act; /* XF_ROUTE_DONE: the next command is new */
+  int backoff;             /* the WAIT step is the router's, until wake_ms */
+  int64_t wake_ms;
+  struct { /* a load while Redis cannot be used goes through the share (call_share.c) */
+    int lead, polling, alone;
+    unsigned long seen; /* the flight found in progress (xf__share_try) */
+    int64_t from_ms, give_up_ms;
+  } share;
+};
+
+struct xf_reader {
+  redisReader *r;
+};
+
+/* Outcomes of call_route.c's functions, beside an error code (< 0) for the
+ * command: fed to its flow. now_ms is the driver's time, as every input's. */
+enum { XF__CALL_SENDING = 1, XF__CALL_BACKING_OFF = 2, XF__CALL_REPLY = 3 };
+
+/* The call's current command (new, or again): where it goes and its bytes.
+ * XF__CALL_SENDING (request, host, port, replies set), XF__CALL_BACKING_OFF
+ * (wait until wake_ms, then call again), or an error code. */
+int xf__call_route(xf_call *call, const xf__cmd *cmd, int64_t now_ms);
+
+/* The last of the request's replies (*r; NULL: the connection failed, rc
+ * XF_EIO / XF_ECONNECT). XF__CALL_REPLY: *r is the command's; else the
+ * router took it (*r freed): XF__CALL_SENDING / XF__CALL_BACKING_OFF as
+ * xf__call_route, or an error code. */
+int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, redisReply **r, int rc,
+                         int64_t now_ms);
+
+/* Whether the call's LOAD must first go through the client's share: a load
+ * that will not be cached (Redis cannot be used), not joined yet. */
+int xf__call_share_joins(const xf_call *call);
+
+/* Joins (or polls) the share's flight for the call's key, without blocking:
+ * XF_STEP_LOAD (the call leads the flight, or loads alone after the
+ * policy's wait), XF_STEP_WAIT (another caller's flight: poll again at
+ * f.wake_ms, then call again), or the flow's step for the value or outcome
+ * the share served. now_ms: the share's clock (xf__now_ms's). */
+xf__step xf__call_share_join(xf_call *call, int64_t now_ms);
+
+#endif

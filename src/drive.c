@@ -1,0 +1,82 @@
+/* The drivers' side of a LOAD and a WAIT (drive.h): the clock, the
+ * loader's thread, the share. */
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "drive.h"
+
+void xf__sleep_until_ms(int64_t wake_ms) {
+  int64_t ms = wake_ms - xf__now_ms();
+  if (ms <= 0)
+    return;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+/* The share's code for what the loader gave. */
+static int load_outcome(const xf__flow *f, int lrc) {
+  if (lrc != 0 || (!f->sink.is_set && !f->sink.not_found))
+    return XF_ELOADER;
+  return f->sink.not_found ? XF_ENOTFOUND : XF_OK;
+}
+
+/* The only calls into the share (single-flight and fallback while Redis
+ * cannot be used), for every driver; sc's share (none: ALONE). */
+xf__share_role xf__flow_share_begin(xf__flow *f, const xf_client *sc, char **data,
+                                    size_t *len, int *rc) {
+  int64_t now = xf__now_ms();
+  return xf__share_begin(sc, f->key.data, f->key.len, now, now + f->p->wait_ms, data, len,
+                         rc);
+}
+
+void xf__flow_share_end(xf__flow *f, const xf_client *sc, int loader_rc, int64_t end_ms) {
+  /* kept for the loader's ttl (xf_sink_ttl), 0 = not kept */
+  xf__share_end(sc, f->key.data, f->key.len, load_outcome(f, loader_rc), f->sink.data,
+                f->sink.len, end_ms + (f->sink.ttl_set ? f->sink.ttl_ms : f->p->ttl_ms));
+}
+
+void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader, void *ud,
+                          xf__loaded *out) {
+  memset(out, 0, sizeof *out);
+  xf__share_role role = XF_SHARE_ALONE;
+  if (sc && f->load == XF_LOAD_UNCACHED) {
+    role = xf__flow_share_begin(f, sc, &out->data, &out->len, &out->rc);
+    if ((out->served = role == XF_SHARE_SERVED))
+      return;
+  }
+  int64_t t0 = xf__now_us();
+  xf__nest_push(&f->nest, sc ? sc : f->c, f->key.data, f->key.len);
+  out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
+  xf__nest_pop(&f->nest);
+  int64_t t1 = xf__now_us();
+  if (role == XF_SHARE_LEAD)
+    xf__flow_share_end(f, sc, out->loader_rc, t1 / 1000);
+  out->delta_us = t1 - t0;
+  out->end_ms = t1 / 1000;
+}
+
+xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l) {
+  if (l->served)
+    return xf__flow_local(f, l->rc, l->data, l->len);
+  return xf__flow_loaded(f, l->loader_rc, l->delta_us, l->end_ms);
+}
+
+xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
+  xf__loaded l;
+  xf__flow_call_loader(f, f->c, loader, ud, &l);
+  return xf__flow_feed_loaded(f, &l);
+}
+
+#define INTERRUPT_SLICE_MS 50 /* how often a sleeping call asks options.interrupt */
+
+int xf__drive_sleep(const xf__flow *f, int64_t wake_ms) {
+  for (;;) {
+    int64_t slice_ms = xf__now_ms() + INTERRUPT_SLICE_MS;
+    xf__sleep_until_ms(slice_ms < wake_ms ? slice_ms : wake_ms);
+    if (xf__flow_interrupted(f))
+      return 1;
+    if (xf__now_ms() >= wake_ms)
+      return 0;
+  }
+}

@@ -1,0 +1,334 @@
+/* Get-or-compute's decisions in the flow (flow.h; the machine that sends and
+ * takes replies is flow.c): read -> decide -> lease -> load -> write, with
+ * waits.
+ *
+ * One read tells us the value, its delta and its remaining lifetime. A fresh
+ * value is served unless XFetch elects this caller to refresh it early; then,
+ * and on a miss or an expired value, the caller that wins the key's lease runs
+ * the loader and writes, while the others serve what they have or wait. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "decide.h"
+#include "flow_steps.h"
+#include "policy.h"
+
+/* A waiter re-reads after a quarter of the time it has waited so far: the
+ * value is seen at most ~25% after it lands, whatever the loader's speed,
+ * at ~15 reads per waiter for a 100 ms load. */
+#define WAIT_POLL_MIN_MS 2
+#define WAIT_POLL_MAX_MS 50
+#define WAIT_POLL_DIVISOR 4
+
+/* Redis cannot be used for this step (down, cut off, or busy, loading,
+ * read-only, out of memory...): every step fails open the same way. */
+static int is_unreachable(int rc) {
+  return rc == XF_EIO || rc == XF_ECONNECT || rc == XF_EUNAVAILABLE;
+}
+
+/* ---- the lease ----------------------------------------------------------------- */
+
+/* The lease a caller asks for: policy.lease_ms, or twice the entry's delta
+ * (its last loader's time) when that is longer, so a loader slower than the
+ * policy's lease keeps the key's protection from its second run on instead
+ * of letting every caller load once its lease runs out. */
+int64_t xf__flow_lease_ms(const xf__flow *f) {
+  int64_t twice_delta_ms = f->e.delta_us > 0 ? (f->e.delta_us + 499) / 500 : 0;
+  if (twice_delta_ms > XF_MAX_TIME_MS)
+    twice_delta_ms = XF_MAX_TIME_MS;
+  return twice_delta_ms > f->p->lease_ms ? twice_delta_ms : f->p->lease_ms;
+}
+
+/* ---- serving ------------------------------------------------------------------- */
+
+/* Hands the entry's value (or its cached "not found") to the caller. */
+static int serve_entry(xf__flow *f, const xf__entry *e, xf_source source) {
+  if (source == XF_SOURCE_STALE)
+    f->c->stats.stale++;
+  return e->negative ? xf__fail(f->c, XF_ENOTFOUND, "cached not-found")
+                     : xf__flow_serve_bytes(f, e->value, e->len, source);
+}
+
+static xf__step serve(xf__flow *f, xf_source source) {
+  return xf__flow_done(f, serve_entry(f, &f->e, source));
+}
+
+/* Hands the loader's result to the caller. */
+static int serve_sink(xf__flow *f, xf_source source) {
+  if (f->sink.not_found)
+    return xf__fail(f->c, XF_ENOTFOUND, "the loader found nothing");
+  f->out->data = xf__sink_take(&f->sink, &f->out->len);
+  f->out->source = source;
+  if (source == XF_SOURCE_UNCACHED)
+    f->c->stats.uncached++;
+  return XF_OK;
+}
+
+/* The outcome is decided (f->rc, *out); drop the lease first, keeping the
+ * message the outcome left on the client. */
+static xf__step release_then_done(xf__flow *f, int rc) {
+  f->rc = rc;
+  memcpy(f->msg, f->c->errstr, sizeof f->msg);
+  return xf__flow_send(f, XF__RELEASE);
+}
+
+xf__step xf__flow_released(xf__flow *f, redisReply *r) {
+  if (r)
+    freeReplyObject(r);
+  memcpy(f->c->errstr, f->msg, sizeof f->msg);
+  return xf__flow_done(f, f->rc);
+}
+
+/* ---- load ---------------------------------------------------------------------- */
+
+static xf__step load(xf__flow *f, xf__load_kind kind) {
+  if (kind == XF_LOAD_UNCACHED)
+    xf__entry_free(&f->e);
+  f->load = kind;
+  f->state = XF__LOAD;
+  xf__sink_init(&f->sink, f->c->max_value_len);
+  f->c->stats.loads++;
+  return XF_STEP_LOAD;
+}
+
+/* What the loader's result does to the entry. A value, or a not-found to
+ * cache, is written. A not-found that is not cached removes a value the entry
+ * held when read (the loader, the source of truth, says it is gone: serving
+ * it on would be a wrong value); with none, there is nothing to write
+ * (ttl_ms 0). */
+static xf__write what_to_write(xf__flow *f) {
+  const xf_policy *p = f->p;
+  xf__write w = {.token = f->token,
+                 .data = f->sink.data,
+                 .len = f->sink.len,
+                 .delta_us = f->delta_us,
+                 .start_ms = f->start_ms};
+  if (!f->sink.not_found && f->sink.ttl_set && f->sink.ttl_ms == 0) {
+    w.ttl_ms = 0; /* xf_sink_ttl(sink, 0): returned, not cached */
+  } else if (!f->sink.not_found) {
+    xf_policy q = *p; /* xf_sink_ttl's ttl, with the policy's jitter */
+    if (f->sink.ttl_set)
+      q.ttl_ms = f->sink.ttl_ms;
+    w.kind = XF_WRITE_VALUE;
+    w.ttl_ms = xf__policy_ttl(f->c, &q);
+    w.keep_ms = xf__policy_keep_ms(p);
+  } else if (p->negative_ttl_ms > 0) {
+    w.kind = XF_WRITE_NOT_FOUND;
+    w.ttl_ms = p->negative_ttl_ms;
+  } else if (f->had_value) {
+    w.kind = XF_WRITE_GONE;
+    w.ttl_ms = f->c->tombstone_ms;
+  }
+  return w;
+}
+
+/* The loader failed: nothing is cached. An early refresh still serves the
+ * valid value; a miss serves stale if stale-if-error allows. */
+static xf__step load_failed(xf__flow *f) {
+  if (f->load != XF_LOAD_LEASED)
+    return xf__flow_done(f, XF_ELOADER);
+  const xf__entry *e = &f->e;
+  int rc = XF_ELOADER;
+  if (f->refresh)
+    rc = serve_entry(f, e, XF_SOURCE_CACHE);
+  else if (e->value && !e->negative && -e->remaining_ms <= f->p->stale_if_error_ms)
+    rc = serve_entry(f, e, XF_SOURCE_STALE);
+  return release_then_done(f, rc);
+}
+
+xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms) {
+  (void)now_ms;
+  xf_client *c = f->c;
+  if (lrc == 0 && !f->sink.is_set && !f->sink.not_found)
+    lrc = -1, xf__fail(c, XF_ELOADER, "loader returned 0 without xf_sink_set");
+  else if (lrc != 0)
+    xf__fail(c, XF_ELOADER, "loader returned %d", lrc);
+  if (lrc != 0) {
+    c->loader_rc = lrc;
+    c->stats.load_errors++;
+    xf__sink_clear(&f->sink);
+    return load_failed(f);
+  }
+  if (f->load == XF_LOAD_UNCACHED)
+    return xf__flow_done(f, serve_sink(f, XF_SOURCE_UNCACHED));
+  f->delta_us = delta_us;
+  f->w = what_to_write(f);
+  if (f->w.ttl_ms > 0)
+    return xf__flow_send(f, XF__WRITE);
+  /* A not-found not to cache (the release tells the callers that waited on
+   * this lease), or a value the loader said not to cache. */
+  f->found_nothing = f->sink.not_found;
+  int rc = serve_sink(f, f->sink.not_found ? XF_SOURCE_LOADER : XF_SOURCE_UNCACHED);
+  return f->token[0] ? release_then_done(f, rc) : xf__flow_done(f, rc);
+}
+
+xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
+  f->c->stats.loads--;    /* load() counted a loader run the share made unneeded */
+  if (rc == XF_ECANCELED) /* interrupted while waiting for the share's flight */
+    return xf__flow_done(f, xf__fail(f->c, rc, "interrupted (options.interrupt)"));
+  f->c->stats.local++;
+  if (rc != XF_OK) {
+    free(data);
+    if (rc == XF_ELOADER)
+      xf__fail(f->c, rc, "the loader failed in another thread's load of this key");
+    else if (rc == XF_ENOTFOUND)
+      xf__fail(f->c, rc, "another thread's loader found nothing");
+    return xf__flow_done(f, rc);
+  }
+  f->out->data = data;
+  f->out->len = len;
+  f->out->source = XF_SOURCE_LOCAL;
+  return xf__flow_done(f, XF_OK);
+}
+
+xf__step xf__flow_written(xf__flow *f, int ok) {
+  return xf__flow_done(f, serve_sink(f, ok ? XF_SOURCE_LOADER : XF_SOURCE_UNCACHED));
+}
+
+/* ---- miss: lease, stale, or wait ---------------------------------------------- */
+
+static int64_t poll_interval_ms(int64_t waited_ms, int64_t left_ms) {
+  int64_t ms = waited_ms / WAIT_POLL_DIVISOR;
+  ms = ms < WAIT_POLL_MIN_MS   ? WAIT_POLL_MIN_MS
+       : ms > WAIT_POLL_MAX_MS ? WAIT_POLL_MAX_MS
+                               : ms;
+  return ms < left_ms ? ms : left_ms;
+}
+
+/* Another caller holds the lease of a missing or expired value: serve stale,
+ * wait for its value, or after wait_ms load (or fail) anyway. */
+static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
+  xf__entry *e = &f->e;
+  if (f->round == 0) {
+    f->c->stats.lease_lost++;
+    /* The wait budget starts here, not at the read: a batch may hold a
+     * miss's lease request back while its earlier keys load (batch.c). */
+    f->waited_from_ms = now_ms;
+    f->give_up_ms = now_ms + f->p->wait_ms;
+  }
+  if (e->value && -e->remaining_ms <= f->p->stale_ms)
+    return serve(f, XF_SOURCE_STALE);
+  /* A computation that starts after this read is dated by it, no later: a
+   * value written since (an xf_set, a delete) is newer and must win. */
+  f->start_ms = e->now_ms;
+  f->had_value = e->value != NULL || e->malformed;
+  xf__entry_free(e);
+  int64_t left_ms = f->give_up_ms - now_ms;
+  if (left_ms <= 0) {
+    if (f->p->on_wait_timeout == XF_WAIT_FAIL)
+      return xf__flow_done(f, xf__fail(f->c, XF_ETIMEDOUT,
+                                       "waited %lld ms for another caller's loader",
+                                       (long long)f->p->wait_ms));
+    return load(f, XF_LOAD_GAVE_UP);
+  }
+  if (f->round == 0)
+    f->c->stats.waits++;
+  f->wake_ms = now_ms + poll_interval_ms(now_ms - f->waited_from_ms, left_ms);
+  f->state = XF__WAIT;
+  return XF_STEP_WAIT;
+}
+
+/* The value is missing or expired. A lease the read already saw live is not
+ * asked for: that round trip could only lose. */
+static xf__step miss(xf__flow *f, int64_t now_ms) {
+  /* Not when the read may come from a lagging replica: the lease script runs
+   * on the master and says whether the lease is live there. */
+  if (f->e.lease_live && !f->c->read_from_replicas)
+    return lease_held_elsewhere(f, now_ms);
+  xf__entry_token(f->c, f->token);
+  f->refresh = 0;
+  return xf__flow_send(f, XF__LEASE);
+}
+
+xf__step xf__flow_woke(xf__flow *f, int64_t now_ms) {
+  (void)now_ms;
+  f->round++;
+  return xf__flow_send(f, XF__READ);
+}
+
+xf__step xf__flow_cancel(xf__flow *f) {
+  xf_value_free(f->out);    /* a value decided before a release: not returned */
+  if (xf__flow_canceled(f)) /* that release failed too: the lease expires */
+    return xf__flow_done(f, XF_ECANCELED);
+  int rc = xf__fail(f->c, XF_ECANCELED, "interrupted (options.interrupt)");
+  return f->token[0] && f->state != XF__DONE ? release_then_done(f, rc)
+                                             : xf__flow_done(f, rc);
+}
+
+/* ---- early refresh ------------------------------------------------------------- */
+
+/* A fresh value was elected for early recompute. Whatever happens, the caller
+ * gets a valid value: the refreshed one, or the current one; unless the
+ * loader says the value is gone (see what_to_write). */
+static xf__step refresh_early(xf__flow *f) {
+  f->c->stats.early++;
+  if (f->e.lease_live) { /* someone is refreshing already */
+    f->c->stats.lease_lost++;
+    return serve(f, XF_SOURCE_CACHE);
+  }
+  xf__entry_token(f->c, f->token);
+  f->refresh = 1;
+  return xf__flow_send(f, XF__LEASE);
+}
+
+xf__step xf__flow_lease_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms) {
+  int64_t lease_ms = 0;
+  xf__lease_result won = XF_LEASE_LOST;
+  xf__entry newer;
+  if (rc == XF_OK)
+    rc = xf__entry_parse_lease(f->c, r, &lease_ms, &won, &newer);
+  if (rc != XF_OK) { /* the lease cannot be taken: degrade, never block */
+    f->token[0] = '\0';
+    if (f->refresh)
+      return serve(f, XF_SOURCE_CACHE);
+    return is_unreachable(rc) ? load(f, XF_LOAD_UNCACHED) : xf__flow_done(f, rc);
+  }
+  if (won == XF_LEASE_NOTHING) { /* this caller came during a load that found nothing */
+    f->token[0] = '\0';
+    return xf__flow_done(
+        f, xf__fail(f->c, XF_ENOTFOUND, "another caller's loader found nothing"));
+  }
+  if (won == XF_LEASE_NEWER) {
+    xf__entry_free(&f->e);
+    f->e = newer;
+    return serve(f, XF_SOURCE_CACHE);
+  }
+  if (won == XF_LEASE_LOST) {
+    f->token[0] = '\0';
+    if (!f->refresh)
+      return lease_held_elsewhere(f, now_ms);
+    f->c->stats.lease_lost++;
+    return serve(f, XF_SOURCE_CACHE);
+  }
+  f->start_ms = lease_ms;
+  f->had_value = f->refresh || f->e.value != NULL || f->e.malformed;
+  return load(f, XF_LOAD_LEASED);
+}
+
+/* ---- read -> decide ------------------------------------------------------------- */
+
+xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
+  if (is_unreachable(rc))
+    return load(f, XF_LOAD_UNCACHED);
+  if (rc != XF_OK)
+    return xf__flow_done(f, rc);
+  xf__entry *e = &f->e;
+  int fresh = e->value && e->remaining_ms > 0;
+  if (f->round == 0)
+    f->first_read_ms = e->now_ms;
+  if (f->round > 0) { /* a waiter's re-read */
+    if (!fresh)
+      return miss(f, now_ms);
+    f->c->stats.hits++;
+    return serve(f, XF_SOURCE_CACHE);
+  }
+  if (!fresh) {
+    f->c->stats.misses++;
+    return miss(f, now_ms);
+  }
+  if (xf__recompute_early(&f->c->rng, e->remaining_ms, e->delta_us, f->p->beta))
+    return refresh_early(f);
+  f->c->stats.hits++;
+  return serve(f, XF_SOURCE_CACHE);
+}

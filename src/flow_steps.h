@@ -1,0 +1,39 @@
+/* What the flow's two files share: flow.c (the machine: kinds, inputs,
+ * NOSCRIPT, the one-script kinds) and flow_compute.c (get-or-compute's
+ * decisions). Not for drivers: they use flow.h. */
+#ifndef XF_FLOW_STEPS_H
+#define XF_FLOW_STEPS_H
+
+#include "flow.h"
+
+/* Where a flow is; the ones that send name the script they run (flow.c's
+ * script_of). */
+enum {
+  XF__READ,
+  XF__LEASE,
+  XF__WRITE,
+  XF__RELEASE,
+  XF__DELETE,
+  XF__LOAD,
+  XF__WAIT,
+  XF__DONE
+};
+
+/* Encodes and asks for the command of state. */
+xf__step xf__flow_send(xf__flow *f, int state);
+
+/* Ends the call with rc, freeing what the flow holds. */
+xf__step xf__flow_done(xf__flow *f, int rc);
+
+/* A copy of data (NUL-terminated) as the call's value, from source. */
+int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source);
+
+/* flow_compute.c's side of get-or-compute: the lease asked for; what a read
+ * (parsed: rc), a lease, a write (ok: written) and a release lead to. */
+int64_t xf__flow_lease_ms(const xf__flow *f);
+xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms);
+xf__step xf__flow_lease_done(xf__flow *f, int rc, redisReply *r, int64_t now_ms);
+xf__step xf__flow_written(xf__flow *f, int ok);
+xf__step xf__flow_released(xf__flow *f, redisReply *r);
+
+#endif

@@ -1,0 +1,70 @@
+/* The connection setup's commands and the judgement of their replies. */
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client.h"
+#include "setup.h"
+
+static xf__cmd *next(xf__setup *s, xf__setup_kind kind) {
+  xf__cmd *cmd = &s->cmd[s->n];
+  memset(cmd, 0, sizeof *cmd);
+  s->kind[s->n++] = kind;
+  return cmd;
+}
+
+static void put(xf__cmd *cmd, const char *arg) {
+  cmd->argv[cmd->argc] = arg;
+  cmd->lens[cmd->argc++] = strlen(arg);
+}
+
+void xf__setup_build(const xf_client *c, int flags, xf__setup *s) {
+  s->n = 0;
+  if (c->password) { /* AUTH first: with requirepass, nothing else is allowed */
+    xf__cmd *auth = next(s, XF__SETUP_AUTH);
+    put(auth, "AUTH");
+    put(auth, c->username ? c->username : "default");
+    put(auth, c->password);
+  }
+  if (c->db != 0) {
+    xf__cmd *select = next(s, XF__SETUP_SELECT);
+    snprintf(select->scratch[0], sizeof select->scratch[0], "%d", c->db);
+    put(select, "SELECT");
+    put(select, select->scratch[0]);
+  }
+  if (flags & XF_SETUP_REPLICA)
+    put(next(s, XF__SETUP_READONLY), "READONLY");
+  /* A fresh server would otherwise answer each concurrent call's first
+   * EVALSHA with NOSCRIPT, and each would load the script itself. read_many
+   * is left out: only the blocking batch driver sends it. */
+  for (int i = XF_SCRIPT_READ; (flags & XF_SETUP_SCRIPTS) && i <= XF_SCRIPT_DELETE; i++)
+    xf__script_load_cmd(next(s, XF__SETUP_SCRIPT), i, NULL, 0);
+}
+
+static const char *name(xf__setup_kind kind) {
+  static const char *const names[] = {"AUTH", "SELECT", "READONLY", "SCRIPT LOAD"};
+  return names[kind];
+}
+
+/* The code an error reply to kind gets. Only AUTH's refusal (and NOAUTH, the
+ * server asking for one) is an authentication failure: a busy or loading
+ * server at connect time is a server that cannot serve now, so the calls
+ * fail open instead of reporting a misconfiguration. */
+static int refusal(xf__setup_kind kind, const redisReply *r) {
+  if (xf__reply_classify(r) == XF_REPLY_UNAVAILABLE)
+    return XF_EUNAVAILABLE;
+  if (kind == XF__SETUP_AUTH || strncmp(r->str, "NOAUTH", 6) == 0)
+    return XF_EAUTH;
+  if (kind == XF__SETUP_SELECT)
+    return strstr(r->str, "cluster mode") ? XF_EINVAL : XF_EAUTH;
+  return XF_EREDIS;
+}
+
+int xf__setup_judge(xf_client *c, xf__setup_kind kind, const redisReply *r) {
+  if (r->type != REDIS_REPLY_ERROR || kind == XF__SETUP_SCRIPT)
+    return XF_OK;
+  int rc = refusal(kind, r);
+  if (rc == XF_EINVAL)
+    return xf__fail(c, rc, "Redis Cluster has only db 0; options.db is %d", c->db);
+  return xf__fail(c, rc, "%s: %s", name(kind), r->str);
+}

@@ -1,0 +1,53 @@
+/* One connection setup for every transport: the commands a fresh connection
+ * runs before any call's (AUTH, SELECT, READONLY, the scripts' SCRIPT LOAD),
+ * built from the client's options and the connection's role, and the one
+ * judgement of their replies. No socket here: the blocking connection
+ * (conn.c), the event-loop one (async_conn.c) and the sans-I/O face
+ * (xf_call_setup, for xfetch.aio) each send the list and feed the replies
+ * back, so they cannot drift apart. */
+#ifndef XF_SETUP_H
+#define XF_SETUP_H
+
+#include "resp.h"
+#include "script.h"
+
+struct xf_client;
+struct redisReply;
+
+/* What one setup command is for (its reply is judged by it). */
+typedef enum xf__setup_kind {
+  XF__SETUP_AUTH,
+  XF__SETUP_SELECT,
+  XF__SETUP_READONLY,
+  XF__SETUP_SCRIPT /* a preload: its failure is left to NOSCRIPT recovery */
+} xf__setup_kind;
+
+/* The role flags are the public XF_SETUP_REPLICA / XF_SETUP_SCRIPTS. */
+#define XF__SETUP_MAX (3 + XF_SCRIPT_DELETE + 1)
+
+/* The list, in the order it is sent. The commands point into the client
+ * (username, password) and into the list itself (db's digits): not movable,
+ * valid while the client is. */
+typedef struct xf__setup {
+  int n;
+  xf__setup_kind kind[XF__SETUP_MAX];
+  xf__cmd cmd[XF__SETUP_MAX];
+} xf__setup;
+
+/* Fills s for a connection of c with flags (XF_SETUP_*): AUTH [user] password
+ * when a password is set, SELECT db when db != 0, READONLY for a replica,
+ * SCRIPT LOAD of each script when asked. n may be 0. */
+void xf__setup_build(const struct xf_client *c, int flags, xf__setup *s);
+
+/* Judges r (not freed), the reply to a setup command of kind: XF_OK, or the
+ * code with "<COMMAND>: <reply>" on the client:
+ *   XF_EUNAVAILABLE  the server cannot take it now (BUSY, LOADING...: the
+ *                    unavailable replies of xf__reply_classify): fail open;
+ *   XF_EAUTH         AUTH refused (WRONGPASS, ...), NOAUTH to any command,
+ *                    SELECT refused (no such db, an ACL);
+ *   XF_EINVAL        SELECT on a Redis Cluster (only db 0 there);
+ *   XF_EREDIS        READONLY refused.
+ * A preload's error is XF_OK: the call that needs the script loads it. */
+int xf__setup_judge(struct xf_client *c, xf__setup_kind kind, const struct redisReply *r);
+
+#endif

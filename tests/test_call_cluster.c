@@ -1,0 +1,254 @@
+/* The sans-I/O call (xf_call_*) driven over plain sockets against a real 3
+ * masters + 3 replicas cluster, as an outside driver (Python asyncio) does:
+ * one connection per server xf_call_target names, the request written as
+ * it is, its replies read and the last one fed back. The call learns the mode
+ * and the map through its own SENDs and follows MOVED and ASK itself. One
+ * test at a time: they count the commands each node ran. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "cluster_fixture.h"
+#include "cluster_slots.h"
+#include "xfetch.h"
+
+#define HOST "127.0.0.1"
+#define MAX_WIRES 16
+
+typedef struct wire {
+  int port;
+  redisContext *sock; /* only its file descriptor is used */
+  xf_reader *reader;
+} wire;
+
+/* The driver's clock: every call input carries it. */
+static int64_t driver_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static wire wires[MAX_WIRES];
+static int nwires, writes[MAX_WIRES];
+
+/* The driver's connection to host:port, opened on first use. */
+static wire *wire_to(const char *host, int port) {
+  cr_assert(host && strcmp(host, HOST) == 0, "target host %s", host ? host : "(unix)");
+  for (int i = 0; i < nwires; i++)
+    if (wires[i].port == port)
+      return &wires[i];
+  cr_assert_lt(nwires, MAX_WIRES);
+  wire *w = &wires[nwires++];
+  w->port = port;
+  w->sock = xft_cluster_redis(port);
+  cr_assert_eq(xf_reader_open(&w->reader), XF_OK);
+  return w;
+}
+
+static void close_wires(void) {
+  for (int i = 0; i < nwires; i++) {
+    xf_reader_close(wires[i].reader);
+    redisFree(wires[i].sock);
+  }
+  nwires = 0;
+  memset(writes, 0, sizeof writes);
+}
+
+static xf_reply *read_reply(wire *w) {
+  for (;;) {
+    xf_reply *reply;
+    cr_assert_eq(xf_reader_next(w->reader, &reply), XF_OK);
+    if (reply)
+      return reply;
+    char buf[4096];
+    ssize_t n = read(w->sock->fd, buf, sizeof buf);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(xf_reader_feed(w->reader, buf, (size_t)n), XF_OK);
+  }
+}
+
+/* One SEND: to the server the call names; the last reply is the call's. */
+static xf_call_step send_step(xf_call *call) {
+  const char *host;
+  int port;
+  int n = xf_call_target(call, &host, &port);
+  cr_assert_geq(n, 1);
+  wire *w = wire_to(host, port);
+  writes[w - wires]++;
+  size_t len;
+  const char *req = xf_call_request(call, &len);
+  cr_assert_eq(write(w->sock->fd, req, len), (ssize_t)len);
+  xf_reply *last = NULL;
+  for (int i = 0; i < n; i++) {
+    xf_reply *r = read_reply(w);
+    if (i + 1 < n)
+      xf_reply_free(r);
+    else
+      last = r;
+  }
+  return xf_call_reply(call, last, driver_ms());
+}
+
+static int loads;
+
+/* Runs a get-or-compute call on key to the end; the loader gives "v-" + key. */
+static int drive(xf_client *c, const char *key, xf_source *source) {
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 3600 * 1000;
+  p.beta = 0;
+  xf_call *call;
+  cr_assert_eq(xf_call_start(&call, c, key, strlen(key), &p, driver_ms()), XF_OK);
+  for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
+    if (step == XF_CALL_SEND) {
+      step = send_step(call);
+    } else if (step == XF_CALL_LOAD) {
+      loads++;
+      char v[96];
+      int len = snprintf(v, sizeof v, "v-%s", key);
+      step = xf_call_loaded(call, v, (size_t)len, 1000, driver_ms());
+    } else {
+      usleep((useconds_t)xf_call_wait_ms(call, driver_ms()) * 1000);
+      step = xf_call_woke(call, driver_ms());
+    }
+  }
+  xf_value v;
+  int rc = xf_call_result(call, &v);
+  if (rc == XF_OK) {
+    char want[96];
+    snprintf(want, sizeof want, "v-%s", key);
+    cr_expect_str_eq(v.data, want);
+    *source = v.source;
+    xf_value_free(&v);
+  } else {
+    cr_log_error("%s: %s", key, xf_call_errmsg(call));
+  }
+  xf_call_free(call);
+  return rc;
+}
+
+static void expect(xf_client *c, const char *key, xf_source want) {
+  xf_source source = XF_SOURCE_UNCACHED;
+  cr_assert_eq(drive(c, key, &source), XF_OK, "%s", key);
+  cr_expect_eq(source, want, "%s: source %d, want %d", key, source, want);
+}
+
+/* A configuration client seeded with node i: never connected by a call. */
+static xf_client *config_client(int i, int replicas) {
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(i));
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = host;
+  o.lazy_connect = 1;
+  o.read_from_replicas = replicas;
+  o.seed = 5;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  return c;
+}
+
+static xf_stats stats(const xf_client *c) {
+  xf_stats st;
+  xf_client_stats(c, &st);
+  return st;
+}
+
+TestSuite(call_cluster, .fini = close_wires);
+
+Test(call_cluster, every_key_goes_to_its_master_once_the_map_is_known) {
+  xf_client *c = config_client(1, 0);
+  loads = 0;
+  char key[32];
+  for (int round = 0; round < 2; round++) {
+    if (round == 1)
+      xft_reset_stats();
+    for (int i = 0; i < 60; i++) {
+      snprintf(key, sizeof key, "callc:route:%d", i);
+      expect(c, key, round == 0 ? XF_SOURCE_LOADER : XF_SOURCE_CACHE);
+    }
+  }
+  cr_expect_eq(loads, 60);
+  cr_expect_eq(stats(c).redirects, 0);
+  cr_expect_eq(stats(c).map_refreshes, 1, "asked once (CLUSTER SLOTS), then routed");
+  cr_expect_eq(xft_total_calls("evalsha_ro"), 60, "one read per hit, on its master");
+  cr_expect_eq(xft_total_calls("cluster|slots"), 0);
+  xf_client_close(c);
+}
+
+Test(call_cluster, a_migrated_slot_is_followed_by_moved) {
+  const char *key = "{callc-moved}k";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  xft_node from, to;
+  xft_masters_of(slot, &from, &to);
+  xf_client *c = config_client(0, 0);
+  loads = 0;
+  expect(c, key, XF_SOURCE_LOADER);
+  xft_migrate_key(slot, &from, &to, key);
+  xft_assign(slot, &to);
+  expect(c, key, XF_SOURCE_CACHE);
+  expect(c, key, XF_SOURCE_CACHE);
+  cr_expect_eq(loads, 1, "the entry moved with its slot");
+  cr_expect_eq(stats(c).redirects, 1, "one MOVED, then the map knows");
+  xf_client_close(c);
+}
+
+Test(call_cluster, a_slot_mid_migration_is_followed_by_ask) {
+  const char *kept = "{callc-ask}kept", *gone = "{callc-ask}gone";
+  int slot = xf__cluster_keyslot(kept, strlen(kept));
+  xft_node from, to;
+  xft_masters_of(slot, &from, &to);
+  xf_client *c = config_client(2, 0);
+  loads = 0;
+  expect(c, kept, XF_SOURCE_LOADER);
+  expect(c, gone, XF_SOURCE_LOADER);
+  xft_migrate_key(slot, &from, &to, gone);
+  xft_reset_stats();
+  expect(c, gone, XF_SOURCE_CACHE); /* ASK to the target */
+  expect(c, kept, XF_SOURCE_CACHE); /* still the source's */
+  cr_expect_eq(loads, 2);
+  cr_expect_eq(stats(c).redirects, 1, "one ASK; the map was left alone");
+  cr_expect_eq(xft_calls_of(to.port, "asking"), 1);
+  xft_migrate_key(slot, &from, &to, kept);
+  xft_assign(slot, &to);
+  xf_client_close(c);
+}
+
+Test(call_cluster, replica_reads_go_to_the_replicas) {
+  xf_client *w = config_client(3, 0);
+  loads = 0;
+  char key[32];
+  for (int i = 0; i < 30; i++) {
+    snprintf(key, sizeof key, "callc:replica:%d", i);
+    expect(w, key, XF_SOURCE_LOADER);
+  }
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    freeReplyObject(xft_cluster_cmd(r, "WAIT 1 2000"));
+    redisFree(r);
+  }
+  xf_client *c = config_client(4, 1);
+  xft_reset_stats();
+  for (int i = 0; i < 30; i++) {
+    snprintf(key, sizeof key, "callc:replica:%d", i);
+    expect(c, key, XF_SOURCE_CACHE);
+  }
+  cr_expect_eq(loads, 30);
+  cr_expect_eq(stats(c).redirects, 0, "READONLY went first");
+  long long on[2] = {0, 0}; /* masters, replicas */
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    redisReply *role = xft_cluster_cmd(r, "ROLE");
+    on[strcmp(role->element[0]->str, "slave") == 0] +=
+        xft_calls_of(xft_cluster_port(i), "evalsha_ro");
+    freeReplyObject(role);
+    redisFree(r);
+  }
+  /* A replica that never ran a script answers NOSCRIPT once (counted). */
+  cr_expect_geq(on[1], 30, "every hit read on a replica (%lld)", on[1]);
+  cr_expect_eq(on[0], 0, "none on a master (%lld)", on[0]);
+  xf_client_close(c);
+  xf_client_close(w);
+}

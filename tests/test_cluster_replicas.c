@@ -1,0 +1,320 @@
+/* The blocking client on a real 3 masters + 3 replicas cluster when replicas
+ * and slots misbehave: a replica that answers an error (MASTERDOWN), a
+ * failover that turns a master into a replica, a replica that lags behind its
+ * master's lease, slots refused to a whole batch (CLUSTERDOWN). Each test
+ * restores the cluster; one test at a time. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster.h"
+#include "cluster_fixture.h"
+#include "cluster_slots.h"
+#include "xfetch.h"
+
+#define HOST "127.0.0.1"
+
+static int loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST);
+  char v[96];
+  int len = snprintf(v, sizeof v, "v-%.*s", (int)keylen, key);
+  return xf_sink_set(sink, v, (size_t)len);
+}
+
+static xf_client *open_at(int port, int replicas) {
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", port);
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = host;
+  o.read_from_replicas = replicas;
+  o.seed = 7;
+  xf_client *c = NULL;
+  int rc = xf_client_open(&c, &o);
+  cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));
+  return c;
+}
+
+static xf_policy long_ttl(void) {
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 3600 * 1000;
+  p.beta = 0;
+  return p;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The port of the (one) replica of slot's master, as node i sees it. */
+static int replica_seen_by(int i, int slot) {
+  redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+  redisReply *rep = xft_cluster_cmd(r, "CLUSTER SLOTS");
+  int port = -1;
+  for (size_t i = 0; i < rep->elements; i++) {
+    redisReply *range = rep->element[i];
+    if (range->element[0]->integer <= slot && slot <= range->element[1]->integer &&
+        range->elements > 3)
+      port = (int)range->element[3]->element[1]->integer;
+  }
+  freeReplyObject(rep);
+  redisFree(r);
+  return port;
+}
+
+static int replica_of(int slot) {
+  int port = replica_seen_by(0, slot);
+  cr_assert_gt(port, 0, "slot %d has a replica", slot);
+  return port;
+}
+
+/* Waits until every node's CLUSTER SLOTS lists port as slot's replica (a
+ * node lists a replica once it has heard of its replication offset). */
+static void wait_replica_listed(int slot, int port) {
+  for (int tries = 0; tries < 500; tries++) {
+    int seen = 0;
+    for (int i = 0; i < XFT_CLUSTER_NODES; i++)
+      seen += replica_seen_by(i, slot) == port;
+    if (seen == XFT_CLUSTER_NODES)
+      return;
+    xft_cluster_sleep_ms(10);
+  }
+  cr_assert_fail("port %d never listed as slot %d's replica", port, slot);
+}
+
+/* Whether the node's INFO replication has line (e.g. "role:master"). */
+static int info_has(int port, const char *line) {
+  redisContext *r = xft_cluster_redis(port);
+  redisReply *info = xft_cluster_cmd(r, "INFO replication");
+  int has = info->type == REDIS_REPLY_STRING && strstr(info->str, line) != NULL;
+  freeReplyObject(info);
+  redisFree(r);
+  return has;
+}
+
+static void wait_info(int port, const char *line) {
+  for (int i = 0; i < 1000 && !info_has(port, line); i++)
+    xft_cluster_sleep_ms(10);
+  cr_assert(info_has(port, line), "node %d never showed %s", port, line);
+}
+
+static void config(int port, const char *name, const char *value) {
+  redisContext *r = xft_cluster_redis(port);
+  xft_expect_ok(xft_cluster_cmd(r, "CONFIG SET %s %s", name, value));
+  redisFree(r);
+}
+
+/* Cuts the replica off its master: a wrong password keeps it from coming back. */
+static void link_down(int replica) {
+  config(replica, "masterauth", "not-the-password");
+  redisContext *r = xft_cluster_redis(replica);
+  freeReplyObject(xft_cluster_cmd(r, "CLIENT KILL TYPE master"));
+  redisFree(r);
+  wait_info(replica, "master_link_status:down");
+}
+
+static void link_up(int replica) {
+  config(replica, "masterauth", "");
+  config(replica, "replica-serve-stale-data", "yes");
+  wait_info(replica, "master_link_status:up");
+}
+
+static void replicated(int master) {
+  redisContext *r = xft_cluster_redis(master);
+  freeReplyObject(xft_cluster_cmd(r, "WAIT 1 2000"));
+  redisFree(r);
+}
+
+static void get(xf_client *c, const char *key, const xf_policy *p, int *calls,
+                xf_source want) {
+  xf_value v;
+  int rc = xf_get_or_compute(c, key, strlen(key), p, loader, calls, &v);
+  cr_assert_eq(rc, XF_OK, "%s: %s (%s)", key, xf_strerror(rc), xf_errmsg(c));
+  char value[96];
+  snprintf(value, sizeof value, "v-%s", key);
+  cr_expect_str_eq(v.data, value);
+  cr_expect_eq(v.source, want, "%s: source %d, want %d", key, v.source, want);
+  xf_value_free(&v);
+}
+
+/* A replica whose link is down and may not serve stale data answers
+ * -MASTERDOWN: the master holds the value, so it is read there. */
+Test(cluster_replicas, a_replica_that_answers_an_error_is_read_through_its_master) {
+  const char *key = "{cr-down}k";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  xft_node owner, other;
+  xft_masters_of(slot, &owner, &other);
+  int replica = replica_of(slot);
+  xf_client *w = open_at(owner.port, 0);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  get(w, key, &p, &calls, XF_SOURCE_LOADER);
+  replicated(owner.port);
+  config(replica, "replica-serve-stale-data", "no");
+  link_down(replica);
+  xf_client *c = open_at(other.port, 1);
+  for (int i = 0; i < 10; i++)
+    get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  cr_expect_eq(calls, 1, "the value was loaded once, by the writer");
+  cr_expect_geq(xft_errors_of(replica, "MASTERDOWN"), 1, "the replica was asked");
+  link_up(replica);
+  xf_client_close(c);
+  xf_client_close(w);
+}
+
+/* A manual failover of replica, asked again until its master has heard of
+ * it (a replica demoted a moment ago is not known to its master yet: the
+ * request times out). */
+static void promote(int replica) {
+  for (int attempt = 0; attempt < 10 && !info_has(replica, "role:master"); attempt++) {
+    redisContext *r = xft_cluster_redis(replica);
+    freeReplyObject(xft_cluster_cmd(r, "CLUSTER FAILOVER"));
+    redisFree(r);
+    for (int i = 0; i < 200 && !info_has(replica, "role:master"); i++)
+      xft_cluster_sleep_ms(10);
+  }
+  cr_assert(info_has(replica, "role:master"), "node %d was never promoted", replica);
+}
+
+/* A manual failover swaps a master and its replica: the client's connection
+ * to the old master was opened without READONLY. */
+Test(cluster_replicas, after_a_failover_replica_reads_are_not_redirected) {
+  const char *key = "{cr-failover}k";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  xft_node owner, other;
+  xft_masters_of(slot, &owner, &other);
+  int replica = replica_of(slot);
+  xf_client *c = open_at(other.port, 1);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  get(c, key, &p, &calls, XF_SOURCE_LOADER); /* connects to the master */
+  replicated(owner.port);
+  for (int i = 0; i < 10; i++)
+    get(c, key, &p, &calls, XF_SOURCE_CACHE); /* and to its replica */
+  promote(replica);
+  wait_info(owner.port, "master_link_status:up");
+  wait_replica_listed(slot, owner.port);
+  /* A write meets the old master: MOVED, and the map is loaded again. */
+  char value[64];
+  int len = snprintf(value, sizeof value, "v-%s", key);
+  cr_assert_eq(xf_set(c, key, strlen(key), value, (size_t)len, &p), XF_OK, "%s",
+               xf_errmsg(c));
+  xf_stats before, after;
+  xf_client_stats(c, &before);
+  for (int i = 0; i < 200; i++)
+    get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  xf_client_stats(c, &after);
+  cr_expect_eq(calls, 1);
+  cr_expect_leq(after.redirects - before.redirects, 2, "%llu redirects for 200 reads",
+                (unsigned long long)(after.redirects - before.redirects));
+  promote(owner.port); /* back as it was */
+  wait_info(replica, "master_link_status:up");
+  wait_replica_listed(slot, replica);
+  xf_client_close(c);
+}
+
+/* The replica still shows a lease its master's entry no longer needs (a
+ * value was written since): the waiter must not wait it out and load again. */
+Test(cluster_replicas, a_lease_seen_on_a_lagging_replica_is_checked_on_the_master) {
+  const char *key = "{cr-lag}k";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  xft_node owner, other;
+  xft_masters_of(slot, &owner, &other);
+  int replica = replica_of(slot);
+  redisContext *m = xft_cluster_redis(owner.port);
+  freeReplyObject(xft_cluster_cmd(m, "DEL %s", key));
+  /* Someone else's live lease, with no value yet (lua/lease.lua's shape). */
+  redisReply *t = xft_cluster_cmd(m, "TIME");
+  long long ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+  freeReplyObject(t);
+  freeReplyObject(xft_cluster_cmd(m, "HSET %s l other:%lld", key, ms + 30000));
+  freeReplyObject(xft_cluster_cmd(m, "PEXPIRE %s 30000", key));
+  redisFree(m);
+  replicated(owner.port);
+  link_down(replica);
+  /* The value lands on the master; the replica does not see it. */
+  xf_client *w = open_at(owner.port, 0);
+  xf_policy p = long_ttl();
+  char value[64];
+  int len = snprintf(value, sizeof value, "v-%s", key);
+  cr_assert_eq(xf_set(w, key, strlen(key), value, (size_t)len, &p), XF_OK);
+  xf_client *c = open_at(other.port, 1);
+  p.wait_ms = 1500;
+  int calls = 0;
+  double t0 = now_ms();
+  get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  double took = now_ms() - t0;
+  cr_expect_eq(calls, 0, "never loaded: the master holds a fresh value");
+  cr_expect_lt(took, 1000, "%.0f ms: the waiter waited its wait_ms out", took);
+  link_up(replica);
+  xf_client_close(c);
+  xf_client_close(w);
+}
+
+static void wait_cluster_ok(int port) {
+  for (int i = 0; i < 1000; i++) {
+    redisContext *r = xft_cluster_redis(port);
+    redisReply *info = xft_cluster_cmd(r, "CLUSTER INFO");
+    int ok = strstr(info->str, "cluster_state:ok") != NULL;
+    freeReplyObject(info);
+    redisFree(r);
+    if (ok)
+      return;
+    xft_cluster_sleep_ms(10);
+  }
+  cr_assert_fail("node %d never came back to cluster_state:ok", port);
+}
+
+/* Keys whose slots their master stops serving: each is refused (CLUSTERDOWN)
+ * until its retries run out and it fails open. A batch waits that out once. */
+Test(cluster_replicas, a_batch_refused_by_its_slots_backs_off_once) {
+  enum { N = 20 };
+  xft_node owner, other;
+  xft_masters_of(0, &owner, &other);
+  char buf[N][32];
+  const char *keys[N];
+  size_t lens[N];
+  int slots[N];
+  for (int i = 0, k = 0; k < N; i++) { /* N keys in distinct slots of owner's */
+    char key[32];
+    snprintf(key, sizeof key, "cr:batch:%d", i);
+    int slot = xf__cluster_keyslot(key, strlen(key)), dup = 0;
+    xft_node o, t;
+    xft_masters_of(slot, &o, &t);
+    for (int j = 0; j < k; j++)
+      dup |= slots[j] == slot;
+    if (o.port != owner.port || dup)
+      continue;
+    snprintf(buf[k], sizeof buf[k], "%s", key);
+    keys[k] = buf[k];
+    lens[k] = strlen(key);
+    slots[k++] = slot;
+  }
+  xf_client *c = open_at(other.port, 0); /* its map keeps the slots */
+  xf_policy p = long_ttl();
+  int calls = 0;
+  get(c, "{cr-batch-warm}", &p, &calls, XF_SOURCE_LOADER);
+  redisContext *o = xft_cluster_redis(owner.port);
+  for (int i = 0; i < N; i++)
+    xft_expect_ok(xft_cluster_cmd(o, "CLUSTER DELSLOTS %d", slots[i]));
+  xf_value v[N];
+  int rcs[N];
+  double t0 = now_ms();
+  cr_assert_eq(xf_get_or_compute_many(c, N, keys, lens, &p, loader, &calls, v, rcs), XF_OK);
+  double took = now_ms() - t0;
+  for (int i = 0; i < N; i++) {
+    xft_expect_ok(xft_cluster_cmd(o, "CLUSTER ADDSLOTS %d", slots[i]));
+    cr_expect_eq(rcs[i], XF_OK);
+    cr_expect_eq(v[i].source, XF_SOURCE_UNCACHED, "key %d: refused, so failed open", i);
+    xf_value_free(&v[i]);
+  }
+  redisFree(o);
+  wait_cluster_ok(owner.port);
+  /* One call's retries take 10 + 20 + 40 + 80 + 160 = 310 ms; twenty in a row
+   * took six seconds. */
+  cr_expect_lt(took, 2000, "%.0f ms for %d refused keys", took, N);
+  xf_client_close(c);
+}

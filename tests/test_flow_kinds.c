@@ -1,0 +1,207 @@
+/* The flow's one-script kinds (get, set, delete) without Redis: scripted
+ * replies in, steps out. NOSCRIPT, superseded writes, Redis' errors (no
+ * fail-open: no loader) and the share's drops are the machine's, so every
+ * driver (blocking, pool, xf_call_*) gets them from here. */
+#include <criterion/criterion.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client.h"
+#include "flow.h"
+#include "flow_replies.h"
+#include "script.h"
+#include "share.h"
+
+static xf_client *c;
+static xf_share *share;
+
+static void setup(void) {
+  cr_assert_eq(xf_share_open(&share, NULL), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  o.lazy_connect = 1; /* the machine never connects: nothing is sent */
+  o.seed = 1;
+  o.port = 1;
+  o.share = share;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+}
+
+static void teardown(void) {
+  xf_client_close(c);
+  xf_share_close(share);
+}
+
+TestSuite(flow_kinds, .init = setup, .fini = teardown);
+
+#define HIT "*6\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n"
+#define MISS "*6\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n"
+#define STALE "*6\r\n$3\r\nold\r\n:1000\r\n:-5\r\n:0\r\n:0\r\n:1060000\r\n"
+#define NEGATIVE "*6\r\n$0\r\n\r\n:1000\r\n:50000\r\n:0\r\n:1\r\n:1060000\r\n"
+
+enum { GET, SET, DELETE };
+static const int script_of_kind[] = {XF_SCRIPT_READ, XF_SCRIPT_WRITE, XF_SCRIPT_DELETE};
+
+static xf__step start(xf__flow *f, int kind, const char *key, xf_value *v) {
+  static xf_policy p = XF_POLICY_INIT;
+  size_t len = strlen(key);
+  if (kind == GET)
+    return xf__flow_start_get(f, c, key, len, v, 0);
+  if (kind == SET)
+    return xf__flow_start_set(f, c, key, len, "new", 3, &p, 0);
+  return xf__flow_start_delete(f, c, key, len, 0);
+}
+
+Test(flow_kinds, a_set_is_one_write_and_a_refused_one_is_superseded) {
+  xf__flow f;
+  cr_assert_eq(start(&f, SET, "k", NULL), XF_STEP_SEND);
+  expect_arg(&f, 1, xf__scripts[XF_SCRIPT_WRITE].sha);
+  expect_arg(&f, 3, "k");
+  expect_arg(&f, 4, ""); /* no lease token */
+  expect_arg(&f, 5, "new");
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_eq(c->stats.superseded, 0);
+  start(&f, SET, "k", NULL);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":0\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_ESUPERSEDED);
+  cr_expect_eq(c->stats.superseded, 1);
+  cr_expect(strstr(xf_errmsg(c), "newer value"), "%s", xf_errmsg(c));
+}
+
+Test(flow_kinds, noscript_is_recovered_once_for_every_kind) {
+  const char *answer[] = {HIT, ":1\r\n", ":1\r\n"};
+  for (int kind = GET; kind <= DELETE; kind++) {
+    xf__flow f;
+    xf_value v;
+    int script = script_of_kind[kind];
+    start(&f, kind, "k", &v);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-NOSCRIPT No matching script.\r\n"), 0),
+                 XF_STEP_SEND, "kind %d", kind);
+    expect_arg(&f, 0, "SCRIPT");
+    expect_arg(&f, 2, xf__scripts[script].src);
+    char sha[64];
+    snprintf(sha, sizeof sha, "$40\r\n%s\r\n", xf__scripts[script].sha);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(sha), 0), XF_STEP_SEND);
+    expect_arg(&f, 1, xf__scripts[script].sha);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(answer[kind]), 0), XF_STEP_DONE);
+    cr_expect_eq(f.rc, XF_OK, "kind %d: %s", kind, xf_errname(f.rc));
+    if (kind == GET)
+      cr_expect_str_eq(v.data, "old");
+    if (kind == GET)
+      xf_value_free(&v);
+    /* A second NOSCRIPT for the same command is an error, not a loop. */
+    start(&f, kind, "k", &v);
+    xf__flow_reply(&f, XF_OK, reply("-NOSCRIPT\r\n"), 0);
+    xf__flow_reply(&f, XF_OK, reply(sha), 0);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-NOSCRIPT again\r\n"), 0), XF_STEP_DONE);
+    cr_expect_eq(f.rc, XF_EREDIS, "kind %d", kind);
+  }
+}
+
+/* No loader to fail open to: an unavailable server, a failed connection or
+ * a refused SCRIPT LOAD end the call with their code, never a LOAD. */
+Test(flow_kinds, errors_are_returned_never_failed_open) {
+  for (int kind = GET; kind <= DELETE; kind++) {
+    xf__flow f;
+    xf_value v;
+    start(&f, kind, "k", &v);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-BUSY Redis is busy\r\n"), 0),
+                 XF_STEP_DONE);
+    cr_expect_eq(f.rc, XF_EUNAVAILABLE, "kind %d: %s", kind, xf_errname(f.rc));
+    start(&f, kind, "k", &v);
+    cr_assert_eq(xf__flow_reply(&f, XF_EIO, NULL, 0), XF_STEP_DONE);
+    cr_expect_eq(f.rc, XF_EIO, "kind %d", kind);
+    start(&f, kind, "k", &v);
+    xf__flow_reply(&f, XF_OK, reply("-NOSCRIPT\r\n"), 0);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-LOADING loading\r\n"), 0), XF_STEP_DONE);
+    cr_expect_eq(f.rc, XF_EUNAVAILABLE, "kind %d: the SCRIPT LOAD's answer", kind);
+    start(&f, kind, "k", &v);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-WRONGTYPE x\r\n"), 0), XF_STEP_DONE);
+    cr_expect_eq(f.rc, XF_EWRONGTYPE, "kind %d", kind);
+  }
+}
+
+Test(flow_kinds, a_get_serves_only_a_value_within_its_ttl) {
+  const char *notfound[] = {MISS, STALE, NEGATIVE};
+  xf__flow f;
+  xf_value v;
+  cr_assert_eq(start(&f, GET, "k", &v), XF_STEP_SEND);
+  expect_arg(&f, 0, "EVALSHA_RO");
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(HIT), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_str_eq(v.data, "old");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  for (size_t i = 0; i < 3; i++) {
+    start(&f, GET, "k", &v);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(notfound[i]), 0), XF_STEP_DONE);
+    cr_expect_eq(f.rc, XF_ENOTFOUND, "reply %zu", i);
+    cr_expect_null(v.data);
+  }
+  cr_expect_eq(c->stats.hits, 1);
+  cr_expect_eq(c->stats.misses, 3);
+}
+
+Test(flow_kinds, bad_arguments_end_the_call_at_its_start) {
+  xf__flow f;
+  xf_value v;
+  xf_policy p = XF_POLICY_INIT;
+  cr_expect_eq(xf__flow_start_set(&f, c, "k", 1, NULL, 3, &p, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EINVAL);
+  cr_expect_eq(xf__flow_start_set(&f, c, "k", 1, "v", 1, NULL, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EINVAL);
+  cr_expect_eq(xf__flow_start_set(&f, c, "k", 1, "v", c->max_value_len + 1, &p, 0),
+               XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EINVAL);
+  cr_expect_eq(xf__flow_start_delete(&f, c, "", 0, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EINVAL);
+  cr_expect_eq(xf__flow_start_get(&f, c, NULL, 1, &v, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EINVAL);
+}
+
+/* Puts a fallback value for key in the share, as a fail-open load does. */
+static void share_keep(const char *key) {
+  char *data = NULL;
+  size_t len = 0;
+  int rc = XF_OK;
+  cr_assert_eq(xf__share_begin(c, key, strlen(key), 0, 0, &data, &len, &rc), XF_SHARE_LEAD);
+  xf__share_end(c, key, strlen(key), XF_OK, "fallback", 8, INT64_MAX / 2);
+}
+
+static int share_has(const char *key) {
+  char *data = NULL;
+  size_t len = 0;
+  int rc = XF_OK;
+  xf__share_role role = xf__share_begin(c, key, strlen(key), 0, 0, &data, &len, &rc);
+  free(data);
+  if (role == XF_SHARE_LEAD)
+    xf__share_end(c, key, strlen(key), XF_ELOADER, NULL, 0, 0); /* keeps nothing */
+  return role == XF_SHARE_SERVED;
+}
+
+/* A set or delete drops the share's copy whatever came of it: written,
+ * refused, or not known (the connection failed after the command went). */
+Test(flow_kinds, a_set_or_delete_drops_the_share_s_copy_acknowledged_or_not) {
+  struct {
+    int kind, rc;
+    const char *answer;
+  } cases[] = {{SET, XF_OK, ":1\r\n"},
+               {SET, XF_OK, ":0\r\n"},
+               {SET, XF_EIO, NULL},
+               {DELETE, XF_OK, ":1\r\n"},
+               {DELETE, XF_EIO, NULL}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    share_keep("k");
+    cr_assert(share_has("k"));
+    xf__flow f;
+    start(&f, cases[i].kind, "k", NULL);
+    xf__flow_reply(&f, cases[i].rc, cases[i].answer ? reply(cases[i].answer) : NULL, 0);
+    cr_expect_not(share_has("k"), "case %zu", i);
+  }
+  share_keep("k"); /* a get reads: it leaves the copy */
+  xf__flow f;
+  xf_value v;
+  start(&f, GET, "k", &v);
+  xf__flow_reply(&f, XF_OK, reply(MISS), 0);
+  cr_expect(share_has("k"));
+}

@@ -1,0 +1,205 @@
+/* The connection setup (setup.c) and its public face (xf_call_setup*): the
+ * list built from the options and the role, and the judgement of replies,
+ * scripted and from a real server. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "fixture.h"
+#include "setup.h"
+
+static xf_client *configured(const char *user, const char *pass, int db) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.username = user;
+  o.password = pass;
+  o.db = db;
+  o.lazy_connect = 1;
+  o.cluster = XF_CLUSTER_OFF;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  return c;
+}
+
+static redisReply *parsed(const char *resp) {
+  redisReader *rd = redisReaderCreate();
+  void *r = NULL;
+  redisReaderFeed(rd, resp, strlen(resp));
+  cr_assert_eq(redisReaderGetReply(rd, &r), REDIS_OK);
+  redisReaderFree(rd);
+  cr_assert_not_null(r);
+  return r;
+}
+
+Test(setup, the_list_follows_the_options_and_the_role) {
+  xf_client *c = configured("xfuser", "pw", 3);
+  xf__setup s;
+  xf__setup_build(c, XF_SETUP_REPLICA | XF_SETUP_SCRIPTS, &s);
+  cr_assert_eq(s.n, 3 + 5, "AUTH, SELECT, READONLY, read..delete");
+  cr_expect_eq(s.kind[0], XF__SETUP_AUTH);
+  cr_expect_eq(s.cmd[0].argc, 3);
+  cr_expect_str_eq(s.cmd[0].argv[1], "xfuser");
+  cr_expect_str_eq(s.cmd[0].argv[2], "pw");
+  cr_expect_eq(s.kind[1], XF__SETUP_SELECT);
+  cr_expect_str_eq(s.cmd[1].argv[1], "3");
+  cr_expect_eq(s.cmd[1].lens[1], 1);
+  cr_expect_eq(s.kind[2], XF__SETUP_READONLY);
+  cr_expect_eq(s.cmd[2].argc, 1);
+  for (int i = 3; i < s.n; i++) {
+    cr_expect_eq(s.kind[i], XF__SETUP_SCRIPT);
+    cr_expect_str_eq(s.cmd[i].argv[0], "SCRIPT");
+    cr_expect_eq(s.cmd[i].lens[2], xf__scripts[XF_SCRIPT_READ + i - 3].len);
+  }
+  xf__setup_build(c, 0, &s);
+  cr_expect_eq(s.n, 2);
+  xf_client_close(c);
+  c = configured(NULL, "pw", 0);
+  xf__setup_build(c, 0, &s);
+  cr_assert_eq(s.n, 1);
+  cr_expect_str_eq(s.cmd[0].argv[1], "default", "requirepass is the default user's");
+  xf_client_close(c);
+  c = configured(NULL, NULL, 0);
+  xf__setup_build(c, 0, &s);
+  cr_expect_eq(s.n, 0, "nothing to set up");
+  xf_client_close(c);
+}
+
+Test(setup, replies_are_judged_auth_is_eauth_busy_and_loading_unavailable) {
+  static const struct {
+    xf__setup_kind kind;
+    const char *resp;
+    int rc;
+  } cases[] = {
+      {XF__SETUP_AUTH, "+OK\r\n", XF_OK},
+      {XF__SETUP_AUTH, "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+       XF_EAUTH},
+      {XF__SETUP_AUTH, "-ERR invalid password\r\n", XF_EAUTH},
+      {XF__SETUP_AUTH,
+       "-ERR AUTH <password> called without any password configured for the default "
+       "user. Are you sure your configuration is correct?\r\n",
+       XF_EAUTH},
+      {XF__SETUP_AUTH, "-LOADING Redis is loading the dataset in memory\r\n",
+       XF_EUNAVAILABLE},
+      {XF__SETUP_SELECT, "+OK\r\n", XF_OK},
+      {XF__SETUP_SELECT, "-NOAUTH Authentication required.\r\n", XF_EAUTH},
+      {XF__SETUP_SELECT, "-ERR DB index is out of range\r\n", XF_EAUTH},
+      {XF__SETUP_SELECT,
+       "-NOPERM this user has no permissions to run the 'select' command\r\n", XF_EAUTH},
+      {XF__SETUP_SELECT, "-ERR SELECT is not allowed in cluster mode\r\n", XF_EINVAL},
+      {XF__SETUP_SELECT, "-BUSY Redis is busy running a script.\r\n", XF_EUNAVAILABLE},
+      {XF__SETUP_SELECT, "-LOADING Redis is loading the dataset in memory\r\n",
+       XF_EUNAVAILABLE},
+      {XF__SETUP_READONLY, "+OK\r\n", XF_OK},
+      {XF__SETUP_READONLY, "-ERR This instance has cluster support disabled\r\n",
+       XF_EREDIS},
+      {XF__SETUP_READONLY, "-NOAUTH Authentication required.\r\n", XF_EAUTH},
+      {XF__SETUP_READONLY, "-LOADING Redis is loading the dataset in memory\r\n",
+       XF_EUNAVAILABLE},
+      {XF__SETUP_SCRIPT, "$40\r\n0123456789012345678901234567890123456789\r\n", XF_OK},
+      {XF__SETUP_SCRIPT, "-LOADING Redis is loading the dataset in memory\r\n", XF_OK},
+      {XF__SETUP_SCRIPT, "-NOAUTH Authentication required.\r\n", XF_OK},
+  };
+  xf_client *c = configured(NULL, NULL, 5);
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    redisReply *r = parsed(cases[i].resp);
+    c->errstr[0] = '\0';
+    int rc = xf__setup_judge(c, cases[i].kind, r);
+    cr_expect_eq(rc, cases[i].rc, "case %zu (%s): %s", i, cases[i].resp, xf_errname(rc));
+    if (rc == XF_EINVAL)
+      cr_expect(strstr(xf_errmsg(c), "db 0") && strstr(xf_errmsg(c), "5"), "%s",
+                xf_errmsg(c));
+    if (rc != XF_OK && rc != XF_EINVAL)
+      cr_expect(strstr(xf_errmsg(c), r->str), "the reply in the message: %s", xf_errmsg(c));
+    freeReplyObject(r);
+  }
+  redisReply *r = parsed("-WRONGPASS invalid username-password pair\r\n");
+  cr_expect_eq(xf__setup_judge(c, XF__SETUP_AUTH, r), XF_EAUTH);
+  cr_expect_str_eq(xf_errmsg(c), "AUTH: WRONGPASS invalid username-password pair");
+  freeReplyObject(r);
+  xf_client_close(c);
+}
+
+/* ---- the public face, over a plain socket ------------------------------------- */
+
+Test(setup, the_public_bytes_are_the_list_in_resp) {
+  xf_client *c = configured("xfuser", "pw", 3);
+  cr_assert_eq(xf_call_setup_count(c, 0), 2);
+  cr_expect_eq(xf_call_setup_count(c, XF_SETUP_REPLICA), 3);
+  cr_expect_eq(xf_call_setup_count(c, XF_SETUP_SCRIPTS), 2 + 5);
+  cr_expect_eq(xf_call_setup_count(NULL, 0), XF_EINVAL);
+  static const char *const want[] = {"*3\r\n$4\r\nAUTH\r\n$6\r\nxfuser\r\n$2\r\npw\r\n",
+                                     "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n",
+                                     "*1\r\n$8\r\nREADONLY\r\n"};
+  for (int i = 0; i < 3; i++) {
+    size_t len = 99;
+    const char *data = xf_call_setup(c, XF_SETUP_REPLICA, i, &len);
+    cr_assert_not_null(data, "command %d", i);
+    cr_expect_eq(len, strlen(want[i]), "command %d", i);
+    cr_expect_eq(memcmp(data, want[i], len), 0, "command %d: %.*s", i, (int)len, data);
+  }
+  size_t len = 99;
+  cr_expect_null(xf_call_setup(c, 0, 2, &len));
+  cr_expect_eq(len, 0);
+  cr_expect_null(xf_call_setup(c, 0, -1, &len));
+  cr_expect_null(xf_call_setup(NULL, 0, 0, &len));
+  cr_expect_eq(xf_call_setup_reply(c, 0, 2, NULL), XF_EINVAL);
+  cr_expect_eq(xf_call_setup_reply(c, 0, 0, NULL), XF_EIO);
+  cr_expect_eq(xf_call_setup_reply(NULL, 0, 0, NULL), XF_EINVAL);
+  xf_client_close(c);
+}
+
+/* Writes the client's setup on a fresh socket to port and judges each reply;
+ * returns the first code that is not XF_OK (XF_OK when all are). */
+static int run_setup(xf_client *c, int port, int flags) {
+  redisContext *sock = xft_redis_port(port);
+  xf_reader *rd;
+  cr_assert_eq(xf_reader_open(&rd), XF_OK);
+  int n = xf_call_setup_count(c, flags), first = XF_OK;
+  for (int i = 0; i < n; i++) { /* pipelined: every command, then every reply */
+    size_t len;
+    const char *data = xf_call_setup(c, flags, i, &len);
+    cr_assert_eq(write(sock->fd, data, len), (ssize_t)len);
+  }
+  for (int i = 0; i < n; i++) {
+    xf_reply *reply = NULL;
+    for (;;) {
+      cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
+      if (reply)
+        break;
+      char buf[4096];
+      ssize_t got = read(sock->fd, buf, sizeof buf);
+      cr_assert_gt(got, 0);
+      cr_assert_eq(xf_reader_feed(rd, buf, (size_t)got), XF_OK);
+    }
+    int rc = xf_call_setup_reply(c, flags, i, reply);
+    if (first == XF_OK)
+      first = rc;
+  }
+  xf_reader_close(rd);
+  redisFree(sock);
+  return first;
+}
+
+Test(setup, a_real_server_judged_acl_user_db_wrongpass_and_noauth) {
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "ACL SETUSER setupuser on >pw ~* +@all"));
+  xf_client *c = configured("setupuser", "pw", 3);
+  cr_expect_eq(run_setup(c, xft_port(), XF_SETUP_SCRIPTS), XF_OK, "%s", xf_errmsg(c));
+  xf_client_close(c);
+  c = configured("setupuser", "wrong", 3);
+  cr_expect_eq(run_setup(c, xft_port(), 0), XF_EAUTH);
+  cr_expect(strstr(xf_errmsg(c), "AUTH: WRONGPASS"), "%s", xf_errmsg(c));
+  xf_client_close(c);
+  freeReplyObject(xft_cmd(r, "ACL DELUSER setupuser"));
+  redisFree(r);
+
+  xft_server s;
+  const char *conf[] = {"--requirepass", "sesame", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  c = configured(NULL, NULL, 2); /* no password: the server asks for one */
+  cr_expect_eq(run_setup(c, s.port, 0), XF_EAUTH);
+  cr_expect(strstr(xf_errmsg(c), "SELECT: NOAUTH"), "%s", xf_errmsg(c));
+  xf_client_close(c);
+  xft_server_stop(&s);
+}
