@@ -150,7 +150,8 @@ def test_the_stream_runs_the_c_setup_acl_user_and_db(server, admin, prefix):
         assert ffi.unpack(lib.xf_call_setup(cache._client, 0, 1, size), size[0]) == (
             b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n")
         assert await cache.get_or_compute("who", lambda: b"x", ttl=60) == b"x"
-        host, port = cache._link.stream.sock.getsockname()[:2]
+        (link,) = cache._links.by_name.values()
+        host, port = link.stream.sock.getsockname()[:2]
         mine = [c for c in admin.client_list() if c["addr"] == f"{host}:{port}"]
         assert [(c["user"], c["db"]) for c in mine] == [(ACL_USER, "3")]
         await cache.close()
@@ -193,13 +194,6 @@ def test_a_busy_server_at_select_fails_open_not_auth_error(tmp_path, prefix):
         srv.stop()
 
 
-def test_a_cluster_url_is_refused():
-    with pytest.raises(ValueError):
-        xfetch.aio.Cache("redis://a:1,b:2/0")
-    with pytest.raises(ValueError):
-        xfetch.aio.Cache("redis://a:1/0?cluster=on")
-
-
 def test_set_and_delete_run_on_the_stream_not_on_a_thread(server, admin, prefix,
                                                           monkeypatch):
     def no_thread(*a, **k):
@@ -235,18 +229,6 @@ def test_set_and_delete_with_redis_down_raise(prefix):
         with pytest.raises(xfetch.ConnectionError):
             await cache.delete("k")
     run(main())
-
-
-def test_a_server_in_cluster_mode_is_refused_when_the_stream_opens():
-    import xfetch.testing
-    with xfetch.testing.RedisCluster(masters=3) as cluster:
-        async def main():
-            cache = xfetch.aio.Cache(cluster.url)
-            with pytest.raises(xfetch.InvalidArgumentError, match="Redis Cluster"):
-                await cache.get_or_compute("k", lambda: b"x", ttl=60)
-            with pytest.raises(ValueError, match="Redis Cluster"):
-                await cache.set("k", b"x", ttl=60)
-        run(main())
 
 
 def test_a_task_doing_only_hits_still_lets_others_run(server, prefix):

@@ -1,6 +1,6 @@
-"""Running one C sans-I/O call (xf_call_*) for xfetch.aio: its requests go on
-the Cache's stream, its loader is awaited, its waits are asyncio sleeps.
-A call its task leaves (cancelled, interrupted) is finished in the
+"""Running one C sans-I/O call (xf_call_*) for xfetch.aio: each request goes
+on the stream of the server the call names (xf_call_target: _aio_link), its
+loader is awaited, its waits are asyncio sleeps. A call its task leaves (cancelled, interrupted) is finished in the
 background without a loader: a lease it holds, or is about to be granted,
 is released at once instead of being left for `lease` seconds."""
 from __future__ import annotations
@@ -31,14 +31,16 @@ async def steps(cache, call, loader=None, key=None, kb=None):
     how long the loader took). On a BaseException (CancelledError,
     KeyboardInterrupt) the call is handed to abandon() and not to be
     touched again; else the caller takes its result and frees it."""
-    link = cache._link
-    n = cache._size
+    links = cache._links
+    n, hostp, portp = cache._size, cache._hostp, cache._portp
     exc, took = None, 0.0
     stream = pending = None
     try:
         step = lib.xf_call_next(call)
         while step != 3:  # XF_CALL_DONE
-            if step == 0:  # XF_CALL_SEND
+            if step == 0:  # XF_CALL_SEND: to the server xf_call_target names
+                replies = lib.xf_call_target(call, hostp, portp)
+                link = links.get(hostp[0], portp[0])
                 stream = link.current
                 if stream is None or stream.broken is not None:
                     try:
@@ -49,7 +51,7 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 # the call's own bytes: start() sends them now, or copies them
                 data = ffi.buffer(lib.xf_call_request(call, n), n[0])
                 try:
-                    reply = stream.start(data, lib.xf_call_target(call, ffi.NULL, ffi.NULL))
+                    reply = stream.start(data, replies)
                     if reply.__class__ is _Future or isinstance(reply, _Future):
                         pending = reply
                         reply = await reply
@@ -68,7 +70,7 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 await asyncio.sleep(lib.xf_call_wait_ms(call, now_ms()) / 1000)
                 step = lib.xf_call_woke(call, now_ms())
     except BaseException:
-        abandon(link, call, stream if pending is not None else None, pending)
+        abandon(links, call, stream if pending is not None else None, pending)
         raise
     return exc, took
 
@@ -92,13 +94,14 @@ async def _load(cache, call, loader, kb):
     return lib.xf_call_load_done(call, 0, int((_monotonic() - t0) * 1e6), now_ms()), None
 
 
-def abandon(link, call, stream, pending):
+def abandon(links, call, stream, pending):
     """Finishes call in the background, with no loader: the reply to pending
     (its request in flight on stream) is fed to it when it comes, a LOAD is
     failed (a lease held is released, a share flight ended), further
-    requests are sent with their replies handled the same way; the call is
-    freed once DONE, or when the stream cannot take it (nothing to hold)."""
-    size = ffi.new("size_t *")
+    requests are sent (each to its server) with their replies handled the
+    same way; the call is freed once DONE, or when no open stream can take
+    it (nothing to hold)."""
+    size, host, port = ffi.new("size_t *"), ffi.new("const char **"), ffi.new("int *")
 
     def replied(reply):
         go(lib.xf_call_reply(call, reply, now_ms()) if reply is not None else
@@ -109,12 +112,14 @@ def abandon(link, call, stream, pending):
             if step == lib.XF_CALL_LOAD:
                 step = lib.xf_call_load_failed(call, -1, now_ms())
                 continue
-            s = link.current
-            if step != lib.XF_CALL_SEND or s is None or s.broken is not None:
-                break  # waiting (nothing held), or no stream to send on
+            if step != lib.XF_CALL_SEND:
+                break  # waiting (nothing held)
+            replies = lib.xf_call_target(call, host, port)
+            s = links.get(host[0], port[0]).current
+            if s is None or s.broken is not None:
+                break  # no stream to send on
             try:
-                reply = s.start(ffi.unpack(lib.xf_call_request(call, size), size[0]),
-                                lib.xf_call_target(call, ffi.NULL, ffi.NULL))
+                reply = s.start(ffi.unpack(lib.xf_call_request(call, size), size[0]), replies)
             except (Error, OSError):
                 break
             if isinstance(reply, asyncio.Future):

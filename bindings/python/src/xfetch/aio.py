@@ -9,16 +9,17 @@
 The options, checks, results, decorators and the share are the core's, the
 same as xfetch.Cache's (_core, _decorator); the decisions are the C
 library's (the sans-I/O call, xf_call_*: the same state machine as every
-other driver). This face only waits and moves bytes: one asyncio stream per
-Cache (_aio_link), calls run on it (_aio_call), loaders plain or async def,
-waits asyncio sleeps. The event loop is never blocked: no call waits on a
+other driver, the Redis Cluster router included). This face only waits and
+moves bytes: one asyncio stream per server the calls name (_aio_link: the
+seed in use, or each cluster node), calls run on them (_aio_call), loaders
+plain or async def, waits asyncio sleeps. The event loop is never blocked: no call waits on a
 thread."""
 from __future__ import annotations
 
 import asyncio
 
 from ._aio_call import now_ms, steps
-from ._aio_link import Link
+from ._aio_link import Links
 from ._aio_many import get_many
 from ._core import (Config, call_error, check_loader, check_not_loading, check_value,
                     key_bytes, outcome, stats_of, value_of, warn_slow, _loading)
@@ -40,14 +41,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Cache:
     """The asyncio face of xfetch.Cache: the same options (max_connections
-    is met by construction: one stream per Cache), the same calls, awaited.
+    is met by construction: one stream per server), the same calls, awaited.
     As xfetch.Cache, the constructor connects once to check the URL (a
     blocking connect, bounded by connect_timeout) unless lazy_connect; the
-    stream itself is opened by the first call, on its event loop. A Cache
-    belongs to one running event loop at a time. A Redis Cluster is not
-    routed here: a seed list or cluster=on URL raises ValueError; a server in
-    cluster mode is told when the stream opens (CLUSTER MYID), and every call
-    raises InvalidArgumentError (a ValueError)."""
+    streams are opened by the calls that need them, on their event loop. A
+    Redis Cluster is routed by the C call as on xfetch.Cache (seed lists,
+    ?cluster=, ?replica_reads=yes; MOVED, ASK, failover). A Cache belongs to
+    one running event loop at a time."""
 
     _is_async = True  # for the decorators' face (_face)
 
@@ -60,40 +60,38 @@ class Cache:
         config = Config(url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                         max_value_len, share, lazy_connect, max_connections)
         fields = config.fields
-        if fields["cluster"] == 1:
-            raise ValueError("xfetch.aio does not route a Redis Cluster: use xfetch.Cache")
-        if "," in (fields["host"] or ""):
-            raise ValueError("xfetch.aio takes one server, not a seed list")
         self._config = config
         self._policies = config.policies
         opts = ffi.new("xf_options *", config.opts[0])
-        opts.lazy_connect = 1
-        opts.cluster = 2  # XF_CLUSTER_OFF: this client is configuration only, no I/O
+        opts.lazy_connect = 1  # no I/O: the calls name the server, this face connects
         out = ffi.new("xf_client **")
         check(lib.xf_client_open(out, opts))
         self._client = ffi.gc(out[0], lib.xf_client_close)
-        self._link = Link(self._client, fields, config.timeout_ms / 1000, config.connect_timeout_ms / 1000,
-                          breaker)
+        self._links = Links(self._client, fields, config.timeout_ms / 1000,
+                            config.connect_timeout_ms / 1000, breaker,
+                            fields["read_from_replicas"])
         if not config.lazy_connect:
             config.check_now()
         self._fast_policies = {}
         # Scratch cdata for the hot path: used between two awaits only.
         self._callp = ffi.new("xf_call **")
         self._size = ffi.new("size_t *")
+        self._hostp = ffi.new("const char **")
+        self._portp = ffi.new("int *")
         self._value = ffi.new("xf_value *")
 
     def __del__(self):
         # Dropped without close(): the loop's reader would keep the socket open
-        link = getattr(self, "_link", None)
-        if link is not None:
-            link.drop(ConnectionError(lib.XF_EIO, "the Cache was dropped"))
+        links = getattr(self, "_links", None)
+        if links is not None:
+            links.drop(ConnectionError(lib.XF_EIO, "the Cache was dropped"))
 
     def __repr__(self):
         return f"<xfetch.aio.Cache {self._config.where} prefix={self._config.prefix!r}>"
 
     async def close(self) -> None:
-        """Closes the stream; calls made afterwards open a new one."""
-        self._link.drop(ConnectionError(lib.XF_EIO, "closed"))
+        """Closes the streams; calls made afterwards open new ones."""
+        self._links.drop(ConnectionError(lib.XF_EIO, "closed"))
 
     async def __aenter__(self):
         return self
@@ -104,8 +102,8 @@ class Cache:
     def _start(self, key):
         """The key's bytes, with the loop and own-key checks every call makes."""
         kb = key_bytes(key)
-        if self._link.loop is not asyncio.get_running_loop():
-            self._link.bind()
+        if self._links.loop is not asyncio.get_running_loop():
+            self._links.bind()
         if _loading.get():
             check_not_loading(self._config.namespace, kb, key)
         return kb
@@ -224,8 +222,8 @@ class Cache:
         """xfetch.Cache.stats's counters (the C state machine's, plus the
         stream's failed connects and requests in redis_errors)."""
         s = stats_of([self._client])
-        s["redis_errors"] += self._link.errors
-        s["connections"] = self._link.connected()
+        s["redis_errors"] += self._links.errors
+        s["connections"] = self._links.connected()
         return s
 
     def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],
