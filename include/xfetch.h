@@ -464,7 +464,14 @@ XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
  * (a Redis Cluster's map, and again after MOVED or a failover). MOVED, ASK,
  * TRYAGAIN, CLUSTERDOWN, NOSCRIPT and failed nodes are followed by the call
  * itself: a reply fed back may simply give another SEND, to another server,
- * or a WAIT (a backoff). The map is the client's, shared by all its calls. */
+ * or a WAIT (a backoff). The map is the client's, shared by all its calls.
+ *
+ * With a share (options.share), a call whose Redis cannot be used loads
+ * through it as xf_get_or_compute does, without blocking: one load per key,
+ * its followers polling (XF_CALL_WAIT) until it lands, up to policy.wait_ms;
+ * a kept value serves (source XF_SOURCE_LOCAL). The share is the process's:
+ * its times are on CLOCK_MONOTONIC's ms, so a driver using one gives now_ms
+ * on that clock (Python's time.monotonic() on Linux). */
 typedef struct xf_call xf_call;
 typedef struct xf_reader xf_reader;
 typedef struct xf_reply xf_reply; /* one parsed reply */
@@ -540,6 +547,14 @@ XF_EXPORT xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t le
 XF_EXPORT xf_call_step xf_call_not_found(xf_call *call, int64_t duration_us,
                                          int64_t now_ms);
 XF_EXPORT xf_call_step xf_call_load_failed(xf_call *call, int loader_rc, int64_t now_ms);
+
+/* In XF_CALL_LOAD: the sink the loader fills (xf_sink_set, xf_sink_not_found,
+ * xf_sink_ttl: a result with its own ttl), then xf_call_load_done with the
+ * loader's code (0: the sink is filled), its duration and the time, as
+ * xf_call_loaded; NULL in any other step. */
+XF_EXPORT xf_sink *xf_call_sink(xf_call *call);
+XF_EXPORT xf_call_step xf_call_load_done(xf_call *call, int loader_rc, int64_t duration_us,
+                                         int64_t now_ms);
 
 /* In XF_CALL_WAIT: how many ms to sleep from now_ms (0 = now; a lease
  * holder's wait, or a cluster's TRYAGAIN / CLUSTERDOWN backoff), the wake-up

@@ -199,6 +199,9 @@ xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len,
                             int64_t duration_us, int64_t now_ms);
 xf_call_step xf_call_not_found(xf_call *call, int64_t duration_us, int64_t now_ms);
 xf_call_step xf_call_load_failed(xf_call *call, int loader_rc, int64_t now_ms);
+xf_sink *xf_call_sink(xf_call *call);
+xf_call_step xf_call_load_done(xf_call *call, int loader_rc, int64_t duration_us,
+                               int64_t now_ms);
 int64_t xf_call_wait_ms(const xf_call *call, int64_t now_ms);
 xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 int xf_call_result(xf_call *call, xf_value *out);

@@ -31,6 +31,14 @@ xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keyle
                                int64_t now_ms, int64_t deadline_ms, char **data,
                                size_t *len, int *rc);
 
+/* xf__share_begin for a caller that must not block (the sans-I/O call): a
+ * flight in progress returns XF_SHARE_ALONE at once, noting it in *seen (0
+ * on the first try), and a later try with that *seen is SERVED its outcome
+ * once it landed, as a waiting follower would be. */
+xf__share_role xf__share_try(const xf_client *c, const char *key, size_t keylen,
+                             int64_t now_ms, unsigned long *seen, char **data, size_t *len,
+                             int *rc);
+
 /* Ends the lead: rc XF_OK with the value (copied, kept until expires_ms), or
  * the failure to hand to the flight's followers (never kept). */
 void xf__share_end(const xf_client *c, const char *key, size_t keylen, int rc,

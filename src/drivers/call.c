@@ -9,6 +9,7 @@
 
 #include "call.h"
 #include "client_io.h"
+#include "drive.h"
 #include "reply.h"
 #include "sink.h"
 
@@ -40,6 +41,8 @@ static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
   case XF_STEP_SEND:
     return routed(call, xf__call_route(call, &call->f.cmd, now_ms), now_ms);
   case XF_STEP_LOAD:
+    if (xf__call_share_joins(call)) /* Redis cannot be used: the share first */
+      return advance(call, xf__call_share_join(call, now_ms), now_ms);
     return XF_CALL_LOAD;
   case XF_STEP_WAIT:
     return XF_CALL_WAIT;
@@ -206,6 +209,10 @@ xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms) {
  * duration (the XFetch delta) is the driver's measure. */
 static xf_call_step loaded(xf_call *call, int loader_rc, int64_t duration_us,
                            int64_t now_ms) {
+  if (call->share.lead) { /* the flight's followers get this outcome */
+    call->share.lead = 0;
+    xf__flow_share_end(&call->f, call->f.c, loader_rc, now_ms);
+  }
   return advance(
       call, xf__flow_loaded(&call->f, loader_rc, duration_us > 0 ? duration_us : 0, now_ms),
       now_ms);
@@ -226,6 +233,19 @@ xf_call_step xf_call_not_found(xf_call *call, int64_t duration_us, int64_t now_m
   return loaded(call, 0, duration_us, now_ms);
 }
 
+xf_sink *xf_call_sink(xf_call *call) {
+  return call && call->f.kind == XF_KIND_GET_OR_COMPUTE && call->step == XF_STEP_LOAD
+             ? &call->f.sink
+             : NULL;
+}
+
+xf_call_step xf_call_load_done(xf_call *call, int loader_rc, int64_t duration_us,
+                               int64_t now_ms) {
+  if (!call || call->step != XF_STEP_LOAD)
+    return xf_call_next(call);
+  return loaded(call, loader_rc, duration_us, now_ms);
+}
+
 xf_call_step xf_call_load_failed(xf_call *call, int loader_rc, int64_t now_ms) {
   if (!call || call->step != XF_STEP_LOAD)
     return xf_call_next(call);
@@ -244,6 +264,8 @@ xf_call_step xf_call_woke(xf_call *call, int64_t now_ms) {
     return xf_call_next(call);
   if (call->backoff) /* the router's: the command again */
     return routed(call, xf__call_route(call, &call->f.cmd, now_ms), now_ms);
+  if (call->share.polling) /* another caller's load of the key: landed yet? */
+    return advance(call, xf__call_share_join(call, now_ms), now_ms);
   return advance(call, xf__flow_woke(&call->f, now_ms), now_ms);
 }
 
@@ -283,6 +305,8 @@ const char *xf_call_errmsg(const xf_call *call) { return call ? call->errstr : "
 void xf_call_free(xf_call *call) {
   if (!call)
     return;
+  if (call->share.lead) /* abandoned in its load: the flight ends, failed */
+    xf__flow_share_end(&call->f, call->f.c, -1, 0);
   if (call->step != XF_STEP_DONE) /* abandoned mid-way: what the flow holds */
     xf__flow_abandon(&call->f);
   free(call->data);

@@ -290,6 +290,39 @@ xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keyle
   return role;
 }
 
+xf__share_role xf__share_try(const xf_client *c, const char *key, size_t keylen,
+                             int64_t now_ms, unsigned long *seen, char **data, size_t *len,
+                             int *rc) {
+  xf_share *s = c->share;
+  if (!s)
+    return XF_SHARE_ALONE;
+  pthread_mutex_lock(&s->mu);
+  slot *e = find(s, c, key, keylen);
+  xf__share_role role = XF_SHARE_LEAD;
+  if (e && *seen && e->flight + 1 != *seen) { /* the flight seen in progress landed */
+    *rc = e->value && e->outcome == XF_OK ? copy_value(e, data, len) : e->outcome;
+    role = XF_SHARE_SERVED;
+  } else if (e && e->value && e->expires_ms > now_ms && !e->loading) {
+    *rc = copy_value(e, data, len);
+    role = XF_SHARE_SERVED;
+  } else if (e && e->loading) {
+    *seen = e->flight + 1;
+    role = XF_SHARE_ALONE; /* busy: ask again later */
+  } else if (!e && !(e = new_slot(s, c, key, keylen))) {
+    pthread_mutex_unlock(&s->mu);
+    return XF_SHARE_ALONE;
+  } else {
+    e->loading = 1;
+  }
+  if (role != XF_SHARE_ALONE) {
+    unlink_slot(s, e);
+    push_front(s, e);
+  }
+  evict(s);
+  pthread_mutex_unlock(&s->mu);
+  return role;
+}
+
 void xf__share_end(const xf_client *c, const char *key, size_t keylen, int rc,
                    const char *data, size_t len, int64_t expires_ms) {
   xf_share *s = c->share;

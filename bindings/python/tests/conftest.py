@@ -1,6 +1,8 @@
 """Fixtures: a real redis-server on a free loopback port (and a Unix socket)
 in a temp dir, started once per session; no persistence."""
+import asyncio
 import shutil
+import threading
 import time
 import uuid
 
@@ -8,6 +10,7 @@ import pytest
 import redis
 
 import xfetch
+import xfetch.aio
 import xfetch.testing
 
 ACL_USER, ACL_PASS = "alice", "s3cret:p@ss"  # ':' and '@' exercise URL quoting
@@ -64,3 +67,74 @@ class Counter:
 @pytest.fixture
 def counter():
     return Counter
+
+
+class Face:
+    """One face of the API for a test that runs on both (the `face`
+    fixture): .Cache(url, **kw) opens that face's Cache (closed at the end),
+    .run(x) returns a sync call's value or runs an aio call's coroutine on
+    the test's event loop, .gather(calls) runs each call() concurrently
+    (threads or tasks) and returns their results or exceptions, and
+    .loader(body, delay) makes a loader that sleeps (time.sleep or
+    asyncio.sleep) and then returns body()."""
+
+    def __init__(self, kind):
+        self.kind = kind
+        self.aio = kind == "aio"
+        self.loop = asyncio.new_event_loop() if self.aio else None
+        self._caches = []
+
+    def Cache(self, *args, **kw):
+        cache = (xfetch.aio.Cache if self.aio else xfetch.Cache)(*args, **kw)
+        self._caches.append(cache)
+        return cache
+
+    def run(self, x):
+        return self.loop.run_until_complete(x) if self.aio else x
+
+    def gather(self, calls):
+        if self.aio:
+            async def main():
+                return await asyncio.gather(*[c() for c in calls], return_exceptions=True)
+            return self.run(main())
+        out = [None] * len(calls)
+        barrier = threading.Barrier(len(calls))
+
+        def one(i):
+            barrier.wait()
+            try:
+                out[i] = calls[i]()
+            except BaseException as e:  # noqa: B902 - returned, as gather does
+                out[i] = e
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    def loader(self, body, delay=0.0):
+        if self.aio:
+            async def load(*args):
+                if delay:
+                    await asyncio.sleep(delay)
+                return body(*args)
+        else:
+            def load(*args):
+                if delay:
+                    time.sleep(delay)
+                return body(*args)
+        return load
+
+    def close(self):
+        for c in self._caches:
+            self.run(c.close())
+        if self.aio:
+            self.loop.close()
+
+
+@pytest.fixture(params=["sync", "aio"])
+def face(request):
+    f = Face(request.param)
+    yield f
+    f.close()

@@ -89,9 +89,11 @@ def test_the_loop_keeps_running_while_a_slow_loader_and_waiters_run(server, pref
 
 def test_redis_down_fails_open(prefix):
     async def main():
-        cache = xfetch.aio.Cache("redis://127.0.0.1:1/0", prefix=prefix)
+        cache = xfetch.aio.Cache("redis://127.0.0.1:1/0", prefix=prefix, lazy_connect=True)
         assert await cache.fetch("k", lambda: b"direct", ttl=60) == (b"direct", "uncached")
-        assert await cache.fetch("k", lambda: b"direct", ttl=60) == (b"direct", "uncached")
+        # the share keeps it (as xfetch.Cache's threads do): served, not loaded again
+        assert await cache.fetch("k", lambda: b"other", ttl=60) == (b"direct", "local")
+        assert await cache.fetch("j", lambda: b"direct", ttl=60, ) == (b"direct", "uncached")
     run(main())
 
 
@@ -119,7 +121,10 @@ def test_auth_select_set_delete_and_the_decorator(server, admin, prefix):
         assert calls == [1]
         with pytest.raises(TypeError):
             cache.cached(ttl=60)(lambda: 1)
-        bad = xfetch.aio.Cache(f"redis://{ACL_USER}:wrong@127.0.0.1:{server.port}/0")
+        with pytest.raises(xfetch.AuthError):  # at construction, as xfetch.Cache
+            xfetch.aio.Cache(f"redis://{ACL_USER}:wrong@127.0.0.1:{server.port}/0")
+        bad = xfetch.aio.Cache(f"redis://{ACL_USER}:wrong@127.0.0.1:{server.port}/0",
+                               lazy_connect=True)
         with pytest.raises(xfetch.AuthError):
             await bad.get_or_compute("k", lambda: b"x", ttl=60)
         await cache.close()
@@ -145,11 +150,13 @@ def test_the_stream_runs_the_c_setup_acl_user_and_db(server, admin, prefix):
         assert ffi.unpack(lib.xf_call_setup(cache._client, 0, 1, size), size[0]) == (
             b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n")
         assert await cache.get_or_compute("who", lambda: b"x", ttl=60) == b"x"
-        host, port = cache._stream.sock.getsockname()[:2]
+        (link,) = cache._links.by_name.values()
+        host, port = link.stream.sock.getsockname()[:2]
         mine = [c for c in admin.client_list() if c["addr"] == f"{host}:{port}"]
         assert [(c["user"], c["db"]) for c in mine] == [(ACL_USER, "3")]
         await cache.close()
-        bad = xfetch.aio.Cache(f"redis://{ACL_USER}:wrong@127.0.0.1:{server.port}/3")
+        bad = xfetch.aio.Cache(f"redis://{ACL_USER}:wrong@127.0.0.1:{server.port}/3",
+                               lazy_connect=True)  # the stream's setup, not the check
         with pytest.raises(xfetch.AuthError, match="AUTH: WRONGPASS"):
             await bad.get_or_compute("k", lambda: b"x", ttl=60)
     run(main())
@@ -174,7 +181,10 @@ def test_a_busy_server_at_select_fails_open_not_auth_error(tmp_path, prefix):
             time.sleep(0.002)
 
         async def main():
-            cache = xfetch.aio.Cache(f"redis://127.0.0.1:{srv.port}/3", prefix=prefix)
+            # lazy_connect: the stream's setup meets BUSY (the constructor's check
+            # would raise UnavailableError, as xfetch.Cache's does)
+            cache = xfetch.aio.Cache(f"redis://127.0.0.1:{srv.port}/3", prefix=prefix,
+                                     lazy_connect=True)
             assert await cache.fetch("k", lambda: b"direct", ttl=60) == (b"direct", "uncached")
             await cache.close()
         run(main())
@@ -182,13 +192,6 @@ def test_a_busy_server_at_select_fails_open_not_auth_error(tmp_path, prefix):
         srv.admin.script_kill()
         looping.close()
         srv.stop()
-
-
-def test_a_cluster_url_is_refused():
-    with pytest.raises(ValueError):
-        xfetch.aio.Cache("redis://a:1,b:2/0")
-    with pytest.raises(ValueError):
-        xfetch.aio.Cache("redis://a:1/0?cluster=on")
 
 
 def test_set_and_delete_run_on_the_stream_not_on_a_thread(server, admin, prefix,
@@ -220,24 +223,12 @@ def test_set_and_delete_run_on_the_stream_not_on_a_thread(server, admin, prefix,
 
 def test_set_and_delete_with_redis_down_raise(prefix):
     async def main():
-        cache = xfetch.aio.Cache("redis://127.0.0.1:1/0", prefix=prefix)
+        cache = xfetch.aio.Cache("redis://127.0.0.1:1/0", prefix=prefix, lazy_connect=True)
         with pytest.raises(xfetch.ConnectionError):
             await cache.set("k", b"v", ttl=60)
         with pytest.raises(xfetch.ConnectionError):
             await cache.delete("k")
     run(main())
-
-
-def test_a_server_in_cluster_mode_is_refused_when_the_stream_opens():
-    import xfetch.testing
-    with xfetch.testing.RedisCluster(masters=3) as cluster:
-        async def main():
-            cache = xfetch.aio.Cache(cluster.url)
-            with pytest.raises(xfetch.InvalidArgumentError, match="Redis Cluster"):
-                await cache.get_or_compute("k", lambda: b"x", ttl=60)
-            with pytest.raises(ValueError, match="Redis Cluster"):
-                await cache.set("k", b"x", ttl=60)
-        run(main())
 
 
 def test_a_task_doing_only_hits_still_lets_others_run(server, prefix):
@@ -270,13 +261,18 @@ def test_a_task_doing_only_hits_still_lets_others_run(server, prefix):
 def test_a_reply_later_than_the_timeout_fails_open_and_the_stream_goes_on(server, admin,
                                                                             prefix):
     async def main():
-        async with xfetch.aio.Cache(server.url, prefix=prefix, timeout=0.1) as cache:
+        async with xfetch.aio.Cache(server.url, prefix=prefix, timeout=0.1, breaker=0.2,
+                                    share=False) as cache:
             await cache.set("late", b"cached", ttl=60)
             admin.execute_command("CLIENT", "PAUSE", "400", "ALL")
             t0 = time.monotonic()
             assert await cache.fetch("late", lambda: b"direct", ttl=60) == \
                 (b"direct", "uncached")
             assert time.monotonic() - t0 < 0.35  # the timeout, not the pause
+            t0 = time.monotonic()  # the breaker (0.2 s): served at once, uncached
+            assert await cache.fetch("late", lambda: b"direct", ttl=60) == \
+                (b"direct", "uncached")
+            assert time.monotonic() - t0 < 0.05
             await asyncio.sleep(0.5)  # the pause ends; the late replies are dropped
             assert await cache.fetch("late", lambda: b"x", ttl=60) == (b"cached", "cache")
             assert cache.stats()["connections"] == 1
@@ -298,3 +294,99 @@ def test_a_unix_socket_and_one_cache_across_two_event_loops(server, admin, prefi
     run(first())
     run(second())
     assert admin.hget(prefix + "u2", "v") == b"set"
+
+
+def test_one_cache_used_from_two_running_loops_works_or_refuses_naming_the_loop(server,
+                                                                             prefix):
+    """Two threads, each with its own running loop, on one Cache: every call
+    either returns the right value or raises RuntimeError naming the loop
+    the Cache is bound to; none hangs (both loops keep running)."""
+    import threading
+    cache = xfetch.aio.Cache(server.url, prefix=prefix)
+    outcomes = {"a": [], "b": []}
+    started = threading.Event()
+
+    def run_loop(name, n):
+        async def main():
+            for i in range(n):
+                key = f"{name}{i % 5}"
+                try:
+                    got = await asyncio.wait_for(
+                        cache.get_or_compute(key, lambda: key.encode(), ttl=60), 3)
+                    outcomes[name].append("ok" if got == key.encode() else f"wrong {got!r}")
+                except RuntimeError as e:
+                    outcomes[name].append(str(e))
+                except asyncio.TimeoutError:
+                    outcomes[name].append("hang")
+                started.set()
+                await asyncio.sleep(0.002)
+        asyncio.run(main())
+
+    a = threading.Thread(target=run_loop, args=("a", 200), daemon=True)
+    a.start()
+    assert started.wait(5)
+    run_loop("b", 50)
+    a.join(10)
+    assert not a.is_alive(), "loop a hangs"
+    every = outcomes["a"] + outcomes["b"]
+    assert "hang" not in every and not any(o.startswith("wrong") for o in every), every
+    refusals = [o for o in every if o != "ok"]
+    assert all("event loop" in o and "Loop" in o for o in refusals), refusals
+    assert outcomes["a"].count("ok") >= 1
+
+
+def test_a_call_cancelled_while_loading_releases_the_lease_at_once(server, admin, prefix):
+    async def main():
+        async with xfetch.aio.Cache(server.url, prefix=prefix) as cache:
+            loads = []
+
+            async def slow():
+                loads.append(1)
+                await asyncio.sleep(10)
+            task = asyncio.ensure_future(cache.get_or_compute("c", slow, ttl=60))
+            while not loads:
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+            async def quick():
+                loads.append(2)
+                await asyncio.sleep(0.05)
+                return b"v"
+            t0 = time.monotonic()
+            got = await asyncio.gather(*[cache.get_or_compute("c", quick, ttl=60)
+                                         for _ in range(10)])
+            return got, loads, time.monotonic() - t0
+    got, loads, took = run(main())
+    assert got == [b"v"] * 10
+    assert loads == [1, 2], loads
+    assert took < 1.0, took
+
+
+def test_a_call_cancelled_while_its_lease_request_is_in_flight_releases_it(server, admin,
+                                                                          prefix):
+    """CLIENT PAUSE WRITE holds the lease script (a write; the read goes
+    through): the call is cancelled before the lease is granted. When it is
+    granted, the abandoned call releases it at once."""
+    async def main():
+        async with xfetch.aio.Cache(server.url, prefix=prefix) as cache:
+            await cache.set("warm", b"1", ttl=60)  # the stream is open
+            admin.execute_command("CLIENT", "PAUSE", "300", "WRITE")
+            task = asyncio.ensure_future(cache.get_or_compute("p", lambda: b"x", ttl=60))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.4)  # the pause is over, the lease granted and released
+            assert admin.hget(prefix + "p", "l") is None, "the lease was left behind"
+            loads = []
+
+            def load():
+                loads.append(1)
+                return b"v"
+            t0 = time.monotonic()
+            assert await cache.get_or_compute("p", load, ttl=60) == b"v"
+            return time.monotonic() - t0, loads
+    took, loads = run(main())
+    assert took < 0.5 and loads == [1]

@@ -187,7 +187,7 @@ def test_fail_open_when_no_new_connection_can_be_opened(tmp_path, counter):
     from conftest import RedisServer
     srv = RedisServer(str(tmp_path))
     c = xfetch.Cache(srv.url, timeout=0.5, breaker=30, share=False)  # each call loads
-    busy = c._acquire()  # another thread's call in progress: the pool is empty
+    busy = c._pool._acquire()  # another thread's call in progress: the pool is empty
     srv.stop()
     load = counter(b"fresh")
     assert c.fetch("k", load, ttl=60) == (b"fresh", "uncached")
@@ -197,7 +197,7 @@ def test_fail_open_when_no_new_connection_can_be_opened(tmp_path, counter):
     assert load.calls == 2 and c.stats()["uncached"] == 2
     with pytest.raises(xfetch.ConnectionError):
         c.delete("k")
-    c._release(busy)
+    c._pool._release(busy)
     c.close()
 
 

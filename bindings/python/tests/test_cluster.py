@@ -1,5 +1,9 @@
-"""The binding against a real 3-master Redis Cluster (xfetch.testing.RedisCluster):
-the plain URL of any node works, and so does a seed list."""
+"""The binding against a real 3-master Redis Cluster (xfetch.testing.RedisCluster),
+on both faces (the `face` fixture): the plain URL of any node works, and so
+does a seed list; keys follow their slot when it moves (MOVED). The C call
+routes (xf_call_target), so xfetch.aio reaches every node as xfetch.Cache
+does. The chaos tests (a resharding, a master killed) are in
+test_cluster_chaos.py."""
 import pytest
 import redis
 
@@ -13,47 +17,101 @@ def cluster():
         yield c
 
 
-def test_one_node_url_reaches_every_key_without_errors(cluster, counter):
-    cache = xfetch.Cache(cluster.url, prefix="py:")
-    loaders = {}
-    for i in range(300):
-        loaders[i] = counter(value=b"v%d" % i)
-        assert cache.get_or_compute(f"k{i}", loaders[i], ttl=60) == b"v%d" % i
-    for i in range(300):
-        assert cache.get_or_compute(f"k{i}", loaders[i], ttl=60) == b"v%d" % i
+def _urls(cluster):
+    return {"one node": cluster.url, "seeds": cluster.seeds_url,
+            "cluster=on": cluster.url + "?cluster=on"}
+
+
+@pytest.mark.parametrize("kind", ["one node", "seeds", "cluster=on"])
+def test_cold_keys_load_once_then_hit_across_the_cluster(cluster, face, counter, kind):
+    cache = face.Cache(_urls(cluster)[kind], prefix=f"cold:{face.kind}:{kind}:")
+    loaders = {i: counter(value=b"v%d" % i) for i in range(300)}
+
+    def call(i):
+        return lambda: cache.get_or_compute(f"k{i}", loaders[i], ttl=60)
+    for _ in range(2):  # cold (aio: concurrent tasks, 2 per key), then hits
+        calls = [call(i) for i in range(300)] * 2
+        out = face.gather(calls) if face.aio else [c() for c in calls]
+        assert out == [b"v%d" % i for i in range(300)] * 2
     assert all(c.calls == 1 for c in loaders.values())
     stats = cache.stats()
-    assert stats["redis_errors"] == 0
-    assert stats["hits"] == 300 and stats["loads"] == 300
-    assert stats["redirects"] == 0 and stats["map_refreshes"] == 1
+    assert stats["redis_errors"] == 0 and stats["redirects"] == 0
+    assert stats["loads"] == 300 and stats["hits"] >= 600
+    assert stats["map_refreshes"] == 1
     # The entries are spread over the three masters.
-    holders = [p for p in cluster.ports if redis.Redis(port=p).dbsize() > 0]
+    prefix = f"cold:{face.kind}:{kind}:".encode()
+    holders = [p for p in cluster.ports
+               if redis.Redis(port=p).keys(prefix + b"*")]
     assert len(holders) == 3
-    cache.close()
 
 
-def test_seed_list_url_skips_a_dead_seed(cluster, counter):
+def test_seed_list_url_skips_a_dead_seed(cluster, face, counter):
     url = "redis://127.0.0.1:1," + ",".join(f"127.0.0.1:{p}" for p in cluster.ports) + "/0"
-    cache = xfetch.Cache(url, prefix="seeds:")
+    cache = face.Cache(url, prefix=f"seeds:{face.kind}:")
     load = counter(value=b"x")
-    assert cache.get_or_compute("a", load, ttl=60) == b"x"
-    assert cache.get_or_compute("a", load, ttl=60) == b"x"
+    assert face.run(cache.get_or_compute("a", load, ttl=60)) == b"x"
+    assert face.run(cache.get_or_compute("a", load, ttl=60)) == b"x"
     assert load.calls == 1
-    cache.close()
 
 
-def test_cluster_off_is_not_routed(cluster, counter):
-    cache = xfetch.Cache(cluster.url + "?cluster=off", prefix="off:")
+def _move_slot_of(cluster, key):
+    """Migrates key's slot (and its keys) to another master, as a
+    resharding does; returns (from port, to port)."""
+    r = redis.Redis(port=cluster.ports[0])
+    slot = r.execute_command("CLUSTER KEYSLOT", key)
+    masters = {}
+    for line in xfetch.testing.RedisCluster._info(cluster.ports[0],
+                                                  "CLUSTER NODES").splitlines():
+        f = line.split()
+        if "master" in f[2]:
+            masters[int(f[1].split(":")[1].split("@")[0])] = (f[0], f[8:])
+    src = next(p for p, (_, ranges) in masters.items()
+               if any(_in(slot, rg) for rg in ranges))
+    dst = next(p for p in masters if p != src)
+    sid, did = masters[src][0], masters[dst][0]
+    s, d = redis.Redis(port=src), redis.Redis(port=dst)
+    d.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", sid)
+    s.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", did)
+    keys = s.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
+    if keys:
+        s.execute_command("MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", *keys)
+    for p in masters:
+        redis.Redis(port=p).execute_command("CLUSTER SETSLOT", slot, "NODE", did)
+    return src, dst
+
+
+def _in(slot, rg):
+    if rg.startswith("["):
+        return False
+    lo, _, hi = rg.partition("-")
+    return int(lo) <= slot <= int(hi or lo)
+
+
+def test_a_key_follows_its_slot_when_it_moves(cluster, face, counter):
+    prefix = f"moved:{face.kind}:"
+    cache = face.Cache(cluster.url, prefix=prefix)
+    load = counter(value=b"kept")
+    assert face.run(cache.get_or_compute("k", load, ttl=60)) == b"kept"
+    src, dst = _move_slot_of(cluster, prefix + "k")
+    assert redis.Redis(port=dst).hget(prefix + "k", "v") == b"kept"  # it moved
+    got = face.run(cache.fetch("k", load, ttl=60))
+    assert (got.value, got.source) == (b"kept", "cache")  # MOVED followed: a hit
+    assert load.calls == 1
+    stats = cache.stats()
+    assert stats["redirects"] >= 1 and stats["redis_errors"] == 0
+
+
+def test_cluster_off_is_not_routed(cluster, face, counter):
+    cache = face.Cache(cluster.url + "?cluster=off", prefix=f"off:{face.kind}:")
     errors = 0
     for i in range(30):
         try:
-            cache.get_or_compute(f"k{i}", counter(), ttl=60)
+            face.run(cache.get_or_compute(f"k{i}", counter(), ttl=60))
         except xfetch.Error as e:
             errors += "MOVED" in str(e)
     assert errors > 0
-    cache.close()
 
 
-def test_a_cluster_refuses_a_db_other_than_0(cluster):
+def test_a_cluster_refuses_a_db_other_than_0(cluster, face):
     with pytest.raises(xfetch.InvalidArgumentError):
-        xfetch.Cache(cluster.url.replace("/0", "/2"))
+        face.Cache(cluster.url.replace("/0", "/2"))

@@ -20,25 +20,6 @@ from xfetch.testing import free_port
 FACES = ["sync", "aio"]
 
 
-def run_face(face, url, body, **kw):
-    """Runs body(cache) -> result with a Cache of the face: a coroutine
-    function for aio (inside asyncio.run), a plain one for sync."""
-    if face == "sync":
-        cache = xfetch.Cache(url, **kw)
-        try:
-            return body(cache)
-        finally:
-            cache.close()
-
-    async def main():
-        cache = xfetch.aio.Cache(url, **kw)
-        try:
-            return await body(cache)
-        finally:
-            await cache.close()
-    return asyncio.run(main())
-
-
 # ---- 4: Ctrl-C inside a C wait, or inside the loader -------------------------------
 
 CHILD = r"""
@@ -175,50 +156,7 @@ def test_ctrl_c_while_redis_does_not_answer(tmp_path, prefix, call):
 
 
 # ---- 5: with Redis down, every caller gets the loader's exception ------------------
-
-class DoesNotExist(Exception):
-    pass
-
-
-@pytest.mark.parametrize("face", FACES)
-def test_redis_down_every_caller_gets_the_loaders_exception(face):
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    runs = []
-
-    def loader():
-        runs.append(1)
-        time.sleep(0.2)  # the other callers join this load
-        raise DoesNotExist("no such row")
-
-    if face == "sync":
-        cache = xfetch.Cache(url, lazy_connect=True, timeout=0.2)
-        barrier, errors = threading.Barrier(6), []
-
-        def call():
-            barrier.wait()
-            try:
-                cache.get_or_compute("row:1", loader, ttl=60)
-            except BaseException as e:  # noqa: B902 - recorded and checked
-                errors.append(e)
-        threads = [threading.Thread(target=call) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        cache.close()
-        assert len(runs) == 1  # the share still protects the loader
-    else:
-        async def aloader():
-            return loader()
-
-        async def main():
-            cache = xfetch.aio.Cache(url, timeout=0.2)
-            return await asyncio.gather(
-                *[cache.get_or_compute("row:1", aloader, ttl=60) for _ in range(6)],
-                return_exceptions=True)
-        errors = asyncio.run(main())
-    assert [type(e).__name__ for e in errors] == ["DoesNotExist"] * 6, errors
-    assert all(str(e) == "no such row" for e in errors)
+# (test_faces.py: test_redis_down_every_caller_gets_the_loaders_exception_and_one_load)
 
 
 # ---- 6: get_many stops at a KeyboardInterrupt ---------------------------------------
@@ -346,63 +284,41 @@ def test_not_found_is_shared_with_its_waiters(server, admin, prefix, face):
 
 # ---- 13: a refused AUTH is an AuthError for every call ------------------------------
 
-@pytest.mark.parametrize("face", FACES)
 def test_wrong_password_is_an_auth_error_for_every_call(server, admin, face):
     url = f"redis://alice:wrong@127.0.0.1:{server.port}/0"
+    with pytest.raises(xfetch.AuthError):  # at construction, unless lazy_connect
+        face.Cache(url)
+    cache = face.Cache(url, lazy_connect=True)
     loads, outcomes = [], []
 
     def loader():
         loads.append(1)
         return b"v"
 
-    if face == "sync":
-        cache = xfetch.Cache(url, lazy_connect=True)
-        for i in range(30):
-            try:
-                cache.get_or_compute(f"k{i % 3}", loader, ttl=60)
-                outcomes.append("served")
-            except xfetch.Error as e:
-                outcomes.append(type(e).__name__)
-        cache.close()
-    else:
-        async def main():
-            cache = xfetch.aio.Cache(url)
-            for i in range(30):
-                try:
-                    await cache.get_or_compute(f"k{i % 3}", loader, ttl=60)
-                    outcomes.append("served")
-                except xfetch.Error as e:
-                    outcomes.append(type(e).__name__)
-        asyncio.run(main())
+    for i in range(30):
+        try:
+            face.run(cache.get_or_compute(f"k{i % 3}", loader, ttl=60))
+            outcomes.append("served")
+        except xfetch.Error as e:
+            outcomes.append(type(e).__name__)
     assert outcomes == ["AuthError"] * 30
     assert loads == []
 
 
 # ---- 14: stats() while Redis is down ------------------------------------------------
 
-@pytest.mark.parametrize("face", FACES)
 def test_stats_count_what_happened_while_redis_is_down(face):
-    url = f"redis://127.0.0.1:{free_port()}/0"
+    cache = face.Cache(f"redis://127.0.0.1:{free_port()}/0", timeout=0.2, lazy_connect=True)
     runs = []
 
     def loader():
         runs.append(1)
         return b"v"
 
-    if face == "sync":
-        def body(cache):
-            for _ in range(200):
-                assert cache.get_or_compute("k", loader, ttl=60) == b"v"
-            return cache.stats()
-    else:
-        async def body(cache):
-            for _ in range(200):
-                assert await cache.get_or_compute("k", loader, ttl=60) == b"v"
-            return cache.stats()
-    kw = {"lazy_connect": True} if face == "sync" else {}
-    stats = run_face(face, url, body, timeout=0.2, **kw)
+    for _ in range(200):
+        assert face.run(cache.get_or_compute("k", loader, ttl=60)) == b"v"
+    stats = cache.stats()
     assert stats["loads"] == len(runs)
     assert stats["redis_errors"] >= 1
-    if face == "sync":  # the share: one load, the others served from it
-        assert len(runs) == 1
-        assert stats["local"] == 199
+    assert len(runs) == 1  # the share: one load, the others served from it
+    assert stats["local"] == 199

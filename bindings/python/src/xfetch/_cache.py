@@ -1,19 +1,15 @@
-"""xfetch.Cache: a pool of C clients (one connection each) behind a
-thread-safe, fork-safe Pythonic API."""
+"""xfetch.Cache: the sync face. The options, checks and results are the
+core's (_core); this face waits and does I/O on a pool of C blocking clients
+(_pool), one per concurrent thread."""
 from __future__ import annotations
 
 import datetime
-import logging
-import os
-import threading
-import weakref
 
+from ._core import Config, check_loader, check_value, key_bytes, outcome, warn_slow
 from ._errors import check, error_for
 from ._native import ffi, lib
-from ._policy import PolicyCache
+from ._pool import Pool
 from ._types import Fetched  # a typed NamedTuple
-from ._runtime import CallState, Failures
-from ._url import parse_url, tls_options
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union  # noqa: E402
 
@@ -23,76 +19,6 @@ if TYPE_CHECKING:
 Key = Union[str, bytes]
 Value = Union[bytes, bytearray, memoryview]
 F = TypeVar("F", bound=Callable[..., Any])
-
-SOURCES = {lib.XF_SOURCE_CACHE: "cache", lib.XF_SOURCE_LOADER: "loader",
-           lib.XF_SOURCE_STALE: "stale", lib.XF_SOURCE_UNCACHED: "uncached",
-           lib.XF_SOURCE_LOCAL: "local"}
-STAT_FIELDS = [name for name, _ in ffi.typeof("xf_stats").fields]
-_BYTES_LIKE = (bytes, bytearray, memoryview)
-log = logging.getLogger("xfetch")
-
-
-class _Conn:
-    """One xf_client, used by one thread at a time. Its CallState carries the
-    loader and the loader's exception for the call in progress; the state's
-    handle is the loader's user data, so a call allocates nothing for the
-    callback (and the state does not refer back to the connection)."""
-
-    __slots__ = ("ptr", "value", "handle", "state", "gen", "share", "__weakref__")
-
-    def __init__(self, ptr, gen, share, state, handle):
-        self.ptr = ptr
-        self.share = share  # the C client borrows it: it must outlive the client
-        self.value = ffi.new("xf_value *")
-        self.state, self.handle = state, handle  # the handle outlives the client
-        self.gen = gen
-
-
-def _key_bytes(key):
-    if type(key) is str:
-        key = key.encode("utf-8")
-    elif isinstance(key, str):  # a str subclass (StrEnum, SafeString): its characters
-        key = str.encode(key, "utf-8")
-    elif type(key) is not bytes:
-        if not isinstance(key, (bytes, bytearray, memoryview)):
-            raise TypeError(f"key must be str or bytes, not {type(key).__name__}")
-        key = bytes(key)
-    if not key:
-        raise ValueError("key must not be empty")
-    return key
-
-
-def _seconds_ms(name, v, default_ms):
-    if v is None:
-        return default_ms
-    if type(v) is bool or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, not {type(v).__name__}")
-    ms = round(v * 1000) if v == v and v >= 0 and v < 2**31 / 1000 else -1
-    if ms < 1:
-        raise ValueError(f"{name} must be in [0.001, 2147483] seconds, not {v!r}")
-    return ms
-
-
-def _size(name, v):
-    if v is None:
-        return 0
-    if type(v) is bool or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-    if v < 1:
-        raise ValueError(f"{name} must be >= 1, not {v!r}")
-    return v
-
-
-_caches = weakref.WeakSet()
-
-
-def _after_fork_in_child():
-    for cache in list(_caches):
-        cache._forget_parent_connections()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Cache:
@@ -136,199 +62,22 @@ class Cache:
                  ssl_ca_path: str | None = None, ssl_certfile: str | None = None,
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
                  ssl_cert_reqs: str | None = None) -> None:
-        fields = parse_url(url)
-        tls = tls_options(fields, ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
-                          ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-                          ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
-        if not isinstance(prefix, (str, bytes)):
-            raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
-        if seed is not None and (type(seed) is bool or not isinstance(seed, int)
-                                 or not 0 < seed < 2**64):
-            raise ValueError("seed must be None or an int in [1, 2**64)")
-        if type(breaker) is bool or not isinstance(breaker, (int, float)):
-            raise TypeError(f"breaker must be a number of seconds, not {type(breaker).__name__}")
-        if not 0 <= breaker < 2**31 / 1000:
-            raise ValueError(f"breaker must be >= 0 seconds, not {breaker!r}")
-        strings = [s.encode() if isinstance(s, str) else s
-                   for s in (fields["host"], fields["unix_path"], fields["username"],
-                             fields["password"], prefix)]
-        if any(s is not None and b"\0" in s for s in strings):
-            raise ValueError("the URL and prefix must not contain NUL characters")
-        self._keep = [ffi.new("char[]", s) if s is not None else ffi.NULL for s in strings]
-        timeout_ms = _seconds_ms("timeout", timeout, 1000)
-        self._opts = ffi.new("xf_options *", {
-            "host": self._keep[0], "port": fields["port"], "unix_path": self._keep[1],
-            "cluster": fields["cluster"], "read_from_replicas": fields["read_from_replicas"],
-            "username": self._keep[2], "password": self._keep[3], "db": fields["db"],
-            "connect_timeout_ms": _seconds_ms("connect_timeout", connect_timeout, timeout_ms),
-            "command_timeout_ms": timeout_ms, "key_prefix": self._keep[4],
-            "seed": seed or 0, "max_key_len": _size("max_key_len", max_key_len),
-            "max_value_len": _size("max_value_len", max_value_len),
-            "breaker_ms": round(breaker * 1000) if breaker > 0 else -1,
-        })
-        if tls is not None:  # rediss://: every connection of the pool over TLS
-            for name in ("ca_file", "ca_dir", "cert_file", "key_file"):
-                if tls[name] is not None:
-                    self._keep.append(ffi.new("char[]", tls[name].encode()))
-                    setattr(self._opts.tls, name, self._keep[-1])
-            self._opts.tls.no_verify = tls["no_verify"]
-            self._opts.tls.enable = 1
-        self._where = (f"unix://{fields['unix_path']}" if fields["unix_path"] else
-                       f"redis{'s' if tls else ''}://{fields['host']}:{fields['port']}") + f"/{fields['db']}"
-        self._prefix = prefix
-        self._seeded = seed is not None
-        self._share = ffi.NULL
-        self._failures = Failures()  # loader exceptions, for the share's followers
-        if share:  # single-flight and a fallback cache while Redis is down
-            out = ffi.new("xf_share **")
-            check(lib.xf_share_open(out, ffi.NULL))
-            self._share = ffi.gc(out[0], lib.xf_share_close)
-        self._policies = PolicyCache()
-        self._gen = 0
-        self._fresh_process()
-        self._closed = False
-        if max_connections is not None and (type(max_connections) is not int
-                                            or max_connections < 1):
-            raise ValueError(f"max_connections must be None or an int >= 1, "
-                             f"not {max_connections!r}")
-        self._max_connections = max_connections
-        self._fresh_slots()
-        # Fail fast on a wrong URL or password, unless the service must start
-        # without Redis (lazy_connect: the first call connects, or fails open).
-        self._pool.append(self._open(lazy=bool(lazy_connect)))
-        _caches.add(self)
-
-    # ---- the connection pool ------------------------------------------------
-
-    def _fresh_process(self):
-        self._lock = threading.Lock()
-        self._pool = []  # idle connections; list.pop/append are atomic
-        self._all = weakref.WeakSet()  # every live connection, for stats()
-        self._retired = dict.fromkeys(STAT_FIELDS, 0)
-        self._opened = 0
-
-    def _forget_parent_connections(self):
-        # In a fork child. Idle connections are closed: that closes only the
-        # child's copy of each socket, so the parent's connections live on.
-        # Connections another parent thread was using at fork time may be
-        # mid-command: they are abandoned untouched (never used, never freed).
-        idle = set(map(id, self._pool))
-        for conn in list(self._all):
-            if id(conn) in idle:
-                ffi.release(conn.ptr)
-            else:
-                ffi.gc(conn.ptr, None)
-        self._gen += 1
-        self._fresh_process()
-        self._fresh_slots()
-
-    def _open(self, lazy=True):
-        # Pooled connections connect lazily: if Redis is down, the C client
-        # fails open and its circuit breaker spares the connect timeouts.
-        out = ffi.new("xf_client **")
-        opts = ffi.new("xf_options *", self._opts[0])
-        opts.lazy_connect = 1
-        opts.share = self._share
-        state = CallState(self._failures)
-        handle = ffi.new_handle(state)
-        opts.interrupt = lib._xf_py_interrupt  # a Ctrl-C ends a C wait at once
-        opts.interrupt_ud = handle
-        with self._lock:
-            if self._seeded:  # reproducible, yet distinct draws per connection
-                opts.seed = (self._opts.seed + 0x9E3779B97F4A7C15 * self._opened) % 2**64 or 1
-            self._opened += 1
-        rc = lib.xf_client_open(out, opts)
-        if rc != 0:
-            raise error_for(rc)
-        ptr = ffi.gc(out[0], lib.xf_client_close)
-        if not lazy:  # connect now, keeping the detail of a failure
-            check(lib.xf_ping(ptr), ptr)
-        conn = _Conn(ptr, self._gen, self._share, state, handle)
-        with self._lock:
-            self._all.add(conn)
-        return conn
-
-    def _fresh_slots(self):
-        # max_connections bounds the connections in use (so, open) at once.
-        self._slots = (threading.BoundedSemaphore(self._max_connections)
-                       if self._max_connections else None)
-        self._tls = threading.local()  # the connection this thread's call holds
-
-    def _enter(self):
-        """The connection for a call: the one this thread's outer call holds
-        (a loader or decorated function calling the Cache again: the C client
-        allows nested calls, so nesting never opens more connections), else
-        one from the pool, waiting for a slot under max_connections."""
-        outer = getattr(self._tls, "conn", None)
-        if outer is not None and outer.gen == self._gen:
-            st = outer.state
-            saved = (st.loader, st.exc, st.load_s, st.keys, outer.value)
-            st.loader = st.exc = st.keys = None
-            outer.value = ffi.new("xf_value *")
-            return outer, saved
-        if self._slots is not None:
-            self._slots.acquire()
-        try:
-            conn = self._acquire()
-        except BaseException:
-            if self._slots is not None:
-                self._slots.release()
-            raise
-        self._tls.conn = conn
-        return conn, None
-
-    def _exit(self, conn, saved):
-        # A Ctrl-C that ended a C reply wait of a call with no loader (get,
-        # set, delete) is raised here, never left for the next call.
-        exc, conn.state.exc = conn.state.exc, None
-        if saved is not None:  # back to the outer call on this connection
-            st = conn.state
-            st.loader, st.exc, st.load_s, st.keys, conn.value = saved
-        else:
-            self._tls.conn = None
-            self._release(conn)
-            if self._slots is not None:
-                self._slots.release()
-        if exc is not None and not isinstance(exc, Exception):
-            raise exc
-
-    def _acquire(self):
-        try:
-            return self._pool.pop()
-        except IndexError:
-            pass
-        if self._closed:
-            raise ValueError("the Cache is closed")
-        return self._open()
-
-    def _release(self, conn):
-        if conn.gen == self._gen and not self._closed:
-            self._pool.append(conn)
-        elif conn.gen == self._gen:
-            self._retire(conn)
-
-    def _retire(self, conn):
-        stats = ffi.new("xf_stats *")
-        lib.xf_client_stats(conn.ptr, stats)
-        with self._lock:
-            for name in STAT_FIELDS:
-                self._retired[name] += getattr(stats, name)
-            self._all.discard(conn)
-        ffi.release(conn.ptr)
+        ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
+                   ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                   ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
+        self._config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
+                              max_key_len, max_value_len, share, lazy_connect,
+                              max_connections, ssl)
+        self._policies = self._config.policies
+        self._pool = Pool(self._config)
 
     def close(self) -> None:
         """Closes the idle connections; ones in use close when their call ends.
         Further calls raise ValueError."""
-        self._closed = True
-        while True:
-            try:
-                conn = self._pool.pop()
-            except IndexError:
-                return
-            self._retire(conn)
+        self._pool.close()
 
     def __repr__(self):  # never shows the password
-        return f"<xfetch.Cache {self._where} prefix={self._prefix!r}>"
+        return f"<xfetch.Cache {self._config.where} prefix={self._config.prefix!r}>"
 
     def __enter__(self):
         return self
@@ -343,12 +92,11 @@ class Cache:
               stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
               jitter: float = 0.0, on_wait_timeout: str = "load") -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
-        kb = _key_bytes(key)
-        if not callable(loader):
-            raise TypeError(f"loader must be callable, not {type(loader).__name__}")
+        kb = key_bytes(key)
+        check_loader(loader)
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout))
-        conn, saved = self._enter()
+        conn, saved = self._pool.enter()
         st = conn.state
         st.loader = loader
         st.load_s = 0.0
@@ -357,42 +105,18 @@ class Cache:
             rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
                                        conn.handle, v)
             exc, st.exc, st.loader = st.exc, None, None
-            if exc is not None and not isinstance(exc, Exception):
-                lib.xf_value_free(v)
-                raise exc  # KeyboardInterrupt, SystemExit: at once, whatever C did
-            if rc == 0:
-                try:
-                    result = Fetched(ffi.unpack(v.data, v.len), SOURCES[v.source])
-                finally:
-                    lib.xf_value_free(v)
-                if st.load_s > lease and result.source == "uncached":
-                    # Its lease ran out and another caller took the key over
-                    # (so loaded it too): the write was refused. The lease is
-                    # twice the entry's last load time once one is cached, so
-                    # this is a key's first slow load (or Redis was down).
-                    log.warning("loader for %r took %.3f s, longer than its lease "
-                                "(%.3f s), and its value was not cached: other callers "
-                                "may have run it too; pass lease= above the loader's "
-                                "time", key, st.load_s, lease)
-                # A failed refresh may still serve a valid (or stale-if-error)
-                # value: the loader's Exception is logged, not raised (it is
-                # counted in stats()["load_errors"]).
-                if exc is not None:
-                    log.warning("loader for %r failed; served the %s value", key,
-                                result.source, exc_info=exc)
-                return result
-            if rc == lib.XF_ENOTFOUND:
-                return Fetched(None, None)
-            if exc is not None:
-                raise exc
-            if rc == lib.XF_ELOADER:  # another thread's load of the key (the share)
-                exc = st.failures.exception(kb)  # failed: its exception, not ours
-                if exc is not None:
-                    raise exc
-            raise error_for(rc, conn.ptr)
+            result = outcome(rc, v, exc, key, kb, st.failures,
+                             lambda: error_for(rc, conn.ptr))
+            if st.load_s > lease and result.source == "uncached":
+                # Its lease ran out and another caller took the key over (so
+                # loaded it too): the write was refused. The lease is twice
+                # the entry's last load time once one is cached, so this is a
+                # key's first slow load (or Redis was down).
+                warn_slow(key, st.load_s, lease)
+            return result
         finally:
             exc = None
-            self._exit(conn, saved)
+            self._pool.exit(conn, saved)
 
     def get_or_compute(self, key: Key, loader: Callable[[], Value | None], ttl: float,
                        beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
@@ -429,12 +153,10 @@ class Cache:
         Returns True when written, False when the entry holds a value dated
         later than now (a newer write won, or the server's clock stepped back):
         nothing is written then. Other failures raise xfetch.Error."""
-        kb = _key_bytes(key)
-        if not isinstance(value, _BYTES_LIKE):
-            raise TypeError(f"value must be bytes-like, not {type(value).__name__}")
-        buf = ffi.from_buffer(value)
+        kb = key_bytes(key)
+        buf = check_value(value)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
-        conn, saved = self._enter()
+        conn, saved = self._pool.enter()
         try:
             rc = lib.xf_set(conn.ptr, kb, len(kb), buf, len(buf), policy)
             if rc == lib.XF_ESUPERSEDED:
@@ -442,7 +164,7 @@ class Cache:
             check(rc, conn.ptr)
             return True
         finally:
-            self._exit(conn, saved)
+            self._pool.exit(conn, saved)
 
     def delete(self, key: Key) -> None:
         """Removes key's entry (value and lease); no error if it is absent."""
@@ -451,20 +173,20 @@ class Cache:
     def delete_many(self, keys: Iterable[Key]) -> None:
         """Removes each key's entry (value and lease), in order, on one
         connection; no error for absent keys."""
-        kbs = [_key_bytes(k) for k in keys]
-        conn, saved = self._enter()
+        kbs = [key_bytes(k) for k in keys]
+        conn, saved = self._pool.enter()
         try:
             for kb in kbs:
                 check(lib.xf_delete(conn.ptr, kb, len(kb)), conn.ptr)
         finally:
-            self._exit(conn, saved)
+            self._pool.exit(conn, saved)
 
     def get(self, key: Key) -> bytes | None:
         """The bytes cached under key while within their ttl, else None (absent,
         expired or a cached not-found). Computes nothing, takes no lease; one
         round trip. Errors raise (there is no loader to fail open to)."""
-        kb = _key_bytes(key)
-        conn, saved = self._enter()
+        kb = key_bytes(key)
+        conn, saved = self._pool.enter()
         v = conn.value
         try:
             rc = lib.xf_get(conn.ptr, kb, len(kb), v)
@@ -476,7 +198,7 @@ class Cache:
             finally:
                 lib.xf_value_free(v)
         finally:
-            self._exit(conn, saved)
+            self._pool.exit(conn, saved)
 
     def get_many(self, keys: Iterable[Key], loader: Callable[[Key], Value | None],
                  ttl: float, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
@@ -496,9 +218,8 @@ class Cache:
         Cache's share), not loaded again."""
         originals = {}
         for k in keys:
-            originals.setdefault(_key_bytes(k), k)
-        if not callable(loader):
-            raise TypeError(f"loader must be callable, not {type(loader).__name__}")
+            originals.setdefault(key_bytes(k), k)
+        check_loader(loader)
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout))
         n = len(originals)
@@ -510,7 +231,7 @@ class Cache:
         clens = ffi.new("size_t[]", [len(kb) for kb in kbs])
         values = ffi.new("xf_value[]", n)
         rcs = ffi.new("int[]", n)
-        conn, saved = self._enter()
+        conn, saved = self._pool.enter()
         st = conn.state
         st.loader, st.keys, st.exc = loader, originals, None
         try:
@@ -541,7 +262,7 @@ class Cache:
             for i in range(n):
                 lib.xf_value_free(ffi.addressof(values, i))
             exc = None
-            self._exit(conn, saved)
+            self._pool.exit(conn, saved)
 
     def stats(self) -> dict[str, int]:
         """Counters of this Cache in this process (a fork child starts at 0):
@@ -549,16 +270,7 @@ class Cache:
         uncached, redis_errors, superseded, local, redirects, map_refreshes
         (Redis Cluster), malformed (entries not as xfetch writes them: each a
         miss, recomputed), plus connections (clients open now)."""
-        out = ffi.new("xf_stats *")
-        with self._lock:
-            total = dict(self._retired)
-            conns = list(self._all)
-        for conn in conns:
-            lib.xf_client_stats(conn.ptr, out)
-            for name in STAT_FIELDS:
-                total[name] += getattr(out, name)
-        total["connections"] = len(conns)
-        return total
+        return self._pool.stats()
 
     def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],
                key: str | Callable[..., str | bytes] | None = None,

@@ -1,30 +1,22 @@
-"""The cached() and cached_many() decorators: keys from _keys (canonical,
-the same in every process), values through an optional serializer."""
+"""The cached() and cached_many() decorators, once for both faces: keys
+from _keys (canonical, the same in every process), values through an
+optional serializer; the logic is coroutines run by the Cache's face
+(_face: awaited on xfetch.aio, driven to their end at once on xfetch.Cache)."""
 import datetime
 import functools
-import inspect
 import logging
 import math
 import time
 
 from ._runtime import Timed
 from ._errors import Error
-from ._keys import _check_function, _first_param, _key_builder, _label, _scope, _takes_self
+from ._face import face_of
+from ._keys import _first_param, _key_builder, _scope, _takes_self
+from ._method import _CachedMethod
 from ._policy import make_policy
 from ._serializers import _serializer
 
 log = logging.getLogger("xfetch")
-
-
-def _check_sync(func, decorator):
-    """Refuses at decoration what the sync decorators cannot cache."""
-    _check_function(func)
-    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
-        raise TypeError(f"{_label(func)} is an async function: cache it with "
-                        f"xfetch.aio.Cache.cached, not the sync {decorator}")
-    if inspect.isgeneratorfunction(func):
-        raise TypeError(f"{_label(func)} is a generator function: its result (a "
-                        f"generator) cannot be cached; cache a function returning a list")
 
 
 # ---- the decorator --------------------------------------------------------------
@@ -37,7 +29,7 @@ def _ttl_seconds(ttl, result=None):
 
 def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=None,
            condition=None, **policy):
-    """Decorator factory behind Cache.cached.
+    """Decorator factory behind Cache.cached (both faces).
 
     ttl: seconds, a datetime.timedelta, or a callable taking the result and
     returning seconds (None or <= 0: do not cache that result). **policy: get_or_compute's policy keywords (seconds).
@@ -62,6 +54,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     obj.method.original(*args) act for obj; Class.method.refresh(obj, *args)
     takes it explicitly.
     """
+    face = face_of(cache)
     dumps, loads = _serializer(serializer)
     fixed_ttl = not callable(ttl) or isinstance(ttl, datetime.timedelta)
     policy = dict(policy, ttl=_ttl_seconds(ttl) if fixed_ttl else 60.0)
@@ -75,7 +68,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     def decorate(func):
         if isinstance(func, (classmethod, staticmethod)):  # placed above the decorator
             return type(func)(decorate(func.__func__))
-        _check_sync(func, "decorator")
+        face.check(func, "cached")
         make_key = _key_builder(func, key, namespace, version)
         drop = _first_param(func) == "self"  # left out of the key; cls is keyed
 
@@ -89,14 +82,14 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         leased = [policy]
         extra = {n: v for n, v in policy.items() if n in ("stale", "jitter")}  # for set
 
-        def compute(args, kwargs):
+        async def compute(args, kwargs):
             """The loader: the function's encoded result; with its own ttl
             (C xf_sink_ttl) when ttl is a callable, or 0 (returned, not
             cached) when condition= refuses it: the lease holder's write
             carries it, so waiters and XFetch's early refreshes work as with
             a fixed ttl."""
             t0 = time.monotonic()
-            result = func(*args, **kwargs)
+            result = await face.result(func(*args, **kwargs))
             lease = math.ceil((time.monotonic() - t0) * 20) / 10  # 2x, rounded up to 0.1 s
             if lease > leased[0].get("lease", 5.0) and lease < 2**31 / 1000:
                 leased[0] = dict(policy, lease=lease)
@@ -108,7 +101,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 return Timed(data, ttl_s if ttl_s and ttl_s > 0 else 0)  # <= 0: not cached
             return data
 
-        def store(k, result):
+        async def store(k, result):
             data = encode(result)
             if data is None:
                 return False
@@ -116,13 +109,14 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             if ttl_s is None or ttl_s <= 0:  # a ttl callable's "do not cache"
                 return False
             # False when a newer value won: ours is returned, not kept.
-            return cache.set(k, data, ttl=ttl_s, **extra)
+            return await face.call("set", k, data, ttl=ttl_s, **extra)
 
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
+        load = face.loader(compute)
+
+        async def call(*args, **kwargs):
             k = make_key(*(args[1:] if drop else args), **kwargs)
-            loader = functools.partial(compute, args, kwargs)
-            value = cache.get_or_compute(k, loader, **leased[0])
+            loader = functools.partial(load, args, kwargs)
+            value = await face.call("get_or_compute", k, loader, **leased[0])
             if loads is None or value is None:
                 return value
             try:
@@ -132,9 +126,9 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                 # error for the whole ttl. Recompute and overwrite.
                 log.warning("cached value for %r could not be decoded; recomputing", k,
                             exc_info=True)
-            return reload(k, args, kwargs, loader)
+            return await reload(k, args, kwargs, loader)
 
-        def reload(k, args, kwargs, loader):
+        async def reload(k, args, kwargs, loader):
             """Replaces an entry the serializer cannot read without a stampede:
             beta=inf elects every caller, the lease lets one of them recompute,
             and the others are served the old value meanwhile: they poll for
@@ -143,7 +137,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             forced = dict(leased[0], beta=math.inf)
             deadline = time.monotonic() + policy.get("wait", 5.0)
             for _ in range(3):  # again after the entry expired meanwhile; bounded
-                value, source = cache.fetch(k, loader, **forced)
+                value, source = await face.call("fetch", k, loader, **forced)
                 if value is None:
                     return None
                 if source not in ("cache", "stale"):  # the function's own result
@@ -153,108 +147,43 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
                         return loads(value)
                     except Exception:
                         pass
-                    time.sleep(0.02)  # another caller holds the lease: wait for its value
+                    await face.sleep(0.02)  # another caller holds the lease: wait for it
                     try:
-                        value = cache.get(k)
+                        value = await face.call("get", k)
                     except Error:
                         break
                     if value is None:  # expired or deleted meanwhile: lease again
                         break
                 else:
                     break
-            result = func(*args, **kwargs)  # the refresher is slower than wait
+            result = await face.result(func(*args, **kwargs))  # the refresher is slower
             if condition is None or condition(result):
-                store(k, result)
+                await store(k, result)
             return result
 
-        def refresh(*args, **kwargs):
+        async def refresh(*args, **kwargs):
             """Computes the value now and overwrites the entry; returns it.
             Takes the function's own arguments (a method's self included)."""
-            result = func(*args, **kwargs)
+            result = await face.result(func(*args, **kwargs))
             if condition is None or condition(result):
-                store(make_key(*(args[1:] if drop else args), **kwargs), result)
+                await store(make_key(*(args[1:] if drop else args), **kwargs), result)
             return result
 
+        async def invalidate(*args, **kwargs):
+            return await face.call("delete", make_key(*args, **kwargs))
+
+        async def set_(value, *args, **kwargs):
+            return await store(make_key(*args, **kwargs), value)
+
+        wrapper = face.expose(call, like=func)
         wrapper.key = make_key
-        wrapper.invalidate = lambda *a, **kw: cache.delete(make_key(*a, **kw))
-        wrapper.set = lambda value, *a, **kw: store(make_key(*a, **kw), value)
-        wrapper.refresh = refresh
+        wrapper.invalidate = face.expose(invalidate)
+        wrapper.set = face.expose(set_)
+        wrapper.refresh = face.expose(refresh)
         wrapper.original = func
         return _CachedMethod(wrapper) if _takes_self(func) else wrapper
 
     return decorate
-
-
-class _CachedMethod:
-    """A cached method (sync or aio): called like the function; looked up on
-    an instance (or on a class, under classmethod) it binds like a function
-    does, and its .refresh and .original then get that self too. .key,
-    .invalidate and .set leave self out of the key either way; a
-    classmethod's (first parameter cls) get the class it is called on."""
-
-    def __init__(self, wrapper):
-        self._wrapper = wrapper
-        self._by_class = _first_param(wrapper.original) == "cls"
-        functools.update_wrapper(self, wrapper)  # __name__, __doc__, the helpers
-
-    def __call__(self, *args, **kwargs):
-        return self._wrapper(*args, **kwargs)
-
-    def __get__(self, obj, objtype=None):
-        return self if obj is None else _BoundCachedMethod(self, obj)
-
-    def __reduce__(self):  # pickles by name, as functions do
-        return self.__qualname__
-
-    def __repr__(self):
-        return f"<cached method {self.__qualname__}>"
-
-
-class _BoundCachedMethod:
-    """obj.method for a cached method: the helpers bound to obj."""
-
-    __slots__ = ("__func__", "__self__")
-
-    def __init__(self, func, obj):
-        self.__func__ = func
-        self.__self__ = obj
-
-    def __call__(self, *args, **kwargs):
-        return self.__func__._wrapper(self.__self__, *args, **kwargs)
-
-    def refresh(self, *args, **kwargs):
-        return self.__func__.refresh(self.__self__, *args, **kwargs)
-
-    def original(self, *args, **kwargs):
-        return self.__func__.original(self.__self__, *args, **kwargs)
-
-    def _keyed(self):  # what the key takes before the arguments: cls, not self
-        return (self.__self__,) if self.__func__._by_class else ()
-
-    def key(self, *args, **kwargs):
-        return self.__func__.key(*self._keyed(), *args, **kwargs)
-
-    def invalidate(self, *args, **kwargs):
-        return self.__func__.invalidate(*self._keyed(), *args, **kwargs)
-
-    def set(self, value, *args, **kwargs):
-        return self.__func__.set(value, *self._keyed(), *args, **kwargs)
-
-    def __getattr__(self, name):  # __name__, __doc__, ...
-        return getattr(self.__func__, name)
-
-    def __eq__(self, other):
-        return (isinstance(other, _BoundCachedMethod) and self.__func__ is other.__func__
-                and self.__self__ is other.__self__)
-
-    def __hash__(self):
-        return hash((id(self.__func__), id(self.__self__)))
-
-    def __reduce__(self):  # pickles as getattr(obj, name), like a bound method
-        return getattr, (self.__self__, self.__func__.__name__)
-
-    def __repr__(self):
-        return f"<bound cached method {self.__func__.__qualname__} of {self.__self__!r}>"
 
 
 def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=None,
@@ -279,6 +208,7 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
     With a serializer the values are encoded; without, they are bytes. The
     wrapper has .key(id), .invalidate(*ids) and .original. On a method
     (first parameter self or cls), self is passed through and not keyed."""
+    face = face_of(cache)
     dumps, loads = _serializer(serializer)
     policy = dict(policy, ttl=_ttl_seconds(ttl))
     _validate(**policy)
@@ -294,11 +224,10 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
         raise TypeError("key must be a format string with {} or a callable id -> key")
 
     def decorate(func):
-        _check_sync(func, "cached_many")
+        face.check(func, "cached_many")
         method = _takes_self(func)  # f(self, ids): self is passed through, not keyed
 
-        @functools.wraps(func)
-        def wrapper(*args):
+        async def call(*args):
             if len(args) != 1 + method:
                 raise TypeError(f"{func.__qualname__} takes {'self and ' if method else ''}"
                                 f"one list of ids, got {len(args)} arguments")
@@ -308,16 +237,17 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
             for i, k in key_of.items():
                 by_key.setdefault(k, []).append(i)
 
-            def compute(keys):  # {key: result}: one call for every id of these keys
-                results = func(*head, [i for k in keys for i in by_key[k]])
+            async def compute(keys):  # {key: result}: one call for every id of these keys
+                results = await face.result(func(*head, [i for k in keys for i in by_key[k]]))
                 return {k: next((r for r in map(results.get, by_key[k]) if r is not None),
                                 None) for k in keys}
 
-            def load(keys):
+            async def load(keys):
                 return {k: r if r is None or dumps is None else dumps(r)
-                        for k, r in compute(keys).items()}
+                        for k, r in (await compute(keys)).items()}
 
-            values = cache.get_many(list(by_key), load, batch=True, **policy)
+            values = await face.call("get_many", list(by_key), face.loader(load), batch=True,
+                                     **policy)
             got, unreadable = {}, []
             for k, v in values.items():
                 try:
@@ -330,15 +260,20 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
                 # in one more call and overwritten.
                 log.warning("cached values for %r could not be decoded; recomputing",
                             unreadable)
-                for k, r in compute(unreadable).items():
+                for k, r in (await compute(unreadable)).items():
                     got[k] = r
                     if r is not None:
-                        cache.set(k, dumps(r), ttl=policy["ttl"],
-                                  **{n: v for n, v in policy.items() if n in ("stale", "jitter")})
+                        await face.call("set", k, dumps(r), ttl=policy["ttl"],
+                                        **{n: v for n, v in policy.items()
+                                           if n in ("stale", "jitter")})
             return {i: got[k] for i, k in key_of.items()}
 
+        async def invalidate(*ids):
+            return await face.call("delete_many", [make_key(i) for i in ids])
+
+        wrapper = face.expose(call, like=func)
         wrapper.key = make_key
-        wrapper.invalidate = lambda *ids: cache.delete_many([make_key(i) for i in ids])
+        wrapper.invalidate = face.expose(invalidate)
         wrapper.original = func
         return wrapper
 

@@ -39,6 +39,7 @@ class _Stream:
         self.broken = None  # the exception that ended the stream
         self.timer = None  # the timeout of the oldest request, when armed
         self.fast = 0  # completions since the last yield to the loop
+        self.orphans = {}  # future -> callback: replies of abandoned calls (adopt)
         loop.add_reader(sock, self._readable)
 
     # ---- bytes out --------------------------------------------------------
@@ -96,9 +97,15 @@ class _Stream:
                 if waiting:
                     fut = waiting.popleft()
                     deadlines.popleft()
+                    if fut is None:  # a reply before the command's (start's n)
+                        lib.xf_reply_free(reply)
+                        continue
                 else:
                     fut = None
-                if fut is None or fut.done():  # timed out or cancelled
+                then = self.orphans.pop(fut, None) if self.orphans else None
+                if then is not None:  # an abandoned call's
+                    then(reply)
+                elif fut is None or fut.done():  # timed out or cancelled
                     lib.xf_reply_free(reply)
                 else:
                     fut.set_result(reply)
@@ -121,7 +128,7 @@ class _Stream:
             if deadline > now:
                 self.timer = self.loop.call_at(deadline, self._expire)
                 return
-            if not fut.done():
+            if fut is not None and not fut.done():
                 fut.set_exception(asyncio.TimeoutError("no reply within the command timeout"))
 
     # ---- the end ----------------------------------------------------------
@@ -142,22 +149,36 @@ class _Stream:
         while self.waiting:
             fut = self.waiting.popleft()
             self.deadlines.popleft()
-            if not fut.done():
-                fut.set_exception(exc)
+            then = self.orphans.pop(fut, None) if self.orphans else None
+            if fut is None:
+                continue
+            if then is not None:
+                then(None)
+            elif not fut.done():
+                try:
+                    fut.set_exception(exc)
+                except RuntimeError:  # its loop is closed: nobody awaits it
+                    pass
 
     # ---- requests ---------------------------------------------------------
 
-    def start(self, data):
+    def start(self, data, n=1):
         """Writes data (bytes-like; copied if the socket does not take it all
-        at once). Returns the cdata reply (owned by the caller) when it is
-        already there, else a future of it."""
+        at once), which produces n replies: the first n-1 are freed (a
+        READONLY, ASKING or SCRIPT LOAD before the command: xf_call_target).
+        Returns the cdata last reply (owned by the caller) when it is already
+        there, else a future of it."""
         if self.broken:
             raise self.broken
         fut = self.loop.create_future()
+        deadline = self.loop.time() + self.timeout
+        for _ in range(n - 1):
+            self.waiting.append(None)
+            self.deadlines.append(deadline)
         self.waiting.append(fut)
-        self.deadlines.append(self.loop.time() + self.timeout)
+        self.deadlines.append(deadline)
         self._write(data)
-        if len(self.waiting) == 1 and not self.unsent and self.broken is None:
+        if len(self.waiting) == n and not self.unsent and self.broken is None:
             if self.fast < self.FAST_LIMIT:
                 self._readable()  # the reply may be there already
                 if fut.done():
@@ -169,6 +190,19 @@ class _Stream:
         if self.timer is None:
             self._arm()
         return fut
+
+    def adopt(self, fut, then):
+        """The reply to fut, a request whose caller is gone (cancelled), goes
+        to then(reply) when it comes (then(None) if it never will) instead of
+        being dropped: the abandoned call finishes (releases its lease)."""
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            then(fut.result())
+        elif fut.done() and not fut.cancelled():
+            then(None)
+        elif self.broken is not None:
+            then(None)
+        else:
+            self.orphans[fut] = then
 
     async def request(self, data):
         """Writes data and returns the cdata reply (owned by the caller)."""

@@ -80,8 +80,9 @@ def _port_free(port):
 class RedisCluster:
     """A throwaway Redis Cluster on loopback: `masters` redis-servers with
     --cluster-enabled (and `replicas` per master), joined with
-    `redis-cli --cluster create`, ready when every node says cluster_state:ok.
-    Attributes: ports, url (redis://127.0.0.1:<first port>/0, enough to reach
+    `redis-cli --cluster create`, ready when every node says cluster_state:ok
+    and every replica has synced. Attributes: ports, procs (their
+    subprocess.Popen, in the same order), url (redis://127.0.0.1:<first port>/0, enough to reach
     every node), seeds_url (every node, comma-separated)."""
 
     def __init__(self, masters=3, replicas=0):
@@ -103,7 +104,10 @@ class RedisCluster:
                 self.procs.append(subprocess.Popen(
                     ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
                      "--cluster-enabled", "yes", "--cluster-node-timeout", "3000",
-                     "--save", "", "--appendonly", "no", "--loglevel", "warning"],
+                     "--save", "", "--appendonly", "no", "--loglevel", "warning",
+                     # replicas sync at once (else 5 s late: no failover before)
+                     # and are pinged every second (CLUSTER SLOTS lists them)
+                     "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             self._wait(lambda p: self._info(p, "PING").startswith("+PONG"))
             subprocess.run(["redis-cli", "--cluster", "create",
@@ -111,6 +115,9 @@ class RedisCluster:
                             "--cluster-replicas", str(replicas), "--cluster-yes"],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self._wait(lambda p: "cluster_state:ok" in self._info(p, "CLUSTER INFO"))
+            # replicas: ready once synced (a failover needs a replica with data)
+            self._wait(lambda p: "role:master" in (info := self._info(p, "INFO replication"))
+                       or "master_link_status:up" in info)
         except BaseException:
             self.stop()
             raise

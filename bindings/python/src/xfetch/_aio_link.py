@@ -1,0 +1,164 @@
+"""xfetch.aio.Cache's connections: one Link per server (host, port) the C
+call names for each request (xf_call_target: the seed in use, or in a Redis
+Cluster the node of the key's slot), each a stream (_stream) on the event
+loop the Cache belongs to, opened by the first call that needs it, its setup
+the C side's (xf_call_setup: AUTH, SELECT, READONLY for a cluster's replica
+reads). Each Link has the C client's circuit breaker: a failed connect or
+request makes calls skip that server for `breaker` seconds, and the call
+moves on (xf_call_io_failed: the next seed, the cluster's map asked again,
+or failing open)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ._errors import ConnectionError, Error, UnavailableError, error_for
+from ._native import ffi, lib
+from ._stream import _connect, _Stream
+
+
+async def open_stream(client, fields, timeout, connect_timeout, flags):
+    """A new stream on the running loop to fields' server, the C side's setup
+    (xf_call_setup with flags) pipelined: one round trip. Raises AuthError
+    (refused), UnavailableError (busy, loading), OSError or a timeout."""
+    loop = asyncio.get_running_loop()
+    sock = await asyncio.wait_for(_connect(loop, fields), connect_timeout)
+    stream = _Stream(loop, sock, timeout)
+    size = ffi.new("size_t *")
+    n = lib.xf_call_setup_count(client, flags)
+    setup = [ffi.unpack(lib.xf_call_setup(client, flags, i, size), size[0]) for i in range(n)]
+    replies = await asyncio.gather(*[stream.request(r) for r in setup], return_exceptions=True)
+    failure = None
+    for i, reply in enumerate(replies):
+        if isinstance(reply, BaseException):
+            failure = failure or reply
+        else:  # judged (and freed) by C: XF_EAUTH, XF_EUNAVAILABLE (busy), ...
+            rc = lib.xf_call_setup_reply(client, flags, i, reply)
+            failure = failure or (error_for(rc, client) if rc else None)
+    if failure is not None:
+        await stream.close()
+        raise failure
+    return stream
+
+
+class Link:
+    """One server's stream and breaker. current: the open stream while the
+    breaker is closed, else None (the calls' hot path reads it and nothing
+    else)."""
+
+    def __init__(self, links, fields):
+        self.links, self.fields = links, fields
+        self.stream = self.current = None
+        self.opening = None
+        self.retry_after = 0.0
+
+    def failed(self):
+        """A connect or request failed: the breaker opens."""
+        self.links.errors += 1
+        self.current = None
+        if self.links.breaker > 0:
+            self.retry_after = time.monotonic() + self.links.breaker
+
+    async def connect(self):
+        """The open stream, opening one if needed (one opener at a time);
+        ConnectionError while the breaker is open or when the connect fails."""
+        if self.retry_after:
+            if time.monotonic() < self.retry_after:
+                raise ConnectionError(lib.XF_ECONNECT, "circuit open after a failure")
+            self.retry_after = 0.0
+        stream = self.stream
+        if stream is not None and stream.broken is None:
+            self.current = stream
+            return stream
+        ls = self.links
+        if self.opening is None:
+            self.opening = asyncio.ensure_future(open_stream(
+                ls.client, self.fields, ls.timeout, ls.connect_timeout, ls.setup_flags()))
+        opening = self.opening
+        try:
+            self.stream = self.current = await asyncio.shield(opening)
+            return self.stream
+        except UnavailableError as e:  # busy or loading: as if down, calls move on
+            self.failed()
+            raise ConnectionError(lib.XF_ECONNECT, str(e)) from e
+        except Error:  # AUTH / SELECT refused: loud, not a fail-open
+            raise
+        except (OSError, asyncio.TimeoutError) as e:
+            self.failed()
+            raise ConnectionError(lib.XF_ECONNECT, f"connect: {e}") from e
+        finally:
+            if self.opening is opening and opening.done():
+                self.opening = None
+
+    def drop(self, exc):
+        stream, self.stream, self.current = self.stream, None, None
+        self.opening = None
+        if stream is not None and stream.broken is None:
+            try:
+                stream._break(exc)
+            except Exception:  # its loop is gone: the socket at least
+                stream.sock.close()
+
+
+class Links:
+    """The Cache's Links, one per (host, port), on one event loop at a time.
+
+    loop: the loop the Cache is bound to; bind() moves it to the running
+    loop once the old one no longer runs (an earlier asyncio.run), and
+    refuses while it runs in another thread (the C client and the streams
+    are one thread's)."""
+
+    def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads):
+        self.client, self.unix_path = client, fields["unix_path"]
+        self.timeout, self.connect_timeout, self.breaker = timeout, connect_timeout, breaker
+        self.replica_reads = replica_reads
+        self.by_target = {}  # (host as the C client's char *, port) -> Link: the hot path
+        self.by_name = {}  # (host, port) -> Link: one per server
+        self.loop = None
+        self.errors = 0  # failed connects and requests (the C client does no I/O)
+        self._stats = ffi.new("xf_stats *")
+
+    def get(self, host, port):
+        """The Link for xf_call_target's host (a char * the C client owns:
+        stable until it closes; NULL for the URL's Unix socket) and port."""
+        link = self.by_target.get((host, port))
+        if link is None:
+            name = (ffi.string(host).decode() if host != ffi.NULL else None, port)
+            link = self.by_name.get(name)
+            if link is None:
+                fields = ({"unix_path": self.unix_path, "host": None, "port": 0}
+                          if name[0] is None else
+                          {"unix_path": None, "host": name[0], "port": port})
+                link = self.by_name[name] = Link(self, fields)
+            self.by_target[(host, port)] = link
+        return link
+
+    def setup_flags(self):
+        """READONLY on every connection once the client has a cluster map and
+        reads go to replicas (a master takes it too; the call also sends it
+        first to a replica whose connection may lack it)."""
+        if not self.replica_reads:
+            return 0
+        lib.xf_client_stats(self.client, self._stats)
+        return lib.XF_SETUP_REPLICA if self._stats.map_refreshes else 0
+
+    def bind(self):
+        loop = asyncio.get_running_loop()
+        old = self.loop
+        if loop is old:
+            return
+        if old is not None and old.is_running() and not old.is_closed():
+            raise RuntimeError(
+                f"this xfetch.aio.Cache belongs to event loop {old!r}, which runs in "
+                f"another thread; it cannot be used from event loop {loop!r} meanwhile: "
+                f"open one xfetch.aio.Cache per event loop")
+        self.drop(ConnectionError(lib.XF_EIO, "opened by another event loop"))
+        self.loop = loop
+
+    def drop(self, exc):
+        for link in list(self.by_name.values()):
+            link.drop(exc)
+
+    def connected(self):
+        return sum(1 for link in self.by_name.values()
+                   if link.stream is not None and link.stream.broken is None)

@@ -1,0 +1,94 @@
+"""xfetch.aio's get_many: one get-or-compute call per key, all pipelined on
+the stream (the reads go out together: one round trip), each key leased at
+its turn. With batch=True the keys whose calls reach their load together
+are computed by one loader(list of keys) call: a round is flushed once every
+call still running is loading."""
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+
+from ._core import key_bytes
+
+
+class _Batch:
+    """Collects the keys whose calls load at the same time, for one call of
+    the batch loader per round."""
+
+    def __init__(self, loader, running):
+        self.loader = loader
+        self.running = running  # calls not finished yet
+        self.round = {}  # key -> the future of its value
+
+    def load_one(self, key):
+        """The per-key loader the call awaits."""
+        fut = asyncio.get_running_loop().create_future()
+        self.round[key] = fut
+        self._maybe_flush()
+        return fut
+
+    def done_one(self):
+        self.running -= 1
+        self._maybe_flush()
+
+    def _maybe_flush(self):
+        if self.round and len(self.round) >= self.running:
+            keys, self.round = self.round, {}
+            asyncio.ensure_future(self._flush(keys))
+
+    async def _flush(self, futures):
+        try:
+            values = self.loader(list(futures))
+            if inspect.isawaitable(values):
+                values = await values
+            if not isinstance(values, Mapping):
+                raise TypeError(f"a batch loader must return a mapping of key to bytes or "
+                                f"None, not {type(values).__name__}")
+        except BaseException as e:  # every key of the round fails with it
+            for fut in futures.values():
+                if not fut.done():
+                    fut.set_exception(e)
+            return
+        for k, fut in futures.items():
+            if not fut.done():
+                fut.set_result(values.get(k))  # a key left out is "not found"
+
+
+async def get_many(cache, keys, loader, ttl, beta, batch, policy):
+    originals = {}
+    for k in keys:
+        originals.setdefault(key_bytes(k), k)
+    ks = list(originals.values())
+    if not ks:
+        return {}
+    unknown = set(policy) - set(dict(_DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown policy keyword(s): {', '.join(sorted(unknown))}")
+    cache._policies.get((ttl, beta) + tuple(policy.get(n, d) for n, d in _DEFAULTS))  # checks
+    b = _Batch(loader, len(ks)) if batch else None
+
+    async def one(k):
+        try:
+            return await cache.fetch(k, (lambda: b.load_one(k)) if batch else (lambda: loader(k)),
+                                     ttl, beta, **policy)
+        finally:
+            if b is not None:
+                b.done_one()
+
+    results = await asyncio.gather(*[one(k) for k in ks], return_exceptions=True)
+    out, first_error = {}, None
+    for k, r in zip(ks, results):
+        if isinstance(r, BaseException):
+            if not isinstance(r, Exception):
+                raise r  # CancelledError, KeyboardInterrupt: at once
+            first_error = first_error or r
+        else:
+            out[k] = r.value
+    if first_error is not None:
+        raise first_error
+    return out
+
+
+_DEFAULTS = (("lease", 5.0), ("wait", 5.0), ("stale", 0.0), ("stale_if_error", 0.0),
+             ("negative_ttl", 0.0), ("jitter", 0.0), ("on_wait_timeout", "load"))
