@@ -29,6 +29,10 @@ typedef struct xf__cmd {
   size_t more_argc;
   const char *const *more_argv;
   const size_t *more_lens;
+  /* Where the transport that got the reply says whose clock estimate
+   * (clock.h) goes with it: *clock_out = its connection's. NULL = not asked
+   * (whoever fills argv clears it; the flow asks). */
+  struct xf__clock **clock_out;
 } xf__cmd;
 
 /* Encodes argv as a RESP array of bulk strings into buf (replacing its

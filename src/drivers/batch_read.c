@@ -164,6 +164,9 @@ void xf__batch_read_all(batch *b) {
     if (!b->groups || !b->many)
       return; /* the flows send their own reads */
   }
+  for (size_t i = 0; i < b->n; i++)
+    if (b->steps[i] == XF_STEP_SEND && b->flows[i].plain_read)
+      return; /* plain HMGETs: send_all pipelines them, one write per node */
   size_t ng = group(b);
   if (ng == 0)
     return;
