@@ -59,7 +59,10 @@ extern "C" {
   XF_ERR(ENOPERM, -13, "the Redis ACL user may not run a command xfetch needs")            \
   XF_ERR(ESUPERSEDED, -14, "not cached: a newer value or a delete won")                    \
   XF_ERR(ECANCELED, -15, "canceled: interrupted, or its handle closed")                    \
-  XF_ERR(EBUSY, -16, "every pooled client stayed busy for the checkout timeout")
+  XF_ERR(EBUSY, -16, "every pooled client stayed busy for the checkout timeout")           \
+  XF_ERR(ETLS, -17,                                                                        \
+         "TLS failed: certificate not trusted, host name mismatch, or the handshake "      \
+         "failed or timed out")
 
 /* Return codes. */
 enum {
@@ -89,6 +92,25 @@ typedef enum xf_cluster_mode {
   XF_CLUSTER_ON = 1,   /* a cluster: route every key to its slot's node */
   XF_CLUSTER_OFF = 2   /* one standalone server (or a proxy): never route */
 } xf_cluster_mode;
+
+/* TLS (rediss://), part of xf_options: all zero = plain TCP. OpenSSL,
+ * TLS 1.2 at least; the server's certificate is verified against ca_file /
+ * ca_dir (the system store when both are NULL) and its name against
+ * server_name or the host connected to (sent as SNI); a failure is XF_ETLS
+ * with the reason in xf_errmsg ("certificate not trusted: ...", "host name
+ * mismatch: certificate is for ..., wanted ...", "TLS handshake with ...
+ * timed out ..."), never served fail-open: the breaker repeats it. A file
+ * that cannot be loaded makes xf_client_open fail with XF_EINVAL. The
+ * event-loop driver (xf_async) refuses TLS (XF_EINVAL) for now. */
+typedef struct xf_tls_options {
+  int enable;              /* non-zero: TLS on every connection (seeds, nodes) */
+  const char *ca_file;     /* PEM bundle of trusted CAs */
+  const char *ca_dir;      /* a c_rehash'd directory of trusted CAs */
+  const char *cert_file;   /* client certificate chain (PEM), for mutual TLS */
+  const char *key_file;    /* its private key (PEM); NULL: in cert_file */
+  const char *server_name; /* SNI and the name to verify; NULL: each host's */
+  int no_verify;           /* non-zero: accept any certificate (insecure) */
+} xf_tls_options;
 
 /* Connection options. Zero (or NULL) in any field means its default, so
  * XF_OPTIONS_INIT (all zero) connects to 127.0.0.1:6379, db 0. Strings are
@@ -148,6 +170,7 @@ typedef struct xf_options {
    * bindings that must let a signal (Ctrl-C) through a wait. */
   xf_interrupt_fn interrupt;
   void *interrupt_ud;
+  xf_tls_options tls; /* {0}: plain TCP; see xf_tls_options */
 } xf_options;
 
 #define XF_OPTIONS_INIT                                                                    \
@@ -698,7 +721,8 @@ typedef struct xf_async_loop {
  * xf_async_open_libuv / xf_async_open_libevent instead. AUTH and SELECT (and
  * the scripts' SCRIPT LOAD) go first on every connection; connect and command
  * timeouts are enforced with the loop's timer. Returns XF_OK with the handle in
- * *out, XF_EINVAL (bad options or hooks), XF_ENOMEM, or XF_ECONNECT when the
+ * *out, XF_EINVAL (bad options or hooks; options.tls.enable: TLS is not
+ * available on the event-loop transport yet), XF_ENOMEM, or XF_ECONNECT when the
  * connection fails at once (unless opts->lazy_connect, which also defers the
  * connect to the first call). A later connection failure makes calls fail
  * open, as xf_get_or_compute does. With opts->cluster XF_CLUSTER_AUTO the

@@ -2,6 +2,7 @@
  * never called; nothing cached is touched. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "fixture.h"
@@ -60,6 +61,25 @@ Test(bad_input, key_above_the_cap) {
   xf_policy p = XF_POLICY_INIT;
   expect_einval("123456789", 9, &p, "max_key_len");
   cr_expect_eq(xf_delete(c, "123456789", 9), XF_EINVAL);
+}
+
+/* A set whose value is refused reads nothing of its key, and a key whose
+ * length would overflow with the prefix is refused: with max_key_len at its
+ * widest, a claimed SIZE_MAX-byte key made the key's copy read past memory
+ * (found by fuzz_options: memcpy of -1 bytes). */
+Test(bad_input, a_set_with_a_bad_value_reads_no_key) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.key_prefix = "p:";
+  o.max_key_len = SIZE_MAX;
+  xf_client_close(c);
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  cr_expect_eq(xf_set(c, "k", SIZE_MAX, NULL, 5, &p), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(c), "data is NULL") != NULL, "%s", xf_errmsg(c));
+  cr_expect_eq(xf_set(c, "k", SIZE_MAX, "v", 1, &p), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(c), "max_key_len") != NULL, "%s", xf_errmsg(c));
+  cr_expect_eq(xf_delete(c, "k", SIZE_MAX - 1), XF_EINVAL);
 }
 
 Test(bad_input, null_loader) {

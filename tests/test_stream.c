@@ -120,7 +120,7 @@ Test(stream, a_wrong_ca_is_not_trusted_at_once) {
   xf__tls *t = tls_trusting("other-ca.crt");
   xf__stream s;
   int64_t t0 = xf__stream_now_ms();
-  cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_port(), t, DEADLINE_MS), XF_ECONNECT);
+  cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_port(), t, DEADLINE_MS), XF_ETLS);
   cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS);
   cr_assert_eq(s.err, XF__SE_CERT);
   /* Redis sends its CA along: a chain that ends in a root we do not trust. */
@@ -135,7 +135,7 @@ Test(stream, a_wrong_ca_is_not_trusted_at_once) {
 Test(stream, a_wrong_server_name_is_a_name_mismatch) {
   xf__tls *t = tls_with(xft_tls_file("ca.crt"), NULL, NULL, "wrong.example", 0);
   xf__stream s;
-  cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_port(), t, DEADLINE_MS), XF_ECONNECT);
+  cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_port(), t, DEADLINE_MS), XF_ETLS);
   cr_assert_eq(s.err, XF__SE_CERT);
   cr_assert(strstr(s.errstr, "host name mismatch: certificate is for localhost, 127.0.0.1, "
                              "::1, wanted wrong.example"),
@@ -157,7 +157,7 @@ Test(stream, a_certificate_for_another_name_is_a_name_mismatch) {
   int rc = connect_to(&s, "127.0.0.1", port, t, DEADLINE_MS);
   xft_server_stop(&srv);
   xft_tls_remove_certs(dir);
-  cr_assert_eq(rc, XF_ECONNECT);
+  cr_assert_eq(rc, XF_ETLS);
   cr_assert(strstr(s.errstr, "certificate is for wrong.example, wanted 127.0.0.1"), "%s",
             s.errstr);
   xf__stream_close(&s);
@@ -193,7 +193,7 @@ Test(stream, tls_to_a_plain_redis_port_times_out_with_a_hint) {
   xf__tls *t = tls_trusting("ca.crt");
   xf__stream s;
   int64_t t0 = xf__stream_now_ms();
-  cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_plain_port(), t, 300), XF_ECONNECT);
+  cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_plain_port(), t, 300), XF_ETLS);
   cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS);
   cr_assert_eq(s.err, XF__SE_TLS);
   cr_assert_geq(xf__stream_now_ms() - t0, 299, "waited for the deadline");
@@ -235,7 +235,7 @@ Test(stream, tls_to_a_plain_text_answer_is_not_speaking_tls) {
   int rc = connect_to(&s, "127.0.0.1", ntohs(a.sin_port), t, DEADLINE_MS);
   pthread_join(th, NULL);
   close(lfd);
-  cr_assert_eq(rc, XF_ECONNECT);
+  cr_assert_eq(rc, XF_ETLS);
   cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS);
   cr_assert(strstr(s.errstr, "the server is not speaking TLS (it answered \"-ERR unknown "
                              "command\")"),
@@ -267,7 +267,7 @@ Test(stream, mutual_tls_without_a_client_certificate_is_refused_clearly) {
     cr_assert_null(roundtrip(&s, PING, strlen(PING)));
   cr_assert_lt(xf__stream_now_ms() - t0, QUICK_MS);
   cr_assert_eq(s.err, XF__SE_TLS, "%d: %s", s.err, s.errstr);
-  cr_assert_eq(xf__stream_code(&s), XF_ECONNECT);
+  cr_assert_eq(xf__stream_code(&s), XF_ETLS);
   /* The alert ("tlsv13 alert certificate required"), or a reset that beat
    * it (the server closed with our PING unread): either way, said plainly. */
   cr_assert(strstr(s.errstr, "the server requires a client certificate and none is "

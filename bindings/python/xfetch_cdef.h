@@ -17,7 +17,8 @@ enum {
   XF_ENOPERM = -13,
   XF_ESUPERSEDED = -14,
   XF_ECANCELED = -15,
-  XF_EBUSY = -16
+  XF_EBUSY = -16,
+  XF_ETLS = -17
 };
 
 const char *xf_strerror(int rc);
@@ -32,6 +33,16 @@ int xf_share_open(xf_share **out, const xf_share_options *opts);
 void xf_share_close(xf_share *s);
 
 typedef int (*xf_interrupt_fn)(void *ud);
+
+typedef struct xf_tls_options {
+  int enable;
+  const char *ca_file;
+  const char *ca_dir;
+  const char *cert_file;
+  const char *key_file;
+  const char *server_name;
+  int no_verify;
+} xf_tls_options;
 
 typedef struct xf_options {
   const char *host;
@@ -54,6 +65,7 @@ typedef struct xf_options {
   int read_from_replicas;
   xf_interrupt_fn interrupt;
   void *interrupt_ud;
+  xf_tls_options tls;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;

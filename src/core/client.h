@@ -15,6 +15,7 @@
 /* The transports' state, behind pointers: the core never looks inside. */
 struct xf__conn;
 struct xf__router;
+struct xf__tls;
 
 struct xf_client {
   struct xf__conn *seeds; /* the servers options.host lists (most often one) */
@@ -24,6 +25,7 @@ struct xf_client {
   int mode_known;            /* standalone or cluster is decided (blocking drivers) */
   xf__routes routes;         /* mode, map, nodes: every driver's routing decisions */
   struct xf__router *router; /* the blocking drivers' node connections; NULL standalone */
+  struct xf__tls *tls;       /* options.tls made ready (tls.h); NULL = plain TCP */
   int read_from_replicas;
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;

@@ -91,8 +91,10 @@ int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source so
 /* What every kind starts with: only what a step may read before writing it
  * (the flow is ~1 KiB, and a hit should not pay for clearing it), then the
  * checks (p: the policy to check, NULL = none). */
+/* Sets the flow up and builds its key, unless rc already failed the call (a
+ * bad argument of the kind's own: nothing of the key is read then). */
 static int begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
-                 const xf_policy *p, xf_value *out, int64_t now_ms) {
+                 const xf_policy *p, xf_value *out, int rc, int64_t now_ms) {
   f->kind = kind;
   f->input_ms = now_ms;
   f->clock = NULL;
@@ -114,14 +116,14 @@ static int begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size
   f->state = XF__READ;
   f->script_loading = f->refresh = f->round = f->had_value = f->found_nothing = 0;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
-  int rc = kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET ? xf__policy_check(c, p)
-                                                                 : XF_OK;
+  if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
+    rc = xf__policy_check(c, p);
   return rc == XF_OK ? xf__key_build(c, key, keylen, &f->key) : rc;
 }
 
 xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                         const xf_policy *p, xf_value *out, int64_t now_ms) {
-  int rc = begin(f, XF_KIND_GET_OR_COMPUTE, c, key, keylen, p, out, now_ms);
+  int rc = begin(f, XF_KIND_GET_OR_COMPUTE, c, key, keylen, p, out, XF_OK, now_ms);
   if (rc == XF_OK && xf__nest_has(c, f->key.data, f->key.len)) {
     int shown = keylen > 60 ? 60 : (int)keylen; /* the message holds both */
     rc = xf__fail(c, XF_EINVAL,
@@ -134,19 +136,20 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
 
 xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                             xf_value *out, int64_t now_ms) {
-  int rc = begin(f, XF_KIND_GET, c, key, keylen, NULL, out, now_ms);
+  int rc = begin(f, XF_KIND_GET, c, key, keylen, NULL, out, XF_OK, now_ms);
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
 
 xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                             const void *data, size_t len, const xf_policy *p,
                             int64_t now_ms) {
-  int rc = begin(f, XF_KIND_SET, c, key, keylen, p, NULL, now_ms);
-  if (rc == XF_OK && !data && len > 0)
+  int rc = XF_OK;
+  if (!data && len > 0)
     rc = xf__fail(c, XF_EINVAL, "data is NULL");
-  else if (rc == XF_OK && len > c->max_value_len)
+  else if (len > c->max_value_len)
     rc = xf__fail(c, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
                   c->max_value_len);
+  rc = begin(f, XF_KIND_SET, c, key, keylen, p, NULL, rc, now_ms);
   if (rc != XF_OK)
     return xf__flow_done(f, rc);
   /* As if a loader had produced it now: the entry keeps its delta, and the
@@ -165,7 +168,7 @@ xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t k
 
 xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                                int64_t now_ms) {
-  int rc = begin(f, XF_KIND_DELETE, c, key, keylen, NULL, NULL, now_ms);
+  int rc = begin(f, XF_KIND_DELETE, c, key, keylen, NULL, NULL, XF_OK, now_ms);
   return rc == XF_OK ? xf__flow_send(f, XF__DELETE) : xf__flow_done(f, rc);
 }
 

@@ -1,4 +1,5 @@
 /* The Redis key of one call: the client's prefix + the caller's key. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,7 @@ int xf__key_build(xf_client *c, const char *key, size_t keylen, xf__key *out) {
     return xf__fail(c, XF_EINVAL, "key is NULL");
   if (keylen == 0)
     return xf__fail(c, XF_EINVAL, "key is empty");
-  if (keylen > c->max_key_len)
+  if (keylen > c->max_key_len || keylen > SIZE_MAX - c->prefix_len)
     return xf__fail(c, XF_EINVAL, "key is %zu bytes, above max_key_len %zu", keylen,
                     c->max_key_len);
   size_t len = c->prefix_len + keylen;

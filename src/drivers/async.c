@@ -268,6 +268,10 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   xf_options o = XF_OPTIONS_INIT;
   if (opts)
     o = *opts;
+  if (o.tls.enable) { /* the event-loop transport still runs on hiredis: no TLS yet */
+    loop->cleanup(loop->data);
+    return XF_EINVAL;
+  }
   int connect_now = !o.lazy_connect;
   o.lazy_connect = 1; /* the core never connects: the flow's state only */
   xf_async *ac = calloc(1, sizeof *ac);

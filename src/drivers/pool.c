@@ -23,7 +23,7 @@ struct xf_pool {
   pthread_mutex_t lock;
   pthread_cond_t freed;
   xf_options opts; /* for new clients: lazy_connect, share set, own strings */
-  char *strings[5];
+  char *strings[10];
   xf_share *own_share;
   size_t max, made, nidle;
   size_t opening;   /* clients being opened (outside the lock) */
@@ -291,10 +291,13 @@ int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
   xf_options defaults = XF_OPTIONS_INIT;
   p->opts = opts ? *opts : defaults;
   p->opts.lazy_connect = 1; /* clients connect on their first command */
-  const char **fields[] = {&p->opts.host, &p->opts.unix_path, &p->opts.username,
-                           &p->opts.password, &p->opts.key_prefix};
+  const char **fields[] = {&p->opts.host,         &p->opts.unix_path,
+                           &p->opts.username,     &p->opts.password,
+                           &p->opts.key_prefix,   &p->opts.tls.ca_file,
+                           &p->opts.tls.ca_dir,   &p->opts.tls.cert_file,
+                           &p->opts.tls.key_file, &p->opts.tls.server_name};
   int rc = XF_OK;
-  for (int i = 0; i < 5; i++) /* clients made later copy them from here */
+  for (int i = 0; i < 10; i++) /* clients made later copy them from here */
     if (*fields[i] && !(*fields[i] = p->strings[i] = strdup(*fields[i])))
       rc = XF_ENOMEM;
   p->max = max_connections;
@@ -340,7 +343,7 @@ void xf_pool_close(xf_pool *p) {
   free(p->idle);
   free(p->all);
   free(p->seen);
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < 10; i++)
     free(p->strings[i]);
   free(p);
 }

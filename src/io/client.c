@@ -13,6 +13,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "reply.h"
+#include "tls.h"
 
 #define DEFAULT_TIMEOUT_MS 1000
 #define DEFAULT_BREAKER_MS 1000
@@ -250,6 +251,22 @@ static int build_ns(xf_client *c) {
   return XF_OK;
 }
 
+/* options.tls made ready once per client: every connection (seeds, cluster
+ * nodes, reconnects) shares its trust store. A file that cannot be loaded
+ * is XF_EINVAL, the reason on c. */
+static int make_tls(xf_client *c, const xf_tls_options *t) {
+  if (!t->enable)
+    return XF_OK;
+  xf__tls_config cfg = {.enable = 1,
+                        .ca_file = t->ca_file,
+                        .ca_dir = t->ca_dir,
+                        .cert_file = t->cert_file,
+                        .key_file = t->key_file,
+                        .server_name = t->server_name,
+                        .no_verify = t->no_verify};
+  return xf__tls_new(&c->tls, &cfg, c->errstr, sizeof c->errstr);
+}
+
 static int copy_options(xf_client *c, const xf_options *o) {
   c->unix_path = dup_or_null(o->unix_path);
   c->username = dup_or_null(o->username);
@@ -276,7 +293,8 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->interrupt = o->interrupt;
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
-  return build_ns(c);
+  rc = make_tls(c, &o->tls);
+  return rc == XF_OK ? build_ns(c) : rc;
 }
 
 static int check_options(const xf_options *o) {
@@ -352,6 +370,7 @@ void xf_client_close(xf_client *c) {
   free(c->seeds);
   xf__router_free(c->router);
   xf__route_free(&c->routes);
+  xf__tls_free(c->tls);
   free(c->host);
   free(c->unix_path);
   free(c->username);
@@ -393,5 +412,5 @@ void xf_client_stats(const xf_client *c, xf_stats *out) {
   if (c->router)
     out->connections = (uint64_t)xf__router_open_connections(c->router);
   else
-    out->connections = c->nseeds > 0 && c->seeds[c->server].ctx != NULL;
+    out->connections = c->nseeds > 0 && c->seeds[c->server].link != NULL;
 }

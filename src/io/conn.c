@@ -1,11 +1,11 @@
-/* One blocking connection to one Redis server: connect (timeouts, keepalive,
- * then the setup of setup.c), the breaker, a command, a pipeline. */
+/* One blocking connection to one Redis server over the project's stream
+ * (stream.h: plain or TLS, one path): connect (timeouts, keepalive, TLS,
+ * then the setup of setup.c), the breaker, a command, a pipeline. Replies are
+ * parsed by hiredis' redisReader into our objects (reader.c). */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "client.h"
 #include "client_io.h"
@@ -13,8 +13,17 @@
 #include "reader.h"
 #include "reply.h"
 #include "setup.h"
+#include "stream.h"
 
 #define REPLY_SLICE_MS 50 /* how often a reply wait asks options.interrupt */
+#define READ_CHUNK 16384  /* as hiredis reads */
+
+/* A live connection: heap-held, since OpenSSL's I/O hooks point at the
+ * stream (a cluster's connections live in an array that may grow). */
+struct xf__link {
+  xf__stream s;
+  redisReader *rd;
+};
 
 int xf__conn_init(xf__conn *k, const char *host, int port, const char *unix_path) {
   memset(k, 0, sizeof *k);
@@ -25,20 +34,32 @@ int xf__conn_init(xf__conn *k, const char *host, int port, const char *unix_path
   return XF_OK;
 }
 
+/* Closes k's link (a TLS peer told, best effort) or, in a forked child,
+ * forgets it (never a byte on the parent's connection). */
+static void unlink_conn(xf__conn *k, int forget) {
+  struct xf__link *l = k->link;
+  if (!l)
+    return;
+  if (forget)
+    xf__stream_forget(&l->s);
+  else
+    xf__stream_close(&l->s);
+  redisReaderFree(l->rd);
+  free(l);
+  k->link = NULL;
+}
+
 void xf__conn_free(xf__conn *k) {
   if (!k)
     return;
-  if (k->ctx)
-    redisFree(k->ctx);
+  unlink_conn(k, 0);
   free(k->host);
   free(k->clock);
   memset(k, 0, sizeof *k);
 }
 
 void xf__conn_forget(xf__conn *k) {
-  if (k->ctx)
-    redisFree(k->ctx); /* closes only the child's copy of the descriptor */
-  k->ctx = NULL;
+  unlink_conn(k, 1);
   xf__breaker_close(&k->breaker);
 }
 
@@ -59,115 +80,80 @@ static struct timeval to_timeval(int ms) {
  * handle's errstr is cleared by every call). A call the interrupt ended, or
  * a release sent after one (c->grace_ms), says nothing about the server:
  * the connection goes (a reply may still be on its way: never read it as
- * the next command's), the breaker stays closed and nothing is counted. */
+ * the next command's), the breaker stays closed and nothing is counted. A
+ * TLS failure seen after the handshake (a client certificate refused) is a
+ * misconfiguration: the breaker repeats it. */
 static void drop(xf_client *c, xf__conn *k, int rc) {
-  if (k->ctx)
-    redisFree(k->ctx);
-  k->ctx = NULL;
+  unlink_conn(k, 0);
   if (rc == XF_ECANCELED || c->grace_ms)
     return;
+  if (rc == XF_ETLS)
+    k->refused_rc = XF_ETLS;
   c->stats.redis_errors++;
   xf__breaker_trip(&k->breaker, c->breaker_ms, xf__now_ms(), c->errstr);
 }
 
-/* Sends the encoded request with MSG_NOSIGNAL, so a peer that closed the
- * socket gives EPIPE instead of a SIGPIPE that would kill the process (hiredis
- * 0.14 writes with write(2)). hiredis then only reads: its output buffer
- * stays empty. Returns 0, or -1 with errno set. */
-static int send_request(xf__conn *k, const xf__buf *request) {
-  const char *at = request->data;
-  size_t left = request->len;
-  while (left > 0) {
-    ssize_t n = send(k->ctx->fd, at, left, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return -1;
-    at += n;
-    left -= (size_t)n;
-  }
-  return 0;
+/* The stream failed with rc: the reason on c, and whether the server closed
+ * a connection that was working (worth one reconnect). */
+static int stream_failed(xf_client *c, xf__conn *k, const char *what, int rc) {
+  const xf__stream *s = &k->link->s;
+  k->peer_closed = s->err == XF__SE_CLOSED;
+  return xf__fail(c, rc, "%s: %s", what, s->errstr[0] ? s->errstr : xf_strerror(rc));
 }
 
-/* Waits until k's socket can be read, until deadline_ms, in poll() slices
- * of at most REPLY_SLICE_MS when options.interrupt is to be asked between
- * them. XF_OK, XF_ECANCELED or XF_EIO (timed out), the reason on c. */
-static int wait_readable(xf_client *c, xf__conn *k, const char *what, int64_t deadline_ms) {
-  int ask = c->interrupt && !c->grace_ms; /* a release after an interrupt: not again */
-  for (;;) {
-    int64_t left = deadline_ms - xf__now_ms();
-    if (left <= 0)
-      return xf__fail(c, XF_EIO, "%s: no reply within %d ms", what,
-                      c->grace_ms ? c->grace_ms : c->command_timeout_ms);
-    struct pollfd p = {.fd = k->ctx->fd, .events = POLLIN};
-    int n = poll(&p, 1, (int)(ask && left > REPLY_SLICE_MS ? REPLY_SLICE_MS : left));
-    if (n > 0) /* a reply, or an error or EOF that the read reports */
-      return XF_OK;
-    if (n < 0 && errno != EINTR)
-      return xf__fail(c, XF_EIO, "%s: poll: %s", what, strerror(errno));
-    if (ask && c->interrupt(c->interrupt_ud) != 0)
-      return xf__fail(c, XF_ECANCELED, "interrupted (options.interrupt) waiting for %s",
-                      what);
+/* Reads one reply, feeding the reader what the stream gives until it has
+ * one, under the command timeout (or the grace of a release); with
+ * options.interrupt, asked every REPLY_SLICE_MS while waiting. On failure
+ * the code, with the reason on the client. */
+static int read_reply(xf_client *c, xf__conn *k, const char *what, xf__reply **reply) {
+  struct xf__link *l = k->link;
+  void *r = NULL;
+  k->peer_closed = 0;
+  if (redisReaderGetReply(l->rd, &r) != REDIS_OK)
+    goto bad_reply;
+  if (r) {
+    *reply = r;
+    return XF_OK;
   }
-}
-
-/* redisGetReply, with the socket read only once poll() says it has bytes: a
- * slow or stopped server then holds the call for one slice, not for the
- * command timeout (hiredis 0.14's blocking read cannot be cut short). The
- * command timeout counts for the whole reply, here. XF_OK with *r set, or
- * with *r NULL when hiredis failed (its error in k->ctx); XF_ECANCELED or
- * XF_EIO with the reason on c. */
-__attribute__((noinline)) static int get_reply_sliced(xf_client *c, xf__conn *k,
-                                                      const char *what, void **r) {
   int ms = c->grace_ms && c->grace_ms < c->command_timeout_ms ? c->grace_ms
                                                               : c->command_timeout_ms;
-  int64_t deadline_ms = xf__now_ms() + ms;
-  if (redisGetReplyFromReader(k->ctx, r) != REDIS_OK) /* a reply already read */
-    return XF_OK;
-  while (!*r) {
-    int rc = wait_readable(c, k, what, deadline_ms);
+  int64_t deadline_ms = 0; /* ms from the first wait on: set only if it waits on */
+  int ask = c->interrupt && !c->grace_ms; /* a release after an interrupt: not again */
+  char buf[READ_CHUNK];
+  while (!r) {
+    size_t got;
+    int rc =
+        xf__stream_read_sliced(&l->s, buf, sizeof buf, &got, &deadline_ms, ms,
+                               ask ? c->interrupt : NULL, c->interrupt_ud, REPLY_SLICE_MS);
+    if (rc == XF_ECANCELED)
+      return xf__fail(c, XF_ECANCELED, "interrupted (options.interrupt) waiting for %s",
+                      what);
     if (rc != XF_OK)
-      return rc;
-    if (redisBufferRead(k->ctx) != REDIS_OK ||
-        redisGetReplyFromReader(k->ctx, r) != REDIS_OK)
-      return XF_OK;
-  }
-  return XF_OK;
-}
-
-/* Reads one reply; on failure the code, with the reason on the client.
- * Without an interrupt to ask, hiredis' blocking read: a hit pays no poll()
- * (a grace is only ever set after an interrupt fired: one test is enough). */
-static int read_reply(xf_client *c, xf__conn *k, const char *what, xf__reply **reply) {
-  void *r = NULL;
-  int ok = REDIS_OK;
-  if (!c->interrupt) {
-    ok = redisGetReply(k->ctx, &r);
-  } else {
-    int rc = get_reply_sliced(c, k, what, &r);
-    if (rc != XF_OK) { /* canceled, timed out: said on c */
-      k->peer_closed = 0;
-      return rc;
-    }
-  }
-  if (ok != REDIS_OK || !r) {
-    k->peer_closed =
-        k->ctx->err == REDIS_ERR_EOF ||
-        (k->ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
-    return xf__fail(c, k->ctx->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EIO, "%s: %s", what,
-                    k->ctx->errstr[0] ? k->ctx->errstr : "no reply");
+      return stream_failed(c, k, what, rc);
+    if (redisReaderFeed(l->rd, buf, got) != REDIS_OK ||
+        redisReaderGetReply(l->rd, &r) != REDIS_OK)
+      goto bad_reply;
   }
   *reply = r;
   return XF_OK;
+bad_reply:
+  return xf__fail(c, l->rd->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EIO, "%s: %s", what,
+                  l->rd->errstr[0] ? l->rd->errstr : "unreadable reply");
 }
 
+/* Sends the encoded request, under the command timeout. The stream sends
+ * with MSG_NOSIGNAL: a peer that closed the socket is EPIPE, never SIGPIPE. */
 static int write_request(xf_client *c, xf__conn *k, const char *what) {
   k->peer_closed = 0;
-  if (send_request(k, &c->request) == 0)
+  size_t put = 0; /* most requests go in one send: no clock read for them */
+  xf__io r = xf__stream_write(&k->link->s, c->request.data, c->request.len, &put);
+  if (r == XF__IO_DONE && put == c->request.len)
     return XF_OK;
-  k->peer_closed = errno == EPIPE || errno == ECONNRESET;
-  return xf__fail(c, XF_EIO, "%s: %s", what,
-                  errno == EAGAIN ? "write timed out" : strerror(errno));
+  int rc = r == XF__IO_FAIL ? xf__stream_code(&k->link->s)
+                            : xf__stream_write_all(&k->link->s, c->request.data + put,
+                                                   c->request.len - put,
+                                                   xf__now_ms() + c->command_timeout_ms);
+  return rc == XF_OK ? XF_OK : stream_failed(c, k, what, rc);
 }
 
 static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
@@ -226,22 +212,27 @@ int xf__conn_tune(xf_client *c, redisContext *ctx, int tcp, int blocking) {
   return XF_OK;
 }
 
+/* Opens k's stream (TCP keepalive, TLS when the client has it) within the
+ * connect timeout. XF_OK, or the stream's code with its reason on c. */
+static int open_link(xf_client *c, xf__conn *k, int ms) {
+  struct xf__link *l = k->link = calloc(1, sizeof *l);
+  if (!l || !(l->rd = xf__reader_create()))
+    return xf__fail(c, XF_ENOMEM, "out of memory for a connection");
+  xf__stream_init(&l->s);
+  xf__io r = k->unix_path ? xf__stream_open_unix(&l->s, k->unix_path, c->tls)
+                          : xf__stream_open_tcp(&l->s, k->host, k->port, c->tls);
+  int rc = r == XF__IO_FAIL ? xf__stream_code(&l->s)
+                            : xf__stream_connect_blocking(&l->s, xf__now_ms() + ms);
+  return rc == XF_OK ? XF_OK : xf__fail(c, rc, "%s", l->s.errstr);
+}
+
 static int connect_now(xf_client *c, xf__conn *k) {
   int ms = c->grace_ms && c->grace_ms < c->connect_timeout_ms ? c->grace_ms
                                                               : c->connect_timeout_ms;
-  struct timeval ctv = to_timeval(ms);
-  k->ctx = k->unix_path ? redisConnectUnixWithTimeout(k->unix_path, ctv)
-                        : redisConnectWithTimeout(k->host, k->port, ctv);
-  if (!k->ctx)
-    return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
-  xf__reader_adopt(k->ctx->reader); /* its replies are xf__reply objects */
-  char name[300];
-  int rc = k->ctx->err ? xf__fail(c, XF_ECONNECT, "connect to %s: %s",
-                                  xf__conn_name(k, name, sizeof name), k->ctx->errstr)
-                       : xf__conn_tune(c, k->ctx, !k->unix_path, 1);
+  int rc = open_link(c, k, ms);
   if (rc == XF_OK)
     rc = setup(c, k);
-  k->refused_rc = rc == XF_EAUTH || rc == XF_EINVAL ? rc : 0;
+  k->refused_rc = rc == XF_EAUTH || rc == XF_EINVAL || rc == XF_ETLS ? rc : 0;
   if (rc != XF_OK) {
     drop(c, k, rc);
   } else {
@@ -256,7 +247,7 @@ static int connect_now(xf_client *c, xf__conn *k) {
 
 int xf__conn_open(xf_client *c, xf__conn *k) {
   xf__client_check_fork(c);
-  if (k->ctx)
+  if (k->link)
     return XF_OK;
   if (!xf__breaker_allows(&k->breaker, xf__now_ms()))
     return xf__fail(c, k->refused_rc ? k->refused_rc : XF_ECONNECT,
@@ -268,7 +259,7 @@ int xf__conn_command(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
                      xf__reply **reply) {
   *reply = NULL;
   xf__client_check_fork(c);
-  int was_connected = k->ctx != NULL;
+  int was_connected = k->link != NULL;
   int rc = xf__conn_open(c, k);
   if (rc != XF_OK)
     return rc;
@@ -282,15 +273,14 @@ int xf__conn_command(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
      * is refused the second time (its lease is gone), so it is reported
      * uncached, never applied twice; release, delete and SCRIPT LOAD are
      * idempotent. */
-    redisFree(k->ctx);
-    k->ctx = NULL;
+    unlink_conn(k, 0);
     rc = connect_now(c, k); /* on failure: counted, dropped, breaker armed */
     if (rc != XF_OK)
       return rc;
     rc = roundtrip(c, k, cmd, asking, reply);
   }
   if (rc != XF_OK) {
-    drop(c, k, rc); /* a hiredis context with an error cannot be reused */
+    drop(c, k, rc); /* a failed stream cannot be reused */
   }
   return rc;
 }
@@ -326,7 +316,7 @@ static int encode(xf_client *c, size_t n, const xf__cmd *const *cmds) {
 int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const *cmds,
                       int *rcs, xf__reply **replies) {
   memset(replies, 0, n * sizeof *replies);
-  int was_connected = k->ctx != NULL;
+  int was_connected = k->link != NULL;
   int rc = xf__conn_open(c, k);
   if (rc == XF_OK)
     rc = encode(c, n, cmds);
@@ -340,8 +330,7 @@ int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const 
     /* As in xf__conn_command: a working connection the server closed is
      * reopened once and the whole pipeline sent again (every command can be
      * sent twice; none got a reply). */
-    redisFree(k->ctx);
-    k->ctx = NULL;
+    unlink_conn(k, 0);
     rc = connect_now(c, k); /* on failure: counted, dropped, breaker armed */
     if (rc != XF_OK) {
       fail_from(0, n, rc, rcs);

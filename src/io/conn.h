@@ -15,17 +15,19 @@
 #include "resp.h"
 
 struct xf_client;
+struct xf__link; /* conn.c: the stream (plain or TLS) and its reply reader */
 
 typedef struct xf__conn {
-  redisContext *ctx;     /* NULL while disconnected */
+  struct xf__link *link; /* NULL while disconnected */
   char *host;            /* owned; NULL when unix_path is used */
   int port;              /* TCP */
   const char *unix_path; /* borrowed from the client; NULL = TCP */
   int readonly;          /* a replica serving reads: READONLY after connect */
   xf__breaker breaker;   /* no reconnect while open; why it was last dropped */
   int peer_closed;       /* the last failure was the server closing the socket */
-  int refused_rc;        /* XF_EAUTH / XF_EINVAL: the last connect's AUTH or SELECT
-                            was refused; the breaker repeats it, never ECONNECT */
+  int refused_rc;        /* XF_EAUTH / XF_EINVAL / XF_ETLS: the last connect's AUTH
+                            or SELECT was refused, or its TLS failed; the breaker
+                            repeats it, never ECONNECT */
   xf__clock *clock;      /* the server's clock, as replies taught it (clock.h):
                             forgotten on every connect; on the heap, so a flow's
                             pointer to it outlives the router's array growing;
@@ -47,7 +49,8 @@ void xf__conn_forget(xf__conn *k);
 const char *xf__conn_name(const xf__conn *k, char *buf, size_t len);
 
 /* Connects now if k is not connected and its breaker allows it. Returns
- * XF_OK, XF_ECONNECT (breaker open or connect failed), XF_EAUTH / XF_EINVAL
+ * XF_OK, XF_ECONNECT (breaker open or connect failed), XF_ETLS (TLS failed:
+ * certificate, name, handshake; repeated while the breaker is open), XF_EAUTH / XF_EINVAL
  * (AUTH or SELECT refused, also while the breaker is open after such a
  * refusal: a misconfiguration is never taken for a server that is down),
  * XF_EUNAVAILABLE (a busy or loading server refused a setup command) /
@@ -72,11 +75,11 @@ int xf__conn_command(struct xf_client *c, xf__conn *k, const xf__cmd *cmd, int a
 int xf__conn_pipeline(struct xf_client *c, xf__conn *k, size_t n,
                       const xf__cmd *const *cmds, int *rcs, xf__reply **replies);
 
-/* Applies the client's socket options to a fresh hiredis context, for both
- * transports: TCP keepalive (tcp non-zero: a peer gone silent is found), and
- * with blocking the command timeout (the event-loop driver has its watchdog
- * instead: a socket timeout would break hiredis' async I/O). XF_OK, or
- * XF_ECONNECT with the message on c. */
+/* Applies the client's socket options to a fresh hiredis context (the
+ * event-loop transport's; the blocking one runs on stream.h, which tunes its
+ * own sockets): TCP keepalive (tcp non-zero: a peer gone silent is found),
+ * and with blocking the command timeout. XF_OK, or XF_ECONNECT with the
+ * message on c. */
 int xf__conn_tune(struct xf_client *c, redisContext *ctx, int tcp, int blocking);
 
 #endif

@@ -49,7 +49,7 @@ static int readonly(xf_client *c, xf__conn *k) {
   if (k->readonly)
     return XF_OK;
   k->readonly = 1;
-  if (!k->ctx)
+  if (!k->link)
     return XF_OK;
   xf__reply *reply;
   int rc = xf__conn_command(c, k, &cmd, 0, &reply);
@@ -81,7 +81,7 @@ static int refresh(xf_client *c, xf__router *r, int avoid) {
   xf__route_refreshing(&c->routes, xf__now_ms());
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < r->nconns; i++)
-      if (i != avoid && r->conns[i].host && (pass == 1) == (r->conns[i].ctx == NULL) &&
+      if (i != avoid && r->conns[i].host && (pass == 1) == (r->conns[i].link == NULL) &&
           (rc = load_map(c, &r->conns[i])) == XF_OK)
         return XF_OK;
   for (int i = 0; i < c->nseeds; i++)
@@ -304,6 +304,6 @@ void xf__router_forget(xf__router *r) {
 int xf__router_open_connections(const xf__router *r) {
   int n = 0;
   for (int i = 0; r && i < r->nconns; i++)
-    n += r->conns[i].ctx != NULL;
+    n += r->conns[i].link != NULL;
   return n;
 }

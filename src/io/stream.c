@@ -72,9 +72,10 @@ int xf__stream_code(const xf__stream *s) {
   case XF__SE_NOMEM:
     return XF_ENOMEM;
   case XF__SE_CONNECT:
-  case XF__SE_TLS: /* XF_ETLS once include/xfetch.h has it */
-  case XF__SE_CERT:
     return XF_ECONNECT;
+  case XF__SE_TLS:
+  case XF__SE_CERT:
+    return XF_ETLS;
   case XF__SE_IO:
   case XF__SE_CLOSED:
     break;

@@ -51,10 +51,9 @@ typedef enum xf__stream_state {
   XF__STREAM_FAILED /* s->err says why; only xf__stream_close helps */
 } xf__stream_state;
 
-/* What failed, finer than the public codes (xf__stream_code maps them).
- * Proposed for include/xfetch.h: XF_ETLS (-17, "TLS handshake or certificate
- * verification failed") for XF__SE_TLS and XF__SE_CERT, which map to
- * XF_ECONNECT until it exists: the connection was never usable. */
+/* What failed, finer than the public codes (xf__stream_code maps them;
+ * XF__SE_TLS and XF__SE_CERT are XF_ETLS: a misconfiguration, never a
+ * server that is down). */
 typedef enum xf__stream_err {
   XF__SE_NONE = 0,
   XF__SE_CONFIG,  /* bad arguments (e.g. TLS on a Unix socket without a name): EINVAL */
@@ -131,7 +130,7 @@ void xf__stream_close(xf__stream *s);
 void xf__stream_forget(xf__stream *s);
 
 /* The public code for s->err: XF_OK, XF_EINVAL, XF_ENOMEM, XF_ECONNECT,
- * XF_EIO. */
+ * XF_ETLS, XF_EIO. */
 int xf__stream_code(const xf__stream *s);
 
 /* ---- blocking use (stream_wait.c): poll() on s->fd until a deadline ---- */
@@ -150,5 +149,20 @@ int xf__stream_write_all(xf__stream *s, const void *buf, size_t len, int64_t dea
  * code (s failed; a passed deadline is XF_EIO, "no reply ... within N ms"). */
 int xf__stream_read_some(xf__stream *s, void *buf, size_t cap, size_t *got,
                          int64_t deadline_ms);
+
+/* xf__stream_read_some for a connection's replies, until *deadline_ms
+ * (0: budget_ms from now, set when a wait goes on, so a reply that comes
+ * in time costs no clock read; pass the same variable again for the rest of
+ * the reply). Waits first (unless TLS holds decrypted bytes), so a reply not
+ * yet sent costs one poll, not a read that finds nothing; with ask, asks
+ * ask(ud) every slice_ms while it waits: non-zero ends the wait with
+ * XF_ECANCELED (s unchanged: the caller drops it). */
+int xf__stream_read_sliced(xf__stream *s, void *buf, size_t cap, size_t *got,
+                           int64_t *deadline_ms, int budget_ms, int (*ask)(void *),
+                           void *ud, int slice_ms);
+
+/* Non-zero when TLS holds bytes already decrypted (or a record buffered):
+ * a read answers without the descriptor becoming readable. */
+int xf__stream_pending(const xf__stream *s);
 
 #endif

@@ -305,3 +305,5 @@ void xf__stream_tls_end(xf__stream *s, int notify) {
   s->ssl = NULL;
   ERR_clear_error();
 }
+
+int xf__stream_pending(const xf__stream *s) { return s->ssl && SSL_has_pending(s->ssl); }

@@ -17,24 +17,36 @@ int64_t xf__stream_now_ms(void) {
 /* Waits until s->fd is ready for s->want or the deadline passes. XF_OK (an
  * error or hang-up also wakes it: the next step reports it), or the code of
  * s's failure: the deadline ("after <budget_ms> ms"), or poll() itself. */
-static int wait_for(xf__stream *s, int64_t deadline_ms, int budget_ms) {
+static int wait_sliced(xf__stream *s, int64_t *deadline_ms, int budget_ms,
+                       int (*ask)(void *), void *ud, int slice_ms) {
   short events = (short)((s->want & XF__WANT_READ ? POLLIN : 0) |
                          (s->want & XF__WANT_WRITE ? POLLOUT : 0));
   for (;;) {
-    int64_t left = deadline_ms - xf__stream_now_ms();
+    /* *deadline_ms 0: budget_ms from now, the clock read only if it waits on */
+    int64_t left = *deadline_ms ? *deadline_ms - xf__stream_now_ms() : budget_ms;
     if (left <= 0) {
       xf__stream_timeout(s, budget_ms);
       return xf__stream_code(s);
     }
+    int cap = ask && slice_ms < 60000 ? slice_ms : 60000;
+    int ms = left > cap ? cap : (int)left;
     struct pollfd p = {.fd = s->fd, .events = events};
-    int n = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+    int n = poll(&p, 1, ms);
     if (n > 0)
       return XF_OK;
+    if (!*deadline_ms) /* poll() timed out after ms; EINTR: about now */
+      *deadline_ms = xf__stream_now_ms() - (n == 0 ? ms : 0) + budget_ms;
     if (n < 0 && errno != EINTR) {
       xf__stream_fail(s, XF__SE_IO, "poll on %s: %s", s->peer, strerror(errno));
       return xf__stream_code(s);
     }
+    if (ask && ask(ud) != 0)
+      return XF_ECANCELED;
   }
+}
+
+static int wait_for(xf__stream *s, int64_t deadline_ms, int budget_ms) {
+  return wait_sliced(s, &deadline_ms, budget_ms, NULL, NULL, 0);
 }
 
 static int budget(int64_t from_ms, int64_t deadline_ms) {
@@ -87,6 +99,28 @@ int xf__stream_read_some(xf__stream *s, void *buf, size_t cap, size_t *got,
     if (r == XF__IO_FAIL)
       return xf__stream_code(s);
     int rc = wait_for(s, deadline_ms, ms);
+    if (rc != XF_OK)
+      return rc;
+  }
+}
+
+int xf__stream_read_sliced(xf__stream *s, void *buf, size_t cap, size_t *got,
+                           int64_t *deadline_ms, int budget_ms, int (*ask)(void *),
+                           void *ud, int slice_ms) {
+  *got = 0;
+  if (s->state == XF__STREAM_OPEN && !xf__stream_pending(s)) {
+    s->want = XF__WANT_READ;
+    int rc = wait_sliced(s, deadline_ms, budget_ms, ask, ud, slice_ms);
+    if (rc != XF_OK)
+      return rc;
+  }
+  for (;;) {
+    xf__io r = xf__stream_read(s, buf, cap, got);
+    if (r == XF__IO_DONE)
+      return XF_OK;
+    if (r == XF__IO_FAIL)
+      return xf__stream_code(s);
+    int rc = wait_sliced(s, deadline_ms, budget_ms, ask, ud, slice_ms);
     if (rc != XF_OK)
       return rc;
   }

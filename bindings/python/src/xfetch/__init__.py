@@ -15,7 +15,7 @@ from ._cache import Cache, Fetched
 from ._decorator import cached
 from ._errors import (AuthError, CanceledError, ConnectionError, ConnectionLostError, Error,
                       InvalidArgumentError, LoaderError, NotFoundError, OutOfMemoryError,
-                      BusyError, NoPermissionError, ProtocolError, RedisError, SupersededError,
+                      BusyError, NoPermissionError, ProtocolError, RedisError, SupersededError, TLSError,
                       TimeoutError, UnavailableError,
                       WrongTypeError, check)
 from ._native import ffi, lib
@@ -32,5 +32,5 @@ __all__ = ["Cache", "Fetched", "CachedFunction", "CachedMethod", "AsyncCachedFun
            "AsyncCachedMethod", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
-           "SupersededError", "UnavailableError", "NoPermissionError", "BusyError", "CanceledError", "check",
+           "SupersededError", "UnavailableError", "NoPermissionError", "BusyError", "CanceledError", "TLSError", "check",
            "ffi", "lib"]

@@ -13,7 +13,7 @@ from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._types import Fetched  # a typed NamedTuple
 from ._runtime import CallState, Failures
-from ._url import parse_url
+from ._url import parse_url, tls_options
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union  # noqa: E402
 
@@ -132,8 +132,14 @@ class Cache:
                  breaker: float = 1.0, seed: int | None = None,
                  max_key_len: int | None = None, max_value_len: int | None = None,
                  share: bool = True, lazy_connect: bool = False,
-                 max_connections: int | None = None) -> None:
+                 max_connections: int | None = None, ssl_ca_certs: str | None = None,
+                 ssl_ca_path: str | None = None, ssl_certfile: str | None = None,
+                 ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
+                 ssl_cert_reqs: str | None = None) -> None:
         fields = parse_url(url)
+        tls = tls_options(fields, ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
+                          ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                          ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         if not isinstance(prefix, (str, bytes)):
             raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
         if seed is not None and (type(seed) is bool or not isinstance(seed, int)
@@ -160,8 +166,15 @@ class Cache:
             "max_value_len": _size("max_value_len", max_value_len),
             "breaker_ms": round(breaker * 1000) if breaker > 0 else -1,
         })
+        if tls is not None:  # rediss://: every connection of the pool over TLS
+            for name in ("ca_file", "ca_dir", "cert_file", "key_file"):
+                if tls[name] is not None:
+                    self._keep.append(ffi.new("char[]", tls[name].encode()))
+                    setattr(self._opts.tls, name, self._keep[-1])
+            self._opts.tls.no_verify = tls["no_verify"]
+            self._opts.tls.enable = 1
         self._where = (f"unix://{fields['unix_path']}" if fields["unix_path"] else
-                       f"redis://{fields['host']}:{fields['port']}") + f"/{fields['db']}"
+                       f"redis{'s' if tls else ''}://{fields['host']}:{fields['port']}") + f"/{fields['db']}"
         self._prefix = prefix
         self._seeded = seed is not None
         self._share = ffi.NULL

@@ -87,6 +87,12 @@ class CanceledError(Error):
     used by Cache)."""
 
 
+class TLSError(ConnectionError):
+    """XF_ETLS: TLS failed (certificate not trusted, host name mismatch, the
+    handshake failed or timed out, a client certificate refused). A
+    misconfiguration: never served fail-open, raised by every call."""
+
+
 class BusyError(Error):
     """XF_EBUSY: every client of a C pool (xf_pool) stayed busy for its
     checkout timeout (not used by Cache)."""
@@ -109,6 +115,7 @@ _BY_CODE = {
     lib.XF_ESUPERSEDED: SupersededError,
     lib.XF_ECANCELED: CanceledError,
     lib.XF_EBUSY: BusyError,
+    lib.XF_ETLS: TLSError,
 }
 
 

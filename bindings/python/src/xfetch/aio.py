@@ -65,6 +65,8 @@ class Cache:
                  breaker: float = 1.0, seed: int | None = None,
                  max_key_len: int | None = None, max_value_len: int | None = None) -> None:
         fields = parse_url(url)
+        if fields["tls"]:  # its own sockets (_stream.py) have no TLS yet
+            raise ValueError("xfetch.aio does not speak TLS yet: use xfetch.Cache for rediss://")
         if fields["cluster"] == 1:
             raise ValueError("xfetch.aio does not route a Redis Cluster: use xfetch.Cache")
         if "," in (fields["host"] or ""):
