@@ -17,6 +17,8 @@ void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
   cmd->on_master = 0;
   cmd->more_argc = 0;
   cmd->clock_out = NULL;
+  cmd->ask_node = 0;
+  cmd->asked_out = NULL;
   cmd->argc = 8;
   cmd->argv[0] = "HMGET";
   cmd->lens[0] = 5;

@@ -48,6 +48,8 @@ static xf__step encode(xf__flow *f) {
   f->cmd.on_master = f->state == XF__READ && f->round > 0;
   f->cmd.clock_out = &f->clock; /* the transport says whose clock answered */
   f->clock = NULL;
+  f->cmd.asked_out = &f->asked; /* the router says whether an ASK led it */
+  f->asked = 0;
   f->sent_ms = f->input_ms; /* the command leaves no earlier */
   return XF_STEP_SEND;
 }
@@ -182,13 +184,17 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     int64_t lo, hi;
     if (!xf__clock_server_now(f->clock, now_ms, &lo, &hi)) {
       /* No estimate of this server's clock (a new connection, another
-       * node): ask it, with the read script. */
+       * node): ask it, with the read script; the very node that answered
+       * (an ASK's target: with ASKING again, not via the slot's owner). */
+      int asked = f->asked;
       xf__reply_free(r);
       f->c->clock_fresh_until_ms = 0;
       f->state = XF__READ;
       f->plain_read = 0;
       f->script_retried = 0;
-      return encode(f);
+      xf__step step = encode(f);
+      f->cmd.ask_node = asked;
+      return step;
     }
     rc = xf__entry_parse_fields(f->c, r, lo, hi, &f->e);
   } else if (rc == XF_OK) {

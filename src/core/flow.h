@@ -74,6 +74,7 @@ typedef struct xf__flow {
   int had_value;                      /* a value (or a malformed entry) was read */
   int found_nothing;                  /* the release tells the waiters: not found */
   int plain_read;                     /* the READ is HMGET (else the read script) */
+  int asked;                          /* the router's answer to cmd.asked_out */
   struct xf__clock *clock;            /* whose clock the last reply tells of (the
                                          transport's answer to cmd.clock_out) */
   int64_t input_ms, sent_ms;          /* driver ms of the last input; of the one

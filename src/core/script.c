@@ -27,6 +27,8 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
   cmd->keylen = keylen;
   cmd->on_master = 0;
   cmd->clock_out = NULL;
+  cmd->ask_node = 0;
+  cmd->asked_out = NULL;
   cmd->argc = 0;
   cmd->more_argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
@@ -45,6 +47,8 @@ void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *con
   cmd->keylen = nkeys ? keylens[0] : 0;
   cmd->on_master = 0;
   cmd->clock_out = NULL;
+  cmd->ask_node = 0;
+  cmd->asked_out = NULL;
   cmd->argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
@@ -61,6 +65,8 @@ void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keyle
   cmd->keylen = keylen;
   cmd->on_master = 0;
   cmd->clock_out = NULL;
+  cmd->ask_node = 0;
+  cmd->asked_out = NULL;
   cmd->argc = 0;
   cmd->more_argc = 0;
   put(cmd, "SCRIPT", 6);
