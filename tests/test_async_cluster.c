@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xfetch_libuv.h>
 
+#include "clock.h"
 #include "cluster.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
@@ -208,15 +210,28 @@ Test(async_cluster, a_thousand_calls_over_300_keys_load_each_once_then_hit_in_on
                "one per master (and the seed's, which asked for the map)");
   xft_reset_stats();
   memset(h.by_source, 0, sizeof h.by_source);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   free(run_calls(&h, 1000, "ac:route:", MAX_KEYS, &l));
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  long long elapsed_ms =
+      (long long)(t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
   cr_expect_eq(h.by_source[XF_SOURCE_CACHE], 1000);
   cr_expect_eq(l.calls, MAX_KEYS, "no load once warm");
   xf_stats hot;
   xf_async_stats(h.ac, &hot);
   cr_expect_eq(hot.redirects, 0);
   cr_expect_eq(hot.map_refreshes, 1);
-  /* One round trip per hit: the read script, and nothing else. */
-  cr_expect_eq(xft_total_calls("evalsha_ro"), 1000);
+  /* One round trip per hit: a plain HMGET, and nothing else; the read
+   * script only to refresh the estimates of the masters' clocks (clock.h):
+   * one per half refresh period per node, and a stale node's HMGET followed
+   * by its script. */
+  long long hmget = xft_total_calls("hmget"), scripts = xft_total_calls("evalsha_ro");
+  cr_expect_leq(scripts, 2 * 3 * (1 + elapsed_ms / (XF_CLOCK_REFRESH_MS / 2)),
+                "%lld read scripts in %lld ms", scripts, elapsed_ms);
+  /* A read script runs an HMGET too: hmget - scripts are plain ones. */
+  cr_expect_leq(hmget - scripts, 1000, "at most one plain HMGET per hit");
+  cr_expect_geq(hmget, 1000, "every hit read");
   cr_expect_eq(xft_total_calls("evalsha"), 0);
   cr_expect_eq(xft_total_calls("cluster|slots"), 0);
   cr_expect_eq(xft_total_calls("asking"), 0);
@@ -240,20 +255,23 @@ Test(async_cluster, replica_reads_serve_hits_from_the_replicas) {
   handle h;
   open_handle_with(&h, host, XF_CLUSTER_AUTO, 1);
   long long before[XFT_CLUSTER_NODES];
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
-    before[i] = xft_calls_of(xft_cluster_port(i), "evalsha_ro");
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* a read: HMGET (the script's too) */
+    before[i] = xft_calls_of(xft_cluster_port(i), "hmget");
   loader r = {.loop = &h.loop};
   free(run_calls(&h, 100, "ac:replica:", 100, &r));
   cr_expect_eq(h.errors, 0, "last error: %s", h.errmsg);
   cr_expect_eq(h.by_source[XF_SOURCE_CACHE], 100);
   cr_expect_eq(r.calls, 0);
-  long long on_replicas = 0;
+  long long on_replicas = 0, on_masters = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
-    long long ran = xft_calls_of(xft_cluster_port(i), "evalsha_ro") - before[i];
+    long long ran = xft_calls_of(xft_cluster_port(i), "hmget") - before[i];
     if (!is_master(xft_cluster_port(i)))
       on_replicas += ran;
+    else
+      on_masters += ran;
   }
   cr_expect_geq(on_replicas, 100, "every hit read on a replica (%lld)", on_replicas);
+  cr_expect_eq(on_masters, 0, "no hit read on a master (HMGET included)");
   xf_stats st;
   xf_async_stats(h.ac, &st);
   cr_expect_eq(st.redirects, 0, "READONLY went first on the replicas' connections");
@@ -348,8 +366,14 @@ Test(async_cluster, a_slot_mid_migration_is_followed_by_ask) {
   xf_stats st;
   xf_async_stats(h.ac, &st);
   cr_expect_eq(st.redirects, 1, "one ASK; the map was left alone");
-  cr_expect_eq(xft_calls_of(to.port, "asking"), 1, "ASKING went to the target");
-  cr_expect_eq(xft_calls_of(to.port, "evalsha_ro"), 1, "and the read after it");
+  /* The target's clock is not known yet: the read there is the script (the
+   * hit's HMGET, if the client's estimates were fresh, is followed by it,
+   * sent there again with ASKING, not via the source: no second ASK). */
+  long long scripts = xft_calls_of(to.port, "evalsha_ro");
+  long long plain = xft_calls_of(to.port, "hmget") - scripts; /* a script reads by HMGET */
+  cr_expect_leq(plain, 1, "the hit's HMGET, at most (%lld)", plain);
+  cr_expect_eq(scripts, 1, "and the read script");
+  cr_expect_eq(xft_calls_of(to.port, "asking"), 1 + plain, "ASKING before each");
   expect_get(&h, gone, &l, XF_SOURCE_CACHE);
   xf_async_stats(h.ac, &st);
   cr_expect_eq(st.redirects, 2, "ASK again: the slot is still the source's");
@@ -374,6 +398,7 @@ Test(async_cluster, an_ask_target_without_the_scripts_gets_them_loaded) {
   redisContext *t = xft_cluster_redis(to.port); /* as after a restart */
   freeReplyObject(xft_cluster_cmd(t, "SCRIPT FLUSH"));
   redisFree(t);
+  xft_cluster_sleep_ms(XF_CLOCK_REFRESH_MS / 2 + 50); /* the read is a script again */
   xft_reset_stats();
   /* The slot's master (the source) has the scripts: only a load on the ASK
    * target itself lets the read run there. */
@@ -468,6 +493,8 @@ Test(async_cluster, a_node_that_lost_its_scripts_gets_them_again) {
     freeReplyObject(xft_cluster_cmd(r, "SCRIPT FLUSH"));
     redisFree(r);
   }
+  /* Old estimates of the servers' clocks: the reads are scripts again. */
+  xft_cluster_sleep_ms(XF_CLOCK_REFRESH_MS / 2 + 50);
   xft_reset_stats();
   memset(h.by_source, 0, sizeof h.by_source);
   free(run_calls(&h, 30, "ac:noscript:", 30, &l));

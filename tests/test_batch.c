@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "fixture.h"
 
 #define N 100
@@ -66,14 +67,16 @@ Test(batch, misses_load_once_then_all_hit_in_one_read_many) {
   cr_expect_eq(calls, N);
   free_values(v, N);
   for (int round = 0; round < 2; round++) { /* the first may load read_many */
-    long long ro = xft_command_calls(r, "evalsha_ro"), rw = xft_command_calls(r, "evalsha");
+    long long ro = xft_command_calls(r, "evalsha_ro"), rw = xft_command_calls(r, "evalsha"),
+              hm = xft_command_calls(r, "hmget");
     cr_assert_eq(xf_get_or_compute_many(c, N, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
                  XF_OK);
     expect_values(&k, N, v, rcs, XF_SOURCE_CACHE);
     cr_expect_eq(calls, N, "no loader call for hits");
-    if (round == 1)
-      cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, 1, "one read_many for %d keys",
-                   N);
+    if (round == 1) { /* plain reads (the clock estimate is fresh), one write */
+      cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, 0, "no script for hits");
+      cr_expect_eq(xft_command_calls(r, "hmget") - hm, N, "one HMGET per key");
+    }
     cr_expect_eq(xft_command_calls(r, "evalsha") - rw, 0, "no lease or write for hits");
     free_values(v, N);
   }
@@ -411,6 +414,8 @@ Test(batch, a_large_batch_reads_in_chunks_of_512) {
   int calls = 0;
   for (int round = 0; round < 3; round++) { /* loads; loads read_many; counted */
     long long ro = xft_command_calls(r, "evalsha_ro");
+    if (round == 2) /* the clock estimate is old: the reads are scripts again */
+      xft_sleep_ms(XF_CLOCK_REFRESH_MS / 2 + 50);
     cr_assert_eq(xf_get_or_compute_many(c, BIG, ks, lens, &p, key_loader, &calls, v, rcs),
                  XF_OK);
     for (int i = 0; i < BIG; i++) {

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cluster.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
@@ -62,6 +64,19 @@ static void expect_get(xf_client *c, const char *key, const xf_policy *p, int *c
   xf_value_free(&v);
 }
 
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* How many read scripts a run of elapsed_ms may send to keep the estimates
+ * of the 3 masters' clocks (clock.h) fresh: one per half refresh period per
+ * node, and a stale node's HMGET followed by its script. */
+static long long clock_refreshes_allowed(int64_t elapsed_ms) {
+  return 2 * 3 * (1 + elapsed_ms / (XF_CLOCK_REFRESH_MS / 2));
+}
+
 Test(cluster_client, auto_mode_detects_the_cluster_and_maps_it) {
   xf_client *c = node_client(3);
   xf_stats st;
@@ -87,18 +102,27 @@ Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
   cr_expect_eq(warm.redirects, 0, "the map routes every key to its master");
   cr_expect_eq(warm.connections, 3, "one connection per master");
   xft_reset_stats();
+  int64_t t0 = mono_ms();
   for (int i = 0; i < NKEYS; i++) {
     snprintf(key, sizeof key, "cc:route:%d", i);
     expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   }
+  int64_t elapsed_ms = mono_ms() - t0;
   cr_expect_eq(calls, NKEYS, "no load once warm");
   xf_stats hot;
   xf_client_stats(c, &hot);
   cr_expect_eq(hot.redirects, 0);
   cr_expect_eq(hot.map_refreshes, warm.map_refreshes);
   cr_expect_eq(hot.hits - warm.hits, NKEYS);
-  /* One round trip per hit: the read script, and nothing else. */
-  cr_expect_eq(xft_total_calls("evalsha_ro"), NKEYS);
+  /* One round trip per hit: a plain HMGET, and nothing else; the read
+   * script only to refresh the estimates of the servers' clocks, a few
+   * times per second. */
+  long long hmget = xft_total_calls("hmget"), scripts = xft_total_calls("evalsha_ro");
+  cr_expect_leq(scripts, clock_refreshes_allowed(elapsed_ms),
+                "%lld read scripts in %lld ms", scripts, (long long)elapsed_ms);
+  /* A read script runs an HMGET too: hmget - scripts are plain ones. */
+  cr_expect_leq(hmget - scripts, NKEYS, "at most one plain HMGET per hit");
+  cr_expect_geq(hmget, NKEYS, "every hit read");
   cr_expect_eq(xft_total_calls("evalsha"), 0);
   cr_expect_eq(xft_total_calls("cluster|slots"), 0);
   cr_expect_eq(xft_total_calls("asking"), 0);
@@ -228,25 +252,28 @@ Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
   snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
   xf_client *c = open_client(host, XF_CLUSTER_AUTO, 1);
   long long before[XFT_CLUSTER_NODES];
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
-    before[i] = xft_calls_of(xft_cluster_port(i), "evalsha_ro");
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* a read: HMGET (the script's too) */
+    before[i] = xft_calls_of(xft_cluster_port(i), "hmget");
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "cc:replica:%d", i);
     expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   }
   cr_expect_eq(calls, 100);
-  long long on_replicas = 0;
+  long long on_replicas = 0, on_masters = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
     redisContext *r = xft_cluster_redis(xft_cluster_port(i));
     redisReply *role = xft_cluster_cmd(r, "ROLE");
     int replica = strcmp(role->element[0]->str, "slave") == 0;
-    long long ran = xft_calls_of(xft_cluster_port(i), "evalsha_ro") - before[i];
+    long long ran = xft_calls_of(xft_cluster_port(i), "hmget") - before[i];
     if (replica)
       on_replicas += ran;
+    else
+      on_masters += ran;
     freeReplyObject(role);
     redisFree(r);
   }
   cr_expect_geq(on_replicas, 100, "every hit read on a replica");
+  cr_expect_eq(on_masters, 0, "no hit read on a master (HMGET included)");
   xf_client_close(c);
   xf_client_close(w);
 }
@@ -383,8 +410,10 @@ Test(cluster_client, a_forked_child_opens_its_own_node_connections) {
   xf_client_close(c);
 }
 
-/* The batch's first round: one read_many per slot (a script's keys must share
- * a slot), a key alone in its slot with its own read; no CROSSSLOT. */
+/* The batch's first round: plain HMGETs while the estimates of the servers'
+ * clocks are fresh; when they are old, one read_many per slot (a script's
+ * keys must share a slot), a key alone in its slot with its own read; no
+ * CROSSSLOT either way. */
 Test(cluster_client, a_batch_reads_once_per_slot) {
   xf_client *c = node_client(2);
   xf_policy p = long_ttl();
@@ -409,8 +438,14 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
   }
   xf_value v[N];
   int rcs[N], calls = 0;
-  for (int round = 0; round < 2; round++) {
-    if (round == 1)
+  long long plain_reads = 0, plain_scripts = 0;
+  for (int round = 0; round < 3; round++) { /* loads; plain hits; scripts */
+    if (round == 2) { /* the estimates are old: the reads are scripts again */
+      plain_reads = xft_total_calls("hmget");
+      plain_scripts = xft_total_calls("evalsha_ro");
+      xft_cluster_sleep_ms(XF_CLOCK_REFRESH_MS / 2 + 50);
+    }
+    if (round >= 1)
       xft_reset_stats();
     cr_assert_eq(xf_get_or_compute_many(c, N, keys, lens, &p, key_loader, &calls, v, rcs),
                  XF_OK);
@@ -424,6 +459,8 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
     }
   }
   cr_expect_eq(calls, N);
+  cr_expect_eq(plain_reads, N, "one HMGET per key while the clocks are known");
+  cr_expect_eq(plain_scripts, 0, "no script for those hits");
   long long reads = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++)
     reads += xft_calls_of(xft_cluster_port(i), "evalsha_ro");

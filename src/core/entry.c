@@ -126,7 +126,7 @@ static int parse_entry(xf_client *c, xf__reply *r, size_t at, xf__entry *out) {
     return XF_OK;
   }
   out->lease_live = (int)el[3]->integer;
-  out->now_ms = el[5]->integer - el[2]->integer;
+  out->now_ms = out->now_late_ms = el[5]->integer - el[2]->integer;
   if (!has_value) {
     out->malformed = (int)el[4]->integer;
     return XF_OK;

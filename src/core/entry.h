@@ -19,7 +19,9 @@ typedef struct xf__entry {
   int64_t delta_us;
   int64_t remaining_ms; /* negative once past the logical expiry */
   int64_t expiry_ms;    /* server time; 0 when no value */
-  int64_t now_ms;       /* the server's time when it was read */
+  int64_t now_ms;       /* the server's time when it was read (a plain read:
+                           the earliest it may have been) */
+  int64_t now_late_ms;  /* the latest it may have been (a script's read: now_ms) */
   int lease_live;
   int negative;
   int malformed; /* the entry is not as xfetch writes it: a miss (value NULL) */
@@ -72,7 +74,17 @@ void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
 void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
                              const size_t *keylens);
 
+/* The hit path's read (entry_fields.c): HMGET key v d e s l n, no script. */
+void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen);
+
 /* ---- parse: each takes ownership of r (not an error reply) ---------------- */
+
+/* HMGET's reply -> *out, judged as lua/entry_read.lua judges an entry with
+ * the server's time within [lo, hi] (clock.h), conservatively: remaining_ms
+ * counts from hi, a lease is live only past hi, now_ms is lo. XF_OK (a
+ * malformed entry too: a miss, counted) or XF_EPROTO. */
+int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
+                           xf__entry *out);
 
 /* The read script's reply -> *out (which then owns r). XF_OK or XF_EPROTO
  * (a reply of another shape). A malformed entry (out->malformed, counted in

@@ -24,7 +24,10 @@ static xf__step encode(xf__flow *f) {
   size_t len = f->key.len;
   switch (f->state) {
   case XF__READ:
-    xf__entry_read_cmd(&f->cmd, key, len);
+    if (f->plain_read)
+      xf__entry_fields_cmd(&f->cmd, key, len);
+    else
+      xf__entry_read_cmd(&f->cmd, key, len);
     break;
   case XF__LEASE:
     xf__entry_lease_cmd(&f->cmd, key, len, f->token, xf__flow_lease_ms(f), f->e.expiry_ms,
@@ -43,11 +46,18 @@ static xf__step encode(xf__flow *f) {
   /* A waiter re-reads to see the value the lease holder wrote: a replica
    * may not have it yet. */
   f->cmd.on_master = f->state == XF__READ && f->round > 0;
+  f->cmd.clock_out = &f->clock; /* the transport says whose clock answered */
+  f->clock = NULL;
+  f->cmd.asked_out = &f->asked; /* the router says whether an ASK led it */
+  f->asked = 0;
+  f->sent_ms = f->input_ms; /* the command leaves no earlier */
   return XF_STEP_SEND;
 }
 
 xf__step xf__flow_send(xf__flow *f, int state) {
   f->state = state;
+  if (state == XF__READ) /* plain while the estimate is young: else refresh it */
+    f->plain_read = f->c->plain_hits && f->input_ms < f->c->clock_fresh_until_ms;
   f->script_retried = 0;
   return encode(f);
 }
@@ -86,8 +96,10 @@ int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source so
 /* Sets the flow up and builds its key, unless rc already failed the call (a
  * bad argument of the kind's own: nothing of the key is read then). */
 static int begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
-                 const xf_policy *p, xf_value *out, int rc) {
+                 const xf_policy *p, xf_value *out, int rc, int64_t now_ms) {
   f->kind = kind;
+  f->input_ms = now_ms;
+  f->clock = NULL;
   f->c = c;
   f->p = p;
   f->user_key = key;
@@ -113,8 +125,7 @@ static int begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size
 
 xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                         const xf_policy *p, xf_value *out, int64_t now_ms) {
-  (void)now_ms;
-  int rc = begin(f, XF_KIND_GET_OR_COMPUTE, c, key, keylen, p, out, XF_OK);
+  int rc = begin(f, XF_KIND_GET_OR_COMPUTE, c, key, keylen, p, out, XF_OK, now_ms);
   if (rc == XF_OK && xf__nest_has(c, f->key.data, f->key.len)) {
     int shown = keylen > 60 ? 60 : (int)keylen; /* the message holds both */
     rc = xf__fail(c, XF_EINVAL,
@@ -127,22 +138,20 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
 
 xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                             xf_value *out, int64_t now_ms) {
-  (void)now_ms;
-  int rc = begin(f, XF_KIND_GET, c, key, keylen, NULL, out, XF_OK);
+  int rc = begin(f, XF_KIND_GET, c, key, keylen, NULL, out, XF_OK, now_ms);
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
 
 xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                             const void *data, size_t len, const xf_policy *p,
                             int64_t now_ms) {
-  (void)now_ms;
   int rc = XF_OK;
   if (!data && len > 0)
     rc = xf__fail(c, XF_EINVAL, "data is NULL");
   else if (len > c->max_value_len)
     rc = xf__fail(c, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
                   c->max_value_len);
-  rc = begin(f, XF_KIND_SET, c, key, keylen, p, NULL, rc);
+  rc = begin(f, XF_KIND_SET, c, key, keylen, p, NULL, rc, now_ms);
   if (rc != XF_OK)
     return xf__flow_done(f, rc);
   /* As if a loader had produced it now: the entry keeps its delta, and the
@@ -161,8 +170,7 @@ xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t k
 
 xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                                int64_t now_ms) {
-  (void)now_ms;
-  int rc = begin(f, XF_KIND_DELETE, c, key, keylen, NULL, NULL, XF_OK);
+  int rc = begin(f, XF_KIND_DELETE, c, key, keylen, NULL, NULL, XF_OK, now_ms);
   return rc == XF_OK ? xf__flow_send(f, XF__DELETE) : xf__flow_done(f, rc);
 }
 
@@ -172,8 +180,28 @@ xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_
  * fail open to, so Redis' errors are its own, and only a value within its
  * ttl is served. */
 static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
-  if (rc == XF_OK)
+  if (rc == XF_OK && f->plain_read) {
+    int64_t lo, hi;
+    if (!xf__clock_server_now(f->clock, now_ms, &lo, &hi)) {
+      /* No estimate of this server's clock (a new connection, another
+       * node): ask it, with the read script; the very node that answered
+       * (an ASK's target: with ASKING again, not via the slot's owner). */
+      int asked = f->asked;
+      xf__reply_free(r);
+      f->c->clock_fresh_until_ms = 0;
+      f->state = XF__READ;
+      f->plain_read = 0;
+      f->script_retried = 0;
+      xf__step step = encode(f);
+      f->cmd.ask_node = asked;
+      return step;
+    }
+    rc = xf__entry_parse_fields(f->c, r, lo, hi, &f->e);
+  } else if (rc == XF_OK) {
     rc = xf__entry_parse_read(f->c, r, &f->e);
+    if (rc == XF_OK)
+      xf__flow_learn_clock(f, f->e.now_ms, now_ms);
+  }
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_read_decide(f, rc, now_ms);
   const xf__entry *e = &f->e;
@@ -210,7 +238,15 @@ static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
 
 /* ---- inputs ------------------------------------------------------------------- */
 
+void xf__flow_learn_clock(xf__flow *f, int64_t server_ms, int64_t now_ms) {
+  if (!f->clock || server_ms <= 0)
+    return;
+  xf__clock_learn(f->clock, server_ms, f->sent_ms, now_ms);
+  f->c->clock_fresh_until_ms = now_ms + XF_CLOCK_REFRESH_MS / 2;
+}
+
 xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
+  f->input_ms = now_ms;
   if (rc == XF_ECANCELED) { /* the interrupt cut a reply wait short */
     f->script_loading = 0;
     return xf__flow_cancel(f);

@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include "clock.h"
 #include "entry.h"
 #include "key.h"
 #include "nest.h"
@@ -72,6 +73,12 @@ typedef struct xf__flow {
   int round;                          /* reads made while waiting */
   int had_value;                      /* a value (or a malformed entry) was read */
   int found_nothing;                  /* the release tells the waiters: not found */
+  int plain_read;                     /* the READ is HMGET (else the read script) */
+  int asked;                          /* the router's answer to cmd.asked_out */
+  struct xf__clock *clock;            /* whose clock the last reply tells of (the
+                                         transport's answer to cmd.clock_out) */
+  int64_t input_ms, sent_ms;          /* driver ms of the last input; of the one
+                                         that asked for the SEND on the wire */
   int64_t first_read_ms;              /* server time of the call's first read */
   xf__entry e;                        /* what the last read saw */
   char token[40];                     /* the lease held ("" = none) */

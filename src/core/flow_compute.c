@@ -138,7 +138,7 @@ static xf__step load_failed(xf__flow *f) {
 }
 
 xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms) {
-  (void)now_ms;
+  f->input_ms = now_ms;
   xf_client *c = f->c;
   if (lrc == 0 && !f->sink.is_set && !f->sink.not_found)
     lrc = -1, xf__fail(c, XF_ELOADER, "loader returned 0 without xf_sink_set");
@@ -242,7 +242,7 @@ static xf__step miss(xf__flow *f, int64_t now_ms) {
 }
 
 xf__step xf__flow_woke(xf__flow *f, int64_t now_ms) {
-  (void)now_ms;
+  f->input_ms = now_ms;
   f->round++;
   return xf__flow_send(f, XF__READ);
 }
@@ -278,6 +278,8 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   xf__entry newer;
   if (rc == XF_OK)
     rc = xf__entry_parse_lease(f->c, r, &lease_ms, &won, &newer);
+  if (rc == XF_OK)
+    xf__flow_learn_clock(f, lease_ms, now_ms);
   if (rc != XF_OK) { /* the lease cannot be taken: degrade, never block */
     f->token[0] = '\0';
     if (f->refresh)
@@ -316,8 +318,8 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
   xf__entry *e = &f->e;
   int fresh = e->value && e->remaining_ms > 0;
   if (f->round == 0)
-    f->first_read_ms = e->now_ms;
-  if (f->round > 0) { /* a waiter's re-read */
+    f->first_read_ms = e->now_late_ms; /* see lease.lua's answer 3 */
+  if (f->round > 0) {                  /* a waiter's re-read */
     if (!fresh)
       return miss(f, now_ms);
     f->c->stats.hits++;

@@ -28,6 +28,11 @@ xf__step xf__flow_done(xf__flow *f, int rc);
 /* A copy of data (NUL-terminated) as the call's value, from source. */
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source);
 
+/* A reply to the command sent at f->sent_ms, read by now_ms, carried the
+ * server's time server_ms: the estimate of that connection's clock learns
+ * it (f->clock; none: nothing). */
+void xf__flow_learn_clock(xf__flow *f, int64_t server_ms, int64_t now_ms);
+
 /* flow_compute.c's side of get-or-compute: the lease asked for; what a read
  * (parsed: rc), a lease, a write (ok: written) and a release lead to. */
 int64_t xf__flow_lease_ms(const xf__flow *f);

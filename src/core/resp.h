@@ -29,6 +29,19 @@ typedef struct xf__cmd {
   size_t more_argc;
   const char *const *more_argv;
   const size_t *more_lens;
+  /* Where the transport that got the reply says whose clock estimate
+   * (clock.h) goes with it: *clock_out = its connection's. NULL = not asked
+   * (whoever fills argv clears it; the flow asks). */
+  struct xf__clock **clock_out;
+  /* Cluster routing across a flow's two sends of one read (route.c). In:
+   * ask_node > 0 sends the command to node ask_node - 1 (an index in
+   * xf__routes.nodes) with ASKING first, as the ASK that led the previous
+   * command there did (the read script after an HMGET whose answering node's
+   * clock was unknown: else the slot's owner answers ASK a second time).
+   * Out: *asked_out = node + 1 when the reply came after ASKING to that node,
+   * else 0 (NULL = not asked). Whoever fills argv clears both. */
+  int ask_node;
+  int *asked_out;
 } xf__cmd;
 
 /* Encodes argv as a RESP array of bulk strings into buf (replacing its

@@ -147,8 +147,11 @@ int xf__route_map_node(const xf__routes *r, int i, int avoid) {
 
 /* ---- routing -------------------------------------------------------------------- */
 
+/* A read a replica may serve: the read scripts (EVALSHA_RO) and the hit
+ * path's plain read (HMGET). */
 static int is_read_only(const xf__cmd *cmd) {
-  return cmd->lens[0] == 10 && memcmp(cmd->argv[0], "EVALSHA_RO", 10) == 0;
+  return (cmd->lens[0] == 10 && memcmp(cmd->argv[0], "EVALSHA_RO", 10) == 0) ||
+         (cmd->lens[0] == 5 && memcmp(cmd->argv[0], "HMGET", 5) == 0);
 }
 
 static xf__route_act fail(int *arg, int rc) {
@@ -197,6 +200,13 @@ static xf__route_act pick(xf__routes *r, const xf__cmd *cmd, xf__hop *h, int64_t
 xf__route_act xf__route_start(xf__routes *r, const xf__cmd *cmd, xf__hop *h, int64_t now_ms,
                               int *arg) {
   *h = (xf__hop){.failed = -1};
+  if (cmd->ask_node > 0 && r->mode == XF_ROUTE_CLUSTER && cmd->ask_node <= r->nnodes) {
+    /* Where an ASK led the same read a moment ago: the slot's owner would
+     * only answer ASK again. */
+    h->node = cmd->ask_node - 1;
+    h->asking = 1;
+    return XF_ROUTE_SEND;
+  }
   return pick(r, cmd, h, now_ms, arg);
 }
 
@@ -278,6 +288,8 @@ static xf__route_act redirected(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
 
 xf__route_act xf__route_reply(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
                               const xf__reply *reply, int64_t now_ms, int *arg) {
+  if (cmd->asked_out) /* where this reply came from, if an ASK led there */
+    *cmd->asked_out = h->asking ? h->node + 1 : 0;
   xf__reply_kind kind = xf__reply_classify(reply);
   if (kind == XF_REPLY_VALUE)
     return XF_ROUTE_DONE;

@@ -26,6 +26,9 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
   cmd->key = key;
   cmd->keylen = keylen;
   cmd->on_master = 0;
+  cmd->clock_out = NULL;
+  cmd->ask_node = 0;
+  cmd->asked_out = NULL;
   cmd->argc = 0;
   cmd->more_argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
@@ -43,6 +46,9 @@ void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *con
   cmd->key = nkeys ? keys[0] : NULL;
   cmd->keylen = nkeys ? keylens[0] : 0;
   cmd->on_master = 0;
+  cmd->clock_out = NULL;
+  cmd->ask_node = 0;
+  cmd->asked_out = NULL;
   cmd->argc = 0;
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
@@ -58,6 +64,9 @@ void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keyle
   cmd->key = key;
   cmd->keylen = keylen;
   cmd->on_master = 0;
+  cmd->clock_out = NULL;
+  cmd->ask_node = 0;
+  cmd->asked_out = NULL;
   cmd->argc = 0;
   cmd->more_argc = 0;
   put(cmd, "SCRIPT", 6);

@@ -17,7 +17,8 @@ typedef struct batch_loaders {
 typedef struct xf__batch_group {
   size_t first, count;
   xf__cmd *cmd;
-  int reload; /* NOSCRIPT: load read_many, send cmd again */
+  int reload;              /* NOSCRIPT: load read_many, send cmd again */
+  struct xf__clock *clock; /* whose server answered (cmd->clock_out): each flow's */
 } xf__batch_group;
 
 typedef struct batch {

@@ -1,8 +1,10 @@
-/* The batch driver's first round: every key's read in one read_many call
- * (lua/read_many.lua), so that n hits cost one script run on the server
- * instead of n. Each flow is then fed its own part of the reply, exactly as
- * if its own read had answered. In Redis Cluster a script's keys must share
- * a slot: the keys go in one call per slot. */
+/* The batch driver's first round when the reads are scripts (a client
+ * whose clock estimate must be learned or refreshed: clock.h): every key's
+ * read in one read_many call (lua/read_many.lua), so that n reads cost one
+ * script run on the server instead of n. Each flow is then fed its own part
+ * of the reply, exactly as if its own read had answered. In Redis Cluster a
+ * script's keys must share a slot: the keys go in one call per slot. Plain
+ * reads (HMGET, the hit path) need none of this: send_all pipelines them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +63,7 @@ static size_t group(batch *b) {
     for (e = s + 1; e < k && e - s < READ_MANY_MAX_KEYS; e++)
       if (ks && ks[e].slot != ks[s].slot)
         break;
-    b->groups[ng++] = (xf__batch_group){s, e - s, NULL, 0};
+    b->groups[ng++] = (xf__batch_group){s, e - s, NULL, 0, NULL};
   }
   free(ks);
   return ng;
@@ -83,6 +85,7 @@ static void encode(batch *b, size_t ng) {
       grp->cmd = &b->many[nm++];
       xf__entry_read_many_cmd(grp->cmd, grp->count, b->keys + grp->first,
                               b->lens + grp->first);
+      grp->cmd->clock_out = &grp->clock; /* the flows learn the server's clock */
     }
     b->cmds[g] = grp->cmd;
   }
@@ -117,6 +120,7 @@ static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
     rc = xf__entry_split_read_many(b->c, r, grp->count, parts);
   for (size_t j = 0; j < grp->count; j++) {
     size_t i = b->who[grp->first + j];
+    b->flows[i].clock = grp->clock;
     b->steps[i] = xf__flow_reply(&b->flows[i], rc, rc == XF_OK ? parts[j] : NULL, now_ms);
   }
 }
@@ -164,6 +168,9 @@ void xf__batch_read_all(batch *b) {
     if (!b->groups || !b->many)
       return; /* the flows send their own reads */
   }
+  for (size_t i = 0; i < b->n; i++)
+    if (b->steps[i] == XF_STEP_SEND && b->flows[i].plain_read)
+      return; /* plain HMGETs: send_all pipelines them, one write per node */
   size_t ng = group(b);
   if (ng == 0)
     return;

@@ -70,6 +70,9 @@ static int call_new(xf_call **out, xf_client *c, const char *key, size_t keylen,
   if (keylen)
     memcpy((*call)->key, key, keylen);
   c->errstr[0] = '\0';
+  /* Its caller's transport keeps no estimate of the server's clock: every
+   * read asks the server (the read script). */
+  c->plain_hits = 0;
   xf__client_check_fork(c); /* the flow's lease tokens: never a parent's in a child */
   return XF_OK;
 }

@@ -209,6 +209,7 @@ static int start(xf__aconn *cn) {
   cn->rac = rac;
   cn->usable = 1;
   cn->dying = cn->connected = cn->failed_connect = 0;
+  xf__clock_reset(&cn->clock);
   cn->setup_rc = XF_OK;
   cn->inflight = 0;
   cn->progress_ms = xf__now_ms();
@@ -283,6 +284,8 @@ int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
   if (rc == XF_OK) {
     k->sent = 1;
     k->conn = cn;
+    if (k->f.cmd.clock_out) /* the reply will tell of cn's server's clock */
+      *k->f.cmd.clock_out = &cn->clock;
   }
   return rc;
 }

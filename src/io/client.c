@@ -27,8 +27,14 @@ static int64_t clock_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-int64_t xf__now_us(void) { return clock_us(); }
-int64_t xf__now_ms(void) { return clock_us() / 1000; }
+int64_t xf__test_clock_skew_ms;
+
+static int64_t skew_us(void) {
+  return __atomic_load_n(&xf__test_clock_skew_ms, __ATOMIC_RELAXED) * 1000;
+}
+
+int64_t xf__now_us(void) { return clock_us() + skew_us(); }
+int64_t xf__now_ms(void) { return (clock_us() + skew_us()) / 1000; }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -338,6 +344,7 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
   for (int i = 0; !c->unix_path && i < c->nseeds; i++)
     xf__route_node_at(&c->routes, c->seeds[i].host, c->seeds[i].port); /* ENOMEM: fewer */
   c->id = random_u64();
+  c->plain_hits = 1;
   /* A given seed makes the draws reproducible: fixed stream too. */
   if (o->seed)
     xf__pcg32_seed(&c->rng, o->seed, 0);

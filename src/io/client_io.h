@@ -47,4 +47,10 @@ int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rc
  * xf__test_failed_opens counts those. Read and written with __atomic_*. */
 extern unsigned xf__test_fail_open_every, xf__test_failed_opens;
 
+/* Tests only: added to the drivers' clock (xf__now_ms, xf__now_us), so a
+ * test can give the client a clock that is off, or that jumps (set it
+ * between calls; read and written with __atomic_*). Nothing of the entry's
+ * lifetimes may depend on it: the server's clock decides them. */
+extern int64_t xf__test_clock_skew_ms;
+
 #endif

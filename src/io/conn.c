@@ -54,6 +54,7 @@ void xf__conn_free(xf__conn *k) {
     return;
   unlink_conn(k, 0);
   free(k->host);
+  free(k->clock);
   memset(k, 0, sizeof *k);
 }
 
@@ -176,7 +177,11 @@ static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
     if (ok)
       xf__reply_free(ok);
   }
-  return rc == XF_OK ? read_reply(c, k, cmd->argv[0], reply) : rc;
+  if (rc == XF_OK)
+    rc = read_reply(c, k, cmd->argv[0], reply);
+  if (rc == XF_OK && cmd->clock_out) /* whose clock the reply tells of */
+    *cmd->clock_out = k->clock;
+  return rc;
 }
 
 /* Runs the connection's setup (setup.c), its commands in one write. */
@@ -232,6 +237,10 @@ static int connect_now(xf_client *c, xf__conn *k) {
     drop(c, k, rc);
   } else {
     xf__breaker_close(&k->breaker);
+    if (!k->clock) /* NULL when out of memory: every read asks the server */
+      k->clock = malloc(sizeof *k->clock);
+    if (k->clock) /* maybe another server (a failover) */
+      xf__clock_reset(k->clock);
   }
   return rc;
 }
@@ -331,6 +340,9 @@ int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const 
     if (rc == XF_OK)
       rc = exchange(c, k, n, rcs, replies, &got);
   }
+  for (size_t i = 0; i < got; i++)
+    if (cmds[i]->clock_out)
+      *cmds[i]->clock_out = k->clock;
   if (rc != XF_OK) {
     fail_from(got, n, rc, rcs);
     drop(c, k, rc);

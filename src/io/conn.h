@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "breaker.h"
+#include "clock.h"
 #include "reply.h"
 #include "resp.h"
 
@@ -27,6 +28,10 @@ typedef struct xf__conn {
   int refused_rc;        /* XF_EAUTH / XF_EINVAL / XF_ETLS: the last connect's AUTH
                             or SELECT was refused, or its TLS failed; the breaker
                             repeats it, never ECONNECT */
+  xf__clock *clock;      /* the server's clock, as replies taught it (clock.h):
+                            forgotten on every connect; on the heap, so a flow's
+                            pointer to it outlives the router's array growing;
+                            NULL before the first connect (or out of memory) */
 } xf__conn;
 
 /* Sets k up for host:port (copied), or for unix_path when host is NULL; not

@@ -1,0 +1,267 @@
+/* The hit path's clock (src/core/clock.c): a hit is a plain HMGET, the
+ * server's time estimated per connection. The estimate's bounds always hold
+ * the server's time; a client whose own clock is off by an hour, or jumps,
+ * keeps every promise (no value past e + stale, XFetch refreshes early,
+ * leases expire); and old clients (the read script) and new ones (HMGET) on
+ * one hot key load it once per episode. Real redis-server. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "client_io.h"
+#include "clock.h"
+#include "fixture.h"
+
+/* ---- the estimate alone ------------------------------------------------------ */
+
+/* A server whose clock is driver + off ms; requests that take rtt ms. */
+static void learn_at(xf__clock *k, int64_t off, int64_t sent, int64_t rtt, int64_t at) {
+  xf__clock_learn(k, sent + at + off, sent, sent + rtt);
+}
+
+Test(clock, the_bounds_hold_the_servers_time) {
+  static const int64_t offs[] = {0, 3600000, -3600000, 1700000000000LL, 17};
+  for (size_t i = 0; i < sizeof offs / sizeof *offs; i++)
+    for (int64_t rtt = 0; rtt < 40; rtt += 7)
+      for (int64_t at = 0; at <= rtt; at++) {
+        xf__clock k;
+        xf__clock_reset(&k);
+        learn_at(&k, offs[i], 10000000, rtt, at);
+        for (int64_t later = 0; later <= XF_CLOCK_REFRESH_MS; later += 97) {
+          int64_t now = 10000000 + rtt + later, lo, hi;
+          cr_assert(xf__clock_server_now(&k, now, &lo, &hi));
+          cr_assert(lo <= now + offs[i] && now + offs[i] <= hi, "off %lld rtt %lld",
+                    (long long)offs[i], (long long)rtt);
+          cr_assert(hi - lo <= rtt + 6, "the error is the round trip (+ms floors, drift)");
+        }
+      }
+}
+
+Test(clock, unknown_old_or_backwards_is_not_used) {
+  xf__clock k;
+  int64_t lo, hi;
+  xf__clock_reset(&k);
+  cr_expect_not(xf__clock_server_now(&k, 5000, &lo, &hi), "nothing learned");
+  cr_expect_not(xf__clock_server_now(NULL, 5000, &lo, &hi), "no connection's clock");
+  learn_at(&k, 3600000, 5000, 2, 1);
+  cr_expect(xf__clock_server_now(&k, 5002 + XF_CLOCK_REFRESH_MS, &lo, &hi));
+  cr_expect_not(xf__clock_server_now(&k, 5003 + XF_CLOCK_REFRESH_MS, &lo, &hi), "too old");
+  cr_expect_not(xf__clock_server_now(&k, 4999, &lo, &hi), "the driver's clock went back");
+}
+
+Test(clock, a_server_clock_that_was_set_replaces_the_estimate) {
+  xf__clock k;
+  int64_t lo, hi;
+  xf__clock_reset(&k);
+  learn_at(&k, 0, 1000, 4, 2);
+  learn_at(&k, 3600000, 1100, 4, 2); /* an hour later, all at once */
+  cr_assert(xf__clock_server_now(&k, 1110, &lo, &hi));
+  cr_expect(lo <= 1110 + 3600000 && 1110 + 3600000 <= hi);
+  learn_at(&k, 3600000, 1200, 30, 0); /* a wider sample that agrees narrows nothing */
+  cr_assert(xf__clock_server_now(&k, 1230, &lo, &hi));
+  cr_expect(hi - lo <= 10, "agreeing samples keep the narrower bounds: %lld",
+            (long long)(hi - lo));
+}
+
+/* ---- a client whose clock is off, or jumps ------------------------------------ */
+
+static int64_t real_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A loader whose every value names its generation. */
+typedef struct gen_loader {
+  int n;
+  int sleep_ms;
+} gen_loader;
+
+static int gen_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key;
+  (void)keylen;
+  gen_loader *g = ud;
+  xft_sleep_ms(g->sleep_ms);
+  char buf[32];
+  int len = snprintf(buf, sizeof buf, "g%d", ++g->n);
+  return xf_sink_set(sink, buf, (size_t)len);
+}
+
+#define MAX_GEN 4096
+
+/* Runs one client on key for ms of real time with the drivers' clock skewed
+ * by skews[i] during the i-th of nskews equal slices. Every value served
+ * from the cache must be one whose expiry (no later than its write's return
+ * + ttl) is not behind the call's start. Returns the client's stats. */
+static xf_stats hammer(const char *key, int ms, const int64_t *skews, int nskews) {
+  xf_client *c = xft_client(7);
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 200;
+  p.stale_ms = 0;
+  p.stale_if_error_ms = 0;
+  p.beta = 1.0;
+  gen_loader g = {.sleep_ms = 10};
+  static int64_t written_at[MAX_GEN + 1]; /* real ms the write of gen n returned */
+  int64_t start = real_ms();
+  for (int64_t now = start; now - start < ms; now = real_ms()) {
+    int slice = (int)((now - start) * nskews / ms);
+    __atomic_store_n(&xf__test_clock_skew_ms, skews[slice], __ATOMIC_SEQ_CST);
+    xf_value v;
+    int64_t called = real_ms();
+    cr_assert_eq(xf_get_or_compute(c, key, strlen(key), &p, gen_load, &g, &v), XF_OK, "%s",
+                 xf_errmsg(c));
+    int gen = atoi(v.data + 1);
+    cr_assert(gen >= 1 && gen <= MAX_GEN);
+    if (v.source == XF_SOURCE_LOADER)
+      written_at[gen] = real_ms();
+    else
+      cr_assert(v.source == XF_SOURCE_CACHE, "source %d", v.source);
+    if (v.source == XF_SOURCE_CACHE && written_at[gen])
+      cr_assert(called <= written_at[gen] + p.ttl_ms,
+                "gen %d served %lld ms past its expiry", gen,
+                (long long)(called - written_at[gen] - p.ttl_ms));
+    xf_value_free(&v);
+  }
+  __atomic_store_n(&xf__test_clock_skew_ms, 0, __ATOMIC_SEQ_CST);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_gt(st.early, 0, "XFetch refreshed early");
+  cr_expect_gt(st.hits, st.loads * 10, "most calls were hits");
+  xf_client_close(c);
+  return st;
+}
+
+Test(clock, a_client_an_hour_ahead_keeps_every_promise) {
+  static const int64_t skew[] = {3600000};
+  hammer("clock:ahead", 1200, skew, 1);
+}
+
+Test(clock, a_client_an_hour_behind_keeps_every_promise) {
+  static const int64_t skew[] = {-3600000};
+  hammer("clock:behind", 1200, skew, 1);
+}
+
+Test(clock, a_client_whose_clock_jumps_keeps_every_promise) {
+  static const int64_t skews[] = {0, 3600000, -3600000, 0, -120000, 250};
+  hammer("clock:jumps", 1800, skews, 6);
+}
+
+/* A lease left by a caller that died: the skewed client waits for it to run
+ * out on the server's clock, then loads, once. */
+static void dead_lease_expires(const char *key, int64_t skew) {
+  redisContext *r = xft_redis();
+  long long deadline = xft_server_ms(r) + 300;
+  freeReplyObject(xft_cmd(r, "HSET %s l dead:%lld", key, deadline));
+  freeReplyObject(xft_cmd(r, "PEXPIRE %s 300", key));
+  __atomic_store_n(&xf__test_clock_skew_ms, skew, __ATOMIC_SEQ_CST);
+  xf_client *c = xft_client(1);
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 5000;
+  p.on_wait_timeout = XF_WAIT_FAIL;
+  xft_loader l = {.value = "fresh"};
+  xf_value v;
+  /* A hit first: the read after it is plain, its clock estimate learned. */
+  cr_assert_eq(xf_get_or_compute(c, "clock:warm", 10, &p, xft_load, &l, &v), XF_OK);
+  xf_value_free(&v);
+  l.calls = 0;
+  int64_t t0 = real_ms();
+  cr_assert_eq(xf_get_or_compute(c, key, strlen(key), &p, xft_load, &l, &v), XF_OK, "%s",
+               xf_errmsg(c));
+  int64_t waited = real_ms() - t0;
+  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  cr_expect(waited >= 200 && waited < 2000, "waited %lld ms for a 300 ms lease",
+            (long long)waited);
+  xf_value_free(&v);
+  __atomic_store_n(&xf__test_clock_skew_ms, 0, __ATOMIC_SEQ_CST);
+  xf_client_close(c);
+  redisFree(r);
+}
+
+Test(clock, leases_expire_for_a_client_an_hour_ahead) {
+  dead_lease_expires("clock:lease-ahead", 3600000);
+}
+
+Test(clock, leases_expire_for_a_client_an_hour_behind) {
+  dead_lease_expires("clock:lease-behind", -3600000);
+}
+
+/* ---- a mixed fleet: old clients (the read script) and new (HMGET) ----------- */
+
+#define FLEET 6
+#define MAX_LOADS 512
+
+typedef struct fleet {
+  pthread_mutex_t mu;
+  int64_t start[MAX_LOADS], end[MAX_LOADS];
+  int nloads;
+  int64_t until_ms;
+} fleet;
+
+typedef struct member {
+  fleet *f;
+  int old; /* the read script on every hit, as a client before the HMGET hit path */
+  uint64_t hits;
+} member;
+
+static int fleet_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key;
+  (void)keylen;
+  member *m = ud;
+  int64_t t0 = real_ms();
+  xft_sleep_ms(20);
+  pthread_mutex_lock(&m->f->mu);
+  int i = m->f->nloads < MAX_LOADS ? m->f->nloads++ : MAX_LOADS - 1;
+  m->f->start[i] = t0;
+  m->f->end[i] = real_ms();
+  pthread_mutex_unlock(&m->f->mu);
+  return xf_sink_set(sink, "v", 1);
+}
+
+static void *fleet_member(void *arg) {
+  member *m = arg;
+  xf_client *c = xft_client(0);
+  c->plain_hits = !m->old;
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 600;
+  p.stale_ms = 1000; /* waiters serve stale: an episode is the refresh alone */
+  while (real_ms() < m->f->until_ms) {
+    xf_value v;
+    int rc = xf_get_or_compute(c, "clock:fleet", 11, &p, fleet_load, m, &v);
+    cr_assert_eq(rc, XF_OK, "%s", xf_errmsg(c));
+    xf_value_free(&v);
+  }
+  xf_stats st;
+  xf_client_stats(c, &st);
+  m->hits = st.hits;
+  xf_client_close(c);
+  return NULL;
+}
+
+Test(clock, old_and_new_clients_on_one_hot_key_load_once_per_episode) {
+  fleet f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  int duration = 1500;
+  f.until_ms = real_ms() + duration;
+  pthread_t t[FLEET];
+  member m[FLEET];
+  for (int i = 0; i < FLEET; i++) {
+    m[i] = (member){.f = &f, .old = i % 2};
+    pthread_create(&t[i], NULL, fleet_member, &m[i]);
+  }
+  for (int i = 0; i < FLEET; i++)
+    pthread_join(t[i], NULL);
+  cr_assert(f.nloads >= 3 && f.nloads < MAX_LOADS, "%d loads", f.nloads);
+  /* One load per episode: no load starts before the one before it ended
+   * (the loads are recorded in the order they ended). */
+  for (int i = 1; i < f.nloads; i++)
+    cr_expect(f.start[i] >= f.end[i - 1], "loads %d and %d overlap", i - 1, i);
+  /* XFetch refreshes ~delta * ln(rate * delta) (~160 ms here) before expiry. */
+  cr_expect(f.nloads <= duration / 300 + 2, "%d loads in %d ms of a 600 ms ttl", f.nloads,
+            duration);
+  for (int i = 0; i < FLEET; i++)
+    cr_expect_gt(m[i].hits, 0, "member %d (%s) hit", i, m[i].old ? "old" : "new");
+}
