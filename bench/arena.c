@@ -44,7 +44,7 @@ arena *arena_create(size_t cap_samples, size_t cap_loads) {
 void arena_reset(arena *a) {
   a->stop = 0;
   a->nsamples = a->nloads = a->dropped = a->errors = 0;
-  a->inflight = a->peak_inflight = 0;
+  a->inflight = a->peak_inflight = a->handshakes = 0;
   a->epoch_us = now_us();
 }
 

@@ -72,6 +72,7 @@ typedef struct arena {
   int64_t epoch_us; /* CLOCK_MONOTONIC at the start of the run */
   int stop;
   uint64_t nsamples, nloads, dropped, errors, inflight, peak_inflight;
+  uint64_t handshakes; /* TLS handshakes the workers' clients made (tls scenario) */
   size_t cap_samples, cap_loads;
   sample *samples;
   load_event *loads;
@@ -106,10 +107,14 @@ typedef struct target {
   int pid;       /* throwaway redis-server we started (0 = external) */
   char dir[256]; /* its temp dir */
   char version[32];
+  char tls_ca[256]; /* non-empty: the library's connections use TLS, this CA */
 } target;
 
 int target_parse_url(target *t, const char *url);
 int target_start_server(target *t);
+/* The same with extra redis-server arguments (NULL-terminated; may be NULL). */
+int target_start_server_with(target *t, const char *const *extra);
+int target_free_port(void);
 void target_stop_server(target *t);
 /* Connects with connect and command timeouts, AUTH and SELECT; NULL on error
  * (message on stderr). */

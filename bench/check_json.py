@@ -33,7 +33,11 @@ HIT_OVERHEAD_RATIOS = ["xfetch_over_raw_get_p50_1conn", "xfetch_over_raw_get_rps
 # Issue 19's goals each scenario measures in every run (hit_cost's depend on
 # the sizes it ran, from its params).
 GOALS_OF = {"hit_overhead": ["p50_1conn", "throughput_50conn"],
-            "batch": ["batch_vs_mget", "batch_vs_sequential"]}
+            "batch": ["batch_vs_mget", "batch_vs_sequential"],
+            "tls": ["tls_p50_1conn", "tls_throughput_50conn", "tls_handshakes_per_conn"]}
+TLS_RATIOS = ["tls_over_plain_p50_1conn", "tls_over_plain_rps_1conn",
+              "tls_over_plain_p50_50conn", "tls_over_plain_rps_50conn",
+              "handshakes_per_connection"]
 PLOTS = ["hot_key-loads.png", "hot_key-latency.png", "mass_expiry-loads.png",
          "beta_sweep.png"]
 
@@ -58,8 +62,21 @@ def check_hit_cost(scenarios, goals, errors):
                 errors.append(f"hit_overhead: {field} = {params.get(field)!r} is not a number")
     want = []
     for name, ids in GOALS_OF.items():
-        if name in scenarios:
+        if name in scenarios and "skipped" not in (scenarios[name].get("params") or {}):
             want += ids
+    tls = scenarios.get("tls")
+    if tls and "skipped" not in (tls.get("params") or {}):
+        params = tls.get("params") or {}
+        for field in TLS_RATIOS:
+            if not is_num(params.get(field)):
+                errors.append(f"tls: {field} = {params.get(field)!r} is not a number")
+        for r in tls.get("results", []):
+            if r.get("requests", 0) <= 0 or r.get("errors", 0) > 0:
+                errors.append(f"tls: a run with {r.get('requests')} requests, "
+                              f"{r.get('errors')} errors")
+        modes = {(r.get("tls"), r.get("connections")) for r in tls.get("results", [])}
+        if not {(0, 1), (1, 1), (0, 50), (1, 50)} <= modes:
+            errors.append(f"tls: want plain and TLS at 1 and 50 connections, got {modes}")
     if "hit_cost" not in scenarios:
         errors.append("hit_cost: scenario missing")
     if hc := scenarios.get("hit_cost"):

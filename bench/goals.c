@@ -39,6 +39,11 @@ static goal GOALS[] = {
     {"memory_1KiB", "hit_cost", "Redis memory per entry / plain SET's, 1 KiB", 0, 1.2, NAN},
     {"memory_100KiB", "hit_cost", "Redis memory per entry / plain SET's, 100 KiB", 0, 1.2,
      NAN},
+    /* Issue 23: what TLS costs a hit (bench/tls_bench.c). */
+    {"tls_p50_1conn", "tls", "TLS hit p50 / plain TCP's, 1 connection", 0, 1.15, NAN},
+    {"tls_throughput_50conn", "tls", "TLS hit throughput / plain's, 50 connections", 1,
+     0.85, NAN},
+    {"tls_handshakes_per_conn", "tls", "TLS handshakes per connection", 0, 1.0, NAN},
 };
 #define NGOALS (sizeof GOALS / sizeof GOALS[0])
 
@@ -57,7 +62,7 @@ static int met(const goal *g) {
 }
 
 void goals_print(FILE *f) {
-  fprintf(f, "\nissue 19 goals (ratios from this run)\n");
+  fprintf(f, "\ngoals: issue 19, and 23 for TLS (ratios from this run)\n");
   for (size_t i = 0; i < NGOALS; i++) {
     const goal *g = &GOALS[i];
     if (isfinite(g->measured))

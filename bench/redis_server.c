@@ -44,7 +44,7 @@ int target_parse_url(target *t, const char *url) {
   return 0;
 }
 
-static int free_port(void) {
+int target_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -58,7 +58,7 @@ static int free_port(void) {
   return port;
 }
 
-static int spawn(target *t) {
+static int spawn(target *t, const char *const *extra) {
   char port[16], log[300];
   snprintf(port, sizeof port, "%d", t->port);
   snprintf(log, sizeof log, "%s/redis.log", t->dir);
@@ -70,9 +70,28 @@ static int spawn(target *t) {
 #ifdef __linux__
     prctl(PR_SET_PDEATHSIG, SIGTERM); /* and if the bench is killed outright */
 #endif
-    execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
-           "", "--appendonly", "no", "--dir", t->dir, "--logfile", log, "--daemonize", "no",
-           "--maxclients", "4000", (char *)NULL);
+    const char *argv[48] = {"redis-server",
+                            "--port",
+                            port,
+                            "--bind",
+                            "127.0.0.1",
+                            "--save",
+                            "",
+                            "--appendonly",
+                            "no",
+                            "--dir",
+                            t->dir,
+                            "--logfile",
+                            log,
+                            "--daemonize",
+                            "no",
+                            "--maxclients",
+                            "4000"};
+    int n = 17;
+    for (; extra && *extra && n < 47; extra++)
+      argv[n++] = *extra;
+    argv[n] = NULL;
+    execvp("redis-server", (char *const *)argv);
     fprintf(stderr, "xfetch-bench: cannot run redis-server: %s\n", strerror(errno));
     _exit(127);
   }
@@ -103,7 +122,9 @@ static int await_ready(target *t) {
   return -1;
 }
 
-int target_start_server(target *t) {
+int target_start_server(target *t) { return target_start_server_with(t, NULL); }
+
+int target_start_server_with(target *t, const char *const *extra) {
   memset(t, 0, sizeof *t);
   snprintf(t->host, sizeof t->host, "127.0.0.1");
   snprintf(t->dir, sizeof t->dir, "/tmp/xfetch-bench-XXXXXX");
@@ -112,8 +133,8 @@ int target_start_server(target *t) {
     return -1;
   }
   for (int attempt = 0; attempt < 5; attempt++) {
-    t->port = free_port();
-    t->pid = spawn(t);
+    t->port = target_free_port();
+    t->pid = spawn(t, extra);
     if (t->pid > 0 && await_ready(t) == 0)
       return 0;
     target_stop_server(t);
@@ -147,6 +168,10 @@ xf_options target_options(const target *t) {
   o.password = t->password[0] ? t->password : NULL;
   o.db = t->db;
   o.command_timeout_ms = 5000;
+  if (t->tls_ca[0]) { /* rediss://: verified against the CA, for the host name */
+    o.tls.enable = 1;
+    o.tls.ca_file = t->tls_ca;
+  }
   return o;
 }
 

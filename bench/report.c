@@ -15,6 +15,8 @@ static void extra(char *buf, size_t n, const char *scenario, const result *r) {
   else if (!strcmp(scenario, "hit_overhead"))
     snprintf(buf, n, "%2d conn  server %.2f us/call", r->connections,
              r->server_usec_per_call);
+  else if (!strcmp(scenario, "tls"))
+    snprintf(buf, n, "%s %2d conn", r->tls ? "TLS  " : "plain", r->connections);
   else if (!strcmp(scenario, "beta_sweep"))
     snprintf(buf, n,
              "beta %-3g loads/exp theory %5.2f  early ms theory %4.0f measured %4.0f",
@@ -148,6 +150,7 @@ static void result_json(FILE *f, const result *r) {
   num(f, "jitter", r->jitter, 0);
   num(f, "early_ms", r->early_ms, 0);
   num(f, "server_usec_per_call", r->server_usec_per_call, 0);
+  num(f, "tls", r->tls, 0);
   num(f, "theory_loads_per_expiry", r->theory_loads_per_expiry, 0);
   num(f, "theory_early_ms", r->theory_early_ms, 0);
   num(f, "theory_given_first_trigger", r->theory_given_r0, 0);

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "client.h" /* struct xf_client: its TLS context, for the handshake count */
+#include "tls.h"
 #include "xfetch.h"
 
 #define LOCK_LEASE_MS 5000 /* same lease and wait budget as XF_POLICY_INIT */
@@ -84,6 +86,8 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
 void strat_close(strat_ctx *c) {
   if (!c)
     return;
+  if (c->xc && c->xc->tls) /* one per connection it made, for the tls scenario */
+    __atomic_add_fetch(&c->a->handshakes, xf__tls_handshakes(c->xc->tls), __ATOMIC_RELAXED);
   xf_client_close(c->xc);
   if (c->rc)
     redisFree(c->rc);

@@ -8,17 +8,7 @@
 #define XF_TEST_TLS_FIXTURE_H
 
 #include "fixture.h"
-
-/* The files made in the certificate dir (PEM; keys unencrypted):
- *   ca.crt/key        the CA every server and client cert is signed by
- *   other-ca.crt/key  a CA that signed nothing here ("not trusted")
- *   server.crt/key    CN localhost, SAN DNS:localhost, IP:127.0.0.1, IP:::1
- *   wrong.crt/key     CN and SAN DNS:wrong.example ("name mismatch")
- *   client.crt/key    CN xft-client, clientAuth (mutual TLS) */
-
-/* Makes the certificates in a new temp dir (its path into dir). 0 or -1. */
-int xft_tls_make_certs(char *dir, size_t len);
-void xft_tls_remove_certs(const char *dir);
+#include "tls_certs.h"
 
 /* Starts redis-server with TLS on a free port (*tls_port) presenting
  * <certdir>/<cert>.crt, trusting ca.crt for client certs, demanding one

@@ -1,5 +1,6 @@
-"""rediss:// on xfetch.Cache against a real redis-server --tls-port, with a
-throwaway CA and certificates made by the openssl CLI."""
+"""rediss:// on both faces (xfetch.Cache and xfetch.aio.Cache: the `face`
+fixture) against a real redis-server --tls-port, with a throwaway CA and
+certificates made by the openssl CLI."""
 import os
 import shutil
 import socket
@@ -65,54 +66,96 @@ def tls(tmp_path_factory):
         s.wait()
 
 
-def test_rediss_miss_then_hit(tls):
+def test_rediss_miss_then_hit(tls, face):
     d, ports = tls
-    cache = xfetch.Cache(f"rediss://127.0.0.1:{ports['tls']}/0?ssl_ca_certs={d}/ca.crt",
-                         prefix="pytls:")
+    cache = face.Cache(f"rediss://127.0.0.1:{ports['tls']}/0?ssl_ca_certs={d}/ca.crt",
+                       prefix="pytls:")
     key = f"k{time.time_ns()}"
     calls = []
-    assert cache.get_or_compute(key, lambda: calls.append(1) or b"v", ttl=60) == b"v"
-    assert cache.get_or_compute(key, lambda: calls.append(1) or b"w", ttl=60) == b"v"
+    assert face.run(cache.get_or_compute(key, lambda: calls.append(1) or b"v", ttl=60)) == b"v"
+    assert face.run(cache.get_or_compute(key, lambda: calls.append(1) or b"w", ttl=60)) == b"v"
     assert calls == [1]
+    assert face.run(cache.get(key)) == b"v"
+    assert cache.stats()["hits"] >= 1
 
 
-def test_keywords_and_mutual_tls(tls):
+def test_a_host_name_is_verified_and_sent(tls, face):
+    d, ports = tls  # the certificate names DNS:localhost and IP:127.0.0.1
+    cache = face.Cache(f"rediss://localhost:{ports['tls']}", ssl_ca_certs=f"{d}/ca.crt")
+    assert face.run(cache.get_or_compute(f"h{time.time_ns()}", lambda: b"x", ttl=60)) == b"x"
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_wrong_host_name_is_a_tls_error(tls, face, lazy):
+    d, ports = tls  # 127.0.0.2 reaches the same server; the certificate is not for it
+    url = f"rediss://127.0.0.2:{ports['tls']}"
+    with pytest.raises(xfetch.TLSError, match="host name mismatch"):
+        cache = face.Cache(url, ssl_ca_certs=f"{d}/ca.crt", lazy_connect=lazy)
+        face.run(cache.get_or_compute("k", lambda: b"v", ttl=60))
+    # ssl_cert_reqs="none" trusts any certificate for any name (insecure)
+    cache = face.Cache(url, ssl_cert_reqs="none", lazy_connect=lazy)
+    assert face.run(cache.get_or_compute(f"n{time.time_ns()}", lambda: b"y", ttl=60)) == b"y"
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_keywords_and_mutual_tls(tls, face, lazy):
     d, ports = tls
-    cache = xfetch.Cache(f"rediss://127.0.0.1:{ports['mtls']}", ssl_ca_certs=f"{d}/ca.crt",
-                         ssl_certfile=f"{d}/client.crt", ssl_keyfile=f"{d}/client.key")
-    assert cache.get_or_compute(f"m{time.time_ns()}", lambda: b"x", ttl=60) == b"x"
+    cache = face.Cache(f"rediss://127.0.0.1:{ports['mtls']}", ssl_ca_certs=f"{d}/ca.crt",
+                       ssl_certfile=f"{d}/client.crt", ssl_keyfile=f"{d}/client.key",
+                       lazy_connect=lazy)
+    assert face.run(cache.get_or_compute(f"m{time.time_ns()}", lambda: b"x", ttl=60)) == b"x"
 
 
-def test_mutual_tls_without_a_certificate_is_a_tls_error(tls):
+@pytest.mark.parametrize("lazy", [False, True])
+def test_mutual_tls_without_a_certificate_is_a_tls_error(tls, face, lazy):
     d, ports = tls
-    with pytest.raises(xfetch.TLSError, match="client certificate"):
-        xfetch.Cache(f"rediss://127.0.0.1:{ports['mtls']}", ssl_ca_certs=f"{d}/ca.crt")
-
-
-def test_a_wrong_ca_raises_from_the_constructor_naming_the_reason(tls):
-    d, ports = tls
-    with pytest.raises(xfetch.ConnectionError, match="certificate not trusted") as e:
-        xfetch.Cache(f"rediss://127.0.0.1:{ports['tls']}", ssl_ca_certs=f"{d}/other-ca.crt")
-    assert isinstance(e.value, xfetch.TLSError)
-
-
-def test_lazy_connect_raises_on_every_call_never_fails_open(tls):
-    d, ports = tls
-    cache = xfetch.Cache(f"rediss://127.0.0.1:{ports['tls']}", ssl_ca_certs=f"{d}/other-ca.crt",
-                         lazy_connect=True)
     calls = []
-    for _ in range(2):
-        with pytest.raises(xfetch.TLSError, match="not trusted"):
-            cache.get_or_compute("k", lambda: calls.append(1) or b"v", ttl=60)
+    cache = None
+    for _ in range(2 if lazy else 1):
+        with pytest.raises(xfetch.TLSError, match="client certificate"):
+            cache = cache or face.Cache(f"rediss://127.0.0.1:{ports['mtls']}",
+                                        ssl_ca_certs=f"{d}/ca.crt", lazy_connect=lazy)
+            face.run(cache.get_or_compute("k", lambda: calls.append(1) or b"v", ttl=60))
     assert calls == []
 
 
-def test_plain_redis_to_a_tls_port_errors_quickly(tls):
+def test_a_wrong_ca_raises_from_the_constructor_naming_the_reason(tls, face):
+    d, ports = tls
+    with pytest.raises(xfetch.ConnectionError, match="certificate not trusted") as e:
+        face.Cache(f"rediss://127.0.0.1:{ports['tls']}", ssl_ca_certs=f"{d}/other-ca.crt")
+    assert isinstance(e.value, xfetch.TLSError)
+
+
+@pytest.mark.parametrize("breaker", [1.0, 0])
+def test_lazy_connect_raises_on_every_call_never_fails_open(tls, face, breaker):
+    d, ports = tls
+    cache = face.Cache(f"rediss://127.0.0.1:{ports['tls']}", ssl_ca_certs=f"{d}/other-ca.crt",
+                       lazy_connect=True, breaker=breaker)
+    calls = []
+    for call in ("get_or_compute", "get_or_compute", "get", "set", "delete"):
+        args = {"get_or_compute": ("k", lambda: calls.append(1) or b"v"), "get": ("k",),
+                "set": ("k", b"v"), "delete": ("k",)}[call]
+        kw = {"ttl": 60} if call in ("get_or_compute", "set") else {}
+        with pytest.raises(xfetch.TLSError, match="not trusted"):
+            face.run(getattr(cache, call)(*args, **kw))
+    assert calls == []
+
+
+def test_plain_redis_to_a_tls_port_errors_quickly(tls, face):
     _, ports = tls
     t0 = time.monotonic()
     with pytest.raises(xfetch.ConnectionError, match="rediss://"):
-        xfetch.Cache(f"redis://127.0.0.1:{ports['tls']}")
+        face.Cache(f"redis://127.0.0.1:{ports['tls']}")
     assert time.monotonic() - t0 < 1.0
+
+
+def test_tls_to_a_plain_port_is_a_tls_error(server, face):
+    t0 = time.monotonic()  # redis-server waits for the end of a line
+    with pytest.raises(xfetch.TLSError, match="timed out.*plain, non-TLS port"):
+        cache = face.Cache(f"rediss://127.0.0.1:{server.port}", ssl_cert_reqs="none",
+                           lazy_connect=True, connect_timeout=0.3)
+        face.run(cache.get_or_compute("k", lambda: b"v", ttl=60))
+    assert time.monotonic() - t0 < 1.5
 
 
 def test_url_parameters():
@@ -127,9 +170,3 @@ def test_url_parameters():
         tls_options(parse_url("rediss://h?ssl_cert_reqs=maybe"))
     with pytest.raises(ValueError, match="cannot be read"):
         tls_options(parse_url("rediss://h?ssl_ca_certs=/nonexistent.pem"))
-
-
-def test_the_asyncio_face_refuses_tls_clearly():
-    import xfetch.aio
-    with pytest.raises(ValueError, match="TLS"):
-        xfetch.aio.Cache("rediss://127.0.0.1:1")

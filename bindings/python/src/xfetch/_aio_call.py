@@ -10,7 +10,7 @@ import inspect
 import time
 
 from ._core import enter_load, leave_load
-from ._errors import Error
+from ._errors import Error, TLSError
 from ._native import ffi, lib
 from ._runtime import sink_value
 
@@ -45,6 +45,8 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 if stream is None or stream.broken is not None:
                     try:
                         stream = await link.connect()
+                    except TLSError:  # never failed open (abandoned below)
+                        raise
                     except ConnectionError:  # the breaker, or the connect failed
                         step = lib.xf_call_io_failed(call, lib.XF_ECONNECT, now_ms())
                         continue

@@ -12,26 +12,44 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ._errors import ConnectionError, Error, UnavailableError, error_for
+from ._aio_tls import handshake
+from ._errors import ConnectionError, Error, TLSError, UnavailableError, error_for
 from ._native import ffi, lib
 from ._stream import _connect, _Stream
 
 
-async def open_stream(client, fields, timeout, connect_timeout, flags):
+async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None):
     """A new stream on the running loop to fields' server, the C side's setup
-    (xf_call_setup with flags) pipelined: one round trip. Raises AuthError
-    (refused), UnavailableError (busy, loading), OSError or a timeout."""
+    (xf_call_setup with flags) pipelined: one round trip. tls: (ssl context,
+    client certificate configured) for rediss:// (_aio_tls), whose setup
+    ends with a PING so that a server refusing the client certificate says
+    so here (TLSError). Raises AuthError (refused), UnavailableError (busy,
+    loading), TLSError, OSError or a timeout."""
     loop = asyncio.get_running_loop()
+    t0 = loop.time()
     sock = await asyncio.wait_for(_connect(loop, fields), connect_timeout)
-    stream = _Stream(loop, sock, timeout)
+    if tls is None:
+        stream = _Stream(loop, sock, timeout)
+    else:
+        try:
+            stream = await handshake(loop, sock, tls[0], fields,
+                                     max(connect_timeout - (loop.time() - t0), 0.001),
+                                     timeout, tls[1])
+        except BaseException:
+            sock.close()
+            raise
     size = ffi.new("size_t *")
     n = lib.xf_call_setup_count(client, flags)
     setup = [ffi.unpack(lib.xf_call_setup(client, flags, i, size), size[0]) for i in range(n)]
+    if tls is not None:
+        setup.append(b"*1\r\n$4\r\nPING\r\n")
     replies = await asyncio.gather(*[stream.request(r) for r in setup], return_exceptions=True)
     failure = None
     for i, reply in enumerate(replies):
         if isinstance(reply, BaseException):
             failure = failure or reply
+        elif i == n:  # the PING: its reply says the TLS session works
+            lib.xf_reply_free(reply)
         else:  # judged (and freed) by C: XF_EAUTH, XF_EUNAVAILABLE (busy), ...
             rc = lib.xf_call_setup_reply(client, flags, i, reply)
             failure = failure or (error_for(rc, client) if rc else None)
@@ -51,6 +69,7 @@ class Link:
         self.stream = self.current = None
         self.opening = None
         self.retry_after = 0.0
+        self.refused = None  # the TLSError the breaker repeats while open
 
     def failed(self):
         """A connect or request failed: the breaker opens."""
@@ -58,12 +77,15 @@ class Link:
         self.current = None
         if self.links.breaker > 0:
             self.retry_after = time.monotonic() + self.links.breaker
+        self.refused = None
 
     async def connect(self):
         """The open stream, opening one if needed (one opener at a time);
         ConnectionError while the breaker is open or when the connect fails."""
         if self.retry_after:
             if time.monotonic() < self.retry_after:
+                if self.refused is not None:  # TLS: the same error, never a fail-open
+                    raise TLSError(lib.XF_ETLS, self.refused)
                 raise ConnectionError(lib.XF_ECONNECT, "circuit open after a failure")
             self.retry_after = 0.0
         stream = self.stream
@@ -73,11 +95,16 @@ class Link:
         ls = self.links
         if self.opening is None:
             self.opening = asyncio.ensure_future(open_stream(
-                ls.client, self.fields, ls.timeout, ls.connect_timeout, ls.setup_flags()))
+                ls.client, self.fields, ls.timeout, ls.connect_timeout, ls.setup_flags(),
+                ls.tls))
         opening = self.opening
         try:
             self.stream = self.current = await asyncio.shield(opening)
             return self.stream
+        except TLSError as e:  # a misconfiguration: raised (by every call), not failed open
+            self.failed()
+            self.refused = e.message
+            raise
         except UnavailableError as e:  # busy or loading: as if down, calls move on
             self.failed()
             raise ConnectionError(lib.XF_ECONNECT, str(e)) from e
@@ -108,8 +135,10 @@ class Links:
     refuses while it runs in another thread (the C client and the streams
     are one thread's)."""
 
-    def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads):
+    def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads,
+                 tls=None):
         self.client, self.unix_path = client, fields["unix_path"]
+        self.tls = tls  # (ssl context, client certificate configured) for rediss://
         self.timeout, self.connect_timeout, self.breaker = timeout, connect_timeout, breaker
         self.replica_reads = replica_reads
         self.by_target = {}  # (host as the C client's char *, port) -> Link: the hot path

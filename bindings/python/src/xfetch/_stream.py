@@ -7,7 +7,8 @@ import asyncio
 import collections
 import socket
 
-from ._errors import ConnectionError, ConnectionLostError, Error, check, error_for
+from ._errors import (ConnectionError, ConnectionLostError, Error, TLSError, check,
+                      error_for)
 from ._native import ffi, lib
 
 
@@ -40,6 +41,7 @@ class _Stream:
         self.timer = None  # the timeout of the oldest request, when armed
         self.fast = 0  # completions since the last yield to the loop
         self.orphans = {}  # future -> callback: replies of abandoned calls (adopt)
+        self._recv = sock.recv  # bytes in (_aio_tls: decrypted)
         loop.add_reader(sock, self._readable)
 
     # ---- bytes out --------------------------------------------------------
@@ -75,7 +77,7 @@ class _Stream:
 
     def _readable(self):
         try:
-            data = self.sock.recv(self.READ_SIZE)
+            data = self._recv(self.READ_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
@@ -134,6 +136,9 @@ class _Stream:
     # ---- the end ----------------------------------------------------------
 
     def _lost(self, exc):
+        if isinstance(exc, TLSError):  # a client certificate refused (_aio_tls)
+            self._break(exc)
+            return
         self._break(ConnectionLostError(lib.XF_EIO, f"connection lost: {exc or 'closed'}"))
 
     def _break(self, exc):

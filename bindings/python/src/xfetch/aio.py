@@ -11,7 +11,7 @@ same as xfetch.Cache's (_core, _decorator); the decisions are the C
 library's (the sans-I/O call, xf_call_*: the same state machine as every
 other driver, the Redis Cluster router included). This face only waits and
 moves bytes: one asyncio stream per server the calls name (_aio_link: the
-seed in use, or each cluster node), calls run on them (_aio_call), loaders
+seed in use, or each cluster node; over TLS for rediss://, _aio_tls), calls run on them (_aio_call), loaders
 plain or async def, waits asyncio sleeps. The event loop is never blocked: no call waits on a
 thread."""
 from __future__ import annotations
@@ -20,6 +20,7 @@ import asyncio
 
 from ._aio_call import now_ms, steps
 from ._aio_link import Links
+from ._aio_tls import context
 from ._aio_many import get_many
 from ._core import (Config, call_error, check_loader, check_not_loading, check_value,
                     key_bytes, outcome, stats_of, value_of, warn_slow, _loading)
@@ -65,8 +66,6 @@ class Cache:
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         config = Config(url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                         max_value_len, share, lazy_connect, max_connections, ssl)
-        if config.tls is not None:  # its own sockets (_stream.py) have no TLS yet
-            raise ValueError("xfetch.aio does not speak TLS yet: use xfetch.Cache for rediss://")
         fields = config.fields
         self._config = config
         self._policies = config.policies
@@ -75,9 +74,10 @@ class Cache:
         out = ffi.new("xf_client **")
         check(lib.xf_client_open(out, opts))
         self._client = ffi.gc(out[0], lib.xf_client_close)
+        tls = config.tls and (context(config.tls), bool(config.tls["cert_file"]))
         self._links = Links(self._client, fields, config.timeout_ms / 1000,
                             config.connect_timeout_ms / 1000, breaker,
-                            fields["read_from_replicas"])
+                            fields["read_from_replicas"], tls or None)
         if not config.lazy_connect:
             config.check_now()
         self._fast_policies = {}

@@ -1,0 +1,126 @@
+/* The tls scenario (issue 23): what TLS costs a hit. A throwaway redis-server
+ * listening on a plain and a TLS port at once (certificates by the openssl
+ * CLI, tests/tls_certs.c), and the xfetch strategy's hits on one warm key over
+ * each, at 1 connection (p50) and 50 (throughput), plain and TLS taking turns
+ * so that a drift of the shared machine falls on both. Ratios TLS / plain and
+ * the handshakes per connection (xf__tls_handshakes, summed by the workers)
+ * go to the params, the goals and the table. Needs redis-server built with
+ * TLS and the openssl CLI: skipped (no results, "skipped" in params)
+ * otherwise. */
+#include <stdio.h>
+#include <string.h>
+
+#include "goals.h"
+#include "scenarios.h"
+#include "tls_certs.h"
+
+/* A TLS redis-server (also on a plain port) presenting certs/server.crt. */
+static int start(target *t, const char *certs) {
+  char crt[300], key[300], ca[300], port[16];
+  snprintf(crt, sizeof crt, "%s/server.crt", certs);
+  snprintf(key, sizeof key, "%s/server.key", certs);
+  snprintf(ca, sizeof ca, "%s/ca.crt", certs);
+  for (int attempt = 0; attempt < 5; attempt++) {
+    int tls_port = target_free_port();
+    snprintf(port, sizeof port, "%d", tls_port);
+    const char *extra[] = {"--tls-port",
+                           port,
+                           "--tls-cert-file",
+                           crt,
+                           "--tls-key-file",
+                           key,
+                           "--tls-ca-cert-file",
+                           ca,
+                           "--tls-auth-clients",
+                           "no",
+                           NULL};
+    if (target_start_server_with(t, extra) == 0)
+      return tls_port;
+  }
+  return -1;
+}
+
+/* n hits runs, plain and TLS in turn, into r[0..] (plain, tls, plain, ...). */
+static int runs(const bench_env *e, const target *plain, const target *tls, int conns,
+                double dur, int rounds, result *r, uint64_t *handshakes) {
+  for (int i = 0; i < 2 * rounds; i++) {
+    int is_tls = i % 2;
+    bench_env env = *e;
+    env.t = is_tls ? tls : plain;
+    run_spec s;
+    char variant[24];
+    snprintf(variant, sizeof variant, "%s%d", is_tls ? "tls" : "plain", conns);
+    spec_init(&s, e, "tls", ST_XFETCH, variant);
+    s.clients = conns, s.think_us = 0, s.duration_s = dur, s.ttl_ms = 3600000;
+    if (run_one(&env, &s, 0, 1, s.ttl_ms, 0, 0, &r[i]))
+      return -1;
+    r[i].tls = is_tls;
+    if (is_tls)
+      *handshakes += __atomic_load_n(&e->a->handshakes, __ATOMIC_RELAXED);
+  }
+  return 0;
+}
+
+/* The mean of every other result from first (plain: 0, tls: 1). */
+static double mean_of(const result *r, int n, int first, int p50) {
+  double sum = 0;
+  for (int i = first; i < n; i += 2)
+    sum += p50 ? r[i].p50_ms : r[i].throughput_rps;
+  return sum / (n / 2);
+}
+
+int sc_tls(const bench_env *e, scenario_out *out) {
+  int q = e->cfg->quick, rounds = q ? 1 : 2;
+  double dur = q ? 0.5 : 2.0;
+  out->name = "tls";
+  char certs[64] = "";
+  target plain;
+  int tls_port = -1;
+  if (xft_tls_make_certs(certs, sizeof certs) == 0)
+    tls_port = start(&plain, certs);
+  if (tls_port < 0) {
+    fprintf(stderr, "xfetch-bench: tls skipped (needs the openssl CLI and a redis-server "
+                    "built with TLS)\n");
+    snprintf(out->params, sizeof out->params, "{\"skipped\": \"no TLS redis-server\"}");
+    if (certs[0])
+      xft_tls_remove_certs(certs);
+    return 0;
+  }
+  target tls = plain;
+  tls.port = tls_port;
+  snprintf(tls.tls_ca, sizeof tls.tls_ca, "%s/ca.crt", certs);
+  redisContext *rc = target_connect(&plain, 5000);
+  int rv = -1;
+  uint64_t hs1 = 0, hs50 = 0;
+  bench_env env = *e;
+  env.rc = rc; /* prefill on this server */
+  if (rc && runs(&env, &plain, &tls, 1, dur, rounds, out->results, &hs1) == 0 &&
+      runs(&env, &plain, &tls, 50, dur, rounds, out->results + 2 * rounds, &hs50) == 0)
+    rv = 0;
+  if (rc)
+    redisFree(rc);
+  target_stop_server(&plain);
+  xft_tls_remove_certs(certs);
+  if (rv)
+    return -1;
+  out->nresults = 4 * rounds;
+  const result *r1 = out->results, *r50 = out->results + 2 * rounds;
+  int n = 2 * rounds;
+  double p50 = mean_of(r1, n, 1, 1) / mean_of(r1, n, 0, 1);
+  double rps1 = mean_of(r1, n, 1, 0) / mean_of(r1, n, 0, 0);
+  double p50_50 = mean_of(r50, n, 1, 1) / mean_of(r50, n, 0, 1);
+  double rps = mean_of(r50, n, 1, 0) / mean_of(r50, n, 0, 0);
+  /* every TLS run's workers: 1 connection each, rounds runs of 1 and of 50 */
+  double per_conn = (double)(hs1 + hs50) / (double)(rounds * (1 + 50));
+  goal_set("tls_p50_1conn", p50);
+  goal_set("tls_throughput_50conn", rps);
+  goal_set("tls_handshakes_per_conn", per_conn);
+  snprintf(out->params, sizeof out->params,
+           "{\"connections\": [1, 50], \"duration_s\": %.1f, \"rounds\": %d, "
+           "\"think_us\": 0, \"value_bytes\": 64, \"verify\": true, "
+           "\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_1conn\": %.3g, "
+           "\"tls_over_plain_p50_50conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
+           "\"handshakes_per_connection\": %.3g}",
+           dur, rounds, p50, rps1, p50_50, rps, per_conn);
+  return 0;
+}
