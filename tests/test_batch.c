@@ -458,7 +458,7 @@ Test(batch, a_connection_the_server_closed_is_reopened_once) {
 
 /* ---- leases while the keys load one after the other ----------------------- */
 
-enum { TURNS = 10 };
+enum { TURNS = 24 };
 
 /* Counts loads per key ("<prefix>:<i>"), slowly; the first load lets the
  * second client in. */
@@ -524,14 +524,15 @@ static void *second_client(void *arg) {
 }
 
 /* TURNS cold keys whose loads (25 ms each) take longer together than the
- * lease (100 ms): a lease taken for every key up front runs out before the
- * later keys' turn, and the second client then loads them too. */
+ * lease (250 ms: 10x one load, room for a loaded machine): a lease taken for
+ * every key up front runs out before the later keys' turn, and the second
+ * client then loads them too. */
 static void keys_stay_protected(const char *prefix, int second_batch) {
   xf_client *c = xft_client(1);
   keys k;
   make_keys(&k, prefix, TURNS);
   xf_policy p = XF_POLICY_INIT;
-  p.lease_ms = 100;
+  p.lease_ms = 250; /* 24 loads of 25 ms take 600 ms: leases taken up front run out */
   p.wait_ms = 3000; /* a loaded machine: never give up waiting in this test */
   turns t = {.sleep_ms = 25};
   second s = {.t = &t, .k = &k, .p = &p, .batch = second_batch};
