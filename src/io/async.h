@@ -32,6 +32,7 @@ typedef struct xf__aconn {
   int64_t progress_ms; /* last sign of life: connect, a reply, the first send */
   xf__breaker breaker; /* no reconnect while open */
   int readonly;        /* READONLY goes first on every (re)connect: a replica's */
+  int was_up;          /* it was connected once: a connect now is a reconnect */
 } xf__aconn;
 
 /* What an async loader holds: the call it completes. */
