@@ -51,6 +51,11 @@ class Link:
         self.stream = self.current = None
         self.opening = None
         self.retry_after = 0.0
+        self.tripped = self.was_up = False  # for the breaker's and reconnects' events
+
+    def name(self):
+        f = self.fields
+        return f["unix_path"] if f["unix_path"] else f"{f['host']}:{f['port']}"
 
     def failed(self):
         """A connect or request failed: the breaker opens."""
@@ -58,6 +63,9 @@ class Link:
         self.current = None
         if self.links.breaker > 0:
             self.retry_after = time.monotonic() + self.links.breaker
+            if not self.tripped:  # an episode starts: told once
+                self.tripped = True
+                self.links.events.server_event(lib.XF_EV_BREAKER_OPEN, self.name())
 
     async def connect(self):
         """The open stream, opening one if needed (one opener at a time);
@@ -76,7 +84,15 @@ class Link:
                 ls.client, self.fields, ls.timeout, ls.connect_timeout, ls.setup_flags()))
         opening = self.opening
         try:
-            self.stream = self.current = await asyncio.shield(opening)
+            opened = await asyncio.shield(opening)
+            if opened is not self.stream:  # the first of the callers that awaited it
+                if self.tripped:
+                    self.tripped = False
+                    self.links.events.server_event(lib.XF_EV_BREAKER_CLOSED, self.name())
+                if self.was_up:
+                    self.links.events.server_event(lib.XF_EV_RECONNECT, self.name())
+                self.was_up = True
+            self.stream = self.current = opened
             return self.stream
         except UnavailableError as e:  # busy or loading: as if down, calls move on
             self.failed()
@@ -108,7 +124,9 @@ class Links:
     refuses while it runs in another thread (the C client and the streams
     are one thread's)."""
 
-    def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads):
+    def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads,
+                 events):
+        self.events = events
         self.client, self.unix_path = client, fields["unix_path"]
         self.timeout, self.connect_timeout, self.breaker = timeout, connect_timeout, breaker
         self.replica_reads = replica_reads
