@@ -305,6 +305,8 @@ int sc_hit_cost(const bench_env *e, scenario_out *out) {
   rc = sizes_pass(&h, out, q);
   slowlog_settings(h.ctl, thr, len, sizeof thr, 1);
   if (rc == 0)
+    rc = hc_hook_pass(&h, out, q);
+  if (rc == 0)
     rc = hc_memory_pass(&h, out, q);
 done:
   if (rc)

@@ -23,5 +23,8 @@ redisReply *hc_cmd(redisContext *c, const char *fmt, ...);
 void hc_cmd_free(redisContext *c, const char *fmt, ...);
 /* Appends the memory figures to out->params and closes it. 0 or -1. */
 int hc_memory_pass(hc *h, scenario_out *out, int q);
+/* Appends the event hook's cost (no hook vs a no-op hook) to out->params
+ * (bench/hit_hook.c). 0 or -1. */
+int hc_hook_pass(hc *h, scenario_out *out, int q);
 
 #endif

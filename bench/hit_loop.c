@@ -5,7 +5,9 @@
  *
  *   hit_loop [K]          K xf_get_or_compute hits on one key (default 10000)
  *   hit_loop [K] many     K xf_get_or_compute_many batches of 100 warm keys
- *   hit_loop [K] --port P against the redis-server on 127.0.0.1:P */
+ *   hit_loop [K] --port P against the redis-server on 127.0.0.1:P
+ *   hit_loop [K] hook     with a no-op event hook (options.on_event): its
+ *                         cost against the same run without it */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,13 @@ static size_t lens[MANY];
 static int loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)ud, (void)key, (void)keylen;
   return xf_sink_set(sink, "v", 1);
+}
+
+static unsigned long events_seen;
+
+static void noop_hook(const xf_event *ev, void *ud) {
+  (void)ev, (void)ud;
+  events_seen++;
 }
 
 static int hits(xf_client *c, const xf_policy *p, long k, int many) {
@@ -51,10 +60,12 @@ __attribute__((noinline)) int run_hits(xf_client *c, const xf_policy *p, long k,
 
 int main(int argc, char **argv) {
   long k = 10000;
-  int many = 0, port = 0;
+  int many = 0, port = 0, hook = 0;
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "many"))
       many = 1;
+    else if (!strcmp(argv[i], "hook"))
+      hook = 1;
     else if (!strcmp(argv[i], "--port") && i + 1 < argc)
       port = atoi(argv[++i]);
     else
@@ -67,6 +78,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   xf_options o = target_options(&t);
+  if (hook)
+    o.on_event = noop_hook;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   xf_policy p = XF_POLICY_INIT;
@@ -84,8 +97,9 @@ int main(int argc, char **argv) {
     rc = XF_EREDIS;
   double s = (double)(now_us() - t0) / 1e6;
   if (rc == XF_OK)
-    printf("hit_loop: %ld %s in %.3f s (%.1f us each)\n", k,
-           many ? "batches of 100 hits" : "hits", s, s * 1e6 / (double)k);
+    printf("hit_loop: %ld %s in %.3f s (%.1f us each)%s\n", k,
+           many ? "batches of 100 hits" : "hits", s, s * 1e6 / (double)k,
+           hook ? ", no-op event hook" : "");
   else
     fprintf(stderr, "hit_loop: %s: %s\n", xf_strerror(rc), c ? xf_errmsg(c) : "");
   xf_client_close(c);

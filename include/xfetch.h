@@ -112,6 +112,77 @@ typedef struct xf_tls_options {
   int no_verify;           /* non-zero: accept any certificate (insecure) */
 } xf_tls_options;
 
+/* ---- Events ---------------------------------------------------------------
+ *
+ * One hook (xf_options.on_event) reports what the flow did, synchronously,
+ * in the thread (or on the loop) of the call, for every driver: the same
+ * events for xf_get_or_compute, the batch, pool and event-loop drivers and
+ * xf_call_*. Unset, it costs one predictable branch per event site. The
+ * hook must not call into the same client; it must be quick (it runs on the
+ * hit path). The event and its strings are valid only during the hook.
+ *
+ * Each get-or-compute (and get) call reports exactly one result event:
+ * XF_EV_HIT, XF_EV_EARLY, XF_EV_MISS, XF_EV_STALE or XF_EV_FAIL_OPEN (or,
+ * once the near cache lands, XF_EV_NEAR); the others say what happened on
+ * the way. For metrics, count calls by result from those five. */
+typedef enum xf_event_type {
+  XF_EV_HIT = 0,             /* result: a fresh value served from Redis */
+  XF_EV_MISS = 1,            /* result: no usable value; this call loaded, waited
+                                for another's load, or failed */
+  XF_EV_EARLY = 2,           /* result: XFetch elected this call to refresh a
+                                fresh value early (it still serves a value) */
+  XF_EV_STALE = 3,           /* result: a value past its ttl was served (stale_ms
+                                while another refreshes, stale_if_error_ms) */
+  XF_EV_FAIL_OPEN = 4,       /* result: Redis could not be used (rc: why); the
+                                loader runs (or the share answers) uncached */
+  XF_EV_NEAR = 5,            /* result: served from the near cache (reserved) */
+  XF_EV_LEASE_WON = 6,       /* this call holds the key's lease */
+  XF_EV_LEASE_LOST = 7,      /* another caller holds it */
+  XF_EV_LOAD_START = 8,      /* the loader is about to run */
+  XF_EV_LOAD_DONE = 9,       /* it ran: duration_us, rc 0 or its non-zero code */
+  XF_EV_WAIT = 10,           /* a wait for another caller's load ended:
+                                duration_us from its start to the last wake-up */
+  XF_EV_LOCAL = 11,          /* the share answered instead of the loader */
+  XF_EV_SUPERSEDED = 12,     /* a write was refused: a newer value or a delete won */
+  XF_EV_BREAKER_OPEN = 13,   /* server's connection failed: calls skip it */
+  XF_EV_BREAKER_CLOSED = 14, /* server's connection is back */
+  XF_EV_RECONNECT = 15,      /* a connection to server was opened again */
+  XF_EV_REDIRECT = 16,       /* Cluster MOVED / ASK followed (server: where to) */
+  XF_EV_INVALIDATION = 17    /* a tracked key was invalidated (reserved) */
+} xf_event_type;
+
+/* Which driver ran the call. */
+typedef enum xf_driver {
+  XF_DRIVER_BLOCKING = 0, /* xf_get_or_compute, xf_get, xf_set, xf_delete */
+  XF_DRIVER_BATCH = 1,    /* xf_get_or_compute_many (_batch) */
+  XF_DRIVER_POOL = 2,     /* xf_pool_* */
+  XF_DRIVER_ASYNC = 3,    /* xf_async_* */
+  XF_DRIVER_CALL = 4      /* xf_call_* (the sans-I/O call) */
+} xf_driver;
+
+/* What the hook receives. key: the user's key (without the prefix; not
+ * NUL-terminated), NULL for a server's events; server: "host:port" (or the
+ * Unix path) for breaker, reconnect and redirect events, else NULL. */
+typedef struct xf_event {
+  xf_event_type type;
+  xf_driver driver;
+  const char *key;
+  size_t keylen;
+  const char *server;
+  int source;          /* the xf_source served (HIT, EARLY, STALE, LOCAL), or -1 */
+  int64_t duration_us; /* LOAD_DONE: the loader's time; WAIT: the wait's */
+  int rc;              /* LOAD_DONE: 0 or the loader's code; FAIL_OPEN: the
+                          XF_E* that made Redis unusable; else 0 */
+} xf_event;
+
+/* The hook (see xf_options.on_event). */
+typedef void (*xf_event_fn)(const xf_event *ev, void *ud);
+
+/* The name of an event type ("hit", "lease_won", ...; "?" if unknown), and of
+ * a driver ("blocking", "batch", "pool", "async", "call"). Static strings. */
+XF_EXPORT const char *xf_event_name(int type);
+XF_EXPORT const char *xf_driver_name(int driver);
+
 /* Connection options. Zero (or NULL) in any field means its default, so
  * XF_OPTIONS_INIT (all zero) connects to 127.0.0.1:6379, db 0. Strings are
  * copied by xf_client_open; the struct may be freed afterwards. */
@@ -171,6 +242,12 @@ typedef struct xf_options {
   xf_interrupt_fn interrupt;
   void *interrupt_ud;
   xf_tls_options tls; /* {0}: plain TCP; see xf_tls_options */
+  /* NULL, or called with on_event_ud for each event of the client's calls
+   * and connections (see xf_event): every driver, the same events. */
+  xf_event_fn on_event;
+  void *on_event_ud;
+  int disabled; /* non-zero: the client starts bypassed (xf_client_set_enabled)
+                   and xf_client_open connects to nothing */
 } xf_options;
 
 #define XF_OPTIONS_INIT                                                                    \
@@ -270,6 +347,16 @@ typedef struct xf_client xf_client;
  * error *out is NULL and the code says why (XF_ECONNECT, XF_EAUTH, XF_EINVAL,
  * XF_ENOMEM). opts NULL means all defaults. */
 XF_EXPORT int xf_client_open(xf_client **out, const xf_options *opts);
+
+/* The bypass switch: with enabled 0, every call of the client (any driver
+ * using it) sends nothing to Redis: get-or-compute runs the loader and
+ * returns its value (source XF_SOURCE_UNCACHED; stats.bypassed counts them,
+ * no event but LOAD_START / LOAD_DONE), xf_get returns XF_ENOTFOUND, xf_set
+ * and xf_delete return XF_OK having done nothing. Enabled 1 (the default)
+ * caches again. A call reads the switch when it starts. Not thread-safe
+ * against the client's own calls (a client is one thread's). Pools and
+ * event-loop handles take options.disabled for their clients. */
+XF_EXPORT void xf_client_set_enabled(xf_client *c, int enabled);
 
 /* Closes the connection and frees the client. NULL-safe. */
 XF_EXPORT void xf_client_close(xf_client *c);
@@ -431,6 +518,7 @@ typedef struct xf_stats {
   uint64_t malformed;     /* entries read that xfetch did not write as they
                              are (a field out of range or not a number):
                              each is a miss, recomputed and overwritten */
+  uint64_t bypassed;      /* calls made while disabled (xf_client_set_enabled) */
 } xf_stats;
 
 /* Copies the client's counters into *out. */

@@ -44,6 +44,30 @@ typedef struct xf_tls_options {
   int no_verify;
 } xf_tls_options;
 
+typedef enum xf_event_type {
+  XF_EV_HIT = 0, XF_EV_MISS = 1, XF_EV_EARLY = 2, XF_EV_STALE = 3, XF_EV_FAIL_OPEN = 4,
+  XF_EV_NEAR = 5, XF_EV_LEASE_WON = 6, XF_EV_LEASE_LOST = 7, XF_EV_LOAD_START = 8,
+  XF_EV_LOAD_DONE = 9, XF_EV_WAIT = 10, XF_EV_LOCAL = 11, XF_EV_SUPERSEDED = 12,
+  XF_EV_BREAKER_OPEN = 13, XF_EV_BREAKER_CLOSED = 14, XF_EV_RECONNECT = 15,
+  XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17
+} xf_event_type;
+typedef enum xf_driver {
+  XF_DRIVER_BLOCKING = 0, XF_DRIVER_BATCH = 1, XF_DRIVER_POOL = 2, XF_DRIVER_ASYNC = 3,
+  XF_DRIVER_CALL = 4
+} xf_driver;
+typedef struct xf_event {
+  xf_event_type type;
+  xf_driver driver;
+  const char *key;
+  size_t keylen;
+  const char *server;
+  int source;
+  int64_t duration_us;
+  int rc;
+} xf_event;
+typedef void (*xf_event_fn)(const xf_event *ev, void *ud);
+const char *xf_event_name(int type);
+const char *xf_driver_name(int driver);
 typedef struct xf_options {
   const char *host;
   int port;
@@ -66,6 +90,9 @@ typedef struct xf_options {
   xf_interrupt_fn interrupt;
   void *interrupt_ud;
   xf_tls_options tls;
+  xf_event_fn on_event;
+  void *on_event_ud;
+  int disabled;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
@@ -101,6 +128,7 @@ void xf_value_free(xf_value *v);
 typedef struct xf_client xf_client;
 int xf_client_open(xf_client **out, const xf_options *opts);
 void xf_client_close(xf_client *c);
+void xf_client_set_enabled(xf_client *c, int enabled);
 const char *xf_errmsg(const xf_client *c);
 int xf_loader_error(const xf_client *c);
 
@@ -140,6 +168,7 @@ typedef struct xf_stats {
   uint64_t map_refreshes;
   uint64_t connections;
   uint64_t malformed;
+  uint64_t bypassed;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 
@@ -151,6 +180,8 @@ extern "Python" int _xf_py_key_loader(void *ud, const char *key, size_t keylen,
 extern "Python" int _xf_py_batch_loader(void *ud, size_t n, const char *const *keys,
                                         const size_t *keylens, xf_sink *const *sinks);
 extern "Python" int _xf_py_interrupt(void *ud);
+/* The event hook (xf_options.on_event): _events.py. */
+extern "Python" void _xf_py_event(const xf_event *ev, void *ud);
 
 typedef struct xf_pool xf_pool;
 int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,

@@ -3,16 +3,20 @@
 
 #include "breaker.h"
 
-void xf__breaker_trip(xf__breaker *b, int breaker_ms, int64_t now_ms, const char *why) {
+int xf__breaker_trip(xf__breaker *b, int breaker_ms, int64_t now_ms, const char *why) {
   if (why != b->why) /* a caller may pass the breaker's own message again */
     snprintf(b->why, sizeof b->why, "%s", why);
+  int opened = !b->tripped && breaker_ms >= 0;
   b->tripped = 1;
   b->retry_after_ms = breaker_ms >= 0 ? now_ms + breaker_ms : INT64_MIN;
+  return opened;
 }
 
-void xf__breaker_close(xf__breaker *b) {
+int xf__breaker_close(xf__breaker *b) {
+  int was_open = b->tripped && b->retry_after_ms != INT64_MIN;
   b->tripped = 0;
   b->retry_after_ms = 0;
+  return was_open;
 }
 
 xf__breaker_state xf__breaker_state_at(const xf__breaker *b, int64_t now_ms) {

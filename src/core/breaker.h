@@ -21,11 +21,13 @@ typedef struct xf__breaker {
 } xf__breaker;
 
 /* A failure at now_ms (why copied): open for breaker_ms; with breaker_ms
- * negative it never opens (why is still kept). */
-void xf__breaker_trip(xf__breaker *b, int breaker_ms, int64_t now_ms, const char *why);
+ * negative it never opens (why is still kept). Returns 1 when this failure
+ * opened it (it was closed: an episode starts), else 0. */
+int xf__breaker_trip(xf__breaker *b, int breaker_ms, int64_t now_ms, const char *why);
 
-/* A connection came up (or a forked child starts afresh): closed. */
-void xf__breaker_close(xf__breaker *b);
+/* A connection came up (or a forked child starts afresh): closed. Returns 1
+ * when it was open (or half-open): an episode ends. */
+int xf__breaker_close(xf__breaker *b);
 
 xf__breaker_state xf__breaker_state_at(const xf__breaker *b, int64_t now_ms);
 

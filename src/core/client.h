@@ -53,6 +53,11 @@ struct xf_client {
   int64_t clock_fresh_until_ms; /* driver ms: until then a read goes plain; past
                                    it, the read script refreshes the estimate */
   int loader_rc;
+  xf_event_fn on_event; /* options.on_event (event.h); NULL = none */
+  void *on_event_ud;
+  int disabled;     /* the bypass switch (xf_client_set_enabled) */
+  xf_driver driver; /* whose calls these are, for events: blocking unless a
+                       pool or event-loop handle owns the client */
   xf_stats stats;
   char errstr[256];
   char conn_err[256]; /* the event-loop driver's: why its connection dropped */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "event.h"
 #include "flow_steps.h"
 #include "policy.h"
 #include "script.h"
@@ -63,6 +64,8 @@ xf__step xf__flow_send(xf__flow *f, int state) {
 }
 
 xf__step xf__flow_done(xf__flow *f, int rc) {
+  if (f->pending)
+    xf__flow_settle(f);
   f->rc = rc;
   f->state = XF__DONE;
   xf__flow_abandon(f);
@@ -95,12 +98,15 @@ int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source so
  * checks (p: the policy to check, NULL = none). */
 /* Sets the flow up and builds its key, unless rc already failed the call (a
  * bad argument of the kind's own: nothing of the key is read then). */
-static int begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
-                 const xf_policy *p, xf_value *out, int rc, int64_t now_ms) {
+static inline __attribute__((always_inline)) int
+begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
+      const xf_policy *p, xf_value *out, int rc, int64_t now_ms) {
   f->kind = kind;
   f->input_ms = now_ms;
   f->clock = NULL;
   f->c = c;
+  f->driver = c->driver;
+  f->pending = 0;
   f->p = p;
   f->user_key = key;
   f->user_keylen = keylen;
@@ -133,12 +139,18 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
                   "wait on its own lease)",
                   shown, key, shown, key);
   }
+  if (rc == XF_OK && c->disabled)
+    return xf__flow_bypass(f);
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
 
 xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                             xf_value *out, int64_t now_ms) {
   int rc = begin(f, XF_KIND_GET, c, key, keylen, NULL, out, XF_OK, now_ms);
+  if (rc == XF_OK && c->disabled) {
+    c->stats.bypassed++;
+    rc = xf__fail(c, XF_ENOTFOUND, "the client is disabled (bypass): nothing is read");
+  }
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
 
@@ -152,8 +164,8 @@ xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t k
     rc = xf__fail(c, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
                   c->max_value_len);
   rc = begin(f, XF_KIND_SET, c, key, keylen, p, NULL, rc, now_ms);
-  if (rc != XF_OK)
-    return xf__flow_done(f, rc);
+  if (rc != XF_OK || c->disabled)
+    return xf__flow_done(f, rc == XF_OK ? (c->stats.bypassed++, XF_OK) : rc);
   /* As if a loader had produced it now: the entry keeps its delta, and the
    * server dates it (start_ms -1), so a computation that started earlier
    * cannot overwrite it. */
@@ -171,6 +183,8 @@ xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t k
 xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                                int64_t now_ms) {
   int rc = begin(f, XF_KIND_DELETE, c, key, keylen, NULL, NULL, XF_OK, now_ms);
+  if (rc == XF_OK && c->disabled)
+    return xf__flow_done(f, (c->stats.bypassed++, XF_OK));
   return rc == XF_OK ? xf__flow_send(f, XF__DELETE) : xf__flow_done(f, rc);
 }
 
@@ -207,9 +221,11 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   const xf__entry *e = &f->e;
   if (rc == XF_OK && (!e->value || e->remaining_ms <= 0 || e->negative)) {
     f->c->stats.misses++; /* absent, stale, a cached not-found, malformed */
+    xf__emit(f, XF_EV_MISS, -1, 0, 0);
     rc = XF_ENOTFOUND;
   } else if (rc == XF_OK) {
     f->c->stats.hits++;
+    xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);
     rc = xf__flow_serve_bytes(f, e->value, e->len, XF_SOURCE_CACHE);
   }
   return xf__flow_done(f, rc);
@@ -227,8 +243,10 @@ static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
     rc = xf__entry_parse_int(f->c, r, deleting ? "delete" : "write", &applied);
   if (deleting)
     return xf__flow_done(f, rc); /* applied: 0 when there was nothing to delete */
-  if (rc == XF_OK && !applied)
+  if (rc == XF_OK && !applied) {
     f->c->stats.superseded++;
+    xf__emit(f, XF_EV_SUPERSEDED, -1, 0, 0);
+  }
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_written(f, rc == XF_OK && applied);
   if (rc == XF_OK && !applied)

@@ -43,7 +43,8 @@ typedef enum xf__kind {
 typedef enum xf__load_kind {
   XF_LOAD_LEASED,
   XF_LOAD_GAVE_UP,
-  XF_LOAD_UNCACHED
+  XF_LOAD_UNCACHED,
+  XF_LOAD_BYPASS /* the client is disabled: nothing is sent, nothing shared */
 } xf__load_kind;
 
 typedef struct xf__flow {
@@ -85,6 +86,9 @@ typedef struct xf__flow {
   int64_t start_ms;                   /* server time the computation is dated by */
   int64_t waited_from_ms, give_up_ms; /* the driver's clock */
   int64_t delta_us;
+  xf_driver driver; /* for events: the client's when the call started */
+  int pending;      /* events owed when the outcome is known (flow_compute.c) */
+  int64_t woke_ms;  /* the driver's clock at the last wake-up of a wait */
   xf__write w;
   xf__nest nest; /* while its loader runs: this thread computes key */
   char msg[256]; /* the loader's message, kept across the release */

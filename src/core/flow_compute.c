@@ -11,6 +11,7 @@
 
 #include "client.h"
 #include "decide.h"
+#include "event.h"
 #include "flow_steps.h"
 #include "policy.h"
 
@@ -25,6 +26,28 @@
  * read-only, out of memory...): every step fails open the same way. */
 static int is_unreachable(int rc) {
   return rc == XF_EIO || rc == XF_ECONNECT || rc == XF_EUNAVAILABLE;
+}
+
+/* ---- events owed ------------------------------------------------------------- */
+
+/* f->pending: a miss's result is told once the call neither serves stale nor
+ * fails open (each call reports one result); a wait's end once it is over. */
+#define PENDING_MISS 1
+#define PENDING_WAIT 2
+
+void xf__flow_settle(xf__flow *f) {
+  int pending = f->pending;
+  f->pending = 0;
+  if (pending & PENDING_WAIT)
+    xf__emit(f, XF_EV_WAIT, -1, (f->woke_ms - f->waited_from_ms) * 1000, 0);
+  if (pending & PENDING_MISS)
+    xf__emit(f, XF_EV_MISS, -1, 0, 0);
+}
+
+/* The call's result is other than a miss (stale, fail-open). */
+static void result_instead_of_miss(xf__flow *f, xf_event_type type, int source, int rc) {
+  f->pending &= ~PENDING_MISS;
+  xf__emit(f, type, source, 0, rc);
 }
 
 /* ---- the lease ----------------------------------------------------------------- */
@@ -44,8 +67,10 @@ int64_t xf__flow_lease_ms(const xf__flow *f) {
 
 /* Hands the entry's value (or its cached "not found") to the caller. */
 static int serve_entry(xf__flow *f, const xf__entry *e, xf_source source) {
-  if (source == XF_SOURCE_STALE)
+  if (source == XF_SOURCE_STALE) {
     f->c->stats.stale++;
+    result_instead_of_miss(f, XF_EV_STALE, XF_SOURCE_STALE, 0);
+  }
   return e->negative ? xf__fail(f->c, XF_ENOTFOUND, "cached not-found")
                      : xf__flow_serve_bytes(f, e->value, e->len, source);
 }
@@ -60,7 +85,7 @@ static int serve_sink(xf__flow *f, xf_source source) {
     return xf__fail(f->c, XF_ENOTFOUND, "the loader found nothing");
   f->out->data = xf__sink_take(&f->sink, &f->out->len);
   f->out->source = source;
-  if (source == XF_SOURCE_UNCACHED)
+  if (source == XF_SOURCE_UNCACHED && f->load != XF_LOAD_BYPASS)
     f->c->stats.uncached++;
   return XF_OK;
 }
@@ -89,7 +114,21 @@ static xf__step load(xf__flow *f, xf__load_kind kind) {
   f->state = XF__LOAD;
   xf__sink_init(&f->sink, f->c->max_value_len);
   f->c->stats.loads++;
+  if (f->pending)
+    xf__flow_settle(f);
+  xf__emit(f, XF_EV_LOAD_START, -1, 0, 0);
   return XF_STEP_LOAD;
+}
+
+/* Redis cannot be used (rc): the loader runs, nothing is cached. */
+static xf__step fail_open(xf__flow *f, int rc) {
+  result_instead_of_miss(f, XF_EV_FAIL_OPEN, -1, rc);
+  return load(f, XF_LOAD_UNCACHED);
+}
+
+xf__step xf__flow_bypass(xf__flow *f) {
+  f->c->stats.bypassed++;
+  return load(f, XF_LOAD_BYPASS);
 }
 
 /* What the loader's result does to the entry. A value, or a not-found to
@@ -144,13 +183,14 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
     lrc = -1, xf__fail(c, XF_ELOADER, "loader returned 0 without xf_sink_set");
   else if (lrc != 0)
     xf__fail(c, XF_ELOADER, "loader returned %d", lrc);
+  xf__emit(f, XF_EV_LOAD_DONE, -1, delta_us, lrc);
   if (lrc != 0) {
     c->loader_rc = lrc;
     c->stats.load_errors++;
     xf__sink_clear(&f->sink);
     return load_failed(f);
   }
-  if (f->load == XF_LOAD_UNCACHED)
+  if (f->load == XF_LOAD_UNCACHED || f->load == XF_LOAD_BYPASS)
     return xf__flow_done(f, serve_sink(f, XF_SOURCE_UNCACHED));
   f->delta_us = delta_us;
   f->w = what_to_write(f);
@@ -168,6 +208,7 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
   if (rc == XF_ECANCELED) /* interrupted while waiting for the share's flight */
     return xf__flow_done(f, xf__fail(f->c, rc, "interrupted (options.interrupt)"));
   f->c->stats.local++;
+  xf__emit(f, XF_EV_LOCAL, XF_SOURCE_LOCAL, 0, rc);
   if (rc != XF_OK) {
     free(data);
     if (rc == XF_ELOADER)
@@ -202,6 +243,7 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   xf__entry *e = &f->e;
   if (f->round == 0) {
     f->c->stats.lease_lost++;
+    xf__emit(f, XF_EV_LEASE_LOST, -1, 0, 0);
     /* The wait budget starts here, not at the read: a batch may hold a
      * miss's lease request back while its earlier keys load (batch.c). */
     f->waited_from_ms = now_ms;
@@ -222,8 +264,11 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
                                        (long long)f->p->wait_ms));
     return load(f, XF_LOAD_GAVE_UP);
   }
-  if (f->round == 0)
+  if (f->round == 0) {
     f->c->stats.waits++;
+    f->pending |= PENDING_WAIT;
+    f->woke_ms = now_ms;
+  }
   f->wake_ms = now_ms + poll_interval_ms(now_ms - f->waited_from_ms, left_ms);
   f->state = XF__WAIT;
   return XF_STEP_WAIT;
@@ -243,6 +288,7 @@ static xf__step miss(xf__flow *f, int64_t now_ms) {
 
 xf__step xf__flow_woke(xf__flow *f, int64_t now_ms) {
   f->input_ms = now_ms;
+  f->woke_ms = now_ms;
   f->round++;
   return xf__flow_send(f, XF__READ);
 }
@@ -263,8 +309,10 @@ xf__step xf__flow_cancel(xf__flow *f) {
  * loader says the value is gone (see what_to_write). */
 static xf__step refresh_early(xf__flow *f) {
   f->c->stats.early++;
+  xf__emit(f, XF_EV_EARLY, XF_SOURCE_CACHE, 0, 0);
   if (f->e.lease_live) { /* someone is refreshing already */
     f->c->stats.lease_lost++;
+    xf__emit(f, XF_EV_LEASE_LOST, -1, 0, 0);
     return serve(f, XF_SOURCE_CACHE);
   }
   xf__entry_token(f->c, f->token);
@@ -284,7 +332,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     f->token[0] = '\0';
     if (f->refresh)
       return serve(f, XF_SOURCE_CACHE);
-    return is_unreachable(rc) ? load(f, XF_LOAD_UNCACHED) : xf__flow_done(f, rc);
+    return is_unreachable(rc) ? fail_open(f, rc) : xf__flow_done(f, rc);
   }
   if (won == XF_LEASE_NOTHING) { /* this caller came during a load that found nothing */
     f->token[0] = '\0';
@@ -301,10 +349,14 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     if (!f->refresh)
       return lease_held_elsewhere(f, now_ms);
     f->c->stats.lease_lost++;
+    xf__emit(f, XF_EV_LEASE_LOST, -1, 0, 0);
     return serve(f, XF_SOURCE_CACHE);
   }
   f->start_ms = lease_ms;
   f->had_value = f->refresh || f->e.value != NULL || f->e.malformed;
+  if (f->pending) /* the miss (and a wait) before the lease, in order */
+    xf__flow_settle(f);
+  xf__emit(f, XF_EV_LEASE_WON, -1, 0, 0);
   return load(f, XF_LOAD_LEASED);
 }
 
@@ -312,7 +364,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
 
 xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
   if (is_unreachable(rc))
-    return load(f, XF_LOAD_UNCACHED);
+    return fail_open(f, rc);
   if (rc != XF_OK)
     return xf__flow_done(f, rc);
   xf__entry *e = &f->e;
@@ -327,10 +379,12 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
   }
   if (!fresh) {
     f->c->stats.misses++;
+    f->pending |= PENDING_MISS;
     return miss(f, now_ms);
   }
   if (xf__recompute_early(&f->c->rng, e->remaining_ms, e->delta_us, f->p->beta))
     return refresh_early(f);
   f->c->stats.hits++;
+  xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);
   return serve(f, XF_SOURCE_CACHE);
 }

@@ -41,4 +41,11 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
 xf__step xf__flow_written(xf__flow *f, int ok);
 xf__step xf__flow_released(xf__flow *f, xf__reply *r);
 
+/* The events a call owes once its outcome is known (f->pending: a wait's
+ * end, a miss's result), emitted by xf__flow_done and before a load. */
+void xf__flow_settle(xf__flow *f);
+
+/* A get-or-compute on a disabled client: straight to the loader, uncached. */
+xf__step xf__flow_bypass(xf__flow *f);
+
 #endif

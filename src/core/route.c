@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "event.h"
 #include "reply.h"
 #include "route.h"
 #include "script.h"
@@ -267,6 +268,11 @@ static xf__route_act redirected(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
   }
   c->stats.redirects++;
   const char *host = d->host[0] ? d->host : r->nodes[h->node].host;
+  if (c->on_event) {
+    char name[300];
+    snprintf(name, sizeof name, "%s:%d", host, d->port);
+    xf__emit_server(c, XF_EV_REDIRECT, name, c->driver);
+  }
   if (d->kind == XF_CLUSTER_ASK) { /* the map stays: the slot is only migrating */
     int at = xf__route_node_at(r, host, d->port);
     if (at < 0)

@@ -272,7 +272,7 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
     loop->cleanup(loop->data);
     return XF_EINVAL;
   }
-  int connect_now = !o.lazy_connect;
+  int connect_now = !o.lazy_connect && !o.disabled;
   o.lazy_connect = 1; /* the core never connects: the flow's state only */
   xf_async *ac = calloc(1, sizeof *ac);
   int rc = !out ? XF_EINVAL : !ac ? XF_ENOMEM : xf_client_open(&ac->core, &o);
@@ -281,6 +281,7 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
     loop->cleanup(loop->data);
     return rc;
   }
+  ac->core->driver = XF_DRIVER_ASYNC;
   ac->loop = *loop;
   ac->armed_ms = -1;
   if ((rc = xf__aroute_open(ac, connect_now)) != XF_OK) {

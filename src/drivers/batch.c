@@ -185,8 +185,11 @@ static int run_many(xf_client *c, size_t n, const char *const *keys, const size_
   }
   b.lease_ms = p ? p->lease_ms : 0;
   int64_t now_ms = xf__now_ms();
+  xf_driver driver = c->driver; /* the flows' events name the batch driver */
+  c->driver = XF_DRIVER_BATCH;
   for (size_t i = 0; i < n; i++)
     b.steps[i] = xf__flow_start(&b.flows[i], c, keys[i], keylens[i], p, &values[i], now_ms);
+  c->driver = driver;
   xf__batch_read_all(&b);
   while ((stop_if_canceled(&b), send_all(&b, l) || load_all(&b, l) || wake_due(&b)))
     ;

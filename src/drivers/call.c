@@ -77,6 +77,17 @@ static int call_new(xf_call **out, xf_client *c, const char *key, size_t keylen,
   return XF_OK;
 }
 
+/* The flow's events name this driver (the flow takes the client's at its
+ * start): around each start. */
+#define AS_CALL(c, expr)                                                                   \
+  ({                                                                                       \
+    xf_driver driver_ = (c)->driver;                                                       \
+    (c)->driver = XF_DRIVER_CALL;                                                          \
+    xf__step step_ = (expr);                                                               \
+    (c)->driver = driver_;                                                                 \
+    step_;                                                                                 \
+  })
+
 int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
                   const xf_policy *policy, int64_t now_ms) {
   xf_call *call;
@@ -88,7 +99,8 @@ int xf_call_start(xf_call **out, xf_client *c, const char *key, size_t keylen,
   }
   call->policy = *policy;
   advance(call,
-          xf__flow_start(&call->f, c, call->key, keylen, &call->policy, &call->out, now_ms),
+          AS_CALL(c, xf__flow_start(&call->f, c, call->key, keylen, &call->policy,
+                                    &call->out, now_ms)),
           now_ms);
   *out = call;
   return XF_OK;
@@ -100,8 +112,10 @@ int xf_call_start_get(xf_call **out, xf_client *c, const char *key, size_t keyle
   int rc = call_new(out, c, key, keylen, &call);
   if (rc != XF_OK)
     return rc;
-  advance(call, xf__flow_start_get(&call->f, c, call->key, keylen, &call->out, now_ms),
-          now_ms);
+  advance(
+      call,
+      AS_CALL(c, xf__flow_start_get(&call->f, c, call->key, keylen, &call->out, now_ms)),
+      now_ms);
   *out = call;
   return XF_OK;
 }
@@ -139,8 +153,8 @@ int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keyle
     kept = len ? memcpy(call->data, data, len) : call->data;
   }
   return started(out, call,
-                 xf__flow_start_set(&call->f, c, call->key, keylen, kept, len,
-                                    policy ? &call->policy : NULL, now_ms),
+                 AS_CALL(c, xf__flow_start_set(&call->f, c, call->key, keylen, kept, len,
+                                               policy ? &call->policy : NULL, now_ms)),
                  now_ms);
 }
 
@@ -150,7 +164,8 @@ int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t ke
   int rc = call_new(out, c, key, keylen, &call);
   if (rc != XF_OK)
     return rc;
-  return started(out, call, xf__flow_start_delete(&call->f, c, call->key, keylen, now_ms),
+  return started(out, call,
+                 AS_CALL(c, xf__flow_start_delete(&call->f, c, call->key, keylen, now_ms)),
                  now_ms);
 }
 

@@ -126,6 +126,8 @@ static int checkout(xf_pool *p, int wait_ms, xf_client **out) {
     p->opening++;
     pthread_mutex_unlock(&p->lock);
     int rc = xf_client_open(&c, &p->opts);
+    if (rc == XF_OK)
+      c->driver = XF_DRIVER_POOL;
     pthread_mutex_lock(&p->lock);
     p->opening--;
     if (rc != XF_OK) {
@@ -321,6 +323,7 @@ int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
   /* One client now: bad options fail here, not on the first call. */
   xf_client *first = NULL;
   if (rc == XF_OK && (rc = xf_client_open(&first, &p->opts)) == XF_OK) {
+    first->driver = XF_DRIVER_POOL;
     p->all[0] = p->idle[0] = first;
     p->made = p->nidle = 1;
   }

@@ -33,6 +33,7 @@ typedef struct xf__aconn {
   xf__breaker breaker; /* no reconnect while open */
   int readonly;        /* READONLY goes first on every (re)connect: a replica's */
   xf__clock clock;     /* the server's clock (clock.h): forgotten on connect */
+  int was_up;          /* it was connected once: a connect now is a reconnect */
 } xf__aconn;
 
 /* What an async loader holds: the call it completes. */

@@ -17,6 +17,7 @@
 
 #include "async.h"
 #include "client_io.h"
+#include "event.h"
 #include "reader.h"
 #include "reply.h"
 #include "setup.h"
@@ -54,6 +55,19 @@ xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
   return cn;
 }
 
+/* The hook's event about cn's server (event.h). */
+static void server_event(const xf__aconn *cn, xf_event_type type) {
+  xf_client *c = cn->ac->core;
+  char name[300];
+  if (!c->on_event)
+    return;
+  if (cn->host)
+    snprintf(name, sizeof name, "%s:%d", cn->host, cn->port);
+  else
+    snprintf(name, sizeof name, "%s", c->unix_path ? c->unix_path : "?");
+  xf__emit_server(c, type, name, XF_DRIVER_ASYNC);
+}
+
 /* A connection failed: remember why and open its breaker, as the blocking
  * client does. */
 __attribute__((format(printf, 2, 3))) static void conn_failed(xf__aconn *cn,
@@ -64,7 +78,8 @@ __attribute__((format(printf, 2, 3))) static void conn_failed(xf__aconn *cn,
   vsnprintf(c->conn_err, sizeof c->conn_err, fmt, ap);
   va_end(ap);
   c->stats.redis_errors++;
-  xf__breaker_trip(&cn->breaker, c->breaker_ms, xf__now_ms(), c->conn_err);
+  if (xf__breaker_trip(&cn->breaker, c->breaker_ms, xf__now_ms(), c->conn_err))
+    server_event(cn, XF_EV_BREAKER_OPEN);
   if (!cn->connected) { /* never came up: calls move on to the next seed */
     cn->failed_connect = 1;
     xf__aseeds_down(cn);
@@ -81,7 +96,11 @@ static void on_connect(const redisAsyncContext *crac, int status) {
     xf__async_enter(ac); /* leaving re-arms the watchdog: now a command timeout */
     cn->connected = 1;
     cn->progress_ms = xf__now_ms();
-    xf__breaker_close(&cn->breaker);
+    if (xf__breaker_close(&cn->breaker))
+      server_event(cn, XF_EV_BREAKER_CLOSED);
+    if (cn->was_up)
+      server_event(cn, XF_EV_RECONNECT);
+    cn->was_up = 1;
     xf__conn_tune(ac->core, &rac->c, cn->host != NULL, 0); /* never fails: no timeout */
     xf__async_leave(ac);
     return;

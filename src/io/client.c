@@ -339,6 +339,9 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
     xf_client_close(c);
     return rc;
   }
+  c->on_event = o->on_event;
+  c->on_event_ud = o->on_event_ud;
+  c->disabled = o->disabled != 0;
   xf__route_init(&c->routes, c);
   /* The seeds first: the map is asked of them before any node is known. */
   for (int i = 0; !c->unix_path && i < c->nseeds; i++)
@@ -352,7 +355,7 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
     xf__pcg32_seed(&c->rng, random_u64(), c->id);
   pthread_once(&atfork_once, register_atfork);
   c->fork_generation = current_fork_generation();
-  if (!o->lazy_connect)
+  if (!o->lazy_connect && !o->disabled)
     rc = c->cluster == XF_CLUSTER_OFF || c->unix_path ? open_a_seed(c) : resolve_mode(c);
   if (rc != XF_OK) {
     xf_client_close(c);
@@ -400,6 +403,11 @@ int xf_ping(xf_client *c) {
 const char *xf_errmsg(const xf_client *c) { return c ? c->errstr : "client is NULL"; }
 
 int xf_loader_error(const xf_client *c) { return c ? c->loader_rc : 0; }
+
+void xf_client_set_enabled(xf_client *c, int enabled) {
+  if (c)
+    c->disabled = !enabled;
+}
 
 void xf_client_stats(const xf_client *c, xf_stats *out) {
   if (!out)

@@ -10,6 +10,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "conn.h"
+#include "event.h"
 #include "reader.h"
 #include "reply.h"
 #include "setup.h"
@@ -76,6 +77,13 @@ static struct timeval to_timeval(int ms) {
   return tv;
 }
 
+/* The hook's event about k's server (event.h). */
+static void server_event(xf_client *c, const xf__conn *k, xf_event_type type) {
+  char name[300];
+  if (c->on_event)
+    xf__emit_server(c, type, xf__conn_name(k, name, sizeof name), c->driver);
+}
+
 /* The breaker keeps why the connection went away, for its message (the
  * handle's errstr is cleared by every call). A call the interrupt ended, or
  * a release sent after one (c->grace_ms), says nothing about the server:
@@ -90,7 +98,8 @@ static void drop(xf_client *c, xf__conn *k, int rc) {
   if (rc == XF_ETLS)
     k->refused_rc = XF_ETLS;
   c->stats.redis_errors++;
-  xf__breaker_trip(&k->breaker, c->breaker_ms, xf__now_ms(), c->errstr);
+  if (xf__breaker_trip(&k->breaker, c->breaker_ms, xf__now_ms(), c->errstr))
+    server_event(c, k, XF_EV_BREAKER_OPEN);
 }
 
 /* The stream failed with rc: the reason on c, and whether the server closed
@@ -235,13 +244,17 @@ static int connect_now(xf_client *c, xf__conn *k) {
   k->refused_rc = rc == XF_EAUTH || rc == XF_EINVAL || rc == XF_ETLS ? rc : 0;
   if (rc != XF_OK) {
     drop(c, k, rc);
-  } else {
-    xf__breaker_close(&k->breaker);
-    if (!k->clock) /* NULL when out of memory: every read asks the server */
-      k->clock = malloc(sizeof *k->clock);
-    if (k->clock) /* maybe another server (a failover) */
-      xf__clock_reset(k->clock);
+    return rc;
   }
+  if (!k->clock) /* NULL when out of memory: every read asks the server */
+    k->clock = malloc(sizeof *k->clock);
+  if (k->clock) /* maybe another server (a failover) */
+    xf__clock_reset(k->clock);
+  if (xf__breaker_close(&k->breaker))
+    server_event(c, k, XF_EV_BREAKER_CLOSED);
+  if (k->was_up)
+    server_event(c, k, XF_EV_RECONNECT);
+  k->was_up = 1;
   return rc;
 }
 

@@ -25,6 +25,7 @@ typedef struct xf__conn {
   int readonly;          /* a replica serving reads: READONLY after connect */
   xf__breaker breaker;   /* no reconnect while open; why it was last dropped */
   int peer_closed;       /* the last failure was the server closing the socket */
+  int was_up;            /* it was connected once: a connect now is a reconnect */
   int refused_rc;        /* XF_EAUTH / XF_EINVAL / XF_ETLS: the last connect's AUTH
                             or SELECT was refused, or its TLS failed; the breaker
                             repeats it, never ECONNECT */

@@ -91,7 +91,8 @@ def test_stats_is_a_dict_of_counters(cache, counter):
     assert isinstance(s, dict)
     assert set(s) == {"hits", "misses", "early", "loads", "load_errors", "lease_lost",
                       "waits", "stale", "uncached", "redis_errors", "superseded",
-                      "local", "connections", "redirects", "map_refreshes", "malformed"}
+                      "local", "connections", "redirects", "map_refreshes", "malformed",
+                      "bypassed"}
     assert (s["hits"], s["misses"], s["loads"], s["load_errors"]) == (2, 1, 1, 0)
     assert s["connections"] == 1
 

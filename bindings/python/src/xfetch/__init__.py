@@ -13,6 +13,7 @@ still-valid value. A thin Python layer over the xfetch C library (cffi).
 """
 from ._cache import Cache, Fetched
 from ._decorator import cached
+from ._events import Event
 from ._errors import (AuthError, CanceledError, ConnectionError, ConnectionLostError, Error,
                       InvalidArgumentError, LoaderError, NotFoundError, OutOfMemoryError,
                       BusyError, NoPermissionError, ProtocolError, RedisError, SupersededError, TLSError,
@@ -28,7 +29,7 @@ except ImportError:  # pragma: no cover
 
 __version__ = "0.1.0"
 
-__all__ = ["Cache", "Fetched", "CachedFunction", "CachedMethod", "AsyncCachedFunction",
+__all__ = ["Cache", "Fetched", "Event", "CachedFunction", "CachedMethod", "AsyncCachedFunction",
            "AsyncCachedMethod", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",

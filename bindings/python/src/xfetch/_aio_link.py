@@ -70,6 +70,11 @@ class Link:
         self.opening = None
         self.retry_after = 0.0
         self.refused = None  # the TLSError the breaker repeats while open
+        self.tripped = self.was_up = False  # for the breaker's and reconnects' events
+
+    def name(self):
+        f = self.fields
+        return f["unix_path"] if f["unix_path"] else f"{f['host']}:{f['port']}"
 
     def failed(self):
         """A connect or request failed: the breaker opens."""
@@ -77,6 +82,9 @@ class Link:
         self.current = None
         if self.links.breaker > 0:
             self.retry_after = time.monotonic() + self.links.breaker
+            if not self.tripped:  # an episode starts: told once
+                self.tripped = True
+                self.links.events.server_event(lib.XF_EV_BREAKER_OPEN, self.name())
         self.refused = None
 
     async def connect(self):
@@ -99,7 +107,15 @@ class Link:
                 ls.tls))
         opening = self.opening
         try:
-            self.stream = self.current = await asyncio.shield(opening)
+            opened = await asyncio.shield(opening)
+            if opened is not self.stream:  # the first of the callers that awaited it
+                if self.tripped:
+                    self.tripped = False
+                    self.links.events.server_event(lib.XF_EV_BREAKER_CLOSED, self.name())
+                if self.was_up:
+                    self.links.events.server_event(lib.XF_EV_RECONNECT, self.name())
+                self.was_up = True
+            self.stream = self.current = opened
             return self.stream
         except TLSError as e:  # a misconfiguration: raised (by every call), not failed open
             self.failed()
@@ -136,7 +152,8 @@ class Links:
     are one thread's)."""
 
     def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads,
-                 tls=None):
+                 events, tls=None):
+        self.events = events
         self.client, self.unix_path = client, fields["unix_path"]
         self.tls = tls  # (ssl context, client certificate configured) for rediss://
         self.timeout, self.connect_timeout, self.breaker = timeout, connect_timeout, breaker

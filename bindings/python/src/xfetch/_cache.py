@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 
-from ._core import Config, check_loader, check_value, key_bytes, outcome, warn_slow
+from ._core import Config, check_loader, check_value, disabled, key_bytes, outcome
 from ._errors import check, error_for
 from ._native import ffi, lib
 from ._pool import Pool
@@ -46,6 +46,13 @@ class Cache:
            A call made from inside a loader (or a decorated function calling
            another) reuses its thread's connection, so nesting never opens more.
 
+    on_event: None, or a callable given an xfetch.Event for each thing the
+           cache does (hit, miss, load_done with its duration, breaker_opened,
+           ...), synchronously in the calling thread: keep it quick. The
+           `xfetch` logger and xfetch.metrics are fed by the same events.
+    enabled: False = bypass: every call runs the loader and nothing is sent
+           to Redis (no connection is made); see also disabled().
+
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a
     child process never uses the parent's connections. One connection is
@@ -61,13 +68,15 @@ class Cache:
                  max_connections: int | None = None, ssl_ca_certs: str | None = None,
                  ssl_ca_path: str | None = None, ssl_certfile: str | None = None,
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
-                 ssl_cert_reqs: str | None = None) -> None:
+                 ssl_cert_reqs: str | None = None,
+                 on_event: Callable[[Any], None] | None = None,
+                 enabled: bool = True) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         self._config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
                               max_key_len, max_value_len, share, lazy_connect,
-                              max_connections, ssl)
+                              max_connections, ssl, on_event, enabled, "sync")
         self._policies = self._config.policies
         self._pool = Pool(self._config)
 
@@ -106,13 +115,15 @@ class Cache:
                                        conn.handle, v)
             exc, st.exc, st.loader = st.exc, None, None
             result = outcome(rc, v, exc, key, kb, st.failures,
-                             lambda: error_for(rc, conn.ptr))
+                             lambda: error_for(rc, conn.ptr), self._config.events)
             if st.load_s > lease and result.source == "uncached":
                 # Its lease ran out and another caller took the key over (so
                 # loaded it too): the write was refused. The lease is twice
                 # the entry's last load time once one is cached, so this is a
                 # key's first slow load (or Redis was down).
-                warn_slow(key, st.load_s, lease)
+                self._config.events.slow_load(key, st.load_s, lease)
+            elif st.load_s:
+                self._config.events.load_fit(key)
             return result
         finally:
             exc = None
@@ -264,12 +275,19 @@ class Cache:
             exc = None
             self._pool.exit(conn, saved)
 
+    def disabled(self):
+        """Context manager: within the block (this thread only), calls on
+        this Cache run the loader every time and send nothing to Redis
+        (a context variable; asyncio tasks started inside inherit it)."""
+        return disabled(self._config)
+
     def stats(self) -> dict[str, int]:
         """Counters of this Cache in this process (a fork child starts at 0):
         hits, misses, early, loads, load_errors, lease_lost, waits, stale,
         uncached, redis_errors, superseded, local, redirects, map_refreshes
         (Redis Cluster), malformed (entries not as xfetch writes them: each a
-        miss, recomputed), plus connections (clients open now)."""
+        miss, recomputed), bypassed (calls made while disabled: enabled=False
+        or disabled()), plus connections (clients open now)."""
         return self._pool.stats()
 
     def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],

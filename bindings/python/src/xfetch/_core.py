@@ -5,10 +5,12 @@ Fetched or an exception and assemble stats here, so an option or a check
 exists on both faces by construction."""
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 
 from ._errors import InvalidArgumentError, check, error_for
+from ._events import Events
 from ._native import ffi, lib
 from ._policy import PolicyCache
 from ._runtime import Failures
@@ -88,8 +90,13 @@ class Config:
     (for repr and the aio face's own-key check)."""
 
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
-                 max_value_len, share, lazy_connect, max_connections, ssl=None):
+                 max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
+                 enabled=True, face="sync"):
         fields = parse_url(url)
+        if type(enabled) is not bool:
+            raise TypeError(f"enabled must be True or False, not {enabled!r}")
+        self.events = Events(on_event, face)  # logging, metrics, on_event
+        self.enabled = enabled
         tls = tls_options(fields, **(ssl or {}))
         if not isinstance(prefix, (str, bytes)):
             raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
@@ -123,6 +130,8 @@ class Config:
             "seed": seed or 0, "max_key_len": _size("max_key_len", max_key_len),
             "max_value_len": _size("max_value_len", max_value_len),
             "breaker_ms": round(breaker * 1000) if breaker > 0 else -1,
+            "on_event": lib._xf_py_event, "on_event_ud": self.events.handle,
+            "disabled": 0 if enabled else 1,
         })
         if tls is not None:  # rediss://: every connection over TLS
             for name in ("ca_file", "ca_dir", "cert_file", "key_file"):
@@ -138,7 +147,7 @@ class Config:
                       ) + f"/{fields['db']}"
         self.prefix = prefix
         self.seeded = seed is not None
-        self.lazy_connect = bool(lazy_connect)
+        self.lazy_connect = bool(lazy_connect) or not enabled  # disabled: no I/O at all
         self.max_connections = max_connections
         self.failures = Failures()  # loader exceptions, for the share's followers
         self.share = ffi.NULL
@@ -175,7 +184,7 @@ def value_of(v):
         lib.xf_value_free(v)
 
 
-def outcome(rc, v, exc, key, kb, failures, error):
+def outcome(rc, v, exc, key, kb, failures, error, events=None):
     """The result of a get-or-compute: rc and the value C gave, exc the
     loader's exception (if it ran and failed), error() the library error
     for rc. Returns Fetched or raises, the same on both faces."""
@@ -188,8 +197,11 @@ def outcome(rc, v, exc, key, kb, failures, error):
         # the loader's Exception is logged, not raised (counted in
         # stats()["load_errors"]).
         if exc is not None:
-            log.warning("loader for %r failed; served the %s value", key, result.source,
-                        exc_info=exc)
+            if events is not None:  # once per episode (until a load of the key succeeds)
+                events.refresh_failure(kb, result.source, exc)
+            else:
+                log.warning("loader for %r failed; served the %s value", key, result.source,
+                            exc_info=exc)
         return result
     if rc == lib.XF_ENOTFOUND:
         return Fetched(None, None)
@@ -200,6 +212,29 @@ def outcome(rc, v, exc, key, kb, failures, error):
         if exc is not None:
             raise exc
     raise error()
+
+
+# ---- the bypass switch ------------------------------------------------------------
+
+BYPASS = contextvars.ContextVar("xfetch_bypass", default=())  # the Configs bypassed
+
+
+def enabled_now(config):
+    """Whether this call of config's Cache uses Redis (Cache(enabled=),
+    Cache.disabled())."""
+    return config.enabled and config not in BYPASS.get()
+
+
+@contextlib.contextmanager
+def disabled(config):
+    """Within the block (this thread, or this asyncio task and the tasks it
+    starts), config's Cache runs the loader on each call and sends nothing
+    to Redis."""
+    token = BYPASS.set(BYPASS.get() + (config,))
+    try:
+        yield
+    finally:
+        BYPASS.reset(token)
 
 
 def warn_slow(key, took, lease):

@@ -10,6 +10,7 @@ import time
 
 from ._runtime import Timed
 from ._errors import Error
+from ._events import NAMESPACE
 from ._face import face_of
 from ._keys import _first_param, _key_builder, _scope, _takes_self
 from ._method import _CachedMethod
@@ -175,7 +176,7 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         async def set_(value, *args, **kwargs):
             return await store(make_key(*args, **kwargs), value)
 
-        wrapper = face.expose(call, like=func)
+        wrapper = face.expose(_labelled(call, namespace), like=func)
         wrapper.key = make_key
         wrapper.invalidate = face.expose(invalidate)
         wrapper.set = face.expose(set_)
@@ -184,6 +185,22 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         return _CachedMethod(wrapper) if _takes_self(func) else wrapper
 
     return decorate
+
+
+def _labelled(call, namespace):
+    """call, with namespace as the label of its events (xfetch.metrics: the
+    namespace label; Event.namespace), passed in a context variable."""
+    if namespace is None:
+        return call
+    label = str(namespace)
+
+    async def labelled(*args, **kwargs):
+        token = NAMESPACE.set(label)
+        try:
+            return await call(*args, **kwargs)
+        finally:
+            NAMESPACE.reset(token)
+    return labelled
 
 
 def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=None,
@@ -271,7 +288,7 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
         async def invalidate(*ids):
             return await face.call("delete_many", [make_key(i) for i in ids])
 
-        wrapper = face.expose(call, like=func)
+        wrapper = face.expose(_labelled(call, namespace), like=func)
         wrapper.key = make_key
         wrapper.invalidate = face.expose(invalidate)
         wrapper.original = func

@@ -7,7 +7,7 @@ import os
 import threading
 import weakref
 
-from ._core import STAT_FIELDS, stats_of
+from ._core import STAT_FIELDS, enabled_now, stats_of
 from ._errors import check, error_for
 from ._native import ffi, lib
 from ._runtime import CallState
@@ -19,7 +19,8 @@ class Conn:
     handle is the loader's user data, so a call allocates nothing for the
     callback (and the state does not refer back to the connection)."""
 
-    __slots__ = ("ptr", "value", "handle", "state", "gen", "share", "__weakref__")
+    __slots__ = ("ptr", "value", "handle", "state", "gen", "share", "enabled",
+                 "__weakref__")
 
     def __init__(self, ptr, gen, share, state, handle):
         self.ptr = ptr
@@ -27,6 +28,14 @@ class Conn:
         self.value = ffi.new("xf_value *")
         self.state, self.handle = state, handle  # the handle outlives the client
         self.gen = gen
+        self.enabled = True  # the C client's bypass switch (xf_client_set_enabled)
+
+    def switch(self, enabled):
+        """The C client's bypass switch, as this call wants it (Cache(enabled=),
+        Cache.disabled()); read by each C call when it starts."""
+        if self.enabled is not enabled:
+            self.enabled = enabled
+            lib.xf_client_set_enabled(self.ptr, 1 if enabled else 0)
 
 
 _pools = weakref.WeakSet()
@@ -106,6 +115,7 @@ class Pool:
         if not lazy:  # connect now, keeping the detail of a failure
             check(lib.xf_ping(ptr), ptr)
         conn = Conn(ptr, self.gen, config.share, state, handle)
+        conn.enabled = config.enabled  # opened with options.disabled
         with self.lock:
             self.all.add(conn)
         return conn
@@ -121,6 +131,7 @@ class Pool:
             saved = (st.loader, st.exc, st.load_s, st.keys, outer.value)
             st.loader = st.exc = st.keys = None
             outer.value = ffi.new("xf_value *")
+            outer.switch(enabled_now(self.config))
             return outer, saved
         if self.slots is not None:
             self.slots.acquire()
@@ -131,6 +142,7 @@ class Pool:
                 self.slots.release()
             raise
         self.tls.conn = conn
+        conn.switch(enabled_now(self.config))
         return conn, None
 
     def exit(self, conn, saved):

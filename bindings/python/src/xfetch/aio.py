@@ -23,7 +23,7 @@ from ._aio_link import Links
 from ._aio_tls import context
 from ._aio_many import get_many
 from ._core import (Config, call_error, check_loader, check_not_loading, check_value,
-                    key_bytes, outcome, stats_of, value_of, warn_slow, _loading)
+                    disabled, enabled_now, key_bytes, outcome, stats_of, value_of, _loading)
 from ._errors import check
 from ._native import ffi, lib
 from ._types import Fetched
@@ -60,12 +60,15 @@ class Cache:
                  max_connections: int | None = None, ssl_ca_certs: str | None = None,
                  ssl_ca_path: str | None = None, ssl_certfile: str | None = None,
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
-                 ssl_cert_reqs: str | None = None) -> None:
+                 ssl_cert_reqs: str | None = None,
+                 on_event: Callable[[Any], None] | None = None,
+                 enabled: bool = True) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         config = Config(url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
-                        max_value_len, share, lazy_connect, max_connections, ssl)
+                        max_value_len, share, lazy_connect, max_connections, ssl, on_event,
+                        enabled, "aio")
         fields = config.fields
         self._config = config
         self._policies = config.policies
@@ -77,7 +80,8 @@ class Cache:
         tls = config.tls and (context(config.tls), bool(config.tls["cert_file"]))
         self._links = Links(self._client, fields, config.timeout_ms / 1000,
                             config.connect_timeout_ms / 1000, breaker,
-                            fields["read_from_replicas"], tls or None)
+                            fields["read_from_replicas"], config.events, tls or None)
+        self._enabled = config.enabled  # the C client's bypass switch, as last set
         if not config.lazy_connect:
             config.check_now()
         self._fast_policies = {}
@@ -114,6 +118,10 @@ class Cache:
             self._links.bind()
         if _loading.get():
             check_not_loading(self._config.namespace, kb, key)
+        enabled = enabled_now(self._config)
+        if enabled is not self._enabled:  # read by the C call as it starts
+            self._enabled = enabled
+            lib.xf_client_set_enabled(self._client, 1 if enabled else 0)
         return kb
 
     # ---- get-or-compute -------------------------------------------------------
@@ -158,9 +166,11 @@ class Cache:
             if rc == 0 and exc is None:  # the hot path
                 return value_of(value)
             result = outcome(rc, value, exc, key, kb, self._config.failures,
-                             lambda: call_error(rc, call))
+                             lambda: call_error(rc, call), self._config.events)
             if took > lease and result.source == "uncached":
-                warn_slow(key, took, lease)
+                self._config.events.slow_load(key, took, lease)
+            elif took:
+                self._config.events.load_fit(key)
             return result
         finally:
             exc = None
@@ -225,6 +235,12 @@ class Cache:
         await asyncio.gather(*[self.delete(k) for k in keys])
 
     # ---- stats and decorators -----------------------------------------------------
+
+    def disabled(self):
+        """Context manager: within the block (this asyncio task, and the
+        tasks it starts), calls on this Cache run the loader every time and
+        send nothing to Redis (a context variable)."""
+        return disabled(self._config)
 
     def stats(self) -> dict[str, int]:
         """xfetch.Cache.stats's counters (the C state machine's, plus the

@@ -1,0 +1,206 @@
+"""Events, logging and the counters metrics read, for both faces.
+
+The C hook (xf_options.on_event) calls _xf_py_event for each event of a
+Cache's C clients; the aio face's own streams report their breaker here too.
+Per Cache, one Events object: it counts what xfetch.metrics exports (by
+namespace: the decorator's, passed with the call in a context variable),
+writes the `xfetch` logger's records (WARNING once per episode, INFO when an
+episode ends, DEBUG for the rest: never a record per hit above DEBUG) and
+builds an Event for the user's on_event callable only when there is one."""
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from typing import NamedTuple, Optional
+
+from ._native import ffi, lib
+
+log = logging.getLogger("xfetch")
+
+NAMESPACE = contextvars.ContextVar("xfetch_namespace", default="")
+TYPES = [ffi.string(lib.xf_event_name(i)).decode() for i in range(lib.XF_EV_INVALIDATION + 1)]
+DRIVERS = [ffi.string(lib.xf_driver_name(i)).decode() for i in range(lib.XF_DRIVER_CALL + 1)]
+SOURCES = {0: "cache", 1: "loader", 2: "stale", 3: "uncached", 4: "local"}
+# The one result each get-or-compute reports, as xfetch_calls_total's label.
+RESULTS = {lib.XF_EV_HIT: "hit", lib.XF_EV_EARLY: "early", lib.XF_EV_MISS: "miss",
+           lib.XF_EV_STALE: "stale", lib.XF_EV_FAIL_OPEN: "uncached", lib.XF_EV_NEAR: "near"}
+# Load-duration histogram upper bounds, seconds (+Inf implied).
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_EPISODES_MAX = 1024  # keys whose refresh failure or slow load was logged
+
+
+class Event(NamedTuple):
+    """What xfetch did, given to Cache(on_event=...). type: "hit", "miss",
+    "early", "stale", "fail_open", "near" (one of these per get-or-compute:
+    its result), "lease_won", "lease_lost", "load_start", "load_done",
+    "wait", "local", "superseded", "breaker_opened", "breaker_closed",
+    "reconnect", "redirect", "invalidation". key: the key's bytes (without
+    the prefix), None for a server's events; namespace: the decorator's
+    ("" for direct calls); driver: the C driver ("blocking", "call", ...);
+    source: the value's source when one was served ("cache", "stale",
+    "local"), else None; duration: seconds (load_done: the loader's time;
+    wait: the wait's), else None; error: load_done: 0 or the loader's failure
+    code; fail_open: the XF_E* code that made Redis unusable; server:
+    "host:port" for breaker, reconnect and redirect events; face: "sync" or
+    "aio"."""
+    type: str
+    key: Optional[bytes]
+    namespace: str
+    driver: str
+    source: Optional[str]
+    duration: Optional[float]
+    error: int
+    server: Optional[str]
+    face: str
+
+
+class Events:
+    """One Cache's events: counters, log episodes, the user's callable."""
+
+    def __init__(self, on_event, face):
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event must be callable, not {type(on_event).__name__}")
+        self.callback = on_event
+        self.face = face
+        self.lock = threading.Lock()
+        self.calls = {}  # (namespace, result) -> n
+        self.loads = {}  # (namespace, "ok" | "error") -> n
+        self.load_hist = {}  # namespace -> [bucket counts..., +Inf count, sum]
+        self.waits = {}  # namespace -> [n, seconds]
+        self.open_servers = set()  # breakers open now
+        self.failing_open = False  # a fail-open episode was logged
+        self.refresh_failed = {}  # key -> True: logged, until a load of it succeeds
+        self.slow = {}  # key -> True: logged, until a load of it is not slow
+        self._callback_failed = False
+        self.handle = ffi.new_handle(self)
+
+    # ---- the counters -----------------------------------------------------------
+
+    def _count(self, table, key):
+        with self.lock:
+            table[key] = table.get(key, 0) + 1
+
+    def _load_done(self, ns, seconds, ok):
+        with self.lock:
+            k = (ns, "ok" if ok else "error")
+            self.loads[k] = self.loads.get(k, 0) + 1
+            h = self.load_hist.get(ns)
+            if h is None:
+                h = self.load_hist[ns] = [0] * (len(BUCKETS) + 2)
+            i = 0
+            while i < len(BUCKETS) and seconds > BUCKETS[i]:
+                i += 1
+            h[i] += 1
+            h[-1] += seconds
+
+    def snapshot(self):
+        """Copies of the counters, for a scrape."""
+        with self.lock:
+            return (dict(self.calls), dict(self.loads),
+                    {ns: list(h) for ns, h in self.load_hist.items()},
+                    {ns: list(w) for ns, w in self.waits.items()}, len(self.open_servers))
+
+    # ---- events -----------------------------------------------------------------
+
+    def on_c_event(self, ev):
+        """An xf_event from the C hook."""
+        t = ev.type
+        key = ffi.unpack(ev.key, ev.keylen) if ev.key != ffi.NULL else None
+        server = ffi.string(ev.server).decode(errors="replace") if ev.server != ffi.NULL else None
+        self.on(t, key, DRIVERS[ev.driver] if 0 <= ev.driver < len(DRIVERS) else "?",
+                ev.source, ev.duration_us, ev.rc, server)
+
+    def on(self, t, key, driver, source, duration_us, rc, server):
+        ns = NAMESPACE.get()
+        result = RESULTS.get(t)
+        if result is not None:
+            self._count(self.calls, (ns, result))
+            if t == lib.XF_EV_FAIL_OPEN:
+                self._fail_open(rc)
+            elif self.failing_open and t != lib.XF_EV_STALE:
+                self.failing_open = False  # Redis answered a read again
+                log.info("Redis is usable again: values are cached again")
+        elif t == lib.XF_EV_LOAD_DONE:
+            self._load_done(ns, duration_us / 1e6, rc == 0)
+            if rc == 0 and key in self.refresh_failed:
+                self.refresh_failed.pop(key, None)
+        elif t == lib.XF_EV_WAIT:
+            with self.lock:
+                w = self.waits.setdefault(ns, [0, 0.0])
+                w[0] += 1
+                w[1] += duration_us / 1e6
+        elif t == lib.XF_EV_BREAKER_OPEN:
+            self.open_servers.add(server)
+            log.warning("Redis %s cannot be reached: circuit breaker opened; calls skip it "
+                        "and fail open (the loader runs, nothing is cached) until it is back",
+                        server)
+        elif t == lib.XF_EV_BREAKER_CLOSED:
+            self.open_servers.discard(server)
+            log.info("Redis %s is reachable again: circuit breaker closed", server)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("event %s key=%r namespace=%r driver=%s source=%s duration_us=%s rc=%s "
+                      "server=%s", TYPES[t], key, ns, driver, SOURCES.get(source), duration_us,
+                      rc, server)
+        if self.callback is not None:
+            self._call_user(Event(
+                TYPES[t], key, ns, driver, SOURCES.get(source),
+                duration_us / 1e6 if t in (lib.XF_EV_LOAD_DONE, lib.XF_EV_WAIT) else None,
+                rc, server, self.face))
+
+    def server_event(self, t, server):
+        """A server's event from the aio face's own streams."""
+        self.on(t, None, "call", -1, 0, 0, server)
+
+    def _fail_open(self, rc):
+        if self.failing_open:
+            return
+        self.failing_open = True
+        if not self.open_servers:  # a breaker's opening already said so
+            log.warning("Redis cannot be used (%s): failing open, the loader runs and nothing "
+                        "is cached until it answers again",
+                        ffi.string(lib.xf_strerror(rc)).decode())
+
+    def _call_user(self, event):
+        try:
+            self.callback(event)
+        except Exception:
+            if not self._callback_failed:
+                self._callback_failed = True
+                log.warning("the on_event callable raised (logged once)", exc_info=True)
+
+    # ---- once-per-episode warnings from the faces -----------------------------
+
+    def refresh_failure(self, key, source, exc):
+        """A loader failed but a value was served (a failed refresh)."""
+        kb = key if isinstance(key, bytes) else str(key).encode()
+        if kb in self.refresh_failed:
+            log.debug("loader for %r failed again; served the %s value", key, source)
+            return
+        if len(self.refresh_failed) >= _EPISODES_MAX:
+            self.refresh_failed.clear()
+        self.refresh_failed[kb] = True
+        log.warning("loader for %r failed; served the %s value (logged once until a load "
+                    "of it succeeds)", key, source, exc_info=exc)
+
+    def slow_load(self, key, took, lease):
+        if key in self.slow:
+            return
+        if len(self.slow) >= _EPISODES_MAX:
+            self.slow.clear()
+        self.slow[key] = True
+        log.warning("loader for %r took %.3f s, longer than its lease (%.3f s), and its value "
+                    "was not cached: other callers may have run it too; pass lease= above the "
+                    "loader's time (logged once until a load of it fits)", key, took, lease)
+
+    def load_fit(self, key):
+        if self.slow:
+            self.slow.pop(key, None)
+
+
+@ffi.def_extern()
+def _xf_py_event(ev, ud):
+    try:
+        ffi.from_handle(ud).on_c_event(ev)
+    except Exception:  # never let an observer break a call
+        log.debug("event handling failed", exc_info=True)

@@ -1,0 +1,44 @@
+/* Building events for the hook (event.h) and their names. */
+#include "event.h"
+#include "flow.h"
+
+static const char *const type_names[] = {
+    "hit",       "miss",      "early",       "stale",          "fail_open",
+    "near",      "lease_won", "lease_lost",  "load_start",     "load_done",
+    "wait",      "local",     "superseded",  "breaker_opened", "breaker_closed",
+    "reconnect", "redirect",  "invalidation"};
+
+static const char *const driver_names[] = {"blocking", "batch", "pool", "async", "call"};
+
+const char *xf_event_name(int type) {
+  return type >= 0 && type < (int)(sizeof type_names / sizeof *type_names)
+             ? type_names[type]
+             : "?";
+}
+
+const char *xf_driver_name(int driver) {
+  return driver >= 0 && driver < (int)(sizeof driver_names / sizeof *driver_names)
+             ? driver_names[driver]
+             : "?";
+}
+
+void xf__emit_flow(const xf__flow *f, xf_event_type type, int source, int64_t duration_us,
+                   int rc) {
+  xf_event ev = {.type = type,
+                 .driver = f->driver,
+                 .key = f->user_key,
+                 .keylen = f->user_keylen,
+                 .server = NULL,
+                 .source = source,
+                 .duration_us = duration_us,
+                 .rc = rc};
+  f->c->on_event(&ev, f->c->on_event_ud);
+}
+
+void xf__emit_server(const xf_client *c, xf_event_type type, const char *server,
+                     xf_driver driver) {
+  if (!c->on_event)
+    return;
+  xf_event ev = {.type = type, .driver = driver, .server = server, .source = -1};
+  c->on_event(&ev, c->on_event_ud);
+}
