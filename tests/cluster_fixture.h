@@ -16,6 +16,8 @@ typedef struct xft_cluster {
   pid_t pid[XFT_CLUSTER_NODES];
   int port[XFT_CLUSTER_NODES]; /* consecutive; each bus port is port + 10000 */
   char dir[64];                /* one subdirectory per node */
+  char tls_dir[64];            /* "" = plain TCP; else every node is TLS only on
+                                  the certificates there (tls_certs.h) */
   double start_s, stop_s;      /* how long start and stop took */
 } xft_cluster;
 
@@ -26,6 +28,18 @@ typedef struct xft_cluster {
  * by 3 masters with one replica each. Returns 0, or -1 (all stopped, a
  * message on stderr). */
 int xft_cluster_start(xft_cluster *c);
+
+/* The same with TLS only on every node (--port 0: port[i] is its TLS port),
+ * the cluster bus and replication over TLS too (tls-cluster, tls-replication),
+ * on the certificates tls_certs.c made in certdir: the nodes present
+ * server.crt, trust ca.crt and present client.crt to each other (the bus
+ * demands one); clients need no certificate (--tls-auth-clients no). */
+int xft_cluster_start_tls(xft_cluster *c, const char *certdir);
+
+/* Runs one command (printf-style, as redisCommand) on the node at port of c
+ * over a connection of its own, TLS when c is (trusting c->tls_dir's CA).
+ * The reply (freeReplyObject) or NULL. */
+redisReply *xft_cluster_node_cmd(const xft_cluster *c, int port, const char *fmt, ...);
 
 /* SIGTERM to every node, waits for them, removes the dir. Safe to repeat. */
 void xft_cluster_stop(xft_cluster *c);

@@ -19,6 +19,9 @@
 #include "cluster_fixture.h"
 #include "reader.h"
 #include "reply.h"
+#include "stream.h"
+#include "tls.h"
+#include "xfetch.h"
 
 #define BUS_OFFSET 10000
 #define PORT_LOW 10000
@@ -80,7 +83,7 @@ static pid_t spawn(char *const argv[], const char *log) {
 }
 
 static pid_t start_node(xft_cluster *c, int i) {
-  char port[16], dir[96];
+  char port[16], dir[96], crt[96], key[96], ca[96], ccrt[96], ckey[96];
   snprintf(port, sizeof port, "%d", c->port[i]);
   snprintf(dir, sizeof dir, "%s/node%d", c->dir, i);
   if (mkdir(dir, 0700) != 0)
@@ -93,8 +96,24 @@ static pid_t start_node(xft_cluster *c, int i) {
                   "warning", "--logfile", "redis.log", "--cluster-enabled", "yes",
                   "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "3000",
                   "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1", NULL};
+  /* TLS only: no plain port; the bus and replication over TLS, each node
+   * presenting the client certificate when it connects to another. */
+  snprintf(crt, sizeof crt, "%s/server.crt", c->tls_dir);
+  snprintf(key, sizeof key, "%s/server.key", c->tls_dir);
+  snprintf(ca, sizeof ca, "%s/ca.crt", c->tls_dir);
+  snprintf(ccrt, sizeof ccrt, "%s/client.crt", c->tls_dir);
+  snprintf(ckey, sizeof ckey, "%s/client.key", c->tls_dir);
+  char *tls_argv[] = {"redis-server", "--port", "0", "--tls-port", port, "--tls-cluster", "yes",
+                      "--tls-replication", "yes", "--tls-cert-file", crt, "--tls-key-file", key,
+                      "--tls-ca-cert-file", ca, "--tls-client-cert-file", ccrt,
+                      "--tls-client-key-file", ckey, "--tls-auth-clients", "no",
+                      "--bind", "127.0.0.1", "--dir", dir,
+                      "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel",
+                      "warning", "--logfile", "redis.log", "--cluster-enabled", "yes",
+                      "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "3000",
+                      "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1", NULL};
   // clang-format on
-  return spawn(argv, NULL);
+  return spawn(c->tls_dir[0] ? tls_argv : argv, NULL);
 }
 
 redisContext *xft_cluster_connect(int port) {
@@ -106,30 +125,90 @@ redisContext *xft_cluster_connect(int port) {
   return NULL;
 }
 
-/* 1 when the node answers PING. */
-static int answers(int port) {
+/* One command over TLS on a stream of its own (hiredis here has no TLS):
+ * hiredis' reply, or the core's (xf__reply) with core. NULL on any failure. */
+static void *tls_vcmd(const char *certdir, int port, int core, const char *fmt,
+                      va_list ap) {
+  char ca[96], err[256], *cmd = NULL;
+  snprintf(ca, sizeof ca, "%s/ca.crt", certdir);
+  xf__tls_config cfg = {.enable = 1, .ca_file = ca};
+  xf__tls *tls = NULL;
+  if (xf__tls_new(&tls, &cfg, err, sizeof err) != XF_OK)
+    return NULL;
+  int len = redisvFormatCommand(&cmd, fmt, ap);
+  redisReader *rd = core ? xf__reader_create() : redisReaderCreate();
+  void *reply = NULL;
+  xf__stream s;
+  xf__stream_init(&s);
+  int64_t deadline = xf__stream_now_ms() + 1000;
+  xf__stream_open_tcp(&s, "127.0.0.1", port, tls);
+  if (len > 0 && rd && xf__stream_connect_blocking(&s, deadline) == XF_OK &&
+      xf__stream_write_all(&s, cmd, (size_t)len, deadline) == XF_OK) {
+    char buf[16384];
+    size_t got;
+    while (!reply && xf__stream_read_some(&s, buf, sizeof buf, &got, deadline) == XF_OK)
+      if (redisReaderFeed(rd, buf, got) != REDIS_OK ||
+          redisReaderGetReply(rd, &reply) != REDIS_OK)
+        break;
+  }
+  xf__stream_close(&s);
+  if (rd)
+    redisReaderFree(rd);
+  redisFreeCommand(cmd);
+  xf__tls_free(tls);
+  return reply;
+}
+
+/* A command to the node at port, plain or TLS as c; core: the reply is the
+ * core's xf__reply (xf__reply_free), else hiredis' (freeReplyObject). */
+static void *node_vcmd(const xft_cluster *c, int port, int core, const char *fmt,
+                       va_list ap) {
+  if (c->tls_dir[0])
+    return tls_vcmd(c->tls_dir, port, core, fmt, ap);
   redisContext *r = xft_cluster_connect(port);
-  redisReply *rep = r ? redisCommand(r, "PING") : NULL;
+  if (!r)
+    return NULL;
+  if (core)
+    xf__reader_adopt(r->reader);
+  void *reply = redisvCommand(r, fmt, ap);
+  redisFree(r);
+  return reply;
+}
+
+static void *node_cmd(const xft_cluster *c, int port, int core, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  void *reply = node_vcmd(c, port, core, fmt, ap);
+  va_end(ap);
+  return reply;
+}
+
+redisReply *xft_cluster_node_cmd(const xft_cluster *c, int port, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *reply = node_vcmd(c, port, 0, fmt, ap);
+  va_end(ap);
+  return reply;
+}
+
+/* 1 when the node answers PING. */
+static int answers(const xft_cluster *c, int port) {
+  redisReply *rep = node_cmd(c, port, 0, "PING");
   int ok = rep && rep->type == REDIS_REPLY_STATUS;
   freeReplyObject(rep);
-  redisFree(r);
   return ok;
 }
 
 /* 1 when the node says cluster_state:ok and its CLUSTER SLOTS shows all
  * slots served by 3 masters with one replica each. */
-static int node_ready(int port) {
-  redisContext *r = xft_cluster_connect(port);
-  if (!r)
-    return 0;
-  redisReply *info = redisCommand(r, "CLUSTER INFO");
+static int node_ready(const xft_cluster *c, int port) {
+  redisReply *info = node_cmd(c, port, 0, "CLUSTER INFO");
   int ok = info && info->type == REDIS_REPLY_STRING &&
            strstr(info->str, "cluster_state:ok") &&
            strstr(info->str, "cluster_known_nodes:6\r");
   freeReplyObject(info);
-  if (ok) /* the CLUSTER SLOTS reply goes to the core's parser */
-    xf__reader_adopt(r->reader);
-  xf__reply *slots = ok ? redisCommand(r, "CLUSTER SLOTS") : NULL;
+  /* the CLUSTER SLOTS reply goes to the core's parser */
+  xf__reply *slots = ok ? node_cmd(c, port, 1, "CLUSTER SLOTS") : NULL;
   xf__cluster_map m;
   xf__cluster_map_init(&m);
   ok = slots && xf__cluster_map_parse(&m, slots, "127.0.0.1", NULL, 0) == 0 &&
@@ -140,15 +219,22 @@ static int node_ready(int port) {
   }
   xf__cluster_map_free(&m);
   xf__reply_free(slots);
-  redisFree(r);
   return ok;
 }
 
 /* Runs redis-cli --cluster create; returns its exit status (or -1). */
 static int create(xft_cluster *c, double deadline) {
-  char eps[XFT_CLUSTER_NODES][32], log[96];
-  char *argv[XFT_CLUSTER_NODES + 8] = {"redis-cli", "--cluster", "create"};
-  int n = 3;
+  char eps[XFT_CLUSTER_NODES][32], log[96], ca[96];
+  char *argv[XFT_CLUSTER_NODES + 12] = {"redis-cli"};
+  int n = 1;
+  if (c->tls_dir[0]) {
+    snprintf(ca, sizeof ca, "%s/ca.crt", c->tls_dir);
+    argv[n++] = "--tls";
+    argv[n++] = "--cacert";
+    argv[n++] = ca;
+  }
+  argv[n++] = "--cluster";
+  argv[n++] = "create";
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
     snprintf(eps[i], sizeof eps[i], "127.0.0.1:%d", c->port[i]);
     argv[n++] = eps[i];
@@ -171,9 +257,10 @@ static int create(xft_cluster *c, double deadline) {
   return pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static int wait_all(xft_cluster *c, int (*ready)(int), double deadline) {
+static int wait_all(xft_cluster *c, int (*ready)(const xft_cluster *, int),
+                    double deadline) {
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
-    while (!ready(c->port[i])) {
+    while (!ready(c, c->port[i])) {
       if (now_s() > deadline || waitpid(c->pid[i], NULL, WNOHANG) == c->pid[i])
         return -1;
       xft_cluster_sleep_ms(20);
@@ -227,10 +314,14 @@ static void remove_dir(const char *dir) {
     fprintf(stderr, "cluster fixture: could not remove %s\n", dir);
 }
 
-int xft_cluster_start(xft_cluster *c) {
+int xft_cluster_start(xft_cluster *c) { return xft_cluster_start_tls(c, NULL); }
+
+int xft_cluster_start_tls(xft_cluster *c, const char *certdir) {
   double t0 = now_s(), deadline = t0 + READY_TIMEOUT_S;
   unsigned seed = (unsigned)getpid() ^ (unsigned)(t0 * 1e6);
   memset(c, 0, sizeof *c);
+  if (certdir)
+    snprintf(c->tls_dir, sizeof c->tls_dir, "%s", certdir);
   for (int attempt = 0; attempt < 3; attempt++) {
     snprintf(c->dir, sizeof c->dir, "/tmp/xft-cluster-XXXXXX");
     if (!mkdtemp(c->dir))
