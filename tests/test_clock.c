@@ -14,6 +14,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "clock.h"
+#include "entry.h"
 #include "fixture.h"
 
 /* ---- the estimate alone ------------------------------------------------------ */
@@ -51,6 +52,54 @@ Test(clock, unknown_old_or_backwards_is_not_used) {
   cr_expect(xf__clock_server_now(&k, 5002 + XF_CLOCK_REFRESH_MS, &lo, &hi));
   cr_expect_not(xf__clock_server_now(&k, 5003 + XF_CLOCK_REFRESH_MS, &lo, &hi), "too old");
   cr_expect_not(xf__clock_server_now(&k, 4999, &lo, &hi), "the driver's clock went back");
+}
+
+Test(clock, fresh_is_younger_than_half_the_refresh_period) {
+  xf__clock k;
+  xf__clock_reset(&k);
+  cr_expect_not(xf__clock_fresh(NULL, 0));
+  cr_expect_not(xf__clock_fresh(&k, 5000), "unknown");
+  xf__clock_learn(&k, 1000000, 5000, 5002);
+  cr_expect(xf__clock_fresh(&k, 5002));
+  cr_expect(xf__clock_fresh(&k, 5001 + XF_CLOCK_REFRESH_MS / 2));
+  cr_expect_not(xf__clock_fresh(&k, 5002 + XF_CLOCK_REFRESH_MS / 2), "aged");
+  cr_expect_not(xf__clock_fresh(&k, 5001), "the driver's clock went back");
+}
+
+/* The transport's choice for a plain read: HMGET where the connection's clock
+ * is fresh, else the read script on the same key, routed the same way. */
+Test(clock, a_plain_read_goes_as_the_script_where_the_clock_is_not_fresh) {
+  xf__clock k;
+  xf__clock_reset(&k);
+  xf__clock *whose = NULL, **clock_out = &whose;
+  int plain = -1, asked = 0;
+  xf__cmd hmget, script;
+  xf__entry_fields_cmd(&hmget, "key", 3);
+  hmget.plain_out = &plain;
+  hmget.clock_out = clock_out;
+  hmget.asked_out = &asked;
+  hmget.ask_node = 2;
+  hmget.on_master = 1;
+  const xf__cmd *sent = xf__entry_read_as(&hmget, &k, 5000, &script);
+  cr_expect_eq(sent, &script, "unknown: the script");
+  cr_expect_eq(plain, 0);
+  cr_expect_eq(script.lens[0], 10);
+  cr_expect_eq(memcmp(script.argv[0], "EVALSHA_RO", 10), 0);
+  cr_expect_eq(script.keylen, 3);
+  cr_expect_eq(script.clock_out, clock_out);
+  cr_expect_eq(script.asked_out, &asked);
+  cr_expect_eq(script.ask_node, 2);
+  cr_expect_eq(script.on_master, 1);
+  cr_expect_null(script.plain_out, "the script is never swapped again");
+  xf__clock_learn(&k, 1000000, 5000, 5002);
+  cr_expect_eq(xf__entry_read_as(&hmget, &k, 5100, &script), &hmget, "fresh: HMGET");
+  cr_expect_eq(plain, 1);
+  cr_expect_eq(xf__entry_read_as(&hmget, &k, 5002 + XF_CLOCK_REFRESH_MS / 2, &script),
+               &script, "aged: the script");
+  cr_expect_eq(plain, 0);
+  xf__cmd other;
+  xf__entry_read_cmd(&other, "key", 3);
+  cr_expect_eq(xf__entry_read_as(&other, NULL, 0, &script), &other, "not a plain read");
 }
 
 Test(clock, a_server_clock_that_was_set_replaces_the_estimate) {

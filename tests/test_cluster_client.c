@@ -72,9 +72,9 @@ static int64_t mono_ms(void) {
 
 /* How many read scripts a run of elapsed_ms may send to keep the estimates
  * of the 3 masters' clocks (clock.h) fresh: one per half refresh period per
- * node, and a stale node's HMGET followed by its script. */
+ * node (each connection's own estimate decides its reads). */
 static long long clock_refreshes_allowed(int64_t elapsed_ms) {
-  return 2 * 3 * (1 + elapsed_ms / (XF_CLOCK_REFRESH_MS / 2));
+  return 3 * (1 + elapsed_ms / (XF_CLOCK_REFRESH_MS / 2));
 }
 
 Test(cluster_client, auto_mode_detects_the_cluster_and_maps_it) {
@@ -126,6 +126,44 @@ Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
   cr_expect_eq(xft_total_calls("evalsha"), 0);
   cr_expect_eq(xft_total_calls("cluster|slots"), 0);
   cr_expect_eq(xft_total_calls("asking"), 0);
+  xf_client_close(c);
+}
+
+/* One master's estimate ages past use while the others are hit: its next hit
+ * is one command there (the read script), not an HMGET and then the script. */
+Test(cluster_client, a_node_whose_clock_aged_gets_one_command_per_hit) {
+  const char *aged = "{cc-aged}k";
+  xft_node a, other;
+  xft_masters_of(xf__cluster_keyslot(aged, strlen(aged)), &a, &other);
+  char busy[64];
+  xft_node b;
+  for (int i = 0;; i++) { /* a key on another master */
+    snprintf(busy, sizeof busy, "{cc-busy-%d}k", i);
+    xft_masters_of(xf__cluster_keyslot(busy, strlen(busy)), &b, &other);
+    if (b.port != a.port)
+      break;
+  }
+  xf_client *c = node_client(0);
+  xf_policy p = long_ttl();
+  int calls = 0;
+  expect_get(c, aged, &p, &calls, XF_SOURCE_LOADER);
+  expect_get(c, busy, &p, &calls, XF_SOURCE_LOADER);
+  /* busy's master is refreshed every half period; aged's estimate outlives
+   * its use. */
+  int64_t until = mono_ms() + XF_CLOCK_REFRESH_MS + 200;
+  while (mono_ms() < until) {
+    expect_get(c, busy, &p, &calls, XF_SOURCE_CACHE);
+    xft_cluster_sleep_ms(5);
+  }
+  xft_reset_stats();
+  for (int hit = 0; hit < 3; hit++) {
+    expect_get(c, aged, &p, &calls, XF_SOURCE_CACHE);
+    long long scripts = xft_calls_of(a.port, "evalsha_ro");
+    long long plain = xft_calls_of(a.port, "hmget") - scripts; /* a script reads by HMGET */
+    cr_expect_eq(scripts, 1, "hit %d: the aged estimate refreshed once, on the first", hit);
+    cr_expect_eq(plain, hit, "hit %d: the first is the script alone, then HMGETs", hit);
+  }
+  cr_expect_eq(calls, 2);
   xf_client_close(c);
 }
 
@@ -218,8 +256,15 @@ Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
   expect_get(c, kept, &p, &calls, XF_SOURCE_LOADER);
   expect_get(c, gone, &p, &calls, XF_SOURCE_LOADER);
   xft_migrate_key(slot, &from, &to, gone);
-  /* gone now lives on the target: ASK; kept is still served by the source. */
+  xft_reset_stats();
+  /* gone now lives on the target: ASK; kept is still served by the source.
+   * The target's clock is unknown: the read goes there as the script, once
+   * (not an HMGET then the script, each after ASKING). */
   expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
+  long long scripts = xft_calls_of(to.port, "evalsha_ro");
+  cr_expect_eq(scripts, 1);
+  cr_expect_eq(xft_calls_of(to.port, "hmget") - scripts, 0, "no plain read on the target");
+  cr_expect_eq(xft_calls_of(to.port, "asking"), 1);
   expect_get(c, kept, &p, &calls, XF_SOURCE_CACHE);
   cr_expect_eq(calls, 2);
   xf_stats st;

@@ -45,13 +45,13 @@ struct xf_client {
   xf__buf request;               /* the RESP encoding of the command being sent */
   unsigned long fork_generation; /* of the process that owns the connections */
   xf__pcg32 rng;
-  uint64_t id;                  /* random client id: lease tokens are unique fleet-wide */
-  uint64_t lease_count;         /* leases taken, the token's suffix */
-  int plain_hits;               /* a read is HMGET, its time from the connection's clock
-                                   estimate (clock.h); 0: the read script (a transport that
-                                   keeps no estimate: the sans-I/O call's) */
-  int64_t clock_fresh_until_ms; /* driver ms: until then a read goes plain; past
-                                   it, the read script refreshes the estimate */
+  uint64_t id;          /* random client id: lease tokens are unique fleet-wide */
+  uint64_t lease_count; /* leases taken, the token's suffix */
+  int plain_hits;       /* a read is HMGET, its time from the connection's clock
+                           estimate (clock.h), the read script in its place where
+                           that estimate is not fresh (xf__entry_read_as, by the
+                           transport); 0: always the read script (a transport
+                           that keeps no estimate: the sans-I/O call's) */
   int loader_rc;
   xf_event_fn on_event; /* options.on_event (event.h); NULL = none */
   void *on_event_ud;

@@ -37,6 +37,11 @@ void xf__clock_learn(xf__clock *k, int64_t server_ms, int64_t sent_ms, int64_t r
   k->known = 1;
 }
 
+int xf__clock_fresh(const xf__clock *k, int64_t now_ms) {
+  return k && k->known && now_ms >= k->learned_ms &&
+         now_ms - k->learned_ms < XF_CLOCK_REFRESH_MS / 2;
+}
+
 int xf__clock_server_now(const xf__clock *k, int64_t now_ms, int64_t *lo, int64_t *hi) {
   if (!k || !usable(k, now_ms))
     return 0;

@@ -31,6 +31,12 @@ void xf__clock_reset(xf__clock *k);
  * was set). */
 void xf__clock_learn(xf__clock *k, int64_t server_ms, int64_t sent_ms, int64_t recv_ms);
 
+/* Whether a plain read (HMGET) may go on the connection of k at driver ms
+ * now_ms: its estimate is known and younger than half the refresh period
+ * (so it is still usable when the reply is in). Else the read script goes
+ * instead, and refreshes it. NULL: no. */
+int xf__clock_fresh(const xf__clock *k, int64_t now_ms);
+
 /* The server's time at driver ms now_ms lies in [*lo, *hi] (drift included).
  * 1, or 0 when the estimate is unknown or too old to use (then ask). */
 int xf__clock_server_now(const xf__clock *k, int64_t now_ms, int64_t *lo, int64_t *hi);

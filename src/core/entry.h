@@ -77,6 +77,15 @@ void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys
 /* The hit path's read (entry_fields.c): HMGET key v d e s l n, no script. */
 void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen);
 
+/* What a transport puts on a connection whose clock estimate is k, at driver
+ * ms now_ms, for cmd: cmd itself, unless it is a plain read (cmd->plain_out)
+ * and k is not fresh (xf__clock_fresh): then the read script on its key,
+ * filled into *script (routed as cmd: same clock_out, ask_node, asked_out).
+ * Sets *cmd->plain_out to which it is. */
+struct xf__clock;
+const xf__cmd *xf__entry_read_as(const xf__cmd *cmd, const struct xf__clock *k,
+                                 int64_t now_ms, xf__cmd *script);
+
 /* ---- parse: each takes ownership of r (not an error reply) ---------------- */
 
 /* HMGET's reply -> *out, judged as lua/entry_read.lua judges an entry with

@@ -6,6 +6,7 @@
  * skip a lease that may be dead (live only when its deadline is past hi). */
 #include <string.h>
 
+#include "clock.h"
 #include "entry.h"
 #include "reply.h"
 
@@ -17,6 +18,7 @@ void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
   cmd->on_master = 0;
   cmd->more_argc = 0;
   cmd->clock_out = NULL;
+  cmd->plain_out = NULL;
   cmd->ask_node = 0;
   cmd->asked_out = NULL;
   cmd->argc = 8;
@@ -28,6 +30,23 @@ void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
     cmd->argv[2 + i] = fields[i];
     cmd->lens[2 + i] = 1;
   }
+}
+
+const xf__cmd *xf__entry_read_as(const xf__cmd *cmd, const xf__clock *k, int64_t now_ms,
+                                 xf__cmd *script) {
+  if (!cmd->plain_out)
+    return cmd;
+  if (xf__clock_fresh(k, now_ms)) {
+    *cmd->plain_out = 1;
+    return cmd;
+  }
+  xf__entry_read_cmd(script, cmd->key, cmd->keylen);
+  script->on_master = cmd->on_master;
+  script->clock_out = cmd->clock_out;
+  script->ask_node = cmd->ask_node;
+  script->asked_out = cmd->asked_out;
+  *cmd->plain_out = 0;
+  return script;
 }
 
 #define MAX_DELTA_US ((int64_t)1 << 40)

@@ -25,9 +25,10 @@ static xf__step encode(xf__flow *f) {
   size_t len = f->key.len;
   switch (f->state) {
   case XF__READ:
-    if (f->plain_read)
+    if (f->plain_read) { /* the transport sends the script where the clock is stale */
       xf__entry_fields_cmd(&f->cmd, key, len);
-    else
+      f->cmd.plain_out = &f->plain_read;
+    } else
       xf__entry_read_cmd(&f->cmd, key, len);
     break;
   case XF__LEASE:
@@ -57,8 +58,8 @@ static xf__step encode(xf__flow *f) {
 
 xf__step xf__flow_send(xf__flow *f, int state) {
   f->state = state;
-  if (state == XF__READ) /* plain while the estimate is young: else refresh it */
-    f->plain_read = f->c->plain_hits && f->input_ms < f->c->clock_fresh_until_ms;
+  if (state == XF__READ) /* plain, unless the transport keeps no clock estimate */
+    f->plain_read = f->c->plain_hits;
   f->script_retried = 0;
   return encode(f);
 }
@@ -197,12 +198,13 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   if (rc == XF_OK && f->plain_read) {
     int64_t lo, hi;
     if (!xf__clock_server_now(f->clock, now_ms, &lo, &hi)) {
-      /* No estimate of this server's clock (a new connection, another
-       * node): ask it, with the read script; the very node that answered
-       * (an ASK's target: with ASKING again, not via the slot's owner). */
+      /* No usable estimate of this server's clock: the transport sent the
+       * HMGET on a fresh one (xf__entry_read_as), but the reply came in
+       * after it aged past use (a stall of half the refresh period). Ask
+       * it, with the read script; the very node that answered (an ASK's
+       * target: with ASKING again, not via the slot's owner). */
       int asked = f->asked;
       xf__reply_free(r);
-      f->c->clock_fresh_until_ms = 0;
       f->state = XF__READ;
       f->plain_read = 0;
       f->script_retried = 0;
@@ -260,7 +262,6 @@ void xf__flow_learn_clock(xf__flow *f, int64_t server_ms, int64_t now_ms) {
   if (!f->clock || server_ms <= 0)
     return;
   xf__clock_learn(f->clock, server_ms, f->sent_ms, now_ms);
-  f->c->clock_fresh_until_ms = now_ms + XF_CLOCK_REFRESH_MS / 2;
 }
 
 xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {

@@ -42,6 +42,13 @@ typedef struct xf__cmd {
    * else 0 (NULL = not asked). Whoever fills argv clears both. */
   int ask_node;
   int *asked_out;
+  /* A plain read (the flow's HMGET) that needs the answering server's clock
+   * (clock.h): non-NULL asks the transport, as it puts the command on a
+   * connection, to send the read script on key in its place when that
+   * connection's estimate is not fresh (xf__clock_fresh: xf__entry_read_as),
+   * and to say which went: *plain_out 1 the HMGET, 0 the script. Whoever
+   * fills argv clears it. */
+  int *plain_out;
 } xf__cmd;
 
 /* Encodes argv as a RESP array of bulk strings into buf (replacing its

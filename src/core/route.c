@@ -243,9 +243,14 @@ xf__route_act xf__route_io_error(xf__routes *r, const xf__cmd *cmd, xf__hop *h, 
   return xf__route_next(r, cmd, h, now_ms, arg);
 }
 
+int xf__route_script_of(const xf__cmd *cmd) {
+  if (cmd->plain_out) /* the transport sent the read script in its place, or HMGET */
+    return *cmd->plain_out ? -1 : XF_SCRIPT_READ;
+  return cmd->argc < 2 ? -1 : xf__script_by_sha(cmd->argv[1], cmd->lens[1]);
+}
+
 void xf__route_script(const xf__cmd *cmd, xf__cmd *load) {
-  xf__script_load_cmd(load, xf__script_by_sha(cmd->argv[1], cmd->lens[1]), cmd->key,
-                      cmd->keylen);
+  xf__script_load_cmd(load, xf__route_script_of(cmd), cmd->key, cmd->keylen);
 }
 
 /* MOVED / ASK / TRYAGAIN / CLUSTERDOWN. */
@@ -303,8 +308,7 @@ xf__route_act xf__route_reply(xf__routes *r, const xf__cmd *cmd, xf__hop *h,
     /* A node that lost its scripts (a promoted replica, a restart: SCRIPT
      * LOAD is not replicated) gets them loaded there, not on the slot's
      * master as the flow's own recovery would. */
-    if (h->script_loaded || cmd->argc < 2 ||
-        xf__script_by_sha(cmd->argv[1], cmd->lens[1]) < 0)
+    if (h->script_loaded || xf__route_script_of(cmd) < 0)
       return XF_ROUTE_DONE;
     h->script_loaded = 1;
     return XF_ROUTE_LOAD_SCRIPT;

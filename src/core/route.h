@@ -128,4 +128,8 @@ xf__route_act xf__route_io_error(xf__routes *r, const xf__cmd *cmd, xf__hop *h, 
 /* For XF_ROUTE_LOAD_SCRIPT: the SCRIPT LOAD of the script cmd runs. */
 void xf__route_script(const xf__cmd *cmd, xf__cmd *load);
 
+/* The script cmd ran (script.h: a plain read the transport swapped for the
+ * read script counts as it: xf__entry_read_as), or -1 for none. */
+int xf__route_script_of(const xf__cmd *cmd);
+
 #endif

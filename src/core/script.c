@@ -27,6 +27,7 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
   cmd->keylen = keylen;
   cmd->on_master = 0;
   cmd->clock_out = NULL;
+  cmd->plain_out = NULL;
   cmd->ask_node = 0;
   cmd->asked_out = NULL;
   cmd->argc = 0;
@@ -47,6 +48,7 @@ void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *con
   cmd->keylen = nkeys ? keylens[0] : 0;
   cmd->on_master = 0;
   cmd->clock_out = NULL;
+  cmd->plain_out = NULL;
   cmd->ask_node = 0;
   cmd->asked_out = NULL;
   cmd->argc = 0;
@@ -65,6 +67,7 @@ void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keyle
   cmd->keylen = keylen;
   cmd->on_master = 0;
   cmd->clock_out = NULL;
+  cmd->plain_out = NULL;
   cmd->ask_node = 0;
   cmd->asked_out = NULL;
   cmd->argc = 0;

@@ -121,6 +121,7 @@ static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
   for (size_t j = 0; j < grp->count; j++) {
     size_t i = b->who[grp->first + j];
     b->flows[i].clock = grp->clock;
+    b->flows[i].plain_read = 0; /* its part is the read script's reply */
     b->steps[i] = xf__flow_reply(&b->flows[i], rc, rc == XF_OK ? parts[j] : NULL, now_ms);
   }
 }
@@ -168,9 +169,9 @@ void xf__batch_read_all(batch *b) {
     if (!b->groups || !b->many)
       return; /* the flows send their own reads */
   }
-  for (size_t i = 0; i < b->n; i++)
-    if (b->steps[i] == XF_STEP_SEND && b->flows[i].plain_read)
-      return; /* plain HMGETs: send_all pipelines them, one write per node */
+  if (b->c->plain_hits && xf__clocks_fresh(b->c, xf__now_ms()))
+    return; /* plain HMGETs: send_all pipelines them, one write per node (any
+               to a server whose clock is not fresh goes as the read script) */
   size_t ng = group(b);
   if (ng == 0)
     return;

@@ -33,6 +33,8 @@ typedef struct xf__aconn {
   xf__breaker breaker; /* no reconnect while open */
   int readonly;        /* READONLY goes first on every (re)connect: a replica's */
   xf__clock clock;     /* the server's clock (clock.h): forgotten on connect */
+  int64_t refresh_ms;  /* when a read script last went to refresh it (-1: none
+                          since connect): see refreshing() in async_conn.c */
   int was_up;          /* it was connected once: a connect now is a reconnect */
 } xf__aconn;
 

@@ -17,6 +17,7 @@
 
 #include "async.h"
 #include "client_io.h"
+#include "entry.h"
 #include "event.h"
 #include "reader.h"
 #include "reply.h"
@@ -51,6 +52,7 @@ xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
   }
   cn->ac = ac;
   cn->port = port;
+  cn->refresh_ms = -1;
   ac->conns[ac->nconns++] = cn;
   return cn;
 }
@@ -229,6 +231,7 @@ static int start(xf__aconn *cn) {
   cn->usable = 1;
   cn->dying = cn->connected = cn->failed_connect = 0;
   xf__clock_reset(&cn->clock);
+  cn->refresh_ms = -1;
   cn->setup_rc = XF_OK;
   cn->inflight = 0;
   cn->progress_ms = xf__now_ms();
@@ -293,13 +296,33 @@ static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
   xf__async_leave(ac);
 }
 
+/* Whether a read script sent to refresh cn's clock is still to be answered
+ * (for at most half the refresh period). A plain read queued behind it may
+ * go as HMGET: replies come in order, so its flow learns the clock before
+ * this reply is judged. One script per connection per refresh, however many
+ * calls are in flight. (Should it not teach the clock, an error reply, the
+ * flow asks again with the script: xf__flow_reply.) */
+static int refreshing(const xf__aconn *cn, int64_t now_ms) {
+  return cn->refresh_ms >= 0 && now_ms - cn->refresh_ms < XF_CLOCK_REFRESH_MS / 2 &&
+         (!cn->clock.known || cn->clock.learned_ms < cn->refresh_ms);
+}
+
 int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
   static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
   int rc = xf__aconn_open(cn);
   if (rc == XF_OK && asking)
     rc = xf__aconn_queue_ignored(cn, &asking_cmd);
+  xf__cmd script; /* a plain read where cn's clock is not fresh: the read script */
+  const xf__cmd *sent = &k->f.cmd;
+  int64_t now_ms = sent->plain_out ? xf__now_ms() : 0;
+  if (sent->plain_out && refreshing(cn, now_ms))
+    *sent->plain_out = 1;
+  else
+    sent = xf__entry_read_as(sent, &cn->clock, now_ms, &script);
   if (rc == XF_OK)
-    rc = xf__aconn_queue(cn, on_reply, k, &k->f.cmd);
+    rc = xf__aconn_queue(cn, on_reply, k, sent);
+  if (rc == XF_OK && sent == &script)
+    cn->refresh_ms = now_ms;
   if (rc == XF_OK) {
     k->sent = 1;
     k->conn = cn;

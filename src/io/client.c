@@ -169,6 +169,23 @@ int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rc
   return rc;
 }
 
+int xf__clocks_fresh(xf_client *c, int64_t now_ms) {
+  if (!c->mode_known)
+    return 0;
+  if (!c->router)
+    return xf__clock_fresh(c->seeds[c->server].clock, now_ms);
+  int open = 0;
+  for (int i = 0; i < c->router->nconns; i++) {
+    const xf__conn *k = &c->router->conns[i];
+    if (!k->link)
+      continue;
+    if (!xf__clock_fresh(k->clock, now_ms))
+      return 0;
+    open++;
+  }
+  return open > 0;
+}
+
 /* Splits options.host ("a", "a:7000", "a:7000,b:7001", "[::1]:7000") into
  * seeds; an entry without a port takes options.port. */
 static int parse_seeds(xf_client *c, const char *list, int port) {

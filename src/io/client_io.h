@@ -42,6 +42,11 @@ int xf__command(xf_client *c, const xf__cmd *cmd, xf__reply **reply);
 int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
                      xf__reply **replies);
 
+/* Whether every connection c has open (at least one) holds a fresh estimate
+ * of its server's clock (xf__clock_fresh) at driver ms now_ms: the batch's
+ * reads then go plain, else read_many refreshes them (batch_read.c). */
+int xf__clocks_fresh(xf_client *c, int64_t now_ms);
+
 /* Tests only (internal; reached through the static library): with N > 0,
  * every Nth xf_client_open fails with XF_ENOMEM as if calloc had, and
  * xf__test_failed_opens counts those. Read and written with __atomic_*. */

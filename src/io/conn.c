@@ -10,6 +10,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "conn.h"
+#include "entry.h"
 #include "event.h"
 #include "reader.h"
 #include "reply.h"
@@ -174,8 +175,11 @@ static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
                      xf__reply **reply) {
   *reply = NULL;
   c->request.len = 0;
+  xf__cmd script; /* a plain read where k's clock is not fresh: the read script */
+  const xf__cmd *sent =
+      xf__entry_read_as(cmd, k->clock, cmd->plain_out ? xf__now_ms() : 0, &script);
   if ((asking && xf__resp_append(&c->request, 1, asking_cmd.argv, asking_cmd.lens) != 0) ||
-      xf__resp_append_cmd(&c->request, cmd) != 0)
+      xf__resp_append_cmd(&c->request, sent) != 0)
     return xf__fail(c, XF_ENOMEM, "out of memory for a %d-argument command", cmd->argc);
   int rc = write_request(c, k, cmd->argv[0]);
   if (rc == XF_OK && asking) {
@@ -318,11 +322,19 @@ static int exchange(xf_client *c, xf__conn *k, size_t n, int *rcs, xf__reply **r
   return rc;
 }
 
-static int encode(xf_client *c, size_t n, const xf__cmd *const *cmds) {
+/* The pipeline on k: a plain read goes as the read script when k's clock
+ * is not fresh (xf__entry_read_as), the clock read once for all. */
+static int encode(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const *cmds) {
   c->request.len = 0;
-  for (size_t i = 0; i < n; i++)
-    if (xf__resp_append_cmd(&c->request, cmds[i]) != 0)
+  int64_t now_ms = -1;
+  for (size_t i = 0; i < n; i++) {
+    xf__cmd script;
+    if (cmds[i]->plain_out && now_ms < 0)
+      now_ms = xf__now_ms();
+    if (xf__resp_append_cmd(&c->request,
+                            xf__entry_read_as(cmds[i], k->clock, now_ms, &script)) != 0)
       return xf__fail(c, XF_ENOMEM, "out of memory for a pipeline of %zu commands", n);
+  }
   return XF_OK;
 }
 
@@ -332,7 +344,7 @@ int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const 
   int was_connected = k->link != NULL;
   int rc = xf__conn_open(c, k);
   if (rc == XF_OK)
-    rc = encode(c, n, cmds);
+    rc = encode(c, k, n, cmds);
   if (rc != XF_OK) {
     fail_from(0, n, rc, rcs);
     return rc;
@@ -349,7 +361,7 @@ int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const 
       fail_from(0, n, rc, rcs);
       return rc;
     }
-    rc = encode(c, n, cmds); /* the setup commands reused the buffer */
+    rc = encode(c, k, n, cmds); /* the setup commands reused the buffer */
     if (rc == XF_OK)
       rc = exchange(c, k, n, rcs, replies, &got);
   }
