@@ -13,14 +13,7 @@
 static const char *const fields[] = {"v", "d", "e", "s", "l", "n"};
 
 void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
-  cmd->key = key;
-  cmd->keylen = keylen;
-  cmd->on_master = 0;
-  cmd->more_argc = 0;
-  cmd->clock_out = NULL;
-  cmd->plain_out = NULL;
-  cmd->ask_node = 0;
-  cmd->asked_out = NULL;
+  xf__cmd_begin(cmd, key, keylen);
   cmd->argc = 8;
   cmd->argv[0] = "HMGET";
   cmd->lens[0] = 5;

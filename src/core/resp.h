@@ -51,6 +51,20 @@ typedef struct xf__cmd {
   int *plain_out;
 } xf__cmd;
 
+/* Starts a command on key (NULL: none): no arguments yet, and every routing
+ * and clock field cleared ("whoever fills argv clears it"), in one place. */
+static inline void xf__cmd_begin(xf__cmd *cmd, const char *key, size_t keylen) {
+  cmd->key = key;
+  cmd->keylen = keylen;
+  cmd->on_master = 0;
+  cmd->argc = 0;
+  cmd->more_argc = 0;
+  cmd->clock_out = NULL;
+  cmd->plain_out = NULL;
+  cmd->ask_node = 0;
+  cmd->asked_out = NULL;
+}
+
 /* Encodes argv as a RESP array of bulk strings into buf (replacing its
  * contents). Returns 0, or -1 when out of memory. */
 int xf__resp_encode(xf__buf *buf, int argc, const char *const *argv, const size_t *lens);

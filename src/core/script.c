@@ -23,15 +23,7 @@ void xf__script_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen, in
                     const char **args, const size_t *lens) {
   const xf__script *s = &xf__scripts[script];
   int ro = read_only(s);
-  cmd->key = key;
-  cmd->keylen = keylen;
-  cmd->on_master = 0;
-  cmd->clock_out = NULL;
-  cmd->plain_out = NULL;
-  cmd->ask_node = 0;
-  cmd->asked_out = NULL;
-  cmd->argc = 0;
-  cmd->more_argc = 0;
+  xf__cmd_begin(cmd, key, keylen);
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
   put(cmd, "1", 1);
@@ -44,14 +36,7 @@ void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *con
                          const size_t *keylens) {
   const xf__script *s = &xf__scripts[script];
   int ro = read_only(s);
-  cmd->key = nkeys ? keys[0] : NULL;
-  cmd->keylen = nkeys ? keylens[0] : 0;
-  cmd->on_master = 0;
-  cmd->clock_out = NULL;
-  cmd->plain_out = NULL;
-  cmd->ask_node = 0;
-  cmd->asked_out = NULL;
-  cmd->argc = 0;
+  xf__cmd_begin(cmd, nkeys ? keys[0] : NULL, nkeys ? keylens[0] : 0);
   put(cmd, ro ? "EVALSHA_RO" : "EVALSHA", ro ? 10 : 7);
   put(cmd, s->sha, 40);
   int n = snprintf(cmd->scratch[0], sizeof cmd->scratch[0], "%zu", nkeys);
@@ -63,15 +48,7 @@ void xf__script_cmd_keys(xf__cmd *cmd, int script, size_t nkeys, const char *con
 
 void xf__script_load_cmd(xf__cmd *cmd, int script, const char *key, size_t keylen) {
   const xf__script *s = &xf__scripts[script];
-  cmd->key = key;
-  cmd->keylen = keylen;
-  cmd->on_master = 0;
-  cmd->clock_out = NULL;
-  cmd->plain_out = NULL;
-  cmd->ask_node = 0;
-  cmd->asked_out = NULL;
-  cmd->argc = 0;
-  cmd->more_argc = 0;
+  xf__cmd_begin(cmd, key, keylen);
   put(cmd, "SCRIPT", 6);
   put(cmd, "LOAD", 4);
   put(cmd, s->src, s->len);
