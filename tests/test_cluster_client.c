@@ -11,20 +11,13 @@
 
 #include "clock.h"
 #include "cluster.h"
+#include "cluster_calls.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
 #include "xfetch.h"
 
 #define HOST "127.0.0.1"
 #define NKEYS 1000
-
-/* A loader whose value is "v-" + the key, counting its calls. */
-static int key_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
-  __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST);
-  char v[96];
-  int len = snprintf(v, sizeof v, "v-%.*s", (int)keylen, key);
-  return xf_sink_set(sink, v, (size_t)len);
-}
 
 static xf_client *open_client(const char *host, int cluster, int replicas) {
   xf_options o = XF_OPTIONS_INIT;
@@ -42,26 +35,6 @@ static xf_client *node_client(int i) {
   char host[64];
   snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(i));
   return open_client(host, XF_CLUSTER_AUTO, 0);
-}
-
-static xf_policy long_ttl(void) {
-  xf_policy p = XF_POLICY_INIT;
-  p.ttl_ms = 3600 * 1000;
-  p.beta = 0; /* no early recompute: the counts below are exact */
-  return p;
-}
-
-/* Gets key and checks the value is "v-" + key from the wanted source. */
-static void expect_get(xf_client *c, const char *key, const xf_policy *p, int *calls,
-                       xf_source source) {
-  xf_value v;
-  int rc = xf_get_or_compute(c, key, strlen(key), p, key_loader, calls, &v);
-  cr_assert_eq(rc, XF_OK, "%s: %s (%s)", key, xf_strerror(rc), xf_errmsg(c));
-  char want[96];
-  snprintf(want, sizeof want, "v-%s", key);
-  cr_expect_str_eq(v.data, want);
-  cr_expect_eq(v.source, source, "%s: source %d, want %d", key, v.source, source);
-  xf_value_free(&v);
 }
 
 static int64_t mono_ms(void) {
@@ -89,12 +62,12 @@ Test(cluster_client, auto_mode_detects_the_cluster_and_maps_it) {
 
 Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
   xf_client *c = node_client(0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   char key[64];
   for (int i = 0; i < NKEYS; i++) {
     snprintf(key, sizeof key, "cc:route:%d", i);
-    expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
   }
   cr_expect_eq(calls, NKEYS);
   xf_stats warm;
@@ -105,7 +78,7 @@ Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
   int64_t t0 = mono_ms();
   for (int i = 0; i < NKEYS; i++) {
     snprintf(key, sizeof key, "cc:route:%d", i);
-    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   }
   int64_t elapsed_ms = mono_ms() - t0;
   cr_expect_eq(calls, NKEYS, "no load once warm");
@@ -144,20 +117,20 @@ Test(cluster_client, a_node_whose_clock_aged_gets_one_command_per_hit) {
       break;
   }
   xf_client *c = node_client(0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
-  expect_get(c, aged, &p, &calls, XF_SOURCE_LOADER);
-  expect_get(c, busy, &p, &calls, XF_SOURCE_LOADER);
+  xft_expect_get(c, aged, &p, &calls, XF_SOURCE_LOADER);
+  xft_expect_get(c, busy, &p, &calls, XF_SOURCE_LOADER);
   /* busy's master is refreshed every half period; aged's estimate outlives
    * its use. */
   int64_t until = mono_ms() + XF_CLOCK_REFRESH_MS + 200;
   while (mono_ms() < until) {
-    expect_get(c, busy, &p, &calls, XF_SOURCE_CACHE);
+    xft_expect_get(c, busy, &p, &calls, XF_SOURCE_CACHE);
     xft_cluster_sleep_ms(5);
   }
   xft_reset_stats();
   for (int hit = 0; hit < 3; hit++) {
-    expect_get(c, aged, &p, &calls, XF_SOURCE_CACHE);
+    xft_expect_get(c, aged, &p, &calls, XF_SOURCE_CACHE);
     long long scripts = xft_calls_of(a.port, "evalsha_ro");
     long long plain = xft_calls_of(a.port, "hmget") - scripts; /* a script reads by HMGET */
     cr_expect_eq(scripts, 1, "hit %d: the aged estimate refreshed once, on the first", hit);
@@ -172,10 +145,10 @@ Test(cluster_client, a_seed_list_skips_the_seeds_that_do_not_answer) {
   snprintf(host, sizeof host, HOST ":1, " HOST ":%d,localhost:%d", xft_cluster_port(4),
            xft_cluster_port(5));
   xf_client *c = open_client(host, XF_CLUSTER_AUTO, 0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
-  expect_get(c, "cc:seeds", &p, &calls, XF_SOURCE_LOADER);
-  expect_get(c, "cc:seeds", &p, &calls, XF_SOURCE_CACHE);
+  xft_expect_get(c, "cc:seeds", &p, &calls, XF_SOURCE_LOADER);
+  xft_expect_get(c, "cc:seeds", &p, &calls, XF_SOURCE_CACHE);
   cr_expect_eq(calls, 1);
   xf_client_close(c);
 }
@@ -205,13 +178,13 @@ Test(cluster_client, cluster_off_talks_to_the_seed_alone) {
   char host[64];
   snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
   xf_client *c = open_client(host, XF_CLUSTER_OFF, 0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0, moved = 0;
   char key[64];
   for (int i = 0; i < 30; i++) { /* most keys live on another master */
     snprintf(key, sizeof key, "cc:off:%d", i);
     xf_value v;
-    int rc = xf_get_or_compute(c, key, strlen(key), &p, key_loader, &calls, &v);
+    int rc = xf_get_or_compute(c, key, strlen(key), &p, xft_key_loader, &calls, &v);
     moved += rc == XF_EREDIS && strstr(xf_errmsg(c), "MOVED") != NULL;
     xf_value_free(&v);
   }
@@ -231,13 +204,13 @@ Test(cluster_client, a_migrated_slot_is_followed_by_moved_without_a_reload) {
   xft_node from, to;
   xft_masters_of(slot, &from, &to);
   xf_client *c = node_client(0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
-  expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
+  xft_expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
   xft_migrate_key(slot, &from, &to, key);
   xft_assign(slot, &to);
-  expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
-  expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+  xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   cr_expect_eq(calls, 1, "the entry moved with its slot: never reloaded");
   xf_stats st;
   xf_client_stats(c, &st);
@@ -251,26 +224,26 @@ Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
   xft_node from, to;
   xft_masters_of(slot, &from, &to);
   xf_client *c = node_client(1);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
-  expect_get(c, kept, &p, &calls, XF_SOURCE_LOADER);
-  expect_get(c, gone, &p, &calls, XF_SOURCE_LOADER);
+  xft_expect_get(c, kept, &p, &calls, XF_SOURCE_LOADER);
+  xft_expect_get(c, gone, &p, &calls, XF_SOURCE_LOADER);
   xft_migrate_key(slot, &from, &to, gone);
   xft_reset_stats();
   /* gone now lives on the target: ASK; kept is still served by the source.
    * The target's clock is unknown: the read goes there as the script, once
    * (not an HMGET then the script, each after ASKING). */
-  expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
+  xft_expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
   long long scripts = xft_calls_of(to.port, "evalsha_ro");
   cr_expect_eq(scripts, 1);
   cr_expect_eq(xft_calls_of(to.port, "hmget") - scripts, 0, "no plain read on the target");
   cr_expect_eq(xft_calls_of(to.port, "asking"), 1);
-  expect_get(c, kept, &p, &calls, XF_SOURCE_CACHE);
+  xft_expect_get(c, kept, &p, &calls, XF_SOURCE_CACHE);
   cr_expect_eq(calls, 2);
   xf_stats st;
   xf_client_stats(c, &st);
   cr_expect_eq(st.redirects, 1, "one ASK; the map was left alone");
-  expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
+  xft_expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
   xf_client_stats(c, &st);
   cr_expect_eq(st.redirects, 2, "ASK again: the slot is still the source's");
   cr_expect_eq(calls, 2);
@@ -281,12 +254,12 @@ Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
 
 Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
   xf_client *w = node_client(2);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   char key[64];
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "cc:replica:%d", i);
-    expect_get(w, key, &p, &calls, XF_SOURCE_LOADER);
+    xft_expect_get(w, key, &p, &calls, XF_SOURCE_LOADER);
   }
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) { /* the replicas have caught up */
     redisContext *r = xft_cluster_redis(xft_cluster_port(i));
@@ -301,7 +274,7 @@ Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
     before[i] = xft_calls_of(xft_cluster_port(i), "hmget");
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "cc:replica:%d", i);
-    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   }
   cr_expect_eq(calls, 100);
   long long on_replicas = 0, on_masters = 0;
@@ -325,7 +298,7 @@ Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
 
 Test(cluster_client, a_batch_spans_every_master) {
   xf_client *c = node_client(4);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   enum { N = 100 };
   char buf[N][32];
   const char *keys[N];
@@ -338,8 +311,9 @@ Test(cluster_client, a_batch_spans_every_master) {
   xf_value v[N];
   int rcs[N], calls = 0;
   for (int round = 0; round < 2; round++) {
-    cr_assert_eq(xf_get_or_compute_many(c, N, keys, lens, &p, key_loader, &calls, v, rcs),
-                 XF_OK);
+    cr_assert_eq(
+        xf_get_or_compute_many(c, N, keys, lens, &p, xft_key_loader, &calls, v, rcs),
+        XF_OK);
     for (int i = 0; i < N; i++) {
       char want[64];
       snprintf(want, sizeof want, "v-%s", buf[i]);
@@ -359,7 +333,7 @@ Test(cluster_client, a_batch_spans_every_master) {
 
 Test(cluster_client, set_and_delete_reach_the_key_s_master) {
   xf_client *c = node_client(5);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   char key[64];
   for (int i = 0; i < 30; i++) { /* spread over the three masters */
@@ -368,9 +342,9 @@ Test(cluster_client, set_and_delete_reach_the_key_s_master) {
     int len = snprintf(value, sizeof value, "v-%s", key);
     cr_assert_eq(xf_set(c, key, strlen(key), value, (size_t)len, &p), XF_OK, "%s: %s", key,
                  xf_errmsg(c));
-    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
     cr_assert_eq(xf_delete(c, key, strlen(key)), XF_OK, "%s: %s", key, xf_errmsg(c));
-    expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
   }
   cr_expect_eq(calls, 30, "every delete made the next call load");
   xf_stats st;
@@ -389,10 +363,10 @@ Test(cluster_client, redirections_that_never_end_give_a_clear_error) {
   redisContext *o = xft_cluster_redis(owner.port);
   xft_expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, other.id));
   xf_client *c = node_client(0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   xf_value v;
-  int rc = xf_get_or_compute(c, key, strlen(key), &p, key_loader, &calls, &v);
+  int rc = xf_get_or_compute(c, key, strlen(key), &p, xft_key_loader, &calls, &v);
   cr_expect_eq(rc, XF_EREDIS, "got %s", xf_errname(rc));
   cr_expect(strstr(xf_errmsg(c), "redirections") != NULL, "%s", xf_errmsg(c));
   cr_expect_eq(calls, 0, "an error before the loader: it is not called");
@@ -401,7 +375,7 @@ Test(cluster_client, redirections_that_never_end_give_a_clear_error) {
   cr_expect_eq(st.redirects, 5);
   xft_expect_ok(xft_cluster_cmd(o, "CLUSTER SETSLOT %d NODE %s", slot, owner.id));
   redisFree(o);
-  expect_get(c, key, &p, &calls, XF_SOURCE_LOADER); /* healed */
+  xft_expect_get(c, key, &p, &calls, XF_SOURCE_LOADER); /* healed */
   xf_client_close(c);
 }
 
@@ -425,16 +399,16 @@ static long connections_received(int port) {
 
 Test(cluster_client, a_forked_child_opens_its_own_node_connections) {
   xf_client *c = node_client(0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
-  expect_get(c, "cc:fork", &p, &calls, XF_SOURCE_LOADER);
+  xft_expect_get(c, "cc:fork", &p, &calls, XF_SOURCE_LOADER);
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
   if (pid == 0) { /* the child: same client, its own sockets */
     int master = owner_port("cc:fork");
     long before = connections_received(master);
     xf_value v;
-    int rc = xf_get_or_compute(c, "cc:fork", 7, &p, key_loader, &calls, &v);
+    int rc = xf_get_or_compute(c, "cc:fork", 7, &p, xft_key_loader, &calls, &v);
     long after = connections_received(master);
     int why = rc != XF_OK                            ? 1
               : v.source != XF_SOURCE_CACHE          ? 2
@@ -450,7 +424,7 @@ Test(cluster_client, a_forked_child_opens_its_own_node_connections) {
   cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
             "the child: %d (1 error, 2 not a hit, 3 wrong value, 4 reused a socket)",
             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-  expect_get(c, "cc:fork", &p, &calls, XF_SOURCE_CACHE); /* the parent's still work */
+  xft_expect_get(c, "cc:fork", &p, &calls, XF_SOURCE_CACHE); /* the parent's still work */
   cr_expect_eq(calls, 1);
   xf_client_close(c);
 }
@@ -461,7 +435,7 @@ Test(cluster_client, a_forked_child_opens_its_own_node_connections) {
  * CROSSSLOT either way. */
 Test(cluster_client, a_batch_reads_once_per_slot) {
   xf_client *c = node_client(2);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   enum { N = 105 };
   char buf[N][32];
   const char *keys[N];
@@ -492,8 +466,9 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
     }
     if (round >= 1)
       xft_reset_stats();
-    cr_assert_eq(xf_get_or_compute_many(c, N, keys, lens, &p, key_loader, &calls, v, rcs),
-                 XF_OK);
+    cr_assert_eq(
+        xf_get_or_compute_many(c, N, keys, lens, &p, xft_key_loader, &calls, v, rcs),
+        XF_OK);
     for (int i = 0; i < N; i++) {
       char want[64];
       snprintf(want, sizeof want, "v-%s", buf[i]);

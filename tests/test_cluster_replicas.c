@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cluster.h"
+#include "cluster_calls.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
 #include "xfetch.h"
@@ -34,13 +35,6 @@ static xf_client *open_at(int port, int replicas) {
   int rc = xf_client_open(&c, &o);
   cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));
   return c;
-}
-
-static xf_policy long_ttl(void) {
-  xf_policy p = XF_POLICY_INIT;
-  p.ttl_ms = 3600 * 1000;
-  p.beta = 0;
-  return p;
 }
 
 static double now_ms(void) {
@@ -149,7 +143,7 @@ Test(cluster_replicas, a_replica_that_answers_an_error_is_read_through_its_maste
   xft_masters_of(slot, &owner, &other);
   int replica = replica_of(slot);
   xf_client *w = open_at(owner.port, 0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   get(w, key, &p, &calls, XF_SOURCE_LOADER);
   replicated(owner.port);
@@ -188,7 +182,7 @@ Test(cluster_replicas, after_a_failover_replica_reads_are_not_redirected) {
   xft_masters_of(slot, &owner, &other);
   int replica = replica_of(slot);
   xf_client *c = open_at(other.port, 1);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   get(c, key, &p, &calls, XF_SOURCE_LOADER); /* connects to the master */
   replicated(owner.port);
@@ -237,7 +231,7 @@ Test(cluster_replicas, a_lease_seen_on_a_lagging_replica_is_checked_on_the_maste
   link_down(replica);
   /* The value lands on the master; the replica does not see it. */
   xf_client *w = open_at(owner.port, 0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   char value[64];
   int len = snprintf(value, sizeof value, "v-%s", key);
   cr_assert_eq(xf_set(w, key, strlen(key), value, (size_t)len, &p), XF_OK);
@@ -294,7 +288,7 @@ Test(cluster_replicas, a_batch_refused_by_its_slots_backs_off_once) {
     slots[k++] = slot;
   }
   xf_client *c = open_at(other.port, 0); /* its map keeps the slots */
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   get(c, "{cr-batch-warm}", &p, &calls, XF_SOURCE_LOADER);
   redisContext *o = xft_cluster_redis(owner.port);

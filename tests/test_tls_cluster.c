@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "cluster_calls.h"
 #include "cluster_fixture.h"
 #include "tls.h"
 #include "tls_certs.h"
@@ -103,13 +104,6 @@ static long long calls_of(int i, const char *cmd) {
 
 /* ---- the client ---------------------------------------------------------- */
 
-static int key_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
-  __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST);
-  char v[96];
-  int len = snprintf(v, sizeof v, "v-%.*s", (int)keylen, key);
-  return xf_sink_set(sink, v, (size_t)len);
-}
-
 static xf_options tls_opts(char *seed, size_t n, int node, const char *ca) {
   snprintf(seed, n, "127.0.0.1:%d", cluster()->port[node]);
   xf_options o = XF_OPTIONS_INIT;
@@ -132,25 +126,6 @@ static xf_client *open_client(int node, int replicas) {
   return c;
 }
 
-static xf_policy long_ttl(void) {
-  xf_policy p = XF_POLICY_INIT;
-  p.ttl_ms = 3600 * 1000;
-  p.beta = 0; /* no early recompute: the counts below are exact */
-  return p;
-}
-
-static void expect_get(xf_client *c, const char *key, const xf_policy *p, int *calls,
-                       xf_source source) {
-  xf_value v;
-  int rc = xf_get_or_compute(c, key, strlen(key), p, key_loader, calls, &v);
-  cr_assert_eq(rc, XF_OK, "%s: %s (%s)", key, xf_strerror(rc), xf_errmsg(c));
-  char want[96];
-  snprintf(want, sizeof want, "v-%s", key);
-  cr_expect_str_eq(v.data, want);
-  cr_expect_eq(v.source, source, "%s: source %d, want %d", key, v.source, source);
-  xf_value_free(&v);
-}
-
 Test(tls_cluster, no_node_has_a_plain_port) {
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
     redisReply *r = node_cmd(i, "CONFIG GET port");
@@ -165,12 +140,12 @@ Test(tls_cluster, no_node_has_a_plain_port) {
 
 Test(tls_cluster, cold_keys_load_once_then_hit_and_a_killed_connection_comes_back) {
   xf_client *c = open_client(0, 0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   char key[64];
   for (int i = 0; i < NKEYS; i++) {
     snprintf(key, sizeof key, "tc:route:%d", i);
-    expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_LOADER);
   }
   cr_expect_eq(calls, NKEYS, "each cold key loaded once");
   xf_stats warm;
@@ -180,7 +155,7 @@ Test(tls_cluster, cold_keys_load_once_then_hit_and_a_killed_connection_comes_bac
   cr_expect_geq(xf__tls_handshakes(c->tls), 3, "a handshake per master at least");
   for (int i = 0; i < NKEYS; i++) {
     snprintf(key, sizeof key, "tc:route:%d", i);
-    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   }
   cr_expect_eq(calls, NKEYS, "no load once warm");
   xf_stats hot;
@@ -196,7 +171,7 @@ Test(tls_cluster, cold_keys_load_once_then_hit_and_a_killed_connection_comes_bac
       freeReplyObject(node_cmd(i, "CLIENT KILL TYPE normal"));
   for (int i = 0; i < NKEYS; i++) {
     snprintf(key, sizeof key, "tc:route:%d", i);
-    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   }
   cr_expect_eq(calls, NKEYS, "no load after the reconnects");
   cr_expect_eq(xf__tls_handshakes(c->tls), handshakes + 3, "one new handshake per master");
@@ -209,12 +184,12 @@ Test(tls_cluster, cold_keys_load_once_then_hit_and_a_killed_connection_comes_bac
 
 Test(tls_cluster, replica_reads_are_served_by_the_replicas) {
   xf_client *w = open_client(2, 0);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   char key[64];
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "tc:replica:%d", i);
-    expect_get(w, key, &p, &calls, XF_SOURCE_LOADER);
+    xft_expect_get(w, key, &p, &calls, XF_SOURCE_LOADER);
   }
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* the replicas have caught up (over TLS) */
     if (!is_replica(i))
@@ -225,7 +200,7 @@ Test(tls_cluster, replica_reads_are_served_by_the_replicas) {
     before[i] = calls_of(i, "hmget");
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "tc:replica:%d", i);
-    expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
+    xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
   }
   cr_expect_eq(calls, 100);
   long long on_replicas = 0, on_masters = 0;
@@ -254,10 +229,10 @@ Test(tls_cluster, a_ca_that_signed_nothing_is_refused_with_etls) {
   }
   o.lazy_connect = 1; /* the same refusal from a call, worded */
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  xf_policy p = long_ttl();
+  xf_policy p = xft_long_ttl();
   int calls = 0;
   xf_value v;
-  rc = xf_get_or_compute(c, "tc:wrong-ca", 11, &p, key_loader, &calls, &v);
+  rc = xf_get_or_compute(c, "tc:wrong-ca", 11, &p, xft_key_loader, &calls, &v);
   if (rc == XF_OK) /* a fail-open: the expectation below fails */
     xf_value_free(&v);
   xf_stats st;

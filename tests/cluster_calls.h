@@ -1,0 +1,19 @@
+/* What the blocking cluster tests call the client with: a loader whose value
+ * is "v-" + the key, a policy that never recomputes early (exact counts), and
+ * a get that checks the value and its source. */
+#ifndef XFT_CLUSTER_CALLS_H
+#define XFT_CLUSTER_CALLS_H
+
+#include "xfetch.h"
+
+/* ud is an int counting the loader's calls (atomically). */
+int xft_key_loader(void *ud, const char *key, size_t keylen, xf_sink *sink);
+
+/* An hour's ttl and beta 0: no early recompute, so the counts are exact. */
+xf_policy xft_long_ttl(void);
+
+/* Gets key through c and checks the value is "v-" + key from source. */
+void xft_expect_get(xf_client *c, const char *key, const xf_policy *p, int *calls,
+                    xf_source source);
+
+#endif
