@@ -1,5 +1,6 @@
-/* What the flow's tests without Redis share (test_flow.c, test_flow_kinds.c):
- * replies parsed from RESP text, and checks of the command a SEND asks for. */
+/* What the tests without Redis share (test_flow, test_flow_kinds, test_route,
+ * test_script, test_setup): replies parsed from RESP text, and checks of the
+ * command a SEND asks for. */
 #ifndef XFT_FLOW_REPLIES_H
 #define XFT_FLOW_REPLIES_H
 

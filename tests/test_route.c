@@ -8,6 +8,7 @@
 
 #include "client.h"
 #include "entry.h"
+#include "flow_replies.h"
 #include "reply.h"
 #include "route.h"
 
@@ -19,17 +20,6 @@ static xf_client *c;
 static xf__routes r;
 static xf__cmd cmd;
 static xf__hop h;
-
-static xf__reply *parsed(const char *resp) {
-  xf_reader *rd;
-  cr_assert_eq(xf_reader_open(&rd), XF_OK);
-  cr_assert_eq(xf_reader_feed(rd, resp, strlen(resp)), XF_OK);
-  xf_reply *reply = NULL;
-  cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
-  cr_assert_not_null(reply, "incomplete RESP: %s", resp);
-  xf_reader_close(rd);
-  return reply;
-}
 
 /* An error reply built by hand, as the reader would give it. */
 static xf__reply *error(const char *msg) {
@@ -49,7 +39,7 @@ static void open_router(int read_from_replicas) {
   o.port = 7000;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   xf__route_init(&r, c);
-  xf__reply *slots = parsed(SLOTS_RESP);
+  xf__reply *slots = reply(SLOTS_RESP);
   cr_assert_eq(xf__route_take_map(&r, slots, "10.0.0.1", 1000), XF_OK, "%s", xf_errmsg(c));
   xf__reply_free(slots);
   xf__entry_read_cmd(&cmd, "k", 1);
@@ -81,7 +71,7 @@ Test(route, a_value_is_the_flows) {
   open_router(0);
   start_on(7000, 1001);
   int arg = -1;
-  cr_expect_eq(answer(parsed("$1\r\nv\r\n"), 1001, &arg), XF_ROUTE_DONE);
+  cr_expect_eq(answer(reply("$1\r\nv\r\n"), 1001, &arg), XF_ROUTE_DONE);
   cr_expect_eq(c->stats.redirects, 0);
 }
 

@@ -3,6 +3,7 @@
 
 #include "clock.h"
 #include "fixture.h"
+#include "flow_replies.h"
 #include "reply.h"
 #include "script.h"
 
@@ -178,18 +179,6 @@ Test(script, commands_refused_busy_are_unavailable) {
   xft_server_stop(&s);
 }
 
-/* RESP parsed by the library's reader, as a driver hands it over. */
-static xf__reply *parsed(const char *resp) {
-  xf_reader *rd;
-  cr_assert_eq(xf_reader_open(&rd), XF_OK);
-  cr_assert_eq(xf_reader_feed(rd, resp, strlen(resp)), XF_OK);
-  xf_reply *r = NULL;
-  cr_assert_eq(xf_reader_next(rd, &r), XF_OK);
-  xf_reader_close(rd);
-  cr_assert_not_null(r);
-  return r;
-}
-
 /* The one classification every driver uses: LOADING (a replica loading its
  * dataset) is unavailable like BUSY, for a call and for its SCRIPT LOAD. */
 Test(script, error_replies_are_classified_in_one_place) {
@@ -212,14 +201,14 @@ Test(script, error_replies_are_classified_in_one_place) {
   };
   xf_client *c = xft_client(1);
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    xf__reply *r = parsed(cases[i].resp);
+    xf__reply *r = reply(cases[i].resp);
     cr_expect_eq(xf__reply_classify(r), cases[i].kind, "%s", cases[i].resp);
     xf__reply_free(r);
   }
-  cr_expect_eq(xf__script_loaded(c, XF_SCRIPT_READ, parsed("-LOADING loading\r\n")),
+  cr_expect_eq(xf__script_loaded(c, XF_SCRIPT_READ, reply("-LOADING loading\r\n")),
                XF_EUNAVAILABLE);
   cr_expect(strstr(xf_errmsg(c), "SCRIPT LOAD") && strstr(xf_errmsg(c), "LOADING"), "%s",
             xf_errmsg(c));
-  cr_expect_eq(xf__script_loaded(c, XF_SCRIPT_WRITE, parsed("-ERR oops\r\n")), XF_EREDIS);
+  cr_expect_eq(xf__script_loaded(c, XF_SCRIPT_WRITE, reply("-ERR oops\r\n")), XF_EREDIS);
   xf_client_close(c);
 }

@@ -7,6 +7,7 @@
 
 #include "client.h"
 #include "fixture.h"
+#include "flow_replies.h"
 #include "setup.h"
 
 static xf_client *configured(const char *user, const char *pass, int db) {
@@ -20,18 +21,6 @@ static xf_client *configured(const char *user, const char *pass, int db) {
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;
-}
-
-/* RESP parsed by the library's reader, as a driver hands it over. */
-static xf__reply *parsed(const char *resp) {
-  xf_reader *rd;
-  cr_assert_eq(xf_reader_open(&rd), XF_OK);
-  cr_assert_eq(xf_reader_feed(rd, resp, strlen(resp)), XF_OK);
-  xf_reply *r = NULL;
-  cr_assert_eq(xf_reader_next(rd, &r), XF_OK);
-  xf_reader_close(rd);
-  cr_assert_not_null(r);
-  return r;
 }
 
 Test(setup, the_list_follows_the_options_and_the_role) {
@@ -104,7 +93,7 @@ Test(setup, replies_are_judged_auth_is_eauth_busy_and_loading_unavailable) {
   };
   xf_client *c = configured(NULL, NULL, 5);
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    xf__reply *r = parsed(cases[i].resp);
+    xf__reply *r = reply(cases[i].resp);
     c->errstr[0] = '\0';
     int rc = xf__setup_judge(c, cases[i].kind, r);
     cr_expect_eq(rc, cases[i].rc, "case %zu (%s): %s", i, cases[i].resp, xf_errname(rc));
@@ -115,7 +104,7 @@ Test(setup, replies_are_judged_auth_is_eauth_busy_and_loading_unavailable) {
       cr_expect(strstr(xf_errmsg(c), r->str), "the reply in the message: %s", xf_errmsg(c));
     xf__reply_free(r);
   }
-  xf__reply *r = parsed("-WRONGPASS invalid username-password pair\r\n");
+  xf__reply *r = reply("-WRONGPASS invalid username-password pair\r\n");
   cr_expect_eq(xf__setup_judge(c, XF__SETUP_AUTH, r), XF_EAUTH);
   cr_expect_str_eq(xf_errmsg(c), "AUTH: WRONGPASS invalid username-password pair");
   xf__reply_free(r);
