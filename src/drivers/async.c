@@ -256,8 +256,9 @@ void xf_async_timer_fired(xf_async *ac) {
 /* ---- the API ---------------------------------------------------------------- */
 
 static int check_loop(const xf_async_loop *l) {
-  return l && l->attach && l->timer_start && l->timer_stop && l->cleanup ? XF_OK
-                                                                         : XF_EINVAL;
+  return l && l->watch && l->unwatch && l->timer_start && l->timer_stop && l->cleanup
+             ? XF_OK
+             : XF_EINVAL;
 }
 
 int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *loop) {
@@ -268,10 +269,6 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   xf_options o = XF_OPTIONS_INIT;
   if (opts)
     o = *opts;
-  if (o.tls.enable) { /* the event-loop transport still runs on hiredis: no TLS yet */
-    loop->cleanup(loop->data);
-    return XF_EINVAL;
-  }
   int connect_now = !o.lazy_connect && !o.disabled;
   o.lazy_connect = 1; /* the core never connects: the flow's state only */
   xf_async *ac = calloc(1, sizeof *ac);
