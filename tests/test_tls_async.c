@@ -265,3 +265,44 @@ ParameterizedTest(int *kind, tls_async, plain_tcp_to_a_tls_port_fails_open_quick
   cr_assert(strstr(r.conn_err, "rediss://"), "%s", r.conn_err);
   close_loop(&r);
 }
+
+typedef struct acl_case {
+  int kind;
+  int wrong_password;
+} acl_case;
+
+ParameterizedTestParameters(tls_async, an_acl_user_over_tls) {
+  static acl_case cases[] = {{LIBUV, 0}, {LIBEVENT, 0}, {LIBUV, 1}, {LIBEVENT, 1}};
+  return cr_make_param_array(acl_case, cases, sizeof cases / sizeof cases[0]);
+}
+/* An ACL user (made over the server's plain port) with its password hits
+ * over TLS; with a wrong one the calls end with XF_EAUTH in the server's
+ * words, never a TLS failure nor a fail-open. */
+ParameterizedTest(acl_case *t, tls_async, an_acl_user_over_tls) {
+  char user[64], key[80];
+  snprintf(user, sizeof user, "tlsa-%d", getpid());
+  redisContext *admin = xft_redis_port(xft_tls_plain_port());
+  redisReply *ok = xft_cmd(admin, "ACL SETUSER %s on >s3cret ~* +@all", user);
+  cr_assert(ok && ok->type == REDIS_REPLY_STATUS, "ACL SETUSER refused");
+  freeReplyObject(ok);
+  redisFree(admin);
+  unique_key(key, sizeof key, "acl", t->kind);
+  xf_options o = tls_opts(xft_tls_port());
+  o.username = user;
+  o.password = t->wrong_password ? "not-it" : "s3cret";
+  for (int round = 0; round < 2; round++) {
+    run r;
+    open_loop(&r, t->kind);
+    cr_assert_eq(open_handle(&r, &o), XF_OK);
+    calls(&r, key, 1);
+    if (t->wrong_password) {
+      cr_assert_eq(r.rc[0], XF_EAUTH, "%d: %s", r.rc[0], r.errmsg[0]);
+      cr_assert(strstr(r.errmsg[0], "WRONGPASS"), "%s", r.errmsg[0]);
+      cr_assert_eq(r.loads, 0);
+    } else {
+      cr_assert_eq(r.rc[0], XF_OK, "%s", r.errmsg[0]);
+      cr_assert_eq(r.source[0], round ? XF_SOURCE_CACHE : XF_SOURCE_LOADER);
+    }
+    close_loop(&r);
+  }
+}
