@@ -75,6 +75,7 @@ typedef struct xf__stream {
   struct addrinfo *addr;   /* the address being tried */
   int64_t started_ms;      /* when open_* was called (monotonic ms) */
   unsigned handshakes;     /* completed TLS handshakes on this stream */
+  unsigned recvs;          /* recv() calls made since open (TLS's too): tests */
   int got_bytes;           /* the server has sent at least one byte */
   unsigned char first[24]; /* the first bytes the server sent (diagnostics) */
   size_t nfirst;
