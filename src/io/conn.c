@@ -73,11 +73,6 @@ const char *xf__conn_name(const xf__conn *k, char *buf, size_t len) {
   return buf;
 }
 
-static struct timeval to_timeval(int ms) {
-  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-  return tv;
-}
-
 /* The hook's event about k's server (event.h). */
 static void server_event(xf_client *c, const xf__conn *k, xf_event_type type) {
   char name[300];
@@ -215,14 +210,6 @@ static int setup(xf_client *c, xf__conn *k) {
     }
   }
   return rc == XF_EIO ? XF_ECONNECT : rc; /* not set up: not connected */
-}
-
-int xf__conn_tune(xf_client *c, redisContext *ctx, int tcp, int blocking) {
-  if (blocking && redisSetTimeout(ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK)
-    return xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", ctx->errstr);
-  if (tcp) /* keepalive fails on Unix sockets */
-    redisEnableKeepAlive(ctx);
-  return XF_OK;
 }
 
 /* Opens k's stream (TCP keepalive, TLS when the client has it) within the
