@@ -766,7 +766,7 @@ XF_EXPORT void xf_pool_close(xf_pool *p);
 /* ---- The event-loop driver ------------------------------------------------
  *
  * xf_async is get-or-compute for an event loop: calls never block, many run at
- * once on one hiredis async connection per server (their commands pipelined;
+ * once on one non-blocking connection per server (plain or TLS; their commands pipelined;
  * in a Redis Cluster one per master, each key routed to its slot's master as
  * xf_client does), waits are loop timers and the loader may complete later. Attach it to a
  * loop with an adapter header shipped next to this one (libxfetch links no event library):
@@ -813,9 +813,10 @@ typedef struct xf_async_loop {
   /* Watches the socket fd of conn for events (XF_ASYNC_READ | XF_ASYNC_WRITE;
    * 0: nothing for now, the descriptor stays registered), replacing what was
    * watched before; when fd is ready for some of them, the adapter calls
-   * xf_async_ready(conn, ready) from the loop. *watch is the adapter's state
-   * for this descriptor: NULL on the first call, set and kept by the adapter.
-   * Returns 0, or -1 on failure. */
+   * xf_async_ready(conn, ready) from the loop, again while the descriptor
+   * stays ready (level-triggered, as uv_poll_t and libevent's events are).
+   * *watch is the adapter's state for this descriptor: NULL on the first
+   * call, set and kept by the adapter. Returns 0, or -1 on failure. */
   int (*watch)(void *data, void **watch, int fd, int events, xf_async_conn *conn);
   /* Stops watching and frees watch (what watch set; fd is closed right
    * after, and xf_async_ready must not be called for it any more). */
