@@ -193,7 +193,7 @@ static void finish_close(xf_async *ac) {
     xf__acall *k = ac->calls;
     unlink_call(ac, k);
     k->finished = 1;
-    k->ac = NULL; /* orphaned: hiredis or a late loader may still hold it */
+    k->ac = NULL; /* orphaned: its connection or a late loader may still hold it */
     xf__flow_abandon(&k->f);
     xf__fail(ac->core, XF_ECANCELED, "the async handle was closed");
     k->cb(XF_ECANCELED, NULL, k->privdata);
@@ -205,7 +205,6 @@ static void finish_close(xf_async *ac) {
   ac->loop.timer_stop(ac->loop.data);
   ac->loop.cleanup(ac->loop.data);
   xf_client_close(ac->core);
-  xf__buf_free(&ac->request);
   free(ac->heap);
   free(ac);
 }

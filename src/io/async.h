@@ -77,8 +77,8 @@ struct xf_async_load {
 };
 
 /* One accepted xf_async_get_or_compute call. It lives until its callback has
- * fired (or it was canceled), its command's hiredis callback has run and its
- * loader has completed: hiredis and a late loader may still hold it after
+ * fired (or it was canceled), its command's reply callback has run and its
+ * loader has completed: its connection and a late loader may still hold it after
  * xf_async_close (it is then orphaned: ac is NULL). */
 struct xf__acall {
   xf_async *ac; /* NULL once orphaned */
@@ -97,7 +97,7 @@ struct xf__acall {
   int loaded;    /* it completed there; loader_rc says how */
   int loader_rc;
   int finished;    /* DONE or canceled: the callback has fired (or never will) */
-  int sent;        /* a command is with hiredis (its callback will run) */
+  int sent;        /* a command is on a connection (its callback will run) */
   int loading;     /* the loader has not completed yet */
   int deferred_rc; /* a SEND that could not go out: fed on the next tick */
   int64_t wake_ms; /* WAIT (or, with resend, a cluster retry's backoff) */
@@ -120,7 +120,6 @@ struct xf__acall {
 struct xf_async {
   xf_client *core; /* lazy_connect, never connected: rng, ids, stats, errors */
   xf_async_loop loop;
-  xf__buf request; /* one encoding at a time: hiredis copies it */
 
   /* The connections (async_conn.c) and where commands go (async_router.c). */
   xf__aconn **conns; /* conns[0..nseeds-1]: options.host's seeds; then cluster nodes */
