@@ -3,8 +3,10 @@
  * one handshake per connection, single flight, refusals worded for people
  * (XF_ETLS, never served fail-open), mutual TLS, plain TCP to a TLS port. */
 #define _DEFAULT_SOURCE /* <uv.h> under -std=c11 */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <unistd.h>
 #include <xfetch_libevent.h>
@@ -305,4 +307,64 @@ ParameterizedTest(acl_case *t, tls_async, an_acl_user_over_tls) {
     }
     close_loop(&r);
   }
+}
+
+/* Runs r's loop one turn at a time until r has fired `fired` callbacks and
+ * has `up` connections up (the handle stays open). */
+static void turn_until(run *r, int fired, int up) {
+  int64_t t0 = xft_now_ms();
+  for (;;) {
+    xf_stats st;
+    xf_async_stats(r->ac, &st);
+    if (r->fired >= fired && (int)st.connections == up)
+      return;
+    cr_assert_lt(xft_now_ms() - t0, 10000, "fired %d of %d, %d connections up, want %d",
+                 r->fired, fired, (int)st.connections, up);
+    r->kind == LIBUV ? (void)uv_run(&r->uv, UV_RUN_ONCE)
+                     : (void)event_base_loop(r->base, EVLOOP_ONCE);
+  }
+}
+
+ParameterizedTestParameters(tls_async, a_killed_connection_comes_back_with_one_handshake) {
+  static int kinds[] = {LIBUV, LIBEVENT};
+  return cr_make_param_array(int, kinds, 2);
+}
+/* The server drops the handle's idle TLS connection (CLIENT KILL): the loop
+ * sees it go, the next call opens it again (one more handshake) and hits. */
+ParameterizedTest(int *kind, tls_async, a_killed_connection_comes_back_with_one_handshake) {
+  char key[80];
+  unique_key(key, sizeof key, "kill", *kind);
+  xf_options o = tls_opts(xft_tls_port());
+  run r;
+  open_loop(&r, *kind);
+  cr_assert_eq(open_handle(&r, &o), XF_OK);
+  xf_async *ac = r.ac;
+  slot s[2] = {{&r, 0}, {&r, 1}};
+  xf_policy p = XF_POLICY_INIT;
+  r.n = 3; /* never reached: the handle stays open */
+  cr_assert_eq(
+      xf_async_get_or_compute(ac, key, strlen(key), &p, loader, &r, on_done, &s[0]), XF_OK);
+  turn_until(&r, 1, 1);
+  cr_assert_eq(r.source[0], XF_SOURCE_LOADER, "%s", r.errmsg[0]);
+  cr_assert_eq(xf__tls_handshakes(ac->core->tls), 1);
+  /* This connection only: other tests share the server. */
+  struct sockaddr_in me;
+  socklen_t len = sizeof me;
+  cr_assert_eq(getsockname(ac->conns[0]->s.fd, (struct sockaddr *)&me, &len), 0);
+  redisContext *admin = xft_redis_port(xft_tls_plain_port());
+  redisReply *killed = xft_cmd(admin, "CLIENT KILL ADDR 127.0.0.1:%d", ntohs(me.sin_port));
+  cr_assert(killed && killed->type == REDIS_REPLY_INTEGER && killed->integer == 1,
+            "CLIENT KILL ADDR 127.0.0.1:%d killed no one", ntohs(me.sin_port));
+  freeReplyObject(killed);
+  redisFree(admin);
+  turn_until(&r, 1, 0); /* the loop saw the connection close */
+  cr_assert_eq(
+      xf_async_get_or_compute(ac, key, strlen(key), &p, loader, &r, on_done, &s[1]), XF_OK);
+  turn_until(&r, 2, 1);
+  cr_assert_eq(r.rc[1], XF_OK, "%s", r.errmsg[1]);
+  cr_assert_eq(r.source[1], XF_SOURCE_CACHE, "%s", r.conn_err);
+  cr_assert_eq(r.loads, 1);
+  cr_assert_eq(xf__tls_handshakes(ac->core->tls), 2, "one more handshake");
+  xf_async_close(ac);
+  close_loop(&r);
 }
