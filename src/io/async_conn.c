@@ -58,17 +58,14 @@ xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
   return cn;
 }
 
-/* The hook's event about cn's server (event.h). */
-static void server_event(const xf__aconn *cn, xf_event_type type) {
-  xf_client *c = cn->ac->core;
-  char name[300];
-  if (!c->on_event)
-    return;
+/* cn's server's name, for the hook's events (event.h). */
+static const char *name(const xf__aconn *cn, char *buf, size_t len) {
+  const xf_client *c = cn->ac->core;
   if (cn->host)
-    snprintf(name, sizeof name, "%s:%d", cn->host, cn->port);
+    snprintf(buf, len, "%s:%d", cn->host, cn->port);
   else
-    snprintf(name, sizeof name, "%s", c->unix_path ? c->unix_path : "?");
-  xf__emit_server(c, type, name, XF_DRIVER_ASYNC);
+    snprintf(buf, len, "%s", c->unix_path ? c->unix_path : "?");
+  return buf;
 }
 
 /* A connection failed with rc: remember why and open its breaker, as the
@@ -81,10 +78,10 @@ __attribute__((format(printf, 3, 4))) static void conn_failed(xf__aconn *cn, int
   va_start(ap, fmt);
   vsnprintf(c->conn_err, sizeof c->conn_err, fmt, ap);
   va_end(ap);
-  c->stats.redis_errors++;
   cn->refused_rc = rc == XF_ETLS ? XF_ETLS : 0;
-  if (xf__breaker_trip(&cn->breaker, c->breaker_ms, xf__now_ms(), c->conn_err))
-    server_event(cn, XF_EV_BREAKER_OPEN);
+  char server[300];
+  xf__server_down(c, &cn->breaker, xf__now_ms(), c->conn_err,
+                  name(cn, server, sizeof server));
   if (!cn->connected) { /* never came up: calls move on to the next seed */
     cn->failed_connect = 1;
     xf__aseeds_down(cn);
@@ -95,11 +92,8 @@ void xf__aconn_connected(xf__aconn *cn) {
   cn->connected = 1;
   cn->refused_rc = 0;
   cn->progress_ms = xf__now_ms();
-  if (xf__breaker_close(&cn->breaker))
-    server_event(cn, XF_EV_BREAKER_CLOSED);
-  if (cn->was_up)
-    server_event(cn, XF_EV_RECONNECT);
-  cn->was_up = 1;
+  char server[300];
+  xf__server_up(cn->ac->core, &cn->breaker, &cn->was_up, name(cn, server, sizeof server));
 }
 
 void xf__aconn_failed(xf__aconn *cn) {
