@@ -4,11 +4,14 @@
  * each, at 1 connection (p50) and 50 (throughput), plain and TLS taking turns
  * so that a drift of the shared machine falls on both. Ratios TLS / plain and
  * the handshakes per connection (xf__tls_handshakes, summed by the workers)
- * go to the params, the goals and the table. Needs redis-server built with
- * TLS and the openssl CLI: skipped (no results, "skipped" in params)
- * otherwise. */
+ * go to the params, the goals and the table, with the CPU time a hit costs
+ * the server (INFO cpu) and the clients (the workers' rusage), plain and TLS:
+ * CPU time, unlike latency, hardly moves with the machine's load. Needs redis-server built
+ * with TLS and the openssl CLI: skipped (no results, "skipped" in params) otherwise. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "goals.h"
 #include "scenarios.h"
@@ -40,9 +43,37 @@ static int start(target *t, const char *certs) {
   return -1;
 }
 
+/* The server's CPU seconds so far (INFO cpu: user + sys), or -1. */
+static double server_cpu_s(redisContext *rc) {
+  redisReply *r = redisCommand(rc, "INFO cpu");
+  double s = -1;
+  const char *u =
+      r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "used_cpu_user:") : NULL;
+  const char *y =
+      r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "used_cpu_sys:") : NULL;
+  if (u && y)
+    s = atof(u + strlen("used_cpu_user:")) + atof(y + strlen("used_cpu_sys:"));
+  if (r)
+    freeReplyObject(r);
+  return s;
+}
+
+/* The reaped workers' CPU seconds so far (user + sys). */
+static double workers_cpu_s(void) {
+  struct rusage u;
+  getrusage(RUSAGE_CHILDREN, &u);
+  return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + (double)u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU microseconds per hit of each run: the server's, the clients'. */
+typedef struct cpu_cost {
+  double server_us[8], client_us[8];
+} cpu_cost;
+
 /* n hits runs, plain and TLS in turn, into r[0..] (plain, tls, plain, ...). */
 static int runs(const bench_env *e, const target *plain, const target *tls, int conns,
-                double dur, int rounds, result *r, uint64_t *handshakes) {
+                double dur, int rounds, result *r, uint64_t *handshakes, cpu_cost *cpu) {
   for (int i = 0; i < 2 * rounds; i++) {
     int is_tls = i % 2;
     bench_env env = *e;
@@ -52,13 +83,25 @@ static int runs(const bench_env *e, const target *plain, const target *tls, int 
     snprintf(variant, sizeof variant, "%s%d", is_tls ? "tls" : "plain", conns);
     spec_init(&s, e, "tls", ST_XFETCH, variant);
     s.clients = conns, s.think_us = 0, s.duration_s = dur, s.ttl_ms = 3600000;
+    double s0 = server_cpu_s(e->rc), c0 = workers_cpu_s();
     if (run_one(&env, &s, 0, 1, s.ttl_ms, 0, 0, &r[i]))
       return -1;
+    double hits = r[i].requests ? (double)r[i].requests : 1;
+    cpu->server_us[i] = (server_cpu_s(e->rc) - s0) / hits * 1e6;
+    cpu->client_us[i] = (workers_cpu_s() - c0) / hits * 1e6;
     r[i].tls = is_tls;
     if (is_tls)
       *handshakes += __atomic_load_n(&e->a->handshakes, __ATOMIC_RELAXED);
   }
   return 0;
+}
+
+/* The mean of every other value from first (plain: 0, tls: 1). */
+static double mean_every_other(const double *v, int n, int first) {
+  double sum = 0;
+  for (int i = first; i < n; i += 2)
+    sum += v[i];
+  return sum / (n / 2);
 }
 
 /* The mean of every other result from first (plain: 0, tls: 1). */
@@ -92,10 +135,14 @@ int sc_tls(const bench_env *e, scenario_out *out) {
   redisContext *rc = target_connect(&plain, 5000);
   int rv = -1;
   uint64_t hs1 = 0, hs50 = 0;
+  cpu_cost cpu1, cpu50;
+  memset(&cpu1, 0, sizeof cpu1);
+  memset(&cpu50, 0, sizeof cpu50);
   bench_env env = *e;
-  env.rc = rc; /* prefill on this server */
-  if (rc && runs(&env, &plain, &tls, 1, dur, rounds, out->results, &hs1) == 0 &&
-      runs(&env, &plain, &tls, 50, dur, rounds, out->results + 2 * rounds, &hs50) == 0)
+  env.rc = rc; /* prefill on this server, and its INFO cpu */
+  if (rc && runs(&env, &plain, &tls, 1, dur, rounds, out->results, &hs1, &cpu1) == 0 &&
+      runs(&env, &plain, &tls, 50, dur, rounds, out->results + 2 * rounds, &hs50, &cpu50) ==
+          0)
     rv = 0;
   if (rc)
     redisFree(rc);
@@ -115,12 +162,21 @@ int sc_tls(const bench_env *e, scenario_out *out) {
   goal_set("tls_p50_1conn", p50);
   goal_set("tls_throughput_50conn", rps);
   goal_set("tls_handshakes_per_conn", per_conn);
-  snprintf(out->params, sizeof out->params,
-           "{\"connections\": [1, 50], \"duration_s\": %.1f, \"rounds\": %d, "
-           "\"think_us\": 0, \"value_bytes\": 64, \"verify\": true, "
-           "\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_1conn\": %.3g, "
-           "\"tls_over_plain_p50_50conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
-           "\"handshakes_per_connection\": %.3g}",
-           dur, rounds, p50, rps1, p50_50, rps, per_conn);
+  snprintf(
+      out->params, sizeof out->params,
+      "{\"connections\": [1, 50], \"duration_s\": %.1f, \"rounds\": %d, "
+      "\"think_us\": 0, \"value_bytes\": 64, \"verify\": true, "
+      "\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_1conn\": %.3g, "
+      "\"tls_over_plain_p50_50conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
+      "\"handshakes_per_connection\": %.3g, "
+      "\"server_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
+      "\"tls50\": %.2f}, "
+      "\"client_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
+      "\"tls50\": %.2f}}",
+      dur, rounds, p50, rps1, p50_50, rps, per_conn, mean_every_other(cpu1.server_us, n, 0),
+      mean_every_other(cpu1.server_us, n, 1), mean_every_other(cpu50.server_us, n, 0),
+      mean_every_other(cpu50.server_us, n, 1), mean_every_other(cpu1.client_us, n, 0),
+      mean_every_other(cpu1.client_us, n, 1), mean_every_other(cpu50.client_us, n, 0),
+      mean_every_other(cpu50.client_us, n, 1));
   return 0;
 }

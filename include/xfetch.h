@@ -100,8 +100,8 @@ typedef enum xf_cluster_mode {
  * with the reason in xf_errmsg ("certificate not trusted: ...", "host name
  * mismatch: certificate is for ..., wanted ...", "TLS handshake with ...
  * timed out ..."), never served fail-open: the breaker repeats it. A file
- * that cannot be loaded makes xf_client_open fail with XF_EINVAL. The
- * event-loop driver (xf_async) refuses TLS (XF_EINVAL) for now. */
+ * that cannot be loaded makes xf_client_open (and xf_async_open) fail with
+ * XF_EINVAL. Every driver runs over it, the event-loop one included. */
 typedef struct xf_tls_options {
   int enable;              /* non-zero: TLS on every connection (seeds, nodes) */
   const char *ca_file;     /* PEM bundle of trusted CAs */
@@ -766,7 +766,7 @@ XF_EXPORT void xf_pool_close(xf_pool *p);
 /* ---- The event-loop driver ------------------------------------------------
  *
  * xf_async is get-or-compute for an event loop: calls never block, many run at
- * once on one hiredis async connection per server (their commands pipelined;
+ * once on one non-blocking connection per server (plain or TLS; their commands pipelined;
  * in a Redis Cluster one per master, each key routed to its slot's master as
  * xf_client does), waits are loop timers and the loader may complete later. Attach it to a
  * loop with an adapter header shipped next to this one (libxfetch links no event library):
@@ -777,12 +777,16 @@ XF_EXPORT void xf_pool_close(xf_pool *p);
  * A handle belongs to its loop's thread: every xf_async_* call, loader
  * completion included, must be made on that thread. */
 
-/* Opaque event-loop handle: a hiredis async connection per server (per
- * cluster node), a timer of the loop, and the counters of an xf_client. */
+/* Opaque event-loop handle: a non-blocking connection per server (per
+ * cluster node; plain or TLS, as xf_client's), a timer of the loop, and the
+ * counters of an xf_client. */
 typedef struct xf_async xf_async;
 
-/* hiredis' async connection (hiredis/async.h), for adapters. */
-struct redisAsyncContext;
+/* Opaque: one of a handle's connections, as an adapter's watch sees it. */
+typedef struct xf_async_conn xf_async_conn;
+
+/* What a watched descriptor is waited for / became ready for. */
+enum { XF_ASYNC_READ = 1, XF_ASYNC_WRITE = 2 };
 
 /* Opaque: what an async loader completes, exactly once. */
 typedef struct xf_async_load xf_async_load;
@@ -806,9 +810,17 @@ typedef void (*xf_async_loader_fn)(void *ud, const char *key, size_t keylen,
  * failure: it ends with cleanup(data). */
 typedef struct xf_async_loop {
   void *data; /* the adapter's state, passed to every hook */
-  /* Hooks a new hiredis redisAsyncContext into the loop (e.g. with
-   * redisLibuvAttach); returns 0, or -1 on failure. */
-  int (*attach)(void *data, struct redisAsyncContext *rac);
+  /* Watches the socket fd of conn for events (XF_ASYNC_READ | XF_ASYNC_WRITE;
+   * 0: nothing for now, the descriptor stays registered), replacing what was
+   * watched before; when fd is ready for some of them, the adapter calls
+   * xf_async_ready(conn, ready) from the loop, again while the descriptor
+   * stays ready (level-triggered, as uv_poll_t and libevent's events are).
+   * *watch is the adapter's state for this descriptor: NULL on the first
+   * call, set and kept by the adapter. Returns 0, or -1 on failure. */
+  int (*watch)(void *data, void **watch, int fd, int events, xf_async_conn *conn);
+  /* Stops watching and frees watch (what watch set; fd is closed right
+   * after, and xf_async_ready must not be called for it any more). */
+  void (*unwatch)(void *data, void *watch);
   /* (Re)arms the adapter's one timer to call xf_async_timer_fired after
    * delay_ms (>= 0), replacing any earlier arming. */
   void (*timer_start)(void *data, int64_t delay_ms);
@@ -823,19 +835,21 @@ typedef struct xf_async_loop {
  * starts connecting in the background; most code calls an adapter's
  * xf_async_open_libuv / xf_async_open_libevent instead. AUTH and SELECT (and
  * the scripts' SCRIPT LOAD) go first on every connection; connect and command
- * timeouts are enforced with the loop's timer. Returns XF_OK with the handle in
- * *out, XF_EINVAL (bad options or hooks; options.tls.enable: TLS is not
- * available on the event-loop transport yet), XF_ENOMEM, or XF_ECONNECT when the
- * connection fails at once (unless opts->lazy_connect, which also defers the
- * connect to the first call). A later connection failure makes calls fail
- * open, as xf_get_or_compute does. With opts->cluster XF_CLUSTER_AUTO the
- * first connection asks INFO cluster, and in a cluster the slot map is loaded
- * (CLUSTER SLOTS) on the loop: calls started meanwhile wait for it; XF_EINVAL
- * for XF_CLUSTER_ON with db != 0. A standalone handle given a seed list
- * uses the first seed that comes up, in order (as xf_client_open does), and,
- * when that seed later cannot be reached, the next one (wrapping around);
- * calls queued on a seed that never came up go to the next seed instead of
- * failing open. */
+ * timeouts are enforced with the loop's timer; the connect (and with
+ * options.tls the TLS handshake) runs on the loop, never blocking it (host
+ * names are still resolved with a blocking getaddrinfo). Returns XF_OK with
+ * the handle in *out, XF_EINVAL (bad options or hooks, options.tls files
+ * that cannot be loaded), XF_ENOMEM, or XF_ECONNECT when the connection fails at
+ * once (unless opts->lazy_connect, which also defers the connect to the first
+ * call). A later connection failure makes calls fail open, as
+ * xf_get_or_compute does; a TLS failure (certificate not trusted, name
+ * mismatch, handshake) fails them with XF_ETLS instead, never open. With opts->cluster
+ * XF_CLUSTER_AUTO the first connection asks INFO cluster, and in a cluster the slot map is
+ * loaded (CLUSTER SLOTS) on the loop: calls started meanwhile wait for it; XF_EINVAL for
+ * XF_CLUSTER_ON with db != 0. A standalone handle given a seed list uses the first seed
+ * that comes up, in order (as xf_client_open does), and, when that seed later cannot be
+ * reached, the next one (wrapping around); calls queued on a seed that never came up go to
+ * the next seed instead of failing open. */
 XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
                             const xf_async_loop *loop);
 
@@ -874,6 +888,10 @@ XF_EXPORT void xf_async_load_fail(xf_async_load *load, int code);
 
 /* For adapters: the timer armed by timer_start has fired. */
 XF_EXPORT void xf_async_timer_fired(xf_async *ac);
+
+/* For adapters: conn's descriptor is ready for events (XF_ASYNC_READ |
+ * XF_ASYNC_WRITE; both when the loop reports an error on it). */
+XF_EXPORT void xf_async_ready(xf_async_conn *conn, int events);
 
 /* The detail of the error a callback was given, valid inside that callback
  * ("" if none). Owned by the handle. */

@@ -1,21 +1,19 @@
 /* xfetch's event-loop driver on a libuv loop: include this header (it pulls
- * in <uv.h> and hiredis' libuv adapter) and link libuv yourself; libxfetch
- * does not depend on it.
+ * in <uv.h>) and link libuv yourself; libxfetch does not depend on it.
  *
  *   xf_async *ac;
  *   int rc = xf_async_open_libuv(&ac, &opts, uv_default_loop());
  *   ... xf_async_get_or_compute(ac, ...) from the loop ...
  *   xf_async_close(ac);  then let the loop run once more: it closes the timer
- *                        and the poll handle (uv_close) before uv_loop_close.
+ *                        and the poll handles (uv_close) before uv_loop_close.
  *
- * hiredis' adapter keeps the loop alive while the connection is open, so
+ * Each connection is a uv_poll_t on its socket, watched for reading while it
+ * is open: the loop stays alive while a connection is open, so
  * uv_run(UV_RUN_DEFAULT) returns after xf_async_close (or uv_stop). Under a
- * strict -std=c11, <uv.h> needs _DEFAULT_SOURCE (or _GNU_SOURCE) defined.
- * hiredis' adapter also brings a static function named on_close. */
+ * strict -std=c11, <uv.h> needs _DEFAULT_SOURCE (or _GNU_SOURCE) defined. */
 #ifndef XFETCH_LIBUV_H
 #define XFETCH_LIBUV_H
 
-#include <hiredis/adapters/libuv.h>
 #include <stdlib.h>
 #include <uv.h>
 
@@ -28,10 +26,53 @@ typedef struct xf_libuv {
   xf_async *ac;
 } xf_libuv;
 
-/* Hooks a new hiredis connection into the loop. */
-static inline int xf_libuv_attach(void *data, struct redisAsyncContext *rac) {
+/* One connection's socket: its poll handle. */
+typedef struct xf_libuv_watch {
+  uv_poll_t poll;
+  xf_async_conn *conn;
+} xf_libuv_watch;
+
+/* The poll handle's callback: hands the readiness to the driver. */
+static inline void xf_libuv_ready(uv_poll_t *poll, int status, int events) {
+  xf_libuv_watch *w = (xf_libuv_watch *)poll->data;
+  int ready = (events & UV_READABLE ? XF_ASYNC_READ : 0) |
+              (events & UV_WRITABLE ? XF_ASYNC_WRITE : 0);
+  xf_async_ready(w->conn, status < 0 ? XF_ASYNC_READ | XF_ASYNC_WRITE : ready);
+}
+
+/* Watches fd for events (a poll handle made on the first call). */
+static inline int xf_libuv_watch_fd(void *data, void **watch, int fd, int events,
+                                    xf_async_conn *conn) {
   xf_libuv *u = (xf_libuv *)data;
-  return redisLibuvAttach(rac, u->loop) == REDIS_OK ? 0 : -1;
+  xf_libuv_watch *w = (xf_libuv_watch *)*watch;
+  if (!w) {
+    w = (xf_libuv_watch *)calloc(1, sizeof *w);
+    if (!w)
+      return -1;
+    if (uv_poll_init_socket(u->loop, &w->poll, fd) != 0) {
+      free(w);
+      return -1;
+    }
+    w->poll.data = w;
+    w->conn = conn;
+    *watch = w;
+  }
+  if (!events)
+    return uv_poll_stop(&w->poll) == 0 ? 0 : -1;
+  int flags = (events & XF_ASYNC_READ ? UV_READABLE : 0) |
+              (events & XF_ASYNC_WRITE ? UV_WRITABLE : 0);
+  return uv_poll_start(&w->poll, flags, xf_libuv_ready) == 0 ? 0 : -1;
+}
+
+/* Frees a poll handle once libuv has closed it. */
+static inline void xf_libuv_unwatched(uv_handle_t *handle) { free(handle->data); }
+
+/* Stops watching; the handle goes on the loop's next turn. */
+static inline void xf_libuv_unwatch(void *data, void *watch) {
+  xf_libuv_watch *w = (xf_libuv_watch *)watch;
+  (void)data;
+  uv_poll_stop(&w->poll);
+  uv_close((uv_handle_t *)&w->poll, xf_libuv_unwatched);
 }
 
 /* The timer's callback: hands the event to the driver. */
@@ -78,7 +119,11 @@ static inline int xf_async_open_libuv(xf_async **out, const xf_options *opts,
     return XF_ENOMEM;
   }
   u->timer.data = u;
-  xf_async_loop hooks = {u, xf_libuv_attach, xf_libuv_timer_start, xf_libuv_timer_stop,
+  xf_async_loop hooks = {u,
+                         xf_libuv_watch_fd,
+                         xf_libuv_unwatch,
+                         xf_libuv_timer_start,
+                         xf_libuv_timer_stop,
                          xf_libuv_cleanup};
   int rc = xf_async_open(out, opts, &hooks);
   if (rc == XF_OK)

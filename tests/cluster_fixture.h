@@ -48,6 +48,10 @@ void xft_cluster_stop(xft_cluster *c);
  * masters is the cluster's choice: ask CLUSTER SLOTS). */
 int xft_cluster_port(int i);
 
+/* The binary's shared cluster as an xft_cluster (its ports; plain TCP), for
+ * the helpers that take one (cluster_failover.h). */
+const xft_cluster *xft_cluster_shared(void);
+
 /* A raw hiredis connection to the node at port (1 s timeouts), or NULL. */
 redisContext *xft_cluster_connect(int port);
 

@@ -41,3 +41,10 @@ int xft_cluster_port(int i) {
     ports = strchr(ports, ',') + 1;
   return atoi(ports);
 }
+
+const xft_cluster *xft_cluster_shared(void) {
+  static xft_cluster c; /* ports only: no pids, plain TCP */
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++)
+    c.port[i] = xft_cluster_port(i);
+  return &c;
+}

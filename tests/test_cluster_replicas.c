@@ -11,6 +11,7 @@
 
 #include "cluster.h"
 #include "cluster_calls.h"
+#include "cluster_failover.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
 #include "xfetch.h"
@@ -43,58 +44,6 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* The port of the (one) replica of slot's master, as node i sees it. */
-static int replica_seen_by(int i, int slot) {
-  redisContext *r = xft_cluster_redis(xft_cluster_port(i));
-  redisReply *rep = xft_cluster_cmd(r, "CLUSTER SLOTS");
-  int port = -1;
-  for (size_t i = 0; i < rep->elements; i++) {
-    redisReply *range = rep->element[i];
-    if (range->element[0]->integer <= slot && slot <= range->element[1]->integer &&
-        range->elements > 3)
-      port = (int)range->element[3]->element[1]->integer;
-  }
-  freeReplyObject(rep);
-  redisFree(r);
-  return port;
-}
-
-static int replica_of(int slot) {
-  int port = replica_seen_by(0, slot);
-  cr_assert_gt(port, 0, "slot %d has a replica", slot);
-  return port;
-}
-
-/* Waits until every node's CLUSTER SLOTS lists port as slot's replica (a
- * node lists a replica once it has heard of its replication offset). */
-static void wait_replica_listed(int slot, int port) {
-  for (int tries = 0; tries < 500; tries++) {
-    int seen = 0;
-    for (int i = 0; i < XFT_CLUSTER_NODES; i++)
-      seen += replica_seen_by(i, slot) == port;
-    if (seen == XFT_CLUSTER_NODES)
-      return;
-    xft_cluster_sleep_ms(10);
-  }
-  cr_assert_fail("port %d never listed as slot %d's replica", port, slot);
-}
-
-/* Whether the node's INFO replication has line (e.g. "role:master"). */
-static int info_has(int port, const char *line) {
-  redisContext *r = xft_cluster_redis(port);
-  redisReply *info = xft_cluster_cmd(r, "INFO replication");
-  int has = info->type == REDIS_REPLY_STRING && strstr(info->str, line) != NULL;
-  freeReplyObject(info);
-  redisFree(r);
-  return has;
-}
-
-static void wait_info(int port, const char *line) {
-  for (int i = 0; i < 1000 && !info_has(port, line); i++)
-    xft_cluster_sleep_ms(10);
-  cr_assert(info_has(port, line), "node %d never showed %s", port, line);
-}
-
 static void config(int port, const char *name, const char *value) {
   redisContext *r = xft_cluster_redis(port);
   xft_expect_ok(xft_cluster_cmd(r, "CONFIG SET %s %s", name, value));
@@ -107,19 +56,13 @@ static void link_down(int replica) {
   redisContext *r = xft_cluster_redis(replica);
   freeReplyObject(xft_cluster_cmd(r, "CLIENT KILL TYPE master"));
   redisFree(r);
-  wait_info(replica, "master_link_status:down");
+  xft_node_wait_info(xft_cluster_shared(), replica, "master_link_status:down");
 }
 
 static void link_up(int replica) {
   config(replica, "masterauth", "");
   config(replica, "replica-serve-stale-data", "yes");
-  wait_info(replica, "master_link_status:up");
-}
-
-static void replicated(int master) {
-  redisContext *r = xft_cluster_redis(master);
-  freeReplyObject(xft_cluster_cmd(r, "WAIT 1 2000"));
-  redisFree(r);
+  xft_node_wait_info(xft_cluster_shared(), replica, "master_link_status:up");
 }
 
 static void get(xf_client *c, const char *key, const xf_policy *p, int *calls,
@@ -141,12 +84,12 @@ Test(cluster_replicas, a_replica_that_answers_an_error_is_read_through_its_maste
   int slot = xf__cluster_keyslot(key, strlen(key));
   xft_node owner, other;
   xft_masters_of(slot, &owner, &other);
-  int replica = replica_of(slot);
+  int replica = xft_slot_replica(xft_cluster_shared(), slot);
   xf_client *w = open_at(owner.port, 0);
   xf_policy p = xft_long_ttl();
   int calls = 0;
   get(w, key, &p, &calls, XF_SOURCE_LOADER);
-  replicated(owner.port);
+  xft_replicated(xft_cluster_shared(), owner.port);
   config(replica, "replica-serve-stale-data", "no");
   link_down(replica);
   xf_client *c = open_at(other.port, 1);
@@ -159,20 +102,6 @@ Test(cluster_replicas, a_replica_that_answers_an_error_is_read_through_its_maste
   xf_client_close(w);
 }
 
-/* A manual failover of replica, asked again until its master has heard of
- * it (a replica demoted a moment ago is not known to its master yet: the
- * request times out). */
-static void promote(int replica) {
-  for (int attempt = 0; attempt < 10 && !info_has(replica, "role:master"); attempt++) {
-    redisContext *r = xft_cluster_redis(replica);
-    freeReplyObject(xft_cluster_cmd(r, "CLUSTER FAILOVER"));
-    redisFree(r);
-    for (int i = 0; i < 200 && !info_has(replica, "role:master"); i++)
-      xft_cluster_sleep_ms(10);
-  }
-  cr_assert(info_has(replica, "role:master"), "node %d was never promoted", replica);
-}
-
 /* A manual failover swaps a master and its replica: the client's connection
  * to the old master was opened without READONLY. */
 Test(cluster_replicas, after_a_failover_replica_reads_are_not_redirected) {
@@ -180,17 +109,17 @@ Test(cluster_replicas, after_a_failover_replica_reads_are_not_redirected) {
   int slot = xf__cluster_keyslot(key, strlen(key));
   xft_node owner, other;
   xft_masters_of(slot, &owner, &other);
-  int replica = replica_of(slot);
+  int replica = xft_slot_replica(xft_cluster_shared(), slot);
   xf_client *c = open_at(other.port, 1);
   xf_policy p = xft_long_ttl();
   int calls = 0;
   get(c, key, &p, &calls, XF_SOURCE_LOADER); /* connects to the master */
-  replicated(owner.port);
+  xft_replicated(xft_cluster_shared(), owner.port);
   for (int i = 0; i < 10; i++)
     get(c, key, &p, &calls, XF_SOURCE_CACHE); /* and to its replica */
-  promote(replica);
-  wait_info(owner.port, "master_link_status:up");
-  wait_replica_listed(slot, owner.port);
+  xft_promote(xft_cluster_shared(), replica);
+  xft_node_wait_info(xft_cluster_shared(), owner.port, "master_link_status:up");
+  xft_wait_replica_listed(xft_cluster_shared(), slot, owner.port);
   /* A write meets the old master: MOVED, and the map is loaded again. */
   char value[64];
   int len = snprintf(value, sizeof value, "v-%s", key);
@@ -204,9 +133,9 @@ Test(cluster_replicas, after_a_failover_replica_reads_are_not_redirected) {
   cr_expect_eq(calls, 1);
   cr_expect_leq(after.redirects - before.redirects, 2, "%llu redirects for 200 reads",
                 (unsigned long long)(after.redirects - before.redirects));
-  promote(owner.port); /* back as it was */
-  wait_info(replica, "master_link_status:up");
-  wait_replica_listed(slot, replica);
+  xft_promote(xft_cluster_shared(), owner.port); /* back as it was */
+  xft_node_wait_info(xft_cluster_shared(), replica, "master_link_status:up");
+  xft_wait_replica_listed(xft_cluster_shared(), slot, replica);
   xf_client_close(c);
 }
 
@@ -217,7 +146,7 @@ Test(cluster_replicas, a_lease_seen_on_a_lagging_replica_is_checked_on_the_maste
   int slot = xf__cluster_keyslot(key, strlen(key));
   xft_node owner, other;
   xft_masters_of(slot, &owner, &other);
-  int replica = replica_of(slot);
+  int replica = xft_slot_replica(xft_cluster_shared(), slot);
   redisContext *m = xft_cluster_redis(owner.port);
   freeReplyObject(xft_cluster_cmd(m, "DEL %s", key));
   /* Someone else's live lease, with no value yet (lua/lease.lua's shape). */
@@ -227,7 +156,7 @@ Test(cluster_replicas, a_lease_seen_on_a_lagging_replica_is_checked_on_the_maste
   freeReplyObject(xft_cluster_cmd(m, "HSET %s l other:%lld", key, ms + 30000));
   freeReplyObject(xft_cluster_cmd(m, "PEXPIRE %s 30000", key));
   redisFree(m);
-  replicated(owner.port);
+  xft_replicated(xft_cluster_shared(), owner.port);
   link_down(replica);
   /* The value lands on the master; the replica does not see it. */
   xf_client *w = open_at(owner.port, 0);

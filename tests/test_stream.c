@@ -380,6 +380,34 @@ Test(stream, one_handshake_per_connection_not_per_command) {
   xf__tls_free(t);
 }
 
+/* A reply read over TLS as the connection reads it (xf__stream_read_sliced:
+ * wait, then read) costs one recv (OpenSSL reads ahead: the record's header
+ * and body together), as over plain TCP, not two. */
+Test(stream, a_tls_reply_costs_one_recv_as_a_plain_one) {
+  xf__tls *t = tls_trusting("ca.crt");
+  xf__stream s;
+  cr_assert_eq(connect_to(&s, "127.0.0.1", xft_tls_port(), t, DEADLINE_MS), XF_OK);
+  assert_pong(&s); /* and TLS 1.3's session tickets, sent after the handshake */
+  unsigned before = s.recvs;
+  for (int k = 0; k < 10; k++) {
+    int64_t deadline = 0;
+    cr_assert_eq(xf__stream_write_all(&s, PING, strlen(PING), xf__stream_now_ms() + 5000),
+                 XF_OK);
+    char buf[64];
+    size_t got = 0, have = 0;
+    while (have < 7) { /* +PONG\r\n */
+      cr_assert_eq(xf__stream_read_sliced(&s, buf + have, sizeof buf - have, &got,
+                                          &deadline, DEADLINE_MS, NULL, NULL, 50),
+                   XF_OK, "%s", s.errstr);
+      have += got;
+    }
+    cr_assert_eq(memcmp(buf, "+PONG\r\n", 7), 0);
+  }
+  cr_assert_leq(s.recvs - before, 12, "%u recv calls for 10 replies", s.recvs - before);
+  xf__stream_close(&s);
+  xf__tls_free(t);
+}
+
 Test(stream, a_port_nobody_listens_on_is_refused) {
   int fd = socket(AF_INET, SOCK_STREAM, 0); /* bound, not listening: refused */
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

@@ -205,3 +205,55 @@ Test(tls_client, a_ca_file_that_cannot_be_loaded_is_an_invalid_argument) {
   cr_assert_eq(xf_client_open(&c, &o), XF_EINVAL);
   cr_assert_null(c);
 }
+
+/* An ACL user (made over the server's plain port) that may run xfetch's
+ * commands, unique per process. */
+static void acl_user(char *name, size_t n) {
+  snprintf(name, n, "tlsc-%d", getpid());
+  redisContext *r = xft_redis_port(xft_tls_plain_port());
+  redisReply *ok = xft_cmd(r, "ACL SETUSER %s on >s3cret ~* +@all", name);
+  cr_assert(ok && ok->type == REDIS_REPLY_STATUS, "ACL SETUSER refused");
+  freeReplyObject(ok);
+  redisFree(r);
+}
+
+Test(tls_client, an_acl_user_with_its_password_hits_over_tls) {
+  char user[64], key[64];
+  acl_user(user, sizeof user);
+  unique_key(key, sizeof key, "acl");
+  xf_options o = tls_opts(xft_tls_port());
+  o.username = user;
+  o.password = "s3cret";
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(xf_get_or_compute(c, key, strlen(key), &p, loader, NULL, &v), XF_OK, "%s",
+                 xf_errmsg(c));
+    cr_assert_eq(v.source, i ? XF_SOURCE_CACHE : XF_SOURCE_LOADER);
+    xf_value_free(&v);
+  }
+  xf_client_close(c);
+}
+
+/* A wrong password over TLS is XF_EAUTH, worded by the server, not a TLS
+ * failure nor a fail-open. */
+Test(tls_client, a_wrong_password_over_tls_is_refused_clearly) {
+  char user[64];
+  acl_user(user, sizeof user);
+  xf_options o = tls_opts(xft_tls_port());
+  o.username = user;
+  o.password = "not-it";
+  xf_client *c = NULL;
+  cr_assert_eq(xf_client_open(&c, &o), XF_EAUTH);
+  o.lazy_connect = 1;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  loads = 0;
+  cr_assert_eq(xf_get_or_compute(c, "acl-wrong", 9, &p, loader, NULL, &v), XF_EAUTH);
+  cr_assert(strstr(xf_errmsg(c), "WRONGPASS"), "%s", xf_errmsg(c));
+  cr_assert_eq(loads, 0);
+  xf_client_close(c);
+}

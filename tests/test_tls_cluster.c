@@ -2,9 +2,11 @@
  * node and nothing else (cluster_launch.c: --port 0, tls-cluster and
  * tls-replication; the certificates of tls_certs.c): the nodes' announced TLS
  * ports route every key, replicas serve reads, a killed connection comes
- * back over TLS, a CA that signed nothing is refused with XF_ETLS. One
- * cluster per binary (this file's PRE_ALL hook); one test at a time, since
- * they count the commands each node ran. */
+ * back over TLS, a replica promoted is followed (one load per key), a CA
+ * that signed nothing is refused with XF_ETLS; the event-loop driver routes
+ * and follows a failover over TLS too. One cluster per binary (this file's
+ * PRE_ALL hook); one test at a time, since they count the commands each node
+ * ran. */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <stdio.h>
@@ -12,11 +14,16 @@
 #include <string.h>
 
 #include "client.h"
+#include "cluster.h"
 #include "cluster_calls.h"
+#include "cluster_failover.h"
 #include "cluster_fixture.h"
 #include "tls.h"
 #include "tls_certs.h"
 #include "xfetch.h"
+#ifdef XFT_WITH_LIBUV
+#include <xfetch_libuv.h>
+#endif
 
 #if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>
@@ -242,3 +249,158 @@ Test(tls_cluster, a_ca_that_signed_nothing_is_refused_with_etls) {
   cr_expect(strstr(xf_errmsg(c), "not trusted") != NULL, "errmsg: %s", xf_errmsg(c));
   xf_client_close(c);
 }
+
+/* ---- a failover ---------------------------------------------------------- */
+
+#define FAILOVER_KEYS 20
+
+/* The keys of one slot ("{tag}:i") and its master and replica ports. */
+typedef struct one_slot {
+  int slot, master, replica;
+  char key[FAILOVER_KEYS][48];
+} one_slot;
+
+static void slot_of(one_slot *o, const char *tag) {
+  for (int i = 0; i < FAILOVER_KEYS; i++)
+    snprintf(o->key[i], sizeof o->key[i], "{%s}:%d", tag, i);
+  o->slot = xf__cluster_keyslot(o->key[0], strlen(o->key[0]));
+  o->master = xft_slot_master(cluster(), o->slot);
+  o->replica = xft_slot_replica(cluster(), o->slot);
+}
+
+/* from takes over slot's master role from to; waits until every node agrees. */
+static void fail_over(const one_slot *o, int from, int to) {
+  xft_replicated(cluster(), to);
+  xft_promote(cluster(), from);
+  xft_node_wait_info(cluster(), to, "master_link_status:up");
+  xft_wait_replica_listed(cluster(), o->slot, to);
+}
+
+/* The replica of the keys' slot is promoted (CLUSTER FAILOVER, over TLS):
+ * the client follows the slot to it over TLS (MOVED, the map again, a new
+ * handshake) and every key is still a hit: loaded once in all. */
+Test(tls_cluster, a_promoted_replica_is_followed_with_one_load_per_key) {
+  one_slot o;
+  slot_of(&o, "tc-failover");
+  xf_client *c = open_client(0, 0);
+  xf_policy p = xft_long_ttl();
+  int calls = 0;
+  for (int i = 0; i < FAILOVER_KEYS; i++)
+    xft_expect_get(c, o.key[i], &p, &calls, XF_SOURCE_LOADER);
+  uint64_t handshakes = xf__tls_handshakes(c->tls);
+  fail_over(&o, o.replica, o.master);
+  for (int round = 0; round < 3; round++)
+    for (int i = 0; i < FAILOVER_KEYS; i++)
+      xft_expect_get(c, o.key[i], &p, &calls, XF_SOURCE_CACHE);
+  cr_expect_eq(calls, FAILOVER_KEYS, "each key loaded once, before the failover");
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_geq(st.redirects, 1, "the old master's MOVED was followed");
+  cr_expect_eq(st.uncached, 0);
+  cr_expect_geq(xf__tls_handshakes(c->tls), handshakes + 1, "the new master over TLS");
+  xf_client_close(c);
+  fail_over(&o, o.master, o.replica); /* back as it was */
+}
+
+#ifdef XFT_WITH_LIBUV
+/* ---- the event-loop driver ---------------------------------------------- */
+
+typedef struct arun {
+  uv_loop_t loop;
+  xf_async *ac;
+  int pending, loads, errors, wrong;
+  int by_source[4];
+  char errmsg[256];
+} arun;
+
+typedef struct acall {
+  arun *r;
+  const char *key;
+} acall;
+
+static void aloader(void *ud, const char *key, size_t keylen, xf_async_load *load) {
+  ((arun *)ud)->loads++;
+  char v[96];
+  int len = snprintf(v, sizeof v, "v-%.*s", (int)keylen, key);
+  xf_async_load_done(load, v, (size_t)len);
+}
+
+static void adone(int rc, const xf_value *v, void *privdata) {
+  acall *k = privdata;
+  arun *r = k->r;
+  if (rc == XF_OK) {
+    char want[96];
+    int len = snprintf(want, sizeof want, "v-%s", k->key);
+    r->by_source[v->source]++;
+    r->wrong += v->len != (size_t)len || memcmp(v->data, want, v->len) != 0;
+  } else {
+    r->errors++;
+    snprintf(r->errmsg, sizeof r->errmsg, "%s", xf_async_errmsg(r->ac));
+  }
+  if (--r->pending == 0)
+    uv_stop(&r->loop); /* the node connections keep the loop alive */
+}
+
+/* The n keys at once, run to their end; the sources counted afresh. */
+static void aget(arun *r, int n, const char *const *keys) {
+  acall k[NKEYS];
+  xf_policy p = xft_long_ttl();
+  memset(r->by_source, 0, sizeof r->by_source);
+  r->pending = n;
+  for (int i = 0; i < n; i++) {
+    k[i] = (acall){r, keys[i]};
+    cr_assert_eq(xf_async_get_or_compute(r->ac, keys[i], strlen(keys[i]), &p, aloader, r,
+                                         adone, &k[i]),
+                 XF_OK);
+  }
+  uv_run(&r->loop, UV_RUN_DEFAULT);
+  cr_assert_eq(r->pending, 0);
+  cr_expect_eq(r->errors, 0, "%s", r->errmsg);
+  cr_expect_eq(r->wrong, 0);
+}
+
+/* xf_async on the TLS cluster: every key to its master over TLS, each
+ * loaded once, hits once warm; a replica promoted is followed as by the
+ * blocking client, no key loaded again. */
+Test(tls_cluster, the_event_loop_driver_routes_and_follows_a_failover_over_tls) {
+  arun r = {0};
+  cr_assert_eq(uv_loop_init(&r.loop), 0);
+  char seed[64];
+  xf_options opts = tls_opts(seed, sizeof seed, 1, "ca.crt");
+  cr_assert_eq(xf_async_open_libuv(&r.ac, &opts, &r.loop), XF_OK);
+  static char names[NKEYS][48];
+  const char *keys[NKEYS];
+  for (int i = 0; i < NKEYS; i++) {
+    snprintf(names[i], sizeof names[i], "tc:async:%d", i);
+    keys[i] = names[i];
+  }
+  aget(&r, NKEYS, keys);
+  cr_expect_eq(r.loads, NKEYS, "each cold key loaded once");
+  cr_expect_eq(r.by_source[XF_SOURCE_LOADER], NKEYS);
+  aget(&r, NKEYS, keys);
+  cr_expect_eq(r.by_source[XF_SOURCE_CACHE], NKEYS);
+  xf_stats st;
+  xf_async_stats(r.ac, &st);
+  cr_expect_eq(st.redirects, 0, "the map (the announced TLS ports) routes every key");
+  cr_expect_geq(st.connections, 3, "a TLS connection per master (and the seed's)");
+  one_slot o;
+  slot_of(&o, "tc-async-failover");
+  const char *fo[FAILOVER_KEYS];
+  for (int i = 0; i < FAILOVER_KEYS; i++)
+    fo[i] = o.key[i];
+  aget(&r, FAILOVER_KEYS, fo);
+  fail_over(&o, o.replica, o.master);
+  for (int round = 0; round < 3; round++) {
+    aget(&r, FAILOVER_KEYS, fo);
+    cr_expect_eq(r.by_source[XF_SOURCE_CACHE], FAILOVER_KEYS, "round %d", round);
+  }
+  cr_expect_eq(r.loads, NKEYS + FAILOVER_KEYS, "no key loaded again");
+  xf_async_stats(r.ac, &st);
+  cr_expect_geq(st.redirects, 1, "the old master's MOVED was followed");
+  cr_expect_eq(st.uncached, 0);
+  xf_async_close(r.ac);
+  uv_run(&r.loop, UV_RUN_DEFAULT);
+  cr_expect_eq(uv_loop_close(&r.loop), 0);
+  fail_over(&o, o.master, o.replica); /* back as it was */
+}
+#endif

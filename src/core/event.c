@@ -42,3 +42,18 @@ void xf__emit_server(const xf_client *c, xf_event_type type, const char *server,
   xf_event ev = {.type = type, .driver = driver, .server = server, .source = -1};
   c->on_event(&ev, c->on_event_ud);
 }
+
+void xf__server_up(xf_client *c, xf__breaker *b, int *was_up, const char *server) {
+  if (xf__breaker_close(b))
+    xf__emit_server(c, XF_EV_BREAKER_CLOSED, server, c->driver);
+  if (*was_up)
+    xf__emit_server(c, XF_EV_RECONNECT, server, c->driver);
+  *was_up = 1;
+}
+
+void xf__server_down(xf_client *c, xf__breaker *b, int64_t now_ms, const char *why,
+                     const char *server) {
+  c->stats.redis_errors++;
+  if (xf__breaker_trip(b, c->breaker_ms, now_ms, why))
+    xf__emit_server(c, XF_EV_BREAKER_OPEN, server, c->driver);
+}

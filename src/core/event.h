@@ -4,6 +4,7 @@
 #ifndef XF_EVENT_H
 #define XF_EVENT_H
 
+#include "breaker.h"
 #include "client.h"
 
 struct xf__flow;
@@ -16,6 +17,16 @@ void xf__emit_flow(const struct xf__flow *f, xf_event_type type, int source,
 /* A server's event (breaker, reconnect, redirect): server is its name. */
 void xf__emit_server(const xf_client *c, xf_event_type type, const char *server,
                      xf_driver driver);
+
+/* A connection to server came up (every driver's connections, one place):
+ * its breaker b closes (BREAKER_CLOSED when it was open) and, when one had
+ * been up before (*was_up), RECONNECT. */
+void xf__server_up(xf_client *c, xf__breaker *b, int *was_up, const char *server);
+
+/* A connection to server failed (why, kept by the breaker): counted in
+ * stats.redis_errors, its breaker b trips (BREAKER_OPEN when it opens now). */
+void xf__server_down(xf_client *c, xf__breaker *b, int64_t now_ms, const char *why,
+                     const char *server);
 
 #define xf__emit(f, type, source, duration_us, rc)                                         \
   do {                                                                                     \

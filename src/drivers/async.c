@@ -193,7 +193,7 @@ static void finish_close(xf_async *ac) {
     xf__acall *k = ac->calls;
     unlink_call(ac, k);
     k->finished = 1;
-    k->ac = NULL; /* orphaned: hiredis or a late loader may still hold it */
+    k->ac = NULL; /* orphaned: its connection or a late loader may still hold it */
     xf__flow_abandon(&k->f);
     xf__fail(ac->core, XF_ECANCELED, "the async handle was closed");
     k->cb(XF_ECANCELED, NULL, k->privdata);
@@ -205,7 +205,6 @@ static void finish_close(xf_async *ac) {
   ac->loop.timer_stop(ac->loop.data);
   ac->loop.cleanup(ac->loop.data);
   xf_client_close(ac->core);
-  xf__buf_free(&ac->request);
   free(ac->heap);
   free(ac);
 }
@@ -256,8 +255,9 @@ void xf_async_timer_fired(xf_async *ac) {
 /* ---- the API ---------------------------------------------------------------- */
 
 static int check_loop(const xf_async_loop *l) {
-  return l && l->attach && l->timer_start && l->timer_stop && l->cleanup ? XF_OK
-                                                                         : XF_EINVAL;
+  return l && l->watch && l->unwatch && l->timer_start && l->timer_stop && l->cleanup
+             ? XF_OK
+             : XF_EINVAL;
 }
 
 int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *loop) {
@@ -268,10 +268,6 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   xf_options o = XF_OPTIONS_INIT;
   if (opts)
     o = *opts;
-  if (o.tls.enable) { /* the event-loop transport still runs on hiredis: no TLS yet */
-    loop->cleanup(loop->data);
-    return XF_EINVAL;
-  }
   int connect_now = !o.lazy_connect && !o.disabled;
   o.lazy_connect = 1; /* the core never connects: the flow's state only */
   xf_async *ac = calloc(1, sizeof *ac);

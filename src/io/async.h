@@ -1,34 +1,67 @@
 /* The event-loop driver's internals, shared by async.c (calls, loads,
- * timers), async_conn.c (the hiredis async connections) and async_router.c
- * (which connection a command goes to: the server, or a cluster's nodes). */
+ * timers), async_conn.c (the connections' lives), async_wire.c (their bytes:
+ * commands out, replies in, over the project's stream, plain or TLS) and
+ * async_router.c (which connection a command goes to: the server, or a
+ * cluster's nodes). */
 #ifndef XF_ASYNC_H
 #define XF_ASYNC_H
 
-#include <hiredis/async.h>
+#include <hiredis/read.h>
 #include <stdint.h>
 
 #include "client.h"
 #include "client_io.h"
 #include "flow.h"
 #include "reply.h"
+#include "resp.h"
+#include "stream.h"
 
 typedef struct xf__acall xf__acall;
 
-/* One hiredis async connection to one server (the standalone server, or a
- * cluster node), running the connection setup (setup.h) and the scripts'
- * preload before any call's command. It lives until xf_async_close: a call
- * may point at it. */
-typedef struct xf__aconn {
+typedef struct xf_async_conn xf__aconn;
+
+/* What a command's reply goes to: exactly once, with the reply (freed after
+ * the call), or with NULL when the connection went away first (a lost
+ * connection, a failed connect, a watchdog's timeout, xf_async_close). */
+typedef void xf__aconn_fn(xf__aconn *cn, const xf__reply *reply, void *privdata);
+
+/* A command on the wire, awaiting its reply: replies come in order. */
+typedef struct xf__apending {
+  xf__aconn_fn *fn;
+  void *privdata;
+} xf__apending;
+
+/* One connection to one server (the standalone server, or a cluster node)
+ * over the project's stream (stream.h: plain or TLS), driven by the loop's
+ * readiness events, running the connection setup (setup.h) and the
+ * scripts' preload before any call's command. It lives until
+ * xf_async_close: a call may point at it. */
+struct xf_async_conn {
   xf_async *ac;
   char *host; /* owned; NULL = the core's Unix socket */
   int port;
-  redisAsyncContext *rac; /* NULL while down */
-  int usable;             /* commands may be queued on rac */
-  int dying;              /* hiredis is freeing rac (its callbacks run with NULL) */
-  int connected;
-  int setup_rc;        /* a setup command was refused on rac: its replies get this */
-  int failed_connect;  /* rac never came up: its commands were never written */
-  size_t inflight;     /* commands on rac awaiting a reply */
+  /* The transport (async_wire.c); up while s is connecting or open. */
+  int up;
+  xf__stream s;    /* must not move while open: cn is never moved */
+  redisReader *rd; /* its replies, parsed into xf__reply objects */
+  xf__buf out;     /* commands not yet written, from out_at */
+  size_t out_at;
+  xf__apending *fifo; /* the commands written or to be, oldest first */
+  size_t fifo_at, fifo_len, fifo_cap;
+  void *watch;          /* the adapter's state for s.fd; NULL = none yet */
+  int watching;         /* XF_ASYNC_* asked of the adapter */
+  int idle_close;       /* close once every command has its reply */
+  int read_wants_write; /* TLS: a read waits for the socket to be writable */
+  unsigned gen;         /* one more on every drop */
+  /* Its life (async_conn.c). */
+  int usable;          /* commands may be queued */
+  int dying;           /* its commands are being told it went away */
+  int connected;       /* the stream is open (TLS: after the handshake) */
+  int setup_rc;        /* a setup command was refused: its replies get this */
+  int failed_connect;  /* never came up: its commands were never written */
+  int refused_rc;      /* XF_ETLS after a TLS failure: its commands (and the
+                          breaker while open) get it, never a fail-open */
+  size_t inflight;     /* commands awaiting a reply */
   int64_t progress_ms; /* last sign of life: connect, a reply, the first send */
   xf__breaker breaker; /* no reconnect while open */
   int readonly;        /* READONLY goes first on every (re)connect: a replica's */
@@ -36,7 +69,7 @@ typedef struct xf__aconn {
   int64_t refresh_ms;  /* when a read script last went to refresh it (-1: none
                           since connect): see refreshing() in async_conn.c */
   int was_up;          /* it was connected once: a connect now is a reconnect */
-} xf__aconn;
+};
 
 /* What an async loader holds: the call it completes. */
 struct xf_async_load {
@@ -44,8 +77,8 @@ struct xf_async_load {
 };
 
 /* One accepted xf_async_get_or_compute call. It lives until its callback has
- * fired (or it was canceled), its command's hiredis callback has run and its
- * loader has completed: hiredis and a late loader may still hold it after
+ * fired (or it was canceled), its command's reply callback has run and its
+ * loader has completed: its connection and a late loader may still hold it after
  * xf_async_close (it is then orphaned: ac is NULL). */
 struct xf__acall {
   xf_async *ac; /* NULL once orphaned */
@@ -64,7 +97,7 @@ struct xf__acall {
   int loaded;    /* it completed there; loader_rc says how */
   int loader_rc;
   int finished;    /* DONE or canceled: the callback has fired (or never will) */
-  int sent;        /* a command is with hiredis (its callback will run) */
+  int sent;        /* a command is on a connection (its callback will run) */
   int loading;     /* the loader has not completed yet */
   int deferred_rc; /* a SEND that could not go out: fed on the next tick */
   int64_t wake_ms; /* WAIT (or, with resend, a cluster retry's backoff) */
@@ -87,7 +120,6 @@ struct xf__acall {
 struct xf_async {
   xf_client *core; /* lazy_connect, never connected: rng, ids, stats, errors */
   xf_async_loop loop;
-  xf__buf request; /* one encoding at a time: hiredis copies it */
 
   /* The connections (async_conn.c) and where commands go (async_router.c). */
   xf__aconn **conns; /* conns[0..nseeds-1]: options.host's seeds; then cluster nodes */
@@ -150,15 +182,11 @@ int xf__aconn_open(xf__aconn *cn);
  * first if needed. XF_OK, or the error to feed the flow. */
 int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking);
 
-/* Queues cmd on cn (open) for fn(rac, reply, privdata); a router command. */
-int xf__aconn_queue(xf__aconn *cn, redisCallbackFn *fn, void *privdata, const xf__cmd *cmd);
+/* Queues cmd on cn (open) for fn(cn, reply, privdata); a router command. */
+int xf__aconn_queue(xf__aconn *cn, xf__aconn_fn *fn, void *privdata, const xf__cmd *cmd);
 
 /* Queues cmd on cn (open), its reply ignored (ASKING, SCRIPT LOAD). */
 int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd);
-
-/* For a router command's callback: books the reply rac gave on cn (or marks
- * cn lost when reply is NULL). */
-void xf__aconn_replied(xf__aconn *cn, redisAsyncContext *rac, const void *reply);
 
 /* When the earliest connection watchdog fires (INT64_MAX: none), and what to
  * do when it has: drop the connections that stopped answering. */
@@ -171,6 +199,37 @@ void xf__aconn_close(xf_async *ac);
 
 /* How many connections are up. */
 int xf__aconn_count(const xf_async *ac);
+
+/* ---- async_conn.c, for async_wire.c ---------------------------------------- */
+
+/* The stream came up (connected, TLS handshake done). */
+void xf__aconn_connected(xf__aconn *cn);
+
+/* The stream failed (s.err, s.errstr say why): before it came up, a failed
+ * connect (the breaker trips); after, a lost connection. Drops cn. */
+void xf__aconn_failed(xf__aconn *cn);
+
+/* ---- async_wire.c: the bytes of a connection -------------------------------- */
+
+/* Starts cn's stream to its server (the client's TLS when it has one). XF_OK
+ * (connecting in the background), else the stream's code with cn down and
+ * s.errstr saying why. */
+int xf__awire_open(xf__aconn *cn);
+
+/* Appends cmd to what cn writes next, for fn. 0, or -1 out of memory. */
+int xf__awire_queue(xf__aconn *cn, xf__aconn_fn *fn, void *privdata, const xf__cmd *cmd);
+
+/* Does what cn's descriptor is ready for (XF_ASYNC_*): the connect and
+ * handshake, writing, reading and answering the replies. */
+void xf__awire_step(xf__aconn *cn, int events);
+
+/* Closes cn's stream (no byte waited for) and tells each of its commands
+ * (with a NULL reply) that it went away; with dying, cn refuses commands
+ * while they are told. cn is then down: the next send opens it again. */
+void xf__awire_drop(xf__aconn *cn, int dying);
+
+/* Frees what cn's wire holds (cn is dropped). */
+void xf__awire_free(xf__aconn *cn);
 
 /* ---- async_seeds.c: which seed a standalone handle talks to ---------------- */
 

@@ -1,14 +1,14 @@
-/* The event-loop driver's connections: one hiredis redisAsyncContext per
- * server (one standalone, one per cluster node), each running the connection
- * setup (setup.c: AUTH, SELECT, the scripts' SCRIPT LOAD) ahead of any call's
- * command, opened again when
- * a call needs it (unless its breaker is open), and dropped by a watchdog when
- * it stops answering: hiredis 0.14's async API has no timeouts.
+/* The event-loop driver's connections' lives: one per server (one
+ * standalone, one per cluster node) over the project's stream (its bytes are
+ * async_wire.c's), each running the connection setup (setup.c: AUTH, SELECT,
+ * the scripts' SCRIPT LOAD) ahead of any call's command, opened again when a
+ * call needs it (unless its breaker is open), and dropped by a watchdog when
+ * it stops answering (connect, TLS handshake, command timeouts).
  *
- * hiredis runs every command's callback exactly once: with its reply, or with
- * NULL when the context is freed (a lost connection, a failed connect, our own
- * redisAsyncFree). A NULL reply is the flow's I/O-error input: the call fails
- * open through its loader. */
+ * Every command's callback runs exactly once: with its reply, or with NULL
+ * when the connection goes away (lost, failed to connect, timed out, closed).
+ * A NULL reply is the flow's I/O-error input: the call fails open through its
+ * loader; after a TLS failure it is XF_ETLS instead (never a fail-open). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,135 +53,84 @@ xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
   cn->ac = ac;
   cn->port = port;
   cn->refresh_ms = -1;
+  xf__stream_init(&cn->s);
   ac->conns[ac->nconns++] = cn;
   return cn;
 }
 
-/* The hook's event about cn's server (event.h). */
-static void server_event(const xf__aconn *cn, xf_event_type type) {
-  xf_client *c = cn->ac->core;
-  char name[300];
-  if (!c->on_event)
-    return;
+/* cn's server's name, for the hook's events (event.h). */
+static const char *name(const xf__aconn *cn, char *buf, size_t len) {
+  const xf_client *c = cn->ac->core;
   if (cn->host)
-    snprintf(name, sizeof name, "%s:%d", cn->host, cn->port);
+    snprintf(buf, len, "%s:%d", cn->host, cn->port);
   else
-    snprintf(name, sizeof name, "%s", c->unix_path ? c->unix_path : "?");
-  xf__emit_server(c, type, name, XF_DRIVER_ASYNC);
+    snprintf(buf, len, "%s", c->unix_path ? c->unix_path : "?");
+  return buf;
 }
 
-/* A connection failed: remember why and open its breaker, as the blocking
- * client does. */
-__attribute__((format(printf, 2, 3))) static void conn_failed(xf__aconn *cn,
+/* A connection failed with rc: remember why and open its breaker, as the
+ * blocking client does; a TLS failure is a misconfiguration: its commands
+ * and the breaker repeat XF_ETLS, never a fail-open. */
+__attribute__((format(printf, 3, 4))) static void conn_failed(xf__aconn *cn, int rc,
                                                               const char *fmt, ...) {
   xf_client *c = cn->ac->core;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->conn_err, sizeof c->conn_err, fmt, ap);
   va_end(ap);
-  c->stats.redis_errors++;
-  if (xf__breaker_trip(&cn->breaker, c->breaker_ms, xf__now_ms(), c->conn_err))
-    server_event(cn, XF_EV_BREAKER_OPEN);
+  cn->refused_rc = rc == XF_ETLS ? XF_ETLS : 0;
+  char server[300];
+  xf__server_down(c, &cn->breaker, xf__now_ms(), c->conn_err,
+                  name(cn, server, sizeof server));
   if (!cn->connected) { /* never came up: calls move on to the next seed */
     cn->failed_connect = 1;
     xf__aseeds_down(cn);
   }
 }
 
-static void on_connect(const redisAsyncContext *crac, int status) {
-  redisAsyncContext *rac = (redisAsyncContext *)crac;
-  xf__aconn *cn = rac->data;
-  if (!cn || cn->rac != rac)
-    return;
-  xf_async *ac = cn->ac;
-  if (status == REDIS_OK) {
-    xf__async_enter(ac); /* leaving re-arms the watchdog: now a command timeout */
-    cn->connected = 1;
-    cn->progress_ms = xf__now_ms();
-    if (xf__breaker_close(&cn->breaker))
-      server_event(cn, XF_EV_BREAKER_CLOSED);
-    if (cn->was_up)
-      server_event(cn, XF_EV_RECONNECT);
-    cn->was_up = 1;
-    xf__conn_tune(ac->core, &rac->c, cn->host != NULL, 0); /* never fails: no timeout */
-    xf__async_leave(ac);
-    return;
-  }
-  /* hiredis frees rac next; its calls' callbacks then run with NULL. */
-  conn_failed(cn, "connect: %s", rac->errstr ? rac->errstr : "failed");
-  cn->rac = NULL;
-  cn->usable = 0;
-  rac->data = NULL;
+void xf__aconn_connected(xf__aconn *cn) {
+  cn->connected = 1;
+  cn->refused_rc = 0;
+  cn->progress_ms = xf__now_ms();
+  char server[300];
+  xf__server_up(cn->ac->core, &cn->breaker, &cn->was_up, name(cn, server, sizeof server));
 }
 
-static void on_disconnect(const redisAsyncContext *crac, int status) {
-  redisAsyncContext *rac = (redisAsyncContext *)crac;
-  (void)status;
-  xf__aconn *cn = rac->data;
-  if (!cn || cn->rac != rac)
-    return;
-  cn->rac = NULL;
-  cn->usable = cn->dying = cn->connected = 0;
-  cn->inflight = 0;
-}
-
-/* The connection is being freed under its commands: no more sends on it. */
-static void lost(xf__aconn *cn, redisAsyncContext *rac) {
-  if (cn->dying)
-    return;
-  cn->dying = 1;
-  cn->usable = 0;
-  snprintf(cn->ac->core->conn_err, sizeof cn->ac->core->conn_err, "connection lost: %s",
-           rac->errstr && rac->errstr[0] ? rac->errstr : "closed");
-  cn->ac->core->stats.redis_errors++;
-}
-
-void xf__aconn_replied(xf__aconn *cn, redisAsyncContext *rac, const void *reply) {
-  if (cn->rac != rac)
-    return;
-  if (reply) {
-    cn->inflight--;
-    cn->progress_ms = xf__now_ms();
+void xf__aconn_failed(xf__aconn *cn) {
+  int rc = xf__stream_code(&cn->s);
+  if (!cn->connected || rc == XF_ETLS) { /* a client certificate refused: after it */
+    conn_failed(cn, rc, "%s", cn->s.errstr);
   } else {
-    lost(cn, rac);
+    xf_client *c = cn->ac->core;
+    snprintf(c->conn_err, sizeof c->conn_err, "connection lost: %.200s",
+             cn->s.errstr[0] ? cn->s.errstr : "closed");
+    c->stats.redis_errors++;
   }
+  xf__awire_drop(cn, cn->connected);
 }
 
 /* A setup command refused (xf__setup_judge): the connection is useless. Its
  * calls' replies get the judged code (XF_EAUTH as with the blocking client;
  * XF_EUNAVAILABLE, a busy server, fails them open) and it closes once they
  * are in. A failed SCRIPT LOAD is left to the flow's NOSCRIPT recovery. */
-static void on_setup_reply(redisAsyncContext *rac, void *reply, void *what) {
-  xf__reply *r = reply;
-  xf__aconn *cn = r ? rac->data : NULL;
-  if (!cn || cn->rac != rac)
-    return;
-  cn->inflight--;
-  cn->progress_ms = xf__now_ms();
+static void on_setup_reply(xf__aconn *cn, const xf__reply *r, void *what) {
   intptr_t kind = (intptr_t)what;
-  if (kind == IGNORED || cn->setup_rc != XF_OK)
+  if (!r || kind == IGNORED || cn->setup_rc != XF_OK)
     return;
   xf_client *c = cn->ac->core;
   int rc = xf__setup_judge(c, (xf__setup_kind)kind, r);
   if (rc == XF_OK)
     return;
   cn->setup_rc = rc;
-  conn_failed(cn, "%s", c->errstr);
+  conn_failed(cn, rc, "%s", c->errstr);
   cn->usable = 0;
-  redisAsyncDisconnect(rac);
+  cn->idle_close = 1;
 }
 
-int xf__aconn_queue(xf__aconn *cn, redisCallbackFn *fn, void *privdata,
-                    const xf__cmd *cmd) {
-  xf_async *ac = cn->ac;
-  ac->request.len = 0;
-  if (xf__resp_append_cmd(&ac->request, cmd) != 0)
-    return xf__fail(ac->core, XF_ENOMEM, "out of memory for a %d-argument command",
+int xf__aconn_queue(xf__aconn *cn, xf__aconn_fn *fn, void *privdata, const xf__cmd *cmd) {
+  if (xf__awire_queue(cn, fn, privdata, cmd) != 0)
+    return xf__fail(cn->ac->core, XF_ENOMEM, "out of memory for a %d-argument command",
                     cmd->argc);
-  if (redisAsyncFormattedCommand(cn->rac, fn, privdata, ac->request.data,
-                                 ac->request.len) != REDIS_OK)
-    return xf__fail(ac->core, XF_EIO, "the connection refuses commands: %s",
-                    cn->rac->errstr && cn->rac->errstr[0] ? cn->rac->errstr : "closing");
   if (cn->inflight++ == 0)
     cn->progress_ms = xf__now_ms();
   return XF_OK;
@@ -204,32 +153,19 @@ static int queue_setup(xf__aconn *cn) {
 }
 
 static int start(xf__aconn *cn) {
-  xf_async *ac = cn->ac;
-  xf_client *c = ac->core;
-  redisAsyncContext *rac = cn->host ? redisAsyncConnect(cn->host, cn->port)
-                                    : redisAsyncConnectUnix(c->unix_path);
-  if (!rac)
-    return xf__fail(c, XF_ENOMEM, "cannot allocate the Redis context");
-  xf__reader_adopt(rac->c.reader); /* its replies are xf__reply objects */
-  char where[XF_CLUSTER_HOST_MAX + 16];
-  if (cn->host)
-    snprintf(where, sizeof where, "%s:%d", cn->host, cn->port);
-  else
-    snprintf(where, sizeof where, "%s", c->unix_path);
-  if (rac->err || ac->loop.attach(ac->loop.data, rac) != 0) {
-    char detail[200];
-    snprintf(detail, sizeof detail, "%s",
-             rac->err ? rac->errstr : "cannot attach to the loop");
-    redisAsyncFree(rac);
-    conn_failed(cn, "connect: %s", detail);
-    return xf__fail(c, XF_ECONNECT, "connect to %s: %s", where, detail);
+  xf_client *c = cn->ac->core;
+  cn->connected = cn->failed_connect = 0;
+  int rc = xf__awire_open(cn);
+  if (rc != XF_OK) {
+    if (rc == XF_ENOMEM)
+      return rc;
+    conn_failed(cn, rc, "%s", cn->s.errstr);
+    xf__stream_close(&cn->s);
+    return xf__fail(c, rc == XF_EINVAL || rc == XF_ETLS ? rc : XF_ECONNECT, "%s",
+                    c->conn_err);
   }
-  rac->data = cn;
-  redisAsyncSetConnectCallback(rac, on_connect);
-  redisAsyncSetDisconnectCallback(rac, on_disconnect);
-  cn->rac = rac;
   cn->usable = 1;
-  cn->dying = cn->connected = cn->failed_connect = 0;
+  cn->dying = 0;
   xf__clock_reset(&cn->clock);
   cn->refresh_ms = -1;
   cn->setup_rc = XF_OK;
@@ -240,9 +176,10 @@ static int start(xf__aconn *cn) {
 
 int xf__aconn_open(xf__aconn *cn) {
   xf_client *c = cn->ac->core;
-  if (!cn->rac) {
+  if (!cn->up && !cn->dying) {
     if (!xf__breaker_allows(&cn->breaker, xf__now_ms()))
-      return xf__fail(c, XF_ECONNECT, "circuit open after: %s", cn->breaker.why);
+      return xf__fail(c, cn->refused_rc ? cn->refused_rc : XF_ECONNECT,
+                      "circuit open after: %s", cn->breaker.why);
     int rc = start(cn);
     if (rc != XF_OK)
       return rc;
@@ -254,7 +191,7 @@ int xf__aconn_open(xf__aconn *cn) {
 
 /* ---- calls' commands ------------------------------------------------------------ */
 
-static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
+static void on_reply(xf__aconn *cn, const xf__reply *reply, void *privdata) {
   xf__acall *k = privdata;
   k->sent = 0;
   xf_async *ac = k->ac;
@@ -262,26 +199,18 @@ static void on_reply(redisAsyncContext *rac, void *reply, void *privdata) {
     xf__acall_release(k);
     return;
   }
-  xf__aconn *cn = k->conn;
-  int current = cn->rac == rac;
   int64_t now_ms = xf__now_ms();
-  if (current && reply) {
-    cn->inflight--;
-    cn->progress_ms = now_ms;
-  }
   if (ac->closing)
     return; /* the close cancels the call */
   if (!reply && xf__aseeds_resend(k, cn))
     return; /* never written: it went to the next seed */
   int rc = XF_OK;
   xf__reply *copy = NULL;
-  if (!reply) {
-    if (current)
-      lost(cn, rac);
-    rc = xf__fail(ac->core, XF_EIO, "%s", ac->core->conn_err);
-  } else if (current && cn->setup_rc != XF_OK) {
+  if (!reply)
+    rc = xf__fail(ac->core, cn->refused_rc ? cn->refused_rc : XF_EIO, "%s",
+                  ac->core->conn_err);
+  else if (cn->setup_rc != XF_OK)
     rc = xf__fail(ac->core, cn->setup_rc, "%s", ac->core->conn_err);
-  }
   xf__async_enter(ac);
   if (ac->core->routes.mode == XF_ROUTE_CLUSTER && (rc == XF_EIO || rc == XF_OK) &&
       xf__aroute_reply(k, rc, reply)) {
@@ -335,7 +264,7 @@ int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
 /* ---- the watchdog ------------------------------------------------------------------ */
 
 static int64_t deadline(const xf__aconn *cn) {
-  if (!cn->rac || cn->dying || cn->inflight == 0)
+  if (!cn->up || cn->dying || cn->inflight == 0)
     return INT64_MAX;
   const xf_client *c = cn->ac->core;
   return cn->progress_ms + (cn->connected ? c->command_timeout_ms : c->connect_timeout_ms);
@@ -356,16 +285,14 @@ static void check(xf__aconn *cn, int64_t now_ms) {
     return;
   /* The loop may have been busy (a slow callback) while the replies were
    * arriving: take what is there before judging. */
-  redisAsyncHandleRead(cn->rac);
+  xf__awire_step(cn, cn->connected ? XF_ASYNC_READ : 0);
   if (xf__now_ms() < deadline(cn) || cn->ac->closing)
     return;
-  redisAsyncContext *rac = cn->rac;
-  conn_failed(cn, "%s: timed out", cn->connected ? "command" : "connect");
-  cn->rac = NULL;
-  cn->usable = cn->connected = 0;
-  cn->inflight = 0;
-  rac->data = NULL;
-  redisAsyncFree(rac); /* its calls' callbacks run now, with NULL */
+  const xf_client *c = cn->ac->core;
+  xf__stream_timeout(&cn->s, cn->connected ? c->command_timeout_ms : c->connect_timeout_ms);
+  int rc = xf__stream_code(&cn->s);
+  conn_failed(cn, rc, "%s", cn->s.errstr);
+  xf__awire_drop(cn, 0); /* its calls' callbacks run now, with NULL */
 }
 
 void xf__aconn_check(xf_async *ac, int64_t now_ms) {
@@ -376,13 +303,9 @@ void xf__aconn_check(xf_async *ac, int64_t now_ms) {
 void xf__aconn_close(xf_async *ac) {
   for (int i = 0; i < ac->nconns; i++) {
     xf__aconn *cn = ac->conns[i];
-    redisAsyncContext *rac = cn->rac;
-    if (rac) {
-      cn->rac = NULL;
-      rac->data = NULL;
-      if (!cn->dying) /* else hiredis is freeing it and calling us from there */
-        redisAsyncFree(rac);
-    }
+    if (cn->up)
+      xf__awire_drop(cn, 1);
+    xf__awire_free(cn);
     free(cn->host);
     free(cn);
   }

@@ -74,7 +74,7 @@ static xf__aconn *conn_of(xf_async *ac, int i) {
 
 enum { ASKED_AGAIN = 1, NONE_ASKED = 2 };
 
-static void on_probe(redisAsyncContext *rac, void *reply, void *privdata);
+static void on_probe(xf__aconn *from, const xf__reply *reply, void *privdata);
 
 /* Asks cn the probe's question: INFO cluster while the mode is unknown,
  * CLUSTER SLOTS in cluster mode. */
@@ -139,7 +139,7 @@ static int refresh_soon(xf_async *ac, xf__aconn *avoid) {
 static int answer(xf_async *ac, xf__aconn *cn, const xf__reply *r) {
   xf_client *c = ac->core;
   if (!r)
-    return xf__fail(c, XF_EIO, "%s", c->conn_err);
+    return xf__fail(c, cn->refused_rc ? cn->refused_rc : XF_EIO, "%s", c->conn_err);
   if (cn->setup_rc != XF_OK)
     return xf__fail(c, cn->setup_rc, "%s", c->conn_err);
   if (routes(ac)->mode == XF_ROUTE_CLUSTER)
@@ -155,14 +155,14 @@ static int answer(xf_async *ac, xf__aconn *cn, const xf__reply *r) {
   return rc == XF_OK ? ASKED_AGAIN : rc;
 }
 
-static void on_probe(redisAsyncContext *rac, void *reply, void *privdata) {
+static void on_probe(xf__aconn *from, const xf__reply *reply, void *privdata) {
+  (void)from;
   xf__aconn *cn = ((struct xf__aprobe *)privdata)->cn;
   free(privdata);
   if (!cn) /* the handle was closed */
     return;
   xf_async *ac = cn->ac;
   ac->probe = NULL;
-  xf__aconn_replied(cn, rac, reply);
   if (ac->closing)
     return;
   xf__async_enter(ac);
@@ -187,7 +187,7 @@ static int readonly(xf__aconn *cn) {
   if (cn->readonly)
     return XF_OK;
   cn->readonly = 1;
-  return cn->rac && cn->usable ? xf__aconn_queue_ignored(cn, &cmd) : XF_OK;
+  return cn->up && cn->usable ? xf__aconn_queue_ignored(cn, &cmd) : XF_OK;
 }
 
 /* Does act for the call's command. XF_OK when it is on its way (sent,

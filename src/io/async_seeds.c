@@ -4,7 +4,7 @@
  * command, wrapping around. A seed that fails to come up hands its place to
  * the next one, so that the calls after it do not try it first.
  *
- * hiredis connects in the background: a dead seed (refused, or silent until
+ * A connection comes up in the background: a dead seed (refused, or silent until
  * the connect timeout) is only known after calls were queued on it. Those
  * commands were never written, so they go to the next seed instead of failing
  * open; a connection that was up and dropped its commands does not qualify

@@ -73,18 +73,6 @@ const char *xf__conn_name(const xf__conn *k, char *buf, size_t len) {
   return buf;
 }
 
-static struct timeval to_timeval(int ms) {
-  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-  return tv;
-}
-
-/* The hook's event about k's server (event.h). */
-static void server_event(xf_client *c, const xf__conn *k, xf_event_type type) {
-  char name[300];
-  if (c->on_event)
-    xf__emit_server(c, type, xf__conn_name(k, name, sizeof name), c->driver);
-}
-
 /* The breaker keeps why the connection went away, for its message (the
  * handle's errstr is cleared by every call). A call the interrupt ended, or
  * a release sent after one (c->grace_ms), says nothing about the server:
@@ -98,9 +86,9 @@ static void drop(xf_client *c, xf__conn *k, int rc) {
     return;
   if (rc == XF_ETLS)
     k->refused_rc = XF_ETLS;
-  c->stats.redis_errors++;
-  if (xf__breaker_trip(&k->breaker, c->breaker_ms, xf__now_ms(), c->errstr))
-    server_event(c, k, XF_EV_BREAKER_OPEN);
+  char name[300];
+  xf__server_down(c, &k->breaker, xf__now_ms(), c->errstr,
+                  xf__conn_name(k, name, sizeof name));
 }
 
 /* The stream failed with rc: the reason on c, and whether the server closed
@@ -217,14 +205,6 @@ static int setup(xf_client *c, xf__conn *k) {
   return rc == XF_EIO ? XF_ECONNECT : rc; /* not set up: not connected */
 }
 
-int xf__conn_tune(xf_client *c, redisContext *ctx, int tcp, int blocking) {
-  if (blocking && redisSetTimeout(ctx, to_timeval(c->command_timeout_ms)) != REDIS_OK)
-    return xf__fail(c, XF_ECONNECT, "setting the command timeout: %s", ctx->errstr);
-  if (tcp) /* keepalive fails on Unix sockets */
-    redisEnableKeepAlive(ctx);
-  return XF_OK;
-}
-
 /* Opens k's stream (TCP keepalive, TLS when the client has it) within the
  * connect timeout. XF_OK, or the stream's code with its reason on c. */
 static int open_link(xf_client *c, xf__conn *k, int ms) {
@@ -254,11 +234,8 @@ static int connect_now(xf_client *c, xf__conn *k) {
     k->clock = malloc(sizeof *k->clock);
   if (k->clock) /* maybe another server (a failover) */
     xf__clock_reset(k->clock);
-  if (xf__breaker_close(&k->breaker))
-    server_event(c, k, XF_EV_BREAKER_CLOSED);
-  if (k->was_up)
-    server_event(c, k, XF_EV_RECONNECT);
-  k->was_up = 1;
+  char name[300];
+  xf__server_up(c, &k->breaker, &k->was_up, xf__conn_name(k, name, sizeof name));
   return rc;
 }
 

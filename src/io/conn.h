@@ -76,11 +76,4 @@ int xf__conn_command(struct xf_client *c, xf__conn *k, const xf__cmd *cmd, int a
 int xf__conn_pipeline(struct xf_client *c, xf__conn *k, size_t n,
                       const xf__cmd *const *cmds, int *rcs, xf__reply **replies);
 
-/* Applies the client's socket options to a fresh hiredis context (the
- * event-loop transport's; the blocking one runs on stream.h, which tunes its
- * own sockets): TCP keepalive (tcp non-zero: a peer gone silent is found),
- * and with blocking the command timeout. XF_OK, or XF_ECONNECT with the
- * message on c. */
-int xf__conn_tune(struct xf_client *c, redisContext *ctx, int tcp, int blocking);
-
 #endif

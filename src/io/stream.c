@@ -280,6 +280,7 @@ xf__io xf__stream_read(xf__stream *s, void *buf, size_t cap, size_t *got) {
   do
     n = recv(s->fd, buf, cap, 0);
   while (n < 0 && errno == EINTR);
+  s->recvs++;
   if (n > 0) {
     const unsigned char *b = buf;
     if (!s->got_bytes && n >= 2 && b[0] == 0x15 && b[1] == 0x03) /* RESP never */

@@ -9,25 +9,23 @@
  * s->errstr say what failed; xf__stream_code gives the public code). It does
  * no RESP: bytes in, bytes out.
  *
- * Design note: how both transports run over it next (the wiring step).
- *  - The blocking connection (conn.c) keeps a stream and a redisReader
- *    instead of a redisContext: xf__stream_connect_blocking with the connect
- *    timeout, then the setup as today; a command is xf__stream_write_all of
- *    the encoded request, then xf__stream_read_some into redisReaderFeed
- *    until redisReaderGetReply has the reply, under the command timeout.
- *    Its poll() slices for options.interrupt move into stream_wait.c's wait
- *    (one place that polls). hiredis 0.14's read/write paths, redisSetTimeout
- *    and the MSG_NOSIGNAL detour go away: the stream sends with MSG_NOSIGNAL.
- *  - The event-loop connection (async_conn.c) registers s->fd with the
- *    user's loop (uv_poll_start / event_new + event_add) for s->want instead
- *    of hiredis' adapters, calls xf__stream_continue until OPEN, then
- *    xf__stream_write with its output buffer and xf__stream_read until
- *    XF__IO_AGAIN (TLS may hold decrypted bytes the descriptor no longer
- *    signals: read until AGAIN, never "once per readable event"), feeding a
- *    redisReader and matching replies to its FIFO of callbacks. Its watchdog
- *    timer calls xf__stream_timeout, which words the failure for the stage.
- *  - Both keep one xf__tls per client (tls.h); replies are still parsed by
- *    hiredis' redisReader, where the library already parses them.
+ * Both transports run over it:
+ *  - The blocking connection (conn.c) keeps a stream and a redisReader:
+ *    xf__stream_connect_blocking with the connect timeout, then the setup; a
+ *    command is xf__stream_write of the encoded request (one SSL_write under
+ *    TLS), then xf__stream_read_sliced into redisReaderFeed until the reply
+ *    is whole, under the command timeout (stream_wait.c: the one place that
+ *    polls, in slices for options.interrupt).
+ *  - The event-loop connection (async_wire.c) has the user's loop watch s->fd
+ *    (the adapters' watch hook: uv_poll_t, a libevent event) for s->want,
+ *    calls xf__stream_continue until OPEN, then xf__stream_write with its
+ *    output buffer and xf__stream_read until the socket is drained and
+ *    xf__stream_pending is 0 (TLS may hold decrypted bytes the descriptor no
+ *    longer signals), feeding a redisReader and matching replies to its FIFO
+ *    of callbacks. Its watchdog calls xf__stream_timeout, which words the
+ *    failure for the stage.
+ *  - Both keep one xf__tls per client (tls.h); OpenSSL reads ahead, so a
+ *    reply's record costs one recv.
  *
  * A stream is used by one thread at a time and must not move in memory while
  * open (OpenSSL's I/O hooks point at it). */
@@ -75,6 +73,7 @@ typedef struct xf__stream {
   struct addrinfo *addr;   /* the address being tried */
   int64_t started_ms;      /* when open_* was called (monotonic ms) */
   unsigned handshakes;     /* completed TLS handshakes on this stream */
+  unsigned recvs;          /* recv() calls made since open (TLS's too): tests */
   int got_bytes;           /* the server has sent at least one byte */
   unsigned char first[24]; /* the first bytes the server sent (diagnostics) */
   size_t nfirst;

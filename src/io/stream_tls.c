@@ -43,6 +43,7 @@ static int bio_read(BIO *b, char *buf, int len) {
   do
     n = recv(s->fd, buf, (size_t)len, 0);
   while (n < 0 && errno == EINTR);
+  s->recvs++;
   if (n > 0)
     xf__stream_note(s, buf, (size_t)n);
   else if (n == 0)

@@ -71,6 +71,12 @@ static int configure(xf__tls *t, const xf__tls_config *cfg, char *err, size_t er
   SSL_CTX_set_mode(ctx,
                    SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
+  /* Read ahead: one recv takes what the socket holds (a reply's record,
+   * header and body together) instead of the 5-byte header and then the
+   * body: a TLS hit costs the plain hit's one read, not two. Bytes read
+   * ahead show in SSL_has_pending (xf__stream_pending), so no reader waits
+   * on a descriptor for bytes OpenSSL already holds. */
+  SSL_CTX_set_read_ahead(ctx, 1);
   t->verify = !cfg->no_verify;
   SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
   int rc = t->verify ? load_trust(ctx, cfg, err, errlen) : XF_OK;
