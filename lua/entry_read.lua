@@ -39,7 +39,7 @@ local function judge_uint(t, x, max)
 end
 
 -- Format 2's header: magic 0xF8, version 2, flags (1 value, 2 negative,
--- 4 lease, 8 s, 16 f), d (5 bytes), e, s, lease deadline (6 bytes each),
+-- 4 lease, 8 s, 16 f), d (5 bytes: at most 2^40 - 1), e, s, lease deadline (6 bytes each),
 -- lease token (8 bytes: the first 8 of SHA1(token)), f (6 bytes); integers
 -- big-endian, a field whose flag is unset is zero.
 local HEADER, LAYOUT, NO_TOKEN = 40, '>BBBI5I6I6I6c8I6', string.rep('\0', 8)
@@ -63,7 +63,7 @@ local function entry2(key, now, with_value)
   if magic ~= 248 or version ~= 2 or flags >= 32 or (has(2) and not has(1)) or
      (not has(1) and (d ~= 0 or e ~= 0)) or (not has(8) and s ~= 0) or
      (not has(4) and (dl ~= 0 or tok ~= NO_TOKEN)) or (not has(16) and f ~= 0) or
-     (not has(1) and #raw > HEADER) or d > 2^40 or (has(8) and s > now + 86400000) or
+     (not has(1) and #raw > HEADER) or (has(8) and s > now + 86400000) or
      dl > now + 2^40 or (has(1) and (e > now + 2^41 or e <= now - 2^41)) then
     return t
   end
@@ -126,7 +126,7 @@ local function pack2(t)
   local flags = (t.v and 1 or 0) + (t.v and t.n == 1 and 2 or 0) + (t.deadline and 4 or 0) +
                 (t.s and 8 or 0) + (t.f and 16 or 0)
   local tok = t.deadline and (t.kind == 'string' and t.tok or token_id(t.tok)) or NO_TOKEN
-  return struct.pack(LAYOUT, 248, 2, flags, t.v and t.d or 0, t.v and t.e or 0, t.s or 0,
+  return struct.pack(LAYOUT, 248, 2, flags, t.v and math.min(t.d, 2^40 - 1) or 0, t.v and t.e or 0, t.s or 0,
                      t.deadline or 0, tok, t.f or 0)
 end
 

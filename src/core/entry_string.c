@@ -8,12 +8,12 @@
  *
  * The header (XF_ENTRY2_HEADER bytes, integers big-endian):
  *   0 magic 0xF8 (never in UTF-8 text)   1 version 2   2 flags
- *   3 d (5 bytes, us)   8 e (6, ms)   14 s (6, ms)
- *   20 lease deadline (6, ms)   26 lease token id (8)   34 f (6, ms)
- * flags: 1 value, 2 negative, 4 lease, 8 s, 16 f; a field whose flag is
- * unset is zero, and only an entry with a value has bytes past the header.
- * A string whose first byte is not the magic is not an entry at all: the
- * call fails with XF_EWRONGTYPE and leaves it untouched, as for a list. */
+ *   3 d (5 bytes, us: below 2^40, the scripts' bound, by construction)   8 e (6, ms)   14 s
+ * (6, ms) 20 lease deadline (6, ms)   26 lease token id (8)   34 f (6, ms) flags: 1 value,
+ * 2 negative, 4 lease, 8 s, 16 f; a field whose flag is unset is zero, and only an entry
+ * with a value has bytes past the header. A string whose first byte is not the magic is not
+ * an entry at all: the call fails with XF_EWRONGTYPE and leaves it untouched, as for a
+ * list. */
 #include <string.h>
 
 #include "entry.h"
@@ -23,7 +23,6 @@ enum { F_VALUE = 1, F_NEGATIVE = 2, F_LEASE = 4, F_S = 8, F_F = 16, F_ALL = 31 }
 
 #define MAGIC 0xF8
 #define VERSION 2
-#define MAX_DELTA_US ((int64_t)1 << 40)
 #define MAX_SPAN_MS ((int64_t)1 << 41)
 #define DAY_MS 86400000
 
@@ -75,7 +74,7 @@ static int header_ok(const unsigned char *h, size_t len, int64_t lo, int64_t hi,
       (!(flags & F_LEASE) && (deadline || !all_zero(h + 26, 8))) ||
       (!(flags & F_F) && !all_zero(h + 34, 6)))
     return 0;
-  if (d > MAX_DELTA_US || s > hi + DAY_MS || deadline > hi + ((int64_t)1 << 40))
+  if (s > hi + DAY_MS || deadline > hi + ((int64_t)1 << 40))
     return 0;
   if (has_value && (e > lo + MAX_SPAN_MS || e <= hi - MAX_SPAN_MS))
     return 0;

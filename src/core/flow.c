@@ -287,11 +287,13 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       return encode(f);
   } else if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
     xf__reply_kind kind = xf__reply_classify(r);
-    if (kind == XF_REPLY_WRONGTYPE && f->state == XF__READ && f->plain_read &&
-        !f->format_switched) {
+    if (kind == XF_REPLY_WRONGTYPE && f->state == XF__READ && f->plain_read) {
       /* An entry of the other format (a rolling deploy: README, "The entry
-       * on Redis"): its own plain read, once. */
+       * on Redis"): its own plain read; if the entry changed format again
+       * in between, the read script, which reads both at once. */
       xf__reply_free(r);
+      if (f->format_switched)
+        f->plain_read = 0;
       f->format_switched = 1;
       f->read_format = f->read_format == XF_ENTRY_STRING ? XF_ENTRY_HASH : XF_ENTRY_STRING;
       f->script_retried = 0;
