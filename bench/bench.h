@@ -108,6 +108,7 @@ typedef struct target {
   char dir[256]; /* its temp dir */
   char version[32];
   char tls_ca[256]; /* non-empty: the library's connections use TLS, this CA */
+  int entry_format; /* the xfetch clients' options.entry_format (--entry-format) */
 } target;
 
 int target_parse_url(target *t, const char *url);
