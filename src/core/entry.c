@@ -81,6 +81,33 @@ void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys
   xf__script_cmd_keys(cmd, XF_SCRIPT_READ_MANY, nkeys, keys, keylens);
 }
 
+/* The reply string of r (or of its elements, one level down) that holds p. */
+static xf__reply *holder(xf__reply *r, const char *p) {
+  if (r->type == XF_REPLY_STRING)
+    return r->str && p >= r->str && p <= r->str + r->len ? r : NULL;
+  for (size_t i = 0; r->type == XF_REPLY_ARRAY && i < r->elements; i++) {
+    xf__reply *el = r->element[i];
+    if (el && el->type == XF_REPLY_STRING && el->str && p >= el->str &&
+        p <= el->str + el->len)
+      return el;
+  }
+  return NULL;
+}
+
+char *xf__entry_take_value(xf__entry *e) {
+  xf__reply *s = e->reply && e->value ? holder(e->reply, e->value) : NULL;
+  if (!s)
+    return NULL;
+  char *buf = s->str;
+  if (e->value != buf) /* format 2: the header goes, the value moves up */
+    memmove(buf, e->value, e->len);
+  buf[e->len] = '\0';
+  s->str = NULL;
+  s->len = 0;
+  e->value = NULL;
+  return buf;
+}
+
 void xf__entry_token(xf_client *c, char token[40]) {
   snprintf(token, 40, "%016" PRIx64 "-%" PRIu64, c->id, ++c->lease_count);
 }

@@ -137,6 +137,12 @@ int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__repl
 /* The integer reply of write (1 written, 0 refused), release or delete. */
 int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value);
 
+/* The entry's value as a malloc'd NUL-terminated buffer of e->len bytes,
+ * taken from the reply that holds it (moved to the front of its string past
+ * a format-2 header, not copied to a new one); NULL when it cannot be (no
+ * value). e->value is NULL afterwards. */
+char *xf__entry_take_value(xf__entry *e);
+
 /* Makes the lease token of a client's next lease. The driver has checked for
  * a fork first (xf__client_check_fork): never a parent's token in a child. */
 void xf__entry_token(xf_client *c, char token[40]);

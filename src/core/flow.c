@@ -98,6 +98,17 @@ int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source so
   return XF_OK;
 }
 
+int xf__flow_serve_entry(xf__flow *f, xf_source source) {
+  size_t len = f->e.len;
+  char *taken = xf__entry_take_value(&f->e); /* a hit copies its value once */
+  if (!taken)
+    return xf__flow_serve_bytes(f, f->e.value, len, source);
+  f->out->data = taken;
+  f->out->len = len;
+  f->out->source = source;
+  return XF_OK;
+}
+
 /* ---- starting ----------------------------------------------------------------- */
 
 /* What every kind starts with: only what a step may read before writing it
@@ -235,7 +246,7 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   } else if (rc == XF_OK) {
     f->c->stats.hits++;
     xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);
-    rc = xf__flow_serve_bytes(f, e->value, e->len, XF_SOURCE_CACHE);
+    rc = xf__flow_serve_entry(f, XF_SOURCE_CACHE);
   }
   return xf__flow_done(f, rc);
 }
