@@ -400,3 +400,31 @@ Test(entry2, both_formats_on_one_hot_key_load_once_per_episode) {
   for (int i = 0; i < FLEET; i++)
     cr_expect_gt(m[i].hits, 0, "member %d (format %d) hit", i, m[i].format);
 }
+
+/* A batch on a format-2 client whose keys are partly format-1 hashes: MGET
+ * reads the hashes as nil, their keys ask for the lease, whose script reads
+ * the hash and serves its value (newer): nothing loads. */
+Test(entry2, a_batch_serves_hashes_among_strings_without_loading) {
+  xf_client *old = client_in(XF_ENTRY_HASH, 1), *c = client_in(XF_ENTRY_STRING, 2);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  const char *keys[] = {"e2:mix:0", "e2:mix:1", "e2:mix:2", "e2:mix:3"};
+  size_t lens[] = {8, 8, 8, 8};
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(xf_set(i % 2 ? old : c, keys[i], lens[i], keys[i], lens[i], &p), XF_OK);
+  xft_loader l = {.value = "loaded", .len = 6};
+  xf_value v[4];
+  int rcs[4];
+  for (int round = 0; round < 2; round++) { /* read_many, then MGET (clock fresh) */
+    cr_assert_eq(xf_get_or_compute_many(c, 4, keys, lens, &p, xft_load, &l, v, rcs), XF_OK);
+    for (int i = 0; i < 4; i++) {
+      cr_expect_eq(rcs[i], XF_OK);
+      cr_expect_str_eq(v[i].data, keys[i], "round %d key %d", round, i);
+      cr_expect_eq(v[i].source, XF_SOURCE_CACHE, "round %d key %d", round, i);
+      xf_value_free(&v[i]);
+    }
+  }
+  cr_expect_eq(l.calls, 0);
+  xf_client_close(old);
+  xf_client_close(c);
+}
