@@ -63,7 +63,7 @@ local function entry2(key, now, with_value)
   if magic ~= 248 or version ~= 2 or flags >= 32 or (has(2) and not has(1)) or
      (not has(1) and (d ~= 0 or e ~= 0)) or (not has(8) and s ~= 0) or
      (not has(4) and (dl ~= 0 or tok ~= NO_TOKEN)) or (not has(16) and f ~= 0) or
-     (not has(1) and #raw > HEADER) or (has(8) and s > now + 86400000) or
+     (not has(1) and (with_value and #raw or redis.call('STRLEN', key)) > HEADER) or (has(8) and s > now + 86400000) or
      dl > now + 2^40 or (has(1) and (e > now + 2^41 or e <= now - 2^41)) then
     return t
   end

@@ -28,12 +28,12 @@ local only_lease
 if t.kind == 'hash' or (t.kind == 'none' and ARGV[5] == '1') then
   redis.call('HSET', key, 'l', token .. ':' .. string.format('%d', now + lease_ms))
   only_lease = redis.call('HLEN', key) == 1
-elseif t.kind == 'none' then -- a new string: the lease only
+elseif t.kind == 'none' or t.bad then -- a new string, or one replacing a malformed
+  -- string (its bytes are no entry's): the lease only
   t = {kind = 'string', tok = token_id(token), deadline = now + lease_ms}
   redis.call('SET', key, pack2(t), 'PX', lease_ms)
   return {1, now}
-else -- in place: the value is not copied (a malformed header is rewritten)
-  if t.bad then t = {kind = 'string'} end
+else -- in place: the value is not copied
   t.tok, t.deadline = token_id(token), now + lease_ms
   redis.call('SETRANGE', key, 0, pack2(t))
   only_lease = not t.v and not t.s and not t.f

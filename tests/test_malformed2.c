@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "entry.h"
 #include "entry2_util.h"
+#include "entry_io.h"
 
 typedef struct bad_case {
   const char *name;
@@ -273,4 +275,30 @@ Test(malformed2, a_string_without_the_magic_byte_is_left_untouched) {
   cr_expect_eq(l.calls, 1, "only the warm key loaded");
   redisFree(r);
   xf_client_close(c);
+}
+
+/* A lease taken on a malformed entry holds: whatever bytes the string held,
+ * the next caller finds a live lease (the string is replaced by the lease
+ * alone), so a malformed entry is loaded once, not by everyone. */
+Test(malformed2, a_lease_on_a_malformed_entry_holds) {
+  redisContext *r = xft_redis();
+  xf_client *a = client2(), *b = client2();
+  for (size_t i = 0; i < NCASES; i++) {
+    char key[80];
+    snprintf(key, sizeof key, "malformed2:lease:%s", cases[i].name);
+    put_bad(r, key, &cases[i]);
+    char token[40];
+    int64_t now;
+    xf__lease_result won;
+    xf__entry newer;
+    cr_assert_eq(xft_entry_lease(a, key, strlen(key), 5000, 0, token, &now, &won, &newer),
+                 XF_OK);
+    cr_expect_eq(won, XF_LEASE_WON, "%s", cases[i].name);
+    cr_assert_eq(xft_entry_lease(b, key, strlen(key), 5000, 0, token, &now, &won, &newer),
+                 XF_OK);
+    cr_expect_eq(won, XF_LEASE_LOST, "%s: the first lease holds", cases[i].name);
+  }
+  xf_client_close(a);
+  xf_client_close(b);
+  redisFree(r);
 }
