@@ -110,6 +110,15 @@ const xf__cmd *xf__entry_read_as(const xf__cmd *cmd, const struct xf__clock *k,
 int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
                            xf__entry *out);
 
+/* Copies a top-level string reply of len bytes from src into dst (len + 1
+ * bytes): as is, or, when it starts as a format-2 entry (magic and version,
+ * at least a header long: a GET of an entry), value first and header after
+ * it, so that a hit hands the buffer to its caller without moving the value.
+ * Returns what the reply's integer field must say: XF_ENTRY2_HEADER when
+ * rotated so, else 0. The reader (src/io/reader.c) builds every top-level
+ * string with it; xf__entry_parse_string reads both layouts. */
+long long xf__entry_string_copy(char *dst, const char *src, size_t len);
+
 /* GET's reply (a string or nil) -> *out, judged as xf__entry_parse_fields
  * judges HMGET's (and lua/entry_read.lua a format-2 entry): a header that is
  * not as xfetch writes it is a malformed miss, counted; the value is not

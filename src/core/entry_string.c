@@ -46,6 +46,18 @@ void xf__entry_mget_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
   cmd->more_lens = keylens;
 }
 
+long long xf__entry_string_copy(char *dst, const char *src, size_t len) {
+  dst[len] = '\0';
+  if (len < XF_ENTRY2_HEADER || (unsigned char)src[0] != MAGIC || src[1] != VERSION) {
+    memcpy(dst, src, len);
+    return 0;
+  }
+  size_t vlen = len - XF_ENTRY2_HEADER;
+  memcpy(dst, src + XF_ENTRY2_HEADER, vlen);
+  memcpy(dst + vlen, src, XF_ENTRY2_HEADER);
+  return XF_ENTRY2_HEADER;
+}
+
 static int64_t be(const unsigned char *p, int n) {
   int64_t v = 0;
   for (int i = 0; i < n; i++)
@@ -97,7 +109,10 @@ int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
   out->now_late_ms = hi; /* a load that ended past it ended after the read */
   if (r->type == XF_REPLY_NIL)
     return XF_OK;
-  const unsigned char *h = (const unsigned char *)r->str;
+  /* The reader may have put the header after the value (rotated). */
+  int rotated = r->integer == XF_ENTRY2_HEADER && r->len >= XF_ENTRY2_HEADER;
+  const unsigned char *h =
+      (const unsigned char *)r->str + (rotated ? r->len - XF_ENTRY2_HEADER : 0);
   if (r->len == 0 || h[0] != MAGIC) { /* not an entry: left untouched */
     xf__entry_free(out);
     return xf__fail(c, XF_EWRONGTYPE,
@@ -113,7 +128,7 @@ int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
     out->delta_us = out->expiry_ms = 0;
     return XF_OK;
   }
-  out->value = r->str + XF_ENTRY2_HEADER;
+  out->value = rotated ? r->str : r->str + XF_ENTRY2_HEADER;
   out->len = r->len - XF_ENTRY2_HEADER;
   out->remaining_ms = out->expiry_ms - hi; /* within the clock's error of e: expiring */
   return XF_OK;
