@@ -43,6 +43,7 @@ typedef struct run_spec {
   double beta;       /* XFetch beta (xfetch, xfetch_nolease) */
   double jitter;     /* 0..1: TTL shortened by up to this fraction */
   int value_len;     /* bytes per value */
+  int entry_format;  /* the library's entries (target.entry_format): the prefill's */
   char prefix[64];   /* unique key prefix for the run */
 } run_spec;
 
@@ -108,6 +109,7 @@ typedef struct target {
   char dir[256]; /* its temp dir */
   char version[32];
   char tls_ca[256]; /* non-empty: the library's connections use TLS, this CA */
+  int entry_format; /* the xfetch clients' options.entry_format (--entry-format) */
 } target;
 
 int target_parse_url(target *t, const char *url);
@@ -154,8 +156,10 @@ int pure_load_scripts(redisContext *rc);
 int pure_read_entry(redisContext *rc, const char *key, size_t keylen, pure_read *out);
 int pure_write_entry(redisContext *rc, const char *key, size_t keylen, const char *v,
                      size_t vlen, int64_t delta_us, int64_t ttl_ms);
+/* format 2: the entry as the library's format 2 (a string) instead of the hash
+ * pure XFetch reads (the xfetch strategy's prefill on --entry-format 2). */
 void pure_append_write(redisContext *rc, const char *key, size_t keylen, const char *v,
-                       size_t vlen, int64_t delta_us, int64_t ttl_ms);
+                       size_t vlen, int64_t delta_us, int64_t ttl_ms, int format);
 int pure_decide(pcg *r, double beta, const pure_read *e);
 
 #endif

@@ -60,12 +60,14 @@ __attribute__((noinline)) int run_hits(xf_client *c, const xf_policy *p, long k,
 
 int main(int argc, char **argv) {
   long k = 10000;
-  int many = 0, port = 0, hook = 0;
+  int many = 0, port = 0, hook = 0, format = XF_ENTRY_STRING;
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "many"))
       many = 1;
     else if (!strcmp(argv[i], "hook"))
       hook = 1;
+    else if (!strcmp(argv[i], "format1"))
+      format = XF_ENTRY_HASH;
     else if (!strcmp(argv[i], "--port") && i + 1 < argc)
       port = atoi(argv[++i]);
     else
@@ -77,6 +79,7 @@ int main(int argc, char **argv) {
   } else if (target_start_server(&t) != 0) {
     return 1;
   }
+  t.entry_format = format;
   xf_options o = target_options(&t);
   if (hook)
     o.on_event = noop_hook;

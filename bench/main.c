@@ -58,6 +58,7 @@ static void usage(FILE *f) {
       "  --clients N         hot_key clients (default 32, quick 16)\n"
       "  --think-us N        closed-loop think time per request (default 1000)\n"
       "  --open-loop RPS     hot_key in open loop: Poisson arrivals at RPS in total\n"
+      "  --entry-format N    the entries xfetch writes: 1 a hash, 2 a string (default 2)\n"
       "  --cluster           instead: hit_overhead and hot_key on a throwaway Redis\n"
       "                      Cluster (3 masters + 3 replicas) next to a standalone server\n"
       "  -h, --help\n");
@@ -109,11 +110,12 @@ static void machine_json(char *buf, size_t n, const target *t, int quick,
       buf, n,
       "{\"cpu\": \"%s\", \"nproc\": %ld, \"kernel\": \"%s %s\", \"redis_version\": "
       "\"%s\", \"redis\": \"%s\", \"hiredis\": \"%d.%d.%d\", \"xfetch\": \"%d.%d.%d\", "
-      "\"date\": \"%s\", \"quick\": %s, \"loadavg_1m_start\": %s, \"loadavg_1m_end\": %s}",
+      "\"date\": \"%s\", \"entry_format\": %d, \"quick\": %s, \"loadavg_1m_start\": %s, "
+      "\"loadavg_1m_end\": %s}",
       cpu, sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release, t->version,
       t->pid ? "throwaway redis-server on 127.0.0.1" : "external (--redis)", HIREDIS_MAJOR,
       HIREDIS_MINOR, HIREDIS_PATCH, XF_VERSION_MAJOR, XF_VERSION_MINOR, XF_VERSION_PATCH,
-      date, quick ? "true" : "false", load0, load1);
+      date, t->entry_format, quick ? "true" : "false", load0, load1);
 }
 
 /* On a server we did not start, remove every key this run wrote. */
@@ -191,7 +193,7 @@ static int wanted(const char *list, const char *name) {
 int main(int argc, char **argv) {
   bench_cfg cfg = {0, 0, -1, 0, 0};
   const char *url = NULL, *json = NULL, *out = "xfetch-bench-out", *only = NULL;
-  int plots = 1, cluster = 0;
+  int plots = 1, cluster = 0, entry_format = XF_ENTRY_STRING;
   static const struct option opts[] = {{"quick", no_argument, 0, 'q'},
                                        {"redis", required_argument, 0, 'r'},
                                        {"json", required_argument, 0, 'j'},
@@ -202,6 +204,7 @@ int main(int argc, char **argv) {
                                        {"think-us", required_argument, 0, 't'},
                                        {"open-loop", required_argument, 0, 'O'},
                                        {"cluster", no_argument, 0, 'C'},
+                                       {"entry-format", required_argument, 0, 'F'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   for (int ch; (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
@@ -236,6 +239,13 @@ int main(int argc, char **argv) {
     case 'C':
       cluster = 1;
       break;
+    case 'F':
+      entry_format = atoi(optarg);
+      if (entry_format != 1 && entry_format != 2) {
+        usage(stderr);
+        return 2;
+      }
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -258,6 +268,7 @@ int main(int argc, char **argv) {
   target t;
   if (url ? target_parse_url(&t, url) : target_start_server(&t))
     return 1;
+  t.entry_format = entry_format;
   int rc = 1;
   redisContext *rcx = target_connect(&t, 5000);
   g_arena = arena_create(16u << 20, 4u << 20);
@@ -283,8 +294,9 @@ int main(int argc, char **argv) {
   char load1[64];
   loadavg(load1, sizeof load1);
   printf("xfetch-bench: %d scenario(s) in %.1f s against redis %s (%s:%d), load average "
-         "%s -> %s\n",
-         n, (double)(now_us() - t0) / 1e6, t.version, t.host, t.port, load0, load1);
+         "%s -> %s, entry format %d\n",
+         n, (double)(now_us() - t0) / 1e6, t.version, t.host, t.port, load0, load1,
+         t.entry_format);
   report_table(stdout, sc, n);
   report_summary(stdout, sc, n);
   goals_print(stdout);

@@ -27,7 +27,20 @@ static const char WRITE_LUA[] =
     "redis.call('PEXPIRE', KEYS[1], ttl)\n"
     "return 1\n";
 
-static char read_sha[41], write_sha[41];
+/* The same entry in the library's format 2 (src/core/entry_string.c: the
+ * 40-byte header, flags value | s, then the value), for the library's
+ * strategy to read with GET. */
+static const char WRITE2_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local ttl = tonumber(ARGV[3])\n"
+    "local h = struct.pack('>BBBI5I6I6I6c8I6', 248, 2, 9, tonumber(ARGV[2]), now + ttl, "
+    "now,\n"
+    "                      0, string.rep('\\0', 8), 0)\n"
+    "redis.call('SET', KEYS[1], h .. ARGV[1], 'PX', ttl)\n"
+    "return 1\n";
+
+static char read_sha[41], write_sha[41], write2_sha[41];
 
 static int load_one(redisContext *rc, const char *src, char sha[41]) {
   redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", src);
@@ -42,7 +55,10 @@ static int load_one(redisContext *rc, const char *src, char sha[41]) {
 }
 
 int pure_load_scripts(redisContext *rc) {
-  return load_one(rc, READ_LUA, read_sha) || load_one(rc, WRITE_LUA, write_sha) ? -1 : 0;
+  return load_one(rc, READ_LUA, read_sha) || load_one(rc, WRITE_LUA, write_sha) ||
+                 load_one(rc, WRITE2_LUA, write2_sha)
+             ? -1
+             : 0;
 }
 
 static int is_noscript(const redisReply *r) {
@@ -102,11 +118,13 @@ int pure_write_entry(redisContext *rc, const char *key, size_t keylen, const cha
 }
 
 void pure_append_write(redisContext *rc, const char *key, size_t keylen, const char *v,
-                       size_t vlen, int64_t delta_us, int64_t ttl_ms) {
+                       size_t vlen, int64_t delta_us, int64_t ttl_ms, int format) {
   const char *argv[7];
   size_t lens[7];
   char d[24], ttl[24];
   fill_write(argv, lens, d, ttl, key, keylen, v, vlen, delta_us, ttl_ms);
+  if (format == 2)
+    argv[1] = write2_sha;
   redisAppendCommandArgv(rc, 7, argv, lens);
 }
 

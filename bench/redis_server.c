@@ -168,6 +168,7 @@ xf_options target_options(const target *t) {
   o.password = t->password[0] ? t->password : NULL;
   o.db = t->db;
   o.command_timeout_ms = 5000;
+  o.entry_format = t->entry_format;
   if (t->tls_ca[0]) { /* rediss://: verified against the CA, for the host name */
     o.tls.enable = 1;
     o.tls.ca_file = t->tls_ca;

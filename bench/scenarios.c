@@ -21,6 +21,7 @@ void spec_init(run_spec *s, const bench_env *e, const char *scenario, strategy s
   s->loader_ms = 100;
   s->beta = 1.0;
   s->value_len = 64;
+  s->entry_format = e->t->entry_format;
   s->think_us = e->cfg->think_us >= 0 ? e->cfg->think_us : 1000;
   snprintf(s->prefix, sizeof s->prefix, "xfb:%x:%s:%s%s%s:", e->cfg->run_id, scenario,
            strategy_name(st), variant ? ":" : "", variant ? variant : "");

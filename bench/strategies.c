@@ -238,7 +238,8 @@ static void append_prefill(redisContext *rc, const run_spec *s, pcg *r, const ch
     redisAppendCommand(rc, "SET %b %b PX %lld", key, keylen, v, (size_t)s->value_len,
                        (long long)ttl);
   else /* both XFetch strategies: an entry as if just computed by the loader */
-    pure_append_write(rc, key, keylen, v, (size_t)s->value_len, s->loader_ms * 1000LL, ttl);
+    pure_append_write(rc, key, keylen, v, (size_t)s->value_len, s->loader_ms * 1000LL, ttl,
+                      s->strat == ST_XFETCH ? s->entry_format : 1);
 }
 
 int strat_prefill(redisContext *rc, const run_spec *s, int first, int count,

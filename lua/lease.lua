@@ -1,7 +1,8 @@
 -- lease: take the key's lease unless a live one exists.
 -- KEYS[1] entry key. ARGV[1] token, ARGV[2] lease_ms, ARGV[3] the expiry_ms
 -- the caller read ("0" if none), ARGV[4] the server time of the caller's
--- first read (optional).
+-- first read ("0" if none), ARGV[5] the format a new entry takes ("1" a hash,
+-- "2" a string; an existing entry keeps its own, and its value is not copied).
 -- Returns {1, now_ms} won (also when the lease is already this token's: a
 -- retried request); {0, now_ms} lost (a live lease exists); {2, now_ms, value,
 -- delta_us, remaining_ms, 0, negative, expiry_ms} when a newer valid
@@ -15,17 +16,30 @@ local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = server_now()
 local t = entry(key, now)
 if t.v and t.e > now and t.e ~= tonumber(ARGV[3]) then
-  return {2, now, t.v, t.d, t.e - now, 0, t.n, t.e}
+  return {2, now, entry_value(key, t), t.d, t.e - now, 0, t.n, t.e}
 end
-if t.l and string.sub(t.l, 1, #token + 1) == token .. ':' then return {1, now} end
+if lease_mine(t, token) then return {1, now} end
 if t.live == 1 then return {0, now} end
-local nothing, first_read = tonumber(redis.call('HGET', key, 'f')), tonumber(ARGV[4])
-if nothing and first_read and nothing > first_read then return {3, now} end
-redis.call('HSET', key, 'l', token .. ':' .. string.format('%d', now + lease_ms))
+local first_read = tonumber(ARGV[4])
+if t.f and first_read and first_read > 0 and t.f > first_read then return {3, now} end
 -- The entry must outlive the lease, or it would vanish with the lease mid-load
--- and let a second caller in. A lease-only hash gets exactly the lease's TTL.
+-- and let a second caller in. A lease-only entry gets exactly the lease's TTL.
+local only_lease
+if t.kind == 'hash' or (t.kind == 'none' and ARGV[5] == '1') then
+  redis.call('HSET', key, 'l', token .. ':' .. string.format('%d', now + lease_ms))
+  only_lease = redis.call('HLEN', key) == 1
+elseif t.kind == 'none' or t.bad then -- a new string, or one replacing a malformed
+  -- string (its bytes are no entry's): the lease only
+  t = {kind = 'string', tok = token_id(token), deadline = now + lease_ms}
+  redis.call('SET', key, pack2(t), 'PX', lease_ms)
+  return {1, now}
+else -- in place: the value is not copied
+  t.tok, t.deadline = token_id(token), now + lease_ms
+  redis.call('SETRANGE', key, 0, pack2(t))
+  only_lease = not t.v and not t.s and not t.f
+end
 local pttl = redis.call('PTTL', key)
-if (pttl == -1 and redis.call('HLEN', key) == 1) or (pttl >= 0 and pttl < lease_ms) then
+if (pttl == -1 and only_lease) or (pttl >= 0 and pttl < lease_ms) then
   redis.call('PEXPIRE', key, lease_ms)
 end
 return {1, now}

@@ -6,7 +6,9 @@
 -- ARGV[7] kind: "0" a value, "1" a cached not-found, "2" gone (the loader found
 -- nothing and not-found is not cached: the old value is removed and a tombstone
 -- with s = start_ms stays for ARGV[4] ms, with the found-nothing marker f = now
--- for the callers that waited on this load: see release.lua).
+-- for the callers that waited on this load: see release.lua), ARGV[8] the
+-- format written ("1" a hash, "2" a string; an entry of the other format is
+-- converted, another caller's live lease carried over).
 -- Returns 1 written, 0 refused: the entry holds a newer computation (its s is
 -- later than start_ms, e.g. a delete's tombstone or an xf_set), or the caller's
 -- lease is no longer the entry's (a delete removed it, or another caller took
@@ -14,26 +16,50 @@
 -- still write: nothing newer was written. A malformed entry is overwritten
 -- (its malformed s refuses nothing) and a malformed lease dropped.
 --#include entry_read.lua
-local key, token, kind = KEYS[1], ARGV[1], ARGV[7]
+local key, token, kind, format = KEYS[1], ARGV[1], ARGV[7], ARGV[8]
 local now = server_now()
 local start = tonumber(ARGV[6]) or now
 local t = entry(key, now) -- a malformed s is ignored (entry_read.lua)
-local mine = token ~= '' and t.l and string.sub(t.l, 1, #token + 1) == token .. ':'
-if mine or t.lease_bad then redis.call('HDEL', key, 'l') end
+local mine = lease_mine(t, token)
+if mine or t.lease_bad then
+  t.tok, t.deadline = nil, nil
+  if t.kind == 'hash' then redis.call('HDEL', key, 'l') end
+  if t.kind == 'string' and mine then redis.call('SETRANGE', key, 0, pack2(t)) end
+end
 if (t.s and t.s > start) or (token ~= '' and not mine and redis.call('EXISTS', key) == 1) then
   return 0
 end
+if t.bad then t = {kind = t.kind} end
 local ttl = tonumber(ARGV[4])
 if kind == '2' then
+  local pttl = redis.call('PTTL', key)
+  if pttl < ttl then pttl = ttl end
+  if format == '2' then
+    t.v, t.s, t.f = false, start, now
+    redis.call('SET', key, pack2(t), 'PX', pttl)
+    return 1
+  end
+  local l = t.kind ~= 'hash' and lease1(t)
+  if t.kind == 'string' then redis.call('DEL', key) end
   redis.call('HDEL', key, 'v', 'd', 'e', 'n')
   redis.call('HSET', key, 's', string.format('%d', start), 'f', string.format('%d', now))
-  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+  if l then redis.call('HSET', key, 'l', l) end
+  redis.call('PEXPIRE', key, pttl)
   return 1
 end
 local delta = ARGV[3] ~= '' and tonumber(ARGV[3]) or t.d
 delta = (delta and delta > 0) and math.floor(math.min(delta, 2^40)) or 0
+if format == '2' then
+  t.v, t.d, t.e, t.s, t.n = true, delta, now + ttl, start, kind == '1' and 1 or 0
+  redis.call('SET', key, pack2(t) .. ARGV[2], 'PX', ttl + tonumber(ARGV[5]))
+  return 1
+end
+local l, f = t.kind ~= 'hash' and lease1(t), t.kind ~= 'hash' and t.f
+if t.kind == 'string' then redis.call('DEL', key) end
 redis.call('HSET', key, 'v', ARGV[2], 'd', string.format('%d', delta),
            'e', string.format('%d', now + ttl), 's', string.format('%d', start))
+if l then redis.call('HSET', key, 'l', l) end
+if f then redis.call('HSET', key, 'f', string.format('%d', f)) end
 if kind == '1' then redis.call('HSET', key, 'n', '1') else redis.call('HDEL', key, 'n') end
 redis.call('PEXPIRE', key, ttl + tonumber(ARGV[5]))
 return 1

@@ -32,7 +32,8 @@ int xft_entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
   memset(newer, 0, sizeof *newer);
   xf__client_check_fork(c); /* never a parent's token in a child */
   xf__entry_token(c, token);
-  xf__entry_lease_cmd(&cmd, key, keylen, token, lease_ms, seen_expiry_ms, 0);
+  xf__entry_lease_cmd(&cmd, key, keylen, token, lease_ms, seen_expiry_ms, 0,
+                      c->entry_format);
   int rc = run(c, XF_SCRIPT_LEASE, &cmd, &r);
   return rc == XF_OK ? xf__entry_parse_lease(c, r, now_ms, result, newer) : rc;
 }
@@ -41,7 +42,7 @@ int xft_entry_write(xf_client *c, const char *key, size_t keylen, const xf__writ
                     int *written) {
   xf__cmd cmd;
   xf__reply *r;
-  xf__entry_write_cmd(&cmd, key, keylen, w);
+  xf__entry_write_cmd(&cmd, key, keylen, w, c->entry_format);
   int rc = run(c, XF_SCRIPT_WRITE, &cmd, &r);
   return rc == XF_OK ? xf__entry_parse_int(c, r, "write", written) : rc;
 }

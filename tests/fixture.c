@@ -146,10 +146,16 @@ int xft_port(void) {
 
 const char *xft_unix_path(void) { return getenv("XFT_REDIS_SOCK"); }
 
+int xft_entry_format(void) {
+  const char *format = getenv("XFT_ENTRY_FORMAT");
+  return format ? atoi(format) : 0;
+}
+
 xf_client *xft_client_port(int port, uint64_t seed) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.seed = seed;
+  o.entry_format = xft_entry_format();
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   cr_assert_eq(rc, XF_OK, "xf_client_open: %s", xf_strerror(rc));

@@ -30,6 +30,10 @@ const char *xft_unix_path(void);
 
 /* A client of the shared server (seeded when seed != 0); asserts success. */
 xf_client *xft_client(uint64_t seed);
+/* The options.entry_format the fixture's clients get: XFT_ENTRY_FORMAT (unset:
+ * 0, the default). XFT_ENTRY_FORMAT=2 runs a suite on format-2 entries; the
+ * tests that look into a hash then fail, which is what they check. */
+int xft_entry_format(void);
 xf_client *xft_client_port(int port, uint64_t seed);
 
 /* A raw hiredis connection for inspecting entries with plain commands. */

@@ -70,6 +70,7 @@ static void run_open(run *r, int port, int lazy) {
   o.seed = 7;
   o.lazy_connect = lazy;
   o.breaker_ms = -1; /* tests that kill Redis want every call to try */
+  o.entry_format = xft_entry_format();
   run_open_with(r, &o);
 }
 

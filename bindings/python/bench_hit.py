@@ -5,6 +5,7 @@ asyncio GET, xfetch.aio (asyncio, when built), and a 100-key get_many against
 100 single gets (and redis-py MGET / GETs for reference).
 
     /usr/bin/python3 bench_hit.py [--url redis://...] [-n 3000] [--rounds 15] [--size 100]
+                                  [--entry-format 1|2]
 
 Every contender reads the same-size value from the same server over its own
 connection, in one process, one call at a time. Rounds alternate between the
@@ -114,6 +115,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--size", type=int, default=100, help="value size in bytes")
     ap.add_argument("--batch", type=int, default=100, help="keys per get_many")
+    ap.add_argument("--entry-format", type=int, choices=(1, 2), default=None,
+                    help="the entries xfetch writes (default: the library's, 1)")
     args = ap.parse_args()
     server = None if args.url else xfetch.testing.RedisServer()
     url = args.url or server.url
@@ -129,7 +132,7 @@ def run(args, url):
     n, nb = args.n, max(1, args.n // args.batch)  # batch calls per round
     r = redis.Redis.from_url(url)
     r.set("bench:get", value)
-    cache = xfetch.Cache(url)
+    cache = xfetch.Cache(url, entry_format=args.entry_format)
     cache.set("bench:hit", value, ttl=TTL)
     keys = [f"bench:many:{i}".encode() for i in range(args.batch)]
     for k in keys:
@@ -164,7 +167,7 @@ def run(args, url):
     acache = None
     if xfetch_aio:
         async def open_aio():
-            c = xfetch_aio.Cache(url)
+            c = xfetch_aio.Cache(url, entry_format=args.entry_format)
             if inspect.isawaitable(c):
                 c = await c
             return c

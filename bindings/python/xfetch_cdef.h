@@ -93,6 +93,7 @@ typedef struct xf_options {
   xf_event_fn on_event;
   void *on_event_ud;
   int disabled;
+  int entry_format;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;

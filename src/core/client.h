@@ -52,6 +52,8 @@ struct xf_client {
                            that estimate is not fresh (xf__entry_read_as, by the
                            transport); 0: always the read script (a transport
                            that keeps no estimate: the sans-I/O call's) */
+  int entry_format;     /* 1 a hash, 2 a string (options.entry_format): what the
+                           writes create, and the hit path's first read */
   int loader_rc;
   xf_event_fn on_event; /* options.on_event (event.h); NULL = none */
   void *on_event_ud;

@@ -34,14 +34,20 @@ void xf__entry_read_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
   xf__script_cmd(cmd, XF_SCRIPT_READ, key, keylen, 0, NULL, NULL);
 }
 
+/* The scripts' format argument: what a new entry is (entry.h). */
+static const char *format_arg(int format) { return format == XF_ENTRY_STRING ? "2" : "1"; }
+
 void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
-                         int64_t lease_ms, int64_t seen_expiry_ms, int64_t first_read_ms) {
+                         int64_t lease_ms, int64_t seen_expiry_ms, int64_t first_read_ms,
+                         int format) {
   const char *args[] = {token, number(cmd, 0, lease_ms), number(cmd, 1, seen_expiry_ms),
-                        number(cmd, 2, first_read_ms)};
-  script_cmd(cmd, XF_SCRIPT_LEASE, key, keylen, first_read_ms > 0 ? 4 : 3, args);
+                        number(cmd, 2, first_read_ms > 0 ? first_read_ms : 0),
+                        format_arg(format)};
+  script_cmd(cmd, XF_SCRIPT_LEASE, key, keylen, 5, args);
 }
 
-void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w) {
+void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w,
+                         int format) {
   const char *args[] = {w->token,
                         w->data ? w->data : "",
                         w->delta_us >= 0 ? number(cmd, 0, w->delta_us) : "",
@@ -50,28 +56,56 @@ void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf_
                         w->start_ms >= 0 ? number(cmd, 3, w->start_ms) : "",
                         w->kind == XF_WRITE_GONE        ? "2"
                         : w->kind == XF_WRITE_NOT_FOUND ? "1"
-                                                        : "0"};
-  size_t lens[7];
-  for (int i = 0; i < 7; i++)
+                                                        : "0",
+                        format_arg(format)};
+  size_t lens[8];
+  for (int i = 0; i < 8; i++)
     lens[i] = i == 1 ? w->len : strlen(args[i]);
-  xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 7, args, lens);
+  xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 8, args, lens);
 }
 
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
                            int64_t nothing_keep_ms) {
-  const char *args[] = {token, number(cmd, 0, nothing_keep_ms)};
-  script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, nothing_keep_ms > 0 ? 2 : 1, args);
+  const char *args[] = {token, number(cmd, 0, nothing_keep_ms > 0 ? nothing_keep_ms : 0)};
+  script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, 2, args);
 }
 
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
-                          int64_t tombstone_ms) {
-  const char *args[] = {number(cmd, 0, tombstone_ms)};
-  script_cmd(cmd, XF_SCRIPT_DELETE, key, keylen, 1, args);
+                          int64_t tombstone_ms, int format) {
+  const char *args[] = {number(cmd, 0, tombstone_ms), format_arg(format)};
+  script_cmd(cmd, XF_SCRIPT_DELETE, key, keylen, 2, args);
 }
 
 void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
                              const size_t *keylens) {
   xf__script_cmd_keys(cmd, XF_SCRIPT_READ_MANY, nkeys, keys, keylens);
+}
+
+/* The reply string of r (or of its elements, one level down) that holds p. */
+static xf__reply *holder(xf__reply *r, const char *p) {
+  if (r->type == XF_REPLY_STRING)
+    return r->str && p >= r->str && p <= r->str + r->len ? r : NULL;
+  for (size_t i = 0; r->type == XF_REPLY_ARRAY && i < r->elements; i++) {
+    xf__reply *el = r->element[i];
+    if (el && el->type == XF_REPLY_STRING && el->str && p >= el->str &&
+        p <= el->str + el->len)
+      return el;
+  }
+  return NULL;
+}
+
+char *xf__entry_take_value(xf__entry *e) {
+  xf__reply *s = e->reply && e->value ? holder(e->reply, e->value) : NULL;
+  if (!s)
+    return NULL;
+  char *buf = s->str;
+  if (e->value != buf) /* format 2: the header goes, the value moves up */
+    memmove(buf, e->value, e->len);
+  buf[e->len] = '\0';
+  s->str = NULL;
+  s->len = 0;
+  e->value = NULL;
+  return buf;
 }
 
 void xf__entry_token(xf_client *c, char token[40]) {

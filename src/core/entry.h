@@ -56,19 +56,25 @@ typedef struct xf__write {
 
 /* ---- encode: fill cmd (it keeps pointers to key, token and data) ---------- */
 
+/* format (xf_entry_format, XF_ENTRY_HASH or XF_ENTRY_STRING): what an entry
+ * the script creates is; an existing entry keeps its own format, but a write
+ * converts it (lua/entry_read.lua). */
+
 void xf__entry_read_cmd(xf__cmd *cmd, const char *key, size_t keylen);
 /* seen_expiry_ms: the expiry the caller read (0 if none); first_read_ms: the
  * server time of the caller's first read (0 = none): a load that found
  * nothing and ended after it answers XF_LEASE_NOTHING. */
 void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
-                         int64_t lease_ms, int64_t seen_expiry_ms, int64_t first_read_ms);
-void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w);
+                         int64_t lease_ms, int64_t seen_expiry_ms, int64_t first_read_ms,
+                         int format);
+void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w,
+                         int format);
 /* nothing_keep_ms > 0: the load found nothing (not cached); leave the marker
  * that answers its waiters (lua/release.lua) for that long. */
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
                            int64_t nothing_keep_ms);
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
-                          int64_t tombstone_ms);
+                          int64_t tombstone_ms, int format);
 /* The reads of nkeys keys in one call (read_many.lua; in Redis Cluster all in
  * one slot). The arrays are kept: they must outlive the send. */
 void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
@@ -76,6 +82,15 @@ void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys
 
 /* The hit path's read (entry_fields.c): HMGET key v d e s l n, no script. */
 void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen);
+
+/* Format 2 (entry_string.c): one string, the header then the value. */
+#define XF_ENTRY2_HEADER 40
+/* The hit path's read of a format-2 entry: GET key. */
+void xf__entry_get_cmd(xf__cmd *cmd, const char *key, size_t keylen);
+/* The hit path's read of nkeys format-2 entries: MGET (in Redis Cluster all
+ * in one slot). The arrays are kept: they must outlive the send. */
+void xf__entry_mget_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
+                        const size_t *keylens);
 
 /* What a transport puts on a connection whose clock estimate is k, at driver
  * ms now_ms, for cmd: cmd itself, unless it is a plain read (cmd->plain_out)
@@ -93,6 +108,23 @@ const xf__cmd *xf__entry_read_as(const xf__cmd *cmd, const struct xf__clock *k,
  * counts from hi, a lease is live only past hi, now_ms is lo. XF_OK (a
  * malformed entry too: a miss, counted) or XF_EPROTO. */
 int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
+                           xf__entry *out);
+
+/* Copies a top-level string reply of len bytes from src into dst (len + 1
+ * bytes): as is, or, when it starts as a format-2 entry (magic and version,
+ * at least a header long: a GET of an entry), value first and header after
+ * it, so that a hit hands the buffer to its caller without moving the value.
+ * Returns what the reply's integer field must say: XF_ENTRY2_HEADER when
+ * rotated so, else 0. The reader (src/io/reader.c) builds every top-level
+ * string with it; xf__entry_parse_string reads both layouts. */
+long long xf__entry_string_copy(char *dst, const char *src, size_t len);
+
+/* GET's reply (a string or nil) -> *out, judged as xf__entry_parse_fields
+ * judges HMGET's (and lua/entry_read.lua a format-2 entry): a header that is
+ * not as xfetch writes it is a malformed miss, counted; the value is not
+ * copied (out->value points into r). XF_OK, XF_EPROTO, or XF_EWRONGTYPE for
+ * a string that does not start with the magic byte (not an entry). */
+int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
                            xf__entry *out);
 
 /* The read script's reply -> *out (which then owns r). XF_OK or XF_EPROTO
@@ -113,6 +145,12 @@ int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__repl
 
 /* The integer reply of write (1 written, 0 refused), release or delete. */
 int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value);
+
+/* The entry's value as a malloc'd NUL-terminated buffer of e->len bytes,
+ * taken from the reply that holds it (moved to the front of its string past
+ * a format-2 header, not copied to a new one); NULL when it cannot be (no
+ * value). e->value is NULL afterwards. */
+char *xf__entry_take_value(xf__entry *e);
 
 /* Makes the lease token of a client's next lease. The driver has checked for
  * a fork first (xf__client_check_fork): never a parent's token in a child. */

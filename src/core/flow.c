@@ -26,20 +26,23 @@ static xf__step encode(xf__flow *f) {
   switch (f->state) {
   case XF__READ:
     if (f->plain_read) { /* the transport sends the script where the clock is stale */
-      xf__entry_fields_cmd(&f->cmd, key, len);
+      if (f->read_format == XF_ENTRY_STRING)
+        xf__entry_get_cmd(&f->cmd, key, len);
+      else
+        xf__entry_fields_cmd(&f->cmd, key, len);
       f->cmd.plain_out = &f->plain_read;
     } else
       xf__entry_read_cmd(&f->cmd, key, len);
     break;
   case XF__LEASE:
     xf__entry_lease_cmd(&f->cmd, key, len, f->token, xf__flow_lease_ms(f), f->e.expiry_ms,
-                        f->first_read_ms);
+                        f->first_read_ms, f->c->entry_format);
     break;
   case XF__WRITE:
-    xf__entry_write_cmd(&f->cmd, key, len, &f->w);
+    xf__entry_write_cmd(&f->cmd, key, len, &f->w, f->c->entry_format);
     break;
   case XF__DELETE:
-    xf__entry_delete_cmd(&f->cmd, key, len, f->c->tombstone_ms);
+    xf__entry_delete_cmd(&f->cmd, key, len, f->c->tombstone_ms, f->c->entry_format);
     break;
   default:
     xf__entry_release_cmd(&f->cmd, key, len, f->token,
@@ -58,8 +61,11 @@ static xf__step encode(xf__flow *f) {
 
 xf__step xf__flow_send(xf__flow *f, int state) {
   f->state = state;
-  if (state == XF__READ) /* plain, unless the transport keeps no clock estimate */
+  if (state == XF__READ) { /* plain, unless the transport keeps no clock estimate */
     f->plain_read = f->c->plain_hits;
+    f->read_format = f->c->entry_format; /* the format this client writes */
+    f->format_switched = 0;
+  }
   f->script_retried = 0;
   return encode(f);
 }
@@ -87,6 +93,17 @@ int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source so
     memcpy(copy, data, len);
   copy[len] = '\0';
   f->out->data = copy;
+  f->out->len = len;
+  f->out->source = source;
+  return XF_OK;
+}
+
+int xf__flow_serve_entry(xf__flow *f, xf_source source) {
+  size_t len = f->e.len;
+  char *taken = xf__entry_take_value(&f->e); /* a hit copies its value once */
+  if (!taken)
+    return xf__flow_serve_bytes(f, f->e.value, len, source);
+  f->out->data = taken;
   f->out->len = len;
   f->out->source = source;
   return XF_OK;
@@ -212,7 +229,8 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       f->cmd.ask_node = asked;
       return step;
     }
-    rc = xf__entry_parse_fields(f->c, r, lo, hi, &f->e);
+    rc = f->read_format == XF_ENTRY_STRING ? xf__entry_parse_string(f->c, r, lo, hi, &f->e)
+                                           : xf__entry_parse_fields(f->c, r, lo, hi, &f->e);
   } else if (rc == XF_OK) {
     rc = xf__entry_parse_read(f->c, r, &f->e);
     if (rc == XF_OK)
@@ -228,7 +246,7 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   } else if (rc == XF_OK) {
     f->c->stats.hits++;
     xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);
-    rc = xf__flow_serve_bytes(f, e->value, e->len, XF_SOURCE_CACHE);
+    rc = xf__flow_serve_entry(f, XF_SOURCE_CACHE);
   }
   return xf__flow_done(f, rc);
 }
@@ -279,8 +297,24 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     if (rc == XF_OK)
       return encode(f);
   } else if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
+    xf__reply_kind kind = xf__reply_classify(r);
+    if (kind == XF_REPLY_WRONGTYPE && f->state == XF__READ && f->plain_read) {
+      /* An entry of the other format (a rolling deploy: README, "The entry
+       * on Redis"): its own plain read; if the entry changed format again
+       * in between, the read script, which reads both at once. */
+      xf__reply_free(r);
+      if (f->format_switched)
+        f->plain_read = 0;
+      f->format_switched = 1;
+      f->read_format = f->read_format == XF_ENTRY_STRING ? XF_ENTRY_HASH : XF_ENTRY_STRING;
+      f->script_retried = 0;
+      int asked = f->asked;
+      xf__step step = encode(f);
+      f->cmd.ask_node = asked;
+      return step;
+    }
     /* e.g. after SCRIPT FLUSH: load it, then the command again (once) */
-    if (xf__reply_classify(r) == XF_REPLY_NOSCRIPT && !f->script_retried) {
+    if (kind == XF_REPLY_NOSCRIPT && !f->script_retried) {
       xf__reply_free(r);
       f->script_retried = f->script_loading = 1;
       xf__script_load_cmd(&f->cmd, script, f->key.data, f->key.len);

@@ -74,7 +74,11 @@ typedef struct xf__flow {
   int round;                          /* reads made while waiting */
   int had_value;                      /* a value (or a malformed entry) was read */
   int found_nothing;                  /* the release tells the waiters: not found */
-  int plain_read;                     /* the READ is HMGET (else the read script) */
+  int plain_read;                     /* the READ is plain: HMGET or GET (else the
+                                         read script) */
+  int read_format;                    /* which plain read: 1 HMGET, 2 GET */
+  int format_switched;                /* the plain read met the other format
+                                         (WRONGTYPE) and went again as its read */
   int asked;                          /* the router's answer to cmd.asked_out */
   struct xf__clock *clock;            /* whose clock the last reply tells of (the
                                          transport's answer to cmd.clock_out) */

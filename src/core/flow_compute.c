@@ -72,7 +72,7 @@ static int serve_entry(xf__flow *f, const xf__entry *e, xf_source source) {
     result_instead_of_miss(f, XF_EV_STALE, XF_SOURCE_STALE, 0);
   }
   return e->negative ? xf__fail(f->c, XF_ENOTFOUND, "cached not-found")
-                     : xf__flow_serve_bytes(f, e->value, e->len, source);
+                     : xf__flow_serve_entry(f, source); /* e is f->e: taken, not copied */
 }
 
 static xf__step serve(xf__flow *f, xf_source source) {

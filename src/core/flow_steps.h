@@ -28,6 +28,10 @@ xf__step xf__flow_done(xf__flow *f, int rc);
 /* A copy of data (NUL-terminated) as the call's value, from source. */
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source);
 
+/* The entry's value (f->e) as the call's value, from source, taken from its
+ * reply (no copy); the flow must not read f->e's value afterwards. */
+int xf__flow_serve_entry(xf__flow *f, xf_source source);
+
 /* A reply to the command sent at f->sent_ms, read by now_ms, carried the
  * server's time server_ms: the estimate of that connection's clock learns
  * it (f->clock; none: nothing). */

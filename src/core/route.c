@@ -149,10 +149,12 @@ int xf__route_map_node(const xf__routes *r, int i, int avoid) {
 /* ---- routing -------------------------------------------------------------------- */
 
 /* A read a replica may serve: the read scripts (EVALSHA_RO) and the hit
- * path's plain read (HMGET). */
+ * path's plain reads (HMGET; GET and MGET of format-2 entries). */
 static int is_read_only(const xf__cmd *cmd) {
   return (cmd->lens[0] == 10 && memcmp(cmd->argv[0], "EVALSHA_RO", 10) == 0) ||
-         (cmd->lens[0] == 5 && memcmp(cmd->argv[0], "HMGET", 5) == 0);
+         (cmd->lens[0] == 5 && memcmp(cmd->argv[0], "HMGET", 5) == 0) ||
+         (cmd->lens[0] == 3 && memcmp(cmd->argv[0], "GET", 3) == 0) ||
+         (cmd->lens[0] == 4 && memcmp(cmd->argv[0], "MGET", 4) == 0);
 }
 
 static xf__route_act fail(int *arg, int rc) {

@@ -4,7 +4,10 @@
  * script run on the server instead of n. Each flow is then fed its own part
  * of the reply, exactly as if its own read had answered. In Redis Cluster a
  * script's keys must share a slot: the keys go in one call per slot. Plain
- * reads (HMGET, the hit path) need none of this: send_all pipelines them. */
+ * reads of format-2 entries (the hit path, every clock fresh) go the same
+ * way as one MGET per group (a hash among them reads as nil: its flow asks
+ * for the lease, whose script reads both formats). Plain HMGETs (format 1)
+ * need none of this: send_all pipelines them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,8 +73,8 @@ static size_t group(batch *b) {
 }
 
 /* The command of each group: the flow's own read when alone, else a
- * read_many on the group's keys. */
-static void encode(batch *b, size_t ng) {
+ * read_many on the group's keys (plain: an MGET of them). */
+static void encode(batch *b, size_t ng, int plain) {
   size_t nm = 0;
   for (size_t g = 0; g < ng; g++) {
     xf__batch_group *grp = &b->groups[g];
@@ -83,8 +86,12 @@ static void encode(batch *b, size_t ng) {
         b->lens[j] = b->flows[b->who[j]].key.len;
       }
       grp->cmd = &b->many[nm++];
-      xf__entry_read_many_cmd(grp->cmd, grp->count, b->keys + grp->first,
-                              b->lens + grp->first);
+      if (plain)
+        xf__entry_mget_cmd(grp->cmd, grp->count, b->keys + grp->first,
+                           b->lens + grp->first);
+      else
+        xf__entry_read_many_cmd(grp->cmd, grp->count, b->keys + grp->first,
+                                b->lens + grp->first);
       grp->cmd->clock_out = &grp->clock; /* the flows learn the server's clock */
     }
     b->cmds[g] = grp->cmd;
@@ -107,7 +114,7 @@ static int refused_for_some_keys(const xf__reply *r) {
 /* Feeds each flow of grp its part of read_many's outcome (rc, r): its own
  * read reply, or the error the whole call met. */
 static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
-                     int64_t now_ms) {
+                     int64_t now_ms, int plain) {
   if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
     if (refused_for_some_keys(r)) {
       xf__reply_free(r); /* the flows stay at their SEND */
@@ -121,7 +128,7 @@ static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
   for (size_t j = 0; j < grp->count; j++) {
     size_t i = b->who[grp->first + j];
     b->flows[i].clock = grp->clock;
-    b->flows[i].plain_read = 0; /* its part is the read script's reply */
+    b->flows[i].plain_read = plain; /* its part: GET's reply, or the read script's */
     b->steps[i] = xf__flow_reply(&b->flows[i], rc, rc == XF_OK ? parts[j] : NULL, now_ms);
   }
 }
@@ -152,11 +159,11 @@ static void reload(batch *b, size_t ng, size_t nm) {
       rc = xf__script_loaded(b->c, XF_SCRIPT_READ_MANY, b->replies[k]);
     k++;
     if (rc == XF_OK) {
-      hand_out(b, grp, b->rcs[k], b->replies[k], now_ms);
+      hand_out(b, grp, b->rcs[k], b->replies[k], now_ms, 0);
     } else {
       if (b->replies[k])
         xf__reply_free(b->replies[k]);
-      hand_out(b, grp, rc, NULL, now_ms);
+      hand_out(b, grp, rc, NULL, now_ms, 0);
     }
     k++;
   }
@@ -169,13 +176,14 @@ void xf__batch_read_all(batch *b) {
     if (!b->groups || !b->many)
       return; /* the flows send their own reads */
   }
-  if (b->c->plain_hits && xf__clocks_fresh(b->c, xf__now_ms()))
+  int plain = b->c->plain_hits && xf__clocks_fresh(b->c, xf__now_ms());
+  if (plain && b->c->entry_format != XF_ENTRY_STRING)
     return; /* plain HMGETs: send_all pipelines them, one write per node (any
                to a server whose clock is not fresh goes as the read script) */
   size_t ng = group(b);
   if (ng == 0)
     return;
-  encode(b, ng);
+  encode(b, ng, plain);
   size_t nm = 0, reloads = 0;
   for (size_t g = 0; g < ng; g++)
     nm += b->groups[g].count > 1;
@@ -186,12 +194,12 @@ void xf__batch_read_all(batch *b) {
     if (grp->count == 1) {
       size_t i = b->who[grp->first];
       b->steps[i] = xf__flow_reply(&b->flows[i], b->rcs[g], b->replies[g], now_ms);
-    } else if (b->rcs[g] == XF_OK && xf__script_missing(b->replies[g])) {
+    } else if (!plain && b->rcs[g] == XF_OK && xf__script_missing(b->replies[g])) {
       xf__reply_free(b->replies[g]);
       grp->reload = 1;
       reloads++;
     } else {
-      hand_out(b, grp, b->rcs[g], b->replies[g], now_ms);
+      hand_out(b, grp, b->rcs[g], b->replies[g], now_ms, plain);
     }
   }
   if (reloads)

@@ -310,6 +310,7 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->interrupt = o->interrupt;
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
+  c->entry_format = o->entry_format ? o->entry_format : XF_ENTRY_HASH;
   rc = make_tls(c, &o->tls);
   return rc == XF_OK ? build_ns(c) : rc;
 }
@@ -318,7 +319,8 @@ static int check_options(const xf_options *o) {
   return o->port < 0 || o->port > 65535 || o->db < 0 || o->connect_timeout_ms < 0 ||
                  o->command_timeout_ms < 0 || o->tombstone_ms < 0 ||
                  o->tombstone_ms > ((int64_t)1 << 40) || o->cluster < XF_CLUSTER_AUTO ||
-                 o->cluster > XF_CLUSTER_OFF ||
+                 o->cluster > XF_CLUSTER_OFF || o->entry_format < XF_ENTRY_DEFAULT ||
+                 o->entry_format > XF_ENTRY_STRING ||
                  (o->cluster == XF_CLUSTER_ON && o->unix_path)
              ? XF_EINVAL
              : XF_OK;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "entry.h"
 #include "reply.h"
 
 /* hiredis reads these through redisReply (reply.h says where). */
@@ -51,8 +52,12 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
     free(buf);
     return NULL;
   }
-  memcpy(buf, str, len);
-  buf[len] = '\0';
+  if (!task->parent && task->type == XF_REPLY_STRING) /* a GET's: maybe an entry */
+    r->integer = xf__entry_string_copy(buf, str, len);
+  else {
+    memcpy(buf, str, len);
+    buf[len] = '\0';
+  }
   r->str = buf;
   r->len = len;
   return r;

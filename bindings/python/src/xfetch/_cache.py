@@ -50,6 +50,11 @@ class Cache:
            cache does (hit, miss, load_done with its duration, breaker_opened,
            ...), synchronously in the calling thread: keep it quick. The
            `xfetch` logger and xfetch.metrics are fed by the same events.
+    entry_format: the format of the entries this Cache writes on Redis: None
+           or 1 = a hash (the default, read by every xfetch version), 2 = one
+           string whose hit is a single GET (a batch one MGET). Every client
+           of this version reads both: switch to 2 once no older client
+           shares the keys (README, "The entry on Redis").
     enabled: False = bypass: every call runs the loader and nothing is sent
            to Redis (no connection is made); see also disabled().
 
@@ -70,13 +75,14 @@ class Cache:
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, entry_format: int | None = None) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         self._config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
                               max_key_len, max_value_len, share, lazy_connect,
-                              max_connections, ssl, on_event, enabled, "sync")
+                              max_connections, ssl, on_event, enabled, "sync",
+                              entry_format=entry_format)
         self._policies = self._config.policies
         self._pool = Pool(self._config)
 

@@ -91,8 +91,12 @@ class Config:
 
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
-                 enabled=True, face="sync"):
+                 enabled=True, face="sync", entry_format=None):
         fields = parse_url(url)
+        if entry_format is not None and (type(entry_format) is not int
+                                         or entry_format not in (1, 2)):
+            raise ValueError(f"entry_format must be None, 1 (a hash) or 2 (a string), "
+                             f"not {entry_format!r}")
         if type(enabled) is not bool:
             raise TypeError(f"enabled must be True or False, not {enabled!r}")
         self.events = Events(on_event, face)  # logging, metrics, on_event
@@ -131,7 +135,7 @@ class Config:
             "max_value_len": _size("max_value_len", max_value_len),
             "breaker_ms": round(breaker * 1000) if breaker > 0 else -1,
             "on_event": lib._xf_py_event, "on_event_ud": self.events.handle,
-            "disabled": 0 if enabled else 1,
+            "disabled": 0 if enabled else 1, "entry_format": entry_format or 0,
         })
         if tls is not None:  # rediss://: every connection over TLS
             for name in ("ca_file", "ca_dir", "cert_file", "key_file"):

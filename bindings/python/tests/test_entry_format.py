@@ -1,0 +1,26 @@
+"""entry_format: the format of the entries a Cache writes (README, "The entry
+on Redis"), on both faces through the one core. Format 2 is one string (a
+40-byte header, then the value); every Cache reads both formats."""
+import pytest
+
+import xfetch
+
+
+def test_format_2_writes_a_string_every_cache_reads(server, admin, prefix, face):
+    new = face.Cache(server.url, prefix=prefix, entry_format=2)
+    old = face.Cache(server.url, prefix=prefix)  # the default: format 1, a hash
+    load = face.loader(lambda: b"v\x00alue")
+    assert face.run(new.fetch("k", load, ttl=60)) == (b"v\x00alue", "loader")
+    raw = admin.get(prefix + "k")
+    assert raw[:3] == b"\xf8\x02\x09" and raw[40:] == b"v\x00alue"  # value | s
+    for cache in (new, old, new):
+        assert face.run(cache.fetch("k", load, ttl=60)) == (b"v\x00alue", "cache")
+    face.run(old.set("k", b"hash", ttl=60))
+    assert admin.type(prefix + "k") == b"hash"
+    assert face.run(new.fetch("k", load, ttl=60)) == (b"hash", "cache")
+
+
+@pytest.mark.parametrize("bad", [0, 3, "2", 2.0, True])
+def test_entry_format_is_checked(server, face, bad):
+    with pytest.raises((ValueError, TypeError)):
+        face.Cache(server.url, entry_format=bad)

@@ -1,0 +1,135 @@
+/* Format 2, the string entry, on the hit path: one GET (a batch: one MGET per
+ * node) reads the header and the value at once, no script. The header is
+ * judged here as lua/entry_read.lua judges it (entry2), with the server's
+ * time known only within [lo, hi] (clock.h), taking the same conservative
+ * side as entry_fields.c: remaining life counted from hi, a lease live only
+ * when its deadline is past hi. The value is not copied: it points into the
+ * reply, past the header.
+ *
+ * The header (XF_ENTRY2_HEADER bytes, integers big-endian):
+ *   0 magic 0xF8 (never in UTF-8 text)   1 version 2   2 flags
+ *   3 d (5 bytes, us: below 2^40, the scripts' bound, by construction)   8 e (6, ms)   14 s
+ * (6, ms) 20 lease deadline (6, ms)   26 lease token id (8)   34 f (6, ms) flags: 1 value,
+ * 2 negative, 4 lease, 8 s, 16 f; a field whose flag is unset is zero, and only an entry
+ * with a value has bytes past the header. A string whose first byte is not the magic is not
+ * an entry at all: the call fails with XF_EWRONGTYPE and leaves it untouched, as for a
+ * list. */
+#include <string.h>
+
+#include "entry.h"
+#include "reply.h"
+
+enum { F_VALUE = 1, F_NEGATIVE = 2, F_LEASE = 4, F_S = 8, F_F = 16, F_ALL = 31 };
+
+#define MAGIC 0xF8
+#define VERSION 2
+#define MAX_SPAN_MS ((int64_t)1 << 41)
+#define DAY_MS 86400000
+
+void xf__entry_get_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
+  xf__cmd_begin(cmd, key, keylen);
+  cmd->argc = 2;
+  cmd->argv[0] = "GET";
+  cmd->lens[0] = 3;
+  cmd->argv[1] = key;
+  cmd->lens[1] = keylen;
+}
+
+void xf__entry_mget_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
+                        const size_t *keylens) {
+  xf__cmd_begin(cmd, keys[0], keylens[0]);
+  cmd->argc = 1;
+  cmd->argv[0] = "MGET";
+  cmd->lens[0] = 4;
+  cmd->more_argc = nkeys;
+  cmd->more_argv = keys;
+  cmd->more_lens = keylens;
+}
+
+long long xf__entry_string_copy(char *dst, const char *src, size_t len) {
+  dst[len] = '\0';
+  if (len < XF_ENTRY2_HEADER || (unsigned char)src[0] != MAGIC || src[1] != VERSION) {
+    memcpy(dst, src, len);
+    return 0;
+  }
+  size_t vlen = len - XF_ENTRY2_HEADER;
+  memcpy(dst, src + XF_ENTRY2_HEADER, vlen);
+  memcpy(dst + vlen, src, XF_ENTRY2_HEADER);
+  return XF_ENTRY2_HEADER;
+}
+
+static int64_t be(const unsigned char *p, int n) {
+  int64_t v = 0;
+  for (int i = 0; i < n; i++)
+    v = v << 8 | p[i];
+  return v;
+}
+
+static int all_zero(const unsigned char *p, int n) {
+  for (int i = 0; i < n; i++)
+    if (p[i])
+      return 0;
+  return 1;
+}
+
+/* Whether the header h of a string of len bytes is as xfetch writes it;
+ * fills out's numbers as it goes. */
+static int header_ok(const unsigned char *h, size_t len, int64_t lo, int64_t hi,
+                     xf__entry *out) {
+  int flags = h[2];
+  int has_value = flags & F_VALUE;
+  if (h[0] != MAGIC || h[1] != VERSION || (flags & ~F_ALL) ||
+      ((flags & F_NEGATIVE) && !has_value) || (!has_value && len > XF_ENTRY2_HEADER))
+    return 0;
+  int64_t d = be(h + 3, 5), e = be(h + 8, 6), s = be(h + 14, 6), deadline = be(h + 20, 6);
+  if ((!has_value && (d || e)) || (!(flags & F_S) && s) ||
+      (!(flags & F_LEASE) && (deadline || !all_zero(h + 26, 8))) ||
+      (!(flags & F_F) && !all_zero(h + 34, 6)))
+    return 0;
+  if (s > hi + DAY_MS || deadline > hi + ((int64_t)1 << 40))
+    return 0;
+  if (has_value && (e > lo + MAX_SPAN_MS || e <= hi - MAX_SPAN_MS))
+    return 0;
+  out->lease_live = (flags & F_LEASE) && deadline > hi;
+  out->delta_us = d;
+  out->expiry_ms = e;
+  out->negative = (flags & F_NEGATIVE) != 0;
+  return 1;
+}
+
+int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
+                           xf__entry *out) {
+  memset(out, 0, sizeof *out);
+  out->reply = r;
+  if (r->type != XF_REPLY_STRING && r->type != XF_REPLY_NIL) {
+    xf__entry_free(out);
+    return xf__fail(c, XF_EPROTO, "GET of an entry: a reply of an unexpected type");
+  }
+  out->now_ms = lo;      /* dates what follows no later than the read */
+  out->now_late_ms = hi; /* a load that ended past it ended after the read */
+  if (r->type == XF_REPLY_NIL)
+    return XF_OK;
+  /* The reader may have put the header after the value (rotated). */
+  int rotated = r->integer == XF_ENTRY2_HEADER && r->len >= XF_ENTRY2_HEADER;
+  const unsigned char *h =
+      (const unsigned char *)r->str + (rotated ? r->len - XF_ENTRY2_HEADER : 0);
+  if (r->len == 0 || h[0] != MAGIC) { /* not an entry: left untouched */
+    xf__entry_free(out);
+    return xf__fail(c, XF_EWRONGTYPE,
+                    "WRONGTYPE the key holds a string that is not an xfetch entry");
+  }
+  if (r->len < XF_ENTRY2_HEADER || !header_ok(h, r->len, lo, hi, out)) {
+    out->lease_live = out->delta_us = out->expiry_ms = out->negative = 0;
+    out->malformed = 1;
+    c->stats.malformed++;
+    return XF_OK;
+  }
+  if (!(h[2] & F_VALUE)) {
+    out->delta_us = out->expiry_ms = 0;
+    return XF_OK;
+  }
+  out->value = rotated ? r->str : r->str + XF_ENTRY2_HEADER;
+  out->len = r->len - XF_ENTRY2_HEADER;
+  out->remaining_ms = out->expiry_ms - hi; /* within the clock's error of e: expiring */
+  return XF_OK;
+}
