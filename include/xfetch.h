@@ -284,10 +284,33 @@ typedef struct xf_policy {
   double jitter;             /* 0..1: each write shortens ttl by up to this
                                 fraction, at random, to spread mass expiry */
   xf_on_wait_timeout on_wait_timeout;
+  /* Background refresh: non-zero = a caller that wins the lease of an
+   * *early* refresh (a value still within its ttl) returns that value at
+   * once, and the loader runs off the request path, on the share's refresh
+   * workers (xf_share_open; a pool has its own share), with the same lease,
+   * write and newer-wins rules; loader and loader_ud must then stay valid
+   * until the share (or pool) is closed. A failed background refresh keeps
+   * the cached value, releases the lease (the next draw retries), counts
+   * load_errors and emits LOAD_DONE with its code; it never reaches a caller.
+   * When every worker is busy and the queue is full, the refresh is skipped
+   * (lease released; xf_refresh_info.skipped). Misses and expired values
+   * still load in the call. Drivers without workers (the batch, event-loop
+   * and sans-I/O call drivers, and a blocking client without a share) run
+   * the refresh in the call, as with 0. */
+  int background_refresh;
+  /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
+   * with background_refresh, XFetch (beta) without. > 0: rate-aware: the
+   * first call that finds remaining ttl <= refresh_ahead x delta (the last
+   * loader's time) refreshes; the lease makes it the only one, so about one
+   * load per ttl at any request rate. < 0: XFetch (beta) always. */
+  double refresh_ahead;
 } xf_policy;
 
 #define XF_POLICY_INIT                                                                     \
-  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD }
+  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, 0, 0.0 }
+
+/* The default refresh_ahead factor of the rate-aware rule. */
+#define XF_REFRESH_AHEAD_DEFAULT 1.5
 
 /* Where a returned value came from. */
 typedef enum xf_source {
@@ -337,8 +360,27 @@ typedef struct xf_share_options {
  * XF_ENOMEM. */
 XF_EXPORT int xf_share_open(xf_share **out, const xf_share_options *opts);
 
-/* Frees the share (NULL-safe): after every client using it is closed. */
+/* Frees the share (NULL-safe): after every client using it is closed. Its
+ * refresh workers (background_refresh) stop taking refreshes; queued ones
+ * are dropped (their leases expire), running ones are waited for up to
+ * XF_REFRESH_DRAIN_MS, then abandoned (they finish their loader and drop its
+ * result; their leases expire). */
 XF_EXPORT void xf_share_close(xf_share *s);
+
+/* How long closing a pool or share waits for running background refreshes. */
+#define XF_REFRESH_DRAIN_MS 2000
+
+/* What the share's refresh workers did (background_refresh). */
+typedef struct xf_refresh_info {
+  uint64_t started;   /* refreshes handed to the workers */
+  uint64_t done;      /* finished: written, superseded, or failed */
+  uint64_t failed;    /* of those, the loader failed (value kept) */
+  uint64_t skipped;   /* not taken (queue full, closing): lease released */
+  uint64_t abandoned; /* dropped at close (queued, or past the drain time) */
+} xf_refresh_info;
+
+/* Copies the share's refresh counters into *out (zeros for NULL). */
+XF_EXPORT void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out);
 
 /* Opaque client: one Redis connection plus its PCG32 generator and counters. */
 typedef struct xf_client xf_client;
