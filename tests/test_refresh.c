@@ -1,0 +1,228 @@
+/* Background refresh (policy.background_refresh) against a real Redis,
+ * through the pool driver and its share's refresh workers: the call that
+ * wins an early refresh returns the current value while the loader runs
+ * elsewhere; a failed refresh keeps the value and releases the lease; close
+ * does not wait for a refresh stuck in its loader; a forked child makes its
+ * own workers. The loader here blocks until the test lets it go, so "while
+ * the refresh runs" is a fact, not a timing. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fixture.h"
+
+typedef struct gated {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int open;    /* 0: a run blocks until it is 1 */
+  int calls;   /* runs started */
+  int fail_at; /* the run (1-based) that fails, 0 = none */
+} gated;
+
+static gated G = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0};
+
+static void gate_set(int open) {
+  pthread_mutex_lock(&G.mu);
+  G.open = open;
+  pthread_cond_broadcast(&G.cv);
+  pthread_mutex_unlock(&G.mu);
+}
+
+static int calls(void) {
+  pthread_mutex_lock(&G.mu);
+  int n = G.calls;
+  pthread_mutex_unlock(&G.mu);
+  return n;
+}
+
+static int gated_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)ud, (void)key, (void)keylen;
+  pthread_mutex_lock(&G.mu);
+  int n = ++G.calls;
+  pthread_cond_broadcast(&G.cv);
+  while (!G.open)
+    pthread_cond_wait(&G.cv, &G.mu);
+  int fail = G.fail_at == n;
+  pthread_mutex_unlock(&G.mu);
+  xft_sleep_ms(2); /* a delta the rate-aware rule can work with */
+  char v[16];
+  snprintf(v, sizeof v, "v%d", n);
+  return fail ? 9 : (xf_sink_set(sink, v, strlen(v)) == XF_OK ? 0 : -1);
+}
+
+static void wait_calls(int n) {
+  pthread_mutex_lock(&G.mu);
+  while (G.calls < n)
+    pthread_cond_wait(&G.cv, &G.mu);
+  pthread_mutex_unlock(&G.mu);
+}
+
+static void reset(void) {
+  G.open = 1;
+  G.calls = 0;
+  G.fail_at = 0;
+}
+
+TestSuite(refresh, .init = reset);
+
+static xf_policy background(void) {
+  xf_policy p = XF_POLICY_INIT;
+  p.background_refresh = 1;
+  p.refresh_ahead = 1e9; /* every hit with a delta is due: the test picks when */
+  return p;
+}
+
+static xf_pool *open_pool(xf_share *s) {
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
+  o.host = host;
+  o.share = s;
+  xf_pool *p = NULL;
+  cr_assert_eq(xf_pool_open(&p, &o, 4, 0), XF_OK);
+  return p;
+}
+
+/* One call: its value into buf, its source returned (-rc on failure). */
+static int get(xf_pool *p, const char *key, char *buf, size_t size) {
+  xf_policy pol = background();
+  xf_value v;
+  int rc = xf_pool_get_or_compute(p, key, strlen(key), &pol, gated_load, NULL, &v);
+  if (rc != XF_OK)
+    return rc < 0 ? rc : -rc;
+  snprintf(buf, size, "%s", v.data);
+  int source = (int)v.source;
+  xf_value_free(&v);
+  return source;
+}
+
+/* What Redis holds now for key (xf_get), polled until it is want or 10 s. */
+static int lands(const char *key, const char *want) {
+  xf_client *c = xft_client(0);
+  int ok = 0;
+  for (int i = 0; i < 1000 && !ok; i++) {
+    xf_value v;
+    if (xf_get(c, key, strlen(key), &v) == XF_OK)
+      ok = strcmp(v.data, want) == 0;
+    xf_value_free(&v);
+    if (!ok)
+      xft_sleep_ms(10);
+  }
+  xf_client_close(c);
+  return ok;
+}
+
+static xf_refresh_info info_when(xf_share *s, uint64_t done_or_abandoned) {
+  xf_refresh_info i;
+  for (int n = 0; n < 1000; n++) {
+    xf_share_refresh_stats(s, &i);
+    if (i.done + i.abandoned >= done_or_abandoned)
+      break;
+    xft_sleep_ms(10);
+  }
+  return i;
+}
+
+Test(refresh, the_caller_gets_the_current_value_while_the_refresh_runs) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_pool *p = open_pool(s);
+  char v[32];
+  cr_assert_eq(get(p, "refresh:slow", v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_str_eq(v, "v1");
+  gate_set(0); /* the refresh's loader will block */
+  cr_assert_eq(get(p, "refresh:slow", v, sizeof v), XF_SOURCE_CACHE,
+               "the refresh's winner returns at once");
+  cr_expect_str_eq(v, "v1");
+  wait_calls(2); /* the loader runs, elsewhere */
+  cr_assert_eq(get(p, "refresh:slow", v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect_str_eq(v, "v1", "others are served while the lease is held");
+  cr_expect_eq(calls(), 2, "one refresh");
+  gate_set(1);
+  cr_expect(lands("refresh:slow", "v2"), "the refresh's value lands");
+  xf_refresh_info i = info_when(s, 1);
+  cr_expect_eq(i.started, 1);
+  cr_expect_eq(i.done, 1);
+  cr_expect_eq(i.failed, 0);
+  xf_pool_info pi;
+  xf_pool_stats(p, &pi);
+  cr_expect_eq(pi.clients.load_errors, 0);
+  xf_pool_close(p);
+  xf_share_close(s);
+}
+
+Test(refresh, a_failed_refresh_keeps_the_value_and_releases_the_lease) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_pool *p = open_pool(s);
+  char v[32];
+  G.fail_at = 2;
+  cr_assert_eq(get(p, "refresh:fail", v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(p, "refresh:fail", v, sizeof v), XF_SOURCE_CACHE,
+               "the failure never reaches a caller");
+  xf_refresh_info i = info_when(s, 1);
+  cr_expect_eq(i.failed, 1);
+  cr_expect(lands("refresh:fail", "v1"), "the value is kept");
+  xf_pool_info pi;
+  xf_pool_stats(p, &pi);
+  cr_expect_eq(pi.clients.load_errors, 1);
+  /* The lease was released: the next due call refreshes again. */
+  cr_assert_eq(get(p, "refresh:fail", v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect(lands("refresh:fail", "v3"));
+  cr_expect_eq(calls(), 3);
+  xf_pool_close(p);
+  xf_share_close(s);
+}
+
+Test(refresh, close_does_not_wait_for_a_refresh_stuck_in_its_loader) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_pool *p = open_pool(s);
+  char v[32];
+  cr_assert_eq(get(p, "refresh:close", v, sizeof v), XF_SOURCE_LOADER);
+  gate_set(0);
+  cr_assert_eq(get(p, "refresh:close", v, sizeof v), XF_SOURCE_CACHE);
+  wait_calls(2);
+  int64_t t0 = xft_now_ms();
+  xf_pool_close(p); /* waits XF_REFRESH_DRAIN_MS, then abandons it */
+  int64_t took = xft_now_ms() - t0;
+  cr_expect_geq(took, XF_REFRESH_DRAIN_MS - 50, "it drained first (%lld ms)",
+                (long long)took);
+  cr_expect_lt(took, XF_REFRESH_DRAIN_MS + 5000, "bounded (%lld ms)", (long long)took);
+  gate_set(1); /* the loader returns into a closed pool: its result is dropped */
+  xf_refresh_info i = info_when(s, 1);
+  cr_expect_eq(i.abandoned, 1);
+  cr_expect(lands("refresh:close", "v1"), "nothing written after close");
+  xf_share_close(s);
+}
+
+Test(refresh, a_forked_child_refreshes_on_workers_of_its_own) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_pool *p = open_pool(s);
+  char v[32];
+  cr_assert_eq(get(p, "refresh:parent", v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(p, "refresh:parent", v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert(lands("refresh:parent", "v2"), "the parent's workers run");
+  pid_t pid = fork();
+  if (pid == 0) { /* the child: its own pool, the inherited share */
+    G.calls = 0;
+    xf_pool *q = open_pool(s);
+    int ok = get(q, "refresh:child", v, sizeof v) == XF_SOURCE_LOADER &&
+             get(q, "refresh:child", v, sizeof v) == XF_SOURCE_CACHE &&
+             lands("refresh:child", "v2");
+    xf_refresh_info i;
+    xf_share_refresh_stats(s, &i);
+    ok = ok && i.started == 1; /* the child's own count */
+    xf_pool_close(q);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's refresh landed");
+  xf_pool_close(p);
+  xf_share_close(s);
+}
