@@ -701,6 +701,18 @@ XF_EXPORT xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 XF_EXPORT int xf_call_result(xf_call *call, xf_value *out);
 XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
 
+/* Background refresh (policy.background_refresh): a get-or-compute call that
+ * won an early refresh ends at once (XF_CALL_DONE, the current value) and
+ * hands the refresh over as a call of its own, already at XF_CALL_LOAD: run
+ * its loader and drive it to XF_CALL_DONE like any call, off the request's
+ * path (xf_call_result: XF_OK when its value was written, XF_ELOADER when the
+ * loader failed and its lease was released; the cached value stays either
+ * way; its value is not for a caller), then xf_call_free it. In
+ * XF_CALL_DONE: the refresh (the caller owns it from then on), or NULL (none,
+ * or already taken). A refresh never taken is freed with its call: its lease
+ * expires after the policy's lease_ms. */
+XF_EXPORT xf_call *xf_call_take_refresh(xf_call *call);
+
 /* Frees the call at any step (NULL-safe). A call abandoned before
  * XF_CALL_DONE may leave its lease, which expires after policy.lease_ms. */
 XF_EXPORT void xf_call_free(xf_call *call);
