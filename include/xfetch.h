@@ -289,14 +289,18 @@ typedef struct xf_policy {
    * once, and the loader runs off the request path, on the share's refresh
    * workers (xf_share_open; a pool has its own share), with the same lease,
    * write and newer-wins rules; loader and loader_ud must then stay valid
-   * until the share (or pool) is closed. A failed background refresh keeps
-   * the cached value, releases the lease (the next draw retries), counts
-   * load_errors and emits LOAD_DONE with its code; it never reaches a caller.
-   * When every worker is busy and the queue is full, the refresh is skipped
-   * (lease released; xf_refresh_info.skipped). Misses and expired values
-   * still load in the call. Drivers without workers (the batch, event-loop
-   * and sans-I/O call drivers, and a blocking client without a share) run
-   * the refresh in the call, as with 0. */
+   * until the share (or pool) is closed, and may run on a worker thread. A
+   * pool's refresh writes through a pooled client; a blocking client's
+   * through a client opened like it (options copied) for that refresh. A
+   * failed background refresh keeps the cached value, releases the lease
+   * (the next draw retries), counts load_errors (the pool's; a blocking
+   * client's refresh counts on its own client: see xf_share_refresh_stats)
+   * and emits LOAD_DONE with its code; it never reaches a caller. When the
+   * queue is full, the refresh is skipped (lease released;
+   * xf_refresh_info.skipped). Misses and expired values still load in the
+   * call. The sans-I/O call hands the refresh to its driver
+   * (xf_call_take_refresh). The batch and event-loop drivers, and a
+   * blocking client without a share, run the refresh in the call. */
   int background_refresh;
   /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
    * with background_refresh, XFetch (beta) without. > 0: rate-aware: the

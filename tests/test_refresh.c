@@ -1,11 +1,12 @@
 /* Background refresh (policy.background_refresh) against a real Redis,
- * through the pool driver and its share's refresh workers: the call that
+ * through the pool and blocking drivers and their share's refresh workers: the call that
  * wins an early refresh returns the current value while the loader runs
  * elsewhere; a failed refresh keeps the value and releases the lease; close
  * does not wait for a refresh stuck in its loader; a forked child makes its
  * own workers. The loader here blocks until the test lets it go, so "while
  * the refresh runs" is a fact, not a timing. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,28 +76,76 @@ static xf_policy background(void) {
   return p;
 }
 
-static xf_pool *open_pool(xf_share *s) {
+/* The drivers that run refreshes on the share's workers, one test body for
+ * both: a pool (its clients), a blocking client (a client opened like it). */
+typedef enum { DRIVER_POOL, DRIVER_BLOCKING } driver;
+
+typedef struct handle {
+  driver d;
+  xf_pool *pool;
+  xf_client *client;
+} handle;
+
+static handle open_on(driver d, xf_share *s) {
   xf_options o = XF_OPTIONS_INIT;
   char host[32];
   snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
   o.host = host;
   o.share = s;
-  xf_pool *p = NULL;
-  cr_assert_eq(xf_pool_open(&p, &o, 4, 0), XF_OK);
-  return p;
+  handle h = {.d = d};
+  if (d == DRIVER_POOL)
+    cr_assert_eq(xf_pool_open(&h.pool, &o, 4, 0), XF_OK);
+  else
+    cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  return h;
+}
+
+static void close_handle(handle *h) {
+  xf_pool_close(h->pool);
+  xf_client_close(h->client);
 }
 
 /* One call: its value into buf, its source returned (-rc on failure). */
-static int get(xf_pool *p, const char *key, char *buf, size_t size) {
+static int get(handle *h, const char *key, char *buf, size_t size) {
   xf_policy pol = background();
   xf_value v;
-  int rc = xf_pool_get_or_compute(p, key, strlen(key), &pol, gated_load, NULL, &v);
+  int rc =
+      h->pool
+          ? xf_pool_get_or_compute(h->pool, key, strlen(key), &pol, gated_load, NULL, &v)
+          : xf_get_or_compute(h->client, key, strlen(key), &pol, gated_load, NULL, &v);
   if (rc != XF_OK)
     return rc < 0 ? rc : -rc;
   snprintf(buf, size, "%s", v.data);
   int source = (int)v.source;
   xf_value_free(&v);
   return source;
+}
+
+ParameterizedTestParameters(refresh,
+                            the_caller_gets_the_current_value_while_the_refresh_runs) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+ParameterizedTestParameters(refresh,
+                            a_failed_refresh_keeps_the_value_and_releases_the_lease) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+ParameterizedTestParameters(refresh,
+                            close_does_not_wait_for_a_refresh_stuck_in_its_loader) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+ParameterizedTestParameters(refresh, a_forked_child_refreshes_on_workers_of_its_own) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+
+/* Keys named after the test and the driver (tests run in parallel). */
+static const char *key_of(const char *name, driver d) {
+  static char k[64];
+  snprintf(k, sizeof k, "refresh:%s:%s", name, d == DRIVER_POOL ? "pool" : "blocking");
+  return k;
 }
 
 /* What Redis holds now for key (xf_get), polled until it is want or 10 s. */
@@ -126,103 +175,119 @@ static xf_refresh_info info_when(xf_share *s, uint64_t done_or_abandoned) {
   return i;
 }
 
-Test(refresh, the_caller_gets_the_current_value_while_the_refresh_runs) {
+ParameterizedTest(driver *d, refresh,
+                  the_caller_gets_the_current_value_while_the_refresh_runs) {
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
-  xf_pool *p = open_pool(s);
-  char v[32];
-  cr_assert_eq(get(p, "refresh:slow", v, sizeof v), XF_SOURCE_LOADER);
+  handle h = open_on(*d, s);
+  handle *p = &h;
+  char key[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("slow", *d));
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_LOADER);
   cr_assert_str_eq(v, "v1");
   gate_set(0); /* the refresh's loader will block */
-  cr_assert_eq(get(p, "refresh:slow", v, sizeof v), XF_SOURCE_CACHE,
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE,
                "the refresh's winner returns at once");
   cr_expect_str_eq(v, "v1");
   wait_calls(2); /* the loader runs, elsewhere */
-  cr_assert_eq(get(p, "refresh:slow", v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE);
   cr_expect_str_eq(v, "v1", "others are served while the lease is held");
   cr_expect_eq(calls(), 2, "one refresh");
   gate_set(1);
-  cr_expect(lands("refresh:slow", "v2"), "the refresh's value lands");
+  cr_expect(lands(key, "v2"), "the refresh's value lands");
   xf_refresh_info i = info_when(s, 1);
   cr_expect_eq(i.started, 1);
   cr_expect_eq(i.done, 1);
   cr_expect_eq(i.failed, 0);
-  xf_pool_info pi;
-  xf_pool_stats(p, &pi);
-  cr_expect_eq(pi.clients.load_errors, 0);
-  xf_pool_close(p);
+  close_handle(p);
   xf_share_close(s);
 }
 
-Test(refresh, a_failed_refresh_keeps_the_value_and_releases_the_lease) {
+ParameterizedTest(driver *d, refresh,
+                  a_failed_refresh_keeps_the_value_and_releases_the_lease) {
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
-  xf_pool *p = open_pool(s);
-  char v[32];
+  handle h = open_on(*d, s);
+  handle *p = &h;
+  char key[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("fail", *d));
   G.fail_at = 2;
-  cr_assert_eq(get(p, "refresh:fail", v, sizeof v), XF_SOURCE_LOADER);
-  cr_assert_eq(get(p, "refresh:fail", v, sizeof v), XF_SOURCE_CACHE,
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE,
                "the failure never reaches a caller");
   xf_refresh_info i = info_when(s, 1);
   cr_expect_eq(i.failed, 1);
-  cr_expect(lands("refresh:fail", "v1"), "the value is kept");
-  xf_pool_info pi;
-  xf_pool_stats(p, &pi);
-  cr_expect_eq(pi.clients.load_errors, 1);
+  cr_expect(lands(key, "v1"), "the value is kept");
+  if (p->pool) { /* a blocking client's refresh counts on a client of its own */
+    xf_pool_info pi;
+    xf_pool_stats(p->pool, &pi);
+    cr_expect_eq(pi.clients.load_errors, 1);
+  }
   /* The lease was released: the next due call refreshes again. */
-  cr_assert_eq(get(p, "refresh:fail", v, sizeof v), XF_SOURCE_CACHE);
-  cr_expect(lands("refresh:fail", "v3"));
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect(lands(key, "v3"));
   cr_expect_eq(calls(), 3);
-  xf_pool_close(p);
+  close_handle(p);
   xf_share_close(s);
 }
 
-Test(refresh, close_does_not_wait_for_a_refresh_stuck_in_its_loader) {
+ParameterizedTest(driver *d, refresh,
+                  close_does_not_wait_for_a_refresh_stuck_in_its_loader) {
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
-  xf_pool *p = open_pool(s);
-  char v[32];
-  cr_assert_eq(get(p, "refresh:close", v, sizeof v), XF_SOURCE_LOADER);
+  handle h = open_on(*d, s);
+  handle *p = &h;
+  char key[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("close", *d));
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_LOADER);
   gate_set(0);
-  cr_assert_eq(get(p, "refresh:close", v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE);
   wait_calls(2);
   int64_t t0 = xft_now_ms();
-  xf_pool_close(p); /* waits XF_REFRESH_DRAIN_MS, then abandons it */
+  close_handle(p);           /* a pool waits XF_REFRESH_DRAIN_MS, then abandons it */
+  if (*d == DRIVER_BLOCKING) /* the share does, for a blocking client's */
+    xf_share_close(s);
   int64_t took = xft_now_ms() - t0;
   cr_expect_geq(took, XF_REFRESH_DRAIN_MS - 50, "it drained first (%lld ms)",
                 (long long)took);
   cr_expect_lt(took, XF_REFRESH_DRAIN_MS + 5000, "bounded (%lld ms)", (long long)took);
-  gate_set(1); /* the loader returns into a closed pool: its result is dropped */
-  xf_refresh_info i = info_when(s, 1);
-  cr_expect_eq(i.abandoned, 1);
-  cr_expect(lands("refresh:close", "v1"), "nothing written after close");
-  xf_share_close(s);
+  gate_set(1); /* the loader returns after close: its result is dropped */
+  if (*d == DRIVER_POOL) {
+    xf_refresh_info i = info_when(s, 1);
+    cr_expect_eq(i.abandoned, 1);
+  }
+  xft_sleep_ms(100);
+  cr_expect(lands(key, "v1"), "nothing written after close");
+  if (*d == DRIVER_POOL)
+    xf_share_close(s);
 }
 
-Test(refresh, a_forked_child_refreshes_on_workers_of_its_own) {
+ParameterizedTest(driver *d, refresh, a_forked_child_refreshes_on_workers_of_its_own) {
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
-  xf_pool *p = open_pool(s);
-  char v[32];
-  cr_assert_eq(get(p, "refresh:parent", v, sizeof v), XF_SOURCE_LOADER);
-  cr_assert_eq(get(p, "refresh:parent", v, sizeof v), XF_SOURCE_CACHE);
-  cr_assert(lands("refresh:parent", "v2"), "the parent's workers run");
+  handle h = open_on(*d, s);
+  handle *p = &h;
+  char key[64], ckey[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("parent", *d));
+  snprintf(ckey, sizeof ckey, "%s", key_of("child", *d));
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert(lands(key, "v2"), "the parent's workers run");
   pid_t pid = fork();
   if (pid == 0) { /* the child: its own pool, the inherited share */
     G.calls = 0;
-    xf_pool *q = open_pool(s);
-    int ok = get(q, "refresh:child", v, sizeof v) == XF_SOURCE_LOADER &&
-             get(q, "refresh:child", v, sizeof v) == XF_SOURCE_CACHE &&
-             lands("refresh:child", "v2");
+    handle q = open_on(*d, s);
+    int ok = get(&q, ckey, v, sizeof v) == XF_SOURCE_LOADER &&
+             get(&q, ckey, v, sizeof v) == XF_SOURCE_CACHE && lands(ckey, "v2");
     xf_refresh_info i;
     xf_share_refresh_stats(s, &i);
     ok = ok && i.started == 1; /* the child's own count */
-    xf_pool_close(q);
+    close_handle(&q);
     _exit(ok ? 0 : 1);
   }
   int status = 0;
   cr_assert_eq(waitpid(pid, &status, 0), pid);
   cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's refresh landed");
-  xf_pool_close(p);
+  close_handle(p);
   xf_share_close(s);
 }

@@ -185,93 +185,39 @@ static int refuse(const char *key, size_t keylen, int check_policy,
 
 /* ---- background refresh (policy.background_refresh) ---------------------------- */
 
-/* A refresh detached from a call (flow.h, xf__flow_detach): its own copies of
- * what the call lent it, run on the share's workers (refresh.h). */
+/* A refresh detached from a call (refresh.h): its write goes through a
+ * pooled client, taken once its loader is done. */
 typedef struct pool_refresh {
-  xf__refresh_job job;
+  xf__detached d; /* first */
   xf_pool *pool;
-  xf__refresh_gate *gate;
-  xf_loader_fn loader;
-  void *ud;
-  xf_policy policy;
-  xf__flow f;
-  xf_value out;
-  char *ns; /* the namespace, for the loader's nest frame */
-  size_t ns_len, keylen;
-  char key[]; /* the user's key, then the namespace */
 } pool_refresh;
-
-static int refresh_abandon(pool_refresh *r) {
-  xf__flow_abandon(&r->f);
-  xf__gate_release(r->gate);
-  free(r);
-  return XF_REFRESH_ABANDONED;
-}
-
-static void refresh_drop(xf__refresh_job *j) { refresh_abandon((pool_refresh *)j); }
 
 static int refresh_run(xf__refresh_job *j) {
   pool_refresh *r = (pool_refresh *)j;
-  if (!xf__gate_enter(r->gate, 1)) /* the pool is closing: not started */
-    return refresh_abandon(r);
-  xf__gate_leave(r->gate);
-  xf__flow *f = &r->f;
-  int64_t t0 = xf__now_us();
-  xf__nest_push_ns(&f->nest, r->ns, r->ns_len, f->key.data, f->key.len);
-  int lrc = r->loader(r->ud, r->key, r->keylen, &f->sink);
-  xf__nest_pop(&f->nest);
-  int64_t t1 = xf__now_us();
-  if (!xf__gate_enter(r->gate, 0)) /* closed past its drain time: drop it */
-    return refresh_abandon(r);
+  if (!xf__detached_load(&r->d))
+    return XF_REFRESH_ABANDONED;
+  xf_pool *p = r->pool;
   xf_client *c = NULL;
-  checkout(r->pool, -1, &c);
-  f->c = c;
-  xf__step step = xf__flow_loaded(f, lrc, t1 - t0, t1 / 1000);
-  while (step == XF_STEP_SEND) /* the write, or the release: no load, no wait */
-    step = xf__drive_send(f);
-  int outcome = f->rc == XF_ELOADER ? XF_REFRESH_FAILED : XF_REFRESH_DONE;
-  xf_value_free(&r->out);
-  checkin(r->pool, c);
-  xf__gate_leave(r->gate);
-  xf__gate_release(r->gate);
-  free(r);
+  checkout(p, -1, &c);
+  r->d.f.c = c;
+  int outcome = xf__detached_finish(&r->d);
+  checkin(p, c); /* inside the gate: the pool is not closed under it */
+  xf__detached_end(&r->d);
   return outcome;
 }
 
-/* f's LOAD is a detachable early refresh: move it to the share's workers, so
- * the call returns the current value now. With no room there, skip it (the
- * lease released): the next call in the window tries again. */
+/* f's LOAD is a detachable early refresh: to the share's workers, so the
+ * call returns the current value now; with no room there (or no memory),
+ * it is skipped: its lease released, the next call in the window retries. */
 static xf__step refresh_in_background(xf_pool *p, xf__flow *f, xf_loader_fn loader,
                                       void *ud) {
-  const xf_client *c = f->c;
-  pool_refresh *r = malloc(sizeof *r + f->user_keylen + c->ns_len + 1);
-  if (!r || !p->gate)
-    return free(r), xf__flow_skip(f);
-  *r = (pool_refresh){.job = {.run = refresh_run, .drop = refresh_drop},
-                      .pool = p,
-                      .gate = p->gate,
-                      .loader = loader,
-                      .ud = ud,
-                      .policy = *f->p,
-                      .keylen = f->user_keylen,
-                      .ns_len = c->ns_len};
-  memcpy(r->key, f->user_key, f->user_keylen);
-  r->ns = r->key + f->user_keylen;
-  memcpy(r->ns, c->ns, c->ns_len);
-  r->ns[c->ns_len] = '\0';
-  xf__step step = xf__flow_detach(f, &r->f, &r->policy, r->key, &r->out);
-  r->f.interrupt = NULL; /* nobody to ask on a worker */
-  (void)step;            /* the refresh's LOAD, on a worker */
-  xf__gate_hold(p->gate);
-  if (xf__refresh_submit(c->share, &r->job) == XF_OK)
-    return XF_STEP_DONE;
-  /* Not taken: give its lease back, on this call's client. */
-  xf__gate_release(p->gate);
-  step = xf__flow_skip(&r->f);
-  while (step == XF_STEP_SEND)
-    step = xf__drive_send(&r->f);
-  xf_value_free(&r->out);
-  free(r);
+  xf_client *c = f->c;
+  pool_refresh *r =
+      (pool_refresh *)xf__detached_new(f, sizeof *r, p->gate, refresh_run, loader, ud);
+  if (!r)
+    return xf__flow_skip(f);
+  r->pool = p;
+  xf__detached_submit(&r->d, c->share, c);
   return XF_STEP_DONE;
 }
 

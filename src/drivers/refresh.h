@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "flow.h"
 #include "xfetch.h"
 
 #define XF_REFRESH_THREADS 2 /* workers per share */
@@ -32,8 +33,9 @@ struct xf__refreshers;
  * taken; counted as skipped). */
 int xf__refresh_submit(xf_share *s, xf__refresh_job *j);
 
-/* For xf_share_close: stops taking jobs, drops the queued ones, waits up to
- * drain_ms for the running ones, then leaves them (they free themselves). */
+/* For xf_share_close: stops taking jobs, drops the queued ones, closes the
+ * share's gate (waiting up to drain_ms for its jobs), and leaves the running
+ * ones (they free themselves; a pool's were shut out by its own gate). */
 void xf__refreshers_close(struct xf__refreshers *w, int drain_ms);
 
 /* The share's field the workers hang on (share.c). */
@@ -54,5 +56,56 @@ void xf__gate_leave(xf__refresh_gate *g);
 /* The owner closes: waits up to drain_ms for its jobs, then shuts the rest
  * out (waiting only for those inside the gate: one command each). */
 void xf__gate_close(xf__refresh_gate *g, int drain_ms);
+
+/* The share's own gate: jobs that touch the share after their loader (a
+ * blocking client's refresh writes through a client of that share) enter it;
+ * xf_share_close closes it. NULL: out of memory. */
+xf__refresh_gate *xf__refresh_share_gate(xf_share *s);
+
+/* ---- a detached refresh as a job (refresh_job.c) --------------------------------- */
+
+/* What every driver's detached refresh holds: its own copies of what the
+ * call lent it (policy, key, the client's namespace for the loader's nest
+ * frame), the flow at its LOAD, and the gate it answers to. A driver's job
+ * embeds it first (after its own fields are set by the driver). */
+typedef struct xf__detached {
+  xf__refresh_job job;
+  xf__refresh_gate *gate;
+  xf_loader_fn loader;
+  void *ud;
+  xf_policy policy;
+  xf__flow f;
+  xf_value out;
+  char *key, *ns;
+  size_t keylen, ns_len;
+  int loader_rc; /* the loader's outcome, from xf__detached_load */
+  int64_t delta_us, end_ms;
+} xf__detached;
+
+/* Detaches f's refresh (xf__flow_detachable) into a new job of size bytes
+ * (>= sizeof(xf__detached): a driver's struct that starts with one), run by
+ * run, answering to gate (held). f is DONE with the current value. NULL
+ * (f untouched): out of memory. */
+xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
+                               int (*run)(xf__refresh_job *), xf_loader_fn loader,
+                               void *ud);
+
+/* Hands d to the share's workers; if they do not take it, releases its
+ * lease on c (the calling thread's client) and frees it. */
+void xf__detached_submit(xf__detached *d, xf_share *s, xf_client *c);
+
+/* On a worker: runs d's loader (unless its gate closed first: 0, d freed as
+ * abandoned), then enters the gate (closed: 0, d freed). 1: the driver gives
+ * d->f a client, then calls xf__detached_finish. */
+int xf__detached_load(xf__detached *d);
+
+/* Feeds the loader's outcome and sends the write or release on d->f.c.
+ * Returns XF_REFRESH_DONE or _FAILED. Then the driver lets go of the
+ * client, and xf__detached_end leaves the gate and frees d. */
+int xf__detached_finish(xf__detached *d);
+void xf__detached_end(xf__detached *d);
+
+/* Frees d as abandoned (its lease expires); XF_REFRESH_ABANDONED. */
+int xf__detached_abandon(xf__detached *d);
 
 #endif

@@ -13,13 +13,14 @@
 
 struct xf__refreshers {
   pthread_mutex_t mu;
-  pthread_cond_t work, idle;
+  pthread_cond_t work;
   xf__refresh_job *head, *tail;
   size_t queued, running, threads;
   int closing;
   int refs; /* the share's, and one per live thread */
   pid_t pid;
   xf_refresh_info info;
+  struct xf__refresh_gate *gate; /* the share's own (xf__refresh_share_gate) */
 };
 
 struct xf__refresh_gate {
@@ -59,7 +60,6 @@ static void unref(struct xf__refreshers *w) { /* lock held; unlocks */
   pthread_mutex_unlock(&w->mu);
   if (last) {
     pthread_cond_destroy(&w->work);
-    pthread_cond_destroy(&w->idle);
     pthread_mutex_destroy(&w->mu);
     free(w);
   }
@@ -86,7 +86,6 @@ static void *worker(void *arg) {
       w->info.abandoned++;
     else
       w->info.done++, w->info.failed += outcome == XF_REFRESH_FAILED;
-    pthread_cond_broadcast(&w->idle);
   }
   w->threads--;
   unref(w);
@@ -101,10 +100,13 @@ static struct xf__refreshers *workers_of(xf_share *s) {
   pthread_mutex_lock(&make_mu);
   if (!*at || (*at)->pid != getpid()) {
     struct xf__refreshers *w = calloc(1, sizeof *w);
+    if (w && !(w->gate = xf__gate_open())) {
+      free(w);
+      w = NULL;
+    }
     if (w) {
       pthread_mutex_init(&w->mu, NULL);
       pthread_cond_init(&w->work, NULL);
-      cond_init_monotonic(&w->idle);
       w->refs = 1;
       w->pid = getpid();
     }
@@ -169,12 +171,17 @@ void xf__refreshers_close(struct xf__refreshers *w, int drain_ms) {
     queued->drop(queued);
     queued = next;
   }
+  /* The jobs that write through the share: drained, then shut out. (A
+   * pool's were, by its own gate, when it closed.) */
+  xf__gate_close(w->gate, drain_ms);
   pthread_mutex_lock(&w->mu);
-  struct timespec until = deadline_in(drain_ms);
-  while (w->running > 0)
-    if (pthread_cond_timedwait(&w->idle, &w->mu, &until) == ETIMEDOUT)
-      break;
+  w->gate = NULL;
   unref(w);
+}
+
+xf__refresh_gate *xf__refresh_share_gate(xf_share *s) {
+  struct xf__refreshers *w = workers_of(s);
+  return w ? w->gate : NULL;
 }
 
 void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out) {
