@@ -86,6 +86,16 @@ typedef struct xf_share xf_share;
 /* An interrupt check (see xf_options.interrupt): non-zero = stop the call. */
 typedef int (*xf_interrupt_fn)(void *ud);
 
+/* A background refresh handed to a user's executor (xf_options.refresh_executor). */
+typedef struct xf_refresh xf_refresh;
+
+/* The executor: called in the thread of the call that won an early refresh
+ * (policy.background_refresh), inside that call. Return 0 having taken r
+ * (run it later, on any thread, with xf_refresh_run, or give it up with
+ * xf_refresh_drop: exactly one of them, once); non-zero to refuse it (the
+ * refresh is skipped: its lease released at once). */
+typedef int (*xf_refresh_executor_fn)(xf_refresh *r, void *ud);
+
 /* How a client finds out whether it talks to a Redis Cluster. */
 typedef enum xf_cluster_mode {
   XF_CLUSTER_AUTO = 0, /* ask the first server reached (INFO cluster) */
@@ -248,6 +258,11 @@ typedef struct xf_options {
   void *on_event_ud;
   int disabled; /* non-zero: the client starts bypassed (xf_client_set_enabled)
                    and xf_client_open connects to nothing */
+  /* NULL, or where a blocking client's background refreshes run (see
+   * xf_refresh_executor_fn) instead of its share's refresh workers; called
+   * with refresh_executor_ud. */
+  xf_refresh_executor_fn refresh_executor;
+  void *refresh_executor_ud;
 } xf_options;
 
 #define XF_OPTIONS_INIT                                                                    \
@@ -458,6 +473,22 @@ typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *s
 XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
                                 const xf_policy *policy, xf_loader_fn loader,
                                 void *loader_ud, xf_value *out);
+
+/* Runs a refresh an executor took: its loader (loader and loader_ud given:
+ * these instead of the call's), then the write (or the lease's release) on
+ * a client opened with the options of the client that handed it over, then
+ * frees r. Returns XF_OK (written, or refused by a newer value), XF_ELOADER
+ * (the loader failed: the cached value stays, the lease is released), or
+ * the client's error (XF_ENOMEM...; the lease then expires). Any thread. */
+XF_EXPORT int xf_refresh_run(xf_refresh *r, xf_loader_fn loader, void *loader_ud);
+
+/* Frees a refresh an executor took without running it: its lease expires
+ * after the policy's lease_ms. NULL-safe. */
+XF_EXPORT void xf_refresh_drop(xf_refresh *r);
+
+/* The user's key a refresh is for (not NUL-terminated), valid until it is
+ * run or dropped. */
+XF_EXPORT const char *xf_refresh_key(const xf_refresh *r, size_t *len);
 
 /* The batch driver: n get-or-compute calls at once, with the same policy and
  * loader. The reads of all n keys travel in one round trip, as one read_many

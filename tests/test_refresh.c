@@ -291,3 +291,57 @@ ParameterizedTest(driver *d, refresh, a_forked_child_refreshes_on_workers_of_its
   close_handle(p);
   xf_share_close(s);
 }
+
+/* ---- a user's executor (xf_options.refresh_executor) ------------------------------ */
+
+static xf_refresh *kept;
+static int refuse;
+
+static int keep_refresh(xf_refresh *r, void *ud) {
+  (void)ud;
+  if (refuse)
+    return 1;
+  kept = r;
+  return 0;
+}
+
+Test(refresh, a_user_executor_gets_the_refresh_to_run_or_drop) {
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
+  o.host = host;
+  o.refresh_executor = keep_refresh;
+  handle h = {.d = DRIVER_BLOCKING};
+  cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  const char *key = "refresh:executor";
+  char v[32];
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert_not_null(kept, "the executor took it");
+  cr_expect_eq(calls(), 1, "not run in the call");
+  size_t len;
+  const char *k = xf_refresh_key(kept, &len);
+  cr_expect(len == strlen(key) && memcmp(k, key, len) == 0);
+  xf_client_close(h.client); /* the refresh does not need the caller's client */
+  cr_expect_eq(xf_refresh_run(kept, NULL, NULL), XF_OK);
+  kept = NULL;
+  cr_expect(lands(key, "v2"));
+  cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert_not_null(kept);
+  xf_refresh_drop(kept); /* its lease stays until it expires */
+  kept = NULL;
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect_null(kept, "the dropped refresh's lease is still held");
+  redisContext *rc = xft_redis(); /* start over */
+  freeReplyObject(xft_cmd(rc, "DEL %s", key));
+  redisFree(rc);
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_LOADER);
+  refuse = 1; /* refused: skipped, the lease released at once */
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  refuse = 0;
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect_not_null(kept, "the next call refreshes");
+  xf_refresh_drop(kept);
+  close_handle(&h);
+}

@@ -8,55 +8,6 @@
 #include "refresh.h"
 #include "reply.h"
 
-/* A background refresh of a blocking client (refresh.h): the client is the
- * caller thread's, so the write goes through a client opened like it, on
- * the worker, for this refresh only (one connect per refresh: at most one
- * per key and ttl). */
-typedef struct blocking_refresh {
-  xf__detached d; /* first */
-  xf_options *opts;
-} blocking_refresh;
-
-static int refresh_run(xf__refresh_job *j) {
-  blocking_refresh *r = (blocking_refresh *)j;
-  xf_options *o = r->opts;
-  if (!xf__detached_load(&r->d))
-    return free(o), XF_REFRESH_ABANDONED;
-  xf_client *c = NULL;
-  int outcome = XF_REFRESH_ABANDONED; /* no client: its lease expires */
-  if (xf_client_open(&c, o) == XF_OK) {
-    r->d.f.c = c;
-    outcome = xf__detached_finish(&r->d);
-    xf_client_close(c);
-  } else {
-    xf__flow_abandon(&r->d.f);
-  }
-  xf__detached_end(&r->d);
-  free(o);
-  return outcome;
-}
-
-/* f's LOAD is a detachable early refresh: to the client's share's workers
- * (no share: it runs in the call, as without background_refresh). */
-static xf__step refresh_in_background(xf__flow *f, xf_loader_fn loader, void *ud) {
-  xf_client *c = f->c;
-  xf_options *o = xf__options_dup(c->opened_with);
-  blocking_refresh *r = NULL;
-  if (o)
-    r = (blocking_refresh *)xf__detached_new(f, sizeof *r, xf__refresh_share_gate(c->share),
-                                             refresh_run, loader, ud);
-  if (!r) {
-    free(o);
-    return xf__flow_run_loader(f, loader, ud);
-  }
-  o->lazy_connect = 1;
-  o->interrupt = NULL;
-  o->seed = 0;
-  r->opts = o;
-  xf__detached_submit(&r->d, c->share, c);
-  return XF_STEP_DONE;
-}
-
 /* Runs the flow from step to its end: the blocking driver's one loop, for
  * every kind (only get-or-compute LOADs or WAITs: loader NULL otherwise). */
 static int run(xf__flow *f, xf__step step, xf_loader_fn loader, void *ud) {
@@ -66,8 +17,8 @@ static int run(xf__flow *f, xf__step step, xf_loader_fn loader, void *ud) {
       step = xf__drive_send(f);
       break;
     case XF_STEP_LOAD:
-      step = f->c->share && xf__flow_detachable(f) ? refresh_in_background(f, loader, ud)
-                                                   : xf__flow_run_loader(f, loader, ud);
+      step = xf__flow_detachable(f) ? xf__blocking_refresh(f, loader, ud)
+                                    : xf__flow_run_loader(f, loader, ud);
       break;
     case XF_STEP_WAIT:
       step = xf__drive_sleep(f, f->wake_ms) ? xf__flow_cancel(f)

@@ -41,6 +41,7 @@ void xf__refreshers_close(struct xf__refreshers *w, int drain_ms);
 /* The share's field the workers hang on (share.c). */
 struct xf__refreshers **xf__share_refreshers(xf_share *s);
 
+/* Every gate function takes NULL as a gate that is always open. */
 typedef struct xf__refresh_gate xf__refresh_gate;
 
 /* A new gate (NULL: out of memory). */
@@ -61,6 +62,11 @@ void xf__gate_close(xf__refresh_gate *g, int drain_ms);
  * blocking client's refresh writes through a client of that share) enter it;
  * xf_share_close closes it. NULL: out of memory. */
 xf__refresh_gate *xf__refresh_share_gate(xf_share *s);
+
+/* The blocking driver's detachable LOAD (blocking_refresh.c): to the
+ * client's refresh_executor, else its share's workers, else in the call
+ * (the LOAD run as any). */
+xf__step xf__blocking_refresh(xf__flow *f, xf_loader_fn loader, void *ud);
 
 /* ---- a detached refresh as a job (refresh_job.c) --------------------------------- */
 
@@ -84,15 +90,17 @@ typedef struct xf__detached {
 
 /* Detaches f's refresh (xf__flow_detachable) into a new job of size bytes
  * (>= sizeof(xf__detached): a driver's struct that starts with one), run by
- * run, answering to gate (held). f is DONE with the current value. NULL
- * (f untouched): out of memory. */
+ * run, answering to gate (held; NULL: none, a user's executor runs it). f
+ * is DONE with the current value. NULL (f untouched): out of memory. */
 xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
                                int (*run)(xf__refresh_job *), xf_loader_fn loader,
                                void *ud);
 
-/* Hands d to the share's workers; if they do not take it, releases its
- * lease on c (the calling thread's client) and frees it. */
+/* Hands d to the share's workers; if they do not take it, skips it. */
 void xf__detached_submit(xf__detached *d, xf_share *s, xf_client *c);
+
+/* Releases d's lease on c (the calling thread's client) and frees d. */
+void xf__detached_skip(xf__detached *d, xf_client *c);
 
 /* On a worker: runs d's loader (unless its gate closed first: 0, d freed as
  * abandoned), then enters the gate (closed: 0, d freed). 1: the driver gives

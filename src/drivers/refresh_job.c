@@ -24,7 +24,7 @@ xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
   const xf_client *c = f->c;
   xf__detached *d = calloc(1, size);
   char *key = malloc(f->user_keylen + c->ns_len + 1);
-  if (!d || !key || !gate) {
+  if (!d || !key) {
     free(d);
     free(key);
     return NULL;
@@ -49,10 +49,12 @@ xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
 }
 
 void xf__detached_submit(xf__detached *d, xf_share *s, xf_client *c) {
-  if (xf__refresh_submit(s, &d->job) == XF_OK)
-    return;
-  /* Not taken: its lease goes back now, on the caller's client. */
-  d->f.c = c;
+  if (xf__refresh_submit(s, &d->job) != XF_OK)
+    xf__detached_skip(d, c);
+}
+
+void xf__detached_skip(xf__detached *d, xf_client *c) {
+  d->f.c = c; /* its lease goes back now, on the caller's client */
   xf__step step = xf__flow_skip(&d->f);
   while (step == XF_STEP_SEND)
     step = xf__drive_send(&d->f);

@@ -219,6 +219,8 @@ static void gate_unref(xf__refresh_gate *g) { /* lock held; unlocks */
 }
 
 void xf__gate_hold(xf__refresh_gate *g) {
+  if (!g)
+    return;
   pthread_mutex_lock(&g->mu);
   g->refs++;
   g->jobs++;
@@ -226,6 +228,8 @@ void xf__gate_hold(xf__refresh_gate *g) {
 }
 
 void xf__gate_release(xf__refresh_gate *g) {
+  if (!g)
+    return;
   pthread_mutex_lock(&g->mu);
   g->jobs--;
   pthread_cond_broadcast(&g->changed);
@@ -233,6 +237,8 @@ void xf__gate_release(xf__refresh_gate *g) {
 }
 
 int xf__gate_enter(xf__refresh_gate *g, int before_loader) {
+  if (!g)
+    return 1;
   pthread_mutex_lock(&g->mu);
   int ok = !g->closed && !(before_loader && g->closing);
   g->inside += ok;
@@ -241,6 +247,8 @@ int xf__gate_enter(xf__refresh_gate *g, int before_loader) {
 }
 
 void xf__gate_leave(xf__refresh_gate *g) {
+  if (!g)
+    return;
   pthread_mutex_lock(&g->mu);
   g->inside--;
   pthread_cond_broadcast(&g->changed);
