@@ -483,7 +483,9 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
 XF_EXPORT int xf_refresh_run(xf_refresh *r, xf_loader_fn loader, void *loader_ud);
 
 /* Frees a refresh an executor took without running it: its lease expires
- * after the policy's lease_ms. NULL-safe. */
+ * after the policy's lease_ms. NULL-safe. Run or drop every refresh before
+ * closing the share its client was opened with (the refresh's client uses
+ * it). */
 XF_EXPORT void xf_refresh_drop(xf_refresh *r);
 
 /* The user's key a refresh is for (not NUL-terminated), valid until it is

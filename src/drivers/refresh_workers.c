@@ -188,7 +188,11 @@ void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out) {
   if (!out)
     return;
   memset(out, 0, sizeof *out);
-  struct xf__refreshers *w = s ? *xf__share_refreshers(s) : NULL;
+  if (!s)
+    return;
+  pthread_mutex_lock(&make_mu);
+  struct xf__refreshers *w = *xf__share_refreshers(s);
+  pthread_mutex_unlock(&make_mu);
   if (!w || w->pid != getpid())
     return;
   pthread_mutex_lock(&w->mu);

@@ -57,7 +57,7 @@ class Pool:
 
     def __init__(self, config):
         self.config = config
-        self.refresher = Refresher(config.failures)
+        self.refresher = Refresher(config)
         self.gen = 0
         self.closed = False
         self._fresh_process()

@@ -38,8 +38,11 @@ class Refresher:
 
     THREADS, QUEUE = 2, 64
 
-    def __init__(self, failures):
-        self.failures = failures  # the Cache's: a loader's exception for the share
+    def __init__(self, config):
+        # The Cache's Config: the C share and the event hook's handle the
+        # refresh's C client uses stay alive while a refresh runs.
+        self.config = config
+        self.failures = config.failures  # a loader's exception for the share
         self.load_errors = 0  # counted here: the C client that ran it is gone
         self._fresh()
 
