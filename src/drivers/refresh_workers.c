@@ -21,6 +21,7 @@ struct xf__refreshers {
   pid_t pid;
   xf_refresh_info info;
   struct xf__refresh_gate *gate; /* the share's own (xf__refresh_share_gate) */
+  struct xf__refreshers *left;   /* in a forked child: the parents' sets left behind */
 };
 
 struct xf__refresh_gate {
@@ -34,6 +35,16 @@ struct xf__refresh_gate {
 
 /* Creation of every share's worker set (rare: once per share and process). */
 static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* A forked child's parents' worker sets, never touched again (a lock may be
+ * held forever) nor freed: kept reachable here. */
+static struct xf__refreshers *left_by_parents;
+
+/* fork() holds make_mu across, so that a child never inherits it locked. */
+static void make_lock(void) { pthread_mutex_lock(&make_mu); }
+static void make_unlock(void) { pthread_mutex_unlock(&make_mu); }
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(make_lock, make_unlock, make_unlock); }
 
 static struct timespec deadline_in(int ms) {
   struct timespec ts;
@@ -97,8 +108,14 @@ static void *worker(void *arg) {
  * left as it was: its lock may be held forever). */
 static struct xf__refreshers *workers_of(xf_share *s) {
   struct xf__refreshers **at = xf__share_refreshers(s);
+  pthread_once(&atfork_once, register_atfork);
   pthread_mutex_lock(&make_mu);
-  if (!*at || (*at)->pid != getpid()) {
+  if (*at && (*at)->pid != getpid()) {
+    (*at)->left = left_by_parents;
+    left_by_parents = *at;
+    *at = NULL;
+  }
+  if (!*at) {
     struct xf__refreshers *w = calloc(1, sizeof *w);
     if (w && !(w->gate = xf__gate_open())) {
       free(w);
