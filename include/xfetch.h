@@ -314,8 +314,10 @@ typedef struct xf_policy {
    * queue is full, the refresh is skipped (lease released;
    * xf_refresh_info.skipped). Misses and expired values still load in the
    * call. The sans-I/O call hands the refresh to its driver
-   * (xf_call_take_refresh). The batch and event-loop drivers, and a
-   * blocking client without a share, run the refresh in the call. */
+   * (xf_call_take_refresh); the event-loop driver runs it on the loop as
+   * a call of its own (no callback; xf_async_close cancels it). The batch
+   * driver, and a blocking client with neither a share nor a
+   * refresh_executor, run the refresh in the call. */
   int background_refresh;
   /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
    * with background_refresh, XFetch (beta) without. > 0: rate-aware: the
