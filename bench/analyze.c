@@ -178,6 +178,8 @@ static void latencies(const run_spec *s, const arena *a, int exclude_cold, const
       continue;
     }
     counted++;
+    r->warm_max_ms =
+        x->lat_us / 1000.0 > r->warm_max_ms ? x->lat_us / 1000.0 : r->warm_max_ms;
     loaded += (x->flags & RQ_LOADED) != 0;
     stale += (x->flags & RQ_STALE) != 0;
     if (x->flags & RQ_WAITED) {
@@ -201,6 +203,7 @@ static void latencies(const run_spec *s, const arena *a, int exclude_cold, const
   r->steady_p50_ms = pct(steady, nst, .5), r->steady_p99_ms = pct(steady, nst, .99);
   double d = counted ? 100.0 / (double)counted : 0;
   r->waited_pct = (double)waited * d, r->loaded_pct = (double)loaded * d;
+  r->loaded_calls = loaded;
   r->stale_pct = (double)stale * d;
   r->wait_mean_ms = waited ? wait_sum / (double)waited : 0;
   r->cold_waited_pct = ncold ? 100.0 * (double)cwait / (double)ncold : 0;
@@ -246,6 +249,8 @@ void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent,
   r->loads = a->nloads, r->errors = a->errors, r->dropped = a->dropped;
   double dur = s->rounds > 0 ? wall_s : s->duration_s;
   r->throughput_rps = dur > 0 ? (double)r->requests / dur : 0;
+  r->loads_per_ttl =
+      dur > 0 && s->ttl_ms > 0 ? (double)r->loads * (double)s->ttl_ms / (dur * 1000) : 0;
   r->server_usec_per_call = NAN, r->theory_loads_per_expiry = NAN, r->theory_early_ms = NAN;
   r->theory_given_r0 = NAN;
   free(ev), free(win.v), free(cold.v);

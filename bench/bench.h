@@ -20,6 +20,8 @@ typedef enum {
   ST_LOCK,           /* GET; on a miss SET NX PX a lock, load; losers poll */
   ST_XFETCH_NOLEASE, /* XFetch early recompute, no lease (bench/pure_xfetch.c) */
   ST_XFETCH,         /* the library: xf_get_or_compute with XF_POLICY_INIT */
+  ST_XFETCH_BG,      /* the library's pool with background_refresh (and so the
+                        rate-aware early refresh): hot_key only */
   ST_COUNT
 } strategy;
 

@@ -13,7 +13,7 @@ REQUIRED = ["loads_per_expiry", "max_loads_per_expiry", "cold_loads", "waited_pc
             "stale_pct", "p50_ms", "p99_ms", "p999_ms", "max_ms", "throughput_rps"]
 LOADERS = ["naive", "lock", "xfetch_nolease", "xfetch"]
 EXPECTED = {
-    "hot_key": ["raw_get"] + LOADERS,
+    "hot_key": ["raw_get"] + LOADERS + ["xfetch_bg"],
     "cold_start": LOADERS,
     "mass_expiry": LOADERS,
     "hit_overhead": ["raw_get", "xfetch"],

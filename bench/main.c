@@ -56,6 +56,7 @@ static void usage(FILE *f) {
       "                      hit_overhead,beta_sweep,batch,async,tls,hit_cost (default: "
       "all)\n"
       "  --clients N         hot_key clients (default 32, quick 16)\n"
+      "  --hot-ttl-ms MS     hot_key ttl (default 2000, quick 1200)\n"
       "  --think-us N        closed-loop think time per request (default 1000)\n"
       "  --open-loop RPS     hot_key in open loop: Poisson arrivals at RPS in total\n"
       "  --entry-format N    the entries xfetch writes: 1 a hash, 2 a string (default 2)\n"
@@ -191,7 +192,7 @@ static int wanted(const char *list, const char *name) {
 }
 
 int main(int argc, char **argv) {
-  bench_cfg cfg = {0, 0, -1, 0, 0};
+  bench_cfg cfg = {0, 0, -1, 0, 0, 0};
   const char *url = NULL, *json = NULL, *out = "xfetch-bench-out", *only = NULL;
   int plots = 1, cluster = 0, entry_format = XF_ENTRY_STRING;
   static const struct option opts[] = {{"quick", no_argument, 0, 'q'},
@@ -203,6 +204,7 @@ int main(int argc, char **argv) {
                                        {"clients", required_argument, 0, 'c'},
                                        {"think-us", required_argument, 0, 't'},
                                        {"open-loop", required_argument, 0, 'O'},
+                                       {"hot-ttl-ms", required_argument, 0, 'T'},
                                        {"cluster", no_argument, 0, 'C'},
                                        {"entry-format", required_argument, 0, 'F'},
                                        {"help", no_argument, 0, 'h'},
@@ -235,6 +237,9 @@ int main(int argc, char **argv) {
       break;
     case 'O':
       cfg.open_rate = atof(optarg);
+      break;
+    case 'T':
+      cfg.ttl_ms = atoll(optarg);
       break;
     case 'C':
       cluster = 1;

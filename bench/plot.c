@@ -10,7 +10,8 @@
 #include "report.h"
 
 static const char *color(strategy s) {
-  static const char *c[] = {"#808080", "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c"};
+  static const char *c[] = {"#808080", "#d62728", "#1f77b4",
+                            "#ff7f0e", "#2ca02c", "#9467bd"};
   return s < ST_COUNT ? c[s] : "#000000";
 }
 

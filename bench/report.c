@@ -27,8 +27,12 @@ static void extra(char *buf, size_t n, const char *scenario, const result *r) {
     snprintf(buf, n, "max %d loads in a round; waiters waited %.0f ms (max %.0f)",
              r->cold_max, r->wait_mean_ms, r->wait_max_ms);
   else if (!strcmp(scenario, "hot_key"))
-    snprintf(buf, n, "%d expiries; waits: %.1f%% at cold start, %.0f ms mean after",
-             r->expiries, r->cold_waited_pct, r->wait_mean_ms);
+    snprintf(
+        buf, n,
+        "%d expiries; waits: %.1f%% at cold start, %.0f ms mean after; %.2f loads/ttl, "
+        "%llu calls loaded in-request, max %.1f ms after cold start",
+        r->expiries, r->cold_waited_pct, r->wait_mean_ms, r->loads_per_ttl,
+        (unsigned long long)r->loaded_calls, r->warm_max_ms);
 }
 
 void report_table(FILE *f, const scenario_out *sc, int n) {
@@ -126,6 +130,9 @@ static void result_json(FILE *f, const result *r) {
   num(f, "wait_max_ms", r->wait_max_ms, 0);
   num(f, "cold_waited_pct", r->cold_waited_pct, 0);
   num(f, "loaded_pct", r->loaded_pct, 0);
+  num(f, "loaded_calls", (double)r->loaded_calls, 0);
+  num(f, "loads_per_ttl", r->loads_per_ttl, 0);
+  num(f, "warm_max_ms", r->warm_max_ms, 0);
   num(f, "stale_pct", r->stale_pct, 0);
   num(f, "mean_ms", r->mean_ms, 0);
   num(f, "p50_ms", r->p50_ms, 0);

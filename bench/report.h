@@ -24,6 +24,9 @@ typedef struct result {
   int cold_max, cold_episodes;
   /* who waited */
   double waited_pct, wait_mean_ms, wait_max_ms, loaded_pct, stale_pct, cold_waited_pct;
+  uint64_t loaded_calls; /* requests that ran the loader inside themselves */
+  double warm_max_ms;    /* the slowest request outside the cold start */
+  double loads_per_ttl;  /* loader calls / (duration / ttl) */
   /* latency, ms */
   double mean_ms, p50_ms, p99_ms, p999_ms, max_ms;
   double win_p50_ms, win_p99_ms, win_p999_ms, win_max_ms, steady_p50_ms, steady_p99_ms;

@@ -48,7 +48,7 @@ int sc_hot_key(const bench_env *e, scenario_out *out) {
   /* The ttl must be long against how early XFetch refreshes (about
    * beta*delta*ln(rate*beta*delta), ~0.8 s at 10k req/s), or a refresh
    * would follow the previous one at once and blur what an expiry is. */
-  int64_t ttl = q ? 1200 : 2000;
+  int64_t ttl = e->cfg->ttl_ms > 0 ? e->cfg->ttl_ms : q ? 1200 : 2000;
   int expiries = q ? 1 : 10;
   double dur = 0.3 + (expiries + 0.6) * (double)ttl / 1000.0;
   out->name = "hot_key";
@@ -58,9 +58,13 @@ int sc_hot_key(const bench_env *e, scenario_out *out) {
            "\"raw_get_duration_s\": %.1f}",
            clients, (long long)ttl, dur, e->cfg->think_us >= 0 ? e->cfg->think_us : 1000,
            e->cfg->open_rate, q ? 1.0 : 3.0);
-  for (int i = -1; i < NLOADERS; i++) {
+  for (int i = -1; i <= NLOADERS; i++) { /* raw_get, the loaders, xfetch_bg */
     run_spec s;
-    spec_init(&s, e, "hot_key", i < 0 ? ST_RAW_GET : LOADERS[i], NULL);
+    spec_init(&s, e, "hot_key",
+              i < 0          ? ST_RAW_GET
+              : i < NLOADERS ? LOADERS[i]
+                             : ST_XFETCH_BG,
+              NULL);
     s.clients = clients, s.ttl_ms = ttl, s.duration_s = dur;
     s.open_rate = e->cfg->open_rate;
     int warm = i < 0; /* raw GET: the key never expires, a shorter run suffices */

@@ -10,6 +10,7 @@ typedef struct bench_cfg {
   int clients;      /* hot_key clients (0 = default) */
   int think_us;     /* closed-loop think time (-1 = default) */
   double open_rate; /* > 0: hot_key in open loop at this many requests/s */
+  int64_t ttl_ms;   /* hot_key ttl (0 = default) */
   unsigned run_id;
 } bench_cfg;
 

@@ -20,6 +20,7 @@ struct strat_ctx {
   arena *a;
   redisContext *rc;
   xf_client *xc;
+  xf_pool *pool; /* xfetch_bg: a pool (one connection) and its share's workers */
   xf_policy policy;
   pcg rng;
   char *value;
@@ -30,7 +31,8 @@ struct strat_ctx {
 };
 
 const char *strategy_name(strategy s) {
-  static const char *names[] = {"raw_get", "naive", "lock", "xfetch_nolease", "xfetch"};
+  static const char *names[] = {"raw_get",        "naive",  "lock",
+                                "xfetch_nolease", "xfetch", "xfetch_bg"};
   return s < ST_COUNT ? names[s] : "?";
 }
 
@@ -46,9 +48,14 @@ static void load(strat_ctx *c, int32_t remaining_ms) {
   arena_load_end(c->a, slot);
 }
 
+/* Whether the loader ran on this thread: a request that refreshed inside
+ * itself, not on a refresh worker. */
+static _Thread_local int loaded_here;
+
 static int lib_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key, (void)keylen;
   strat_ctx *c = ud;
+  loaded_here = 1;
   load(c, INT32_MIN);
   return xf_sink_set(sink, c->value, (size_t)c->spec->value_len) == XF_OK ? 0 : -1;
 }
@@ -60,11 +67,12 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
   c->value = malloc((size_t)spec->value_len + 1);
   memset(c->value, 'x', (size_t)spec->value_len);
   pcg_seed(&c->rng, (uint64_t)now_us() ^ ((uint64_t)getpid() << 32), (uint64_t)worker);
-  if (spec->strat == ST_XFETCH) {
+  if (spec->strat == ST_XFETCH || spec->strat == ST_XFETCH_BG) {
     xf_options o = target_options(t);
-    int rc = xf_client_open(&c->xc, &o);
+    int rc = spec->strat == ST_XFETCH ? xf_client_open(&c->xc, &o)
+                                      : xf_pool_open(&c->pool, &o, 1, 0);
     if (rc != XF_OK) {
-      fprintf(stderr, "xfetch-bench: xf_client_open: %s\n", xf_strerror(rc));
+      fprintf(stderr, "xfetch-bench: opening the library: %s\n", xf_strerror(rc));
       strat_close(c);
       return NULL;
     }
@@ -72,6 +80,7 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
     p.ttl_ms = spec->ttl_ms;
     p.beta = spec->beta;
     p.jitter = spec->jitter;
+    p.background_refresh = spec->strat == ST_XFETCH_BG;
     c->policy = p;
     return c;
   }
@@ -89,6 +98,7 @@ void strat_close(strat_ctx *c) {
   if (c->xc && c->xc->tls) /* one per connection it made, for the tls scenario */
     __atomic_add_fetch(&c->a->handshakes, xf__tls_handshakes(c->xc->tls), __ATOMIC_RELAXED);
   xf_client_close(c->xc);
+  xf_pool_close(c->pool);
   if (c->rc)
     redisFree(c->rc);
   free(c->value);
@@ -209,6 +219,28 @@ static int library(strat_ctx *c, unsigned *flags) {
   return rc == XF_OK ? 0 : -1;
 }
 
+/* The pool with background refresh: RQ_LOADED only when the loader ran in
+ * this request (a miss, or a refresh the workers could not take). */
+static int library_bg(strat_ctx *c, unsigned *flags) {
+  xf_pool_info before, after;
+  xf_pool_stats(c->pool, &before);
+  xf_value v;
+  loaded_here = 0;
+  int rc =
+      xf_pool_get_or_compute(c->pool, c->key, c->keylen, &c->policy, lib_loader, c, &v);
+  xf_pool_stats(c->pool, &after);
+  if (loaded_here)
+    *flags |= RQ_LOADED;
+  if (after.clients.waits > before.clients.waits)
+    *flags |= RQ_WAITED;
+  if (rc == XF_OK && v.source == XF_SOURCE_STALE)
+    *flags |= RQ_STALE;
+  if (rc == XF_OK && v.source == XF_SOURCE_UNCACHED)
+    rc = XF_EIO;
+  xf_value_free(&v);
+  return rc == XF_OK ? 0 : -1;
+}
+
 int strat_get(strat_ctx *c, uint32_t key, unsigned *flags) {
   c->cur_key = key;
   c->keylen = (size_t)snprintf(c->key, sizeof c->key, "%s%u", c->spec->prefix, key);
@@ -224,6 +256,8 @@ int strat_get(strat_ctx *c, uint32_t key, unsigned *flags) {
     return nolease(c, flags);
   case ST_XFETCH:
     return library(c, flags);
+  case ST_XFETCH_BG:
+    return library_bg(c, flags);
   default:
     return -1;
   }
@@ -244,7 +278,9 @@ static void append_prefill(redisContext *rc, const run_spec *s, pcg *r, const ch
 
 int strat_prefill(redisContext *rc, const run_spec *s, int first, int count,
                   int64_t ttl_ms) {
-  if ((s->strat == ST_XFETCH || s->strat == ST_XFETCH_NOLEASE) && pure_load_scripts(rc))
+  if ((s->strat == ST_XFETCH || s->strat == ST_XFETCH_BG ||
+       s->strat == ST_XFETCH_NOLEASE) &&
+      pure_load_scripts(rc))
     return -1;
   char *v = malloc((size_t)s->value_len + 1);
   memset(v, 'x', (size_t)s->value_len);

@@ -86,6 +86,16 @@ typedef struct xf_share xf_share;
 /* An interrupt check (see xf_options.interrupt): non-zero = stop the call. */
 typedef int (*xf_interrupt_fn)(void *ud);
 
+/* A background refresh handed to a user's executor (xf_options.refresh_executor). */
+typedef struct xf_refresh xf_refresh;
+
+/* The executor: called in the thread of the call that won an early refresh
+ * (policy.background_refresh), inside that call. Return 0 having taken r
+ * (run it later, on any thread, with xf_refresh_run, or give it up with
+ * xf_refresh_drop: exactly one of them, once); non-zero to refuse it (the
+ * refresh is skipped: its lease released at once). */
+typedef int (*xf_refresh_executor_fn)(xf_refresh *r, void *ud);
+
 /* How a client finds out whether it talks to a Redis Cluster. */
 typedef enum xf_cluster_mode {
   XF_CLUSTER_AUTO = 0, /* ask the first server reached (INFO cluster) */
@@ -256,6 +266,11 @@ typedef struct xf_options {
    * client of an older version reads hashes only (README, "The entry on
    * Redis": the rollout order). */
   int entry_format;
+  /* NULL, or where a blocking client's background refreshes run (see
+   * xf_refresh_executor_fn) instead of its share's refresh workers; called
+   * with refresh_executor_ud. */
+  xf_refresh_executor_fn refresh_executor;
+  void *refresh_executor_ud;
 } xf_options;
 
 /* The entry on Redis (options.entry_format; README, "The entry on Redis"). */
@@ -300,10 +315,39 @@ typedef struct xf_policy {
   double jitter;             /* 0..1: each write shortens ttl by up to this
                                 fraction, at random, to spread mass expiry */
   xf_on_wait_timeout on_wait_timeout;
+  /* Background refresh: non-zero = a caller that wins the lease of an
+   * *early* refresh (a value still within its ttl) returns that value at
+   * once, and the loader runs off the request path, on the share's refresh
+   * workers (xf_share_open; a pool has its own share), with the same lease,
+   * write and newer-wins rules; loader and loader_ud must then stay valid
+   * until the share (or pool) is closed, and may run on a worker thread. A
+   * pool's refresh writes through a pooled client; a blocking client's
+   * through a client opened like it (options copied) for that refresh. A
+   * failed background refresh keeps the cached value, releases the lease
+   * (the next draw retries), counts load_errors (the pool's; a blocking
+   * client's refresh counts on its own client: see xf_share_refresh_stats)
+   * and emits LOAD_DONE with its code; it never reaches a caller. When the
+   * queue is full, the refresh is skipped (lease released;
+   * xf_refresh_info.skipped). Misses and expired values still load in the
+   * call. The sans-I/O call hands the refresh to its driver
+   * (xf_call_take_refresh); the event-loop driver runs it on the loop as
+   * a call of its own (no callback; xf_async_close cancels it). The batch
+   * driver, and a blocking client with neither a share nor a
+   * refresh_executor, run the refresh in the call. */
+  int background_refresh;
+  /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
+   * with background_refresh, XFetch (beta) without. > 0: rate-aware: the
+   * first call that finds remaining ttl <= refresh_ahead x delta (the last
+   * loader's time) refreshes; the lease makes it the only one, so about one
+   * load per ttl at any request rate. < 0: XFetch (beta) always. */
+  double refresh_ahead;
 } xf_policy;
 
 #define XF_POLICY_INIT                                                                     \
-  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD }
+  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, 0, 0.0 }
+
+/* The default refresh_ahead factor of the rate-aware rule. */
+#define XF_REFRESH_AHEAD_DEFAULT 1.5
 
 /* Where a returned value came from. */
 typedef enum xf_source {
@@ -353,8 +397,27 @@ typedef struct xf_share_options {
  * XF_ENOMEM. */
 XF_EXPORT int xf_share_open(xf_share **out, const xf_share_options *opts);
 
-/* Frees the share (NULL-safe): after every client using it is closed. */
+/* Frees the share (NULL-safe): after every client using it is closed. Its
+ * refresh workers (background_refresh) stop taking refreshes; queued ones
+ * are dropped (their leases expire), running ones are waited for up to
+ * XF_REFRESH_DRAIN_MS, then abandoned (they finish their loader and drop its
+ * result; their leases expire). */
 XF_EXPORT void xf_share_close(xf_share *s);
+
+/* How long closing a pool or share waits for running background refreshes. */
+#define XF_REFRESH_DRAIN_MS 2000
+
+/* What the share's refresh workers did (background_refresh). */
+typedef struct xf_refresh_info {
+  uint64_t started;   /* refreshes handed to the workers */
+  uint64_t done;      /* finished: written, superseded, or failed */
+  uint64_t failed;    /* of those, the loader failed (value kept) */
+  uint64_t skipped;   /* not taken (queue full, closing): lease released */
+  uint64_t abandoned; /* dropped at close (queued, or past the drain time) */
+} xf_refresh_info;
+
+/* Copies the share's refresh counters into *out (zeros for NULL). */
+XF_EXPORT void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out);
 
 /* Opaque client: one Redis connection plus its PCG32 generator and counters. */
 typedef struct xf_client xf_client;
@@ -428,6 +491,24 @@ typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *s
 XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
                                 const xf_policy *policy, xf_loader_fn loader,
                                 void *loader_ud, xf_value *out);
+
+/* Runs a refresh an executor took: its loader (loader and loader_ud given:
+ * these instead of the call's), then the write (or the lease's release) on
+ * a client opened with the options of the client that handed it over, then
+ * frees r. Returns XF_OK (written, or refused by a newer value), XF_ELOADER
+ * (the loader failed: the cached value stays, the lease is released), or
+ * the client's error (XF_ENOMEM...; the lease then expires). Any thread. */
+XF_EXPORT int xf_refresh_run(xf_refresh *r, xf_loader_fn loader, void *loader_ud);
+
+/* Frees a refresh an executor took without running it: its lease expires
+ * after the policy's lease_ms. NULL-safe. Run or drop every refresh before
+ * closing the share its client was opened with (the refresh's client uses
+ * it). */
+XF_EXPORT void xf_refresh_drop(xf_refresh *r);
+
+/* The user's key a refresh is for (not NUL-terminated), valid until it is
+ * run or dropped. */
+XF_EXPORT const char *xf_refresh_key(const xf_refresh *r, size_t *len);
 
 /* The batch driver: n get-or-compute calls at once, with the same policy and
  * loader. The reads of all n keys travel in one round trip, as one read_many
@@ -674,6 +755,18 @@ XF_EXPORT xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
  * of a failed call ("" if none), owned by the call. */
 XF_EXPORT int xf_call_result(xf_call *call, xf_value *out);
 XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
+
+/* Background refresh (policy.background_refresh): a get-or-compute call that
+ * won an early refresh ends at once (XF_CALL_DONE, the current value) and
+ * hands the refresh over as a call of its own, already at XF_CALL_LOAD: run
+ * its loader and drive it to XF_CALL_DONE like any call, off the request's
+ * path (xf_call_result: XF_OK when its value was written, XF_ELOADER when the
+ * loader failed and its lease was released; the cached value stays either
+ * way; its value is not for a caller), then xf_call_free it. In
+ * XF_CALL_DONE: the refresh (the caller owns it from then on), or NULL (none,
+ * or already taken). A refresh never taken is freed with its call: its lease
+ * expires after the policy's lease_ms. */
+XF_EXPORT xf_call *xf_call_take_refresh(xf_call *call);
 
 /* Frees the call at any step (NULL-safe). A call abandoned before
  * XF_CALL_DONE may leave its lease, which expires after policy.lease_ms. */

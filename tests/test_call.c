@@ -386,3 +386,82 @@ Test(call, get_as_a_call) {
   close_wire(&w);
   xf_client_close(c);
 }
+
+/* Runs call (a refresh taken from its call) from its LOAD to its end with
+ * the loader's value (NULL: it fails); returns its code. */
+static int drive_refresh(wire *w, xf_call *call, const char *value) {
+  cr_assert_eq(xf_call_next(call), XF_CALL_LOAD, "a refresh starts at its load");
+  xf_call_step step = value ? xf_call_loaded(call, value, strlen(value), 1000, xft_now_ms())
+                            : xf_call_load_failed(call, 7, xft_now_ms());
+  while (step != XF_CALL_DONE)
+    step = xf_call_reply(call, exchange(w, call), xft_now_ms());
+  int rc = xf_call_result(call, NULL);
+  xf_call_free(call);
+  return rc;
+}
+
+/* Drives a call that should end without loading: its value into v. */
+static xf_call *drive_to_done(wire *w, xf_client *c, const char *key, const xf_policy *p,
+                              xf_value *v) {
+  xf_call *call;
+  cr_assert_eq(xf_call_start(&call, c, key, strlen(key), p, xft_now_ms()), XF_OK);
+  for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
+    cr_assert_eq(step, XF_CALL_SEND, "the caller neither loads nor waits");
+    step = xf_call_reply(call, exchange(w, call), xft_now_ms());
+  }
+  cr_assert_eq(xf_call_result(call, v), XF_OK);
+  return call;
+}
+
+static int cached_is(const char *key, const char *want) {
+  xf_client *b = xft_client(0);
+  xf_value v;
+  int ok = xf_get(b, key, strlen(key), &v) == XF_OK && strcmp(v.data, want) == 0;
+  xf_value_free(&v);
+  xf_client_close(b);
+  return ok;
+}
+
+Test(call, background_refresh_is_handed_over_as_a_call_of_its_own) {
+  xf_client *c = config_client();
+  xf_policy p = XF_POLICY_INIT;
+  p.background_refresh = 1;
+  p.refresh_ahead = 1e9; /* due as soon as the value has a delta */
+  wire w = open_wire(0);
+  script s = {.value = "v1"};
+  xf_value v;
+  cr_assert_eq(drive(&w, c, "call:bg", &p, &s, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER, "a miss loads in the call");
+  xf_value_free(&v);
+  xf_call *call = drive_to_done(&w, c, "call:bg", &p, &v);
+  cr_expect_str_eq(v.data, "v1");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  xf_call *refresh = xf_call_take_refresh(call);
+  cr_assert_not_null(refresh, "the early refresh's winner hands it over");
+  cr_expect_null(xf_call_take_refresh(call), "once");
+  xf_call_free(call);
+  cr_expect(cached_is("call:bg", "v1"));
+  cr_expect_eq(drive_refresh(&w, refresh, "v2"), XF_OK);
+  cr_expect(cached_is("call:bg", "v2"), "the refresh wrote");
+  /* A failed refresh: the value stays, the lease is released (the next
+   * call wins the refresh again). */
+  call = drive_to_done(&w, c, "call:bg", &p, &v);
+  xf_value_free(&v);
+  refresh = xf_call_take_refresh(call);
+  xf_call_free(call);
+  cr_assert_not_null(refresh);
+  cr_expect_eq(drive_refresh(&w, refresh, NULL), XF_ELOADER);
+  cr_expect(cached_is("call:bg", "v2"), "the value is kept");
+  call = drive_to_done(&w, c, "call:bg", &p, &v);
+  xf_value_free(&v);
+  refresh = xf_call_take_refresh(call);
+  xf_call_free(call);
+  cr_assert_not_null(refresh, "the lease was released");
+  cr_expect_eq(drive_refresh(&w, refresh, "v3"), XF_OK);
+  call = drive_to_done(&w, c, "call:bg", &p, &v);
+  xf_value_free(&v);
+  xf_call_free(call); /* a refresh never taken goes with its call (ASan, valgrind) */
+  close_wire(&w);
+  xf_client_close(c);
+}

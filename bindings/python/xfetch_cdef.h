@@ -33,6 +33,8 @@ int xf_share_open(xf_share **out, const xf_share_options *opts);
 void xf_share_close(xf_share *s);
 
 typedef int (*xf_interrupt_fn)(void *ud);
+typedef struct xf_refresh xf_refresh;
+typedef int (*xf_refresh_executor_fn)(xf_refresh *r, void *ud);
 
 typedef struct xf_tls_options {
   int enable;
@@ -94,6 +96,8 @@ typedef struct xf_options {
   void *on_event_ud;
   int disabled;
   int entry_format;
+  xf_refresh_executor_fn refresh_executor;
+  void *refresh_executor_ud;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
@@ -108,6 +112,8 @@ typedef struct xf_policy {
   int64_t negative_ttl_ms;
   double jitter;
   xf_on_wait_timeout on_wait_timeout;
+  int background_refresh;
+  double refresh_ahead;
 } xf_policy;
 
 typedef enum xf_source {
@@ -181,6 +187,19 @@ extern "Python" int _xf_py_key_loader(void *ud, const char *key, size_t keylen,
 extern "Python" int _xf_py_batch_loader(void *ud, size_t n, const char *const *keys,
                                         const size_t *keylens, xf_sink *const *sinks);
 extern "Python" int _xf_py_interrupt(void *ud);
+/* The sync face's refresh executor (xf_options.refresh_executor): _refresh.py. */
+extern "Python" int _xf_py_refresh(xf_refresh *r, void *ud);
+int xf_refresh_run(xf_refresh *r, xf_loader_fn loader, void *loader_ud);
+void xf_refresh_drop(xf_refresh *r);
+const char *xf_refresh_key(const xf_refresh *r, size_t *len);
+typedef struct xf_refresh_info {
+  uint64_t started;
+  uint64_t done;
+  uint64_t failed;
+  uint64_t skipped;
+  uint64_t abandoned;
+} xf_refresh_info;
+void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out);
 /* The event hook (xf_options.on_event): _events.py. */
 extern "Python" void _xf_py_event(const xf_event *ev, void *ud);
 
@@ -239,6 +258,7 @@ xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 int xf_call_result(xf_call *call, xf_value *out);
 const char *xf_call_errmsg(const xf_call *call);
 void xf_call_free(xf_call *call);
+xf_call *xf_call_take_refresh(xf_call *call);
 typedef enum xf_setup_flags {
   XF_SETUP_REPLICA = 1,
   XF_SETUP_SCRIPTS = 2

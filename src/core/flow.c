@@ -140,7 +140,8 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
   f->load = XF_LOAD_LEASED;
   f->rc = XF_OK;
   f->state = XF__READ;
-  f->script_loading = f->refresh = f->round = f->had_value = f->found_nothing = 0;
+  f->script_loading = f->refresh = f->detached = f->round = f->had_value =
+      f->found_nothing = 0;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(c, p);

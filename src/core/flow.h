@@ -71,6 +71,7 @@ typedef struct xf__flow {
   int script_loading;                 /* a SCRIPT LOAD is on the wire (NOSCRIPT recovery) */
   int script_retried;                 /* at most one SCRIPT LOAD per command */
   int refresh;                        /* an early refresh of a valid value (not a miss) */
+  int detached;                       /* a background refresh (xf__flow_detach) */
   int round;                          /* reads made while waiting */
   int had_value;                      /* a value (or a malformed entry) was read */
   int found_nothing;                  /* the release tells the waiters: not found */
@@ -136,6 +137,27 @@ xf__step xf__flow_loaded(xf__flow *f, int loader_rc, int64_t delta_us, int64_t n
  * share: another thread's load of the key): rc, and on XF_OK the value (data,
  * malloc'd, is the flow's). The value is served as XF_SOURCE_LOCAL. */
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
+
+/* Background refresh (policy.background_refresh). A LOAD step that is an
+ * early refresh of a value still within its ttl, its lease won, is
+ * detachable: a driver with somewhere to run it (refresh workers) may, in
+ * place of running the loader,
+ *   - move it off the call: xf__flow_detach(f, bg, p, user_key, out): bg
+ *     takes the lease, the key and the rest of the work, at the LOAD step
+ *     (the driver runs bg as any flow: its loader, then SENDs on a client of
+ *     the same servers, db and prefix: set bg->c before feeding it), with p,
+ *     user_key and out the driver's copies, valid until bg's DONE (bg's
+ *     value in *out is the driver's to free). f is DONE with the current
+ *     value (XF_SOURCE_CACHE). A failed bg ends XF_ELOADER (the lease
+ *     released, load_errors counted): the cached value stays.
+ *   - or skip it (nowhere to run it): xf__flow_skip(f): the lease is
+ *     released (SEND), then DONE with the current value; stats.loads is
+ *     given back.
+ * A driver that does neither runs the loader as for any LOAD. */
+int xf__flow_detachable(const xf__flow *f);
+xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
+                         const char *user_key, xf_value *out);
+xf__step xf__flow_skip(xf__flow *f);
 
 /* Frees what a flow abandoned before DONE holds (the machine has no abort
  * input: a driver that drops a call mid-way calls this). */

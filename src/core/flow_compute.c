@@ -169,7 +169,9 @@ static xf__step load_failed(xf__flow *f) {
     return xf__flow_done(f, XF_ELOADER);
   const xf__entry *e = &f->e;
   int rc = XF_ELOADER;
-  if (f->refresh)
+  if (f->detached) /* a background refresh: the value stays, no one to serve */
+    rc = XF_ELOADER;
+  else if (f->refresh)
     rc = serve_entry(f, e, XF_SOURCE_CACHE);
   else if (e->value && !e->negative && -e->remaining_ms <= f->p->stale_if_error_ms)
     rc = serve_entry(f, e, XF_SOURCE_STALE);
@@ -382,9 +384,44 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
     f->pending |= PENDING_MISS;
     return miss(f, now_ms);
   }
-  if (xf__recompute_early(&f->c->rng, e->remaining_ms, e->delta_us, f->p->beta))
+  if (xf__refresh_early(&f->c->rng, f->p, e->remaining_ms, e->delta_us))
     return refresh_early(f);
   f->c->stats.hits++;
   xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);
   return serve(f, XF_SOURCE_CACHE);
+}
+
+/* ---- background refresh --------------------------------------------------------- */
+
+int xf__flow_detachable(const xf__flow *f) {
+  return f->state == XF__LOAD && f->load == XF_LOAD_LEASED && f->refresh && !f->detached &&
+         f->p->background_refresh;
+}
+
+xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
+                         const char *user_key, xf_value *out) {
+  int rc = serve_entry(f, &f->e, XF_SOURCE_CACHE);
+  *bg = *f; /* the lease, the key, the dates: the refresh's own from here on */
+  bg->p = p;
+  bg->user_key = user_key;
+  bg->out = out;
+  memset(out, 0, sizeof *out);
+  if (f->key.data == f->key.inline_buf)
+    bg->key.data = bg->key.inline_buf;
+  bg->detached = 1;
+  bg->pending = 0;
+  xf__entry_free(&bg->e); /* its value went to f's caller; had_value is kept */
+  f->key.data = NULL;     /* moved to bg */
+  f->key.len = 0;
+  memset(&f->e, 0, sizeof f->e);
+  memset(&f->sink, 0, sizeof f->sink);
+  f->token[0] = '\0';
+  xf__flow_done(f, rc);
+  return XF_STEP_LOAD;
+}
+
+xf__step xf__flow_skip(xf__flow *f) {
+  f->c->stats.loads--; /* load() counted a loader run that will not happen */
+  xf__sink_clear(&f->sink);
+  return release_then_done(f, serve_entry(f, &f->e, XF_SOURCE_CACHE));
 }

@@ -10,8 +10,13 @@
 static _Thread_local xf__nest *top;
 
 void xf__nest_push(xf__nest *n, const xf_client *c, const char *key, size_t keylen) {
-  n->ns = c->ns;
-  n->ns_len = c->ns_len;
+  xf__nest_push_ns(n, c->ns, c->ns_len, key, keylen);
+}
+
+void xf__nest_push_ns(xf__nest *n, const char *ns, size_t ns_len, const char *key,
+                      size_t keylen) {
+  n->ns = ns;
+  n->ns_len = ns_len;
   n->key = key;
   n->keylen = keylen;
   n->up = top;

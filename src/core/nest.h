@@ -25,6 +25,11 @@ typedef struct xf__nest {
 void xf__nest_push(xf__nest *n, const xf_client *c, const char *key, size_t keylen);
 void xf__nest_pop(xf__nest *n);
 
+/* The same with the namespace given (a copy of a client's, for a loader run
+ * where the client may be gone: a background refresh). */
+void xf__nest_push_ns(xf__nest *n, const char *ns, size_t ns_len, const char *key,
+                      size_t keylen);
+
 /* Whether a loader on this thread is computing key of c's namespace. */
 int xf__nest_has(const xf_client *c, const char *key, size_t keylen);
 

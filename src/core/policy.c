@@ -18,6 +18,8 @@ int xf__policy_check(xf_client *c, const xf_policy *p) {
     return xf__fail(c, XF_EINVAL, "policy beta must be >= 0 (INFINITY allowed), not NaN");
   if (isnan(p->jitter) || p->jitter < 0 || p->jitter >= 1)
     return xf__fail(c, XF_EINVAL, "policy jitter must be in [0, 1)");
+  if (isnan(p->refresh_ahead) || isinf(p->refresh_ahead))
+    return xf__fail(c, XF_EINVAL, "policy refresh_ahead must be a finite number");
   if (p->on_wait_timeout != XF_WAIT_LOAD && p->on_wait_timeout != XF_WAIT_FAIL)
     return xf__fail(c, XF_EINVAL, "policy on_wait_timeout is not an xf_on_wait_timeout");
   int rc = check_time(c, "ttl_ms", p->ttl_ms, 1);

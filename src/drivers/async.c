@@ -136,6 +136,39 @@ static xf__acall *share_result(xf_async *ac, xf__acall *k) {
   return k->followers;
 }
 
+/* ---- background refresh ------------------------------------------------------- */
+
+static void refresh_done(int rc, const xf_value *v, void *privdata) {
+  (void)rc, (void)v, (void)privdata; /* a refresh has no caller: the flow counted it */
+}
+
+/* k's LOAD is a detachable early refresh (policy.background_refresh): it
+ * becomes a call of its own on the loop, with no callback of the user's
+ * (closing the handle cancels it as any call), and k ends with the current
+ * value. NULL: no memory for it. */
+static xf__acall *detach(xf_async *ac, xf__acall *k) {
+  xf__acall *r = calloc(1, sizeof *r);
+  char *key = malloc(k->keylen ? k->keylen : 1);
+  if (!r || !key || xf__aheap_reserve(ac, ac->ncalls + 1) != 0) {
+    free(r);
+    free(key);
+    return NULL;
+  }
+  memcpy(key, k->key, k->keylen);
+  r->p = k->p;
+  r->key = key;
+  r->keylen = k->keylen;
+  r->ac = ac;
+  r->loader = k->loader;
+  r->ud = k->ud;
+  r->cb = refresh_done;
+  r->heap_at = SIZE_MAX;
+  xf__flow_detach(&k->f, &r->f, &r->p, r->key, &r->out);
+  link_call(ac, r);
+  ac->ncalls++;
+  return r;
+}
+
 void xf__async_advance(xf__acall *k, xf__step step) {
   xf_async *ac = k->ac;
   while (!ac->closing) {
@@ -154,6 +187,16 @@ void xf__async_advance(xf__acall *k, xf__step step) {
       finish(ac, k);
       return;
     case XF_STEP_LOAD:
+      if (xf__flow_detachable(&k->f)) {
+        xf__acall *r = detach(ac, k);
+        if (!r) {
+          step = xf__flow_skip(&k->f);
+          break;
+        }
+        finish(ac, k); /* the caller's value now; then the refresh, on the loop */
+        k = r;
+        break;
+      }
       if (k->f.load == XF_LOAD_UNCACHED && follow(ac, k))
         return; /* resumed with its leader */
       if (!run_loader(k)) {

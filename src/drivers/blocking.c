@@ -5,6 +5,7 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "refresh.h"
 #include "reply.h"
 
 /* Runs the flow from step to its end: the blocking driver's one loop, for
@@ -16,7 +17,8 @@ static int run(xf__flow *f, xf__step step, xf_loader_fn loader, void *ud) {
       step = xf__drive_send(f);
       break;
     case XF_STEP_LOAD:
-      step = xf__flow_run_loader(f, loader, ud);
+      step = xf__flow_detachable(f) ? xf__blocking_refresh(f, loader, ud)
+                                    : xf__flow_run_loader(f, loader, ud);
       break;
     case XF_STEP_WAIT:
       step = xf__drive_sleep(f, f->wake_ms) ? xf__flow_cancel(f)

@@ -14,6 +14,23 @@
 #include "sink.h"
 
 static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms);
+static int call_new(xf_call **out, xf_client *c, const char *key, size_t keylen,
+                    xf_call **call);
+
+/* The call's LOAD is a detachable early refresh (policy.background_refresh):
+ * the call ends with the current value and the refresh becomes a call of its
+ * own at its LOAD, for the driver to take (xf_call_take_refresh); without
+ * memory for it, the refresh is skipped (the lease released). */
+static xf__step detach(xf_call *call) {
+  xf_call *r = NULL, *unused;
+  if (call_new(&unused, call->f.c, call->key, call->f.user_keylen, &r) != XF_OK)
+    return xf__flow_skip(&call->f);
+  r->policy = call->policy;
+  xf__flow_detach(&call->f, &r->f, &r->policy, r->key, &r->out);
+  r->step = XF_STEP_LOAD;
+  call->refresh = r;
+  return XF_STEP_DONE;
+}
 
 /* The command's outcome is the error rc (it could not be sent, or the
  * router gave up on it): the flow decides (a get-or-compute fails open). */
@@ -43,6 +60,8 @@ static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
   case XF_STEP_LOAD:
     if (xf__call_share_joins(call)) /* Redis cannot be used: the share first */
       return advance(call, xf__call_share_join(call, now_ms), now_ms);
+    if (xf__flow_detachable(&call->f))
+      return advance(call, detach(call), now_ms);
     return XF_CALL_LOAD;
   case XF_STEP_WAIT:
     return XF_CALL_WAIT;
@@ -320,6 +339,14 @@ int xf_call_target(const xf_call *call, const char **host, int *port) {
 
 const char *xf_call_errmsg(const xf_call *call) { return call ? call->errstr : ""; }
 
+xf_call *xf_call_take_refresh(xf_call *call) {
+  if (!call || call->step != XF_STEP_DONE)
+    return NULL;
+  xf_call *r = call->refresh;
+  call->refresh = NULL;
+  return r;
+}
+
 void xf_call_free(xf_call *call) {
   if (!call)
     return;
@@ -327,6 +354,7 @@ void xf_call_free(xf_call *call) {
     xf__flow_share_end(&call->f, call->f.c, -1, 0);
   if (call->step != XF_STEP_DONE) /* abandoned mid-way: what the flow holds */
     xf__flow_abandon(&call->f);
+  xf_call_free(call->refresh); /* never taken: its lease expires */
   free(call->data);
   xf_value_free(&call->out);
   xf__buf_free(&call->request);

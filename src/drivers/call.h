@@ -18,9 +18,10 @@ struct xf_call {
   char *key;        /* likewise */
   char *data;       /* likewise: a set's value */
   xf_value out;
-  xf__buf request;  /* the RESP bytes of the SEND step */
-  int taken;        /* xf_call_result moved the value out */
-  char errstr[256]; /* the client's message when the call ended in error */
+  struct xf_call *refresh; /* background refresh detached at DONE (xf_call_take_refresh) */
+  xf__buf request;         /* the RESP bytes of the SEND step */
+  int taken;               /* xf_call_result moved the value out */
+  char errstr[256];        /* the client's message when the call ended in error */
   /* Routing (call_route.c). */
   const char *host; /* where request goes (the client's strings); NULL = Unix */
   int port;

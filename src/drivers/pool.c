@@ -13,6 +13,7 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "refresh.h"
 #include "reply.h"
 #include "share.h"
 
@@ -33,6 +34,7 @@ struct xf_pool {
   int checkout_timeout_ms;
   xf_stats totals; /* the clients' counters, as of their last check-in */
   uint64_t waited, timed_out;
+  xf__refresh_gate *gate; /* background refreshes (refresh.h) */
 };
 
 /* The calling thread's last error message (xf_pool_errmsg). */
@@ -181,6 +183,44 @@ static int refuse(const char *key, size_t keylen, int check_policy,
   return why ? XF_EINVAL : XF_OK;
 }
 
+/* ---- background refresh (policy.background_refresh) ---------------------------- */
+
+/* A refresh detached from a call (refresh.h): its write goes through a
+ * pooled client, taken once its loader is done. */
+typedef struct pool_refresh {
+  xf__detached d; /* first */
+  xf_pool *pool;
+} pool_refresh;
+
+static int refresh_run(xf__refresh_job *j) {
+  pool_refresh *r = (pool_refresh *)j;
+  if (!xf__detached_load(&r->d))
+    return XF_REFRESH_ABANDONED;
+  xf_pool *p = r->pool;
+  xf_client *c = NULL;
+  checkout(p, -1, &c);
+  r->d.f.c = c;
+  int outcome = xf__detached_finish(&r->d);
+  checkin(p, c); /* inside the gate: the pool is not closed under it */
+  xf__detached_end(&r->d);
+  return outcome;
+}
+
+/* f's LOAD is a detachable early refresh: to the share's workers, so the
+ * call returns the current value now; with no room there (or no memory),
+ * it is skipped: its lease released, the next call in the window retries. */
+static xf__step refresh_in_background(xf_pool *p, xf__flow *f, xf_loader_fn loader,
+                                      void *ud) {
+  xf_client *c = f->c;
+  pool_refresh *r =
+      (pool_refresh *)xf__detached_new(f, sizeof *r, p->gate, refresh_run, loader, ud);
+  if (!r)
+    return xf__flow_skip(f);
+  r->pool = p;
+  xf__detached_submit(&r->d, c->share, c);
+  return XF_STEP_DONE;
+}
+
 int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                            const xf_policy *policy, xf_loader_fn loader, void *ud,
                            xf_value *out) {
@@ -205,6 +245,10 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
   while (step != XF_STEP_DONE) {
     if (step == XF_STEP_SEND) {
       step = xf__drive_send(&f);
+      continue;
+    }
+    if (step == XF_STEP_LOAD && xf__flow_detachable(&f)) {
+      step = refresh_in_background(p, &f, loader, ud);
       continue;
     }
     /* A load or a wait: the client goes back to the pool meanwhile. */
@@ -320,6 +364,8 @@ int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
   pthread_cond_init(&p->freed, &attr);
   pthread_condattr_destroy(&attr);
   pthread_mutex_init(&p->lock, NULL);
+  if (rc == XF_OK && !(p->gate = xf__gate_open()))
+    rc = XF_ENOMEM;
   /* One client now: bad options fail here, not on the first call. */
   xf_client *first = NULL;
   if (rc == XF_OK && (rc = xf_client_open(&first, &p->opts)) == XF_OK) {
@@ -338,6 +384,7 @@ int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
 void xf_pool_close(xf_pool *p) {
   if (!p)
     return;
+  xf__gate_close(p->gate, XF_REFRESH_DRAIN_MS); /* before the clients go */
   for (size_t i = 0; i < p->made; i++)
     xf_client_close(p->all[i]);
   xf_share_close(p->own_share);

@@ -11,6 +11,7 @@
 
 #include "client.h"
 #include "client_io.h"
+#include "refresh.h"
 #include "share.h"
 
 #define DEFAULT_MAX_ENTRIES 10000
@@ -37,8 +38,13 @@ struct xf_share {
   pthread_cond_t landed;
   size_t max_entries, max_bytes, entries, bytes;
   slot *head, *tail;
-  struct xf_share *next_open; /* in the list of open shares (fork) */
+  struct xf_share *next_open;        /* in the list of open shares (fork) */
+  struct xf__refreshers *refreshers; /* background refresh (refresh.h) */
 };
+
+struct xf__refreshers **xf__share_refreshers(xf_share *s) {
+  return &s->refreshers;
+}
 
 void (*xf__share_test_yield)(void);
 
@@ -147,6 +153,7 @@ void xf_share_close(xf_share *s) {
     at = &(*at)->next_open;
   *at = s->next_open;
   pthread_mutex_unlock(&open_shares_mu);
+  xf__refreshers_close(s->refreshers, XF_REFRESH_DRAIN_MS);
   while (s->head)
     free_slot(s, s->head);
   pthread_cond_destroy(&s->landed);

@@ -315,6 +315,32 @@ static int copy_options(xf_client *c, const xf_options *o) {
   return rc == XF_OK ? build_ns(c) : rc;
 }
 
+xf_options *xf__options_dup(const xf_options *o) {
+  const char *const *from[] = {&o->host,           &o->unix_path,     &o->username,
+                               &o->password,       &o->key_prefix,    &o->tls.ca_file,
+                               &o->tls.ca_dir,     &o->tls.cert_file, &o->tls.key_file,
+                               &o->tls.server_name};
+  size_t n = sizeof from / sizeof from[0], size = sizeof *o;
+  for (size_t i = 0; i < n; i++)
+    size += *from[i] ? strlen(*from[i]) + 1 : 0;
+  xf_options *copy = malloc(size);
+  if (!copy)
+    return NULL;
+  *copy = *o;
+  const char **to[] = {&copy->host,           &copy->unix_path,     &copy->username,
+                       &copy->password,       &copy->key_prefix,    &copy->tls.ca_file,
+                       &copy->tls.ca_dir,     &copy->tls.cert_file, &copy->tls.key_file,
+                       &copy->tls.server_name};
+  char *at = (char *)(copy + 1);
+  for (size_t i = 0; i < n; i++)
+    if (*from[i]) {
+      size_t len = strlen(*from[i]) + 1;
+      *to[i] = memcpy(at, *from[i], len);
+      at += len;
+    }
+  return copy;
+}
+
 static int check_options(const xf_options *o) {
   return o->port < 0 || o->port > 65535 || o->db < 0 || o->connect_timeout_ms < 0 ||
                  o->command_timeout_ms < 0 || o->tombstone_ms < 0 ||
@@ -354,6 +380,8 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
   if (!c)
     return XF_ENOMEM;
   int rc = copy_options(c, o);
+  if (rc == XF_OK && !(c->opened_with = xf__options_dup(o)))
+    rc = XF_ENOMEM;
   if (rc != XF_OK) {
     xf_client_close(c);
     return rc;
@@ -399,6 +427,7 @@ void xf_client_close(xf_client *c) {
   free(c->password);
   free(c->prefix);
   free(c->ns);
+  free(c->opened_with);
   xf__buf_free(&c->request);
   free(c);
 }

@@ -47,6 +47,10 @@ int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rc
  * reads then go plain, else read_many refreshes them (batch_read.c). */
 int xf__clocks_fresh(xf_client *c, int64_t now_ms);
 
+/* A copy of o with its strings, in one allocation (free() frees it); NULL:
+ * out of memory. */
+xf_options *xf__options_dup(const xf_options *o);
+
 /* Tests only (internal; reached through the static library): with N > 0,
  * every Nth xf_client_open fails with XF_ENOMEM as if calloc had, and
  * xf__test_failed_opens counts those. Read and written with __atomic_*. */

@@ -57,6 +57,9 @@ class Cache:
            shares the keys (README, "The entry on Redis").
     enabled: False = bypass: every call runs the loader and nothing is sent
            to Redis (no connection is made); see also disabled().
+    background_refresh: the calls' default for background_refresh= (see
+           get_or_compute): an early refresh runs on the Cache's two
+           refresh threads while the winning call returns the current value.
 
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a
@@ -75,20 +78,24 @@ class Cache:
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
-                 enabled: bool = True, entry_format: int | None = None) -> None:
+                 enabled: bool = True, entry_format: int | None = None,
+                 background_refresh: bool = False) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         self._config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
                               max_key_len, max_value_len, share, lazy_connect,
                               max_connections, ssl, on_event, enabled, "sync",
-                              entry_format=entry_format)
+                              entry_format=entry_format, background_refresh=background_refresh)
         self._policies = self._config.policies
         self._pool = Pool(self._config)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 2.0) -> None:
         """Closes the idle connections; ones in use close when their call ends.
-        Further calls raise ValueError."""
+        Further calls raise ValueError. Background refreshes: none are taken
+        any more, queued ones are dropped, running ones are waited for up
+        to timeout seconds, then left (their leases expire)."""
+        self._pool.refresher.close(timeout)
         self._pool.close()
 
     def __repr__(self):  # never shows the password
@@ -105,12 +112,16 @@ class Cache:
     def fetch(self, key: Key, loader: Callable[[], Value | None], ttl: float,
               beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
               stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
-              jitter: float = 0.0, on_wait_timeout: str = "load") -> Fetched:
+              jitter: float = 0.0, on_wait_timeout: str = "load",
+              background_refresh: bool | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         kb = key_bytes(key)
         check_loader(loader)
+        if background_refresh is None:
+            background_refresh = self._config.background_refresh
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout))
+                                     negative_ttl, jitter, on_wait_timeout,
+                                     background_refresh))
         conn, saved = self._pool.enter()
         st = conn.state
         st.loader = loader
@@ -139,7 +150,8 @@ class Cache:
                        beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
                        stale: float = 0.0, stale_if_error: float = 0.0,
                        negative_ttl: float = 0.0, jitter: float = 0.0,
-                       on_wait_timeout: str = "load") -> bytes | None:
+                       on_wait_timeout: str = "load",
+                       background_refresh: bool | None = None) -> bytes | None:
         """Returns the bytes cached under key, calling loader() to compute them
         when missing, expired or elected for early recomputation (XFetch).
         Across every client of the Redis server one caller at a time runs the
@@ -156,13 +168,23 @@ class Cache:
         never early, math.inf = always). on_wait_timeout: "load" or "fail"
         (raise xfetch.TimeoutError).
 
+        background_refresh (None: the Cache's default): when this call wins
+        an early refresh of a still-valid value, it returns that value at
+        once and the loader runs on the Cache's refresh threads (the lease
+        keeps it the only one); the early window is then rate-aware (about
+        1.5 x the loader's time before expiry: about one load per ttl
+        however hot the key). A refresh that fails keeps the value, is
+        counted in stats()["load_errors"] and logged (WARNING, `xfetch`).
+        Misses and expired values are still loaded in the call.
+
         An exception raised by loader propagates unchanged; nothing is cached
         and the lease is released. Library errors raise xfetch.Error
         subclasses; bad arguments raise TypeError/ValueError before any I/O.
         """
         return self.fetch(key, loader, ttl, beta, lease=lease, wait=wait, stale=stale,
                           stale_if_error=stale_if_error, negative_ttl=negative_ttl,
-                          jitter=jitter, on_wait_timeout=on_wait_timeout)[0]
+                          jitter=jitter, on_wait_timeout=on_wait_timeout,
+                          background_refresh=background_refresh)[0]
 
     def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
             jitter: float = 0.0) -> bool:
@@ -220,8 +242,8 @@ class Cache:
     def get_many(self, keys: Iterable[Key], loader: Callable[[Key], Value | None],
                  ttl: float, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
                  stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
-                 jitter: float = 0.0, on_wait_timeout: str = "load", batch: bool = False
-                 ) -> dict[Key, bytes | None]:
+                 jitter: float = 0.0, on_wait_timeout: str = "load", batch: bool = False,
+                 background_refresh: bool | None = None) -> dict[Key, bytes | None]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
         and loader(key) runs for each key this caller must compute, its
@@ -232,7 +254,8 @@ class Cache:
         key this caller must compute, and returns a mapping key -> bytes or
         None (a key left out is "not found"); an exception fails them all.
         With Redis down, a key another thread is loading is waited for (the
-        Cache's share), not loaded again."""
+        Cache's share), not loaded again. background_refresh is accepted
+        and has no effect: the batch refreshes in the call."""
         originals = {}
         for k in keys:
             originals.setdefault(key_bytes(k), k)

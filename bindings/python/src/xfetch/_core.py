@@ -91,7 +91,7 @@ class Config:
 
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
-                 enabled=True, face="sync", entry_format=None):
+                 enabled=True, face="sync", entry_format=None, background_refresh=False):
         fields = parse_url(url)
         if entry_format is not None and (type(entry_format) is not int
                                          or entry_format not in (1, 2)):
@@ -99,6 +99,10 @@ class Config:
                              f"not {entry_format!r}")
         if type(enabled) is not bool:
             raise TypeError(f"enabled must be True or False, not {enabled!r}")
+        if type(background_refresh) is not bool:
+            raise TypeError(f"background_refresh must be True or False, "
+                            f"not {background_refresh!r}")
+        self.background_refresh = background_refresh  # the calls' default
         self.events = Events(on_event, face)  # logging, metrics, on_event
         self.enabled = enabled
         tls = tls_options(fields, **(ssl or {}))

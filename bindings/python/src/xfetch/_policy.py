@@ -28,8 +28,12 @@ def _ms(name, seconds, min_ms):
 
 
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
-                on_wait_timeout):
-    """Returns a new xf_policy cdata; raises TypeError / ValueError."""
+                on_wait_timeout, background_refresh=False):
+    """Returns a new xf_policy cdata; raises TypeError / ValueError.
+    background_refresh: an early refresh this call wins runs off the call
+    (C policy.background_refresh, with the rate-aware early refresh)."""
+    if background_refresh is not None and type(background_refresh) is not bool:
+        raise TypeError(f"background_refresh must be True or False, not {background_refresh!r}")
     beta = _number("beta", beta)
     if beta < 0:
         raise ValueError(f"beta must be >= 0 (math.inf allowed), not {beta!r}")
@@ -48,6 +52,8 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "negative_ttl_ms": _ms("negative_ttl", negative_ttl, 0),
         "jitter": float(jitter),
         "on_wait_timeout": _ON_WAIT_TIMEOUT[on_wait_timeout],
+        "background_refresh": 1 if background_refresh else 0,
+        "refresh_ahead": 0.0,  # rate-aware with background_refresh, XFetch without
     })
 
 

@@ -10,6 +10,7 @@ import weakref
 from ._core import STAT_FIELDS, enabled_now, stats_of
 from ._errors import check, error_for
 from ._native import ffi, lib
+from ._refresh import Refresher
 from ._runtime import CallState
 
 
@@ -56,6 +57,7 @@ class Pool:
 
     def __init__(self, config):
         self.config = config
+        self.refresher = Refresher(config)
         self.gen = 0
         self.closed = False
         self._fresh_process()
@@ -100,10 +102,12 @@ class Pool:
         out = ffi.new("xf_client **")
         opts = ffi.new("xf_options *", config.opts[0])
         opts.lazy_connect = 1
-        state = CallState(config.failures)
+        state = CallState(config.failures, self.refresher)
         handle = ffi.new_handle(state)
         opts.interrupt = lib._xf_py_interrupt  # a Ctrl-C ends a C wait at once
         opts.interrupt_ud = handle
+        opts.refresh_executor = lib._xf_py_refresh  # background_refresh: _refresh.py
+        opts.refresh_executor_ud = handle
         with self.lock:
             if config.seeded:  # reproducible, yet distinct draws per connection
                 opts.seed = (config.opts.seed + 0x9E3779B97F4A7C15 * self.opened) % 2**64 or 1
@@ -197,5 +201,6 @@ class Pool:
             retired = dict(self.retired)
             conns = list(self.all)
         total = stats_of([c.ptr for c in conns], retired)
+        total["load_errors"] += self.refresher.load_errors  # background refreshes'
         total["connections"] = len(conns)
         return total

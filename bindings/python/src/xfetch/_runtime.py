@@ -27,9 +27,10 @@ class CallState:
     without close() frees its connections at once (no reference cycle
     through the handle, which only the cyclic collector could free)."""
 
-    __slots__ = ("loader", "exc", "load_s", "keys", "failures")
+    __slots__ = ("loader", "exc", "load_s", "keys", "failures", "refresher")
 
-    def __init__(self, failures=None):
+    def __init__(self, failures=None, refresher=None):
+        self.refresher = refresher  # the sync face's background refreshes (_refresh)
         self.loader = None
         self.exc = None
         self.load_s = 0.0  # how long the last loader call took

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 
 from ._aio_call import now_ms, steps
+from ._refresh import log_failure
 from ._aio_link import Links
 from ._aio_tls import context
 from ._aio_many import get_many
@@ -62,14 +63,15 @@ class Cache:
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
-                 enabled: bool = True, entry_format: int | None = None) -> None:
+                 enabled: bool = True, entry_format: int | None = None,
+                 background_refresh: bool = False) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         config = Config(url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                         max_value_len, share, lazy_connect, max_connections, ssl, on_event,
-                        enabled, "aio",
-                              entry_format=entry_format)
+                        enabled, "aio", entry_format=entry_format,
+                        background_refresh=background_refresh)
         fields = config.fields
         self._config = config
         self._policies = config.policies
@@ -92,6 +94,8 @@ class Cache:
         self._hostp = ffi.new("const char **")
         self._portp = ffi.new("int *")
         self._value = ffi.new("xf_value *")
+        self._refreshes = set()  # background refreshes' tasks (_refresh)
+        self._closing = False
 
     def __del__(self):
         # Dropped without close(): the loop's reader would keep the socket open
@@ -102,9 +106,23 @@ class Cache:
     def __repr__(self):
         return f"<xfetch.aio.Cache {self._config.where} prefix={self._config.prefix!r}>"
 
-    async def close(self) -> None:
-        """Closes the streams; calls made afterwards open new ones."""
-        self._links.drop(ConnectionError(lib.XF_EIO, "closed"))
+    async def close(self, timeout: float = 2.0) -> None:
+        """Closes the streams; calls made afterwards open new ones. Background
+        refreshes: none are started any more; running ones are waited for up
+        to timeout seconds, then cancelled (their leases released when a
+        stream can take it, else they expire)."""
+        self._closing = True
+        try:
+            running = set(self._refreshes)
+            if running:
+                _, late = await asyncio.wait(running, timeout=timeout)
+                for task in late:
+                    task.cancel()
+                if late:
+                    await asyncio.wait(late, timeout=0.1)
+        finally:
+            self._closing = False
+            self._links.drop(ConnectionError(lib.XF_EIO, "closed"))
 
     async def __aenter__(self):
         return self
@@ -130,10 +148,14 @@ class Cache:
     async def fetch(self, key: Key, loader: Loader, ttl: float, beta: float = 1.0, *,
                     lease: float = 5.0, wait: float = 5.0, stale: float = 0.0,
                     stale_if_error: float = 0.0, negative_ttl: float = 0.0,
-                    jitter: float = 0.0, on_wait_timeout: str = "load") -> Fetched:
+                    jitter: float = 0.0, on_wait_timeout: str = "load",
+                    background_refresh: bool | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
+        if background_refresh is None:
+            background_refresh = self._config.background_refresh
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout))
+                                     negative_ttl, jitter, on_wait_timeout,
+                                     background_refresh))
         return await self._run(key, loader, policy, lease)
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: float, beta: float = 1.0,
@@ -148,7 +170,8 @@ class Cache:
         fast = (ttl, beta, type(ttl), type(beta))
         p = self._fast_policies.get(fast)
         if p is None:
-            p = self._policies.get((ttl, beta, 5.0, 5.0, 0.0, 0.0, 0.0, 0.0, "load"))
+            p = self._policies.get((ttl, beta, 5.0, 5.0, 0.0, 0.0, 0.0, 0.0, "load",
+                                    self._config.background_refresh))
             if len(self._fast_policies) >= 256:
                 self._fast_policies.clear()
             self._fast_policies[fast] = p
@@ -161,6 +184,10 @@ class Cache:
         check(lib.xf_call_start(out, self._client, kb, len(kb), policy, now_ms()))
         call = out[0]
         exc, took = await steps(self, call, loader, key, kb)
+        if policy.background_refresh:  # an early refresh this call won, handed over
+            refresh = lib.xf_call_take_refresh(call)
+            if refresh != ffi.NULL:
+                self._spawn_refresh(refresh, loader, key, kb)
         try:
             value = self._value
             rc = lib.xf_call_result(call, value)
@@ -173,6 +200,26 @@ class Cache:
             elif took:
                 self._config.events.load_fit(key)
             return result
+        finally:
+            exc = None
+            lib.xf_call_free(call)
+
+    def _spawn_refresh(self, call, loader, key, kb):
+        """Runs C refresh call as a task the Cache tracks (close() drains it);
+        closing: not started (its lease expires)."""
+        if self._closing:
+            lib.xf_call_free(call)
+            return
+        task = asyncio.get_running_loop().create_task(self._refresh(call, loader, key, kb))
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
+
+    async def _refresh(self, call, loader, key, kb):
+        exc, _ = await steps(self, call, loader, key, kb)  # cancelled: abandoned there
+        try:
+            rc = lib.xf_call_result(call, ffi.NULL)
+            if exc is not None or rc != 0:
+                log_failure(key, exc if exc is not None else call_error(rc, call))
         finally:
             exc = None
             lib.xf_call_free(call)

@@ -1,0 +1,189 @@
+"""Background refresh (background_refresh=True) on both faces against a real
+Redis: the call that wins an early refresh returns the current value while
+the loader runs elsewhere (a thread of the Cache's, or a task it tracks); a
+failed refresh keeps the value, is counted and logged with its traceback;
+close() does not wait for a refresh stuck in its loader; a fork child
+refreshes on threads of its own. The loader's second run blocks until the
+test lets it go, so "while the refresh runs" is a fact, not a timing.
+
+A refresh is due at once here: the first load takes 1.4 s and the rate-aware
+window is 1.5 x that, above the 2 s ttl."""
+import asyncio
+import logging
+import os
+import time
+
+import pytest
+
+import xfetch
+
+TTL, FIRST_LOAD_S = 2.0, 1.4
+
+
+class Gated:
+    """The loader: run 1 takes FIRST_LOAD_S; later runs wait for release()
+    (polling, so it suits a thread and the event loop), and run `fail_at`
+    raises."""
+
+    def __init__(self, face, fail_at=0):
+        self.face, self.fail_at = face, fail_at
+        self.runs, self.open = 0, False
+
+    def release(self):
+        self.open = True
+
+    def _value(self, n):
+        if n == self.fail_at:
+            raise RuntimeError(f"refresh {n} failed")
+        return f"v{n}".encode()
+
+    def loader(self):
+        if self.face.aio:
+            async def load():
+                self.runs += 1
+                n = self.runs
+                if n == 1:
+                    await asyncio.sleep(FIRST_LOAD_S)
+                while n > 1 and not self.open:
+                    await asyncio.sleep(0.01)
+                return self._value(n)
+        else:
+            def load():
+                self.runs += 1
+                n = self.runs
+                if n == 1:
+                    time.sleep(FIRST_LOAD_S)
+                while n > 1 and not self.open:
+                    time.sleep(0.01)
+                return self._value(n)
+        return load
+
+
+def until(face, cond, timeout=10.0):
+    """Waits (the loop runs meanwhile on the aio face) until cond()."""
+    async def poll():
+        deadline = time.monotonic() + timeout
+        while not cond() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return cond()
+    if face.aio:
+        return face.run(poll())
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return cond()
+
+
+def until_cached(face, cache, key, want, timeout=10.0):
+    """Waits until cache.get(key) == want."""
+    async def poll():
+        deadline = time.monotonic() + timeout
+        while await cache.get(key) != want and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return await cache.get(key) == want
+    if face.aio:
+        return face.run(poll())
+    return until(face, lambda: cache.get(key) == want, timeout)
+
+
+def get(face, cache, key, g):
+    return face.run(cache.fetch(key, g.loader(), TTL))
+
+
+def test_the_winner_returns_the_current_value_while_the_refresh_runs(face, server, prefix):
+    cache = face.Cache(server.url, prefix=prefix, background_refresh=True)
+    g = Gated(face)
+    assert get(face, cache, "k", g) == (b"v1", "loader")
+    t0 = time.monotonic()
+    assert get(face, cache, "k", g) == (b"v1", "cache")  # won the refresh
+    assert until(face, lambda: g.runs == 2)  # the loader runs, elsewhere
+    assert get(face, cache, "k", g) == (b"v1", "cache")  # the lease is held
+    assert g.runs == 2
+    assert time.monotonic() - t0 < FIRST_LOAD_S  # nobody waited for a load
+    g.release()
+    assert until_cached(face, cache, "k", b"v2")
+    assert cache.stats()["load_errors"] == 0
+
+
+def test_a_failed_refresh_keeps_the_value_counts_and_logs(face, server, prefix, caplog):
+    cache = face.Cache(server.url, prefix=prefix, background_refresh=True)
+    g = Gated(face, fail_at=2)
+    g.release()
+    assert get(face, cache, "k", g) == (b"v1", "loader")
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        assert get(face, cache, "k", g) == (b"v1", "cache")  # never its error
+        assert until(face, lambda: cache.stats()["load_errors"] == 1)
+    failed = [r for r in caplog.records if "background refresh" in r.getMessage()]
+    assert failed and failed[0].exc_info and "refresh 2 failed" in str(failed[0].exc_info[1])
+    assert until_cached(face, cache, "k", b"v1")  # kept
+    assert get(face, cache, "k", g) == (b"v1", "cache")  # the lease was released:
+    assert until_cached(face, cache, "k", b"v3")  # refreshed again
+
+
+def test_close_waits_a_bounded_time_for_a_stuck_refresh(face, server, prefix):
+    cache = face.Cache(server.url, prefix=prefix, background_refresh=True)
+    g = Gated(face)
+    assert get(face, cache, "k", g) == (b"v1", "loader")
+    assert get(face, cache, "k", g) == (b"v1", "cache")
+    assert until(face, lambda: g.runs == 2)
+    t0 = time.monotonic()
+    face.run(cache.close(timeout=0.3))
+    took = time.monotonic() - t0
+    assert 0.25 <= took < 3.0, took
+    g.release()
+
+
+def test_the_default_and_the_decorator(face, server, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+    with pytest.raises(TypeError):
+        face.Cache(server.url, prefix=prefix, background_refresh="yes")
+    with pytest.raises(TypeError):
+        cache.cached(ttl=1, background_refresh=1)
+    g = Gated(face)
+    assert face.run(cache.fetch("k", g.loader(), TTL, background_refresh=True)) == (
+        b"v1", "loader")
+    assert face.run(cache.fetch("k", g.loader(), TTL, background_refresh=True)) == (
+        b"v1", "cache")
+    assert until(face, lambda: g.runs == 2)
+    g.release()
+    assert until_cached(face, cache, "k", b"v2")
+    if face.aio:
+        @cache.cached(ttl=1, namespace="f", background_refresh=True)
+        async def f(x):
+            return str(x * 2).encode()
+    else:
+        @cache.cached(ttl=1, namespace="f", background_refresh=True)
+        def f(x):
+            return str(x * 2).encode()
+    assert face.run(f(21)) == b"42"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_fork_child_refreshes_on_threads_of_its_own(server, prefix):
+    cache = xfetch.Cache(server.url, prefix=prefix, background_refresh=True)
+
+    class Face:
+        aio = False
+
+        def run(self, x):
+            return x
+    face = Face()
+    g = Gated(face)
+    g.release()
+    assert get(face, cache, "parent", g) == (b"v1", "loader")
+    assert get(face, cache, "parent", g) == (b"v1", "cache")
+    assert until(face, lambda: cache.get("parent") == b"v2")  # the parent's threads ran
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            c = Gated(face)
+            c.release()
+            ok = (get(face, cache, "child", c) == (b"v1", "loader")
+                  and get(face, cache, "child", c) == (b"v1", "cache")
+                  and until(face, lambda: cache.get("child") == b"v2"))
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    cache.close()

@@ -1,0 +1,347 @@
+/* Background refresh (policy.background_refresh) against a real Redis,
+ * through the pool and blocking drivers and their share's refresh workers: the call that
+ * wins an early refresh returns the current value while the loader runs
+ * elsewhere; a failed refresh keeps the value and releases the lease; close
+ * does not wait for a refresh stuck in its loader; a forked child makes its
+ * own workers. The loader here blocks until the test lets it go, so "while
+ * the refresh runs" is a fact, not a timing. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fixture.h"
+
+typedef struct gated {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int open;    /* 0: a run blocks until it is 1 */
+  int calls;   /* runs started */
+  int fail_at; /* the run (1-based) that fails, 0 = none */
+} gated;
+
+static gated G = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0};
+
+static void gate_set(int open) {
+  pthread_mutex_lock(&G.mu);
+  G.open = open;
+  pthread_cond_broadcast(&G.cv);
+  pthread_mutex_unlock(&G.mu);
+}
+
+static int calls(void) {
+  pthread_mutex_lock(&G.mu);
+  int n = G.calls;
+  pthread_mutex_unlock(&G.mu);
+  return n;
+}
+
+static int gated_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)ud, (void)key, (void)keylen;
+  pthread_mutex_lock(&G.mu);
+  int n = ++G.calls;
+  pthread_cond_broadcast(&G.cv);
+  while (!G.open)
+    pthread_cond_wait(&G.cv, &G.mu);
+  int fail = G.fail_at == n;
+  pthread_mutex_unlock(&G.mu);
+  xft_sleep_ms(2); /* a delta the rate-aware rule can work with */
+  char v[16];
+  snprintf(v, sizeof v, "v%d", n);
+  return fail ? 9 : (xf_sink_set(sink, v, strlen(v)) == XF_OK ? 0 : -1);
+}
+
+static void wait_calls(int n) {
+  pthread_mutex_lock(&G.mu);
+  while (G.calls < n)
+    pthread_cond_wait(&G.cv, &G.mu);
+  pthread_mutex_unlock(&G.mu);
+}
+
+static void reset(void) {
+  G.open = 1;
+  G.calls = 0;
+  G.fail_at = 0;
+}
+
+TestSuite(refresh, .init = reset);
+
+static xf_policy background(void) {
+  xf_policy p = XF_POLICY_INIT;
+  p.background_refresh = 1;
+  p.refresh_ahead = 1e9; /* every hit with a delta is due: the test picks when */
+  return p;
+}
+
+/* The drivers that run refreshes on the share's workers, one test body for
+ * both: a pool (its clients), a blocking client (a client opened like it). */
+typedef enum { DRIVER_POOL, DRIVER_BLOCKING } driver;
+
+typedef struct handle {
+  driver d;
+  xf_pool *pool;
+  xf_client *client;
+} handle;
+
+static handle open_on(driver d, xf_share *s) {
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
+  o.host = host;
+  o.share = s;
+  handle h = {.d = d};
+  if (d == DRIVER_POOL)
+    cr_assert_eq(xf_pool_open(&h.pool, &o, 4, 0), XF_OK);
+  else
+    cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  return h;
+}
+
+static void close_handle(handle *h) {
+  xf_pool_close(h->pool);
+  xf_client_close(h->client);
+}
+
+/* One call: its value into buf, its source returned (-rc on failure). */
+static int get(handle *h, const char *key, char *buf, size_t size) {
+  xf_policy pol = background();
+  xf_value v;
+  int rc =
+      h->pool
+          ? xf_pool_get_or_compute(h->pool, key, strlen(key), &pol, gated_load, NULL, &v)
+          : xf_get_or_compute(h->client, key, strlen(key), &pol, gated_load, NULL, &v);
+  if (rc != XF_OK)
+    return rc < 0 ? rc : -rc;
+  snprintf(buf, size, "%s", v.data);
+  int source = (int)v.source;
+  xf_value_free(&v);
+  return source;
+}
+
+ParameterizedTestParameters(refresh,
+                            the_caller_gets_the_current_value_while_the_refresh_runs) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+ParameterizedTestParameters(refresh,
+                            a_failed_refresh_keeps_the_value_and_releases_the_lease) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+ParameterizedTestParameters(refresh,
+                            close_does_not_wait_for_a_refresh_stuck_in_its_loader) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+ParameterizedTestParameters(refresh, a_forked_child_refreshes_on_workers_of_its_own) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+
+/* Keys named after the test and the driver (tests run in parallel). */
+static const char *key_of(const char *name, driver d) {
+  static char k[64];
+  snprintf(k, sizeof k, "refresh:%s:%s", name, d == DRIVER_POOL ? "pool" : "blocking");
+  return k;
+}
+
+/* What Redis holds now for key (xf_get), polled until it is want or 10 s. */
+static int lands(const char *key, const char *want) {
+  xf_client *c = xft_client(0);
+  int ok = 0;
+  for (int i = 0; i < 1000 && !ok; i++) {
+    xf_value v;
+    if (xf_get(c, key, strlen(key), &v) == XF_OK)
+      ok = strcmp(v.data, want) == 0;
+    xf_value_free(&v);
+    if (!ok)
+      xft_sleep_ms(10);
+  }
+  xf_client_close(c);
+  return ok;
+}
+
+static xf_refresh_info info_when(xf_share *s, uint64_t done_or_abandoned) {
+  xf_refresh_info i;
+  for (int n = 0; n < 1000; n++) {
+    xf_share_refresh_stats(s, &i);
+    if (i.done + i.abandoned >= done_or_abandoned)
+      break;
+    xft_sleep_ms(10);
+  }
+  return i;
+}
+
+ParameterizedTest(driver *d, refresh,
+                  the_caller_gets_the_current_value_while_the_refresh_runs) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  handle h = open_on(*d, s);
+  handle *p = &h;
+  char key[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("slow", *d));
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_str_eq(v, "v1");
+  gate_set(0); /* the refresh's loader will block */
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE,
+               "the refresh's winner returns at once");
+  cr_expect_str_eq(v, "v1");
+  wait_calls(2); /* the loader runs, elsewhere */
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect_str_eq(v, "v1", "others are served while the lease is held");
+  cr_expect_eq(calls(), 2, "one refresh");
+  gate_set(1);
+  cr_expect(lands(key, "v2"), "the refresh's value lands");
+  xf_refresh_info i = info_when(s, 1);
+  cr_expect_eq(i.started, 1);
+  cr_expect_eq(i.done, 1);
+  cr_expect_eq(i.failed, 0);
+  close_handle(p);
+  xf_share_close(s);
+}
+
+ParameterizedTest(driver *d, refresh,
+                  a_failed_refresh_keeps_the_value_and_releases_the_lease) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  handle h = open_on(*d, s);
+  handle *p = &h;
+  char key[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("fail", *d));
+  G.fail_at = 2;
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE,
+               "the failure never reaches a caller");
+  xf_refresh_info i = info_when(s, 1);
+  cr_expect_eq(i.failed, 1);
+  cr_expect(lands(key, "v1"), "the value is kept");
+  if (p->pool) { /* a blocking client's refresh counts on a client of its own */
+    xf_pool_info pi;
+    xf_pool_stats(p->pool, &pi);
+    cr_expect_eq(pi.clients.load_errors, 1);
+  }
+  /* The lease was released: the next due call refreshes again. */
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect(lands(key, "v3"));
+  cr_expect_eq(calls(), 3);
+  close_handle(p);
+  xf_share_close(s);
+}
+
+ParameterizedTest(driver *d, refresh,
+                  close_does_not_wait_for_a_refresh_stuck_in_its_loader) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  handle h = open_on(*d, s);
+  handle *p = &h;
+  char key[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("close", *d));
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_LOADER);
+  gate_set(0);
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE);
+  wait_calls(2);
+  int64_t t0 = xft_now_ms();
+  close_handle(p);           /* a pool waits XF_REFRESH_DRAIN_MS, then abandons it */
+  if (*d == DRIVER_BLOCKING) /* the share does, for a blocking client's */
+    xf_share_close(s);
+  int64_t took = xft_now_ms() - t0;
+  cr_expect_geq(took, XF_REFRESH_DRAIN_MS - 50, "it drained first (%lld ms)",
+                (long long)took);
+  cr_expect_lt(took, XF_REFRESH_DRAIN_MS + 5000, "bounded (%lld ms)", (long long)took);
+  gate_set(1); /* the loader returns after close: its result is dropped */
+  if (*d == DRIVER_POOL) {
+    xf_refresh_info i = info_when(s, 1);
+    cr_expect_eq(i.abandoned, 1);
+  }
+  xft_sleep_ms(100);
+  cr_expect(lands(key, "v1"), "nothing written after close");
+  if (*d == DRIVER_POOL)
+    xf_share_close(s);
+}
+
+ParameterizedTest(driver *d, refresh, a_forked_child_refreshes_on_workers_of_its_own) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  handle h = open_on(*d, s);
+  handle *p = &h;
+  char key[64], ckey[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("parent", *d));
+  snprintf(ckey, sizeof ckey, "%s", key_of("child", *d));
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(p, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert(lands(key, "v2"), "the parent's workers run");
+  pid_t pid = fork();
+  if (pid == 0) { /* the child: its own pool, the inherited share */
+    G.calls = 0;
+    handle q = open_on(*d, s);
+    int ok = get(&q, ckey, v, sizeof v) == XF_SOURCE_LOADER &&
+             get(&q, ckey, v, sizeof v) == XF_SOURCE_CACHE && lands(ckey, "v2");
+    xf_refresh_info i;
+    xf_share_refresh_stats(s, &i);
+    ok = ok && i.started == 1; /* the child's own count */
+    close_handle(&q);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's refresh landed");
+  close_handle(p);
+  xf_share_close(s);
+}
+
+/* ---- a user's executor (xf_options.refresh_executor) ------------------------------ */
+
+static xf_refresh *kept;
+static int refuse;
+
+static int keep_refresh(xf_refresh *r, void *ud) {
+  (void)ud;
+  if (refuse)
+    return 1;
+  kept = r;
+  return 0;
+}
+
+Test(refresh, a_user_executor_gets_the_refresh_to_run_or_drop) {
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
+  o.host = host;
+  o.refresh_executor = keep_refresh;
+  handle h = {.d = DRIVER_BLOCKING};
+  cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  const char *key = "refresh:executor";
+  char v[32];
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert_not_null(kept, "the executor took it");
+  cr_expect_eq(calls(), 1, "not run in the call");
+  size_t len;
+  const char *k = xf_refresh_key(kept, &len);
+  cr_expect(len == strlen(key) && memcmp(k, key, len) == 0);
+  xf_client_close(h.client); /* the refresh does not need the caller's client */
+  cr_expect_eq(xf_refresh_run(kept, NULL, NULL), XF_OK);
+  kept = NULL;
+  cr_expect(lands(key, "v2"));
+  cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert_not_null(kept);
+  xf_refresh_drop(kept); /* its lease stays until it expires */
+  kept = NULL;
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect_null(kept, "the dropped refresh's lease is still held");
+  redisContext *rc = xft_redis(); /* start over */
+  freeReplyObject(xft_cmd(rc, "DEL %s", key));
+  redisFree(rc);
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_LOADER);
+  refuse = 1; /* refused: skipped, the lease released at once */
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  refuse = 0;
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_expect_not_null(kept, "the next call refreshes");
+  xf_refresh_drop(kept);
+  close_handle(&h);
+}
