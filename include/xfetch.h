@@ -331,6 +331,26 @@ XF_EXPORT void xf_value_free(xf_value *v);
 typedef struct xf_share_options {
   size_t max_entries; /* keys kept at most; 0 = 10000 */
   size_t max_bytes;   /* bytes of keys and values kept at most; 0 = 64 MiB */
+  /* The near cache: bytes (keys, values and ~100 bytes of overhead per
+   * entry) of values read from Redis kept in the process, so a hit on them
+   * sends nothing; 0 = off (the default). Kept correct by Redis' CLIENT
+   * TRACKING (RESP2: one invalidation connection per node, named
+   * xfetch-invalidate, read by a thread of the share): a key written
+   * elsewhere is dropped when its invalidation comes in (a read overtaken
+   * by one is not kept); losing that connection, or any tracked data
+   * connection, and FLUSHALL / FLUSHDB drop all of that node's entries at
+   * once; this process's own sets and deletes drop them before they
+   * return; a forked child starts empty. A near hit runs the XFetch draw
+   * locally: an elected refresh, an expiry or a lease goes to Redis as
+   * without it. Counted in stats.hits and stats.near_hits (the result event
+   * is XF_EV_NEAR). Callers waiting for another caller's load of a key
+   * (blocking and pool drivers) are woken by its invalidation instead of
+   * polling. Needs Redis 6+; entries come only from the blocking and pool
+   * drivers' reads, not over TLS (event-loop and sans-I/O calls
+   * are served from it but do not fill it); evicts least recently used per
+   * shard (the budget is split over 64 shards: an entry larger than 1/64 of
+   * it is never kept). */
+  size_t near_cache_bytes;
 } xf_share_options;
 
 /* Creates a share in *out. opts NULL = defaults. XF_OK, XF_EINVAL or
@@ -519,6 +539,11 @@ typedef struct xf_stats {
                              are (a field out of range or not a number):
                              each is a miss, recomputed and overwritten */
   uint64_t bypassed;      /* calls made while disabled (xf_client_set_enabled) */
+  /* hits served from the share's near cache without Redis (also in hits) */
+  uint64_t near_hits;
+  /* near cache entries this client's reads evicted to stay within
+   * near_cache_bytes */
+  uint64_t near_evictions;
 } xf_stats;
 
 /* Copies the client's counters into *out. */

@@ -28,6 +28,7 @@ typedef struct xf_share xf_share;
 typedef struct xf_share_options {
   size_t max_entries;
   size_t max_bytes;
+  size_t near_cache_bytes;
 } xf_share_options;
 int xf_share_open(xf_share **out, const xf_share_options *opts);
 void xf_share_close(xf_share *s);
@@ -169,6 +170,8 @@ typedef struct xf_stats {
   uint64_t connections;
   uint64_t malformed;
   uint64_t bypassed;
+  uint64_t near_hits;
+  uint64_t near_evictions;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 

@@ -30,9 +30,10 @@ struct xf_client {
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
   int64_t tombstone_ms;
-  xf_share *share; /* borrowed; NULL = none */
-  char *ns;        /* where values come from: the servers (or unix path), db
-                      and user, NUL-separated (share slots, nested loads) */
+  xf_share *share;       /* borrowed; NULL = none */
+  struct xf__near *near; /* the share's near cache (near.h); NULL = none */
+  char *ns;              /* where values come from: the servers (or unix path), db
+                            and user, NUL-separated (share slots, nested loads) */
   size_t ns_len;
   xf_interrupt_fn interrupt; /* options.interrupt: checked during waits */
   void *interrupt_ud;
