@@ -52,6 +52,12 @@ class Cache:
            `xfetch` logger and xfetch.metrics are fed by the same events.
     enabled: False = bypass: every call runs the loader and nothing is sent
            to Redis (no connection is made); see also disabled().
+    near_cache_bytes: 0 = off (default); N = keep up to N bytes of values
+           read from Redis in this process (C xf_share near cache): a hit on
+           them sends nothing, kept correct by Redis' CLIENT TRACKING (a write
+           anywhere invalidates the key, own set/delete drop it at once), and
+           callers waiting for another caller's load wake on its write. Needs
+           share=True and Redis 6+; not over rediss:// yet.
 
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a
@@ -70,13 +76,14 @@ class Cache:
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, near_cache_bytes: int = 0) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         self._config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
                               max_key_len, max_value_len, share, lazy_connect,
-                              max_connections, ssl, on_event, enabled, "sync")
+                              max_connections, ssl, on_event, enabled, "sync",
+                              near_cache_bytes)
         self._policies = self._config.policies
         self._pool = Pool(self._config)
 
@@ -287,7 +294,8 @@ class Cache:
         uncached, redis_errors, superseded, local, redirects, map_refreshes
         (Redis Cluster), malformed (entries not as xfetch writes them: each a
         miss, recomputed), bypassed (calls made while disabled: enabled=False
-        or disabled()), plus connections (clients open now)."""
+        or disabled()), near_hits (hits served from the near cache, also in
+        hits), near_evictions, plus connections (clients open now)."""
         return self._pool.stats()
 
     def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],

@@ -62,13 +62,13 @@ class Cache:
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, near_cache_bytes: int = 0) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         config = Config(url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                         max_value_len, share, lazy_connect, max_connections, ssl, on_event,
-                        enabled, "aio")
+                        enabled, "aio", near_cache_bytes)
         fields = config.fields
         self._config = config
         self._policies = config.policies
