@@ -248,6 +248,12 @@ typedef enum xf_setup_flags {
 int xf_call_setup_count(const xf_client *c, int flags);
 const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
 int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
+typedef struct xf_track xf_track;
+int xf_call_track_open(xf_client *c, const char *host, int port, xf_track **ticket,
+                       const char **request, size_t *len);
+int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
+int xf_call_track_reply(xf_call *call, const xf_track *ticket);
+void xf_call_track_close(xf_track *ticket, int fd);
 int xf_reader_open(xf_reader **out);
 int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
 int xf_reader_next(xf_reader *rd, xf_reply **reply);

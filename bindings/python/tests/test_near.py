@@ -22,8 +22,7 @@ def test_near_hits_and_a_write_from_elsewhere(face, server, admin, prefix):
         other.set("hot", b"v1", ttl=60)
         for _ in range(20):
             assert face.run(near.get("hot")) == b"v1"
-        if not face.aio:  # the asyncio face's reads do not fill it (yet)
-            assert near.stats()["near_hits"] >= 15
+        assert near.stats()["near_hits"] >= 15
         other.set("hot", b"v2", ttl=60)
         deadline = time.monotonic() + 5
         while face.run(near.get("hot")) != b"v2":  # invalidated within the bound
@@ -33,5 +32,38 @@ def test_near_hits_and_a_write_from_elsewhere(face, server, admin, prefix):
         assert face.run(near.get("hot")) is None
         face.run(near.set("hot", b"v3", ttl=60))
         assert face.run(near.get("hot")) == b"v3"
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("fault", ["CLIENT KILL TYPE pubsub", "CLIENT KILL TYPE normal",
+                                   "FLUSHALL"])
+def test_near_entries_drop_when_tracking_is_lost(face, server, admin, prefix, fault):
+    """The invalidation connection killed, the data connections killed (Redis
+    then invalidates nothing they tracked: redis/redis#13082), FLUSHALL: the
+    entries go, so a write made afterwards is seen (a kept entry would be
+    served forever: nobody would invalidate it)."""
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20, breaker=0)
+    other = xfetch.Cache(server.url, prefix=prefix)
+    try:
+        other.set("k", b"old", ttl=60)
+        for _ in range(5):
+            assert face.run(near.get("k")) == b"old"
+        hits = near.stats()["near_hits"]
+        assert hits >= 3
+        admin.execute_command(*fault.split())
+        other.set("k", b"new", ttl=60)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                if face.run(near.get("k")) == b"new":
+                    break
+            except xfetch.Error:  # the killed connection, noticed by this call
+                pass
+            assert time.monotonic() < deadline, f"after {fault}: the old entry stayed"
+            time.sleep(0.001)
+        for _ in range(5):  # tracked again: kept and served near
+            assert face.run(near.get("k")) == b"new"
+        assert near.stats()["near_hits"] > hits
     finally:
         other.close()

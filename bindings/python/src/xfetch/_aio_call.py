@@ -10,7 +10,7 @@ import inspect
 import time
 
 from ._core import enter_load, leave_load
-from ._errors import Error, TLSError
+from ._errors import ConnectionLostError, Error, TLSError
 from ._native import ffi, lib
 from ._runtime import sink_value
 
@@ -32,6 +32,7 @@ async def steps(cache, call, loader=None, key=None, kb=None):
     KeyboardInterrupt) the call is handed to abandon() and not to be
     touched again; else the caller takes its result and frees it."""
     links = cache._links
+    near = links.near
     n, hostp, portp = cache._size, cache._hostp, cache._portp
     exc, took = None, 0.0
     stream = pending = None
@@ -63,6 +64,10 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                     link.failed()
                     step = lib.xf_call_io_failed(call, lib.XF_EIO, now_ms())
                 else:
+                    if near and lib.xf_call_track_reply(call, stream.track or ffi.NULL):
+                        step = lib.xf_call_reply(call, reply, now_ms())
+                        link.drop(ConnectionLostError(lib.XF_EIO, "near cache tracking lost"))
+                        continue  # tracked under a lost invalidation connection: reopen
                     step = lib.xf_call_reply(call, reply, now_ms())
             elif step == 1:  # XF_CALL_LOAD
                 t0 = _monotonic()
@@ -106,6 +111,8 @@ def abandon(links, call, stream, pending):
     size, host, port = ffi.new("size_t *"), ffi.new("const char **"), ffi.new("int *")
 
     def replied(reply):
+        if links.near:  # not known which stream it came on: never kept near
+            lib.xf_call_track_reply(call, ffi.NULL)
         go(lib.xf_call_reply(call, reply, now_ms()) if reply is not None else
            lib.xf_call_io_failed(call, lib.XF_EIO, now_ms()))
 
@@ -127,6 +134,8 @@ def abandon(links, call, stream, pending):
             if isinstance(reply, asyncio.Future):
                 s.adopt(reply, replied)
                 return
+            if links.near:
+                lib.xf_call_track_reply(call, s.track or ffi.NULL)
             step = lib.xf_call_reply(call, reply, now_ms())
         lib.xf_call_free(call)
 

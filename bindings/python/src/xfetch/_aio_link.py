@@ -18,7 +18,7 @@ from ._native import ffi, lib
 from ._stream import _connect, _Stream
 
 
-async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None):
+async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None, near=False):
     """A new stream on the running loop to fields' server, the C side's setup
     (xf_call_setup with flags) pipelined: one round trip. tls: (ssl context,
     client certificate configured) for rediss:// (_aio_tls), whose setup
@@ -56,7 +56,30 @@ async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None)
     if failure is not None:
         await stream.close()
         raise failure
+    if near:
+        await track(client, fields, stream)
     return stream
+
+
+async def track(client, fields, stream):
+    """The near cache: the stream's reads may fill it once Redis tracks them
+    (xf_call_track_*: CLIENT TRACKING on REDIRECT to the server's
+    invalidation connection, opened by C if needed: a blocking connect, once
+    per server). A refusal leaves the stream untracked (its reads not kept)."""
+    ticket, req, size = ffi.new("xf_track **"), ffi.new("const char **"), ffi.new("size_t *")
+    host = ffi.new("char[]", fields["host"].encode()) if fields["host"] else ffi.NULL
+    if lib.xf_call_track_open(client, host, fields["port"] or 0, ticket, req, size) != 0 \
+            or ticket[0] == ffi.NULL:
+        return
+    try:
+        reply = await stream.request(ffi.unpack(req[0], size[0]))
+    except BaseException:
+        lib.xf_call_track_close(ticket[0], -1)
+        raise
+    if lib.xf_call_track_armed(ticket[0], reply, stream.sock.fileno()) == 0:
+        stream.track = ticket[0]
+    else:
+        lib.xf_call_track_close(ticket[0], -1)
 
 
 class Link:
@@ -104,7 +127,7 @@ class Link:
         if self.opening is None:
             self.opening = asyncio.ensure_future(open_stream(
                 ls.client, self.fields, ls.timeout, ls.connect_timeout, ls.setup_flags(),
-                ls.tls))
+                ls.tls, ls.near))
         opening = self.opening
         try:
             opened = await asyncio.shield(opening)
@@ -152,8 +175,9 @@ class Links:
     are one thread's)."""
 
     def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads,
-                 events, tls=None):
+                 events, tls=None, near=False):
         self.events = events
+        self.near = near  # the share has a near cache: streams are tracked
         self.client, self.unix_path = client, fields["unix_path"]
         self.tls = tls  # (ssl context, client certificate configured) for rediss://
         self.timeout, self.connect_timeout, self.breaker = timeout, connect_timeout, breaker

@@ -154,6 +154,7 @@ class Config:
             raise ValueError(f"near_cache_bytes must be an int >= 0, not {near_cache_bytes!r}")
         if near_cache_bytes and not share:
             raise ValueError("near_cache_bytes needs share=True (the near cache is the share's)")
+        self.near = bool(near_cache_bytes)
         self.share = ffi.NULL
         if share:  # single-flight and a fallback cache while Redis is down
             out = ffi.new("xf_share **")

@@ -80,7 +80,8 @@ class Cache:
         tls = config.tls and (context(config.tls), bool(config.tls["cert_file"]))
         self._links = Links(self._client, fields, config.timeout_ms / 1000,
                             config.connect_timeout_ms / 1000, breaker,
-                            fields["read_from_replicas"], config.events, tls or None)
+                            fields["read_from_replicas"], config.events, tls or None,
+                            config.near)
         self._enabled = config.enabled  # the C client's bypass switch, as last set
         if not config.lazy_connect:
             config.check_now()
