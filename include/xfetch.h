@@ -348,8 +348,8 @@ typedef struct xf_share_options {
    * polling. Needs Redis 6+; entries come only from the blocking and pool
    * drivers' reads, not over TLS (event-loop and sans-I/O calls
    * are served from it but do not fill it); evicts least recently used per
-   * shard (the budget is split over 64 shards: an entry larger than 1/64 of
-   * it is never kept). */
+   * shard (the budget is split over 8 to 64 shards of 256 KiB or more: an
+   * entry larger than a shard's part is never kept). */
   size_t near_cache_bytes;
 } xf_share_options;
 

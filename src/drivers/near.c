@@ -1,5 +1,6 @@
-/* The near cache's entries (near.h, near_impl.h): 64 shards, each under its
- * own lock with its own hash table, LRU list and share of the byte budget,
+/* The near cache's entries (near.h, near_impl.h): 8 to 64 shards (64 once
+ * each gets 256 KiB of the budget), each under its own lock with its own
+ * hash table, LRU list and share of the byte budget,
  * so concurrent hits on different keys rarely meet on a lock. An entry is
  * keyed by the client's namespace and the Redis key, hashed by the key
  * alone: an invalidation names only the key, and drops it for every
@@ -22,7 +23,9 @@
 #include "client_io.h"
 #include "near_impl.h"
 
-#define NSHARDS 64
+#define NSHARDS 64             /* at most; at least MIN_SHARDS */
+#define MIN_SHARDS 8           /* a small cache: fewer, larger shards (LRU per */
+#define MIN_SHARD_BYTES 262144 /* shard evicts worse when a shard holds few) */
 #define PENDING_SLOTS 256
 #define MIN_BUCKETS 16
 #define ENTRY_OVERHEAD 16 /* malloc's own, counted against the budget */
@@ -50,7 +53,8 @@ typedef struct shard {
 
 struct xf__near {
   shard shards[NSHARDS];
-  uint64_t seq; /* invalidations and drops so far (__atomic) */
+  unsigned nshards; /* a power of two */
+  uint64_t seq;     /* invalidations and drops so far (__atomic) */
   uint64_t invalidations, evictions;
   struct xf__near_tracker *tracker;
 };
@@ -64,7 +68,9 @@ static uint64_t hash_key(const char *key, size_t len) {
   return h ^ (h >> 29);
 }
 
-static shard *shard_of(struct xf__near *n, uint64_t h) { return &n->shards[h % NSHARDS]; }
+static shard *shard_of(struct xf__near *n, uint64_t h) {
+  return &n->shards[h & (n->nshards - 1)];
+}
 static size_t slot_of(uint64_t h) { return (h / NSHARDS) % PENDING_SLOTS; }
 static entry **bucket_of(shard *s, uint64_t h) {
   return &s->buckets[(h / NSHARDS / PENDING_SLOTS) & (s->nbuckets - 1)];
@@ -85,8 +91,11 @@ int xf__near_open(struct xf__near **out, size_t max_bytes) {
   if (posix_memalign((void **)&n, 64, sizeof *n) != 0)
     return XF_ENOMEM;
   memset(n, 0, sizeof *n);
+  n->nshards = NSHARDS;
+  while (n->nshards > MIN_SHARDS && max_bytes / n->nshards < MIN_SHARD_BYTES)
+    n->nshards /= 2;
   for (int i = 0; i < NSHARDS; i++) {
-    init_shard(&n->shards[i], max_bytes / NSHARDS);
+    init_shard(&n->shards[i], max_bytes / n->nshards);
     if (!(n->shards[i].buckets = calloc(MIN_BUCKETS, sizeof(entry *)))) {
       xf__near_close(n);
       return XF_ENOMEM;
