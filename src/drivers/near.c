@@ -14,6 +14,7 @@
  * the token, checked under the shard's lock the invalidation also takes. A
  * collision only refuses a value that could have been kept. The same slots
  * wake callers waiting on a key (wake-on-write). */
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ typedef struct entry {
   struct xf__near_node *node;
   int64_t expires_ms, delta_us;
   int negative;
+  int data_fd; /* the socket of the connection that read it */
   size_t nslen, keylen, len, size;
   char bytes[]; /* namespace, key, value, NUL */
 } entry;
@@ -188,11 +190,23 @@ static int alive(const entry *e, int64_t now_ms) {
          e->token >= __atomic_load_n(&e->node->drop_seq, __ATOMIC_ACQUIRE);
 }
 
+/* Whether what the tracker thread has not read yet may concern an entry:
+ * bytes waiting on its node's invalidation connection (an invalidation, a
+ * flush, the connection closed), or the connection that read it closed by
+ * the server. The thread handles them within microseconds, unless the
+ * machine is so loaded that it is not scheduled for milliseconds: the hit
+ * then goes to Redis instead of serving what may be stale. One poll(). */
+static int news_pending(int inval_fd, int data_fd) {
+  struct pollfd pf[2] = {{.fd = inval_fd, .events = POLLIN},
+                         {.fd = data_fd, .events = POLLRDHUP}};
+  return poll(pf, 2, 0) != 0;
+}
+
 int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
                  int64_t now_ms, xf__near_hit *hit) {
   uint64_t h = hash_key(key, keylen);
   shard *s = shard_of(n, h);
-  int found = 0;
+  int found = 0, inval_fd = -1, data_fd = -1;
   pthread_mutex_lock(&s->mu);
   for (entry *e = *bucket_of(s, h); e; e = e->hnext) {
     if (!same(e, h, c, key, keylen))
@@ -207,12 +221,18 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
       hit->delta_us = e->delta_us;
       hit->remaining_ms = e->expires_ms - now_ms;
       hit->negative = e->negative;
+      inval_fd = __atomic_load_n(&e->node->inval_fd, __ATOMIC_ACQUIRE);
+      data_fd = e->data_fd;
       move_front(s, e);
       found = 1;
     }
     break;
   }
   pthread_mutex_unlock(&s->mu);
+  if (found && news_pending(inval_fd, data_fd)) {
+    free(hit->data);
+    return 0;
+  }
   return found;
 }
 
@@ -253,6 +273,7 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
                .expires_ms = expires_ms,
                .delta_us = delta_us,
                .negative = negative,
+               .data_fd = t->fd,
                .nslen = c->ns_len,
                .keylen = keylen,
                .len = len,

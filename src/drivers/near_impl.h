@@ -22,6 +22,7 @@ struct xf__near_node {
   int port;
   char *unix_path;
   void *ctx;         /* the invalidation connection (redisContext); NULL = none */
+  int inval_fd;      /* its socket, -1 = none (__atomic: a hit polls it) */
   long long id;      /* its CLIENT ID: the data connections' REDIRECT */
   uint64_t gen;      /* bumped when it is lost: tracking armed under an older
                         one delivers nothing (reconnect to re-arm) */
@@ -76,8 +77,9 @@ int xf__near_arm(struct xf__near *n, struct xf_client *c, const char *host, int 
                  const char *unix_path, long long *redirect_id, xf__track *t);
 
 /* The connection of ticket t (socket fd) is tracked: watched, so its loss
- * (CLIENT KILL, a server closing it) drops its node's entries at once. */
-void xf__near_watch(const xf__track *t, int fd);
+ * (CLIENT KILL, a server closing it) drops its node's entries at once; t->fd
+ * is set (a hit polls it: see near.c). */
+void xf__near_watch(xf__track *t, int fd);
 
 /* The connection of t (fd) is going away: no longer watched, and its node's
  * entries drop (Redis stops invalidating what it tracked: redis#13082). */

@@ -72,11 +72,12 @@ static void wake(struct xf__near_tracker *t) {
 /* The node's invalidation connection is gone (or broke): its entries go,
  * and tracking armed under it is stale. Under t->mu. */
 static void lose(struct xf__near_tracker *t, struct xf__near_node *node) {
+  __atomic_add_fetch(&node->gen, 1, __ATOMIC_ACQ_REL);
+  xf__near_drop_node(t->near, node); /* before its socket closes (a hit polls it) */
+  __atomic_store_n(&node->inval_fd, -1, __ATOMIC_RELEASE);
   if (node->ctx)
     redisFree(node->ctx);
   node->ctx = NULL;
-  __atomic_add_fetch(&node->gen, 1, __ATOMIC_ACQ_REL);
-  xf__near_drop_node(t->near, node);
 }
 
 /* One message from node's invalidation connection. */
@@ -183,6 +184,7 @@ static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *h
     return NULL;
   node->tracker = t;
   node->port = port;
+  node->inval_fd = -1;
   if (host ? !(node->host = strdup(host)) : !(node->unix_path = strdup(unix_path))) {
     free(node);
     return NULL;
@@ -242,6 +244,7 @@ static int connect_node(xf_client *c, struct xf__near_node *node) {
     return c->errstr[0] ? XF_EREDIS : XF_EIO;
   }
   node->ctx = ctx;
+  __atomic_store_n(&node->inval_fd, ctx->fd, __ATOMIC_RELEASE);
   return XF_OK;
 }
 
@@ -269,8 +272,9 @@ int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
   return rc;
 }
 
-void xf__near_watch(const xf__track *tk, int fd) {
+void xf__near_watch(xf__track *tk, int fd) {
   struct xf__near_tracker *t = tk->node->tracker;
+  tk->fd = fd;
   watch *w = calloc(1, sizeof *w);
   pthread_mutex_lock(&t->mu);
   if (w) {
@@ -336,6 +340,7 @@ void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
       if (node->ctx)
         redisFree(node->ctx); /* plain TCP or Unix: closes, sends nothing */
       node->ctx = NULL;
+      node->inval_fd = -1;
       node->gen++;
     }
     while (t->watches) {

@@ -228,8 +228,8 @@ static int setup(xf_client *c, xf__conn *k) {
     if (rc == XF_OK) {
       rc = xf__setup_judge(c, s.kind[i], r);
       if (rc == XF_OK && s.kind[i] == XF__SETUP_TRACKING && r->type != XF_REPLY_ERROR) {
-        k->track = track;
         xf__near_watch(&track, k->link->s.fd);
+        k->track = track;
       }
       xf__reply_free(r);
     }

@@ -8,6 +8,16 @@ import pytest
 import xfetch
 
 
+def until_near_hit(face, cache, key, want):
+    """Reads key (its value want) until a read is a near hit, within a bound: a
+    hit goes to Redis while invalidations wait to be read (a loaded machine)."""
+    before, deadline = cache.stats()["near_hits"], time.monotonic() + 5
+    while cache.stats()["near_hits"] == before:
+        assert face.run(cache.get(key)) == want
+        assert time.monotonic() < deadline, "never a near hit"
+        time.sleep(0.001)
+
+
 def test_near_cache_bytes_is_checked(server, prefix):
     with pytest.raises(ValueError):
         xfetch.Cache(server.url, prefix=prefix, near_cache_bytes=-1)
@@ -22,7 +32,7 @@ def test_near_hits_and_a_write_from_elsewhere(face, server, admin, prefix):
         other.set("hot", b"v1", ttl=60)
         for _ in range(20):
             assert face.run(near.get("hot")) == b"v1"
-        assert near.stats()["near_hits"] >= 15
+        until_near_hit(face, near, "hot", b"v1")
         other.set("hot", b"v2", ttl=60)
         deadline = time.monotonic() + 5
         while face.run(near.get("hot")) != b"v2":  # invalidated within the bound
@@ -47,10 +57,8 @@ def test_near_entries_drop_when_tracking_is_lost(face, server, admin, prefix, fa
     other = xfetch.Cache(server.url, prefix=prefix)
     try:
         other.set("k", b"old", ttl=60)
-        for _ in range(5):
-            assert face.run(near.get("k")) == b"old"
+        until_near_hit(face, near, "k", b"old")
         hits = near.stats()["near_hits"]
-        assert hits >= 3
         admin.execute_command(*fault.split())
         other.set("k", b"new", ttl=60)
         deadline = time.monotonic() + 5
@@ -62,8 +70,7 @@ def test_near_entries_drop_when_tracking_is_lost(face, server, admin, prefix, fa
                 pass
             assert time.monotonic() < deadline, f"after {fault}: the old entry stayed"
             time.sleep(0.001)
-        for _ in range(5):  # tracked again: kept and served near
-            assert face.run(near.get("k")) == b"new"
+        until_near_hit(face, near, "k", b"new")  # tracked again: kept and served near
         assert near.stats()["near_hits"] > hits
     finally:
         other.close()
