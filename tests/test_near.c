@@ -317,3 +317,39 @@ Test(near, waiters_are_woken_by_the_write) {
   cr_log_info("wake-on-write: %lld reads, leases and writes", sent);
   env_close(&e);
 }
+
+/* The batch driver is served from the near cache key by key (its reads, one
+ * read_many script, do not fill it: the blocking reads did). */
+Test(near, a_batch_is_served_near) {
+  near_env e;
+  env_open(&e);
+  const char *keys[3] = {"near:b0", "near:b1", "near:b2"};
+  size_t lens[3] = {7, 7, 7};
+  for (int i = 0; i < 3; i++) {
+    put(e.other, keys[i], "v");
+    warm(e.c, keys[i], "v");
+  }
+  put(e.other, "near:b1", "w"); /* one of them changed: Redis tells */
+  uint64_t before = near_hits(e.c);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "loaded", .len = 6};
+  int64_t until = xft_now_ms() + BOUND_MS;
+  for (;;) {
+    xf_value v[3];
+    int rcs[3];
+    cr_assert_eq(xf_get_or_compute_many(e.c, 3, keys, lens, &p, xft_load, &l, v, rcs),
+                 XF_OK);
+    int done = rcs[0] == XF_OK && rcs[2] == XF_OK && strcmp(v[0].data, "v") == 0 &&
+               strcmp(v[2].data, "v") == 0 && rcs[1] == XF_OK &&
+               strcmp(v[1].data, "w") == 0;
+    for (int i = 0; i < 3; i++)
+      xf_value_free(&v[i]);
+    if (done)
+      break;
+    cr_assert_lt(xft_now_ms(), until, "the batch never saw the write");
+    xft_sleep_ms(1);
+  }
+  cr_assert_geq(near_hits(e.c) - before, 2);
+  cr_assert_eq(l.calls, 0);
+  env_close(&e);
+}
