@@ -35,7 +35,7 @@ struct xf_client;
 typedef struct xf__track {
   struct xf__near_node *node;
   uint64_t gen;
-  int fd; /* the data connection's socket (watched for its loss) */
+  int fd; /* the data connection's descriptor, watched for its loss */
 } xf__track;
 
 /* A near hit's copy of the entry. */
