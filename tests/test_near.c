@@ -334,6 +334,8 @@ Test(near, a_batch_is_served_near) {
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "loaded", .len = 6};
   int64_t until = xft_now_ms() + BOUND_MS;
+  /* until the write is seen and the others came from the near cache (a hit
+   * goes to Redis while an invalidation waits to be read: a loaded machine) */
   for (;;) {
     xf_value v[3];
     int rcs[3];
@@ -344,12 +346,12 @@ Test(near, a_batch_is_served_near) {
                strcmp(v[1].data, "w") == 0;
     for (int i = 0; i < 3; i++)
       xf_value_free(&v[i]);
-    if (done)
+    if (done && near_hits(e.c) - before >= 2)
       break;
-    cr_assert_lt(xft_now_ms(), until, "the batch never saw the write");
+    before = near_hits(e.c);
+    cr_assert_lt(xft_now_ms(), until, "the batch never saw the write from near hits");
     xft_sleep_ms(1);
   }
-  cr_assert_geq(near_hits(e.c) - before, 2);
   cr_assert_eq(l.calls, 0);
   env_close(&e);
 }
