@@ -117,9 +117,10 @@ Test(near_cluster, every_node_tracks_and_invalidates) {
   xf_share_close(s);
 }
 
-/* A node's tracked connection killed: what it tracked drops at once. */
-Test(near_cluster, a_nodes_lost_connection_drops_its_entries) {
-  const char *key = "{nc-kill}k";
+/* A fault on the master of key (its tracked data connections killed, its
+ * invalidation connection killed, FLUSHALL): what that node tracked drops at
+ * once, and a write made afterwards is seen. */
+static void fault_on_owner(const char *key, const char *fault) {
   xft_node owner, other_master;
   xft_masters_of(xf__cluster_keyslot(key, strlen(key)), &owner, &other_master);
   xf_share *s = near_share();
@@ -128,14 +129,27 @@ Test(near_cluster, a_nodes_lost_connection_drops_its_entries) {
   expect_near_hit(c, key, "old");
   uint64_t seen = xf__near_invalidations(xf__share_near(s));
   redisContext *raw = xft_cluster_redis(owner.port);
-  freeReplyObject(xft_cluster_cmd(raw, "CLIENT KILL TYPE normal"));
+  freeReplyObject(xft_cluster_cmd(raw, fault));
   redisFree(raw);
   await_invalidations(s, seen);
   put(other, key, "new");
   expect_soon(c, key, "new");
+  expect_near_hit(c, key, "new"); /* tracked again */
   xf_client_close(other);
   xf_client_close(c);
   xf_share_close(s);
+}
+
+Test(near_cluster, a_nodes_killed_data_connections_drop_its_entries) {
+  fault_on_owner("{nc-kill}k", "CLIENT KILL TYPE normal");
+}
+
+Test(near_cluster, a_nodes_killed_invalidation_connection_drops_its_entries) {
+  fault_on_owner("{nc-pubsub}k", "CLIENT KILL TYPE pubsub");
+}
+
+Test(near_cluster, a_nodes_flushall_drops_its_entries) {
+  fault_on_owner("{nc-flush}k", "FLUSHALL");
 }
 
 /* The slot moves to another master: the key's deletion on the old one
