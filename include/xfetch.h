@@ -123,7 +123,7 @@ typedef struct xf_tls_options {
  *
  * Each get-or-compute (and get) call reports exactly one result event:
  * XF_EV_HIT, XF_EV_EARLY, XF_EV_MISS, XF_EV_STALE or XF_EV_FAIL_OPEN (or,
- * once the near cache lands, XF_EV_NEAR); the others say what happened on
+ * with a near cache, XF_EV_NEAR); the others say what happened on
  * the way. For metrics, count calls by result from those five. */
 typedef enum xf_event_type {
   XF_EV_HIT = 0,             /* result: a fresh value served from Redis */
@@ -135,7 +135,7 @@ typedef enum xf_event_type {
                                 while another refreshes, stale_if_error_ms) */
   XF_EV_FAIL_OPEN = 4,       /* result: Redis could not be used (rc: why); the
                                 loader runs (or the share answers) uncached */
-  XF_EV_NEAR = 5,            /* result: served from the near cache (reserved) */
+  XF_EV_NEAR = 5,            /* result: served from the share's near cache */
   XF_EV_LEASE_WON = 6,       /* this call holds the key's lease */
   XF_EV_LEASE_LOST = 7,      /* another caller holds it */
   XF_EV_LOAD_START = 8,      /* the loader is about to run */

@@ -355,3 +355,42 @@ Test(near, a_batch_is_served_near) {
   cr_assert_eq(l.calls, 0);
   env_close(&e);
 }
+
+static void count_event(const xf_event *ev, void *ud) {
+  int *counts = ud;
+  if (ev->type >= 0 && ev->type <= XF_EV_INVALIDATION)
+    counts[ev->type]++;
+}
+
+/* A near hit reports one result event, XF_EV_NEAR (source: cache). */
+Test(near, a_near_hit_reports_one_near_event) {
+  near_env e;
+  env_open(&e);
+  int counts[XF_EV_INVALIDATION + 1] = {0};
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = e.srv.port;
+  o.share = e.share;
+  o.on_event = count_event;
+  o.on_event_ud = counts;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  put(e.other, "near:ev", "v");
+  warm(c, "near:ev", "v");
+  memset(counts, 0, sizeof counts);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "loaded", .len = 6};
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (counts[XF_EV_NEAR] == 0) { /* a near hit, within the bound */
+    memset(counts, 0, sizeof counts);
+    xf_value v;
+    cr_assert_eq(xf_get_or_compute(c, "near:ev", 7, &p, xft_load, &l, &v), XF_OK);
+    cr_assert_eq(v.source, XF_SOURCE_CACHE);
+    xf_value_free(&v);
+    cr_assert_lt(xft_now_ms(), until, "never a near hit");
+  }
+  int results = counts[XF_EV_HIT] + counts[XF_EV_EARLY] + counts[XF_EV_MISS] +
+                counts[XF_EV_STALE] + counts[XF_EV_FAIL_OPEN] + counts[XF_EV_NEAR];
+  cr_assert_eq(results, 1, "one result event per call");
+  xf_client_close(c);
+  env_close(&e);
+}
