@@ -394,3 +394,24 @@ Test(near, a_near_hit_reports_one_near_event) {
   xf_client_close(c);
   env_close(&e);
 }
+
+/* Over a Unix socket: the node is the socket's path. */
+Test(near, over_a_unix_socket) {
+  near_env e;
+  env_open(&e);
+  xf_options o = XF_OPTIONS_INIT;
+  o.unix_path = e.srv.unix_path;
+  o.share = e.share;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK, "%s", e.srv.unix_path);
+  put(e.other, "near:unix", "old");
+  warm(c, "near:unix", "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  put(e.other, "near:unix", "new");
+  await_invalidations(e.share, seen);
+  char got[64];
+  get(c, "near:unix", got, sizeof got);
+  cr_assert_str_eq(got, "new");
+  xf_client_close(c);
+  env_close(&e);
+}
