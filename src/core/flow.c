@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "client.h"
-#include "decide.h"
 #include "event.h"
 #include "flow_steps.h"
 #include "near.h"
@@ -138,61 +137,6 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
   return rc == XF_OK ? xf__key_build(c, key, keylen, &f->key) : rc;
 }
 
-/* A get-or-compute or get asks the near cache first: a kept entry within its
- * life is served without Redis, unless the XFetch draw (the same as on a
- * Redis hit) elects this call to refresh it: then it reads Redis and, if the
- * value is still fresh there, refreshes (no second draw). 1 when served
- * (*step DONE). */
-static int near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
-  xf_client *c = f->c;
-  xf__near_hit h;
-  if (!xf__near_get(c->near, c, f->key.data, f->key.len, now_ms, &h))
-    return 0;
-  if (f->kind == XF_KIND_GET_OR_COMPUTE &&
-      xf__recompute_early(&c->rng, h.remaining_ms, h.delta_us, f->p->beta)) {
-    free(h.data);
-    f->near_elected = 1;
-    return 0;
-  }
-  c->stats.near_hits++;
-  int rc = XF_OK;
-  if (h.negative) {
-    free(h.data);
-    if (f->kind == XF_KIND_GET) {
-      c->stats.misses++; /* a cached not-found is a get's miss */
-      xf__emit(f, XF_EV_MISS, -1, 0, 0);
-    } else {
-      c->stats.hits++;
-      xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
-    }
-    rc = xf__fail(c, XF_ENOTFOUND, "cached not-found");
-  } else {
-    c->stats.hits++;
-    xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
-    f->out->data = h.data;
-    f->out->len = h.len;
-    f->out->source = XF_SOURCE_CACHE;
-  }
-  *step = xf__flow_done(f, rc);
-  return 1;
-}
-
-/* What a read saw, kept in the near cache when it is a fresh value (or a
- * cached not-found) read over a tracked connection, and no invalidation of
- * its key overtook it (near.h). Its life counts from when the read was sent
- * (the server read it no earlier), less the clocks' drift allowance. */
-static void near_keep(xf__flow *f) {
-  const xf__entry *e = &f->e;
-  if (!f->track.node || !e->value || e->malformed || e->remaining_ms <= 0)
-    return;
-  int64_t drift_ms = e->remaining_ms / 1000 + 1;
-  if (e->remaining_ms <= drift_ms)
-    return;
-  f->c->stats.near_evictions += xf__near_put(
-      f->c->near, f->c, &f->track, f->near_token, f->key.data, f->key.len, e->value, e->len,
-      e->delta_us, f->sent_ms + e->remaining_ms - drift_ms, e->negative);
-}
-
 xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                         const xf_policy *p, xf_value *out, int64_t now_ms) {
   int rc = begin(f, XF_KIND_GET_OR_COMPUTE, c, key, keylen, p, out, XF_OK, now_ms);
@@ -206,7 +150,7 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   if (rc == XF_OK && c->disabled)
     return xf__flow_bypass(f);
   xf__step step;
-  if (rc == XF_OK && c->near && near_first(f, now_ms, &step))
+  if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
@@ -219,7 +163,7 @@ xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t k
     rc = xf__fail(c, XF_ENOTFOUND, "the client is disabled (bypass): nothing is read");
   }
   xf__step step;
-  if (rc == XF_OK && c->near && near_first(f, now_ms, &step))
+  if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
@@ -288,7 +232,7 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
   if (rc == XF_OK && f->c->near)
-    near_keep(f);
+    xf__flow_near_keep(f);
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_read_decide(f, rc, now_ms);
   const xf__entry *e = &f->e;
