@@ -19,6 +19,7 @@
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -125,52 +126,99 @@ static void hung_up(struct xf__near_tracker *t, int fd, struct xf__near_node *no
     }
 }
 
-#define MAX_POLL 1024
+/* What one poll() watches: the wake pipe, every node's invalidation
+ * connection, every tracked data connection; grown as they come. */
+typedef struct poll_set {
+  struct pollfd *pf;
+  struct xf__near_node **who;
+  void **ctxs; /* the invalidation connection polled; NULL: a watched one */
+  size_t n, cap;
+} poll_set;
+
+static int fit(poll_set *ps, size_t need) {
+  if (need <= ps->cap)
+    return 1;
+  size_t cap = need * 2;
+  struct pollfd *pf = realloc(ps->pf, cap * sizeof *pf);
+  if (pf)
+    ps->pf = pf;
+  struct xf__near_node **who = realloc(ps->who, cap * sizeof *who);
+  if (who)
+    ps->who = who;
+  void **ctxs = realloc(ps->ctxs, cap * sizeof *ctxs);
+  if (ctxs)
+    ps->ctxs = ctxs;
+  if (!pf || !who || !ctxs)
+    return 0;
+  ps->cap = cap;
+  return 1;
+}
+
+static int add(poll_set *ps, int fd, short events, struct xf__near_node *who, void *ctx) {
+  if (!fit(ps, ps->n + 1))
+    return 0;
+  ps->pf[ps->n] = (struct pollfd){.fd = fd, .events = events};
+  ps->who[ps->n] = who;
+  ps->ctxs[ps->n++] = ctx;
+  return 1;
+}
+
+/* Builds the set under t->mu. Out of memory for a connection's place: its
+ * node keeps nothing (what is not watched could go stale unseen). */
+static void build(struct xf__near_tracker *t, poll_set *ps) {
+  ps->n = 0;
+  add(ps, t->wake[0], POLLIN, NULL, NULL);
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    if (node->ctx && !add(ps, ((redisContext *)node->ctx)->fd, POLLIN, node, node->ctx))
+      xf__near_drop_node(t->near, node);
+  for (watch *w = t->watches; w; w = w->next)
+    if (!add(ps, w->fd, POLLRDHUP, w->node, NULL))
+      xf__near_drop_node(t->near, w->node);
+}
 
 static void *run(void *arg) {
   struct xf__near_tracker *t = arg;
-  struct pollfd pf[MAX_POLL];
-  struct xf__near_node *who[MAX_POLL];
-  void *ctxs[MAX_POLL];
+  poll_set ps = {0};
   for (;;) {
-    int n = 0;
     pthread_mutex_lock(&t->mu);
     if (t->stopping) {
       pthread_mutex_unlock(&t->mu);
-      return NULL;
+      break;
     }
-    pf[n++] = (struct pollfd){.fd = t->wake[0], .events = POLLIN};
-    for (struct xf__near_node *node = t->nodes; node && n < MAX_POLL; node = node->next)
-      if (node->ctx) {
-        who[n] = node;
-        ctxs[n] = node->ctx;
-        pf[n++] = (struct pollfd){.fd = ((redisContext *)node->ctx)->fd, .events = POLLIN};
-      }
-    for (watch *w = t->watches; w && n < MAX_POLL; w = w->next) {
-      who[n] = w->node;
-      ctxs[n] = NULL;
-      pf[n++] = (struct pollfd){.fd = w->fd, .events = POLLRDHUP};
-    }
+    build(t, &ps);
     pthread_mutex_unlock(&t->mu);
-    if (poll(pf, (nfds_t)n, -1) < 0 && errno != EINTR)
+    if (poll(ps.pf, (nfds_t)ps.n, ps.n ? -1 : 10) < 0 && errno != EINTR)
       continue;
     char buf[64];
-    if (pf[0].revents)
+    if (ps.pf[0].revents)
       while (read(t->wake[0], buf, sizeof buf) > 0)
         ;
     pthread_mutex_lock(&t->mu);
-    for (int i = 1; i < n; i++) {
-      if (!pf[i].revents)
+    for (size_t i = 1; i < ps.n; i++) {
+      if (!ps.pf[i].revents)
         continue;
-      if (ctxs[i]) { /* still that connection: not lost and reopened meanwhile */
-        if (who[i]->ctx == ctxs[i])
-          read_node(t, who[i]);
+      if (ps.ctxs[i]) { /* still that connection: not lost and reopened meanwhile */
+        if (ps.who[i]->ctx == ps.ctxs[i])
+          read_node(t, ps.who[i]);
       } else {
-        hung_up(t, pf[i].fd, who[i]);
+        hung_up(t, ps.pf[i].fd, ps.who[i]);
       }
     }
     pthread_mutex_unlock(&t->mu);
   }
+  free(ps.pf), free(ps.who), free(ps.ctxs);
+  return NULL;
+}
+
+/* Starts the thread with every signal blocked: they are the application's
+ * threads' to take (a Python process's Ctrl-C among them). */
+static int start_thread(struct xf__near_tracker *t) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&t->thread, NULL, run, t);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc == 0;
 }
 
 static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *host,
@@ -259,7 +307,7 @@ int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
   else if (!node->ctx)
     rc = connect_node(c, node);
   if (rc == XF_OK && !t->running) {
-    t->running = pthread_create(&t->thread, NULL, run, t) == 0;
+    t->running = start_thread(t);
     rc = t->running ? XF_OK : XF_ENOMEM;
   }
   if (rc == XF_OK) {
