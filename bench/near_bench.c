@@ -22,6 +22,7 @@
  *              the write) vs off (polling).
  * Figures to the JSON's params and to goals.c. */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,37 @@ static double hot_rate(xf_client *c, const char *key, int n) {
     xf_value_free(&v);
   }
   return n / (now_s() - t0);
+}
+
+/* Near hits on one hot key from 2 threads at once (each its own client of
+ * one share): calls/s in all, against one thread's. */
+typedef struct hot_thread {
+  xf_client *c;
+  const char *key;
+  int n;
+  double rps;
+} hot_thread;
+
+static void *hot_thread_run(void *arg) {
+  hot_thread *h = arg;
+  h->rps = hot_rate(h->c, h->key, h->n);
+  return NULL;
+}
+
+static double hot_rate_threads(const target *t, xf_share *s, const char *key, int n) {
+  hot_thread h[2] = {{nb_client(t, s), key, n, 0}, {nb_client(t, s), key, n, 0}};
+  pthread_t th[2];
+  double total = -1;
+  if (h[0].c && h[1].c) {
+    hot_rate(h[0].c, key, 100), hot_rate(h[1].c, key, 100);
+    for (int i = 0; i < 2; i++)
+      pthread_create(&th[i], NULL, hot_thread_run, &h[i]);
+    for (int i = 0; i < 2; i++)
+      pthread_join(th[i], NULL);
+    total = h[0].rps + h[1].rps;
+  }
+  xf_client_close(h[0].c), xf_client_close(h[1].c);
+  return total;
 }
 
 /* ---- staleness ---- */
@@ -220,6 +252,7 @@ int sc_near(const bench_env *e, scenario_out *out) {
   double near_rps = hot_rate(near, key, n);
   long long c1 = nb_commands(e->rc);
   double cmds_per_call = (double)(c1 - c0 - 1) / n; /* less the INFO itself */
+  double threads_rps = hot_rate_threads(e->t, s, key, n);
   xf_client_close(far), xf_client_close(near), xf_share_close(s);
   nb_zipf z;
   nb_stale st[2];
@@ -232,8 +265,8 @@ int sc_near(const bench_env *e, scenario_out *out) {
   goal_set("near_stale_over_1ms_faults", (double)st[1].over_1ms);
   goal_set("near_wake_max_ms", w.near_max_ms);
   printf("near: hot key %.0f calls/s near vs %.0f via Redis (x%.1f), %.4f Redis commands "
-         "per near call\n",
-         near_rps, redis_rps, near_rps / redis_rps, cmds_per_call);
+         "per near call; 2 threads: %.0f calls/s in all\n",
+         near_rps, redis_rps, near_rps / redis_rps, cmds_per_call, threads_rps);
   printf("near: zipf(1) %d keys, cache ~1/8 of them: hit ratio %.3f (LRU; simulated on "
          "the trace: LRU %.3f, CLOCK %.3f, S3-FIFO %.3f), %.0f calls/s on %d threads, "
          "%.3f commands per call, %llu evictions\n",
@@ -249,7 +282,8 @@ int sc_near(const bench_env *e, scenario_out *out) {
          "%.1f ms (mean %.1f), polling max %.1f ms (mean %.1f)\n",
          w.near_max_ms, w.near_mean_ms, w.poll_max_ms, w.poll_mean_ms);
   snprintf(out->params, sizeof out->params,
-           "{\"hot_key_calls_per_s\": {\"near\": %.0f, \"redis\": %.0f}, "
+           "{\"hot_key_calls_per_s\": {\"near\": %.0f, \"redis\": %.0f, "
+           "\"near_2_threads\": %.0f}, "
            "\"near_commands_per_call\": %.5f, "
            "\"zipf\": {\"keys\": %d, \"threads\": %d, \"hit_ratio\": %.4f, "
            "\"calls_per_s\": %.0f, \"commands_per_call\": %.4f, \"evictions\": %llu, "
@@ -260,8 +294,8 @@ int sc_near(const bench_env *e, scenario_out *out) {
            "\"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu}], "
            "\"wake_after_write_ms\": {\"near_max\": %.2f, \"near_mean\": %.2f, "
            "\"poll_max\": %.2f, \"poll_mean\": %.2f}}",
-           near_rps, redis_rps, cmds_per_call, z.keys, z.threads, z.hit_ratio, z.rps,
-           z.cmds_per_call, (unsigned long long)z.evictions, z.sim_lru, z.sim_clock,
+           near_rps, redis_rps, threads_rps, cmds_per_call, z.keys, z.threads, z.hit_ratio,
+           z.rps, z.cmds_per_call, (unsigned long long)z.evictions, z.sim_lru, z.sim_clock,
            z.sim_s3fifo, (unsigned long long)st[0].reads, (unsigned long long)st[0].stale,
            st[0].p99_ms, st[0].p999_ms, st[0].max_ms, (unsigned long long)st[0].over_1ms,
            (unsigned long long)st[1].reads, (unsigned long long)st[1].stale, st[1].p99_ms,
