@@ -33,6 +33,15 @@ typedef struct watch { /* a tracked data connection's socket */
   struct xf__near_node *node;
 } watch;
 
+/* What one poll() watches: the wake pipe, every node's invalidation
+ * connection, every tracked data connection; grown as they come. */
+typedef struct poll_set {
+  struct pollfd *pf;
+  struct xf__near_node **who;
+  void **ctxs; /* the invalidation connection polled; NULL: a watched one */
+  size_t n, cap;
+} poll_set;
+
 struct xf__near_tracker {
   struct xf__near *near;
   pthread_mutex_t mu;
@@ -41,6 +50,8 @@ struct xf__near_tracker {
   int wake[2]; /* a byte: the thread rebuilds its poll set */
   pthread_t thread;
   int running, stopping;
+  poll_set ps; /* the thread's; here, not on its stack: a forked child (which
+                  has no such thread) still frees it */
 };
 
 static int open_pipe(int fds[2]) {
@@ -126,15 +137,6 @@ static void hung_up(struct xf__near_tracker *t, int fd, struct xf__near_node *no
     }
 }
 
-/* What one poll() watches: the wake pipe, every node's invalidation
- * connection, every tracked data connection; grown as they come. */
-typedef struct poll_set {
-  struct pollfd *pf;
-  struct xf__near_node **who;
-  void **ctxs; /* the invalidation connection polled; NULL: a watched one */
-  size_t n, cap;
-} poll_set;
-
 static int fit(poll_set *ps, size_t need) {
   if (need <= ps->cap)
     return 1;
@@ -178,7 +180,7 @@ static void build(struct xf__near_tracker *t, poll_set *ps) {
 
 static void *run(void *arg) {
   struct xf__near_tracker *t = arg;
-  poll_set ps = {0};
+  poll_set ps = t->ps; /* a previous thread's (before a fork), or none */
   for (;;) {
     pthread_mutex_lock(&t->mu);
     if (t->stopping) {
@@ -186,6 +188,7 @@ static void *run(void *arg) {
       break;
     }
     build(t, &ps);
+    t->ps = ps;
     pthread_mutex_unlock(&t->mu);
     if (poll(ps.pf, (nfds_t)ps.n, ps.n ? -1 : 10) < 0 && errno != EINTR)
       continue;
@@ -206,8 +209,7 @@ static void *run(void *arg) {
     }
     pthread_mutex_unlock(&t->mu);
   }
-  free(ps.pf), free(ps.who), free(ps.ctxs);
-  return NULL;
+  return NULL; /* t->ps is freed with t */
 }
 
 /* Starts the thread with every signal blocked: they are the application's
@@ -373,6 +375,7 @@ void xf__tracker_close(struct xf__near_tracker *t) {
   }
   close(t->wake[0]);
   close(t->wake[1]);
+  free(t->ps.pf), free(t->ps.who), free(t->ps.ctxs);
   pthread_mutex_destroy(&t->mu);
   free(t);
 }
