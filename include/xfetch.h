@@ -331,7 +331,7 @@ XF_EXPORT void xf_value_free(xf_value *v);
 typedef struct xf_share_options {
   size_t max_entries; /* keys kept at most; 0 = 10000 */
   size_t max_bytes;   /* bytes of keys and values kept at most; 0 = 64 MiB */
-  /* The near cache: bytes (keys, values and ~100 bytes of overhead per
+  /* The near cache: bytes (keys, values and ~130 bytes of overhead per
    * entry) of values read from Redis kept in the process, so a hit on them
    * sends nothing; 0 = off (the default). Kept correct by Redis' CLIENT
    * TRACKING (RESP2: one invalidation connection per node, named
@@ -343,13 +343,14 @@ typedef struct xf_share_options {
    * return; a forked child starts empty. A near hit runs the XFetch draw
    * locally: an elected refresh, an expiry or a lease goes to Redis as
    * without it. Counted in stats.hits and stats.near_hits (the result event
-   * is XF_EV_NEAR). Callers waiting for another caller's load of a key
-   * (blocking and pool drivers) are woken by its invalidation instead of
-   * polling. Needs Redis 6+; entries come only from the blocking and pool
-   * drivers' reads, not over TLS (event-loop and sans-I/O calls
-   * are served from it but do not fill it); evicts least recently used per
-   * shard (the budget is split over 8 to 64 shards of 256 KiB or more: an
-   * entry larger than a shard's part is never kept). */
+   * is XF_EV_NEAR). Callers waiting for another caller's load of a key are
+   * woken by its invalidation instead of polling (blocking and pool
+   * drivers; a sans-I/O driver through xf_call_wake_open). Needs Redis 6+;
+   * entries come from the blocking and pool drivers' reads and from a
+   * sans-I/O driver's tracked connections (xf_call_track_*), not over TLS
+   * (xf_async's calls are served from it but do not fill it); evicts least
+   * recently used per shard (the budget is split over 8 to 64 shards of
+   * 256 KiB or more: an entry larger than a shard's part is never kept). */
   size_t near_cache_bytes;
 } xf_share_options;
 
@@ -738,6 +739,18 @@ XF_EXPORT int xf_call_track_open(xf_client *c, const char *host, int port,
 XF_EXPORT int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
 XF_EXPORT int xf_call_track_reply(xf_call *call, const xf_track *ticket);
 XF_EXPORT void xf_call_track_close(xf_track *ticket, int fd);
+
+/* Wake-on-write for a driver's waits (with a near cache): xf_call_wake_open
+ * gives *fd, a pipe's read end (non-blocking) that becomes readable whenever
+ * a key is invalidated; drain it, then end the XF_CALL_WAIT of each call
+ * for which xf_call_woken is non-zero (its key was written, or a
+ * connection lost) with xf_call_woke, at once. A call's waits are then
+ * polls of 200 ms at most (the fallback). One per client: XF_EINVAL for a
+ * second; XF_OK with *fd -1 when c's share has no near cache.
+ * xf_call_wake_close(c, fd) ends it (before the share is closed). */
+XF_EXPORT int xf_call_wake_open(xf_client *c, int *fd);
+XF_EXPORT void xf_call_wake_close(xf_client *c, int fd);
+XF_EXPORT int xf_call_woken(const xf_call *call);
 
 /* A reply parser for one connection (hiredis' reader): feed it every byte
  * read, then take complete replies in order with xf_reader_next (XF_OK with

@@ -283,8 +283,10 @@ typedef struct waiter {
   int port;
   xf_share *share;
   xft_loader *loader;
+  int start_ms; /* when it starts, after the leader */
   int rc;
   char value[16];
+  int64_t done_ms;
 } waiter;
 
 static void *wait_for_load(void *arg) {
@@ -292,7 +294,9 @@ static void *wait_for_load(void *arg) {
   xf_client *c = client_of(w->port, w->share);
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
+  xft_sleep_ms(w->start_ms);
   w->rc = xf_get_or_compute(c, "near:slow", 9, &p, xft_load, w->loader, &v);
+  w->done_ms = xft_now_ms();
   if (w->rc == XF_OK)
     snprintf(w->value, sizeof w->value, "%s", v.data);
   xf_value_free(&v);
@@ -300,33 +304,39 @@ static void *wait_for_load(void *arg) {
   return NULL;
 }
 
-/* Waiters of a 200 ms load read again when its write invalidates the key,
- * not on a poll schedule: a poll re-reads ~15 times in 200 ms. */
+/* Waiters of a 250 ms load read again when its write invalidates the key:
+ * not on a poll schedule (~15 reads each), and not at their fallback poll
+ * (every 200 ms: the waiters start 50 ms apart, so without a wake at least
+ * one would come back >= 100 ms after the write). */
 Test(near, waiters_are_woken_by_the_write) {
   near_env e;
   env_open(&e);
-  xft_loader l = {.value = "slow", .len = 4, .sleep_ms = 200};
+  xft_loader l = {.value = "slow", .len = 4, .sleep_ms = 250};
   waiter w[4];
   pthread_t t[4];
   long long before = xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha");
-  for (int i = 0; i < 4; i++) {
-    w[i] = (waiter){.port = e.srv.port, .share = e.share, .loader = &l};
+  for (int i = 0; i < 4; i++) { /* the first leads */
+    w[i] = (waiter){.port = e.srv.port, .share = e.share, .loader = &l, .start_ms = 50 * i};
     pthread_create(&t[i], NULL, wait_for_load, &w[i]);
-    if (i == 0)
-      xft_sleep_ms(50); /* the first leads */
   }
+  int64_t lag_ms = 0;
   for (int i = 0; i < 4; i++) {
     pthread_join(t[i], NULL);
     cr_assert_eq(w[i].rc, XF_OK);
     cr_assert_str_eq(w[i].value, "slow");
   }
+  for (int i = 1; i < 4; i++)
+    lag_ms = w[i].done_ms - w[0].done_ms > lag_ms ? w[i].done_ms - w[0].done_ms : lag_ms;
   cr_assert_eq(l.calls, 1);
   long long sent =
       xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha") - before;
-  /* leader: read, lease, write; each waiter: read, lease, a re-read or two
-   * (the lease's own invalidation may wake it once) */
+  /* leader: read, lease, write; each waiter: read, a fallback poll, the
+   * re-read after the write (the lease's own invalidation may wake it once) */
   cr_assert_leq(sent, 3 + 3 * 5, "%lld commands: the waiters polled", sent);
-  cr_log_info("wake-on-write: %lld reads, leases and writes", sent);
+  cr_assert_lt(lag_ms, 80, "a waiter came back %lld ms after the write: not woken by it",
+               (long long)lag_ms);
+  cr_log_info("wake-on-write: %lld commands, the last waiter %lld ms after the write", sent,
+              (long long)lag_ms);
   env_close(&e);
 }
 

@@ -254,6 +254,9 @@ int xf_call_track_open(xf_client *c, const char *host, int port, xf_track **tick
 int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
 int xf_call_track_reply(xf_call *call, const xf_track *ticket);
 void xf_call_track_close(xf_track *ticket, int fd);
+int xf_call_wake_open(xf_client *c, int *fd);
+void xf_call_wake_close(xf_client *c, int fd);
+int xf_call_woken(const xf_call *call);
 int xf_reader_open(xf_reader **out);
 int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
 int xf_reader_next(xf_reader *rd, xf_reply **reply);

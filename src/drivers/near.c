@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "client_io.h"
@@ -55,8 +56,12 @@ typedef struct shard {
 
 struct xf__near {
   shard shards[NSHARDS];
-  unsigned nshards; /* a power of two */
-  uint64_t seq;     /* invalidations and drops so far (__atomic) */
+  unsigned nshards;  /* a power of two */
+  uint64_t drop_seq; /* the sequence of the last node drop (__atomic) */
+  pthread_mutex_t notify_mu;
+  int *notify_fds; /* wake pipes' write ends (xf_call_wake_open): a byte on */
+  size_t nnotify;  /* every invalidation; nnotify read __atomic first */
+  uint64_t seq;    /* invalidations and drops so far (__atomic) */
   uint64_t invalidations, evictions;
   struct xf__near_tracker *tracker;
 };
@@ -93,6 +98,7 @@ int xf__near_open(struct xf__near **out, size_t max_bytes) {
   if (posix_memalign((void **)&n, 64, sizeof *n) != 0)
     return XF_ENOMEM;
   memset(n, 0, sizeof *n);
+  pthread_mutex_init(&n->notify_mu, NULL);
   n->nshards = NSHARDS;
   while (n->nshards > MIN_SHARDS && max_bytes / n->nshards < MIN_SHARD_BYTES)
     n->nshards /= 2;
@@ -148,6 +154,8 @@ void xf__near_close(struct xf__near *n) {
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->mu);
   }
+  free(n->notify_fds);
+  pthread_mutex_destroy(&n->notify_mu);
   free(n);
 }
 
@@ -315,6 +323,51 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
   return evicted;
 }
 
+/* A byte on every wake pipe: an event loop's waiting calls look again. */
+static void notify(struct xf__near *n) {
+  if (!__atomic_load_n(&n->nnotify, __ATOMIC_ACQUIRE))
+    return;
+  pthread_mutex_lock(&n->notify_mu);
+  for (size_t i = 0; i < n->nnotify; i++) {
+    ssize_t r = write(n->notify_fds[i], "", 1); /* full: a wake is pending anyway */
+    (void)r;
+  }
+  pthread_mutex_unlock(&n->notify_mu);
+}
+
+int xf__near_notify_add(struct xf__near *n, int fd) {
+  pthread_mutex_lock(&n->notify_mu);
+  int *fds = realloc(n->notify_fds, (n->nnotify + 1) * sizeof *fds);
+  if (fds) {
+    n->notify_fds = fds;
+    fds[n->nnotify] = fd;
+    __atomic_store_n(&n->nnotify, n->nnotify + 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&n->notify_mu);
+  return fds ? XF_OK : XF_ENOMEM;
+}
+
+void xf__near_notify_remove(struct xf__near *n, int fd) {
+  pthread_mutex_lock(&n->notify_mu);
+  for (size_t i = 0; i < n->nnotify; i++)
+    if (n->notify_fds[i] == fd) {
+      n->notify_fds[i] = n->notify_fds[n->nnotify - 1];
+      __atomic_store_n(&n->nnotify, n->nnotify - 1, __ATOMIC_RELEASE);
+      break;
+    }
+  pthread_mutex_unlock(&n->notify_mu);
+}
+
+int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_t token) {
+  uint64_t h = hash_key(key, keylen);
+  shard *s = shard_of(n, h);
+  pthread_mutex_lock(&s->mu);
+  int changed = s->pending[slot_of(h)] > token ||
+                __atomic_load_n(&n->drop_seq, __ATOMIC_ACQUIRE) > token;
+  pthread_mutex_unlock(&s->mu);
+  return changed;
+}
+
 void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
   uint64_t h = hash_key(key, keylen);
   shard *s = shard_of(n, h);
@@ -329,6 +382,7 @@ void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
   }
   pthread_cond_broadcast(&s->changed);
   pthread_mutex_unlock(&s->mu);
+  notify(n);
 }
 
 void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen) {
@@ -339,6 +393,7 @@ void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen) {
 void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node) {
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&node->drop_seq, seq, __ATOMIC_RELEASE);
+  __atomic_store_n(&n->drop_seq, seq, __ATOMIC_RELEASE);
   __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < NSHARDS; i++) { /* the entries go lazily: never served */
     shard *s = &n->shards[i];
@@ -347,6 +402,7 @@ void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node) {
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->mu);
   }
+  notify(n);
 }
 
 int xf__near_wait(struct xf__near *n, const char *key, size_t keylen, uint64_t token,
@@ -386,6 +442,7 @@ uint64_t xf__near_evictions(const struct xf__near *n) {
 
 void xf__near_before_fork(struct xf__near *n) {
   xf__tracker_before_fork(n->tracker);
+  pthread_mutex_lock(&n->notify_mu);
   for (int i = 0; i < NSHARDS; i++)
     pthread_mutex_lock(&n->shards[i].mu);
 }
@@ -403,5 +460,8 @@ void xf__near_after_fork(struct xf__near *n, int child) {
     }
     pthread_mutex_unlock(&s->mu);
   }
+  if (child) /* the parent's event loops' pipes: not this process's to wake */
+    n->nnotify = 0;
+  pthread_mutex_unlock(&n->notify_mu);
   xf__tracker_after_fork(n->tracker, child);
 }

@@ -48,6 +48,14 @@ int xf__near_wait(struct xf__near *n, const char *key, size_t keylen, uint64_t t
 
 struct xf__near_tracker *xf__near_tracker(struct xf__near *n);
 
+/* Wake pipes of event loops (xf_call_wake_open): fd, a pipe's write end,
+ * gets a byte on every invalidation and node drop. */
+int xf__near_notify_add(struct xf__near *n, int fd);
+void xf__near_notify_remove(struct xf__near *n, int fd);
+
+/* Whether key was invalidated (or a node dropped) since token: no wait. */
+int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_t token);
+
 /* Totals since open (tests, bench). */
 uint64_t xf__near_invalidations(const struct xf__near *n);
 uint64_t xf__near_evictions(const struct xf__near *n);

@@ -74,3 +74,56 @@ def test_near_entries_drop_when_tracking_is_lost(face, server, admin, prefix, fa
         assert near.stats()["near_hits"] > hits
     finally:
         other.close()
+
+
+def test_waiters_are_woken_by_the_write(face, server, admin, prefix):
+    """Callers waiting for another caller's 250 ms load read again when its
+    write invalidates the key (asyncio: through the loop), not on a poll
+    schedule (~15 reads each) nor at their 200 ms fallback poll (they start
+    50 ms apart: without a wake one would come back >= 100 ms late)."""
+    import asyncio
+    import threading
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20)
+    leader = xfetch.Cache(server.url, prefix=prefix)
+    started, led = threading.Event(), []
+
+    def load():
+        started.set()
+        time.sleep(0.25)
+        return b"v"
+
+    def never():
+        raise AssertionError("a waiter must not load")
+
+    def lead():
+        leader.get_or_compute("slow", load, ttl=60)
+        led.append(time.monotonic())
+
+    def waiter(delay):
+        if face.aio:
+            async def wait():
+                await asyncio.sleep(delay)
+                v = await near.get_or_compute("slow", never, ttl=60)
+                return v, time.monotonic()
+            return wait
+
+        def wait_sync():
+            time.sleep(delay)
+            return near.get_or_compute("slow", never, ttl=60), time.monotonic()
+        return wait_sync
+    t = threading.Thread(target=lead)
+    t.start()
+    try:
+        assert started.wait(5)
+        admin.config_resetstat()
+        out = face.gather([waiter(0.05 * i) for i in range(3)])
+    finally:
+        t.join()
+        leader.close()
+    assert [v for v, _ in out] == [b"v"] * 3
+    lag = max(done for _, done in out) - led[0]
+    assert lag < 0.08, f"a waiter came back {lag * 1000:.0f} ms after the write"
+    stats = admin.info("commandstats")
+    reads = sum(v["calls"] for k, v in stats.items()
+                if k in ("cmdstat_evalsha", "cmdstat_evalsha_ro", "cmdstat_hmget"))
+    assert reads <= 30, f"{reads} reads and leases: the waiters polled"

@@ -74,12 +74,30 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 step, exc = await _load(cache, call, loader, kb)
                 took = _monotonic() - t0
             else:  # XF_CALL_WAIT: another caller's lease, or its load in the share
-                await asyncio.sleep(lib.xf_call_wait_ms(call, now_ms()) / 1000)
+                seconds = lib.xf_call_wait_ms(call, now_ms()) / 1000
+                if links.wake_event is not None:  # near cache: woken by the write
+                    await _wait_woken(links, call, seconds)
+                else:
+                    await asyncio.sleep(seconds)
                 step = lib.xf_call_woke(call, now_ms())
     except BaseException:
         abandon(links, call, stream if pending is not None else None, pending)
         raise
     return exc, took
+
+
+async def _wait_woken(links, call, seconds):
+    """Waits up to seconds, less when the call's key is invalidated meanwhile
+    (xf_call_woken: its value written, or a connection lost)."""
+    deadline = _monotonic() + seconds
+    while not lib.xf_call_woken(call):
+        left = deadline - _monotonic()
+        if left <= 0:
+            return
+        try:
+            await asyncio.wait_for(links.wake_event.wait(), left)
+        except asyncio.TimeoutError:
+            return
 
 
 async def _load(cache, call, loader, kb):

@@ -81,7 +81,7 @@ class Cache:
         self._links = Links(self._client, fields, config.timeout_ms / 1000,
                             config.connect_timeout_ms / 1000, breaker,
                             fields["read_from_replicas"], config.events, tls or None,
-                            config.near)
+                            config.near, config.share)
         self._enabled = config.enabled  # the C client's bypass switch, as last set
         if not config.lazy_connect:
             config.check_now()
