@@ -34,7 +34,9 @@ HIT_OVERHEAD_RATIOS = ["xfetch_over_raw_get_p50_1conn", "xfetch_over_raw_get_rps
 # the sizes it ran, from its params).
 GOALS_OF = {"hit_overhead": ["p50_1conn", "throughput_50conn"],
             "batch": ["batch_vs_mget", "batch_vs_sequential"],
-            "tls": ["tls_p50_1conn", "tls_throughput_50conn", "tls_handshakes_per_conn"]}
+            "tls": ["tls_p50_1conn", "tls_throughput_50conn", "tls_handshakes_per_conn"],
+            "near": ["near_hit_vs_redis_hit", "near_cmds_per_10k", "near_stale_p99_ms",
+                     "near_stale_over_1ms_faults", "near_wake_max_ms"]}
 TLS_RATIOS = ["tls_over_plain_p50_1conn", "tls_over_plain_rps_1conn",
               "tls_over_plain_p50_50conn", "tls_over_plain_rps_50conn",
               "handshakes_per_connection"]

@@ -44,6 +44,15 @@ static goal GOALS[] = {
     {"tls_throughput_50conn", "tls", "TLS hit throughput / plain's, 50 connections", 1,
      0.85, NAN},
     {"tls_handshakes_per_conn", "tls", "TLS handshakes per connection", 0, 1.0, NAN},
+    /* Issue 20: the near cache (bench/near_bench.c). */
+    {"near_hit_vs_redis_hit", "near", "near hit calls/s / Redis hit's (hot key)", 1, 10,
+     NAN},
+    {"near_cmds_per_10k", "near", "Redis commands per 10,000 near hits", 0, 100, NAN},
+    {"near_stale_p99_ms", "near", "staleness p99 (ms), writer every 20 ms", 0, 1, NAN},
+    {"near_stale_over_1ms_faults", "near",
+     "reads stale by > 1 ms under CLIENT KILL + FLUSHALL", 0, 0, NAN},
+    {"near_wake_max_ms", "near", "waiters of a 200 ms load: ms after the write (max)", 0, 5,
+     NAN},
 };
 #define NGOALS (sizeof GOALS / sizeof GOALS[0])
 

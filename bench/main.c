@@ -13,6 +13,7 @@
 
 #include "drivers.h"
 #include "goals.h"
+#include "near_bench.h"
 #include "scenarios.h"
 #include "xfetch.h"
 
@@ -37,10 +38,11 @@ static const struct {
                  {"batch", sc_batch},
                  {"async", sc_async},
                  {"tls", sc_tls}, /* its own TLS redis-server */
+                 {"near", sc_near},
                  /* Last: on a throwaway server it flushes the db between its
                   * memory measurements. */
                  {"hit_cost", sc_hit_cost}};
-#define NSCENARIOS 9
+#define NSCENARIOS 10
 
 static void usage(FILE *f) {
   fprintf(
@@ -53,8 +55,8 @@ static void usage(FILE *f) {
       "  --out DIR           PNG plots and their data (default: xfetch-bench-out)\n"
       "  --no-plots          skip gnuplot\n"
       "  --scenarios LIST    comma-separated subset of hot_key,cold_start,mass_expiry,\n"
-      "                      hit_overhead,beta_sweep,batch,async,tls,hit_cost (default: "
-      "all)\n"
+      "                      hit_overhead,beta_sweep,batch,async,tls,near,hit_cost\n"
+      "                      (default: all)\n"
       "  --clients N         hot_key clients (default 32, quick 16)\n"
       "  --hot-ttl-ms MS     hot_key ttl (default 2000, quick 1200)\n"
       "  --think-us N        closed-loop think time per request (default 1000)\n"

@@ -133,7 +133,7 @@ typedef struct xf_tls_options {
  *
  * Each get-or-compute (and get) call reports exactly one result event:
  * XF_EV_HIT, XF_EV_EARLY, XF_EV_MISS, XF_EV_STALE or XF_EV_FAIL_OPEN (or,
- * once the near cache lands, XF_EV_NEAR); the others say what happened on
+ * with a near cache, XF_EV_NEAR); the others say what happened on
  * the way. For metrics, count calls by result from those five. */
 typedef enum xf_event_type {
   XF_EV_HIT = 0,             /* result: a fresh value served from Redis */
@@ -145,7 +145,7 @@ typedef enum xf_event_type {
                                 while another refreshes, stale_if_error_ms) */
   XF_EV_FAIL_OPEN = 4,       /* result: Redis could not be used (rc: why); the
                                 loader runs (or the share answers) uncached */
-  XF_EV_NEAR = 5,            /* result: served from the near cache (reserved) */
+  XF_EV_NEAR = 5,            /* result: served from the share's near cache */
   XF_EV_LEASE_WON = 6,       /* this call holds the key's lease */
   XF_EV_LEASE_LOST = 7,      /* another caller holds it */
   XF_EV_LOAD_START = 8,      /* the loader is about to run */
@@ -391,6 +391,27 @@ XF_EXPORT void xf_value_free(xf_value *v);
 typedef struct xf_share_options {
   size_t max_entries; /* keys kept at most; 0 = 10000 */
   size_t max_bytes;   /* bytes of keys and values kept at most; 0 = 64 MiB */
+  /* The near cache: bytes (keys, values and ~130 bytes of overhead per
+   * entry) of values read from Redis kept in the process, so a hit on them
+   * sends nothing; 0 = off (the default). Kept correct by Redis' CLIENT
+   * TRACKING (RESP2: one invalidation connection per node, named
+   * xfetch-invalidate, read by a thread of the share): a key written
+   * elsewhere is dropped when its invalidation comes in (a read overtaken
+   * by one is not kept); losing that connection, or any tracked data
+   * connection, and FLUSHALL / FLUSHDB drop all of that node's entries at
+   * once; this process's own sets and deletes drop them before they
+   * return; a forked child starts empty. A near hit runs the XFetch draw
+   * locally: an elected refresh, an expiry or a lease goes to Redis as
+   * without it. Counted in stats.hits and stats.near_hits (the result event
+   * is XF_EV_NEAR). Callers waiting for another caller's load of a key are
+   * woken by its invalidation instead of polling (blocking and pool
+   * drivers; a sans-I/O driver through xf_call_wake_open). Needs Redis 6+;
+   * entries come from the blocking and pool drivers' reads and from a
+   * sans-I/O driver's tracked connections (xf_call_track_*), not over TLS
+   * (xf_async's calls are served from it but do not fill it); evicts least
+   * recently used per shard (the budget is split over 8 to 64 shards of
+   * 256 KiB or more: an entry larger than a shard's part is never kept). */
+  size_t near_cache_bytes;
 } xf_share_options;
 
 /* Creates a share in *out. opts NULL = defaults. XF_OK, XF_EINVAL or
@@ -616,6 +637,11 @@ typedef struct xf_stats {
                              are (a field out of range or not a number):
                              each is a miss, recomputed and overwritten */
   uint64_t bypassed;      /* calls made while disabled (xf_client_set_enabled) */
+  /* hits served from the share's near cache without Redis (also in hits) */
+  uint64_t near_hits;
+  /* near cache entries this client's reads evicted to stay within
+   * near_cache_bytes */
+  uint64_t near_evictions;
 } xf_stats;
 
 /* Copies the client's counters into *out. */
@@ -800,6 +826,40 @@ XF_EXPORT const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len)
  * (READONLY refused), XF_EIO (no reply), XF_EINVAL (c NULL, i out of range).
  * A SCRIPT LOAD's error is XF_OK: the call that needs the script loads it. */
 XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
+
+/* The near cache (xf_share_options.near_cache_bytes) on connections the
+ * driver owns: a connection whose reads may fill it must be tracked. After
+ * its setup, xf_call_track_open gives the request to send on it (CLIENT
+ * TRACKING on REDIRECT to the server's invalidation connection, which it
+ * opens now if needed: a blocking connect, once per server and process) and
+ * a ticket; xf_call_track_armed takes the request's reply and the
+ * connection's socket (watched for its loss). Before each xf_call_reply on
+ * that connection, xf_call_track_reply says under which ticket the reply
+ * came (NULL: an untracked connection); non-zero means the ticket is stale
+ * (the server's invalidation connection was lost): close that connection
+ * once the reply is fed, and open a new one. xf_call_track_close ends the
+ * ticket before its socket is closed (NULL-safe).
+ * xf_call_track_open: XF_OK with *ticket NULL when c's share has no near
+ * cache; XF_OK with the request in *request, *len (valid until c's next
+ * call); or an error (the connection then serves untracked). */
+typedef struct xf_track xf_track;
+XF_EXPORT int xf_call_track_open(xf_client *c, const char *host, int port,
+                                 xf_track **ticket, const char **request, size_t *len);
+XF_EXPORT int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
+XF_EXPORT int xf_call_track_reply(xf_call *call, const xf_track *ticket);
+XF_EXPORT void xf_call_track_close(xf_track *ticket, int fd);
+
+/* Wake-on-write for a driver's waits (with a near cache): xf_call_wake_open
+ * gives *fd, a pipe's read end (non-blocking) that becomes readable whenever
+ * a key is invalidated; drain it, then end the XF_CALL_WAIT of each call
+ * for which xf_call_woken is non-zero (its key was written, or a
+ * connection lost) with xf_call_woke, at once. A call's waits are then
+ * polls of 200 ms at most (the fallback). One per client: XF_EINVAL for a
+ * second; XF_OK with *fd -1 when c's share has no near cache.
+ * xf_call_wake_close(c, fd) ends it (before the share is closed). */
+XF_EXPORT int xf_call_wake_open(xf_client *c, int *fd);
+XF_EXPORT void xf_call_wake_close(xf_client *c, int fd);
+XF_EXPORT int xf_call_woken(const xf_call *call);
 
 /* A reply parser for one connection (hiredis' reader): feed it every byte
  * read, then take complete replies in order with xf_reader_next (XF_OK with

@@ -28,6 +28,7 @@ typedef struct xf_share xf_share;
 typedef struct xf_share_options {
   size_t max_entries;
   size_t max_bytes;
+  size_t near_cache_bytes;
 } xf_share_options;
 int xf_share_open(xf_share **out, const xf_share_options *opts);
 void xf_share_close(xf_share *s);
@@ -176,6 +177,8 @@ typedef struct xf_stats {
   uint64_t connections;
   uint64_t malformed;
   uint64_t bypassed;
+  uint64_t near_hits;
+  uint64_t near_evictions;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 
@@ -266,6 +269,15 @@ typedef enum xf_setup_flags {
 int xf_call_setup_count(const xf_client *c, int flags);
 const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
 int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
+typedef struct xf_track xf_track;
+int xf_call_track_open(xf_client *c, const char *host, int port, xf_track **ticket,
+                       const char **request, size_t *len);
+int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
+int xf_call_track_reply(xf_call *call, const xf_track *ticket);
+void xf_call_track_close(xf_track *ticket, int fd);
+int xf_call_wake_open(xf_client *c, int *fd);
+void xf_call_wake_close(xf_client *c, int fd);
+int xf_call_woken(const xf_call *call);
 int xf_reader_open(xf_reader **out);
 int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
 int xf_reader_next(xf_reader *rd, xf_reply **reply);

@@ -33,6 +33,9 @@ struct xf_client {
   xf_share *share;         /* borrowed; NULL = none */
   xf_options *opened_with; /* a copy of the options (xf__options_dup): a
                               background refresh opens a client like it */
+  struct xf__near *near;   /* the share's near cache (near.h); NULL = none */
+  int near_wake_fd;        /* > 0: the write end of an event loop's wake pipe
+                              (xf_call_wake_open): its waits end on a write */
   char *ns;                /* where values come from: the servers (or unix path), db
                               and user, NUL-separated (share slots, nested loads) */
   size_t ns_len;

@@ -10,6 +10,7 @@
 #include "client.h"
 #include "event.h"
 #include "flow_steps.h"
+#include "near.h"
 #include "policy.h"
 #include "script.h"
 #include "share.h"
@@ -55,6 +56,11 @@ static xf__step encode(xf__flow *f) {
   f->clock = NULL;
   f->cmd.asked_out = &f->asked; /* the router says whether an ASK led it */
   f->asked = 0;
+  if (f->state == XF__READ && f->c->near) { /* the pending marker, before the send */
+    f->near_token = xf__near_token(f->c->near);
+    f->track.node = NULL;
+    f->cmd.track_out = &f->track;
+  }
   f->sent_ms = f->input_ms; /* the command leaves no earlier */
   return XF_STEP_SEND;
 }
@@ -142,6 +148,7 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
   f->state = XF__READ;
   f->script_loading = f->refresh = f->detached = f->round = f->had_value =
       f->found_nothing = 0;
+  f->near_elected = 0;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(c, p);
@@ -160,6 +167,9 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   }
   if (rc == XF_OK && c->disabled)
     return xf__flow_bypass(f);
+  xf__step step;
+  if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
+    return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
 
@@ -170,6 +180,9 @@ xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t k
     c->stats.bypassed++;
     rc = xf__fail(c, XF_ENOTFOUND, "the client is disabled (bypass): nothing is read");
   }
+  xf__step step;
+  if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
+    return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
 
@@ -237,6 +250,8 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     if (rc == XF_OK)
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
+  if (rc == XF_OK && f->c->near)
+    xf__flow_near_keep(f);
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_read_decide(f, rc, now_ms);
   const xf__entry *e = &f->e;
@@ -260,6 +275,8 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
 static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
   int deleting = f->state == XF__DELETE, applied = 0;
   xf__share_drop(f->c, f->key.data, f->key.len);
+  if (f->c->near)
+    xf__near_drop(f->c->near, f->key.data, f->key.len);
   if (rc == XF_OK)
     rc = xf__entry_parse_int(f->c, r, deleting ? "delete" : "write", &applied);
   if (deleting)

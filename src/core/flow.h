@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "entry.h"
 #include "key.h"
+#include "near.h"
 #include "nest.h"
 #include "reply.h"
 #include "sink.h"
@@ -95,8 +96,12 @@ typedef struct xf__flow {
   int pending;      /* events owed when the outcome is known (flow_compute.c) */
   int64_t woke_ms;  /* the driver's clock at the last wake-up of a wait */
   xf__write w;
-  xf__nest nest; /* while its loader runs: this thread computes key */
-  char msg[256]; /* the loader's message, kept across the release */
+  uint64_t near_token; /* the near cache's pending marker of the last READ */
+  xf__track track;     /* whose tracking the last READ's reply came under */
+  int near_elected;    /* a near hit's draw elected an early refresh */
+  int wake_on_write;   /* WAIT: the driver ends it when the key is invalidated */
+  xf__nest nest;       /* while its loader runs: this thread computes key */
+  char msg[256];       /* the loader's message, kept across the release */
 } xf__flow;
 
 /* Starts a get-or-compute. Validates policy, out and key (XF_STEP_DONE with

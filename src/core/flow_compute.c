@@ -21,6 +21,10 @@
 #define WAIT_POLL_MIN_MS 2
 #define WAIT_POLL_MAX_MS 50
 #define WAIT_POLL_DIVISOR 4
+/* With wake-on-write (a near cache), the fallback poll: a write wakes the
+ * waiter, a lost connection too (its node's drop); this only bounds how
+ * late a lease that expired without a write (its holder died) is seen. */
+#define WAIT_POLL_NEAR_MS 200
 
 /* Redis cannot be used for this step (down, cut off, or busy, loading,
  * read-only, out of memory...): every step fails open the same way. */
@@ -271,7 +275,15 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
     f->pending |= PENDING_WAIT;
     f->woke_ms = now_ms;
   }
-  f->wake_ms = now_ms + poll_interval_ms(now_ms - f->waited_from_ms, left_ms);
+  /* With a near cache, the blocking and pool drivers end the wait when the
+   * key is invalidated (its value written: drive.c), and so does a sans-I/O
+   * driver with a wake pipe (xf_call_wake_open); the poll is the fallback. */
+  f->wake_on_write =
+      f->c->near && (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
+                     (f->driver == XF_DRIVER_CALL && f->c->near_wake_fd > 0));
+  f->wake_ms = now_ms + (f->wake_on_write && WAIT_POLL_NEAR_MS < left_ms
+                             ? WAIT_POLL_NEAR_MS
+                             : poll_interval_ms(now_ms - f->waited_from_ms, left_ms));
   f->state = XF__WAIT;
   return XF_STEP_WAIT;
 }
@@ -384,7 +396,8 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
     f->pending |= PENDING_MISS;
     return miss(f, now_ms);
   }
-  if (xf__refresh_early(&f->c->rng, f->p, e->remaining_ms, e->delta_us))
+  /* near_elected: the near cache's draw already elected this call */
+  if (f->near_elected || xf__refresh_early(&f->c->rng, f->p, e->remaining_ms, e->delta_us))
     return refresh_early(f);
   f->c->stats.hits++;
   xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);

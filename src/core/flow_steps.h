@@ -1,6 +1,7 @@
-/* What the flow's two files share: flow.c (the machine: kinds, inputs,
- * NOSCRIPT, the one-script kinds) and flow_compute.c (get-or-compute's
- * decisions). Not for drivers: they use flow.h. */
+/* What the flow's files share: flow.c (the machine: kinds, inputs,
+ * NOSCRIPT, the one-script kinds), flow_compute.c (get-or-compute's
+ * decisions) and flow_near.c (the near cache). Not for drivers: they use
+ * flow.h. */
 #ifndef XF_FLOW_STEPS_H
 #define XF_FLOW_STEPS_H
 
@@ -51,5 +52,11 @@ void xf__flow_settle(xf__flow *f);
 
 /* A get-or-compute on a disabled client: straight to the loader, uncached. */
 xf__step xf__flow_bypass(xf__flow *f);
+
+/* flow_near.c: a get-or-compute or get served from the client's near cache
+ * (1, *step DONE), or not (0: the flow reads Redis; near_elected when the
+ * near hit's draw elected an early refresh); a read's value offered to it. */
+int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step);
+void xf__flow_near_keep(xf__flow *f);
 
 #endif

@@ -49,6 +49,12 @@ typedef struct xf__cmd {
    * and to say which went: *plain_out 1 the HMGET, 0 the script. Whoever
    * fills argv clears it. */
   int *plain_out;
+  /* Where the transport that got the reply says whether (and under which
+   * invalidation connection) its connection is tracked for the near cache
+   * (near.h): *track_out = its connection's ticket; a transport that does
+   * not track leaves it as it was (node NULL: the read is not kept). NULL =
+   * not asked. Whoever fills argv clears it. */
+  struct xf__track *track_out;
 } xf__cmd;
 
 /* Starts a command on key (NULL: none): no arguments yet, and every routing
@@ -63,6 +69,7 @@ static inline void xf__cmd_begin(xf__cmd *cmd, const char *key, size_t keylen) {
   cmd->plain_out = NULL;
   cmd->ask_node = 0;
   cmd->asked_out = NULL;
+  cmd->track_out = NULL;
 }
 
 /* Encodes argv as a RESP array of bulk strings into buf (replacing its

@@ -41,8 +41,19 @@ void xf__setup_build(const xf_client *c, int flags, xf__setup *s) {
     xf__script_load_cmd(next(s, XF__SETUP_SCRIPT), i, NULL, 0);
 }
 
+void xf__setup_add_tracking(xf__setup *s, long long redirect_id) {
+  xf__cmd *track = next(s, XF__SETUP_TRACKING);
+  snprintf(track->scratch[0], sizeof track->scratch[0], "%lld", redirect_id);
+  put(track, "CLIENT");
+  put(track, "TRACKING");
+  put(track, "on");
+  put(track, "REDIRECT");
+  put(track, track->scratch[0]);
+}
+
 static const char *name(xf__setup_kind kind) {
-  static const char *const names[] = {"AUTH", "SELECT", "READONLY", "SCRIPT LOAD"};
+  static const char *const names[] = {"AUTH", "SELECT", "READONLY", "SCRIPT LOAD",
+                                      "CLIENT TRACKING"};
   return names[kind];
 }
 
@@ -61,7 +72,7 @@ static int refusal(xf__setup_kind kind, const xf__reply *r) {
 }
 
 int xf__setup_judge(xf_client *c, xf__setup_kind kind, const xf__reply *r) {
-  if (r->type != XF_REPLY_ERROR || kind == XF__SETUP_SCRIPT)
+  if (r->type != XF_REPLY_ERROR || kind == XF__SETUP_SCRIPT || kind == XF__SETUP_TRACKING)
     return XF_OK;
   int rc = refusal(kind, r);
   if (rc == XF_EINVAL)

@@ -20,11 +20,13 @@ typedef enum xf__setup_kind {
   XF__SETUP_AUTH,
   XF__SETUP_SELECT,
   XF__SETUP_READONLY,
-  XF__SETUP_SCRIPT /* a preload: its failure is left to NOSCRIPT recovery */
+  XF__SETUP_SCRIPT,  /* a preload: its failure is left to NOSCRIPT recovery */
+  XF__SETUP_TRACKING /* CLIENT TRACKING on REDIRECT (the near cache): refused,
+                        the connection is set up untracked */
 } xf__setup_kind;
 
 /* The role flags are the public XF_SETUP_REPLICA / XF_SETUP_SCRIPTS. */
-#define XF__SETUP_MAX (3 + XF_SCRIPT_DELETE + 1)
+#define XF__SETUP_MAX (4 + XF_SCRIPT_DELETE + 1)
 
 /* The list, in the order it is sent. The commands point into the client
  * (username, password) and into the list itself (db's digits): not movable,
@@ -40,6 +42,10 @@ typedef struct xf__setup {
  * SCRIPT LOAD of each script when asked. n may be 0. */
 void xf__setup_build(const struct xf_client *c, int flags, xf__setup *s);
 
+/* Appends CLIENT TRACKING on REDIRECT redirect_id to s (after
+ * xf__setup_build): the near cache's tracking of a data connection. */
+void xf__setup_add_tracking(xf__setup *s, long long redirect_id);
+
 /* Judges r (not freed), the reply to a setup command of kind: XF_OK, or the
  * code with "<COMMAND>: <reply>" on the client:
  *   XF_EUNAVAILABLE  the server cannot take it now (BUSY, LOADING...: the
@@ -48,7 +54,8 @@ void xf__setup_build(const struct xf_client *c, int flags, xf__setup *s);
  *                    SELECT refused (no such db, an ACL);
  *   XF_EINVAL        SELECT on a Redis Cluster (only db 0 there);
  *   XF_EREDIS        READONLY refused.
- * A preload's error is XF_OK: the call that needs the script loads it. */
+ * A preload's error is XF_OK: the call that needs the script loads it; so
+ * is CLIENT TRACKING's (the transport then keeps the connection untracked). */
 int xf__setup_judge(struct xf_client *c, xf__setup_kind kind, const struct xf_reply *r);
 
 #endif

@@ -49,6 +49,10 @@ void xf__share_end(const xf_client *c, const char *key, size_t keylen, int rc,
  * does not keep it (it started before the write). */
 void xf__share_drop(const xf_client *c, const char *key, size_t keylen);
 
+/* The share's near cache (xf_share_options.near_cache_bytes; near.h), NULL
+ * when off. */
+struct xf__near *xf__share_near(const xf_share *s);
+
 /* For tests: called by xf__share_begin before it takes the share's lock
  * (where a thread of a forked child first meets the share); NULL = none. */
 extern void (*xf__share_test_yield)(void);

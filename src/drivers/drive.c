@@ -5,6 +5,8 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "flow_steps.h"
+#include "near_impl.h"
 #include "reply.h"
 
 void xf__sleep_until_ms(int64_t wake_ms) {
@@ -71,10 +73,20 @@ xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
 
 #define INTERRUPT_SLICE_MS 50 /* how often a sleeping call asks options.interrupt */
 
+/* With a near cache, a wait for another caller's load ends as soon as the
+ * key is invalidated (its value written, anywhere) after the read that saw
+ * the lease was sent: wake-on-write; the poll stays the fallback. */
 int xf__drive_sleep(const xf__flow *f, int64_t wake_ms) {
+  struct xf__near *near = f->c->near;
   for (;;) {
     int64_t slice_ms = xf__now_ms() + INTERRUPT_SLICE_MS;
-    xf__sleep_until_ms(slice_ms < wake_ms ? slice_ms : wake_ms);
+    int64_t until_ms = slice_ms < wake_ms ? slice_ms : wake_ms;
+    if (near && f->state == XF__WAIT && f->wake_on_write) {
+      if (xf__near_wait(near, f->key.data, f->key.len, f->near_token, until_ms))
+        return 0; /* invalidated: read now */
+    } else {
+      xf__sleep_until_ms(until_ms);
+    }
     if (xf__flow_interrupted(f))
       return 1;
     if (xf__now_ms() >= wake_ms)

@@ -11,6 +11,7 @@
 
 #include "client.h"
 #include "client_io.h"
+#include "near_impl.h"
 #include "refresh.h"
 #include "share.h"
 
@@ -40,6 +41,7 @@ struct xf_share {
   slot *head, *tail;
   struct xf_share *next_open;        /* in the list of open shares (fork) */
   struct xf__refreshers *refreshers; /* background refresh (refresh.h) */
+  struct xf__near *near;             /* NULL: no near cache */
 };
 
 struct xf__refreshers **xf__share_refreshers(xf_share *s) {
@@ -63,13 +65,19 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void before_fork(void) {
   pthread_mutex_lock(&open_shares_mu);
-  for (xf_share *s = open_shares; s; s = s->next_open)
+  for (xf_share *s = open_shares; s; s = s->next_open) {
     pthread_mutex_lock(&s->mu);
+    if (s->near)
+      xf__near_before_fork(s->near);
+  }
 }
 
 static void after_fork_in_parent(void) {
-  for (xf_share *s = open_shares; s; s = s->next_open)
+  for (xf_share *s = open_shares; s; s = s->next_open) {
+    if (s->near)
+      xf__near_after_fork(s->near, 0);
     pthread_mutex_unlock(&s->mu);
+  }
   pthread_mutex_unlock(&open_shares_mu);
 }
 
@@ -78,6 +86,8 @@ static void forget_parent_threads(xf_share *s);
 static void after_fork_in_child(void) {
   for (xf_share *s = open_shares; s; s = s->next_open) {
     forget_parent_threads(s);
+    if (s->near) /* the child's near cache starts empty */
+      xf__near_after_fork(s->near, 1);
     pthread_mutex_unlock(&s->mu); /* held by this very thread since before_fork */
   }
   pthread_mutex_unlock(&open_shares_mu);
@@ -95,6 +105,10 @@ int xf_share_open(xf_share **out, const xf_share_options *o) {
     return XF_ENOMEM;
   s->max_entries = o && o->max_entries ? o->max_entries : DEFAULT_MAX_ENTRIES;
   s->max_bytes = o && o->max_bytes ? o->max_bytes : DEFAULT_MAX_BYTES;
+  if (o && o->near_cache_bytes && xf__near_open(&s->near, o->near_cache_bytes) != XF_OK) {
+    free(s);
+    return XF_ENOMEM;
+  }
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->landed, NULL);
   pthread_once(&atfork_once, register_atfork);
@@ -156,6 +170,7 @@ void xf_share_close(xf_share *s) {
   xf__refreshers_close(s->refreshers, XF_REFRESH_DRAIN_MS);
   while (s->head)
     free_slot(s, s->head);
+  xf__near_close(s->near);
   pthread_cond_destroy(&s->landed);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -368,4 +383,8 @@ void xf__share_drop(const xf_client *c, const char *key, size_t keylen) {
     e->dropped = e->loading;
   }
   pthread_mutex_unlock(&s->mu);
+}
+
+struct xf__near *xf__share_near(const xf_share *s) {
+  return s ? s->near : NULL;
 }

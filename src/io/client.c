@@ -13,6 +13,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "reply.h"
+#include "share.h"
 #include "tls.h"
 
 #define DEFAULT_TIMEOUT_MS 1000
@@ -307,6 +308,8 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
   c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
   c->share = o->share;
+  /* TLS: the invalidation connections are plain (a known gap): no near cache */
+  c->near = o->share && !o->tls.enable ? xf__share_near(o->share) : NULL;
   c->interrupt = o->interrupt;
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
@@ -415,6 +418,7 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
 void xf_client_close(xf_client *c) {
   if (!c)
     return;
+  xf_call_wake_close(c, -1); /* a wake pipe left open: its write end */
   for (int i = 0; i < c->nseeds; i++)
     xf__conn_free(&c->seeds[i]);
   free(c->seeds);

@@ -12,6 +12,7 @@
 #include "conn.h"
 #include "entry.h"
 #include "event.h"
+#include "near_impl.h"
 #include "reader.h"
 #include "reply.h"
 #include "setup.h"
@@ -42,6 +43,9 @@ static void unlink_conn(xf__conn *k, int forget) {
   struct xf__link *l = k->link;
   if (!l)
     return;
+  if (k->track.node && !forget) /* what it tracked is invalidated no more */
+    xf__near_lost(&k->track, l->s.fd);
+  k->track.node = NULL;
   if (forget)
     xf__stream_forget(&l->s);
   else
@@ -182,13 +186,25 @@ static int roundtrip(xf_client *c, xf__conn *k, const xf__cmd *cmd, int asking,
     rc = read_reply(c, k, cmd->argv[0], reply);
   if (rc == XF_OK && cmd->clock_out) /* whose clock the reply tells of */
     *cmd->clock_out = k->clock;
+  if (rc == XF_OK && cmd->track_out) /* whether its value may be kept near */
+    *cmd->track_out = k->track;
   return rc;
 }
 
-/* Runs the connection's setup (setup.c), its commands in one write. */
+/* Runs the connection's setup (setup.c), its commands in one write; with a
+ * near cache, CLIENT TRACKING on REDIRECT to the node's invalidation
+ * connection last: the connection is tracked once it said OK (else, or when
+ * that connection cannot be had, it serves untracked: nothing kept near). */
 static int setup(xf_client *c, xf__conn *k) {
   xf__setup s;
   xf__setup_build(c, k->readonly ? XF_SETUP_REPLICA : 0, &s);
+  xf__track track = {0};
+  long long redirect_id;
+  if (c->near && xf__near_arm(c->near, c, k->host, k->port, k->unix_path, &redirect_id,
+                              &track) == XF_OK)
+    xf__setup_add_tracking(&s, redirect_id);
+  else if (c->near)
+    c->errstr[0] = '\0'; /* an untracked connection is no failure */
   c->request.len = 0;
   for (int i = 0; i < s.n; i++)
     if (xf__resp_append_cmd(&c->request, &s.cmd[i]) != 0)
@@ -199,6 +215,10 @@ static int setup(xf_client *c, xf__conn *k) {
     rc = read_reply(c, k, s.cmd[i].argv[0], &r);
     if (rc == XF_OK) {
       rc = xf__setup_judge(c, s.kind[i], r);
+      if (rc == XF_OK && s.kind[i] == XF__SETUP_TRACKING && r->type != XF_REPLY_ERROR) {
+        xf__near_watch(&track, k->link->s.fd);
+        k->track = track;
+      }
       xf__reply_free(r);
     }
   }
@@ -241,6 +261,8 @@ static int connect_now(xf_client *c, xf__conn *k) {
 
 int xf__conn_open(xf_client *c, xf__conn *k) {
   xf__client_check_fork(c);
+  if (k->link && xf__track_stale(&k->track))
+    unlink_conn(k, 0); /* tracked under a lost invalidation connection: re-arm */
   if (k->link)
     return XF_OK;
   if (!xf__breaker_allows(&k->breaker, xf__now_ms()))
@@ -342,9 +364,12 @@ int xf__conn_pipeline(xf_client *c, xf__conn *k, size_t n, const xf__cmd *const 
     if (rc == XF_OK)
       rc = exchange(c, k, n, rcs, replies, &got);
   }
-  for (size_t i = 0; i < got; i++)
+  for (size_t i = 0; i < got; i++) {
     if (cmds[i]->clock_out)
       *cmds[i]->clock_out = k->clock;
+    if (cmds[i]->track_out)
+      *cmds[i]->track_out = k->track;
+  }
   if (rc != XF_OK) {
     fail_from(got, n, rc, rcs);
     drop(c, k, rc);

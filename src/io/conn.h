@@ -11,6 +11,7 @@
 
 #include "breaker.h"
 #include "clock.h"
+#include "near.h"
 #include "reply.h"
 #include "resp.h"
 
@@ -33,6 +34,8 @@ typedef struct xf__conn {
                             forgotten on every connect; on the heap, so a flow's
                             pointer to it outlives the router's array growing;
                             NULL before the first connect (or out of memory) */
+  xf__track track;       /* tracked for the near cache under this ticket (node
+                            NULL: not tracked); set up by connect, lost with it */
 } xf__conn;
 
 /* Sets k up for host:port (copied), or for unix_path when host is NULL; not

@@ -115,3 +115,42 @@ def test_cluster_off_is_not_routed(cluster, face, counter):
 def test_a_cluster_refuses_a_db_other_than_0(cluster, face):
     with pytest.raises(xfetch.InvalidArgumentError):
         face.Cache(cluster.url.replace("/0", "/2"))
+
+
+@pytest.mark.parametrize("fault", [None, "CLIENT KILL TYPE pubsub", "CLIENT KILL TYPE normal",
+                                   "FLUSHALL"])
+def test_the_near_cache_across_the_cluster(cluster, face, fault):
+    """near_cache_bytes on a cluster: keys of every master are kept (one
+    invalidation connection per node), and a write from elsewhere is seen
+    after a fault on every master (its tracked connections killed, or its
+    keys flushed)."""
+    import time
+    prefix = f"near:{face.kind}:{fault}:"
+    near = face.Cache(cluster.url, prefix=prefix, near_cache_bytes=1 << 20, breaker=0)
+    other = xfetch.Cache(cluster.url, prefix=prefix)
+    keys = [f"k{i}" for i in range(12)]
+    try:
+        for k in keys:
+            other.set(k, b"old", ttl=60)
+        deadline = time.monotonic() + 10
+        for k in keys:  # each key kept, whichever master it lives on
+            before = near.stats()["near_hits"]
+            while near.stats()["near_hits"] == before:
+                assert face.run(near.get(k)) == b"old"
+                assert time.monotonic() < deadline, f"{k}: never a near hit"
+        if fault:
+            for p in cluster.ports:
+                redis.Redis(port=p).execute_command(*fault.split())
+        for k in keys:
+            other.set(k, b"new", ttl=60)
+        for k in keys:
+            while True:
+                try:
+                    if face.run(near.get(k)) == b"new":
+                        break
+                except xfetch.Error:  # a killed connection, noticed by this call
+                    pass
+                assert time.monotonic() < deadline, f"{k}: the write was never seen"
+                time.sleep(0.001)
+    finally:
+        other.close()

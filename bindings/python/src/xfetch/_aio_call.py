@@ -10,7 +10,7 @@ import inspect
 import time
 
 from ._core import enter_load, leave_load
-from ._errors import Error, TLSError
+from ._errors import ConnectionLostError, Error, TLSError
 from ._native import ffi, lib
 from ._runtime import sink_value
 
@@ -32,6 +32,7 @@ async def steps(cache, call, loader=None, key=None, kb=None):
     KeyboardInterrupt) the call is handed to abandon() and not to be
     touched again; else the caller takes its result and frees it."""
     links = cache._links
+    near = links.near
     n, hostp, portp = cache._size, cache._hostp, cache._portp
     exc, took = None, 0.0
     stream = pending = None
@@ -63,18 +64,40 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                     link.failed()
                     step = lib.xf_call_io_failed(call, lib.XF_EIO, now_ms())
                 else:
+                    if near and lib.xf_call_track_reply(call, stream.track or ffi.NULL):
+                        step = lib.xf_call_reply(call, reply, now_ms())
+                        link.drop(ConnectionLostError(lib.XF_EIO, "near cache tracking lost"))
+                        continue  # tracked under a lost invalidation connection: reopen
                     step = lib.xf_call_reply(call, reply, now_ms())
             elif step == 1:  # XF_CALL_LOAD
                 t0 = _monotonic()
                 step, exc = await _load(cache, call, loader, kb)
                 took = _monotonic() - t0
             else:  # XF_CALL_WAIT: another caller's lease, or its load in the share
-                await asyncio.sleep(lib.xf_call_wait_ms(call, now_ms()) / 1000)
+                seconds = lib.xf_call_wait_ms(call, now_ms()) / 1000
+                if links.wake_event is not None:  # near cache: woken by the write
+                    await _wait_woken(links, call, seconds)
+                else:
+                    await asyncio.sleep(seconds)
                 step = lib.xf_call_woke(call, now_ms())
     except BaseException:
         abandon(links, call, stream if pending is not None else None, pending)
         raise
     return exc, took
+
+
+async def _wait_woken(links, call, seconds):
+    """Waits up to seconds, less when the call's key is invalidated meanwhile
+    (xf_call_woken: its value written, or a connection lost)."""
+    deadline = _monotonic() + seconds
+    while not lib.xf_call_woken(call):
+        left = deadline - _monotonic()
+        if left <= 0:
+            return
+        try:
+            await asyncio.wait_for(links.wake_event.wait(), left)
+        except asyncio.TimeoutError:
+            return
 
 
 async def _load(cache, call, loader, kb):
@@ -106,6 +129,8 @@ def abandon(links, call, stream, pending):
     size, host, port = ffi.new("size_t *"), ffi.new("const char **"), ffi.new("int *")
 
     def replied(reply):
+        if links.near:  # not known which stream it came on: never kept near
+            lib.xf_call_track_reply(call, ffi.NULL)
         go(lib.xf_call_reply(call, reply, now_ms()) if reply is not None else
            lib.xf_call_io_failed(call, lib.XF_EIO, now_ms()))
 
@@ -127,6 +152,8 @@ def abandon(links, call, stream, pending):
             if isinstance(reply, asyncio.Future):
                 s.adopt(reply, replied)
                 return
+            if links.near:
+                lib.xf_call_track_reply(call, s.track or ffi.NULL)
             step = lib.xf_call_reply(call, reply, now_ms())
         lib.xf_call_free(call)
 

@@ -10,7 +10,9 @@ or failing open)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+import weakref
 
 from ._aio_tls import handshake
 from ._errors import ConnectionError, Error, TLSError, UnavailableError, error_for
@@ -18,7 +20,7 @@ from ._native import ffi, lib
 from ._stream import _connect, _Stream
 
 
-async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None):
+async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None, near=False):
     """A new stream on the running loop to fields' server, the C side's setup
     (xf_call_setup with flags) pipelined: one round trip. tls: (ssl context,
     client certificate configured) for rediss:// (_aio_tls), whose setup
@@ -56,7 +58,30 @@ async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None)
     if failure is not None:
         await stream.close()
         raise failure
+    if near:
+        await track(client, fields, stream)
     return stream
+
+
+async def track(client, fields, stream):
+    """The near cache: the stream's reads may fill it once Redis tracks them
+    (xf_call_track_*: CLIENT TRACKING on REDIRECT to the server's
+    invalidation connection, opened by C if needed: a blocking connect, once
+    per server). A refusal leaves the stream untracked (its reads not kept)."""
+    ticket, req, size = ffi.new("xf_track **"), ffi.new("const char **"), ffi.new("size_t *")
+    host = ffi.new("char[]", fields["host"].encode()) if fields["host"] else ffi.NULL
+    if lib.xf_call_track_open(client, host, fields["port"] or 0, ticket, req, size) != 0 \
+            or ticket[0] == ffi.NULL:
+        return
+    try:
+        reply = await stream.request(ffi.unpack(req[0], size[0]))
+    except BaseException:
+        lib.xf_call_track_close(ticket[0], -1)
+        raise
+    if lib.xf_call_track_armed(ticket[0], reply, stream.sock.fileno()) == 0:
+        stream.track = ticket[0]
+    else:
+        lib.xf_call_track_close(ticket[0], -1)
 
 
 class Link:
@@ -104,7 +129,7 @@ class Link:
         if self.opening is None:
             self.opening = asyncio.ensure_future(open_stream(
                 ls.client, self.fields, ls.timeout, ls.connect_timeout, ls.setup_flags(),
-                ls.tls))
+                ls.tls, ls.near))
         opening = self.opening
         try:
             opened = await asyncio.shield(opening)
@@ -152,8 +177,13 @@ class Links:
     are one thread's)."""
 
     def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads,
-                 events, tls=None):
+                 events, tls=None, near=False, share=None):
         self.events = events
+        self.near = near  # the share has a near cache: streams are tracked
+        self.wake_fd = None  # the C wake pipe's read end (xf_call_wake_open), once bound
+        self.wake_event = None  # set (then replaced) when a key is invalidated
+        self._wake = {"loop": None}  # for the finalizer: the loop its reader is on
+        self._share = share  # the near cache's: it must outlive the wake pipe
         self.client, self.unix_path = client, fields["unix_path"]
         self.tls = tls  # (ssl context, client certificate configured) for rediss://
         self.timeout, self.connect_timeout, self.breaker = timeout, connect_timeout, breaker
@@ -200,6 +230,33 @@ class Links:
                 f"open one xfetch.aio.Cache per event loop")
         self.drop(ConnectionError(lib.XF_EIO, "opened by another event loop"))
         self.loop = loop
+        if self.near:
+            self._bind_wake(old, loop)
+
+    def _bind_wake(self, old, loop):
+        """Wake-on-write: the C near cache writes a byte on the pipe whenever a
+        key is invalidated; the waiting calls whose key it was read at once."""
+        if self.wake_fd is None:
+            fd = ffi.new("int *")
+            if lib.xf_call_wake_open(self.client, fd) != 0 or fd[0] < 0:
+                return
+            self.wake_fd = fd[0]
+            weakref.finalize(self, _close_wake, self.client, self.wake_fd, self._wake,
+                             self._share)
+        elif old is not None and not old.is_closed():
+            old.remove_reader(self.wake_fd)
+        loop.add_reader(self.wake_fd, self._woke)
+        self._wake["loop"] = loop
+        self.wake_event = asyncio.Event()
+
+    def _woke(self):
+        try:
+            while os.read(self.wake_fd, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        event, self.wake_event = self.wake_event, asyncio.Event()
+        event.set()
 
     def drop(self, exc):
         for link in list(self.by_name.values()):
@@ -208,3 +265,15 @@ class Links:
     def connected(self):
         return sum(1 for link in self.by_name.values()
                    if link.stream is not None and link.stream.broken is None)
+
+
+def _close_wake(client, fd, wake, share):
+    """The wake pipe's end (the Links are gone): off its loop, then closed; the
+    share (held here) outlives it."""
+    loop = wake["loop"]
+    if loop is not None and not loop.is_closed():
+        try:
+            loop.remove_reader(fd)
+        except Exception:  # its loop is being torn down
+            pass
+    lib.xf_call_wake_close(client, fd)

@@ -60,6 +60,12 @@ class Cache:
     background_refresh: the calls' default for background_refresh= (see
            get_or_compute): an early refresh runs on the Cache's two
            refresh threads while the winning call returns the current value.
+    near_cache_bytes: 0 = off (default); N = keep up to N bytes of values
+           read from Redis in this process (C xf_share near cache): a hit on
+           them sends nothing, kept correct by Redis' CLIENT TRACKING (a write
+           anywhere invalidates the key, own set/delete drop it at once), and
+           callers waiting for another caller's load wake on its write. Needs
+           share=True and Redis 6+; not over rediss:// yet.
 
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a
@@ -79,14 +85,15 @@ class Cache:
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = False) -> None:
+                 background_refresh: bool = False, near_cache_bytes: int = 0) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         self._config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
                               max_key_len, max_value_len, share, lazy_connect,
                               max_connections, ssl, on_event, enabled, "sync",
-                              entry_format=entry_format, background_refresh=background_refresh)
+                              entry_format=entry_format, background_refresh=background_refresh,
+                              near_cache_bytes=near_cache_bytes)
         self._policies = self._config.policies
         self._pool = Pool(self._config)
 
@@ -316,7 +323,8 @@ class Cache:
         uncached, redis_errors, superseded, local, redirects, map_refreshes
         (Redis Cluster), malformed (entries not as xfetch writes them: each a
         miss, recomputed), bypassed (calls made while disabled: enabled=False
-        or disabled()), plus connections (clients open now)."""
+        or disabled()), near_hits (hits served from the near cache, also in
+        hits), near_evictions, plus connections (clients open now)."""
         return self._pool.stats()
 
     def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],

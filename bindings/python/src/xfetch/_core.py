@@ -91,7 +91,8 @@ class Config:
 
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
-                 enabled=True, face="sync", entry_format=None, background_refresh=False):
+                 enabled=True, face="sync", entry_format=None, background_refresh=False,
+                 near_cache_bytes=0):
         fields = parse_url(url)
         if entry_format is not None and (type(entry_format) is not int
                                          or entry_format not in (1, 2)):
@@ -158,10 +159,16 @@ class Config:
         self.lazy_connect = bool(lazy_connect) or not enabled  # disabled: no I/O at all
         self.max_connections = max_connections
         self.failures = Failures()  # loader exceptions, for the share's followers
+        if type(near_cache_bytes) is not int or near_cache_bytes < 0:
+            raise ValueError(f"near_cache_bytes must be an int >= 0, not {near_cache_bytes!r}")
+        if near_cache_bytes and not share:
+            raise ValueError("near_cache_bytes needs share=True (the near cache is the share's)")
+        self.near = bool(near_cache_bytes)
         self.share = ffi.NULL
         if share:  # single-flight and a fallback cache while Redis is down
             out = ffi.new("xf_share **")
-            check(lib.xf_share_open(out, ffi.NULL))
+            share_opts = ffi.new("xf_share_options *", {"near_cache_bytes": near_cache_bytes})
+            check(lib.xf_share_open(out, share_opts))
             self.share = ffi.gc(out[0], lib.xf_share_close)
         self.opts.share = self.share
         self.policies = PolicyCache()

@@ -24,6 +24,7 @@ DRIVERS = [ffi.string(lib.xf_driver_name(i)).decode() for i in range(lib.XF_DRIV
 SOURCES = {0: "cache", 1: "loader", 2: "stale", 3: "uncached", 4: "local"}
 # The one result each get-or-compute reports, as xfetch_calls_total's label.
 _HIT = lib.XF_EV_HIT
+_NEAR = lib.XF_EV_NEAR  # a near-cache hit: the same hot path
 RESULTS = {lib.XF_EV_HIT: "hit", lib.XF_EV_EARLY: "early", lib.XF_EV_MISS: "miss",
            lib.XF_EV_STALE: "stale", lib.XF_EV_FAIL_OPEN: "uncached", lib.XF_EV_NEAR: "near"}
 # Load-duration histogram upper bounds, seconds (+Inf implied).
@@ -107,10 +108,10 @@ class Events:
     def on_c_event(self, ev):
         """An xf_event from the C hook."""
         t = ev.type
-        if (t == _HIT and self.callback is None and not self.failing_open
+        if ((t == _HIT or t == _NEAR) and self.callback is None and not self.failing_open
                 and not log.isEnabledFor(logging.DEBUG)):
             # The hot path: a hit only counts (no key or server string made).
-            k = (NAMESPACE.get(), "hit")
+            k = (NAMESPACE.get(), "hit" if t == _HIT else "near")
             with self.lock:
                 self.calls[k] = self.calls.get(k, 0) + 1
             return

@@ -27,6 +27,7 @@ class _Stream:
 
     FAST_LIMIT = 16
     READ_SIZE = 256 * 1024
+    track = None  # the near cache's ticket (xf_track *) once tracked (_aio_link.track)
 
     def __init__(self, loop, sock, timeout):
         self.loop, self.sock, self.timeout = loop, sock, timeout
@@ -147,6 +148,9 @@ class _Stream:
             self.loop.remove_reader(self.sock)
             if self.unsent:
                 self.loop.remove_writer(self.sock)
+            if self.track is not None:  # the near cache's ticket, before the fd goes
+                lib.xf_call_track_close(self.track, self.sock.fileno())
+                self.track = None
             self.sock.close()
             if self.timer is not None:
                 self.timer.cancel()

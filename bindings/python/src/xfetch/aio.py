@@ -64,14 +64,14 @@ class Cache:
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = False) -> None:
+                 background_refresh: bool = False, near_cache_bytes: int = 0) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         config = Config(url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                         max_value_len, share, lazy_connect, max_connections, ssl, on_event,
                         enabled, "aio", entry_format=entry_format,
-                        background_refresh=background_refresh)
+                        background_refresh=background_refresh, near_cache_bytes=near_cache_bytes)
         fields = config.fields
         self._config = config
         self._policies = config.policies
@@ -83,7 +83,8 @@ class Cache:
         tls = config.tls and (context(config.tls), bool(config.tls["cert_file"]))
         self._links = Links(self._client, fields, config.timeout_ms / 1000,
                             config.connect_timeout_ms / 1000, breaker,
-                            fields["read_from_replicas"], config.events, tls or None)
+                            fields["read_from_replicas"], config.events, tls or None,
+                            config.near, config.share)
         self._enabled = config.enabled  # the C client's bypass switch, as last set
         if not config.lazy_connect:
             config.check_now()

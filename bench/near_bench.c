@@ -1,0 +1,305 @@
+/* The near scenario (issue 20): what the share's near cache
+ * (xf_share_options.near_cache_bytes) gives and what it risks.
+ *
+ *   hot key    one warm key, one thread: calls/s of xf_get_or_compute served
+ *              by Redis (HMGET) vs by the near cache, and the commands Redis
+ *              ran per near call (INFO stats total_commands_processed);
+ *   zipf       10,000 keys drawn Zipf(1) by 2 threads through one share
+ *              whose near cache holds ~1/8 of them: hit ratio, calls/s,
+ *              evictions, Redis commands per call;
+ *   staleness  a writer in another process sets a key every 20 ms (each
+ *              value its version; its acknowledgement time in shared
+ *              memory); this process reads it in a loop through the near
+ *              cache. A read is stale by t when the version it returned had
+ *              been superseded by one acknowledged t ms before the read
+ *              began. Twice: undisturbed, then with CLIENT KILL of the
+ *              invalidation connection, of the data connections and
+ *              FLUSHALL every 100 ms; the histogram and the reads stale by
+ *              more than 1 ms;
+ *   wake       4 processes wait for a 200 ms load another process leads:
+ *              how long after the leader's call returned (its write
+ *              acknowledged) each waiter returns, near cache on (woken by
+ *              the write) vs off (polling).
+ * Figures to the JSON's params and to goals.c. */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "drivers.h"
+#include "goals.h"
+#include "near_bench.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+xf_client *nb_client(const target *t, xf_share *share) {
+  xf_options o = target_options(t);
+  o.share = share;
+  xf_client *c = NULL;
+  if (xf_client_open(&c, &o) != XF_OK)
+    return NULL;
+  return c;
+}
+
+xf_share *nb_share(size_t bytes) {
+  xf_share *s = NULL;
+  xf_share_options so = {.near_cache_bytes = bytes};
+  return xf_share_open(&s, &so) == XF_OK ? s : NULL;
+}
+
+long long nb_commands(redisContext *rc) {
+  redisReply *r = redisCommand(rc, "INFO stats");
+  long long n = -1;
+  const char *at = r && r->type == REDIS_REPLY_STRING
+                       ? strstr(r->str, "total_commands_processed:")
+                       : NULL;
+  if (at)
+    n = atoll(at + strlen("total_commands_processed:"));
+  if (r)
+    freeReplyObject(r);
+  return n;
+}
+
+/* ---- hot key ---- */
+
+static double hot_rate(xf_client *c, const char *key, int n) {
+  xf_policy p = XF_POLICY_INIT;
+  double t0 = now_s();
+  for (int i = 0; i < n; i++) {
+    xf_value v;
+    if (xf_get_or_compute(c, key, strlen(key), &p, drv_loader, NULL, &v) != XF_OK)
+      return -1;
+    xf_value_free(&v);
+  }
+  return n / (now_s() - t0);
+}
+
+/* Near hits on one hot key from 2 threads at once (each its own client of
+ * one share): calls/s in all, against one thread's. */
+typedef struct hot_thread {
+  xf_client *c;
+  const char *key;
+  int n;
+  double rps;
+} hot_thread;
+
+static void *hot_thread_run(void *arg) {
+  hot_thread *h = arg;
+  h->rps = hot_rate(h->c, h->key, h->n);
+  return NULL;
+}
+
+static double hot_rate_threads(const target *t, xf_share *s, const char *key, int n) {
+  hot_thread h[2] = {{nb_client(t, s), key, n, 0}, {nb_client(t, s), key, n, 0}};
+  pthread_t th[2];
+  double total = -1;
+  if (h[0].c && h[1].c) {
+    hot_rate(h[0].c, key, 100), hot_rate(h[1].c, key, 100);
+    for (int i = 0; i < 2; i++)
+      pthread_create(&th[i], NULL, hot_thread_run, &h[i]);
+    for (int i = 0; i < 2; i++)
+      pthread_join(th[i], NULL);
+    total = h[0].rps + h[1].rps;
+  }
+  xf_client_close(h[0].c), xf_client_close(h[1].c);
+  return total;
+}
+
+/* ---- staleness ---- */
+
+#define MAX_VERSIONS 4096
+
+typedef struct shared_log {
+  int64_t acked_us[MAX_VERSIONS]; /* when version i's set returned (0: not yet) */
+  int stop;
+} shared_log;
+
+static void writer(const target *t, const char *key, shared_log *log) {
+  xf_client *c = nb_client(t, NULL);
+  xf_policy p = XF_POLICY_INIT;
+  for (int ver = 1; c && ver < MAX_VERSIONS && !__atomic_load_n(&log->stop, 0); ver++) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", ver);
+    if (xf_set(c, key, strlen(key), v, strlen(v), &p) == XF_OK)
+      __atomic_store_n(&log->acked_us[ver], (int64_t)(now_s() * 1e6), __ATOMIC_RELEASE);
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  xf_client_close(c);
+}
+
+/* How long before t0 a version newer than ver was acknowledged (<= 0: the
+ * read was not stale). */
+static double stale_by_ms(const shared_log *log, int ver, double t0) {
+  if (ver < 0 || ver + 1 >= MAX_VERSIONS)
+    return 0;
+  double acked = (double)__atomic_load_n(&log->acked_us[ver + 1], __ATOMIC_ACQUIRE) / 1e6;
+  return acked > 0 && acked < t0 ? (t0 - acked) * 1000 : 0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Reads for dur seconds; faults: CLIENT KILL / FLUSHALL every 100 ms. */
+static int stale_pass(const bench_env *e, xf_client *c, const char *key, shared_log *log,
+                      double dur, int faults, nb_stale *out) {
+  memset(out, 0, sizeof *out);
+  size_t cap = 1 << 16, n = 0;
+  double *stale = malloc(cap * sizeof *stale);
+  if (!stale)
+    return -1;
+  const char *fault[] = {"CLIENT KILL TYPE pubsub", "CLIENT KILL TYPE normal SKIPME yes",
+                         "FLUSHALL"};
+  double end = now_s() + dur, next_fault = now_s() + 0.1;
+  int nf = 0;
+  while (now_s() < end) {
+    if (faults && now_s() >= next_fault) {
+      redisReply *r = redisCommand(e->rc, fault[nf++ % 3]);
+      if (r)
+        freeReplyObject(r);
+      next_fault += 0.1;
+    }
+    double t0 = now_s();
+    xf_value v;
+    int rc = xf_get(c, key, strlen(key), &v);
+    int ver = rc == XF_OK ? atoi(v.data) : -1;
+    xf_value_free(&v);
+    out->reads++;
+    if (rc != XF_OK)
+      continue; /* flushed: a miss is never stale */
+    double s = stale_by_ms(log, ver, t0);
+    if (s > 0) {
+      if (n == cap) {
+        double *more = realloc(stale, 2 * cap * sizeof *stale);
+        if (!more)
+          break;
+        stale = more, cap *= 2;
+      }
+      stale[n++] = s;
+    }
+  }
+  qsort(stale, n, sizeof *stale, cmp_d);
+  out->stale = n;
+  for (size_t i = 0; i < n; i++)
+    out->over_1ms += stale[i] > 1.0;
+  /* percentiles over every read (most are 0) */
+  double p99_idx = 0.99 * (double)out->reads, p999_idx = 0.999 * (double)out->reads;
+  size_t fresh = out->reads - n;
+  out->p99_ms = p99_idx < fresh ? 0 : stale[(size_t)(p99_idx - fresh)];
+  out->p999_ms = p999_idx < fresh ? 0 : stale[(size_t)(p999_idx - fresh)];
+  out->max_ms = n ? stale[n - 1] : 0;
+  free(stale);
+  return 0;
+}
+
+static int staleness(const bench_env *e, double dur, nb_stale out[2]) {
+  shared_log *log =
+      mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (log == MAP_FAILED)
+    return -1;
+  memset(log, 0, sizeof *log);
+  char key[64];
+  snprintf(key, sizeof key, "xfb:%u:near:stale", e->cfg->run_id);
+  pid_t pid = fork();
+  if (pid == 0) {
+    writer(e->t, key, log);
+    _exit(0);
+  }
+  xf_share *s = nb_share(1 << 20);
+  xf_client *c = s ? nb_client(e->t, s) : NULL;
+  int rv = c ? 0 : -1;
+  while (!rv && !__atomic_load_n(&log->acked_us[1], __ATOMIC_ACQUIRE))
+    usleep(1000);
+  for (int faults = 0; !rv && faults < 2; faults++)
+    rv = stale_pass(e, c, key, log, dur, faults, &out[faults]);
+  __atomic_store_n(&log->stop, 1, __ATOMIC_RELEASE);
+  waitpid(pid, NULL, 0);
+  xf_client_close(c);
+  xf_share_close(s);
+  munmap(log, sizeof *log);
+  return rv;
+}
+
+/* ---- the scenario ---- */
+
+int sc_near(const bench_env *e, scenario_out *out) {
+  int q = e->cfg->quick, n = q ? 20000 : 100000;
+  out->name = "near";
+  char key[64];
+  snprintf(key, sizeof key, "xfb:%u:near:hot", e->cfg->run_id);
+  xf_share *s = nb_share(64 << 20);
+  xf_client *far = nb_client(e->t, NULL), *near = s ? nb_client(e->t, s) : NULL;
+  if (!far || !near) {
+    xf_client_close(far), xf_client_close(near), xf_share_close(s);
+    return -1;
+  }
+  hot_rate(far, key, 100); /* warm: the key, the connections, their clocks */
+  hot_rate(near, key, 100);
+  double redis_rps = hot_rate(far, key, n / 10);
+  long long c0 = nb_commands(e->rc);
+  double near_rps = hot_rate(near, key, n);
+  long long c1 = nb_commands(e->rc);
+  double cmds_per_call = (double)(c1 - c0 - 1) / n; /* less the INFO itself */
+  double threads_rps = hot_rate_threads(e->t, s, key, n);
+  xf_client_close(far), xf_client_close(near), xf_share_close(s);
+  nb_zipf z;
+  nb_stale st[2];
+  nb_wake w;
+  if (nb_zipf_run(e, q, &z) || staleness(e, q ? 1.0 : 3.0, st) || nb_wake_run(e, &w))
+    return -1;
+  goal_set("near_hit_vs_redis_hit", near_rps / redis_rps);
+  goal_set("near_cmds_per_10k", cmds_per_call * 10000);
+  goal_set("near_stale_p99_ms", st[0].p99_ms);
+  goal_set("near_stale_over_1ms_faults", (double)st[1].over_1ms);
+  goal_set("near_wake_max_ms", w.near_max_ms);
+  printf("near: hot key %.0f calls/s near vs %.0f via Redis (x%.1f), %.4f Redis commands "
+         "per near call; 2 threads: %.0f calls/s in all\n",
+         near_rps, redis_rps, near_rps / redis_rps, cmds_per_call, threads_rps);
+  printf("near: zipf(1) %d keys, cache ~1/8 of them: hit ratio %.3f (LRU; simulated on "
+         "the trace: LRU %.3f, CLOCK %.3f, S3-FIFO %.3f), %.0f calls/s on %d threads, "
+         "%.3f commands per call, %llu evictions\n",
+         z.keys, z.hit_ratio, z.sim_lru, z.sim_clock, z.sim_s3fifo, z.rps, z.threads,
+         z.cmds_per_call, (unsigned long long)z.evictions);
+  for (int i = 0; i < 2; i++)
+    printf("near: staleness%s: %llu reads, %llu stale, p99 %.3f ms, p99.9 %.3f ms, max "
+           "%.3f ms, %llu stale by > 1 ms\n",
+           i ? " under CLIENT KILL + FLUSHALL every 100 ms" : "",
+           (unsigned long long)st[i].reads, (unsigned long long)st[i].stale, st[i].p99_ms,
+           st[i].p999_ms, st[i].max_ms, (unsigned long long)st[i].over_1ms);
+  printf("near: 4 waiters of a 200 ms load return after the leader's write: near max "
+         "%.1f ms (mean %.1f), polling max %.1f ms (mean %.1f)\n",
+         w.near_max_ms, w.near_mean_ms, w.poll_max_ms, w.poll_mean_ms);
+  snprintf(out->params, sizeof out->params,
+           "{\"hot_key_calls_per_s\": {\"near\": %.0f, \"redis\": %.0f, "
+           "\"near_2_threads\": %.0f}, "
+           "\"near_commands_per_call\": %.5f, "
+           "\"zipf\": {\"keys\": %d, \"threads\": %d, \"hit_ratio\": %.4f, "
+           "\"calls_per_s\": %.0f, \"commands_per_call\": %.4f, \"evictions\": %llu, "
+           "\"simulated_hit_ratio\": {\"lru\": %.4f, \"clock\": %.4f, \"s3fifo\": %.4f}}, "
+           "\"staleness_ms\": [{\"faults\": false, \"reads\": %llu, \"stale\": %llu, "
+           "\"p99\": %.3f, \"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu}, "
+           "{\"faults\": true, \"reads\": %llu, \"stale\": %llu, \"p99\": %.3f, "
+           "\"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu}], "
+           "\"wake_after_write_ms\": {\"near_max\": %.2f, \"near_mean\": %.2f, "
+           "\"poll_max\": %.2f, \"poll_mean\": %.2f}}",
+           near_rps, redis_rps, threads_rps, cmds_per_call, z.keys, z.threads, z.hit_ratio,
+           z.rps, z.cmds_per_call, (unsigned long long)z.evictions, z.sim_lru, z.sim_clock,
+           z.sim_s3fifo, (unsigned long long)st[0].reads, (unsigned long long)st[0].stale,
+           st[0].p99_ms, st[0].p999_ms, st[0].max_ms, (unsigned long long)st[0].over_1ms,
+           (unsigned long long)st[1].reads, (unsigned long long)st[1].stale, st[1].p99_ms,
+           st[1].p999_ms, st[1].max_ms, (unsigned long long)st[1].over_1ms, w.near_max_ms,
+           w.near_mean_ms, w.poll_max_ms, w.poll_mean_ms);
+  return 0;
+}

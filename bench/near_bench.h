@@ -1,0 +1,39 @@
+/* xfetch-bench: the near scenario's parts (bench/near_bench.c: hot key,
+ * staleness and the scenario; bench/near_zipf.c: the Zipf trace, its
+ * eviction policies simulated, and the waiters' wake). */
+#ifndef BENCH_NEAR_BENCH_H
+#define BENCH_NEAR_BENCH_H
+
+#include <stdint.h>
+
+#include "scenarios.h"
+
+typedef struct nb_zipf {
+  int keys, threads;
+  double hit_ratio, rps, cmds_per_call;
+  uint64_t evictions;
+  double sim_lru, sim_clock, sim_s3fifo; /* the same trace, the same capacity */
+} nb_zipf;
+
+typedef struct nb_stale {
+  uint64_t reads, stale, over_1ms;
+  double p99_ms, p999_ms, max_ms;
+} nb_stale;
+
+typedef struct nb_wake {
+  double near_max_ms, near_mean_ms, poll_max_ms, poll_mean_ms;
+} nb_wake;
+
+/* A client of the target with share (NULL = none); NULL on failure. */
+xf_client *nb_client(const target *t, xf_share *share);
+/* A share with a near cache of bytes; NULL on failure. */
+xf_share *nb_share(size_t bytes);
+/* INFO stats' total_commands_processed, or -1. */
+long long nb_commands(redisContext *rc);
+
+int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out);
+int nb_wake_run(const bench_env *e, nb_wake *out);
+
+int sc_near(const bench_env *e, scenario_out *out);
+
+#endif

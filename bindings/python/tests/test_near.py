@@ -1,0 +1,129 @@
+"""The near cache (near_cache_bytes=N) on both faces: values read from Redis
+kept in the process, a write from elsewhere seen once Redis invalidates it,
+own writes and deletes dropped before they return."""
+import time
+
+import pytest
+
+import xfetch
+
+
+def until_near_hit(face, cache, key, want):
+    """Reads key (its value want) until a read is a near hit, within a bound: a
+    hit goes to Redis while invalidations wait to be read (a loaded machine)."""
+    before, deadline = cache.stats()["near_hits"], time.monotonic() + 5
+    while cache.stats()["near_hits"] == before:
+        assert face.run(cache.get(key)) == want
+        assert time.monotonic() < deadline, "never a near hit"
+        time.sleep(0.001)
+
+
+def test_near_cache_bytes_is_checked(server, prefix):
+    with pytest.raises(ValueError):
+        xfetch.Cache(server.url, prefix=prefix, near_cache_bytes=-1)
+    with pytest.raises(ValueError):
+        xfetch.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20, share=False)
+
+
+def test_near_hits_and_a_write_from_elsewhere(face, server, admin, prefix):
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20)
+    other = xfetch.Cache(server.url, prefix=prefix)  # another process's view
+    try:
+        other.set("hot", b"v1", ttl=60)
+        for _ in range(20):
+            assert face.run(near.get("hot")) == b"v1"
+        until_near_hit(face, near, "hot", b"v1")
+        other.set("hot", b"v2", ttl=60)
+        deadline = time.monotonic() + 5
+        while face.run(near.get("hot")) != b"v2":  # invalidated within the bound
+            assert time.monotonic() < deadline, "the write from elsewhere was never seen"
+            time.sleep(0.001)
+        face.run(near.delete("hot"))  # own delete: gone before it returns
+        assert face.run(near.get("hot")) is None
+        face.run(near.set("hot", b"v3", ttl=60))
+        assert face.run(near.get("hot")) == b"v3"
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("fault", ["CLIENT KILL TYPE pubsub", "CLIENT KILL TYPE normal",
+                                   "FLUSHALL"])
+def test_near_entries_drop_when_tracking_is_lost(face, server, admin, prefix, fault):
+    """The invalidation connection killed, the data connections killed (Redis
+    then invalidates nothing they tracked: redis/redis#13082), FLUSHALL: the
+    entries go, so a write made afterwards is seen (a kept entry would be
+    served forever: nobody would invalidate it)."""
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20, breaker=0)
+    other = xfetch.Cache(server.url, prefix=prefix)
+    try:
+        other.set("k", b"old", ttl=60)
+        until_near_hit(face, near, "k", b"old")
+        hits = near.stats()["near_hits"]
+        admin.execute_command(*fault.split())
+        other.set("k", b"new", ttl=60)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                if face.run(near.get("k")) == b"new":
+                    break
+            except xfetch.Error:  # the killed connection, noticed by this call
+                pass
+            assert time.monotonic() < deadline, f"after {fault}: the old entry stayed"
+            time.sleep(0.001)
+        until_near_hit(face, near, "k", b"new")  # tracked again: kept and served near
+        assert near.stats()["near_hits"] > hits
+    finally:
+        other.close()
+
+
+def test_waiters_are_woken_by_the_write(face, server, admin, prefix):
+    """Callers waiting for another caller's 250 ms load read again when its
+    write invalidates the key (asyncio: through the loop), not on a poll
+    schedule (~15 reads each) nor at their 200 ms fallback poll (they start
+    50 ms apart: without a wake one would come back >= 100 ms late)."""
+    import asyncio
+    import threading
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20)
+    leader = xfetch.Cache(server.url, prefix=prefix)
+    started, led = threading.Event(), []
+
+    def load():
+        started.set()
+        time.sleep(0.25)
+        return b"v"
+
+    def never():
+        raise AssertionError("a waiter must not load")
+
+    def lead():
+        leader.get_or_compute("slow", load, ttl=60)
+        led.append(time.monotonic())
+
+    def waiter(delay):
+        if face.aio:
+            async def wait():
+                await asyncio.sleep(delay)
+                v = await near.get_or_compute("slow", never, ttl=60)
+                return v, time.monotonic()
+            return wait
+
+        def wait_sync():
+            time.sleep(delay)
+            return near.get_or_compute("slow", never, ttl=60), time.monotonic()
+        return wait_sync
+    t = threading.Thread(target=lead)
+    t.start()
+    try:
+        assert started.wait(5)
+        admin.config_resetstat()
+        out = face.gather([waiter(0.05 * i) for i in range(3)])
+    finally:
+        t.join()
+        leader.close()
+    assert [v for v, _ in out] == [b"v"] * 3
+    lag = max(done for _, done in out) - led[0]
+    assert lag < 0.08, f"a waiter came back {lag * 1000:.0f} ms after the write"
+    stats = admin.info("commandstats")
+    reads = sum(v["calls"] for k, v in stats.items()
+                if k in ("cmdstat_evalsha", "cmdstat_evalsha_ro", "cmdstat_hmget"))
+    assert reads <= 30, f"{reads} reads and leases: the waiters polled"

@@ -1,0 +1,65 @@
+/* The flow's side of the near cache (near.h): a get-or-compute or get asks
+ * it before Redis, and a read's value is offered to it. The own writes'
+ * drop is flow.c's (with the share's). */
+#include <stdlib.h>
+
+#include "client.h"
+#include "decide.h"
+#include "event.h"
+#include "flow_steps.h"
+#include "near.h"
+
+/* A get-or-compute or get asks the near cache first: a kept entry within its
+ * life is served without Redis, unless the XFetch draw (the same as on a
+ * Redis hit) elects this call to refresh it: then it reads Redis and, if the
+ * value is still fresh there, refreshes (no second draw). 1 when served
+ * (*step DONE). */
+int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
+  xf_client *c = f->c;
+  xf__near_hit h;
+  if (!xf__near_get(c->near, c, f->key.data, f->key.len, now_ms, &h))
+    return 0;
+  if (f->kind == XF_KIND_GET_OR_COMPUTE &&
+      xf__refresh_early(&c->rng, f->p, h.remaining_ms, h.delta_us)) {
+    free(h.data);
+    f->near_elected = 1;
+    return 0;
+  }
+  c->stats.near_hits++;
+  int rc = XF_OK;
+  if (h.negative) {
+    free(h.data);
+    if (f->kind == XF_KIND_GET) {
+      c->stats.misses++; /* a cached not-found is a get's miss */
+      xf__emit(f, XF_EV_MISS, -1, 0, 0);
+    } else {
+      c->stats.hits++;
+      xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
+    }
+    rc = xf__fail(c, XF_ENOTFOUND, "cached not-found");
+  } else {
+    c->stats.hits++;
+    xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
+    f->out->data = h.data;
+    f->out->len = h.len;
+    f->out->source = XF_SOURCE_CACHE;
+  }
+  *step = xf__flow_done(f, rc);
+  return 1;
+}
+
+/* What a read saw, kept in the near cache when it is a fresh value (or a
+ * cached not-found) read over a tracked connection, and no invalidation of
+ * its key overtook it (near.h). Its life counts from when the read was sent
+ * (the server read it no earlier), less the clocks' drift allowance. */
+void xf__flow_near_keep(xf__flow *f) {
+  const xf__entry *e = &f->e;
+  if (!f->track.node || !e->value || e->malformed || e->remaining_ms <= 0)
+    return;
+  int64_t drift_ms = e->remaining_ms / 1000 + 1;
+  if (e->remaining_ms <= drift_ms)
+    return;
+  f->c->stats.near_evictions += xf__near_put(
+      f->c->near, f->c, &f->track, f->near_token, f->key.data, f->key.len, e->value, e->len,
+      e->delta_us, f->sent_ms + e->remaining_ms - drift_ms, e->negative);
+}

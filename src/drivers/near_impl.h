@@ -1,0 +1,102 @@
+/* What the near cache (near.c), its tracker (near_track.c), the share, the
+ * blocking transport (conn.c) and the drivers' waits (drive.c) tell each
+ * other; the flow's side is src/core/near.h. */
+#ifndef XF_NEAR_IMPL_H
+#define XF_NEAR_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "near.h"
+
+struct xf_client;
+struct xf__near_tracker;
+
+/* One Redis node (by address) whose invalidations the process receives. The
+ * nodes live as long as the near cache; ctx and id are the tracker's (under
+ * its lock); gen and drop_seq are read without it (__atomic). */
+struct xf__near_node {
+  struct xf__near_node *next;
+  struct xf__near_tracker *tracker;
+  char *host; /* NULL: unix_path */
+  int port;
+  char *unix_path;
+  void *ctx;         /* the invalidation connection (redisContext); NULL = none */
+  int inval_fd;      /* its socket, -1 = none (__atomic: a hit polls it) */
+  long long id;      /* its CLIENT ID: the data connections' REDIRECT */
+  uint64_t gen;      /* bumped when it is lost: tracking armed under an older
+                        one delivers nothing (reconnect to re-arm) */
+  uint64_t drop_seq; /* entries kept with a token below it are gone */
+};
+
+/* ---- the cache (near.c) ---- */
+
+int xf__near_open(struct xf__near **out, size_t max_bytes);
+void xf__near_close(struct xf__near *n);
+
+/* An invalidation of key from Redis (any node): as xf__near_drop, counted. */
+void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen);
+
+/* Everything kept from node goes (its invalidation connection, or a tracked
+ * data connection, was lost; a FLUSHALL / FLUSHDB). */
+void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node);
+
+/* Waits until driver ms until_ms, or until key is invalidated (or a node
+ * dropped) after token was taken: 1 then, 0 when the time ran out. */
+int xf__near_wait(struct xf__near *n, const char *key, size_t keylen, uint64_t token,
+                  int64_t until_ms);
+
+struct xf__near_tracker *xf__near_tracker(struct xf__near *n);
+
+/* Wake pipes of event loops (xf_call_wake_open): fd, a pipe's write end,
+ * gets a byte on every invalidation and node drop. */
+int xf__near_notify_add(struct xf__near *n, int fd);
+void xf__near_notify_remove(struct xf__near *n, int fd);
+
+/* Whether key was invalidated (or a node dropped) since token: no wait. */
+int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_t token);
+
+/* Totals since open (tests, bench). */
+uint64_t xf__near_invalidations(const struct xf__near *n);
+uint64_t xf__near_evictions(const struct xf__near *n);
+
+/* fork(): taken by the share's before-fork hook, released in both
+ * processes; the child's near cache starts empty and without connections. */
+void xf__near_before_fork(struct xf__near *n);
+void xf__near_after_fork(struct xf__near *n, int child);
+
+/* For tests: called by xf__near_put before it takes its shard's lock (a
+ * read's reply is in, its value not yet kept); NULL = none. */
+extern void (*xf__near_test_before_put)(void);
+
+/* ---- the tracker (near_track.c) ---- */
+
+struct xf__near_tracker *xf__tracker_open(struct xf__near *n);
+void xf__tracker_close(struct xf__near_tracker *t);
+void xf__tracker_before_fork(struct xf__near_tracker *t);
+void xf__tracker_after_fork(struct xf__near_tracker *t, int child);
+
+/* For a data connection of c to host:port (or unix_path) being set up: the
+ * node's invalidation connection (opened now if needed, with c's timeouts
+ * and credentials), its id in *redirect_id for CLIENT TRACKING on REDIRECT,
+ * and the ticket the connection keeps in *t. XF_OK, or an XF_E* code (the
+ * connection is then set up without tracking: its reads are never kept). */
+int xf__near_arm(struct xf__near *n, struct xf_client *c, const char *host, int port,
+                 const char *unix_path, long long *redirect_id, xf__track *t);
+
+/* The connection of ticket t (socket fd) is tracked: watched, so its loss
+ * (CLIENT KILL, a server closing it) drops its node's entries at once; t->fd
+ * is set (a hit polls it: see near.c). */
+void xf__near_watch(xf__track *t, int fd);
+
+/* The connection of t (fd) is going away: no longer watched, and its node's
+ * entries drop (Redis stops invalidating what it tracked: redis#13082). */
+void xf__near_lost(const xf__track *t, int fd);
+
+/* Whether t was armed under an invalidation connection since lost (the
+ * connection must be set up again to be tracked). */
+static inline int xf__track_stale(const xf__track *t) {
+  return t->node && __atomic_load_n(&t->node->gen, __ATOMIC_ACQUIRE) != t->gen;
+}
+
+#endif

@@ -1,0 +1,408 @@
+/* The near cache's tracker (near_impl.h): per Redis node one invalidation
+ * connection (RESP2: CLIENT ID, then SUBSCRIBE __redis__:invalidate; named
+ * xfetch-invalidate), which the data connections' CLIENT TRACKING on
+ * REDIRECT <id> points to, and one thread that reads them all, with the
+ * tracked data connections' sockets watched for their loss:
+ *
+ *   - a message naming keys invalidates them (near.c);
+ *   - a message with no keys (FLUSHALL, FLUSHDB) drops the node;
+ *   - the invalidation connection lost drops the node and bumps its
+ *     generation: data connections armed under the old one reconnect
+ *     (conn.c) and the next one opens a new invalidation connection;
+ *   - a tracked data connection closed by the server (CLIENT KILL, timeout)
+ *     drops the node at once, before the client notices on its next call:
+ *     Redis no longer invalidates what it tracked (redis#13082).
+ *
+ * Lock order: the share's, the tracker's, then a shard's (near.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "near_impl.h"
+
+typedef struct watch { /* a tracked data connection's socket */
+  struct watch *next;
+  int fd;
+  struct xf__near_node *node;
+} watch;
+
+/* What one poll() watches: the wake pipe, every node's invalidation
+ * connection, every tracked data connection; grown as they come. */
+typedef struct poll_set {
+  struct pollfd *pf;
+  struct xf__near_node **who;
+  void **ctxs; /* the invalidation connection polled; NULL: a watched one */
+  size_t n, cap;
+} poll_set;
+
+struct xf__near_tracker {
+  struct xf__near *near;
+  pthread_mutex_t mu;
+  struct xf__near_node *nodes;
+  watch *watches;
+  int wake[2]; /* a byte: the thread rebuilds its poll set */
+  pthread_t thread;
+  int running, stopping;
+  poll_set ps; /* the thread's; here, not on its stack: a forked child (which
+                  has no such thread) still frees it */
+};
+
+static int open_pipe(int fds[2]) {
+  if (pipe(fds) != 0)
+    return -1;
+  for (int i = 0; i < 2; i++)
+    fcntl(fds[i], F_SETFL, O_NONBLOCK), fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+  return 0;
+}
+
+struct xf__near_tracker *xf__tracker_open(struct xf__near *n) {
+  struct xf__near_tracker *t = calloc(1, sizeof *t);
+  if (!t)
+    return NULL;
+  if (open_pipe(t->wake) != 0) {
+    free(t);
+    return NULL;
+  }
+  t->near = n;
+  pthread_mutex_init(&t->mu, NULL);
+  return t;
+}
+
+static void wake(struct xf__near_tracker *t) {
+  char b = 1;
+  ssize_t r = write(t->wake[1], &b, 1); /* full: the thread will wake anyway */
+  (void)r;
+}
+
+/* The node's invalidation connection is gone (or broke): its entries go,
+ * and tracking armed under it is stale. Under t->mu. */
+static void lose(struct xf__near_tracker *t, struct xf__near_node *node) {
+  __atomic_add_fetch(&node->gen, 1, __ATOMIC_ACQ_REL);
+  xf__near_drop_node(t->near, node); /* before its socket closes (a hit polls it) */
+  __atomic_store_n(&node->inval_fd, -1, __ATOMIC_RELEASE);
+  if (node->ctx)
+    redisFree(node->ctx);
+  node->ctx = NULL;
+}
+
+/* One message from node's invalidation connection. */
+static void on_message(struct xf__near_tracker *t, struct xf__near_node *node,
+                       const redisReply *r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+      r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "message"))
+    return; /* the subscription's confirmation */
+  const redisReply *keys = r->element[2];
+  if (keys->type != REDIS_REPLY_ARRAY) { /* nil: everything (FLUSHALL, FLUSHDB) */
+    xf__near_drop_node(t->near, node);
+    return;
+  }
+  for (size_t i = 0; i < keys->elements; i++)
+    if (keys->element[i]->type == REDIS_REPLY_STRING)
+      xf__near_invalidate(t->near, keys->element[i]->str, keys->element[i]->len);
+}
+
+/* Reads what node's connection has (poll said readable). Under t->mu. */
+static void read_node(struct xf__near_tracker *t, struct xf__near_node *node) {
+  redisContext *ctx = node->ctx;
+  if (redisBufferRead(ctx) != REDIS_OK) {
+    lose(t, node);
+    return;
+  }
+  void *r;
+  while (redisGetReplyFromReader(ctx, &r) == REDIS_OK && r) {
+    on_message(t, node, r);
+    freeReplyObject(r);
+  }
+  if (ctx->err)
+    lose(t, node);
+}
+
+/* A watched data connection's socket hung up: drop its node. Under t->mu;
+ * the watch goes (the connection is closed by its owner later). */
+static void hung_up(struct xf__near_tracker *t, int fd, struct xf__near_node *node) {
+  for (watch **at = &t->watches; *at; at = &(*at)->next)
+    if ((*at)->fd == fd && (*at)->node == node) {
+      watch *w = *at;
+      *at = w->next;
+      free(w);
+      xf__near_drop_node(t->near, node);
+      return;
+    }
+}
+
+static int fit(poll_set *ps, size_t need) {
+  if (need <= ps->cap)
+    return 1;
+  size_t cap = need * 2;
+  struct pollfd *pf = realloc(ps->pf, cap * sizeof *pf);
+  if (pf)
+    ps->pf = pf;
+  struct xf__near_node **who = realloc(ps->who, cap * sizeof *who);
+  if (who)
+    ps->who = who;
+  void **ctxs = realloc(ps->ctxs, cap * sizeof *ctxs);
+  if (ctxs)
+    ps->ctxs = ctxs;
+  if (!pf || !who || !ctxs)
+    return 0;
+  ps->cap = cap;
+  return 1;
+}
+
+static int add(poll_set *ps, int fd, short events, struct xf__near_node *who, void *ctx) {
+  if (!fit(ps, ps->n + 1))
+    return 0;
+  ps->pf[ps->n] = (struct pollfd){.fd = fd, .events = events};
+  ps->who[ps->n] = who;
+  ps->ctxs[ps->n++] = ctx;
+  return 1;
+}
+
+/* Builds the set under t->mu. Out of memory for a connection's place: its
+ * node keeps nothing (what is not watched could go stale unseen). */
+static void build(struct xf__near_tracker *t, poll_set *ps) {
+  ps->n = 0;
+  add(ps, t->wake[0], POLLIN, NULL, NULL);
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    if (node->ctx && !add(ps, ((redisContext *)node->ctx)->fd, POLLIN, node, node->ctx))
+      xf__near_drop_node(t->near, node);
+  for (watch *w = t->watches; w; w = w->next)
+    if (!add(ps, w->fd, POLLRDHUP, w->node, NULL))
+      xf__near_drop_node(t->near, w->node);
+}
+
+static void *run(void *arg) {
+  struct xf__near_tracker *t = arg;
+  poll_set ps = t->ps; /* a previous thread's (before a fork), or none */
+  for (;;) {
+    pthread_mutex_lock(&t->mu);
+    if (t->stopping) {
+      pthread_mutex_unlock(&t->mu);
+      break;
+    }
+    build(t, &ps);
+    t->ps = ps;
+    pthread_mutex_unlock(&t->mu);
+    if (poll(ps.pf, (nfds_t)ps.n, ps.n ? -1 : 10) < 0 && errno != EINTR)
+      continue;
+    char buf[64];
+    if (ps.pf[0].revents)
+      while (read(t->wake[0], buf, sizeof buf) > 0)
+        ;
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 1; i < ps.n; i++) {
+      if (!ps.pf[i].revents)
+        continue;
+      if (ps.ctxs[i]) { /* still that connection: not lost and reopened meanwhile */
+        if (ps.who[i]->ctx == ps.ctxs[i])
+          read_node(t, ps.who[i]);
+      } else {
+        hung_up(t, ps.pf[i].fd, ps.who[i]);
+      }
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+  return NULL; /* t->ps is freed with t */
+}
+
+/* Starts the thread with every signal blocked: they are the application's
+ * threads' to take (a Python process's Ctrl-C among them). */
+static int start_thread(struct xf__near_tracker *t) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&t->thread, NULL, run, t);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc == 0;
+}
+
+static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *host,
+                                       int port, const char *unix_path) {
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    if (host ? node->host && node->port == port && strcmp(node->host, host) == 0
+             : node->unix_path && strcmp(node->unix_path, unix_path) == 0)
+      return node;
+  struct xf__near_node *node = calloc(1, sizeof *node);
+  if (!node)
+    return NULL;
+  node->tracker = t;
+  node->port = port;
+  node->inval_fd = -1;
+  if (host ? !(node->host = strdup(host)) : !(node->unix_path = strdup(unix_path))) {
+    free(node);
+    return NULL;
+  }
+  node->next = t->nodes;
+  t->nodes = node;
+  return node;
+}
+
+/* One command on the fresh invalidation connection; its reply (NULL on a
+ * failure or an error reply, with the reason on c). */
+static redisReply *ask(xf_client *c, redisContext *ctx, int argc, const char **argv) {
+  redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
+  if (!r) {
+    xf__fail(c, XF_EIO, "near cache invalidation connection: %s", ctx->errstr);
+  } else if (r->type == REDIS_REPLY_ERROR) {
+    xf__fail(c, XF_EREDIS, "near cache invalidation connection: %s %s", argv[0], r->str);
+    freeReplyObject(r);
+    r = NULL;
+  }
+  return r;
+}
+
+/* Opens node's invalidation connection with c's credentials. Under t->mu. */
+static int connect_node(xf_client *c, struct xf__near_node *node) {
+  struct timeval tv = {c->connect_timeout_ms / 1000, (c->connect_timeout_ms % 1000) * 1000};
+  redisContext *ctx = node->host ? redisConnectWithTimeout(node->host, node->port, tv)
+                                 : redisConnectUnixWithTimeout(node->unix_path, tv);
+  if (!ctx || ctx->err) {
+    int rc = xf__fail(c, XF_ECONNECT, "near cache invalidation connection: %s",
+                      ctx ? ctx->errstr : "out of memory");
+    if (ctx)
+      redisFree(ctx);
+    return rc;
+  }
+  struct timeval ct = {c->command_timeout_ms / 1000, (c->command_timeout_ms % 1000) * 1000};
+  redisSetTimeout(ctx, ct);
+  const char *auth[] = {"AUTH", c->username ? c->username : "default", c->password};
+  const char *name[] = {"CLIENT", "SETNAME", "xfetch-invalidate"};
+  const char *id[] = {"CLIENT", "ID"};
+  const char *sub[] = {"SUBSCRIBE", "__redis__:invalidate"};
+  redisReply *r = NULL;
+  int ok = 1;
+  if (c->password && (ok = (r = ask(c, ctx, 3, auth)) != NULL))
+    freeReplyObject(r);
+  if (ok && (ok = (r = ask(c, ctx, 3, name)) != NULL))
+    freeReplyObject(r);
+  if (ok && (ok = (r = ask(c, ctx, 2, id)) != NULL && r->type == REDIS_REPLY_INTEGER))
+    node->id = r->integer;
+  if (r)
+    freeReplyObject(r);
+  r = NULL;
+  if (ok && (ok = (r = ask(c, ctx, 2, sub)) != NULL))
+    freeReplyObject(r);
+  if (!ok) {
+    redisFree(ctx);
+    return c->errstr[0] ? XF_EREDIS : XF_EIO;
+  }
+  node->ctx = ctx;
+  __atomic_store_n(&node->inval_fd, ctx->fd, __ATOMIC_RELEASE);
+  return XF_OK;
+}
+
+int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
+                 const char *unix_path, long long *redirect_id, xf__track *tk) {
+  struct xf__near_tracker *t = xf__near_tracker(n);
+  int rc = XF_OK;
+  pthread_mutex_lock(&t->mu);
+  struct xf__near_node *node = find_node(t, host, port, unix_path);
+  if (!node)
+    rc = XF_ENOMEM;
+  else if (!node->ctx)
+    rc = connect_node(c, node);
+  if (rc == XF_OK && !t->running) {
+    t->running = start_thread(t);
+    rc = t->running ? XF_OK : XF_ENOMEM;
+  }
+  if (rc == XF_OK) {
+    *redirect_id = node->id;
+    tk->node = node;
+    tk->gen = __atomic_load_n(&node->gen, __ATOMIC_ACQUIRE);
+    wake(t);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void xf__near_watch(xf__track *tk, int fd) {
+  struct xf__near_tracker *t = tk->node->tracker;
+  tk->fd = fd;
+  watch *w = calloc(1, sizeof *w);
+  pthread_mutex_lock(&t->mu);
+  if (w) {
+    *w = (watch){.next = t->watches, .fd = fd, .node = tk->node};
+    t->watches = w;
+  } else { /* not watched: its loss would go unseen, so keep nothing */
+    xf__near_drop_node(t->near, tk->node);
+  }
+  wake(t);
+  pthread_mutex_unlock(&t->mu);
+}
+
+void xf__near_lost(const xf__track *tk, int fd) {
+  struct xf__near_tracker *t = tk->node->tracker;
+  pthread_mutex_lock(&t->mu);
+  for (watch **at = &t->watches; *at; at = &(*at)->next)
+    if ((*at)->fd == fd && (*at)->node == tk->node) {
+      watch *w = *at;
+      *at = w->next;
+      free(w);
+      break;
+    }
+  xf__near_drop_node(t->near, tk->node);
+  wake(t);
+  pthread_mutex_unlock(&t->mu);
+}
+
+void xf__tracker_close(struct xf__near_tracker *t) {
+  pthread_mutex_lock(&t->mu);
+  t->stopping = 1;
+  wake(t);
+  pthread_mutex_unlock(&t->mu);
+  if (t->running)
+    pthread_join(t->thread, NULL);
+  while (t->nodes) {
+    struct xf__near_node *node = t->nodes;
+    t->nodes = node->next;
+    if (node->ctx)
+      redisFree(node->ctx);
+    free(node->host);
+    free(node->unix_path);
+    free(node);
+  }
+  while (t->watches) {
+    watch *w = t->watches;
+    t->watches = w->next;
+    free(w);
+  }
+  close(t->wake[0]);
+  close(t->wake[1]);
+  free(t->ps.pf), free(t->ps.who), free(t->ps.ctxs);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+}
+
+void xf__tracker_before_fork(struct xf__near_tracker *t) { pthread_mutex_lock(&t->mu); }
+
+/* In the child: no thread reads the connections (they are the parent's:
+ * only the child's copies of the sockets close); the nodes' generations
+ * move on, so connections the child makes arm anew. */
+void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
+  if (child) {
+    for (struct xf__near_node *node = t->nodes; node; node = node->next) {
+      if (node->ctx)
+        redisFree(node->ctx); /* plain TCP or Unix: closes, sends nothing */
+      node->ctx = NULL;
+      node->inval_fd = -1;
+      node->gen++;
+    }
+    while (t->watches) {
+      watch *w = t->watches;
+      t->watches = w->next;
+      free(w);
+    }
+    t->running = 0;
+    close(t->wake[0]);
+    close(t->wake[1]);
+    open_pipe(t->wake);
+  }
+  pthread_mutex_unlock(&t->mu);
+}

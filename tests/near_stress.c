@@ -1,0 +1,138 @@
+/* The near cache under threads, outside Criterion so ThreadSanitizer can
+ * run it: 8 threads read 16 keys through a pool whose share keeps a near
+ * cache, while a writer (another client, no share) rewrites them, a killer
+ * cuts the data and invalidation connections (CLIENT KILL) and 4 threads
+ * wait on a slow load (woken by its write). Every call must succeed with a
+ * well-formed value; the near cache must have served hits. Usage:
+ * near_stress PORT. Exit 0 on success. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xfetch.h"
+
+#define READERS 8
+#define KEYS 16
+#define READS 3000
+
+static int port;
+static xf_pool *pool;
+static int stop, killed; /* killed: the killer is done */
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static int load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  sleep_ms(ud ? 100 : 0);
+  return xf_sink_set(sink, "v0", 2);
+}
+
+static xf_client *plain_client(void) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  xf_client *c;
+  return xf_client_open(&c, &o) == XF_OK ? c : NULL;
+}
+
+static void *reader(void *arg) {
+  long bad = 0;
+  xf_policy p = XF_POLICY_INIT;
+  for (int i = 0; i < READS || !__atomic_load_n(&killed, __ATOMIC_ACQUIRE); i++) {
+    char key[16];
+    snprintf(key, sizeof key, "ns:%d", (i * 7 + (int)(long)arg) % KEYS);
+    xf_value v;
+    int rc = xf_pool_get_or_compute(pool, key, strlen(key), &p, load, NULL, &v);
+    bad += rc != XF_OK || v.len < 2 || v.data[0] != 'v';
+    xf_value_free(&v);
+  }
+  return (void *)bad;
+}
+
+static void *writer(void *arg) {
+  (void)arg;
+  xf_client *c = plain_client();
+  xf_policy p = XF_POLICY_INIT;
+  for (int n = 1; c && !__atomic_load_n(&stop, __ATOMIC_ACQUIRE); n++) {
+    char key[16], value[24];
+    snprintf(key, sizeof key, "ns:%d", n % KEYS);
+    snprintf(value, sizeof value, "v%d", n);
+    xf_set(c, key, strlen(key), value, strlen(value), &p);
+    sleep_ms(1);
+  }
+  xf_client_close(c);
+  return NULL;
+}
+
+/* Cuts the data connections, then the invalidation one, alternately
+ * (redis-cli: this program links no hiredis of its own). */
+static void *killer(void *arg) {
+  (void)arg;
+  char cmd[128];
+  for (int i = 0; i < 6; i++) {
+    sleep_ms(50);
+    snprintf(cmd, sizeof cmd, "redis-cli -p %d CLIENT KILL TYPE %s >/dev/null", port,
+             i % 2 ? "pubsub" : "normal");
+    if (system(cmd) != 0)
+      fprintf(stderr, "near_stress: %s failed\n", cmd);
+  }
+  __atomic_store_n(&killed, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void *waiter(void *arg) {
+  (void)arg;
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  int rc = xf_pool_get_or_compute(pool, "ns:slow", 7, &p, load, (void *)1, &v);
+  long bad = rc != XF_OK || strcmp(v.data, "v0") != 0;
+  xf_value_free(&v);
+  return (void *)bad;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2)
+    return 2;
+  port = atoi(argv[1]);
+  xf_share *share;
+  xf_share_options so = {.near_cache_bytes = 1 << 20};
+  if (xf_share_open(&share, &so) != XF_OK)
+    return 1;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.share = share;
+  if (xf_pool_open(&pool, &o, 6, 0) != XF_OK)
+    return 1;
+  pthread_t r[READERS], w[4], wr, k;
+  pthread_create(&wr, NULL, writer, NULL);
+  pthread_create(&k, NULL, killer, NULL);
+  for (long i = 0; i < READERS; i++)
+    pthread_create(&r[i], NULL, reader, (void *)i);
+  for (int i = 0; i < 4; i++)
+    pthread_create(&w[i], NULL, waiter, NULL);
+  long bad = 0;
+  for (int i = 0; i < READERS; i++) {
+    void *b;
+    pthread_join(r[i], &b);
+    bad += (long)b;
+  }
+  for (int i = 0; i < 4; i++) {
+    void *b;
+    pthread_join(w[i], &b);
+    bad += (long)b;
+  }
+  __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+  pthread_join(k, NULL);
+  pthread_join(wr, NULL);
+  xf_pool_info info;
+  xf_pool_stats(pool, &info);
+  xf_pool_close(pool);
+  xf_share_close(share);
+  printf("near_stress: %ld bad, %llu near hits of %llu hits\n", bad,
+         (unsigned long long)info.clients.near_hits, (unsigned long long)info.clients.hits);
+  return bad || info.clients.near_hits == 0;
+}

@@ -1,0 +1,439 @@
+/* The near cache (xf_share_options.near_cache_bytes) against a real
+ * redis-server: hits served in the process, kept correct by CLIENT TRACKING
+ * (another client's write, an invalidation overtaking a read, the loss of
+ * the invalidation or of a data connection, FLUSHALL, own deletes, fork),
+ * and waiters woken by the write. Each test runs its own server: some kill
+ * connections or flush everything. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "near_impl.h"
+#include "share.h"
+
+#define NEAR_BYTES (1u << 20)
+#define BOUND_MS 5000 /* how long a test waits for what must come (never hit) */
+
+typedef struct near_env {
+  xft_server srv;
+  xf_share *share;
+  xf_client *c;     /* with the near cache */
+  xf_client *other; /* another process's view: no share */
+  redisContext *r;  /* raw */
+} near_env;
+
+static xf_client *client_of(int port, xf_share *share) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.share = share;
+  o.seed = 7;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  return c;
+}
+
+static void env_open(near_env *e) {
+  memset(e, 0, sizeof *e);
+  cr_assert_eq(xft_server_start(&e->srv, NULL), 0);
+  xf_share_options so = {.near_cache_bytes = NEAR_BYTES};
+  cr_assert_eq(xf_share_open(&e->share, &so), XF_OK);
+  e->c = client_of(e->srv.port, e->share);
+  e->other = client_of(e->srv.port, NULL);
+  e->r = xft_redis_port(e->srv.port);
+}
+
+static void env_close(near_env *e) {
+  redisFree(e->r);
+  xf_client_close(e->other);
+  xf_client_close(e->c);
+  xf_share_close(e->share);
+  xft_server_stop(&e->srv);
+}
+
+static void put(xf_client *c, const char *key, const char *value) {
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, key, strlen(key), value, strlen(value), &p), XF_OK, "%s",
+               xf_errmsg(c));
+}
+
+/* xf_get's value of key, "" when not found. */
+static void get(xf_client *c, const char *key, char *buf, size_t cap) {
+  xf_value v;
+  int rc = xf_get(c, key, strlen(key), &v);
+  cr_assert(rc == XF_OK || rc == XF_ENOTFOUND, "%s", xf_errmsg(c));
+  snprintf(buf, cap, "%s", rc == XF_OK ? v.data : "");
+  xf_value_free(&v);
+}
+
+static uint64_t near_hits(xf_client *c) {
+  xf_stats st;
+  xf_client_stats(c, &st);
+  return st.near_hits;
+}
+
+/* Reads key until a read is a near hit (the first reads fill the cache; a
+ * hit goes to Redis while the tracker has invalidations still to read: a
+ * bounded wait on a loaded machine). */
+static void warm(xf_client *c, const char *key, const char *want) {
+  char got[64];
+  uint64_t before = near_hits(c);
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (near_hits(c) == before && xft_now_ms() < until) {
+    get(c, key, got, sizeof got);
+    cr_assert_str_eq(got, want);
+    if (near_hits(c) == before)
+      xft_sleep_ms(1);
+  }
+  cr_assert_gt(near_hits(c), before, "never a near hit");
+}
+
+/* Waits (bounded) until the tracker has seen more than `seen`
+ * invalidations or drops. */
+static void await_invalidations(xf_share *s, uint64_t seen) {
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (xf__near_invalidations(xf__share_near(s)) <= seen && xft_now_ms() < until)
+    xft_sleep_ms(1);
+  cr_assert_gt(xf__near_invalidations(xf__share_near(s)), seen, "no invalidation came");
+}
+
+Test(near, hits_send_nothing) {
+  near_env e;
+  env_open(&e);
+  put(e.other, "near:hot", "v1");
+  warm(e.c, "near:hot", "v1");
+  long long before = xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha");
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "loaded", .len = 6};
+  for (int i = 0; i < 10000; i++) {
+    xf_value v;
+    cr_assert_eq(xf_get_or_compute(e.c, "near:hot", 8, &p, xft_load, &l, &v), XF_OK);
+    cr_assert_str_eq(v.data, "v1");
+    xf_value_free(&v);
+  }
+  long long sent =
+      xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha") - before;
+  cr_assert_leq(sent, 100, "10,000 near hits sent %lld commands", sent);
+  cr_assert_geq(near_hits(e.c), 9900);
+  cr_assert_eq(l.calls, 0);
+  env_close(&e);
+}
+
+Test(near, another_clients_write_is_seen) {
+  near_env e;
+  env_open(&e);
+  put(e.other, "near:w", "old");
+  warm(e.c, "near:w", "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  put(e.other, "near:w", "new");
+  await_invalidations(e.share, seen);
+  char got[64];
+  get(e.c, "near:w", got, sizeof got);
+  cr_assert_str_eq(got, "new");
+  warm(e.c, "near:w", "new"); /* and kept again */
+  env_close(&e);
+}
+
+/* The interleaving the pending marker exists for: a read's reply is in, and
+ * before its value is kept, another client writes the key and its
+ * invalidation arrives. */
+static near_env *overtaking;
+static int overtaken;
+
+static void write_before_put(void) {
+  if (!overtaking || __atomic_exchange_n(&overtaken, 1, __ATOMIC_SEQ_CST))
+    return;
+  uint64_t seen = xf__near_invalidations(xf__share_near(overtaking->share));
+  put(overtaking->other, "near:race", "new");
+  await_invalidations(overtaking->share, seen);
+}
+
+Test(near, read_overtaken_by_invalidation_is_not_kept) {
+  near_env e;
+  env_open(&e);
+  put(e.other, "near:race", "old");
+  overtaking = &e;
+  xf__near_test_before_put = write_before_put;
+  char got[64];
+  get(e.c, "near:race", got, sizeof got); /* read "old"; "new" overtakes it */
+  xf__near_test_before_put = NULL;
+  cr_assert(overtaken);
+  cr_assert_str_eq(got, "old");
+  get(e.c, "near:race", got, sizeof got);
+  cr_assert_str_eq(got, "new", "the overtaken read was kept and served");
+  env_close(&e);
+}
+
+/* Redis invalidates nothing while a node's invalidation connection is gone:
+ * losing it drops the node's entries, and the next call tracks again. */
+Test(near, losing_the_invalidation_connection_drops_entries) {
+  near_env e;
+  env_open(&e);
+  put(e.other, "near:k1", "old");
+  warm(e.c, "near:k1", "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  freeReplyObject(xft_cmd(e.r, "CLIENT KILL TYPE pubsub"));
+  await_invalidations(e.share, seen);
+  put(e.other, "near:k1", "new"); /* nobody is told */
+  char got[64];
+  get(e.c, "near:k1", got, sizeof got);
+  cr_assert_str_eq(got, "new");
+  warm(e.c, "near:k1", "new"); /* tracked again, under a new connection */
+  seen = xf__near_invalidations(xf__share_near(e.share));
+  put(e.other, "near:k1", "newer");
+  await_invalidations(e.share, seen);
+  get(e.c, "near:k1", got, sizeof got);
+  cr_assert_str_eq(got, "newer");
+  env_close(&e);
+}
+
+/* redis#13082: once a tracked data connection is gone, Redis no longer
+ * invalidates the keys it read. */
+Test(near, losing_a_data_connection_drops_entries) {
+  near_env e;
+  env_open(&e);
+  put(e.other, "near:k2", "old");
+  warm(e.c, "near:k2", "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  freeReplyObject(xft_cmd(e.r, "CLIENT KILL TYPE normal")); /* e.c's and e.other's */
+  await_invalidations(e.share, seen);
+  put(e.other, "near:k2", "new");
+  char got[64];
+  get(e.c, "near:k2", got, sizeof got);
+  cr_assert_str_eq(got, "new", "an entry outlived its tracked connection");
+  env_close(&e);
+}
+
+Test(near, flushall_drops_entries) {
+  near_env e;
+  env_open(&e);
+  put(e.other, "near:k3", "old");
+  warm(e.c, "near:k3", "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  freeReplyObject(xft_cmd(e.r, "FLUSHALL"));
+  await_invalidations(e.share, seen);
+  char got[64];
+  get(e.c, "near:k3", got, sizeof got);
+  cr_assert_str_eq(got, "");
+  env_close(&e);
+}
+
+Test(near, own_delete_and_set_drop_before_returning) {
+  near_env e;
+  env_open(&e);
+  put(e.other, "near:k4", "old");
+  warm(e.c, "near:k4", "old");
+  cr_assert_eq(xf_delete(e.c, "near:k4", 7), XF_OK);
+  char got[64];
+  get(e.c, "near:k4", got, sizeof got); /* at once: no invalidation awaited */
+  cr_assert_str_eq(got, "");
+  put(e.other, "near:k4", "v2");
+  warm(e.c, "near:k4", "v2");
+  put(e.c, "near:k4", "v3");
+  get(e.c, "near:k4", got, sizeof got);
+  cr_assert_str_eq(got, "v3");
+  env_close(&e);
+}
+
+Test(near, a_forked_child_starts_empty) {
+  near_env e;
+  env_open(&e);
+  put(e.other, "near:k5", "old");
+  warm(e.c, "near:k5", "old");
+  pid_t pid = fork();
+  if (pid == 0) {
+    uint64_t before = near_hits(e.c);
+    xf_value v;
+    int rc = xf_get(e.c, "near:k5", 7, &v);
+    int bad = rc != XF_OK || strcmp(v.data, "old") != 0 ? 1
+              : near_hits(e.c) != before                ? 3
+                                                        : 0;
+    xf_value_free(&v);
+    int64_t until = xft_now_ms() + BOUND_MS; /* then its own entries (bounded) */
+    while (!bad && near_hits(e.c) == before && xft_now_ms() < until) {
+      bad = xf_get(e.c, "near:k5", 7, &v) != XF_OK;
+      xf_value_free(&v);
+      if (near_hits(e.c) == before)
+        xft_sleep_ms(1);
+    }
+    int code = bad ? bad : near_hits(e.c) > before ? 0 : 2;
+    redisFree(e.r); /* the child's copies (valgrind counts what it leaves) */
+    xf_client_close(e.other);
+    xf_client_close(e.c);
+    xf_share_close(e.share); /* its tracker thread too */
+    _exit(code);
+  }
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status));
+  cr_assert_eq(
+      WEXITSTATUS(status), 0,
+      "child exited %d: 1 = a read failed, 3 = served the parent's entry, 2 = no near hit",
+      WEXITSTATUS(status));
+  warm(e.c, "near:k5", "old"); /* the parent's cache works on */
+  env_close(&e);
+}
+
+/* ---- wake-on-write ---- */
+
+typedef struct waiter {
+  int port;
+  xf_share *share;
+  xft_loader *loader;
+  int start_ms; /* when it starts, after the leader */
+  int rc;
+  char value[16];
+  int64_t done_ms;
+} waiter;
+
+static void *wait_for_load(void *arg) {
+  waiter *w = arg;
+  xf_client *c = client_of(w->port, w->share);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  xft_sleep_ms(w->start_ms);
+  w->rc = xf_get_or_compute(c, "near:slow", 9, &p, xft_load, w->loader, &v);
+  w->done_ms = xft_now_ms();
+  if (w->rc == XF_OK)
+    snprintf(w->value, sizeof w->value, "%s", v.data);
+  xf_value_free(&v);
+  xf_client_close(c);
+  return NULL;
+}
+
+/* Waiters of a 250 ms load read again when its write invalidates the key:
+ * not on a poll schedule (~15 reads each), and not at their fallback poll
+ * (every 200 ms: the waiters start 50 ms apart, so without a wake at least
+ * one would come back >= 100 ms after the write). */
+Test(near, waiters_are_woken_by_the_write) {
+  near_env e;
+  env_open(&e);
+  xft_loader l = {.value = "slow", .len = 4, .sleep_ms = 250};
+  waiter w[4];
+  pthread_t t[4];
+  long long before = xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha");
+  for (int i = 0; i < 4; i++) { /* the first leads */
+    w[i] = (waiter){.port = e.srv.port, .share = e.share, .loader = &l, .start_ms = 50 * i};
+    pthread_create(&t[i], NULL, wait_for_load, &w[i]);
+  }
+  int64_t lag_ms = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    cr_assert_eq(w[i].rc, XF_OK);
+    cr_assert_str_eq(w[i].value, "slow");
+  }
+  for (int i = 1; i < 4; i++)
+    lag_ms = w[i].done_ms - w[0].done_ms > lag_ms ? w[i].done_ms - w[0].done_ms : lag_ms;
+  cr_assert_eq(l.calls, 1);
+  long long sent =
+      xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha") - before;
+  /* leader: read, lease, write; each waiter: read, a fallback poll, the
+   * re-read after the write (the lease's own invalidation may wake it once) */
+  cr_assert_leq(sent, 3 + 3 * 5, "%lld commands: the waiters polled", sent);
+  cr_assert_lt(lag_ms, 80, "a waiter came back %lld ms after the write: not woken by it",
+               (long long)lag_ms);
+  cr_log_info("wake-on-write: %lld commands, the last waiter %lld ms after the write", sent,
+              (long long)lag_ms);
+  env_close(&e);
+}
+
+/* The batch driver is served from the near cache key by key (its reads, one
+ * read_many script, do not fill it: the blocking reads did). */
+Test(near, a_batch_is_served_near) {
+  near_env e;
+  env_open(&e);
+  const char *keys[3] = {"near:b0", "near:b1", "near:b2"};
+  size_t lens[3] = {7, 7, 7};
+  for (int i = 0; i < 3; i++) {
+    put(e.other, keys[i], "v");
+    warm(e.c, keys[i], "v");
+  }
+  put(e.other, "near:b1", "w"); /* one of them changed: Redis tells */
+  uint64_t before = near_hits(e.c);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "loaded", .len = 6};
+  int64_t until = xft_now_ms() + BOUND_MS;
+  /* until the write is seen and the others came from the near cache (a hit
+   * goes to Redis while an invalidation waits to be read: a loaded machine) */
+  for (;;) {
+    xf_value v[3];
+    int rcs[3];
+    cr_assert_eq(xf_get_or_compute_many(e.c, 3, keys, lens, &p, xft_load, &l, v, rcs),
+                 XF_OK);
+    int done = rcs[0] == XF_OK && rcs[2] == XF_OK && strcmp(v[0].data, "v") == 0 &&
+               strcmp(v[2].data, "v") == 0 && rcs[1] == XF_OK &&
+               strcmp(v[1].data, "w") == 0;
+    for (int i = 0; i < 3; i++)
+      xf_value_free(&v[i]);
+    if (done && near_hits(e.c) - before >= 2)
+      break;
+    before = near_hits(e.c);
+    cr_assert_lt(xft_now_ms(), until, "the batch never saw the write from near hits");
+    xft_sleep_ms(1);
+  }
+  cr_assert_eq(l.calls, 0);
+  env_close(&e);
+}
+
+static void count_event(const xf_event *ev, void *ud) {
+  int *counts = ud;
+  if (ev->type >= 0 && ev->type <= XF_EV_INVALIDATION)
+    counts[ev->type]++;
+}
+
+/* A near hit reports one result event, XF_EV_NEAR (source: cache). */
+Test(near, a_near_hit_reports_one_near_event) {
+  near_env e;
+  env_open(&e);
+  int counts[XF_EV_INVALIDATION + 1] = {0};
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = e.srv.port;
+  o.share = e.share;
+  o.on_event = count_event;
+  o.on_event_ud = counts;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  put(e.other, "near:ev", "v");
+  warm(c, "near:ev", "v");
+  memset(counts, 0, sizeof counts);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "loaded", .len = 6};
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (counts[XF_EV_NEAR] == 0) { /* a near hit, within the bound */
+    memset(counts, 0, sizeof counts);
+    xf_value v;
+    cr_assert_eq(xf_get_or_compute(c, "near:ev", 7, &p, xft_load, &l, &v), XF_OK);
+    cr_assert_eq(v.source, XF_SOURCE_CACHE);
+    xf_value_free(&v);
+    cr_assert_lt(xft_now_ms(), until, "never a near hit");
+  }
+  int results = counts[XF_EV_HIT] + counts[XF_EV_EARLY] + counts[XF_EV_MISS] +
+                counts[XF_EV_STALE] + counts[XF_EV_FAIL_OPEN] + counts[XF_EV_NEAR];
+  cr_assert_eq(results, 1, "one result event per call");
+  xf_client_close(c);
+  env_close(&e);
+}
+
+/* Over a Unix socket: the node is the socket's path. */
+Test(near, over_a_unix_socket) {
+  near_env e;
+  env_open(&e);
+  xf_options o = XF_OPTIONS_INIT;
+  o.unix_path = e.srv.unix_path;
+  o.share = e.share;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK, "%s", e.srv.unix_path);
+  put(e.other, "near:unix", "old");
+  warm(c, "near:unix", "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  put(e.other, "near:unix", "new");
+  await_invalidations(e.share, seen);
+  char got[64];
+  get(c, "near:unix", got, sizeof got);
+  cr_assert_str_eq(got, "new");
+  xf_client_close(c);
+  env_close(&e);
+}

@@ -1,0 +1,178 @@
+/* The near cache on the 3 masters + 3 replicas test cluster: tracking per
+ * node (one invalidation connection each), another client's write seen on
+ * every node, a node's connections lost or a slot moved away drop what
+ * that node tracked. One test at a time: they move slots and kill
+ * connections. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster.h"
+#include "cluster_fixture.h"
+#include "cluster_slots.h"
+#include "near_impl.h"
+#include "share.h"
+#include "xfetch.h"
+
+#define BOUND_MS 5000
+#define NKEYS 12
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static xf_client *open_client(xf_share *share) {
+  char host[64];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_cluster_port(0));
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = host;
+  o.share = share;
+  o.seed = 3;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  return c;
+}
+
+static xf_share *near_share(void) {
+  xf_share *s;
+  xf_share_options so = {.near_cache_bytes = 1 << 20};
+  cr_assert_eq(xf_share_open(&s, &so), XF_OK);
+  return s;
+}
+
+static void put(xf_client *c, const char *key, const char *value) {
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, key, strlen(key), value, strlen(value), &p), XF_OK, "%s",
+               xf_errmsg(c));
+}
+
+/* Reads key until its value is want (bounded): a write is seen once its
+ * invalidation came in. */
+static void expect_soon(xf_client *c, const char *key, const char *want) {
+  int64_t until = mono_ms() + BOUND_MS;
+  for (;;) {
+    xf_value v;
+    int rc = xf_get(c, key, strlen(key), &v);
+    int same = rc == XF_OK ? strcmp(v.data, want) == 0 : want[0] == '\0';
+    xf_value_free(&v);
+    if (same)
+      return;
+    cr_assert_lt(mono_ms(), until, "%s never became \"%s\"", key, want);
+    xft_cluster_sleep_ms(1);
+  }
+}
+
+static uint64_t near_hits(xf_client *c) {
+  xf_stats st;
+  xf_client_stats(c, &st);
+  return st.near_hits;
+}
+
+/* Reads key (its value want) until a read is a near hit: bounded (a hit goes
+ * to Redis while the tracker has invalidations still to read). */
+static void expect_near_hit(xf_client *c, const char *key, const char *want) {
+  uint64_t before = near_hits(c);
+  int64_t until = mono_ms() + BOUND_MS;
+  while (near_hits(c) == before && mono_ms() < until) {
+    expect_soon(c, key, want);
+    if (near_hits(c) == before)
+      xft_cluster_sleep_ms(1);
+  }
+  cr_assert_gt(near_hits(c), before, "%s: never a near hit", key);
+}
+
+static void await_invalidations(xf_share *s, uint64_t seen) {
+  int64_t until = mono_ms() + BOUND_MS;
+  while (xf__near_invalidations(xf__share_near(s)) <= seen && mono_ms() < until)
+    xft_cluster_sleep_ms(1);
+  cr_assert_gt(xf__near_invalidations(xf__share_near(s)), seen, "no invalidation came");
+}
+
+Test(near_cluster, every_node_tracks_and_invalidates) {
+  xf_share *s = near_share();
+  xf_client *c = open_client(s), *other = open_client(NULL);
+  char key[32];
+  for (int i = 0; i < NKEYS; i++) { /* keys on every master */
+    snprintf(key, sizeof key, "nc:%d", i);
+    put(other, key, "old");
+    expect_soon(c, key, "old");
+  }
+  for (int i = 0; i < NKEYS; i++) { /* every node's keys kept */
+    snprintf(key, sizeof key, "nc:%d", i);
+    expect_near_hit(c, key, "old");
+  }
+  for (int i = 0; i < NKEYS; i++) {
+    snprintf(key, sizeof key, "nc:%d", i);
+    put(other, key, "new");
+  }
+  for (int i = 0; i < NKEYS; i++) {
+    snprintf(key, sizeof key, "nc:%d", i);
+    expect_soon(c, key, "new");
+  }
+  xf_client_close(other);
+  xf_client_close(c);
+  xf_share_close(s);
+}
+
+/* A fault on the master of key (its tracked data connections killed, its
+ * invalidation connection killed, FLUSHALL): what that node tracked drops at
+ * once, and a write made afterwards is seen. */
+static void fault_on_owner(const char *key, const char *fault) {
+  xft_node owner, other_master;
+  xft_masters_of(xf__cluster_keyslot(key, strlen(key)), &owner, &other_master);
+  xf_share *s = near_share();
+  xf_client *c = open_client(s), *other = open_client(NULL);
+  put(other, key, "old");
+  expect_near_hit(c, key, "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(s));
+  redisContext *raw = xft_cluster_redis(owner.port);
+  freeReplyObject(xft_cluster_cmd(raw, fault));
+  redisFree(raw);
+  await_invalidations(s, seen);
+  put(other, key, "new");
+  expect_soon(c, key, "new");
+  expect_near_hit(c, key, "new"); /* tracked again */
+  xf_client_close(other);
+  xf_client_close(c);
+  xf_share_close(s);
+}
+
+Test(near_cluster, a_nodes_killed_data_connections_drop_its_entries) {
+  fault_on_owner("{nc-kill}k", "CLIENT KILL TYPE normal");
+}
+
+Test(near_cluster, a_nodes_killed_invalidation_connection_drops_its_entries) {
+  fault_on_owner("{nc-pubsub}k", "CLIENT KILL TYPE pubsub");
+}
+
+Test(near_cluster, a_nodes_flushall_drops_its_entries) {
+  fault_on_owner("{nc-flush}k", "FLUSHALL");
+}
+
+/* The slot moves to another master: the key's deletion on the old one
+ * invalidates it; reads follow MOVED and are tracked on the new one. */
+Test(near_cluster, a_slot_move_drops_and_tracks_on_the_new_node) {
+  const char *key = "{nc-move}k";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  xft_node from, to;
+  xft_masters_of(slot, &from, &to);
+  xf_share *s = near_share();
+  xf_client *c = open_client(s), *other = open_client(NULL);
+  put(other, key, "old");
+  expect_soon(c, key, "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(s));
+  xft_migrate_key(slot, &from, &to, key);
+  xft_assign(slot, &to);
+  await_invalidations(s, seen);
+  expect_near_hit(c, key, "old"); /* read on the new owner, kept */
+  put(other, key, "new");
+  expect_soon(c, key, "new");
+  xft_migrate_key(slot, &to, &from, key); /* back, for the other tests */
+  xft_assign(slot, &from);
+  xf_client_close(other);
+  xf_client_close(c);
+  xf_share_close(s);
+}
