@@ -155,6 +155,7 @@ static long stop_load(double seconds, xf_stats *sum) {
               seconds, fail_open, (unsigned long)sum->redirects,
               (unsigned long)sum->map_refreshes);
   xf_share_close(share);
+  share = NULL; /* the check after a failover opens clients of its own, without it */
   return fail_open;
 }
 
