@@ -47,7 +47,8 @@ static int policy_valid(const xf_policy *p) {
          (p->on_wait_timeout == XF_WAIT_LOAD || p->on_wait_timeout == XF_WAIT_FAIL) &&
          time_valid(p->ttl_ms, 1) && time_valid(p->lease_ms, 1) &&
          time_valid(p->wait_ms, 0) && time_valid(p->stale_ms, 0) &&
-         time_valid(p->stale_if_error_ms, 0) && time_valid(p->negative_ttl_ms, 0);
+         time_valid(p->stale_if_error_ms, 0) && time_valid(p->negative_ttl_ms, 0) &&
+         isfinite(p->refresh_ahead);
 }
 
 static void read_options(fuzz_in *in, xf_options *o, char (*str)[300]) {
@@ -79,6 +80,8 @@ static void read_policy(fuzz_in *in, xf_policy *p) {
   p->jitter = fuzz_double(in);
   uint8_t w = fuzz_u8(in);
   p->on_wait_timeout = (xf_on_wait_timeout)(w < 200 ? w % 2 : fuzz_int(in));
+  p->background_refresh = fuzz_u8(in) & 1;
+  p->refresh_ahead = fuzz_double(in);
 }
 
 /* Bytes and a claimed length: the real ones, NULL, empty, one past the
@@ -196,7 +199,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(c == NULL);
     return 0;
   }
-  xf_policy p;
+  xf_policy p = XF_POLICY_INIT;
   read_policy(&in, &p);
   check_policy(c, &p);
   check_calls(&in, c, &o, &p);
