@@ -39,9 +39,9 @@ void xf__near_close(struct xf__near *n);
 /* An invalidation of key from Redis (any node): as xf__near_drop, counted. */
 void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen);
 
-/* Everything kept from node goes (its invalidation connection, or a tracked
- * data connection, was lost; a FLUSHALL / FLUSHDB). */
-void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node);
+/* Everything kept from node goes (rc XF_EIO: its invalidation connection,
+ * or a tracked data connection, was lost; 0: a FLUSHALL / FLUSHDB). */
+void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc);
 
 /* Waits until driver ms until_ms, or until key is invalidated (or a node
  * dropped) after token was taken: 1 then, 0 when the time ran out. */
@@ -70,6 +70,22 @@ void xf__near_after_fork(struct xf__near *n, int child);
 /* For tests: called by xf__near_put before it takes its shard's lock (a
  * read's reply is in, its value not yet kept); NULL = none. */
 extern void (*xf__near_test_before_put)(void);
+
+/* ---- the invalidations' log (near_events.c): XF_EV_INVALIDATION ---- */
+
+struct xf__near_log *xf__near_log_open(void);
+void xf__near_log_close(struct xf__near_log *l);
+struct xf__near_log *xf__near_log(struct xf__near *n); /* NULL: none (no memory) */
+
+/* fork(): phase 0 before (the log's lock taken, last: nothing is taken
+ * under it), 1 after in the parent, 2 after in the child (the parent's
+ * records are not the child's to report). */
+void xf__near_log_fork(struct xf__near_log *l, int phase);
+
+/* Logs an invalidation of key, or (key NULL) node's drop for rc, to be
+ * reported by the next call with a hook (xf__near_report). Any thread. */
+void xf__near_log_add(struct xf__near_log *l, const char *key, size_t keylen,
+                      const struct xf__near_node *node, int rc);
 
 /* ---- the tracker (near_track.c) ---- */
 

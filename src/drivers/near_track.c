@@ -85,7 +85,7 @@ static void wake(struct xf__near_tracker *t) {
  * and tracking armed under it is stale. Under t->mu. */
 static void lose(struct xf__near_tracker *t, struct xf__near_node *node) {
   __atomic_add_fetch(&node->gen, 1, __ATOMIC_ACQ_REL);
-  xf__near_drop_node(t->near, node); /* before its socket closes (a hit polls it) */
+  xf__near_drop_node(t->near, node, XF_EIO); /* before its socket closes (a hit polls it) */
   __atomic_store_n(&node->inval_fd, -1, __ATOMIC_RELEASE);
   xf__inval_close(node->ctx);
   node->ctx = NULL;
@@ -105,7 +105,7 @@ static void on_message(void *ud, const xf__reply *r) {
     return; /* the subscription's confirmation */
   const xf__reply *keys = r->element[2];
   if (keys->type != XF_REPLY_ARRAY) { /* nil: everything (FLUSHALL, FLUSHDB) */
-    xf__near_drop_node(t->near, node);
+    xf__near_drop_node(t->near, node, 0);
     return;
   }
   for (size_t i = 0; i < keys->elements; i++)
@@ -128,7 +128,7 @@ static void hung_up(struct xf__near_tracker *t, int fd, struct xf__near_node *no
       watch *w = *at;
       *at = w->next;
       free(w);
-      xf__near_drop_node(t->near, node);
+      xf__near_drop_node(t->near, node, XF_EIO);
       return;
     }
 }
@@ -169,10 +169,10 @@ static void build(struct xf__near_tracker *t, poll_set *ps) {
   add(ps, t->wake[0], POLLIN, NULL, NULL);
   for (struct xf__near_node *node = t->nodes; node; node = node->next)
     if (node->ctx && !add(ps, xf__inval_fd(node->ctx), POLLIN, node, node->ctx))
-      xf__near_drop_node(t->near, node);
+      xf__near_drop_node(t->near, node, XF_EIO);
   for (watch *w = t->watches; w; w = w->next)
     if (!add(ps, w->fd, POLLRDHUP, w->node, NULL))
-      xf__near_drop_node(t->near, w->node);
+      xf__near_drop_node(t->near, w->node, XF_EIO);
 }
 
 static void *run(void *arg) {
@@ -286,7 +286,7 @@ void xf__near_watch(xf__track *tk, int fd) {
     *w = (watch){.next = t->watches, .fd = fd, .node = tk->node};
     t->watches = w;
   } else { /* not watched: its loss would go unseen, so keep nothing */
-    xf__near_drop_node(t->near, tk->node);
+    xf__near_drop_node(t->near, tk->node, XF_EIO);
   }
   wake(t);
   pthread_mutex_unlock(&t->mu);
@@ -302,7 +302,7 @@ void xf__near_lost(const xf__track *tk, int fd) {
       free(w);
       break;
     }
-  xf__near_drop_node(t->near, tk->node);
+  xf__near_drop_node(t->near, tk->node, XF_EIO);
   wake(t);
   pthread_mutex_unlock(&t->mu);
 }
