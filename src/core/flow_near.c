@@ -46,6 +46,7 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
     f->out->len = h.len;
     f->out->source = XF_SOURCE_CACHE;
   }
+  f->near_served = 1;
   *step = xf__flow_done(f, rc);
   return 1;
 }

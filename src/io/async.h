@@ -12,6 +12,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "flow.h"
+#include "near.h"
 #include "reply.h"
 #include "resp.h"
 #include "stream.h"
@@ -69,6 +70,10 @@ struct xf_async_conn {
   int64_t refresh_ms;  /* when a read script last went to refresh it (-1: none
                           since connect): see refreshing() in async_conn.c */
   int was_up;          /* it was connected once: a connect now is a reconnect */
+  /* The near cache (a share's): CLIENT TRACKING on REDIRECT goes with the
+   * setup (async_conn.c); its reads fill it once that said OK. */
+  xf__track track;  /* tracked under it (node NULL: not tracked) */
+  xf__track arming; /* the ticket of the CLIENT TRACKING awaiting its reply */
 };
 
 /* What an async loader holds: the call it completes. */
@@ -96,11 +101,12 @@ struct xf__acall {
   int in_loader; /* the loader is running on our stack */
   int loaded;    /* it completed there; loader_rc says how */
   int loader_rc;
-  int finished;    /* DONE or canceled: the callback has fired (or never will) */
-  int sent;        /* a command is on a connection (its callback will run) */
-  int loading;     /* the loader has not completed yet */
-  int deferred_rc; /* a SEND that could not go out: fed on the next tick */
-  int64_t wake_ms; /* WAIT (or, with resend, a cluster retry's backoff) */
+  int finished;      /* DONE or canceled: the callback has fired (or never will) */
+  int sent;          /* a command is on a connection (its callback will run) */
+  int loading;       /* the loader has not completed yet */
+  int deferred_rc;   /* a SEND that could not go out: fed on the next tick */
+  int deferred_done; /* served at start (a near hit): finished on the next tick */
+  int64_t wake_ms;   /* WAIT (or, with resend, a cluster retry's backoff) */
   /* Routing of the current command (async_router.c, async_seeds.c). */
   xf__aconn *conn;         /* where it was sent */
   xf__hop hop;             /* its way through a cluster (route.h) */

@@ -15,6 +15,7 @@
 
 #include "async.h"
 #include "client_io.h"
+#include "near_impl.h"
 #include "reader.h"
 
 #define READ_CHUNK 16384 /* a TLS record's most */
@@ -202,6 +203,9 @@ void xf__awire_drop(xf__aconn *cn, int dying) {
     ac->loop.unwatch(ac->loop.data, cn->watch);
   cn->watch = NULL;
   cn->watching = 0;
+  if (cn->track.node) /* what it tracked is invalidated no more */
+    xf__near_lost(&cn->track, cn->s.fd);
+  cn->track.node = cn->arming.node = NULL;
   xf__stream_close(&cn->s);
   redisReaderFree(cn->rd);
   cn->rd = NULL;

@@ -1,0 +1,186 @@
+/* The event-loop driver (xf_async) with a share's near cache, each test body
+ * run on libuv and on libevent against its own redis-server: its reads fill
+ * the near cache (its connections tracked by the same setup as the blocking
+ * ones), its hits are served without Redis, another client's write is seen,
+ * and losing the invalidation connection re-arms its connections. */
+#define _DEFAULT_SOURCE /* <uv.h> under -std=c11 */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <string.h>
+#include <xfetch_libevent.h>
+#include <xfetch_libuv.h>
+
+#include "fixture.h"
+#include "near_impl.h"
+#include "share.h"
+
+#define BOUND_MS 5000
+
+enum { LIBUV, LIBEVENT };
+
+typedef struct run {
+  int kind;
+  uv_loop_t uv;
+  struct event_base *base;
+  xf_async *ac;
+  int done, rc;
+  char got[64];
+} run;
+
+static void stop(run *r) {
+  if (r->kind == LIBUV)
+    uv_stop(&r->uv);
+  else
+    event_base_loopbreak(r->base);
+}
+
+static void on_done(int rc, const xf_value *v, void *privdata) {
+  run *r = privdata;
+  r->rc = rc;
+  snprintf(r->got, sizeof r->got, "%.*s", rc == XF_OK ? (int)v->len : 0,
+           rc == XF_OK ? v->data : "");
+  r->done = 1;
+  stop(r);
+}
+
+static void loader(void *ud, const char *key, size_t keylen, xf_async_load *load) {
+  (void)ud, (void)key, (void)keylen;
+  xf_async_load_done(load, "loaded", 6);
+}
+
+/* One get-or-compute of key on the loop; its value. */
+static const char *get(run *r, const char *key) {
+  xf_policy p = XF_POLICY_INIT;
+  r->done = 0;
+  cr_assert_eq(
+      xf_async_get_or_compute(r->ac, key, strlen(key), &p, loader, NULL, on_done, r),
+      XF_OK);
+  while (!r->done) {
+    if (r->kind == LIBUV)
+      uv_run(&r->uv, UV_RUN_DEFAULT);
+    else
+      event_base_dispatch(r->base);
+  }
+  cr_assert_eq(r->rc, XF_OK, "%s", xf_async_errmsg(r->ac));
+  return r->got;
+}
+
+static uint64_t near_hits(run *r) {
+  xf_stats st;
+  xf_async_stats(r->ac, &st);
+  return st.near_hits;
+}
+
+typedef struct env {
+  xft_server srv;
+  xf_share *share;
+  xf_client *other; /* another process's view */
+  redisContext *raw;
+  run r;
+} env;
+
+static void env_open(env *e, int kind) {
+  memset(e, 0, sizeof *e);
+  cr_assert_eq(xft_server_start(&e->srv, NULL), 0);
+  xf_share_options so = {.near_cache_bytes = 1u << 20};
+  cr_assert_eq(xf_share_open(&e->share, &so), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = e->srv.port;
+  cr_assert_eq(xf_client_open(&e->other, &o), XF_OK);
+  o.share = e->share;
+  e->r.kind = kind;
+  if (kind == LIBUV) {
+    cr_assert_eq(uv_loop_init(&e->r.uv), 0);
+    cr_assert_eq(xf_async_open_libuv(&e->r.ac, &o, &e->r.uv), XF_OK);
+  } else {
+    cr_assert_not_null(e->r.base = event_base_new());
+    cr_assert_eq(xf_async_open_libevent(&e->r.ac, &o, e->r.base), XF_OK);
+  }
+  e->raw = xft_redis_port(e->srv.port);
+}
+
+static void env_close(env *e) {
+  xf_async_close(e->r.ac);
+  if (e->r.kind == LIBUV) {
+    uv_run(&e->r.uv, UV_RUN_DEFAULT);
+    cr_assert_eq(uv_loop_close(&e->r.uv), 0);
+  } else {
+    event_base_free(e->r.base);
+  }
+  redisFree(e->raw);
+  xf_client_close(e->other);
+  xf_share_close(e->share);
+  xft_server_stop(&e->srv);
+}
+
+static void put(env *e, const char *key, const char *value) {
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(e->other, key, strlen(key), value, strlen(value), &p), XF_OK);
+}
+
+/* Gets key until a get is a near hit (bounded: the first ones fill it). */
+static void warm(env *e, const char *key, const char *want) {
+  uint64_t before = near_hits(&e->r);
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (near_hits(&e->r) == before && xft_now_ms() < until) {
+    cr_assert_str_eq(get(&e->r, key), want);
+    if (near_hits(&e->r) == before)
+      xft_sleep_ms(1);
+  }
+  cr_assert_gt(near_hits(&e->r), before, "never a near hit on the loop");
+}
+
+static void await_invalidations(env *e, uint64_t seen) {
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (xf__near_invalidations(xf__share_near(e->share)) <= seen && xft_now_ms() < until)
+    xft_sleep_ms(1);
+  cr_assert_gt(xf__near_invalidations(xf__share_near(e->share)), seen, "no invalidation");
+}
+
+ParameterizedTestParameters(async_near, its_reads_fill_the_near_cache) {
+  static int kinds[] = {LIBUV, LIBEVENT};
+  return cr_make_param_array(int, kinds, 2);
+}
+
+ParameterizedTest(int *kind, async_near, its_reads_fill_the_near_cache) {
+  env e;
+  env_open(&e, *kind);
+  put(&e, "an:k", "v1");
+  warm(&e, "an:k", "v1");
+  long long before =
+      xft_command_calls(e.raw, "hmget") + xft_command_calls(e.raw, "evalsha");
+  for (int i = 0; i < 200; i++)
+    cr_assert_str_eq(get(&e.r, "an:k"), "v1");
+  long long sent =
+      xft_command_calls(e.raw, "hmget") + xft_command_calls(e.raw, "evalsha") - before;
+  cr_assert_leq(sent, 20, "200 near hits sent %lld commands", sent);
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  put(&e, "an:k", "v2");
+  await_invalidations(&e, seen);
+  cr_assert_str_eq(get(&e.r, "an:k"), "v2");
+  warm(&e, "an:k", "v2");
+  env_close(&e);
+}
+
+ParameterizedTestParameters(async_near, a_lost_invalidation_connection_rearms) {
+  static int kinds[] = {LIBUV, LIBEVENT};
+  return cr_make_param_array(int, kinds, 2);
+}
+
+ParameterizedTest(int *kind, async_near, a_lost_invalidation_connection_rearms) {
+  env e;
+  env_open(&e, *kind);
+  put(&e, "an:r", "old");
+  warm(&e, "an:r", "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  freeReplyObject(xft_cmd(e.raw, "CLIENT KILL TYPE pubsub"));
+  await_invalidations(&e, seen);
+  put(&e, "an:r", "new"); /* nobody is told */
+  cr_assert_str_eq(get(&e.r, "an:r"), "new");
+  warm(&e, "an:r", "new"); /* tracked again on the same connection */
+  seen = xf__near_invalidations(xf__share_near(e.share));
+  put(&e, "an:r", "newer");
+  await_invalidations(&e, seen);
+  cr_assert_str_eq(get(&e.r, "an:r"), "newer");
+  env_close(&e);
+}
