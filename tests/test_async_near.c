@@ -184,3 +184,35 @@ ParameterizedTest(int *kind, async_near, a_lost_invalidation_connection_rearms) 
   cr_assert_str_eq(get(&e.r, "an:r"), "newer");
   env_close(&e);
 }
+
+ParameterizedTestParameters(async_near, a_near_hit_kept_by_another_client_calls_back) {
+  static int kinds[] = {LIBUV, LIBEVENT};
+  return cr_make_param_array(int, kinds, 2);
+}
+
+/* A blocking client of the share keeps the value; the loop's call is served
+ * near at its start and must still call back (it used to return XF_OK and
+ * never call back: a hung caller). */
+ParameterizedTest(int *kind, async_near, a_near_hit_kept_by_another_client_calls_back) {
+  env e;
+  env_open(&e, *kind);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = e.srv.port;
+  o.share = e.share;
+  xf_client *b;
+  cr_assert_eq(xf_client_open(&b, &o), XF_OK);
+  put(&e, "an:b", "kept");
+  xf_value v;
+  for (int i = 0; i < 3; i++) { /* kept near by b's reads */
+    cr_assert_eq(xf_get(b, "an:b", 4, &v), XF_OK);
+    xf_value_free(&v);
+  }
+  xf_stats st;
+  xf_client_stats(b, &st);
+  cr_assert_gt(st.near_hits, 0);
+  uint64_t before = near_hits(&e.r);
+  cr_assert_str_eq(get(&e.r, "an:b"), "kept");
+  cr_assert_gt(near_hits(&e.r), before, "not served near");
+  xf_client_close(b);
+  env_close(&e);
+}
