@@ -6,6 +6,7 @@
 #define _DEFAULT_SOURCE /* <uv.h> under -std=c11 */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <pthread.h>
 #include <string.h>
 #include <xfetch_libevent.h>
 #include <xfetch_libuv.h>
@@ -214,5 +215,95 @@ ParameterizedTest(int *kind, async_near, a_near_hit_kept_by_another_client_calls
   cr_assert_str_eq(get(&e.r, "an:b"), "kept");
   cr_assert_gt(near_hits(&e.r), before, "not served near");
   xf_client_close(b);
+  env_close(&e);
+}
+
+typedef struct leader {
+  int port;
+  xft_loader *l;
+  int64_t done_ms;
+} leader;
+
+static void *lead(void *arg) { /* another process's client, holding the lease */
+  leader *ld = arg;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = ld->port;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "an:wait", 7, &p, xft_load, ld->l, &v), XF_OK);
+  xf_value_free(&v);
+  ld->done_ms = xft_now_ms();
+  xf_client_close(c);
+  return NULL;
+}
+
+typedef struct waiters {
+  run *r;
+  int left;
+  int64_t last_ms;
+  int wrong;
+} waiters;
+
+static void waiter_done(int rc, const xf_value *v, void *privdata) {
+  waiters *w = privdata;
+  if (rc != XF_OK || v->len != 4 || memcmp(v->data, "slow", 4) != 0)
+    w->wrong++;
+  w->last_ms = xft_now_ms();
+  if (--w->left == 0)
+    stop(w->r);
+}
+
+static void never(void *ud, const char *key, size_t keylen, xf_async_load *load) {
+  (void)ud, (void)key, (void)keylen;
+  xf_async_load_fail(load, XF_ELOADER);
+}
+
+ParameterizedTestParameters(async_near, waiters_are_woken_by_the_write) {
+  static int kinds[] = {LIBUV, LIBEVENT};
+  return cr_make_param_array(int, kinds, 2);
+}
+
+/* Calls on the loop waiting for another client's 400 ms load come back when
+ * its write invalidates the key, not at their fallback poll: they start 100
+ * ms in, so their polls fall 200 ms and 400 ms later, ~100 ms after the
+ * write. */
+ParameterizedTest(int *kind, async_near, waiters_are_woken_by_the_write) {
+  env e;
+  env_open(&e, *kind);
+  xft_loader l = {.value = "slow", .len = 4, .sleep_ms = 400};
+  leader ld = {.port = e.srv.port, .l = &l};
+  pthread_t t;
+  pthread_create(&t, NULL, lead, &ld);
+  xft_sleep_ms(100);
+  long long before = xft_command_calls(e.raw, "hmget") +
+                     xft_command_calls(e.raw, "evalsha") + xft_command_calls(e.raw, "get");
+  waiters w = {.r = &e.r, .left = 3};
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 5000;
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(
+        xf_async_get_or_compute(e.r.ac, "an:wait", 7, &p, never, NULL, waiter_done, &w),
+        XF_OK);
+  while (w.left) {
+    if (e.r.kind == LIBUV)
+      uv_run(&e.r.uv, UV_RUN_DEFAULT);
+    else
+      event_base_dispatch(e.r.base);
+  }
+  pthread_join(t, NULL);
+  cr_assert_eq(w.wrong, 0);
+  cr_assert_eq(l.calls, 1);
+  long long sent = xft_command_calls(e.raw, "hmget") + xft_command_calls(e.raw, "evalsha") +
+                   xft_command_calls(e.raw, "get") - before;
+  /* leader: read, lease, write; each waiter: read, a fallback poll or two,
+   * the re-read after the write (the lease's own invalidation may wake it) */
+  cr_assert_leq(sent, 3 + 3 * 5, "%lld commands: the waiters polled", sent);
+  int64_t lag_ms = w.last_ms - ld.done_ms;
+  cr_assert_lt(lag_ms, 60, "the last waiter came back %lld ms after the write: not woken",
+               (long long)lag_ms);
+  cr_log_info("async wake-on-write: %lld commands, the last waiter %lld ms after the write",
+              sent, (long long)lag_ms);
   env_close(&e);
 }

@@ -245,6 +245,7 @@ static void finish_close(xf_async *ac) {
   }
   xf__aroute_free(ac); /* first: its command's callback must find it orphaned */
   xf__aconn_close(ac);
+  xf__awake_close(ac);
   ac->loop.timer_stop(ac->loop.data);
   ac->loop.cleanup(ac->loop.data);
   xf_client_close(ac->core);
@@ -326,6 +327,8 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   ac->core->driver = XF_DRIVER_ASYNC;
   ac->loop = *loop;
   ac->armed_ms = -1;
+  ac->wake_rd = -1;
+  xf__awake_open(ac);
   if ((rc = xf__aroute_open(ac, connect_now)) != XF_OK) {
     finish_close(ac);
     return rc;

@@ -233,6 +233,10 @@ void xf__awire_free(xf__aconn *cn) {
 }
 
 void xf_async_ready(xf_async_conn *cn, int events) {
+  if (cn && cn->is_waker && !cn->ac->closing) {
+    xf__awake_ready(cn->ac);
+    return;
+  }
   if (!cn || !cn->up || cn->ac->closing)
     return;
   xf_async *ac = cn->ac;
