@@ -416,11 +416,12 @@ typedef struct xf_share_options {
    * locally: an elected refresh, an expiry or a lease goes to Redis as
    * without it. Counted in stats.hits and stats.near_hits (the result event
    * is XF_EV_NEAR). Callers waiting for another caller's load of a key are
-   * woken by its invalidation instead of polling (blocking and pool
-   * drivers; a sans-I/O driver through xf_call_wake_open). Needs Redis 6+;
-   * entries come from the blocking and pool drivers' reads and from a
-   * sans-I/O driver's tracked connections (xf_call_track_*), not over TLS
-   * (xf_async's calls are served from it but do not fill it); evicts least
+   * woken by its invalidation instead of polling (blocking, pool and
+   * event-loop drivers; a sans-I/O driver through xf_call_wake_open). Needs
+   * Redis 6+; entries come from the blocking, pool and event-loop drivers'
+   * reads and from a sans-I/O driver's tracked connections (xf_call_track_*),
+   * plain or TLS (the invalidation connections use the client's options.tls
+   * and credentials; XF_EV_INVALIDATION reports what they say); evicts least
    * recently used per shard (the budget is split over 8 to 64 shards of
    * 256 KiB or more: an entry larger than a shard's part is never kept). */
   size_t near_cache_bytes;
