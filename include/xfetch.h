@@ -158,7 +158,8 @@ typedef enum xf_event_type {
   XF_EV_BREAKER_CLOSED = 14, /* server's connection is back */
   XF_EV_RECONNECT = 15,      /* a connection to server was opened again */
   XF_EV_REDIRECT = 16,       /* Cluster MOVED / ASK followed (server: where to) */
-  XF_EV_INVALIDATION = 17    /* a tracked key was invalidated (reserved) */
+  XF_EV_INVALIDATION = 17    /* the near cache was told a key changed, or
+                                dropped a server's entries: see below */
 } xf_event_type;
 
 /* Which driver ran the call. */
@@ -172,7 +173,18 @@ typedef enum xf_driver {
 
 /* What the hook receives. key: the user's key (without the prefix; not
  * NUL-terminated), NULL for a server's events; server: "host:port" (or the
- * Unix path) for breaker, reconnect and redirect events, else NULL. */
+ * Unix path) for breaker, reconnect and redirect events, else NULL.
+ *
+ * XF_EV_INVALIDATION (a share with a near cache): Redis invalidated key
+ * (here the Redis key, prefix included: any client's), or, key NULL, the
+ * near cache dropped what it kept from server: rc 0 for a FLUSHALL /
+ * FLUSHDB, XF_EIO for a lost connection (invalidation or tracked data
+ * connection); key and server both NULL: more came between two reports than
+ * are kept (1,024), some went unreported. They arrive on the share's
+ * tracker thread and are kept until the next xf_get / xf_get_or_compute
+ * (any driver) of a client of the share that has a hook, which reports
+ * them first, on its own thread: each once per share, whichever client's
+ * hook gets it (up to 64 per call; the rest go with the next calls). */
 typedef struct xf_event {
   xf_event_type type;
   xf_driver driver;
@@ -404,11 +416,12 @@ typedef struct xf_share_options {
    * locally: an elected refresh, an expiry or a lease goes to Redis as
    * without it. Counted in stats.hits and stats.near_hits (the result event
    * is XF_EV_NEAR). Callers waiting for another caller's load of a key are
-   * woken by its invalidation instead of polling (blocking and pool
-   * drivers; a sans-I/O driver through xf_call_wake_open). Needs Redis 6+;
-   * entries come from the blocking and pool drivers' reads and from a
-   * sans-I/O driver's tracked connections (xf_call_track_*), not over TLS
-   * (xf_async's calls are served from it but do not fill it); evicts least
+   * woken by its invalidation instead of polling (blocking, pool and
+   * event-loop drivers; a sans-I/O driver through xf_call_wake_open). Needs
+   * Redis 6+; entries come from the blocking, pool and event-loop drivers'
+   * reads and from a sans-I/O driver's tracked connections (xf_call_track_*),
+   * plain or TLS (the invalidation connections use the client's options.tls
+   * and credentials; XF_EV_INVALIDATION reports what they say); evicts least
    * recently used per shard (the budget is split over 8 to 64 shards of
    * 256 KiB or more: an entry larger than a shard's part is never kept). */
   size_t near_cache_bytes;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cluster.h"
+#include "cluster_failover.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
 #include "near_impl.h"
@@ -172,6 +173,44 @@ Test(near_cluster, a_slot_move_drops_and_tracks_on_the_new_node) {
   expect_soon(c, key, "new");
   xft_migrate_key(slot, &to, &from, key); /* back, for the other tests */
   xft_assign(slot, &from);
+  xf_client_close(other);
+  xf_client_close(c);
+  xf_share_close(s);
+}
+
+/* A manual failover of the key's master: what the old master tracked goes
+ * (the write reaches it as a replica and invalidates, or its connections
+ * go), no read after the failover and the write sees the old value, and the
+ * key is tracked on the promoted node. */
+Test(near_cluster, a_failover_drops_and_tracks_on_the_promoted_node) {
+  const char *key = "{nc-fo}k";
+  int slot = xf__cluster_keyslot(key, strlen(key));
+  xft_node owner, other_master;
+  xft_masters_of(slot, &owner, &other_master);
+  int replica = xft_slot_replica(xft_cluster_shared(), slot);
+  xf_share *s = near_share();
+  xf_client *c = open_client(s), *other = open_client(NULL);
+  put(other, key, "old");
+  xft_replicated(xft_cluster_shared(), owner.port);
+  expect_near_hit(c, key, "old");
+  uint64_t seen = xf__near_invalidations(xf__share_near(s));
+  xft_promote(xft_cluster_shared(), replica);
+  xft_node_wait_info(xft_cluster_shared(), owner.port, "master_link_status:up");
+  xft_wait_replica_listed(xft_cluster_shared(), slot, owner.port);
+  put(other, key, "new"); /* on the promoted node (MOVED) */
+  await_invalidations(s, seen);
+  xf_value v;
+  cr_assert_eq(xf_get(c, key, strlen(key), &v), XF_OK, "%s", xf_errmsg(c));
+  cr_assert_str_eq(v.data, "new", "a stale read after the failover");
+  xf_value_free(&v);
+  expect_near_hit(c, key, "new"); /* tracked on the promoted node */
+  seen = xf__near_invalidations(xf__share_near(s));
+  put(other, key, "newer");
+  await_invalidations(s, seen);
+  expect_soon(c, key, "newer");
+  xft_promote(xft_cluster_shared(), owner.port); /* back as it was */
+  xft_node_wait_info(xft_cluster_shared(), replica, "master_link_status:up");
+  xft_wait_replica_listed(xft_cluster_shared(), slot, replica);
   xf_client_close(other);
   xf_client_close(c);
   xf_share_close(s);

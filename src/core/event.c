@@ -35,6 +35,18 @@ void xf__emit_flow(const xf__flow *f, xf_event_type type, int source, int64_t du
   f->c->on_event(&ev, f->c->on_event_ud);
 }
 
+void xf__emit_invalidation(const xf_client *c, xf_driver driver, const char *key,
+                           size_t keylen, const char *server, int rc) {
+  xf_event ev = {.type = XF_EV_INVALIDATION,
+                 .driver = driver,
+                 .key = key,
+                 .keylen = keylen,
+                 .server = server,
+                 .source = -1,
+                 .rc = rc};
+  c->on_event(&ev, c->on_event_ud);
+}
+
 void xf__emit_server(const xf_client *c, xf_event_type type, const char *server,
                      xf_driver driver) {
   if (!c->on_event)

@@ -14,6 +14,12 @@ struct xf__flow;
 void xf__emit_flow(const struct xf__flow *f, xf_event_type type, int source,
                    int64_t duration_us, int rc);
 
+/* XF_EV_INVALIDATION: key invalidated by Redis (the Redis key, prefix
+ * included), or (key NULL) server's entries dropped, rc 0 for a flush and
+ * XF_EIO for a lost connection; key and server NULL: records were lost. */
+void xf__emit_invalidation(const xf_client *c, xf_driver driver, const char *key,
+                           size_t keylen, const char *server, int rc);
+
 /* A server's event (breaker, reconnect, redirect): server is its name. */
 void xf__emit_server(const xf_client *c, xf_event_type type, const char *server,
                      xf_driver driver);

@@ -149,6 +149,7 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
   f->script_loading = f->refresh = f->detached = f->round = f->had_value =
       f->found_nothing = 0;
   f->near_elected = 0;
+  f->near_served = 0;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(c, p);

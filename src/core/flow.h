@@ -99,6 +99,8 @@ typedef struct xf__flow {
   uint64_t near_token; /* the near cache's pending marker of the last READ */
   xf__track track;     /* whose tracking the last READ's reply came under */
   int near_elected;    /* a near hit's draw elected an early refresh */
+  int near_served;     /* xf__flow_start's DONE is a near hit's result, not a
+                          refusal of the key or policy */
   int wake_on_write;   /* WAIT: the driver ends it when the key is invalidated */
   xf__nest nest;       /* while its loader runs: this thread computes key */
   char msg[256];       /* the loader's message, kept across the release */

@@ -16,6 +16,8 @@
  * (*step DONE). */
 int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
   xf_client *c = f->c;
+  if (__builtin_expect(c->on_event != NULL, 0))
+    xf__near_report(c->near, c, f->driver);
   xf__near_hit h;
   if (!xf__near_get(c->near, c, f->key.data, f->key.len, now_ms, &h))
     return 0;
@@ -44,6 +46,7 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
     f->out->len = h.len;
     f->out->source = XF_SOURCE_CACHE;
   }
+  f->near_served = 1;
   *step = xf__flow_done(f, rc);
   return 1;
 }

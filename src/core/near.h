@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xfetch.h"
+
 struct xf__near;
 struct xf__near_node;
 struct xf_client;
@@ -67,5 +69,10 @@ uint64_t xf__near_put(struct xf__near *n, const struct xf_client *c, const xf__t
 /* An own write or delete of key (acknowledged or not): its entries go now,
  * and a read of it in flight is not kept. */
 void xf__near_drop(struct xf__near *n, const char *key, size_t keylen);
+
+/* XF_EV_INVALIDATION: reports through c's hook (c->on_event set) what the
+ * near cache was told since the last report by any client of the share
+ * (drivers/near_events.c). On the calling thread, no lock held. */
+void xf__near_report(struct xf__near *n, const struct xf_client *c, xf_driver driver);
 
 #endif

@@ -245,6 +245,7 @@ static void finish_close(xf_async *ac) {
   }
   xf__aroute_free(ac); /* first: its command's callback must find it orphaned */
   xf__aconn_close(ac);
+  xf__awake_close(ac);
   ac->loop.timer_stop(ac->loop.data);
   ac->loop.cleanup(ac->loop.data);
   xf_client_close(ac->core);
@@ -268,7 +269,10 @@ static void run_deferred(xf_async *ac, int64_t now_ms) {
   ac->deferred = ac->deferred_tail = NULL;
   while (k && !ac->closing) {
     xf__acall *next = k->next_deferred;
-    xf__async_advance(k, xf__flow_reply(&k->f, k->deferred_rc, NULL, now_ms));
+    if (k->deferred_done) /* its result is in: the callback, now on the loop */
+      xf__async_advance(k, XF_STEP_DONE);
+    else
+      xf__async_advance(k, xf__flow_reply(&k->f, k->deferred_rc, NULL, now_ms));
     k = next;
   }
 }
@@ -323,6 +327,8 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   ac->core->driver = XF_DRIVER_ASYNC;
   ac->loop = *loop;
   ac->armed_ms = -1;
+  ac->wake_rd = -1;
+  xf__awake_open(ac);
   if ((rc = xf__aroute_open(ac, connect_now)) != XF_OK) {
     finish_close(ac);
     return rc;
@@ -358,7 +364,7 @@ int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
   k->p = *policy;
   xf__client_check_fork(c); /* the flow's lease tokens: never a parent's in a child */
   xf__step step = xf__flow_start(&k->f, c, key, keylen, &k->p, &k->out, xf__now_ms());
-  if (step == XF_STEP_DONE) { /* a bad key or policy: nothing was sent */
+  if (step == XF_STEP_DONE && !k->f.near_served) { /* a bad key or policy: nothing sent */
     int rc = k->f.rc;
     free(k);
     return rc;
@@ -380,7 +386,12 @@ int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
   link_call(ac, k);
   ac->ncalls++;
   xf__async_enter(ac);
-  xf__async_advance(k, step); /* a SEND: queued or deferred, no user code */
+  if (step == XF_STEP_DONE) { /* a near hit: its callback on the next tick, never here */
+    k->deferred_done = 1;
+    xf__async_defer(ac, k, XF_OK);
+  } else {
+    xf__async_advance(k, step); /* a SEND: queued or deferred, no user code */
+  }
   xf__async_leave(ac);
   return XF_OK;
 }

@@ -64,6 +64,7 @@ struct xf__near {
   uint64_t seq;    /* invalidations and drops so far (__atomic) */
   uint64_t invalidations, evictions;
   struct xf__near_tracker *tracker;
+  struct xf__near_log *log; /* XF_EV_INVALIDATION's (near_events.c) */
 };
 
 void (*xf__near_test_before_put)(void);
@@ -110,6 +111,7 @@ int xf__near_open(struct xf__near **out, size_t max_bytes) {
     }
     n->shards[i].nbuckets = MIN_BUCKETS;
   }
+  n->log = xf__near_log_open(); /* NULL: no events reported, the rest works */
   if (!(n->tracker = xf__tracker_open(n))) {
     xf__near_close(n);
     return XF_ENOMEM;
@@ -146,6 +148,7 @@ void xf__near_close(struct xf__near *n) {
     return;
   if (n->tracker)
     xf__tracker_close(n->tracker);
+  xf__near_log_close(n->log);
   for (int i = 0; i < NSHARDS; i++) {
     shard *s = &n->shards[i];
     if (s->buckets)
@@ -388,9 +391,15 @@ void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
 void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen) {
   __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELAXED);
   xf__near_drop(n, key, keylen);
+  xf__near_log_add(n->log, key, keylen, NULL, 0);
 }
 
-void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node) {
+struct xf__near_log *xf__near_log(struct xf__near *n) {
+  return n->log;
+}
+
+void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc) {
+  xf__near_log_add(n->log, NULL, 0, node, rc);
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&node->drop_seq, seq, __ATOMIC_RELEASE);
   __atomic_store_n(&n->drop_seq, seq, __ATOMIC_RELEASE);
@@ -445,9 +454,11 @@ void xf__near_before_fork(struct xf__near *n) {
   pthread_mutex_lock(&n->notify_mu);
   for (int i = 0; i < NSHARDS; i++)
     pthread_mutex_lock(&n->shards[i].mu);
+  xf__near_log_fork(n->log, 0);
 }
 
 void xf__near_after_fork(struct xf__near *n, int child) {
+  xf__near_log_fork(n->log, child ? 2 : 1);
   for (int i = 0; i < NSHARDS; i++) {
     shard *s = &n->shards[i];
     if (child) { /* the parent's waiters are not here; its entries not ours */

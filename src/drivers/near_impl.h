@@ -10,7 +10,9 @@
 #include "near.h"
 
 struct xf_client;
+struct xf_reply;
 struct xf__near_tracker;
+typedef struct xf__inval xf__inval; /* an invalidation connection (near_inval.c) */
 
 /* One Redis node (by address) whose invalidations the process receives. The
  * nodes live as long as the near cache; ctx and id are the tracker's (under
@@ -21,7 +23,7 @@ struct xf__near_node {
   char *host; /* NULL: unix_path */
   int port;
   char *unix_path;
-  void *ctx;         /* the invalidation connection (redisContext); NULL = none */
+  xf__inval *ctx;    /* the invalidation connection; NULL = none */
   int inval_fd;      /* its socket, -1 = none (__atomic: a hit polls it) */
   long long id;      /* its CLIENT ID: the data connections' REDIRECT */
   uint64_t gen;      /* bumped when it is lost: tracking armed under an older
@@ -37,9 +39,9 @@ void xf__near_close(struct xf__near *n);
 /* An invalidation of key from Redis (any node): as xf__near_drop, counted. */
 void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen);
 
-/* Everything kept from node goes (its invalidation connection, or a tracked
- * data connection, was lost; a FLUSHALL / FLUSHDB). */
-void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node);
+/* Everything kept from node goes (rc XF_EIO: its invalidation connection,
+ * or a tracked data connection, was lost; 0: a FLUSHALL / FLUSHDB). */
+void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc);
 
 /* Waits until driver ms until_ms, or until key is invalidated (or a node
  * dropped) after token was taken: 1 then, 0 when the time ran out. */
@@ -68,6 +70,22 @@ void xf__near_after_fork(struct xf__near *n, int child);
 /* For tests: called by xf__near_put before it takes its shard's lock (a
  * read's reply is in, its value not yet kept); NULL = none. */
 extern void (*xf__near_test_before_put)(void);
+
+/* ---- the invalidations' log (near_events.c): XF_EV_INVALIDATION ---- */
+
+struct xf__near_log *xf__near_log_open(void);
+void xf__near_log_close(struct xf__near_log *l);
+struct xf__near_log *xf__near_log(struct xf__near *n); /* NULL: none (no memory) */
+
+/* fork(): phase 0 before (the log's lock taken, last: nothing is taken
+ * under it), 1 after in the parent, 2 after in the child (the parent's
+ * records are not the child's to report). */
+void xf__near_log_fork(struct xf__near_log *l, int phase);
+
+/* Logs an invalidation of key, or (key NULL) node's drop for rc, to be
+ * reported by the next call with a hook (xf__near_report). Any thread. */
+void xf__near_log_add(struct xf__near_log *l, const char *key, size_t keylen,
+                      const struct xf__near_node *node, int rc);
 
 /* ---- the tracker (near_track.c) ---- */
 
@@ -98,5 +116,24 @@ void xf__near_lost(const xf__track *t, int fd);
 static inline int xf__track_stale(const xf__track *t) {
   return t->node && __atomic_load_n(&t->node->gen, __ATOMIC_ACQUIRE) != t->gen;
 }
+
+/* ---- an invalidation connection (near_inval.c) ---- */
+
+/* Opens one to host:port (or unix_path) as c's data connections are (TLS,
+ * timeouts, AUTH, SELECT), named xfetch-invalidate and subscribed to
+ * __redis__:invalidate; its CLIENT ID in *id. XF_OK, or the code with the
+ * reason on c. Blocking (c's connect and command timeouts). */
+int xf__inval_open(xf__inval **out, struct xf_client *c, const char *host, int port,
+                   const char *unix_path, long long *id);
+int xf__inval_fd(const xf__inval *v);
+
+/* Reads what the connection has, without waiting, and hands each whole
+ * message to on (the reply freed after). 0, or -1 when the connection is
+ * lost (closed, reset, unreadable). */
+int xf__inval_read(xf__inval *v, void (*on)(void *ud, const struct xf_reply *r), void *ud);
+
+/* Closes v (NULL-safe); _forget in a forked child (no byte sent). */
+void xf__inval_close(xf__inval *v);
+void xf__inval_forget(xf__inval *v);
 
 #endif

@@ -16,7 +16,6 @@
  * Lock order: the share's, the tracker's, then a shard's (near.c). */
 #include <errno.h>
 #include <fcntl.h>
-#include <hiredis/hiredis.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -26,6 +25,7 @@
 
 #include "client.h"
 #include "near_impl.h"
+#include "reply.h"
 
 typedef struct watch { /* a tracked data connection's socket */
   struct watch *next;
@@ -38,7 +38,7 @@ typedef struct watch { /* a tracked data connection's socket */
 typedef struct poll_set {
   struct pollfd *pf;
   struct xf__near_node **who;
-  void **ctxs; /* the invalidation connection polled; NULL: a watched one */
+  xf__inval **ctxs; /* the invalidation connection polled; NULL: a watched one */
   size_t n, cap;
 } poll_set;
 
@@ -85,42 +85,38 @@ static void wake(struct xf__near_tracker *t) {
  * and tracking armed under it is stale. Under t->mu. */
 static void lose(struct xf__near_tracker *t, struct xf__near_node *node) {
   __atomic_add_fetch(&node->gen, 1, __ATOMIC_ACQ_REL);
-  xf__near_drop_node(t->near, node); /* before its socket closes (a hit polls it) */
+  xf__near_drop_node(t->near, node, XF_EIO); /* before its socket closes (a hit polls it) */
   __atomic_store_n(&node->inval_fd, -1, __ATOMIC_RELEASE);
-  if (node->ctx)
-    redisFree(node->ctx);
+  xf__inval_close(node->ctx);
   node->ctx = NULL;
 }
 
+typedef struct reading { /* what on_message is told */
+  struct xf__near_tracker *t;
+  struct xf__near_node *node;
+} reading;
+
 /* One message from node's invalidation connection. */
-static void on_message(struct xf__near_tracker *t, struct xf__near_node *node,
-                       const redisReply *r) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
-      r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "message"))
+static void on_message(void *ud, const xf__reply *r) {
+  struct xf__near_tracker *t = ((reading *)ud)->t;
+  struct xf__near_node *node = ((reading *)ud)->node;
+  if (r->type != XF_REPLY_ARRAY || r->elements < 3 ||
+      r->element[0]->type != XF_REPLY_STRING || strcmp(r->element[0]->str, "message"))
     return; /* the subscription's confirmation */
-  const redisReply *keys = r->element[2];
-  if (keys->type != REDIS_REPLY_ARRAY) { /* nil: everything (FLUSHALL, FLUSHDB) */
-    xf__near_drop_node(t->near, node);
+  const xf__reply *keys = r->element[2];
+  if (keys->type != XF_REPLY_ARRAY) { /* nil: everything (FLUSHALL, FLUSHDB) */
+    xf__near_drop_node(t->near, node, 0);
     return;
   }
   for (size_t i = 0; i < keys->elements; i++)
-    if (keys->element[i]->type == REDIS_REPLY_STRING)
+    if (keys->element[i]->type == XF_REPLY_STRING)
       xf__near_invalidate(t->near, keys->element[i]->str, keys->element[i]->len);
 }
 
 /* Reads what node's connection has (poll said readable). Under t->mu. */
 static void read_node(struct xf__near_tracker *t, struct xf__near_node *node) {
-  redisContext *ctx = node->ctx;
-  if (redisBufferRead(ctx) != REDIS_OK) {
-    lose(t, node);
-    return;
-  }
-  void *r;
-  while (redisGetReplyFromReader(ctx, &r) == REDIS_OK && r) {
-    on_message(t, node, r);
-    freeReplyObject(r);
-  }
-  if (ctx->err)
+  reading rd = {t, node};
+  if (xf__inval_read(node->ctx, on_message, &rd) != 0)
     lose(t, node);
 }
 
@@ -132,7 +128,7 @@ static void hung_up(struct xf__near_tracker *t, int fd, struct xf__near_node *no
       watch *w = *at;
       *at = w->next;
       free(w);
-      xf__near_drop_node(t->near, node);
+      xf__near_drop_node(t->near, node, XF_EIO);
       return;
     }
 }
@@ -147,7 +143,7 @@ static int fit(poll_set *ps, size_t need) {
   struct xf__near_node **who = realloc(ps->who, cap * sizeof *who);
   if (who)
     ps->who = who;
-  void **ctxs = realloc(ps->ctxs, cap * sizeof *ctxs);
+  xf__inval **ctxs = realloc(ps->ctxs, cap * sizeof *ctxs);
   if (ctxs)
     ps->ctxs = ctxs;
   if (!pf || !who || !ctxs)
@@ -156,7 +152,8 @@ static int fit(poll_set *ps, size_t need) {
   return 1;
 }
 
-static int add(poll_set *ps, int fd, short events, struct xf__near_node *who, void *ctx) {
+static int add(poll_set *ps, int fd, short events, struct xf__near_node *who,
+               xf__inval *ctx) {
   if (!fit(ps, ps->n + 1))
     return 0;
   ps->pf[ps->n] = (struct pollfd){.fd = fd, .events = events};
@@ -171,11 +168,11 @@ static void build(struct xf__near_tracker *t, poll_set *ps) {
   ps->n = 0;
   add(ps, t->wake[0], POLLIN, NULL, NULL);
   for (struct xf__near_node *node = t->nodes; node; node = node->next)
-    if (node->ctx && !add(ps, ((redisContext *)node->ctx)->fd, POLLIN, node, node->ctx))
-      xf__near_drop_node(t->near, node);
+    if (node->ctx && !add(ps, xf__inval_fd(node->ctx), POLLIN, node, node->ctx))
+      xf__near_drop_node(t->near, node, XF_EIO);
   for (watch *w = t->watches; w; w = w->next)
     if (!add(ps, w->fd, POLLRDHUP, w->node, NULL))
-      xf__near_drop_node(t->near, w->node);
+      xf__near_drop_node(t->near, w->node, XF_EIO);
 }
 
 static void *run(void *arg) {
@@ -244,57 +241,15 @@ static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *h
   return node;
 }
 
-/* One command on the fresh invalidation connection; its reply (NULL on a
- * failure or an error reply, with the reason on c). */
-static redisReply *ask(xf_client *c, redisContext *ctx, int argc, const char **argv) {
-  redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
-  if (!r) {
-    xf__fail(c, XF_EIO, "near cache invalidation connection: %s", ctx->errstr);
-  } else if (r->type == REDIS_REPLY_ERROR) {
-    xf__fail(c, XF_EREDIS, "near cache invalidation connection: %s %s", argv[0], r->str);
-    freeReplyObject(r);
-    r = NULL;
-  }
-  return r;
-}
-
-/* Opens node's invalidation connection with c's credentials. Under t->mu. */
+/* Opens node's invalidation connection as c's data connections are (TLS,
+ * credentials: near_inval.c). Under t->mu. */
 static int connect_node(xf_client *c, struct xf__near_node *node) {
-  struct timeval tv = {c->connect_timeout_ms / 1000, (c->connect_timeout_ms % 1000) * 1000};
-  redisContext *ctx = node->host ? redisConnectWithTimeout(node->host, node->port, tv)
-                                 : redisConnectUnixWithTimeout(node->unix_path, tv);
-  if (!ctx || ctx->err) {
-    int rc = xf__fail(c, XF_ECONNECT, "near cache invalidation connection: %s",
-                      ctx ? ctx->errstr : "out of memory");
-    if (ctx)
-      redisFree(ctx);
+  xf__inval *v;
+  int rc = xf__inval_open(&v, c, node->host, node->port, node->unix_path, &node->id);
+  if (rc != XF_OK)
     return rc;
-  }
-  struct timeval ct = {c->command_timeout_ms / 1000, (c->command_timeout_ms % 1000) * 1000};
-  redisSetTimeout(ctx, ct);
-  const char *auth[] = {"AUTH", c->username ? c->username : "default", c->password};
-  const char *name[] = {"CLIENT", "SETNAME", "xfetch-invalidate"};
-  const char *id[] = {"CLIENT", "ID"};
-  const char *sub[] = {"SUBSCRIBE", "__redis__:invalidate"};
-  redisReply *r = NULL;
-  int ok = 1;
-  if (c->password && (ok = (r = ask(c, ctx, 3, auth)) != NULL))
-    freeReplyObject(r);
-  if (ok && (ok = (r = ask(c, ctx, 3, name)) != NULL))
-    freeReplyObject(r);
-  if (ok && (ok = (r = ask(c, ctx, 2, id)) != NULL && r->type == REDIS_REPLY_INTEGER))
-    node->id = r->integer;
-  if (r)
-    freeReplyObject(r);
-  r = NULL;
-  if (ok && (ok = (r = ask(c, ctx, 2, sub)) != NULL))
-    freeReplyObject(r);
-  if (!ok) {
-    redisFree(ctx);
-    return c->errstr[0] ? XF_EREDIS : XF_EIO;
-  }
-  node->ctx = ctx;
-  __atomic_store_n(&node->inval_fd, ctx->fd, __ATOMIC_RELEASE);
+  node->ctx = v;
+  __atomic_store_n(&node->inval_fd, xf__inval_fd(v), __ATOMIC_RELEASE);
   return XF_OK;
 }
 
@@ -331,7 +286,7 @@ void xf__near_watch(xf__track *tk, int fd) {
     *w = (watch){.next = t->watches, .fd = fd, .node = tk->node};
     t->watches = w;
   } else { /* not watched: its loss would go unseen, so keep nothing */
-    xf__near_drop_node(t->near, tk->node);
+    xf__near_drop_node(t->near, tk->node, XF_EIO);
   }
   wake(t);
   pthread_mutex_unlock(&t->mu);
@@ -347,7 +302,7 @@ void xf__near_lost(const xf__track *tk, int fd) {
       free(w);
       break;
     }
-  xf__near_drop_node(t->near, tk->node);
+  xf__near_drop_node(t->near, tk->node, XF_EIO);
   wake(t);
   pthread_mutex_unlock(&t->mu);
 }
@@ -362,8 +317,7 @@ void xf__tracker_close(struct xf__near_tracker *t) {
   while (t->nodes) {
     struct xf__near_node *node = t->nodes;
     t->nodes = node->next;
-    if (node->ctx)
-      redisFree(node->ctx);
+    xf__inval_close(node->ctx);
     free(node->host);
     free(node->unix_path);
     free(node);
@@ -388,8 +342,7 @@ void xf__tracker_before_fork(struct xf__near_tracker *t) { pthread_mutex_lock(&t
 void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
   if (child) {
     for (struct xf__near_node *node = t->nodes; node; node = node->next) {
-      if (node->ctx)
-        redisFree(node->ctx); /* plain TCP or Unix: closes, sends nothing */
+      xf__inval_forget(node->ctx); /* the child's copy closes, nothing sent */
       node->ctx = NULL;
       node->inval_fd = -1;
       node->gen++;

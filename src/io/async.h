@@ -12,6 +12,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "flow.h"
+#include "near.h"
 #include "reply.h"
 #include "resp.h"
 #include "stream.h"
@@ -69,6 +70,11 @@ struct xf_async_conn {
   int64_t refresh_ms;  /* when a read script last went to refresh it (-1: none
                           since connect): see refreshing() in async_conn.c */
   int was_up;          /* it was connected once: a connect now is a reconnect */
+  int is_waker;        /* not a connection: the near cache's wake pipe (async_wake.c) */
+  /* The near cache (a share's): CLIENT TRACKING on REDIRECT goes with the
+   * setup (async_conn.c); its reads fill it once that said OK. */
+  xf__track track;  /* tracked under it (node NULL: not tracked) */
+  xf__track arming; /* the ticket of the CLIENT TRACKING awaiting its reply */
 };
 
 /* What an async loader holds: the call it completes. */
@@ -96,11 +102,12 @@ struct xf__acall {
   int in_loader; /* the loader is running on our stack */
   int loaded;    /* it completed there; loader_rc says how */
   int loader_rc;
-  int finished;    /* DONE or canceled: the callback has fired (or never will) */
-  int sent;        /* a command is on a connection (its callback will run) */
-  int loading;     /* the loader has not completed yet */
-  int deferred_rc; /* a SEND that could not go out: fed on the next tick */
-  int64_t wake_ms; /* WAIT (or, with resend, a cluster retry's backoff) */
+  int finished;      /* DONE or canceled: the callback has fired (or never will) */
+  int sent;          /* a command is on a connection (its callback will run) */
+  int loading;       /* the loader has not completed yet */
+  int deferred_rc;   /* a SEND that could not go out: fed on the next tick */
+  int deferred_done; /* served at start (a near hit): finished on the next tick */
+  int64_t wake_ms;   /* WAIT (or, with resend, a cluster retry's backoff) */
   /* Routing of the current command (async_router.c, async_seeds.c). */
   xf__aconn *conn;         /* where it was sent */
   xf__hop hop;             /* its way through a cluster (route.h) */
@@ -142,6 +149,8 @@ struct xf_async {
   int64_t armed_ms;                    /* when the loop timer fires; -1 = stopped */
   int depth;                           /* driver frames on the stack */
   int closing;
+  xf__aconn *waker; /* the near cache's wake pipe, watched (async_wake.c); NULL = none */
+  int wake_rd;      /* its read end */
 };
 
 /* Driver frames: a user callback may call xf_async_close; the handle is
@@ -162,6 +171,15 @@ void xf__acall_release(xf__acall *k);
 int xf__aheap_reserve(xf_async *ac, size_t need);
 void xf__aheap_push(xf_async *ac, xf__acall *k);
 xf__acall *xf__aheap_pop(xf_async *ac); /* the earliest; the heap is not empty */
+
+/* ---- async_wake.c: wake-on-write (a share's near cache) ----------------------- */
+
+/* Watches the near cache's wake pipe on the loop (nothing without a near
+ * cache; without a pipe or a watch the waits poll). XF_OK. */
+int xf__awake_open(xf_async *ac);
+void xf__awake_close(xf_async *ac);
+/* The pipe is readable: waiters whose key changed are due now. */
+void xf__awake_ready(xf_async *ac);
 
 /* Feeds a SEND's error to the call on the next tick (never on the stack of
  * xf_async_get_or_compute, so no loader or callback runs there). */

@@ -19,6 +19,7 @@
 #include "client_io.h"
 #include "entry.h"
 #include "event.h"
+#include "near_impl.h"
 #include "reader.h"
 #include "reply.h"
 #include "setup.h"
@@ -117,6 +118,14 @@ static void on_setup_reply(xf__aconn *cn, const xf__reply *r, void *what) {
   intptr_t kind = (intptr_t)what;
   if (!r || kind == IGNORED || cn->setup_rc != XF_OK)
     return;
+  if (kind == XF__SETUP_TRACKING) { /* refused: the connection serves untracked */
+    if (r->type != XF_REPLY_ERROR && cn->arming.node) {
+      xf__near_watch(&cn->arming, cn->s.fd);
+      cn->track = cn->arming;
+    }
+    cn->arming.node = NULL;
+    return;
+  }
   xf_client *c = cn->ac->core;
   int rc = xf__setup_judge(c, (xf__setup_kind)kind, r);
   if (rc == XF_OK)
@@ -140,12 +149,30 @@ int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd) {
   return xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)IGNORED, cmd);
 }
 
+/* With a near cache: CLIENT TRACKING on REDIRECT to the node's invalidation
+ * connection, appended to s (opened now if needed: a blocking connect on
+ * the loop's thread, once per node and share, as xf_call_track_open's).
+ * Without it the connection serves untracked: nothing it reads is kept. */
+static void arm(xf__aconn *cn, xf__setup *s) {
+  xf_client *c = cn->ac->core;
+  long long id;
+  cn->arming.node = NULL;
+  if (!c->near)
+    return;
+  if (xf__near_arm(c->near, c, cn->host, cn->port, cn->host ? NULL : c->unix_path, &id,
+                   &cn->arming) == XF_OK)
+    xf__setup_add_tracking(s, id);
+  else
+    c->errstr[0] = '\0'; /* an untracked connection is no failure */
+}
+
 /* The connection setup with the scripts' preload, ahead of any call's
  * command: many calls are queued at once on a fresh connection. */
 static int queue_setup(xf__aconn *cn) {
   xf__setup s;
   xf__setup_build(cn->ac->core, XF_SETUP_SCRIPTS | (cn->readonly ? XF_SETUP_REPLICA : 0),
                   &s);
+  arm(cn, &s);
   int rc = XF_OK;
   for (int i = 0; rc == XF_OK && i < s.n; i++)
     rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)s.kind[i], &s.cmd[i]);
@@ -221,6 +248,8 @@ static void on_reply(xf__aconn *cn, const xf__reply *reply, void *privdata) {
   k->route_act = XF_ROUTE_DONE;
   if (rc == XF_OK && !(copy = xf__reply_copy(reply)))
     rc = xf__fail(ac->core, XF_ENOMEM, "out of memory for a reply");
+  if (rc == XF_OK && k->f.cmd.track_out) /* whether its value may be kept near */
+    *k->f.cmd.track_out = cn->track;
   xf__async_advance(k, xf__flow_reply(&k->f, rc, copy, now_ms));
   xf__async_leave(ac);
 }
@@ -239,6 +268,16 @@ static int refreshing(const xf__aconn *cn, int64_t now_ms) {
 int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
   static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
   int rc = xf__aconn_open(cn);
+  if (rc == XF_OK && xf__track_stale(&cn->track)) {
+    /* its node's invalidation connection was lost: tracked anew under the
+     * next one, on this connection (Redis takes a new REDIRECT) */
+    xf__near_lost(&cn->track, cn->s.fd);
+    cn->track.node = NULL;
+    xf__setup s = {0};
+    arm(cn, &s);
+    if (s.n)
+      rc = xf__aconn_queue(cn, on_setup_reply, (void *)(intptr_t)s.kind[0], &s.cmd[0]);
+  }
   if (rc == XF_OK && asking)
     rc = xf__aconn_queue_ignored(cn, &asking_cmd);
   xf__cmd script; /* a plain read where cn's clock is not fresh: the read script */

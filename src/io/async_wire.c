@@ -15,6 +15,7 @@
 
 #include "async.h"
 #include "client_io.h"
+#include "near_impl.h"
 #include "reader.h"
 
 #define READ_CHUNK 16384 /* a TLS record's most */
@@ -202,6 +203,9 @@ void xf__awire_drop(xf__aconn *cn, int dying) {
     ac->loop.unwatch(ac->loop.data, cn->watch);
   cn->watch = NULL;
   cn->watching = 0;
+  if (cn->track.node) /* what it tracked is invalidated no more */
+    xf__near_lost(&cn->track, cn->s.fd);
+  cn->track.node = cn->arming.node = NULL;
   xf__stream_close(&cn->s);
   redisReaderFree(cn->rd);
   cn->rd = NULL;
@@ -229,6 +233,10 @@ void xf__awire_free(xf__aconn *cn) {
 }
 
 void xf_async_ready(xf_async_conn *cn, int events) {
+  if (cn && cn->is_waker && !cn->ac->closing) {
+    xf__awake_ready(cn->ac);
+    return;
+  }
   if (!cn || !cn->up || cn->ac->closing)
     return;
   xf_async *ac = cn->ac;

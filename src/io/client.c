@@ -308,8 +308,7 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
   c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
   c->share = o->share;
-  /* TLS: the invalidation connections are plain (a known gap): no near cache */
-  c->near = o->share && !o->tls.enable ? xf__share_near(o->share) : NULL;
+  c->near = o->share ? xf__share_near(o->share) : NULL;
   c->interrupt = o->interrupt;
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;

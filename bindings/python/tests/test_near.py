@@ -127,3 +127,34 @@ def test_waiters_are_woken_by_the_write(face, server, admin, prefix):
     reads = sum(v["calls"] for k, v in stats.items()
                 if k in ("cmdstat_evalsha", "cmdstat_evalsha_ro", "cmdstat_hmget"))
     assert reads <= 30, f"{reads} reads and leases: the waiters polled"
+
+
+def test_invalidations_are_events_and_metrics(face, server, admin, prefix):
+    """XF_EV_INVALIDATION: a write from elsewhere reaches on_event (the Redis
+    key) and the metrics' xfetch_near_invalidations_total{reason="key"} once,
+    through the Cache's next get; a FLUSHALL as its own reason."""
+    events = []
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20,
+                      on_event=lambda e: e.type == "invalidation" and events.append(e))
+    other = xfetch.Cache(server.url, prefix=prefix)
+    try:
+        other.set("k", b"v1", ttl=60)
+        until_near_hit(face, near, "k", b"v1")
+        other.set("k", b"v2", ttl=60)
+        deadline = time.monotonic() + 5
+        while not any(e.key is not None for e in events):
+            face.run(near.get("other"))
+            assert time.monotonic() < deadline, "no invalidation event"
+            time.sleep(0.001)
+        # (a connection the face closed itself drops the server's entries
+        # too: key None, server set, error XF_EIO)
+        assert [e.key for e in events if e.key] == [f"{prefix}k".encode()]
+        assert near._config.events.snapshot()[5]["key"] == 1
+        admin.flushall()
+        while not any(e.key is None and e.error == 0 for e in events):
+            face.run(near.get("other"))
+            assert time.monotonic() < deadline, "no flush event"
+            time.sleep(0.001)
+        assert near._config.events.snapshot()[5].get("flush") == 1
+    finally:
+        other.close()

@@ -170,3 +170,45 @@ def test_url_parameters():
         tls_options(parse_url("rediss://h?ssl_cert_reqs=maybe"))
     with pytest.raises(ValueError, match="cannot be read"):
         tls_options(parse_url("rediss://h?ssl_ca_certs=/nonexistent.pem"))
+
+
+def _raw_command(port, ca, *args):
+    """One command on a fresh TLS socket of our own (another client)."""
+    import ssl
+    ctx = ssl.create_default_context(cafile=ca)
+    with socket.create_connection(("127.0.0.1", port), 5) as sock:
+        with ctx.wrap_socket(sock, server_hostname="127.0.0.1") as s:
+            s.sendall(f"*{len(args)}\r\n".encode()
+                      + b"".join(f"${len(a)}\r\n{a}\r\n".encode() for a in args))
+            return s.recv(4096)
+
+
+def test_near_cache_over_rediss(tls, face):
+    d, ports = tls
+    url = f"rediss://127.0.0.1:{ports['tls']}/0?ssl_ca_certs={d}/ca.crt"
+    prefix = f"pytlsnear{time.time_ns()}:"
+    near = face.Cache(url, prefix=prefix, near_cache_bytes=1 << 20)
+    other = xfetch.Cache(url, prefix=prefix)  # another process's view
+
+    def until(want, near_hit):
+        before, deadline = near.stats()["near_hits"], time.monotonic() + 5
+        while True:
+            got = face.run(near.get("hot"))
+            if got == want and (not near_hit or near.stats()["near_hits"] > before):
+                return
+            assert time.monotonic() < deadline, f"never {want!r} (near hit: {near_hit})"
+            time.sleep(0.001)
+
+    try:
+        other.set("hot", b"v1", ttl=60)
+        until(b"v1", near_hit=True)
+        other.set("hot", b"v2", ttl=60)  # invalidated over the TLS connection
+        until(b"v2", near_hit=False)
+        until(b"v2", near_hit=True)
+        assert b":" in _raw_command(ports["tls"], f"{d}/ca.crt", "CLIENT", "KILL", "TYPE",
+                                    "pubsub")
+        other.set("hot", b"v3", ttl=60)  # nobody is told: the entries went with it
+        until(b"v3", near_hit=False)
+        until(b"v3", near_hit=True)  # tracked again under a new connection
+    finally:
+        other.close()

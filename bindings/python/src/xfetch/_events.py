@@ -38,7 +38,10 @@ class Event(NamedTuple):
     its result), "lease_won", "lease_lost", "load_start", "load_done",
     "wait", "local", "superseded", "breaker_opened", "breaker_closed",
     "reconnect", "redirect", "invalidation". key: the key's bytes (without
-    the prefix), None for a server's events; namespace: the decorator's
+    the prefix), None for a server's events; for "invalidation" (near cache):
+    the Redis key Redis invalidated (prefix included), or None when the near
+    cache dropped what it kept from server (error 0: a flush; XF_EIO: a lost
+    connection), reported by the Cache's next get after it happened; namespace: the decorator's
     ("" for direct calls); driver: the C driver ("blocking", "call", ...);
     source: the value's source when one was served ("cache", "stale",
     "local"), else None; duration: seconds (load_done: the loader's time;
@@ -70,6 +73,7 @@ class Events:
         self.loads = {}  # (namespace, "ok" | "error") -> n
         self.load_hist = {}  # namespace -> [bucket counts..., +Inf count, sum]
         self.waits = {}  # namespace -> [n, seconds]
+        self.invalidations = {}  # "key" | "flush" | "lost" -> n (near cache)
         self.open_servers = set()  # breakers open now
         self.failing_open = False  # a fail-open episode was logged
         self.refresh_failed = {}  # key -> True: logged, until a load of it succeeds
@@ -101,7 +105,8 @@ class Events:
         with self.lock:
             return (dict(self.calls), dict(self.loads),
                     {ns: list(h) for ns, h in self.load_hist.items()},
-                    {ns: list(w) for ns, w in self.waits.items()}, len(self.open_servers))
+                    {ns: list(w) for ns, w in self.waits.items()}, len(self.open_servers),
+                    dict(self.invalidations))
 
     # ---- events -----------------------------------------------------------------
 
@@ -139,6 +144,9 @@ class Events:
                 w = self.waits.setdefault(ns, [0, 0.0])
                 w[0] += 1
                 w[1] += duration_us / 1e6
+        elif t == lib.XF_EV_INVALIDATION:
+            reason = "key" if key is not None else "flush" if rc == 0 and server else "lost"
+            self._count(self.invalidations, reason)
         elif t == lib.XF_EV_BREAKER_OPEN:
             self.open_servers.add(server)
             log.warning("Redis %s cannot be reached: circuit breaker opened; calls skip it "

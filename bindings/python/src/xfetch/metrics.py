@@ -19,6 +19,10 @@ never a key. Families (base units, _total counters):
     xfetch_waits_total{namespace}               calls that waited for another
                                                 caller's load
     xfetch_wait_seconds_total{namespace}        time spent so waiting
+    xfetch_near_invalidations_total{reason}     near cache (near_cache_bytes):
+        key (Redis said a key changed), flush (a server's entries dropped by
+        FLUSHALL / FLUSHDB), lost (by a lost connection); counted when the
+        Cache's next get reports them
     xfetch_breaker_open                         servers whose breaker is open now
     xfetch_connections                          connections open now
 """
@@ -53,10 +57,12 @@ class Collector:
         return []  # unchecked collector: families appear as they are collected
 
     def collect(self):
-        calls, loads, hist, waits = {}, {}, {}, {}
+        calls, loads, hist, waits, invalidations = {}, {}, {}, {}, {}
         breaker_open = connections = 0
         for cache in self._caches:
-            c, lo, h, w, opened = cache._config.events.snapshot()
+            c, lo, h, w, opened, inv = cache._config.events.snapshot()
+            for k, n in inv.items():
+                invalidations[k] = invalidations.get(k, 0) + n
             for k, n in c.items():
                 calls[k] = calls.get(k, 0) + n
             for k, n in lo.items():
@@ -99,6 +105,13 @@ class Collector:
             g.add_metric([ns], s)
         yield f
         yield g
+        f = CounterMetricFamily("xfetch_near_invalidations", "near cache invalidations: "
+                                "a key changed in Redis (key), a server's entries dropped by "
+                                "a flush (flush) or a lost connection (lost)",
+                                labels=["reason"])
+        for reason, n in sorted(invalidations.items()):
+            f.add_metric([reason], n)
+        yield f
         yield GaugeMetricFamily("xfetch_breaker_open", "Redis servers whose circuit breaker "
                                 "is open now", value=breaker_open)
         yield GaugeMetricFamily("xfetch_connections", "Redis connections open now",
