@@ -222,6 +222,88 @@ Test(call_clock, the_request_follows_the_connections_estimate) {
   xft_server_stop(&srv);
 }
 
+/* Reads one reply from the wire (its bytes already written). */
+static xf_reply *next_reply(wire *w) {
+  for (;;) {
+    xf_reply *reply;
+    cr_assert_eq(xf_reader_next(w->reader, &reply), XF_OK);
+    if (reply)
+      return reply;
+    char buf[4096];
+    ssize_t n = read(w->sock->fd, buf, sizeof buf);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(xf_reader_feed(w->reader, buf, (size_t)n), XF_OK);
+  }
+}
+
+#define PIPELINED 10
+
+/* Calls pipelined on a connection whose estimate is unknown: the first read
+ * is the script, the ones behind it plain (its reply, fed first, teaches the
+ * clock). Fed out of order, a plain read's reply finds no estimate yet: its
+ * call asks again with the script, and serves right. */
+Test(call_clock, one_script_per_connection_per_refresh_however_many_in_flight) {
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  redisContext *r = xft_redis_port(srv.port);
+  xf_client *c = config_client(XF_ENTRY_HASH);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  wire w = open_wire(srv.port, 1);
+  gen g = {0};
+  xf_value v;
+  cr_assert_eq(drive(&w, c, "cc:pipe", &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
+  xf_value_free(&v);
+  for (int reversed = 0; reversed < 2; reversed++) {
+    xf_call_conn_reset(w.conn); /* reconnected: nothing known */
+    counts before = count(r, XF_ENTRY_HASH);
+    int n = reversed ? 2 : PIPELINED;
+    xf_call *calls[PIPELINED];
+    xf_reply *replies[PIPELINED];
+    for (int i = 0; i < n; i++) {
+      cr_assert_eq(xf_call_start(&calls[i], c, "cc:pipe", 7, &p, now(&w)), XF_OK);
+      cr_assert_eq(xf_call_use_conn(calls[i], w.conn, now(&w)), XF_OK);
+      cr_expect(sends(calls[i], i == 0 ? "EVALSHA_RO" : "HMGET"), "call %d", i);
+      size_t len;
+      const char *req = xf_call_request(calls[i], &len);
+      cr_assert_eq(write(w.sock->fd, req, len), (ssize_t)len);
+    }
+    for (int i = 0; i < n; i++)
+      replies[i] = next_reply(&w);
+    for (int k = 0; k < n; k++) {
+      int i = reversed ? n - 1 - k : k;
+      xf_call_step step = xf_call_reply(calls[i], replies[i], now(&w));
+      if (reversed && i == 1) { /* judged before the script taught the clock */
+        cr_assert_eq(step, XF_CALL_SEND);
+        cr_expect(sends(calls[i], "EVALSHA_RO"), "asked again with the script");
+        continue;
+      }
+      cr_assert_eq(step, XF_CALL_DONE, "call %d", i);
+    }
+    if (reversed) { /* the re-asked call, the estimate now fresh */
+      cr_assert_eq(xf_call_use_conn(calls[1], w.conn, now(&w)), XF_OK);
+      size_t len;
+      const char *req = xf_call_request(calls[1], &len);
+      cr_assert_eq(write(w.sock->fd, req, len), (ssize_t)len);
+      cr_assert_eq(xf_call_reply(calls[1], next_reply(&w), now(&w)), XF_CALL_DONE);
+    }
+    for (int i = 0; i < n; i++) {
+      cr_assert_eq(xf_call_result(calls[i], &v), XF_OK, "%s", xf_call_errmsg(calls[i]));
+      cr_expect_str_eq(v.data, "g1");
+      cr_expect_eq(v.source, XF_SOURCE_CACHE);
+      xf_value_free(&v);
+      xf_call_free(calls[i]);
+    }
+    counts after = count(r, XF_ENTRY_HASH);
+    if (!reversed)
+      cr_expect_eq(after.scripts - before.scripts, 1, "one script for %d reads", n);
+  }
+  close_wire(&w);
+  xf_client_close(c);
+  redisFree(r);
+  xft_server_stop(&srv);
+}
+
 Test(call_clock, use_conn_refuses_what_it_cannot_use) {
   xf_client *c = config_client(XF_ENTRY_HASH);
   xf_call_conn *conn;

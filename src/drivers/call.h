@@ -46,6 +46,7 @@ struct xf_call {
  * server's clock, as the replies of the calls sent on it taught it. */
 struct xf_call_conn {
   xf__clock clock;
+  int64_t asked_ms; /* when a read script last went to refresh it (-1: none) */
 };
 
 /* Outcomes of call_route.c's functions, beside an error code (< 0) for the

@@ -1,7 +1,9 @@
 /* A sans-I/O driver's connections (xf_call_conn_*): each keeps the estimate
  * of its server's clock (clock.h) the replies of the calls sent on it
  * taught, so that a read on it is one plain command (HMGET, GET) while the
- * estimate is fresh, as on the other drivers' connections. The call's
+ * estimate is fresh, as on the other drivers' connections, and one read
+ * script per connection per refresh (xf__clock_refreshing) however many
+ * calls are in flight. The call's
  * request holds the read script until the driver names the connection
  * (call_route.c); xf_call_use_conn swaps its last command. */
 #include <stdlib.h>
@@ -12,13 +14,18 @@
 int xf_call_conn_open(xf_call_conn **out) {
   if (!out)
     return XF_EINVAL;
-  *out = calloc(1, sizeof **out); /* nothing known: a zeroed estimate */
-  return *out ? XF_OK : XF_ENOMEM;
+  *out = malloc(sizeof **out);
+  if (!*out)
+    return XF_ENOMEM;
+  xf_call_conn_reset(*out);
+  return XF_OK;
 }
 
 void xf_call_conn_reset(xf_call_conn *conn) {
-  if (conn)
-    xf__clock_reset(&conn->clock);
+  if (!conn)
+    return;
+  xf__clock_reset(&conn->clock); /* nothing known */
+  conn->asked_ms = -1;
 }
 
 void xf_call_conn_close(xf_call_conn *conn) { free(conn); }
@@ -32,7 +39,13 @@ int xf_call_use_conn(xf_call *call, xf_call_conn *conn, int64_t now_ms) {
     return XF_OK; /* not a read: its bytes are the same on any connection */
   int was = *cmd->plain_out;
   xf__cmd script;
-  const xf__cmd *sent = xf__entry_read_as(cmd, &conn->clock, now_ms, &script);
+  const xf__cmd *sent = cmd;
+  if (xf__clock_refreshing(&conn->clock, conn->asked_ms, now_ms))
+    *cmd->plain_out = 1; /* behind the script in flight: it teaches the clock first */
+  else
+    sent = xf__entry_read_as(cmd, &conn->clock, now_ms, &script);
+  if (sent == &script) /* this one refreshes the estimate */
+    conn->asked_ms = now_ms;
   if (*cmd->plain_out == was)
     return XF_OK;
   size_t had = call->request.len;

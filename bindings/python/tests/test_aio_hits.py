@@ -70,3 +70,22 @@ def test_a_reconnected_stream_asks_the_servers_clock_again(server, admin, prefix
                 await cache.fetch("k", lambda: b"x", ttl=600)
             assert calls(admin, "evalsha_ro") - scripts0 == 1, "a new stream knows nothing"
     asyncio.run(main())
+
+
+def test_a_cold_stream_sends_one_script_however_many_hits_are_in_flight(server, admin,
+                                                                       prefix):
+    async def main():
+        async with xfetch.aio.Cache(server.url, prefix=prefix) as writer:
+            for i in range(50):
+                await writer.get_or_compute(f"k{i}", lambda: b"v", ttl=600)
+        async with xfetch.aio.Cache(server.url, prefix=prefix) as cache:  # a new stream
+            scripts0, hmget0 = calls(admin, "evalsha_ro"), calls(admin, "hmget")
+            got = await asyncio.gather(*[cache.get_or_compute(f"k{i}", lambda: b"x", ttl=600)
+                                         for i in range(50)])
+            assert got == [b"v"] * 50
+            scripts = calls(admin, "evalsha_ro") - scripts0
+            assert scripts <= 2, f"{scripts} read scripts for 50 concurrent hits"
+            # one HMGET per hit (plain, or a script's own), plus a read asked
+            # again should its reply be judged before the script taught the clock
+            assert 50 <= calls(admin, "hmget") - hmget0 <= 50 + 2 * scripts
+    asyncio.run(main())
