@@ -748,6 +748,36 @@ XF_EXPORT const char *xf_call_request(const xf_call *call, size_t *len);
  * port may be NULL. */
 XF_EXPORT int xf_call_target(const xf_call *call, const char **host, int *port);
 
+/* GET-priced hits: a read is one plain command (HMGET of a format-1 entry,
+ * GET of a format-2 one) on a connection whose estimate of its server's
+ * clock is fresh, as on the library's own drivers; else the read script
+ * (EVALSHA_RO: Lua and TIME), whose reply refreshes the estimate (every
+ * 0.5 s at most, per connection). The estimate is the driver's to keep, one
+ * xf_call_conn per connection: open it with the connection
+ * (xf_call_conn_open: XF_OK, XF_EINVAL, XF_ENOMEM), reset it whenever the
+ * connection is opened again (maybe to another server: a failover), close it
+ * after its last call. In XF_CALL_SEND, after xf_call_target and before
+ * xf_call_request, xf_call_use_conn(call, conn, now_ms) says the request
+ * goes on conn's connection: the request may change (the read script or
+ * the plain read, whichever conn's estimate allows at now_ms), and the reply,
+ * fed with xf_call_reply(.., now_ms) once read, teaches conn. Say it again
+ * for each SEND. One read script per connection per refresh: the reads
+ * sent on it behind that script go plain, judged once its reply taught the
+ * estimate, so feed a connection's replies in the order they came (one fed
+ * out of order is not wrong, its call asks again). Returns XF_OK, XF_EINVAL (call not in XF_CALL_SEND, or a
+ * NULL argument) or XF_ENOMEM (the request stays as it was: send it). A
+ * driver that never says it keeps the read script on every read. The
+ * estimate's bounds are conservative (the request's time as the call was
+ * told it, no later than the write; the reply's, no earlier than the read;
+ * 1,000 ppm drift): a skewed driver clock moves nothing, only the server's
+ * clock judges expiry. Like the calls, one thread; a conn serves any number
+ * of calls pipelined on its connection. */
+typedef struct xf_call_conn xf_call_conn;
+XF_EXPORT int xf_call_conn_open(xf_call_conn **out);
+XF_EXPORT void xf_call_conn_reset(xf_call_conn *conn);
+XF_EXPORT void xf_call_conn_close(xf_call_conn *conn);
+XF_EXPORT int xf_call_use_conn(xf_call *call, xf_call_conn *conn, int64_t now_ms);
+
 /* The (last) reply to the request (the call takes it), or NULL when the
  * connection failed before it came (as xf_call_io_failed with XF_EIO).
  * Returns the next step: another XF_CALL_SEND when the reply was a

@@ -23,6 +23,7 @@ typedef struct wire {
   int port;
   redisContext *sock; /* only its file descriptor is used */
   xf_reader *reader;
+  xf_call_conn *conn; /* with use_conns: the estimate of its node's clock */
 } wire;
 
 /* The driver's clock: every call input carries it. */
@@ -34,6 +35,7 @@ static int64_t driver_ms(void) {
 
 static wire wires[MAX_WIRES];
 static int nwires, writes[MAX_WIRES];
+static int use_conns; /* the driver names each SEND's connection (xf_call_use_conn) */
 
 /* The driver's connection to host:port, opened on first use. */
 static wire *wire_to(const char *host, int port) {
@@ -46,15 +48,20 @@ static wire *wire_to(const char *host, int port) {
   w->port = port;
   w->sock = xft_cluster_redis(port);
   cr_assert_eq(xf_reader_open(&w->reader), XF_OK);
+  w->conn = NULL;
+  if (use_conns)
+    cr_assert_eq(xf_call_conn_open(&w->conn), XF_OK);
   return w;
 }
 
 static void close_wires(void) {
   for (int i = 0; i < nwires; i++) {
     xf_reader_close(wires[i].reader);
+    xf_call_conn_close(wires[i].conn);
     redisFree(wires[i].sock);
   }
   nwires = 0;
+  use_conns = 0;
   memset(writes, 0, sizeof writes);
 }
 
@@ -79,6 +86,8 @@ static xf_call_step send_step(xf_call *call) {
   cr_assert_geq(n, 1);
   wire *w = wire_to(host, port);
   writes[w - wires]++;
+  if (w->conn)
+    cr_assert_eq(xf_call_use_conn(call, w->conn, driver_ms()), XF_OK);
   size_t len;
   const char *req = xf_call_request(call, &len);
   cr_assert_eq(write(w->sock->fd, req, len), (ssize_t)len);
@@ -251,4 +260,31 @@ Test(call_cluster, replica_reads_go_to_the_replicas) {
   cr_expect_eq(on[0], 0, "none on a master (%lld)", on[0]);
   xf_client_close(c);
   xf_client_close(w);
+}
+
+/* A driver that names each node's connection (xf_call_use_conn) reads a hit
+ * with one HMGET on the key's master once that connection's estimate of
+ * its node's clock is fresh; the first reads (the loads' misses) taught it. */
+Test(call_cluster, hits_are_plain_reads_on_each_nodes_connection) {
+  use_conns = 1;
+  xf_client *c = config_client(1, 0);
+  loads = 0;
+  char key[32];
+  for (int i = 0; i < 60; i++) {
+    snprintf(key, sizeof key, "callc:plain:%d", i);
+    expect(c, key, XF_SOURCE_LOADER);
+  }
+  xft_reset_stats();
+  int64_t t0 = driver_ms();
+  for (int i = 0; i < 60; i++) {
+    snprintf(key, sizeof key, "callc:plain:%d", i);
+    expect(c, key, XF_SOURCE_CACHE);
+  }
+  long long refreshes = 3 * ((driver_ms() - t0) / 500 + 1); /* per master */
+  long long scripts = xft_total_calls("evalsha_ro"), hmget = xft_total_calls("hmget");
+  cr_expect_eq(loads, 60);
+  cr_expect_leq(scripts, refreshes, "%lld read scripts for 60 hits", scripts);
+  cr_expect_eq(hmget, 60, "one HMGET per hit: plain, or a script's own");
+  cr_expect_eq(stats(c).redirects, 0);
+  xf_client_close(c);
 }

@@ -108,6 +108,31 @@ def xfetch_get_many(cache, keys, policy):
         cache._release(conn)
 
 
+def server_cost(r, loop, aio_hit, n):
+    """Redis' side of n asyncio hits alone (INFO commandstats after CONFIG
+    RESETSTAT): the commands per hit and the server's us per hit."""
+    r.config_resetstat()
+
+    async def hits():
+        for _ in range(n):
+            await aio_hit()
+
+    loop.run_until_complete(hits())
+    stats = {k[len("cmdstat_"):]: v for k, v in r.info("commandstats").items()
+             if k.startswith("cmdstat_") and k[len("cmdstat_"):] in
+             ("evalsha_ro", "evalsha", "hmget", "get")}
+    per_hit = " ".join(f"{c} {v['calls'] / n:.3f} ({v['usec_per_call']:.2f} us/call)"
+                       for c, v in sorted(stats.items()))
+    # a script's own HMGET / GET counts in the script's usec and in its own:
+    # the plain reads' time counts for the ones the scripts did not make
+    scripts = stats.get("evalsha_ro", {"calls": 0, "usec": 0})
+    plain = sum(v["calls"] for c, v in stats.items() if c in ("hmget", "get"))
+    plain_usec = sum(v["usec"] for c, v in stats.items() if c in ("hmget", "get"))
+    direct = plain - scripts["calls"]
+    usec = scripts["usec"] + (plain_usec * direct / plain if plain else 0)
+    print(f"{'xfetch.aio hit, Redis side':<34}: {usec / n:5.2f} us/hit; per hit: {per_hit}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", help="Redis URL (default: start a private redis-server)")
@@ -269,6 +294,8 @@ def run(args, url):
     many_s, gets_s = batch[0][0], batch[1][0]
     print(f"{f'{args.batch} x get / get_many({args.batch}), p50':<34}: "
           f"{gets_s.p(0.5) / many_s.p(0.5):5.1f}x")
+    if xfetch_aio:  # issue 19: what an asyncio hit costs Redis
+        server_cost(r, loop, aio_hit, n)
 
     loop.run_until_complete(ar.close())
     if acache is not None:

@@ -50,3 +50,9 @@ int xf__clock_server_now(const xf__clock *k, int64_t now_ms, int64_t *lo, int64_
   *hi = now_ms + 1 + k->hi + d; /* now_ms is a floor too */
   return 1;
 }
+
+int xf__clock_refreshing(const xf__clock *k, int64_t asked_ms, int64_t now_ms) {
+  return asked_ms >= 0 && now_ms >= asked_ms &&
+         now_ms - asked_ms < XF_CLOCK_REFRESH_MS / 2 &&
+         (!k->known || k->learned_ms < asked_ms);
+}

@@ -37,6 +37,15 @@ void xf__clock_learn(xf__clock *k, int64_t server_ms, int64_t sent_ms, int64_t r
  * instead, and refreshes it. NULL: no. */
 int xf__clock_fresh(const xf__clock *k, int64_t now_ms);
 
+/* Whether a read script sent at driver ms asked_ms (-1: none) on k's
+ * connection to refresh k is still to be answered (for at most half the
+ * refresh period). A plain read queued behind it may go as the plain
+ * command: replies come in order, so its flow learns the clock before that
+ * read's reply is judged. One script per connection per refresh, however
+ * many calls are in flight. (Should the script not teach the clock, an error
+ * reply, the plain read's flow asks again with the script.) */
+int xf__clock_refreshing(const xf__clock *k, int64_t asked_ms, int64_t now_ms);
+
 /* The server's time at driver ms now_ms lies in [*lo, *hi] (drift included).
  * 1, or 0 when the estimate is unknown or too old to use (then ask). */
 int xf__clock_server_now(const xf__clock *k, int64_t now_ms, int64_t *lo, int64_t *hi);

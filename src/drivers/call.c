@@ -89,9 +89,6 @@ static int call_new(xf_call **out, xf_client *c, const char *key, size_t keylen,
   if (keylen)
     memcpy((*call)->key, key, keylen);
   c->errstr[0] = '\0';
-  /* Its caller's transport keeps no estimate of the server's clock: every
-   * read asks the server (the read script). */
-  c->plain_hits = 0;
   xf__client_check_fork(c); /* the flow's lease tokens: never a parent's in a child */
   return XF_OK;
 }
@@ -226,6 +223,8 @@ xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms) {
   int rc = xf__call_route_reply(call, &call->f.cmd, &r, r ? XF_OK : XF_EIO, now_ms);
   if (rc != XF__CALL_REPLY)
     return routed(call, rc, now_ms);
+  if (call->conn && call->f.cmd.clock_out) /* the reply tells of its server's clock */
+    *call->f.cmd.clock_out = &call->conn->clock;
   return advance(call, xf__flow_reply(&call->f, r ? XF_OK : XF_EIO, r, now_ms), now_ms);
 }
 

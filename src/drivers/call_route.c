@@ -10,6 +10,7 @@
 
 #include "call.h"
 #include "client_io.h"
+#include "entry.h"
 #include "reply.h"
 #include "script.h"
 
@@ -21,14 +22,24 @@ static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
 
 static xf__routes *routes_of(xf_call *call) { return &call->f.c->routes; }
 
-/* The n commands, for host:port. */
+/* The n commands, for host:port. A plain read (the flow's HMGET or GET) goes
+ * as the read script until the driver names a connection whose estimate of
+ * its server's clock is fresh (xf_call_use_conn: call_conn.c). */
 static int encode(xf_call *call, const char *host, int port, const xf__cmd *const *cmds,
                   int n) {
+  xf__cmd script;
   call->request.len = 0;
-  for (int i = 0; i < n; i++)
-    if (xf__resp_append_cmd(&call->request, cmds[i]) != 0)
+  call->conn = NULL; /* said again for each SEND */
+  for (int i = 0; i < n; i++) {
+    const xf__cmd *cmd = cmds[i];
+    if (i == n - 1) {
+      call->cmd_at = call->request.len;
+      cmd = xf__entry_read_as(cmd, NULL, 0, &script); /* no clock known yet */
+    }
+    if (xf__resp_append_cmd(&call->request, cmd) != 0)
       return xf__fail(call->f.c, XF_ENOMEM, "out of memory for a %d-argument command",
-                      cmds[i]->argc);
+                      cmd->argc);
+  }
   call->host = host;
   call->port = port;
   call->replies = n;

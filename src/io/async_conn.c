@@ -254,15 +254,10 @@ static void on_reply(xf__aconn *cn, const xf__reply *reply, void *privdata) {
   xf__async_leave(ac);
 }
 
-/* Whether a read script sent to refresh cn's clock is still to be answered
- * (for at most half the refresh period). A plain read queued behind it may
- * go as HMGET: replies come in order, so its flow learns the clock before
- * this reply is judged. One script per connection per refresh, however many
- * calls are in flight. (Should it not teach the clock, an error reply, the
- * flow asks again with the script: xf__flow_reply.) */
+/* Whether a read script sent to refresh cn's clock is still to be answered:
+ * a plain read queued behind it goes as HMGET (xf__clock_refreshing). */
 static int refreshing(const xf__aconn *cn, int64_t now_ms) {
-  return cn->refresh_ms >= 0 && now_ms - cn->refresh_ms < XF_CLOCK_REFRESH_MS / 2 &&
-         (!cn->clock.known || cn->clock.learned_ms < cn->refresh_ms);
+  return xf__clock_refreshing(&cn->clock, cn->refresh_ms, now_ms);
 }
 
 int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {

@@ -154,3 +154,34 @@ def test_the_near_cache_across_the_cluster(cluster, face, fault):
                 time.sleep(0.001)
     finally:
         other.close()
+
+
+def test_asyncio_hits_are_plain_reads_on_every_node(cluster):
+    """Each node's stream keeps its own estimate of that node's clock (C
+    xf_call_conn): once the misses taught them, a hit on any master is one
+    HMGET (INFO commandstats: a read script's own HMGET counts too)."""
+    import asyncio
+    import time
+
+    import xfetch.aio
+
+    def total(cmd):
+        n = 0
+        for p in cluster.ports:
+            st = redis.Redis(port=p).info("commandstats").get(f"cmdstat_{cmd}", {})
+            n += st.get("calls", 0) - st.get("failed_calls", 0)
+        return n
+
+    async def main():
+        async with xfetch.aio.Cache(cluster.url, prefix="aioplain:") as cache:
+            for i in range(60):
+                await cache.get_or_compute(f"k{i}", lambda: b"v", ttl=600)
+            scripts0, hmget0 = total("evalsha_ro"), total("hmget")
+            t0 = time.monotonic()
+            for i in range(60):
+                assert await cache.fetch(f"k{i}", lambda: b"x", ttl=600) == (b"v", "cache")
+            refreshes = 3 * (int((time.monotonic() - t0) / 0.5) + 1)
+            scripts, hmget = total("evalsha_ro") - scripts0, total("hmget") - hmget0
+            assert scripts <= refreshes, f"{scripts} read scripts for 60 hits"
+            assert hmget == 60, "one HMGET per hit: plain, or a script's own"
+    asyncio.run(main())

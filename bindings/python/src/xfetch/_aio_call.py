@@ -51,6 +51,9 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                     except ConnectionError:  # the breaker, or the connect failed
                         step = lib.xf_call_io_failed(call, lib.XF_ECONNECT, now_ms())
                         continue
+                # on this stream: a read is one HMGET / GET while its clock
+                # estimate is fresh, else the read script (which refreshes it)
+                lib.xf_call_use_conn(call, stream.conn, now_ms())
                 # the call's own bytes: start() sends them now, or copies them
                 data = ffi.buffer(lib.xf_call_request(call, n), n[0])
                 try:
@@ -145,6 +148,7 @@ def abandon(links, call, stream, pending):
             s = links.get(host[0], port[0]).current
             if s is None or s.broken is not None:
                 break  # no stream to send on
+            lib.xf_call_use_conn(call, s.conn, now_ms())
             try:
                 reply = s.start(ffi.unpack(lib.xf_call_request(call, size), size[0]), replies)
             except (Error, OSError):

@@ -1,6 +1,7 @@
 """xfetch.aio's connection: one non-blocking socket on the running loop,
 requests written in order, replies parsed by the C reader (xf_reader) and
-matched to their requests in order; and the connect and setup helpers."""
+matched to their requests in order, the estimate of its server's clock
+(xf_call_conn); and the connect and setup helpers."""
 from __future__ import annotations
 
 import asyncio
@@ -34,6 +35,11 @@ class _Stream:
         out = ffi.new("xf_reader **")
         check(lib.xf_reader_open(out))
         self.parser = ffi.gc(out[0], lib.xf_reader_close)
+        # the server's clock as this connection's replies taught it: a hit on
+        # it is one plain read (HMGET / GET) while it is fresh (xf_call_use_conn)
+        conn = ffi.new("xf_call_conn **")
+        check(lib.xf_call_conn_open(conn))
+        self.conn = ffi.gc(conn[0], lib.xf_call_conn_close)
         self.reply = ffi.new("xf_reply **")
         self.waiting = collections.deque()  # futures, in request order
         self.deadlines = collections.deque()  # their loop.time() deadlines

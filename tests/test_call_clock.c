@@ -1,0 +1,450 @@
+/* GET-priced hits through the sans-I/O call (xf_call_conn_*, xf_call_use_conn):
+ * a driver that keeps one estimate of the server's clock per connection
+ * reads with one plain command (HMGET, GET) once it is fresh, and the
+ * estimate's bounds hold when the driver's clock is an hour off or jumps
+ * (test_clock.c's behaviours for the blocking driver, through the call). A
+ * driver that does not say its connection keeps the read script. Each test
+ * counts commands on a redis-server of its own (INFO commandstats). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fixture.h"
+
+/* A driver's connection: a socket, its reply parser and (opted in) its
+ * estimate; skew_ms is added to every now_ms the driver gives. */
+typedef struct wire {
+  redisContext *sock; /* only its file descriptor is used */
+  xf_reader *reader;
+  xf_call_conn *conn; /* NULL: the driver does not say its connection */
+  int64_t skew_ms;
+} wire;
+
+static wire open_wire(int port, int opted_in) {
+  wire w = {.sock = xft_redis_port(port)};
+  cr_assert_eq(xf_reader_open(&w.reader), XF_OK);
+  if (opted_in)
+    cr_assert_eq(xf_call_conn_open(&w.conn), XF_OK);
+  return w;
+}
+
+static void close_wire(wire *w) {
+  xf_call_conn_close(w->conn);
+  xf_reader_close(w->reader);
+  redisFree(w->sock);
+}
+
+static int64_t now(const wire *w) { return xft_now_ms() + w->skew_ms; }
+
+/* Writes the call's request and reads until its reply is complete. */
+static xf_reply *exchange(wire *w, const xf_call *call) {
+  size_t len;
+  const char *req = xf_call_request(call, &len);
+  cr_assert_not_null(req);
+  cr_assert_eq(write(w->sock->fd, req, len), (ssize_t)len);
+  for (;;) {
+    xf_reply *reply;
+    cr_assert_eq(xf_reader_next(w->reader, &reply), XF_OK);
+    if (reply)
+      return reply;
+    char buf[4096];
+    ssize_t n = read(w->sock->fd, buf, sizeof buf);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(xf_reader_feed(w->reader, buf, (size_t)n), XF_OK);
+  }
+}
+
+/* A loader whose every value names its generation. */
+typedef struct gen {
+  int n, sleep_ms;
+} gen;
+
+/* Runs a get-or-compute call to the end as a driver would. */
+static int drive(wire *w, xf_client *c, const char *key, const xf_policy *p, gen *g,
+                 xf_value *out) {
+  xf_call *call;
+  cr_assert_eq(xf_call_start(&call, c, key, strlen(key), p, now(w)), XF_OK);
+  for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
+    if (step == XF_CALL_SEND) {
+      cr_assert_eq(xf_call_target(call, NULL, NULL), 1);
+      if (w->conn)
+        cr_assert_eq(xf_call_use_conn(call, w->conn, now(w)), XF_OK);
+      step = xf_call_reply(call, exchange(w, call), now(w));
+    } else if (step == XF_CALL_LOAD) {
+      int64_t t0 = xft_now_ms();
+      xft_sleep_ms(g->sleep_ms);
+      char buf[32];
+      int len = snprintf(buf, sizeof buf, "g%d", ++g->n);
+      step = xf_call_loaded(call, buf, (size_t)len, (xft_now_ms() - t0) * 1000, now(w));
+    } else {
+      usleep((useconds_t)xf_call_wait_ms(call, now(w)) * 1000);
+      step = xf_call_woke(call, now(w));
+    }
+  }
+  int rc = xf_call_result(call, out);
+  xf_call_free(call);
+  return rc;
+}
+
+static xf_client *config_client(int format) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.lazy_connect = 1;
+  o.port = 1; /* never used for I/O: the wire goes to the test's server */
+  o.seed = 3;
+  o.entry_format = format;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  return c;
+}
+
+typedef struct counts {
+  long long scripts, plain;
+} counts;
+
+static counts count(redisContext *r, int format) {
+  return (counts){xft_command_calls(r, "evalsha_ro"),
+                  xft_command_calls(r, format == XF_ENTRY_STRING ? "get" : "hmget")};
+}
+
+/* Whether the call's request holds cmd (its name, as a RESP bulk string). */
+static int sends(const xf_call *call, const char *cmd) {
+  size_t len;
+  const char *req = xf_call_request(call, &len);
+  return req && memmem(req, len, cmd, strlen(cmd)) != NULL;
+}
+
+/* ---- what a hit costs ----------------------------------------------------------- */
+
+#define HITS 200
+
+/* N hits through an opted-in connection cost ~N plain reads and a script
+ * per refresh of the estimate (0.5 s); without it, N scripts (as before). */
+static void hits_cost_plain_reads(int format) {
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  redisContext *r = xft_redis_port(srv.port);
+  xf_client *c = config_client(format);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;           /* no early refresh: every call after the first is a hit */
+  long long inner = -1; /* plain reads each read script runs (commandstats counts them) */
+  for (int opted_in = 0; opted_in <= 1; opted_in++) {
+    wire w = open_wire(srv.port, opted_in);
+    char key[32];
+    snprintf(key, sizeof key, "cc:hits:%d", opted_in);
+    gen g = {0};
+    xf_value v;
+    cr_assert_eq(drive(&w, c, key, &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
+    xf_value_free(&v);
+    counts before = count(r, format);
+    int64_t t0 = xft_now_ms();
+    for (int i = 0; i < HITS; i++) {
+      cr_assert_eq(drive(&w, c, key, &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
+      cr_assert_eq(v.source, XF_SOURCE_CACHE);
+      cr_assert_str_eq(v.data, "g1");
+      xf_value_free(&v);
+    }
+    long long refreshes = (xft_now_ms() - t0) / 500 + 2;
+    counts after = count(r, format);
+    long long scripts = after.scripts - before.scripts, plain = after.plain - before.plain;
+    if (opted_in) {
+      plain -= scripts * inner; /* the driver's own */
+      cr_expect_leq(scripts, refreshes, "%lld scripts for %d hits", scripts, HITS);
+      cr_expect_geq(plain, HITS - refreshes, "%lld plain reads for %d hits", plain, HITS);
+      cr_expect_eq(scripts + plain, HITS, "one command per hit");
+    } else {
+      cr_assert_eq(scripts, HITS, "no connection said: the read script, every hit");
+      cr_assert_eq(plain % HITS, 0, "%lld plain reads, all in scripts", plain);
+      inner = plain / HITS;
+    }
+    close_wire(&w);
+  }
+  xf_client_close(c);
+  redisFree(r);
+  xft_server_stop(&srv);
+}
+
+Test(call_clock, hits_are_one_hmget_each) { hits_cost_plain_reads(XF_ENTRY_HASH); }
+
+Test(call_clock, hits_are_one_get_each_on_format_2) {
+  hits_cost_plain_reads(XF_ENTRY_STRING);
+}
+
+/* The request changes with the connection said: the script on a connection
+ * whose estimate is unknown (new, or reset: maybe another server), the plain
+ * read on one whose estimate is fresh; a reply that comes in after the
+ * estimate aged past use is not judged with it: the call asks the server. */
+Test(call_clock, the_request_follows_the_connections_estimate) {
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_client *c = config_client(XF_ENTRY_HASH);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  wire w = open_wire(srv.port, 1);
+  gen g = {0};
+  xf_value v;
+  cr_assert_eq(drive(&w, c, "cc:req", &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
+  xf_value_free(&v);
+  xf_call *call;
+  cr_assert_eq(xf_call_start(&call, c, "cc:req", 6, &p, now(&w)), XF_OK);
+  cr_assert_eq(xf_call_next(call), XF_CALL_SEND);
+  cr_expect(sends(call, "EVALSHA_RO"), "no connection said yet: the script");
+  cr_assert_eq(xf_call_use_conn(call, w.conn, now(&w)), XF_OK);
+  cr_expect(sends(call, "HMGET"), "fresh: HMGET");
+  xf_call_conn *cold;
+  cr_assert_eq(xf_call_conn_open(&cold), XF_OK);
+  cr_assert_eq(xf_call_use_conn(call, cold, now(&w)), XF_OK);
+  cr_expect(sends(call, "EVALSHA_RO"),
+            "another connection, nothing known: the script again");
+  cr_assert_eq(xf_call_use_conn(call, w.conn, now(&w)), XF_OK);
+  xf_reply *reply = exchange(&w, call);
+  /* The reply read 1.5 s later (a stalled driver): the estimate is too old. */
+  cr_assert_eq(xf_call_reply(call, reply, now(&w) + 1500), XF_CALL_SEND);
+  cr_expect(sends(call, "EVALSHA_RO"), "asked again with the script");
+  cr_assert_eq(xf_call_use_conn(call, w.conn, now(&w) + 1500), XF_OK);
+  cr_expect(sends(call, "EVALSHA_RO"));
+  cr_assert_eq(xf_call_reply(call, exchange(&w, call), now(&w) + 1500), XF_CALL_DONE);
+  cr_assert_eq(xf_call_result(call, &v), XF_OK, "%s", xf_call_errmsg(call));
+  cr_expect_str_eq(v.data, "g1");
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  xf_call_free(call);
+  xf_call_conn_reset(w.conn); /* reconnected: the next read asks again */
+  cr_assert_eq(xf_call_start(&call, c, "cc:req", 6, &p, now(&w)), XF_OK);
+  cr_assert_eq(xf_call_use_conn(call, w.conn, now(&w)), XF_OK);
+  cr_expect(sends(call, "EVALSHA_RO"));
+  xf_call_free(call);
+  xf_call_conn_close(cold);
+  close_wire(&w);
+  xf_client_close(c);
+  xft_server_stop(&srv);
+}
+
+/* Reads one reply from the wire (its bytes already written). */
+static xf_reply *next_reply(wire *w) {
+  for (;;) {
+    xf_reply *reply;
+    cr_assert_eq(xf_reader_next(w->reader, &reply), XF_OK);
+    if (reply)
+      return reply;
+    char buf[4096];
+    ssize_t n = read(w->sock->fd, buf, sizeof buf);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(xf_reader_feed(w->reader, buf, (size_t)n), XF_OK);
+  }
+}
+
+#define PIPELINED 10
+
+/* Calls pipelined on a connection whose estimate is unknown: the first read
+ * is the script, the ones behind it plain (its reply, fed first, teaches the
+ * clock). Fed out of order, a plain read's reply finds no estimate yet: its
+ * call asks again with the script, and serves right. */
+Test(call_clock, one_script_per_connection_per_refresh_however_many_in_flight) {
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  redisContext *r = xft_redis_port(srv.port);
+  xf_client *c = config_client(XF_ENTRY_HASH);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  wire w = open_wire(srv.port, 1);
+  gen g = {0};
+  xf_value v;
+  cr_assert_eq(drive(&w, c, "cc:pipe", &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
+  xf_value_free(&v);
+  for (int reversed = 0; reversed < 2; reversed++) {
+    xf_call_conn_reset(w.conn); /* reconnected: nothing known */
+    counts before = count(r, XF_ENTRY_HASH);
+    int n = reversed ? 2 : PIPELINED;
+    xf_call *calls[PIPELINED];
+    xf_reply *replies[PIPELINED];
+    for (int i = 0; i < n; i++) {
+      cr_assert_eq(xf_call_start(&calls[i], c, "cc:pipe", 7, &p, now(&w)), XF_OK);
+      cr_assert_eq(xf_call_use_conn(calls[i], w.conn, now(&w)), XF_OK);
+      cr_expect(sends(calls[i], i == 0 ? "EVALSHA_RO" : "HMGET"), "call %d", i);
+      size_t len;
+      const char *req = xf_call_request(calls[i], &len);
+      cr_assert_eq(write(w.sock->fd, req, len), (ssize_t)len);
+    }
+    for (int i = 0; i < n; i++)
+      replies[i] = next_reply(&w);
+    for (int k = 0; k < n; k++) {
+      int i = reversed ? n - 1 - k : k;
+      xf_call_step step = xf_call_reply(calls[i], replies[i], now(&w));
+      if (reversed && i == 1) { /* judged before the script taught the clock */
+        cr_assert_eq(step, XF_CALL_SEND);
+        cr_expect(sends(calls[i], "EVALSHA_RO"), "asked again with the script");
+        continue;
+      }
+      cr_assert_eq(step, XF_CALL_DONE, "call %d", i);
+    }
+    if (reversed) { /* the re-asked call, the estimate now fresh */
+      cr_assert_eq(xf_call_use_conn(calls[1], w.conn, now(&w)), XF_OK);
+      size_t len;
+      const char *req = xf_call_request(calls[1], &len);
+      cr_assert_eq(write(w.sock->fd, req, len), (ssize_t)len);
+      cr_assert_eq(xf_call_reply(calls[1], next_reply(&w), now(&w)), XF_CALL_DONE);
+    }
+    for (int i = 0; i < n; i++) {
+      cr_assert_eq(xf_call_result(calls[i], &v), XF_OK, "%s", xf_call_errmsg(calls[i]));
+      cr_expect_str_eq(v.data, "g1");
+      cr_expect_eq(v.source, XF_SOURCE_CACHE);
+      xf_value_free(&v);
+      xf_call_free(calls[i]);
+    }
+    counts after = count(r, XF_ENTRY_HASH);
+    if (!reversed)
+      cr_expect_eq(after.scripts - before.scripts, 1, "one script for %d reads", n);
+  }
+  close_wire(&w);
+  xf_client_close(c);
+  redisFree(r);
+  xft_server_stop(&srv);
+}
+
+Test(call_clock, use_conn_refuses_what_it_cannot_use) {
+  xf_client *c = config_client(XF_ENTRY_HASH);
+  xf_call_conn *conn;
+  cr_assert_eq(xf_call_conn_open(&conn), XF_OK);
+  cr_expect_eq(xf_call_conn_open(NULL), XF_EINVAL);
+  xf_call *call;
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_call_start(&call, c, "cc:bad", 6, &p, xft_now_ms()), XF_OK);
+  cr_expect_eq(xf_call_use_conn(NULL, conn, 0), XF_EINVAL);
+  cr_expect_eq(xf_call_use_conn(call, NULL, 0), XF_EINVAL);
+  xf_call_free(call);
+  /* A write's bytes are the same on any connection. */
+  cr_assert_eq(xf_call_start_set(&call, c, "cc:bad", 6, "v", 1, &p, xft_now_ms()), XF_OK);
+  size_t len, len2;
+  const char *before = xf_call_request(call, &len);
+  char *copy = malloc(len);
+  memcpy(copy, before, len);
+  cr_expect_eq(xf_call_use_conn(call, conn, xft_now_ms()), XF_OK);
+  const char *after = xf_call_request(call, &len2);
+  cr_expect(len2 == len && memcmp(copy, after, len) == 0);
+  free(copy);
+  xf_call_free(call);
+  xf_call_conn_reset(NULL);
+  xf_call_conn_close(conn);
+  xf_call_conn_close(NULL);
+  xf_client_close(c);
+}
+
+/* ---- a driver whose clock is off, or jumps ---------------------------------------- */
+
+#define MAX_GEN 4096
+
+/* Runs calls on key for ms of real time, the driver's clock skewed by
+ * skews[i] during the i-th of nskews equal slices. Every value served from
+ * the cache must be one whose expiry (no later than its write's return +
+ * ttl) is not behind the call's start; most calls are hits, most hits plain
+ * reads; XFetch still refreshes early and the episodes load once. */
+static void hammer(const char *key, int ms, const int64_t *skews, int nskews) {
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  redisContext *r = xft_redis_port(srv.port);
+  xf_client *c = config_client(XF_ENTRY_HASH);
+  wire w = open_wire(srv.port, 1);
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 200;
+  p.stale_ms = 0;
+  p.stale_if_error_ms = 0;
+  p.beta = 1.0;
+  gen g = {.sleep_ms = 10};
+  static int64_t written_at[MAX_GEN + 1]; /* real ms the write of gen n returned */
+  memset(written_at, 0, sizeof written_at);
+  counts before = count(r, XF_ENTRY_HASH);
+  int64_t start = xft_now_ms();
+  for (int64_t t = start; t - start < ms; t = xft_now_ms()) {
+    w.skew_ms = skews[(t - start) * nskews / ms];
+    xf_value v;
+    int64_t called = xft_now_ms();
+    cr_assert_eq(drive(&w, c, key, &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
+    int n = atoi(v.data + 1);
+    cr_assert(n >= 1 && n <= MAX_GEN);
+    if (v.source == XF_SOURCE_LOADER)
+      written_at[n] = xft_now_ms();
+    else
+      cr_assert(v.source == XF_SOURCE_CACHE, "source %d", v.source);
+    if (v.source == XF_SOURCE_CACHE && written_at[n])
+      cr_assert(called <= written_at[n] + p.ttl_ms, "gen %d served %lld ms past its expiry",
+                n, (long long)(called - written_at[n] - p.ttl_ms));
+    xf_value_free(&v);
+  }
+  counts after = count(r, XF_ENTRY_HASH);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_gt(st.early, 0, "XFetch refreshed early");
+  cr_expect_gt(st.hits, st.loads * 10, "most calls were hits");
+  long long scripts = after.scripts - before.scripts; /* each read is one or the other */
+  cr_expect_lt(scripts, (long long)st.hits / 2, "%lld read scripts for %llu hits", scripts,
+               (unsigned long long)st.hits);
+  close_wire(&w);
+  xf_client_close(c);
+  redisFree(r);
+  xft_server_stop(&srv);
+}
+
+typedef struct skewed { /* by value: the tests run in other processes */
+  char key[16];
+  int ms, n;
+  int64_t skews[6];
+} skewed;
+
+static const skewed drivers[] = {
+    {"cc:ahead", 1200, 1, {3600000}},
+    {"cc:behind", 1200, 1, {-3600000}},
+    {"cc:jumps", 1800, 6, {0, 3600000, -3600000, 0, -120000, 250}},
+};
+
+ParameterizedTestParameters(call_clock, a_skewed_driver_keeps_every_promise) {
+  return cr_make_param_array(skewed, (skewed *)drivers, sizeof drivers / sizeof *drivers);
+}
+
+ParameterizedTest(const skewed *d, call_clock, a_skewed_driver_keeps_every_promise) {
+  hammer(d->key, d->ms, d->skews, d->n);
+}
+
+/* A lease left by a caller that died: the skewed driver waits for it to run
+ * out on the server's clock (its hits plain), then loads, once. */
+static void dead_lease_expires(const char *key, int64_t skew) {
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  redisContext *r = xft_redis_port(srv.port);
+  xf_client *c = config_client(XF_ENTRY_HASH);
+  wire w = open_wire(srv.port, 1);
+  w.skew_ms = skew;
+  xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = 5000;
+  p.on_wait_timeout = XF_WAIT_FAIL;
+  gen g = {0};
+  xf_value v;
+  /* A hit first: the reads after it are plain, the estimate learned. */
+  cr_assert_eq(drive(&w, c, "cc:warm", &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
+  xf_value_free(&v);
+  long long deadline = xft_server_ms(r) + 300;
+  freeReplyObject(xft_cmd(r, "HSET %s l dead:%lld", key, deadline));
+  freeReplyObject(xft_cmd(r, "PEXPIRE %s 300", key));
+  int64_t t0 = xft_now_ms();
+  cr_assert_eq(drive(&w, c, key, &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
+  int64_t waited = xft_now_ms() - t0;
+  cr_expect_eq(g.n, 2, "one load for the key");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  cr_expect(waited >= 200 && waited < 2000, "waited %lld ms for a 300 ms lease",
+            (long long)waited);
+  xf_value_free(&v);
+  close_wire(&w);
+  xf_client_close(c);
+  redisFree(r);
+  xft_server_stop(&srv);
+}
+
+Test(call_clock, leases_expire_for_a_driver_an_hour_ahead) {
+  dead_lease_expires("cc:lease-ahead", 3600000);
+}
+
+Test(call_clock, leases_expire_for_a_driver_an_hour_behind) {
+  dead_lease_expires("cc:lease-behind", -3600000);
+}
