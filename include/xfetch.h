@@ -333,8 +333,10 @@ typedef struct xf_policy {
    * call. The sans-I/O call hands the refresh to its driver
    * (xf_call_take_refresh); the event-loop driver runs it on the loop as
    * a call of its own (no callback; xf_async_close cancels it). The batch
-   * driver, and a blocking client with neither a share nor a
-   * refresh_executor, run the refresh in the call. */
+   * driver with a per-key loader (xf_get_or_compute_many) hands it on as
+   * the blocking driver does. A batch loader (xf_get_or_compute_many_batch),
+   * and a client with neither a share nor a refresh_executor, run the
+   * refresh in the call. */
   int background_refresh;
   /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
    * with background_refresh, XFetch (beta) without. > 0: rate-aware: the

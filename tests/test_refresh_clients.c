@@ -102,3 +102,40 @@ Test(refresh_clients, a_failed_refresh_counts_in_the_shares_load_errors) {
   cr_expect_eq(i.clients.superseded, 0);
   xf_share_close(s);
 }
+
+Test(refresh_clients, a_batchs_early_refreshes_run_on_the_workers) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
+  o.host = host;
+  o.share = s;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  p.background_refresh = 1;
+  p.refresh_ahead = 1e9; /* every hit with a delta is due */
+  const char *keys[] = {"refresh_clients:batch:a", "refresh_clients:batch:b"};
+  size_t lens[] = {strlen(keys[0]), strlen(keys[1])};
+  xf_value v[2];
+  int rcs[2];
+  cr_assert_eq(xf_get_or_compute_many(c, 2, keys, lens, &p, load, NULL, v, rcs), XF_OK);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(v[i].source, XF_SOURCE_LOADER);
+    xf_value_free(&v[i]);
+  }
+  int before = __atomic_load_n(&runs, __ATOMIC_SEQ_CST);
+  cr_assert_eq(xf_get_or_compute_many(c, 2, keys, lens, &p, load, NULL, v, rcs), XF_OK);
+  for (int i = 0; i < 2; i++) {
+    cr_expect_eq(rcs[i], XF_OK);
+    cr_expect_eq(v[i].source, XF_SOURCE_CACHE, "key %d: served, its refresh handed off", i);
+    xf_value_free(&v[i]);
+  }
+  xf_refresh_info i = info_when(s, 2);
+  cr_expect_eq(i.started, 2, "both refreshes on the workers (before: in the call)");
+  cr_expect_eq(i.done, 2);
+  cr_expect_eq(__atomic_load_n(&runs, __ATOMIC_SEQ_CST), before + 2);
+  xf_client_close(c);
+  xf_share_close(s);
+}
