@@ -93,7 +93,9 @@ typedef struct xf_refresh xf_refresh;
  * (policy.background_refresh), inside that call. Return 0 having taken r
  * (run it later, on any thread, with xf_refresh_run, or give it up with
  * xf_refresh_drop: exactly one of them, once); non-zero to refuse it (the
- * refresh is skipped: its lease released at once). */
+ * refresh is skipped: its lease released at once). With options.share, the
+ * write goes through one of the share's idle refresh clients: run or drop
+ * every r before closing the share. */
 typedef int (*xf_refresh_executor_fn)(xf_refresh *r, void *ud);
 
 /* How a client finds out whether it talks to a Redis Cluster. */
