@@ -93,7 +93,9 @@ typedef struct xf_refresh xf_refresh;
  * (policy.background_refresh), inside that call. Return 0 having taken r
  * (run it later, on any thread, with xf_refresh_run, or give it up with
  * xf_refresh_drop: exactly one of them, once); non-zero to refuse it (the
- * refresh is skipped: its lease released at once). */
+ * refresh is skipped: its lease released at once). With options.share, the
+ * write goes through one of the share's idle refresh clients: run or drop
+ * every r before closing the share. */
 typedef int (*xf_refresh_executor_fn)(xf_refresh *r, void *ud);
 
 /* How a client finds out whether it talks to a Redis Cluster. */
@@ -334,18 +336,21 @@ typedef struct xf_policy {
    * write and newer-wins rules; loader and loader_ud must then stay valid
    * until the share (or pool) is closed, and may run on a worker thread. A
    * pool's refresh writes through a pooled client; a blocking client's
-   * through a client opened like it (options copied) for that refresh. A
-   * failed background refresh keeps the cached value, releases the lease
-   * (the next draw retries), counts load_errors (the pool's; a blocking
-   * client's refresh counts on its own client: see xf_share_refresh_stats)
+   * through one of its share's refresh clients, opened like it (options
+   * copied) and kept idle for the next refresh. A failed background refresh
+   * keeps the cached value, releases the lease (the next draw retries),
+   * counts load_errors (the pool's; a blocking client's in
+   * xf_share_refresh_stats' clients)
    * and emits LOAD_DONE with its code; it never reaches a caller. When the
    * queue is full, the refresh is skipped (lease released;
    * xf_refresh_info.skipped). Misses and expired values still load in the
    * call. The sans-I/O call hands the refresh to its driver
    * (xf_call_take_refresh); the event-loop driver runs it on the loop as
    * a call of its own (no callback; xf_async_close cancels it). The batch
-   * driver, and a blocking client with neither a share nor a
-   * refresh_executor, run the refresh in the call. */
+   * driver with a per-key loader (xf_get_or_compute_many) hands it on as
+   * the blocking driver does. A batch loader (xf_get_or_compute_many_batch),
+   * and a client with neither a share nor a refresh_executor, run the
+   * refresh in the call. */
   int background_refresh;
   /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
    * with background_refresh, XFetch (beta) without. > 0: rate-aware: the
@@ -440,18 +445,6 @@ XF_EXPORT void xf_share_close(xf_share *s);
 
 /* How long closing a pool or share waits for running background refreshes. */
 #define XF_REFRESH_DRAIN_MS 2000
-
-/* What the share's refresh workers did (background_refresh). */
-typedef struct xf_refresh_info {
-  uint64_t started;   /* refreshes handed to the workers */
-  uint64_t done;      /* finished: written, superseded, or failed */
-  uint64_t failed;    /* of those, the loader failed (value kept) */
-  uint64_t skipped;   /* not taken (queue full, closing): lease released */
-  uint64_t abandoned; /* dropped at close (queued, or past the drain time) */
-} xf_refresh_info;
-
-/* Copies the share's refresh counters into *out (zeros for NULL). */
-XF_EXPORT void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out);
 
 /* Opaque client: one Redis connection plus its PCG32 generator and counters. */
 typedef struct xf_client xf_client;
@@ -659,6 +652,24 @@ typedef struct xf_stats {
 
 /* Copies the client's counters into *out. */
 XF_EXPORT void xf_client_stats(const xf_client *c, xf_stats *out);
+
+/* What the share's refresh workers did (background_refresh). */
+typedef struct xf_refresh_info {
+  uint64_t started;   /* refreshes handed to the workers */
+  uint64_t done;      /* finished: written, superseded, or failed */
+  uint64_t failed;    /* of those, the loader failed (value kept) */
+  uint64_t skipped;   /* not taken (queue full, closing): lease released */
+  uint64_t abandoned; /* dropped at close (queued, or past the drain time) */
+  xf_stats clients;   /* the counters of the share's refresh clients, those
+                         a blocking client's refreshes write through,
+                         summed: load_errors, superseded, redis_errors...
+                         (the load counts in the caller's loads);
+                         connections: those of the idle ones. A pool's
+                         refreshes count in xf_pool_stats */
+} xf_refresh_info;
+
+/* Copies the share's refresh counters into *out (zeros for NULL). */
+XF_EXPORT void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out);
 
 /* ---- The sans-I/O call --------------------------------------------------
  *

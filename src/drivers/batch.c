@@ -9,6 +9,7 @@
 
 #include "batch.h"
 #include "client_io.h"
+#include "refresh.h"
 
 static int batch_open(batch *b, xf_client *c, size_t n) {
   memset(b, 0, sizeof *b);
@@ -101,13 +102,18 @@ static size_t send_all(batch *b, const batch_loaders *l) {
 }
 
 /* Every flow waiting for its loader: one after the other with the per-key
- * loader, or all in one call of the batch loader (batch_load.c). */
+ * loader, or all in one call of the batch loader (batch_load.c). A per-key
+ * early refresh with background_refresh is handed to the share's refresh
+ * workers (or options.refresh_executor) as the blocking driver's is
+ * (blocking_refresh.c): the key is served its current value now. */
 static size_t load_all(batch *b, const batch_loaders *l) {
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++) {
     if (b->steps[i] != XF_STEP_LOAD)
       continue;
-    if (l->one) {
+    if (l->one && xf__flow_detachable(&b->flows[i])) {
+      b->steps[i] = xf__blocking_refresh(&b->flows[i], l->one, l->ud);
+    } else if (l->one) {
       int64_t t0 = xf__now_us();
       b->steps[i] = xf__flow_run_loader(&b->flows[i], l->one, l->ud);
       b->load_us += xf__now_us() - t0;

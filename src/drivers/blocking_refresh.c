@@ -1,8 +1,10 @@
 /* The blocking driver's background refresh (refresh.h): the client is the
  * calling thread's, so the refresh writes through a client opened like it
- * (options copied: xf__options_dup), for that refresh only (one connect per
- * refresh: at most one per key and ttl), on the share's workers or on a
- * user's executor (xf_options.refresh_executor: xf_refresh_run). */
+ * (options copied: xf__options_dup, the per-call fields cleared), taken from
+ * the share's idle refresh clients and given back to them (refresh_clients.c:
+ * a connect only when none opened alike is idle; without a share, one per
+ * refresh), on the share's workers or on a user's executor
+ * (xf_options.refresh_executor: xf_refresh_run). */
 #include <stdlib.h>
 
 #include "client_io.h"
@@ -19,12 +21,14 @@ static int run(xf_refresh *r) {
   xf_options *o = r->opts;
   if (!xf__detached_load(&r->d))
     return free(o), XF_REFRESH_ABANDONED;
-  xf_client *c = NULL;
+  xf__idle_clients *idle = o->share ? xf__refresh_share_idle(o->share) : NULL;
+  xf_stats seen;
+  xf_client *c = xf__idle_take(idle, o, &seen);
   int outcome = XF_REFRESH_ABANDONED; /* no client: its lease expires */
-  if (xf_client_open(&c, o) == XF_OK) {
+  if (c) {
     r->d.f.c = c;
     outcome = xf__detached_finish(&r->d);
-    xf_client_close(c);
+    xf__idle_give(idle, c, &seen);
   } else {
     xf__flow_abandon(&r->d.f);
   }
@@ -51,9 +55,11 @@ xf__step xf__blocking_refresh(xf__flow *f, xf_loader_fn loader, void *ud) {
     return xf__flow_run_loader(f, loader, ud);
   }
   o->lazy_connect = 1;
-  o->interrupt = NULL;
+  o->interrupt = NULL; /* the per-call fields: clients opened alike match */
+  o->interrupt_ud = NULL;
   o->seed = 0;
   o->refresh_executor = NULL;
+  o->refresh_executor_ud = NULL;
   r->opts = o;
   if (!executor)
     xf__detached_submit(&r->d, c->share, c);

@@ -16,6 +16,7 @@
 
 #define XF_REFRESH_THREADS 2 /* workers per share */
 #define XF_REFRESH_QUEUE 64  /* refreshes waiting for a worker, at most */
+#define XF_REFRESH_IDLE 4    /* idle refresh clients kept per share */
 
 /* What a job's run came to, for xf_refresh_info. */
 enum { XF_REFRESH_DONE, XF_REFRESH_FAILED, XF_REFRESH_ABANDONED };
@@ -62,6 +63,29 @@ void xf__gate_close(xf__refresh_gate *g, int drain_ms);
  * blocking client's refresh writes through a client of that share) enter it;
  * xf_share_close closes it. NULL: out of memory. */
 xf__refresh_gate *xf__refresh_share_gate(xf_share *s);
+
+/* A share's idle refresh clients (refresh_clients.c): a blocking client's
+ * refresh writes through one opened with its options (blocking_refresh.c),
+ * kept for the next refresh opened alike instead of closed. */
+typedef struct xf__idle_clients xf__idle_clients;
+
+/* A new empty set (NULL: out of memory). */
+xf__idle_clients *xf__idle_new(void);
+/* Closes the idle clients; those given back later are closed. */
+void xf__idle_close(xf__idle_clients *ic);
+/* xf__idle_close, then frees ic. */
+void xf__idle_free(xf__idle_clients *ic);
+/* An idle client opened with options like o, else one opened now with o
+ * (NULL: it could not be). *seen: its counters now, for xf__idle_give. ic
+ * NULL: always opened. */
+xf_client *xf__idle_take(xf__idle_clients *ic, const xf_options *o, xf_stats *seen);
+/* c is done: its counters since seen are summed; kept idle (the oldest
+ * closed past XF_REFRESH_IDLE), or closed (ic NULL or closed). */
+void xf__idle_give(xf__idle_clients *ic, xf_client *c, const xf_stats *seen);
+/* The summed counters; connections: those of the idle clients. */
+void xf__idle_stats(xf__idle_clients *ic, xf_stats *out);
+/* s's set in this process, made if needed (NULL: out of memory). */
+xf__idle_clients *xf__refresh_share_idle(xf_share *s);
 
 /* The blocking driver's detachable LOAD (blocking_refresh.c): to the
  * client's refresh_executor, else its share's workers, else in the call

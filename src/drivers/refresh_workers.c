@@ -21,6 +21,7 @@ struct xf__refreshers {
   pid_t pid;
   xf_refresh_info info;
   struct xf__refresh_gate *gate; /* the share's own (xf__refresh_share_gate) */
+  xf__idle_clients *idle;        /* the blocking clients' refresh clients */
   struct xf__refreshers *left;   /* in a forked child: the parents' sets left behind */
 };
 
@@ -72,6 +73,7 @@ static void unref(struct xf__refreshers *w) { /* lock held; unlocks */
   if (last) {
     pthread_cond_destroy(&w->work);
     pthread_mutex_destroy(&w->mu);
+    xf__idle_free(w->idle);
     free(w);
   }
 }
@@ -117,7 +119,9 @@ static struct xf__refreshers *workers_of(xf_share *s) {
   }
   if (!*at) {
     struct xf__refreshers *w = calloc(1, sizeof *w);
-    if (w && !(w->gate = xf__gate_open())) {
+    if (w && (!(w->gate = xf__gate_open()) || !(w->idle = xf__idle_new()))) {
+      if (w->gate) /* never held: freed by its close */
+        xf__gate_close(w->gate, 0);
       free(w);
       w = NULL;
     }
@@ -191,9 +195,15 @@ void xf__refreshers_close(struct xf__refreshers *w, int drain_ms) {
   /* The jobs that write through the share: drained, then shut out. (A
    * pool's were, by its own gate, when it closed.) */
   xf__gate_close(w->gate, drain_ms);
+  xf__idle_close(w->idle); /* no job is inside the gate now */
   pthread_mutex_lock(&w->mu);
   w->gate = NULL;
   unref(w);
+}
+
+xf__idle_clients *xf__refresh_share_idle(xf_share *s) {
+  struct xf__refreshers *w = workers_of(s);
+  return w ? w->idle : NULL;
 }
 
 xf__refresh_gate *xf__refresh_share_gate(xf_share *s) {
@@ -215,6 +225,7 @@ void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out) {
   pthread_mutex_lock(&w->mu);
   *out = w->info;
   pthread_mutex_unlock(&w->mu);
+  xf__idle_stats(w->idle, &out->clients);
 }
 
 /* ---- gates --------------------------------------------------------------------- */

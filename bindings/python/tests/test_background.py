@@ -189,3 +189,48 @@ def test_a_fork_child_refreshes_on_threads_of_its_own(server, prefix):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     cache.close()
+
+
+def test_refresh_ahead_sets_the_early_window(face, server, prefix):
+    """refresh_ahead (Cache default, per call, cached): the rate-aware factor.
+    A 0.2 s load with a 2 s ttl leaves ~1.8 s: a factor of 30 (6 s) makes
+    the next call due, 3 (0.6 s) does not, < 0 is XFetch (beta 0: never)."""
+    for bad, exc in (("1.5", TypeError), (True, TypeError), (float("nan"), ValueError),
+                     (float("inf"), ValueError)):
+        with pytest.raises(exc):
+            face.Cache(server.url, prefix=prefix, refresh_ahead=bad)
+        with pytest.raises(exc):
+            face.run(face.Cache(server.url, prefix=prefix).fetch("x", lambda: b"x", TTL,
+                                                                 refresh_ahead=bad))
+        with pytest.raises(exc):
+            face.Cache(server.url, prefix=prefix).cached(ttl=1, refresh_ahead=bad)
+    cache = face.Cache(server.url, prefix=prefix, background_refresh=True, refresh_ahead=30)
+    runs = []
+    if face.aio:
+        async def load():
+            runs.append(1)
+            await asyncio.sleep(0.2)
+            return b"v%d" % len(runs)
+    else:
+        def load():
+            runs.append(1)
+            time.sleep(0.2)
+            return b"v%d" % len(runs)
+    assert face.run(cache.fetch("k", load, TTL)) == (b"v1", "loader")
+    assert face.run(cache.fetch("k", load, TTL, refresh_ahead=3.0)) == (b"v1", "cache")
+    assert face.run(cache.fetch("k", load, TTL, beta=0.0, refresh_ahead=-1)) == (b"v1", "cache")
+    assert len(runs) == 1  # neither was due
+    assert face.run(cache.fetch("k", load, TTL)) == (b"v1", "cache")  # the Cache's 30: due
+    assert until(face, lambda: len(runs) == 2)
+    assert until_cached(face, cache, "k", b"v2")
+    if face.aio:
+        @cache.cached(ttl=TTL, namespace="g", refresh_ahead=3.0)
+        async def g(x):
+            return await load()
+    else:
+        @cache.cached(ttl=TTL, namespace="g", refresh_ahead=3.0)
+        def g(x):
+            return load()
+    assert face.run(g(1)) == b"v3"
+    assert face.run(g(1)) == b"v3"  # 3: not due
+    assert len(runs) == 3

@@ -92,4 +92,4 @@ async def get_many(cache, keys, loader, ttl, beta, batch, policy):
 
 _DEFAULTS = (("lease", 5.0), ("wait", 5.0), ("stale", 0.0), ("stale_if_error", 0.0),
              ("negative_ttl", 0.0), ("jitter", 0.0), ("on_wait_timeout", "load"),
-             ("background_refresh", None))
+             ("background_refresh", None), ("refresh_ahead", None))

@@ -60,6 +60,8 @@ class Cache:
     background_refresh: the calls' default for background_refresh= (see
            get_or_compute): an early refresh runs on the Cache's two
            refresh threads while the winning call returns the current value.
+    refresh_ahead: the calls' default for refresh_ahead= (see get_or_compute;
+           None: the C default).
     near_cache_bytes: 0 = off (default); N = keep up to N bytes of values
            read from Redis in this process (C xf_share near cache): a hit on
            them sends nothing, kept correct by Redis' CLIENT TRACKING (a write
@@ -85,7 +87,8 @@ class Cache:
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = False, near_cache_bytes: int = 0) -> None:
+                 background_refresh: bool = False, near_cache_bytes: int = 0,
+                 refresh_ahead: float | None = None) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
@@ -93,7 +96,7 @@ class Cache:
                               max_key_len, max_value_len, share, lazy_connect,
                               max_connections, ssl, on_event, enabled, "sync",
                               entry_format=entry_format, background_refresh=background_refresh,
-                              near_cache_bytes=near_cache_bytes)
+                              near_cache_bytes=near_cache_bytes, refresh_ahead=refresh_ahead)
         self._policies = self._config.policies
         self._pool = Pool(self._config)
 
@@ -120,15 +123,18 @@ class Cache:
               beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
               stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
               jitter: float = 0.0, on_wait_timeout: str = "load",
-              background_refresh: bool | None = None) -> Fetched:
+              background_refresh: bool | None = None,
+              refresh_ahead: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         kb = key_bytes(key)
         check_loader(loader)
         if background_refresh is None:
             background_refresh = self._config.background_refresh
+        if refresh_ahead is None:
+            refresh_ahead = self._config.refresh_ahead
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout,
-                                     background_refresh))
+                                     background_refresh, refresh_ahead))
         conn, saved = self._pool.enter()
         st = conn.state
         st.loader = loader
@@ -158,7 +164,8 @@ class Cache:
                        stale: float = 0.0, stale_if_error: float = 0.0,
                        negative_ttl: float = 0.0, jitter: float = 0.0,
                        on_wait_timeout: str = "load",
-                       background_refresh: bool | None = None) -> bytes | None:
+                       background_refresh: bool | None = None,
+                       refresh_ahead: float | None = None) -> bytes | None:
         """Returns the bytes cached under key, calling loader() to compute them
         when missing, expired or elected for early recomputation (XFetch).
         Across every client of the Redis server one caller at a time runs the
@@ -183,6 +190,10 @@ class Cache:
         however hot the key). A refresh that fails keeps the value, is
         counted in stats()["load_errors"] and logged (WARNING, `xfetch`).
         Misses and expired values are still loaded in the call.
+        refresh_ahead (None: the Cache's default): the early-refresh rule
+        (C policy.refresh_ahead): > 0 rate-aware with this factor, < 0
+        XFetch (beta) always, 0 or None rate-aware with background_refresh
+        (1.5) and XFetch without. A finite number; else TypeError/ValueError.
 
         An exception raised by loader propagates unchanged; nothing is cached
         and the lease is released. Library errors raise xfetch.Error
@@ -191,7 +202,8 @@ class Cache:
         return self.fetch(key, loader, ttl, beta, lease=lease, wait=wait, stale=stale,
                           stale_if_error=stale_if_error, negative_ttl=negative_ttl,
                           jitter=jitter, on_wait_timeout=on_wait_timeout,
-                          background_refresh=background_refresh)[0]
+                          background_refresh=background_refresh,
+                          refresh_ahead=refresh_ahead)[0]
 
     def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
             jitter: float = 0.0) -> bool:

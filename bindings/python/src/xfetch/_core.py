@@ -12,7 +12,7 @@ import logging
 from ._errors import InvalidArgumentError, check, error_for
 from ._events import Events
 from ._native import ffi, lib
-from ._policy import PolicyCache
+from ._policy import PolicyCache, check_refresh_ahead
 from ._runtime import Failures
 from ._types import Fetched
 from ._url import parse_url, tls_options
@@ -92,7 +92,7 @@ class Config:
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
                  enabled=True, face="sync", entry_format=None, background_refresh=False,
-                 near_cache_bytes=0):
+                 near_cache_bytes=0, refresh_ahead=None):
         fields = parse_url(url)
         if entry_format is not None and (type(entry_format) is not int
                                          or entry_format not in (1, 2)):
@@ -104,6 +104,8 @@ class Config:
             raise TypeError(f"background_refresh must be True or False, "
                             f"not {background_refresh!r}")
         self.background_refresh = background_refresh  # the calls' default
+        check_refresh_ahead(refresh_ahead)
+        self.refresh_ahead = refresh_ahead  # the calls' default (None: C's)
         self.events = Events(on_event, face)  # logging, metrics, on_event
         self.enabled = enabled
         tls = tls_options(fields, **(ssl or {}))

@@ -27,13 +27,30 @@ def _ms(name, seconds, min_ms):
     return ms
 
 
+def check_refresh_ahead(refresh_ahead):
+    """None (the default: rate-aware, factor 1.5, with background_refresh,
+    XFetch without) -> 0.0; a finite number: > 0 the rate-aware factor
+    (refresh once remaining ttl <= refresh_ahead x the loader's time), < 0
+    pure XFetch (beta), 0 the default. Raises TypeError / ValueError."""
+    if refresh_ahead is None:
+        return 0.0
+    if type(refresh_ahead) is bool or not isinstance(refresh_ahead, (int, float)):
+        raise TypeError(f"refresh_ahead must be None or a number, "
+                        f"not {type(refresh_ahead).__name__}")
+    if refresh_ahead != refresh_ahead or math.isinf(refresh_ahead):
+        raise ValueError(f"refresh_ahead must be finite, not {refresh_ahead!r}")
+    return float(refresh_ahead)
+
+
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
-                on_wait_timeout, background_refresh=False):
+                on_wait_timeout, background_refresh=False, refresh_ahead=None):
     """Returns a new xf_policy cdata; raises TypeError / ValueError.
     background_refresh: an early refresh this call wins runs off the call
-    (C policy.background_refresh, with the rate-aware early refresh)."""
+    (C policy.background_refresh, with the rate-aware early refresh).
+    refresh_ahead: C policy.refresh_ahead (check_refresh_ahead)."""
     if background_refresh is not None and type(background_refresh) is not bool:
         raise TypeError(f"background_refresh must be True or False, not {background_refresh!r}")
+    refresh_ahead = check_refresh_ahead(refresh_ahead)
     beta = _number("beta", beta)
     if beta < 0:
         raise ValueError(f"beta must be >= 0 (math.inf allowed), not {beta!r}")
@@ -53,7 +70,7 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "jitter": float(jitter),
         "on_wait_timeout": _ON_WAIT_TIMEOUT[on_wait_timeout],
         "background_refresh": 1 if background_refresh else 0,
-        "refresh_ahead": 0.0,  # rate-aware with background_refresh, XFetch without
+        "refresh_ahead": refresh_ahead,
     })
 
 

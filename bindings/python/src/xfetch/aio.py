@@ -64,14 +64,16 @@ class Cache:
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = False, near_cache_bytes: int = 0) -> None:
+                 background_refresh: bool = False, near_cache_bytes: int = 0,
+                 refresh_ahead: float | None = None) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
         config = Config(url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                         max_value_len, share, lazy_connect, max_connections, ssl, on_event,
                         enabled, "aio", entry_format=entry_format,
-                        background_refresh=background_refresh, near_cache_bytes=near_cache_bytes)
+                        background_refresh=background_refresh, near_cache_bytes=near_cache_bytes,
+                        refresh_ahead=refresh_ahead)
         fields = config.fields
         self._config = config
         self._policies = config.policies
@@ -150,13 +152,16 @@ class Cache:
                     lease: float = 5.0, wait: float = 5.0, stale: float = 0.0,
                     stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                     jitter: float = 0.0, on_wait_timeout: str = "load",
-                    background_refresh: bool | None = None) -> Fetched:
+                    background_refresh: bool | None = None,
+                    refresh_ahead: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         if background_refresh is None:
             background_refresh = self._config.background_refresh
+        if refresh_ahead is None:
+            refresh_ahead = self._config.refresh_ahead
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout,
-                                     background_refresh))
+                                     background_refresh, refresh_ahead))
         return await self._run(key, loader, policy, lease)
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: float, beta: float = 1.0,
@@ -172,7 +177,8 @@ class Cache:
         p = self._fast_policies.get(fast)
         if p is None:
             p = self._policies.get((ttl, beta, 5.0, 5.0, 0.0, 0.0, 0.0, 0.0, "load",
-                                    self._config.background_refresh))
+                                    self._config.background_refresh,
+                                    self._config.refresh_ahead))
             if len(self._fast_policies) >= 256:
                 self._fast_policies.clear()
             self._fast_policies[fast] = p
