@@ -40,18 +40,6 @@ struct xf_pool {
 /* The calling thread's last error message (xf_pool_errmsg). */
 static _Thread_local char last_error[256];
 
-static struct timespec deadline_in(int ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 static int index_of(const xf_pool *p, const xf_client *c) {
   for (size_t i = 0; i < p->made; i++)
     if (p->all[i] == c)
@@ -77,7 +65,7 @@ static void collect(xf_pool *p, xf_client *c) {
 static int wait_slice(xf_pool *p, const struct timespec *until) {
   if (!p->opts.interrupt)
     return pthread_cond_timedwait(&p->freed, &p->lock, until);
-  struct timespec slice = deadline_in(INTERRUPT_SLICE_MS);
+  struct timespec slice = xf__deadline_in(INTERRUPT_SLICE_MS);
   int last = slice.tv_sec > until->tv_sec ||
              (slice.tv_sec == until->tv_sec && slice.tv_nsec >= until->tv_nsec);
   int rc = pthread_cond_timedwait(&p->freed, &p->lock, last ? until : &slice);
@@ -96,7 +84,7 @@ static int wait_slice(xf_pool *p, const struct timespec *until) {
  * command) and never fails. XF_OK, XF_EBUSY on timeout, or the error of a
  * client that could not be made (XF_ENOMEM), with the reason in last_error. */
 static int checkout(xf_pool *p, int wait_ms, xf_client **out) {
-  struct timespec until = deadline_in(wait_ms > 0 ? wait_ms : 0);
+  struct timespec until = xf__deadline_in(wait_ms > 0 ? wait_ms : 0);
   pthread_mutex_lock(&p->lock);
   int waited = 0;
   while (p->nidle == 0 && (p->made + p->opening == p->max || wait_ms < 0)) {

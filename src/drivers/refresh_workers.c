@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "drive.h"
 #include "refresh.h"
 
 struct xf__refreshers {
@@ -46,18 +47,6 @@ static void make_lock(void) { pthread_mutex_lock(&make_mu); }
 static void make_unlock(void) { pthread_mutex_unlock(&make_mu); }
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void) { pthread_atfork(make_lock, make_unlock, make_unlock); }
-
-static struct timespec deadline_in(int ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
 
 static void cond_init_monotonic(pthread_cond_t *cv) {
   pthread_condattr_t attr;
@@ -292,7 +281,7 @@ void xf__gate_close(xf__refresh_gate *g, int drain_ms) {
     return;
   pthread_mutex_lock(&g->mu);
   g->closing = 1;
-  struct timespec until = deadline_in(drain_ms);
+  struct timespec until = xf__deadline_in(drain_ms);
   while (g->jobs > 0)
     if (pthread_cond_timedwait(&g->changed, &g->mu, &until) == ETIMEDOUT)
       break;
