@@ -101,6 +101,8 @@ typedef struct xf__flow {
   int near_elected;    /* a near hit's draw elected an early refresh */
   int near_served;     /* xf__flow_start's DONE is a near hit's result, not a
                           refusal of the key or policy */
+  int near_quiet;      /* xf__flow_start_near's caller counts a near hit's result
+                          itself: no XF_EV_NEAR through the hook */
   int wake_on_write;   /* WAIT: the driver ends it when the key is invalidated */
   xf__nest nest;       /* while its loader runs: this thread computes key */
   char msg[256];       /* the loader's message, kept across the release */
@@ -118,6 +120,18 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
  * as they are (no loader to fail open to). */
 xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                             xf_value *out, int64_t now_ms);
+
+/* The near cache's fast path (xf__near_serve, bindings.h): starts a
+ * get-or-compute (p non-NULL) or a get (p NULL) that only ends when the near
+ * cache serves it: 1 when it did (f->rc the call's result, as xf__flow_start
+ * or xf__flow_start_get would have ended), 0 when the call must be made as
+ * usual (a bad argument, a bypass, a nested load of the key, no near hit or
+ * one whose draw elected an early refresh: then the client's next
+ * get-or-compute of the key refreshes it without a second draw). Nothing is
+ * sent; the flow holds nothing once it returns. quiet: the caller counts a
+ * served result itself (no XF_EV_NEAR through the hook). */
+int xf__flow_start_near(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                        const xf_policy *p, xf_value *out, int quiet, int64_t now_ms);
 
 /* Starts a set of data (len bytes, not copied: kept by the driver until
  * DONE) under p: XF_OK, XF_ESUPERSEDED when a newer value holds the entry;

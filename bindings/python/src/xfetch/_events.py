@@ -110,15 +110,25 @@ class Events:
 
     # ---- events -----------------------------------------------------------------
 
+    def quiet(self):
+        """Whether a hit's event would only be counted (no user callable, no
+        DEBUG logging, no fail-open episode to end): the hot path."""
+        return (self.callback is None and not self.failing_open
+                and not log.isEnabledFor(logging.DEBUG))
+
+    def count_hit(self, result):
+        """A quiet hit ("hit" or "near"), counted without an Event: the C
+        hook's hot path, and the faces' near hits (C xf__near_serve, quiet)."""
+        k = (NAMESPACE.get(), result)
+        with self.lock:
+            self.calls[k] = self.calls.get(k, 0) + 1
+
     def on_c_event(self, ev):
         """An xf_event from the C hook."""
         t = ev.type
-        if ((t == _HIT or t == _NEAR) and self.callback is None and not self.failing_open
-                and not log.isEnabledFor(logging.DEBUG)):
+        if (t == _HIT or t == _NEAR) and self.quiet():
             # The hot path: a hit only counts (no key or server string made).
-            k = (NAMESPACE.get(), "hit" if t == _HIT else "near")
-            with self.lock:
-                self.calls[k] = self.calls.get(k, 0) + 1
+            self.count_hit("hit" if t == _HIT else "near")
             return
         key = ffi.unpack(ev.key, ev.keylen) if ev.key != ffi.NULL else None
         server = ffi.string(ev.server).decode(errors="replace") if ev.server != ffi.NULL else None
