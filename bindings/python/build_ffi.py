@@ -159,7 +159,7 @@ with open(os.path.join(HERE, "xfetch_cdef.h")) as f:
 INTERNAL = """
 #define XF__NEAR_PASS 1
 int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
-                   xf_driver driver, int quiet, xf_value *out);
+                   xf_driver driver, uint64_t *count, xf_value *out);
 """
 ffibuilder.set_source("xfetch._native",
                       "#include <xfetch.h>\n" + ("" if prefix else '#include "bindings.h"\n')

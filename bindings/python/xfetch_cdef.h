@@ -294,4 +294,4 @@ void xf_reader_close(xf_reader *rd);
  * near hit without the call. */
 #define XF__NEAR_PASS 1
 int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
-                   xf_driver driver, int quiet, xf_value *out);
+                   xf_driver driver, uint64_t *count, xf_value *out);

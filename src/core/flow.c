@@ -150,7 +150,7 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
       f->found_nothing = 0;
   f->near_elected = 0;
   f->near_served = 0;
-  f->near_quiet = 0;
+  f->near_count = NULL;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(c, p);
@@ -176,12 +176,13 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
 }
 
 int xf__flow_start_near(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                        const xf_policy *p, xf_value *out, int quiet, int64_t now_ms) {
+                        const xf_policy *p, xf_value *out, uint64_t *count,
+                        int64_t now_ms) {
   if (!c->near || c->disabled)
     return 0;
   xf__kind kind = p ? XF_KIND_GET_OR_COMPUTE : XF_KIND_GET;
   int rc = begin(f, kind, c, key, keylen, p, out, XF_OK, now_ms);
-  f->near_quiet = quiet;
+  f->near_count = count;
   xf__step step;
   if (rc == XF_OK && !(p && xf__nest_has(c, f->key.data, f->key.len)) &&
       xf__flow_near_first(f, now_ms, &step))

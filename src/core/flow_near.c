@@ -9,6 +9,15 @@
 #include "flow_steps.h"
 #include "near.h"
 
+/* A near hit's result event: to the hook, or counted where the fast path's
+ * caller asked (xf__flow_start_near). */
+static void near_event(xf__flow *f) {
+  if (f->near_count)
+    __atomic_add_fetch(f->near_count, 1, __ATOMIC_RELAXED);
+  else
+    xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
+}
+
 /* A get-or-compute or get asks the near cache first: a kept entry within its
  * life is served without Redis, unless the XFetch draw (the same as on a
  * Redis hit) elects this call to refresh it: then it reads Redis and, if the
@@ -42,14 +51,12 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
       xf__emit(f, XF_EV_MISS, -1, 0, 0);
     } else {
       c->stats.hits++;
-      if (!f->near_quiet)
-        xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
+      near_event(f);
     }
     rc = xf__fail(c, XF_ENOTFOUND, "cached not-found");
   } else {
     c->stats.hits++;
-    if (!f->near_quiet)
-      xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
+    near_event(f);
     f->out->data = h.data;
     f->out->len = h.len;
     f->out->source = XF_SOURCE_CACHE;

@@ -17,10 +17,11 @@
  * XF__NEAR_PASS: nothing was served (no near cache, a bypass, a bad argument,
  * a nested load of key, no hit, or a hit this call's draw elected for an
  * early refresh, which c's next get-or-compute of key then makes without
- * drawing again): make the call as usual, on c. quiet: the caller counts a
- * served result itself; XF_EV_NEAR is not given to the hook (other events
- * are). Same thread-safety as the other calls on c. */
+ * drawing again): make the call as usual, on c. count: NULL, or where a
+ * served result's XF_EV_NEAR is counted (atomically, +1) instead of being
+ * given to the hook (other events are): a binding whose hook would only
+ * count it. Same thread-safety as the other calls on c. */
 int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
-                   xf_driver driver, int quiet, xf_value *out);
+                   xf_driver driver, uint64_t *count, xf_value *out);
 
 #endif

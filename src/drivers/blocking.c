@@ -79,7 +79,7 @@ int xf_delete(xf_client *c, const char *key, size_t keylen) {
 }
 
 int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
-                   xf_driver driver, int quiet, xf_value *out) {
+                   xf_driver driver, uint64_t *count, xf_value *out) {
   if (!c || !out)
     return XF__NEAR_PASS;
   c->errstr[0] = '\0';
@@ -87,7 +87,7 @@ int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy
   xf_driver own = c->driver;
   c->driver = driver; /* the flow's events name the driver the call would have */
   xf__flow f;
-  int served = xf__flow_start_near(&f, c, key, keylen, p, out, quiet, xf__now_ms());
+  int served = xf__flow_start_near(&f, c, key, keylen, p, out, count, xf__now_ms());
   c->driver = own;
   return served ? f.rc : XF__NEAR_PASS;
 }

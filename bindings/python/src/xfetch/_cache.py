@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from ._core import (BYPASS, NEAR_PASS, Config, check_loader, check_value, disabled,
-                    key_bytes, near_result, outcome)
+                    key_bytes, outcome)
 from ._errors import check, error_for
 from ._native import ffi, lib
 from ._pool import Pool
@@ -106,6 +106,7 @@ class Cache:
         self._commons = self._policies.commons
         self._pool = Pool(self._config)
         self._near = self._config.near and enabled  # the near hit's fast path
+        self._events = self._config.events
 
     def close(self, timeout: float = 2.0) -> None:
         """Closes the idle connections; ones in use close when their call ends.
@@ -217,8 +218,11 @@ class Cache:
         if (self._near and lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
                 and background_refresh is None and refresh_ahead is None):
-            kb = key_bytes(key)  # fetch's steps, without its call and bigger memo
-            check_loader(loader)
+            # fetch's steps, without its call and bigger memo (a str key and a
+            # callable loader inline: the checks' cost is the hit's)
+            kb = key.encode() if type(key) is str and key else key_bytes(key)
+            if not callable(loader):
+                check_loader(loader)
             p = self._commons.get((ttl, beta, type(ttl), type(beta)))
             if p is None:
                 p = self._policies.common(ttl, beta)
@@ -246,23 +250,28 @@ class Cache:
         if slots is not None and not slots.acquire(False):
             return NEAR_PASS
         try:
+            conn = pool.idle.pop()
+        except IndexError:
+            if slots is not None:
+                slots.release()
+            return NEAR_PASS  # the call opens one
+        try:
+            if not conn.enabled:
+                conn.switch(True)
+            v = conn.value
+            rc = lib.xf__near_serve(conn.ptr, kb, len(kb), policy, _BLOCKING,
+                                    self._events.near_count(), v)
+            if rc != 0:
+                return NEAR_PASS if rc == NEAR_PASS else None  # None: a kept not-found
             try:
-                conn = pool.idle.pop()
-            except IndexError:
-                return NEAR_PASS  # the call opens one
-            try:
-                if not conn.enabled:
-                    conn.switch(True)
-                events = self._config.events
-                quiet = events.quiet()
-                v = conn.value
-                rc = lib.xf__near_serve(conn.ptr, kb, len(kb), policy, _BLOCKING, quiet, v)
-                if rc == NEAR_PASS:
-                    return NEAR_PASS
-                return near_result(rc, v, quiet, events, policy == ffi.NULL)
+                return ffi.unpack(v.data, v.len)
             finally:
-                pool._release(conn)
+                lib.xf_value_free(v)
         finally:
+            if conn.gen == pool.gen and not pool.closed:
+                pool.idle.append(conn)  # Pool._release's common case, inline
+            else:
+                pool._release(conn)
             if slots is not None:
                 slots.release()
 

@@ -204,12 +204,9 @@ def value_of(v):
 NEAR_PASS = lib.XF__NEAR_PASS  # xf__near_serve: not served, make the call
 
 
-def near_result(rc, v, quiet, events, get=False):
-    """The value a near hit xf__near_serve served (rc XF_OK: bytes, v freed;
-    XF_ENOTFOUND: None, a kept not-found), its event counted here when the
-    face asked for quiet (a get's not-found went through the hook: a miss)."""
-    if quiet and (rc == 0 or not get):
-        events.count_hit("near")
+def near_value(rc, v):
+    """The value a near hit xf__near_serve served: rc XF_OK, bytes (v
+    freed); XF_ENOTFOUND, None (a kept not-found)."""
     if rc != 0:
         return None
     try:

@@ -70,6 +70,7 @@ class Events:
         self.face = face
         self.lock = threading.Lock()
         self.calls = {}  # (namespace, result) -> n
+        self.near_cells = {}  # namespace -> uint64_t C counts quiet near hits in
         self.loads = {}  # (namespace, "ok" | "error") -> n
         self.load_hist = {}  # namespace -> [bucket counts..., +Inf count, sum]
         self.waits = {}  # namespace -> [n, seconds]
@@ -103,7 +104,10 @@ class Events:
     def snapshot(self):
         """Copies of the counters, for a scrape."""
         with self.lock:
-            return (dict(self.calls), dict(self.loads),
+            calls = dict(self.calls)
+            for ns, cell in self.near_cells.items():  # the faces' quiet near hits
+                calls[(ns, "near")] = calls.get((ns, "near"), 0) + cell[0]
+            return (calls, dict(self.loads),
                     {ns: list(h) for ns, h in self.load_hist.items()},
                     {ns: list(w) for ns, w in self.waits.items()}, len(self.open_servers),
                     dict(self.invalidations))
@@ -116,19 +120,28 @@ class Events:
         return (self.callback is None and not self.failing_open
                 and not log.isEnabledFor(logging.DEBUG))
 
-    def count_hit(self, result):
-        """A quiet hit ("hit" or "near"), counted without an Event: the C
-        hook's hot path, and the faces' near hits (C xf__near_serve, quiet)."""
-        k = (NAMESPACE.get(), result)
-        with self.lock:
-            self.calls[k] = self.calls.get(k, 0) + 1
+    def near_count(self):
+        """Where C xf__near_serve counts a near hit's result (this call's
+        namespace's uint64_t, read by snapshot) when the hook would only
+        count it, else NULL (the event goes through the hook)."""
+        if (self.callback is not None or self.failing_open
+                or log.isEnabledFor(logging.DEBUG)):  # not quiet()'s call: the hot path
+            return ffi.NULL
+        ns = NAMESPACE.get()
+        cell = self.near_cells.get(ns)
+        if cell is None:
+            with self.lock:
+                cell = self.near_cells.setdefault(ns, ffi.new("uint64_t *"))
+        return cell
 
     def on_c_event(self, ev):
         """An xf_event from the C hook."""
         t = ev.type
         if (t == _HIT or t == _NEAR) and self.quiet():
             # The hot path: a hit only counts (no key or server string made).
-            self.count_hit("hit" if t == _HIT else "near")
+            k = (NAMESPACE.get(), "hit" if t == _HIT else "near")
+            with self.lock:
+                self.calls[k] = self.calls.get(k, 0) + 1
             return
         key = ffi.unpack(ev.key, ev.keylen) if ev.key != ffi.NULL else None
         server = ffi.string(ev.server).decode(errors="replace") if ev.server != ffi.NULL else None

@@ -24,7 +24,7 @@ from ._aio_link import Links
 from ._aio_tls import context
 from ._aio_many import get_many
 from ._core import (NEAR_PASS, Config, call_error, check_loader, check_not_loading,
-                    check_value, disabled, enabled_now, key_bytes, near_result, outcome,
+                    check_value, disabled, enabled_now, key_bytes, near_value, outcome,
                     stats_of, value_of, _loading)
 from ._errors import check
 from ._native import ffi, lib
@@ -186,13 +186,10 @@ class Cache:
         """C xf__near_serve (policy NULL: a get), before anything is awaited:
         the value of a near hit (None: a kept not-found), or NEAR_PASS: make
         the call (a draw that elected an early refresh is kept for it)."""
-        events = self._config.events
-        quiet = events.quiet()
         v = self._value
-        rc = lib.xf__near_serve(self._client, kb, len(kb), policy, _CALL, quiet, v)
-        if rc == NEAR_PASS:
-            return NEAR_PASS
-        return near_result(rc, v, quiet, events, policy == ffi.NULL)
+        rc = lib.xf__near_serve(self._client, kb, len(kb), policy, _CALL,
+                                self._config.events.near_count(), v)
+        return NEAR_PASS if rc == NEAR_PASS else near_value(rc, v)
 
     async def _run(self, key, loader, policy, lease):
         kb = self._start(key)
