@@ -289,3 +289,9 @@ int xf_reader_next(xf_reader *rd, xf_reply **reply);
 int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t *len);
 void xf_reply_free(xf_reply *reply);
 void xf_reader_close(xf_reader *rd);
+
+/* Internal entry points (src/drivers/bindings.h, not xfetch.h): the faces'
+ * near hit without the call. */
+#define XF__NEAR_PASS 1
+int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
+                   xf_driver driver, uint64_t *count, xf_value *out);

@@ -150,6 +150,7 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
       f->found_nothing = 0;
   f->near_elected = 0;
   f->near_served = 0;
+  f->near_count = NULL;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(c, p);
@@ -172,6 +173,25 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
+}
+
+int xf__flow_start_near(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                        const xf_policy *p, xf_value *out, uint64_t *count,
+                        int64_t now_ms) {
+  if (!c->near || c->disabled)
+    return 0;
+  xf__kind kind = p ? XF_KIND_GET_OR_COMPUTE : XF_KIND_GET;
+  int rc = begin(f, kind, c, key, keylen, p, out, XF_OK, now_ms);
+  f->near_count = count;
+  xf__step step;
+  if (rc == XF_OK && !(p && xf__nest_has(c, f->key.data, f->key.len)) &&
+      xf__flow_near_first(f, now_ms, &step))
+    return 1;
+  if (f->near_elected)
+    xf__flow_near_elect(f);
+  xf__flow_abandon(f);
+  c->errstr[0] = '\0'; /* the call made as usual says what went wrong */
+  return 0;
 }
 
 xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,

@@ -96,14 +96,17 @@ typedef struct xf__flow {
   int pending;      /* events owed when the outcome is known (flow_compute.c) */
   int64_t woke_ms;  /* the driver's clock at the last wake-up of a wait */
   xf__write w;
-  uint64_t near_token; /* the near cache's pending marker of the last READ */
-  xf__track track;     /* whose tracking the last READ's reply came under */
-  int near_elected;    /* a near hit's draw elected an early refresh */
-  int near_served;     /* xf__flow_start's DONE is a near hit's result, not a
-                          refusal of the key or policy */
-  int wake_on_write;   /* WAIT: the driver ends it when the key is invalidated */
-  xf__nest nest;       /* while its loader runs: this thread computes key */
-  char msg[256];       /* the loader's message, kept across the release */
+  uint64_t near_token;  /* the near cache's pending marker of the last READ */
+  xf__track track;      /* whose tracking the last READ's reply came under */
+  int near_elected;     /* a near hit's draw elected an early refresh */
+  int near_served;      /* xf__flow_start's DONE is a near hit's result, not a
+                           refusal of the key or policy */
+  uint64_t *near_count; /* xf__flow_start_near's caller's: a served result's
+                           XF_EV_NEAR is added there (atomically), not given
+                           to the hook; NULL = the hook */
+  int wake_on_write;    /* WAIT: the driver ends it when the key is invalidated */
+  xf__nest nest;        /* while its loader runs: this thread computes key */
+  char msg[256];        /* the loader's message, kept across the release */
 } xf__flow;
 
 /* Starts a get-or-compute. Validates policy, out and key (XF_STEP_DONE with
@@ -118,6 +121,18 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
  * as they are (no loader to fail open to). */
 xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                             xf_value *out, int64_t now_ms);
+
+/* The near cache's fast path (xf__near_serve, bindings.h): starts a
+ * get-or-compute (p non-NULL) or a get (p NULL) that only ends when the near
+ * cache serves it: 1 when it did (f->rc the call's result, as xf__flow_start
+ * or xf__flow_start_get would have ended), 0 when the call must be made as
+ * usual (a bad argument, a bypass, a nested load of the key, no near hit or
+ * one whose draw elected an early refresh: then the client's next
+ * get-or-compute of the key refreshes it without a second draw). Nothing is
+ * sent; the flow holds nothing once it returns. count: NULL, or where a
+ * served result's XF_EV_NEAR is counted (atomically) instead of the hook. */
+int xf__flow_start_near(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+                        const xf_policy *p, xf_value *out, uint64_t *count, int64_t now_ms);
 
 /* Starts a set of data (len bytes, not copied: kept by the driver until
  * DONE) under p: XF_OK, XF_ESUPERSEDED when a newer value holds the entry;

@@ -9,6 +9,15 @@
 #include "flow_steps.h"
 #include "near.h"
 
+/* A near hit's result event: to the hook, or counted where the fast path's
+ * caller asked (xf__flow_start_near). */
+static void near_event(xf__flow *f) {
+  if (f->near_count)
+    __atomic_add_fetch(f->near_count, 1, __ATOMIC_RELAXED);
+  else
+    xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
+}
+
 /* A get-or-compute or get asks the near cache first: a kept entry within its
  * life is served without Redis, unless the XFetch draw (the same as on a
  * Redis hit) elects this call to refresh it: then it reads Redis and, if the
@@ -18,11 +27,17 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
   xf_client *c = f->c;
   if (__builtin_expect(c->on_event != NULL, 0))
     xf__near_report(c->near, c, f->driver);
+  int elected = 0; /* a mark left by the fast path's draw: taken by this call */
+  if (__builtin_expect(c->near_elect, 0)) {
+    c->near_elect = 0;
+    elected = c->near_elect_len == f->key.len &&
+              c->near_elect_hash == xf__near_key_hash(f->key.data, f->key.len);
+  }
   xf__near_hit h;
   if (!xf__near_get(c->near, c, f->key.data, f->key.len, now_ms, &h))
     return 0;
   if (f->kind == XF_KIND_GET_OR_COMPUTE &&
-      xf__refresh_early(&c->rng, f->p, h.remaining_ms, h.delta_us)) {
+      (elected || xf__refresh_early(&c->rng, f->p, h.remaining_ms, h.delta_us))) {
     free(h.data);
     f->near_elected = 1;
     return 0;
@@ -36,12 +51,12 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
       xf__emit(f, XF_EV_MISS, -1, 0, 0);
     } else {
       c->stats.hits++;
-      xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
+      near_event(f);
     }
     rc = xf__fail(c, XF_ENOTFOUND, "cached not-found");
   } else {
     c->stats.hits++;
-    xf__emit(f, XF_EV_NEAR, XF_SOURCE_CACHE, 0, 0);
+    near_event(f);
     f->out->data = h.data;
     f->out->len = h.len;
     f->out->source = XF_SOURCE_CACHE;
@@ -49,6 +64,12 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
   f->near_served = 1;
   *step = xf__flow_done(f, rc);
   return 1;
+}
+
+void xf__flow_near_elect(xf__flow *f) {
+  f->c->near_elect = 1;
+  f->c->near_elect_len = f->key.len;
+  f->c->near_elect_hash = xf__near_key_hash(f->key.data, f->key.len);
 }
 
 /* What a read saw, kept in the near cache when it is a fresh value (or a

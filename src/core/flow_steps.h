@@ -57,6 +57,11 @@ xf__step xf__flow_bypass(xf__flow *f);
  * (1, *step DONE), or not (0: the flow reads Redis; near_elected when the
  * near hit's draw elected an early refresh); a read's value offered to it. */
 int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step);
+/* Marks f's key on its client as elected by a near hit's draw that did not
+ * go on (xf__flow_start_near): the client's next xf__flow_near_first takes
+ * the mark (any key), and a get-or-compute of that key with a near hit
+ * refreshes it without drawing again. */
+void xf__flow_near_elect(xf__flow *f);
 void xf__flow_near_keep(xf__flow *f);
 
 #endif

@@ -49,6 +49,9 @@ typedef struct xf__near_hit {
   int negative;
 } xf__near_hit;
 
+/* The hash the near cache files key under (FNV-1a, folded). */
+uint64_t xf__near_key_hash(const char *key, size_t len);
+
 /* The pending marker of a read about to be sent. */
 uint64_t xf__near_token(struct xf__near *n);
 

@@ -1,8 +1,10 @@
 /* The blocking driver: today's API, each call a loop around the flow
- * (flow.h) on the client's one connection, sleeping through waits. */
+ * (flow.h) on the client's one connection, sleeping through waits; and the
+ * bindings' near hit without the call (bindings.h). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "bindings.h"
 #include "client_io.h"
 #include "drive.h"
 #include "refresh.h"
@@ -74,4 +76,18 @@ int xf_delete(xf_client *c, const char *key, size_t keylen) {
   c->errstr[0] = '\0';
   xf__flow f;
   return run(&f, xf__flow_start_delete(&f, c, key, keylen, xf__now_ms()), NULL, NULL);
+}
+
+int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
+                   xf_driver driver, uint64_t *count, xf_value *out) {
+  if (!c || !out)
+    return XF__NEAR_PASS;
+  c->errstr[0] = '\0';
+  c->loader_rc = 0;
+  xf_driver own = c->driver;
+  c->driver = driver; /* the flow's events name the driver the call would have */
+  xf__flow f;
+  int served = xf__flow_start_near(&f, c, key, keylen, p, out, count, xf__now_ms());
+  c->driver = own;
+  return served ? f.rc : XF__NEAR_PASS;
 }

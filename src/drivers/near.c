@@ -69,7 +69,7 @@ struct xf__near {
 
 void (*xf__near_test_before_put)(void);
 
-static uint64_t hash_key(const char *key, size_t len) {
+uint64_t xf__near_key_hash(const char *key, size_t len) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
   for (size_t i = 0; i < len; i++)
     h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
@@ -215,7 +215,7 @@ static int news_pending(int inval_fd, int data_fd) {
 
 int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
                  int64_t now_ms, xf__near_hit *hit) {
-  uint64_t h = hash_key(key, keylen);
+  uint64_t h = xf__near_key_hash(key, keylen);
   shard *s = shard_of(n, h);
   int found = 0, inval_fd = -1, data_fd = -1;
   pthread_mutex_lock(&s->mu);
@@ -270,7 +270,7 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
                       size_t len, int64_t delta_us, int64_t expires_ms, int negative) {
   if (!t->node || xf__track_stale(t))
     return 0;
-  uint64_t h = hash_key(key, keylen);
+  uint64_t h = xf__near_key_hash(key, keylen);
   shard *s = shard_of(n, h);
   size_t size = sizeof(entry) + c->ns_len + keylen + len + 1 + ENTRY_OVERHEAD;
   if (size > s->max_bytes)
@@ -362,7 +362,7 @@ void xf__near_notify_remove(struct xf__near *n, int fd) {
 }
 
 int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_t token) {
-  uint64_t h = hash_key(key, keylen);
+  uint64_t h = xf__near_key_hash(key, keylen);
   shard *s = shard_of(n, h);
   pthread_mutex_lock(&s->mu);
   int changed = s->pending[slot_of(h)] > token ||
@@ -372,7 +372,7 @@ int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_
 }
 
 void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
-  uint64_t h = hash_key(key, keylen);
+  uint64_t h = xf__near_key_hash(key, keylen);
   shard *s = shard_of(n, h);
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   pthread_mutex_lock(&s->mu);
@@ -416,7 +416,7 @@ void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc) 
 
 int xf__near_wait(struct xf__near *n, const char *key, size_t keylen, uint64_t token,
                   int64_t until_ms) {
-  uint64_t h = hash_key(key, keylen);
+  uint64_t h = xf__near_key_hash(key, keylen);
   shard *s = shard_of(n, h);
   size_t slot = slot_of(h);
   struct timespec ts; /* until_ms on CLOCK_MONOTONIC (the driver's, unskewed) */

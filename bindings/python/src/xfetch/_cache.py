@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime
 
-from ._core import Config, check_loader, check_value, disabled, key_bytes, outcome
+from ._core import (BYPASS, NEAR_PASS, Config, check_loader, check_value, disabled,
+                    key_bytes, outcome)
 from ._errors import check, error_for
 from ._native import ffi, lib
 from ._pool import Pool
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
 Key = Union[str, bytes]
 Value = Union[bytes, bytearray, memoryview]
 F = TypeVar("F", bound=Callable[..., Any])
+# The keywords' defaults, by name: `is` tells a call that passed none of them
+# (the near hit's fast path) at the cost of a pointer comparison.
+_5, _0, _LOAD = 5.0, 0.0, "load"
+_BLOCKING = lib.XF_DRIVER_BLOCKING
 
 
 class Cache:
@@ -98,7 +103,10 @@ class Cache:
                               entry_format=entry_format, background_refresh=background_refresh,
                               near_cache_bytes=near_cache_bytes, refresh_ahead=refresh_ahead)
         self._policies = self._config.policies
+        self._commons = self._policies.commons
         self._pool = Pool(self._config)
+        self._near = self._config.near and enabled  # the near hit's fast path
+        self._events = self._config.events
 
     def close(self, timeout: float = 2.0) -> None:
         """Closes the idle connections; ones in use close when their call ends.
@@ -120,9 +128,9 @@ class Cache:
     # ---- the API ----------------------------------------------------------------
 
     def fetch(self, key: Key, loader: Callable[[], Value | None], ttl: float,
-              beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
-              stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
-              jitter: float = 0.0, on_wait_timeout: str = "load",
+              beta: float = 1.0, *, lease: float = _5, wait: float = _5,
+              stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
+              jitter: float = _0, on_wait_timeout: str = _LOAD,
               background_refresh: bool | None = None,
               refresh_ahead: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
@@ -135,6 +143,14 @@ class Cache:
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout,
                                      background_refresh, refresh_ahead))
+        if self._near:
+            value = self._near_serve(kb, policy)
+            if value is not NEAR_PASS:
+                return Fetched(value, None if value is None else "cache")
+        return self._call(key, kb, loader, policy, lease)
+
+    def _call(self, key, kb, loader, policy, lease):
+        """The get-or-compute on a connection of the pool (C xf_get_or_compute)."""
         conn, saved = self._pool.enter()
         st = conn.state
         st.loader = loader
@@ -160,10 +176,10 @@ class Cache:
             self._pool.exit(conn, saved)
 
     def get_or_compute(self, key: Key, loader: Callable[[], Value | None], ttl: float,
-                       beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
-                       stale: float = 0.0, stale_if_error: float = 0.0,
-                       negative_ttl: float = 0.0, jitter: float = 0.0,
-                       on_wait_timeout: str = "load",
+                       beta: float = 1.0, *, lease: float = _5, wait: float = _5,
+                       stale: float = _0, stale_if_error: float = _0,
+                       negative_ttl: float = _0, jitter: float = _0,
+                       on_wait_timeout: str = _LOAD,
                        background_refresh: bool | None = None,
                        refresh_ahead: float | None = None) -> bytes | None:
         """Returns the bytes cached under key, calling loader() to compute them
@@ -199,11 +215,65 @@ class Cache:
         and the lease is released. Library errors raise xfetch.Error
         subclasses; bad arguments raise TypeError/ValueError before any I/O.
         """
+        if (self._near and lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
+                and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
+                and background_refresh is None and refresh_ahead is None):
+            # fetch's steps, without its call and bigger memo (a str key and a
+            # callable loader inline: the checks' cost is the hit's)
+            kb = key.encode() if type(key) is str and key else key_bytes(key)
+            if not callable(loader):
+                check_loader(loader)
+            p = self._commons.get((ttl, beta, type(ttl), type(beta)))
+            if p is None:
+                p = self._policies.common(ttl, beta)
+            value = self._near_serve(kb, p)
+            if value is not NEAR_PASS:
+                return value
+            return self._call(key, kb, loader, p, _5)[0]
         return self.fetch(key, loader, ttl, beta, lease=lease, wait=wait, stale=stale,
                           stale_if_error=stale_if_error, negative_ttl=negative_ttl,
                           jitter=jitter, on_wait_timeout=on_wait_timeout,
                           background_refresh=background_refresh,
                           refresh_ahead=refresh_ahead)[0]
+
+    def _near_serve(self, kb, policy):
+        """C xf__near_serve on an idle connection of the pool (policy NULL: a
+        get): the near hit's draw, counters and events as the call's, in
+        one C call; the value (None: a kept not-found), or NEAR_PASS: make the
+        call (the C client keeps a draw that elected an early refresh for
+        it, and the connection goes back to the pool's end: the call's). Not in a
+        loader's nested call (its own key must raise) nor under disabled()."""
+        pool = self._pool
+        if getattr(pool.tls, "conn", None) is not None or BYPASS.get():
+            return NEAR_PASS
+        slots = pool.slots
+        if slots is not None and not slots.acquire(False):
+            return NEAR_PASS
+        try:
+            conn = pool.idle.pop()
+        except IndexError:
+            if slots is not None:
+                slots.release()
+            return NEAR_PASS  # the call opens one
+        try:
+            if not conn.enabled:
+                conn.switch(True)
+            v = conn.value
+            rc = lib.xf__near_serve(conn.ptr, kb, len(kb), policy, _BLOCKING,
+                                    self._events.near_count(), v)
+            if rc != 0:
+                return NEAR_PASS if rc == NEAR_PASS else None  # None: a kept not-found
+            try:
+                return ffi.unpack(v.data, v.len)
+            finally:
+                lib.xf_value_free(v)
+        finally:
+            if conn.gen == pool.gen and not pool.closed:
+                pool.idle.append(conn)  # Pool._release's common case, inline
+            else:
+                pool._release(conn)
+            if slots is not None:
+                slots.release()
 
     def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
             jitter: float = 0.0) -> bool:
@@ -244,6 +314,10 @@ class Cache:
         expired or a cached not-found). Computes nothing, takes no lease; one
         round trip. Errors raise (there is no loader to fail open to)."""
         kb = key_bytes(key)
+        if self._near:
+            value = self._near_serve(kb, ffi.NULL)
+            if value is not NEAR_PASS:
+                return value
         conn, saved = self._pool.enter()
         v = conn.value
         try:

@@ -173,7 +173,7 @@ class Config:
             check(lib.xf_share_open(out, share_opts))
             self.share = ffi.gc(out[0], lib.xf_share_close)
         self.opts.share = self.share
-        self.policies = PolicyCache()
+        self.policies = PolicyCache(background_refresh, refresh_ahead)
         # where the values come from, as the C share and nest checks key it
         self.namespace = (self.where, fields["username"], prefix)
 
@@ -197,6 +197,20 @@ def value_of(v):
     """Fetched from an xf_value the call filled (and frees)."""
     try:
         return Fetched(ffi.unpack(v.data, v.len), SOURCES[v.source])
+    finally:
+        lib.xf_value_free(v)
+
+
+NEAR_PASS = lib.XF__NEAR_PASS  # xf__near_serve: not served, make the call
+
+
+def near_value(rc, v):
+    """The value a near hit xf__near_serve served: rc XF_OK, bytes (v
+    freed); XF_ENOTFOUND, None (a kept not-found)."""
+    if rc != 0:
+        return None
+    try:
+        return ffi.unpack(v.data, v.len)
     finally:
         lib.xf_value_free(v)
 

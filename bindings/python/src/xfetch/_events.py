@@ -70,6 +70,7 @@ class Events:
         self.face = face
         self.lock = threading.Lock()
         self.calls = {}  # (namespace, result) -> n
+        self.near_cells = {}  # namespace -> uint64_t C counts quiet near hits in
         self.loads = {}  # (namespace, "ok" | "error") -> n
         self.load_hist = {}  # namespace -> [bucket counts..., +Inf count, sum]
         self.waits = {}  # namespace -> [n, seconds]
@@ -103,18 +104,40 @@ class Events:
     def snapshot(self):
         """Copies of the counters, for a scrape."""
         with self.lock:
-            return (dict(self.calls), dict(self.loads),
+            calls = dict(self.calls)
+            for ns, cell in self.near_cells.items():  # the faces' quiet near hits
+                calls[(ns, "near")] = calls.get((ns, "near"), 0) + cell[0]
+            return (calls, dict(self.loads),
                     {ns: list(h) for ns, h in self.load_hist.items()},
                     {ns: list(w) for ns, w in self.waits.items()}, len(self.open_servers),
                     dict(self.invalidations))
 
     # ---- events -----------------------------------------------------------------
 
+    def quiet(self):
+        """Whether a hit's event would only be counted (no user callable, no
+        DEBUG logging, no fail-open episode to end): the hot path."""
+        return (self.callback is None and not self.failing_open
+                and not log.isEnabledFor(logging.DEBUG))
+
+    def near_count(self):
+        """Where C xf__near_serve counts a near hit's result (this call's
+        namespace's uint64_t, read by snapshot) when the hook would only
+        count it, else NULL (the event goes through the hook)."""
+        if (self.callback is not None or self.failing_open
+                or log.isEnabledFor(logging.DEBUG)):  # not quiet()'s call: the hot path
+            return ffi.NULL
+        ns = NAMESPACE.get()
+        cell = self.near_cells.get(ns)
+        if cell is None:
+            with self.lock:
+                cell = self.near_cells.setdefault(ns, ffi.new("uint64_t *"))
+        return cell
+
     def on_c_event(self, ev):
         """An xf_event from the C hook."""
         t = ev.type
-        if ((t == _HIT or t == _NEAR) and self.callback is None and not self.failing_open
-                and not log.isEnabledFor(logging.DEBUG)):
+        if (t == _HIT or t == _NEAR) and self.quiet():
             # The hot path: a hit only counts (no key or server string made).
             k = (NAMESPACE.get(), "hit" if t == _HIT else "near")
             with self.lock:

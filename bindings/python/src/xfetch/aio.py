@@ -23,11 +23,14 @@ from ._refresh import log_failure
 from ._aio_link import Links
 from ._aio_tls import context
 from ._aio_many import get_many
-from ._core import (Config, call_error, check_loader, check_not_loading, check_value,
-                    disabled, enabled_now, key_bytes, outcome, stats_of, value_of, _loading)
+from ._core import (NEAR_PASS, Config, call_error, check_loader, check_not_loading,
+                    check_value, disabled, enabled_now, key_bytes, near_value, outcome,
+                    stats_of, value_of, _loading)
 from ._errors import check
 from ._native import ffi, lib
 from ._types import Fetched
+
+_CALL = lib.XF_DRIVER_CALL  # the driver a near hit's events name (as the call's)
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, Union  # noqa
 
@@ -90,7 +93,8 @@ class Cache:
         self._enabled = config.enabled  # the C client's bypass switch, as last set
         if not config.lazy_connect:
             config.check_now()
-        self._fast_policies = {}
+        self._commons = self._policies.commons
+        self._near = config.near  # the near hit's fast path
         # Scratch cdata for the hot path: used between two awaits only.
         self._callp = ffi.new("xf_call **")
         self._size = ffi.new("size_t *")
@@ -173,20 +177,27 @@ class Cache:
         if policy:
             return (await self.fetch(key, loader, ttl, beta, **policy))[0]
         # ttl and beta only (the common call): a smaller memo than fetch's
-        fast = (ttl, beta, type(ttl), type(beta))
-        p = self._fast_policies.get(fast)
+        p = self._commons.get((ttl, beta, type(ttl), type(beta)))
         if p is None:
-            p = self._policies.get((ttl, beta, 5.0, 5.0, 0.0, 0.0, 0.0, 0.0, "load",
-                                    self._config.background_refresh,
-                                    self._config.refresh_ahead))
-            if len(self._fast_policies) >= 256:
-                self._fast_policies.clear()
-            self._fast_policies[fast] = p
+            p = self._policies.common(ttl, beta)
         return (await self._run(key, loader, p, 5.0))[0]
+
+    def _near_serve(self, kb, policy):
+        """C xf__near_serve (policy NULL: a get), before anything is awaited:
+        the value of a near hit (None: a kept not-found), or NEAR_PASS: make
+        the call (a draw that elected an early refresh is kept for it)."""
+        v = self._value
+        rc = lib.xf__near_serve(self._client, kb, len(kb), policy, _CALL,
+                                self._config.events.near_count(), v)
+        return NEAR_PASS if rc == NEAR_PASS else near_value(rc, v)
 
     async def _run(self, key, loader, policy, lease):
         kb = self._start(key)
         check_loader(loader)
+        if self._near and self._enabled:
+            value = self._near_serve(kb, policy)
+            if value is not NEAR_PASS:
+                return Fetched(value, None if value is None else "cache")
         out = self._callp
         check(lib.xf_call_start(out, self._client, kb, len(kb), policy, now_ms()))
         call = out[0]
@@ -262,6 +273,10 @@ class Cache:
         """xfetch.Cache.get, awaited: the cached bytes while within their ttl,
         else None; computes nothing, takes no lease (xf_call_start_get)."""
         kb = self._start(key)
+        if self._near and self._enabled:
+            value = self._near_serve(kb, ffi.NULL)
+            if value is not NEAR_PASS:
+                return value
         out = ffi.new("xf_call **")
         check(lib.xf_call_start_get(out, self._client, kb, len(kb), now_ms()))
         return (await self._oneshot(out[0]))[1]
