@@ -53,6 +53,12 @@ void xf__share_drop(const xf_client *c, const char *key, size_t keylen);
  * when off. */
 struct xf__near *xf__share_near(const xf_share *s);
 
+/* A client opened with the share holds a reference to it (xf_client_open),
+ * dropped by xf_client_close: the share is freed with its last reference,
+ * so closing it before its clients is safe. */
+void xf__share_ref(xf_share *s);
+void xf__share_unref(xf_share *s);
+
 /* For tests: called by xf__share_begin before it takes the share's lock
  * (where a thread of a forked child first meets the share); NULL = none. */
 extern void (*xf__share_test_yield)(void);

@@ -42,6 +42,7 @@ struct xf_share {
   struct xf_share *next_open;        /* in the list of open shares (fork) */
   struct xf__refreshers *refreshers; /* background refresh (refresh.h) */
   struct xf__near *near;             /* NULL: no near cache */
+  int refs; /* the owner's (until xf_share_close) + one per client opened with it */
 };
 
 struct xf__refreshers **xf__share_refreshers(xf_share *s) {
@@ -109,6 +110,7 @@ int xf_share_open(xf_share **out, const xf_share_options *o) {
     free(s);
     return XF_ENOMEM;
   }
+  s->refs = 1;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->landed, NULL);
   pthread_once(&atfork_once, register_atfork);
@@ -158,6 +160,36 @@ static void free_slot(xf_share *s, slot *e) {
   free(e);
 }
 
+/* The share's memory, its slots and its near cache (whose tracker a client's
+ * connections report to when they close) go with the last reference: the
+ * owner's xf_share_close or, when clients outlive it, the last one's
+ * xf_client_close (a garbage collector closing objects in any order, as
+ * Python's at interpreter exit, closed a share before its clients). */
+static void unref(xf_share *s) {
+  pthread_mutex_lock(&s->mu);
+  int last = --s->refs == 0;
+  pthread_mutex_unlock(&s->mu);
+  if (!last)
+    return;
+  while (s->head)
+    free_slot(s, s->head);
+  xf__near_close(s->near);
+  pthread_cond_destroy(&s->landed);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+void xf__share_ref(xf_share *s) {
+  pthread_mutex_lock(&s->mu);
+  s->refs++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void xf__share_unref(xf_share *s) {
+  if (s)
+    unref(s);
+}
+
 void xf_share_close(xf_share *s) {
   if (!s)
     return;
@@ -168,12 +200,7 @@ void xf_share_close(xf_share *s) {
   *at = s->next_open;
   pthread_mutex_unlock(&open_shares_mu);
   xf__refreshers_close(s->refreshers, XF_REFRESH_DRAIN_MS);
-  while (s->head)
-    free_slot(s, s->head);
-  xf__near_close(s->near);
-  pthread_cond_destroy(&s->landed);
-  pthread_mutex_destroy(&s->mu);
-  free(s);
+  unref(s);
 }
 
 /* Evicts least recently used slots nobody is using until within bounds. */

@@ -308,6 +308,8 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
   c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
   c->share = o->share;
+  if (c->share)
+    xf__share_ref(c->share); /* dropped by xf_client_close */
   c->near = o->share ? xf__share_near(o->share) : NULL;
   c->interrupt = o->interrupt;
   c->interrupt_ud = o->interrupt_ud;
@@ -432,6 +434,7 @@ void xf_client_close(xf_client *c) {
   free(c->ns);
   free(c->opened_with);
   xf__buf_free(&c->request);
+  xf__share_unref(c->share); /* after its connections: they report to its near cache */
   free(c);
 }
 
