@@ -436,7 +436,9 @@ typedef struct xf_share_options {
  * XF_ENOMEM. */
 XF_EXPORT int xf_share_open(xf_share **out, const xf_share_options *opts);
 
-/* Frees the share (NULL-safe): after every client using it is closed. Its
+/* Closes the share (NULL-safe). Clients opened with it hold a reference: a
+ * share closed before them (a garbage collector's order) is freed with the
+ * last one's xf_client_close, and serves them until then. Its
  * refresh workers (background_refresh) stop taking refreshes; queued ones
  * are dropped (their leases expire), running ones are waited for up to
  * XF_REFRESH_DRAIN_MS, then abandoned (they finish their loader and drop its
