@@ -19,6 +19,8 @@ typedef struct xf__batch_group {
   xf__cmd *cmd;
   int reload;              /* NOSCRIPT: load read_many, send cmd again */
   struct xf__clock *clock; /* whose server answered (cmd->clock_out): each flow's */
+  xf__track track;         /* whose tracking it came under (cmd->track_out): each
+                              flow's, so its read fills the near cache */
 } xf__batch_group;
 
 typedef struct batch {
