@@ -220,14 +220,18 @@ ParameterizedTest(int *format, near_batch, near_redis_and_missing_keys_in_one_ca
 
 typedef struct leader {
   env *e;
+  xf_client *c; /* NULL: e->other */
+  const char *key;
+  int sleep_ms; /* 400 unless told */
   int rc;
   int64_t done_ms;
 } leader;
 
 static int slow_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
-  (void)ud, (void)key, (void)keylen;
+  (void)key, (void)keylen;
+  const leader *l = ud;
   __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
-  xft_sleep_ms(400);
+  xft_sleep_ms(l->sleep_ms ? l->sleep_ms : 400);
   return xf_sink_set(sink, "slow", 4);
 }
 
@@ -235,7 +239,9 @@ static void *lead(void *arg) { /* another process's client, holding the lease */
   leader *l = arg;
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
-  l->rc = xf_get_or_compute(l->e->other, "nb:slow", 7, &p, slow_loader, NULL, &v);
+  const char *key = l->key ? l->key : "nb:slow";
+  l->rc = xf_get_or_compute(l->c ? l->c : l->e->other, key, strlen(key), &p, slow_loader, l,
+                            &v);
   l->done_ms = xft_now_ms();
   xf_value_free(&v);
   return NULL;
@@ -302,5 +308,45 @@ ParameterizedTest(int *format, near_batch, waiters_are_woken_by_the_write) {
   cr_assert_leq(n, 10 + 3 * 6, "%lld commands: the waiters polled", n);
   cr_assert_lt(lag_ms, 150, "a waiter came back %lld ms after the write",
                (long long)lag_ms);
+  env_close(&e);
+}
+
+/* One batch waiting for two keys that two other clients load (300 and
+ * 400 ms): each write wakes the key's wait (the batch's wake pipe: the keys
+ * are in different shards of the near cache). */
+ParameterizedTestParameters(near_batch,
+                            a_batch_waiting_for_two_keys_is_woken_by_each_write) {
+  return cr_make_param_array(int, formats, 2);
+}
+ParameterizedTest(int *format, near_batch,
+                  a_batch_waiting_for_two_keys_is_woken_by_each_write) {
+  env e;
+  env_open(&e, *format);
+  xf_client *third = client_of(&e, NULL);
+  long long before = sent(e.r);
+  leader l[2] = {{.e = &e, .key = "nb:s1", .sleep_ms = 300},
+                 {.e = &e, .c = third, .key = "nb:s2", .sleep_ms = 400}};
+  pthread_t lt[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&lt[i], NULL, lead, &l[i]);
+  static const char *const ks[2] = {"nb:s1", "nb:s2"};
+  char got[2][32];
+  xft_sleep_ms(50);
+  batch(e.c, 2, ks, got);
+  int64_t done_ms = xft_now_ms();
+  for (int i = 0; i < 2; i++) {
+    pthread_join(lt[i], NULL);
+    cr_assert_eq(l[i].rc, XF_OK);
+    cr_assert_str_eq(got[i], "slow");
+  }
+  cr_assert_eq(calls, 2);
+  long long n = sent(e.r) - before;
+  int64_t lag_ms = done_ms - l[1].done_ms;
+  cr_log_info("format %d: a batch waiting for 2 keys: %lld commands, back %lld ms after "
+              "the last write",
+              *format, n, (long long)lag_ms);
+  cr_assert_leq(n, 2 * 10 + 12, "%lld commands: the waits polled", n);
+  cr_assert_lt(lag_ms, 150, "back %lld ms after the last write", (long long)lag_ms);
+  xf_client_close(third);
   env_close(&e);
 }
