@@ -186,14 +186,26 @@ int sc_batch(const bench_env *e, scenario_out *out) {
   drv_keys(&mk, e, "mget", BATCH_KEYS);
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 3600000;
-  xf_client *c = drv_client(e->t);
-  way w[3] = {{.name = "mget"}, {.name = "many"}, {.name = "sequential"}};
+  xf_client *c = drv_client(e->t), *nc = NULL;
+  /* many_near: the same batch on a client whose share keeps a near cache:
+   * its first batch fills it, the next are served from it (issue 20) */
+  xf_share *share = NULL;
+  xf_share_options so = {.near_cache_bytes = 1u << 22};
+  xf_options no = target_options(e->t);
+  if (xf_share_open(&share, &so) == XF_OK) {
+    no.share = share;
+    if (xf_client_open(&nc, &no) != XF_OK)
+      nc = NULL;
+  }
+  way w[4] = {
+      {.name = "mget"}, {.name = "many"}, {.name = "sequential"}, {.name = "many_near"}};
   int rc = -1;
-  if (!c || drv_warm(c, &k, &p) || plain_keys(e->rc, &mk))
+  if (!c || !nc || drv_warm(c, &k, &p) || plain_keys(e->rc, &mk))
     goto done;
   if (measure(&w[0], 0, iters, e->rc, c, &k, &mk, &p) ||
       measure(&w[1], 1, iters, e->rc, c, &k, &mk, &p) ||
-      measure(&w[2], 2, seq_iters, e->rc, c, &k, &mk, &p))
+      measure(&w[2], 2, seq_iters, e->rc, c, &k, &mk, &p) ||
+      measure(&w[3], 1, iters, e->rc, nc, &k, &mk, &p))
     goto done;
   double vs_mget = w[1].p50 / w[0].p50, vs_seq = w[2].p50 / w[1].p50;
   goal_set("batch_vs_mget", vs_mget);
@@ -205,28 +217,35 @@ int sc_batch(const bench_env *e, scenario_out *out) {
            "\"many_p99_us\": %.0f, \"sequential_p50_us\": %.0f, \"sequential_p99_us\": "
            "%.0f, \"mget_cmds\": %.1f, \"many_cmds\": %.1f, \"sequential_cmds\": %.1f, "
            "\"many_round_trips\": %.1f, \"sequential_round_trips\": %.1f, "
-           "\"many_over_mget\": %.2f, \"sequential_over_many\": %.2f}",
+           "\"many_over_mget\": %.2f, \"sequential_over_many\": %.2f, "
+           "\"many_near_p50_us\": %.0f, \"many_near_p99_us\": %.0f, \"many_near_cmds\": "
+           "%.2f}",
            BATCH_KEYS, sizeof VALUE - 1, iters, seq_iters, w[0].p50, w[0].p99, w[1].p50,
            w[1].p99, w[2].p50, w[2].p99, w[0].cmds, w[1].cmds, w[2].cmds, w[1].reads,
-           w[2].reads, vs_mget, vs_seq);
+           w[2].reads, vs_mget, vs_seq, w[3].p50, w[3].p99, w[3].cmds);
   printf("\nbatch: %d warm keys, %zu-byte values; per batch of %d (%zu batches, "
          "sequential %zu)\n",
          BATCH_KEYS, sizeof VALUE - 1, BATCH_KEYS, iters, seq_iters);
   printf("%-12s %9s %9s %12s %14s %13s\n", "way", "p50 us", "p99 us", "server cmds",
          "server us", "round trips");
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     printf("%-12s %9.0f %9.0f %12.1f %14.1f %13.1f\n", w[i].name, w[i].p50, w[i].p99,
            w[i].cmds, w[i].server_us, w[i].reads);
   printf("  many/mget p50 = %.2fx (goal <= 1.3x: %s); sequential/many p50 = %.1fx (goal "
          ">= 20x: %s)\n",
          vs_mget, vs_mget <= 1.3 ? "met" : "missed", vs_seq,
          vs_seq >= 20 ? "met" : "missed");
+  printf("  many_near: the batch with a near cache (its share's near_cache_bytes 4 MiB): "
+         "many_near/many p50 = %.2fx\n",
+         w[3].p50 / w[1].p50);
   printf("  (per batch; server cmds and us from INFO commandstats, round trips as the "
          "server's socket reads, INFO stats total_reads_processed)\n");
   rc = 0;
 done:
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     free(w[i].us);
+  xf_client_close(nc);
+  xf_share_close(share);
   xf_client_close(c);
   return rc;
 }

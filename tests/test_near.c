@@ -340,8 +340,8 @@ Test(near, waiters_are_woken_by_the_write) {
   env_close(&e);
 }
 
-/* The batch driver is served from the near cache key by key (its reads, one
- * read_many script, do not fill it: the blocking reads did). */
+/* The batch driver is served from the near cache key by key (kept here by
+ * the blocking reads; its own first round fills it too: test_near_batch.c). */
 Test(near, a_batch_is_served_near) {
   near_env e;
   env_open(&e);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cluster.h"
+#include "cluster_calls.h"
 #include "cluster_failover.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
@@ -113,6 +114,53 @@ Test(near_cluster, every_node_tracks_and_invalidates) {
     snprintf(key, sizeof key, "nc:%d", i);
     expect_soon(c, key, "new");
   }
+  xf_client_close(other);
+  xf_client_close(c);
+  xf_share_close(s);
+}
+
+/* The batch driver on the cluster: its first round (one read per slot,
+ * keys on every master) fills the near cache, so its next call is all near
+ * hits; a key written elsewhere is read again, the others stay near. */
+static void many(xf_client *c, size_t n, const char *const *keys, const char *want3,
+                 const char *want) {
+  size_t lens[NKEYS];
+  xf_value v[NKEYS];
+  int rcs[NKEYS];
+  for (size_t i = 0; i < n; i++)
+    lens[i] = strlen(keys[i]);
+  xf_policy p = XF_POLICY_INIT;
+  int calls = 0;
+  cr_assert_eq(xf_get_or_compute_many(c, n, keys, lens, &p, xft_key_loader, &calls, v, rcs),
+               XF_OK);
+  cr_assert_eq(calls, 0);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq(rcs[i], XF_OK, "%s: %s", keys[i], xf_strerror(rcs[i]));
+    cr_assert_str_eq(v[i].data, i == 3 ? want3 : want, "%s", keys[i]);
+    xf_value_free(&v[i]);
+  }
+}
+
+Test(near_cluster, a_batch_fills_and_is_served_from_the_near_cache) {
+  xf_share *s = near_share();
+  xf_client *c = open_client(s), *other = open_client(NULL);
+  char names[NKEYS][16];
+  const char *keys[NKEYS];
+  for (int i = 0; i < NKEYS; i++) { /* 3 keys in each of 4 slots */
+    snprintf(names[i], sizeof names[i], "{nb%d}:%d", i % 4, i);
+    keys[i] = names[i];
+    put(other, keys[i], "old");
+  }
+  many(c, NKEYS, keys, "old", "old");
+  uint64_t hits = near_hits(c);
+  many(c, NKEYS, keys, "old", "old");
+  cr_assert_eq(near_hits(c) - hits, NKEYS, "the first batch did not fill the near cache");
+  uint64_t seen = xf__near_invalidations(xf__share_near(s));
+  put(other, keys[3], "new");
+  await_invalidations(s, seen);
+  hits = near_hits(c);
+  many(c, NKEYS, keys, "new", "old");
+  cr_assert_eq(near_hits(c) - hits, NKEYS - 1);
   xf_client_close(other);
   xf_client_close(c);
   xf_share_close(s);

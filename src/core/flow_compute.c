@@ -275,12 +275,14 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
     f->pending |= PENDING_WAIT;
     f->woke_ms = now_ms;
   }
-  /* With a near cache, the blocking and pool drivers end the wait when the
-   * key is invalidated (its value written: drive.c), and so does a sans-I/O
-   * driver with a wake pipe (xf_call_wake_open), and xf_async, whose loop
-   * watches that pipe (async_wake.c); the poll is the fallback. */
+  /* With a near cache, the blocking, pool and batch drivers end the wait
+   * when the key is invalidated (its value written: drive.c, batch_wait.c),
+   * and so does a sans-I/O driver with a wake pipe (xf_call_wake_open), and
+   * xf_async, whose loop watches that pipe (async_wake.c); the poll is the
+   * fallback. */
   f->wake_on_write =
       f->c->near && (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
+                     f->driver == XF_DRIVER_BATCH ||
                      ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
                       f->c->near_wake_fd > 0));
   f->wake_ms = now_ms + (f->wake_on_write && WAIT_POLL_NEAR_MS < left_ms

@@ -32,6 +32,7 @@ static int batch_open(batch *b, xf_client *c, size_t n) {
 }
 
 static void batch_close(batch *b) {
+  xf__batch_wake_close(b);
   free(b->flows);
   free(b->steps);
   free(b->cmds);
@@ -128,7 +129,8 @@ static size_t load_all(batch *b, const batch_loaders *l) {
   return k;
 }
 
-/* Sleeps until the earliest waiter is due and wakes every flow due by then. */
+/* Sleeps until the earliest waiter is due (or, with a near cache, a waited
+ * key is written: batch_wait.c) and wakes every flow due by then. */
 static size_t wake_due(batch *b) {
   int64_t first = INT64_MAX;
   for (size_t i = 0; i < b->n; i++)
@@ -136,11 +138,12 @@ static size_t wake_due(batch *b) {
       first = b->flows[i].wake_ms;
   if (first == INT64_MAX)
     return 0;
-  int stop = xf__drive_sleep(&b->flows[0], first); /* ends every wait */
+  int stop = xf__batch_sleep(b, first); /* ends every wait */
   int64_t now_ms = xf__now_ms();
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++)
-    if (b->steps[i] == XF_STEP_WAIT && (stop || b->flows[i].wake_ms <= now_ms)) {
+    if (b->steps[i] == XF_STEP_WAIT &&
+        (stop || b->flows[i].wake_ms <= now_ms || xf__batch_woken(b, i))) {
       b->steps[i] =
           stop ? xf__flow_cancel(&b->flows[i]) : xf__flow_woke(&b->flows[i], now_ms);
       k++;

@@ -19,6 +19,8 @@ typedef struct xf__batch_group {
   xf__cmd *cmd;
   int reload;              /* NOSCRIPT: load read_many, send cmd again */
   struct xf__clock *clock; /* whose server answered (cmd->clock_out): each flow's */
+  xf__track track;         /* whose tracking it came under (cmd->track_out): each
+                              flow's, so its read fills the near cache */
 } xf__batch_group;
 
 typedef struct batch {
@@ -39,8 +41,9 @@ typedef struct batch {
   int64_t lease_ms;        /* the policy's */
   size_t loaded;           /* per-key loads run so far, and their time */
   int64_t load_us;
-  xf__flow **order; /* the batch loader's keys by key, and how each */
-  int *roles;       /* gets its value (batch_load.c; lazily) */
+  xf__flow **order;     /* the batch loader's keys by key, and how each */
+  int *roles;           /* gets its value (batch_load.c; lazily) */
+  int wake_rd, wake_wr; /* > 0: the wake pipe of several waits (batch_wait.c) */
 } batch;
 
 /* The first round: the read of every flow still at its first SEND, in one
@@ -53,5 +56,16 @@ void xf__batch_read_all(batch *b);
 /* The flows who[0..k), at their LOAD, loaded with one call of l->many:
  * through the client's share for those failing open (see batch_load.c). */
 void xf__batch_load_many(batch *b, const batch_loaders *l, size_t k);
+
+/* Sleeps until driver ms wake_ms, or (a near cache) until the key of a flow
+ * waiting with wake_on_write is invalidated since its read: 0 then, 1 when
+ * the interrupt asked to stop (batch_wait.c). */
+int xf__batch_sleep(batch *b, int64_t wake_ms);
+
+/* Whether flow i waits for a key invalidated since its read: due now. */
+int xf__batch_woken(const batch *b, size_t i);
+
+/* Closes the wake pipe, if the batch opened one. */
+void xf__batch_wake_close(batch *b);
 
 #endif

@@ -66,7 +66,7 @@ static size_t group(batch *b) {
     for (e = s + 1; e < k && e - s < READ_MANY_MAX_KEYS; e++)
       if (ks && ks[e].slot != ks[s].slot)
         break;
-    b->groups[ng++] = (xf__batch_group){s, e - s, NULL, 0, NULL};
+    b->groups[ng++] = (xf__batch_group){s, e - s, NULL, 0, NULL, {0}};
   }
   free(ks);
   return ng;
@@ -93,6 +93,9 @@ static void encode(batch *b, size_t ng, int plain) {
         xf__entry_read_many_cmd(grp->cmd, grp->count, b->keys + grp->first,
                                 b->lens + grp->first);
       grp->cmd->clock_out = &grp->clock; /* the flows learn the server's clock */
+      if (b->c->near) /* and whether their values may be kept near (each flow's
+                         pending marker was taken when it started: before this) */
+        grp->cmd->track_out = &grp->track;
     }
     b->cmds[g] = grp->cmd;
   }
@@ -128,6 +131,7 @@ static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
   for (size_t j = 0; j < grp->count; j++) {
     size_t i = b->who[grp->first + j];
     b->flows[i].clock = grp->clock;
+    b->flows[i].track = grp->track; /* read_done offers its value to the near cache */
     b->flows[i].plain_read = plain; /* its part: GET's reply, or the read script's */
     b->steps[i] = xf__flow_reply(&b->flows[i], rc, rc == XF_OK ? parts[j] : NULL, now_ms);
   }

@@ -183,3 +183,40 @@ def test_exit_without_close_does_not_crash(server, prefix):
     done = subprocess.run([sys.executable, "-c", EXIT_WITHOUT_CLOSE, server.url, prefix],
                           capture_output=True, timeout=60)
     assert done.returncode == 0, (done.returncode, done.stderr.decode())
+
+
+def reads_sent(admin):
+    """Every command a read may be (a read script's inner commands included)."""
+    st = admin.info("commandstats")
+    return sum(st.get(f"cmdstat_{c}", {}).get("calls", 0)
+               for c in ("hmget", "get", "mget", "evalsha", "evalsha_ro"))
+
+
+@pytest.mark.parametrize("entry_format", [1, 2])
+def test_get_many_is_served_near(face, server, admin, prefix, entry_format):
+    """get_many (the sync face: the C batch driver; asyncio: one call per
+    key) keeps what its first call read, and serves the next calls from the
+    near cache: 20 calls of 20 keys are 400 near hits, sending (almost)
+    nothing; a key written elsewhere is read again."""
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20,
+                      entry_format=entry_format)
+    other = xfetch.Cache(server.url, prefix=prefix, entry_format=entry_format)
+    keys = [f"many{i}" for i in range(20)]
+    loader = face.loader(lambda k: b"loaded")
+    try:
+        for k in keys:
+            other.set(k, b"v", ttl=60)
+        want = {k: b"v" for k in keys}
+        assert face.run(near.get_many(keys, loader, ttl=60)) == want
+        hits, sent = near.stats()["near_hits"], reads_sent(admin)
+        for _ in range(20):
+            assert face.run(near.get_many(keys, loader, ttl=60)) == want
+        assert near.stats()["near_hits"] - hits == 400
+        assert reads_sent(admin) - sent <= 5
+        other.set("many3", b"w", ttl=60)
+        deadline = time.monotonic() + 5
+        while face.run(near.get_many(keys, loader, ttl=60))["many3"] != b"w":
+            assert time.monotonic() < deadline, "the write from elsewhere was never seen"
+            time.sleep(0.001)
+    finally:
+        other.close()
