@@ -3,21 +3,22 @@
 -- "--#include entry_read.lua", so every script judges an entry alike).
 -- An entry is in one of two formats (README, "The entry on Redis"):
 -- format 1, a hash (v d e s l n f); format 2, one string: a header of 14 to
--- 40 bytes (pack2 below) followed by the value's bytes. Every script reads both; what
--- a script creates is in the format its caller asks for.
+-- 40 bytes (pack2 below) followed by the value's bytes. Every script reads
+-- both; what a script creates is in the format its caller asks for.
 -- server_now() is the server's time in ms.
 -- entry(key, now) reads the entry and judges it: a field is malformed unless
 -- it is as xfetch writes it (d, e, s and the lease's deadline within bounds:
 -- d at most 2^40 us, e within 2^41 ms of now, s at most a day ahead of now
 -- (clock skew), the deadline at most 2^40 ms ahead; n "1"; e present with v;
 -- format 2: magic, version 3, flags, the fields they announce all there and
--- a lease slot without a lease zero). A malformed entry (t.bad: an old writer, a manual fix, another
--- tool) is a miss: t.v is false, its s is ignored and a malformed lease is
--- dead, so the next computation overwrites it instead of being refused
--- forever. A string that does not start with format 2's magic byte is not
--- an entry: the script fails with WRONGTYPE, as it does on a list or a set,
--- and leaves it untouched. t.v of a format-2 entry read without its value (header only) is
--- true: entry_value(key, t) fetches it.
+-- a lease slot without a lease zero). A malformed entry (t.bad: an old
+-- writer, a manual fix, another tool) is a miss: t.v is false, its s is
+-- ignored and a malformed lease is dead, so the next computation overwrites
+-- it instead of being refused forever. A string that does not start with
+-- format 2's magic byte is not an entry: the script fails with WRONGTYPE, as
+-- it does on a list or a set, and leaves it untouched. t.v of a format-2
+-- entry read without its value (header only) is true: entry_value(key, t)
+-- fetches it (t.hlen: its header's length).
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
 -- negative, expiry_ms}, or {false, 0, 0, lease_live, malformed, now_ms} when
 -- there is no value to serve (malformed 1: the entry is malformed).
