@@ -27,7 +27,7 @@ DRIVER_FIELDS = {
 HIT_COST_SIZE = ["value_bytes", "get_server_us", "hit_server_us", "hit_server_all_cmds_us",
                  "server_ratio", "get_p50_us", "hit_p50_us", "client_ratio"]
 HIT_COST_MEMORY = ["value_bytes", "entries", "set_bytes", "set_px_bytes", "xfetch_bytes",
-                   "ratio"]
+                   "ratio", "ratio_set_px"]
 HIT_OVERHEAD_RATIOS = ["xfetch_over_raw_get_p50_1conn", "xfetch_over_raw_get_rps_1conn",
                        "xfetch_over_raw_get_p50_50conn", "xfetch_over_raw_get_rps_50conn"]
 # Issue 19's goals each scenario measures in every run (hit_cost's depend on

@@ -28,15 +28,13 @@ static const char WRITE_LUA[] =
     "return 1\n";
 
 /* The same entry in the library's format 2 (src/core/entry_string.c: the
- * 40-byte header, flags value | s, then the value), for the library's
- * strategy to read with GET. */
+ * 20-byte header of version 3, flags value | s, then the value), for the
+ * library's strategy to read with GET. */
 static const char WRITE2_LUA[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local ttl = tonumber(ARGV[3])\n"
-    "local h = struct.pack('>BBBI5I6I6I6c8I6', 248, 2, 9, tonumber(ARGV[2]), now + ttl, "
-    "now,\n"
-    "                      0, string.rep('\\0', 8), 0)\n"
+    "local h = struct.pack('>BBBI5I6I6', 248, 3, 9, tonumber(ARGV[2]), now + ttl, now)\n"
     "redis.call('SET', KEYS[1], h .. ARGV[1], 'PX', ttl)\n"
     "return 1\n";
 

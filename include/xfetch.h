@@ -291,8 +291,8 @@ typedef struct xf_options {
 typedef enum xf_entry_format {
   XF_ENTRY_DEFAULT = 0, /* XF_ENTRY_HASH in this version */
   XF_ENTRY_HASH = 1,    /* format 1: a hash (v d e s l n f); a hit is one HMGET */
-  XF_ENTRY_STRING = 2   /* format 2: one string, a 40-byte header and the value;
-                           a hit is one GET */
+  XF_ENTRY_STRING = 2   /* format 2: one string, a header (20 bytes for a plain
+                           value) and the value; a hit is one GET */
 } xf_entry_format;
 
 #define XF_OPTIONS_INIT                                                                    \

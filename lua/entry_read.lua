@@ -2,22 +2,23 @@
 -- (cmake/embed_lua.cmake pastes this file where a script has the line
 -- "--#include entry_read.lua", so every script judges an entry alike).
 -- An entry is in one of two formats (README, "The entry on Redis"):
--- format 1, a hash (v d e s l n f); format 2, one string: a 40-byte header
--- (pack2 below) followed by the value's bytes. Every script reads both; what
--- a script creates is in the format its caller asks for.
+-- format 1, a hash (v d e s l n f); format 2, one string: a header of 14 to
+-- 40 bytes (pack2 below) followed by the value's bytes. Every script reads
+-- both; what a script creates is in the format its caller asks for.
 -- server_now() is the server's time in ms.
 -- entry(key, now) reads the entry and judges it: a field is malformed unless
 -- it is as xfetch writes it (d, e, s and the lease's deadline within bounds:
 -- d at most 2^40 us, e within 2^41 ms of now, s at most a day ahead of now
 -- (clock skew), the deadline at most 2^40 ms ahead; n "1"; e present with v;
--- format 2: magic, version, flags and the zero fields their flags leave
--- unset). A malformed entry (t.bad: an old writer, a manual fix, another
--- tool) is a miss: t.v is false, its s is ignored and a malformed lease is
--- dead, so the next computation overwrites it instead of being refused
--- forever. A string that does not start with format 2's magic byte is not
--- an entry: the script fails with WRONGTYPE, as it does on a list or a set,
--- and leaves it untouched. t.v of a format-2 entry read without its value (header only) is
--- true: entry_value(key, t) fetches it.
+-- format 2: magic, version 3, flags, the fields they announce all there and
+-- a lease slot without a lease zero). A malformed entry (t.bad: an old
+-- writer, a manual fix, another tool) is a miss: t.v is false, its s is
+-- ignored and a malformed lease is dead, so the next computation overwrites
+-- it instead of being refused forever. A string that does not start with
+-- format 2's magic byte is not an entry: the script fails with WRONGTYPE, as
+-- it does on a list or a set, and leaves it untouched. t.v of a format-2
+-- entry read without its value (header only) is true: entry_value(key, t)
+-- fetches it (t.hlen: its header's length).
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
 -- negative, expiry_ms}, or {false, 0, 0, lease_live, malformed, now_ms} when
 -- there is no value to serve (malformed 1: the entry is malformed).
@@ -38,11 +39,22 @@ local function judge_uint(t, x, max)
   return nil
 end
 
--- Format 2's header: magic 0xF8, version 2, flags (1 value, 2 negative,
--- 4 lease, 8 s, 16 f), d (5 bytes: at most 2^40 - 1), e, s, lease deadline (6 bytes each),
--- lease token (8 bytes: the first 8 of SHA1(token)), f (6 bytes); integers
--- big-endian, a field whose flag is unset is zero.
-local HEADER, LAYOUT, NO_TOKEN = 40, '>BBBI5I6I6I6c8I6', string.rep('\0', 8)
+-- Format 2's header (version 3): a fixed part, magic 0xF8, version 3, flags
+-- (1 value, 2 negative, 4 lease, 8 s, 16 f, 32 lease slot), d (5 bytes: at
+-- most 2^40 - 1), e (6 bytes); then, each only when its flag is set, in this
+-- order: s (6 bytes), f (6 bytes), the lease slot: deadline (6 bytes) and
+-- token (8 bytes: the first 8 of SHA1(token)). Integers big-endian; d and e
+-- are zero without a value, a slot without a lease is zero. A value of SLOT_AT
+-- bytes or more is written with the slot, so that a lease rewrites only the
+-- header (SETRANGE); a smaller one gets it from its first lease (the string
+-- rewritten, its value copied: a few dozen bytes) and keeps it until its next
+-- write. Another version (2: an unreleased 40-byte layout) is malformed.
+local FIXED, HEADER_MAX, SLOT_AT, NO_TOKEN = 14, 40, 256, string.rep('\0', 8)
+
+local function header_len(flags)
+  local has = function(bit) return math.floor(flags / bit) % 2 == 1 end
+  return FIXED + (has(8) and 6 or 0) + (has(16) and 6 or 0) + (has(32) and 14 or 0)
+end
 
 local function token_id(token)
   local hex = string.sub(redis.sha1hex(token), 1, 16)
@@ -52,31 +64,35 @@ end
 
 local function entry2(key, now, with_value)
   local raw
-  if with_value then raw = redis.call('GET', key) else raw = redis.call('GETRANGE', key, 0, HEADER - 1) end
+  if with_value then raw = redis.call('GET', key) else raw = redis.call('GETRANGE', key, 0, HEADER_MAX - 1) end
   local t = {kind = 'string', v = false, d = 0, live = 0, n = 0, bad = true}
   if string.byte(raw, 1) ~= 248 then -- not an xfetch entry: left untouched
     error({err = 'WRONGTYPE the key holds a string that is not an xfetch entry'})
   end
-  if #raw < HEADER then return t end
-  local magic, version, flags, d, e, s, dl, tok, f = struct.unpack(LAYOUT, raw)
+  if #raw < FIXED then return t end
+  local _, version, flags, d, e = struct.unpack('>BBBI5I6', raw)
   local has = function(bit) return math.floor(flags / bit) % 2 == 1 end
-  if magic ~= 248 or version ~= 2 or flags >= 32 or (has(2) and not has(1)) or
-     (not has(1) and (d ~= 0 or e ~= 0)) or (not has(8) and s ~= 0) or
-     (not has(4) and (dl ~= 0 or tok ~= NO_TOKEN)) or (not has(16) and f ~= 0) or
-     (not has(1) and (with_value and #raw or redis.call('STRLEN', key)) > HEADER) or (has(8) and s > now + 86400000) or
+  local hlen = header_len(flags)
+  if version ~= 3 or flags >= 64 or #raw < hlen then return t end
+  local at, s, f, dl, tok = FIXED + 1, nil, nil, 0, NO_TOKEN
+  if has(8) then s, at = struct.unpack('>I6', raw, at) end
+  if has(16) then f, at = struct.unpack('>I6', raw, at) end
+  if has(32) then dl, tok = struct.unpack('>I6c8', raw, at) end
+  if (has(2) and not has(1)) or (has(4) and not has(32)) or (not has(1) and (d ~= 0 or e ~= 0)) or
+     (not has(4) and (dl ~= 0 or tok ~= NO_TOKEN)) or
+     (not has(1) and (with_value and #raw or redis.call('STRLEN', key)) > hlen) or (s and s > now + 86400000) or
      dl > now + 2^40 or (has(1) and (e > now + 2^41 or e <= now - 2^41)) then
     return t
   end
-  t.bad = false
+  t.bad, t.hlen, t.slot = false, hlen, has(32)
   if has(4) then
     t.tok, t.deadline = tok, dl
     if dl > now then t.live = 1 end
   end
-  if has(8) then t.s = s end
-  if has(16) then t.f = f end
+  t.s, t.f = s, f
   if has(1) then
     t.v, t.d, t.e, t.n = true, d, e, has(2) and 1 or 0
-    if with_value then t.v = string.sub(raw, HEADER + 1) end
+    if with_value then t.v = string.sub(raw, hlen + 1) end
   end
   return t
 end
@@ -106,7 +122,7 @@ local function entry(key, now, with_value)
 end
 
 local function entry_value(key, t)
-  if t.v == true then return redis.call('GETRANGE', key, HEADER, -1) end
+  if t.v == true then return redis.call('GETRANGE', key, t.hlen, -1) end
   return t.v
 end
 
@@ -121,13 +137,33 @@ local function lease_mine(t, token)
 end
 
 -- The format-2 header of t (fields as entry() gives them; t.v true or a
--- string: the entry holds a value).
+-- string: the entry holds a value; t.slot: keep the lease slot, also when no
+-- lease is held).
 local function pack2(t)
+  local slot = t.slot or t.deadline ~= nil
   local flags = (t.v and 1 or 0) + (t.v and t.n == 1 and 2 or 0) + (t.deadline and 4 or 0) +
-                (t.s and 8 or 0) + (t.f and 16 or 0)
-  local tok = t.deadline and (t.kind == 'string' and t.tok or token_id(t.tok)) or NO_TOKEN
-  return struct.pack(LAYOUT, 248, 2, flags, t.v and math.min(t.d, 2^40 - 1) or 0, t.v and t.e or 0, t.s or 0,
-                     t.deadline or 0, tok, t.f or 0)
+                (t.s and 8 or 0) + (t.f and 16 or 0) + (slot and 32 or 0)
+  local h = struct.pack('>BBBI5I6', 248, 3, flags, t.v and math.min(t.d, 2^40 - 1) or 0, t.v and t.e or 0)
+  if t.s then h = h .. struct.pack('>I6', t.s) end
+  if t.f then h = h .. struct.pack('>I6', t.f) end
+  if slot then
+    local tok = t.deadline and (t.kind == 'string' and t.tok or token_id(t.tok)) or NO_TOKEN
+    h = h .. struct.pack('>I6c8', t.deadline or 0, tok)
+  end
+  return h
+end
+
+-- Rewrites the header of the format-2 entry key (t as entry() read it, then
+-- changed) with pack2(t): in place when its length is the same, else the
+-- string is rewritten (its value copied once), its TTL kept.
+local function put2(key, t)
+  local h = pack2(t)
+  if #h == t.hlen then
+    redis.call('SETRANGE', key, 0, h)
+  else
+    redis.call('SET', key, h .. (t.v and entry_value(key, t) or ''), 'KEEPTTL')
+  end
+  t.hlen = #h
 end
 
 -- t's lease as format 1 writes it ("token:deadline"), or nil.

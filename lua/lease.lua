@@ -2,7 +2,8 @@
 -- KEYS[1] entry key. ARGV[1] token, ARGV[2] lease_ms, ARGV[3] the expiry_ms
 -- the caller read ("0" if none), ARGV[4] the server time of the caller's
 -- first read ("0" if none), ARGV[5] the format a new entry takes ("1" a hash,
--- "2" a string; an existing entry keeps its own, and its value is not copied).
+-- "2" a string; an existing entry keeps its own, and a value of SLOT_AT bytes
+-- or more is not copied: entry_read.lua).
 -- Returns {1, now_ms} won (also when the lease is already this token's: a
 -- retried request); {0, now_ms} lost (a live lease exists); {2, now_ms, value,
 -- delta_us, remaining_ms, 0, negative, expiry_ms} when a newer valid
@@ -33,9 +34,11 @@ elseif t.kind == 'none' or t.bad then -- a new string, or one replacing a malfor
   t = {kind = 'string', tok = token_id(token), deadline = now + lease_ms}
   redis.call('SET', key, pack2(t), 'PX', lease_ms)
   return {1, now}
-else -- in place: the value is not copied
+else -- the header only when it has the lease slot (a value of SLOT_AT bytes or
+  -- more, or leased before): the value is not copied; else the string is
+  -- rewritten with the slot (entry_read.lua's put2)
   t.tok, t.deadline = token_id(token), now + lease_ms
-  redis.call('SETRANGE', key, 0, pack2(t))
+  put2(key, t)
   only_lease = not t.v and not t.s and not t.f
 end
 local pttl = redis.call('PTTL', key)

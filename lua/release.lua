@@ -18,7 +18,7 @@ if t.kind == 'string' then
     redis.call('DEL', key)
     return 1
   end
-  redis.call('SETRANGE', key, 0, pack2(t))
+  put2(key, t) -- the slot stays: the next lease is in place
   if keep and keep > 0 and not t.v and not t.s then redis.call('PEXPIRE', key, keep) end
   return 1
 end

@@ -24,7 +24,7 @@ local mine = lease_mine(t, token)
 if mine or t.lease_bad then
   t.tok, t.deadline = nil, nil
   if t.kind == 'hash' then redis.call('HDEL', key, 'l') end
-  if t.kind == 'string' and mine then redis.call('SETRANGE', key, 0, pack2(t)) end
+  if t.kind == 'string' and mine then put2(key, t) end -- in place: the slot stays
 end
 if (t.s and t.s > start) or (token ~= '' and not mine and redis.call('EXISTS', key) == 1) then
   return 0
@@ -35,7 +35,7 @@ if kind == '2' then
   local pttl = redis.call('PTTL', key)
   if pttl < ttl then pttl = ttl end
   if format == '2' then
-    t.v, t.s, t.f = false, start, now
+    t.v, t.s, t.f, t.slot = false, start, now, nil
     redis.call('SET', key, pack2(t), 'PX', pttl)
     return 1
   end
@@ -51,6 +51,7 @@ local delta = ARGV[3] ~= '' and tonumber(ARGV[3]) or t.d
 delta = (delta and delta > 0) and math.floor(math.min(delta, 2^40)) or 0
 if format == '2' then
   t.v, t.d, t.e, t.s, t.n = true, delta, now + ttl, start, kind == '1' and 1 or 0
+  t.slot = #ARGV[2] >= SLOT_AT -- its leases then rewrite the header only (entry_read.lua)
   redis.call('SET', key, pack2(t) .. ARGV[2], 'PX', ttl + tonumber(ARGV[5]))
   return 1
 end

@@ -41,7 +41,7 @@ static int type_is(redisContext *r, const char *key, const char *want) {
 static redisReply *get_raw(redisContext *r, const char *key) {
   redisReply *rep = xft_cmd(r, "GET %s", key);
   cr_assert_eq(rep->type, REDIS_REPLY_STRING, "%s is not a string", key);
-  cr_assert_geq(rep->len, 40);
+  cr_assert_geq(rep->len, 14);
   return rep;
 }
 
@@ -63,14 +63,14 @@ Test(entry2, a_write_is_one_string_header_then_value) {
   cr_assert_eq(xf_set(c, "e2:layout", 9, "a\0b", 3, &p), XF_OK, "%s", xf_errmsg(c));
   redisReply *rep = get_raw(r, "e2:layout");
   const char *h = rep->str;
-  cr_expect_eq(rep->len, 43);
+  cr_expect_eq(rep->len, 23, "a 20-byte header: the fixed 14 and s");
   cr_expect_eq((unsigned char)h[0], 0xF8);
-  cr_expect_eq(h[1], 2);
+  cr_expect_eq(h[1], 3);
   cr_expect_eq(h[2], H_VALUE | H_S);
   int64_t e = be(h + 8, 6), s = be(h + 14, 6);
   cr_expect(e >= before + 60000 && e <= before + 62000, "e %lld", (long long)e);
   cr_expect(s >= before && s <= before + 2000, "s %lld", (long long)s);
-  cr_expect(memcmp(h + 40, "a\0b", 3) == 0);
+  cr_expect(memcmp(h + 20, "a\0b", 3) == 0);
   freeReplyObject(rep);
   long long pttl = xft_int(r, "PTTL e2:layout");
   cr_expect(pttl > 60000 && pttl <= 65000, "PTTL %lld: ttl + stale", pttl);
@@ -150,8 +150,9 @@ static int peek_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   redisContext *r = xft_redis();
   redisReply *rep = xft_cmd(r, "GET %b", key, keylen);
   pl->len = rep->len;
-  pl->flags = rep->len >= 40 ? rep->str[2] : -1;
-  pl->value_kept = rep->len == 49 && memcmp(rep->str + 40, "old-value", 9) == 0;
+  pl->flags = rep->len >= 14 ? rep->str[2] : -1;
+  pl->value_kept = rep->len == xft_hlen(pl->flags) + 9 &&
+                   memcmp(rep->str + xft_hlen(pl->flags), "old-value", 9) == 0;
   freeReplyObject(rep);
   redisFree(r);
   return 1; /* fails: the lease is released */
@@ -176,12 +177,12 @@ Test(entry2, a_lease_is_taken_and_released_in_place) {
   cr_expect_str_eq(v.data, "old-value");
   cr_expect_eq(v.source, XF_SOURCE_STALE);
   xf_value_free(&v);
-  cr_expect_eq(pl.flags, H_VALUE | H_S | H_LEASE, "the lease, in the header");
+  cr_expect_eq(pl.flags, H_VALUE | H_S | H_LEASE | H_SLOT, "the lease, in the header");
   cr_expect(pl.value_kept, "the value kept beside the lease (%zu bytes)", pl.len);
   redisReply *rep = get_raw(r, "e2:lease");
-  cr_expect_eq(rep->len, 49);
-  cr_expect_eq(rep->str[2], H_VALUE | H_S, "no lease left");
-  cr_expect(memcmp(rep->str + 40, "old-value", 9) == 0);
+  cr_expect_eq(rep->len, 34 + 9);
+  cr_expect_eq(rep->str[2], H_VALUE | H_S | H_SLOT, "no lease left; its slot kept");
+  cr_expect(memcmp(rep->str + 34, "old-value", 9) == 0);
   freeReplyObject(rep);
   long long after = xft_int(r, "PTTL e2:lease");
   cr_expect(after > 0 && after <= pttl, "its PTTL kept: %lld then %lld", pttl, after);
@@ -200,9 +201,9 @@ Test(entry2, a_lease_only_entry_and_a_tombstone_are_headers_with_their_own_ttl) 
                XF_OK);
   cr_expect_eq(won, XF_LEASE_WON);
   redisReply *rep = get_raw(r, "e2:only");
-  cr_expect_eq(rep->len, 40, "the lease only");
-  cr_expect_eq(rep->str[2], H_LEASE);
-  cr_expect_eq(be(rep->str + 20, 6), now + 3000, "its deadline");
+  cr_expect_eq(rep->len, 28, "the lease only: the fixed 14 and the slot");
+  cr_expect_eq(rep->str[2], H_LEASE | H_SLOT);
+  cr_expect_eq(be(rep->str + 14, 6), now + 3000, "its deadline");
   freeReplyObject(rep);
   long long pttl = xft_int(r, "PTTL e2:only");
   cr_expect(pttl > 2000 && pttl <= 3000, "PTTL %lld: the lease's", pttl);
@@ -220,7 +221,7 @@ Test(entry2, a_lease_only_entry_and_a_tombstone_are_headers_with_their_own_ttl) 
   /* A delete leaves a header-only tombstone (s) that refuses older writes. */
   cr_assert_eq(xf_delete(c, "e2:tomb", 7), XF_OK);
   rep = get_raw(r, "e2:tomb");
-  cr_expect_eq(rep->len, 40);
+  cr_expect_eq(rep->len, 20);
   cr_expect_eq(rep->str[2], H_S, "a tombstone: s only");
   int64_t s = be(rep->str + 14, 6);
   freeReplyObject(rep);

@@ -1,7 +1,9 @@
 /* Format-2 entries (one string: header + value) that xfetch never writes: a
- * header of another version, an unknown flag, a field its flags leave unset
- * that is not zero, a time out of the scripts' bounds (d, 5 bytes, cannot
- * exceed its bound of 2^40 us), a header cut short:
+ * header of another version (2, the unreleased 40-byte layout, among them),
+ * an unknown flag, a lease without its slot, a slot without a lease that is
+ * not zero, flags announcing a field past the string's end, a time out of
+ * the scripts' bounds (d, 5 bytes, cannot exceed its bound of 2^40 us), a
+ * header cut short:
  * each is a miss, counted in stats.malformed, recomputed and overwritten, on
  * the hit path (GET, judged in C), the read script's path (judged in Lua),
  * the batch (MGET) and xf_get. A string that does not start with the magic
@@ -22,11 +24,17 @@ typedef struct bad_case {
 
 static void version(xft_header *h, long long now, size_t *vlen) {
   (void)now, (void)vlen;
-  h->version = 3;
+  h->version = 4;
+}
+/* The unreleased 40-byte layout (every field, fixed), as it wrote a value. */
+static void format_2_layout(xft_header *h, long long now, size_t *vlen) {
+  (void)now, (void)vlen;
+  h->version = 2;
+  h->layout = 2;
 }
 static void unknown_flag(xft_header *h, long long now, size_t *vlen) {
   (void)now, (void)vlen;
-  h->flags |= 32;
+  h->flags |= 64;
 }
 static void negative_without_value(xft_header *h, long long now, size_t *vlen) {
   (void)now;
@@ -45,21 +53,35 @@ static void bytes_without_value(xft_header *h, long long now, size_t *vlen) {
   h->flags = H_S;
   h->d = h->e = 0;
 }
-static void start_without_flag(xft_header *h, long long now, size_t *vlen) {
-  (void)now, (void)vlen;
-  h->flags = H_VALUE;
+static void lease_without_slot(xft_header *h, long long now, size_t *vlen) {
+  (void)vlen;
+  h->flags |= H_LEASE;
+  h->deadline = now + 5000;
 }
 static void lease_without_flag(xft_header *h, long long now, size_t *vlen) {
   (void)vlen;
+  h->flags |= H_SLOT;
   h->deadline = now + 5000;
 }
 static void token_without_flag(xft_header *h, long long now, size_t *vlen) {
   (void)now, (void)vlen;
+  h->flags |= H_SLOT;
   h->token[7] = 1;
 }
-static void marker_without_flag(xft_header *h, long long now, size_t *vlen) {
-  (void)vlen;
+/* The flags announce f, the string ends before it (a tombstone). */
+static void marker_past_the_end(xft_header *h, long long now, size_t *vlen) {
+  h->flags = H_S | H_F;
+  h->d = h->e = 0;
   h->f = now;
+  h->omit = H_F;
+  *vlen = 0;
+}
+/* The flags announce the lease slot, the string ends inside it. */
+static void slot_cut_short(xft_header *h, long long now, size_t *vlen) {
+  (void)now;
+  h->flags |= H_SLOT;
+  h->omit = H_SLOT;
+  *vlen = 6;
 }
 static void expiry_too_far(xft_header *h, long long now, size_t *vlen) {
   (void)vlen;
@@ -71,21 +93,23 @@ static void start_ahead(xft_header *h, long long now, size_t *vlen) {
 }
 static void deadline_too_far(xft_header *h, long long now, size_t *vlen) {
   (void)vlen;
-  h->flags |= H_LEASE;
+  h->flags |= H_LEASE | H_SLOT;
   h->deadline = now + ((int64_t)1 << 42);
   h->token[0] = 1;
 }
 
 static const bad_case cases[] = {
     {"version", version},
+    {"format_2_layout", format_2_layout},
     {"unknown_flag", unknown_flag},
     {"negative_without_value", negative_without_value},
     {"delta_without_value", delta_without_value},
     {"bytes_without_value", bytes_without_value},
-    {"start_without_flag", start_without_flag},
+    {"lease_without_slot", lease_without_slot},
     {"lease_without_flag", lease_without_flag},
     {"token_without_flag", token_without_flag},
-    {"marker_without_flag", marker_without_flag},
+    {"marker_past_the_end", marker_past_the_end},
+    {"slot_cut_short", slot_cut_short},
     {"expiry_too_far", expiry_too_far},
     {"start_ahead", start_ahead},
     {"deadline_too_far", deadline_too_far},
@@ -123,8 +147,8 @@ static void expect_rewritten(redisContext *r, const char *key) {
   redisReply *rep = xft_cmd(r, "GET %s", key);
   cr_assert_eq(rep->type, REDIS_REPLY_STRING, "%s", key);
   const unsigned char *h = (const unsigned char *)rep->str;
-  cr_expect(rep->len == 45 && h[0] == 0xF8 && h[1] == 2 && h[2] == (H_VALUE | H_S) &&
-                memcmp(rep->str + 40, "fresh", 5) == 0,
+  cr_expect(rep->len == 25 && h[0] == 0xF8 && h[1] == 3 && h[2] == (H_VALUE | H_S) &&
+                memcmp(rep->str + 20, "fresh", 5) == 0,
             "%s: not rewritten", key);
   freeReplyObject(rep);
 }
@@ -237,12 +261,12 @@ Test(malformed2, xf_get_is_not_found_and_leaves_it) {
 Test(malformed2, a_header_cut_short_is_malformed) {
   redisContext *r = xft_redis();
   xf_client *c = client2();
-  freeReplyObject(xft_cmd(r, "SET malformed2:short %b", "\xf8\x02\x01", (size_t)3));
+  freeReplyObject(xft_cmd(r, "SET malformed2:short %b", "\xf8\x03\x01", (size_t)3));
   xft_loader l = {.value = "fresh", .len = 5};
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   for (int round = 0; round < 2; round++) { /* the script's judgment, then C's */
-    freeReplyObject(xft_cmd(r, "SET malformed2:short %b", "\xf8\x02\x01", (size_t)3));
+    freeReplyObject(xft_cmd(r, "SET malformed2:short %b", "\xf8\x03\x01", (size_t)3));
     uint64_t before = malformed(c);
     cr_assert_eq(xf_get_or_compute(c, "malformed2:short", 16, &p, xft_load, &l, &v), XF_OK);
     cr_expect_str_eq(v.data, "fresh");

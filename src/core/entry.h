@@ -83,8 +83,8 @@ void xf__entry_read_many_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys
 /* The hit path's read (entry_fields.c): HMGET key v d e s l n, no script. */
 void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen);
 
-/* Format 2 (entry_string.c): one string, the header then the value. */
-#define XF_ENTRY2_HEADER 40
+/* Format 2 (entry_string.c): one string, the header (14 to 40 bytes, as
+ * its flags say) then the value. */
 /* The hit path's read of a format-2 entry: GET key. */
 void xf__entry_get_cmd(xf__cmd *cmd, const char *key, size_t keylen);
 /* The hit path's read of nkeys format-2 entries: MGET (in Redis Cluster all
@@ -112,11 +112,11 @@ int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
 
 /* Copies a top-level string reply of len bytes from src into dst (len + 1
  * bytes): as is, or, when it starts as a format-2 entry (magic and version,
- * at least a header long: a GET of an entry), value first and header after
- * it, so that a hit hands the buffer to its caller without moving the value.
- * Returns what the reply's integer field must say: XF_ENTRY2_HEADER when
- * rotated so, else 0. The reader (src/io/reader.c) builds every top-level
- * string with it; xf__entry_parse_string reads both layouts. */
+ * at least the header its flags announce long: a GET of an entry), value
+ * first and header after it, so that a hit hands the buffer to its caller
+ * without moving the value. Returns what the reply's integer field must
+ * say: the header's length when rotated so, else 0. The reader (src/io/reader.c) builds
+ * every top-level string with it; xf__entry_parse_string reads both layouts. */
 long long xf__entry_string_copy(char *dst, const char *src, size_t len);
 
 /* GET's reply (a string or nil) -> *out, judged as xf__entry_parse_fields

@@ -6,23 +6,36 @@
  * when its deadline is past hi. The value is not copied: it points into the
  * reply, past the header.
  *
- * The header (XF_ENTRY2_HEADER bytes, integers big-endian):
- *   0 magic 0xF8 (never in UTF-8 text)   1 version 2   2 flags
- *   3 d (5 bytes, us: below 2^40, the scripts' bound, by construction)   8 e (6, ms)   14 s
- * (6, ms) 20 lease deadline (6, ms)   26 lease token id (8)   34 f (6, ms) flags: 1 value,
- * 2 negative, 4 lease, 8 s, 16 f; a field whose flag is unset is zero, and only an entry
- * with a value has bytes past the header. A string whose first byte is not the magic is not
- * an entry at all: the call fails with XF_EWRONGTYPE and leaves it untouched, as for a
- * list. */
+ * The header (version 3; integers big-endian): a fixed part, then the
+ * optional fields its flags announce, in this order, each only when flagged:
+ *   0 magic 0xF8 (never in UTF-8 text)   1 version 3   2 flags
+ *   3 d (5 bytes, us: below 2^40, the scripts' bound, by construction)   8 e (6, ms)
+ *   14.. s (6, ms; flag 8)   f (6, ms; flag 16)   the lease slot (flag 32): deadline
+ *   (6, ms) and token id (8)
+ * flags: 1 value, 2 negative, 4 lease (held: the slot's fields are one), 8 s, 16 f,
+ * 32 slot; a lease needs the slot, a slot without a lease is zero, d and e are zero
+ * without a value, and only an entry with a value has bytes past the header. A plain
+ * value's header is 20 bytes. A string whose first byte is not the magic is not an entry
+ * at all: the call fails with XF_EWRONGTYPE and leaves it untouched, as for a list;
+ * another version (2: the unreleased 40-byte layout) is malformed: a miss, rewritten. */
 #include <string.h>
 
 #include "entry.h"
 #include "reply.h"
 
-enum { F_VALUE = 1, F_NEGATIVE = 2, F_LEASE = 4, F_S = 8, F_F = 16, F_ALL = 31 };
+enum {
+  F_VALUE = 1,
+  F_NEGATIVE = 2,
+  F_LEASE = 4,
+  F_S = 8,
+  F_F = 16,
+  F_SLOT = 32,
+  F_ALL = 63
+};
 
 #define MAGIC 0xF8
-#define VERSION 2
+#define VERSION 3
+#define FIXED 14 /* magic, version, flags, d, e */
 #define MAX_SPAN_MS ((int64_t)1 << 41)
 #define DAY_MS 86400000
 
@@ -46,16 +59,22 @@ void xf__entry_mget_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
   cmd->more_lens = keylens;
 }
 
+/* How long a header with these flags is (unknown bits ignored). */
+static size_t header_len(int flags) {
+  return FIXED + (flags & F_S ? 6 : 0) + (flags & F_F ? 6 : 0) + (flags & F_SLOT ? 14 : 0);
+}
+
 long long xf__entry_string_copy(char *dst, const char *src, size_t len) {
   dst[len] = '\0';
-  if (len < XF_ENTRY2_HEADER || (unsigned char)src[0] != MAGIC || src[1] != VERSION) {
+  size_t hlen = len >= FIXED ? header_len((unsigned char)src[2]) : 0;
+  if (!hlen || len < hlen || (unsigned char)src[0] != MAGIC || src[1] != VERSION) {
     memcpy(dst, src, len);
     return 0;
   }
-  size_t vlen = len - XF_ENTRY2_HEADER;
-  memcpy(dst, src + XF_ENTRY2_HEADER, vlen);
-  memcpy(dst + vlen, src, XF_ENTRY2_HEADER);
-  return XF_ENTRY2_HEADER;
+  size_t vlen = len - hlen;
+  memcpy(dst, src + hlen, vlen);
+  memcpy(dst + vlen, src, hlen);
+  return (long long)hlen;
 }
 
 static int64_t be(const unsigned char *p, int n) {
@@ -72,19 +91,26 @@ static int all_zero(const unsigned char *p, int n) {
   return 1;
 }
 
-/* Whether the header h of a string of len bytes is as xfetch writes it;
- * fills out's numbers as it goes. */
-static int header_ok(const unsigned char *h, size_t len, int64_t lo, int64_t hi,
-                     xf__entry *out) {
+/* Whether the header h (hlen bytes, as its flags say) of a string of len
+ * bytes is as xfetch writes it; fills out's numbers as it goes. */
+static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo,
+                     int64_t hi, xf__entry *out) {
   int flags = h[2];
   int has_value = flags & F_VALUE;
   if (h[0] != MAGIC || h[1] != VERSION || (flags & ~F_ALL) ||
-      ((flags & F_NEGATIVE) && !has_value) || (!has_value && len > XF_ENTRY2_HEADER))
+      ((flags & F_NEGATIVE) && !has_value) || ((flags & F_LEASE) && !(flags & F_SLOT)) ||
+      (!has_value && len > hlen))
     return 0;
-  int64_t d = be(h + 3, 5), e = be(h + 8, 6), s = be(h + 14, 6), deadline = be(h + 20, 6);
-  if ((!has_value && (d || e)) || (!(flags & F_S) && s) ||
-      (!(flags & F_LEASE) && (deadline || !all_zero(h + 26, 8))) ||
-      (!(flags & F_F) && !all_zero(h + 34, 6)))
+  int64_t d = be(h + 3, 5), e = be(h + 8, 6), s = 0, deadline = 0;
+  const unsigned char *at = h + FIXED;
+  if (flags & F_S)
+    s = be(at, 6), at += 6;
+  if (flags & F_F)
+    at += 6; /* f: the scripts' alone */
+  if (flags & F_SLOT)
+    deadline = be(at, 6);
+  if ((!has_value && (d || e)) ||
+      ((flags & F_SLOT) && !(flags & F_LEASE) && (deadline || !all_zero(at + 6, 8))))
     return 0;
   if (s > hi + DAY_MS || deadline > hi + ((int64_t)1 << 40))
     return 0;
@@ -110,15 +136,17 @@ int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
   if (r->type == XF_REPLY_NIL)
     return XF_OK;
   /* The reader may have put the header after the value (rotated). */
-  int rotated = r->integer == XF_ENTRY2_HEADER && r->len >= XF_ENTRY2_HEADER;
-  const unsigned char *h =
-      (const unsigned char *)r->str + (rotated ? r->len - XF_ENTRY2_HEADER : 0);
+  int rotated = r->integer > 0 && (size_t)r->integer <= r->len;
+  size_t hlen = rotated ? (size_t)r->integer : 0;
+  const unsigned char *h = (const unsigned char *)r->str + (rotated ? r->len - hlen : 0);
   if (r->len == 0 || h[0] != MAGIC) { /* not an entry: left untouched */
     xf__entry_free(out);
     return xf__fail(c, XF_EWRONGTYPE,
                     "WRONGTYPE the key holds a string that is not an xfetch entry");
   }
-  if (r->len < XF_ENTRY2_HEADER || !header_ok(h, r->len, lo, hi, out)) {
+  if (!rotated && r->len >= FIXED) /* an MGET's element, or not version 3 */
+    hlen = header_len(h[2]);
+  if (r->len < FIXED || r->len < hlen || !header_ok(h, hlen, r->len, lo, hi, out)) {
     out->lease_live = out->delta_us = out->expiry_ms = out->negative = 0;
     out->malformed = 1;
     c->stats.malformed++;
@@ -128,8 +156,8 @@ int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
     out->delta_us = out->expiry_ms = 0;
     return XF_OK;
   }
-  out->value = rotated ? r->str : r->str + XF_ENTRY2_HEADER;
-  out->len = r->len - XF_ENTRY2_HEADER;
+  out->value = rotated ? r->str : r->str + hlen;
+  out->len = r->len - hlen;
   out->remaining_ms = out->expiry_ms - hi; /* within the clock's error of e: expiring */
   return XF_OK;
 }

@@ -1,6 +1,6 @@
 """entry_format: the format of the entries a Cache writes (README, "The entry
 on Redis"), on both faces through the one core. Format 2 is one string (a
-40-byte header, then the value); every Cache reads both formats."""
+header, 20 bytes for a plain value, then the value); every Cache reads both formats."""
 import pytest
 
 import xfetch
@@ -12,7 +12,7 @@ def test_format_2_writes_a_string_every_cache_reads(server, admin, prefix, face)
     load = face.loader(lambda: b"v\x00alue")
     assert face.run(new.fetch("k", load, ttl=60)) == (b"v\x00alue", "loader")
     raw = admin.get(prefix + "k")
-    assert raw[:3] == b"\xf8\x02\x09" and raw[40:] == b"v\x00alue"  # value | s
+    assert raw[:3] == b"\xf8\x03\x09" and raw[20:] == b"v\x00alue"  # value | s
     for cache in (new, old, new):
         assert face.run(cache.fetch("k", load, ttl=60)) == (b"v\x00alue", "cache")
     face.run(old.set("k", b"hash", ttl=60))
