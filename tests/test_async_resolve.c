@@ -34,7 +34,7 @@ typedef struct run {
   xf_async *ac;
   int64_t t0, timer_at, done_at; /* ms */
   int rc, source, loads;
-  char conn_err[300];
+  char conn_err[300], errmsg[300];
 } run;
 
 static void open_loop(run *r, int kind) {
@@ -108,6 +108,7 @@ static void on_done(int rc, const xf_value *v, void *privdata) {
   r->source = v ? (int)v->source : -1;
   r->done_at = xft_now_ms();
   snprintf(r->conn_err, sizeof r->conn_err, "%s", r->ac->core->conn_err);
+  snprintf(r->errmsg, sizeof r->errmsg, "%s", xf_async_errmsg(r->ac));
   xf_async_close(r->ac);
 }
 
