@@ -7,6 +7,7 @@
 #define _DEFAULT_SOURCE /* <uv.h> under -std=c11 */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 #include <xfetch_libevent.h>
@@ -215,6 +216,61 @@ ParameterizedTest(int *kind, resolve, the_connect_timeout_covers_resolution) {
             "conn_err: %s", r.conn_err);
   close_loop(&r);
   xft_sleep_ms(delay); /* the resolver's thread ends and frees its job */
+}
+
+/* "twice.test": a refused address first (a port nobody listens on), then
+ * the fixture's server: a host with an IPv6 and an IPv4 address where
+ * the server listens on one only (localhost on most machines). */
+static int refused_port;
+
+static int two_addresses(const char *host, const char *service,
+                         const struct addrinfo *hints, struct addrinfo **res) {
+  (void)service;
+  struct addrinfo h = *hints, *first = NULL, *second = NULL;
+  h.ai_flags |= AI_NUMERICHOST;
+  char port[16];
+  snprintf(port, sizeof port, "%d", refused_port);
+  if (strcmp(host, "twice.test") != 0)
+    return getaddrinfo(host, service, hints, res);
+  int rc = getaddrinfo("127.0.0.1", port, &h, &first);
+  snprintf(port, sizeof port, "%d", xft_port());
+  if (rc == 0 && (rc = getaddrinfo("127.0.0.1", port, &h, &second)) != 0)
+    freeaddrinfo(first);
+  if (rc == 0) {
+    first->ai_next = second; /* one list: freeaddrinfo frees both */
+    *res = first;
+  }
+  return rc;
+}
+
+ParameterizedTestParameters(resolve, a_refused_first_address_moves_on_to_the_next) {
+  static int kinds[] = {LIBUV, LIBEVENT};
+  return cr_make_param_array(int, kinds, 2);
+}
+/* The first address refuses after the loop watched its socket; the next
+ * socket (often given the same descriptor number) must be watched anew. */
+ParameterizedTest(int *kind, resolve, a_refused_first_address_moves_on_to_the_next) {
+  xft_server gone;
+  cr_assert_eq(xft_server_start(&gone, NULL), 0);
+  refused_port = gone.port;
+  xft_server_stop(&gone);
+  xf__test_getaddrinfo = two_addresses;
+  char key[80];
+  unique_key(key, sizeof key, "twice", *kind);
+  run r;
+  open_loop(&r, *kind);
+  cr_assert_eq(open_handle(&r, "twice.test", 3000 * SLOW), XF_OK);
+  r.t0 = xft_now_ms();
+  call(&r, key);
+  cr_expect_eq(r.rc, XF_OK, "%s", r.conn_err);
+  cr_expect_eq(r.source, XF_SOURCE_LOADER,
+               "the second address served it: %s (after %lld ms)", r.conn_err,
+               (long long)(r.done_at - r.t0));
+  cr_expect_lt(r.done_at - r.t0, 1500 * SLOW,
+               "over after %lld ms: the next address's socket was not watched (the "
+               "watchdog found it connected at the 3000 ms connect timeout)",
+               (long long)(r.done_at - r.t0));
+  close_loop(&r);
 }
 
 /* The blocking client's connect timeout covers resolution too. */

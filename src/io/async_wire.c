@@ -40,14 +40,14 @@ static int rewatch(xf__aconn *cn) {
     want = XF_ASYNC_READ |
            (cn->out.len > cn->out_at || cn->read_wants_write ? XF_ASYNC_WRITE : 0);
   xf_async *ac = cn->ac;
-  if (cn->watch && cn->watch_fd != cn->s.fd)
+  if (cn->watch && cn->watch_gen != cn->s.fd_gen)
     unwatch(cn); /* an adapter watches one descriptor: a new one, a new watch */
   if (want == cn->watching && cn->watch)
     return 0;
   if (ac->loop.watch(ac->loop.data, &cn->watch, cn->s.fd, want, cn) != 0)
     return -1;
   cn->watching = want;
-  cn->watch_fd = cn->s.fd;
+  cn->watch_gen = cn->s.fd_gen;
   return 0;
 }
 

@@ -49,9 +49,10 @@ static void release(xf__stream *s, int notify) {
   xf__stream_resolve_drop(s);
   if (s->addrs)
     freeaddrinfo(s->addrs);
-  unsigned handshakes = s->handshakes;
+  unsigned handshakes = s->handshakes, fd_gen = s->fd_gen;
   xf__stream_init(s);
   s->handshakes = handshakes;
+  s->fd_gen = fd_gen;
 }
 
 void xf__stream_close(xf__stream *s) {
@@ -121,6 +122,7 @@ xf__io xf__stream_try_addresses(xf__stream *s) {
       s->sys_errno = errno;
       continue;
     }
+    s->fd_gen++;
     int rc;
     do
       rc = connect(s->fd, a->ai_addr, a->ai_addrlen);

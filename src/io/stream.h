@@ -78,6 +78,9 @@ typedef struct xf__stream {
   struct addrinfo *addr;   /* the address being tried */
   int64_t started_ms;      /* when open_* was called (monotonic ms) */
   unsigned handshakes;     /* completed TLS handshakes on this stream */
+  unsigned fd_gen;         /* one more per descriptor made (the resolver's pipe, a
+                              socket per address): an event loop watches one, and
+                              a new one may reuse the old one's number */
   unsigned recvs;          /* recv() calls made since open (TLS's too): tests */
   int got_bytes;           /* the server has sent at least one byte */
   unsigned char first[24]; /* the first bytes the server sent (diagnostics) */
@@ -116,6 +119,11 @@ int xf__stream_resolved(const xf__stream *s);
 /* Test hook: the resolver sleeps this long before getaddrinfo (a slow DNS
  * server); 0 = none. Read and written with __atomic_*. */
 extern unsigned xf__test_resolve_delay_ms;
+/* Test hook: resolves names instead of getaddrinfo (its list is freed with
+ * freeaddrinfo); NULL = getaddrinfo. Set before any connect. */
+struct addrinfo;
+extern int (*xf__test_getaddrinfo)(const char *host, const char *service,
+                                   const struct addrinfo *hints, struct addrinfo **res);
 
 /* Drives the resolution, the connect and the handshake once s->fd is ready
  * for s->want.

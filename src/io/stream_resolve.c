@@ -25,6 +25,8 @@
 #include "stream_impl.h"
 
 unsigned xf__test_resolve_delay_ms;
+int (*xf__test_getaddrinfo)(const char *host, const char *service,
+                            const struct addrinfo *hints, struct addrinfo **res);
 
 /* One name being resolved, shared by the stream and its thread. */
 struct xf__resolve {
@@ -55,7 +57,8 @@ int xf__stream_getaddrinfo(const char *host, const char *service,
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
       ;
   }
-  return getaddrinfo(host, service, hints, res);
+  return xf__test_getaddrinfo ? xf__test_getaddrinfo(host, service, hints, res)
+                              : getaddrinfo(host, service, hints, res);
 }
 
 static void *resolve(void *arg) {
@@ -108,6 +111,7 @@ static int start_thread(xf__stream *s, const char *host, const char *service,
   }
   s->resolving = j;
   s->fd = p[0];
+  s->fd_gen++;
   s->state = XF__STREAM_RESOLVING;
   s->want = XF__WANT_READ;
   return 0;
