@@ -6,6 +6,8 @@
  *   hit_loop [K]          K xf_get_or_compute hits on one key (default 10000)
  *   hit_loop [K] many     K xf_get_or_compute_many batches of 100 warm keys
  *   hit_loop [K] --port P against the redis-server on 127.0.0.1:P
+ *   hit_loop [K] --port P --tls CA
+ *                         over TLS to that port (a TLS port), verified with CA
  *   hit_loop [K] hook     with a no-op event hook (options.on_event): its
  *                         cost against the same run without it */
 #include <stdio.h>
@@ -61,6 +63,7 @@ __attribute__((noinline)) int run_hits(xf_client *c, const xf_policy *p, long k,
 int main(int argc, char **argv) {
   long k = 10000;
   int many = 0, port = 0, hook = 0, format = XF_ENTRY_STRING;
+  const char *ca = NULL;
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "many"))
       many = 1;
@@ -70,12 +73,16 @@ int main(int argc, char **argv) {
       format = XF_ENTRY_HASH;
     else if (!strcmp(argv[i], "--port") && i + 1 < argc)
       port = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tls") && i + 1 < argc)
+      ca = argv[++i];
     else
       k = atol(argv[i]);
   target t = {0};
   if (port) {
     snprintf(t.host, sizeof t.host, "127.0.0.1");
     t.port = port;
+    if (ca)
+      snprintf(t.tls_ca, sizeof t.tls_ca, "%s", ca);
   } else if (target_start_server(&t) != 0) {
     return 1;
   }

@@ -16,7 +16,8 @@ static void extra(char *buf, size_t n, const char *scenario, const result *r) {
     snprintf(buf, n, "%2d conn  server %.2f us/call", r->connections,
              r->server_usec_per_call);
   else if (!strcmp(scenario, "tls"))
-    snprintf(buf, n, "%s %2d conn", r->tls ? "TLS  " : "plain", r->connections);
+    snprintf(buf, n, "%s %2d conn%s", r->tls ? "TLS  " : "plain", r->connections,
+             r->pinned ? "  pinned: server cpu 0, clients cpu 1" : "");
   else if (!strcmp(scenario, "beta_sweep"))
     snprintf(buf, n,
              "beta %-3g loads/exp theory %5.2f  early ms theory %4.0f measured %4.0f",
@@ -158,6 +159,7 @@ static void result_json(FILE *f, const result *r) {
   num(f, "early_ms", r->early_ms, 0);
   num(f, "server_usec_per_call", r->server_usec_per_call, 0);
   num(f, "tls", r->tls, 0);
+  num(f, "pinned", r->pinned, 0);
   num(f, "theory_loads_per_expiry", r->theory_loads_per_expiry, 0);
   num(f, "theory_early_ms", r->theory_early_ms, 0);
   num(f, "theory_given_first_trigger", r->theory_given_r0, 0);

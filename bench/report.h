@@ -41,7 +41,8 @@ typedef struct result {
   double mean_trigger_p; /* mean of exp(-r0/(beta delta)) at the first trigger */
   /* hit_overhead */
   double server_usec_per_call;
-  int tls; /* the tls scenario: 1 over TLS, 0 plain TCP */
+  int tls;    /* the tls scenario: 1 over TLS, 0 plain TCP */
+  int pinned; /* the tls scenario: server and clients pinned to different cores */
   /* beta_sweep theory */
   double theory_loads_per_expiry, theory_early_ms;
   /* 1 + H(r0) (e^(1/beta) - 1) averaged over the measured first triggers r0:

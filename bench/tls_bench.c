@@ -6,8 +6,13 @@
  * the handshakes per connection (xf__tls_handshakes, summed by the workers)
  * go to the params, the goals and the table, with the CPU time a hit costs
  * the server (INFO cpu) and the clients (the workers' rusage), plain and TLS:
- * CPU time, unlike latency, hardly moves with the machine's load. Needs redis-server built
- * with TLS and the openssl CLI: skipped (no results, "skipped" in params) otherwise. */
+ * CPU time, unlike latency, hardly moves with the machine's load. Then the same
+ * again with the server pinned to CPU 0 and the clients to CPU 1 (a second,
+ * labelled line: what is protocol cost and what is two processes sharing
+ * cores; on a machine shared with other work a pinned core may be busier).
+ * Needs redis-server built with TLS and the openssl CLI: skipped (no results,
+ * "skipped" in params) otherwise. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,16 +76,45 @@ typedef struct cpu_cost {
   double server_us[8], client_us[8];
 } cpu_cost;
 
+/* Pins the server to CPU 0 and this process (and so the workers it forks)
+ * to CPU 1, keeping the masks to put back; 0, or -1 (fewer than 2 CPUs, or
+ * refused: nothing pinned). */
+static int pin(int server_pid, cpu_set_t *mine, cpu_set_t *server) {
+  cpu_set_t one;
+  if (sched_getaffinity(0, sizeof *mine, mine) != 0 ||
+      sched_getaffinity(server_pid, sizeof *server, server) != 0 || CPU_COUNT(mine) < 2 ||
+      !CPU_ISSET(0, mine) || !CPU_ISSET(1, mine))
+    return -1;
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  if (sched_setaffinity(server_pid, sizeof one, &one) != 0)
+    return -1;
+  CPU_ZERO(&one);
+  CPU_SET(1, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) {
+    sched_setaffinity(server_pid, sizeof *server, server);
+    return -1;
+  }
+  return 0;
+}
+
+static void unpin(int server_pid, const cpu_set_t *mine, const cpu_set_t *server) {
+  sched_setaffinity(0, sizeof *mine, mine);
+  sched_setaffinity(server_pid, sizeof *server, server);
+}
+
 /* n hits runs, plain and TLS in turn, into r[0..] (plain, tls, plain, ...). */
 static int runs(const bench_env *e, const target *plain, const target *tls, int conns,
-                double dur, int rounds, result *r, uint64_t *handshakes, cpu_cost *cpu) {
+                double dur, int rounds, result *r, uint64_t *handshakes, cpu_cost *cpu,
+                int pinned) {
   for (int i = 0; i < 2 * rounds; i++) {
     int is_tls = i % 2;
     bench_env env = *e;
     env.t = is_tls ? tls : plain;
     run_spec s;
     char variant[24];
-    snprintf(variant, sizeof variant, "%s%d", is_tls ? "tls" : "plain", conns);
+    snprintf(variant, sizeof variant, "%s%d%s", is_tls ? "tls" : "plain", conns,
+             pinned ? "pinned" : "");
     spec_init(&s, e, "tls", ST_XFETCH, variant);
     s.clients = conns, s.think_us = 0, s.duration_s = dur, s.ttl_ms = 3600000;
     double s0 = server_cpu_s(e->rc), c0 = workers_cpu_s();
@@ -90,7 +124,8 @@ static int runs(const bench_env *e, const target *plain, const target *tls, int 
     cpu->server_us[i] = (server_cpu_s(e->rc) - s0) / hits * 1e6;
     cpu->client_us[i] = (workers_cpu_s() - c0) / hits * 1e6;
     r[i].tls = is_tls;
-    if (is_tls)
+    r[i].pinned = pinned;
+    if (is_tls && handshakes)
       *handshakes += __atomic_load_n(&e->a->handshakes, __ATOMIC_RELAXED);
   }
   return 0;
@@ -135,22 +170,35 @@ int sc_tls(const bench_env *e, scenario_out *out) {
   redisContext *rc = target_connect(&plain, 5000);
   int rv = -1;
   uint64_t hs1 = 0, hs50 = 0;
-  cpu_cost cpu1, cpu50;
+  cpu_cost cpu1, cpu50, pcpu1, pcpu50;
   memset(&cpu1, 0, sizeof cpu1);
   memset(&cpu50, 0, sizeof cpu50);
+  memset(&pcpu1, 0, sizeof pcpu1);
+  memset(&pcpu50, 0, sizeof pcpu50);
   bench_env env = *e;
   env.rc = rc; /* prefill on this server, and its INFO cpu */
-  if (rc && runs(&env, &plain, &tls, 1, dur, rounds, out->results, &hs1, &cpu1) == 0 &&
-      runs(&env, &plain, &tls, 50, dur, rounds, out->results + 2 * rounds, &hs50, &cpu50) ==
-          0)
+  if (rc && runs(&env, &plain, &tls, 1, dur, rounds, out->results, &hs1, &cpu1, 0) == 0 &&
+      runs(&env, &plain, &tls, 50, dur, rounds, out->results + 2 * rounds, &hs50, &cpu50,
+           0) == 0)
     rv = 0;
+  /* The second line: the same runs pinned (their handshakes not counted). */
+  cpu_set_t mine, server;
+  int pinned = rv == 0 && pin(plain.pid, &mine, &server) == 0;
+  if (pinned) {
+    if (runs(&env, &plain, &tls, 1, dur, rounds, out->results + 4 * rounds, NULL, &pcpu1,
+             1) != 0 ||
+        runs(&env, &plain, &tls, 50, dur, rounds, out->results + 6 * rounds, NULL, &pcpu50,
+             1) != 0)
+      rv = -1;
+    unpin(plain.pid, &mine, &server);
+  }
   if (rc)
     redisFree(rc);
   target_stop_server(&plain);
   xft_tls_remove_certs(certs);
   if (rv)
     return -1;
-  out->nresults = 4 * rounds;
+  out->nresults = (pinned ? 8 : 4) * rounds;
   const result *r1 = out->results, *r50 = out->results + 2 * rounds;
   int n = 2 * rounds;
   double p50 = mean_of(r1, n, 1, 1) / mean_of(r1, n, 0, 1);
@@ -162,6 +210,22 @@ int sc_tls(const bench_env *e, scenario_out *out) {
   goal_set("tls_p50_1conn", p50);
   goal_set("tls_throughput_50conn", rps);
   goal_set("tls_handshakes_per_conn", per_conn);
+  char pinned_json[512] = "\"not run (fewer than 2 CPUs, or not allowed)\"";
+  if (pinned) {
+    const result *q1 = out->results + 4 * rounds, *q50 = out->results + 6 * rounds;
+    snprintf(
+        pinned_json, sizeof pinned_json,
+        "{\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
+        "\"server_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": "
+        "%.2f, \"tls50\": %.2f}, \"client_cpu_us_per_hit\": {\"plain1\": %.2f, "
+        "\"tls1\": %.2f, \"plain50\": %.2f, \"tls50\": %.2f}}",
+        mean_of(q1, n, 1, 1) / mean_of(q1, n, 0, 1),
+        mean_of(q50, n, 1, 0) / mean_of(q50, n, 0, 0),
+        mean_every_other(pcpu1.server_us, n, 0), mean_every_other(pcpu1.server_us, n, 1),
+        mean_every_other(pcpu50.server_us, n, 0), mean_every_other(pcpu50.server_us, n, 1),
+        mean_every_other(pcpu1.client_us, n, 0), mean_every_other(pcpu1.client_us, n, 1),
+        mean_every_other(pcpu50.client_us, n, 0), mean_every_other(pcpu50.client_us, n, 1));
+  }
   snprintf(
       out->params, sizeof out->params,
       "{\"connections\": [1, 50], \"duration_s\": %.1f, \"rounds\": %d, "
@@ -172,11 +236,11 @@ int sc_tls(const bench_env *e, scenario_out *out) {
       "\"server_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
       "\"tls50\": %.2f}, "
       "\"client_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
-      "\"tls50\": %.2f}}",
+      "\"tls50\": %.2f}, \"pinned\": %s}",
       dur, rounds, p50, rps1, p50_50, rps, per_conn, mean_every_other(cpu1.server_us, n, 0),
       mean_every_other(cpu1.server_us, n, 1), mean_every_other(cpu50.server_us, n, 0),
       mean_every_other(cpu50.server_us, n, 1), mean_every_other(cpu1.client_us, n, 0),
       mean_every_other(cpu1.client_us, n, 1), mean_every_other(cpu50.client_us, n, 0),
-      mean_every_other(cpu50.client_us, n, 1));
+      mean_every_other(cpu50.client_us, n, 1), pinned_json);
   return 0;
 }

@@ -1061,8 +1061,9 @@ typedef struct xf_async_loop {
  * xf_async_open_libuv / xf_async_open_libevent instead. AUTH and SELECT (and
  * the scripts' SCRIPT LOAD) go first on every connection; connect and command
  * timeouts are enforced with the loop's timer; the connect (and with
- * options.tls the TLS handshake) runs on the loop, never blocking it (host
- * names are still resolved with a blocking getaddrinfo). Returns XF_OK with
+ * options.tls the TLS handshake) runs on the loop, never blocking it (a host
+ * name is resolved on a resolver thread, under connect_timeout_ms: a name that
+ * does not resolve is a failed connect, found in the background). Returns XF_OK with
  * the handle in *out, XF_EINVAL (bad options or hooks, options.tls files
  * that cannot be loaded), XF_ENOMEM, or XF_ECONNECT when the connection fails at
  * once (unless opts->lazy_connect, which also defers the connect to the first

@@ -49,7 +49,10 @@ struct xf_async_conn {
   size_t out_at;
   xf__apending *fifo; /* the commands written or to be, oldest first */
   size_t fifo_at, fifo_len, fifo_cap;
-  void *watch;          /* the adapter's state for s.fd; NULL = none yet */
+  void *watch;          /* the adapter's state for one descriptor; NULL = none yet */
+  unsigned watch_gen;   /* s.fd_gen when it was made (s.fd changes: the resolver's
+                           pipe, then a socket per address tried, maybe by the
+                           same number) */
   int watching;         /* XF_ASYNC_* asked of the adapter */
   int idle_close;       /* close once every command has its reply */
   int read_wants_write; /* TLS: a read waits for the socket to be writable */

@@ -20,6 +20,13 @@
 
 #define READ_CHUNK 16384 /* a TLS record's most */
 
+static void unwatch(xf__aconn *cn) {
+  if (cn->watch)
+    cn->ac->loop.unwatch(cn->ac->loop.data, cn->watch);
+  cn->watch = NULL;
+  cn->watching = 0;
+}
+
 /* Asks the adapter for what cn waits for now: the stream's want while it
  * connects; once open, always readable (a server closing is noticed, and
  * the loop stays alive), writable while output waits. */
@@ -32,12 +39,15 @@ static int rewatch(xf__aconn *cn) {
   else
     want = XF_ASYNC_READ |
            (cn->out.len > cn->out_at || cn->read_wants_write ? XF_ASYNC_WRITE : 0);
+  xf_async *ac = cn->ac;
+  if (cn->watch && cn->watch_gen != cn->s.fd_gen)
+    unwatch(cn); /* an adapter watches one descriptor: a new one, a new watch */
   if (want == cn->watching && cn->watch)
     return 0;
-  xf_async *ac = cn->ac;
   if (ac->loop.watch(ac->loop.data, &cn->watch, cn->s.fd, want, cn) != 0)
     return -1;
   cn->watching = want;
+  cn->watch_gen = cn->s.fd_gen;
   return 0;
 }
 
@@ -172,6 +182,10 @@ void xf__awire_step(xf__aconn *cn, int events) {
     return;
   unsigned gen = cn->gen;
   if (!cn->connected) {
+    if (!xf__stream_resolved(&cn->s))
+      return; /* still watching the resolver's pipe */
+    if (cn->s.state == XF__STREAM_RESOLVING)
+      unwatch(cn); /* before the stream closes the pipe (a libuv rule) */
     xf__io r = xf__stream_continue(&cn->s);
     if (r == XF__IO_FAIL) {
       xf__aconn_failed(cn);
@@ -198,11 +212,7 @@ void xf__awire_step(xf__aconn *cn, int events) {
 }
 
 void xf__awire_drop(xf__aconn *cn, int dying) {
-  xf_async *ac = cn->ac;
-  if (cn->watch)
-    ac->loop.unwatch(ac->loop.data, cn->watch);
-  cn->watch = NULL;
-  cn->watching = 0;
+  unwatch(cn);
   if (cn->track.node) /* what it tracked is invalidated no more */
     xf__near_lost(&cn->track, cn->s.fd);
   cn->track.node = cn->arming.node = NULL;

@@ -46,11 +46,13 @@ static void release(xf__stream *s, int notify) {
     xf__stream_tls_end(s, notify);
   if (s->fd >= 0)
     close(s->fd);
+  xf__stream_resolve_drop(s);
   if (s->addrs)
     freeaddrinfo(s->addrs);
-  unsigned handshakes = s->handshakes;
+  unsigned handshakes = s->handshakes, fd_gen = s->fd_gen;
   xf__stream_init(s);
   s->handshakes = handshakes;
+  s->fd_gen = fd_gen;
 }
 
 void xf__stream_close(xf__stream *s) {
@@ -111,7 +113,7 @@ static xf__io connected(xf__stream *s) {
 
 /* Starts a connect to s->addr, then to each next address after a failure;
  * the last address's error is the one reported. */
-static xf__io try_addresses(xf__stream *s) {
+xf__io xf__stream_try_addresses(xf__stream *s) {
   for (; s->addr; s->addr = s->addr->ai_next) {
     const struct addrinfo *a = s->addr;
     s->fd =
@@ -120,6 +122,7 @@ static xf__io try_addresses(xf__stream *s) {
       s->sys_errno = errno;
       continue;
     }
+    s->fd_gen++;
     int rc;
     do
       rc = connect(s->fd, a->ai_addr, a->ai_addrlen);
@@ -160,15 +163,14 @@ xf__io xf__stream_open_tcp(xf__stream *s, const char *host, int port, xf__tls *t
   snprintf(service, sizeof service, "%d", port);
   /* No AI_ADDRCONFIG: it hides "localhost" on a host with only loopback. */
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-  if (is_ip(host))
-    hints.ai_flags = AI_NUMERICHOST;
+  if (!is_ip(host)) /* a name: off this thread (stream_resolve.c) */
+    return xf__stream_resolve_start(s, host, service, &hints);
+  hints.ai_flags = AI_NUMERICHOST; /* never waits */
   int rc = getaddrinfo(host, service, &hints, &s->addrs);
   if (rc != 0)
-    return xf__stream_fail(s, rc == EAI_MEMORY ? XF__SE_NOMEM : XF__SE_CONNECT,
-                           "cannot resolve %s: %s", host,
-                           rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+    return xf__stream_resolve_failed(s, host, rc, errno);
   s->addr = s->addrs;
-  return try_addresses(s);
+  return xf__stream_try_addresses(s);
 }
 
 xf__io xf__stream_open_unix(xf__stream *s, const char *path, xf__tls *tls) {
@@ -188,7 +190,7 @@ xf__io xf__stream_open_unix(xf__stream *s, const char *path, xf__tls *tls) {
                          .ai_addr = (struct sockaddr *)&a,
                          .ai_addrlen = sizeof a};
   s->addr = &one; /* tried at once: a Unix connect never waits to be accepted */
-  xf__io r = try_addresses(s);
+  xf__io r = xf__stream_try_addresses(s);
   s->addr = NULL;
   return r;
 }
@@ -208,11 +210,13 @@ static xf__io finish_connect(xf__stream *s) {
   close(s->fd);
   s->fd = -1;
   s->addr = s->addr ? s->addr->ai_next : NULL; /* a Unix socket: one address */
-  return try_addresses(s);
+  return xf__stream_try_addresses(s);
 }
 
 xf__io xf__stream_continue(xf__stream *s) {
   switch (s->state) {
+  case XF__STREAM_RESOLVING:
+    return xf__stream_resolve_step(s);
   case XF__STREAM_CONNECTING:
     return finish_connect(s);
   case XF__STREAM_HANDSHAKING:
@@ -306,6 +310,10 @@ xf__io xf__stream_read(xf__stream *s, void *buf, size_t cap, size_t *got) {
 
 void xf__stream_timeout(xf__stream *s, int ms) {
   switch (s->state) {
+  case XF__STREAM_RESOLVING:
+    xf__stream_fail(s, XF__SE_CONNECT, "cannot resolve %s: no answer within %d ms", s->peer,
+                    ms);
+    break;
   case XF__STREAM_CONNECTING:
     xf__stream_fail(s, XF__SE_CONNECT, "connect to %s timed out after %d ms", s->peer, ms);
     break;

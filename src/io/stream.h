@@ -2,7 +2,8 @@
  * TCP or Unix-socket stream to a Redis server, plain or TLS over OpenSSL,
  * as a small state machine that never waits by itself:
  *
- *   open_tcp / open_unix -> CONNECTING -> (TLS) HANDSHAKING -> OPEN -> closed
+ *   open_tcp / open_unix -> [RESOLVING] -> CONNECTING -> (TLS) HANDSHAKING
+ *                        -> OPEN -> closed
  *
  * Every step returns XF__IO_DONE, XF__IO_AGAIN (s->want says whether the
  * descriptor must become readable or writable first) or XF__IO_FAIL (s->err,
@@ -43,6 +44,7 @@ enum { XF__WANT_READ = 1, XF__WANT_WRITE = 2 };
 
 typedef enum xf__stream_state {
   XF__STREAM_CLOSED = 0,
+  XF__STREAM_RESOLVING, /* a host name, on a resolver thread: fd is its pipe */
   XF__STREAM_CONNECTING,
   XF__STREAM_HANDSHAKING,
   XF__STREAM_OPEN,
@@ -63,16 +65,22 @@ typedef enum xf__stream_err {
   XF__SE_CLOSED   /* the server closed an open stream: EIO, worth one reconnect */
 } xf__stream_err;
 
+typedef struct xf__resolve xf__resolve;
+
 typedef struct xf__stream {
   int fd; /* -1 when closed */
   xf__stream_state state;
   int want;                /* XF__WANT_* after XF__IO_AGAIN */
   struct ssl_st *ssl;      /* NULL on a plain stream */
   xf__tls *tls;            /* borrowed; NULL = plain */
+  xf__resolve *resolving;  /* the resolver thread's job, while RESOLVING */
   struct addrinfo *addrs;  /* the resolved list, while connecting */
   struct addrinfo *addr;   /* the address being tried */
   int64_t started_ms;      /* when open_* was called (monotonic ms) */
   unsigned handshakes;     /* completed TLS handshakes on this stream */
+  unsigned fd_gen;         /* one more per descriptor made (the resolver's pipe, a
+                              socket per address): an event loop watches one, and
+                              a new one may reuse the old one's number */
   unsigned recvs;          /* recv() calls made since open (TLS's too): tests */
   int got_bytes;           /* the server has sent at least one byte */
   unsigned char first[24]; /* the first bytes the server sent (diagnostics) */
@@ -91,17 +99,34 @@ typedef struct xf__stream {
 void xf__stream_init(xf__stream *s);
 
 /* Starts a connection to host (a name, an IPv4 or IPv6 address) and port,
- * TLS when tls is not NULL (borrowed: it must outlive the stream). Names
- * are resolved here with getaddrinfo (blocking, as hiredis does); each
- * address is tried in turn. Returns DONE, AGAIN or FAIL as
- * xf__stream_continue. */
+ * TLS when tls is not NULL (borrowed: it must outlive the stream). An
+ * address is used at once; a name is resolved on a resolver thread
+ * (stream_resolve.c: RESOLVING, s->fd the pipe it signals on, want READ),
+ * so no caller's thread waits on DNS and the connect deadline covers it
+ * (only when no thread can be started is it resolved here). Each address is
+ * tried in turn. Returns DONE, AGAIN or FAIL as xf__stream_continue. */
 xf__io xf__stream_open_tcp(xf__stream *s, const char *host, int port, xf__tls *tls);
 
 /* The same on a Unix socket. With TLS and verification on, the TLS config's
  * server_name is required (there is no host to check): XF__SE_CONFIG. */
 xf__io xf__stream_open_unix(xf__stream *s, const char *path, xf__tls *tls);
 
-/* Drives the connect and the handshake once s->fd is ready for s->want.
+/* Non-zero unless s is RESOLVING with the answer still to come. An event
+ * loop stops watching s->fd (the pipe) before xf__stream_continue takes a
+ * ready answer: the pipe is closed then and s->fd becomes a socket. */
+int xf__stream_resolved(const xf__stream *s);
+
+/* Test hook: the resolver sleeps this long before getaddrinfo (a slow DNS
+ * server); 0 = none. Read and written with __atomic_*. */
+extern unsigned xf__test_resolve_delay_ms;
+/* Test hook: resolves names instead of getaddrinfo (its list is freed with
+ * freeaddrinfo); NULL = getaddrinfo. Set before any connect. */
+struct addrinfo;
+extern int (*xf__test_getaddrinfo)(const char *host, const char *service,
+                                   const struct addrinfo *hints, struct addrinfo **res);
+
+/* Drives the resolution, the connect and the handshake once s->fd is ready
+ * for s->want.
  * DONE when OPEN, AGAIN (wait for s->want), FAIL. Harmless when OPEN. */
 xf__io xf__stream_continue(xf__stream *s);
 
@@ -116,8 +141,8 @@ xf__io xf__stream_write(xf__stream *s, const void *buf, size_t len, size_t *put)
 xf__io xf__stream_read(xf__stream *s, void *buf, size_t cap, size_t *got);
 
 /* An event loop's deadline passed after ms: fails s with the stage's words
- * ("connect to X timed out after N ms", "TLS handshake with X timed out
- * after N ms", "no reply from X within N ms"). */
+ * ("cannot resolve X: no answer within N ms", "connect to X timed out after N ms", "TLS
+ * handshake with X timed out after N ms", "no reply from X within N ms"). */
 void xf__stream_timeout(xf__stream *s, int ms);
 
 /* Closes s (NULL-safe), telling a TLS peer (close_notify, best effort, never
