@@ -5,7 +5,6 @@
  * leases expire); and old clients (the read script) and new ones (HMGET) on
  * one hot key load it once per episode. Real redis-server. */
 #include <criterion/criterion.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include "clock.h"
 #include "entry.h"
 #include "fixture.h"
+#include "fleet.h"
 
 /* ---- the estimate alone ------------------------------------------------------ */
 
@@ -241,76 +241,15 @@ Test(clock, leases_expire_for_a_client_an_hour_behind) {
 
 /* ---- a mixed fleet: old clients (the read script) and new (HMGET) ----------- */
 
-#define FLEET 6
-#define MAX_LOADS 512
-
-typedef struct fleet {
-  pthread_mutex_t mu;
-  int64_t start[MAX_LOADS], end[MAX_LOADS];
-  int nloads;
-  int64_t until_ms;
-} fleet;
-
-typedef struct member {
-  fleet *f;
-  int old; /* the read script on every hit, as a client before the HMGET hit path */
-  uint64_t hits;
-} member;
-
-static int fleet_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
-  (void)key;
-  (void)keylen;
-  member *m = ud;
-  int64_t t0 = real_ms();
-  xft_sleep_ms(20);
-  pthread_mutex_lock(&m->f->mu);
-  int i = m->f->nloads < MAX_LOADS ? m->f->nloads++ : MAX_LOADS - 1;
-  m->f->start[i] = t0;
-  m->f->end[i] = real_ms();
-  pthread_mutex_unlock(&m->f->mu);
-  return xf_sink_set(sink, "v", 1);
-}
-
-static void *fleet_member(void *arg) {
-  member *m = arg;
+static xf_client *fleet_client(int i, void *ud) {
+  (void)ud;
   xf_client *c = xft_client(0);
-  c->plain_hits = !m->old;
-  xf_policy p = XF_POLICY_INIT;
-  p.ttl_ms = 600;
-  p.stale_ms = 1000; /* waiters serve stale: an episode is the refresh alone */
-  while (real_ms() < m->f->until_ms) {
-    xf_value v;
-    int rc = xf_get_or_compute(c, "clock:fleet", 11, &p, fleet_load, m, &v);
-    cr_assert_eq(rc, XF_OK, "%s", xf_errmsg(c));
-    xf_value_free(&v);
-  }
-  xf_stats st;
-  xf_client_stats(c, &st);
-  m->hits = st.hits;
-  xf_client_close(c);
-  return NULL;
+  c->plain_hits = i % 2 == 0; /* odd: the read script on every hit, as an old client */
+  return c;
 }
+
+static const char *fleet_label(int i) { return i % 2 ? "old" : "new"; }
 
 Test(clock, old_and_new_clients_on_one_hot_key_load_once_per_episode) {
-  fleet f = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  int duration = 1500;
-  f.until_ms = real_ms() + duration;
-  pthread_t t[FLEET];
-  member m[FLEET];
-  for (int i = 0; i < FLEET; i++) {
-    m[i] = (member){.f = &f, .old = i % 2};
-    pthread_create(&t[i], NULL, fleet_member, &m[i]);
-  }
-  for (int i = 0; i < FLEET; i++)
-    pthread_join(t[i], NULL);
-  cr_assert(f.nloads >= 3 && f.nloads < MAX_LOADS, "%d loads", f.nloads);
-  /* One load per episode: no load starts before the one before it ended
-   * (the loads are recorded in the order they ended). */
-  for (int i = 1; i < f.nloads; i++)
-    cr_expect(f.start[i] >= f.end[i - 1], "loads %d and %d overlap", i - 1, i);
-  /* XFetch refreshes ~delta * ln(rate * delta) (~160 ms here) before expiry. */
-  cr_expect(f.nloads <= duration / 300 + 2, "%d loads in %d ms of a 600 ms ttl", f.nloads,
-            duration);
-  for (int i = 0; i < FLEET; i++)
-    cr_expect_gt(m[i].hits, 0, "member %d (%s) hit", i, m[i].old ? "old" : "new");
+  xft_fleet_run("clock:fleet", 6, 1500, 3, fleet_client, NULL, fleet_label);
 }

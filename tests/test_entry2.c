@@ -6,15 +6,14 @@
  * other, a write converting an entry, a fleet writing both on one hot key
  * loading it once per episode. Real redis-server. */
 #include <criterion/criterion.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "entry.h"
 #include "entry2_util.h"
 #include "entry_io.h"
+#include "fleet.h"
 
 static xf_client *client_at(int port, int format, uint64_t seed) {
   xf_options o = XF_OPTIONS_INIT;
@@ -331,81 +330,15 @@ Test(entry2, a_converting_write_keeps_anothers_lease) {
 
 /* ---- a mixed fleet: format-1 and format-2 writers on one hot key ------------ */
 
-#define FLEET 6
-#define MAX_LOADS 512
-
-static int64_t real_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+static xf_client *fleet_client(int i, void *ud) {
+  (void)ud;
+  return client_in(i % 2 ? XF_ENTRY_STRING : XF_ENTRY_HASH, 0);
 }
 
-typedef struct fleet {
-  pthread_mutex_t mu;
-  int64_t start[MAX_LOADS], end[MAX_LOADS];
-  int nloads;
-  int64_t until_ms;
-} fleet;
-
-typedef struct member {
-  fleet *f;
-  int format;
-  uint64_t hits;
-} member;
-
-static int fleet_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
-  (void)key;
-  (void)keylen;
-  member *m = ud;
-  int64_t t0 = real_ms();
-  xft_sleep_ms(20);
-  pthread_mutex_lock(&m->f->mu);
-  int i = m->f->nloads < MAX_LOADS ? m->f->nloads++ : MAX_LOADS - 1;
-  m->f->start[i] = t0;
-  m->f->end[i] = real_ms();
-  pthread_mutex_unlock(&m->f->mu);
-  return xf_sink_set(sink, "v", 1);
-}
-
-static void *fleet_member(void *arg) {
-  member *m = arg;
-  xf_client *c = client_in(m->format, 0);
-  xf_policy p = XF_POLICY_INIT;
-  p.ttl_ms = 600;
-  p.stale_ms = 1000; /* waiters serve stale: an episode is the refresh alone */
-  while (real_ms() < m->f->until_ms) {
-    xf_value v;
-    int rc = xf_get_or_compute(c, "e2:fleet", 8, &p, fleet_load, m, &v);
-    cr_assert_eq(rc, XF_OK, "%s", xf_errmsg(c));
-    cr_assert_str_eq(v.data, "v");
-    xf_value_free(&v);
-  }
-  xf_stats st;
-  xf_client_stats(c, &st);
-  m->hits = st.hits;
-  xf_client_close(c);
-  return NULL;
-}
+static const char *fleet_label(int i) { return i % 2 ? "format 2" : "format 1"; }
 
 Test(entry2, both_formats_on_one_hot_key_load_once_per_episode) {
-  fleet f = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  int duration = 1500;
-  f.until_ms = real_ms() + duration;
-  pthread_t t[FLEET];
-  member m[FLEET];
-  for (int i = 0; i < FLEET; i++) {
-    m[i] = (member){.f = &f, .format = i % 2 ? XF_ENTRY_STRING : XF_ENTRY_HASH};
-    pthread_create(&t[i], NULL, fleet_member, &m[i]);
-  }
-  for (int i = 0; i < FLEET; i++)
-    pthread_join(t[i], NULL);
-  cr_assert(f.nloads >= 2 && f.nloads < MAX_LOADS, "%d loads", f.nloads);
-  for (int i = 1; i < f.nloads; i++)
-    cr_expect(f.start[i] >= f.end[i - 1], "loads %d and %d overlap", i - 1, i);
-  cr_expect(f.nloads <= duration / 300 + 2, "%d loads in %d ms of a 600 ms ttl", f.nloads,
-            duration);
-  for (int i = 0; i < FLEET; i++)
-    cr_expect_gt(m[i].hits, 0, "member %d (format %d) hit", i, m[i].format);
+  xft_fleet_run("e2:fleet", 6, 1500, 2, fleet_client, NULL, fleet_label);
 }
 
 /* A batch on a format-2 client whose keys are partly format-1 hashes: MGET
