@@ -164,6 +164,10 @@ void xf__async_leave(xf_async *ac);
 /* Runs the flow of call from step until it must wait for something. */
 void xf__async_advance(xf__acall *k, xf__step step);
 
+/* k's LOAD step (async_load.c): 1 with *step the next one when the loader
+ * completed at once, 0 when k resumes later. */
+int xf__async_load(xf_async *ac, xf__acall *k, xf__step *step);
+
 /* Frees the call once nothing holds it any more. */
 void xf__acall_release(xf__acall *k);
 
