@@ -201,16 +201,27 @@ static int alive(const entry *e, int64_t now_ms) {
          e->token >= __atomic_load_n(&e->node->drop_seq, __ATOMIC_ACQUIRE);
 }
 
-/* Whether what the tracker thread has not read yet may concern an entry:
+/* Whether what the tracker thread has not applied yet may concern an
+ * entry of node, whose sequence was `reading` when the entry was found:
  * bytes waiting on its node's invalidation connection (an invalidation, a
  * flush, the connection closed), or the connection that read it closed by
- * the server. The thread handles them within microseconds, unless the
- * machine is so loaded that it is not scheduled for milliseconds: the hit
- * then goes to Redis instead of serving what may be stale. One poll(). */
-static int news_pending(int inval_fd, int data_fd) {
+ * the server (never read by the thread: it stays so until closed, after its
+ * node is dropped), or bytes the thread has read and not yet applied (the
+ * sequence odd, or moved). The thread handles them within microseconds,
+ * unless the machine is so loaded that it is not scheduled for
+ * milliseconds: the hit then goes to Redis instead of serving what may be
+ * stale. One poll(), one fence. */
+static int news_pending(const struct xf__near_node *node, uint64_t reading, int inval_fd,
+                        int data_fd) {
   struct pollfd pf[2] = {{.fd = inval_fd, .events = POLLIN},
                          {.fd = data_fd, .events = POLLRDHUP}};
-  return poll(pf, 2, 0) != 0;
+  if (poll(pf, 2, 0) != 0)
+    return 1;
+  /* The thread makes the sequence odd (and fences) before it takes bytes off
+   * the socket: a poll that found them gone is followed by a load that sees
+   * it moved. */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return __atomic_load_n(&node->reading, __ATOMIC_RELAXED) != reading;
 }
 
 int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
@@ -218,6 +229,8 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
   uint64_t h = xf__near_key_hash(key, keylen);
   shard *s = shard_of(n, h);
   int found = 0, inval_fd = -1, data_fd = -1;
+  const struct xf__near_node *node = NULL;
+  uint64_t reading = 0;
   pthread_mutex_lock(&s->mu);
   for (entry *e = *bucket_of(s, h); e; e = e->hnext) {
     if (!same(e, h, c, key, keylen))
@@ -226,6 +239,11 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
       unlink_entry(s, e);
       break;
     }
+    /* Loaded after the entry was found under the lock an invalidation's
+     * drop takes: the drop's thread made it odd before, even after. */
+    reading = __atomic_load_n(&e->node->reading, __ATOMIC_ACQUIRE);
+    if (reading & 1)
+      break; /* the thread holds unapplied bytes of this node: go to Redis */
     if ((hit->data = malloc(e->len + 1))) {
       memcpy(hit->data, e->bytes + e->nslen + e->keylen, e->len + 1);
       hit->len = e->len;
@@ -234,13 +252,14 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
       hit->negative = e->negative;
       inval_fd = __atomic_load_n(&e->node->inval_fd, __ATOMIC_ACQUIRE);
       data_fd = e->data_fd;
+      node = e->node;
       move_front(s, e);
       found = 1;
     }
     break;
   }
   pthread_mutex_unlock(&s->mu);
-  if (found && news_pending(inval_fd, data_fd)) {
+  if (found && news_pending(node, reading, inval_fd, data_fd)) {
     free(hit->data);
     return 0;
   }

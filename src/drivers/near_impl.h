@@ -29,6 +29,10 @@ struct xf__near_node {
   uint64_t gen;      /* bumped when it is lost: tracking armed under an older
                         one delivers nothing (reconnect to re-arm) */
   uint64_t drop_seq; /* entries kept with a token below it are gone */
+  uint64_t reading;  /* odd while the tracker holds bytes of ctx it has not
+                        applied yet (read, partial or not): a hit on the
+                        node's entries is served only when it is even and
+                        unchanged across the hit (near.c); __atomic */
 };
 
 /* ---- the cache (near.c) ---- */
@@ -70,6 +74,10 @@ void xf__near_after_fork(struct xf__near *n, int child);
 /* For tests: called by xf__near_put before it takes its shard's lock (a
  * read's reply is in, its value not yet kept); NULL = none. */
 extern void (*xf__near_test_before_put)(void);
+
+/* For tests: called by the tracker thread with a message read from an
+ * invalidation connection, before it applies it; NULL = none. */
+extern void (*xf__near_test_before_apply)(void);
 
 /* ---- the invalidations' log (near_events.c): XF_EV_INVALIDATION ---- */
 
@@ -128,8 +136,9 @@ int xf__inval_open(xf__inval **out, struct xf_client *c, const char *host, int p
 int xf__inval_fd(const xf__inval *v);
 
 /* Reads what the connection has, without waiting, and hands each whole
- * message to on (the reply freed after). 0, or -1 when the connection is
- * lost (closed, reset, unreadable). */
+ * message to on (the reply freed after). 0; 1 when it holds the start of a
+ * message whose rest has not come yet; -1 when the connection is lost
+ * (closed, reset, unreadable). */
 int xf__inval_read(xf__inval *v, void (*on)(void *ud, const struct xf_reply *r), void *ud);
 
 /* Closes v (NULL-safe); _forget in a forked child (no byte sent). */
