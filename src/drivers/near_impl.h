@@ -125,6 +125,12 @@ static inline int xf__track_stale(const xf__track *t) {
   return t->node && __atomic_load_n(&t->node->gen, __ATOMIC_ACQUIRE) != t->gen;
 }
 
+/* Whether news for the near cache has reached the process and is not
+ * applied yet: bytes waiting on an invalidation connection, or read by the
+ * tracker and not yet applied (the bench's classification of stale reads;
+ * no lock taken). */
+int xf__near_news_waiting(struct xf__near *n);
+
 /* ---- an invalidation connection (near_inval.c) ---- */
 
 /* Opens one to host:port (or unix_path) as c's data connections are (TLS,

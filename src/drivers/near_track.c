@@ -254,7 +254,7 @@ static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *h
     return NULL;
   }
   node->next = t->nodes;
-  t->nodes = node;
+  __atomic_store_n(&t->nodes, node, __ATOMIC_RELEASE); /* read without the lock too */
   return node;
 }
 
@@ -292,6 +292,18 @@ int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
   }
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+int xf__near_news_waiting(struct xf__near *n) {
+  struct xf__near_tracker *t = xf__near_tracker(n);
+  for (struct xf__near_node *node = __atomic_load_n(&t->nodes, __ATOMIC_ACQUIRE); node;
+       node = node->next) {
+    struct pollfd pf = {.fd = __atomic_load_n(&node->inval_fd, __ATOMIC_ACQUIRE),
+                        .events = POLLIN};
+    if ((__atomic_load_n(&node->reading, __ATOMIC_ACQUIRE) & 1) || poll(&pf, 1, 0) > 0)
+      return 1;
+  }
+  return 0;
 }
 
 void xf__near_watch(xf__track *tk, int fd) {
