@@ -35,6 +35,18 @@ struct xf__near_node {
                         unchanged across the hit (near.c); __atomic */
 };
 
+/* A full fence between the tracker's odd sequence and its recv(), and
+ * between a hit's poll() and its second load of the sequence (near.c).
+ * gcc's ThreadSanitizer refuses __atomic_thread_fence: there a sequentially
+ * consistent read-modify-write of a dummy stands in. */
+#ifdef __SANITIZE_THREAD__
+extern int xf__near_fence_dummy;
+#define XF__NEAR_FENCE()                                                                   \
+  ((void)__atomic_fetch_add(&xf__near_fence_dummy, 0, __ATOMIC_SEQ_CST))
+#else
+#define XF__NEAR_FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
+
 /* ---- the cache (near.c) ---- */
 
 int xf__near_open(struct xf__near **out, size_t max_bytes);

@@ -127,7 +127,7 @@ static void read_node(struct xf__near_tracker *t, struct xf__near_node *node) {
   uint64_t seq = __atomic_load_n(&node->reading, __ATOMIC_RELAXED);
   if (!(seq & 1)) {
     __atomic_store_n(&node->reading, ++seq, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* odd before the recv */
+    XF__NEAR_FENCE(); /* odd before the recv */
   }
   reading rd = {t, node};
   int rc = xf__inval_read(node->ctx, on_message, &rd);
