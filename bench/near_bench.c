@@ -124,19 +124,37 @@ static double hot_rate_threads(const target *t, xf_share *s, const char *key, in
 typedef struct shared_log {
   int64_t acked_us[MAX_VERSIONS]; /* when version i's set returned (0: not yet) */
   int stop;
+  int fence;   /* asked: each write is followed by a PING before it counts */
+  int fencing; /* the writer does so from now on (-1: it cannot) */
 } shared_log;
 
+/* Sets key every 20 ms. Fenced (log->fence), a write counts as acknowledged
+ * once a PING sent after its reply is answered: Redis has then written
+ * everything the write caused (its invalidations among them: they go out
+ * after the write's reply, in the same pass over its clients, which ends
+ * before it reads the next command). */
 static void writer(const target *t, const char *key, shared_log *log) {
   xf_client *c = nb_client(t, NULL);
+  redisContext *raw = NULL;
   xf_policy p = XF_POLICY_INIT;
   for (int ver = 1; c && ver < MAX_VERSIONS && !__atomic_load_n(&log->stop, 0); ver++) {
+    if (__atomic_load_n(&log->fence, __ATOMIC_ACQUIRE) && !raw) {
+      raw = t->tls_ca[0] ? NULL : target_connect(t, 5000);
+      __atomic_store_n(&log->fencing, raw ? 1 : -1, __ATOMIC_RELEASE);
+    }
     char v[16];
     snprintf(v, sizeof v, "%d", ver);
-    if (xf_set(c, key, strlen(key), v, strlen(v), &p) == XF_OK)
+    int ok = xf_set(c, key, strlen(key), v, strlen(v), &p) == XF_OK;
+    redisReply *r = ok && raw ? redisCommand(raw, "PING") : NULL;
+    if (r)
+      freeReplyObject(r);
+    if (ok)
       __atomic_store_n(&log->acked_us[ver], (int64_t)(now_s() * 1e6), __ATOMIC_RELEASE);
     struct timespec ts = {0, 20 * 1000000L};
     nanosleep(&ts, NULL);
   }
+  if (raw)
+    redisFree(raw);
   xf_client_close(c);
 }
 
@@ -252,7 +270,7 @@ static int stale_pass(const bench_env *e, xf_client *c, struct xf__near *near,
   return 0;
 }
 
-static int staleness(const bench_env *e, double dur, nb_stale out[2]) {
+static int staleness(const bench_env *e, double dur, nb_stale out[3]) {
   shared_log *log =
       mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (log == MAP_FAILED)
@@ -273,6 +291,12 @@ static int staleness(const bench_env *e, double dur, nb_stale out[2]) {
   xf__near_test_before_apply = on_apply;
   for (int faults = 0; !rv && faults < 2; faults++)
     rv = stale_pass(e, c, xf__share_near(s), key, log, dur, faults, &out[faults]);
+  memset(&out[2], 0, sizeof out[2]); /* then undisturbed, the writer fenced */
+  __atomic_store_n(&log->fence, 1, __ATOMIC_RELEASE);
+  while (!rv && !__atomic_load_n(&log->fencing, __ATOMIC_ACQUIRE))
+    usleep(1000);
+  if (!rv && __atomic_load_n(&log->fencing, __ATOMIC_ACQUIRE) > 0)
+    rv = stale_pass(e, c, xf__share_near(s), key, log, dur, 0, &out[2]);
   xf__near_test_before_apply = NULL;
   __atomic_store_n(&log->stop, 1, __ATOMIC_RELEASE);
   waitpid(pid, NULL, 0);
@@ -305,7 +329,7 @@ int sc_near(const bench_env *e, scenario_out *out) {
   double threads_rps = hot_rate_threads(e->t, s, key, n);
   xf_client_close(far), xf_client_close(near), xf_share_close(s);
   nb_zipf z;
-  nb_stale st[2];
+  nb_stale st[3];
   nb_wake w;
   if (nb_zipf_run(e, q, &z) || staleness(e, q ? 1.0 : 3.0, st) || nb_wake_run(e, &w))
     return -1;
@@ -322,12 +346,14 @@ int sc_near(const bench_env *e, scenario_out *out) {
          "%.3f commands per call, %llu evictions\n",
          z.keys, z.hit_ratio, z.sim_lru, z.sim_clock, z.sim_s3fifo, z.rps, z.threads,
          z.cmds_per_call, (unsigned long long)z.evictions);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 3; i++)
     printf("near: staleness%s: %llu reads, %llu stale, p99 %.3f ms, p99.9 %.3f ms, max "
            "%.3f ms, %llu stale by > 1 ms (%llu with the invalidation in the process, "
            "unapplied); the tracker took the invalidation > 1 ms after the write's ack "
            "for %d of %d writes (max %.1f ms; hits go to Redis while it waits)\n",
-           i ? " under CLIENT KILL + FLUSHALL every 100 ms" : "",
+           i == 2   ? ", the writer's ack after a PING (its invalidations sent)"
+           : i == 1 ? " under CLIENT KILL + FLUSHALL every 100 ms"
+                    : "",
            (unsigned long long)st[i].reads, (unsigned long long)st[i].stale, st[i].p99_ms,
            st[i].p999_ms, st[i].max_ms, (unsigned long long)st[i].over_1ms,
            (unsigned long long)st[i].over_1ms_delivered, st[i].writes_late_1ms,
@@ -349,7 +375,10 @@ int sc_near(const bench_env *e, scenario_out *out) {
            "{\"faults\": true, \"reads\": %llu, \"stale\": %llu, \"p99\": %.3f, "
            "\"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu, "
            "\"over_1ms_delivered\": %llu, \"writes\": %d, \"writes_inval_late_1ms\": %d, "
-           "\"inval_late_max\": %.2f}], "
+           "\"inval_late_max\": %.2f}, "
+           "{\"faults\": false, \"writer_fenced\": true, \"reads\": %llu, \"stale\": %llu, "
+           "\"p99\": %.3f, \"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu, "
+           "\"over_1ms_delivered\": %llu}], "
            "\"wake_after_write_ms\": {\"near_max\": %.2f, \"near_mean\": %.2f, "
            "\"poll_max\": %.2f, \"poll_mean\": %.2f}}",
            near_rps, redis_rps, threads_rps, cmds_per_call, z.keys, z.threads, z.hit_ratio,
@@ -360,7 +389,10 @@ int sc_near(const bench_env *e, scenario_out *out) {
            st[0].writes_late_1ms, st[0].late_max_ms, (unsigned long long)st[1].reads,
            (unsigned long long)st[1].stale, st[1].p99_ms, st[1].p999_ms, st[1].max_ms,
            (unsigned long long)st[1].over_1ms, (unsigned long long)st[1].over_1ms_delivered,
-           st[1].writes, st[1].writes_late_1ms, st[1].late_max_ms, w.near_max_ms,
-           w.near_mean_ms, w.poll_max_ms, w.poll_mean_ms);
+           st[1].writes, st[1].writes_late_1ms, st[1].late_max_ms,
+           (unsigned long long)st[2].reads, (unsigned long long)st[2].stale, st[2].p99_ms,
+           st[2].p999_ms, st[2].max_ms, (unsigned long long)st[2].over_1ms,
+           (unsigned long long)st[2].over_1ms_delivered, w.near_max_ms, w.near_mean_ms,
+           w.poll_max_ms, w.poll_mean_ms);
   return 0;
 }
