@@ -18,6 +18,14 @@ typedef struct nb_zipf {
 typedef struct nb_stale {
   uint64_t reads, stale, over_1ms;
   double p99_ms, p999_ms, max_ms;
+  /* of over_1ms: reads after which news had reached the process unapplied
+   * (xf__near_news_waiting; the rest: Redis had not yet sent the invalidation) */
+  uint64_t over_1ms_delivered;
+  /* writes in the pass whose invalidation the tracker took before the next
+   * write's, and how late after the write's acknowledgement (mostly the
+   * thread's scheduling: hits go to Redis while the bytes wait) */
+  int writes, writes_late_1ms;
+  double late_max_ms;
 } nb_stale;
 
 typedef struct nb_wake {

@@ -1,19 +1,8 @@
-/* The near cache's entries (near.h, near_impl.h): 8 to 64 shards (64 once
- * each gets 256 KiB of the budget), each under its own lock with its own
- * hash table, LRU list and share of the byte budget,
- * so concurrent hits on different keys rarely meet on a lock. An entry is
- * keyed by the client's namespace and the Redis key, hashed by the key
- * alone: an invalidation names only the key, and drops it for every
- * namespace (dbs share Redis' tracking table).
- *
- * Pending marker: a global sequence counts invalidations and node drops;
- * each shard remembers, in a small table indexed by key hash, the sequence
- * of the last invalidation that hashed there, and each node the sequence of
- * its last drop. A read takes the sequence before it is sent (its token);
- * its value is kept only if neither its key's slot nor its node moved past
- * the token, checked under the shard's lock the invalidation also takes. A
- * collision only refuses a value that could have been kept. The same slots
- * wake callers waiting on a key (wake-on-write). */
+/* The near cache (near.h, near_impl.h): open and close, a hit (xf__near_get:
+ * the entry copied under its shard's lock, then checked against what the
+ * tracker thread has not applied yet), a read's value kept (xf__near_put,
+ * behind the pending marker, evicting LRU), fork. The shards and the
+ * marker: near_shard.h; invalidations and waits: near_wake.c. */
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -24,64 +13,18 @@
 #include "client.h"
 #include "client_io.h"
 #include "near_impl.h"
-
-#define NSHARDS 64             /* at most; at least MIN_SHARDS */
-#define MIN_SHARDS 8           /* a small cache: fewer, larger shards (LRU per */
-#define MIN_SHARD_BYTES 262144 /* shard evicts worse when a shard holds few) */
-#define PENDING_SLOTS 256
-#define MIN_BUCKETS 16
-#define ENTRY_OVERHEAD 16 /* malloc's own, counted against the budget */
-
-typedef struct entry {
-  struct entry *hnext;       /* bucket chain */
-  struct entry *prev, *next; /* LRU, most recent first */
-  uint64_t hash, token;
-  struct xf__near_node *node;
-  int64_t expires_ms, delta_us;
-  int negative;
-  int data_fd; /* the socket of the connection that read it */
-  size_t nslen, keylen, len, size;
-  char bytes[]; /* namespace, key, value, NUL */
-} entry;
-
-typedef struct shard {
-  pthread_mutex_t mu;
-  pthread_cond_t changed; /* an invalidation or a node drop (wake-on-write) */
-  entry **buckets;
-  size_t nbuckets, count, bytes, max_bytes;
-  entry *head, *tail;
-  uint64_t drops; /* node drops seen: every waiter wakes */
-  uint64_t pending[PENDING_SLOTS];
-} __attribute__((aligned(64))) shard;
-
-struct xf__near {
-  shard shards[NSHARDS];
-  unsigned nshards;  /* a power of two */
-  uint64_t drop_seq; /* the sequence of the last node drop (__atomic) */
-  pthread_mutex_t notify_mu;
-  int *notify_fds; /* wake pipes' write ends (xf_call_wake_open): a byte on */
-  size_t nnotify;  /* every invalidation; nnotify read __atomic first */
-  uint64_t seq;    /* invalidations and drops so far (__atomic) */
-  uint64_t invalidations, evictions;
-  struct xf__near_tracker *tracker;
-  struct xf__near_log *log; /* XF_EV_INVALIDATION's (near_events.c) */
-};
+#include "near_shard.h"
 
 void (*xf__near_test_before_put)(void);
+#ifdef __SANITIZE_THREAD__
+int xf__near_fence_dummy;
+#endif
 
 uint64_t xf__near_key_hash(const char *key, size_t len) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
   for (size_t i = 0; i < len; i++)
     h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
   return h ^ (h >> 29);
-}
-
-static shard *shard_of(struct xf__near *n, uint64_t h) {
-  return &n->shards[h & (n->nshards - 1)];
-}
-static size_t slot_of(uint64_t h) { return (h / NSHARDS) % PENDING_SLOTS; }
-static entry **bucket_of(shard *s, uint64_t h) {
-  return &s->buckets[(h / NSHARDS / PENDING_SLOTS) & (s->nbuckets - 1)];
 }
 
 static void init_shard(shard *s, size_t max_bytes) {
@@ -120,7 +63,7 @@ int xf__near_open(struct xf__near **out, size_t max_bytes) {
   return XF_OK;
 }
 
-static void unlink_entry(shard *s, entry *e) {
+void xf__near_unlink(shard *s, entry *e) {
   entry **at = bucket_of(s, e->hash);
   while (*at != e)
     at = &(*at)->hnext;
@@ -140,7 +83,7 @@ static void unlink_entry(shard *s, entry *e) {
 
 static void clear_shard(shard *s) {
   while (s->head)
-    unlink_entry(s, s->head);
+    xf__near_unlink(s, s->head);
 }
 
 void xf__near_close(struct xf__near *n) {
@@ -201,16 +144,27 @@ static int alive(const entry *e, int64_t now_ms) {
          e->token >= __atomic_load_n(&e->node->drop_seq, __ATOMIC_ACQUIRE);
 }
 
-/* Whether what the tracker thread has not read yet may concern an entry:
+/* Whether what the tracker thread has not applied yet may concern an
+ * entry of node, whose sequence was `reading` when the entry was found:
  * bytes waiting on its node's invalidation connection (an invalidation, a
  * flush, the connection closed), or the connection that read it closed by
- * the server. The thread handles them within microseconds, unless the
- * machine is so loaded that it is not scheduled for milliseconds: the hit
- * then goes to Redis instead of serving what may be stale. One poll(). */
-static int news_pending(int inval_fd, int data_fd) {
+ * the server (never read by the thread: it stays so until closed, after its
+ * node is dropped), or bytes the thread has read and not yet applied (the
+ * sequence odd, or moved). The thread handles them within microseconds,
+ * unless the machine is so loaded that it is not scheduled for
+ * milliseconds: the hit then goes to Redis instead of serving what may be
+ * stale. One poll(), one fence. */
+static int news_pending(const struct xf__near_node *node, uint64_t reading, int inval_fd,
+                        int data_fd) {
   struct pollfd pf[2] = {{.fd = inval_fd, .events = POLLIN},
                          {.fd = data_fd, .events = POLLRDHUP}};
-  return poll(pf, 2, 0) != 0;
+  if (poll(pf, 2, 0) != 0)
+    return 1;
+  /* The thread makes the sequence odd (and fences) before it takes bytes off
+   * the socket: a poll that found them gone is followed by a load that sees
+   * it moved. */
+  XF__NEAR_FENCE();
+  return __atomic_load_n(&node->reading, __ATOMIC_RELAXED) != reading;
 }
 
 int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
@@ -218,14 +172,21 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
   uint64_t h = xf__near_key_hash(key, keylen);
   shard *s = shard_of(n, h);
   int found = 0, inval_fd = -1, data_fd = -1;
+  const struct xf__near_node *node = NULL;
+  uint64_t reading = 0;
   pthread_mutex_lock(&s->mu);
   for (entry *e = *bucket_of(s, h); e; e = e->hnext) {
     if (!same(e, h, c, key, keylen))
       continue;
     if (!alive(e, now_ms)) {
-      unlink_entry(s, e);
+      xf__near_unlink(s, e);
       break;
     }
+    /* Loaded after the entry was found under the lock an invalidation's
+     * drop takes: the drop's thread made it odd before, even after. */
+    reading = __atomic_load_n(&e->node->reading, __ATOMIC_ACQUIRE);
+    if (reading & 1)
+      break; /* the thread holds unapplied bytes of this node: go to Redis */
     if ((hit->data = malloc(e->len + 1))) {
       memcpy(hit->data, e->bytes + e->nslen + e->keylen, e->len + 1);
       hit->len = e->len;
@@ -234,13 +195,14 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
       hit->negative = e->negative;
       inval_fd = __atomic_load_n(&e->node->inval_fd, __ATOMIC_ACQUIRE);
       data_fd = e->data_fd;
+      node = e->node;
       move_front(s, e);
       found = 1;
     }
     break;
   }
   pthread_mutex_unlock(&s->mu);
-  if (found && news_pending(inval_fd, data_fd)) {
+  if (found && news_pending(node, reading, inval_fd, data_fd)) {
     free(hit->data);
     return 0;
   }
@@ -305,7 +267,7 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
   }
   for (entry *old = *bucket_of(s, h); old; old = old->hnext)
     if (same(old, h, c, key, keylen)) {
-      unlink_entry(s, old);
+      xf__near_unlink(s, old);
       break;
     }
   if (s->count >= s->nbuckets)
@@ -317,124 +279,13 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
   s->count++;
   s->bytes += size;
   while (s->bytes > s->max_bytes && s->tail != e) {
-    unlink_entry(s, s->tail);
+    xf__near_unlink(s, s->tail);
     evicted++;
   }
   pthread_mutex_unlock(&s->mu);
   if (evicted)
     __atomic_add_fetch(&n->evictions, evicted, __ATOMIC_RELAXED);
   return evicted;
-}
-
-/* A byte on every wake pipe: an event loop's waiting calls look again. */
-static void notify(struct xf__near *n) {
-  if (!__atomic_load_n(&n->nnotify, __ATOMIC_ACQUIRE))
-    return;
-  pthread_mutex_lock(&n->notify_mu);
-  for (size_t i = 0; i < n->nnotify; i++) {
-    ssize_t r = write(n->notify_fds[i], "", 1); /* full: a wake is pending anyway */
-    (void)r;
-  }
-  pthread_mutex_unlock(&n->notify_mu);
-}
-
-int xf__near_notify_add(struct xf__near *n, int fd) {
-  pthread_mutex_lock(&n->notify_mu);
-  int *fds = realloc(n->notify_fds, (n->nnotify + 1) * sizeof *fds);
-  if (fds) {
-    n->notify_fds = fds;
-    fds[n->nnotify] = fd;
-    __atomic_store_n(&n->nnotify, n->nnotify + 1, __ATOMIC_RELEASE);
-  }
-  pthread_mutex_unlock(&n->notify_mu);
-  return fds ? XF_OK : XF_ENOMEM;
-}
-
-void xf__near_notify_remove(struct xf__near *n, int fd) {
-  pthread_mutex_lock(&n->notify_mu);
-  for (size_t i = 0; i < n->nnotify; i++)
-    if (n->notify_fds[i] == fd) {
-      n->notify_fds[i] = n->notify_fds[n->nnotify - 1];
-      __atomic_store_n(&n->nnotify, n->nnotify - 1, __ATOMIC_RELEASE);
-      break;
-    }
-  pthread_mutex_unlock(&n->notify_mu);
-}
-
-int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_t token) {
-  uint64_t h = xf__near_key_hash(key, keylen);
-  shard *s = shard_of(n, h);
-  pthread_mutex_lock(&s->mu);
-  int changed = s->pending[slot_of(h)] > token ||
-                __atomic_load_n(&n->drop_seq, __ATOMIC_ACQUIRE) > token;
-  pthread_mutex_unlock(&s->mu);
-  return changed;
-}
-
-void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
-  uint64_t h = xf__near_key_hash(key, keylen);
-  shard *s = shard_of(n, h);
-  uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
-  pthread_mutex_lock(&s->mu);
-  s->pending[slot_of(h)] = seq;
-  for (entry *e = *bucket_of(s, h), *next; e; e = next) {
-    next = e->hnext;
-    if (e->hash == h && e->keylen == keylen &&
-        memcmp(e->bytes + e->nslen, key, keylen) == 0)
-      unlink_entry(s, e);
-  }
-  pthread_cond_broadcast(&s->changed);
-  pthread_mutex_unlock(&s->mu);
-  notify(n);
-}
-
-void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen) {
-  __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELAXED);
-  xf__near_drop(n, key, keylen);
-  xf__near_log_add(n->log, key, keylen, NULL, 0);
-}
-
-struct xf__near_log *xf__near_log(struct xf__near *n) {
-  return n->log;
-}
-
-void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc) {
-  xf__near_log_add(n->log, NULL, 0, node, rc);
-  uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
-  __atomic_store_n(&node->drop_seq, seq, __ATOMIC_RELEASE);
-  __atomic_store_n(&n->drop_seq, seq, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELAXED);
-  for (int i = 0; i < NSHARDS; i++) { /* the entries go lazily: never served */
-    shard *s = &n->shards[i];
-    pthread_mutex_lock(&s->mu);
-    s->drops++;
-    pthread_cond_broadcast(&s->changed);
-    pthread_mutex_unlock(&s->mu);
-  }
-  notify(n);
-}
-
-int xf__near_wait(struct xf__near *n, const char *key, size_t keylen, uint64_t token,
-                  int64_t until_ms) {
-  uint64_t h = xf__near_key_hash(key, keylen);
-  shard *s = shard_of(n, h);
-  size_t slot = slot_of(h);
-  struct timespec ts; /* until_ms on CLOCK_MONOTONIC (the driver's, unskewed) */
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int64_t left_ms = until_ms - xf__now_ms();
-  if (left_ms < 0)
-    left_ms = 0;
-  ts.tv_sec += left_ms / 1000;
-  ts.tv_nsec += (left_ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000)
-    ts.tv_sec++, ts.tv_nsec -= 1000000000;
-  pthread_mutex_lock(&s->mu);
-  uint64_t drops = s->drops;
-  int woke = 0, rc = 0;
-  while (!(woke = s->pending[slot] > token || s->drops != drops) && rc == 0)
-    rc = pthread_cond_timedwait(&s->changed, &s->mu, &ts);
-  pthread_mutex_unlock(&s->mu);
-  return woke;
 }
 
 struct xf__near_tracker *xf__near_tracker(struct xf__near *n) {

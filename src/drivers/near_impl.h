@@ -29,7 +29,23 @@ struct xf__near_node {
   uint64_t gen;      /* bumped when it is lost: tracking armed under an older
                         one delivers nothing (reconnect to re-arm) */
   uint64_t drop_seq; /* entries kept with a token below it are gone */
+  uint64_t reading;  /* odd while the tracker holds bytes of ctx it has not
+                        applied yet (read, partial or not): a hit on the
+                        node's entries is served only when it is even and
+                        unchanged across the hit (near.c); __atomic */
 };
+
+/* A full fence between the tracker's odd sequence and its recv(), and
+ * between a hit's poll() and its second load of the sequence (near.c).
+ * gcc's ThreadSanitizer refuses __atomic_thread_fence: there a sequentially
+ * consistent read-modify-write of a dummy stands in. */
+#ifdef __SANITIZE_THREAD__
+extern int xf__near_fence_dummy;
+#define XF__NEAR_FENCE()                                                                   \
+  ((void)__atomic_fetch_add(&xf__near_fence_dummy, 0, __ATOMIC_SEQ_CST))
+#else
+#define XF__NEAR_FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
 
 /* ---- the cache (near.c) ---- */
 
@@ -70,6 +86,10 @@ void xf__near_after_fork(struct xf__near *n, int child);
 /* For tests: called by xf__near_put before it takes its shard's lock (a
  * read's reply is in, its value not yet kept); NULL = none. */
 extern void (*xf__near_test_before_put)(void);
+
+/* For tests: called by the tracker thread with a message read from an
+ * invalidation connection, before it applies it; NULL = none. */
+extern void (*xf__near_test_before_apply)(void);
 
 /* ---- the invalidations' log (near_events.c): XF_EV_INVALIDATION ---- */
 
@@ -117,6 +137,12 @@ static inline int xf__track_stale(const xf__track *t) {
   return t->node && __atomic_load_n(&t->node->gen, __ATOMIC_ACQUIRE) != t->gen;
 }
 
+/* Whether news for the near cache has reached the process and is not
+ * applied yet: bytes waiting on an invalidation connection, or read by the
+ * tracker and not yet applied (the bench's classification of stale reads;
+ * no lock taken). */
+int xf__near_news_waiting(struct xf__near *n);
+
 /* ---- an invalidation connection (near_inval.c) ---- */
 
 /* Opens one to host:port (or unix_path) as c's data connections are (TLS,
@@ -128,8 +154,9 @@ int xf__inval_open(xf__inval **out, struct xf_client *c, const char *host, int p
 int xf__inval_fd(const xf__inval *v);
 
 /* Reads what the connection has, without waiting, and hands each whole
- * message to on (the reply freed after). 0, or -1 when the connection is
- * lost (closed, reset, unreadable). */
+ * message to on (the reply freed after). 0; 1 when it holds the start of a
+ * message whose rest has not come yet; -1 when the connection is lost
+ * (closed, reset, unreadable). */
 int xf__inval_read(xf__inval *v, void (*on)(void *ud, const struct xf_reply *r), void *ud);
 
 /* Closes v (NULL-safe); _forget in a forked child (no byte sent). */

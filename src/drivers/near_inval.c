@@ -153,5 +153,7 @@ int xf__inval_read(xf__inval *v, void (*on)(void *ud, const xf__reply *r), void 
     on(ud, r);
     xf__reply_free(r);
   }
-  return rc == REDIS_OK ? 0 : -1;
+  if (rc != REDIS_OK)
+    return -1;
+  return v->rd->reply != NULL || v->rd->pos < v->rd->len; /* a message begun */
 }

@@ -91,6 +91,8 @@ static void lose(struct xf__near_tracker *t, struct xf__near_node *node) {
   node->ctx = NULL;
 }
 
+void (*xf__near_test_before_apply)(void);
+
 typedef struct reading { /* what on_message is told */
   struct xf__near_tracker *t;
   struct xf__near_node *node;
@@ -103,6 +105,8 @@ static void on_message(void *ud, const xf__reply *r) {
   if (r->type != XF_REPLY_ARRAY || r->elements < 3 ||
       r->element[0]->type != XF_REPLY_STRING || strcmp(r->element[0]->str, "message"))
     return; /* the subscription's confirmation */
+  if (xf__near_test_before_apply)
+    xf__near_test_before_apply();
   const xf__reply *keys = r->element[2];
   if (keys->type != XF_REPLY_ARRAY) { /* nil: everything (FLUSHALL, FLUSHDB) */
     xf__near_drop_node(t->near, node, 0);
@@ -113,11 +117,24 @@ static void on_message(void *ud, const xf__reply *r) {
       xf__near_invalidate(t->near, keys->element[i]->str, keys->element[i]->len);
 }
 
-/* Reads what node's connection has (poll said readable). Under t->mu. */
+/* Reads what node's connection has (poll said readable) and applies it,
+ * node->reading odd from before the first byte is taken off the socket
+ * (or out of OpenSSL's buffers) until all of it is applied, or while a
+ * message's start is held waiting for its rest. A near hit that sees it
+ * even and unchanged across its lookup and its poll of the socket saw
+ * either the bytes still there or their effect (near.c). Under t->mu. */
 static void read_node(struct xf__near_tracker *t, struct xf__near_node *node) {
+  uint64_t seq = __atomic_load_n(&node->reading, __ATOMIC_RELAXED);
+  if (!(seq & 1)) {
+    __atomic_store_n(&node->reading, ++seq, __ATOMIC_RELAXED);
+    XF__NEAR_FENCE(); /* odd before the recv */
+  }
   reading rd = {t, node};
-  if (xf__inval_read(node->ctx, on_message, &rd) != 0)
+  int rc = xf__inval_read(node->ctx, on_message, &rd);
+  if (rc < 0)
     lose(t, node);
+  if (rc != 1) /* applied: even (release: after what was applied) */
+    __atomic_store_n(&node->reading, seq + 1, __ATOMIC_RELEASE);
 }
 
 /* A watched data connection's socket hung up: drop its node. Under t->mu;
@@ -237,7 +254,7 @@ static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *h
     return NULL;
   }
   node->next = t->nodes;
-  t->nodes = node;
+  __atomic_store_n(&t->nodes, node, __ATOMIC_RELEASE); /* read without the lock too */
   return node;
 }
 
@@ -275,6 +292,18 @@ int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
   }
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+int xf__near_news_waiting(struct xf__near *n) {
+  struct xf__near_tracker *t = xf__near_tracker(n);
+  for (struct xf__near_node *node = __atomic_load_n(&t->nodes, __ATOMIC_ACQUIRE); node;
+       node = node->next) {
+    struct pollfd pf = {.fd = __atomic_load_n(&node->inval_fd, __ATOMIC_ACQUIRE),
+                        .events = POLLIN};
+    if ((__atomic_load_n(&node->reading, __ATOMIC_ACQUIRE) & 1) || poll(&pf, 1, 0) > 0)
+      return 1;
+  }
+  return 0;
 }
 
 void xf__near_watch(xf__track *tk, int fd) {
@@ -346,6 +375,7 @@ void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
       node->ctx = NULL;
       node->inval_fd = -1;
       node->gen++;
+      node->reading += node->reading & 1; /* a message begun: the parent's */
     }
     while (t->watches) {
       watch *w = t->watches;
