@@ -273,12 +273,12 @@ typedef struct xf_options {
   int disabled; /* non-zero: the client starts bypassed (xf_client_set_enabled)
                    and xf_client_open connects to nothing */
   /* xf_entry_format: the format of the entries this client writes (values,
-   * leases on a new key, tombstones); 0 = XF_ENTRY_HASH. Every client reads
-   * both, and an existing entry keeps its format until it is rewritten. A
-   * fleet of clients that all read both (this version on) switches to
-   * XF_ENTRY_STRING, whose hit is one GET (a batch one MGET per node); a
-   * client of an older version reads hashes only (README, "The entry on
-   * Redis": the rollout order). */
+   * leases on a new key, tombstones); 0 = XF_ENTRY_STRING, whose hit is one
+   * GET (a batch one MGET per node). Every client of this version reads both,
+   * and an existing entry keeps its format until it is rewritten, so a fleet
+   * may mix them. XF_ENTRY_HASH (a hit is one HMGET) is for a fleet that still
+   * has clients reading hashes only (a pre-release build): keep it until every
+   * client is on this version (README, "The entry on Redis"). */
   int entry_format;
   /* NULL, or where a blocking client's background refreshes run (see
    * xf_refresh_executor_fn) instead of its share's refresh workers; called
@@ -289,7 +289,7 @@ typedef struct xf_options {
 
 /* The entry on Redis (options.entry_format; README, "The entry on Redis"). */
 typedef enum xf_entry_format {
-  XF_ENTRY_DEFAULT = 0, /* XF_ENTRY_HASH in this version */
+  XF_ENTRY_DEFAULT = 0, /* XF_ENTRY_STRING in this version */
   XF_ENTRY_HASH = 1,    /* format 1: a hash (v d e s l n f); a hit is one HMGET */
   XF_ENTRY_STRING = 2   /* format 2: one string, a header (20 bytes for a plain
                            value) and the value; a hit is one GET */

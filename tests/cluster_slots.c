@@ -50,6 +50,15 @@ long long xft_total_calls(const char *cmd) {
   return n;
 }
 
+int xft_cluster_entry_format(void) {
+  const char *format = getenv("XFT_ENTRY_FORMAT");
+  return format ? atoi(format) : 0;
+}
+
+const char *xft_cluster_read_cmd(void) {
+  return xft_cluster_entry_format() == XF_ENTRY_HASH ? "hmget" : "get";
+}
+
 xf__reply *xft_cluster_slots(int port) {
   redisContext *r = xft_cluster_redis(port);
   xf__reader_adopt(r->reader); /* its one reply goes to the core's parser */

@@ -46,4 +46,12 @@ void xft_reset_stats(void);
 /* xft_calls_of summed over every node. */
 long long xft_total_calls(const char *cmd);
 
+/* The options.entry_format of the cluster tests' clients: XFT_ENTRY_FORMAT
+ * (as fixture.h's; unset: 0, the default, format 2). */
+int xft_cluster_entry_format(void);
+
+/* The command a hit's plain read is for that format, by name: "get" (format
+ * 2), "hmget" (format 1). The read script reads an entry with it too. */
+const char *xft_cluster_read_cmd(void);
+
 #endif

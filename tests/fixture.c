@@ -152,10 +152,14 @@ int xft_entry_format(void) {
 }
 
 xf_client *xft_client_port(int port, uint64_t seed) {
+  return xft_client_format(port, seed, xft_entry_format());
+}
+
+xf_client *xft_client_format(int port, uint64_t seed, int format) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.seed = seed;
-  o.entry_format = xft_entry_format();
+  o.entry_format = format;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   cr_assert_eq(rc, XF_OK, "xf_client_open: %s", xf_strerror(rc));

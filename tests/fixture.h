@@ -31,10 +31,13 @@ const char *xft_unix_path(void);
 /* A client of the shared server (seeded when seed != 0); asserts success. */
 xf_client *xft_client(uint64_t seed);
 /* The options.entry_format the fixture's clients get: XFT_ENTRY_FORMAT (unset:
- * 0, the default). XFT_ENTRY_FORMAT=2 runs a suite on format-2 entries; the
- * tests that look into a hash then fail, which is what they check. */
+ * 0, the default: format 2). XFT_ENTRY_FORMAT=1 runs a suite on format-1
+ * entries (hashes), as a fleet that keeps them does. */
 int xft_entry_format(void);
 xf_client *xft_client_port(int port, uint64_t seed);
+/* A client of the server on port writing entries of format (xf_entry_format):
+ * for the tests of one format (its layout, its read path). */
+xf_client *xft_client_format(int port, uint64_t seed, int format);
 
 /* A raw hiredis connection for inspecting entries with plain commands. */
 redisContext *xft_redis(void);

@@ -44,6 +44,7 @@ static void open_handle_with(handle *h, const char *host, int cluster, int repli
   o.cluster = cluster;
   o.read_from_replicas = replicas;
   o.seed = 7;
+  o.entry_format = xft_cluster_entry_format();
   int rc = xf_async_open_libuv(&h->ac, &o, &h->loop);
   cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));
 }
@@ -222,16 +223,18 @@ Test(async_cluster, a_thousand_calls_over_300_keys_load_each_once_then_hit_in_on
   xf_async_stats(h.ac, &hot);
   cr_expect_eq(hot.redirects, 0);
   cr_expect_eq(hot.map_refreshes, 1);
-  /* One round trip per hit: a plain HMGET, and nothing else; the read
-   * script only to refresh the estimates of the masters' clocks (clock.h):
+  /* One round trip per hit: a plain read (GET; format 1: HMGET), nothing
+   * else; the read script only to refresh the estimates of the masters'
+   * clocks (clock.h):
    * one per half refresh period per node, however many calls are in flight
    * on its connection. */
-  long long hmget = xft_total_calls("hmget"), scripts = xft_total_calls("evalsha_ro");
+  long long reads = xft_total_calls(xft_cluster_read_cmd()),
+            scripts = xft_total_calls("evalsha_ro");
   cr_expect_leq(scripts, 3 * (1 + elapsed_ms / (XF_CLOCK_REFRESH_MS / 2)),
                 "%lld read scripts in %lld ms", scripts, elapsed_ms);
-  /* A read script runs an HMGET too: hmget - scripts are plain ones. */
-  cr_expect_leq(hmget - scripts, 1000, "at most one plain HMGET per hit");
-  cr_expect_geq(hmget, 1000, "every hit read");
+  /* A read script runs that read too: reads - scripts are plain ones. */
+  cr_expect_leq(reads - scripts, 1000, "at most one plain read per hit");
+  cr_expect_geq(reads, 1000, "every hit read");
   cr_expect_eq(xft_total_calls("evalsha"), 0);
   cr_expect_eq(xft_total_calls("cluster|slots"), 0);
   cr_expect_eq(xft_total_calls("asking"), 0);
@@ -255,8 +258,8 @@ Test(async_cluster, replica_reads_serve_hits_from_the_replicas) {
   handle h;
   open_handle_with(&h, host, XF_CLUSTER_AUTO, 1);
   long long before[XFT_CLUSTER_NODES];
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* a read: HMGET (the script's too) */
-    before[i] = xft_calls_of(xft_cluster_port(i), "hmget");
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* a read (the script's too) */
+    before[i] = xft_calls_of(xft_cluster_port(i), xft_cluster_read_cmd());
   loader r = {.loop = &h.loop};
   free(run_calls(&h, 100, "ac:replica:", 100, &r));
   cr_expect_eq(h.errors, 0, "last error: %s", h.errmsg);
@@ -264,14 +267,14 @@ Test(async_cluster, replica_reads_serve_hits_from_the_replicas) {
   cr_expect_eq(r.calls, 0);
   long long on_replicas = 0, on_masters = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
-    long long ran = xft_calls_of(xft_cluster_port(i), "hmget") - before[i];
+    long long ran = xft_calls_of(xft_cluster_port(i), xft_cluster_read_cmd()) - before[i];
     if (!is_master(xft_cluster_port(i)))
       on_replicas += ran;
     else
       on_masters += ran;
   }
   cr_expect_geq(on_replicas, 100, "every hit read on a replica (%lld)", on_replicas);
-  cr_expect_eq(on_masters, 0, "no hit read on a master (HMGET included)");
+  cr_expect_eq(on_masters, 0, "no hit read on a master (plain or script)");
   xf_stats st;
   xf_async_stats(h.ac, &st);
   cr_expect_eq(st.redirects, 0, "READONLY went first on the replicas' connections");
@@ -367,11 +370,12 @@ Test(async_cluster, a_slot_mid_migration_is_followed_by_ask) {
   xf_async_stats(h.ac, &st);
   cr_expect_eq(st.redirects, 1, "one ASK; the map was left alone");
   /* The target's clock is not known yet: the read there is the script (the
-   * hit's HMGET, if the client's estimates were fresh, is followed by it,
+   * hit's plain read, if the client's estimates were fresh, is followed by it,
    * sent there again with ASKING, not via the source: no second ASK). */
   long long scripts = xft_calls_of(to.port, "evalsha_ro");
-  long long plain = xft_calls_of(to.port, "hmget") - scripts; /* a script reads by HMGET */
-  cr_expect_leq(plain, 1, "the hit's HMGET, at most (%lld)", plain);
+  /* a script reads by the plain read's command too */
+  long long plain = xft_calls_of(to.port, xft_cluster_read_cmd()) - scripts;
+  cr_expect_leq(plain, 1, "the hit's plain read, at most (%lld)", plain);
   cr_expect_eq(scripts, 1, "and the read script");
   cr_expect_eq(xft_calls_of(to.port, "asking"), 1 + plain, "ASKING before each");
   expect_get(&h, gone, &l, XF_SOURCE_CACHE);

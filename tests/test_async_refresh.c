@@ -8,6 +8,7 @@
 #include <string.h>
 #include <xfetch_libuv.h>
 
+#include "entry_peek.h"
 #include "fixture.h"
 
 typedef struct ctx {
@@ -82,9 +83,10 @@ static void end(ctx *x) {
 /* What Redis holds for the key's value field. */
 static int cached_is(const char *key, const char *want) {
   redisContext *r = xft_redis();
-  redisReply *v = xft_cmd(r, "HGET %s v", key);
-  int ok = v->type == REDIS_REPLY_STRING && strcmp(v->str, want) == 0;
-  freeReplyObject(v);
+  xft_peek e;
+  xft_peek_read(r, key, "", &e);
+  int ok = e.v && strcmp(e.v, want) == 0;
+  xft_peek_free(&e);
   redisFree(r);
   return ok;
 }

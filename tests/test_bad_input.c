@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "entry_peek.h"
 #include "fixture.h"
 
 static xf_client *c;
@@ -216,8 +217,10 @@ Test(bad_input, bad_input_leaves_the_cached_value_alone) {
   xf_value v;
   cr_expect_eq(xf_get_or_compute(c, "bad:keep", 8, &p, xft_load, &loader, &v), XF_EINVAL);
   redisContext *r = xft_redis();
-  redisReply *rep = xft_cmd(r, "HGET bad:keep v");
-  cr_expect_str_eq(rep->str, "kept");
-  freeReplyObject(rep);
+  xft_peek e;
+  xft_peek_read(r, "bad:keep", "", &e);
+  cr_expect(e.v && strcmp(e.v, "kept") == 0, "v is %s (%s entry)", e.v ? e.v : "(nil)",
+            e.kind);
+  xft_peek_free(&e);
   redisFree(r);
 }

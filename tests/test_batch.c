@@ -49,10 +49,12 @@ static void free_values(xf_value *v, size_t n) {
     xf_value_free(&v[i]);
 }
 
-Test(batch, misses_load_once_then_all_hit_in_one_read_many) {
+/* The batch of a client writing format (entries of that format): misses
+ * load once, then hits are plain reads, `reads` calls of cmd a batch. */
+static void load_once_then_hit(int format, const char *cmd, long long reads) {
   xft_server s; /* its own: the command counts must be this test's alone */
   cr_assert_eq(xft_server_start(&s, NULL), 0);
-  xf_client *c = xft_client_port(s.port, 1);
+  xf_client *c = xft_client_format(s.port, 1, format);
   redisContext *r = xft_redis_port(s.port);
   keys k;
   make_keys(&k, "batch:all", N);
@@ -68,14 +70,14 @@ Test(batch, misses_load_once_then_all_hit_in_one_read_many) {
   free_values(v, N);
   for (int round = 0; round < 2; round++) { /* the first may load read_many */
     long long ro = xft_command_calls(r, "evalsha_ro"), rw = xft_command_calls(r, "evalsha"),
-              hm = xft_command_calls(r, "hmget");
+              hm = xft_command_calls(r, cmd);
     cr_assert_eq(xf_get_or_compute_many(c, N, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
                  XF_OK);
     expect_values(&k, N, v, rcs, XF_SOURCE_CACHE);
     cr_expect_eq(calls, N, "no loader call for hits");
     if (round == 1) { /* plain reads (the clock estimate is fresh), one write */
       cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, 0, "no script for hits");
-      cr_expect_eq(xft_command_calls(r, "hmget") - hm, N, "one HMGET per key");
+      cr_expect_eq(xft_command_calls(r, cmd) - hm, reads, "%lld %s a batch", reads, cmd);
     }
     cr_expect_eq(xft_command_calls(r, "evalsha") - rw, 0, "no lease or write for hits");
     free_values(v, N);
@@ -83,6 +85,15 @@ Test(batch, misses_load_once_then_all_hit_in_one_read_many) {
   redisFree(r);
   xf_client_close(c);
   xft_server_stop(&s);
+}
+
+Test(batch, misses_load_once_then_all_hit_in_one_mget) {
+  load_once_then_hit(XF_ENTRY_DEFAULT, "mget", 1); /* format 2: one MGET per node */
+}
+
+/* Format 1 (a fleet that keeps hashes): one HMGET per key, pipelined. */
+Test(batch, format1_misses_load_once_then_all_hit_in_one_hmget_per_key) {
+  load_once_then_hit(XF_ENTRY_HASH, "hmget", N);
 }
 
 static void warm(xf_client *c, const keys *k, size_t n, const xf_policy *p) {

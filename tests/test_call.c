@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "entry_peek.h"
 #include "fixture.h"
 
 typedef struct wire {
@@ -347,9 +348,10 @@ Test(call, the_call_takes_time_only_from_its_inputs) {
     step = xf_call_reply(call, exchange(&w, call), t0);
   cr_assert_eq(xf_call_result(call, NULL), XF_OK);
   xf_call_free(call);
-  redisReply *delta = xft_cmd(r, "HGET call:fake d");
-  cr_expect(delta->str && strcmp(delta->str, "250000") == 0, "d is %s", delta->str);
-  freeReplyObject(delta);
+  xft_peek e;
+  xft_peek_read(r, "call:fake", "", &e);
+  cr_expect_eq(e.d, 250000, "d is %lld (%s entry)", e.d, e.kind);
+  xft_peek_free(&e);
   redisFree(r);
   close_wire(&w);
   xf_client_close(c);

@@ -154,6 +154,7 @@ static xf_client *config_client(int i, int replicas) {
   o.lazy_connect = 1;
   o.read_from_replicas = replicas;
   o.seed = 5;
+  o.entry_format = xft_cluster_entry_format();
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;
@@ -263,8 +264,9 @@ Test(call_cluster, replica_reads_go_to_the_replicas) {
 }
 
 /* A driver that names each node's connection (xf_call_use_conn) reads a hit
- * with one HMGET on the key's master once that connection's estimate of
- * its node's clock is fresh; the first reads (the loads' misses) taught it. */
+ * with one plain read (GET; format 1: HMGET) on the key's master once that
+ * connection's estimate of its node's clock is fresh; the first reads (the loads' misses)
+ * taught it. */
 Test(call_cluster, hits_are_plain_reads_on_each_nodes_connection) {
   use_conns = 1;
   xf_client *c = config_client(1, 0);
@@ -281,10 +283,12 @@ Test(call_cluster, hits_are_plain_reads_on_each_nodes_connection) {
     expect(c, key, XF_SOURCE_CACHE);
   }
   long long refreshes = 3 * ((driver_ms() - t0) / 500 + 1); /* per master */
-  long long scripts = xft_total_calls("evalsha_ro"), hmget = xft_total_calls("hmget");
+  long long scripts = xft_total_calls("evalsha_ro"),
+            reads = xft_total_calls(xft_cluster_read_cmd());
   cr_expect_eq(loads, 60);
   cr_expect_leq(scripts, refreshes, "%lld read scripts for 60 hits", scripts);
-  cr_expect_eq(hmget, 60, "one HMGET per hit: plain, or a script's own");
+  cr_expect_eq(reads, 60, "one %s per hit: plain, or a script's own",
+               xft_cluster_read_cmd());
   cr_expect_eq(stats(c).redirects, 0);
   xf_client_close(c);
 }

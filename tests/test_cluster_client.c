@@ -25,6 +25,7 @@ static xf_client *open_client(const char *host, int cluster, int replicas) {
   o.cluster = cluster;
   o.read_from_replicas = replicas;
   o.seed = 7;
+  o.entry_format = xft_cluster_entry_format();
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));
@@ -87,15 +88,16 @@ Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
   cr_expect_eq(hot.redirects, 0);
   cr_expect_eq(hot.map_refreshes, warm.map_refreshes);
   cr_expect_eq(hot.hits - warm.hits, NKEYS);
-  /* One round trip per hit: a plain HMGET, and nothing else; the read
-   * script only to refresh the estimates of the servers' clocks, a few
-   * times per second. */
-  long long hmget = xft_total_calls("hmget"), scripts = xft_total_calls("evalsha_ro");
+  /* One round trip per hit: a plain read (GET, or HMGET on format 1), and
+   * nothing else; the read script only to refresh the estimates of the
+   * servers' clocks, a few times per second. */
+  long long reads = xft_total_calls(xft_cluster_read_cmd()),
+            scripts = xft_total_calls("evalsha_ro");
   cr_expect_leq(scripts, clock_refreshes_allowed(elapsed_ms),
                 "%lld read scripts in %lld ms", scripts, (long long)elapsed_ms);
-  /* A read script runs an HMGET too: hmget - scripts are plain ones. */
-  cr_expect_leq(hmget - scripts, NKEYS, "at most one plain HMGET per hit");
-  cr_expect_geq(hmget, NKEYS, "every hit read");
+  /* A read script runs that read too: reads - scripts are plain ones. */
+  cr_expect_leq(reads - scripts, NKEYS, "at most one plain read per hit");
+  cr_expect_geq(reads, NKEYS, "every hit read");
   cr_expect_eq(xft_total_calls("evalsha"), 0);
   cr_expect_eq(xft_total_calls("cluster|slots"), 0);
   cr_expect_eq(xft_total_calls("asking"), 0);
@@ -103,7 +105,8 @@ Test(cluster_client, a_thousand_keys_load_once_then_hit_in_one_command_each) {
 }
 
 /* One master's estimate ages past use while the others are hit: its next hit
- * is one command there (the read script), not an HMGET and then the script. */
+ * is one command there (the read script), not a plain read and then the
+ * script. */
 Test(cluster_client, a_node_whose_clock_aged_gets_one_command_per_hit) {
   const char *aged = "{cc-aged}k";
   xft_node a, other;
@@ -132,9 +135,11 @@ Test(cluster_client, a_node_whose_clock_aged_gets_one_command_per_hit) {
   for (int hit = 0; hit < 3; hit++) {
     xft_expect_get(c, aged, &p, &calls, XF_SOURCE_CACHE);
     long long scripts = xft_calls_of(a.port, "evalsha_ro");
-    long long plain = xft_calls_of(a.port, "hmget") - scripts; /* a script reads by HMGET */
+    /* a script reads by the plain read's command too */
+    long long plain = xft_calls_of(a.port, xft_cluster_read_cmd()) - scripts;
     cr_expect_eq(scripts, 1, "hit %d: the aged estimate refreshed once, on the first", hit);
-    cr_expect_eq(plain, hit, "hit %d: the first is the script alone, then HMGETs", hit);
+    cr_expect_eq(plain, hit, "hit %d: the first is the script alone, then plain reads",
+                 hit);
   }
   cr_expect_eq(calls, 2);
   xf_client_close(c);
@@ -232,11 +237,12 @@ Test(cluster_client, a_slot_mid_migration_is_followed_by_ask) {
   xft_reset_stats();
   /* gone now lives on the target: ASK; kept is still served by the source.
    * The target's clock is unknown: the read goes there as the script, once
-   * (not an HMGET then the script, each after ASKING). */
+   * (not a plain read then the script, each after ASKING). */
   xft_expect_get(c, gone, &p, &calls, XF_SOURCE_CACHE);
   long long scripts = xft_calls_of(to.port, "evalsha_ro");
   cr_expect_eq(scripts, 1);
-  cr_expect_eq(xft_calls_of(to.port, "hmget") - scripts, 0, "no plain read on the target");
+  cr_expect_eq(xft_calls_of(to.port, xft_cluster_read_cmd()) - scripts, 0,
+               "no plain read on the target");
   cr_expect_eq(xft_calls_of(to.port, "asking"), 1);
   xft_expect_get(c, kept, &p, &calls, XF_SOURCE_CACHE);
   cr_expect_eq(calls, 2);
@@ -270,8 +276,8 @@ Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
   snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
   xf_client *c = open_client(host, XF_CLUSTER_AUTO, 1);
   long long before[XFT_CLUSTER_NODES];
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* a read: HMGET (the script's too) */
-    before[i] = xft_calls_of(xft_cluster_port(i), "hmget");
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* a read (the script's too) */
+    before[i] = xft_calls_of(xft_cluster_port(i), xft_cluster_read_cmd());
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "cc:replica:%d", i);
     xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
@@ -282,7 +288,7 @@ Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
     redisContext *r = xft_cluster_redis(xft_cluster_port(i));
     redisReply *role = xft_cluster_cmd(r, "ROLE");
     int replica = strcmp(role->element[0]->str, "slave") == 0;
-    long long ran = xft_calls_of(xft_cluster_port(i), "hmget") - before[i];
+    long long ran = xft_calls_of(xft_cluster_port(i), xft_cluster_read_cmd()) - before[i];
     if (replica)
       on_replicas += ran;
     else
@@ -291,7 +297,7 @@ Test(cluster_client, replica_reads_serve_hits_from_the_replicas) {
     redisFree(r);
   }
   cr_expect_geq(on_replicas, 100, "every hit read on a replica");
-  cr_expect_eq(on_masters, 0, "no hit read on a master (HMGET included)");
+  cr_expect_eq(on_masters, 0, "no hit read on a master (plain or script)");
   xf_client_close(c);
   xf_client_close(w);
 }
@@ -429,10 +435,11 @@ Test(cluster_client, a_forked_child_opens_its_own_node_connections) {
   xf_client_close(c);
 }
 
-/* The batch's first round: plain HMGETs while the estimates of the servers'
- * clocks are fresh; when they are old, one read_many per slot (a script's
- * keys must share a slot), a key alone in its slot with its own read; no
- * CROSSSLOT either way. */
+/* The batch's first round: plain reads while the estimates of the servers'
+ * clocks are fresh (one MGET per slot, a GET for a key alone in its slot;
+ * format 1: one HMGET per key); when they are old, one read_many per slot
+ * (a script's keys must share a slot), a key alone in its slot with its own
+ * read; no CROSSSLOT either way. */
 Test(cluster_client, a_batch_reads_once_per_slot) {
   xf_client *c = node_client(2);
   xf_policy p = xft_long_ttl();
@@ -458,9 +465,11 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
   xf_value v[N];
   int rcs[N], calls = 0;
   long long plain_reads = 0, plain_scripts = 0;
+  int format1 = xft_cluster_entry_format() == XF_ENTRY_HASH;
   for (int round = 0; round < 3; round++) { /* loads; plain hits; scripts */
     if (round == 2) { /* the estimates are old: the reads are scripts again */
-      plain_reads = xft_total_calls("hmget");
+      plain_reads = format1 ? xft_total_calls("hmget")
+                            : xft_total_calls("mget") + xft_total_calls("get");
       plain_scripts = xft_total_calls("evalsha_ro");
       xft_cluster_sleep_ms(XF_CLOCK_REFRESH_MS / 2 + 50);
     }
@@ -479,7 +488,8 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
     }
   }
   cr_expect_eq(calls, N);
-  cr_expect_eq(plain_reads, N, "one HMGET per key while the clocks are known");
+  cr_expect_eq(plain_reads, format1 ? N : slots, "one %s while the clocks are known",
+               format1 ? "HMGET per key" : "MGET per slot (a GET for a key alone)");
   cr_expect_eq(plain_scripts, 0, "no script for those hits");
   long long reads = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++)

@@ -1,4 +1,7 @@
-/* The entry on Redis, read back with plain commands. */
+/* Format 1, the hash (README, "The entry on Redis"), read back with plain
+ * commands (HGET, HEXISTS, HLEN): every client here writes format 1
+ * (XF_ENTRY_HASH), as a fleet that keeps it does. Format 2's layout:
+ * test_entry2.c. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +9,11 @@
 #include "entry.h"
 #include "entry_io.h"
 #include "fixture.h"
+
+/* A client writing format-1 entries (hashes), not the default. */
+static xf_client *hash_client(void) {
+  return xft_client_format(xft_port(), 1, XF_ENTRY_HASH);
+}
 
 static long long hget_ll(redisContext *r, const char *key, const char *field) {
   redisReply *rep = xft_cmd(r, "HGET %s %s", key, field);
@@ -16,7 +24,7 @@ static long long hget_ll(redisContext *r, const char *key, const char *field) {
 }
 
 Test(entry, fields_after_a_loader_write) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   redisContext *r = xft_redis();
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 30000;
@@ -48,7 +56,7 @@ Test(entry, fields_after_a_loader_write) {
 }
 
 Test(entry, pttl_is_ttl_without_stale_window) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 8000;
   cr_assert_eq(xf_set(c, "entry:pttl", 10, "x", 1, &p), XF_OK);
@@ -61,7 +69,7 @@ Test(entry, pttl_is_ttl_without_stale_window) {
 }
 
 Test(entry, lease_only_hash_carries_the_lease_ttl) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   char token[40];
   int64_t now;
   xf__lease_result won;
@@ -86,7 +94,7 @@ Test(entry, lease_only_hash_carries_the_lease_ttl) {
 }
 
 Test(entry, lease_extends_a_short_physical_ttl) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 500;
   cr_assert_eq(xf_set(c, "entry:extend", 12, "x", 1, &p), XF_OK);
@@ -112,7 +120,7 @@ Test(entry, lease_extends_a_short_physical_ttl) {
 }
 
 Test(entry, write_keeps_a_newer_computation) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   redisContext *r = xft_redis();
   long long now = xft_server_ms(r);
   xf__write newer = {"", "new", 3, 10, 60000, 0, now, 0};
@@ -130,7 +138,7 @@ Test(entry, write_keeps_a_newer_computation) {
 }
 
 Test(entry, release_drops_only_the_callers_lease) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   char token[40];
   int64_t now;
   xf__lease_result won;
@@ -148,7 +156,7 @@ Test(entry, release_drops_only_the_callers_lease) {
 }
 
 Test(entry, negative_entry_has_n_and_negative_ttl) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   xf_policy p = XF_POLICY_INIT;
   p.negative_ttl_ms = 2000;
   xft_loader l = {.not_found = 1};
@@ -166,7 +174,7 @@ Test(entry, negative_entry_has_n_and_negative_ttl) {
 }
 
 Test(entry, not_found_without_negative_ttl_is_not_cached) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.not_found = 1};
   xf_value v;
@@ -185,7 +193,7 @@ Test(entry, not_found_without_negative_ttl_is_not_cached) {
 }
 
 Test(entry, set_keeps_the_delta_learned_by_the_loader) {
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "computed", .sleep_ms = 30};
   xf_value v;

@@ -368,3 +368,23 @@ Test(entry2, a_batch_serves_hashes_among_strings_without_loading) {
   xf_client_close(old);
   xf_client_close(c);
 }
+
+/* Format 2 is the default: a client opened with entry_format unset (0) writes
+ * one string, as XF_ENTRY_STRING does (before: a hash, format 1). */
+Test(entry2, the_default_format_is_the_string) {
+  redisContext *r = xft_redis();
+  xf_client *c = client_in(XF_ENTRY_DEFAULT, 1);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "e2:default", 10, "v", 1, &p), XF_OK, "%s", xf_errmsg(c));
+  cr_expect(type_is(r, "e2:default", "string"), "a default client's entry is a string");
+  redisReply *rep = get_raw(r, "e2:default");
+  cr_expect_eq((unsigned char)rep->str[0], 0xF8, "format 2's magic byte");
+  freeReplyObject(rep);
+  xft_loader l = {.value = "loaded"};
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "e2:default-load", 15, &p, xft_load, &l, &v), XF_OK);
+  xf_value_free(&v);
+  cr_expect(type_is(r, "e2:default-load", "string"), "a load writes a string too");
+  xf_client_close(c);
+  redisFree(r);
+}

@@ -10,6 +10,7 @@
 
 #include "entry.h"
 #include "entry_io.h"
+#include "entry_peek.h"
 #include "fixture.h"
 
 static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
@@ -139,10 +140,10 @@ Test(faults, a_forked_child_gets_its_own_lease_tokens) {
   cr_expect_neq(strncmp(token, child_token, 16), 0, "client ids %.16s and %.16s", token,
                 child_token);
   redisContext *r = xft_redis();
-  redisReply *l = xft_cmd(r, "HGET faults:fork l");
-  cr_expect(l->type == REDIS_REPLY_STRING && strncmp(l->str, token, strlen(token)) == 0,
-            "the parent's lease is intact");
-  freeReplyObject(l);
+  xft_peek e;
+  xft_peek_read(r, "faults:fork", token, &e);
+  cr_expect(e.live && e.mine, "the parent's lease is intact (%s entry)", e.kind);
+  xft_peek_free(&e);
   redisFree(r);
   xf_client_close(c);
 }

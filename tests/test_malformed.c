@@ -2,7 +2,9 @@
  * with a field xfetch never writes: each is a miss, counted in
  * stats.malformed, recomputed and overwritten; never an error that bricks the
  * key. One test per field, each bad value through get_or_compute, the batch
- * and xf_get. Real redis-server. */
+ * and xf_get. These are format-1 entries (hashes), read and rewritten by
+ * clients that write format 1 (XF_ENTRY_HASH), as a fleet that keeps it does;
+ * format 2's malformed strings: test_malformed2.c. Real redis-server. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,11 @@ static void put(redisContext *r, const char *key, const char *field, const char 
   freeReplyObject(xft_cmd(r, "PEXPIRE %s 60000", key));
 }
 
+/* A client writing format 1, so the rewrite is a hash again. */
+static xf_client *hash_client(void) {
+  return xft_client_format(xft_port(), 1, XF_ENTRY_HASH);
+}
+
 static uint64_t malformed(xf_client *c) {
   xf_stats s;
   xf_client_stats(c, &s);
@@ -56,7 +63,7 @@ static void expect_rewritten(redisContext *r, const char *key, const char *what)
 
 static void check_get_or_compute(const field_case *fc) {
   redisContext *r = xft_redis();
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   xf_policy p = XF_POLICY_INIT;
   p.beta = 0; /* a well-formed entry would be a plain hit */
   char key[64];
@@ -88,7 +95,7 @@ static void check_get_or_compute(const field_case *fc) {
 /* Every bad value of the field in one batch (one read_many), beside a good key. */
 static void check_batch(const field_case *fc) {
   redisContext *r = xft_redis();
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   xf_policy p = XF_POLICY_INIT;
   p.beta = 0;
   char names[MAX_BAD + 1][64];
@@ -127,7 +134,7 @@ static void check_batch(const field_case *fc) {
 /* xf_get has no loader: a malformed entry is not found, and stays as it is. */
 static void check_get(const field_case *fc) {
   redisContext *r = xft_redis();
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   char key[64];
   snprintf(key, sizeof key, "malformed:get:%s", fc->field);
   for (int i = 0; fc->bad[i]; i++) {
@@ -185,7 +192,7 @@ Test(malformed, negative) {
 /* The issue's own example: an entry without s whose e is negative. */
 Test(malformed, negative_expiry_without_start) {
   redisContext *r = xft_redis();
-  xf_client *c = xft_client(1);
+  xf_client *c = hash_client();
   freeReplyObject(xft_cmd(r, "DEL malformed:issue"));
   freeReplyObject(xft_cmd(r, "HSET malformed:issue v x d 1 e -1"));
   xf_policy p = XF_POLICY_INIT;

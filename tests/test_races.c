@@ -8,6 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "entry.h"
+#include "entry_io.h"
+#include "entry_peek.h"
 #include "fixture.h"
 
 static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
@@ -22,6 +25,20 @@ static char *hget(redisContext *r, const char *key, const char *field) {
   return s;
 }
 
+/* key's value as every script reads it, in either format (entry_peek.h);
+ * want NULL: none. */
+static void expect_value(redisContext *r, const char *key, const char *want) {
+  xft_peek e;
+  xft_peek_read(r, key, "", &e);
+  if (want)
+    cr_expect(e.v && strcmp(e.v, want) == 0, "%s (%s) holds %s, want %s", key, e.kind,
+              e.v ? e.v : "(nil)", want);
+  else
+    cr_expect_null(e.v, "%s (%s) holds %s, want (nil)", key, e.kind, e.v);
+  xft_peek_free(&e);
+}
+
+/* A field of a hash written by hand here, that xfetch must leave alone. */
 static void expect_field(redisContext *r, const char *key, const char *field,
                          const char *want) {
   char *got = hget(r, key, field);
@@ -65,12 +82,15 @@ Test(races, a_loader_may_call_its_own_client) {
   cr_expect_eq(n.inner_rc, XF_OK);
   cr_expect_str_eq(v.data, "outer");
   cr_expect_eq(v.source, XF_SOURCE_LOADER);
-  expect_field(r, "races:nested", "v", "outer");
-  expect_field(r, "races:nested", "l", NULL);
-  expect_field(r,
+  expect_value(r, "races:nested", "outer");
+  xft_peek e;
+  xft_peek_read(r, "races:nested", "", &e);
+  cr_expect_eq(e.deadline, -1, "no lease left (%s entry)", e.kind);
+  xft_peek_free(&e);
+  expect_value(r,
                "races:nested:inner-key-much-longer-than-the-outer-one-so-that-a-shared-"
                "buffer-has-to-grow-0123456789",
-               "v", "inner");
+               "inner");
   xf_value_free(&v);
   redisFree(r);
   xf_client_close(c);
@@ -122,7 +142,7 @@ Test(races, a_delete_during_a_load_wins) {
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_str_eq(b.v.data, "before-delete", "the caller still gets what it computed");
   cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED, "but it was not cached");
-  expect_field(r, "races:delete", "v", NULL);
+  expect_value(r, "races:delete", NULL);
   xf_policy p = XF_POLICY_INIT;
   xft_loader fresh = {.value = "after-delete"};
   xf_value v;
@@ -143,11 +163,12 @@ Test(races, a_delete_leaves_a_short_lived_tombstone) {
   cr_assert_eq(xf_set(c, "races:tomb", 10, "v", 1, &p), XF_OK);
   long long before = xft_server_ms(r);
   cr_assert_eq(xf_delete(c, "races:tomb", 10), XF_OK);
-  expect_field(r, "races:tomb", "v", NULL);
-  char *s = hget(r, "races:tomb", "s");
-  cr_assert_not_null(s, "the tombstone keeps s");
-  cr_expect_geq(atoll(s), before);
-  free(s);
+  xft_peek e;
+  xft_peek_read(r, "races:tomb", "", &e);
+  cr_expect_null(e.v, "the value is gone (%s entry)", e.kind);
+  cr_assert_neq(e.s, -1, "the tombstone keeps s");
+  cr_expect_geq(e.s, before);
+  xft_peek_free(&e);
   long long pttl = xft_int(r, "PTTL races:tomb");
   cr_expect(pttl > 0 && pttl <= 60000, "tombstone PTTL %lld", pttl);
   redisFree(r);
@@ -179,7 +200,7 @@ Test(races, a_set_during_a_waiters_load_wins) {
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_str_eq(b.v.data, "waiter");
   cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED);
-  expect_field(r, "races:waiter", "v", "set");
+  expect_value(r, "races:waiter", "set");
   xf_value_free(&b.v);
   redisFree(r);
   xf_client_close(c);
@@ -198,7 +219,7 @@ Test(races, a_set_refused_by_a_newer_entry_says_so) {
   xf_policy p = XF_POLICY_INIT;
   cr_expect_eq(xf_set(c, "races:newer", 11, "older", 5, &p), XF_ESUPERSEDED);
   cr_expect(strstr(xf_errmsg(c), "newer"), "message: %s", xf_errmsg(c));
-  expect_field(r, "races:newer", "v", "newer");
+  expect_value(r, "races:newer", "newer");
   redisFree(r);
   xf_client_close(c);
 }
@@ -210,16 +231,28 @@ Test(races, a_lease_taken_over_refuses_the_old_holders_write) {
   start_call(&t, &b, "races:takeover", "slow", 300);
   wait_for_loader(&b.l);
   /* The slow loader's lease is replaced by another holder's (as after its
-   * lease_ms ran out and someone else took it). */
-  freeReplyObject(xft_cmd(r, "HSET races:takeover l other:%lld", xft_server_ms(r) + 10000));
+   * lease_ms ran out and someone else took it): the entry in the default
+   * format, whatever its writer's. */
+  xf_client *other = xft_client(2);
+  char token[40];
+  int64_t now;
+  xf__lease_result won;
+  xf__entry newer;
+  freeReplyObject(xft_cmd(r, "DEL races:takeover"));
+  cr_assert_eq(
+      xft_entry_lease(other, "races:takeover", 14, 10000, 0, token, &now, &won, &newer),
+      XF_OK);
+  cr_assert_eq(won, XF_LEASE_WON);
   pthread_join(t, NULL);
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED);
-  expect_field(r, "races:takeover", "v", NULL);
-  char *l = hget(r, "races:takeover", "l");
-  cr_expect(l && strncmp(l, "other:", 6) == 0, "the new holder's lease is kept");
-  free(l);
+  expect_value(r, "races:takeover", NULL);
+  xft_peek e;
+  xft_peek_read(r, "races:takeover", token, &e);
+  cr_expect(e.live && e.mine, "the new holder's lease is kept (%s entry)", e.kind);
+  xft_peek_free(&e);
   xf_value_free(&b.v);
+  xf_client_close(other);
   redisFree(r);
 }
 
@@ -235,7 +268,7 @@ Test(races, not_found_on_early_refresh_removes_the_cached_value) {
   xf_value v;
   cr_expect_eq(get(c, "races:gone", &p, &gone, &v), XF_ENOTFOUND);
   cr_expect_eq(gone.calls, 1);
-  expect_field(r, "races:gone", "v", NULL);
+  expect_value(r, "races:gone", NULL);
   p.beta = 1.0;
   xft_loader back = {.value = "back"};
   cr_assert_eq(get(c, "races:gone", &p, &back, &v), XF_OK);
@@ -328,7 +361,7 @@ Test(races, malformed_start_does_not_block_writes_forever) {
   xf_value v;
   cr_assert_eq(get(c, "races:bad-s", &p, &l, &v), XF_OK);
   cr_expect_eq(v.source, XF_SOURCE_LOADER);
-  expect_field(r, "races:bad-s", "v", "fresh");
+  expect_value(r, "races:bad-s", "fresh");
   xf_value_free(&v);
   redisFree(r);
   xf_client_close(c);

@@ -18,6 +18,7 @@
 #include "cluster_calls.h"
 #include "cluster_failover.h"
 #include "cluster_fixture.h"
+#include "cluster_slots.h"
 #include "tls.h"
 #include "tls_certs.h"
 #include "xfetch.h"
@@ -127,6 +128,7 @@ static xf_client *open_client(int node, int replicas) {
   char seed[64];
   xf_options o = tls_opts(seed, sizeof seed, node, "ca.crt");
   o.read_from_replicas = replicas;
+  o.entry_format = xft_cluster_entry_format();
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   cr_assert_eq(rc, XF_OK, "open over TLS: %s (%s)", xf_strerror(rc), c ? xf_errmsg(c) : "");
@@ -203,8 +205,8 @@ Test(tls_cluster, replica_reads_are_served_by_the_replicas) {
       freeReplyObject(node_cmd(i, "WAIT 1 2000"));
   xf_client *c = open_client(1, 1);
   long long before[XFT_CLUSTER_NODES];
-  for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* a read: HMGET (the script's too) */
-    before[i] = calls_of(i, "hmget");
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) /* a read (the script's too) */
+    before[i] = calls_of(i, xft_cluster_read_cmd());
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "tc:replica:%d", i);
     xft_expect_get(c, key, &p, &calls, XF_SOURCE_CACHE);
@@ -212,7 +214,7 @@ Test(tls_cluster, replica_reads_are_served_by_the_replicas) {
   cr_expect_eq(calls, 100);
   long long on_replicas = 0, on_masters = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
-    long long ran = calls_of(i, "hmget") - before[i];
+    long long ran = calls_of(i, xft_cluster_read_cmd()) - before[i];
     if (is_replica(i))
       on_replicas += ran;
     else

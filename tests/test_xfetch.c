@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "entry_peek.h"
 #include "fixture.h"
 
 static long long mono_ms(void) {
@@ -251,7 +252,10 @@ Test(xfetch, wait_budget_exhausted_loads_by_default) {
   cr_assert_eq(get(c, "flow:wait-load", &p, &l, &v), XF_OK);
   cr_expect_str_eq(v.data, "loaded");
   cr_expect_eq(l.calls, 1);
-  cr_expect_eq(xft_int(r, "HEXISTS flow:wait-load l"), 1, "the holder's lease is kept");
+  xft_peek e;
+  xft_peek_read(r, "flow:wait-load", "other-holder", &e);
+  cr_expect(e.live && e.mine, "the holder's lease is kept (%s entry)", e.kind);
+  xft_peek_free(&e);
   xf_value_free(&v);
   redisFree(r);
   xf_client_close(c);
@@ -291,7 +295,10 @@ Test(xfetch, loader_failure_on_early_refresh_serves_the_valid_value) {
   cr_expect_str_eq(v.data, "valid");
   cr_expect_eq(v.source, XF_SOURCE_CACHE);
   cr_expect_eq(xf_loader_error(c), 3);
-  cr_expect_eq(xft_int(r, "HEXISTS flow:early-fail l"), 0);
+  xft_peek e;
+  xft_peek_read(r, "flow:early-fail", "", &e);
+  cr_expect_eq(e.deadline, -1, "the lease is released (%s entry)", e.kind);
+  xft_peek_free(&e);
   xf_value_free(&v);
   redisFree(r);
   xf_client_close(c);

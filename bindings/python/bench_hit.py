@@ -141,7 +141,7 @@ def main():
     ap.add_argument("--size", type=int, default=100, help="value size in bytes")
     ap.add_argument("--batch", type=int, default=100, help="keys per get_many")
     ap.add_argument("--entry-format", type=int, choices=(1, 2), default=None,
-                    help="the entries xfetch writes (default: the library's, 1)")
+                    help="the entries xfetch writes (default: the library's, 2)")
     args = ap.parse_args()
     server = None if args.url else xfetch.testing.RedisServer()
     url = args.url or server.url

@@ -314,7 +314,7 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->interrupt = o->interrupt;
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
-  c->entry_format = o->entry_format ? o->entry_format : XF_ENTRY_HASH;
+  c->entry_format = o->entry_format ? o->entry_format : XF_ENTRY_STRING;
   rc = make_tls(c, &o->tls);
   return rc == XF_OK ? build_ns(c) : rc;
 }

@@ -1,9 +1,11 @@
 """Fixtures: a real redis-server on a free loopback port (and a Unix socket)
 in a temp dir, started once per session; no persistence."""
 import asyncio
+import pathlib
 import shutil
 import threading
 import time
+import types
 import uuid
 
 import pytest
@@ -49,6 +51,32 @@ def cache(server, admin, prefix):
     c = xfetch.Cache(server.url, prefix=prefix, seed=42)
     yield c
     c.close()
+
+
+_READER = pathlib.Path(__file__).resolve().parents[3] / "lua" / "entry_read.lua"
+_PEEK_TAIL = """
+local function num(x) return x and string.format('%d', x) or '' end
+local t = entry(KEYS[1], server_now(), true)
+local v = t.v and entry_value(KEYS[1], t) or nil
+return {t.kind, v and '1' or '0', v or '', num(t.d), num(t.e), num(t.s), num(t.f),
+        num(t.deadline), tostring(t.live), lease_mine(t, ARGV[1]) and '1' or '0',
+        tostring(t.n), t.bad and '1' or '0'}
+"""
+
+
+def peek(admin, key, token=""):
+    """key's entry as every script reads it, in either format (a hash or a
+    format-2 string): lua/entry_read.lua's own reader, run by EVAL, for a
+    test of a behaviour that looks into storage whatever the entry_format
+    (tests/entry_peek.c is the C twin). Fields: kind ("hash", "string",
+    "none"), v (bytes or None), d, e, s, f, deadline (int or None), live,
+    mine (the lease is token's), n, bad (bools)."""
+    r = admin.eval(_READER.read_text() + _PEEK_TAIL, 1, key, token)
+    num = [int(x) if x else None for x in r[3:8]]
+    return types.SimpleNamespace(
+        kind=r[0].decode(), v=r[2] if r[1] == b"1" else None, d=num[0], e=num[1], s=num[2],
+        f=num[3], deadline=num[4], live=r[8] == b"1", mine=r[9] == b"1", n=r[10] == b"1",
+        bad=r[11] == b"1")
 
 
 class Counter:

@@ -7,6 +7,7 @@ import pytest
 
 import xfetch
 import xfetch.aio
+from conftest import peek
 
 
 def run(coro):
@@ -30,7 +31,7 @@ def test_200_concurrent_calls_on_a_cold_key_load_once(server, admin, prefix):
         assert (await cache.fetch("hot", load, ttl=60)) == (b"computed", "cache")
         await cache.close()
     run(main())
-    assert admin.hget(prefix + "hot", "v") == b"computed"
+    assert peek(admin, prefix + "hot").v == b"computed"
 
 
 def test_a_plain_loader_and_not_found(server, prefix):
@@ -55,8 +56,8 @@ def test_a_loader_exception_propagates_and_caches_nothing(server, admin, prefix)
             with pytest.raises(TypeError):
                 await cache.get_or_compute("bad", lambda: "not bytes", ttl=60)
     run(main())
-    assert admin.hget(prefix + "bad", "v") is None
-    assert admin.hget(prefix + "bad", "l") is None, "the lease was released"
+    assert peek(admin, prefix + "bad").v is None
+    assert peek(admin, prefix + "bad").deadline is None, "the lease was released"
 
 
 def test_the_loop_keeps_running_while_a_slow_loader_and_waiters_run(server, prefix):
@@ -130,7 +131,7 @@ def test_auth_select_set_delete_and_the_decorator(server, admin, prefix):
         await cache.close()
     run(main())
     admin.execute_command("SELECT", 3)
-    assert admin.hget(prefix + "db3", "v") == b"three"
+    assert peek(admin, prefix + "db3").v == b"three"
     admin.execute_command("SELECT", 0)
 
 
@@ -217,8 +218,8 @@ def test_set_and_delete_run_on_the_stream_not_on_a_thread(server, admin, prefix,
             with pytest.raises(TypeError):
                 await cache.set("str", "not bytes", ttl=60)
     run(main())
-    assert admin.hget(prefix + "w8", "v") == b"after flush"
-    assert admin.hget(prefix + "w0", "v") is None
+    assert peek(admin, prefix + "w8").v == b"after flush"
+    assert peek(admin, prefix + "w0").v is None
 
 
 def test_set_and_delete_with_redis_down_raise(prefix):
@@ -293,7 +294,7 @@ def test_a_unix_socket_and_one_cache_across_two_event_loops(server, admin, prefi
 
     run(first())
     run(second())
-    assert admin.hget(prefix + "u2", "v") == b"set"
+    assert peek(admin, prefix + "u2").v == b"set"
 
 
 def test_one_cache_used_from_two_running_loops_works_or_refuses_naming_the_loop(server,
@@ -379,7 +380,7 @@ def test_a_call_cancelled_while_its_lease_request_is_in_flight_releases_it(serve
             with pytest.raises(asyncio.CancelledError):
                 await task
             await asyncio.sleep(0.4)  # the pause is over, the lease granted and released
-            assert admin.hget(prefix + "p", "l") is None, "the lease was left behind"
+            assert peek(admin, prefix + "p").deadline is None, "the lease was left behind"
             loads = []
 
             def load():

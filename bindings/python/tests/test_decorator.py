@@ -2,6 +2,7 @@
 import pytest
 
 import xfetch
+from conftest import peek
 
 
 def test_default_key_is_qualname_and_arguments(cache):
@@ -31,9 +32,9 @@ def test_format_string_and_callable_keys(cache, admin, prefix):
         return str(a + b).encode()
 
     assert user(7) == b"u7"
-    assert admin.hget(prefix + "user:7", "v") == b"u7"
+    assert peek(admin, prefix + "user:7").v == b"u7"
     assert add(1, 2) == b"3"
-    assert admin.hget(prefix + "sum:1+2", "v") == b"3"
+    assert peek(admin, prefix + "sum:1+2").v == b"3"
 
 
 @pytest.mark.parametrize("serializer", ["json", "pickle"])

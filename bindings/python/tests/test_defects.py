@@ -16,6 +16,7 @@ import time
 import pytest
 
 import xfetch
+from conftest import peek
 
 
 # ---- 1. methods: self and cls are not part of the key ----------------------
@@ -293,7 +294,7 @@ def test_none_with_a_serializer_is_not_found_and_follows_negative_ttl(cache, adm
     assert missing() is None
     assert missing() is None
     assert len(calls) == 1
-    assert admin.hget(prefix + "missing", "n") is not None, "a not-found entry"
+    assert peek(admin, prefix + "missing").n, "a not-found entry"
     assert admin.pttl(prefix + "missing") <= 200 + 60000  # not-found, not a 60 s value
     time.sleep(0.3)
     assert missing() is None

@@ -1,14 +1,26 @@
 """entry_format: the format of the entries a Cache writes (README, "The entry
 on Redis"), on both faces through the one core. Format 2 is one string (a
-header, 20 bytes for a plain value, then the value); every Cache reads both formats."""
+header, 20 bytes for a plain value, then the value) and the default; format 1
+is a hash; every Cache reads both formats."""
 import pytest
 
 import xfetch
 
 
+def test_the_default_writes_format_2_a_string(server, admin, prefix, face):
+    cache = face.Cache(server.url, prefix=prefix)  # entry_format=None: the C default
+    face.run(cache.set("set", b"value", ttl=60))
+    load = face.loader(lambda: b"loaded")
+    assert face.run(cache.fetch("load", load, ttl=60)) == (b"loaded", "loader")
+    for key, value in (("set", b"value"), ("load", b"loaded")):
+        assert admin.type(prefix + key) == b"string"
+        raw = admin.get(prefix + key)
+        assert raw[0] == 0xF8 and raw[20:] == value  # format 2's magic byte, header, value
+
+
 def test_format_2_writes_a_string_every_cache_reads(server, admin, prefix, face):
     new = face.Cache(server.url, prefix=prefix, entry_format=2)
-    old = face.Cache(server.url, prefix=prefix)  # the default: format 1, a hash
+    old = face.Cache(server.url, prefix=prefix, entry_format=1)  # a fleet that keeps hashes
     load = face.loader(lambda: b"v\x00alue")
     assert face.run(new.fetch("k", load, ttl=60)) == (b"v\x00alue", "loader")
     raw = admin.get(prefix + "k")

@@ -56,10 +56,10 @@ class Cache:
            ...), synchronously in the calling thread: keep it quick. The
            `xfetch` logger and xfetch.metrics are fed by the same events.
     entry_format: the format of the entries this Cache writes on Redis: None
-           or 1 = a hash (the default, read by every xfetch version), 2 = one
-           string whose hit is a single GET (a batch one MGET). Every client
-           of this version reads both: switch to 2 once no older client
-           shares the keys (README, "The entry on Redis").
+           = the C library's default, 2 = one string whose hit is a single
+           GET (a batch one MGET), 1 = a hash (HMGET), for a fleet that still
+           runs a pre-release build reading hashes only. Every client of this
+           version reads both (README, "The entry on Redis").
     enabled: False = bypass: every call runs the loader and nothing is sent
            to Redis (no connection is made); see also disabled().
     background_refresh: the calls' default for background_refresh= (see
