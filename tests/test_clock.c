@@ -1,8 +1,9 @@
-/* The hit path's clock (src/core/clock.c): a hit is a plain HMGET, the
- * server's time estimated per connection. The estimate's bounds always hold
+/* The hit path's clock (src/core/clock.c): a hit is a plain read (GET of a
+ * format-2 string, HMGET of a format-1 hash), the server's time estimated per
+ * connection. The estimate's bounds always hold
  * the server's time; a client whose own clock is off by an hour, or jumps,
  * keeps every promise (no value past e + stale, XFetch refreshes early,
- * leases expire); and old clients (the read script) and new ones (HMGET) on
+ * leases expire); and old clients (the read script) and new ones (the plain read) on
  * one hot key load it once per episode. Real redis-server. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -239,7 +240,7 @@ Test(clock, leases_expire_for_a_client_an_hour_behind) {
   dead_lease_expires("clock:lease-behind", -3600000);
 }
 
-/* ---- a mixed fleet: old clients (the read script) and new (HMGET) ----------- */
+/* ---- a mixed fleet: old clients (the read script) and new (a plain read) ---- */
 
 static xf_client *fleet_client(int i, void *ud) {
   (void)ud;
