@@ -12,8 +12,9 @@
  *                 (get-or-compute, get). The flow has freed everything it
  *                 held.
  *
- * Get, set and delete only SEND (one script each, NOSCRIPT recovered); only
- * get-or-compute LOADs and WAITs.
+ * Get, set and delete only SEND (one script each, NOSCRIPT recovered; a
+ * write followed by a PING when the client fences its writes:
+ * options.write_fence); only get-or-compute LOADs and WAITs.
  *
  * Every input carries the driver's monotonic time in ms. The machine keeps
  * its state in the flow, never on the client, so calls may nest. */
@@ -105,6 +106,9 @@ typedef struct xf__flow {
                            XF_EV_NEAR is added there (atomically), not given
                            to the hook; NULL = the hook */
   int wake_on_write;    /* WAIT: the driver ends it when the key is invalidated */
+  int fence_rc;         /* FENCE: the write's outcome, the call's once the */
+  int fence_applied;    /* PING is answered (flow.c: changed, fenced) */
+  int fence_state;      /* FENCE: the state of the write it follows */
   xf__nest nest;        /* while its loader runs: this thread computes key */
   char msg[256];        /* the loader's message, kept across the release */
 } xf__flow;
