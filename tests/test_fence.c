@@ -214,10 +214,63 @@ ParameterizedTest(int *param, fence, a_loads_write_is_fenced_on_every_driver) {
   env e;
   env_open(&e, m);
   long long ran = load_and_write(&e, driver, "fence:k");
-  /* The batch writes two keys in one round: a PING each at most. */
+  /* The batch writes its two keys in two rounds (the per-key loader leases
+   * one key first): a PING each. */
   long long want = m->fenced ? (driver == BATCH ? 2 : 1) : 0;
   cr_expect_eq(ran, want, "%s, near %d, write_fence %d: %lld PINGs, want %lld",
                driver_names[driver], m->near, m->fence, ran, want);
+  env_close(&e);
+}
+
+/* A batch's writes of one round share one fence per connection: with the
+ * batch loader, every key's write goes in one round (standalone: one
+ * connection), then one PING. */
+static int load_many(void *ud, size_t n, const char *const *keys, const size_t *keylens,
+                     xf_sink *const *sinks) {
+  (void)ud, (void)keys, (void)keylens;
+  for (size_t i = 0; i < n; i++)
+    if (xf_sink_set(sinks[i], "loaded", 6) != XF_OK)
+      return 1;
+  return 0;
+}
+
+ParameterizedTestParameters(fence, a_batch_round_of_writes_shares_one_fence) {
+  static int params[NMODES];
+  for (int i = 0; i < (int)NMODES; i++)
+    params[i] = i;
+  return cr_make_param_array(int, params, NMODES);
+}
+
+ParameterizedTest(int *param, fence, a_batch_round_of_writes_shares_one_fence) {
+  const mode *m = &modes[*param];
+  env e;
+  env_open(&e, m);
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &e.o), XF_OK);
+  cr_assert_eq(xf_ping(c), XF_OK);
+  enum { N = 20 };
+  char buf[N][16];
+  const char *keys[N];
+  size_t lens[N];
+  xf_value vs[N];
+  int rcs[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(buf[i], sizeof buf[i], "fence:b%d", i);
+    keys[i] = buf[i];
+    lens[i] = strlen(buf[i]);
+  }
+  xf_policy p = XF_POLICY_INIT;
+  long long before = pings(&e);
+  cr_assert_eq(xf_get_or_compute_many_batch(c, N, keys, lens, &p, load_many, NULL, vs, rcs),
+               XF_OK, "%s", xf_errmsg(c));
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(rcs[i], XF_OK);
+    cr_assert_str_eq(vs[i].data, "loaded");
+    xf_value_free(&vs[i]);
+  }
+  cr_expect_eq(pings(&e) - before, m->fenced, "%lld PINGs for %d writes in one round",
+               pings(&e) - before, N);
+  xf_client_close(c);
   env_close(&e);
 }
 

@@ -340,7 +340,7 @@ static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
  * acknowledged, so the call ends as it did whatever came of the PING; a
  * failed fence is counted (stats.fence_failed), not returned. */
 static xf__step fenced(xf__flow *f, int rc, xf__reply *r) {
-  if (rc != XF_OK || r->type == XF_REPLY_ERROR)
+  if (rc != XF_OK || (r && r->type == XF_REPLY_ERROR))
     f->c->stats.fence_failed++;
   if (r)
     xf__reply_free(r);
@@ -349,6 +349,13 @@ static xf__step fenced(xf__flow *f, int rc, xf__reply *r) {
 }
 
 xf__step xf__flow_fence_cut(xf__flow *f) { return fenced(f, XF_ECANCELED, NULL); }
+
+int xf__flow_fencing(const xf__flow *f) { return f->state == XF__FENCE; }
+
+xf__step xf__flow_fence_shared(xf__flow *f, int ok, int64_t now_ms) {
+  f->input_ms = now_ms;
+  return fenced(f, ok ? XF_OK : XF_EIO, NULL);
+}
 
 /* ---- inputs ------------------------------------------------------------------- */
 

@@ -189,6 +189,15 @@ xf__step xf__flow_skip(xf__flow *f);
  * input: a driver that drops a call mid-way calls this). */
 void xf__flow_abandon(xf__flow *f);
 
+/* Whether the SEND step is a write fence (options.write_fence): a PING after
+ * the write's reply, whose answer says Redis has sent what the write caused
+ * (its invalidations). Any PING sent on the same connection after that
+ * reply says as much: a driver that pipelines many calls' writes (batch.c)
+ * may send one for all of them and feed the others xf__flow_fence_shared
+ * with its outcome (ok: answered, not an error). */
+int xf__flow_fencing(const xf__flow *f);
+xf__step xf__flow_fence_shared(xf__flow *f, int ok, int64_t now_ms);
+
 /* Whether the SEND step asks for the key's lease (a driver may hold it back
  * until the key's turn to load comes: see batch.c). */
 int xf__flow_leasing(const xf__flow *f);
