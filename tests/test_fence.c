@@ -199,18 +199,20 @@ static long long load_and_write(env *e, int driver, const char *key) {
   return ran;
 }
 
+/* Every driver in every mode but the call with a near cache: its tracking is
+ * set up by its own driver (xf_call_track_*: tests/test_near_*). */
 ParameterizedTestParameters(fence, a_loads_write_is_fenced_on_every_driver) {
   static int params[NDRIVERS * NMODES];
+  int n = 0;
   for (int i = 0; i < (int)(NDRIVERS * NMODES); i++)
-    params[i] = i;
-  return cr_make_param_array(int, params, NDRIVERS *NMODES);
+    if (!(i / (int)NMODES == CALL && modes[i % (int)NMODES].near))
+      params[n++] = i;
+  return cr_make_param_array(int, params, (size_t)n);
 }
 
 ParameterizedTest(int *param, fence, a_loads_write_is_fenced_on_every_driver) {
   int driver = *param / (int)NMODES;
   const mode *m = &modes[*param % (int)NMODES];
-  if (driver == CALL && m->near)
-    cr_skip_test("the call's near cache is set up by its driver (test_near_*)");
   env e;
   env_open(&e, m);
   long long ran = load_and_write(&e, driver, "fence:k");
