@@ -12,10 +12,12 @@
  *              memory); this process reads it in a loop through the near
  *              cache. A read is stale by t when the version it returned had
  *              been superseded by one acknowledged t ms before the read
- *              began. Twice: undisturbed, then with CLIENT KILL of the
- *              invalidation connection, of the data connections and
- *              FLUSHALL every 100 ms; the histogram and the reads stale by
- *              more than 1 ms;
+ *              began. Thrice: with the writer's sets fenced
+ *              (options.write_fence, the default of a near-cache fleet)
+ *              undisturbed, then with CLIENT KILL of the invalidation
+ *              connection, of the data connections and FLUSHALL every
+ *              100 ms, then undisturbed with the fence off; the histogram,
+ *              the reads stale by more than 1 ms, the fence's cost per set;
  *   wake       4 processes wait for a 200 ms load another process leads:
  *              how long after the leader's call returned (its write
  *              acknowledged) each waiter returns, near cache on (woken by
@@ -124,38 +126,46 @@ static double hot_rate_threads(const target *t, xf_share *s, const char *key, in
 typedef struct shared_log {
   int64_t acked_us[MAX_VERSIONS]; /* when version i's set returned (0: not yet) */
   int stop;
-  int fence;   /* asked: each write is followed by a PING before it counts */
-  int fencing; /* the writer does so from now on (-1: it cannot) */
+  int fence;   /* asked: the writer's sets fenced (options.write_fence on) */
+  int fencing; /* whether its last set was (-1: none yet) */
+  int nset[2]; /* how long its sets took (us), unfenced [0] and fenced [1] */
+  float set_us[2][MAX_VERSIONS];
 } shared_log;
 
-/* Sets key every 20 ms. Fenced (log->fence), a write counts as acknowledged
- * once a PING sent after its reply is answered: Redis has then written
- * everything the write caused (its invalidations among them: they go out
- * after the write's reply, in the same pass over its clients, which ends
- * before it reads the next command). */
+/* A writer without a near cache (another process's), its sets fenced or not:
+ * options.write_fence, as a writer of a near-cache fleet turns it on. */
+static xf_client *writer_client(const target *t, int fence) {
+  xf_options o = target_options(t);
+  o.write_fence = fence ? XF_FENCE_ON : XF_FENCE_OFF;
+  xf_client *c = NULL;
+  return xf_client_open(&c, &o) == XF_OK ? c : NULL;
+}
+
+/* Sets key every 20 ms. Fenced (log->fence), the library follows each write
+ * with a PING before xf_set returns: Redis has then written everything the
+ * write caused (its invalidations among them: they go out after the write's
+ * reply, in the same pass over its clients, which ends before it reads the
+ * next command). */
 static void writer(const target *t, const char *key, shared_log *log) {
-  xf_client *c = nb_client(t, NULL);
-  redisContext *raw = NULL;
+  xf_client *c[2] = {writer_client(t, 0), writer_client(t, 1)};
   xf_policy p = XF_POLICY_INIT;
-  for (int ver = 1; c && ver < MAX_VERSIONS && !__atomic_load_n(&log->stop, 0); ver++) {
-    if (__atomic_load_n(&log->fence, __ATOMIC_ACQUIRE) && !raw) {
-      raw = t->tls_ca[0] ? NULL : target_connect(t, 5000);
-      __atomic_store_n(&log->fencing, raw ? 1 : -1, __ATOMIC_RELEASE);
-    }
+  for (int ver = 1; c[0] && c[1] && ver < MAX_VERSIONS && !__atomic_load_n(&log->stop, 0);
+       ver++) {
+    int fenced = __atomic_load_n(&log->fence, __ATOMIC_ACQUIRE) != 0;
     char v[16];
     snprintf(v, sizeof v, "%d", ver);
-    int ok = xf_set(c, key, strlen(key), v, strlen(v), &p) == XF_OK;
-    redisReply *r = ok && raw ? redisCommand(raw, "PING") : NULL;
-    if (r)
-      freeReplyObject(r);
-    if (ok)
-      __atomic_store_n(&log->acked_us[ver], (int64_t)(now_s() * 1e6), __ATOMIC_RELEASE);
+    double t0 = now_s();
+    int ok = xf_set(c[fenced], key, strlen(key), v, strlen(v), &p) == XF_OK;
+    double t1 = now_s();
+    if (ok) {
+      __atomic_store_n(&log->acked_us[ver], (int64_t)(t1 * 1e6), __ATOMIC_RELEASE);
+      log->set_us[fenced][log->nset[fenced]++] = (float)((t1 - t0) * 1e6);
+    }
+    __atomic_store_n(&log->fencing, fenced, __ATOMIC_RELEASE);
     struct timespec ts = {0, 20 * 1000000L};
     nanosleep(&ts, NULL);
   }
-  if (raw)
-    redisFree(raw);
-  xf_client_close(c);
+  xf_client_close(c[0]), xf_client_close(c[1]);
 }
 
 /* When the tracker thread took each invalidation message (the tests' hook,
@@ -270,12 +280,24 @@ static int stale_pass(const bench_env *e, xf_client *c, struct xf__near *near,
   return 0;
 }
 
-static int staleness(const bench_env *e, double dur, nb_stale out[3]) {
+static int cmp_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* Three passes: undisturbed and under faults with the writer fenced (the
+ * library's default for a near-cache fleet), then undisturbed with the
+ * fence off; set_p50_us: the writer's xf_set p50, unfenced [0] and fenced
+ * [1]. */
+static int staleness(const bench_env *e, double dur, nb_stale out[3],
+                     double set_p50_us[2]) {
   shared_log *log =
       mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (log == MAP_FAILED)
     return -1;
   memset(log, 0, sizeof *log);
+  log->fence = 1;
+  log->fencing = -1;
   char key[64];
   snprintf(key, sizeof key, "xfb:%u:near:stale", e->cfg->run_id);
   pid_t pid = fork();
@@ -291,15 +313,19 @@ static int staleness(const bench_env *e, double dur, nb_stale out[3]) {
   xf__near_test_before_apply = on_apply;
   for (int faults = 0; !rv && faults < 2; faults++)
     rv = stale_pass(e, c, xf__share_near(s), key, log, dur, faults, &out[faults]);
-  memset(&out[2], 0, sizeof out[2]); /* then undisturbed, the writer fenced */
-  __atomic_store_n(&log->fence, 1, __ATOMIC_RELEASE);
-  while (!rv && !__atomic_load_n(&log->fencing, __ATOMIC_ACQUIRE))
+  memset(&out[2], 0, sizeof out[2]); /* then undisturbed, the fence off */
+  __atomic_store_n(&log->fence, 0, __ATOMIC_RELEASE);
+  while (!rv && __atomic_load_n(&log->fencing, __ATOMIC_ACQUIRE) != 0)
     usleep(1000);
-  if (!rv && __atomic_load_n(&log->fencing, __ATOMIC_ACQUIRE) > 0)
+  if (!rv)
     rv = stale_pass(e, c, xf__share_near(s), key, log, dur, 0, &out[2]);
   xf__near_test_before_apply = NULL;
   __atomic_store_n(&log->stop, 1, __ATOMIC_RELEASE);
   waitpid(pid, NULL, 0);
+  for (int f = 0; f < 2; f++) {
+    qsort(log->set_us[f], (size_t)log->nset[f], sizeof(float), cmp_f);
+    set_p50_us[f] = log->nset[f] ? log->set_us[f][log->nset[f] / 2] : 0;
+  }
   xf_client_close(c);
   xf_share_close(s);
   munmap(log, sizeof *log);
@@ -330,8 +356,10 @@ int sc_near(const bench_env *e, scenario_out *out) {
   xf_client_close(far), xf_client_close(near), xf_share_close(s);
   nb_zipf z;
   nb_stale st[3];
+  double set_us[2];
   nb_wake w;
-  if (nb_zipf_run(e, q, &z) || staleness(e, q ? 1.0 : 3.0, st) || nb_wake_run(e, &w))
+  if (nb_zipf_run(e, q, &z) || staleness(e, q ? 1.0 : 3.0, st, set_us) ||
+      nb_wake_run(e, &w))
     return -1;
   goal_set("near_hit_vs_redis_hit", near_rps / redis_rps);
   goal_set("near_cmds_per_10k", cmds_per_call * 10000);
@@ -351,48 +379,54 @@ int sc_near(const bench_env *e, scenario_out *out) {
            "%.3f ms, %llu stale by > 1 ms (%llu with the invalidation in the process, "
            "unapplied); the tracker took the invalidation > 1 ms after the write's ack "
            "for %d of %d writes (max %.1f ms; hits go to Redis while it waits)\n",
-           i == 2   ? ", the writer's ack after a PING (its invalidations sent)"
-           : i == 1 ? " under CLIENT KILL + FLUSHALL every 100 ms"
-                    : "",
+           i == 2   ? ", the writer's fence off (write_fence off)"
+           : i == 1 ? " under CLIENT KILL + FLUSHALL every 100 ms, the writer fenced"
+                    : ", the writer fenced (write_fence)",
            (unsigned long long)st[i].reads, (unsigned long long)st[i].stale, st[i].p99_ms,
            st[i].p999_ms, st[i].max_ms, (unsigned long long)st[i].over_1ms,
            (unsigned long long)st[i].over_1ms_delivered, st[i].writes_late_1ms,
            st[i].writes, st[i].late_max_ms);
+  printf("near: the write fence: the writer's xf_set p50 %.0f us fenced vs %.0f us not "
+         "(+%.0f us per write)\n",
+         set_us[1], set_us[0], set_us[1] - set_us[0]);
   printf("near: 4 waiters of a 200 ms load return after the leader's write: near max "
          "%.1f ms (mean %.1f), polling max %.1f ms (mean %.1f)\n",
          w.near_max_ms, w.near_mean_ms, w.poll_max_ms, w.poll_mean_ms);
-  snprintf(out->params, sizeof out->params,
-           "{\"hot_key_calls_per_s\": {\"near\": %.0f, \"redis\": %.0f, "
-           "\"near_2_threads\": %.0f}, "
-           "\"near_commands_per_call\": %.5f, "
-           "\"zipf\": {\"keys\": %d, \"threads\": %d, \"hit_ratio\": %.4f, "
-           "\"calls_per_s\": %.0f, \"commands_per_call\": %.4f, \"evictions\": %llu, "
-           "\"simulated_hit_ratio\": {\"lru\": %.4f, \"clock\": %.4f, \"s3fifo\": %.4f}}, "
-           "\"staleness_ms\": [{\"faults\": false, \"reads\": %llu, \"stale\": %llu, "
-           "\"p99\": %.3f, \"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu, "
-           "\"over_1ms_delivered\": %llu, \"writes\": %d, \"writes_inval_late_1ms\": %d, "
-           "\"inval_late_max\": %.2f}, "
-           "{\"faults\": true, \"reads\": %llu, \"stale\": %llu, \"p99\": %.3f, "
-           "\"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu, "
-           "\"over_1ms_delivered\": %llu, \"writes\": %d, \"writes_inval_late_1ms\": %d, "
-           "\"inval_late_max\": %.2f}, "
-           "{\"faults\": false, \"writer_fenced\": true, \"reads\": %llu, \"stale\": %llu, "
-           "\"p99\": %.3f, \"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu, "
-           "\"over_1ms_delivered\": %llu}], "
-           "\"wake_after_write_ms\": {\"near_max\": %.2f, \"near_mean\": %.2f, "
-           "\"poll_max\": %.2f, \"poll_mean\": %.2f}}",
-           near_rps, redis_rps, threads_rps, cmds_per_call, z.keys, z.threads, z.hit_ratio,
-           z.rps, z.cmds_per_call, (unsigned long long)z.evictions, z.sim_lru, z.sim_clock,
-           z.sim_s3fifo, (unsigned long long)st[0].reads, (unsigned long long)st[0].stale,
-           st[0].p99_ms, st[0].p999_ms, st[0].max_ms, (unsigned long long)st[0].over_1ms,
-           (unsigned long long)st[0].over_1ms_delivered, st[0].writes,
-           st[0].writes_late_1ms, st[0].late_max_ms, (unsigned long long)st[1].reads,
-           (unsigned long long)st[1].stale, st[1].p99_ms, st[1].p999_ms, st[1].max_ms,
-           (unsigned long long)st[1].over_1ms, (unsigned long long)st[1].over_1ms_delivered,
-           st[1].writes, st[1].writes_late_1ms, st[1].late_max_ms,
-           (unsigned long long)st[2].reads, (unsigned long long)st[2].stale, st[2].p99_ms,
-           st[2].p999_ms, st[2].max_ms, (unsigned long long)st[2].over_1ms,
-           (unsigned long long)st[2].over_1ms_delivered, w.near_max_ms, w.near_mean_ms,
-           w.poll_max_ms, w.poll_mean_ms);
+  snprintf(
+      out->params, sizeof out->params,
+      "{\"hot_key_calls_per_s\": {\"near\": %.0f, \"redis\": %.0f, "
+      "\"near_2_threads\": %.0f}, "
+      "\"near_commands_per_call\": %.5f, "
+      "\"zipf\": {\"keys\": %d, \"threads\": %d, \"hit_ratio\": %.4f, "
+      "\"calls_per_s\": %.0f, \"commands_per_call\": %.4f, \"evictions\": %llu, "
+      "\"simulated_hit_ratio\": {\"lru\": %.4f, \"clock\": %.4f, \"s3fifo\": %.4f}}, "
+      "\"staleness_ms\": [{\"faults\": false, \"writer_fenced\": true, \"reads\": %llu, "
+      "\"stale\": %llu, "
+      "\"p99\": %.3f, \"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu, "
+      "\"over_1ms_delivered\": %llu, \"writes\": %d, \"writes_inval_late_1ms\": %d, "
+      "\"inval_late_max\": %.2f}, "
+      "{\"faults\": true, \"writer_fenced\": true, \"reads\": %llu, \"stale\": %llu, "
+      "\"p99\": %.3f, "
+      "\"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu, "
+      "\"over_1ms_delivered\": %llu, \"writes\": %d, \"writes_inval_late_1ms\": %d, "
+      "\"inval_late_max\": %.2f}, "
+      "{\"faults\": false, \"writer_fenced\": false, \"reads\": %llu, \"stale\": %llu, "
+      "\"p99\": %.3f, \"p999\": %.3f, \"max\": %.3f, \"over_1ms\": %llu, "
+      "\"over_1ms_delivered\": %llu}], "
+      "\"set_p50_us\": {\"fenced\": %.1f, \"unfenced\": %.1f}, "
+      "\"wake_after_write_ms\": {\"near_max\": %.2f, \"near_mean\": %.2f, "
+      "\"poll_max\": %.2f, \"poll_mean\": %.2f}}",
+      near_rps, redis_rps, threads_rps, cmds_per_call, z.keys, z.threads, z.hit_ratio,
+      z.rps, z.cmds_per_call, (unsigned long long)z.evictions, z.sim_lru, z.sim_clock,
+      z.sim_s3fifo, (unsigned long long)st[0].reads, (unsigned long long)st[0].stale,
+      st[0].p99_ms, st[0].p999_ms, st[0].max_ms, (unsigned long long)st[0].over_1ms,
+      (unsigned long long)st[0].over_1ms_delivered, st[0].writes, st[0].writes_late_1ms,
+      st[0].late_max_ms, (unsigned long long)st[1].reads, (unsigned long long)st[1].stale,
+      st[1].p99_ms, st[1].p999_ms, st[1].max_ms, (unsigned long long)st[1].over_1ms,
+      (unsigned long long)st[1].over_1ms_delivered, st[1].writes, st[1].writes_late_1ms,
+      st[1].late_max_ms, (unsigned long long)st[2].reads, (unsigned long long)st[2].stale,
+      st[2].p99_ms, st[2].p999_ms, st[2].max_ms, (unsigned long long)st[2].over_1ms,
+      (unsigned long long)st[2].over_1ms_delivered, set_us[1], set_us[0], w.near_max_ms,
+      w.near_mean_ms, w.poll_max_ms, w.poll_mean_ms);
   return 0;
 }

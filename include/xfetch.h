@@ -285,7 +285,28 @@ typedef struct xf_options {
    * with refresh_executor_ud. */
   xf_refresh_executor_fn refresh_executor;
   void *refresh_executor_ud;
+  /* xf_write_fence: whether a write that changes an entry (a load's write,
+   * background refreshes included; xf_set; xf_delete) is followed by one
+   * PING on the same connection before the call returns, so that when it
+   * returns Redis has sent every invalidation the write caused to the near
+   * caches of the fleet (README, "Near cache": the write fence). 0 =
+   * XF_FENCE_AUTO: on when the client's share has a near cache. */
+  int write_fence;
 } xf_options;
+
+/* options.write_fence. Redis writes a write's reply to the writer before the
+ * invalidations it caused to the tracking connections (one pass over its
+ * pending replies, the last first): without the fence a writer may hold its
+ * acknowledgement while a near cache elsewhere has not been told yet. The
+ * fence costs one round trip per write (a batch: one per round). A fence
+ * that fails (the connection lost after the write's reply) does not fail the
+ * call: the write was acknowledged, and is counted in stats.fence_failed. */
+typedef enum xf_write_fence {
+  XF_FENCE_AUTO = 0, /* on with a near cache (xf_share_options.near_cache_bytes) */
+  XF_FENCE_ON = 1,   /* always: a writer without a near cache in a fleet whose
+                        readers have one */
+  XF_FENCE_OFF = 2   /* never */
+} xf_write_fence;
 
 /* The entry on Redis (options.entry_format; README, "The entry on Redis"). */
 typedef enum xf_entry_format {
@@ -650,6 +671,10 @@ typedef struct xf_stats {
   /* near cache entries this client's reads evicted to stay within
    * near_cache_bytes */
   uint64_t near_evictions;
+  /* write fences (options.write_fence) whose PING failed after an
+   * acknowledged write: the call succeeded, the fleet's near caches may be
+   * told of the write later than it returned */
+  uint64_t fence_failed;
 } xf_stats;
 
 /* Copies the client's counters into *out. */

@@ -99,6 +99,7 @@ typedef struct xf_options {
   int entry_format;
   xf_refresh_executor_fn refresh_executor;
   void *refresh_executor_ud;
+  int write_fence;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
@@ -179,6 +180,7 @@ typedef struct xf_stats {
   uint64_t bypassed;
   uint64_t near_hits;
   uint64_t near_evictions;
+  uint64_t fence_failed;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 

@@ -62,6 +62,8 @@ struct xf_client {
                            that keeps no estimate: the sans-I/O call's) */
   int entry_format;     /* 1 a hash, 2 a string (options.entry_format): what the
                            writes create, and the hit path's first read */
+  int write_fence;      /* 1: a write that changes an entry is followed by a PING
+                           before it returns (options.write_fence, resolved) */
   int loader_rc;
   xf_event_fn on_event; /* options.on_event (event.h); NULL = none */
   void *on_event_ud;

@@ -45,6 +45,12 @@ static xf__step encode(xf__flow *f) {
   case XF__DELETE:
     xf__entry_delete_cmd(&f->cmd, key, len, f->c->tombstone_ms, f->c->entry_format);
     break;
+  case XF__FENCE: /* on key: the router sends it where the write went */
+    xf__cmd_begin(&f->cmd, key, len);
+    f->cmd.argc = 1;
+    f->cmd.argv[0] = "PING";
+    f->cmd.lens[0] = 4;
+    break;
   default:
     xf__entry_release_cmd(&f->cmd, key, len, f->token,
                           f->found_nothing ? f->p->wait_ms : 0);
@@ -288,18 +294,10 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   return xf__flow_done(f, rc);
 }
 
-/* A write (of any kind) or a delete. Whatever came of it, a fallback copy in
- * the share is older than what was just written or deleted (acknowledged or
- * not: it may have been applied): never serve it again. A write refused by a
- * newer value is superseded: a set says so, a get-or-compute serves its
+/* What a write or delete that Redis answered (rc, applied) leads to: a
+ * superseded write is counted; a set says so, a get-or-compute serves its
  * value uncached. */
-static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
-  int deleting = f->state == XF__DELETE, applied = 0;
-  xf__share_drop(f->c, f->key.data, f->key.len);
-  if (f->c->near)
-    xf__near_drop(f->c->near, f->key.data, f->key.len);
-  if (rc == XF_OK)
-    rc = xf__entry_parse_int(f->c, r, deleting ? "delete" : "write", &applied);
+static xf__step change_done(xf__flow *f, int deleting, int rc, int applied) {
   if (deleting)
     return xf__flow_done(f, rc); /* applied: 0 when there was nothing to delete */
   if (rc == XF_OK && !applied) {
@@ -313,6 +311,52 @@ static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
   return xf__flow_done(f, rc);
 }
 
+/* A write (of any kind) or a delete. Whatever came of it, a fallback copy in
+ * the share is older than what was just written or deleted (acknowledged or
+ * not: it may have been applied): never serve it again. One that changed the
+ * entry (a value written, a tombstone) is fenced when the client fences its
+ * writes (options.write_fence): a PING on the same connection, whose reply
+ * comes after Redis has sent the invalidations the write caused (it writes
+ * the write's reply first, then theirs, in the same pass), so that the call
+ * returns only once every near cache of the fleet can see them. */
+static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
+  int deleting = f->state == XF__DELETE, applied = 0;
+  xf__share_drop(f->c, f->key.data, f->key.len);
+  if (f->c->near)
+    xf__near_drop(f->c->near, f->key.data, f->key.len);
+  if (rc == XF_OK)
+    rc = xf__entry_parse_int(f->c, r, deleting ? "delete" : "write", &applied);
+  if (!f->c->write_fence || rc != XF_OK || !(deleting || applied))
+    return change_done(f, deleting, rc, applied);
+  f->fence_rc = rc;
+  f->fence_applied = applied;
+  f->fence_state = f->state;
+  f->state = XF__FENCE;
+  f->script_retried = 0;
+  return encode(f);
+}
+
+/* The fence's reply (or its failure: rc, an error reply): the write was
+ * acknowledged, so the call ends as it did whatever came of the PING; a
+ * failed fence is counted (stats.fence_failed), not returned. */
+static xf__step fenced(xf__flow *f, int rc, xf__reply *r) {
+  if (rc != XF_OK || (r && r->type == XF_REPLY_ERROR))
+    f->c->stats.fence_failed++;
+  if (r)
+    xf__reply_free(r);
+  f->state = f->fence_state;
+  return change_done(f, f->state == XF__DELETE, f->fence_rc, f->fence_applied);
+}
+
+xf__step xf__flow_fence_cut(xf__flow *f) { return fenced(f, XF_ECANCELED, NULL); }
+
+int xf__flow_fencing(const xf__flow *f) { return f->state == XF__FENCE; }
+
+xf__step xf__flow_fence_shared(xf__flow *f, int ok, int64_t now_ms) {
+  f->input_ms = now_ms;
+  return fenced(f, ok ? XF_OK : XF_EIO, NULL);
+}
+
 /* ---- inputs ------------------------------------------------------------------- */
 
 void xf__flow_learn_clock(xf__flow *f, int64_t server_ms, int64_t now_ms) {
@@ -323,6 +367,8 @@ void xf__flow_learn_clock(xf__flow *f, int64_t server_ms, int64_t now_ms) {
 
 xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   f->input_ms = now_ms;
+  if (f->state == XF__FENCE) /* no script, and a cut wait ends as a failed fence */
+    return fenced(f, rc, r);
   if (rc == XF_ECANCELED) { /* the interrupt cut a reply wait short */
     f->script_loading = 0;
     return xf__flow_cancel(f);

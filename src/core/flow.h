@@ -12,8 +12,9 @@
  *                 (get-or-compute, get). The flow has freed everything it
  *                 held.
  *
- * Get, set and delete only SEND (one script each, NOSCRIPT recovered); only
- * get-or-compute LOADs and WAITs.
+ * Get, set and delete only SEND (one script each, NOSCRIPT recovered; a
+ * write followed by a PING when the client fences its writes:
+ * options.write_fence); only get-or-compute LOADs and WAITs.
  *
  * Every input carries the driver's monotonic time in ms. The machine keeps
  * its state in the flow, never on the client, so calls may nest. */
@@ -105,6 +106,9 @@ typedef struct xf__flow {
                            XF_EV_NEAR is added there (atomically), not given
                            to the hook; NULL = the hook */
   int wake_on_write;    /* WAIT: the driver ends it when the key is invalidated */
+  int fence_rc;         /* FENCE: the write's outcome, the call's once the */
+  int fence_applied;    /* PING is answered (flow.c: changed, fenced) */
+  int fence_state;      /* FENCE: the state of the write it follows */
   xf__nest nest;        /* while its loader runs: this thread computes key */
   char msg[256];        /* the loader's message, kept across the release */
 } xf__flow;
@@ -184,6 +188,15 @@ xf__step xf__flow_skip(xf__flow *f);
 /* Frees what a flow abandoned before DONE holds (the machine has no abort
  * input: a driver that drops a call mid-way calls this). */
 void xf__flow_abandon(xf__flow *f);
+
+/* Whether the SEND step is a write fence (options.write_fence): a PING after
+ * the write's reply, whose answer says Redis has sent what the write caused
+ * (its invalidations). Any PING sent on the same connection after that
+ * reply says as much: a driver that pipelines many calls' writes (batch.c)
+ * may send one for all of them and feed the others xf__flow_fence_shared
+ * with its outcome (ok: answered, not an error). */
+int xf__flow_fencing(const xf__flow *f);
+xf__step xf__flow_fence_shared(xf__flow *f, int ok, int64_t now_ms);
 
 /* Whether the SEND step asks for the key's lease (a driver may hold it back
  * until the key's turn to load comes: see batch.c). */

@@ -312,6 +312,8 @@ xf__step xf__flow_woke(xf__flow *f, int64_t now_ms) {
 }
 
 xf__step xf__flow_cancel(xf__flow *f) {
+  if (f->state == XF__FENCE) /* the write was acknowledged: its outcome stands */
+    return xf__flow_fence_cut(f);
   xf_value_free(f->out);    /* a value decided before a release: not returned */
   if (xf__flow_canceled(f)) /* that release failed too: the lease expires */
     return xf__flow_done(f, XF_ECANCELED);

@@ -17,7 +17,8 @@ enum {
   XF__DELETE,
   XF__LOAD,
   XF__WAIT,
-  XF__DONE
+  XF__DONE,
+  XF__FENCE /* a PING after a write's reply (options.write_fence): no script */
 };
 
 /* Encodes and asks for the command of state. */
@@ -45,6 +46,10 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms);
 xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
 xf__step xf__flow_written(xf__flow *f, int ok);
 xf__step xf__flow_released(xf__flow *f, xf__reply *r);
+
+/* A FENCE cut short by the interrupt (xf__flow_cancel): the write it
+ * follows was acknowledged, so the call ends as the write did. */
+xf__step xf__flow_fence_cut(xf__flow *f);
 
 /* The events a call owes once its outcome is known (f->pending: a wait's
  * end, a miss's result), emitted by xf__flow_done and before a load. */

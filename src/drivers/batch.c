@@ -9,6 +9,7 @@
 
 #include "batch.h"
 #include "client_io.h"
+#include "cluster.h"
 #include "refresh.h"
 
 static int batch_open(batch *b, xf_client *c, size_t n) {
@@ -25,8 +26,12 @@ static int batch_open(batch *b, xf_client *c, size_t n) {
   b->lens = malloc(n * sizeof *b->lens);
   b->sinks = malloc(n * sizeof *b->sinks);
   b->parts = malloc(n * sizeof *b->parts);
+  b->fence_of = calloc(n ? n : 1, sizeof *b->fence_of);
+  b->fence_at = malloc(n * sizeof *b->fence_at);
+  b->fence_ok = malloc(n * sizeof *b->fence_ok);
   return b->flows && b->steps && b->cmds && b->who && b->rcs && b->replies && b->keys &&
-                 b->lens && b->sinks && b->parts
+                 b->lens && b->sinks && b->parts && b->fence_of && b->fence_at &&
+                 b->fence_ok
              ? XF_OK
              : XF_ENOMEM;
 }
@@ -43,6 +48,9 @@ static void batch_close(batch *b) {
   free(b->lens);
   free(b->sinks);
   free(b->parts);
+  free(b->fence_of);
+  free(b->fence_at);
+  free(b->fence_ok);
   free(b->groups);
   free(b->many);
   free(b->order);
@@ -73,16 +81,59 @@ static size_t lease_budget(const batch *b, const batch_loaders *l) {
   return fit < 1 ? 1 : fit > b->loaded ? b->loaded : (size_t)fit;
 }
 
-/* Every flow waiting to send, in one pipeline (leases within the budget).
- * Returns how many were sent. */
+/* The PING sent this round (of the first `fences`) on the connection flow
+ * i's write went to: a PING answers for every write whose reply came before
+ * it on its connection (flow.h, xf__flow_fencing). Standalone: the one
+ * connection; a cluster: per slot (a slot's writes and PING go to its node). */
+static size_t fence_sent(const batch *b, size_t i, size_t fences) {
+  if (b->c->routes.mode == XF_ROUTE_STANDALONE)
+    return fences ? 0 : fences;
+  const xf__key *key = &b->flows[i].key;
+  int slot = xf__cluster_keyslot(key->data, key->len);
+  for (size_t f = 0; f < fences; f++) {
+    const xf__key *other = &b->flows[b->who[b->fence_at[f]]].key;
+    if (xf__cluster_keyslot(other->data, other->len) == slot)
+      return f;
+  }
+  return fences;
+}
+
+/* Whether there is more to send than write fences while loads are
+ * pending: a round of fences alone would cost a round trip before every
+ * load of the per-key loader; held back, they go with the commands that
+ * follow the loads (a PING's answer only needs to come after the write's
+ * reply, and the batch returns after every one). */
+static int others_to_send(const batch *b, size_t leases) {
+  int loading = 0, others = 0;
+  for (size_t i = 0; i < b->n && !others; i++) {
+    loading |= b->steps[i] == XF_STEP_LOAD;
+    others = b->steps[i] == XF_STEP_SEND && !xf__flow_fencing(&b->flows[i]) &&
+             !(leases == 0 && xf__flow_leasing(&b->flows[i]));
+  }
+  return others || !loading;
+}
+
+/* Every flow waiting to send, in one pipeline (leases within the budget;
+ * one write fence per connection). Returns how many were sent. */
 static size_t send_all(batch *b, const batch_loaders *l) {
-  size_t k = 0, leases = lease_budget(b, l);
+  size_t k = 0, leases = lease_budget(b, l), fences = 0, shared = 0;
+  if (!others_to_send(b, leases))
+    return 0; /* fences only, loads pending: they go with the next round */
   for (size_t i = 0; i < b->n; i++)
     if (b->steps[i] == XF_STEP_SEND) {
       if (xf__flow_leasing(&b->flows[i])) {
         if (leases == 0)
           continue;
         leases--;
+      }
+      if (xf__flow_fencing(&b->flows[i])) {
+        size_t f = fence_sent(b, i, fences);
+        if (f < fences) { /* another flow's PING answers for this write too */
+          b->fence_of[i] = b->fence_at[f] + 1;
+          shared++;
+          continue;
+        }
+        b->fence_at[fences++] = k;
       }
       b->cmds[k] = &b->flows[i].cmd;
       b->who[k++] = i;
@@ -96,9 +147,20 @@ static size_t send_all(batch *b, const batch_loaders *l) {
   xf__command_many(b->c, k, b->cmds, b->rcs, b->replies);
   b->c->grace_ms = 0;
   int64_t now_ms = xf__now_ms();
+  for (size_t f = 0; f < fences; f++) { /* before the flows take the replies */
+    size_t j = b->fence_at[f];
+    b->fence_ok[j] = b->rcs[j] == XF_OK && b->replies[j]->type != XF_REPLY_ERROR;
+  }
   for (size_t j = 0; j < k; j++)
     b->steps[b->who[j]] =
         xf__flow_reply(&b->flows[b->who[j]], b->rcs[j], b->replies[j], now_ms);
+  for (size_t i = 0; shared && i < b->n; i++)
+    if (b->fence_of[i]) {
+      b->steps[i] =
+          xf__flow_fence_shared(&b->flows[i], b->fence_ok[b->fence_of[i] - 1], now_ms);
+      b->fence_of[i] = 0;
+      shared--;
+    }
   return k;
 }
 

@@ -44,6 +44,10 @@ typedef struct batch {
   xf__flow **order;     /* the batch loader's keys by key, and how each */
   int *roles;           /* gets its value (batch_load.c; lazily) */
   int wake_rd, wake_wr; /* > 0: the wake pipe of several waits (batch_wait.c) */
+  size_t *fence_of;     /* flow i's write fence is the PING sent j-th, + 1 (0: its
+                           own or none): one per connection and round (send_all) */
+  size_t *fence_at;     /* where in the round the PINGs sent are */
+  int *fence_ok;        /* whether the round's j-th command, a PING, was answered */
 } batch;
 
 /* The first round: the read of every flow still at its first SEND, in one

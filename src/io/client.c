@@ -315,6 +315,8 @@ static int copy_options(xf_client *c, const xf_options *o) {
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
   c->entry_format = o->entry_format ? o->entry_format : XF_ENTRY_STRING;
+  c->write_fence =
+      o->write_fence == XF_FENCE_ON || (o->write_fence == XF_FENCE_AUTO && c->near);
   rc = make_tls(c, &o->tls);
   return rc == XF_OK ? build_ns(c) : rc;
 }
@@ -350,7 +352,8 @@ static int check_options(const xf_options *o) {
                  o->command_timeout_ms < 0 || o->tombstone_ms < 0 ||
                  o->tombstone_ms > ((int64_t)1 << 40) || o->cluster < XF_CLUSTER_AUTO ||
                  o->cluster > XF_CLUSTER_OFF || o->entry_format < XF_ENTRY_DEFAULT ||
-                 o->entry_format > XF_ENTRY_STRING ||
+                 o->entry_format > XF_ENTRY_STRING || o->write_fence < XF_FENCE_AUTO ||
+                 o->write_fence > XF_FENCE_OFF ||
                  (o->cluster == XF_CLUSTER_ON && o->unix_path)
              ? XF_EINVAL
              : XF_OK;

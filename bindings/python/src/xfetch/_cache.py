@@ -73,6 +73,13 @@ class Cache:
            anywhere invalidates the key, own set/delete drop it at once), and
            callers waiting for another caller's load wake on its write. Needs
            share=True and Redis 6+; not over rediss:// yet.
+    write_fence: None = on when near_cache_bytes > 0 (default), True = always,
+           False = never. A fenced write (set, delete, a load's write) sends
+           one PING after the write's reply and returns after its answer: by
+           then Redis has sent the invalidations the write caused, so no near
+           cache of the fleet serves the old value once the write returned
+           (one round trip more per write; README, "Near cache"). Turn it on
+           in a writer without a near cache whose readers have one.
 
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a
@@ -93,7 +100,8 @@ class Cache:
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
                  background_refresh: bool = False, near_cache_bytes: int = 0,
-                 refresh_ahead: float | None = None) -> None:
+                 refresh_ahead: float | None = None,
+                 write_fence: bool | None = None) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
@@ -101,7 +109,8 @@ class Cache:
                               max_key_len, max_value_len, share, lazy_connect,
                               max_connections, ssl, on_event, enabled, "sync",
                               entry_format=entry_format, background_refresh=background_refresh,
-                              near_cache_bytes=near_cache_bytes, refresh_ahead=refresh_ahead)
+                              near_cache_bytes=near_cache_bytes, refresh_ahead=refresh_ahead,
+                              write_fence=write_fence)
         self._policies = self._config.policies
         self._commons = self._policies.commons
         self._pool = Pool(self._config)
@@ -410,7 +419,9 @@ class Cache:
         (Redis Cluster), malformed (entries not as xfetch writes them: each a
         miss, recomputed), bypassed (calls made while disabled: enabled=False
         or disabled()), near_hits (hits served from the near cache, also in
-        hits), near_evictions, plus connections (clients open now)."""
+        hits), near_evictions, fence_failed (write fences whose PING failed
+        after an acknowledged write: the write stood), plus connections
+        (clients open now)."""
         return self._pool.stats()
 
     def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],

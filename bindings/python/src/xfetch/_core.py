@@ -92,8 +92,10 @@ class Config:
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
                  enabled=True, face="sync", entry_format=None, background_refresh=False,
-                 near_cache_bytes=0, refresh_ahead=None):
+                 near_cache_bytes=0, refresh_ahead=None, write_fence=None):
         fields = parse_url(url)
+        if write_fence is not None and type(write_fence) is not bool:
+            raise TypeError(f"write_fence must be None, True or False, not {write_fence!r}")
         if entry_format is not None and (type(entry_format) is not int
                                          or entry_format not in (1, 2)):
             raise ValueError(f"entry_format must be None, 1 (a hash) or 2 (a string), "
@@ -143,6 +145,8 @@ class Config:
             "breaker_ms": round(breaker * 1000) if breaker > 0 else -1,
             "on_event": lib._xf_py_event, "on_event_ud": self.events.handle,
             "disabled": 0 if enabled else 1, "entry_format": entry_format or 0,
+            # xf_write_fence: None = auto (on with a near cache), True on, False off
+            "write_fence": {None: 0, True: 1, False: 2}[write_fence],
         })
         if tls is not None:  # rediss://: every connection over TLS
             for name in ("ca_file", "ca_dir", "cert_file", "key_file"):

@@ -68,7 +68,8 @@ class Cache:
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
                  background_refresh: bool = False, near_cache_bytes: int = 0,
-                 refresh_ahead: float | None = None) -> None:
+                 refresh_ahead: float | None = None,
+                 write_fence: bool | None = None) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
@@ -76,7 +77,7 @@ class Cache:
                         max_value_len, share, lazy_connect, max_connections, ssl, on_event,
                         enabled, "aio", entry_format=entry_format,
                         background_refresh=background_refresh, near_cache_bytes=near_cache_bytes,
-                        refresh_ahead=refresh_ahead)
+                        refresh_ahead=refresh_ahead, write_fence=write_fence)
         fields = config.fields
         self._config = config
         self._policies = config.policies
