@@ -8,10 +8,20 @@
  *   - a message with no keys (FLUSHALL, FLUSHDB) drops the node;
  *   - the invalidation connection lost drops the node and bumps its
  *     generation: data connections armed under the old one reconnect
- *     (conn.c) and the next one opens a new invalidation connection;
+ *     (conn.c) or re-arm (async_conn.c), asking for a new one;
  *   - a tracked data connection closed by the server (CLIENT KILL, timeout)
  *     drops the node at once, before the client notices on its next call:
  *     Redis no longer invalidates what it tracked (redis#13082).
+ *
+ * The thread also opens the invalidation connections, when a data
+ * connection's arming asks (as that connection's client: xf__inval_who),
+ * outside its lock: an event loop's arming never waits for a connect (it
+ * returns XF__NEAR_LATER and its connection serves untracked until then);
+ * a blocking driver's waits for the open. A failed open is logged
+ * (XF_EV_INVALIDATION, a drop with the open's code) and asked again in the
+ * background only after a backoff (100 ms, doubling to 5 s). While the
+ * thread opens one, the others' invalidations wait on their sockets: their
+ * nodes' hits go to Redis meanwhile (near.c sees the bytes waiting).
  *
  * Lock order: the share's, the tracker's, then a shard's (near.c). */
 #include <errno.h>
@@ -26,6 +36,7 @@
 #include "client.h"
 #include "near_impl.h"
 #include "reply.h"
+#include "stream.h"
 
 typedef struct watch { /* a tracked data connection's socket */
   struct watch *next;
@@ -45,6 +56,7 @@ typedef struct poll_set {
 struct xf__near_tracker {
   struct xf__near *near;
   pthread_mutex_t mu;
+  pthread_cond_t opened; /* a node's open was tried (xf__near_arm waits) */
   struct xf__near_node *nodes;
   watch *watches;
   int wake[2]; /* a byte: the thread rebuilds its poll set */
@@ -72,6 +84,7 @@ struct xf__near_tracker *xf__tracker_open(struct xf__near *n) {
   }
   t->near = n;
   pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->opened, NULL);
   return t;
 }
 
@@ -192,11 +205,54 @@ static void build(struct xf__near_tracker *t, poll_set *ps) {
       xf__near_drop_node(t->near, w->node, XF_EIO);
 }
 
+/* Opens the invalidation connection some arm asked for, if any, with t->mu
+ * released meanwhile; 1 when it tried one. Under t->mu. */
+static int open_wanted(struct xf__near_tracker *t) {
+  struct xf__near_node *node = t->nodes;
+  while (node && !node->want)
+    node = node->next;
+  if (!node || t->stopping)
+    return 0;
+  xf__inval_who *who = node->want;
+  node->want = NULL;
+  node->opening = 1;
+  pthread_mutex_unlock(&t->mu);
+  xf__inval *v;
+  long long id = 0;
+  char why[sizeof node->why];
+  int rc = xf__inval_open_as(&v, who, node->host, node->port, node->unix_path, &id, why,
+                             sizeof why);
+  xf__inval_who_free(who);
+  pthread_mutex_lock(&t->mu);
+  node->opening = 0;
+  node->opens++;
+  if (rc == XF_OK) {
+    node->ctx = v;
+    node->id = id;
+    node->backoff_ms = 0;
+    __atomic_store_n(&node->inval_fd, xf__inval_fd(v), __ATOMIC_RELEASE);
+  } else {
+    node->open_rc = rc;
+    memcpy(node->why, why, sizeof why);
+    node->backoff_ms = node->backoff_ms ? node->backoff_ms * 2 : 100;
+    if (node->backoff_ms > 5000)
+      node->backoff_ms = 5000;
+    __atomic_store_n(&node->retry_ms, xf__stream_now_ms() + node->backoff_ms,
+                     __ATOMIC_RELEASE);
+    if (xf__near_log(t->near))
+      xf__near_log_add(xf__near_log(t->near), NULL, 0, node, rc);
+  }
+  pthread_cond_broadcast(&t->opened);
+  return 1;
+}
+
 static void *run(void *arg) {
   struct xf__near_tracker *t = arg;
   poll_set ps = t->ps; /* a previous thread's (before a fork), or none */
   for (;;) {
     pthread_mutex_lock(&t->mu);
+    while (open_wanted(t))
+      ;
     if (t->stopping) {
       pthread_mutex_unlock(&t->mu);
       break;
@@ -258,33 +314,43 @@ static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *h
   return node;
 }
 
-/* Opens node's invalidation connection as c's data connections are (TLS,
- * credentials: near_inval.c). Under t->mu. */
-static int connect_node(xf_client *c, struct xf__near_node *node) {
-  xf__inval *v;
-  int rc = xf__inval_open(&v, c, node->host, node->port, node->unix_path, &node->id);
-  if (rc != XF_OK)
-    return rc;
-  node->ctx = v;
-  __atomic_store_n(&node->inval_fd, xf__inval_fd(v), __ATOMIC_RELEASE);
+/* Asks the thread to open node's invalidation connection as c (started
+ * if it is not running). XF_OK, or XF_ENOMEM. Under t->mu. */
+static int ask(struct xf__near_tracker *t, xf_client *c, struct xf__near_node *node) {
+  if (!t->running && !(t->running = start_thread(t)))
+    return XF_ENOMEM;
+  if (node->want || node->opening)
+    return XF_OK;
+  if (!(node->want = xf__inval_who_new(c)))
+    return XF_ENOMEM;
+  wake(t);
   return XF_OK;
 }
 
-int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
-                 const char *unix_path, long long *redirect_id, xf__track *tk) {
+static int arm(struct xf__near *n, xf_client *c, const char *host, int port,
+               const char *unix_path, long long *redirect_id, xf__track *tk, int later) {
   struct xf__near_tracker *t = xf__near_tracker(n);
   int rc = XF_OK;
   pthread_mutex_lock(&t->mu);
   struct xf__near_node *node = find_node(t, host, port, unix_path);
-  if (!node)
+  if (!node) {
     rc = XF_ENOMEM;
-  else if (!node->ctx)
-    rc = connect_node(c, node);
-  if (rc == XF_OK && !t->running) {
-    t->running = start_thread(t);
-    rc = t->running ? XF_OK : XF_ENOMEM;
+  } else if (!node->ctx && later) { /* asked in the background, after a backoff */
+    if (xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE))
+      rc = ask(t, c, node);
+    if (rc == XF_OK) {
+      tk->node = node;
+      rc = XF__NEAR_LATER;
+    }
+  } else if (!node->ctx) { /* waited for: a blocking driver blocks anyway */
+    uint64_t opens = node->opens;
+    rc = ask(t, c, node);
+    while (rc == XF_OK && node->opens == opens && !node->ctx)
+      pthread_cond_wait(&t->opened, &t->mu);
+    if (rc == XF_OK && !node->ctx)
+      rc = xf__fail(c, node->open_rc, "%s", node->why);
   }
-  if (rc == XF_OK) {
+  if (rc == XF_OK) { /* open: so the thread runs */
     *redirect_id = node->id;
     tk->node = node;
     tk->gen = __atomic_load_n(&node->gen, __ATOMIC_ACQUIRE);
@@ -292,6 +358,21 @@ int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
   }
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
+                 const char *unix_path, long long *redirect_id, xf__track *tk) {
+  return arm(n, c, host, port, unix_path, redirect_id, tk, 0);
+}
+
+int xf__near_arm_later(struct xf__near *n, xf_client *c, const char *host, int port,
+                       const char *unix_path, long long *redirect_id, xf__track *tk) {
+  return arm(n, c, host, port, unix_path, redirect_id, tk, 1);
+}
+
+int xf__near_arm_due(struct xf__near_node *node) {
+  return __atomic_load_n(&node->inval_fd, __ATOMIC_ACQUIRE) >= 0 ||
+         xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE);
 }
 
 int xf__near_news_waiting(struct xf__near *n) {
@@ -347,6 +428,7 @@ void xf__tracker_close(struct xf__near_tracker *t) {
     struct xf__near_node *node = t->nodes;
     t->nodes = node->next;
     xf__inval_close(node->ctx);
+    xf__inval_who_free(node->want);
     free(node->host);
     free(node->unix_path);
     free(node);
@@ -360,6 +442,7 @@ void xf__tracker_close(struct xf__near_tracker *t) {
   close(t->wake[1]);
   free(t->ps.pf), free(t->ps.who), free(t->ps.ctxs);
   pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->opened);
   free(t);
 }
 
@@ -376,6 +459,10 @@ void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
       node->inval_fd = -1;
       node->gen++;
       node->reading += node->reading & 1; /* a message begun: the parent's */
+      xf__inval_who_free(node->want);     /* the parent's thread's to open */
+      node->want = NULL;
+      node->opening = 0; /* what the parent's thread was opening is not ours */
+      node->retry_ms = 0;
     }
     while (t->watches) {
       watch *w = t->watches;
