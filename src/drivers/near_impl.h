@@ -34,6 +34,7 @@ struct xf__near_node {
    * but for the fields marked __atomic: */
   xf__inval_who *want; /* asked for, as this client: the thread takes it */
   int opening;         /* the thread is opening it (its lock not held) */
+  int asked;           /* __atomic: want or opening (xf__near_arm_due) */
   uint64_t opens;      /* opens tried: a waiting arm waits for it to move */
   int64_t retry_ms;    /* __atomic: no open asked in the background before
                           (after a failure: backoff, 100 ms doubling to 5 s) */

@@ -225,6 +225,7 @@ static int open_wanted(struct xf__near_tracker *t) {
   xf__inval_who_free(who);
   pthread_mutex_lock(&t->mu);
   node->opening = 0;
+  __atomic_store_n(&node->asked, 0, __ATOMIC_RELEASE);
   node->opens++;
   if (rc == XF_OK) {
     node->ctx = v;
@@ -323,6 +324,7 @@ static int ask(struct xf__near_tracker *t, xf_client *c, struct xf__near_node *n
     return XF_OK;
   if (!(node->want = xf__inval_who_new(c)))
     return XF_ENOMEM;
+  __atomic_store_n(&node->asked, 1, __ATOMIC_RELEASE);
   wake(t);
   return XF_OK;
 }
@@ -372,7 +374,8 @@ int xf__near_arm_later(struct xf__near *n, xf_client *c, const char *host, int p
 
 int xf__near_arm_due(struct xf__near_node *node) {
   return __atomic_load_n(&node->inval_fd, __ATOMIC_ACQUIRE) >= 0 ||
-         xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE);
+         (!__atomic_load_n(&node->asked, __ATOMIC_ACQUIRE) &&
+          xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE));
 }
 
 int xf__near_news_waiting(struct xf__near *n) {
@@ -461,7 +464,7 @@ void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
       node->reading += node->reading & 1; /* a message begun: the parent's */
       xf__inval_who_free(node->want);     /* the parent's thread's to open */
       node->want = NULL;
-      node->opening = 0; /* what the parent's thread was opening is not ours */
+      node->opening = node->asked = 0; /* the parent's thread was opening it */
       node->retry_ms = 0;
     }
     while (t->watches) {
