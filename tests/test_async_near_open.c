@@ -4,7 +4,8 @@
  * that open (a 20 ms timer keeps its pace), the data connection serves
  * untracked meanwhile and is tracked once the tracker thread has opened it
  * (near hits follow), and no read returns a value older than a write
- * acknowledged before it began, through the transition and after it. */
+ * acknowledged before it began, through the transition and after it; a
+ * refused open is asked for again after a backoff, not per command. */
 #define _DEFAULT_SOURCE /* <uv.h> under -std=c11 */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -175,5 +176,56 @@ ParameterizedTest(int *kind, async_near_open, the_loop_runs_while_the_tracker_op
   }
   xf_client_close(r.other);
   xf_share_close(r.share);
+  xft_server_stop(&srv);
+}
+
+static void count_done(int rc, const xf_value *v, void *privdata) {
+  (void)v;
+  int *left = privdata;
+  cr_expect_eq(rc, XF_OK);
+  --*left;
+}
+
+/* A user whose invalidation connection is refused (no channels: SUBSCRIBE
+ * fails) on a loop calling every 5 ms for 1.5 s: the open is asked again
+ * after a backoff (100 ms, doubling), not before every command; the calls
+ * are served from Redis. */
+Test(async_near_open, a_refused_open_is_asked_again_after_a_backoff) {
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  redisContext *raw = xft_redis_port(srv.port);
+  freeReplyObject(xft_cmd(raw, "ACL SETUSER bob on >bobpw ~* resetchannels +@all"));
+  xf_share *share;
+  xf_share_options so = {.near_cache_bytes = 1u << 20};
+  cr_assert_eq(xf_share_open(&share, &so), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = srv.port;
+  o.username = "bob";
+  o.password = "bobpw";
+  o.share = share;
+  uv_loop_t uv;
+  xf_async *ac;
+  cr_assert_eq(uv_loop_init(&uv), 0);
+  cr_assert_eq(xf_async_open_libuv(&ac, &o, &uv), XF_OK);
+  long long before = xft_command_calls(raw, "client|id");
+  xf_policy p = XF_POLICY_INIT;
+  int calls = 0;
+  for (int64_t until = xft_now_ms() + 1500; xft_now_ms() < until; calls++) {
+    int left = 1;
+    cr_assert_eq(
+        xf_async_get_or_compute(ac, "ao:b", 4, &p, loader, NULL, count_done, &left), XF_OK);
+    while (left)
+      uv_run(&uv, UV_RUN_ONCE);
+    xft_sleep_ms(5);
+  }
+  long long opens = xft_command_calls(raw, "client|id") - before;
+  cr_log_info("%d calls in 1.5 s, %lld opens of the invalidation connection", calls, opens);
+  cr_expect_geq(opens, 2, "never asked again");
+  cr_expect_leq(opens, 6, "%lld opens for %d calls: no backoff", opens, calls);
+  xf_async_close(ac);
+  uv_run(&uv, UV_RUN_DEFAULT);
+  cr_assert_eq(uv_loop_close(&uv), 0);
+  xf_share_close(share);
+  redisFree(raw);
   xft_server_stop(&srv);
 }
