@@ -13,15 +13,8 @@
  *     drops the node at once, before the client notices on its next call:
  *     Redis no longer invalidates what it tracked (redis#13082).
  *
- * The thread also opens the invalidation connections, when a data
- * connection's arming asks (as that connection's client: xf__inval_who),
- * outside its lock: an event loop's arming never waits for a connect (it
- * returns XF__NEAR_LATER and its connection serves untracked until then);
- * a blocking driver's waits for the open. A failed open is logged
- * (XF_EV_INVALIDATION, a drop with the open's code) and asked again in the
- * background only after a backoff (100 ms, doubling to 5 s). While the
- * thread opens one, the others' invalidations wait on their sockets: their
- * nodes' hits go to Redis meanwhile (near.c sees the bytes waiting).
+ * The thread also opens the invalidation connections the armings ask for
+ * (near_arm.c), outside its lock.
  *
  * Lock order: the share's, the tracker's, then a shard's (near.c). */
 #include <errno.h>
@@ -35,36 +28,8 @@
 
 #include "client.h"
 #include "near_impl.h"
+#include "near_track.h"
 #include "reply.h"
-#include "stream.h"
-
-typedef struct watch { /* a tracked data connection's socket */
-  struct watch *next;
-  int fd;
-  struct xf__near_node *node;
-} watch;
-
-/* What one poll() watches: the wake pipe, every node's invalidation
- * connection, every tracked data connection; grown as they come. */
-typedef struct poll_set {
-  struct pollfd *pf;
-  struct xf__near_node **who;
-  xf__inval **ctxs; /* the invalidation connection polled; NULL: a watched one */
-  size_t n, cap;
-} poll_set;
-
-struct xf__near_tracker {
-  struct xf__near *near;
-  pthread_mutex_t mu;
-  pthread_cond_t opened; /* a node's open was tried (xf__near_arm waits) */
-  struct xf__near_node *nodes;
-  watch *watches;
-  int wake[2]; /* a byte: the thread rebuilds its poll set */
-  pthread_t thread;
-  int running, stopping;
-  poll_set ps; /* the thread's; here, not on its stack: a forked child (which
-                  has no such thread) still frees it */
-};
 
 static int open_pipe(int fds[2]) {
   if (pipe(fds) != 0)
@@ -88,7 +53,7 @@ struct xf__near_tracker *xf__tracker_open(struct xf__near *n) {
   return t;
 }
 
-static void wake(struct xf__near_tracker *t) {
+void xf__tracker_wake(struct xf__near_tracker *t) {
   char b = 1;
   ssize_t r = write(t->wake[1], &b, 1); /* full: the thread will wake anyway */
   (void)r;
@@ -205,54 +170,12 @@ static void build(struct xf__near_tracker *t, poll_set *ps) {
       xf__near_drop_node(t->near, w->node, XF_EIO);
 }
 
-/* Opens the invalidation connection some arm asked for, if any, with t->mu
- * released meanwhile; 1 when it tried one. Under t->mu. */
-static int open_wanted(struct xf__near_tracker *t) {
-  struct xf__near_node *node = t->nodes;
-  while (node && !node->want)
-    node = node->next;
-  if (!node || t->stopping)
-    return 0;
-  xf__inval_who *who = node->want;
-  node->want = NULL;
-  node->opening = 1;
-  pthread_mutex_unlock(&t->mu);
-  xf__inval *v;
-  long long id = 0;
-  char why[sizeof node->why];
-  int rc = xf__inval_open_as(&v, who, node->host, node->port, node->unix_path, &id, why,
-                             sizeof why);
-  xf__inval_who_free(who);
-  pthread_mutex_lock(&t->mu);
-  node->opening = 0;
-  __atomic_store_n(&node->asked, 0, __ATOMIC_RELEASE);
-  node->opens++;
-  if (rc == XF_OK) {
-    node->ctx = v;
-    node->id = id;
-    node->backoff_ms = 0;
-    __atomic_store_n(&node->inval_fd, xf__inval_fd(v), __ATOMIC_RELEASE);
-  } else {
-    node->open_rc = rc;
-    memcpy(node->why, why, sizeof why);
-    node->backoff_ms = node->backoff_ms ? node->backoff_ms * 2 : 100;
-    if (node->backoff_ms > 5000)
-      node->backoff_ms = 5000;
-    __atomic_store_n(&node->retry_ms, xf__stream_now_ms() + node->backoff_ms,
-                     __ATOMIC_RELEASE);
-    if (xf__near_log(t->near))
-      xf__near_log_add(xf__near_log(t->near), NULL, 0, node, rc);
-  }
-  pthread_cond_broadcast(&t->opened);
-  return 1;
-}
-
 static void *run(void *arg) {
   struct xf__near_tracker *t = arg;
   poll_set ps = t->ps; /* a previous thread's (before a fork), or none */
   for (;;) {
     pthread_mutex_lock(&t->mu);
-    while (open_wanted(t))
+    while (xf__tracker_open_wanted(t))
       ;
     if (t->stopping) {
       pthread_mutex_unlock(&t->mu);
@@ -285,97 +208,13 @@ static void *run(void *arg) {
 
 /* Starts the thread with every signal blocked: they are the application's
  * threads' to take (a Python process's Ctrl-C among them). */
-static int start_thread(struct xf__near_tracker *t) {
+int xf__tracker_start(struct xf__near_tracker *t) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int rc = pthread_create(&t->thread, NULL, run, t);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   return rc == 0;
-}
-
-static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *host,
-                                       int port, const char *unix_path) {
-  for (struct xf__near_node *node = t->nodes; node; node = node->next)
-    if (host ? node->host && node->port == port && strcmp(node->host, host) == 0
-             : node->unix_path && strcmp(node->unix_path, unix_path) == 0)
-      return node;
-  struct xf__near_node *node = calloc(1, sizeof *node);
-  if (!node)
-    return NULL;
-  node->tracker = t;
-  node->port = port;
-  node->inval_fd = -1;
-  if (host ? !(node->host = strdup(host)) : !(node->unix_path = strdup(unix_path))) {
-    free(node);
-    return NULL;
-  }
-  node->next = t->nodes;
-  __atomic_store_n(&t->nodes, node, __ATOMIC_RELEASE); /* read without the lock too */
-  return node;
-}
-
-/* Asks the thread to open node's invalidation connection as c (started
- * if it is not running). XF_OK, or XF_ENOMEM. Under t->mu. */
-static int ask(struct xf__near_tracker *t, xf_client *c, struct xf__near_node *node) {
-  if (!t->running && !(t->running = start_thread(t)))
-    return XF_ENOMEM;
-  if (node->want || node->opening)
-    return XF_OK;
-  if (!(node->want = xf__inval_who_new(c)))
-    return XF_ENOMEM;
-  __atomic_store_n(&node->asked, 1, __ATOMIC_RELEASE);
-  wake(t);
-  return XF_OK;
-}
-
-static int arm(struct xf__near *n, xf_client *c, const char *host, int port,
-               const char *unix_path, long long *redirect_id, xf__track *tk, int later) {
-  struct xf__near_tracker *t = xf__near_tracker(n);
-  int rc = XF_OK;
-  pthread_mutex_lock(&t->mu);
-  struct xf__near_node *node = find_node(t, host, port, unix_path);
-  if (!node) {
-    rc = XF_ENOMEM;
-  } else if (!node->ctx && later) { /* asked in the background, after a backoff */
-    if (xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE))
-      rc = ask(t, c, node);
-    if (rc == XF_OK) {
-      tk->node = node;
-      rc = XF__NEAR_LATER;
-    }
-  } else if (!node->ctx) { /* waited for: a blocking driver blocks anyway */
-    uint64_t opens = node->opens;
-    rc = ask(t, c, node);
-    while (rc == XF_OK && node->opens == opens && !node->ctx)
-      pthread_cond_wait(&t->opened, &t->mu);
-    if (rc == XF_OK && !node->ctx)
-      rc = xf__fail(c, node->open_rc, "%s", node->why);
-  }
-  if (rc == XF_OK) { /* open: so the thread runs */
-    *redirect_id = node->id;
-    tk->node = node;
-    tk->gen = __atomic_load_n(&node->gen, __ATOMIC_ACQUIRE);
-    wake(t);
-  }
-  pthread_mutex_unlock(&t->mu);
-  return rc;
-}
-
-int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
-                 const char *unix_path, long long *redirect_id, xf__track *tk) {
-  return arm(n, c, host, port, unix_path, redirect_id, tk, 0);
-}
-
-int xf__near_arm_later(struct xf__near *n, xf_client *c, const char *host, int port,
-                       const char *unix_path, long long *redirect_id, xf__track *tk) {
-  return arm(n, c, host, port, unix_path, redirect_id, tk, 1);
-}
-
-int xf__near_arm_due(struct xf__near_node *node) {
-  return __atomic_load_n(&node->inval_fd, __ATOMIC_ACQUIRE) >= 0 ||
-         (!__atomic_load_n(&node->asked, __ATOMIC_ACQUIRE) &&
-          xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE));
 }
 
 int xf__near_news_waiting(struct xf__near *n) {
@@ -401,7 +240,7 @@ void xf__near_watch(xf__track *tk, int fd) {
   } else { /* not watched: its loss would go unseen, so keep nothing */
     xf__near_drop_node(t->near, tk->node, XF_EIO);
   }
-  wake(t);
+  xf__tracker_wake(t);
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -416,14 +255,14 @@ void xf__near_lost(const xf__track *tk, int fd) {
       break;
     }
   xf__near_drop_node(t->near, tk->node, XF_EIO);
-  wake(t);
+  xf__tracker_wake(t);
   pthread_mutex_unlock(&t->mu);
 }
 
 void xf__tracker_close(struct xf__near_tracker *t) {
   pthread_mutex_lock(&t->mu);
   t->stopping = 1;
-  wake(t);
+  xf__tracker_wake(t);
   pthread_mutex_unlock(&t->mu);
   if (t->running)
     pthread_join(t->thread, NULL);
