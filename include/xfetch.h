@@ -181,7 +181,9 @@ typedef enum xf_driver {
  * (here the Redis key, prefix included: any client's), or, key NULL, the
  * near cache dropped what it kept from server: rc 0 for a FLUSHALL /
  * FLUSHDB, XF_EIO for a lost connection (invalidation or tracked data
- * connection); key and server both NULL: more came between two reports than
+ * connection), the open's code (XF_ECONNECT, XF_EAUTH, XF_EREDIS, ...) when
+ * the invalidation connection could not be opened (asked again after a
+ * backoff: nothing is kept from server meanwhile); key and server both NULL: more came between two reports than
  * are kept (1,024), some went unreported. They arrive on the share's
  * tracker thread and are kept until the next xf_get / xf_get_or_compute
  * (any driver) of a client of the share that has a hook, which reports

@@ -179,6 +179,13 @@ ParameterizedTest(int *kind, async_near_open, the_loop_runs_while_the_tracker_op
   xft_server_stop(&srv);
 }
 
+static void on_event(const xf_event *ev, void *ud) {
+  int *failed_opens = ud;
+  if (ev->type == XF_EV_INVALIDATION && !ev->key && ev->server && ev->rc != 0 &&
+      ev->rc != XF_EIO)
+    ++*failed_opens;
+}
+
 static void count_done(int rc, const xf_value *v, void *privdata) {
   (void)v;
   int *left = privdata;
@@ -189,7 +196,8 @@ static void count_done(int rc, const xf_value *v, void *privdata) {
 /* A user whose invalidation connection is refused (no channels: SUBSCRIBE
  * fails) on a loop calling every 5 ms for 1.5 s: the open is asked again
  * after a backoff (100 ms, doubling), not before every command; the calls
- * are served from Redis. */
+ * are served from Redis; each failure is reported (XF_EV_INVALIDATION, a
+ * drop with the open's code). */
 Test(async_near_open, a_refused_open_is_asked_again_after_a_backoff) {
   xft_server srv;
   cr_assert_eq(xft_server_start(&srv, NULL), 0);
@@ -203,6 +211,9 @@ Test(async_near_open, a_refused_open_is_asked_again_after_a_backoff) {
   o.username = "bob";
   o.password = "bobpw";
   o.share = share;
+  int failed_opens = 0;
+  o.on_event = on_event;
+  o.on_event_ud = &failed_opens;
   uv_loop_t uv;
   xf_async *ac;
   cr_assert_eq(uv_loop_init(&uv), 0);
@@ -219,9 +230,13 @@ Test(async_near_open, a_refused_open_is_asked_again_after_a_backoff) {
     xft_sleep_ms(5);
   }
   long long opens = xft_command_calls(raw, "client|id") - before;
-  cr_log_info("%d calls in 1.5 s, %lld opens of the invalidation connection", calls, opens);
+  cr_log_info("%d calls in 1.5 s, %lld opens of the invalidation connection, %d failures "
+              "reported",
+              calls, opens, failed_opens);
   cr_expect_geq(opens, 2, "never asked again");
   cr_expect_leq(opens, 6, "%lld opens for %d calls: no backoff", opens, calls);
+  cr_expect_geq(failed_opens, opens - 1, "%d failed opens reported of %lld", failed_opens,
+                opens); /* the last one's may come after the last call */
   xf_async_close(ac);
   uv_run(&uv, UV_RUN_DEFAULT);
   cr_assert_eq(uv_loop_close(&uv), 0);
