@@ -181,7 +181,9 @@ typedef enum xf_driver {
  * (here the Redis key, prefix included: any client's), or, key NULL, the
  * near cache dropped what it kept from server: rc 0 for a FLUSHALL /
  * FLUSHDB, XF_EIO for a lost connection (invalidation or tracked data
- * connection); key and server both NULL: more came between two reports than
+ * connection), the open's code (XF_ECONNECT, XF_EAUTH, XF_EREDIS, ...) when
+ * the invalidation connection could not be opened (asked again after a
+ * backoff: nothing is kept from server meanwhile); key and server both NULL: more came between two reports than
  * are kept (1,024), some went unreported. They arrive on the share's
  * tracker thread and are kept until the next xf_get / xf_get_or_compute
  * (any driver) of a client of the share that has a hook, which reports
@@ -911,18 +913,23 @@ XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *repl
 /* The near cache (xf_share_options.near_cache_bytes) on connections the
  * driver owns: a connection whose reads may fill it must be tracked. After
  * its setup, xf_call_track_open gives the request to send on it (CLIENT
- * TRACKING on REDIRECT to the server's invalidation connection, which it
- * opens now if needed: a blocking connect, once per server and process) and
- * a ticket; xf_call_track_armed takes the request's reply and the
+ * TRACKING on REDIRECT to the server's invalidation connection) and a
+ * ticket; xf_call_track_armed takes the request's reply and the
  * connection's socket (watched for its loss). Before each xf_call_reply on
  * that connection, xf_call_track_reply says under which ticket the reply
- * came (NULL: an untracked connection); non-zero means the ticket is stale
- * (the server's invalidation connection was lost): close that connection
- * once the reply is fed, and open a new one. xf_call_track_close ends the
- * ticket before its socket is closed (NULL-safe).
- * xf_call_track_open: XF_OK with *ticket NULL when c's share has no near
- * cache; XF_OK with the request in *request, *len (valid until c's next
- * call); or an error (the connection then serves untracked). */
+ * came (NULL: an untracked connection); 1 means the ticket is stale (the
+ * server's invalidation connection was lost): close that connection once
+ * the reply is fed, and open a new one; 2 means a ticket given without a
+ * request is due: close it and call xf_call_track_open again for that
+ * connection (before a later command). xf_call_track_close ends the ticket
+ * before its socket is closed (NULL-safe).
+ * xf_call_track_open never connects: a background thread opens the
+ * server's invalidation connection (once per server and process, as c).
+ * XF_OK with *ticket NULL when c's share has no near cache; XF_OK with the
+ * request in *request, *len (valid until c's next call); XF_OK with a
+ * ticket and *len 0 while the invalidation connection is not open (the
+ * connection serves untracked meanwhile); or an error (it serves
+ * untracked). */
 typedef struct xf_track xf_track;
 XF_EXPORT int xf_call_track_open(xf_client *c, const char *host, int port,
                                  xf_track **ticket, const char **request, size_t *len);

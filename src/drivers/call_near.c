@@ -1,6 +1,8 @@
 /* The near cache on connections a sans-I/O driver owns (xf_call_track_*:
- * xfetch.aio): the same arming, watching and tickets as the blocking
- * transport's (conn.c), handed out as a request and fed back. */
+ * xfetch.aio): the same arming, watching and tickets as the event-loop
+ * driver's (async_conn.c), handed out as a request and fed back; never a
+ * connect on the caller's thread (the tracker thread opens the server's
+ * invalidation connection: until then a ticket says "ask again later"). */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -14,6 +16,8 @@
 struct xf_track {
   xf__track t;
   int armed; /* CLIENT TRACKING said OK: t may be given to reads */
+  int later; /* the node's invalidation connection was not open (t.node):
+                no request; xf_call_track_reply says when to ask again */
 };
 
 int xf_call_track_open(xf_client *c, const char *host, int port, xf_track **ticket,
@@ -27,7 +31,16 @@ int xf_call_track_open(xf_client *c, const char *host, int port, xf_track **tick
   if (!t)
     return XF_ENOMEM;
   long long id;
-  int rc = xf__near_arm(c->near, c, host, port, host ? NULL : c->unix_path, &id, &t->t);
+  int rc =
+      xf__near_arm_later(c->near, c, host, port, host ? NULL : c->unix_path, &id, &t->t);
+  if (rc == XF__NEAR_LATER) { /* the tracker thread opens it: never this thread */
+    c->errstr[0] = '\0';
+    t->later = 1;
+    *request = NULL;
+    *len = 0;
+    *ticket = t;
+    return XF_OK;
+  }
   xf__setup s = {0};
   if (rc == XF_OK) {
     xf__setup_add_tracking(&s, id);
@@ -61,6 +74,8 @@ int xf_call_track_reply(xf_call *call, const xf_track *t) {
   xf__track none = {0};
   if (call && call->f.cmd.track_out)
     *call->f.cmd.track_out = t && t->armed ? t->t : none;
+  if (t && t->later)
+    return xf__near_arm_due(t->t.node) ? 2 : 0;
   return t && t->armed && xf__track_stale(&t->t);
 }
 

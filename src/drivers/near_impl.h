@@ -12,7 +12,8 @@
 struct xf_client;
 struct xf_reply;
 struct xf__near_tracker;
-typedef struct xf__inval xf__inval; /* an invalidation connection (near_inval.c) */
+typedef struct xf__inval xf__inval;         /* an invalidation connection (near_inval.c) */
+typedef struct xf__inval_who xf__inval_who; /* whom it is opened as (near_inval.c) */
 
 /* One Redis node (by address) whose invalidations the process receives. The
  * nodes live as long as the near cache; ctx and id are the tracker's (under
@@ -29,10 +30,21 @@ struct xf__near_node {
   uint64_t gen;      /* bumped when it is lost: tracking armed under an older
                         one delivers nothing (reconnect to re-arm) */
   uint64_t drop_seq; /* entries kept with a token below it are gone */
-  uint64_t reading;  /* odd while the tracker holds bytes of ctx it has not
-                        applied yet (read, partial or not): a hit on the
-                        node's entries is served only when it is even and
-                        unchanged across the hit (near.c); __atomic */
+  /* Its opening, by the tracker thread only (near_track.c), under its lock
+   * but for the fields marked __atomic: */
+  xf__inval_who *want; /* asked for, as this client: the thread takes it */
+  int opening;         /* the thread is opening it (its lock not held) */
+  int asked;           /* __atomic: want or opening (xf__near_arm_due) */
+  uint64_t opens;      /* opens tried: a waiting arm waits for it to move */
+  int64_t retry_ms;    /* __atomic: no open asked in the background before
+                          (after a failure: backoff, 100 ms doubling to 5 s) */
+  int backoff_ms;
+  int open_rc; /* the last failed open's code and reason */
+  char why[200];
+  uint64_t reading; /* odd while the tracker holds bytes of ctx it has not
+                       applied yet (read, partial or not): a hit on the
+                       node's entries is served only when it is even and
+                       unchanged across the hit (near.c); __atomic */
 };
 
 /* A full fence between the tracker's odd sequence and its recv(), and
@@ -115,12 +127,29 @@ void xf__tracker_before_fork(struct xf__near_tracker *t);
 void xf__tracker_after_fork(struct xf__near_tracker *t, int child);
 
 /* For a data connection of c to host:port (or unix_path) being set up: the
- * node's invalidation connection (opened now if needed, with c's timeouts
- * and credentials), its id in *redirect_id for CLIENT TRACKING on REDIRECT,
- * and the ticket the connection keeps in *t. XF_OK, or an XF_E* code (the
- * connection is then set up without tracking: its reads are never kept). */
+ * node's invalidation connection, its id in *redirect_id for CLIENT
+ * TRACKING on REDIRECT, and the ticket the connection keeps in *t. The
+ * tracker thread opens that connection (with c's timeouts, TLS settings and
+ * credentials) when it is not open: xf__near_arm waits for it (the blocking
+ * drivers), xf__near_arm_later does not (the event loops'): it asks for it
+ * and returns XF__NEAR_LATER with the node in t->node (t->gen meaningless)
+ * while it is not open; the connection then serves untracked and asks again
+ * once xf__near_arm_due(t->node). XF_OK, or an XF_E* code (the connection
+ * is then set up without tracking: its reads are never kept). */
+#define XF__NEAR_LATER 1
 int xf__near_arm(struct xf__near *n, struct xf_client *c, const char *host, int port,
                  const char *unix_path, long long *redirect_id, xf__track *t);
+int xf__near_arm_later(struct xf__near *n, struct xf_client *c, const char *host, int port,
+                       const char *unix_path, long long *redirect_id, xf__track *t);
+
+/* Whether a connection told XF__NEAR_LATER for node should arm again now:
+ * its invalidation connection is open, or a failed open's backoff is over
+ * (the next arm asks again). No lock: one atomic load or two. */
+int xf__near_arm_due(struct xf__near_node *node);
+
+/* For tests: each open of an invalidation connection sleeps this long
+ * first (a slow server: xf__inval_open); 0 = none. */
+extern int xf__near_test_open_delay_ms;
 
 /* The connection of ticket t (socket fd) is tracked: watched, so its loss
  * (CLIENT KILL, a server closing it) drops its node's entries at once; t->fd
@@ -151,6 +180,14 @@ int xf__near_news_waiting(struct xf__near *n);
  * reason on c. Blocking (c's connect and command timeouts). */
 int xf__inval_open(xf__inval **out, struct xf_client *c, const char *host, int port,
                    const char *unix_path, long long *id);
+
+/* What of c an open needs (its TLS context referenced, its credentials
+ * copied), kept for the tracker thread: c may close before it opens.
+ * NULL: out of memory. _open_as: xf__inval_open as w, the reason in why. */
+xf__inval_who *xf__inval_who_new(const struct xf_client *c);
+void xf__inval_who_free(xf__inval_who *w);
+int xf__inval_open_as(xf__inval **out, xf__inval_who *w, const char *host, int port,
+                      const char *unix_path, long long *id, char *why, size_t whylen);
 int xf__inval_fd(const xf__inval *v);
 
 /* Reads what the connection has, without waiting, and hands each whole

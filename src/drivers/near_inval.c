@@ -3,9 +3,12 @@
  * connections, with the same setup (setup.c: AUTH, SELECT), then
  * CLIENT SETNAME xfetch-invalidate, CLIENT ID and SUBSCRIBE
  * __redis__:invalidate in the same write; RESP2 replies through hiredis'
- * reader into the project's replies (reader.c). Opened blocking by the
- * client arming a data connection, read without waiting by the tracker
- * thread. */
+ * reader into the project's replies (reader.c). Opened (blocking) and read
+ * (without waiting) by the tracker thread, as the client that asked for it
+ * (xf__inval_who: a copy of that client's TLS settings and credentials). */
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +19,7 @@
 #include "resp.h"
 #include "setup.h"
 #include "stream.h"
+#include "tls.h"
 
 #define READ_CHUNK 16384
 
@@ -105,9 +109,13 @@ static int subscribe(xf_client *c, xf__inval *v, long long *id) {
   return rc;
 }
 
+int xf__near_test_open_delay_ms;
+
 int xf__inval_open(xf__inval **out, xf_client *c, const char *host, int port,
                    const char *unix_path, long long *id) {
   *out = NULL;
+  if (xf__near_test_open_delay_ms > 0) /* a slow server (tests) */
+    poll(NULL, 0, xf__near_test_open_delay_ms);
   xf__inval *v = calloc(1, sizeof *v);
   if (!v || !(v->rd = xf__reader_create())) {
     free(v);
@@ -133,6 +141,52 @@ int xf__inval_open(xf__inval **out, xf_client *c, const char *host, int port,
   }
   *out = v;
   return XF_OK;
+}
+
+struct xf__inval_who {
+  xf_client c; /* a stand-in: only what xf__inval_open reads is set */
+  xf__tls tls; /* c.tls: the client's, its SSL_CTX referenced once more */
+};
+
+xf__inval_who *xf__inval_who_new(const xf_client *c) {
+  xf__inval_who *w = calloc(1, sizeof *w);
+  if (!w)
+    return NULL;
+  w->c.connect_timeout_ms = c->connect_timeout_ms;
+  w->c.command_timeout_ms = c->command_timeout_ms;
+  w->c.db = c->db;
+  int bad = (c->username && !(w->c.username = strdup(c->username))) ||
+            (c->password && !(w->c.password = strdup(c->password)));
+  if (c->tls) {
+    w->tls = (xf__tls){.ctx = c->tls->ctx, .verify = c->tls->verify};
+    SSL_CTX_up_ref(w->tls.ctx);
+    w->c.tls = &w->tls;
+    bad |= c->tls->server_name && !(w->tls.server_name = strdup(c->tls->server_name));
+  }
+  if (bad) {
+    xf__inval_who_free(w);
+    return NULL;
+  }
+  return w;
+}
+
+void xf__inval_who_free(xf__inval_who *w) {
+  if (!w)
+    return;
+  if (w->c.tls)
+    SSL_CTX_free(w->tls.ctx);
+  free(w->tls.server_name);
+  free(w->c.username);
+  free(w->c.password);
+  free(w);
+}
+
+int xf__inval_open_as(xf__inval **out, xf__inval_who *w, const char *host, int port,
+                      const char *unix_path, long long *id, char *why, size_t whylen) {
+  w->c.errstr[0] = '\0';
+  int rc = xf__inval_open(out, &w->c, host, port, unix_path, id);
+  snprintf(why, whylen, "%s", w->c.errstr);
+  return rc;
 }
 
 int xf__inval_read(xf__inval *v, void (*on)(void *ud, const xf__reply *r), void *ud) {

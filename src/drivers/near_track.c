@@ -8,10 +8,13 @@
  *   - a message with no keys (FLUSHALL, FLUSHDB) drops the node;
  *   - the invalidation connection lost drops the node and bumps its
  *     generation: data connections armed under the old one reconnect
- *     (conn.c) and the next one opens a new invalidation connection;
+ *     (conn.c) or re-arm (async_conn.c), asking for a new one;
  *   - a tracked data connection closed by the server (CLIENT KILL, timeout)
  *     drops the node at once, before the client notices on its next call:
  *     Redis no longer invalidates what it tracked (redis#13082).
+ *
+ * The thread also opens the invalidation connections the armings ask for
+ * (near_arm.c), outside its lock.
  *
  * Lock order: the share's, the tracker's, then a shard's (near.c). */
 #include <errno.h>
@@ -25,34 +28,8 @@
 
 #include "client.h"
 #include "near_impl.h"
+#include "near_track.h"
 #include "reply.h"
-
-typedef struct watch { /* a tracked data connection's socket */
-  struct watch *next;
-  int fd;
-  struct xf__near_node *node;
-} watch;
-
-/* What one poll() watches: the wake pipe, every node's invalidation
- * connection, every tracked data connection; grown as they come. */
-typedef struct poll_set {
-  struct pollfd *pf;
-  struct xf__near_node **who;
-  xf__inval **ctxs; /* the invalidation connection polled; NULL: a watched one */
-  size_t n, cap;
-} poll_set;
-
-struct xf__near_tracker {
-  struct xf__near *near;
-  pthread_mutex_t mu;
-  struct xf__near_node *nodes;
-  watch *watches;
-  int wake[2]; /* a byte: the thread rebuilds its poll set */
-  pthread_t thread;
-  int running, stopping;
-  poll_set ps; /* the thread's; here, not on its stack: a forked child (which
-                  has no such thread) still frees it */
-};
 
 static int open_pipe(int fds[2]) {
   if (pipe(fds) != 0)
@@ -72,10 +49,11 @@ struct xf__near_tracker *xf__tracker_open(struct xf__near *n) {
   }
   t->near = n;
   pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->opened, NULL);
   return t;
 }
 
-static void wake(struct xf__near_tracker *t) {
+void xf__tracker_wake(struct xf__near_tracker *t) {
   char b = 1;
   ssize_t r = write(t->wake[1], &b, 1); /* full: the thread will wake anyway */
   (void)r;
@@ -197,6 +175,8 @@ static void *run(void *arg) {
   poll_set ps = t->ps; /* a previous thread's (before a fork), or none */
   for (;;) {
     pthread_mutex_lock(&t->mu);
+    while (xf__tracker_open_wanted(t))
+      ;
     if (t->stopping) {
       pthread_mutex_unlock(&t->mu);
       break;
@@ -228,70 +208,13 @@ static void *run(void *arg) {
 
 /* Starts the thread with every signal blocked: they are the application's
  * threads' to take (a Python process's Ctrl-C among them). */
-static int start_thread(struct xf__near_tracker *t) {
+int xf__tracker_start(struct xf__near_tracker *t) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int rc = pthread_create(&t->thread, NULL, run, t);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   return rc == 0;
-}
-
-static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *host,
-                                       int port, const char *unix_path) {
-  for (struct xf__near_node *node = t->nodes; node; node = node->next)
-    if (host ? node->host && node->port == port && strcmp(node->host, host) == 0
-             : node->unix_path && strcmp(node->unix_path, unix_path) == 0)
-      return node;
-  struct xf__near_node *node = calloc(1, sizeof *node);
-  if (!node)
-    return NULL;
-  node->tracker = t;
-  node->port = port;
-  node->inval_fd = -1;
-  if (host ? !(node->host = strdup(host)) : !(node->unix_path = strdup(unix_path))) {
-    free(node);
-    return NULL;
-  }
-  node->next = t->nodes;
-  __atomic_store_n(&t->nodes, node, __ATOMIC_RELEASE); /* read without the lock too */
-  return node;
-}
-
-/* Opens node's invalidation connection as c's data connections are (TLS,
- * credentials: near_inval.c). Under t->mu. */
-static int connect_node(xf_client *c, struct xf__near_node *node) {
-  xf__inval *v;
-  int rc = xf__inval_open(&v, c, node->host, node->port, node->unix_path, &node->id);
-  if (rc != XF_OK)
-    return rc;
-  node->ctx = v;
-  __atomic_store_n(&node->inval_fd, xf__inval_fd(v), __ATOMIC_RELEASE);
-  return XF_OK;
-}
-
-int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
-                 const char *unix_path, long long *redirect_id, xf__track *tk) {
-  struct xf__near_tracker *t = xf__near_tracker(n);
-  int rc = XF_OK;
-  pthread_mutex_lock(&t->mu);
-  struct xf__near_node *node = find_node(t, host, port, unix_path);
-  if (!node)
-    rc = XF_ENOMEM;
-  else if (!node->ctx)
-    rc = connect_node(c, node);
-  if (rc == XF_OK && !t->running) {
-    t->running = start_thread(t);
-    rc = t->running ? XF_OK : XF_ENOMEM;
-  }
-  if (rc == XF_OK) {
-    *redirect_id = node->id;
-    tk->node = node;
-    tk->gen = __atomic_load_n(&node->gen, __ATOMIC_ACQUIRE);
-    wake(t);
-  }
-  pthread_mutex_unlock(&t->mu);
-  return rc;
 }
 
 int xf__near_news_waiting(struct xf__near *n) {
@@ -317,7 +240,7 @@ void xf__near_watch(xf__track *tk, int fd) {
   } else { /* not watched: its loss would go unseen, so keep nothing */
     xf__near_drop_node(t->near, tk->node, XF_EIO);
   }
-  wake(t);
+  xf__tracker_wake(t);
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -332,14 +255,14 @@ void xf__near_lost(const xf__track *tk, int fd) {
       break;
     }
   xf__near_drop_node(t->near, tk->node, XF_EIO);
-  wake(t);
+  xf__tracker_wake(t);
   pthread_mutex_unlock(&t->mu);
 }
 
 void xf__tracker_close(struct xf__near_tracker *t) {
   pthread_mutex_lock(&t->mu);
   t->stopping = 1;
-  wake(t);
+  xf__tracker_wake(t);
   pthread_mutex_unlock(&t->mu);
   if (t->running)
     pthread_join(t->thread, NULL);
@@ -347,6 +270,7 @@ void xf__tracker_close(struct xf__near_tracker *t) {
     struct xf__near_node *node = t->nodes;
     t->nodes = node->next;
     xf__inval_close(node->ctx);
+    xf__inval_who_free(node->want);
     free(node->host);
     free(node->unix_path);
     free(node);
@@ -360,6 +284,7 @@ void xf__tracker_close(struct xf__near_tracker *t) {
   close(t->wake[1]);
   free(t->ps.pf), free(t->ps.who), free(t->ps.ctxs);
   pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->opened);
   free(t);
 }
 
@@ -376,6 +301,10 @@ void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
       node->inval_fd = -1;
       node->gen++;
       node->reading += node->reading & 1; /* a message begun: the parent's */
+      xf__inval_who_free(node->want);     /* the parent's thread's to open */
+      node->want = NULL;
+      node->opening = node->asked = 0; /* the parent's thread was opening it */
+      node->retry_ms = 0;
     }
     while (t->watches) {
       watch *w = t->watches;

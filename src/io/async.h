@@ -78,6 +78,9 @@ struct xf_async_conn {
    * setup (async_conn.c); its reads fill it once that said OK. */
   xf__track track;  /* tracked under it (node NULL: not tracked) */
   xf__track arming; /* the ticket of the CLIENT TRACKING awaiting its reply */
+  struct xf__near_node *arm_later; /* its node's invalidation connection was
+                                      not open: armed before a later command,
+                                      once xf__near_arm_due (NULL: not so) */
 };
 
 /* What an async loader holds: the call it completes. */

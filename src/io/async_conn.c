@@ -150,20 +150,24 @@ int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd) {
 }
 
 /* With a near cache: CLIENT TRACKING on REDIRECT to the node's invalidation
- * connection, appended to s (opened now if needed: a blocking connect on
- * the loop's thread, once per node and share, as xf_call_track_open's).
- * Without it the connection serves untracked: nothing it reads is kept. */
+ * connection, appended to s. That connection is opened by the tracker
+ * thread, never on the loop's: while it is not open (XF__NEAR_LATER) the
+ * connection serves untracked (nothing it reads is kept) and arms before a
+ * later command once it is (xf__aconn_send). */
 static void arm(xf__aconn *cn, xf__setup *s) {
   xf_client *c = cn->ac->core;
   long long id;
-  cn->arming.node = NULL;
+  cn->arming.node = cn->arm_later = NULL;
   if (!c->near)
     return;
-  if (xf__near_arm(c->near, c, cn->host, cn->port, cn->host ? NULL : c->unix_path, &id,
-                   &cn->arming) == XF_OK)
+  int rc = xf__near_arm_later(c->near, c, cn->host, cn->port,
+                              cn->host ? NULL : c->unix_path, &id, &cn->arming);
+  if (rc == XF_OK)
     xf__setup_add_tracking(s, id);
-  else
-    c->errstr[0] = '\0'; /* an untracked connection is no failure */
+  else if (rc == XF__NEAR_LATER)
+    cn->arm_later = cn->arming.node;
+  if (rc != XF_OK)
+    cn->arming.node = NULL, c->errstr[0] = '\0'; /* an untracked connection is no failure */
 }
 
 /* The connection setup with the scripts' preload, ahead of any call's
@@ -263,10 +267,13 @@ static int refreshing(const xf__aconn *cn, int64_t now_ms) {
 int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
   static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
   int rc = xf__aconn_open(cn);
-  if (rc == XF_OK && xf__track_stale(&cn->track)) {
-    /* its node's invalidation connection was lost: tracked anew under the
-     * next one, on this connection (Redis takes a new REDIRECT) */
-    xf__near_lost(&cn->track, cn->s.fd);
+  int stale = rc == XF_OK && xf__track_stale(&cn->track);
+  if (stale || (rc == XF_OK && cn->arm_later && xf__near_arm_due(cn->arm_later))) {
+    /* its node's invalidation connection was lost (tracked anew under the
+     * next one, on this connection: Redis takes a new REDIRECT), or is open
+     * now (or to be asked for again) where it was not at the setup */
+    if (stale)
+      xf__near_lost(&cn->track, cn->s.fd);
     cn->track.node = NULL;
     xf__setup s = {0};
     arm(cn, &s);

@@ -9,6 +9,7 @@ import asyncio
 import inspect
 import time
 
+from ._aio_link import arm_later
 from ._core import enter_load, leave_load
 from ._errors import ConnectionLostError, Error, TLSError
 from ._native import ffi, lib
@@ -67,10 +68,13 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                     link.failed()
                     step = lib.xf_call_io_failed(call, lib.XF_EIO, now_ms())
                 else:
-                    if near and lib.xf_call_track_reply(call, stream.track or ffi.NULL):
+                    due = near and lib.xf_call_track_reply(call, stream.track or ffi.NULL)
+                    if due == 1:
                         step = lib.xf_call_reply(call, reply, now_ms())
                         link.drop(ConnectionLostError(lib.XF_EIO, "near cache tracking lost"))
                         continue  # tracked under a lost invalidation connection: reopen
+                    if due == 2:  # not tracked yet: now it can be
+                        arm_later(links, link, stream)
                     step = lib.xf_call_reply(call, reply, now_ms())
             elif step == 1:  # XF_CALL_LOAD
                 t0 = _monotonic()

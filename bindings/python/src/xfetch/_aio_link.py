@@ -66,12 +66,20 @@ async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None,
 async def track(client, fields, stream):
     """The near cache: the stream's reads may fill it once Redis tracks them
     (xf_call_track_*: CLIENT TRACKING on REDIRECT to the server's
-    invalidation connection, opened by C if needed: a blocking connect, once
-    per server). A refusal leaves the stream untracked (its reads not kept)."""
+    invalidation connection, which a C thread opens: never this one). While
+    that connection is not open, C gives a ticket without a request: the
+    stream serves untracked and xf_call_track_reply says when to ask again
+    (arm_later). A refusal leaves the stream untracked (its reads not kept)."""
     ticket, req, size = ffi.new("xf_track **"), ffi.new("const char **"), ffi.new("size_t *")
     host = ffi.new("char[]", fields["host"].encode()) if fields["host"] else ffi.NULL
-    if lib.xf_call_track_open(client, host, fields["port"] or 0, ticket, req, size) != 0 \
-            or ticket[0] == ffi.NULL:
+    rc = lib.xf_call_track_open(client, host, fields["port"] or 0, ticket, req, size)
+    old, stream.track = stream.track, None
+    if old is not None:  # the ticket that was due
+        lib.xf_call_track_close(old, -1)
+    if rc != 0 or ticket[0] == ffi.NULL:
+        return
+    if size[0] == 0:  # not yet: kept until C says it is due
+        stream.track = ticket[0]
         return
     try:
         reply = await stream.request(ffi.unpack(req[0], size[0]))
@@ -82,6 +90,23 @@ async def track(client, fields, stream):
         stream.track = ticket[0]
     else:
         lib.xf_call_track_close(ticket[0], -1)
+
+
+def arm_later(links, link, stream):
+    """xf_call_track_reply said 2 (the stream's server's invalidation
+    connection is open now, or to be asked for again): the stream arms in
+    the background, its CLIENT TRACKING ahead of the commands sent after it
+    (replies before its own are read untracked). One at a time."""
+    task = getattr(stream, "arming", None)
+    if task is None or task.done():
+        stream.arming = asyncio.ensure_future(_arm(links.client, link.fields, stream))
+
+
+async def _arm(client, fields, stream):
+    try:
+        await track(client, fields, stream)
+    except BaseException:  # the stream broke: its calls are told
+        pass
 
 
 class Link:

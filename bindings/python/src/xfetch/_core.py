@@ -188,6 +188,7 @@ class Config:
         out = ffi.new("xf_client **")
         opts = ffi.new("xf_options *", self.opts[0])
         opts.lazy_connect = 1  # connected by the ping: a failure keeps its detail
+        opts.share = ffi.NULL  # a check: it arms no near cache (its open is the tracker's)
         check(lib.xf_client_open(out, opts))
         try:
             check(lib.xf_ping(out[0]), out[0])

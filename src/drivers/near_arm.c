@@ -1,0 +1,143 @@
+/* Arming a data connection for the near cache (near_impl.h): the node of its
+ * server, whose invalidation connection the tracker thread opens when asked
+ * (as the asking client: xf__inval_who), outside the tracker's lock, never
+ * on the caller's thread. A blocking driver's arming waits for the open (it
+ * blocks anyway); an event loop's does not (XF__NEAR_LATER: its connection
+ * serves untracked and arms again once xf__near_arm_due). A failed open is
+ * logged (XF_EV_INVALIDATION, a drop with the open's code) and asked for in
+ * the background again only after a backoff (100 ms, doubling to 5 s).
+ * While the thread opens one, the others' invalidations wait on their
+ * sockets: their nodes' hits go to Redis meanwhile (near.c sees the bytes
+ * waiting). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "near_track.h"
+#include "stream.h"
+
+static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *host,
+                                       int port, const char *unix_path) {
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    if (host ? node->host && node->port == port && strcmp(node->host, host) == 0
+             : node->unix_path && strcmp(node->unix_path, unix_path) == 0)
+      return node;
+  struct xf__near_node *node = calloc(1, sizeof *node);
+  if (!node)
+    return NULL;
+  node->tracker = t;
+  node->port = port;
+  node->inval_fd = -1;
+  if (host ? !(node->host = strdup(host)) : !(node->unix_path = strdup(unix_path))) {
+    free(node);
+    return NULL;
+  }
+  node->next = t->nodes;
+  __atomic_store_n(&t->nodes, node, __ATOMIC_RELEASE); /* read without the lock too */
+  return node;
+}
+
+/* Opens the invalidation connection some arm asked for, if any, with t->mu
+ * released meanwhile; 1 when it tried one. Under t->mu. */
+int xf__tracker_open_wanted(struct xf__near_tracker *t) {
+  struct xf__near_node *node = t->nodes;
+  while (node && !node->want)
+    node = node->next;
+  if (!node || t->stopping)
+    return 0;
+  xf__inval_who *who = node->want;
+  node->want = NULL;
+  node->opening = 1;
+  pthread_mutex_unlock(&t->mu);
+  xf__inval *v;
+  long long id = 0;
+  char why[sizeof node->why];
+  int rc = xf__inval_open_as(&v, who, node->host, node->port, node->unix_path, &id, why,
+                             sizeof why);
+  xf__inval_who_free(who);
+  pthread_mutex_lock(&t->mu);
+  node->opening = 0;
+  __atomic_store_n(&node->asked, 0, __ATOMIC_RELEASE);
+  node->opens++;
+  if (rc == XF_OK) {
+    node->ctx = v;
+    node->id = id;
+    node->backoff_ms = 0;
+    __atomic_store_n(&node->inval_fd, xf__inval_fd(v), __ATOMIC_RELEASE);
+  } else {
+    node->open_rc = rc;
+    memcpy(node->why, why, sizeof why);
+    node->backoff_ms = node->backoff_ms ? node->backoff_ms * 2 : 100;
+    if (node->backoff_ms > 5000)
+      node->backoff_ms = 5000;
+    __atomic_store_n(&node->retry_ms, xf__stream_now_ms() + node->backoff_ms,
+                     __ATOMIC_RELEASE);
+    if (xf__near_log(t->near))
+      xf__near_log_add(xf__near_log(t->near), NULL, 0, node, rc);
+  }
+  pthread_cond_broadcast(&t->opened);
+  return 1;
+}
+
+/* Asks the thread to open node's invalidation connection as c (started
+ * if it is not running). XF_OK, or XF_ENOMEM. Under t->mu. */
+static int ask(struct xf__near_tracker *t, xf_client *c, struct xf__near_node *node) {
+  if (!t->running && !(t->running = xf__tracker_start(t)))
+    return XF_ENOMEM;
+  if (node->want || node->opening)
+    return XF_OK;
+  if (!(node->want = xf__inval_who_new(c)))
+    return XF_ENOMEM;
+  __atomic_store_n(&node->asked, 1, __ATOMIC_RELEASE);
+  xf__tracker_wake(t);
+  return XF_OK;
+}
+
+static int arm(struct xf__near *n, xf_client *c, const char *host, int port,
+               const char *unix_path, long long *redirect_id, xf__track *tk, int later) {
+  struct xf__near_tracker *t = xf__near_tracker(n);
+  int rc = XF_OK;
+  pthread_mutex_lock(&t->mu);
+  struct xf__near_node *node = find_node(t, host, port, unix_path);
+  if (!node) {
+    rc = XF_ENOMEM;
+  } else if (!node->ctx && later) { /* asked in the background, after a backoff */
+    if (xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE))
+      rc = ask(t, c, node);
+    if (rc == XF_OK) {
+      tk->node = node;
+      rc = XF__NEAR_LATER;
+    }
+  } else if (!node->ctx) { /* waited for: a blocking driver blocks anyway */
+    uint64_t opens = node->opens;
+    rc = ask(t, c, node);
+    while (rc == XF_OK && node->opens == opens && !node->ctx)
+      pthread_cond_wait(&t->opened, &t->mu);
+    if (rc == XF_OK && !node->ctx)
+      rc = xf__fail(c, node->open_rc, "%s", node->why);
+  }
+  if (rc == XF_OK) { /* open: so the thread runs */
+    *redirect_id = node->id;
+    tk->node = node;
+    tk->gen = __atomic_load_n(&node->gen, __ATOMIC_ACQUIRE);
+    xf__tracker_wake(t);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
+                 const char *unix_path, long long *redirect_id, xf__track *tk) {
+  return arm(n, c, host, port, unix_path, redirect_id, tk, 0);
+}
+
+int xf__near_arm_later(struct xf__near *n, xf_client *c, const char *host, int port,
+                       const char *unix_path, long long *redirect_id, xf__track *tk) {
+  return arm(n, c, host, port, unix_path, redirect_id, tk, 1);
+}
+
+int xf__near_arm_due(struct xf__near_node *node) {
+  return __atomic_load_n(&node->inval_fd, __ATOMIC_ACQUIRE) >= 0 ||
+         (!__atomic_load_n(&node->asked, __ATOMIC_ACQUIRE) &&
+          xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE));
+}
