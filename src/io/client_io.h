@@ -51,6 +51,12 @@ int xf__clocks_fresh(xf_client *c, int64_t now_ms);
  * out of memory. */
 xf_options *xf__options_dup(const xf_options *o);
 
+/* client_options.c: XF_EINVAL for options out of range, else XF_OK; and c's
+ * fields set from o with their defaults (XF_OK, XF_ENOMEM, or the TLS
+ * context's failure), for xf_client_open. */
+int xf__options_check(const xf_options *o);
+int xf__client_options_copy(xf_client *c, const xf_options *o);
+
 /* Tests only (internal; reached through the static library): with N > 0,
  * every Nth xf_client_open fails with XF_ENOMEM as if calloc had, and
  * xf__test_failed_opens counts those. Read and written with __atomic_*. */
