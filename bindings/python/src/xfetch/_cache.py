@@ -72,7 +72,7 @@ class Cache:
            them sends nothing, kept correct by Redis' CLIENT TRACKING (a write
            anywhere invalidates the key, own set/delete drop it at once), and
            callers waiting for another caller's load wake on its write. Needs
-           share=True and Redis 6+; not over rediss:// yet.
+           share=True and Redis 6+ (plain or rediss://).
     write_fence: None = on when near_cache_bytes > 0 (default), True = always,
            False = never. A fenced write (set, delete, a load's write) sends
            one PING after the write's reply and returns after its answer: by
