@@ -211,6 +211,11 @@ long long xft_command_calls(redisContext *r, const char *cmd) {
   return n;
 }
 
+long long xft_read_calls(redisContext *r) {
+  return xft_command_calls(r, "get") + xft_command_calls(r, "mget") +
+         xft_command_calls(r, "hmget") + xft_command_calls(r, "evalsha_ro");
+}
+
 int64_t xft_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

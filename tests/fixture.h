@@ -51,6 +51,11 @@ long long xft_int(redisContext *r, const char *fmt, ...);
 /* How many times the server ran cmd, lower case (INFO commandstats). */
 long long xft_command_calls(redisContext *r, const char *cmd);
 
+/* Every command a read of an entry may be (GET, MGET, HMGET, the read
+ * script): what a test counts to say "no read reached Redis", whatever the
+ * entry format. */
+long long xft_read_calls(redisContext *r);
+
 /* This process' monotonic clock in ms: the time a test driving the sans-I/O
  * call (xf_call_*) gives it, as a real driver would. */
 int64_t xft_now_ms(void);

@@ -12,100 +12,16 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "near_env.h"
 #include "near_impl.h"
 #include "share.h"
 
-#define NEAR_BYTES (1u << 20)
-#define BOUND_MS 5000 /* how long a test waits for what must come (never hit) */
-
-typedef struct near_env {
-  xft_server srv;
-  xf_share *share;
-  xf_client *c;     /* with the near cache */
-  xf_client *other; /* another process's view: no share */
-  redisContext *r;  /* raw */
-} near_env;
-
-static xf_client *client_of(int port, xf_share *share) {
-  xf_options o = XF_OPTIONS_INIT;
-  o.port = port;
-  o.share = share;
-  o.seed = 7;
-  xf_client *c;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  return c;
-}
-
-static void env_open(near_env *e) {
-  memset(e, 0, sizeof *e);
-  cr_assert_eq(xft_server_start(&e->srv, NULL), 0);
-  xf_share_options so = {.near_cache_bytes = NEAR_BYTES};
-  cr_assert_eq(xf_share_open(&e->share, &so), XF_OK);
-  e->c = client_of(e->srv.port, e->share);
-  e->other = client_of(e->srv.port, NULL);
-  e->r = xft_redis_port(e->srv.port);
-}
-
-static void env_close(near_env *e) {
-  redisFree(e->r);
-  xf_client_close(e->other);
-  xf_client_close(e->c);
-  xf_share_close(e->share);
-  xft_server_stop(&e->srv);
-}
-
-static void put(xf_client *c, const char *key, const char *value) {
-  xf_policy p = XF_POLICY_INIT;
-  cr_assert_eq(xf_set(c, key, strlen(key), value, strlen(value), &p), XF_OK, "%s",
-               xf_errmsg(c));
-}
-
-/* xf_get's value of key, "" when not found. */
-static void get(xf_client *c, const char *key, char *buf, size_t cap) {
-  xf_value v;
-  int rc = xf_get(c, key, strlen(key), &v);
-  cr_assert(rc == XF_OK || rc == XF_ENOTFOUND, "%s", xf_errmsg(c));
-  snprintf(buf, cap, "%s", rc == XF_OK ? v.data : "");
-  xf_value_free(&v);
-}
-
-static uint64_t near_hits(xf_client *c) {
-  xf_stats st;
-  xf_client_stats(c, &st);
-  return st.near_hits;
-}
-
-/* Reads key until a read is a near hit (the first reads fill the cache; a
- * hit goes to Redis while the tracker has invalidations still to read: a
- * bounded wait on a loaded machine). */
-static void warm(xf_client *c, const char *key, const char *want) {
-  char got[64];
-  uint64_t before = near_hits(c);
-  int64_t until = xft_now_ms() + BOUND_MS;
-  while (near_hits(c) == before && xft_now_ms() < until) {
-    get(c, key, got, sizeof got);
-    cr_assert_str_eq(got, want);
-    if (near_hits(c) == before)
-      xft_sleep_ms(1);
-  }
-  cr_assert_gt(near_hits(c), before, "never a near hit");
-}
-
-/* Waits (bounded) until the tracker has seen more than `seen`
- * invalidations or drops. */
-static void await_invalidations(xf_share *s, uint64_t seen) {
-  int64_t until = xft_now_ms() + BOUND_MS;
-  while (xf__near_invalidations(xf__share_near(s)) <= seen && xft_now_ms() < until)
-    xft_sleep_ms(1);
-  cr_assert_gt(xf__near_invalidations(xf__share_near(s)), seen, "no invalidation came");
-}
-
 Test(near, hits_send_nothing) {
   near_env e;
-  env_open(&e);
-  put(e.other, "near:hot", "v1");
-  warm(e.c, "near:hot", "v1");
-  long long before = xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha");
+  near_env_open(&e);
+  near_put(e.other, "near:hot", "v1");
+  near_warm(e.c, "near:hot", "v1");
+  long long before = xft_read_calls(e.r) + xft_command_calls(e.r, "evalsha");
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "loaded", .len = 6};
   for (int i = 0; i < 10000; i++) {
@@ -114,27 +30,26 @@ Test(near, hits_send_nothing) {
     cr_assert_str_eq(v.data, "v1");
     xf_value_free(&v);
   }
-  long long sent =
-      xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha") - before;
+  long long sent = xft_read_calls(e.r) + xft_command_calls(e.r, "evalsha") - before;
   cr_assert_leq(sent, 100, "10,000 near hits sent %lld commands", sent);
   cr_assert_geq(near_hits(e.c), 9900);
   cr_assert_eq(l.calls, 0);
-  env_close(&e);
+  near_env_close(&e);
 }
 
 Test(near, another_clients_write_is_seen) {
   near_env e;
-  env_open(&e);
-  put(e.other, "near:w", "old");
-  warm(e.c, "near:w", "old");
+  near_env_open(&e);
+  near_put(e.other, "near:w", "old");
+  near_warm(e.c, "near:w", "old");
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
-  put(e.other, "near:w", "new");
-  await_invalidations(e.share, seen);
+  near_put(e.other, "near:w", "new");
+  near_await_invalidations(e.share, seen);
   char got[64];
-  get(e.c, "near:w", got, sizeof got);
+  near_get(e.c, "near:w", got, sizeof got);
   cr_assert_str_eq(got, "new");
-  warm(e.c, "near:w", "new"); /* and kept again */
-  env_close(&e);
+  near_warm(e.c, "near:w", "new"); /* and kept again */
+  near_env_close(&e);
 }
 
 /* The interleaving the pending marker exists for: a read's reply is in, and
@@ -147,102 +62,102 @@ static void write_before_put(void) {
   if (!overtaking || __atomic_exchange_n(&overtaken, 1, __ATOMIC_SEQ_CST))
     return;
   uint64_t seen = xf__near_invalidations(xf__share_near(overtaking->share));
-  put(overtaking->other, "near:race", "new");
-  await_invalidations(overtaking->share, seen);
+  near_put(overtaking->other, "near:race", "new");
+  near_await_invalidations(overtaking->share, seen);
 }
 
 Test(near, read_overtaken_by_invalidation_is_not_kept) {
   near_env e;
-  env_open(&e);
-  put(e.other, "near:race", "old");
+  near_env_open(&e);
+  near_put(e.other, "near:race", "old");
   overtaking = &e;
   xf__near_test_before_put = write_before_put;
   char got[64];
-  get(e.c, "near:race", got, sizeof got); /* read "old"; "new" overtakes it */
+  near_get(e.c, "near:race", got, sizeof got); /* read "old"; "new" overtakes it */
   xf__near_test_before_put = NULL;
   cr_assert(overtaken);
   cr_assert_str_eq(got, "old");
-  get(e.c, "near:race", got, sizeof got);
+  near_get(e.c, "near:race", got, sizeof got);
   cr_assert_str_eq(got, "new", "the overtaken read was kept and served");
-  env_close(&e);
+  near_env_close(&e);
 }
 
 /* Redis invalidates nothing while a node's invalidation connection is gone:
  * losing it drops the node's entries, and the next call tracks again. */
 Test(near, losing_the_invalidation_connection_drops_entries) {
   near_env e;
-  env_open(&e);
-  put(e.other, "near:k1", "old");
-  warm(e.c, "near:k1", "old");
+  near_env_open(&e);
+  near_put(e.other, "near:k1", "old");
+  near_warm(e.c, "near:k1", "old");
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
   freeReplyObject(xft_cmd(e.r, "CLIENT KILL TYPE pubsub"));
-  await_invalidations(e.share, seen);
-  put(e.other, "near:k1", "new"); /* nobody is told */
+  near_await_invalidations(e.share, seen);
+  near_put(e.other, "near:k1", "new"); /* nobody is told */
   char got[64];
-  get(e.c, "near:k1", got, sizeof got);
+  near_get(e.c, "near:k1", got, sizeof got);
   cr_assert_str_eq(got, "new");
-  warm(e.c, "near:k1", "new"); /* tracked again, under a new connection */
+  near_warm(e.c, "near:k1", "new"); /* tracked again, under a new connection */
   seen = xf__near_invalidations(xf__share_near(e.share));
-  put(e.other, "near:k1", "newer");
-  await_invalidations(e.share, seen);
-  get(e.c, "near:k1", got, sizeof got);
+  near_put(e.other, "near:k1", "newer");
+  near_await_invalidations(e.share, seen);
+  near_get(e.c, "near:k1", got, sizeof got);
   cr_assert_str_eq(got, "newer");
-  env_close(&e);
+  near_env_close(&e);
 }
 
 /* redis#13082: once a tracked data connection is gone, Redis no longer
  * invalidates the keys it read. */
 Test(near, losing_a_data_connection_drops_entries) {
   near_env e;
-  env_open(&e);
-  put(e.other, "near:k2", "old");
-  warm(e.c, "near:k2", "old");
+  near_env_open(&e);
+  near_put(e.other, "near:k2", "old");
+  near_warm(e.c, "near:k2", "old");
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
   freeReplyObject(xft_cmd(e.r, "CLIENT KILL TYPE normal")); /* e.c's and e.other's */
-  await_invalidations(e.share, seen);
-  put(e.other, "near:k2", "new");
+  near_await_invalidations(e.share, seen);
+  near_put(e.other, "near:k2", "new");
   char got[64];
-  get(e.c, "near:k2", got, sizeof got);
+  near_get(e.c, "near:k2", got, sizeof got);
   cr_assert_str_eq(got, "new", "an entry outlived its tracked connection");
-  env_close(&e);
+  near_env_close(&e);
 }
 
 Test(near, flushall_drops_entries) {
   near_env e;
-  env_open(&e);
-  put(e.other, "near:k3", "old");
-  warm(e.c, "near:k3", "old");
+  near_env_open(&e);
+  near_put(e.other, "near:k3", "old");
+  near_warm(e.c, "near:k3", "old");
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
   freeReplyObject(xft_cmd(e.r, "FLUSHALL"));
-  await_invalidations(e.share, seen);
+  near_await_invalidations(e.share, seen);
   char got[64];
-  get(e.c, "near:k3", got, sizeof got);
+  near_get(e.c, "near:k3", got, sizeof got);
   cr_assert_str_eq(got, "");
-  env_close(&e);
+  near_env_close(&e);
 }
 
 Test(near, own_delete_and_set_drop_before_returning) {
   near_env e;
-  env_open(&e);
-  put(e.other, "near:k4", "old");
-  warm(e.c, "near:k4", "old");
+  near_env_open(&e);
+  near_put(e.other, "near:k4", "old");
+  near_warm(e.c, "near:k4", "old");
   cr_assert_eq(xf_delete(e.c, "near:k4", 7), XF_OK);
   char got[64];
-  get(e.c, "near:k4", got, sizeof got); /* at once: no invalidation awaited */
+  near_get(e.c, "near:k4", got, sizeof got); /* at once: no invalidation awaited */
   cr_assert_str_eq(got, "");
-  put(e.other, "near:k4", "v2");
-  warm(e.c, "near:k4", "v2");
-  put(e.c, "near:k4", "v3");
-  get(e.c, "near:k4", got, sizeof got);
+  near_put(e.other, "near:k4", "v2");
+  near_warm(e.c, "near:k4", "v2");
+  near_put(e.c, "near:k4", "v3");
+  near_get(e.c, "near:k4", got, sizeof got);
   cr_assert_str_eq(got, "v3");
-  env_close(&e);
+  near_env_close(&e);
 }
 
 Test(near, a_forked_child_starts_empty) {
   near_env e;
-  env_open(&e);
-  put(e.other, "near:k5", "old");
-  warm(e.c, "near:k5", "old");
+  near_env_open(&e);
+  near_put(e.other, "near:k5", "old");
+  near_warm(e.c, "near:k5", "old");
   pid_t pid = fork();
   if (pid == 0) {
     uint64_t before = near_hits(e.c);
@@ -273,8 +188,8 @@ Test(near, a_forked_child_starts_empty) {
       WEXITSTATUS(status), 0,
       "child exited %d: 1 = a read failed, 3 = served the parent's entry, 2 = no near hit",
       WEXITSTATUS(status));
-  warm(e.c, "near:k5", "old"); /* the parent's cache works on */
-  env_close(&e);
+  near_warm(e.c, "near:k5", "old"); /* the parent's cache works on */
+  near_env_close(&e);
 }
 
 /* ---- wake-on-write ---- */
@@ -291,7 +206,7 @@ typedef struct waiter {
 
 static void *wait_for_load(void *arg) {
   waiter *w = arg;
-  xf_client *c = client_of(w->port, w->share);
+  xf_client *c = near_client(w->port, w->share, NULL, NULL);
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xft_sleep_ms(w->start_ms);
@@ -310,11 +225,11 @@ static void *wait_for_load(void *arg) {
  * one would come back >= 100 ms after the write). */
 Test(near, waiters_are_woken_by_the_write) {
   near_env e;
-  env_open(&e);
+  near_env_open(&e);
   xft_loader l = {.value = "slow", .len = 4, .sleep_ms = 250};
   waiter w[4];
   pthread_t t[4];
-  long long before = xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha");
+  long long before = xft_read_calls(e.r) + xft_command_calls(e.r, "evalsha");
   for (int i = 0; i < 4; i++) { /* the first leads */
     w[i] = (waiter){.port = e.srv.port, .share = e.share, .loader = &l, .start_ms = 50 * i};
     pthread_create(&t[i], NULL, wait_for_load, &w[i]);
@@ -328,8 +243,7 @@ Test(near, waiters_are_woken_by_the_write) {
   for (int i = 1; i < 4; i++)
     lag_ms = w[i].done_ms - w[0].done_ms > lag_ms ? w[i].done_ms - w[0].done_ms : lag_ms;
   cr_assert_eq(l.calls, 1);
-  long long sent =
-      xft_command_calls(e.r, "hmget") + xft_command_calls(e.r, "evalsha") - before;
+  long long sent = xft_read_calls(e.r) + xft_command_calls(e.r, "evalsha") - before;
   /* leader: read, lease, write; each waiter: read, a fallback poll, the
    * re-read after the write (the lease's own invalidation may wake it once) */
   cr_assert_leq(sent, 3 + 3 * 5, "%lld commands: the waiters polled", sent);
@@ -337,21 +251,21 @@ Test(near, waiters_are_woken_by_the_write) {
                (long long)lag_ms);
   cr_log_info("wake-on-write: %lld commands, the last waiter %lld ms after the write", sent,
               (long long)lag_ms);
-  env_close(&e);
+  near_env_close(&e);
 }
 
 /* The batch driver is served from the near cache key by key (kept here by
  * the blocking reads; its own first round fills it too: test_near_batch.c). */
 Test(near, a_batch_is_served_near) {
   near_env e;
-  env_open(&e);
+  near_env_open(&e);
   const char *keys[3] = {"near:b0", "near:b1", "near:b2"};
   size_t lens[3] = {7, 7, 7};
   for (int i = 0; i < 3; i++) {
-    put(e.other, keys[i], "v");
-    warm(e.c, keys[i], "v");
+    near_put(e.other, keys[i], "v");
+    near_warm(e.c, keys[i], "v");
   }
-  put(e.other, "near:b1", "w"); /* one of them changed: Redis tells */
+  near_put(e.other, "near:b1", "w"); /* one of them changed: Redis tells */
   uint64_t before = near_hits(e.c);
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "loaded", .len = 6};
@@ -375,7 +289,7 @@ Test(near, a_batch_is_served_near) {
     xft_sleep_ms(1);
   }
   cr_assert_eq(l.calls, 0);
-  env_close(&e);
+  near_env_close(&e);
 }
 
 static void count_event(const xf_event *ev, void *ud) {
@@ -387,7 +301,7 @@ static void count_event(const xf_event *ev, void *ud) {
 /* A near hit reports one result event, XF_EV_NEAR (source: cache). */
 Test(near, a_near_hit_reports_one_near_event) {
   near_env e;
-  env_open(&e);
+  near_env_open(&e);
   int counts[XF_EV_INVALIDATION + 1] = {0};
   xf_options o = XF_OPTIONS_INIT;
   o.port = e.srv.port;
@@ -396,8 +310,8 @@ Test(near, a_near_hit_reports_one_near_event) {
   o.on_event_ud = counts;
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  put(e.other, "near:ev", "v");
-  warm(c, "near:ev", "v");
+  near_put(e.other, "near:ev", "v");
+  near_warm(c, "near:ev", "v");
   memset(counts, 0, sizeof counts);
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "loaded", .len = 6};
@@ -414,28 +328,28 @@ Test(near, a_near_hit_reports_one_near_event) {
                 counts[XF_EV_STALE] + counts[XF_EV_FAIL_OPEN] + counts[XF_EV_NEAR];
   cr_assert_eq(results, 1, "one result event per call");
   xf_client_close(c);
-  env_close(&e);
+  near_env_close(&e);
 }
 
 /* Over a Unix socket: the node is the socket's path. */
 Test(near, over_a_unix_socket) {
   near_env e;
-  env_open(&e);
+  near_env_open(&e);
   xf_options o = XF_OPTIONS_INIT;
   o.unix_path = e.srv.unix_path;
   o.share = e.share;
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK, "%s", e.srv.unix_path);
-  put(e.other, "near:unix", "old");
-  warm(c, "near:unix", "old");
+  near_put(e.other, "near:unix", "old");
+  near_warm(c, "near:unix", "old");
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
-  put(e.other, "near:unix", "new");
-  await_invalidations(e.share, seen);
+  near_put(e.other, "near:unix", "new");
+  near_await_invalidations(e.share, seen);
   char got[64];
-  get(c, "near:unix", got, sizeof got);
+  near_get(c, "near:unix", got, sizeof got);
   cr_assert_str_eq(got, "new");
   xf_client_close(c);
-  env_close(&e);
+  near_env_close(&e);
 }
 
 /* A share closed before its clients (a garbage collector closes objects in
@@ -444,16 +358,16 @@ Test(near, over_a_unix_socket) {
  * client closes; that client keeps working in between. */
 Test(near, a_share_closed_before_its_clients_lives_until_the_last) {
   near_env e;
-  env_open(&e);
-  xf_client *second = client_of(e.srv.port, e.share);
-  put(e.c, "near:order", "v1");
+  near_env_open(&e);
+  xf_client *second = near_client(e.srv.port, e.share, NULL, NULL);
+  near_put(e.c, "near:order", "v1");
   char buf[16];
-  get(e.c, "near:order", buf, sizeof buf);
-  get(second, "near:order", buf, sizeof buf);
+  near_get(e.c, "near:order", buf, sizeof buf);
+  near_get(second, "near:order", buf, sizeof buf);
   xf_share_close(e.share);
   e.share = NULL;
-  get(second, "near:order", buf, sizeof buf); /* its share is alive still */
+  near_get(second, "near:order", buf, sizeof buf); /* its share is alive still */
   cr_assert_str_eq(buf, "v1");
   xf_client_close(second);
-  env_close(&e); /* closes e.c: the share's last reference */
+  near_env_close(&e); /* closes e.c: the share's last reference */
 }

@@ -1,0 +1,79 @@
+/* What the near-cache tests share: see near_env.h. */
+#include "near_env.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "near_impl.h"
+#include "share.h"
+
+xf_client *near_client(int port, xf_share *share, const char *user, const char *password) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.share = share;
+  o.username = user;
+  o.password = password;
+  o.seed = 7;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  return c;
+}
+
+void near_env_open(near_env *e) {
+  memset(e, 0, sizeof *e);
+  cr_assert_eq(xft_server_start(&e->srv, NULL), 0);
+  xf_share_options so = {.near_cache_bytes = NEAR_BYTES};
+  cr_assert_eq(xf_share_open(&e->share, &so), XF_OK);
+  e->c = near_client(e->srv.port, e->share, NULL, NULL);
+  e->other = near_client(e->srv.port, NULL, NULL, NULL);
+  e->r = xft_redis_port(e->srv.port);
+}
+
+void near_env_close(near_env *e) {
+  redisFree(e->r);
+  xf_client_close(e->other);
+  xf_client_close(e->c);
+  xf_share_close(e->share);
+  xft_server_stop(&e->srv);
+}
+
+void near_put(xf_client *c, const char *key, const char *value) {
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, key, strlen(key), value, strlen(value), &p), XF_OK, "%s",
+               xf_errmsg(c));
+}
+
+void near_get(xf_client *c, const char *key, char *buf, size_t cap) {
+  xf_value v;
+  int rc = xf_get(c, key, strlen(key), &v);
+  cr_assert(rc == XF_OK || rc == XF_ENOTFOUND, "%s", xf_errmsg(c));
+  snprintf(buf, cap, "%s", rc == XF_OK ? v.data : "");
+  xf_value_free(&v);
+}
+
+uint64_t near_hits(xf_client *c) {
+  xf_stats st;
+  xf_client_stats(c, &st);
+  return st.near_hits;
+}
+
+void near_warm(xf_client *c, const char *key, const char *want) {
+  char got[64];
+  uint64_t before = near_hits(c);
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (near_hits(c) == before && xft_now_ms() < until) {
+    near_get(c, key, got, sizeof got);
+    cr_assert_str_eq(got, want);
+    if (near_hits(c) == before)
+      xft_sleep_ms(1);
+  }
+  cr_assert_gt(near_hits(c), before, "never a near hit");
+}
+
+void near_await_invalidations(xf_share *s, uint64_t seen) {
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (xf__near_invalidations(xf__share_near(s)) <= seen && xft_now_ms() < until)
+    xft_sleep_ms(1);
+  cr_assert_gt(xf__near_invalidations(xf__share_near(s)), seen, "no invalidation came");
+}

@@ -1,0 +1,49 @@
+/* What the near-cache tests share (tests only): a redis-server of the
+ * test's own, a share with a near cache, a client on it, another client
+ * without it (another process's view) and a raw connection; and the small
+ * steps every near test takes (set, get, warm a key until a read is a near
+ * hit, wait for an invalidation). Used by test_near.c, test_near_stale.c and
+ * test_near_users.c. */
+#ifndef XFT_NEAR_ENV_H
+#define XFT_NEAR_ENV_H
+
+#include <stdint.h>
+#include <xfetch.h>
+
+#include "fixture.h"
+
+#define NEAR_BYTES (1u << 20)
+#define BOUND_MS 5000 /* how long a test waits for what must come (never hit) */
+
+typedef struct near_env {
+  xft_server srv;
+  xf_share *share;
+  xf_client *c;     /* with the near cache */
+  xf_client *other; /* another process's view: no share */
+  redisContext *r;  /* raw */
+} near_env;
+
+/* A client of port on share (NULL: none), as user (NULL: default). */
+xf_client *near_client(int port, xf_share *share, const char *user, const char *password);
+
+void near_env_open(near_env *e);
+void near_env_close(near_env *e);
+
+/* xf_set of value, asserted. */
+void near_put(xf_client *c, const char *key, const char *value);
+
+/* xf_get's value of key into buf, "" when not found. */
+void near_get(xf_client *c, const char *key, char *buf, size_t cap);
+
+uint64_t near_hits(xf_client *c);
+
+/* Reads key (each read must be want) until a read is a near hit: the first
+ * reads fill the cache, and a hit goes to Redis while the tracker has
+ * invalidations still to read (a bounded wait on a loaded machine). */
+void near_warm(xf_client *c, const char *key, const char *want);
+
+/* Waits (bounded) until share's tracker has seen more than `seen`
+ * invalidations or drops. */
+void near_await_invalidations(xf_share *s, uint64_t seen);
+
+#endif
