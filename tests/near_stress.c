@@ -49,7 +49,12 @@ static void *reader(void *arg) {
     snprintf(key, sizeof key, "ns:%d", (i * 7 + (int)(long)arg) % KEYS);
     xf_value v;
     int rc = xf_pool_get_or_compute(pool, key, strlen(key), &p, load, NULL, &v);
-    bad += rc != XF_OK || v.len < 2 || v.data[0] != 'v';
+    if (rc != XF_OK || v.len < 2 || v.data[0] != 'v') {
+      if (bad++ == 0) /* what went wrong, once per thread */
+        fprintf(stderr, "near_stress: reader %s: %s (%s), value %.*s\n", key,
+                xf_strerror(rc), rc == XF_OK ? "" : xf_pool_errmsg(),
+                rc == XF_OK ? (int)v.len : 0, rc == XF_OK ? v.data : "");
+    }
     xf_value_free(&v);
   }
   return (void *)bad;
@@ -92,6 +97,9 @@ static void *waiter(void *arg) {
   xf_value v;
   int rc = xf_pool_get_or_compute(pool, "ns:slow", 7, &p, load, (void *)1, &v);
   long bad = rc != XF_OK || strcmp(v.data, "v0") != 0;
+  if (bad)
+    fprintf(stderr, "near_stress: waiter: %s (%s), value %s\n", xf_strerror(rc),
+            rc == XF_OK ? "" : xf_pool_errmsg(), rc == XF_OK ? v.data : "");
   xf_value_free(&v);
   return (void *)bad;
 }
