@@ -7,8 +7,8 @@ libhiredis-dev, and cmake when building from a git checkout):
 - in a git checkout (../../CMakeLists.txt), csrc/ is refreshed from it first:
   the .c files of XF_CORE_SOURCES, XF_IO_SOURCES and XF_DRIVER_SOURCES there
   and every header of src/core, src/io and src/drivers (all flat in csrc/src:
-  the names are unique), include/xfetch.h, and
-  scripts_gen.c, made from lua/*.lua (XF_LUA, in that order) by
+  the names are unique), include/xfetch.h with its parts (include/xfetch/*.h),
+  and scripts_gen.c, made from lua/*.lua (XF_LUA, in that order) by
   cmake/embed_lua.cmake, the generator the CMake build runs;
 - in an unpacked sdist (PKG-INFO here), csrc/ came with it (MANIFEST.in), so
   builds away from the repo (pip building an sdist in a temp dir) work, and
@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")  # the library sources the extension compiles
 LAYERS = ("core", "io", "driver")  # CMakeLists.txt's XF_<LAYER>_SOURCES
 DIRS = {"core": "core", "io": "io", "driver": "drivers"}  # their src/ dirs
+SUBDIRS = ("src", "include", os.path.join("include", "xfetch"))  # csrc/'s directories
 
 
 def _cmake_list(root, name):
@@ -89,11 +90,11 @@ def _copy_if_changed(src, dst):
 def sync_csrc(root):
     """Makes csrc/ the library's sources from the checkout root: src/ the .c
     files of the three layers' source lists (CMakeLists.txt) and every header
-    of src/core, src/io and src/drivers, flat, include/xfetch.h
-    (not the libuv/libevent adapter headers), and scripts_gen.c, the Lua
-    scripts embedded by CMake's generator. The build compiles csrc/ (setuptools
-    wants paths inside the project) and the sdist ships it, so a build from the
-    sdist needs neither the checkout nor cmake."""
+    of src/core, src/io and src/drivers, flat, include/xfetch.h and its parts
+    include/xfetch/*.h (not the libuv/libevent adapter headers), and
+    scripts_gen.c, the Lua scripts embedded by CMake's generator. The build
+    compiles csrc/ (setuptools wants paths inside the project) and the sdist
+    ships it, so a build from the sdist needs neither the checkout nor cmake."""
     want = {os.path.join("src", os.path.basename(p)): p
             for layer in LAYERS for p in _cmake_list(root, f"XF_{layer.upper()}_SOURCES")
             if p.endswith(".c")}
@@ -103,11 +104,16 @@ def sync_csrc(root):
             if f.endswith(".h"):
                 want[os.path.join("src", f)] = os.path.join(d, f)
     want[os.path.join("include", "xfetch.h")] = os.path.join(root, "include", "xfetch.h")
-    for sub in ("src", "include"):
+    parts = os.path.join("include", "xfetch")  # the umbrella's parts
+    for f in os.listdir(os.path.join(root, parts)):
+        if f.endswith(".h"):
+            want[os.path.join(parts, f)] = os.path.join(root, parts, f)
+    for sub in SUBDIRS:
         os.makedirs(os.path.join(CSRC, sub), exist_ok=True)
         for f in os.listdir(os.path.join(CSRC, sub)):  # a file the library dropped
-            if os.path.join(sub, f) not in want:
-                os.remove(os.path.join(CSRC, sub, f))
+            path = os.path.join(sub, f)
+            if path not in want and path not in SUBDIRS:
+                os.remove(os.path.join(CSRC, path))
     for rel, src in want.items():
         _copy_if_changed(src, os.path.join(CSRC, rel))
     embed_lua(root, os.path.join(CSRC, "scripts_gen.c"))
@@ -136,6 +142,8 @@ def _from_sources():
     sources = sorted(rel("src", f) for f in os.listdir(os.path.join(CSRC, "src"))
                      if f.endswith(".c")) + [rel("scripts_gen.c")]
     headers = [rel("src", f) for f in os.listdir(os.path.join(CSRC, "src")) if f.endswith(".h")]
+    headers += [rel("include", "xfetch", f)
+                for f in os.listdir(os.path.join(CSRC, "include", "xfetch"))]
     # As CMake compiles them (C11 + _GNU_SOURCE), every symbol hidden but the
     # module's init: the extension exports no xf_* that could clash with a
     # libxfetch.so in the same process. No -Werror: a newer compiler's new

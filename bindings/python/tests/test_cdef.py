@@ -1,4 +1,5 @@
-"""The cdef mirrors include/xfetch.h: every public function and code is bound."""
+"""The cdef mirrors include/xfetch.h (and its parts, include/xfetch/*.h): every
+public function and code is bound."""
 import os
 import re
 
@@ -6,13 +7,26 @@ import pytest
 
 import xfetch
 
-HEADER = os.path.join(os.path.dirname(__file__), "..", "..", "..", "include", "xfetch.h")
+INCLUDE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "include")
+HEADER = os.path.join(INCLUDE, "xfetch.h")
+
+
+def _public_header():
+    """The umbrella's text followed by that of every part it includes
+    (include/xfetch/*.h)."""
+    with open(HEADER) as f:
+        text = f.read()
+    parts = re.findall(r'^#include "(xfetch/\w+\.h)"', text, re.M)
+    assert parts, "xfetch.h includes its parts"
+    for part in parts:
+        with open(os.path.join(INCLUDE, part)) as f:
+            text += f.read()
+    return text
 
 
 @pytest.mark.skipif(not os.path.exists(HEADER), reason="not in the source tree")
 def test_every_public_function_and_code_is_bound():
-    with open(HEADER) as f:
-        text = f.read()
+    text = _public_header()
     functions = re.findall(r"XF_EXPORT[^;(]*?\b(xf_\w+)\s*\(", text)
     assert len(functions) >= 13
     for name in functions:

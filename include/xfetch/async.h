@@ -1,0 +1,162 @@
+/* <xfetch/async.h>: the event-loop driver (xf_async).
+ *
+ * One part of the public API, which <xfetch.h> includes whole; it compiles
+ * on its own (it includes the parts it needs). */
+#ifndef XFETCH_ASYNC_H
+#define XFETCH_ASYNC_H
+
+#include "base.h"
+#include "options.h"
+#include "policy.h"
+#include "stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- The event-loop driver ------------------------------------------------
+ *
+ * xf_async is get-or-compute for an event loop: calls never block, many run at
+ * once on one non-blocking connection per server (plain or TLS; their commands pipelined;
+ * in a Redis Cluster one per master, each key routed to its slot's master as
+ * xf_client does), waits are loop timers and the loader may complete later. Attach it to a
+ * loop with an adapter header shipped next to this one (libxfetch links no event library):
+ *
+ *   #include <xfetch_libuv.h>      xf_async_open_libuv(&ac, &opts, uv_loop)
+ *   #include <xfetch_libevent.h>   xf_async_open_libevent(&ac, &opts, base)
+ *
+ * A handle belongs to its loop's thread: every xf_async_* call, loader
+ * completion included, must be made on that thread. */
+
+/* Opaque event-loop handle: a non-blocking connection per server (per
+ * cluster node; plain or TLS, as xf_client's), a timer of the loop, and the
+ * counters of an xf_client. */
+typedef struct xf_async xf_async;
+
+/* Opaque: one of a handle's connections, as an adapter's watch sees it. */
+typedef struct xf_async_conn xf_async_conn;
+
+/* What a watched descriptor is waited for / became ready for. */
+enum { XF_ASYNC_READ = 1, XF_ASYNC_WRITE = 2 };
+
+/* Opaque: what an async loader completes, exactly once. */
+typedef struct xf_async_load xf_async_load;
+
+/* Runs when a call is over, exactly once per call xf_async_get_or_compute
+ * accepted. rc is XF_OK or an error as for xf_get_or_compute (XF_ECANCELED
+ * when xf_async_close ended the call). value is NULL unless rc is XF_OK; it
+ * and its data belong to xfetch and are valid until the callback returns
+ * (copy what you keep). The callback may start new calls and may close the
+ * handle. */
+typedef void (*xf_async_callback_fn)(int rc, const xf_value *value, void *privdata);
+
+/* The async loader: computes key's value and completes load, now (inside this
+ * function) or later from the loop, with xf_async_load_done,
+ * xf_async_load_not_found or xf_async_load_fail. key is valid until then. */
+typedef void (*xf_async_loader_fn)(void *ud, const char *key, size_t keylen,
+                                   xf_async_load *load);
+
+/* The loop glue an adapter header fills in (see xfetch_libuv.h); not needed
+ * by users of the adapters. xf_async_open owns data from then on, also on
+ * failure: it ends with cleanup(data). */
+typedef struct xf_async_loop {
+  void *data; /* the adapter's state, passed to every hook */
+  /* Watches the socket fd of conn for events (XF_ASYNC_READ | XF_ASYNC_WRITE;
+   * 0: nothing for now, the descriptor stays registered), replacing what was
+   * watched before; when fd is ready for some of them, the adapter calls
+   * xf_async_ready(conn, ready) from the loop, again while the descriptor
+   * stays ready (level-triggered, as uv_poll_t and libevent's events are).
+   * *watch is the adapter's state for this descriptor: NULL on the first
+   * call, set and kept by the adapter. Returns 0, or -1 on failure. */
+  int (*watch)(void *data, void **watch, int fd, int events, xf_async_conn *conn);
+  /* Stops watching and frees watch (what watch set; fd is closed right
+   * after, and xf_async_ready must not be called for it any more). */
+  void (*unwatch)(void *data, void *watch);
+  /* (Re)arms the adapter's one timer to call xf_async_timer_fired after
+   * delay_ms (>= 0), replacing any earlier arming. */
+  void (*timer_start)(void *data, int64_t delay_ms);
+  /* Disarms the timer. */
+  void (*timer_stop)(void *data);
+  /* Frees the adapter's state (the timer); called once, by xf_async_close or
+   * a failed xf_async_open. */
+  void (*cleanup)(void *data);
+} xf_async_loop;
+
+/* Opens an event-loop handle with the same options as xf_client_open and
+ * starts connecting in the background; most code calls an adapter's
+ * xf_async_open_libuv / xf_async_open_libevent instead. AUTH and SELECT (and
+ * the scripts' SCRIPT LOAD) go first on every connection; connect and command
+ * timeouts are enforced with the loop's timer; the connect (and with
+ * options.tls the TLS handshake) runs on the loop, never blocking it (a host
+ * name is resolved on a resolver thread, under connect_timeout_ms: a name that
+ * does not resolve is a failed connect, found in the background). Returns XF_OK with
+ * the handle in *out, XF_EINVAL (bad options or hooks, options.tls files
+ * that cannot be loaded), XF_ENOMEM, or XF_ECONNECT when the connection fails at
+ * once (unless opts->lazy_connect, which also defers the connect to the first
+ * call). A later connection failure makes calls fail open, as
+ * xf_get_or_compute does; a TLS failure (certificate not trusted, name
+ * mismatch, handshake) fails them with XF_ETLS instead, never open. With opts->cluster
+ * XF_CLUSTER_AUTO the first connection asks INFO cluster, and in a cluster the slot map is
+ * loaded (CLUSTER SLOTS) on the loop: calls started meanwhile wait for it; XF_EINVAL for
+ * XF_CLUSTER_ON with db != 0. A standalone handle given a seed list uses the first seed
+ * that comes up, in order (as xf_client_open does), and, when that seed later cannot be
+ * reached, the next one (wrapping around); calls queued on a seed that never came up go to
+ * the next seed instead of failing open. */
+XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
+                            const xf_async_loop *loop);
+
+/* Ends every unfinished call (its callback fires with XF_ECANCELED, from
+ * inside this function, or when the current callback returns if called from
+ * one), closes the connection and frees the handle. Leases held by the ended
+ * calls expire by themselves (policy.lease_ms). A loader still running keeps
+ * its load valid: complete it as usual; the result is discarded. NULL-safe. */
+XF_EXPORT void xf_async_close(xf_async *ac);
+
+/* Starts get-or-compute of key on the loop: the same flow and results as
+ * xf_get_or_compute, with loader run as an async loader and callback called
+ * once when it is over. key and policy are copied. Returns XF_OK (the callback
+ * will fire, never from inside this function) or an error and then never calls
+ * callback nor loader: XF_EINVAL (NULL handle, loader or callback, a bad key or
+ * policy, a closing handle) or XF_ENOMEM. Any number of calls may be in flight
+ * on one handle. */
+XF_EXPORT int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
+                                      const xf_policy *policy, xf_async_loader_fn loader,
+                                      void *loader_ud, xf_async_callback_fn callback,
+                                      void *privdata);
+
+/* Completes load with the value (copied). Returns XF_OK, or XF_EINVAL (data
+ * NULL with len > 0, len above max_value_len) / XF_ENOMEM, in which case the
+ * load completes as a loader failure with that code. Either way load is used
+ * up; it may be completed inside the loader or later, once. */
+XF_EXPORT int xf_async_load_done(xf_async_load *load, const void *data, size_t len);
+
+/* Completes load with "not found" (see xf_sink_not_found). */
+XF_EXPORT void xf_async_load_not_found(xf_async_load *load);
+
+/* Completes load with a failure: nothing is cached, code (0 becomes
+ * XF_ELOADER) is kept for xf_async_loader_error, and the call serves stale
+ * data if its policy allows or fails with XF_ELOADER. */
+XF_EXPORT void xf_async_load_fail(xf_async_load *load, int code);
+
+/* For adapters: the timer armed by timer_start has fired. */
+XF_EXPORT void xf_async_timer_fired(xf_async *ac);
+
+/* For adapters: conn's descriptor is ready for events (XF_ASYNC_READ |
+ * XF_ASYNC_WRITE; both when the loop reports an error on it). */
+XF_EXPORT void xf_async_ready(xf_async_conn *conn, int events);
+
+/* The detail of the error a callback was given, valid inside that callback
+ * ("" if none). Owned by the handle. */
+XF_EXPORT const char *xf_async_errmsg(const xf_async *ac);
+
+/* Inside a callback given XF_ELOADER: the code the loader failed with. */
+XF_EXPORT int xf_async_loader_error(const xf_async *ac);
+
+/* Copies the handle's counters (as xf_client_stats) into *out. */
+XF_EXPORT void xf_async_stats(const xf_async *ac, xf_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XFETCH_ASYNC_H */

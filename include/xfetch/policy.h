@@ -1,0 +1,112 @@
+/* <xfetch/policy.h>: the caching policy of a call, and the value it returns.
+ *
+ * One part of the public API, which <xfetch.h> includes whole; it compiles
+ * on its own (it includes the parts it needs). */
+#ifndef XFETCH_POLICY_H
+#define XFETCH_POLICY_H
+
+#include "base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What xf_get_or_compute does when a miss waits for another caller's loader
+ * longer than policy.wait_ms. */
+typedef enum xf_on_wait_timeout {
+  XF_WAIT_LOAD = 0, /* run the loader itself (default) */
+  XF_WAIT_FAIL = 1  /* return XF_ETIMEDOUT */
+} xf_on_wait_timeout;
+
+/* Caching policy for one call. Start from XF_POLICY_INIT and change fields.
+ * Times are milliseconds. */
+typedef struct xf_policy {
+  int64_t ttl_ms;            /* logical lifetime of a computed value; > 0 */
+  double beta;               /* XFetch eagerness: 0 = never early, 1 = the
+                                paper's optimum, INFINITY = always recompute */
+  int64_t lease_ms;          /* how long a loader may hold the key's lease; > 0.
+                                The lease taken is twice the entry's delta
+                                (its last loader's time) when that is longer,
+                                so a slow loader keeps its protection once
+                                its time is known */
+  int64_t wait_ms;           /* how long a miss waits for another's loader */
+  int64_t stale_ms;          /* after ttl, how long a value may still be served
+                                while one caller refreshes it (0 = never) */
+  int64_t stale_if_error_ms; /* past ttl, serve a stale value this long when the
+                                loader fails (independent of stale_ms: the
+                                entry stays ttl + the larger of the two) */
+  int64_t negative_ttl_ms;   /* lifetime of a cached "not found"; 0 = do not
+                                cache not-found (a value still cached for the
+                                key is then removed: the loader said it is
+                                gone) */
+  double jitter;             /* 0..1: each write shortens ttl by up to this
+                                fraction, at random, to spread mass expiry */
+  xf_on_wait_timeout on_wait_timeout;
+  /* Background refresh: non-zero = a caller that wins the lease of an
+   * *early* refresh (a value still within its ttl) returns that value at
+   * once, and the loader runs off the request path, on the share's refresh
+   * workers (xf_share_open; a pool has its own share), with the same lease,
+   * write and newer-wins rules; loader and loader_ud must then stay valid
+   * until the share (or pool) is closed, and may run on a worker thread. A
+   * pool's refresh writes through a pooled client; a blocking client's
+   * through one of its share's refresh clients, opened like it (options
+   * copied) and kept idle for the next refresh. A failed background refresh
+   * keeps the cached value, releases the lease (the next draw retries),
+   * counts load_errors (the pool's; a blocking client's in
+   * xf_share_refresh_stats' clients)
+   * and emits LOAD_DONE with its code; it never reaches a caller. When the
+   * queue is full, the refresh is skipped (lease released;
+   * xf_refresh_info.skipped). Misses and expired values still load in the
+   * call. The sans-I/O call hands the refresh to its driver
+   * (xf_call_take_refresh); the event-loop driver runs it on the loop as
+   * a call of its own (no callback; xf_async_close cancels it). The batch
+   * driver with a per-key loader (xf_get_or_compute_many) hands it on as
+   * the blocking driver does. A batch loader (xf_get_or_compute_many_batch),
+   * and a client with neither a share nor a refresh_executor, run the
+   * refresh in the call. */
+  int background_refresh;
+  /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
+   * with background_refresh, XFetch (beta) without. > 0: rate-aware: the
+   * first call that finds remaining ttl <= refresh_ahead x delta (the last
+   * loader's time) refreshes; the lease makes it the only one, so about one
+   * load per ttl at any request rate. < 0: XFetch (beta) always. */
+  double refresh_ahead;
+} xf_policy;
+
+#define XF_POLICY_INIT                                                                     \
+  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, 0, 0.0 }
+
+/* The default refresh_ahead factor of the rate-aware rule. */
+#define XF_REFRESH_AHEAD_DEFAULT 1.5
+
+/* Where a returned value came from. */
+typedef enum xf_source {
+  XF_SOURCE_CACHE = 0,    /* a valid cached value */
+  XF_SOURCE_LOADER = 1,   /* this call ran the loader and cached the result */
+  XF_SOURCE_STALE = 2,    /* past its ttl, within stale_ms / stale_if_error_ms */
+  XF_SOURCE_UNCACHED = 3, /* this call ran the loader but its value was not
+                             cached: Redis unreachable or unable to write, or
+                             the write was refused because a newer value or a
+                             delete won (stats.superseded) */
+  XF_SOURCE_LOCAL = 4     /* Redis could not be used, and the value came from
+                             the client's xf_share: another thread's load of
+                             the key, or one kept from such a load (for up to
+                             its ttl) */
+} xf_source;
+
+/* A value returned to the caller. data is owned by the value (NUL-terminated
+ * for convenience, binary-safe by len); release it with xf_value_free. */
+typedef struct xf_value {
+  char *data;
+  size_t len;
+  xf_source source;
+} xf_value;
+
+/* Frees v->data and zeroes *v. NULL-safe; safe to call twice. */
+XF_EXPORT void xf_value_free(xf_value *v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XFETCH_POLICY_H */
