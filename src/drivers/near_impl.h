@@ -45,7 +45,8 @@ struct xf__near_node {
   uint64_t reading; /* odd while the tracker holds bytes of ctx it has not
                        applied yet (read, partial or not): a hit on the
                        node's entries is served only when it is even and
-                       unchanged across the hit (near.c); __atomic */
+                       unchanged across the hit (near.c), or
+                       across a batch's lookups (near_batch.c); __atomic */
 };
 
 /* A full fence between the tracker's odd sequence and its recv(), and
