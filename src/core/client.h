@@ -30,17 +30,19 @@ struct xf_client {
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
   int64_t tombstone_ms;
-  xf_share *share;          /* borrowed; NULL = none */
-  xf_options *opened_with;  /* a copy of the options (xf__options_dup): a
-                               background refresh opens a client like it */
-  struct xf__near *near;    /* the share's near cache (near.h); NULL = none */
-  int near_wake_fd;         /* > 0: the write end of an event loop's wake pipe
-                               (xf_call_wake_open): its waits end on a write */
-  uint64_t near_elect_hash; /* near_elect: a near hit's draw elected an early */
-  size_t near_elect_len;    /* refresh of the key of this hash and length that */
-  int near_elect;           /* the next call takes up (xf__flow_near_elect) */
-  char *ns;                 /* where values come from: the servers (or unix path), db
-                               and user, NUL-separated (share slots, nested loads) */
+  xf_share *share;                   /* borrowed; NULL = none */
+  xf_options *opened_with;           /* a copy of the options (xf__options_dup): a
+                                        background refresh opens a client like it */
+  struct xf__near *near;             /* the share's near cache (near.h); NULL = none */
+  int near_wake_fd;                  /* > 0: the write end of an event loop's wake pipe
+                                        (xf_call_wake_open): its waits end on a write */
+  uint64_t near_elect_hash;          /* near_elect: a near hit's draw elected an early */
+  size_t near_elect_len;             /* refresh of the key of this hash and length that */
+  int near_elect;                    /* the next call takes up (xf__flow_near_elect) */
+  struct xf__near_batch *near_batch; /* a batch's near hits, checked together
+                                        (near_impl.h); NULL = none */
+  char *ns; /* where values come from: the servers (or unix path), db
+               and user, NUL-separated (share slots, nested loads) */
   size_t ns_len;
   xf_interrupt_fn interrupt; /* options.interrupt: checked during waits */
   void *interrupt_ud;

@@ -16,6 +16,7 @@
 #include "near_shard.h"
 
 void (*xf__near_test_before_put)(void);
+void (*xf__near_test_on_check)(void);
 #ifdef __SANITIZE_THREAD__
 int xf__near_fence_dummy;
 #endif
@@ -167,13 +168,11 @@ static int news_pending(const struct xf__near_node *node, uint64_t reading, int 
   return __atomic_load_n(&node->reading, __ATOMIC_RELAXED) != reading;
 }
 
-int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
-                 int64_t now_ms, xf__near_hit *hit) {
+int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
+                  int64_t now_ms, xf__near_hit *hit, xf__near_seen *seen) {
   uint64_t h = xf__near_key_hash(key, keylen);
   shard *s = shard_of(n, h);
-  int found = 0, inval_fd = -1, data_fd = -1;
-  const struct xf__near_node *node = NULL;
-  uint64_t reading = 0;
+  int found = 0;
   pthread_mutex_lock(&s->mu);
   for (entry *e = *bucket_of(s, h); e; e = e->hnext) {
     if (!same(e, h, c, key, keylen))
@@ -184,7 +183,7 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
     }
     /* Loaded after the entry was found under the lock an invalidation's
      * drop takes: the drop's thread made it odd before, even after. */
-    reading = __atomic_load_n(&e->node->reading, __ATOMIC_ACQUIRE);
+    uint64_t reading = __atomic_load_n(&e->node->reading, __ATOMIC_ACQUIRE);
     if (reading & 1)
       break; /* the thread holds unapplied bytes of this node: go to Redis */
     if ((hit->data = malloc(e->len + 1))) {
@@ -193,20 +192,35 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
       hit->delta_us = e->delta_us;
       hit->remaining_ms = e->expires_ms - now_ms;
       hit->negative = e->negative;
-      inval_fd = __atomic_load_n(&e->node->inval_fd, __ATOMIC_ACQUIRE);
-      data_fd = e->data_fd;
-      node = e->node;
+      *seen =
+          (xf__near_seen){.node = e->node,
+                          .reading = reading,
+                          .inval_fd = __atomic_load_n(&e->node->inval_fd, __ATOMIC_ACQUIRE),
+                          .data_fd = e->data_fd};
       move_front(s, e);
       found = 1;
     }
     break;
   }
   pthread_mutex_unlock(&s->mu);
-  if (found && news_pending(node, reading, inval_fd, data_fd)) {
+  return found;
+}
+
+int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
+                 int64_t now_ms, xf__near_hit *hit) {
+  int got = c->near_batch ? xf__near_batch_take(c->near_batch, c, key, keylen, hit) : -1;
+  if (got >= 0) /* a batch's key: looked up and checked with the batch's others */
+    return got;
+  xf__near_seen seen;
+  if (!xf__near_find(n, c, key, keylen, now_ms, hit, &seen))
+    return 0;
+  if (xf__near_test_on_check)
+    xf__near_test_on_check();
+  if (news_pending(seen.node, seen.reading, seen.inval_fd, seen.data_fd)) {
     free(hit->data);
     return 0;
   }
-  return found;
+  return 1;
 }
 
 /* Doubles s's table when it holds more entries than buckets. */

@@ -12,6 +12,7 @@
 struct xf_client;
 struct xf_reply;
 struct xf__near_tracker;
+struct xf__near_batch;
 typedef struct xf__inval xf__inval;         /* an invalidation connection (near_inval.c) */
 typedef struct xf__inval_who xf__inval_who; /* whom it is opened as (near_inval.c) */
 
@@ -44,7 +45,8 @@ struct xf__near_node {
   uint64_t reading; /* odd while the tracker holds bytes of ctx it has not
                        applied yet (read, partial or not): a hit on the
                        node's entries is served only when it is even and
-                       unchanged across the hit (near.c); __atomic */
+                       unchanged across the hit (near.c), or
+                       across a batch's lookups (near_batch.c); __atomic */
 };
 
 /* A full fence between the tracker's odd sequence and its recv(), and
@@ -94,6 +96,51 @@ uint64_t xf__near_evictions(const struct xf__near *n);
  * processes; the child's near cache starts empty and without connections. */
 void xf__near_before_fork(struct xf__near *n);
 void xf__near_after_fork(struct xf__near *n, int child);
+
+/* What a lookup found besides its copy: the entry's node, the node's
+ * sequence when found (even), and the sockets a check of news polls. */
+typedef struct xf__near_seen {
+  const struct xf__near_node *node;
+  uint64_t reading;
+  int inval_fd, data_fd;
+} xf__near_seen;
+
+/* xf__near_get's lookup without its check of news (near.c): 1 with *hit
+ * and *seen, 0 when nothing may be served (not kept, past its life, its
+ * node's sequence odd, out of memory). The hit is only servable once a
+ * check made after it finds no news for seen->node (xf__near_get's, or a
+ * batch's: near_batch.c). */
+int xf__near_find(struct xf__near *n, const struct xf_client *c, const char *key,
+                  size_t keylen, int64_t now_ms, xf__near_hit *hit, xf__near_seen *seen);
+
+/* ---- a batch's near hits (near_batch.c) ---- */
+
+/* Looks up the near cache for c's keys[0..count) (the user's keys, c's
+ * prefix added) at now_ms, every key first, then checks each node they were
+ * found on once: one poll() of the nodes' sockets, then each node's
+ * sequence against the one seen when its first entry was found. An
+ * invalidation read or pending while the batch looked up its keys makes
+ * that node's hits go to Redis, as xf__near_get's own check does for one.
+ * Until xf__near_batch_end(c), c's xf__near_get of one of those keys (in
+ * order; a key may be skipped) takes its result from the batch. Nothing
+ * (the calls then check one by one) when out of memory. */
+void xf__near_batch_begin(struct xf__near *n, struct xf_client *c, size_t count,
+                          const char *const *keys, const size_t *lens, int64_t now_ms);
+void xf__near_batch_end(struct xf_client *c);
+
+/* The batch's result for key (c's prefix included) if it is one of its keys
+ * not taken yet: 1 with *hit (the caller's), 0 (no hit); -1: not a key of
+ * the batch (look it up alone). */
+int xf__near_batch_take(struct xf__near_batch *b, const struct xf_client *c,
+                        const char *key, size_t keylen, xf__near_hit *hit);
+
+/* For tests: called at each check of news a near hit makes (one per hit
+ * alone, one per batch); NULL = none. */
+extern void (*xf__near_test_on_check)(void);
+
+/* For tests: called by xf__near_batch_begin once every key is looked up,
+ * before the check; NULL = none. */
+extern void (*xf__near_test_batch_looked_up)(void);
 
 /* For tests: called by xf__near_put before it takes its shard's lock (a
  * read's reply is in, its value not yet kept); NULL = none. */
