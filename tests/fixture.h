@@ -10,6 +10,27 @@
 
 #include "xfetch.h"
 
+/* XFT_TSAN: 1 when built with -fsanitize=thread (GCC or clang). Under TSan
+ * a test binary links tests/tsan_criterion.c, which lets Criterion start. */
+#if defined(__SANITIZE_THREAD__)
+#define XFT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define XFT_TSAN 1
+#endif
+#endif
+#ifndef XFT_TSAN
+#define XFT_TSAN 0
+#endif
+
+/* Skips the test under TSan, saying why: for what TSan cannot run (a thread
+ * started in the child of a multi-threaded fork), never to hide a report. */
+#define XFT_SKIP_UNDER_TSAN(why)                                                           \
+  do {                                                                                     \
+    if (XFT_TSAN)                                                                          \
+      cr_skip_test("not run under ThreadSanitizer: %s", why);                              \
+  } while (0)
+
 typedef struct xft_server {
   pid_t pid;
   int port;

@@ -72,8 +72,11 @@ void near_warm(xf_client *c, const char *key, const char *want) {
 }
 
 void near_await_invalidations(xf_share *s, uint64_t seen) {
+  struct xf__near *n = xf__share_near(s);
   int64_t until = xft_now_ms() + BOUND_MS;
-  while (xf__near_invalidations(xf__share_near(s)) <= seen && xft_now_ms() < until)
+  while ((xf__near_invalidations(n) <= seen || xf__near_news_waiting(n)) &&
+         xft_now_ms() < until)
     xft_sleep_ms(1);
-  cr_assert_gt(xf__near_invalidations(xf__share_near(s)), seen, "no invalidation came");
+  cr_assert_gt(xf__near_invalidations(n), seen, "no invalidation came");
+  cr_assert_not(xf__near_news_waiting(n), "the tracker never applied what it read");
 }

@@ -43,7 +43,9 @@ uint64_t near_hits(xf_client *c);
 void near_warm(xf_client *c, const char *key, const char *want);
 
 /* Waits (bounded) until share's tracker has seen more than `seen`
- * invalidations or drops. */
+ * invalidations or drops and has applied all it read: it counts each key
+ * while its node's read is still under way (reading odd), and until that
+ * read ends a near hit on that node goes to Redis instead. */
 void near_await_invalidations(xf_share *s, uint64_t seen);
 
 #endif

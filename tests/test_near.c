@@ -154,6 +154,10 @@ Test(near, own_delete_and_set_drop_before_returning) {
 }
 
 Test(near, a_forked_child_starts_empty) {
+  /* The fork handler holds the 64 shards' locks and the tracker's and
+   * notify locks at once: past the 64 held locks TSan's deadlock detector
+   * tracks per thread (a CHECK failure in sanitizer_deadlock_detector.h). */
+  XFT_SKIP_UNDER_TSAN("fork() while holding more than 64 locks");
   near_env e;
   near_env_open(&e);
   near_put(e.other, "near:k5", "old");

@@ -86,11 +86,16 @@ static void expect_near_hit(xf_client *c, const char *key, const char *want) {
   cr_assert_gt(near_hits(c), before, "%s: never a near hit", key);
 }
 
+/* Until the tracker has seen more than `seen` invalidations and applied all
+ * it read: near_env.c's near_await_invalidations. */
 static void await_invalidations(xf_share *s, uint64_t seen) {
+  struct xf__near *n = xf__share_near(s);
   int64_t until = mono_ms() + BOUND_MS;
-  while (xf__near_invalidations(xf__share_near(s)) <= seen && mono_ms() < until)
+  while ((xf__near_invalidations(n) <= seen || xf__near_news_waiting(n)) &&
+         mono_ms() < until)
     xft_cluster_sleep_ms(1);
-  cr_assert_gt(xf__near_invalidations(xf__share_near(s)), seen, "no invalidation came");
+  cr_assert_gt(xf__near_invalidations(n), seen, "no invalidation came");
+  cr_assert_not(xf__near_news_waiting(n), "the tracker never applied what it read");
 }
 
 Test(near_cluster, every_node_tracks_and_invalidates) {

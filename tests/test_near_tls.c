@@ -85,12 +85,16 @@ static void warm(tls_env *e, const char *want) {
   cr_assert_gt(near_hits(e->c), before, "never a near hit over TLS");
 }
 
+/* Until the tracker has seen more than `seen` invalidations and applied all
+ * it read: near_env.c's near_await_invalidations. */
 static void await_invalidations(tls_env *e, uint64_t seen) {
+  struct xf__near *n = xf__share_near(e->share);
   int64_t until = xft_now_ms() + BOUND_MS;
-  while (xf__near_invalidations(xf__share_near(e->share)) <= seen && xft_now_ms() < until)
+  while ((xf__near_invalidations(n) <= seen || xf__near_news_waiting(n)) &&
+         xft_now_ms() < until)
     xft_sleep_ms(1);
-  cr_assert_gt(xf__near_invalidations(xf__share_near(e->share)), seen,
-               "no invalidation came");
+  cr_assert_gt(xf__near_invalidations(n), seen, "no invalidation came");
+  cr_assert_not(xf__near_news_waiting(n), "the tracker never applied what it read");
 }
 
 Test(near_tls, hits_over_tls_and_a_write_elsewhere_is_seen) {

@@ -178,6 +178,34 @@ static void *block_server(void *arg) {
   return NULL;
 }
 
+/* Until the server on port is inside its DEBUG SLEEP: a PING goes
+ * unanswered for 100 ms (bounded: 5 s). */
+static void await_asleep(int port) {
+  int64_t until = xft_now_ms() + 5000;
+  for (;;) {
+    redisContext *r = xft_redis_port(port);
+    redisSetTimeout(r, (struct timeval){.tv_usec = 100000});
+    redisReply *rep = redisCommand(r, "PING");
+    int asleep = rep == NULL;
+    freeReplyObject(rep);
+    redisFree(r);
+    if (asleep)
+      return;
+    cr_assert_lt(xft_now_ms(), until, "the server never slept");
+    xft_sleep_ms(1);
+  }
+}
+
+/* Until no client of pool is idle (bounded: 5 s). */
+static void await_all_busy(xf_pool *pool) {
+  int64_t until = xft_now_ms() + 5000;
+  xf_pool_info info;
+  for (xf_pool_stats(pool, &info); info.idle > 0; xf_pool_stats(pool, &info)) {
+    cr_assert_lt(xft_now_ms(), until, "the holder never took the client");
+    xft_sleep_ms(1);
+  }
+}
+
 Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
   xft_server s;
   static const char *const conf[] = {"--enable-debug-command", "yes", NULL};
@@ -189,11 +217,11 @@ Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
   pthread_t sleeper;
   blocker b = {s.port};
   cr_assert_eq(pthread_create(&sleeper, NULL, block_server, &b), 0);
-  xft_sleep_ms(100); /* the server sleeps now */
+  await_asleep(s.port);
   xft_loader l = {.value = "x"};
   caller holder = {.pool = pool, .key = "pool:busy", .loader = &l};
   cr_assert_eq(pthread_create(&holder.th, NULL, call, &holder), 0);
-  xft_sleep_ms(100); /* holder waits for its reply, holding the only client */
+  await_all_busy(pool); /* holder waits for its reply, holding the only client */
   xf_value v;
   int rc = xf_pool_get_or_compute(pool, "pool:busy", 9, &p, xft_load, &l, &v);
   cr_expect_eq(rc, XF_EBUSY, "got %s", xf_errname(rc));

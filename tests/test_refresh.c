@@ -263,6 +263,7 @@ ParameterizedTest(driver *d, refresh,
 }
 
 ParameterizedTest(driver *d, refresh, a_forked_child_refreshes_on_workers_of_its_own) {
+  XFT_SKIP_UNDER_TSAN("threads started in the child of a multi-threaded fork");
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   handle h = open_on(*d, s);

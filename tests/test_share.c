@@ -473,6 +473,7 @@ static void *child_caller(void *ud) {
  * loading the same key: that flight does not exist in the child. The exit
  * status is the number of loads. */
 Test(share, a_forked_childs_threads_on_one_key_load_once) {
+  XFT_SKIP_UNDER_TSAN("threads started in the child of a multi-threaded fork");
   cr_assert_eq(xf_share_open(&fork_share, NULL), XF_OK);
   flight parent = {.c = down_client(fork_share),
                    .g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER}};
