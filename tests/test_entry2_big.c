@@ -74,10 +74,11 @@ Test(entry2_big, a_big_write_holds_its_value_once_in_lua) {
 
 /* The entry of a value of n bytes: its header, its bytes, its TTL and its
  * memory (a SET PX of the same value under a key of the same length: at most
- * the header more, so not a string grown greedily by APPEND or SETRANGE). */
-static void written_as_a_set(size_t n) {
-  redisContext *r = xft_redis();
-  xf_client *c = client_at(xft_port(), XF_ENTRY_STRING, 1);
+ * the header more, so not a string grown greedily by APPEND or SETRANGE), and
+ * how it was written: from BIG_AT bytes, SETRANGEs and no SET. */
+static void written_as_a_set(int port, size_t n) {
+  redisContext *r = xft_redis_port(port);
+  xf_client *c = client_at(port, XF_ENTRY_STRING, 1);
   char *v = pattern(n, 3), key[32], px[32];
   snprintf(key, sizeof key, "big:set:%zu", n);
   snprintf(px, sizeof px, "big:spx:%zu", n);
@@ -85,7 +86,16 @@ static void written_as_a_set(size_t n) {
   p.ttl_ms = 60000;
   p.stale_ms = 5000;
   cr_assert_eq(xf_set(c, key, strlen(key), v, n, &p), XF_OK); /* over an entry */
+  long long s0 = xft_command_calls(r, "set"), r0 = xft_command_calls(r, "setrange");
   cr_assert_eq(xf_set(c, key, strlen(key), v, n, &p), XF_OK);
+  long long sets = xft_command_calls(r, "set") - s0,
+            setranges = xft_command_calls(r, "setrange") - r0;
+  if (n >= BIG_AT)
+    cr_expect(sets == 0 && setranges == 3, "%zu B: %lld SET, %lld SETRANGE", n, sets,
+              setranges);
+  else
+    cr_expect(sets == 1 && setranges == 0, "%zu B: %lld SET, %lld SETRANGE", n, sets,
+              setranges);
   redisReply *rep = xft_cmd(r, "GET %s", key);
   cr_assert_eq(rep->type, REDIS_REPLY_STRING);
   int flags = (unsigned char)rep->str[2];
@@ -111,10 +121,13 @@ static void written_as_a_set(size_t n) {
 }
 
 Test(entry2_big, a_big_entry_is_the_bytes_ttl_and_memory_of_a_set) {
-  written_as_a_set(BIG_AT - 1); /* concatenated */
-  written_as_a_set(BIG_AT);
-  written_as_a_set(100 << 10);
-  written_as_a_set(1 << 20);
+  xft_server own; /* its command counts are this test's alone */
+  cr_assert_eq(xft_server_start(&own, NULL), 0);
+  written_as_a_set(own.port, BIG_AT - 1); /* concatenated */
+  written_as_a_set(own.port, BIG_AT);
+  written_as_a_set(own.port, 100 << 10);
+  written_as_a_set(own.port, 1 << 20);
+  xft_server_stop(&own);
 }
 
 /* A write while another caller holds the entry's lease keeps that lease in
