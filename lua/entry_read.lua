@@ -169,16 +169,17 @@ end
 
 -- Makes key (of type kind: 'none', 'string' or 'hash', replaced) the
 -- format-2 entry h .. value that lives px ms. Lua's `..` copies a value twice
--- (its buffer, then the new string) before SET copies it once more: from
--- BIG_AT bytes the string is instead made at its final length by SETRANGE
--- past the header on the deleted key (one allocation of exactly that size, as
--- SET makes: APPEND or SETRANGE on the old string would grow it greedily, up
--- to twice its size) and the header written in place; the same bytes, the
--- same memory, half the time from 100 KiB (bench/README.md, "Write cost").
--- The no-op SETRANGE first is checked against maxmemory as SET would be
--- (DEL is not, and a script's writes after its first are not either); a
--- string longer than SETRANGE may make (proto-max-bulk-len) is SET, and so
--- is a hash converted (SETRANGE would fail on it: WRONGTYPE).
+-- (its buffer, then the new string, whose every byte Lua hashes to intern it)
+-- before SET copies it once more: from BIG_AT bytes the string is instead
+-- made at its final length by SETRANGE past the header on the deleted key
+-- (one allocation of exactly that size, as SET makes: APPEND or SETRANGE on
+-- the old string would grow it greedily, up to twice its size) and the header
+-- written in place; the same bytes, the same memory, half the server time or
+-- less from 100 KiB (bench/README.md, "Write cost"). The no-op SETRANGE first
+-- is checked against maxmemory as SET would be (DEL is not, and a script's
+-- writes after its first are not either); a string longer than SETRANGE may
+-- make (proto-max-bulk-len) is SET, and so is a hash converted (SETRANGE
+-- would fail on it: WRONGTYPE).
 local function set2(key, kind, h, value, px)
   if #value >= BIG_AT and kind ~= 'hash' then
     redis.call('SETRANGE', key, 0, '')
