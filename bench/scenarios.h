@@ -35,6 +35,8 @@ int sc_hit_overhead(const bench_env *e, scenario_out *out);
 int sc_beta_sweep(const bench_env *e, scenario_out *out);
 /* bench/hit_cost.c: issue 19's hit and memory costs against GET and SET. */
 int sc_hit_cost(const bench_env *e, scenario_out *out);
+/* bench/write_cost.c: server time per write and per lease + write, by size. */
+int sc_write_cost(const bench_env *e, scenario_out *out);
 /* bench/tls_bench.c: issue 23's TLS hit p50, throughput and handshakes. */
 int sc_tls(const bench_env *e, scenario_out *out);
 

@@ -14,7 +14,9 @@
 -- lease is no longer the entry's (a delete removed it, or another caller took
 -- it over after it ran out). A lease holder whose whole entry is gone may
 -- still write: nothing newer was written. A malformed entry is overwritten
--- (its malformed s refuses nothing) and a malformed lease dropped.
+-- (its malformed s refuses nothing) and a malformed lease dropped. A format-2
+-- value of BIG_AT bytes or more is written without concatenating it to its
+-- header in Lua (entry_read.lua's set2).
 --#include entry_read.lua
 local key, token, kind, format = KEYS[1], ARGV[1], ARGV[7], ARGV[8]
 local now = server_now()
@@ -52,7 +54,7 @@ delta = (delta and delta > 0) and math.floor(math.min(delta, 2^40)) or 0
 if format == '2' then
   t.v, t.d, t.e, t.s, t.n = true, delta, now + ttl, start, kind == '1' and 1 or 0
   t.slot = #ARGV[2] >= SLOT_AT -- its leases then rewrite the header only (entry_read.lua)
-  redis.call('SET', key, pack2(t) .. ARGV[2], 'PX', ttl + tonumber(ARGV[5]))
+  set2(key, t.kind, pack2(t), ARGV[2], ttl + tonumber(ARGV[5]))
   return 1
 end
 local l, f = t.kind ~= 'hash' and lease1(t), t.kind ~= 'hash' and t.f
