@@ -70,10 +70,12 @@ Test(xfetch, beta_infinity_recomputes_every_time) {
 }
 
 Test(xfetch, early_recompute_near_expiry_of_a_slow_value) {
-  /* remaining 100 ms, delta 10 s: P(early) = exp(-0.01) ~ 0.99 per read. */
+  /* remaining 2 s, delta 1000 s: P(early) = exp(-0.002) ~ 0.998 per read
+   * (2 s, not less: under valgrind on a busy machine the read came after a
+   * 100 ms remainder had run out, a miss and not an early refresh). */
   redisContext *r = xft_redis();
-  put_entry(r, "flow:early", "old", 10000000, 100, 10000);
   xf_client *c = xft_client(7);
+  put_entry(r, "flow:early", "old", 1000000000, 2000, 10000);
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "new"};
   xf_value v;
@@ -175,8 +177,15 @@ Test(xfetch, value_past_the_stale_window_is_not_served) {
   xf_client_close(c);
 }
 
+static int reading; /* the waiter is about to read */
+
+/* The holder's write, 300 ms after the waiter starts its call (not after the
+ * test starts: under valgrind a client's open and first read took longer
+ * than a fixed 200 ms, and the write came first: no wait to count). */
 static void *set_later(void *arg) {
-  xft_sleep_ms(200);
+  while (!__atomic_load_n(&reading, __ATOMIC_ACQUIRE))
+    xft_sleep_ms(1);
+  xft_sleep_ms(300);
   xf_client *c = xft_client(2);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, (const char *)arg, strlen(arg), "from-holder", 11, &p), XF_OK);
@@ -193,6 +202,7 @@ Test(xfetch, miss_waits_for_the_lease_holder_and_gets_its_value) {
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "mine"};
   xf_value v;
+  __atomic_store_n(&reading, 1, __ATOMIC_RELEASE);
   cr_assert_eq(get(c, "flow:wait", &p, &l, &v), XF_OK);
   pthread_join(t, NULL);
   cr_expect_str_eq(v.data, "from-holder");
