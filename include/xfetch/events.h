@@ -88,7 +88,7 @@ typedef struct xf_event {
                           XF_E* that made Redis unusable; else 0 */
 } xf_event;
 
-/* The hook (see xf_options.on_event). */
+/* The hook (see xf_options.on_event in <xfetch/options.h>). */
 typedef void (*xf_event_fn)(const xf_event *ev, void *ud);
 
 /* The name of an event type ("hit", "lease_won", ...; "?" if unknown), and of
