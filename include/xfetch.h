@@ -25,7 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The parts, in dependency order (each also compiles on its own). */
+/* The parts, in dependency order, not sorted (each also compiles on its own). */
+/* clang-format off */
 #include "xfetch/base.h"
 #include "xfetch/events.h"
 #include "xfetch/options.h"
@@ -38,5 +39,6 @@
 #include "xfetch/call.h"
 #include "xfetch/pool.h"
 #include "xfetch/async.h"
+/* clang-format on */
 
 #endif /* XFETCH_H */

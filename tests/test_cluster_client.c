@@ -322,7 +322,8 @@ Test(cluster_client, a_batch_spans_every_master) {
         XF_OK);
     for (int i = 0; i < N; i++) {
       char want[64];
-      snprintf(want, sizeof want, "v-%s", buf[i]);
+      int len = snprintf(want, sizeof want, "v-%s", buf[i]);
+      cr_assert(len > 0 && len < (int)sizeof want, "key %d: its value does not fit", i);
       cr_expect_eq(rcs[i], XF_OK, "key %d: %s", i, xf_strerror(rcs[i]));
       cr_expect(v[i].data && strcmp(v[i].data, want) == 0, "key %d", i);
       cr_expect_eq(v[i].source, round == 0 ? XF_SOURCE_LOADER : XF_SOURCE_CACHE);
@@ -480,7 +481,8 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
         XF_OK);
     for (int i = 0; i < N; i++) {
       char want[64];
-      snprintf(want, sizeof want, "v-%s", buf[i]);
+      int len = snprintf(want, sizeof want, "v-%s", buf[i]);
+      cr_assert(len > 0 && len < (int)sizeof want, "key %d: its value does not fit", i);
       cr_expect_eq(rcs[i], XF_OK, "key %d: %s (%s)", i, xf_strerror(rcs[i]), xf_errmsg(c));
       cr_expect(v[i].data && strcmp(v[i].data, want) == 0, "key %d", i);
       cr_expect_eq(v[i].source, round == 0 ? XF_SOURCE_LOADER : XF_SOURCE_CACHE);

@@ -41,7 +41,8 @@ static void batch(xf_client *c, const char *fmt, int n, int round, int *calls) {
       XF_OK);
   for (int i = 0; i < n; i++) {
     char want[64];
-    snprintf(want, sizeof want, "v-%s", buf[i]);
+    int len = snprintf(want, sizeof want, "v-%s", buf[i]);
+    cr_assert(len > 0 && len < (int)sizeof want, "key %d: its value does not fit", i);
     cr_expect_eq(rcs[i], XF_OK, "key %d: %s", i, xf_strerror(rcs[i]));
     cr_expect(v[i].data && strcmp(v[i].data, want) == 0, "key %d", i);
     cr_expect_eq(v[i].source, round == 0 ? XF_SOURCE_LOADER : XF_SOURCE_CACHE);

@@ -374,7 +374,7 @@ Test(share, a_delete_during_a_flight_is_not_undone_by_it) {
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   flight fl = {.c = down_client(s),
-               .g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER}};
+               .g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER}};
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, fly, &fl), 0);
   pthread_mutex_lock(&fl.g.mu);
@@ -476,7 +476,7 @@ Test(share, a_forked_childs_threads_on_one_key_load_once) {
   XFT_SKIP_UNDER_TSAN("threads started in the child of a multi-threaded fork");
   cr_assert_eq(xf_share_open(&fork_share, NULL), XF_OK);
   flight parent = {.c = down_client(fork_share),
-                   .g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER}};
+                   .g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER}};
   parent.key = "share:forked";
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, fly, &parent), 0);

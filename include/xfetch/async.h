@@ -20,7 +20,8 @@ extern "C" {
  * once on one non-blocking connection per server (plain or TLS; their commands pipelined;
  * in a Redis Cluster one per master, each key routed to its slot's master as
  * xf_client does), waits are loop timers and the loader may complete later. Attach it to a
- * loop with an adapter header shipped next to this one (libxfetch links no event library):
+ * loop with an adapter header shipped next to <xfetch.h>, one directory up from this part
+ * (libxfetch links no event library):
  *
  *   #include <xfetch_libuv.h>      xf_async_open_libuv(&ac, &opts, uv_loop)
  *   #include <xfetch_libevent.h>   xf_async_open_libevent(&ac, &opts, base)
@@ -130,7 +131,7 @@ XF_EXPORT int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keyl
  * up; it may be completed inside the loader or later, once. */
 XF_EXPORT int xf_async_load_done(xf_async_load *load, const void *data, size_t len);
 
-/* Completes load with "not found" (see xf_sink_not_found). */
+/* Completes load with "not found" (see xf_sink_not_found in <xfetch/client.h>). */
 XF_EXPORT void xf_async_load_not_found(xf_async_load *load);
 
 /* Completes load with a failure: nothing is cached, code (0 becomes

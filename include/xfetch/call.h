@@ -117,8 +117,8 @@ XF_EXPORT int xf_call_target(const xf_call *call, const char **host, int *port);
  * for each SEND. One read script per connection per refresh: the reads
  * sent on it behind that script go plain, judged once its reply taught the
  * estimate, so feed a connection's replies in the order they came (one fed
- * out of order is not wrong, its call asks again). Returns XF_OK, XF_EINVAL (call not in XF_CALL_SEND, or a
- * NULL argument) or XF_ENOMEM (the request stays as it was: send it). A
+ * out of order is not wrong, its call asks again). Returns XF_OK, XF_EINVAL (call not in
+ * XF_CALL_SEND, or a NULL argument) or XF_ENOMEM (the request stays as it was: send it). A
  * driver that never says it keeps the read script on every read. The
  * estimate's bounds are conservative (the request's time as the call was
  * told it, no later than the write; the reply's, no earlier than the read;

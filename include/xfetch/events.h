@@ -70,12 +70,12 @@ typedef enum xf_driver {
  * FLUSHDB, XF_EIO for a lost connection (invalidation or tracked data
  * connection), the open's code (XF_ECONNECT, XF_EAUTH, XF_EREDIS, ...) when
  * the invalidation connection could not be opened (asked again after a
- * backoff: nothing is kept from server meanwhile); key and server both NULL: more came between two reports than
- * are kept (1,024), some went unreported. They arrive on the share's
- * tracker thread and are kept until the next xf_get / xf_get_or_compute
- * (any driver) of a client of the share that has a hook, which reports
- * them first, on its own thread: each once per share, whichever client's
- * hook gets it (up to 64 per call; the rest go with the next calls). */
+ * backoff: nothing is kept from server meanwhile); key and server both NULL: more came
+ * between two reports than are kept (1,024), some went unreported. They arrive on the
+ * share's tracker thread and are kept until the next xf_get / xf_get_or_compute (any
+ * driver) of a client of the share that has a hook, which reports them first, on its own
+ * thread: each once per share, whichever client's hook gets it (up to 64 per call; the rest
+ * go with the next calls). */
 typedef struct xf_event {
   xf_event_type type;
   xf_driver driver;
@@ -88,7 +88,7 @@ typedef struct xf_event {
                           XF_E* that made Redis unusable; else 0 */
 } xf_event;
 
-/* The hook (see xf_options.on_event). */
+/* The hook (see xf_options.on_event in <xfetch/options.h>). */
 typedef void (*xf_event_fn)(const xf_event *ev, void *ud);
 
 /* The name of an event type ("hit", "lease_won", ...; "?" if unknown), and of

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-/* A process-local share: see xf_share_open below. */
+/* A process-local share: see xf_share_open in <xfetch/share.h>. */
 typedef struct xf_share xf_share;
 
 /* An interrupt check (see xf_options.interrupt): non-zero = stop the call. */
