@@ -31,7 +31,7 @@ import pytest
 import xfetch
 import xfetch.aio
 
-THREAD_GRACE_S = 2.0
+THREAD_GRACE_S = float(os.environ.get("XFETCH_TEST_THREAD_GRACE_S", "2.0"))
 _PID = os.getpid()
 
 
