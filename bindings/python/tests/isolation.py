@@ -13,7 +13,7 @@ half way, so a failing test fails alone:
   stopped or paused it would fail every later test.
 
 A test that passed but leaked fails at teardown, naming the leak (a forked
-child, a process, a thread still running 2 s after its end, the shared
+child, a process, a thread still running 5 s after its end, the shared
 server down), so a new leak is caught where it is made. An open Cache is
 only closed: dropping one (closed by the garbage collector) is a behaviour
 some tests check."""
@@ -31,7 +31,7 @@ import pytest
 import xfetch
 import xfetch.aio
 
-THREAD_GRACE_S = float(os.environ.get("XFETCH_TEST_THREAD_GRACE_S", "2.0"))
+THREAD_GRACE_S = float(os.environ.get("XFETCH_TEST_THREAD_GRACE_S", "5.0"))
 _PID = os.getpid()
 
 
