@@ -1,8 +1,10 @@
 """Fixtures: a real redis-server on a free loopback port (and a Unix socket)
 in a temp dir, started once per session; no persistence."""
 import asyncio
+import os
 import pathlib
 import shutil
+import signal
 import threading
 import time
 import types
@@ -15,6 +17,8 @@ import xfetch
 import xfetch.aio
 import xfetch.testing
 
+pytest_plugins = ["isolation"]  # what a test leaves behind is undone (isolation.py)
+
 ACL_USER, ACL_PASS = "alice", "s3cret:p@ss"  # ':' and '@' exercise URL quoting
 
 
@@ -25,12 +29,32 @@ class RedisServer(xfetch.testing.RedisServer):
         super().__init__(tmpdir)
         self.admin = redis.Redis(host="127.0.0.1", port=self.port)
 
+    def answers(self):
+        """Whether the server runs and answers PING now."""
+        return self.proc.poll() is None and self._answers()
+
+
+class SharedServer(RedisServer):
+    """The session's server, with the ACL user the URL tests log in as;
+    restart() replaces it (on a new port) if a test left it down."""
+
+    def __init__(self, tmpdir):
+        super().__init__(tmpdir)
+        self.admin.execute_command("ACL", "SETUSER", ACL_USER, "on", ">" + ACL_PASS, "~*",
+                                   "&*", "+@all")
+
+    def restart(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a stopped one cannot end
+            self.proc.kill()
+            self.proc.wait(10)
+        self.admin.close()
+        self.__init__(self.dir)
+
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    srv = RedisServer(str(tmp_path_factory.mktemp("redis")))
-    srv.admin.execute_command("ACL", "SETUSER", ACL_USER, "on", ">" + ACL_PASS, "~*", "&*",
-                              "+@all")
+    srv = SharedServer(str(tmp_path_factory.mktemp("redis")))
     yield srv
     srv.stop()
 
@@ -155,10 +179,18 @@ class Face:
         return load
 
     def close(self):
+        """Closes every Cache, even after one's close() raised (the first
+        error is raised once all are closed), then the loop."""
+        errors = []
         for c in self._caches:
-            self.run(c.close())
+            try:
+                self.run(c.close())
+            except Exception as e:  # noqa: B902 - raised below
+                errors.append(e)
         if self.aio:
             self.loop.close()
+        if errors:
+            raise errors[0]
 
 
 @pytest.fixture(params=["sync", "aio"])

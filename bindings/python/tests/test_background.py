@@ -9,21 +9,27 @@ test lets it go, so "while the refresh runs" is a fact, not a timing.
 A refresh is due at once here: the first load takes 1.4 s and the rate-aware
 window is 1.5 x that, above the 2 s ttl."""
 import asyncio
+import gc
 import logging
 import os
+import sys
 import time
 
 import pytest
 
 import xfetch
+import xfetch._refresh
 
 TTL, FIRST_LOAD_S = 2.0, 1.4
 
 
 class Gated:
     """The loader: run 1 takes FIRST_LOAD_S; later runs wait for release()
-    (polling, so it suits a thread and the event loop), and run `fail_at`
-    raises."""
+    (polling, so it suits a thread and the event loop; at most HOLD_S, so a
+    test that fails before release() leaves no refresh thread behind), and
+    run `fail_at` raises."""
+
+    HOLD_S = 10.0
 
     def __init__(self, face, fail_at=0):
         self.face, self.fail_at = face, fail_at
@@ -31,6 +37,9 @@ class Gated:
 
     def release(self):
         self.open = True
+
+    def _held(self, n, t0):
+        return n > 1 and not self.open and time.monotonic() - t0 < self.HOLD_S
 
     def _value(self, n):
         if n == self.fail_at:
@@ -41,22 +50,30 @@ class Gated:
         if self.face.aio:
             async def load():
                 self.runs += 1
-                n = self.runs
+                n, t0 = self.runs, time.monotonic()
                 if n == 1:
                     await asyncio.sleep(FIRST_LOAD_S)
-                while n > 1 and not self.open:
+                while self._held(n, t0):
                     await asyncio.sleep(0.01)
                 return self._value(n)
         else:
             def load():
                 self.runs += 1
-                n = self.runs
+                n, t0 = self.runs, time.monotonic()
                 if n == 1:
                     time.sleep(FIRST_LOAD_S)
-                while n > 1 and not self.open:
+                while self._held(n, t0):
                     time.sleep(0.01)
                 return self._value(n)
         return load
+
+
+class SyncFace:
+    """The sync face for a sync-only test (no `face` fixture)."""
+    aio = False
+
+    def run(self, x):
+        return x
 
 
 def until(face, cond, timeout=10.0):
@@ -135,6 +152,25 @@ def test_close_waits_a_bounded_time_for_a_stuck_refresh(face, server, prefix):
     g.release()
 
 
+def test_a_cache_dropped_without_close_ends_its_refresh_threads(server, prefix, monkeypatch):
+    """Its two refresh threads end once idle (they waited for work for ever:
+    two threads, and the Cache's C share, kept per dropped Cache)."""
+    monkeypatch.setattr(xfetch._refresh.Refresher, "IDLE_S", 0.2)
+    face = SyncFace()
+    before = set(sys._current_frames())
+    cache = xfetch.Cache(server.url, prefix=prefix, background_refresh=True)
+    g = Gated(face)
+    assert get(face, cache, "k", g) == (b"v1", "loader")
+    assert get(face, cache, "k", g) == (b"v1", "cache")  # won the refresh
+    assert until(face, lambda: g.runs == 2)
+    assert set(sys._current_frames()) - before  # its refresh threads
+    g.release()
+    assert until_cached(face, cache, "k", b"v2")
+    del cache
+    gc.collect()
+    assert until(face, lambda: not set(sys._current_frames()) - before, timeout=5)
+
+
 def test_the_default_and_the_decorator(face, server, prefix):
     cache = face.Cache(server.url, prefix=prefix)
     with pytest.raises(TypeError):
@@ -163,13 +199,7 @@ def test_the_default_and_the_decorator(face, server, prefix):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_fork_child_refreshes_on_threads_of_its_own(server, prefix):
     cache = xfetch.Cache(server.url, prefix=prefix, background_refresh=True)
-
-    class Face:
-        aio = False
-
-        def run(self, x):
-            return x
-    face = Face()
+    face = SyncFace()
     g = Gated(face)
     g.release()
     assert get(face, cache, "parent", g) == (b"v1", "loader")

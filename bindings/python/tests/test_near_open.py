@@ -26,6 +26,7 @@ class SlowInvalidationProxy:
         self.lsock.listen(16)
         self.port = self.lsock.getsockname()[1]
         self.held = 0
+        self.socks = []  # every connection's two sockets, shut at close()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -35,6 +36,7 @@ class SlowInvalidationProxy:
             except OSError:
                 return
             server = socket.create_connection(("127.0.0.1", self.target))
+            self.socks += [client, server]
             threading.Thread(target=self._pipe, args=(client, server, True),
                              daemon=True).start()
             threading.Thread(target=self._pipe, args=(server, client, False),
@@ -62,6 +64,13 @@ class SlowInvalidationProxy:
                     pass
 
     def close(self):
+        """Ends every thread: accept() and recv() return once their socket is
+        shut down (close() alone would leave them blocked)."""
+        for s in [self.lsock] + self.socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         self.lsock.close()
 
 

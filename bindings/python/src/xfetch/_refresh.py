@@ -38,6 +38,7 @@ class Refresher:
     """The sync face's bounded background refreshes (one per Cache)."""
 
     THREADS, QUEUE = 2, 64
+    IDLE_S = 2.0  # a thread with no refresh to run for this long ends
 
     def __init__(self, config):
         # The Cache's Config: the C share and the event hook's handle the
@@ -78,8 +79,11 @@ class Refresher:
         cv = self.cv
         while True:
             with cv:
+                # Idle threads end (submit starts them again): a Cache dropped
+                # without close() would keep them waiting for ever, 2 per Cache
                 while not self.queue and not self.closing:
-                    cv.wait()
+                    if not cv.wait(self.IDLE_S) and not self.queue:
+                        break
                 if not self.queue:
                     self.threads -= 1
                     return
