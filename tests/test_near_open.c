@@ -26,16 +26,15 @@ typedef struct two {
   xf_client *cb;      /* B's, with the near cache */
   xf_client *other_b; /* another process's writer on B */
   pthread_t thread;   /* a call on A, waiting for A's slow open */
+  xf_client *ca;      /* its client (a forked child's copy stays reachable) */
   int a_rc;
 } two;
 
 static void *call_on_a(void *arg) {
   two *w = arg;
-  xf_client *ca = near_client(w->a.port, w->share, NULL, NULL);
   xf_value v;
-  w->a_rc = xf_get(ca, "a:k", 3, &v);
+  w->a_rc = xf_get(w->ca, "a:k", 3, &v);
   xf_value_free(&v);
-  xf_client_close(ca);
   return NULL;
 }
 
@@ -51,6 +50,11 @@ static void open_two(two *w) {
   w->other_b = near_client(w->b.port, NULL, NULL, NULL);
   near_put(w->other_b, "b:k", "v1");
   near_warm(w->cb, "b:k", "v1");
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = w->a.port;
+  o.share = w->share;
+  o.lazy_connect = 1; /* connected by its first call, on the thread */
+  cr_assert_eq(xf_client_open(&w->ca, &o), XF_OK);
   xf__near_test_open_delay_ms = OPEN_DELAY_MS;
   cr_assert_eq(pthread_create(&w->thread, NULL, call_on_a, w), 0);
   int64_t until = xft_now_ms() + BOUND_MS;
@@ -61,6 +65,7 @@ static void open_two(two *w) {
 
 static void close_two(two *w) {
   pthread_join(w->thread, NULL);
+  xf_client_close(w->ca);
   xf__near_test_open_delay_ms = 0;
   cr_expect(w->a_rc == XF_ENOTFOUND || w->a_rc == XF_OK, "the call on A: %d", w->a_rc);
   xf_client_close(w->other_b);
