@@ -10,7 +10,6 @@
  * thread, which keeps reading the nodes already open meanwhile: a slow open
  * (a stalled server, a slow handshake) holds up no other node's
  * invalidations, nor their near hits. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,11 +115,7 @@ int xf__tracker_open_wanted(struct xf__near_tracker *t) {
     node->want = NULL;
     node->opening = 1;
     xf__inval_who_watch(node->as, on_fd, node);
-    sigset_t all, old; /* signals are the application's threads' to take */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    node->has_opener = pthread_create(&node->opener, NULL, opener, node) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    node->has_opener = xf__tracker_spawn(&node->opener, opener, node);
     if (!node->has_opener) { /* no thread: opened here, as before */
       pthread_mutex_unlock(&t->mu);
       open_node(node);

@@ -208,15 +208,19 @@ static void *run(void *arg) {
   return NULL; /* t->ps is freed with t */
 }
 
-/* Starts the thread with every signal blocked: they are the application's
- * threads' to take (a Python process's Ctrl-C among them). */
-int xf__tracker_start(struct xf__near_tracker *t) {
+/* Signals are the application's threads' to take (a Python process's
+ * Ctrl-C among them): every one is blocked in the near cache's threads. */
+int xf__tracker_spawn(pthread_t *th, void *(*fn)(void *), void *arg) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = pthread_create(&t->thread, NULL, run, t);
+  int rc = pthread_create(th, NULL, fn, arg);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   return rc == 0;
+}
+
+int xf__tracker_start(struct xf__near_tracker *t) {
+  return xf__tracker_spawn(&t->thread, run, t);
 }
 
 int xf__near_news_waiting(struct xf__near *n) {
