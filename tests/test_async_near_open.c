@@ -5,7 +5,9 @@
  * untracked meanwhile and is tracked once the tracker thread has opened it
  * (near hits follow), and no read returns a value older than a write
  * acknowledged before it began, through the transition and after it; a
- * refused open is asked for again after a backoff, not per command. */
+ * refused open is asked for again after a backoff, not per command; a
+ * close during an open stalled on a server that never answers does not
+ * wait for the open's command timeout. */
 #define _DEFAULT_SOURCE /* <uv.h> under -std=c11 */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
