@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "near_impl.h"
+#include "near_track.h"
 #include "share.h"
 
 xf_client *near_client(int port, xf_share *share, const char *user, const char *password) {
@@ -79,4 +80,14 @@ void near_await_invalidations(xf_share *s, uint64_t seen) {
     xft_sleep_ms(1);
   cr_assert_gt(xf__near_invalidations(n), seen, "no invalidation came");
   cr_assert_not(xf__near_news_waiting(n), "the tracker never applied what it read");
+}
+
+int near_opening(xf_share *s, int port) {
+  struct xf__near_tracker *t = xf__near_tracker(xf__share_near(s));
+  int opening = 0;
+  pthread_mutex_lock(&t->mu);
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    opening |= node->port == port && (node->want || node->opening);
+  pthread_mutex_unlock(&t->mu);
+  return opening;
 }

@@ -13,7 +13,9 @@
 #include "fixture.h"
 
 #define NEAR_BYTES (1u << 20)
+#ifndef BOUND_MS
 #define BOUND_MS 5000 /* how long a test waits for what must come (never hit) */
+#endif
 
 typedef struct near_env {
   xft_server srv;
@@ -47,5 +49,9 @@ void near_warm(xf_client *c, const char *key, const char *want);
  * while its node's read is still under way (reading odd), and until that
  * read ends a near hit on that node goes to Redis instead. */
 void near_await_invalidations(xf_share *s, uint64_t seen);
+
+/* Whether share's tracker has the invalidation connection to port asked
+ * for or being opened (not open, not failed yet). */
+int near_opening(xf_share *s, int port);
 
 #endif

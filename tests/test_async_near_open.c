@@ -5,7 +5,9 @@
  * untracked meanwhile and is tracked once the tracker thread has opened it
  * (near hits follow), and no read returns a value older than a write
  * acknowledged before it began, through the transition and after it; a
- * refused open is asked for again after a backoff, not per command. */
+ * refused open is asked for again after a backoff, not per command; a
+ * close during an open stalled on a server that never answers does not
+ * wait for the open's command timeout. */
 #define _DEFAULT_SOURCE /* <uv.h> under -std=c11 */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -14,12 +16,17 @@
 #include <xfetch_libevent.h>
 #include <xfetch_libuv.h>
 
-#include "fixture.h"
-#include "near_impl.h"
-#include "share.h"
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define OPEN_DELAY_MS 800 /* the invalidation connection's open */
 #define BOUND_MS 8000
+
+#include "fixture.h"
+#include "near_env.h"
+#include "near_impl.h"
+#include "share.h"
 
 enum { LIBUV, LIBEVENT };
 
@@ -39,7 +46,7 @@ typedef struct run {
   char got[32];
 } run;
 
-static uint64_t near_hits(run *r) {
+static uint64_t loop_near_hits(run *r) {
   xf_stats st;
   xf_async_stats(r->ac, &st);
   return st.near_hits;
@@ -94,9 +101,9 @@ static void tick(run *r) {
   }
   if (r->version == 1 && at >= OPEN_DELAY_MS / 4) /* during the transition */
     write_version(r, 2);
-  else if (r->version == 2 && near_hits(r) > 0)
+  else if (r->version == 2 && loop_near_hits(r) > 0)
     write_version(r, 3);
-  else if (r->version == 3 && r->expect == 3 && near_hits(r) > 3)
+  else if (r->version == 3 && r->expect == 3 && loop_near_hits(r) > 3)
     stop(r);
   if (r->inflight || r->done)
     return;
@@ -157,13 +164,13 @@ ParameterizedTest(int *kind, async_near_open, the_loop_runs_while_the_tracker_op
               "%llu near hits",
               r.kind == LIBUV ? "libuv" : "libevent", (long long)r.max_gap_ms,
               (long long)(r.first_reply_ms - r.start_ms),
-              (unsigned long long)near_hits(&r));
+              (unsigned long long)loop_near_hits(&r));
   cr_expect_lt(r.max_gap_ms, OPEN_DELAY_MS / 2, "the loop stood still %lld ms",
                (long long)r.max_gap_ms);
   cr_expect_lt(r.first_reply_ms - r.start_ms, OPEN_DELAY_MS,
                "the first read waited for the invalidation connection");
   cr_expect_eq(r.version, 3, "never a near hit after the invalidation connection opened");
-  cr_expect_gt(near_hits(&r), 3);
+  cr_expect_gt(loop_near_hits(&r), 3);
   cr_expect_eq(r.wrong, 0, "%d stale reads", r.wrong);
   xf_async_close(r.ac);
   if (r.kind == LIBUV) {
@@ -243,4 +250,52 @@ Test(async_near_open, a_refused_open_is_asked_again_after_a_backoff) {
   xf_share_close(share);
   redisFree(raw);
   xft_server_stop(&srv);
+}
+
+static void ignore_done(int rc, const xf_value *v, void *privdata) {
+  (void)rc, (void)v, (void)privdata;
+}
+
+/* A server that accepts (the kernel's backlog) and never answers: the
+ * invalidation connection's open waits for its replies up to the command
+ * timeout (3 s). The share closed meanwhile does not wait for it: the
+ * close shuts the opener's socket down (before: it joined the tracker
+ * thread, itself opening, after the full 3 s). */
+Test(async_near_open, closing_during_a_stalled_open_returns_soon) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  cr_assert_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+  cr_assert_eq(listen(lfd, 16), 0);
+  cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+  xf_share *share;
+  xf_share_options so = {.near_cache_bytes = 1u << 20};
+  cr_assert_eq(xf_share_open(&share, &so), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = "127.0.0.1";
+  o.port = ntohs(a.sin_port);
+  o.command_timeout_ms = 3000;
+  o.share = share;
+  uv_loop_t uv;
+  xf_async *ac;
+  cr_assert_eq(uv_loop_init(&uv), 0);
+  cr_assert_eq(xf_async_open_libuv(&ac, &o, &uv), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_async_get_or_compute(ac, "ao:c", 4, &p, loader, NULL, ignore_done, NULL),
+               XF_OK);
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (!near_opening(share, o.port) && xft_now_ms() < until)
+    uv_run(&uv, UV_RUN_NOWAIT), xft_sleep_ms(1);
+  cr_assert(near_opening(share, o.port), "the invalidation connection was never asked for");
+  xft_sleep_ms(200); /* its connect done: waiting for replies */
+  int64_t t0 = xft_now_ms();
+  xf_async_close(ac);
+  uv_run(&uv, UV_RUN_DEFAULT);
+  xf_share_close(share);
+  int64_t took_ms = xft_now_ms() - t0;
+  cr_log_info("closed %lld ms into a stalled open", (long long)took_ms);
+  cr_expect_lt(took_ms, o.command_timeout_ms / 2, "the close waited %lld ms for the open",
+               (long long)took_ms);
+  cr_assert_eq(uv_loop_close(&uv), 0);
+  close(lfd);
 }

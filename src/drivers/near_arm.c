@@ -1,16 +1,19 @@
 /* Arming a data connection for the near cache (near_impl.h): the node of its
- * server, whose invalidation connection the tracker thread opens when asked
+ * server, whose invalidation connection an opener thread opens when asked
  * (as the asking client: xf__inval_who), outside the tracker's lock, never
  * on the caller's thread. A blocking driver's arming waits for the open (it
  * blocks anyway); an event loop's does not (XF__NEAR_LATER: its connection
  * serves untracked and arms again once xf__near_arm_due). A failed open is
  * logged (XF_EV_INVALIDATION, a drop with the open's code) and asked for in
  * the background again only after a backoff (100 ms, doubling to 5 s).
- * While the thread opens one, the others' invalidations wait on their
- * sockets: their nodes' hits go to Redis meanwhile (near.c sees the bytes
- * waiting). */
+ * Each open runs on an opener thread of its own, started by the tracker
+ * thread, which keeps reading the nodes already open meanwhile: a slow open
+ * (a stalled server, a slow handshake) holds up no other node's
+ * invalidations, nor their near hits. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "client.h"
 #include "near_track.h"
@@ -27,7 +30,7 @@ static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *h
     return NULL;
   node->tracker = t;
   node->port = port;
-  node->inval_fd = -1;
+  node->inval_fd = node->open_fd = -1;
   if (host ? !(node->host = strdup(host)) : !(node->unix_path = strdup(unix_path))) {
     free(node);
     return NULL;
@@ -37,25 +40,11 @@ static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *h
   return node;
 }
 
-/* Opens the invalidation connection some arm asked for, if any, with t->mu
- * released meanwhile; 1 when it tried one. Under t->mu. */
-int xf__tracker_open_wanted(struct xf__near_tracker *t) {
-  struct xf__near_node *node = t->nodes;
-  while (node && !node->want)
-    node = node->next;
-  if (!node || t->stopping)
-    return 0;
-  xf__inval_who *who = node->want;
-  node->want = NULL;
-  node->opening = 1;
-  pthread_mutex_unlock(&t->mu);
-  xf__inval *v;
-  long long id = 0;
-  char why[sizeof node->why];
-  int rc = xf__inval_open_as(&v, who, node->host, node->port, node->unix_path, &id, why,
-                             sizeof why);
-  xf__inval_who_free(who);
-  pthread_mutex_lock(&t->mu);
+/* What an open found, under t->mu: node's connection (the tracker's poll
+ * set takes it), or the failure logged and the next background ask put
+ * off (100 ms, doubling to 5 s); the arms waiting are told. */
+static void opened(struct xf__near_tracker *t, struct xf__near_node *node, int rc,
+                   xf__inval *v, long long id, const char *why) {
   node->opening = 0;
   __atomic_store_n(&node->asked, 0, __ATOMIC_RELEASE);
   node->opens++;
@@ -66,7 +55,7 @@ int xf__tracker_open_wanted(struct xf__near_tracker *t) {
     __atomic_store_n(&node->inval_fd, xf__inval_fd(v), __ATOMIC_RELEASE);
   } else {
     node->open_rc = rc;
-    memcpy(node->why, why, sizeof why);
+    snprintf(node->why, sizeof node->why, "%s", why);
     node->backoff_ms = node->backoff_ms ? node->backoff_ms * 2 : 100;
     if (node->backoff_ms > 5000)
       node->backoff_ms = 5000;
@@ -76,7 +65,65 @@ int xf__tracker_open_wanted(struct xf__near_tracker *t) {
       xf__near_log_add(xf__near_log(t->near), NULL, 0, node, rc);
   }
   pthread_cond_broadcast(&t->opened);
-  return 1;
+  xf__tracker_wake(t);
+}
+
+/* The opener's socket, connected (fd) or about to close (-1): a close of
+ * the tracker shuts it down, so the open ends without waiting for its
+ * timeouts; published under t->mu so its number is never a reused one's. */
+static void on_fd(void *ud, int fd) {
+  struct xf__near_node *node = ud;
+  struct xf__near_tracker *t = node->tracker;
+  pthread_mutex_lock(&t->mu);
+  node->open_fd = fd;
+  if (fd >= 0 && t->stopping)
+    shutdown(fd, SHUT_RDWR);
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* The blocking open of one node's invalidation connection, on its own
+ * thread: a slow one (a stalled server, a slow handshake) holds up no other
+ * node's invalidations. */
+static void open_node(struct xf__near_node *node) {
+  struct xf__near_tracker *t = node->tracker;
+  xf__inval *v;
+  long long id = 0;
+  char why[sizeof node->why];
+  int rc = xf__inval_open_as(&v, node->as, node->host, node->port, node->unix_path, &id,
+                             why, sizeof why);
+  pthread_mutex_lock(&t->mu);
+  xf__inval_who_free(node->as);
+  node->as = NULL;
+  opened(t, node, rc, v, id, why);
+  pthread_mutex_unlock(&t->mu);
+}
+
+static void *opener(void *arg) {
+  open_node(arg);
+  return NULL;
+}
+
+int xf__tracker_open_wanted(struct xf__near_tracker *t) {
+  int started = 0;
+  for (struct xf__near_node *node = t->nodes; node && !t->stopping; node = node->next) {
+    if (!node->want || node->opening)
+      continue;
+    if (node->has_opener) /* the last one's: done (not opening), or all but */
+      pthread_join(node->opener, NULL);
+    node->has_opener = 0;
+    node->as = node->want;
+    node->want = NULL;
+    node->opening = 1;
+    xf__inval_who_watch(node->as, on_fd, node);
+    node->has_opener = xf__tracker_spawn(&node->opener, opener, node);
+    if (!node->has_opener) { /* no thread: opened here, as before */
+      pthread_mutex_unlock(&t->mu);
+      open_node(node);
+      pthread_mutex_lock(&t->mu);
+    }
+    started = 1;
+  }
+  return started;
 }
 
 /* Asks the thread to open node's invalidation connection as c (started

@@ -4,6 +4,7 @@
 #ifndef XF_NEAR_IMPL_H
 #define XF_NEAR_IMPL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,14 +32,20 @@ struct xf__near_node {
   uint64_t gen;      /* bumped when it is lost: tracking armed under an older
                         one delivers nothing (reconnect to re-arm) */
   uint64_t drop_seq; /* entries kept with a token below it are gone */
-  /* Its opening, by the tracker thread only (near_track.c), under its lock
-   * but for the fields marked __atomic: */
-  xf__inval_who *want; /* asked for, as this client: the thread takes it */
-  int opening;         /* the thread is opening it (its lock not held) */
+  /* Its opening, on an opener thread of its own (near_arm.c), under the
+   * tracker's lock but for the fields marked __atomic: */
+  xf__inval_who *want; /* asked for, as this client: an opener takes it */
+  int opening;         /* an opener is opening it (the lock not held) */
   int asked;           /* __atomic: want or opening (xf__near_arm_due) */
-  uint64_t opens;      /* opens tried: a waiting arm waits for it to move */
-  int64_t retry_ms;    /* __atomic: no open asked in the background before
-                          (after a failure: backoff, 100 ms doubling to 5 s) */
+  xf__inval_who *as;   /* the opener's (freed by it; a forked child's copy by
+                          the child) */
+  int open_fd;         /* the opener's connected socket, -1 = none: a close
+                          shuts it down (the open ends at once) */
+  int has_opener;      /* opener: a thread to join (the last one's) */
+  pthread_t opener;
+  uint64_t opens;   /* opens tried: a waiting arm waits for it to move */
+  int64_t retry_ms; /* __atomic: no open asked in the background before
+                       (after a failure: backoff, 100 ms doubling to 5 s) */
   int backoff_ms;
   int open_rc; /* the last failed open's code and reason */
   char why[200];
@@ -235,6 +242,11 @@ xf__inval_who *xf__inval_who_new(const struct xf_client *c);
 void xf__inval_who_free(xf__inval_who *w);
 int xf__inval_open_as(xf__inval **out, xf__inval_who *w, const char *host, int port,
                       const char *unix_path, long long *id, char *why, size_t whylen);
+
+/* An open as w tells on(ud, fd) its socket once connected (before the
+ * setup is sent) and on(ud, -1) before that socket closes or is handed
+ * over: shutdown() of it meanwhile ends the open at once (XF_EIO). */
+void xf__inval_who_watch(xf__inval_who *w, void (*on)(void *ud, int fd), void *ud);
 int xf__inval_fd(const xf__inval *v);
 
 /* Reads what the connection has, without waiting, and hands each whole

@@ -111,8 +111,10 @@ static int subscribe(xf_client *c, xf__inval *v, long long *id) {
 
 int xf__near_test_open_delay_ms;
 
-int xf__inval_open(xf__inval **out, xf_client *c, const char *host, int port,
-                   const char *unix_path, long long *id) {
+/* xf__inval_open, telling on (if any) of its socket (xf__inval_who_watch). */
+static int open_watched(xf__inval **out, xf_client *c, const char *host, int port,
+                        const char *unix_path, long long *id, void (*on)(void *ud, int fd),
+                        void *ud) {
   *out = NULL;
   if (xf__near_test_open_delay_ms > 0) /* a slow server (tests) */
     poll(NULL, 0, xf__near_test_open_delay_ms);
@@ -133,8 +135,12 @@ int xf__inval_open(xf__inval **out, xf_client *c, const char *host, int port,
   /* Only the handshake reads the TLS settings; they are the client's, which
    * may close before this connection does. */
   v->s.tls = NULL;
+  if (rc == XF_OK && on)
+    on(ud, v->s.fd);
   if (rc == XF_OK)
     rc = subscribe(c, v, id);
+  if (on)
+    on(ud, -1);
   if (rc != XF_OK) {
     xf__inval_close(v);
     return rc;
@@ -143,10 +149,22 @@ int xf__inval_open(xf__inval **out, xf_client *c, const char *host, int port,
   return XF_OK;
 }
 
+int xf__inval_open(xf__inval **out, xf_client *c, const char *host, int port,
+                   const char *unix_path, long long *id) {
+  return open_watched(out, c, host, port, unix_path, id, NULL, NULL);
+}
+
 struct xf__inval_who {
   xf_client c; /* a stand-in: only what xf__inval_open reads is set */
   xf__tls tls; /* c.tls: the client's, its SSL_CTX referenced once more */
+  void (*on_fd)(void *ud, int fd);
+  void *on_fd_ud;
 };
+
+void xf__inval_who_watch(xf__inval_who *w, void (*on)(void *ud, int fd), void *ud) {
+  w->on_fd = on;
+  w->on_fd_ud = ud;
+}
 
 xf__inval_who *xf__inval_who_new(const xf_client *c) {
   xf__inval_who *w = calloc(1, sizeof *w);
@@ -184,7 +202,7 @@ void xf__inval_who_free(xf__inval_who *w) {
 int xf__inval_open_as(xf__inval **out, xf__inval_who *w, const char *host, int port,
                       const char *unix_path, long long *id, char *why, size_t whylen) {
   w->c.errstr[0] = '\0';
-  int rc = xf__inval_open(out, &w->c, host, port, unix_path, id);
+  int rc = open_watched(out, &w->c, host, port, unix_path, id, w->on_fd, w->on_fd_ud);
   snprintf(why, whylen, "%s", w->c.errstr);
   return rc;
 }

@@ -13,8 +13,9 @@
  *     drops the node at once, before the client notices on its next call:
  *     Redis no longer invalidates what it tracked (redis#13082).
  *
- * The thread also opens the invalidation connections the armings ask for
- * (near_arm.c), outside its lock.
+ * The thread also starts the opener threads (near_arm.c), one per node
+ * whose invalidation connection the armings ask for, and keeps reading the
+ * nodes already open while they open.
  *
  * Lock order: the share's, the tracker's, then a shard's (near.c). */
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -206,15 +208,19 @@ static void *run(void *arg) {
   return NULL; /* t->ps is freed with t */
 }
 
-/* Starts the thread with every signal blocked: they are the application's
- * threads' to take (a Python process's Ctrl-C among them). */
-int xf__tracker_start(struct xf__near_tracker *t) {
+/* Signals are the application's threads' to take (a Python process's
+ * Ctrl-C among them): every one is blocked in the near cache's threads. */
+int xf__tracker_spawn(pthread_t *th, void *(*fn)(void *), void *arg) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = pthread_create(&t->thread, NULL, run, t);
+  int rc = pthread_create(th, NULL, fn, arg);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   return rc == 0;
+}
+
+int xf__tracker_start(struct xf__near_tracker *t) {
+  return xf__tracker_spawn(&t->thread, run, t);
 }
 
 int xf__near_news_waiting(struct xf__near *n) {
@@ -259,13 +265,22 @@ void xf__near_lost(const xf__track *tk, int fd) {
   pthread_mutex_unlock(&t->mu);
 }
 
+/* Stops the thread and the openers: an open connected and waiting for its
+ * replies is shut down (it ends at once), one still connecting ends within
+ * its connect timeout (or handshake); none starts after. */
 void xf__tracker_close(struct xf__near_tracker *t) {
   pthread_mutex_lock(&t->mu);
   t->stopping = 1;
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    if (node->open_fd >= 0)
+      shutdown(node->open_fd, SHUT_RDWR);
   xf__tracker_wake(t);
   pthread_mutex_unlock(&t->mu);
   if (t->running)
     pthread_join(t->thread, NULL);
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    if (node->has_opener)
+      pthread_join(node->opener, NULL);
   while (t->nodes) {
     struct xf__near_node *node = t->nodes;
     t->nodes = node->next;
@@ -303,9 +318,20 @@ void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
       node->reading += node->reading & 1; /* a message begun: the parent's */
       xf__inval_who_free(node->want);     /* the parent's thread's to open */
       node->want = NULL;
-      node->opening = node->asked = 0; /* the parent's thread was opening it */
+      /* An open under way is the parent's opener's: the child keeps its copy
+       * of neither the opener's credentials nor its socket. */
+      xf__inval_who_free(node->as);
+      node->as = NULL;
+      if (node->open_fd >= 0)
+        close(node->open_fd);
+      node->open_fd = -1;
+      node->has_opener = 0;
+      node->opening = node->asked = 0;
       node->retry_ms = 0;
     }
+    /* The parent's arms may be waiting on it: its state is theirs (glibc's
+     * broadcast in the child would wait for them). */
+    pthread_cond_init(&t->opened, NULL);
     while (t->watches) {
       watch *w = t->watches;
       t->watches = w->next;

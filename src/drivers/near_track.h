@@ -43,8 +43,14 @@ void xf__tracker_wake(struct xf__near_tracker *t);
 /* Starts the thread (every signal blocked in it): 1, or 0 when it cannot. */
 int xf__tracker_start(struct xf__near_tracker *t);
 
-/* On the thread, under t->mu: opens one invalidation connection asked for
- * (near_arm.c), t->mu released meanwhile; 1 when it tried one. */
+/* Starts a thread running fn(arg) with every signal blocked (the tracker,
+ * an opener): 1, or 0 when it cannot. */
+int xf__tracker_spawn(pthread_t *th, void *(*fn)(void *), void *arg);
+
+/* On the thread, under t->mu: starts an opener thread for each node whose
+ * invalidation connection is asked for (near_arm.c; opened on this thread,
+ * t->mu released meanwhile, when no thread can start); 1 when it started
+ * one. */
 int xf__tracker_open_wanted(struct xf__near_tracker *t);
 
 #endif
