@@ -2,8 +2,9 @@
  * test's own, a share with a near cache, a client on it, another client
  * without it (another process's view) and a raw connection; and the small
  * steps every near test takes (set, get, warm a key until a read is a near
- * hit, wait for an invalidation). Used by test_near.c, test_near_stale.c and
- * test_near_users.c. */
+ * hit, wait for an invalidation). Used by test_near.c, test_near_stale.c,
+ * test_near_users.c, test_near_open.c; test_near_batch.c and test_near_tls.c
+ * (their own servers) take its steps. */
 #ifndef XFT_NEAR_ENV_H
 #define XFT_NEAR_ENV_H
 

@@ -11,11 +11,11 @@
 #include <string.h>
 
 #include "fixture.h"
+#include "near_env.h"
 #include "near_impl.h"
 #include "share.h"
 
-#define NEAR_BYTES (1u << 22)
-#define BOUND_MS 5000 /* how long a test waits for what must come (never hit) */
+#define BATCH_NEAR_BYTES (1u << 22) /* 100 keys of a batch and more */
 #define NKEYS 100
 
 typedef struct env {
@@ -42,7 +42,7 @@ static void env_open(env *e, int format) {
   memset(e, 0, sizeof *e);
   e->format = format;
   cr_assert_eq(xft_server_start(&e->srv, NULL), 0);
-  xf_share_options so = {.near_cache_bytes = NEAR_BYTES};
+  xf_share_options so = {.near_cache_bytes = BATCH_NEAR_BYTES};
   cr_assert_eq(xf_share_open(&e->share, &so), XF_OK);
   e->c = client_of(e, e->share);
   e->other = client_of(e, NULL);
@@ -67,29 +67,10 @@ static long long sent(redisContext *r) {
   return n;
 }
 
-static uint64_t near_hits(xf_client *c) {
-  xf_stats st;
-  xf_client_stats(c, &st);
-  return st.near_hits;
-}
-
 static void put(xf_client *c, const char *key, const char *value) {
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, key, strlen(key), value, strlen(value), &p), XF_OK, "%s",
                xf_errmsg(c));
-}
-
-/* Until the tracker has seen more than `seen` invalidations and applied all
- * it read (it counts a key while its node's read is under way, and until
- * that read ends a near hit on the node goes to Redis): near_env.c's. */
-static void await_invalidations(xf_share *s, uint64_t seen) {
-  struct xf__near *n = xf__share_near(s);
-  int64_t until = xft_now_ms() + BOUND_MS;
-  while ((xf__near_invalidations(n) <= seen || xf__near_news_waiting(n)) &&
-         xft_now_ms() < until)
-    xft_sleep_ms(1);
-  cr_assert_gt(xf__near_invalidations(n), seen, "no invalidation came");
-  cr_assert_not(xf__near_news_waiting(n), "the tracker never applied what it read");
 }
 
 /* A loader whose value names the key ("L:<key>"), counting its calls. */
@@ -177,7 +158,7 @@ ParameterizedTest(int *format, near_batch, another_clients_write_is_seen) {
   batch(e.c, 10, keys, got);
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
   put(e.other, keys[3], "new");
-  await_invalidations(e.share, seen);
+  near_await_invalidations(e.share, seen);
   uint64_t hits = near_hits(e.c);
   batch(e.c, 10, keys, got);
   for (int i = 0; i < 10; i++)
@@ -218,7 +199,7 @@ ParameterizedTest(int *format, near_batch, near_redis_and_missing_keys_in_one_ca
               sent(e.r) - before);
   /* The loads' writes invalidated 20..29 (read missing, so tracked): until
    * the tracker has applied that, the node's hits go to Redis (valgrind). */
-  await_invalidations(e.share, seen);
+  near_await_invalidations(e.share, seen);
   hits = near_hits(e.c);
   batch(e.c, 20, keys, got); /* 10..19 were kept near by the mixed call's read */
   cr_assert_eq(near_hits(e.c) - hits, 20);

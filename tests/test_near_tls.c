@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "near_env.h"
 #include "near_impl.h"
 #include "share.h"
 #include "tls.h"
@@ -46,12 +47,6 @@ static void env_close(tls_env *e) {
   xf_share_close(e->share);
 }
 
-static uint64_t near_hits(xf_client *c) {
-  xf_stats st;
-  xf_client_stats(c, &st);
-  return st.near_hits;
-}
-
 static void put(tls_env *e, const char *value) { /* another client's write */
   xf_options o = XF_OPTIONS_INIT;
   o.port = xft_tls_plain_port();
@@ -85,18 +80,6 @@ static void warm(tls_env *e, const char *want) {
   cr_assert_gt(near_hits(e->c), before, "never a near hit over TLS");
 }
 
-/* Until the tracker has seen more than `seen` invalidations and applied all
- * it read: near_env.c's near_await_invalidations. */
-static void await_invalidations(tls_env *e, uint64_t seen) {
-  struct xf__near *n = xf__share_near(e->share);
-  int64_t until = xft_now_ms() + BOUND_MS;
-  while ((xf__near_invalidations(n) <= seen || xf__near_news_waiting(n)) &&
-         xft_now_ms() < until)
-    xft_sleep_ms(1);
-  cr_assert_gt(xf__near_invalidations(n), seen, "no invalidation came");
-  cr_assert_not(xf__near_news_waiting(n), "the tracker never applied what it read");
-}
-
 Test(near_tls, hits_over_tls_and_a_write_elsewhere_is_seen) {
   tls_env e;
   env_open(&e, "w");
@@ -116,7 +99,7 @@ Test(near_tls, hits_over_tls_and_a_write_elsewhere_is_seen) {
   cr_assert_leq(sent, 50, "1,000 near hits sent %lld commands", sent);
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
   put(&e, "new");
-  await_invalidations(&e, seen);
+  near_await_invalidations(e.share, seen);
   get(&e, got, sizeof got);
   cr_assert_str_eq(got, "new");
   warm(&e, "new");
@@ -130,7 +113,7 @@ Test(near_tls, losing_the_invalidation_connection_drops_entries) {
   warm(&e, "old");
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
   freeReplyObject(xft_cmd(e.r, "CLIENT KILL TYPE pubsub"));
-  await_invalidations(&e, seen);
+  near_await_invalidations(e.share, seen);
   put(&e, "new"); /* nobody is told */
   char got[64];
   get(&e, got, sizeof got);
@@ -138,7 +121,7 @@ Test(near_tls, losing_the_invalidation_connection_drops_entries) {
   warm(&e, "new"); /* tracked again, under a new TLS invalidation connection */
   seen = xf__near_invalidations(xf__share_near(e.share));
   put(&e, "newer");
-  await_invalidations(&e, seen);
+  near_await_invalidations(e.share, seen);
   get(&e, got, sizeof got);
   cr_assert_str_eq(got, "newer");
   env_close(&e);
@@ -151,7 +134,7 @@ Test(near_tls, losing_a_data_connection_drops_entries) {
   warm(&e, "old");
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
   freeReplyObject(xft_cmd(e.r, "CLIENT KILL TYPE normal SKIPME yes"));
-  await_invalidations(&e, seen);
+  near_await_invalidations(e.share, seen);
   put(&e, "new");
   char got[64];
   get(&e, got, sizeof got);
