@@ -30,6 +30,14 @@ static inline void xft_be(unsigned char *p, int n, int64_t v) {
     p[i] = (unsigned char)(v & 0xff);
 }
 
+/* The n-byte big-endian number at p (xft_be's reverse). */
+static inline int64_t xft_unbe(const char *p, int n) {
+  int64_t v = 0;
+  for (int i = 0; i < n; i++)
+    v = v << 8 | (unsigned char)p[i];
+  return v;
+}
+
 /* How long a version-3 header with these flags is. */
 static inline size_t xft_hlen(int flags) {
   return 14 + (flags & H_S ? 6 : 0) + (flags & H_F ? 6 : 0) + (flags & H_SLOT ? 14 : 0);

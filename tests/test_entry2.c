@@ -44,13 +44,6 @@ static redisReply *get_raw(redisContext *r, const char *key) {
   return rep;
 }
 
-static int64_t be(const char *p, int n) {
-  int64_t v = 0;
-  for (int i = 0; i < n; i++)
-    v = v << 8 | (unsigned char)p[i];
-  return v;
-}
-
 Test(entry2, a_write_is_one_string_header_then_value) {
   redisContext *r = xft_redis();
   xf_client *c = client_in(XF_ENTRY_STRING, 1);
@@ -66,7 +59,7 @@ Test(entry2, a_write_is_one_string_header_then_value) {
   cr_expect_eq((unsigned char)h[0], 0xF8);
   cr_expect_eq(h[1], 3);
   cr_expect_eq(h[2], H_VALUE | H_S);
-  int64_t e = be(h + 8, 6), s = be(h + 14, 6);
+  int64_t e = xft_unbe(h + 8, 6), s = xft_unbe(h + 14, 6);
   cr_expect(e >= before + 60000 && e <= before + 62000, "e %lld", (long long)e);
   cr_expect(s >= before && s <= before + 2000, "s %lld", (long long)s);
   cr_expect(memcmp(h + 20, "a\0b", 3) == 0);
@@ -202,7 +195,7 @@ Test(entry2, a_lease_only_entry_and_a_tombstone_are_headers_with_their_own_ttl) 
   redisReply *rep = get_raw(r, "e2:only");
   cr_expect_eq(rep->len, 28, "the lease only: the fixed 14 and the slot");
   cr_expect_eq(rep->str[2], H_LEASE | H_SLOT);
-  cr_expect_eq(be(rep->str + 14, 6), now + 3000, "its deadline");
+  cr_expect_eq(xft_unbe(rep->str + 14, 6), now + 3000, "its deadline");
   freeReplyObject(rep);
   long long pttl = xft_int(r, "PTTL e2:only");
   cr_expect(pttl > 2000 && pttl <= 3000, "PTTL %lld: the lease's", pttl);
@@ -222,7 +215,7 @@ Test(entry2, a_lease_only_entry_and_a_tombstone_are_headers_with_their_own_ttl) 
   rep = get_raw(r, "e2:tomb");
   cr_expect_eq(rep->len, 20);
   cr_expect_eq(rep->str[2], H_S, "a tombstone: s only");
-  int64_t s = be(rep->str + 14, 6);
+  int64_t s = xft_unbe(rep->str + 14, 6);
   freeReplyObject(rep);
   pttl = xft_int(r, "PTTL e2:tomb");
   cr_expect(pttl > 0 && pttl <= 60000, "PTTL %lld", pttl);

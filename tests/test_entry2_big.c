@@ -42,13 +42,6 @@ static long long info_field(redisContext *r, const char *section, const char *fi
   return n;
 }
 
-static int64_t be(const char *p, int n) {
-  int64_t v = 0;
-  for (int i = 0; i < n; i++)
-    v = v << 8 | (unsigned char)p[i];
-  return v;
-}
-
 /* Failed before: a 4 MiB write grew Lua's heap by 12 MiB (the value, the
  * concatenation's buffer and its string); now by the value alone. */
 Test(entry2_big, a_big_write_holds_its_value_once_in_lua) {
@@ -103,7 +96,7 @@ static void written_as_a_set(int port, size_t n) {
   cr_expect_eq(flags, H_VALUE | H_S | H_SLOT, "%zu B: flags %d", n, flags);
   cr_expect_eq((unsigned char)rep->str[0], 0xF8);
   cr_expect_eq(rep->str[1], 3);
-  int64_t e = be(rep->str + 8, 6), s = be(rep->str + 14, 6);
+  int64_t e = xft_unbe(rep->str + 8, 6), s = xft_unbe(rep->str + 14, 6);
   cr_expect(e - s >= 60000 && e - s < 61000, "%zu B: e - s = %lld", n, (long long)(e - s));
   cr_expect(rep->len == h + n && memcmp(rep->str + h, v, n) == 0, "%zu B: the value", n);
   cr_expect(memcmp(rep->str + 20, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 14) == 0,
@@ -141,7 +134,7 @@ Test(entry2_big, a_big_write_keeps_another_callers_lease) {
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "big:leased", 10, old, n, &p), XF_OK);
   redisReply *rep = xft_cmd(r, "GETRANGE big:leased 8 13");
-  int64_t e = be(rep->str, 6);
+  int64_t e = xft_unbe(rep->str, 6);
   freeReplyObject(rep);
   char token[40];
   int64_t now;
