@@ -293,6 +293,66 @@ ParameterizedTest(driver *d, refresh, a_forked_child_refreshes_on_workers_of_its
   xf_share_close(s);
 }
 
+/* A child forked while the parent's refresh is in its loader: the parent's
+ * job is left as it was (kept reachable with the parent's worker set, so
+ * valgrind's child sees no leak), the child refreshes on its own workers,
+ * and the parent's refresh still lands once let go. The child never touches
+ * G (its condition variable was copied with the parent's waiter in it). */
+static int plain_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)ud, (void)key, (void)keylen;
+  xft_sleep_ms(2);
+  return xf_sink_set(sink, "c", 1) == XF_OK ? 0 : -1;
+}
+
+static int child_get(handle *h, const char *key) {
+  xf_policy pol = background();
+  xf_value v;
+  int rc =
+      h->pool
+          ? xf_pool_get_or_compute(h->pool, key, strlen(key), &pol, plain_load, NULL, &v)
+          : xf_get_or_compute(h->client, key, strlen(key), &pol, plain_load, NULL, &v);
+  int source = rc == XF_OK ? (int)v.source : -1;
+  xf_value_free(&v);
+  return source;
+}
+
+ParameterizedTestParameters(refresh, a_child_forked_during_the_parents_refresh) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+
+ParameterizedTest(driver *d, refresh, a_child_forked_during_the_parents_refresh) {
+  XFT_SKIP_UNDER_TSAN("threads started in the child of a multi-threaded fork");
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  handle h = open_on(*d, s);
+  char key[64], ckey[64], v[32];
+  snprintf(key, sizeof key, "%s", key_of("inflight", *d));
+  snprintf(ckey, sizeof ckey, "%s", key_of("inflight-child", *d));
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_LOADER);
+  gate_set(0);
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  wait_calls(2); /* the parent's refresh is in its loader now */
+  pid_t pid = fork();
+  if (pid == 0) {
+    handle q = open_on(*d, s);
+    int ok = child_get(&q, ckey) == XF_SOURCE_LOADER;
+    ok = ok && child_get(&q, ckey) == XF_SOURCE_CACHE;
+    xf_refresh_info i = info_when(s, 1);
+    ok = ok && i.started == 1 && i.done == 1;
+    close_handle(&q);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the child refreshed on its own workers (status %d)", status);
+  gate_set(1);
+  cr_expect(lands(key, "v2"), "the parent's refresh lands once let go");
+  close_handle(&h);
+  xf_share_close(s);
+}
+
 /* ---- a user's executor (xf_options.refresh_executor) ------------------------------ */
 
 static xf_refresh *kept;

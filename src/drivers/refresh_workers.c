@@ -16,6 +16,10 @@ struct xf__refreshers {
   pthread_mutex_t mu;
   pthread_cond_t work;
   xf__refresh_job *head, *tail;
+  /* The jobs the workers run now: kept reachable from the set, so a child
+   * forked meanwhile (which keeps its parents' sets, left_by_parents) does
+   * not leak them. A slot is cleared after its job freed itself. */
+  xf__refresh_job *in_hand[XF_REFRESH_THREADS];
   size_t queued, running, threads;
   int closing;
   int refs; /* the share's, and one per live thread */
@@ -80,9 +84,14 @@ static void *worker(void *arg) {
       w->tail = NULL;
     w->queued--;
     w->running++;
+    size_t slot = 0; /* one is free: running < threads <= XF_REFRESH_THREADS */
+    while (w->in_hand[slot])
+      slot++;
+    w->in_hand[slot] = j;
     pthread_mutex_unlock(&w->mu);
     int outcome = j->run(j);
     pthread_mutex_lock(&w->mu);
+    w->in_hand[slot] = NULL;
     w->running--;
     if (outcome == XF_REFRESH_ABANDONED)
       w->info.abandoned++;
