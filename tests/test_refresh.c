@@ -105,20 +105,26 @@ static void close_handle(handle *h) {
   xf_client_close(h->client);
 }
 
-/* One call: its value into buf, its source returned (-rc on failure). */
-static int get(handle *h, const char *key, char *buf, size_t size) {
+/* One call through loader: its value into buf, its source returned (-rc on
+ * failure). */
+static int get_with(handle *h, const char *key, xf_loader_fn loader, char *buf,
+                    size_t size) {
   xf_policy pol = background();
   xf_value v;
-  int rc =
-      h->pool
-          ? xf_pool_get_or_compute(h->pool, key, strlen(key), &pol, gated_load, NULL, &v)
-          : xf_get_or_compute(h->client, key, strlen(key), &pol, gated_load, NULL, &v);
+  int rc = h->pool
+               ? xf_pool_get_or_compute(h->pool, key, strlen(key), &pol, loader, NULL, &v)
+               : xf_get_or_compute(h->client, key, strlen(key), &pol, loader, NULL, &v);
   if (rc != XF_OK)
     return rc < 0 ? rc : -rc;
   snprintf(buf, size, "%s", v.data);
   int source = (int)v.source;
   xf_value_free(&v);
   return source;
+}
+
+/* One call through the gated loader. */
+static int get(handle *h, const char *key, char *buf, size_t size) {
+  return get_with(h, key, gated_load, buf, size);
 }
 
 ParameterizedTestParameters(refresh,
@@ -304,18 +310,6 @@ static int plain_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   return xf_sink_set(sink, "c", 1) == XF_OK ? 0 : -1;
 }
 
-static int child_get(handle *h, const char *key) {
-  xf_policy pol = background();
-  xf_value v;
-  int rc =
-      h->pool
-          ? xf_pool_get_or_compute(h->pool, key, strlen(key), &pol, plain_load, NULL, &v)
-          : xf_get_or_compute(h->client, key, strlen(key), &pol, plain_load, NULL, &v);
-  int source = rc == XF_OK ? (int)v.source : -1;
-  xf_value_free(&v);
-  return source;
-}
-
 ParameterizedTestParameters(refresh, a_child_forked_during_the_parents_refresh) {
   static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
   return cr_make_param_array(driver, drivers, 2);
@@ -336,8 +330,8 @@ ParameterizedTest(driver *d, refresh, a_child_forked_during_the_parents_refresh)
   pid_t pid = fork();
   if (pid == 0) {
     handle q = open_on(*d, s);
-    int ok = child_get(&q, ckey) == XF_SOURCE_LOADER;
-    ok = ok && child_get(&q, ckey) == XF_SOURCE_CACHE;
+    int ok = get_with(&q, ckey, plain_load, v, sizeof v) == XF_SOURCE_LOADER;
+    ok = ok && get_with(&q, ckey, plain_load, v, sizeof v) == XF_SOURCE_CACHE;
     xf_refresh_info i = info_when(s, 1);
     ok = ok && i.started == 1 && i.done == 1;
     close_handle(&q);
