@@ -19,9 +19,10 @@
  *              100 ms, then undisturbed with the fence off; the histogram,
  *              the reads stale by more than 1 ms, the fence's cost per set;
  *   wake       4 processes wait for a 200 ms load another process leads:
- *              how long after the leader's call returned (its write
- *              acknowledged) each waiter returns, near cache on (woken by
- *              the write) vs off (polling).
+ *              how long after the leader's loader returned (its write is
+ *              sent next: an upper bound on the time after the write) each
+ *              waiter returns, near cache on (woken by the write) vs off
+ *              (polling).
  * Figures to the JSON's params and to goals.c. */
 #include <math.h>
 #include <pthread.h>
@@ -389,7 +390,8 @@ int sc_near(const bench_env *e, scenario_out *out) {
   printf("near: the write fence: the writer's xf_set p50 %.0f us fenced vs %.0f us not "
          "(+%.0f us per write)\n",
          set_us[1], set_us[0], set_us[1] - set_us[0]);
-  printf("near: 4 waiters of a 200 ms load return after the leader's write: near max "
+  printf("near: 4 waiters of a 200 ms load return after the leader's load ended (its write "
+         "sent next): near max "
          "%.1f ms (mean %.1f), polling max %.1f ms (mean %.1f)\n",
          w.near_max_ms, w.near_mean_ms, w.poll_max_ms, w.poll_mean_ms);
   snprintf(

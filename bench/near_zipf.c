@@ -7,7 +7,11 @@
  * capacity in entries, so the policy is chosen on a measured hit ratio.
  *
  * wake: a leader process loads a key for 200 ms; 4 other processes wait for
- * it; each records when its call returned, the leader when its own did. */
+ * it; each records when its call returned, the leader when its loader did.
+ * Its write is sent right after: a waiter's time from there is an upper
+ * bound on its time after the write (the leader's call returns later, after
+ * the write's reply and the fence's PING, and a woken waiter may be back
+ * before that). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -275,23 +279,29 @@ int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out) {
 /* ---- waiters woken by the write ---- */
 
 typedef struct wake_log {
-  double leader_done, waiter_done[4];
+  double leader_loaded, waiter_done[4];
 } wake_log;
 
+/* ud: where the leader notes when its load ended (NULL for a waiter). */
 static int slow_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
-  (void)ud, (void)key, (void)keylen;
+  (void)key, (void)keylen;
   struct timespec ts = {0, 200 * 1000000L};
   nanosleep(&ts, NULL);
+  if (ud)
+    *(double *)ud = now_s();
   return xf_sink_set(sink, "slow", 4);
 }
 
-/* One process's call: its own share (near on or off), then its end time. */
-static void one_call(const target *t, const char *key, int near, double *done) {
+/* One process's call: its own share (near on or off); a waiter's end time
+ * to done, the leader's load's end to loaded. */
+static void one_call(const target *t, const char *key, int near, double *loaded,
+                     double *done) {
   xf_share *s = near ? nb_share(1 << 20) : NULL;
   xf_client *c = nb_client(t, s);
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
-  if (c && xf_get_or_compute(c, key, strlen(key), &p, slow_loader, NULL, &v) == XF_OK)
+  if (c && xf_get_or_compute(c, key, strlen(key), &p, slow_loader, loaded, &v) == XF_OK &&
+      done)
     *done = now_s();
   xf_value_free(&v);
   xf_client_close(c);
@@ -309,7 +319,10 @@ static int wake_pass(const bench_env *e, int near, double *max_ms, double *mean_
   pid_t pid[5];
   for (int i = 0; i < 5; i++) {
     if ((pid[i] = fork()) == 0) {
-      one_call(e->t, key, near, i ? &log->waiter_done[i - 1] : &log->leader_done);
+      if (i == 0)
+        one_call(e->t, key, near, &log->leader_loaded, NULL);
+      else
+        one_call(e->t, key, near, NULL, &log->waiter_done[i - 1]);
       _exit(0);
     }
     if (i == 0)
@@ -317,10 +330,10 @@ static int wake_pass(const bench_env *e, int near, double *max_ms, double *mean_
   }
   for (int i = 0; i < 5; i++)
     waitpid(pid[i], NULL, 0);
-  int rv = log->leader_done > 0 ? 0 : -1;
+  int rv = log->leader_loaded > 0 ? 0 : -1;
   *max_ms = -1e9, *mean_ms = 0;
   for (int i = 0; i < 4; i++) {
-    double lag = (log->waiter_done[i] - log->leader_done) * 1000;
+    double lag = (log->waiter_done[i] - log->leader_loaded) * 1000;
     rv |= log->waiter_done[i] > 0 ? 0 : -1;
     *max_ms = lag > *max_ms ? lag : *max_ms;
     *mean_ms += lag / 4;
