@@ -84,7 +84,7 @@ static void *worker(void *arg) {
       w->tail = NULL;
     w->queued--;
     w->running++;
-    size_t slot = 0; /* one is free: running < threads <= XF_REFRESH_THREADS */
+    size_t slot = 0; /* one is free: the other workers hold < XF_REFRESH_THREADS */
     while (w->in_hand[slot])
       slot++;
     w->in_hand[slot] = j;
