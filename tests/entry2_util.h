@@ -4,7 +4,6 @@
 #ifndef XFT_ENTRY2_UTIL_H
 #define XFT_ENTRY2_UTIL_H
 
-#include <criterion/criterion.h>
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,18 +24,6 @@ typedef struct xft_header {
   int add;    /* optional fields written though not flagged */
   int layout; /* 2: the old 40-byte layout of version 2 (every field, fixed) */
 } xft_header;
-
-/* A client of the Redis at port writing entry format (XF_ENTRY_HASH or
- * XF_ENTRY_STRING), its lease ids drawn from seed. */
-static inline xf_client *xft_client_at(int port, int format, uint64_t seed) {
-  xf_options o = XF_OPTIONS_INIT;
-  o.port = port;
-  o.seed = seed;
-  o.entry_format = format;
-  xf_client *c = NULL;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  return c;
-}
 
 static inline void xft_be(unsigned char *p, int n, int64_t v) {
   for (int i = n - 1; i >= 0; i--, v >>= 8)

@@ -16,7 +16,7 @@
 #include "fleet.h"
 
 static xf_client *client_in(int format, uint64_t seed) {
-  return xft_client_at(xft_port(), format, seed);
+  return xft_client_format(xft_port(), seed, format);
 }
 
 /* Whether key's Redis type is want. */
@@ -68,7 +68,7 @@ Test(entry2, a_hit_is_one_get_and_a_batch_one_mget) {
   xft_server own; /* its command counts are this test's alone */
   cr_assert_eq(xft_server_start(&own, NULL), 0);
   redisContext *r = xft_redis_port(own.port);
-  xf_client *c = xft_client_at(own.port, XF_ENTRY_STRING, 1);
+  xf_client *c = xft_client_format(own.port, 1, XF_ENTRY_STRING);
   xf_policy p = XF_POLICY_INIT;
   p.beta = 0;
   xft_loader l = {.value = "v", .len = 1};

@@ -38,7 +38,7 @@ Test(entry2_big, a_big_write_holds_its_value_once_in_lua) {
   xft_server own; /* its Lua interpreter is this test's alone */
   cr_assert_eq(xft_server_start(&own, NULL), 0);
   redisContext *r = xft_redis_port(own.port);
-  xf_client *c = xft_client_at(own.port, XF_ENTRY_STRING, 1);
+  xf_client *c = xft_client_format(own.port, 1, XF_ENTRY_STRING);
   size_t n = 4 << 20;
   char *v = pattern(n, 1);
   xf_policy p = XF_POLICY_INIT;
@@ -61,7 +61,7 @@ Test(entry2_big, a_big_write_holds_its_value_once_in_lua) {
  * how it was written: from BIG_AT bytes, SETRANGEs and no SET. */
 static void written_as_a_set(int port, size_t n) {
   redisContext *r = xft_redis_port(port);
-  xf_client *c = xft_client_at(port, XF_ENTRY_STRING, 1);
+  xf_client *c = xft_client_format(port, 1, XF_ENTRY_STRING);
   char *v = pattern(n, 3), key[32], px[32];
   snprintf(key, sizeof key, "big:set:%zu", n);
   snprintf(px, sizeof px, "big:spx:%zu", n);
@@ -117,8 +117,8 @@ Test(entry2_big, a_big_entry_is_the_bytes_ttl_and_memory_of_a_set) {
  * the header, the new value after it. */
 Test(entry2_big, a_big_write_keeps_another_callers_lease) {
   redisContext *r = xft_redis();
-  xf_client *c = xft_client_at(xft_port(), XF_ENTRY_STRING, 1),
-            *other = xft_client_at(xft_port(), XF_ENTRY_STRING, 2);
+  xf_client *c = xft_client_format(xft_port(), 1, XF_ENTRY_STRING),
+            *other = xft_client_format(xft_port(), 2, XF_ENTRY_STRING);
   size_t n = 1 << 20;
   char *old = pattern(n, 5), *v = pattern(n, 6);
   xf_policy p = XF_POLICY_INIT;
@@ -159,8 +159,8 @@ Test(entry2_big, a_big_write_keeps_another_callers_lease) {
  * reader), and a format-2 write over a format-1 entry converts it. */
 Test(entry2_big, both_formats_read_back_alike) {
   redisContext *r = xft_redis();
-  xf_client *one = xft_client_at(xft_port(), XF_ENTRY_HASH, 1),
-            *two = xft_client_at(xft_port(), XF_ENTRY_STRING, 2);
+  xf_client *one = xft_client_format(xft_port(), 1, XF_ENTRY_HASH),
+            *two = xft_client_format(xft_port(), 2, XF_ENTRY_STRING);
   size_t n = 1 << 20;
   char *v = pattern(n, 9);
   xf_policy p = XF_POLICY_INIT;
@@ -194,7 +194,7 @@ Test(entry2_big, a_big_write_over_maxmemory_is_refused) {
   xft_server own;
   cr_assert_eq(xft_server_start(&own, NULL), 0);
   redisContext *r = xft_redis_port(own.port);
-  xf_client *c = xft_client_at(own.port, XF_ENTRY_STRING, 1);
+  xf_client *c = xft_client_format(own.port, 1, XF_ENTRY_STRING);
   size_t n = 1 << 20;
   char *old = pattern(n, 11), *v = pattern(n, 12);
   xf_policy p = XF_POLICY_INIT;

@@ -16,16 +16,6 @@
 
 #define SLOT_AT 256 /* lua/write.lua */
 
-static xf_client *client2_at(int port, uint64_t seed) {
-  xf_options o = XF_OPTIONS_INIT;
-  o.port = port;
-  o.seed = seed;
-  o.entry_format = XF_ENTRY_STRING;
-  xf_client *c = NULL;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  return c;
-}
-
 static char *filled(size_t n) {
   char *v = malloc(n);
   memset(v, 'x', n);
@@ -41,7 +31,7 @@ static int encoding_is(redisContext *r, const char *key, const char *want) {
 
 Test(entry2_size, a_16_byte_entry_is_one_embedded_string) {
   redisContext *r = xft_redis();
-  xf_client *c = client2_at(xft_port(), 1);
+  xf_client *c = xft_client_format(xft_port(), 1, XF_ENTRY_STRING);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "size:16", 7, "0123456789abcdef", 16, &p), XF_OK);
   cr_expect_eq(xft_int(r, "STRLEN size:16"), 16 + 20, "value + s: a 20-byte header");
@@ -55,7 +45,7 @@ Test(entry2_size, a_16_byte_entry_is_one_embedded_string) {
  * 100 bytes: the next jemalloc class, 112 -> 128, not 160). */
 static void costs_a_set_plus_its_header(size_t n) {
   redisContext *r = xft_redis();
-  xf_client *c = client2_at(xft_port(), 1);
+  xf_client *c = xft_client_format(xft_port(), 1, XF_ENTRY_STRING);
   char *v = filled(n);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "size:xf", 7, v, n, &p), XF_OK);
@@ -111,7 +101,7 @@ Test(entry2_size, a_lease_copies_a_small_value_once_and_a_big_one_never) {
   xft_server own; /* its command counts are this test's alone */
   cr_assert_eq(xft_server_start(&own, NULL), 0);
   redisContext *r = xft_redis_port(own.port);
-  xf_client *c = client2_at(own.port, 1);
+  xf_client *c = xft_client_format(own.port, 1, XF_ENTRY_STRING);
   xf_policy p = XF_POLICY_INIT;
   p.stale_ms = 60000;
   size_t sizes[] = {16, SLOT_AT - 1, SLOT_AT, 1 << 20};
