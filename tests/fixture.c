@@ -166,6 +166,18 @@ xf_client *xft_client_format(int port, uint64_t seed, int format) {
   return c;
 }
 
+int xft_listen_loopback(int backlog, int *port) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  cr_assert_geq(lfd, 0);
+  cr_assert_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+  cr_assert_eq(listen(lfd, backlog), 0);
+  cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+  *port = ntohs(a.sin_port);
+  return lfd;
+}
+
 xf_client *xft_client(uint64_t seed) { return xft_client_port(xft_port(), seed); }
 
 redisContext *xft_redis_port(int port) {

@@ -60,6 +60,11 @@ xf_client *xft_client_port(int port, uint64_t seed);
  * for the tests of one format (its layout, its read path). */
 xf_client *xft_client_format(int port, uint64_t seed, int format);
 
+/* A socket listening on a free loopback port (written to port) that
+ * nobody accepts from: the kernel's backlog completes connects, nothing
+ * answers. Asserts success. */
+int xft_listen_loopback(int backlog, int *port);
+
 /* A raw hiredis connection for inspecting entries with plain commands. */
 redisContext *xft_redis(void);
 redisContext *xft_redis_port(int port);

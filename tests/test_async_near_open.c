@@ -262,18 +262,14 @@ static void ignore_done(int rc, const xf_value *v, void *privdata) {
  * close shuts the opener's socket down (before: it joined the tracker
  * thread, itself opening, after the full 3 s). */
 Test(async_near_open, closing_during_a_stalled_open_returns_soon) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  cr_assert_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-  cr_assert_eq(listen(lfd, 16), 0);
-  cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+  int port;
+  int lfd = xft_listen_loopback(16, &port);
   xf_share *share;
   xf_share_options so = {.near_cache_bytes = 1u << 20};
   cr_assert_eq(xf_share_open(&share, &so), XF_OK);
   xf_options o = XF_OPTIONS_INIT;
   o.host = "127.0.0.1";
-  o.port = ntohs(a.sin_port);
+  o.port = port;
   o.command_timeout_ms = 3000;
   o.share = share;
   uv_loop_t uv;

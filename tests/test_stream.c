@@ -221,18 +221,14 @@ static void *plain_answerer(void *arg) {
 }
 
 Test(stream, tls_to_a_plain_text_answer_is_not_speaking_tls) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  cr_assert_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-  cr_assert_eq(listen(lfd, 1), 0);
-  cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+  int port;
+  int lfd = xft_listen_loopback(1, &port);
   pthread_t th;
   pthread_create(&th, NULL, plain_answerer, &lfd);
   xf__tls *t = tls_trusting("ca.crt");
   xf__stream s;
   int64_t t0 = xf__stream_now_ms();
-  int rc = connect_to(&s, "127.0.0.1", ntohs(a.sin_port), t, DEADLINE_MS);
+  int rc = connect_to(&s, "127.0.0.1", port, t, DEADLINE_MS);
   pthread_join(th, NULL);
   close(lfd);
   cr_assert_eq(rc, XF_ETLS);
