@@ -241,6 +241,8 @@ long long xft_server_ms(redisContext *r) {
   return ms;
 }
 
+int xft_loader_calls(xft_loader *l) { return __atomic_load_n(&l->calls, __ATOMIC_SEQ_CST); }
+
 int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key;
   (void)keylen;
