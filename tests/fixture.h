@@ -107,6 +107,10 @@ int xft_loader_calls(xft_loader *l);
 
 void xft_sleep_ms(int ms);
 
+/* Non-zero when the test runs under valgrind (20-50 times slower): where a
+ * bound on a latency stops telling a behaviour from its fallback. */
+int xft_under_valgrind(void);
+
 /* Makes the server on port busy: another connection runs a script that never
  * ends, and past busy-reply-threshold (start the server with
  * "--busy-reply-threshold 10") Redis answers BUSY to nearly every command

@@ -318,8 +318,13 @@ ParameterizedTest(int *format, near_batch, waiters_are_woken_by_the_write) {
    * its first round, a fallback poll, the re-read after the write (the
    * lease's own invalidation may wake it once) */
   cr_assert_leq(n, 10 + 3 * 6, "%lld commands: the waiters polled", n);
-  cr_assert_lt(lag_ms, 150, "a waiter came back %lld ms after the write",
-               (long long)lag_ms);
+  /* Woken: back well within 150 ms of the write natively and under the
+   * sanitizers; left to the fallback poll (every 200 ms), up to 200 ms.
+   * Under valgrind a woken batch took 155 ms (load average 14): there the
+   * commands counted above are the check. */
+  if (!xft_under_valgrind())
+    cr_assert_lt(lag_ms, 150, "a waiter came back %lld ms after the write",
+                 (long long)lag_ms);
   env_close(&e);
 }
 
@@ -359,7 +364,8 @@ ParameterizedTest(int *format, near_batch,
               "the last write",
               *format, n, (long long)lag_ms);
   cr_assert_leq(n, 2 * 10 + 12, "%lld commands: the waits polled", n);
-  cr_assert_lt(lag_ms, 150, "back %lld ms after the last write", (long long)lag_ms);
+  if (!xft_under_valgrind()) /* as in waiters_are_woken_by_the_write */
+    cr_assert_lt(lag_ms, 150, "back %lld ms after the last write", (long long)lag_ms);
   xf_client_close(third);
   env_close(&e);
 }
