@@ -394,4 +394,4 @@ def test_a_call_cancelled_while_its_lease_request_is_in_flight_releases_it(serve
             assert await cache.get_or_compute("p", load, ttl=60) == b"v"
             return time.monotonic() - t0, loads
     took, loads = run(main())
-    assert took < 0.5 and loads == [1]
+    assert took < 2.5 and loads == [1]  # a lease left behind: a 5 s wait; half that
