@@ -370,7 +370,8 @@ def run_c(args):
     if not cblocks:
         print("doc_blocks: no `c` block found")
         return 1
-    libs = [x for x in (args.libs or "").split(";") if x]
+    libs = [x if x.startswith("-") or "/" in x else "-l" + x
+            for x in (args.libs or "").split(";") if x]
     failed = 0
     with tempfile.TemporaryDirectory(prefix="xfetch-doc-c.") as tmp:
         for n, b in enumerate(cblocks):
