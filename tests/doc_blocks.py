@@ -24,7 +24,8 @@ Commands:
                                  tell: the default entry format, the error
                                  lists, the option tables, links, and no test
                                  paths, issue numbers or history in user docs
-                                 and public headers
+                                 and public headers, the README's size and its
+                                 Quick start
     doc_blocks.py run-c --cc CC --include DIR --lib LIB [--libs "A;B"]
                         --with-redis SCRIPT
                                  compiles and runs every `c` block
@@ -357,9 +358,30 @@ def check_history(root=ROOT):
     return errors
 
 
+QUICK_START = ["./scripts/bench", "./scripts/test"]
+
+
+def check_readme_shape(root=ROOT):
+    """The README stays a user's first page: at most 300 lines, and its Quick
+    start is the project's two commands, nothing else."""
+    text = read("README.md", root)
+    errors = []
+    lines = text.count("\n")
+    if lines > 300:
+        errors.append(f"README.md: {lines} lines; keep it at most 300 (move detail to docs/)")
+    quick = [b for b in blocks("README.md", root) if b.lang == "sh"
+             and "./scripts/bench" in b.text]
+    commands = [ln.split("#")[0].strip() for ln in quick[0].text.splitlines()] if quick else []
+    if [c for c in commands if c] != QUICK_START:
+        errors.append(f"README.md: the Quick start block must hold exactly {QUICK_START}, "
+                      f"not {commands}")
+    return errors
+
+
 def check_facts(root=ROOT):
     return (check_default_format(root) + check_errors(root) + check_events(root)
-            + check_options(root) + check_links(root) + check_history(root))
+            + check_options(root) + check_links(root) + check_history(root)
+            + check_readme_shape(root))
 
 
 # --- running the C blocks ------------------------------------------------------
@@ -392,7 +414,8 @@ def run_c(args):
                 print(f"FAIL {b.where}: exit {r.returncode}\n{r.stdout}{r.stderr}")
                 failed += 1
             else:
-                print(f"ok   {b.where}: compiled and ran: {r.stdout.strip()[:100]}")
+                shown = " | ".join(r.stdout.split("\n"))[:160]
+                print(f"ok   {b.where}: compiled and ran: {shown}")
     print(f"{len(cblocks) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
