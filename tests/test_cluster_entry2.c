@@ -1,4 +1,4 @@
-/* Format-2 entries (one string per entry, README "The entry on Redis") on a
+/* Format-2 entries (one string per entry, docs/design.md, "The entry on Redis") on a
  * real 3 masters + 3 replicas cluster: a batch spanning every master reads
  * with MGET per slot (keys of one hash tag: one MGET), hits on replicas are
  * GETs, and a format-1 client reads what a format-2 client wrote. */

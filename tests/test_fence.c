@@ -2,7 +2,7 @@
  * that changes an entry (a load's write, xf_set, xf_delete) is followed by
  * one PING on the same connection before the call returns, so that Redis has
  * sent the invalidations the write caused before the writer holds its
- * acknowledgement (README, "Near cache"). Counted with INFO commandstats, on
+ * acknowledgement (docs/design.md, "The near cache"). Counted with INFO commandstats, on
  * every driver (blocking, batch, pool, xf_async on libevent, the sans-I/O
  * call): on by default with a near cache, forced on or off by the option. */
 #include <criterion/criterion.h>

@@ -384,7 +384,7 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   } else if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
     xf__reply_kind kind = xf__reply_classify(r);
     if (kind == XF_REPLY_WRONGTYPE && f->state == XF__READ && f->plain_read) {
-      /* An entry of the other format (a rolling deploy: README, "The entry
+      /* An entry of the other format (a rolling deploy: docs/design.md, "The entry
        * on Redis"): its own plain read; if the entry changed format again
        * in between, the read script, which reads both at once. */
       xf__reply_free(r);

@@ -59,7 +59,7 @@ class Cache:
            = the C library's default, 2 = one string whose hit is a single
            GET (a batch one MGET), 1 = a hash (HMGET), for a fleet that still
            runs a pre-release build reading hashes only. Every client of this
-           version reads both (README, "The entry on Redis").
+           version reads both (docs/design.md, "The entry on Redis").
     enabled: False = bypass: every call runs the loader and nothing is sent
            to Redis (no connection is made); see also disabled().
     background_refresh: the calls' default for background_refresh= (see
@@ -78,7 +78,7 @@ class Cache:
            one PING after the write's reply and returns after its answer: by
            then Redis has sent the invalidations the write caused, so no near
            cache of the fleet serves the old value once the write returned
-           (one round trip more per write; README, "Near cache"). Turn it on
+           (one round trip more per write; docs/design.md, "The near cache"). Turn it on
            in a writer without a near cache whose readers have one.
 
     Thread-safe: each concurrent caller borrows its own connection from the
