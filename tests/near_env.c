@@ -91,3 +91,13 @@ int near_opening(xf_share *s, int port) {
   pthread_mutex_unlock(&t->mu);
   return opening;
 }
+
+int near_openers_unjoined(xf_share *s) {
+  struct xf__near_tracker *t = xf__near_tracker(xf__share_near(s));
+  int unjoined = 0;
+  pthread_mutex_lock(&t->mu);
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    unjoined += node->has_opener;
+  pthread_mutex_unlock(&t->mu);
+  return unjoined;
+}

@@ -41,7 +41,8 @@ struct xf__near_node {
                           the child) */
   int open_fd;         /* the opener's connected socket, -1 = none: a close
                           shuts it down (the open ends at once) */
-  int has_opener;      /* opener: a thread to join (the last one's) */
+  int has_opener;      /* opener: a thread to join (opening, or done and not
+                          joined yet by the tracker thread) */
   pthread_t opener;
   uint64_t opens;   /* opens tried: a waiting arm waits for it to move */
   int64_t retry_ms; /* __atomic: no open asked in the background before
