@@ -30,6 +30,7 @@ typedef struct nb_stale {
 
 typedef struct nb_wake {
   double near_max_ms, near_mean_ms, poll_max_ms, poll_mean_ms;
+  uint64_t errors; /* waiters whose call failed (left out of max and mean) */
 } nb_wake;
 
 /* A client of the target with share (NULL = none); NULL on failure. */
@@ -39,7 +40,10 @@ xf_share *nb_share(size_t bytes);
 /* INFO stats' total_commands_processed, or -1. */
 long long nb_commands(redisContext *rc);
 
-int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out);
+/* Failed calls are counted in errs (the figures stand); -1 (reported) when
+ * a figure has nothing to stand on. */
+int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out, step_errors *errs);
+/* -1 (reported) when a leader's load failed: no write to wake the waiters. */
 int nb_wake_run(const bench_env *e, nb_wake *out);
 
 int sc_near(const bench_env *e, scenario_out *out);

@@ -14,6 +14,8 @@ typedef struct result {
   int connections;
   /* requests */
   uint64_t requests, errors, dropped, loads;
+  uint64_t not_opened;   /* workers whose connection did not open (in errors) */
+  char first_error[320]; /* the first error's description ("" = none) */
   double throughput_rps;
   /* loads per expiry (episodes after the first of each absent key) */
   int expiries;

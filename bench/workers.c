@@ -2,6 +2,7 @@
  * has its own connection and plays a closed loop (with think time), an open
  * loop (Poisson arrivals; latency counted from the intended send time, so no
  * coordinated omission) or cold-start rounds. */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +14,9 @@
 #include "bench.h"
 
 #define START_LEAD_US 200000 /* time to fork and connect before the epoch */
+#define NOT_OPENED                                                                         \
+  3 /* a worker's exit code: its connection did not open                                   \
+       (counted and described in the arena's errs) */
 
 typedef struct keys {
   int n;
@@ -59,7 +63,7 @@ static void one(strat_ctx *c, arena *a, uint32_t key, int64_t t_abs) {
 static void worker(const target *t, const run_spec *s, arena *a, const keys *k, int id) {
   strat_ctx *c = strat_open(t, s, a, id);
   if (!c)
-    _exit(2);
+    _exit(NOT_OPENED);
   pcg r;
   pcg_seed(&r, (uint64_t)now_us() * 2654435761u ^ (uint64_t)getpid(), (uint64_t)id + 100);
   int64_t start = a->epoch_us, end = start + (int64_t)(s->duration_s * 1e6);
@@ -109,7 +113,7 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
   arena_reset(a);
   a->epoch_us = now_us() + START_LEAD_US;
   pid_t *pids = calloc((size_t)s->clients, sizeof *pids);
-  int failed = 0, tty = isatty(2), ticks = 0;
+  int failed = 0, tty = isatty(2), ticks = 0, status_of_failed = 0, fork_errno = 0;
   fflush(NULL);
   for (int i = 0; i < s->clients; i++) {
     pids[i] = fork();
@@ -117,7 +121,8 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
       signal(SIGINT, SIG_DFL);
       worker(t, s, a, &k, i);
     }
-    failed += pids[i] < 0;
+    if (pids[i] < 0)
+      failed++, fork_errno = errno;
   }
   for (int left = s->clients - failed; left > 0;) {
     int status;
@@ -126,7 +131,10 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
       for (int i = 0; i < s->clients; i++)
         if (pids[i] == p) {
           left--;
-          failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+          if (WIFEXITED(status) && WEXITSTATUS(status) == NOT_OPENED)
+            a->not_opened++;
+          else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            failed++, status_of_failed = status;
         }
       continue;
     }
@@ -140,8 +148,21 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
   free(k.cdf);
   double wall = (double)(now_us() - a->epoch_us) / 1e6;
   if (failed) {
-    fprintf(stderr, "xfetch-bench: %d worker(s) of %s/%s failed\n", failed, label,
-            strategy_name(s->strat));
+    char why[160];
+    if (fork_errno)
+      snprintf(why, sizeof why, "%d of %d worker processes could not start (fork: %s)",
+               failed, s->clients, strerror(fork_errno));
+    else if (WIFSIGNALED(status_of_failed))
+      snprintf(why, sizeof why,
+               "%d of %d worker processes ended abnormally (signal %d: %s)", failed,
+               s->clients, WTERMSIG(status_of_failed),
+               strsignal(WTERMSIG(status_of_failed)));
+    else
+      snprintf(why, sizeof why, "%d of %d worker processes ended abnormally (exit code %d)",
+               failed, s->clients, WEXITSTATUS(status_of_failed));
+    char step[80];
+    snprintf(step, sizeof step, "%s: workers", s->label);
+    step_failed_because(step, why);
     return -1;
   }
   return wall;
