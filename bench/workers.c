@@ -146,7 +146,8 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
     fprintf(stderr, "\r\033[K");
   free(pids);
   free(k.cdf);
-  double wall = (double)(now_us() - a->epoch_us) / 1e6;
+  /* 0 when every worker ended before the epoch (none could connect) */
+  double wall = now_us() > a->epoch_us ? (double)(now_us() - a->epoch_us) / 1e6 : 0;
   if (failed) {
     char why[160];
     if (fork_errno)
