@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "client.h" /* struct xf_client: its TLS context, for the handshake count */
+#include "conn.h"   /* xf__conn_command: a raw GET on the library's own connection */
 #include "tls.h"
 #include "xfetch.h"
 
@@ -99,15 +100,18 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
   c->value = malloc((size_t)spec->value_len + 1);
   memset(c->value, 'x', (size_t)spec->value_len);
   pcg_seed(&c->rng, (uint64_t)now_us() ^ ((uint64_t)getpid() << 32), (uint64_t)worker);
-  if (spec->strat == ST_XFETCH || spec->strat == ST_XFETCH_BG) {
+  /* raw_get over TLS: hiredis 0.14 has no TLS, so the GET travels on an
+   * xf_client's own connection (get_on_client) */
+  int raw_tls = spec->strat == ST_RAW_GET && t->tls_ca[0];
+  if (spec->strat == ST_XFETCH || spec->strat == ST_XFETCH_BG || raw_tls) {
     xf_options o = target_options(t);
-    int rc = spec->strat == ST_XFETCH ? xf_client_open(&c->xc, &o)
-                                      : xf_pool_open(&c->pool, &o, 1, 0);
+    int rc = spec->strat != ST_XFETCH_BG ? xf_client_open(&c->xc, &o)
+                                         : xf_pool_open(&c->pool, &o, 1, 0);
     if (rc != XF_OK) {
       step_count(&a->errs,
-                 spec->strat == ST_XFETCH ? "a worker's xf_client_open"
-                                          : "a worker's xf_pool_open",
-                 rc, spec->strat == ST_XFETCH ? xf_errmsg(c->xc) : xf_pool_errmsg());
+                 spec->strat != ST_XFETCH_BG ? "a worker's xf_client_open"
+                                             : "a worker's xf_pool_open",
+                 rc, spec->strat != ST_XFETCH_BG ? xf_errmsg(c->xc) : xf_pool_errmsg());
       strat_close(c);
       return NULL;
     }
@@ -152,6 +156,28 @@ static int get(strat_ctx *c) {
   if (r)
     freeReplyObject(r);
   return rc;
+}
+
+/* GET key on the xf_client's connection (the library's stream, plain or
+ * TLS, and its reply reader: the connection an xfetch hit uses, without the
+ * cache layer): 1 hit, 0 miss, -1 error. */
+static int get_on_client(strat_ctx *c) {
+  xf__cmd cmd;
+  xf__cmd_begin(&cmd, c->key, c->keylen);
+  cmd.argc = 2;
+  cmd.argv[0] = "GET", cmd.lens[0] = 3;
+  cmd.argv[1] = c->key, cmd.lens[1] = c->keylen;
+  xf__reply *r = NULL;
+  int rc = xf__conn_command(c->xc, &c->xc->seeds[0], &cmd, 0, &r);
+  int got = rc != XF_OK                  ? -1
+            : r->type == XF_REPLY_STRING ? 1
+            : r->type == XF_REPLY_NIL    ? 0
+                                         : -1;
+  if (got < 0)
+    step_describe(&c->a->errs, "GET (on the library's connection)",
+                  rc != XF_OK ? rc : XF_EPROTO, xf_errmsg(c->xc));
+  xf__reply_free(r);
+  return got;
 }
 
 static int set_value(strat_ctx *c) {
@@ -289,7 +315,7 @@ static int library_bg(strat_ctx *c, unsigned *flags) {
 static int request(strat_ctx *c, unsigned *flags) {
   switch (c->spec->strat) {
   case ST_RAW_GET:
-    return get(c) > 0 ? 0 : -1;
+    return (c->xc ? get_on_client(c) : get(c)) > 0 ? 0 : -1;
   case ST_NAIVE:
     return naive(c, flags);
   case ST_LOCK:
