@@ -1,17 +1,20 @@
-/* The tls scenario (issue 23): what TLS costs a hit. A throwaway redis-server
- * listening on a plain and a TLS port at once (certificates by the openssl
- * CLI, tests/tls_certs.c), and the xfetch strategy's hits on one warm key over
- * each, at 1 connection (p50) and 50 (throughput), plain and TLS taking turns
- * so that a drift of the shared machine falls on both. Ratios TLS / plain and
- * the handshakes per connection (xf__tls_handshakes, summed by the workers)
- * go to the params, the goals and the table, with the CPU time a hit costs
- * the server (INFO cpu) and the clients (the workers' rusage), plain and TLS:
- * CPU time, unlike latency, hardly moves with the machine's load. Then the same
- * again with the server pinned to CPU 0 and the clients to CPU 1 (a second,
- * labelled line: what is protocol cost and what is two processes sharing
- * cores; on a machine shared with other work a pinned core may be busier).
- * Needs redis-server built with TLS and the openssl CLI: skipped (no results,
- * "skipped" in params) otherwise. */
+/* The tls scenario (issue 23): what a hit costs over TLS. A throwaway
+ * redis-server listening on a plain and a TLS port at once (certificates by
+ * the openssl CLI, tests/tls_certs.c), one warm key, and three ways taking
+ * turns so that a drift of the shared machine falls on all: a raw GET over
+ * TLS (on the library's own connection: bench/strategies.c), the xfetch hit
+ * over TLS and the hit over plain TCP, at 1 connection (p50) and 50
+ * (throughput). The goals are hit / raw GET, both over TLS (the server's TLS
+ * work is the same for every client); TLS / plain is kept for context. The
+ * ratios and the handshakes per connection (xf__tls_handshakes, summed by the
+ * workers) go to the params, the goals and the table, with the CPU time a hit
+ * costs the server (INFO cpu) and the clients (the workers' rusage), plain and
+ * TLS: CPU time, unlike latency, hardly moves with the machine's load. Then,
+ * not in --quick, the same again with the server pinned to CPU 0 and the
+ * clients to CPU 1 (a second, labelled line: what is protocol cost and what is
+ * two processes sharing cores; on a machine shared with other work a pinned
+ * core may be busier). Needs redis-server built with TLS and the openssl CLI:
+ * skipped (no results, "skipped" in params) otherwise. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
