@@ -42,7 +42,7 @@ arena *arena_create(size_t cap_samples, size_t cap_loads) {
 }
 
 void arena_reset(arena *a) {
-  a->stop = 0;
+  a->stop = a->arrived = a->go = 0;
   a->nsamples = a->nloads = a->dropped = a->not_opened = 0;
   memset(&a->errs, 0, sizeof a->errs);
   a->inflight = a->peak_inflight = a->handshakes = 0;

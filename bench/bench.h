@@ -74,8 +74,11 @@ typedef struct load_event {
 
 /* The MAP_SHARED arena. Counters are updated with __atomic builtins. */
 typedef struct arena {
-  int64_t epoch_us; /* CLOCK_MONOTONIC at the start of the run */
+  int64_t epoch_us; /* CLOCK_MONOTONIC at the start of the run: set once every
+                       worker has opened its connection (or failed to) */
   int stop;
+  int arrived; /* workers past their connection's open, ready or not */
+  int go;      /* epoch_us is set: the workers start */
   uint64_t nsamples, nloads, dropped, inflight, peak_inflight;
   step_errors errs;    /* requests that failed (RQ_ERROR) and workers that could
                           not open their connection, the first described */

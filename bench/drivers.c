@@ -19,17 +19,21 @@
 #define BATCH_KEYS 100
 #define VALUE "a value of sixty-four bytes, as hit_overhead uses: 0123456789abc"
 
-xf_client *drv_client(const target *t) {
+xf_client *drv_client_shared(const target *t, xf_share *share) {
   xf_options o = target_options(t);
+  o.share = share;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   if (rc != XF_OK) {
-    step_failed("xf_client_open", rc, c ? xf_errmsg(c) : NULL);
+    step_failed(share ? "xf_client_open (with a share)" : "xf_client_open", rc,
+                c ? xf_errmsg(c) : NULL);
     xf_client_close(c);
     return NULL;
   }
   return c;
 }
+
+xf_client *drv_client(const target *t) { return drv_client_shared(t, NULL); }
 
 int drv_count_bad_hit(step_errors *e, const char *what, int rc, const xf_value *v,
                       const char *errmsg) {
@@ -240,18 +244,11 @@ int sc_batch(const bench_env *e, scenario_out *out) {
    * its first batch fills it, the next are served from it (issue 20) */
   xf_share *share = NULL;
   xf_share_options so = {.near_cache_bytes = 1u << 22};
-  xf_options no = target_options(e->t);
   int orc = c ? xf_share_open(&share, &so) : XF_OK;
   if (orc != XF_OK)
     step_failed("xf_share_open (many_near)", orc, NULL);
-  else if (c) {
-    no.share = share;
-    if ((orc = xf_client_open(&nc, &no)) != XF_OK) {
-      step_failed("xf_client_open (many_near)", orc, nc ? xf_errmsg(nc) : NULL);
-      xf_client_close(nc);
-      nc = NULL;
-    }
-  }
+  else if (c)
+    nc = drv_client_shared(e->t, share);
   way w[4] = {
       {.name = "mget"}, {.name = "many"}, {.name = "sequential"}, {.name = "many_near"}};
   int rc = -1;

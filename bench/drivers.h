@@ -16,6 +16,8 @@ typedef struct drv_keyset {
 
 /* A client on the target; NULL (the failed step reported) on failure. */
 xf_client *drv_client(const target *t);
+/* The same with a share (NULL = none). */
+xf_client *drv_client_shared(const target *t, xf_share *share);
 /* Counts a hit that failed (rc) or was not served from the cache (v), in e;
  * 1 when it did, 0 when it was a good hit. what: the call's name. */
 int drv_count_bad_hit(step_errors *e, const char *what, int rc, const xf_value *v,

@@ -233,10 +233,10 @@ int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out, step_errors *errs) 
   out->sim_clock = sim_clock(t, len, n, cap);
   out->sim_s3fifo = sim_s3fifo(t, len, n, cap);
   xf_share *s = nb_share((size_t)cap * ENTRY_BYTES);
-  xf_client *far = nb_client(e->t, NULL), *c[2] = {0};
+  xf_client *far = drv_client_shared(e->t, NULL), *c[2] = {0};
   int rv = s && far ? 0 : -1;
   for (int i = 0; !rv && i < threads; i++)
-    rv = (c[i] = nb_client(e->t, s)) ? 0 : -1;
+    rv = (c[i] = drv_client_shared(e->t, s)) ? 0 : -1;
   if (!rv) { /* every key in Redis first: only the near cache's misses remain */
     int *all = malloc(n * sizeof *all);
     for (int i = 0; all && i < n; i++)
@@ -307,7 +307,7 @@ static int slow_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) 
 static void one_call(const target *t, const char *key, int near, double *loaded,
                      double *done, step_errors *errs) {
   xf_share *s = near ? nb_share(1 << 20) : NULL;
-  xf_client *c = !near || s ? nb_client(t, s) : NULL;
+  xf_client *c = !near || s ? drv_client_shared(t, s) : NULL;
   xf_policy p = XF_POLICY_INIT;
   xf_value v = {0};
   int rc =

@@ -148,6 +148,25 @@ static double mean_every_other(const double *v, int n, int way) {
   return sum / (n / NWAYS);
 }
 
+/* `"server_cpu_us_per_hit": {...}, "client_cpu_us_per_hit": {...}`: the hit's,
+ * plain and TLS, at 1 and 50 connections, into buf. */
+static void cpu_json(char *buf, size_t cap, const cpu_cost *c1, const cpu_cost *c50,
+                     int n) {
+  const char *side[2] = {"server", "client"};
+  size_t at = 0;
+  for (int i = 0; i < 2; i++) {
+    const double *v1 = i ? c1->client_us : c1->server_us;
+    const double *v50 = i ? c50->client_us : c50->server_us;
+    at += (size_t)snprintf(
+        buf + at, cap - at,
+        "%s\"%s_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
+        "\"tls50\": %.2f}",
+        i ? ", " : "", side[i], mean_every_other(v1, n, W_HIT_PLAIN),
+        mean_every_other(v1, n, W_HIT_TLS), mean_every_other(v50, n, W_HIT_PLAIN),
+        mean_every_other(v50, n, W_HIT_TLS));
+  }
+}
+
 /* The mean p50 (p50 = 1) or throughput of one way's results over n. */
 static double mean_of(const result *r, int n, int way, int p50) {
   double sum = 0;
@@ -225,49 +244,30 @@ int sc_tls(const bench_env *e, scenario_out *out) {
   goal_set("tls_p50_1conn", p50);
   goal_set("tls_throughput_50conn", rps);
   goal_set("tls_handshakes_per_conn", per_conn);
+  char cpu_all[300];
+  cpu_json(cpu_all, sizeof cpu_all, &cpu1, &cpu50, n);
   char pinned_json[512] = "\"not run (--quick, fewer than 2 CPUs, or not allowed)\"";
   if (pinned) {
     const result *q1 = out->results + 2 * n, *q50 = out->results + 3 * n;
+    char cpu[300];
+    cpu_json(cpu, sizeof cpu, &pcpu1, &pcpu50, n);
     snprintf(pinned_json, sizeof pinned_json,
              "{\"xfetch_over_raw_get_tls_p50_1conn\": %.3g, "
-             "\"xfetch_over_raw_get_tls_rps_50conn\": %.3g, "
-             "\"server_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": "
-             "%.2f, \"tls50\": %.2f}, \"client_cpu_us_per_hit\": {\"plain1\": %.2f, "
-             "\"tls1\": %.2f, \"plain50\": %.2f, \"tls50\": %.2f}}",
+             "\"xfetch_over_raw_get_tls_rps_50conn\": %.3g, %s}",
              mean_of(q1, n, W_HIT_TLS, 1) / mean_of(q1, n, W_RAW_TLS, 1),
-             mean_of(q50, n, W_HIT_TLS, 0) / mean_of(q50, n, W_RAW_TLS, 0),
-             mean_every_other(pcpu1.server_us, n, W_HIT_PLAIN),
-             mean_every_other(pcpu1.server_us, n, W_HIT_TLS),
-             mean_every_other(pcpu50.server_us, n, W_HIT_PLAIN),
-             mean_every_other(pcpu50.server_us, n, W_HIT_TLS),
-             mean_every_other(pcpu1.client_us, n, W_HIT_PLAIN),
-             mean_every_other(pcpu1.client_us, n, W_HIT_TLS),
-             mean_every_other(pcpu50.client_us, n, W_HIT_PLAIN),
-             mean_every_other(pcpu50.client_us, n, W_HIT_TLS));
+             mean_of(q50, n, W_HIT_TLS, 0) / mean_of(q50, n, W_RAW_TLS, 0), cpu);
   }
-  snprintf(
-      out->params, sizeof out->params,
-      "{\"connections\": [1, 50], \"duration_s\": %.1f, \"rounds\": %d, "
-      "\"think_us\": 0, \"value_bytes\": 64, \"verify\": true, "
-      "\"xfetch_over_raw_get_tls_p50_1conn\": %.3g, "
-      "\"xfetch_over_raw_get_tls_rps_1conn\": %.3g, "
-      "\"xfetch_over_raw_get_tls_p50_50conn\": %.3g, "
-      "\"xfetch_over_raw_get_tls_rps_50conn\": %.3g, "
-      "\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_1conn\": %.3g, "
-      "\"tls_over_plain_p50_50conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
-      "\"handshakes_per_connection\": %.3g, "
-      "\"server_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
-      "\"tls50\": %.2f}, "
-      "\"client_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
-      "\"tls50\": %.2f}, \"pinned\": %s}",
-      dur, rounds, p50, rps1, p50_50, rps, tp50, trps1, tp50_50, trps, per_conn,
-      mean_every_other(cpu1.server_us, n, W_HIT_PLAIN),
-      mean_every_other(cpu1.server_us, n, W_HIT_TLS),
-      mean_every_other(cpu50.server_us, n, W_HIT_PLAIN),
-      mean_every_other(cpu50.server_us, n, W_HIT_TLS),
-      mean_every_other(cpu1.client_us, n, W_HIT_PLAIN),
-      mean_every_other(cpu1.client_us, n, W_HIT_TLS),
-      mean_every_other(cpu50.client_us, n, W_HIT_PLAIN),
-      mean_every_other(cpu50.client_us, n, W_HIT_TLS), pinned_json);
+  snprintf(out->params, sizeof out->params,
+           "{\"connections\": [1, 50], \"duration_s\": %.1f, \"rounds\": %d, "
+           "\"think_us\": 0, \"value_bytes\": 64, \"verify\": true, "
+           "\"xfetch_over_raw_get_tls_p50_1conn\": %.3g, "
+           "\"xfetch_over_raw_get_tls_rps_1conn\": %.3g, "
+           "\"xfetch_over_raw_get_tls_p50_50conn\": %.3g, "
+           "\"xfetch_over_raw_get_tls_rps_50conn\": %.3g, "
+           "\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_1conn\": %.3g, "
+           "\"tls_over_plain_p50_50conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
+           "\"handshakes_per_connection\": %.3g, %s, \"pinned\": %s}",
+           dur, rounds, p50, rps1, p50_50, rps, tp50, trps1, tp50_50, trps, per_conn,
+           cpu_all, pinned_json);
   return 0;
 }

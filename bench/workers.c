@@ -13,7 +13,8 @@
 
 #include "bench.h"
 
-#define START_LEAD_US 200000 /* time to fork and connect before the epoch */
+#define START_LEAD_US 10000     /* from the last worker's open to the epoch */
+#define ARRIVE_WAIT_US 30000000 /* the longest wait for the workers' opens */
 #define NOT_OPENED                                                                         \
   3 /* a worker's exit code: its connection did not open                                   \
        (counted and described in the arena's errs) */
@@ -62,8 +63,13 @@ static void one(strat_ctx *c, arena *a, uint32_t key, int64_t t_abs) {
 
 static void worker(const target *t, const run_spec *s, arena *a, const keys *k, int id) {
   strat_ctx *c = strat_open(t, s, a, id);
+  __atomic_add_fetch(&a->arrived, 1, __ATOMIC_ACQ_REL);
   if (!c)
     _exit(NOT_OPENED);
+  /* The run starts once every worker has its connection (a TLS handshake on a
+   * loaded machine can take longer than a short run lasts). */
+  while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
+    sleep_us(1000);
   pcg r;
   pcg_seed(&r, (uint64_t)now_us() * 2654435761u ^ (uint64_t)getpid(), (uint64_t)id + 100);
   int64_t start = a->epoch_us, end = start + (int64_t)(s->duration_s * 1e6);
@@ -111,7 +117,7 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
   keys k;
   keys_init(&k, s);
   arena_reset(a);
-  a->epoch_us = now_us() + START_LEAD_US;
+  a->epoch_us = INT64_MAX / 2; /* no run time before the go */
   pid_t *pids = calloc((size_t)s->clients, sizeof *pids);
   int failed = 0, tty = isatty(2), ticks = 0, status_of_failed = 0, fork_errno = 0;
   fflush(NULL);
@@ -124,6 +130,13 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
     if (pids[i] < 0)
       failed++, fork_errno = errno;
   }
+  /* The epoch once every worker that started has opened (or failed to). */
+  for (int64_t t0 = now_us();
+       __atomic_load_n(&a->arrived, __ATOMIC_ACQUIRE) < s->clients - failed &&
+       now_us() - t0 < ARRIVE_WAIT_US && !a->stop;)
+    sleep_us(1000);
+  a->epoch_us = now_us() + START_LEAD_US;
+  __atomic_store_n(&a->go, 1, __ATOMIC_RELEASE);
   for (int left = s->clients - failed; left > 0;) {
     int status;
     pid_t p = waitpid(-1, &status, WNOHANG);
