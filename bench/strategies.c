@@ -151,7 +151,7 @@ static int get(strat_ctx *c) {
            : r->type == REDIS_REPLY_STRING ? 1
            : r->type == REDIS_REPLY_NIL    ? 0
                                            : -1;
-  if (rc < 0)
+  if (rc < 0 || (rc == 0 && c->spec->strat == ST_RAW_GET)) /* raw_get's key never expires */
     step_describe_redis(&c->a->errs, "GET", c->rc, r);
   if (r)
     freeReplyObject(r);

@@ -15,9 +15,9 @@
 
 #define START_LEAD_US 10000     /* from the last worker's open to the epoch */
 #define ARRIVE_WAIT_US 30000000 /* the longest wait for the workers' opens */
-#define NOT_OPENED                                                                         \
-  3 /* a worker's exit code: its connection did not open                                   \
-       (counted and described in the arena's errs) */
+/* A worker's exit code: its connection did not open (counted and described
+ * in the arena's errs). */
+#define NOT_OPENED 3
 
 typedef struct keys {
   int n;
