@@ -24,23 +24,15 @@
  *              waiter returns, near cache on (woken by the write) vs off
  *              (polling).
  * Figures to the JSON's params and to goals.c. */
-#include <errno.h>
-#include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "drivers.h"
 #include "goals.h"
 #include "near_bench.h"
-#include "near_impl.h"
-#include "share.h"
 
 static double now_s(void) {
   struct timespec ts;
