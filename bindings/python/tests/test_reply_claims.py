@@ -79,3 +79,13 @@ def test_an_array_claim_past_any_reply_is_an_error_not_an_allocation(face, answe
         liar.close()
     grown_mb = (vm_peak_kb() - before) / 1024
     assert grown_mb < 512, f"the process' peak grew {grown_mb:.0f} MB"  # 5.8 GB before
+
+
+def test_get_or_compute_fails_open_past_such_a_reply(face):
+    liar = Liar(b"*724527565\r\n")
+    try:
+        cache = face.Cache(f"redis://127.0.0.1:{liar.port}/0", timeout=2.0, lazy_connect=True)
+        loader = face.loader(lambda: b"loaded")
+        assert face.run(cache.get_or_compute("k", loader, ttl=60)) == b"loaded"
+    finally:
+        liar.close()
