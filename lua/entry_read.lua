@@ -16,7 +16,10 @@
 -- ignored and a malformed lease is dead, so the next computation overwrites
 -- it instead of being refused forever. A string that does not start with
 -- format 2's magic byte is not an entry: the script fails with WRONGTYPE, as
--- it does on a list or a set, and leaves it untouched. t.v of a format-2
+-- it does on a list or a set, and leaves it untouched; so does a hash that
+-- holds any field but v d e s l n f (one with none of them among it: another
+-- program's hash). A hash whose fields are all among them is an entry,
+-- malformed or not. t.v of a format-2
 -- entry read without its value (header only) is true: entry_value(key, t)
 -- fetches it (t.hlen: its header's length).
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
@@ -102,6 +105,13 @@ local function entry(key, now, with_value)
   local kind = redis.call('TYPE', key).ok
   if kind == 'string' then return entry2(key, now, with_value) end
   local f = redis.call('HMGET', key, 'v', 'd', 'e', 's', 'l', 'n', 'f')
+  if kind == 'hash' then -- a field xfetch never writes: not an entry, left untouched
+    local ours = 0
+    for i = 1, 7 do if f[i] then ours = ours + 1 end end
+    if redis.call('HLEN', key) > ours then
+      error({err = 'WRONGTYPE the key holds a hash that is not an xfetch entry'})
+    end
+  end
   local t = {kind = kind, v = f[1], d = 0, l = f[5], live = 0, n = 0, bad = false}
   t.s = judge_uint(t, f[4], now + 86400000)
   t.f = tonumber(f[7])

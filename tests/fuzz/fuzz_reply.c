@@ -211,8 +211,6 @@ static void parse(xf_client *c, xf__reply *r, int which) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (fuzz_resp_too_big(data, size))
-    return 0;
   xf_client *c = fuzz_client();
   for (int which = 0; which < P_COUNT; which++) {
     redisReader *rd = xf__reader_create();
@@ -220,7 +218,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (redisReaderFeed(rd, (const char *)data, size) == REDIS_OK) {
       for (int n = 0; n < MAX_REPLIES; n++) {
         void *reply = NULL;
-        if (redisReaderGetReply(rd, &reply) != REDIS_OK || !reply)
+        if (xf__reader_get_reply(rd, &reply) != REDIS_OK || !reply)
           break;
         parse(c, reply, which);
       }

@@ -166,6 +166,15 @@ def handwritten_replies():
         "bug-read-lease-live-5": b"*7\r\n$1\r\nx\r\n:0\r\n:10\r\n:5\r\n:0\r\n:110\r\n:100\r\n",
         "bug-read-remaining-disagrees":
             b"*7\r\n$1\r\nx\r\n:0\r\n:999\r\n:0\r\n:0\r\n:110\r\n:100\r\n",
+        # Headers claiming more than arrived: a protocol error past what any
+        # reply holds, else memory only for what came (src/io/reader.c).
+        "bug-claim-724527565": b"*724527565\r\n",
+        "bug-claim-after-bulk": b"$1\r\nxyz*724527565\r\n",
+        "bug-claim-nested": b"*1\r\n*724527565\r\n",
+        "bug-claim-int-max": b"*2147483647\r\n",
+        "bug-claim-max-plus-1": b"*1048577\r\n",
+        "bug-claim-max-partial": b"*1048576\r\n:1\r\n$3\r\nabc\r\n",
+        "bug-bulk-512mb": b"$536870912\r\nabc",
         # Right shape, values no entry has: a malformed miss, never EPROTO.
         "malformed-delta-negative": b"*6\r\n$1\r\nx\r\n:-1\r\n:10\r\n:0\r\n:0\r\n:110\r\n",
         "malformed-expiry-negative": b"*6\r\n$1\r\nx\r\n:1\r\n:10\r\n:0\r\n:0\r\n:-1\r\n",

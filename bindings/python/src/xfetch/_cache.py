@@ -321,7 +321,7 @@ class Cache:
     def get(self, key: Key) -> bytes | None:
         """The bytes cached under key while within their ttl, else None (absent,
         expired or a cached not-found). Computes nothing, takes no lease; one
-        round trip. Errors raise (there is no loader to fail open to)."""
+        round trip for a hit. Errors raise (there is no loader to fail open to)."""
         kb = key_bytes(key)
         if self._near:
             value = self._near_serve(kb, ffi.NULL)
