@@ -23,10 +23,13 @@
 -- entry read without its value (header only) is true: entry_value(key, t)
 -- fetches it (t.hlen: its header's length).
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
--- negative, expiry_ms}, or {false, 0, 0, lease_live, malformed, now_ms} when
--- there is no value to serve (malformed 1: the entry is malformed).
--- remaining_ms is negative once the value is past its logical expiry; the
--- server's time is expiry_ms - remaining_ms (one field less to parse).
+-- negative, expiry_ms, nothing_ms}, or {false, 0, 0, lease_live, malformed,
+-- now_ms, nothing_ms} when there is no value to serve (malformed 1: the entry
+-- is malformed). remaining_ms is negative once the value is past its logical
+-- expiry; the server's time is expiry_ms - remaining_ms (one field less to
+-- parse). nothing_ms is the marker f (0: none): when the last load that found
+-- nothing, not cached, ended (release.lua), so that a caller that waited on
+-- it and reads again knows its answer, whoever holds the lease by then.
 local function server_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -114,7 +117,7 @@ local function entry(key, now, with_value)
   end
   local t = {kind = kind, v = f[1], d = 0, l = f[5], live = 0, n = 0, bad = false}
   t.s = judge_uint(t, f[4], now + 86400000)
-  t.f = tonumber(f[7])
+  t.f = judge_uint({}, f[7], now + 86400000) -- a marker not as written is none, not malformed
   if f[5] then
     local deadline = judge_uint(t, string.match(f[5], ':([^:]*)$') or '', now + 2^40)
     t.lease_bad = not deadline
@@ -216,6 +219,7 @@ end
 
 local function read_entry(key, now)
   local t = entry(key, now, true)
-  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now} end
-  return {t.v, t.d, t.e - now, t.live, t.n, t.e}
+  local f = t.f or 0
+  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f} end
+  return {t.v, t.d, t.e - now, t.live, t.n, t.e, f}
 end
