@@ -97,9 +97,12 @@ typedef struct xf__flow {
   int pending;      /* events owed when the outcome is known (flow_compute.c) */
   int64_t woke_ms;  /* the driver's clock at the last wake-up of a wait */
   xf__write w;
-  uint64_t near_token;  /* the near cache's pending marker of the last READ */
-  xf__track track;      /* whose tracking the last READ's reply came under */
-  int near_elected;     /* a near hit's draw elected an early refresh */
+  uint64_t near_token; /* the near cache's pending marker of the last READ */
+  xf__track track;     /* whose tracking the last READ's reply came under */
+  int near_elected;    /* a near hit's draw elected an early refresh of */
+  int64_t near_expiry_ms, near_delta_us; /* the entry of this Redis expiry and
+                                            delta: it stands while Redis holds
+                                            that entry (flow_compute.c) */
   int near_served;      /* xf__flow_start's DONE is a near hit's result, not a
                            refusal of the key or policy */
   uint64_t *near_count; /* xf__flow_start_near's caller's: a served result's
