@@ -1,0 +1,71 @@
+"""A near hit needs no connection, on both faces: with every connection the
+Cache may open held by loads of other keys (max_connections), a near hit is
+served at once, and without max_connections it opens none."""
+import asyncio
+import threading
+
+import pytest
+
+from test_near import until_near_hit
+
+RELEASE_S = 10.0  # the loads' gate opens by itself then: the bound of a failure
+
+
+def never():
+    raise AssertionError("a near hit runs no loader")
+
+
+@pytest.mark.parametrize("max_connections", [2, None])
+def test_a_near_hit_is_served_while_the_connections_are_held(face, server, prefix,
+                                                              max_connections):
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20,
+                      max_connections=max_connections)
+    face.run(near.set("hot", b"v", ttl=60))
+    until_near_hit(face, near, "hot", b"v")
+    hot = ("hot", never, 60, 0.0)  # beta 0: never elected
+    if face.aio:
+        async def main():
+            gate, started = asyncio.Event(), []
+
+            async def held():
+                started.append(1)
+                await gate.wait()
+                return b"slow"
+            asyncio.get_running_loop().call_later(RELEASE_S, gate.set)
+            loads = [asyncio.ensure_future(near.get_or_compute(f"slow{i}", held, ttl=60))
+                     for i in range(2)]
+            while len(started) < 2:
+                await asyncio.sleep(0.001)
+            got = (await near.get_or_compute(*hot), await near.get("hot"))
+            still_held = not gate.is_set()
+            gate.set()
+            await asyncio.gather(*loads)
+            return got, still_held
+        got, still_held = face.run(main())
+    else:
+        gate, started = threading.Event(), threading.Semaphore(0)
+        watchdog = threading.Timer(RELEASE_S, gate.set)
+        watchdog.start()
+
+        def held():
+            started.release()
+            gate.wait()
+            return b"slow"
+        loads = [threading.Thread(target=near.get_or_compute, args=(f"slow{i}", held, 60))
+                 for i in range(2)]
+        for t in loads:
+            t.start()
+        for _ in loads:  # both loads hold their connection
+            assert started.acquire(timeout=RELEASE_S)
+        connections = near.stats()["connections"]
+        got = (near.get_or_compute(*hot), near.get("hot"))
+        still_held = not gate.is_set()
+        opened = near.stats()["connections"] - connections
+        gate.set()
+        watchdog.cancel()
+        for t in loads:
+            t.join()
+        watchdog.join()
+        assert opened == 0, "a near hit opened a connection"
+    assert got == (b"v", b"v")
+    assert still_held, f"the near hit waited for a connection ({RELEASE_S} s)"
