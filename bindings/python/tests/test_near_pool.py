@@ -1,7 +1,10 @@
 """A near hit needs no connection, on both faces: with every connection the
 Cache may open held by loads of other keys (max_connections), a near hit is
-served at once, and without max_connections it opens none."""
+served at once, and without max_connections it opens none; a near hit whose
+draw elects an early refresh meanwhile still refreshes (its call waits for a
+connection on the sync face)."""
 import asyncio
+import math
 import threading
 
 import pytest
@@ -23,6 +26,7 @@ def test_a_near_hit_is_served_while_the_connections_are_held(face, server, prefi
     face.run(near.set("hot", b"v", ttl=60))
     until_near_hit(face, near, "hot", b"v")
     hot = ("hot", never, 60, 0.0)  # beta 0: never elected
+    fresh = face.loader(lambda: b"fresh")
     if face.aio:
         async def main():
             gate, started = asyncio.Event(), []
@@ -38,10 +42,11 @@ def test_a_near_hit_is_served_while_the_connections_are_held(face, server, prefi
                 await asyncio.sleep(0.001)
             got = (await near.get_or_compute(*hot), await near.get("hot"))
             still_held = not gate.is_set()
+            elected = asyncio.ensure_future(near.fetch("hot", fresh, 60, math.inf))
             gate.set()
             await asyncio.gather(*loads)
-            return got, still_held
-        got, still_held = face.run(main())
+            return got, still_held, await elected
+        got, still_held, refreshed = face.run(main())
     else:
         gate, started = threading.Event(), threading.Semaphore(0)
         watchdog = threading.Timer(RELEASE_S, gate.set)
@@ -61,11 +66,17 @@ def test_a_near_hit_is_served_while_the_connections_are_held(face, server, prefi
         got = (near.get_or_compute(*hot), near.get("hot"))
         still_held = not gate.is_set()
         opened = near.stats()["connections"] - connections
+        refreshed = []
+        elected = threading.Thread(
+            target=lambda: refreshed.append(near.fetch("hot", fresh, 60, math.inf)))
+        elected.start()
         gate.set()
         watchdog.cancel()
-        for t in loads:
+        for t in loads + [elected]:
             t.join()
         watchdog.join()
+        refreshed = refreshed[0]
         assert opened == 0, "a near hit opened a connection"
     assert got == (b"v", b"v")
     assert still_held, f"the near hit waited for a connection ({RELEASE_S} s)"
+    assert refreshed == (b"fresh", "loader")

@@ -269,6 +269,7 @@ class Cache:
         spare = conn is None
         if spare:
             conn = pool.near_client()
+        rc = 0
         try:
             if not conn.enabled:
                 conn.switch(True)
@@ -283,7 +284,10 @@ class Cache:
                 lib.xf_value_free(v)
         finally:
             if spare:
-                pool.near_done(conn)
+                if rc == NEAR_PASS:  # its draw's election: the call's (Pool.enter)
+                    pool.tls.spare = conn
+                else:
+                    pool.near_done(conn)
             else:
                 if conn.gen == pool.gen and not pool.closed:
                     pool.idle.append(conn)  # Pool._release's common case, inline

@@ -130,9 +130,10 @@ class Pool:
     def near_client(self):
         """A C client for a near hit when no connection is idle under a free
         slot, never waited for: a spare, which serves near hits only, so it
-        never connects and counts under no slot (a draw that elects an early
-        refresh on it is not the call's: the call, on a connection, draws
-        again). Given back with near_done."""
+        never connects and counts under no slot. Given back with near_done,
+        or, when its draw may have elected an early refresh (the near hit
+        passed to the call), by the call's enter(), which moves that
+        election to the call's connection."""
         try:
             return self.spares.pop()
         except IndexError:
@@ -168,6 +169,11 @@ class Pool:
                 self.slots.release()
             raise
         self.tls.conn = conn
+        spare = getattr(self.tls, "spare", None)
+        if spare is not None:  # a near hit passed to this call: its election too
+            self.tls.spare = None
+            lib.xf__near_elect_move(spare.ptr, conn.ptr)
+            self.near_done(spare)
         conn.switch(enabled_now(self.config))
         return conn, None
 
