@@ -72,6 +72,10 @@ static void check(near_env *e, int rc, const char *got, int source, const xft_lo
   char now[16];
   near_get(e->other, KEY, now, sizeof now);
   cr_assert_str_eq(now, "new");
+  redisReply *type = xft_cmd(e->r, "TYPE %s", KEY);
+  cr_assert_str_eq(type->str, xft_entry_format() == 1 ? "hash" : "string",
+                   "the format tested");
+  freeReplyObject(type);
   redisReply *ttl = xft_cmd(e->r, "PTTL %s", KEY);
   cr_assert_gt(ttl->integer, 500000, "the newer value keeps its ttl (%lld ms)",
                ttl->integer);
