@@ -16,6 +16,7 @@ xf_client *near_client(int port, xf_share *share, const char *user, const char *
   o.username = user;
   o.password = password;
   o.seed = 7;
+  o.entry_format = xft_entry_format(); /* XFT_ENTRY_FORMAT, as the fixture's clients */
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;

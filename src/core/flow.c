@@ -155,6 +155,7 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
   f->script_loading = f->refresh = f->detached = f->round = f->had_value =
       f->found_nothing = 0;
   f->near_elected = 0;
+  f->near_expiry_ms = f->near_delta_us = 0;
   f->near_served = 0;
   f->near_count = NULL;
   f->start_ms = f->delta_us = f->first_read_ms = 0;

@@ -413,8 +413,12 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
     f->pending |= PENDING_MISS;
     return miss(f, now_ms);
   }
-  /* near_elected: the near cache's draw already elected this call */
-  if (f->near_elected || xf__refresh_early(&f->c->rng, f->p, e->remaining_ms, e->delta_us))
+  /* A near hit's draw elected the entry it saw: that stands while Redis
+   * holds the same entry (no second draw). An entry written since (another
+   * client's newer value) is decided on afresh, as without the near cache. */
+  int elected = f->near_elected && e->expiry_ms == f->near_expiry_ms &&
+                e->delta_us == f->near_delta_us;
+  if (elected || xf__refresh_early(&f->c->rng, f->p, e->remaining_ms, e->delta_us))
     return refresh_early(f);
   f->c->stats.hits++;
   xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);

@@ -146,6 +146,10 @@ int xf__near_batch_take(struct xf__near_batch *b, const struct xf_client *c,
  * alone, one per batch); NULL = none. */
 extern void (*xf__near_test_on_check)(void);
 
+/* For tests: called by xf__near_get with a hit found and checked (a
+ * batch's too), before its caller uses it; NULL = none. */
+extern void (*xf__near_test_after_hit)(void);
+
 /* For tests: called by xf__near_batch_begin once every key is looked up,
  * before the check; NULL = none. */
 extern void (*xf__near_test_batch_looked_up)(void);

@@ -250,20 +250,26 @@ class Cache:
         get): the near hit's draw, counters and events as the call's, in
         one C call; the value (None: a kept not-found), or NEAR_PASS: make the
         call (the C client keeps a draw that elected an early refresh for
-        it, and the connection goes back to the pool's end: the call's). Not in a
-        loader's nested call (its own key must raise) nor under disabled()."""
+        it, and the connection goes back to the pool's end: the call's). A
+        near hit needs no connection: with none idle under a free slot, it
+        is served on a spare client (Pool.near_client), never waited for. Not
+        in a loader's nested call (its own key must raise) nor under
+        disabled()."""
         pool = self._pool
         if getattr(pool.tls, "conn", None) is not None or BYPASS.get():
             return NEAR_PASS
         slots = pool.slots
-        if slots is not None and not slots.acquire(False):
-            return NEAR_PASS
-        try:
-            conn = pool.idle.pop()
-        except IndexError:
-            if slots is not None:
-                slots.release()
-            return NEAR_PASS  # the call opens one
+        conn = None
+        if slots is None or slots.acquire(False):
+            try:
+                conn = pool.idle.pop()
+            except IndexError:
+                if slots is not None:
+                    slots.release()
+        spare = conn is None
+        if spare:
+            conn = pool.near_client()
+        rc = 0
         try:
             if not conn.enabled:
                 conn.switch(True)
@@ -277,12 +283,18 @@ class Cache:
             finally:
                 lib.xf_value_free(v)
         finally:
-            if conn.gen == pool.gen and not pool.closed:
-                pool.idle.append(conn)  # Pool._release's common case, inline
+            if spare:
+                if rc == NEAR_PASS:  # its draw's election: the call's (Pool.enter)
+                    pool.tls.spare = conn
+                else:
+                    pool.near_done(conn)
             else:
-                pool._release(conn)
-            if slots is not None:
-                slots.release()
+                if conn.gen == pool.gen and not pool.closed:
+                    pool.idle.append(conn)  # Pool._release's common case, inline
+                else:
+                    pool._release(conn)
+                if slots is not None:
+                    slots.release()
 
     def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
             jitter: float = 0.0) -> bool:
