@@ -1,9 +1,12 @@
 """Connections the server closes while Redis stays up, on both faces: a data
 connection closed (CLIENT KILL, a restart) costs one reconnection and a
-resend. It is not a failure: no error, no loader run, no breaker trip. The
+resend, and losing only the near cache's invalidation connection re-arms
+tracking on the data connections in place. Neither is a failure: no error,
+no loader run, no answer from the process share, no breaker trip. The
 figures are counts of outcomes; no assertion depends on timing."""
 import asyncio
 import subprocess
+import threading
 import time
 
 import pytest
@@ -91,3 +94,62 @@ def test_a_connection_the_server_closed_is_reopened_and_resent(face, tmp_path, p
         assert results == [True] * 25 + [b"v"] * 50
     finally:
         srv.stop()
+
+
+def test_losing_the_invalidation_connection_fails_no_call(face, server, admin, prefix):
+    """20 callers reading 300 cached keys through a near cache that holds a
+    part of them (so that reads to Redis are in flight when the loss is
+    seen) while its invalidation connection is killed (CLIENT KILL TYPE
+    pubsub), in each of 20 rounds: the near entries go and the data
+    connections are tracked again in place; every call is answered by Redis
+    or the near cache: no error, no loader run, no answer from the process
+    share, no breaker trip."""
+    seen = Outcomes()
+    cache = face.Cache(server.url, prefix=prefix, near_cache_bytes=16 << 10,
+                       on_event=seen.on_event, **TIMEOUTS)
+    keys = [f"k{i}" for i in range(300)]
+    face.gather([lambda k=k: cache.set(k, b"v", ttl=600) for k in keys])
+    load = seen.loader(face)
+    wrong = []  # a value other than b"v", or an error
+
+    def reader(i):
+        mine = keys[i * 15:] + keys[:i * 15]  # each its own order
+        if face.aio:
+            async def read():
+                for k in mine:
+                    try:
+                        if await cache.get_or_compute(k, load, ttl=600) != b"v":
+                            wrong.append(k)
+                    except xfetch.Error as e:
+                        wrong.append(e)
+            return read
+
+        def read_sync():
+            for k in mine:
+                try:
+                    if cache.get_or_compute(k, load, ttl=600) != b"v":
+                        wrong.append(k)
+                except xfetch.Error as e:
+                    wrong.append(e)
+        return read_sync
+
+    def kill_once(done):
+        """Kills the invalidation connection once the tracker has one open
+        again (or gives up when the round is over)."""
+        while not done.is_set():
+            if admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub"):
+                return
+            done.wait(0.001)
+
+    face.gather([reader(i) for i in range(20)])  # kept near, tracked
+    local0 = cache.stats()["local"]
+    for _ in range(20):
+        done = threading.Event()
+        kill = threading.Thread(target=kill_once, args=(done,))
+        kill.start()  # while the readers run (when exactly does not matter)
+        face.gather([reader(i) for i in range(20)])
+        done.set()
+        kill.join()
+    errors = [w for w in wrong if isinstance(w, BaseException)]
+    assert (len(wrong), len(errors), seen.loads, cache.stats()["local"] - local0,
+            seen.trips) == (0, 0, 0, 0, 0), errors[:3]

@@ -11,7 +11,7 @@ import time
 
 from ._aio_link import arm_later
 from ._core import enter_load, leave_load
-from ._errors import ConnectionLostError, Error, TLSError
+from ._errors import Error, TLSError
 from ._native import ffi, lib
 from ._runtime import sink_value
 
@@ -81,12 +81,10 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                     link.failed()
                     step = lib.xf_call_io_failed(call, lib.XF_EIO, now_ms())
                 else:
-                    due = near and lib.xf_call_track_reply(call, stream.track or ffi.NULL)
-                    if due == 1:
-                        step = lib.xf_call_reply(call, reply, now_ms())
-                        link.drop(ConnectionLostError(lib.XF_EIO, "near cache tracking lost"))
-                        continue  # tracked under a lost invalidation connection: reopen
-                    if due == 2:  # not tracked yet: now it can be
+                    # 1: tracked under a lost invalidation connection; 2: not
+                    # tracked yet, now it can be; either way armed again on
+                    # this stream, its calls in flight unharmed
+                    if near and lib.xf_call_track_reply(call, stream.track or ffi.NULL):
                         arm_later(links, link, stream)
                     step = lib.xf_call_reply(call, reply, now_ms())
                 resend = True
