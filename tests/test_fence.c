@@ -68,17 +68,7 @@ static xf_reply *exchange(redisContext *sock, xf_reader *rd, const xf_call *call
   cr_assert_not_null(req);
   if (len >= 14 && memcmp(req, "*1\r\n$4\r\nPING\r\n", 14) == 0)
     (*saw_ping)++;
-  cr_assert_eq(write(sock->fd, req, len), (ssize_t)len);
-  for (;;) {
-    xf_reply *reply;
-    cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
-    if (reply)
-      return reply;
-    char buf[4096];
-    ssize_t n = read(sock->fd, buf, sizeof buf);
-    cr_assert_gt(n, 0);
-    cr_assert_eq(xf_reader_feed(rd, buf, (size_t)n), XF_OK);
-  }
+  return xft_call_exchange(sock->fd, rd, call, 0);
 }
 
 /* Runs a get-or-compute (data NULL) or a set as calls; the PINGs among the

@@ -178,19 +178,7 @@ static void run_async(waiters *w) {
 /* The sans-I/O call: the callers driven here, each over a socket of its own
  * (no clock estimate kept: every read is the read script). */
 static xf_reply *exchange(redisContext *sock, xf_reader *rd, const xf_call *call) {
-  size_t len;
-  const char *req = xf_call_request(call, &len);
-  cr_assert_eq(write(sock->fd, req, len), (ssize_t)len);
-  for (;;) {
-    xf_reply *reply;
-    cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
-    if (reply)
-      return reply;
-    char buf[4096];
-    ssize_t n = read(sock->fd, buf, sizeof buf);
-    cr_assert_gt(n, 0);
-    cr_assert_eq(xf_reader_feed(rd, buf, (size_t)n), XF_OK);
-  }
+  return xft_call_exchange(sock->fd, rd, call, 0);
 }
 
 static void run_calls(waiters *w) {
