@@ -246,7 +246,10 @@ void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent,
   episodes(s, ev, n, cold_absent, r, &win, &cold);
   concurrency(s, ev, n, r);
   latencies(s, a, !all_cold, &win, &cold, r);
-  r->loads = a->nloads, r->errors = a->errors, r->dropped = a->dropped;
+  r->loads = a->nloads, r->dropped = a->dropped, r->not_opened = a->not_opened;
+  r->errors = __atomic_load_n(&a->errs.n, __ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&a->errs.described, __ATOMIC_ACQUIRE))
+    snprintf(r->first_error, sizeof r->first_error, "%s", a->errs.first);
   double dur = s->rounds > 0 ? wall_s : s->duration_s;
   r->throughput_rps = dur > 0 ? (double)r->requests / dur : 0;
   r->loads_per_ttl =

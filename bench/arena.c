@@ -42,8 +42,9 @@ arena *arena_create(size_t cap_samples, size_t cap_loads) {
 }
 
 void arena_reset(arena *a) {
-  a->stop = 0;
-  a->nsamples = a->nloads = a->dropped = a->errors = 0;
+  a->stop = a->arrived = a->go = 0;
+  a->nsamples = a->nloads = a->dropped = a->not_opened = 0;
+  memset(&a->errs, 0, sizeof a->errs);
   a->inflight = a->peak_inflight = a->handshakes = 0;
   a->epoch_us = now_us();
 }
@@ -56,7 +57,7 @@ void arena_destroy(arena *a) {
 void arena_add_sample(arena *a, int64_t t_us, int64_t lat_us, unsigned flags) {
   uint64_t i = __atomic_fetch_add(&a->nsamples, 1, __ATOMIC_RELAXED);
   if (flags & RQ_ERROR)
-    __atomic_fetch_add(&a->errors, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&a->errs.n, 1, __ATOMIC_RELAXED);
   if (i >= a->cap_samples) {
     __atomic_fetch_add(&a->dropped, 1, __ATOMIC_RELAXED);
     return;

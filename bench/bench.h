@@ -10,6 +10,7 @@
 
 #include "decide.h" /* the library's XFetch rule and PCG32 (internal headers) */
 #include "pcg.h"
+#include "step.h"
 #include "xfetch.h"
 
 /* ---- strategies ------------------------------------------------------------ */
@@ -47,6 +48,7 @@ typedef struct run_spec {
   int value_len;     /* bytes per value */
   int entry_format;  /* the library's entries (target.entry_format): the prefill's */
   char prefix[64];   /* unique key prefix for the run */
+  char label[48];    /* "strategy" or "strategy/variant", for messages */
 } run_spec;
 
 /* Per-request flags. */
@@ -72,9 +74,15 @@ typedef struct load_event {
 
 /* The MAP_SHARED arena. Counters are updated with __atomic builtins. */
 typedef struct arena {
-  int64_t epoch_us; /* CLOCK_MONOTONIC at the start of the run */
+  int64_t epoch_us; /* CLOCK_MONOTONIC at the start of the run: set once every
+                       worker has opened its connection (or failed to) */
   int stop;
-  uint64_t nsamples, nloads, dropped, errors, inflight, peak_inflight;
+  int arrived; /* workers past their connection's open, ready or not */
+  int go;      /* epoch_us is set: the workers start */
+  uint64_t nsamples, nloads, dropped, inflight, peak_inflight;
+  step_errors errs;    /* requests that failed (RQ_ERROR) and workers that could
+                          not open their connection, the first described */
+  uint64_t not_opened; /* workers that could not open their connection */
   uint64_t handshakes; /* TLS handshakes the workers' clients made (tls scenario) */
   size_t cap_samples, cap_loads;
   sample *samples;
@@ -121,8 +129,10 @@ int target_start_server_with(target *t, const char *const *extra);
 int target_free_port(void);
 void target_stop_server(target *t);
 /* Connects with connect and command timeouts, AUTH and SELECT; NULL on error
- * (message on stderr). */
+ * (the failed step reported: bench/step.h). */
 redisContext *target_connect(const target *t, int timeout_ms);
+/* The same, quiet: NULL on error, why into why[cap] (a worker counts it). */
+redisContext *target_open(const target *t, int timeout_ms, char *why, size_t cap);
 /* The library's options for t (5 s command timeout). */
 xf_options target_options(const target *t);
 /* Sum of server usec and calls over INFO commandstats, without INFO/CONFIG. */
@@ -141,13 +151,17 @@ double workers_run(const target *t, const run_spec *spec, arena *a, const char *
 
 typedef struct strat_ctx strat_ctx;
 strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worker);
-/* One request for key; sets *flags (RQ_*). Returns 0, or -1 on error. */
+/* One request for key; sets *flags (RQ_*). Returns 0, or -1 on error (the
+ * first error of a run described in the arena's errs). A connection that
+ * failed is opened again at the next request, so a transient error costs
+ * one request, not the rest of the run. */
 int strat_get(strat_ctx *c, uint32_t key, unsigned *flags);
 void strat_close(strat_ctx *c);
 /* Parent side: writes key as a freshly computed value of the strategy's
- * format (delta = loader_ms, ttl jittered per spec), all keys in one pipeline. */
+ * format (delta = loader_ms, ttl jittered per spec), all keys in one pipeline.
+ * Returns 0, or -1 with the failed step reported. */
 int strat_prefill(redisContext *rc, const run_spec *spec, int first, int count,
-                  int64_t ttl_ms);
+                  int64_t ttl_ms, const char *step);
 
 /* pure XFetch with plain scripts (bench/pure_xfetch.c) */
 typedef struct pure_read {

@@ -47,8 +47,10 @@ int sc_beta_sweep(const bench_env *e, scenario_out *out) {
     s.ttl_ms = ttl, s.duration_s = dur, s.beta = betas[i];
     /* Stagger the keys' first expiries so their refreshes do not overlap, all
      * a full ttl away so each is reached by a steady arrival stream. */
+    char step[80];
+    snprintf(step, sizeof step, "%s: prefill", s.label);
     for (int k = 0; k < keys; k++)
-      if (strat_prefill(e->rc, &s, k, 1, ttl + ttl * k / keys) != 0)
+      if (strat_prefill(e->rc, &s, k, 1, ttl + ttl * k / keys, step) != 0)
         return -1;
     result *r = &out->results[out->nresults++];
     if (run_one(e, &s, 0, 0, ttl, 0, 0, r))

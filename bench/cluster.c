@@ -7,6 +7,7 @@
  *   hot_key       threads (one client each) on one key that expires every
  *                 500 ms, 20 ms loader: loader calls per expiry, errors,
  *                 latency, redirects per 1,000 calls. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@ typedef struct side {
   int nports;
   /* hit_overhead */
   double hit_p50, hit_p99, hit_redirects, hit_cmds_per_hit;
+  step_errors hit_errs; /* failed hits, counted */
   node_stat nodes[XFT_CLUSTER_NODES];
   /* hot_key */
   long hot_calls, hot_errors, hot_loads;
@@ -64,8 +66,13 @@ static xf_client *open_client(const side *s) {
   o.host = s->host;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
-  if (rc != XF_OK)
-    fprintf(stderr, "xfetch-bench --cluster: open %s: %s\n", s->host, xf_strerror(rc));
+  if (rc != XF_OK) {
+    char step[160];
+    snprintf(step, sizeof step, "xf_client_open %s", s->host);
+    step_failed(step, rc, c ? xf_errmsg(c) : NULL);
+    xf_client_close(c);
+    return NULL;
+  }
   return c;
 }
 
@@ -106,11 +113,16 @@ static int hit_overhead(side *s, int hits) {
   p.ttl_ms = 3600 * 1000;
   char key[32];
   xf_value v;
+  step_errors warm = {0};
   for (int i = 0; i < HIT_KEYS; i++) {
     int len = snprintf(key, sizeof key, "xfb:hit:%d", i);
-    if (xf_get_or_compute(c, key, (size_t)len, &p, value_loader, NULL, &v) == XF_OK)
+    int rc = xf_get_or_compute(c, key, (size_t)len, &p, value_loader, NULL, &v);
+    if (rc == XF_OK)
       xf_value_free(&v);
+    else
+      step_count(&warm, "xf_get_or_compute (warm-up)", rc, xf_errmsg(c));
   }
+  step_errors_report(s->name, &warm, HIT_KEYS);
   node_stats(s, 1);
   xf_stats before, after;
   xf_client_stats(c, &before);
@@ -118,10 +130,19 @@ static int hit_overhead(side *s, int hits) {
   for (int i = 0; lat && i < hits; i++) {
     int len = snprintf(key, sizeof key, "xfb:hit:%d", i % HIT_KEYS);
     int64_t t0 = now_us();
-    if (xf_get_or_compute(c, key, (size_t)len, &p, value_loader, NULL, &v) == XF_OK)
+    int rc = xf_get_or_compute(c, key, (size_t)len, &p, value_loader, NULL, &v);
+    if (rc == XF_OK)
       xf_value_free(&v);
+    else
+      step_count(&s->hit_errs, "xf_get_or_compute", rc, xf_errmsg(c));
     lat[i] = (uint32_t)(now_us() - t0);
   }
+  if (s->hit_errs.n >= (uint64_t)hits) {
+    free(lat);
+    xf_client_close(c);
+    return step_meaningless(s->name, "p50, p99", "no hit succeeded", &s->hit_errs);
+  }
+  step_errors_report(s->name, &s->hit_errs, (uint64_t)hits);
   xf_client_stats(c, &after);
   node_stats(s, 0);
   double calls = 0;
@@ -143,15 +164,17 @@ typedef struct hot_thread {
   long *loads;
   uint32_t *lat;
   size_t n, cap;
-  long errors;
+  step_errors errs;
   uint64_t redirects;
 } hot_thread;
 
 static void *hot_loop(void *arg) {
   hot_thread *h = arg;
   xf_client *c = open_client(h->s);
-  if (!c)
+  if (!c) { /* reported; counted: this thread makes no call */
+    step_count_because(&h->errs, "a thread's xf_client_open", "see above");
     return NULL;
+  }
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = HOT_TTL_MS;
   while (now_us() < h->until_us) {
@@ -163,7 +186,7 @@ static void *hot_loop(void *arg) {
     if (rc == XF_OK)
       xf_value_free(&v);
     else
-      h->errors++;
+      step_count(&h->errs, "xf_get_or_compute", rc, xf_errmsg(c));
     sleep_us(200); /* think time */
   }
   xf_stats st;
@@ -184,19 +207,24 @@ static int hot_key(side *s, int threads, double seconds) {
                         .loads = &loads,
                         .cap = cap,
                         .lat = malloc(cap * sizeof(uint32_t))};
-    if (!h[i].lat || pthread_create(&h[i].th, NULL, hot_loop, &h[i]) != 0)
-      return -1;
+    int err = h[i].lat ? pthread_create(&h[i].th, NULL, hot_loop, &h[i]) : ENOMEM;
+    if (err) { /* the threads started run to their end */
+      for (int j = 0; j < i; j++)
+        pthread_join(h[j].th, NULL), free(h[j].lat);
+      free(h[i].lat);
+      return step_failed_because("hot_key: a thread", strerror(err));
+    }
   }
   uint32_t *all = malloc((size_t)threads * cap * sizeof *all);
   size_t n = 0;
   uint64_t redirects = 0;
-  s->hot_errors = 0;
+  step_errors errs = {0};
   for (int i = 0; i < threads; i++) {
     pthread_join(h[i].th, NULL);
     if (all)
       memcpy(all + n, h[i].lat, h[i].n * sizeof *all);
     n += h[i].n;
-    s->hot_errors += h[i].errors;
+    step_merge(&errs, &h[i].errs);
     redirects += h[i].redirects;
     free(h[i].lat);
   }
@@ -206,17 +234,22 @@ static int hot_key(side *s, int threads, double seconds) {
   s->hot_p50 = all ? pct(all, n, 0.5) : 0;
   s->hot_p99 = all ? pct(all, n, 0.99) : 0;
   s->hot_redirects = n ? 1000.0 * (double)redirects / (double)n : 0;
+  s->hot_errors = (long)errs.n;
   free(all);
+  if (errs.n >= n)
+    return step_meaningless(s->name, "every hot_key figure", "no call succeeded", &errs);
+  step_errors_report(s->name, &errs, n);
   return 0;
 }
 
 static void print(const side *sides, int nsides, int threads) {
   printf("\nhit_overhead: one client, %d warm keys (all hits)\n", HIT_KEYS);
-  printf("  %-10s  %8s  %8s  %14s  %16s\n", "redis", "p50 us", "p99 us", "redirects/1000",
-         "round trips/hit");
+  printf("  %-10s  %8s  %8s  %14s  %16s  %7s\n", "redis", "p50 us", "p99 us",
+         "redirects/1000", "round trips/hit", "errors");
   for (int i = 0; i < nsides; i++)
-    printf("  %-10s  %8.0f  %8.0f  %14.2f  %16.3f\n", sides[i].name, sides[i].hit_p50,
-           sides[i].hit_p99, sides[i].hit_redirects, sides[i].hit_cmds_per_hit);
+    printf("  %-10s  %8.0f  %8.0f  %14.2f  %16.3f  %7llu\n", sides[i].name,
+           sides[i].hit_p50, sides[i].hit_p99, sides[i].hit_redirects,
+           sides[i].hit_cmds_per_hit, (unsigned long long)sides[i].hit_errs.n);
   printf("  server us per hit (the read script, INFO commandstats), per node:\n");
   for (int i = 0; i < nsides; i++)
     for (int n = 0; n < sides[i].nports; n++)
@@ -245,6 +278,7 @@ int bench_cluster(int quick) {
   if (target_start_server(&t) != 0)
     return 1;
   if (xft_cluster_start(&cl) != 0) {
+    step_failed_because("cluster", "xft_cluster_start could not start the 3+3 cluster");
     target_stop_server(&t);
     return 1;
   }
@@ -257,8 +291,14 @@ int bench_cluster(int quick) {
          "cluster (:%d..:%d), cluster started in %.1f s\n",
          t.port, cl.port[0], cl.port[XFT_CLUSTER_NODES - 1], cl.start_s);
   int rc = 0;
-  for (int i = 0; i < 2 && rc == 0; i++)
-    rc = hit_overhead(&sides[i], hits) || hot_key(&sides[i], threads, seconds);
+  for (int i = 0; i < 2 && rc == 0; i++) {
+    step_scenario("cluster: hit_overhead");
+    rc = hit_overhead(&sides[i], hits);
+    step_scenario("cluster: hot_key");
+    rc = rc || hot_key(&sides[i], threads, seconds);
+  }
+  if (rc)
+    fprintf(stderr, "xfetch-bench --cluster: failed (its failed step above)\n");
   if (rc == 0)
     print(sides, 2, threads);
   xft_cluster_stop(&cl);

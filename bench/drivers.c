@@ -19,13 +19,38 @@
 #define BATCH_KEYS 100
 #define VALUE "a value of sixty-four bytes, as hit_overhead uses: 0123456789abc"
 
-xf_client *drv_client(const target *t) {
+xf_client *drv_client_shared(const target *t, xf_share *share) {
   xf_options o = target_options(t);
+  o.share = share;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
-  if (rc != XF_OK)
-    fprintf(stderr, "xfetch-bench: xf_client_open: %s\n", xf_strerror(rc));
+  if (rc != XF_OK) {
+    step_failed(share ? "xf_client_open (with a share)" : "xf_client_open", rc,
+                c ? xf_errmsg(c) : NULL);
+    xf_client_close(c);
+    return NULL;
+  }
   return c;
+}
+
+xf_client *drv_client(const target *t) { return drv_client_shared(t, NULL); }
+
+int drv_count_bad_hit(step_errors *e, const char *what, int rc, const xf_value *v,
+                      const char *errmsg) {
+  if (rc != XF_OK) {
+    step_count(e, what, rc, errmsg);
+    return 1;
+  }
+  if (v->source != XF_SOURCE_CACHE) {
+    char why[96];
+    snprintf(why, sizeof why, "a warm key served from %s, not the cache",
+             v->source == XF_SOURCE_UNCACHED ? "the loader uncached (fail-open)"
+             : v->source == XF_SOURCE_STALE  ? "a stale value"
+                                             : "elsewhere");
+    step_count_because(e, what, why);
+    return 1;
+  }
+  return 0;
 }
 
 int drv_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
@@ -58,11 +83,11 @@ int drv_keys(drv_keyset *k, const bench_env *e, const char *what, size_t n) {
 }
 
 int drv_warm(xf_client *c, const drv_keyset *k, const xf_policy *p) {
-  for (size_t i = 0; i < k->n; i++)
-    if (xf_set(c, k->ptr[i], k->len[i], VALUE, sizeof VALUE - 1, p) != XF_OK) {
-      fprintf(stderr, "xfetch-bench: xf_set: %s\n", xf_errmsg(c));
-      return -1;
-    }
+  for (size_t i = 0; i < k->n; i++) {
+    int rc = xf_set(c, k->ptr[i], k->len[i], VALUE, sizeof VALUE - 1, p);
+    if (rc != XF_OK)
+      return step_failed("xf_set (warm-up)", rc, xf_errmsg(c));
+  }
   return 0;
 }
 
@@ -70,19 +95,24 @@ int drv_warm(xf_client *c, const drv_keyset *k, const xf_policy *p) {
 
 typedef struct way {
   const char *name;
+  step_errors errs; /* batches that failed, counted */
   uint32_t *us;
   size_t n;
   double cmds, server_us, reads; /* per batch */
   double p50, p99;
 } way;
 
-static void resetstat(redisContext *rc) {
+static int resetstat(redisContext *rc) {
   redisReply *r = redisCommand(rc, "CONFIG RESETSTAT");
+  int ok = r && r->type == REDIS_REPLY_STATUS;
+  if (!ok)
+    step_failed_redis("CONFIG RESETSTAT", rc, r);
   if (r)
     freeReplyObject(r);
+  return ok ? 0 : -1;
 }
 
-static int one_mget(redisContext *rc, const drv_keyset *mk) {
+static int one_mget(redisContext *rc, const drv_keyset *mk, step_errors *errs) {
   const char *argv[BATCH_KEYS + 1];
   size_t lens[BATCH_KEYS + 1];
   argv[0] = "MGET", lens[0] = 4;
@@ -91,29 +121,40 @@ static int one_mget(redisContext *rc, const drv_keyset *mk) {
   redisReply *r = redisCommandArgv(rc, (int)mk->n + 1, argv, lens);
   int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == mk->n &&
            r->element[0]->type == REDIS_REPLY_STRING;
+  if (!ok)
+    step_count_redis(errs, "MGET", rc, r);
   if (r)
     freeReplyObject(r);
   return ok ? 0 : -1;
 }
 
-static int one_many(xf_client *c, const drv_keyset *k, const xf_policy *p) {
+/* One batch; a batch with a bad key counts once. */
+static int one_many(xf_client *c, const drv_keyset *k, const xf_policy *p,
+                    step_errors *errs) {
   xf_value v[BATCH_KEYS];
   int rcs[BATCH_KEYS], bad = 0;
-  if (xf_get_or_compute_many(c, k->n, k->ptr, k->len, p, drv_loader, NULL, v, rcs) != XF_OK)
+  int rc = xf_get_or_compute_many(c, k->n, k->ptr, k->len, p, drv_loader, NULL, v, rcs);
+  if (rc != XF_OK) {
+    step_count(errs, "xf_get_or_compute_many", rc, xf_errmsg(c));
     return -1;
+  }
   for (size_t i = 0; i < k->n; i++) {
-    bad |= rcs[i] != XF_OK || v[i].source != XF_SOURCE_CACHE;
+    if (!bad)
+      bad = drv_count_bad_hit(errs, "xf_get_or_compute_many (a key)", rcs[i], &v[i],
+                              xf_errmsg(c));
     xf_value_free(&v[i]);
   }
   return bad ? -1 : 0;
 }
 
-static int one_seq(xf_client *c, const drv_keyset *k, const xf_policy *p) {
+static int one_seq(xf_client *c, const drv_keyset *k, const xf_policy *p,
+                   step_errors *errs) {
   int bad = 0;
   for (size_t i = 0; i < k->n; i++) {
     xf_value v;
-    bad |= xf_get_or_compute(c, k->ptr[i], k->len[i], p, drv_loader, NULL, &v) != XF_OK ||
-           v.source != XF_SOURCE_CACHE;
+    int rc = xf_get_or_compute(c, k->ptr[i], k->len[i], p, drv_loader, NULL, &v);
+    if (!bad)
+      bad = drv_count_bad_hit(errs, "xf_get_or_compute", rc, &v, xf_errmsg(c));
     xf_value_free(&v);
   }
   return bad ? -1 : 0;
@@ -131,28 +172,37 @@ long long drv_server_reads(redisContext *rc) {
   return v;
 }
 
-/* Runs way w iters times (after a warm-up), timing each batch. */
+/* Runs way w iters times (after a warm-up), timing each batch. A batch that
+ * fails is counted in w->errs (its time kept among the others); 0, or -1
+ * when none of them succeeded (or out of memory). */
 static int measure(way *w, int kind, size_t iters, redisContext *rc, xf_client *c,
                    const drv_keyset *k, const drv_keyset *mk, const xf_policy *p) {
   w->us = malloc(iters * sizeof *w->us);
   if (!w->us)
     return -1;
+  step_errors warm = {0};
   for (size_t i = 0; i < iters / 10 + 5; i++) /* warm-up: scripts, connections */
-    if ((kind == 0 ? one_mget(rc, mk) : kind == 1 ? one_many(c, k, p) : one_seq(c, k, p)))
-      return -1;
-  resetstat(rc);
+    kind == 0   ? one_mget(rc, mk, &warm)
+    : kind == 1 ? one_many(c, k, p, &warm)
+                : one_seq(c, k, p, &warm);
+  if (resetstat(rc) != 0)
+    return -1;
   long long reads0 = drv_server_reads(rc);
   for (size_t i = 0; i < iters; i++) {
     int64_t t0 = now_us();
-    int bad = kind == 0   ? one_mget(rc, mk)
-              : kind == 1 ? one_many(c, k, p)
-                          : one_seq(c, k, p);
+    kind == 0   ? one_mget(rc, mk, &w->errs)
+    : kind == 1 ? one_many(c, k, p, &w->errs)
+                : one_seq(c, k, p, &w->errs);
     w->us[i] = (uint32_t)(now_us() - t0);
-    if (bad) {
-      fprintf(stderr, "xfetch-bench: batch/%s: a request failed\n", w->name);
-      return -1;
-    }
   }
+  char step[64];
+  snprintf(step, sizeof step, "%s batches", w->name);
+  if (w->errs.n >= iters)
+    return step_meaningless(step, "its p50, p99 and commands", "no batch succeeded",
+                            &w->errs);
+  step_errors_report(step, &w->errs, iters);
+  snprintf(step, sizeof step, "%s warm-up batches", w->name);
+  step_errors_report(step, &warm, iters / 10 + 5);
   /* Less the INFO that read reads0. */
   w->reads = (double)(drv_server_reads(rc) - reads0 - 1) / (double)iters;
   double usec, calls;
@@ -169,13 +219,16 @@ static int measure(way *w, int kind, size_t iters, redisContext *rc, xf_client *
 static int plain_keys(redisContext *rc, const drv_keyset *mk) {
   for (size_t i = 0; i < mk->n; i++)
     redisAppendCommand(rc, "SET %s %s", mk->ptr[i], VALUE);
+  int bad = 0;
   for (size_t i = 0; i < mk->n; i++) {
     redisReply *r = NULL;
     if (redisGetReply(rc, (void **)&r) != REDIS_OK)
-      return -1;
+      return step_failed_redis("SET (the MGET's keys)", rc, NULL);
+    if (r->type != REDIS_REPLY_STATUS && !bad++)
+      step_failed_redis("SET (the MGET's keys)", rc, r);
     freeReplyObject(r);
   }
-  return 0;
+  return bad ? -1 : 0;
 }
 
 int sc_batch(const bench_env *e, scenario_out *out) {
@@ -191,12 +244,11 @@ int sc_batch(const bench_env *e, scenario_out *out) {
    * its first batch fills it, the next are served from it (issue 20) */
   xf_share *share = NULL;
   xf_share_options so = {.near_cache_bytes = 1u << 22};
-  xf_options no = target_options(e->t);
-  if (xf_share_open(&share, &so) == XF_OK) {
-    no.share = share;
-    if (xf_client_open(&nc, &no) != XF_OK)
-      nc = NULL;
-  }
+  int orc = c ? xf_share_open(&share, &so) : XF_OK;
+  if (orc != XF_OK)
+    step_failed("xf_share_open (many_near)", orc, NULL);
+  else if (c)
+    nc = drv_client_shared(e->t, share);
   way w[4] = {
       {.name = "mget"}, {.name = "many"}, {.name = "sequential"}, {.name = "many_near"}};
   int rc = -1;
@@ -219,18 +271,21 @@ int sc_batch(const bench_env *e, scenario_out *out) {
            "\"many_round_trips\": %.1f, \"sequential_round_trips\": %.1f, "
            "\"many_over_mget\": %.2f, \"sequential_over_many\": %.2f, "
            "\"many_near_p50_us\": %.0f, \"many_near_p99_us\": %.0f, \"many_near_cmds\": "
-           "%.2f}",
+           "%.2f, \"errors\": {\"mget\": %llu, \"many\": %llu, \"sequential\": %llu, "
+           "\"many_near\": %llu}}",
            BATCH_KEYS, sizeof VALUE - 1, iters, seq_iters, w[0].p50, w[0].p99, w[1].p50,
            w[1].p99, w[2].p50, w[2].p99, w[0].cmds, w[1].cmds, w[2].cmds, w[1].reads,
-           w[2].reads, vs_mget, vs_seq, w[3].p50, w[3].p99, w[3].cmds);
+           w[2].reads, vs_mget, vs_seq, w[3].p50, w[3].p99, w[3].cmds,
+           (unsigned long long)w[0].errs.n, (unsigned long long)w[1].errs.n,
+           (unsigned long long)w[2].errs.n, (unsigned long long)w[3].errs.n);
   printf("\nbatch: %d warm keys, %zu-byte values; per batch of %d (%zu batches, "
          "sequential %zu)\n",
          BATCH_KEYS, sizeof VALUE - 1, BATCH_KEYS, iters, seq_iters);
-  printf("%-12s %9s %9s %12s %14s %13s\n", "way", "p50 us", "p99 us", "server cmds",
-         "server us", "round trips");
+  printf("%-12s %9s %9s %12s %14s %13s %7s\n", "way", "p50 us", "p99 us", "server cmds",
+         "server us", "round trips", "errors");
   for (int i = 0; i < 4; i++)
-    printf("%-12s %9.0f %9.0f %12.1f %14.1f %13.1f\n", w[i].name, w[i].p50, w[i].p99,
-           w[i].cmds, w[i].server_us, w[i].reads);
+    printf("%-12s %9.0f %9.0f %12.1f %14.1f %13.1f %7llu\n", w[i].name, w[i].p50, w[i].p99,
+           w[i].cmds, w[i].server_us, w[i].reads, (unsigned long long)w[i].errs.n);
   printf("  many/mget p50 = %.2fx (goal <= 1.3x: %s); sequential/many p50 = %.1fx (goal "
          ">= 20x: %s)\n",
          vs_mget, vs_mget <= 1.3 ? "met" : "missed", vs_seq,
@@ -259,14 +314,16 @@ typedef struct blocking_thread {
   int64_t end_us;
   size_t first_key;
   drv_run run;
-  int failed;
 } blocking_thread;
 
 static void *blocking_main(void *arg) {
   blocking_thread *b = arg;
-  xf_client *c = drv_client(b->e->t);
-  if (!c) {
-    b->failed = 1;
+  xf_options o = target_options(b->e->t);
+  xf_client *c = NULL;
+  int orc = xf_client_open(&c, &o);
+  if (orc != XF_OK) { /* counted: this thread makes no request */
+    step_count(&b->run.errs, "a thread's xf_client_open", orc, c ? xf_errmsg(c) : NULL);
+    xf_client_close(c);
     return NULL;
   }
   for (size_t i = b->first_key; now_us() < b->end_us; i++) {
@@ -277,7 +334,7 @@ static void *blocking_main(void *arg) {
         xf_get_or_compute(c, b->k->ptr[key], b->k->len[key], b->p, drv_loader, NULL, &v);
     drv_record(&b->run, (uint32_t)(now_us() - t0));
     b->run.requests++;
-    b->run.errors += rc != XF_OK || v.source != XF_SOURCE_CACHE;
+    drv_count_bad_hit(&b->run.errs, "xf_get_or_compute", rc, &v, xf_errmsg(c));
     xf_value_free(&v);
   }
   xf_client_close(c);
@@ -292,15 +349,17 @@ static int blocking_threads(const bench_env *e, const drv_keyset *k, const xf_po
   int rc = b && tid ? 0 : -1;
   int64_t t0 = now_us();
   for (int i = 0; rc == 0 && i < n; i++) {
-    b[i] = (blocking_thread){e, k, p, t0 + (int64_t)(dur_s * 1e6), (size_t)i, {0}, 0};
-    if (pthread_create(&tid[i], NULL, blocking_main, &b[i]) != 0)
+    b[i] = (blocking_thread){e, k, p, t0 + (int64_t)(dur_s * 1e6), (size_t)i, {0}};
+    int err = pthread_create(&tid[i], NULL, blocking_main, &b[i]);
+    if (err != 0) {
+      step_failed_because("blocking threads: pthread_create", strerror(err));
       n = i, rc = -1;
+    }
   }
   for (int i = 0; b && tid && i < n; i++) {
     pthread_join(tid[i], NULL);
-    rc |= -b[i].failed;
     out->requests += b[i].run.requests;
-    out->errors += b[i].run.errors;
+    step_merge(&out->errs, &b[i].run.errs);
     for (size_t j = 0; j < b[i].run.nus; j++)
       drv_record(out, b[i].run.us[j]);
     free(b[i].run.us);
@@ -318,13 +377,13 @@ int sc_async(const bench_env *e, scenario_out *out) {
   drv_keys(&k, e, "async", DRV_MAX_KEYS);
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 3600000;
+  out->name = "async";
   xf_client *c = drv_client(e->t);
   if (!c || drv_warm(c, &k, &p)) {
     xf_client_close(c);
     return -1;
   }
   xf_client_close(c);
-  out->name = "async";
   drv_run warmup = {0}, loop = {0}, threads = {0};
   int rc = drv_async_loop(e->t, &k, &p, n, 0.1, &warmup); /* scripts, connection */
   free(warmup.us);
@@ -333,10 +392,22 @@ int sc_async(const bench_env *e, scenario_out *out) {
     snprintf(out->params, sizeof out->params, "{\"skipped\": \"no libuv\"}");
     return 0;
   }
-  if (rc != 0 || drv_async_loop(e->t, &k, &p, n, dur, &loop) != 0 ||
-      blocking_threads(e, &k, &p, n, dur, &threads) != 0 || loop.errors || threads.errors) {
-    fprintf(stderr, "xfetch-bench: async: a run failed (%llu / %llu request errors)\n",
-            (unsigned long long)loop.errors, (unsigned long long)threads.errors);
+  step_errors_report("the loop's warm-up", &warmup.errs, warmup.requests);
+  rc = rc != 0 || drv_async_loop(e->t, &k, &p, n, dur, &loop) != 0 ||
+               blocking_threads(e, &k, &p, n, dur, &threads) != 0
+           ? -1
+           : 0;
+  /* Errors are counted (the table's errors column); a way without one good
+   * request has no figure. */
+  const drv_run *way[2] = {&loop, &threads};
+  const char *way_name[2] = {"the libuv loop's requests", "the blocking threads' requests"};
+  for (int i = 0; rc == 0 && i < 2; i++)
+    if (way[i]->errs.n >= way[i]->requests)
+      rc = step_meaningless(way_name[i], "its req/s, p50 and p99", "no request succeeded",
+                            &way[i]->errs);
+    else
+      step_errors_report(way_name[i], &way[i]->errs, way[i]->requests);
+  if (rc != 0) {
     free(loop.us);
     free(threads.us);
     return -1;
@@ -350,15 +421,17 @@ int sc_async(const bench_env *e, scenario_out *out) {
            "{\"concurrent\": %d, \"keys\": %d, \"duration_s\": %.1f, \"loop_rps\": %.0f, "
            "\"loop_p50_us\": %.0f, \"loop_p99_us\": %.0f, \"threads_rps\": %.0f, "
            "\"threads_p50_us\": %.0f, \"threads_p99_us\": %.0f, \"loop_over_threads_rps\": "
-           "%.2f}",
-           n, DRV_MAX_KEYS, dur, lrps, l50, l99, trps, t50, t99, lrps / trps);
+           "%.2f, \"loop_errors\": %llu, \"threads_errors\": %llu}",
+           n, DRV_MAX_KEYS, dur, lrps, l50, l99, trps, t50, t99, lrps / trps,
+           (unsigned long long)loop.errs.n, (unsigned long long)threads.errs.n);
   printf("\nasync: %d concurrent hit requests on %d warm keys for %.1f s\n", n,
          DRV_MAX_KEYS, dur);
-  printf("%-28s %10s %9s %9s %9s\n", "driver", "req/s", "p50 us", "p99 us", "requests");
-  printf("%-28s %10.0f %9.0f %9.0f %9llu\n", "one libuv loop (xf_async)", lrps, l50, l99,
-         (unsigned long long)loop.requests);
-  printf("%-28s %10.0f %9.0f %9.0f %9llu\n", "blocking threads", trps, t50, t99,
-         (unsigned long long)threads.requests);
+  printf("%-28s %10s %9s %9s %9s %7s\n", "driver", "req/s", "p50 us", "p99 us", "requests",
+         "errors");
+  printf("%-28s %10.0f %9.0f %9.0f %9llu %7llu\n", "one libuv loop (xf_async)", lrps, l50,
+         l99, (unsigned long long)loop.requests, (unsigned long long)loop.errs.n);
+  printf("%-28s %10.0f %9.0f %9.0f %9llu %7llu\n", "blocking threads", trps, t50, t99,
+         (unsigned long long)threads.requests, (unsigned long long)threads.errs.n);
   printf(
       "  loop/threads throughput = %.2fx (one thread and one connection vs %d of each)\n",
       lrps / trps, n);

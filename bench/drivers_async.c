@@ -54,9 +54,11 @@ static void issue(slot *s) {
   loop_run *r = s->run;
   size_t i = r->next_key++ % r->k->n;
   s->t0 = now_us();
-  if (xf_async_get_or_compute(r->ac, r->k->ptr[i], r->k->len[i], r->p, async_loader, NULL,
-                              answered, s) != XF_OK) {
-    r->out->errors++;
+  int rc = xf_async_get_or_compute(r->ac, r->k->ptr[i], r->k->len[i], r->p, async_loader,
+                                   NULL, answered, s);
+  if (rc != XF_OK) { /* this slot stops: counted */
+    step_count(&r->out->errs, "xf_async_get_or_compute (start)", rc,
+               xf_async_errmsg(r->ac));
     r->in_flight--;
   }
 }
@@ -66,8 +68,8 @@ static void answered(int rc, const xf_value *v, void *privdata) {
   loop_run *r = s->run;
   int64_t now = now_us();
   r->out->requests++;
-  if (rc != XF_OK || v->source != XF_SOURCE_CACHE)
-    r->out->errors++;
+  drv_count_bad_hit(&r->out->errs, "xf_async_get_or_compute", rc, v,
+                    xf_async_errmsg(r->ac));
   drv_record(r->out, (uint32_t)(now - s->t0));
   if (now < r->end_us && !r->closed)
     issue(s);
@@ -86,7 +88,8 @@ int drv_async_loop(const target *t, const drv_keyset *k, const xf_policy *p, int
   int rc = xf_async_open_libuv(&r.ac, &o, &loop);
   slot *slots = calloc((size_t)n, sizeof *slots);
   if (rc != XF_OK || !slots) {
-    fprintf(stderr, "xfetch-bench: async: xf_async_open_libuv: %s\n", xf_strerror(rc));
+    step_failed("xf_async_open_libuv", rc != XF_OK ? rc : XF_ENOMEM,
+                rc != XF_OK && r.ac ? xf_async_errmsg(r.ac) : NULL);
     free(slots);
     if (rc == XF_OK)
       xf_async_close(r.ac);

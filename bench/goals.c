@@ -1,4 +1,4 @@
-/* Issue 19's goals, as one table so the run states met / missed for each and
+/* The goals the project holds, as one table so the run states met / missed for each and
  * says which scenario would measure a goal it did not run. */
 #include <math.h>
 #include <stdlib.h>
@@ -34,15 +34,21 @@ static goal GOALS[] = {
      NAN},
     {"batch_vs_sequential", "batch", "100 sequential calls / one call of 100 (p50)", 1, 20,
      NAN},
-    {"memory_16B", "hit_cost", "Redis memory per entry / plain SET's, 16 B", 0, 1.2, NAN},
-    {"memory_100B", "hit_cost", "Redis memory per entry / plain SET's, 100 B", 0, 1.2, NAN},
-    {"memory_1KiB", "hit_cost", "Redis memory per entry / plain SET's, 1 KiB", 0, 1.2, NAN},
-    {"memory_100KiB", "hit_cost", "Redis memory per entry / plain SET's, 100 KiB", 0, 1.2,
+    {"memory_16B", "hit_cost", "Redis memory per entry / SET PX's (same TTL), 16 B", 0, 1.2,
      NAN},
-    /* Issue 23: what TLS costs a hit (bench/tls_bench.c). */
-    {"tls_p50_1conn", "tls", "TLS hit p50 / plain TCP's, 1 connection", 0, 1.15, NAN},
-    {"tls_throughput_50conn", "tls", "TLS hit throughput / plain's, 50 connections", 1,
-     0.85, NAN},
+    {"memory_100B", "hit_cost", "Redis memory per entry / SET PX's (same TTL), 100 B", 0,
+     1.2, NAN},
+    {"memory_1KiB", "hit_cost", "Redis memory per entry / SET PX's (same TTL), 1 KiB", 0,
+     1.2, NAN},
+    {"memory_100KiB", "hit_cost", "Redis memory per entry / SET PX's (same TTL), 100 KiB",
+     0, 1.2, NAN},
+    /* TLS (bench/tls_bench.c): the hit against a raw GET, both over TLS on
+     * the library's own connections; the server's TLS work is the same for
+     * every client (and Redis 7.0 has no TLS in its I/O threads). */
+    {"tls_p50_1conn", "tls", "hit p50 / raw GET's, both over TLS, 1 connection", 0, 1.05,
+     NAN},
+    {"tls_throughput_50conn", "tls", "hit throughput / raw GET's, both TLS, 50 conns", 1,
+     0.9, NAN},
     {"tls_handshakes_per_conn", "tls", "TLS handshakes per connection", 0, 1.0, NAN},
     /* Issue 20: the near cache (bench/near_bench.c). */
     {"near_hit_vs_redis_hit", "near", "near hit calls/s / Redis hit's (hot key)", 1, 10,
@@ -71,14 +77,15 @@ static int met(const goal *g) {
 }
 
 void goals_print(FILE *f) {
-  fprintf(f, "\ngoals: issue 19, and 23 for TLS (ratios from this run)\n");
+  fprintf(f, "\ngoals (ratios from this run; memory against SET PX with the same TTL, "
+             "TLS against a raw GET over TLS)\n");
   for (size_t i = 0; i < NGOALS; i++) {
     const goal *g = &GOALS[i];
     if (isfinite(g->measured))
-      fprintf(f, "  %-52s %8.2fx  %s %4gx  %s\n", g->what, g->measured,
+      fprintf(f, "  %-56s %8.2fx  %s %4gx  %s\n", g->what, g->measured,
               g->at_least ? ">=" : "<=", g->limit, met(g) ? "met" : "missed");
     else
-      fprintf(f, "  %-52s %9s  %s %4gx  not measured (%s%s)\n", g->what, "-",
+      fprintf(f, "  %-56s %9s  %s %4gx  not measured (%s%s)\n", g->what, "-",
               g->at_least ? ">=" : "<=", g->limit, g->scenario,
               strcmp(g->scenario, "hit_cost") ? " not in this run"
                                               : ": not run, or --quick");

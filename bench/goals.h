@@ -1,4 +1,4 @@
-/* xfetch-bench: issue 19's goals ("hits at the price of a GET"). Each goal is
+/* xfetch-bench: the project's goals ("hits at the price of a GET"). Each goal is
  * a ratio that one scenario of the run measures (hit_overhead, batch,
  * hit_cost) and compares with its limit; they are printed together after the
  * summary and written to the JSON's "goals", so the before and after of the

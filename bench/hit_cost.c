@@ -60,20 +60,34 @@ void hc_cmd_free(redisContext *c, const char *fmt, ...) {
     freeReplyObject(r);
 }
 
+/* A GET of the plain key; a failure is counted in h->errs. 0 or -1. */
 static int get_hit(hc *h) {
+  if (!h->g && !(h->g = target_connect(h->e->t, 10000))) {
+    step_count_because(&h->errs, "GET", "no connection (it could not be opened again)");
+    return -1;
+  }
   redisReply *r = hc_cmd(h->g, "GET %s", h->gkey);
   int ok = r && r->type == REDIS_REPLY_STRING && (size_t)r->len == h->len;
+  if (!ok)
+    step_count_redis(&h->errs, "GET", h->g, r);
   if (r)
     freeReplyObject(r);
+  if (!ok && h->g->err) { /* a hiredis context in error cannot be used again */
+    redisFree(h->g);
+    h->g = NULL; /* opened again by the next request */
+  }
   return ok ? 0 : -1;
 }
 
+/* A hit on the entry; a failure is counted in h->errs. 0 or -1. */
 static int xf_hit(hc *h) {
   xf_value v;
   int rc = xf_get_or_compute(h->x, h->xkey, strlen(h->xkey), &h->p, drv_loader, NULL, &v);
-  int ok = rc == XF_OK && v.source == XF_SOURCE_CACHE && v.len == h->len;
+  int bad = drv_count_bad_hit(&h->errs, "xf_get_or_compute", rc, &v, xf_errmsg(h->x));
+  if (!bad && v.len != h->len)
+    step_count_because(&h->errs, "xf_get_or_compute", "a value of another size"), bad = 1;
   xf_value_free(&v);
-  return ok ? 0 : -1;
+  return bad ? -1 : 0;
 }
 
 /* ---- server time: commandstats and the slowlog ----------------------------------- */
@@ -113,23 +127,35 @@ static void names(char *buf, size_t cap, const name_count *t, int nt, int hits) 
 /* Runs n hits of one way with every command logged, then reads both sources.
  * SLOWLOG entries are [id, time, us, argv, addr, name]; the commands a
  * script runs have the address "?:0". */
-static int server_pass(hc *h, int (*hit)(hc *), int n, srv_cost *out) {
+static int server_pass(hc *h, int (*hit)(hc *), const char *what, int n, srv_cost *out) {
   redisReply *r = hc_cmd(h->ctl, "CONFIG SET slowlog-max-len %d", 4 * n + 64);
   int ok = r && r->type == REDIS_REPLY_STATUS;
-  if (r)
-    freeReplyObject(r);
+  if (!ok) {
+    step_failed_redis("CONFIG SET slowlog-max-len", h->ctl, r);
+    if (r)
+      freeReplyObject(r);
+    return -1;
+  }
+  freeReplyObject(r);
   hc_cmd_free(h->ctl, "CONFIG SET slowlog-log-slower-than %s", "0");
   hc_cmd_free(h->ctl, "SLOWLOG RESET");
   hc_cmd_free(h->ctl, "CONFIG RESETSTAT");
-  for (int i = 0; ok && i < n; i++)
-    ok = hit(h) == 0;
+  memset(&h->errs, 0, sizeof h->errs);
+  for (int i = 0; i < n; i++) /* failures counted: a transient one costs one hit */
+    hit(h);
+  char step[80];
+  snprintf(step, sizeof step, "server pass, %s", what);
+  if (h->errs.n >= (uint64_t)n)
+    return step_meaningless(step, "server us per request", "no request succeeded",
+                            &h->errs);
+  step_errors_report(step, &h->errs, (uint64_t)n);
   double usec, calls;
-  ok = ok && target_commandstats(h->ctl, &usec, &calls) == 0;
+  if (target_commandstats(h->ctl, &usec, &calls) != 0)
+    return step_failed_redis("INFO commandstats", h->ctl, NULL);
   hc_cmd_free(h->ctl, "CONFIG SET slowlog-log-slower-than %s", "-1");
-  r = ok ? hc_cmd(h->ctl, "SLOWLOG GET -1") : NULL;
+  r = hc_cmd(h->ctl, "SLOWLOG GET -1");
   if (!r || r->type != REDIS_REPLY_ARRAY) {
-    fprintf(stderr, "xfetch-bench: hit_cost: %s\n",
-            ok ? "SLOWLOG GET failed" : "a hit failed");
+    step_failed_redis("SLOWLOG GET", h->ctl, r);
     if (r)
       freeReplyObject(r);
     return -1;
@@ -153,10 +179,12 @@ static int server_pass(hc *h, int (*hit)(hc *), int n, srv_cost *out) {
   }
   freeReplyObject(r);
   hc_cmd_free(h->ctl, "SLOWLOG RESET");
-  if (ntop_calls < n) { /* the slowlog dropped entries: the sum would be short */
-    fprintf(stderr, "xfetch-bench: hit_cost: %.0f commands logged for %d hits\n",
-            ntop_calls, n);
-    return -1;
+  if (ntop_calls < n - (double)h->errs.n) { /* the slowlog dropped entries */
+    char why[120];
+    snprintf(why, sizeof why,
+             "the slowlog holds %.0f commands for %d requests: the sum would be short",
+             ntop_calls, n);
+    return step_meaningless(step, "server us per request", why, NULL);
   }
   out->top_us = top_us / n;
   out->all_us = usec / n;
@@ -177,21 +205,26 @@ static int client_pass(hc *h, int n, double *get_p50, double *hit_p50, double *g
                        double *hit_p99) {
   uint32_t *us[2] = {malloc((size_t)n * sizeof(uint32_t)),
                      malloc((size_t)n * sizeof(uint32_t))};
-  int (*way[2])(hc *) = {get_hit, xf_hit}, rc = us[0] && us[1] ? 0 : -1;
+  int (*way[2])(hc *) = {get_hit, xf_hit};
+  int rc = us[0] && us[1] ? 0 : step_failed("client pass", XF_ENOMEM, NULL);
+  memset(&h->errs, 0, sizeof h->errs);
   for (int done = 0, b = 0; rc == 0 && done < n; done += BLOCK, b++)
-    for (int k = 0; rc == 0 && k < 2; k++) {
+    for (int k = 0; k < 2; k++) {
       int w = (b + k) % 2; /* which way goes first alternates */
-      for (int i = done; rc == 0 && i < done + BLOCK && i < n; i++) {
+      for (int i = done; i < done + BLOCK && i < n; i++) {
         int64_t t0 = now_us();
-        rc = way[w](h);
+        way[w](h); /* failures counted, their time kept */
         us[w][i] = (uint32_t)(now_us() - t0);
       }
     }
+  if (rc == 0 && h->errs.n >= (uint64_t)n)
+    rc = step_meaningless("client pass", "client p50 per request", "no request succeeded",
+                          &h->errs);
   if (rc == 0) {
+    step_errors_report("client pass", &h->errs, 2 * (uint64_t)n);
     *get_p50 = drv_pct(us[0], (size_t)n, 0.5), *get_p99 = drv_pct(us[0], (size_t)n, 0.99);
     *hit_p50 = drv_pct(us[1], (size_t)n, 0.5), *hit_p99 = drv_pct(us[1], (size_t)n, 0.99);
-  } else
-    fprintf(stderr, "xfetch-bench: hit_cost: a hit failed in the client pass\n");
+  }
   free(us[0]);
   free(us[1]);
   return rc;
@@ -215,26 +248,32 @@ static int sizes_pass(hc *h, scenario_out *out, int q) {
     int ns = q ? 100 : z->server_hits, nc = q ? 200 : z->client_hits;
     char *val = malloc(z->len);
     if (!val)
-      return -1;
+      return step_failed("sizes", XF_ENOMEM, NULL);
     memset(val, 'x', z->len);
     h->len = z->len;
     snprintf(h->gkey, sizeof h->gkey, "xfb:%x:hc:g:%zu", h->e->cfg->run_id, z->len);
     snprintf(h->xkey, sizeof h->xkey, "xfb:%x:hc:x:%zu", h->e->cfg->run_id, z->len);
     redisReply *r = hc_cmd(h->g, "SET %s %b", h->gkey, val, z->len);
-    int ok = r && r->type == REDIS_REPLY_STATUS;
+    int ok = r && r->type == REDIS_REPLY_STATUS, rc = XF_OK;
+    if (!ok)
+      step_failed_redis("SET (the GET's key)", h->g, r);
     if (r)
       freeReplyObject(r);
-    ok = ok && xf_set(h->x, h->xkey, strlen(h->xkey), val, z->len, &h->p) == XF_OK;
+    if (ok && (rc = xf_set(h->x, h->xkey, strlen(h->xkey), val, z->len, &h->p)) != XF_OK)
+      ok = 0, step_failed("xf_set (the hit's key)", rc, xf_errmsg(h->x));
     free(val);
+    memset(&h->errs, 0, sizeof h->errs);
     for (int i = 0; ok && i < 20; i++) /* warm-up: script cache, buffers */
-      ok = get_hit(h) == 0 && xf_hit(h) == 0;
+      get_hit(h), xf_hit(h);
+    if (ok)
+      step_errors_report("warm-up", &h->errs, 40);
     srv_cost sg, sx;
     double g50, x50, g99, x99;
-    if (!ok || server_pass(h, get_hit, ns, &sg) || server_pass(h, xf_hit, ns, &sx) ||
-        client_pass(h, nc, &g50, &x50, &g99, &x99)) {
-      fprintf(stderr, "xfetch-bench: hit_cost: %zu-byte values failed\n", z->len);
-      return -1;
-    }
+    if (!ok || server_pass(h, get_hit, "GET", ns, &sg) ||
+        server_pass(h, xf_hit, "hit", ns, &sx) ||
+        client_pass(h, nc, &g50, &x50, &g99, &x99))
+      return step_failed_because(z->label,
+                                 "this size's figures are not measured (the step above)");
     double srv_ratio = sx.top_us / sg.top_us, cli_ratio = x50 / g50;
     char id[32];
     snprintf(id, sizeof id, "hit_server_%s", z->label);

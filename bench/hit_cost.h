@@ -15,6 +15,7 @@ typedef struct hc {
   xf_policy p;
   char gkey[64], xkey[64];
   size_t len;
+  step_errors errs; /* the current pass's failed requests, counted */
 } hc;
 
 /* A command on c (printf-like, as redisCommand); the caller frees the reply. */

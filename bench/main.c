@@ -281,6 +281,8 @@ int main(int argc, char **argv) {
   int rc = 1;
   redisContext *rcx = target_connect(&t, 5000);
   g_arena = arena_create(16u << 20, 4u << 20);
+  if (!g_arena)
+    step_failed_because("the shared arena", strerror(errno));
   if (!rcx || !g_arena)
     goto done;
   redis_version(rcx, t.version, sizeof t.version);
@@ -293,9 +295,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < NSCENARIOS && !g_interrupted; i++) {
     if (!wanted(only, SCENARIOS[i].name))
       continue;
+    step_scenario(SCENARIOS[i].name);
     if (SCENARIOS[i].fn(&env, &sc[n]) != 0 || g_interrupted) {
       fprintf(stderr, "xfetch-bench: scenario %s %s\n", SCENARIOS[i].name,
-              g_interrupted ? "interrupted" : "failed");
+              g_interrupted ? "interrupted" : "failed (its failed step above)");
       goto done;
     }
     n++;

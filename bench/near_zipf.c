@@ -12,6 +12,7 @@
  * bound on its time after the write (the leader's call returns later, after
  * the write's reply and the fence's PING, and a woken waiter may be back
  * before that). */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -202,7 +203,7 @@ typedef struct zrun {
   const int *trace;
   size_t from, len;
   unsigned run_id;
-  int bad;
+  step_errors *errs;
 } zrun;
 
 static void *zipf_thread(void *arg) {
@@ -212,44 +213,51 @@ static void *zipf_thread(void *arg) {
     char key[48];
     snprintf(key, sizeof key, "xfb:%u:near:z%d", z->run_id, z->trace[j]);
     xf_value v;
-    z->bad += xf_get_or_compute(z->c, key, strlen(key), &p, drv_loader, NULL, &v) != XF_OK;
+    int rc = xf_get_or_compute(z->c, key, strlen(key), &p, drv_loader, NULL, &v);
+    if (rc != XF_OK)
+      step_count(z->errs, "xf_get_or_compute (zipf)", rc, xf_errmsg(z->c));
     xf_value_free(&v);
   }
   return NULL;
 }
 
-int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out) {
+int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out, step_errors *errs) {
   int n = quick ? 2000 : 10000, threads = 2, cap = n / 8;
   size_t len = quick ? 200000 : 1000000;
   memset(out, 0, sizeof *out);
   int *t = make_trace(n, len, 42);
   if (!t)
-    return -1;
+    return step_failed("zipf: the trace", XF_ENOMEM, NULL);
   out->keys = n, out->threads = threads;
   out->sim_lru = sim_lru(t, len, n, cap);
   out->sim_clock = sim_clock(t, len, n, cap);
   out->sim_s3fifo = sim_s3fifo(t, len, n, cap);
   xf_share *s = nb_share((size_t)cap * ENTRY_BYTES);
-  xf_client *far = nb_client(e->t, NULL), *c[2] = {0};
+  xf_client *far = drv_client_shared(e->t, NULL), *c[2] = {0};
   int rv = s && far ? 0 : -1;
   for (int i = 0; !rv && i < threads; i++)
-    rv = (c[i] = nb_client(e->t, s)) ? 0 : -1;
+    rv = (c[i] = drv_client_shared(e->t, s)) ? 0 : -1;
   if (!rv) { /* every key in Redis first: only the near cache's misses remain */
     int *all = malloc(n * sizeof *all);
     for (int i = 0; all && i < n; i++)
       all[i] = i;
-    zrun w = {far, all, 0, all ? (size_t)n : 0, e->cfg->run_id, 0};
+    zrun w = {far, all, 0, all ? (size_t)n : 0, e->cfg->run_id, errs};
     zipf_thread(&w);
     free(all);
-    rv = w.bad || !all ? -1 : 0;
+    rv = all ? 0 : step_failed("zipf: the keys", XF_ENOMEM, NULL);
   }
   pthread_t th[2];
   zrun z[2];
   long long c0 = nb_commands(e->rc);
   double t0 = now_s();
   for (int i = 0; !rv && i < threads; i++) {
-    z[i] = (zrun){c[i], t, len / threads * i, len / threads, e->cfg->run_id, 0};
-    pthread_create(&th[i], NULL, zipf_thread, &z[i]);
+    z[i] = (zrun){c[i], t, len / threads * i, len / threads, e->cfg->run_id, errs};
+    int err = pthread_create(&th[i], NULL, zipf_thread, &z[i]);
+    if (err) {
+      rv = step_failed_because("zipf: pthread_create", strerror(err));
+      for (int j = 0; j < i; j++)
+        pthread_join(th[j], NULL);
+    }
   }
   for (int i = 0; !rv && i < threads; i++)
     pthread_join(th[i], NULL);
@@ -262,8 +270,9 @@ int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out) {
       xf_client_stats(c[i], &st);
       near_hits += st.near_hits;
       out->evictions += st.near_evictions;
-      rv |= z[i].bad ? -1 : 0;
     }
+    if (__atomic_load_n(&errs->n, __ATOMIC_ACQUIRE) >= len)
+      rv = step_meaningless("zipf", "hit ratio and calls/s", "no call succeeded", errs);
     out->hit_ratio = (double)near_hits / (double)len;
     out->rps = (double)len / wall;
     out->cmds_per_call = (double)(c1 - c0 - 1) / (double)len;
@@ -280,6 +289,7 @@ int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out) {
 
 typedef struct wake_log {
   double leader_loaded, waiter_done[4];
+  step_errors leader, waiters; /* their failed calls */
 } wake_log;
 
 /* ud: where the leader notes when its load ended (NULL for a waiter). */
@@ -295,20 +305,26 @@ static int slow_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) 
 /* One process's call: its own share (near on or off); a waiter's end time
  * to done, the leader's load's end to loaded. */
 static void one_call(const target *t, const char *key, int near, double *loaded,
-                     double *done) {
+                     double *done, step_errors *errs) {
   xf_share *s = near ? nb_share(1 << 20) : NULL;
-  xf_client *c = nb_client(t, s);
+  xf_client *c = !near || s ? drv_client_shared(t, s) : NULL;
   xf_policy p = XF_POLICY_INIT;
-  xf_value v;
-  if (c && xf_get_or_compute(c, key, strlen(key), &p, slow_loader, loaded, &v) == XF_OK &&
-      done)
+  xf_value v = {0};
+  int rc =
+      c ? xf_get_or_compute(c, key, strlen(key), &p, slow_loader, loaded, &v) : XF_ECONNECT;
+  if (rc == XF_OK && done)
     *done = now_s();
+  else if (rc != XF_OK)
+    step_count(errs,
+               loaded ? "the leader's xf_get_or_compute" : "a waiter's xf_get_or_compute",
+               rc, c ? xf_errmsg(c) : "its client did not open (above)");
   xf_value_free(&v);
   xf_client_close(c);
   xf_share_close(s);
 }
 
-static int wake_pass(const bench_env *e, int near, double *max_ms, double *mean_ms) {
+static int wake_pass(const bench_env *e, int near, double *max_ms, double *mean_ms,
+                     uint64_t *errors) {
   wake_log *log =
       mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (log == MAP_FAILED)
@@ -318,33 +334,49 @@ static int wake_pass(const bench_env *e, int near, double *max_ms, double *mean_
   snprintf(key, sizeof key, "xfb:%u:near:wake%d", e->cfg->run_id, near);
   pid_t pid[5];
   for (int i = 0; i < 5; i++) {
-    if ((pid[i] = fork()) == 0) {
+    if ((pid[i] = fork()) < 0)
+      step_failed_because("wake: fork", strerror(errno));
+    else if (pid[i] == 0) {
       if (i == 0)
-        one_call(e->t, key, near, &log->leader_loaded, NULL);
+        one_call(e->t, key, near, &log->leader_loaded, NULL, &log->leader);
       else
-        one_call(e->t, key, near, NULL, &log->waiter_done[i - 1]);
+        one_call(e->t, key, near, NULL, &log->waiter_done[i - 1], &log->waiters);
       _exit(0);
     }
     if (i == 0)
       usleep(30000); /* the leader takes the lease first */
   }
   for (int i = 0; i < 5; i++)
-    waitpid(pid[i], NULL, 0);
-  int rv = log->leader_loaded > 0 ? 0 : -1;
+    if (pid[i] > 0)
+      waitpid(pid[i], NULL, 0);
+  const char *what = near ? "wake (near cache on)" : "wake (polling)";
+  int rv = 0, done = 0;
+  if (pid[0] < 0 || log->leader_loaded <= 0) /* nothing was written to wake on */
+    rv = step_meaningless(what, "the waiters' time after the write",
+                          "the leader's load did not complete", &log->leader);
   *max_ms = -1e9, *mean_ms = 0;
-  for (int i = 0; i < 4; i++) {
-    double lag = (log->waiter_done[i] - log->leader_loaded) * 1000;
-    rv |= log->waiter_done[i] > 0 ? 0 : -1;
-    *max_ms = lag > *max_ms ? lag : *max_ms;
-    *mean_ms += lag / 4;
+  for (int i = 0; !rv && i < 4; i++)
+    if (log->waiter_done[i] > 0) { /* a failed waiter is counted, left out */
+      double lag = (log->waiter_done[i] - log->leader_loaded) * 1000;
+      *max_ms = lag > *max_ms ? lag : *max_ms;
+      *mean_ms += lag, done++;
+    }
+  if (!rv && !done)
+    rv = step_meaningless(what, "the waiters' time after the write",
+                          "no waiter's call succeeded", &log->waiters);
+  if (!rv) {
+    *mean_ms /= done;
+    *errors += __atomic_load_n(&log->waiters.n, __ATOMIC_ACQUIRE);
+    step_errors_report(what, &log->waiters, 4);
   }
   munmap(log, sizeof *log);
   return rv;
 }
 
 int nb_wake_run(const bench_env *e, nb_wake *out) {
-  if (wake_pass(e, 1, &out->near_max_ms, &out->near_mean_ms) ||
-      wake_pass(e, 0, &out->poll_max_ms, &out->poll_mean_ms))
+  out->errors = 0;
+  if (wake_pass(e, 1, &out->near_max_ms, &out->near_mean_ms, &out->errors) ||
+      wake_pass(e, 0, &out->poll_max_ms, &out->poll_mean_ms, &out->errors))
     return -1;
   return 0;
 }

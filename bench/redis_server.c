@@ -176,29 +176,41 @@ xf_options target_options(const target *t) {
   return o;
 }
 
-redisContext *target_connect(const target *t, int timeout_ms) {
+redisContext *target_open(const target *t, int timeout_ms, char *why, size_t cap) {
   struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   redisContext *c = redisConnectWithTimeout(t->host, t->port, tv);
-  if (!c || c->err) {
-    fprintf(stderr, "xfetch-bench: connect %s:%d: %s\n", t->host, t->port,
-            c ? c->errstr : "out of memory");
-    if (c)
-      redisFree(c);
-    return NULL;
-  }
-  redisSetTimeout(c, tv); /* hiredis 0.14: the connect timeout does not cover commands */
   redisReply *r = NULL;
-  if (t->password[0])
-    r = redisCommand(c, "AUTH %s", t->password);
-  if (r && r->type == REDIS_REPLY_ERROR)
-    fprintf(stderr, "xfetch-bench: AUTH: %s\n", r->str);
+  const char *step = "connect";
+  if (c && !c->err) {
+    redisSetTimeout(c, tv); /* hiredis 0.14: the connect timeout does not cover commands */
+    if (t->password[0])
+      r = redisCommand(c, "AUTH %s", t->password), step = "AUTH";
+    if ((!t->password[0] || (r && r->type == REDIS_REPLY_STATUS)) && t->db) {
+      if (r)
+        freeReplyObject(r);
+      r = redisCommand(c, "SELECT %d", t->db), step = "SELECT";
+    }
+    if ((!t->password[0] && !t->db) || (r && r->type == REDIS_REPLY_STATUS)) {
+      if (r)
+        freeReplyObject(r);
+      return c;
+    }
+  }
+  char e[300];
+  snprintf(why, cap, "%s %s:%d: %s", step, t->host, t->port,
+           c ? step_redis_error(e, sizeof e, c, r) : "out of memory");
   if (r)
     freeReplyObject(r);
-  if (t->db) {
-    r = redisCommand(c, "SELECT %d", t->db);
-    if (r)
-      freeReplyObject(r);
-  }
+  if (c)
+    redisFree(c);
+  return NULL;
+}
+
+redisContext *target_connect(const target *t, int timeout_ms) {
+  char why[400];
+  redisContext *c = target_open(t, timeout_ms, why, sizeof why);
+  if (!c)
+    step_failed_because("a connection (hiredis)", why);
   return c;
 }
 

@@ -56,8 +56,12 @@ void report_table(FILE *f, const scenario_out *sc, int n) {
           r->cold_loads, r->waited_pct, r->stale_pct, r->p50_ms, r->p99_ms, r->p999_ms,
           r->max_ms, r->win_p99_ms, r->steady_p99_ms, r->throughput_rps, x);
       if (r->errors || r->dropped)
-        fprintf(f, "                ^ %llu errors, %llu samples dropped\n",
-                (unsigned long long)r->errors, (unsigned long long)r->dropped);
+        fprintf(f,
+                "                ^ %llu errors counted (%llu workers not connected), %llu "
+                "samples dropped%s%s\n",
+                (unsigned long long)r->errors, (unsigned long long)r->not_opened,
+                (unsigned long long)r->dropped, r->first_error[0] ? "; first: " : "",
+                r->first_error);
     }
   }
 }

@@ -14,6 +14,8 @@ typedef struct result {
   int connections;
   /* requests */
   uint64_t requests, errors, dropped, loads;
+  uint64_t not_opened;   /* workers whose connection did not open (in errors) */
+  char first_error[320]; /* the first error's description ("" = none) */
   double throughput_rps;
   /* loads per expiry (episodes after the first of each absent key) */
   int expiries;
@@ -54,7 +56,7 @@ typedef struct scenario_out {
   const char *name;
   char params[4096]; /* a JSON object (hit_cost's tables are the largest) */
   int nresults;
-  result results[16];
+  result results[24]; /* tls: 3 ways x 2 rounds x 1 and 50 connections x pinned */
 } scenario_out;
 
 /* Fills r from the arena after a run. cold_absent: keys started absent, so

@@ -25,20 +25,29 @@ void spec_init(run_spec *s, const bench_env *e, const char *scenario, strategy s
   s->think_us = e->cfg->think_us >= 0 ? e->cfg->think_us : 1000;
   snprintf(s->prefix, sizeof s->prefix, "xfb:%x:%s:%s%s%s:", e->cfg->run_id, scenario,
            strategy_name(st), variant ? ":" : "", variant ? variant : "");
+  snprintf(s->label, sizeof s->label, "%s%s%s", strategy_name(st), variant ? "/" : "",
+           variant ? variant : "");
 }
 
 int run_one(const bench_env *e, run_spec *s, int first, int count, int64_t ttl_ms,
             int cold_absent, int all_cold, result *r) {
   memset(r, 0, sizeof *r);
-  if (count > 0 && strat_prefill(e->rc, s, first, count, ttl_ms) != 0) {
-    fprintf(stderr, "xfetch-bench: prefill failed for %s/%s\n", s->scenario,
-            strategy_name(s->strat));
-    return -1;
-  }
+  char step[80];
+  snprintf(step, sizeof step, "%s: prefill", s->label);
+  if (count > 0 && strat_prefill(e->rc, s, first, count, ttl_ms, step) != 0)
+    return -1; /* reported by strat_prefill */
   double wall = workers_run(e->t, s, e->a, s->scenario);
   if (wall < 0)
-    return -1;
+    return -1; /* reported by workers_run */
   analyze(s, e->a, wall, cold_absent, all_cold, r);
+  /* Transient errors (a timeout on a busy machine) are counted in the run's
+   * figures (the table's errors line); a run without one good request has no
+   * figure at all. */
+  snprintf(step, sizeof step, "%s: requests", s->label);
+  if (r->requests <= r->errors - r->not_opened)
+    return step_meaningless(step, "every figure of this run", "no request succeeded",
+                            &e->a->errs);
+  step_errors_report(step, &e->a->errs, r->requests + r->not_opened);
   return 0;
 }
 
@@ -122,10 +131,14 @@ int sc_mass_expiry(const bench_env *e, scenario_out *out) {
   return 0;
 }
 
-static void resetstat(redisContext *rc) {
+static int resetstat(redisContext *rc) {
   redisReply *r = redisCommand(rc, "CONFIG RESETSTAT");
+  int ok = r && r->type == REDIS_REPLY_STATUS;
+  if (!ok)
+    step_failed_redis("CONFIG RESETSTAT", rc, r);
   if (r)
     freeReplyObject(r);
+  return ok ? 0 : -1;
 }
 
 int sc_hit_overhead(const bench_env *e, scenario_out *out) {
@@ -144,13 +157,18 @@ int sc_hit_overhead(const bench_env *e, scenario_out *out) {
       snprintf(variant, sizeof variant, "c%d", conns[c]);
       spec_init(&s, e, "hit_overhead", st[i], variant);
       s.clients = conns[c], s.think_us = 0, s.duration_s = dur, s.ttl_ms = 3600000;
-      resetstat(e->rc);
       result *r = &out->results[out->nresults++];
-      if (run_one(e, &s, 0, 1, s.ttl_ms, 0, 0, r))
+      if (resetstat(e->rc) || run_one(e, &s, 0, 1, s.ttl_ms, 0, 0, r))
         return -1;
       double usec, calls;
-      if (target_commandstats(e->rc, &usec, &calls) == 0 && r->requests)
+      char step[80];
+      snprintf(step, sizeof step, "%s: INFO commandstats", s.label);
+      char why[300];
+      if (target_commandstats(e->rc, &usec, &calls) == 0)
         r->server_usec_per_call = usec / (double)r->requests;
+      else /* the run's other figures stand */
+        step_meaningless(step, "server us per call",
+                         step_redis_error(why, sizeof why, e->rc, NULL), NULL);
     }
   /* Issue 19's ratios, xfetch over raw GET (results: raw, xfetch, nolease
    * per connection count), in the params too so the JSON carries them. */

@@ -33,11 +33,12 @@ int sc_cold_start(const bench_env *e, scenario_out *out);
 int sc_mass_expiry(const bench_env *e, scenario_out *out);
 int sc_hit_overhead(const bench_env *e, scenario_out *out);
 int sc_beta_sweep(const bench_env *e, scenario_out *out);
-/* bench/hit_cost.c: issue 19's hit and memory costs against GET and SET. */
+/* bench/hit_cost.c: issue 19's hit and memory costs against GET and SET PX. */
 int sc_hit_cost(const bench_env *e, scenario_out *out);
 /* bench/write_cost.c: server time per write and per lease + write, by size. */
 int sc_write_cost(const bench_env *e, scenario_out *out);
-/* bench/tls_bench.c: issue 23's TLS hit p50, throughput and handshakes. */
+/* bench/tls_bench.c: the TLS hit's p50 and throughput against a raw GET over
+ * TLS, and its handshakes. */
 int sc_tls(const bench_env *e, scenario_out *out);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "client.h" /* struct xf_client: its TLS context, for the handshake count */
+#include "conn.h"   /* xf__conn_command: a raw GET on the library's own connection */
 #include "tls.h"
 #include "xfetch.h"
 
@@ -16,6 +17,7 @@
 #define LOCK_POLL_US 5000
 
 struct strat_ctx {
+  const target *t;
   const run_spec *spec;
   arena *a;
   redisContext *rc;
@@ -41,6 +43,12 @@ static int64_t jittered(pcg *r, const run_spec *s, int64_t ttl) {
   return ttl - cut > 0 ? ttl - cut : 1;
 }
 
+static int claim_description(strat_ctx *c) {
+  int no = 0;
+  return __atomic_compare_exchange_n(&c->a->errs.described, &no, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE);
+}
+
 /* The loader: a simulated expensive computation. */
 static void load(strat_ctx *c, int32_t remaining_ms) {
   long slot = arena_load_begin(c->a, c->cur_key, remaining_ms);
@@ -60,19 +68,50 @@ static int lib_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   return xf_sink_set(sink, c->value, (size_t)c->spec->value_len) == XF_OK ? 0 : -1;
 }
 
+/* (Re)opens the hiredis connection of a raw strategy; a failure is described
+ * in the arena (the caller counts it). 0 or -1. */
+static int reconnect(strat_ctx *c) {
+  if (c->rc)
+    redisFree(c->rc);
+  char why[400];
+  c->rc = target_open(c->t, 5000, why, sizeof why);
+  if (!c->rc) {
+    if (claim_description(c))
+      snprintf(c->a->errs.first, sizeof c->a->errs.first, "%s: %.280s",
+               strategy_name(c->spec->strat), why);
+    return -1;
+  }
+  if (c->spec->strat == ST_XFETCH_NOLEASE && pure_load_scripts(c->rc) != 0) {
+    step_describe_redis(&c->a->errs, "SCRIPT LOAD", c->rc, NULL);
+    return -1;
+  }
+  return 0;
+}
+
 strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worker) {
   strat_ctx *c = calloc(1, sizeof *c);
+  if (!c) {
+    step_count(&a->errs, "a worker's setup", XF_ENOMEM, NULL);
+    return NULL;
+  }
+  c->t = t;
   c->spec = spec;
   c->a = a;
   c->value = malloc((size_t)spec->value_len + 1);
   memset(c->value, 'x', (size_t)spec->value_len);
   pcg_seed(&c->rng, (uint64_t)now_us() ^ ((uint64_t)getpid() << 32), (uint64_t)worker);
-  if (spec->strat == ST_XFETCH || spec->strat == ST_XFETCH_BG) {
+  /* raw_get over TLS: hiredis 0.14 has no TLS, so the GET travels on an
+   * xf_client's own connection (get_on_client) */
+  int raw_tls = spec->strat == ST_RAW_GET && t->tls_ca[0];
+  if (spec->strat == ST_XFETCH || spec->strat == ST_XFETCH_BG || raw_tls) {
     xf_options o = target_options(t);
-    int rc = spec->strat == ST_XFETCH ? xf_client_open(&c->xc, &o)
-                                      : xf_pool_open(&c->pool, &o, 1, 0);
+    int rc = spec->strat != ST_XFETCH_BG ? xf_client_open(&c->xc, &o)
+                                         : xf_pool_open(&c->pool, &o, 1, 0);
     if (rc != XF_OK) {
-      fprintf(stderr, "xfetch-bench: opening the library: %s\n", xf_strerror(rc));
+      step_count(&a->errs,
+                 spec->strat != ST_XFETCH_BG ? "a worker's xf_client_open"
+                                             : "a worker's xf_pool_open",
+                 rc, spec->strat != ST_XFETCH_BG ? xf_errmsg(c->xc) : xf_pool_errmsg());
       strat_close(c);
       return NULL;
     }
@@ -84,8 +123,8 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
     c->policy = p;
     return c;
   }
-  c->rc = target_connect(t, 5000);
-  if (!c->rc || (spec->strat == ST_XFETCH_NOLEASE && pure_load_scripts(c->rc) != 0)) {
+  if (reconnect(c) != 0) {
+    __atomic_add_fetch(&a->errs.n, 1, __ATOMIC_RELAXED);
     strat_close(c);
     return NULL;
   }
@@ -112,9 +151,33 @@ static int get(strat_ctx *c) {
            : r->type == REDIS_REPLY_STRING ? 1
            : r->type == REDIS_REPLY_NIL    ? 0
                                            : -1;
+  if (rc < 0 || (rc == 0 && c->spec->strat == ST_RAW_GET)) /* raw_get's key never expires */
+    step_describe_redis(&c->a->errs, "GET", c->rc, r);
   if (r)
     freeReplyObject(r);
   return rc;
+}
+
+/* GET key on the xf_client's connection (the library's stream, plain or
+ * TLS, and its reply reader: the connection an xfetch hit uses, without the
+ * cache layer): 1 hit, 0 miss, -1 error. */
+static int get_on_client(strat_ctx *c) {
+  xf__cmd cmd;
+  xf__cmd_begin(&cmd, c->key, c->keylen);
+  cmd.argc = 2;
+  cmd.argv[0] = "GET", cmd.lens[0] = 3;
+  cmd.argv[1] = c->key, cmd.lens[1] = c->keylen;
+  xf__reply *r = NULL;
+  int rc = xf__conn_command(c->xc, &c->xc->seeds[0], &cmd, 0, &r);
+  int got = rc != XF_OK                  ? -1
+            : r->type == XF_REPLY_STRING ? 1
+            : r->type == XF_REPLY_NIL    ? 0
+                                         : -1;
+  if (got < 0)
+    step_describe(&c->a->errs, "GET (on the library's connection)",
+                  rc != XF_OK ? rc : XF_EPROTO, xf_errmsg(c->xc));
+  xf__reply_free(r);
+  return got;
 }
 
 static int set_value(strat_ctx *c) {
@@ -122,6 +185,8 @@ static int set_value(strat_ctx *c) {
   redisReply *r = redisCommand(c->rc, "SET %b %b PX %lld", c->key, c->keylen, c->value,
                                (size_t)c->spec->value_len, ttl);
   int ok = r && r->type == REDIS_REPLY_STATUS;
+  if (!ok)
+    step_describe_redis(&c->a->errs, "SET PX", c->rc, r);
   if (r)
     freeReplyObject(r);
   return ok ? 0 : -1;
@@ -214,7 +279,10 @@ static int library(strat_ctx *c, unsigned *flags) {
   if (rc == XF_OK && v.source == XF_SOURCE_STALE)
     *flags |= RQ_STALE;
   if (rc == XF_OK && v.source == XF_SOURCE_UNCACHED)
-    rc = XF_EIO; /* fail-open means Redis failed: count it as an error */
+    step_describe(&c->a->errs, "xf_get_or_compute served uncached (fail-open)", rc = XF_EIO,
+                  xf_errmsg(c->xc)); /* Redis failed: an error */
+  else if (rc != XF_OK)
+    step_describe(&c->a->errs, "xf_get_or_compute", rc, xf_errmsg(c->xc));
   xf_value_free(&v);
   return rc == XF_OK ? 0 : -1;
 }
@@ -236,18 +304,18 @@ static int library_bg(strat_ctx *c, unsigned *flags) {
   if (rc == XF_OK && v.source == XF_SOURCE_STALE)
     *flags |= RQ_STALE;
   if (rc == XF_OK && v.source == XF_SOURCE_UNCACHED)
-    rc = XF_EIO;
+    step_describe(&c->a->errs, "xf_pool_get_or_compute served uncached (fail-open)",
+                  rc = XF_EIO, xf_pool_errmsg());
+  else if (rc != XF_OK)
+    step_describe(&c->a->errs, "xf_pool_get_or_compute", rc, xf_pool_errmsg());
   xf_value_free(&v);
   return rc == XF_OK ? 0 : -1;
 }
 
-int strat_get(strat_ctx *c, uint32_t key, unsigned *flags) {
-  c->cur_key = key;
-  c->keylen = (size_t)snprintf(c->key, sizeof c->key, "%s%u", c->spec->prefix, key);
-  *flags = 0;
+static int request(strat_ctx *c, unsigned *flags) {
   switch (c->spec->strat) {
   case ST_RAW_GET:
-    return get(c) > 0 ? 0 : -1;
+    return (c->xc ? get_on_client(c) : get(c)) > 0 ? 0 : -1;
   case ST_NAIVE:
     return naive(c, flags);
   case ST_LOCK:
@@ -263,6 +331,19 @@ int strat_get(strat_ctx *c, uint32_t key, unsigned *flags) {
   }
 }
 
+int strat_get(strat_ctx *c, uint32_t key, unsigned *flags) {
+  c->cur_key = key;
+  c->keylen = (size_t)snprintf(c->key, sizeof c->key, "%s%u", c->spec->prefix, key);
+  *flags = 0;
+  int raw = !c->xc && !c->pool;
+  if (raw && (!c->rc || c->rc->err) && reconnect(c) != 0)
+    return -1; /* described by reconnect */
+  int rc = request(c, flags);
+  if (rc != 0 && raw) /* whatever the step, the connection says why */
+    step_describe_redis(&c->a->errs, strategy_name(c->spec->strat), c->rc, NULL);
+  return rc;
+}
+
 static void append_prefill(redisContext *rc, const run_spec *s, pcg *r, const char *key,
                            size_t keylen, const char *v, int64_t ttl_ms) {
   int64_t ttl = jittered(r, s, ttl_ms);
@@ -276,12 +357,12 @@ static void append_prefill(redisContext *rc, const run_spec *s, pcg *r, const ch
                       s->strat == ST_XFETCH ? s->entry_format : 1);
 }
 
-int strat_prefill(redisContext *rc, const run_spec *s, int first, int count,
-                  int64_t ttl_ms) {
+int strat_prefill(redisContext *rc, const run_spec *s, int first, int count, int64_t ttl_ms,
+                  const char *step) {
   if ((s->strat == ST_XFETCH || s->strat == ST_XFETCH_BG ||
        s->strat == ST_XFETCH_NOLEASE) &&
       pure_load_scripts(rc))
-    return -1;
+    return step_failed_redis(step, rc, NULL);
   char *v = malloc((size_t)s->value_len + 1);
   memset(v, 'x', (size_t)s->value_len);
   pcg r;
@@ -295,10 +376,13 @@ int strat_prefill(redisContext *rc, const run_spec *s, int first, int count,
       append_prefill(rc, s, &r, key, kl, v, ttl_ms);
     }
     for (int i = 0; i < n; i++) {
-      redisReply *reply;
-      if (redisGetReply(rc, (void **)&reply) != REDIS_OK)
-        return free(v), -1;
-      bad += reply->type == REDIS_REPLY_ERROR;
+      redisReply *reply = NULL;
+      if (redisGetReply(rc, (void **)&reply) != REDIS_OK) {
+        free(v);
+        return step_failed_redis(step, rc, NULL);
+      }
+      if (reply->type == REDIS_REPLY_ERROR && !bad++)
+        step_failed_redis(step, rc, reply);
       freeReplyObject(reply);
     }
   }

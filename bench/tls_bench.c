@@ -1,17 +1,20 @@
-/* The tls scenario (issue 23): what TLS costs a hit. A throwaway redis-server
- * listening on a plain and a TLS port at once (certificates by the openssl
- * CLI, tests/tls_certs.c), and the xfetch strategy's hits on one warm key over
- * each, at 1 connection (p50) and 50 (throughput), plain and TLS taking turns
- * so that a drift of the shared machine falls on both. Ratios TLS / plain and
- * the handshakes per connection (xf__tls_handshakes, summed by the workers)
- * go to the params, the goals and the table, with the CPU time a hit costs
- * the server (INFO cpu) and the clients (the workers' rusage), plain and TLS:
- * CPU time, unlike latency, hardly moves with the machine's load. Then the same
- * again with the server pinned to CPU 0 and the clients to CPU 1 (a second,
- * labelled line: what is protocol cost and what is two processes sharing
- * cores; on a machine shared with other work a pinned core may be busier).
- * Needs redis-server built with TLS and the openssl CLI: skipped (no results,
- * "skipped" in params) otherwise. */
+/* The tls scenario (issue 23): what a hit costs over TLS. A throwaway
+ * redis-server listening on a plain and a TLS port at once (certificates by
+ * the openssl CLI, tests/tls_certs.c), one warm key, and three ways taking
+ * turns so that a drift of the shared machine falls on all: a raw GET over
+ * TLS (on the library's own connection: bench/strategies.c), the xfetch hit
+ * over TLS and the hit over plain TCP, at 1 connection (p50) and 50
+ * (throughput). The goals are hit / raw GET, both over TLS (the server's TLS
+ * work is the same for every client); TLS / plain is kept for context. The
+ * ratios and the handshakes per connection (xf__tls_handshakes, summed by the
+ * workers) go to the params, the goals and the table, with the CPU time a hit
+ * costs the server (INFO cpu) and the clients (the workers' rusage), plain and
+ * TLS: CPU time, unlike latency, hardly moves with the machine's load. Then,
+ * not in --quick, the same again with the server pinned to CPU 0 and the
+ * clients to CPU 1 (a second, labelled line: what is protocol cost and what is
+ * two processes sharing cores; on a machine shared with other work a pinned
+ * core may be busier). Needs redis-server built with TLS and the openssl CLI:
+ * skipped (no results, "skipped" in params) otherwise. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,19 +106,25 @@ static void unpin(int server_pid, const cpu_set_t *mine, const cpu_set_t *server
   sched_setaffinity(server_pid, sizeof *server, server);
 }
 
-/* n hits runs, plain and TLS in turn, into r[0..] (plain, tls, plain, ...). */
+/* The ways, in turn within each round: a raw GET over TLS (on an xf_client's
+ * own connection: the same TLS stream as the hit, bench/strategies.c), the
+ * xfetch hit over TLS (the goals: hit / raw GET, both over TLS), and the hit
+ * over plain TCP (what TLS itself costs, for context). */
+enum { W_RAW_TLS, W_HIT_TLS, W_HIT_PLAIN, NWAYS };
+
+/* rounds x NWAYS runs into r[0..] (the ways in turn). */
 static int runs(const bench_env *e, const target *plain, const target *tls, int conns,
                 double dur, int rounds, result *r, uint64_t *handshakes, cpu_cost *cpu,
                 int pinned) {
-  for (int i = 0; i < 2 * rounds; i++) {
-    int is_tls = i % 2;
+  for (int i = 0; i < NWAYS * rounds; i++) {
+    int way = i % NWAYS, is_tls = way != W_HIT_PLAIN;
     bench_env env = *e;
     env.t = is_tls ? tls : plain;
     run_spec s;
     char variant[24];
     snprintf(variant, sizeof variant, "%s%d%s", is_tls ? "tls" : "plain", conns,
              pinned ? "pinned" : "");
-    spec_init(&s, e, "tls", ST_XFETCH, variant);
+    spec_init(&s, e, "tls", way == W_RAW_TLS ? ST_RAW_GET : ST_XFETCH, variant);
     s.clients = conns, s.think_us = 0, s.duration_s = dur, s.ttl_ms = 3600000;
     double s0 = server_cpu_s(e->rc), c0 = workers_cpu_s();
     if (run_one(&env, &s, 0, 1, s.ttl_ms, 0, 0, &r[i]))
@@ -131,20 +140,39 @@ static int runs(const bench_env *e, const target *plain, const target *tls, int 
   return 0;
 }
 
-/* The mean of every other value from first (plain: 0, tls: 1). */
-static double mean_every_other(const double *v, int n, int first) {
+/* The mean of one way's values (v[way], v[way + NWAYS], ...) over n. */
+static double mean_every_other(const double *v, int n, int way) {
   double sum = 0;
-  for (int i = first; i < n; i += 2)
+  for (int i = way; i < n; i += NWAYS)
     sum += v[i];
-  return sum / (n / 2);
+  return sum / (n / NWAYS);
 }
 
-/* The mean of every other result from first (plain: 0, tls: 1). */
-static double mean_of(const result *r, int n, int first, int p50) {
+/* `"server_cpu_us_per_hit": {...}, "client_cpu_us_per_hit": {...}`: the hit's,
+ * plain and TLS, at 1 and 50 connections, into buf. */
+static void cpu_json(char *buf, size_t cap, const cpu_cost *c1, const cpu_cost *c50,
+                     int n) {
+  const char *side[2] = {"server", "client"};
+  size_t at = 0;
+  for (int i = 0; i < 2; i++) {
+    const double *v1 = i ? c1->client_us : c1->server_us;
+    const double *v50 = i ? c50->client_us : c50->server_us;
+    at += (size_t)snprintf(
+        buf + at, cap - at,
+        "%s\"%s_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
+        "\"tls50\": %.2f}",
+        i ? ", " : "", side[i], mean_every_other(v1, n, W_HIT_PLAIN),
+        mean_every_other(v1, n, W_HIT_TLS), mean_every_other(v50, n, W_HIT_PLAIN),
+        mean_every_other(v50, n, W_HIT_TLS));
+  }
+}
+
+/* The mean p50 (p50 = 1) or throughput of one way's results over n. */
+static double mean_of(const result *r, int n, int way, int p50) {
   double sum = 0;
-  for (int i = first; i < n; i += 2)
+  for (int i = way; i < n; i += NWAYS)
     sum += p50 ? r[i].p50_ms : r[i].throughput_rps;
-  return sum / (n / 2);
+  return sum / (n / NWAYS);
 }
 
 int sc_tls(const bench_env *e, scenario_out *out) {
@@ -177,18 +205,19 @@ int sc_tls(const bench_env *e, scenario_out *out) {
   memset(&pcpu50, 0, sizeof pcpu50);
   bench_env env = *e;
   env.rc = rc; /* prefill on this server, and its INFO cpu */
+  int n = NWAYS * rounds;
   if (rc && runs(&env, &plain, &tls, 1, dur, rounds, out->results, &hs1, &cpu1, 0) == 0 &&
-      runs(&env, &plain, &tls, 50, dur, rounds, out->results + 2 * rounds, &hs50, &cpu50,
-           0) == 0)
+      runs(&env, &plain, &tls, 50, dur, rounds, out->results + n, &hs50, &cpu50, 0) == 0)
     rv = 0;
-  /* The second line: the same runs pinned (their handshakes not counted). */
+  /* The second line: the same runs pinned (their handshakes not counted);
+   * not in --quick (on a shared machine it measures the scheduler). */
   cpu_set_t mine, server;
-  int pinned = rv == 0 && pin(plain.pid, &mine, &server) == 0;
+  int pinned = rv == 0 && !q && pin(plain.pid, &mine, &server) == 0;
   if (pinned) {
-    if (runs(&env, &plain, &tls, 1, dur, rounds, out->results + 4 * rounds, NULL, &pcpu1,
-             1) != 0 ||
-        runs(&env, &plain, &tls, 50, dur, rounds, out->results + 6 * rounds, NULL, &pcpu50,
-             1) != 0)
+    if (runs(&env, &plain, &tls, 1, dur, rounds, out->results + 2 * n, NULL, &pcpu1, 1) !=
+            0 ||
+        runs(&env, &plain, &tls, 50, dur, rounds, out->results + 3 * n, NULL, &pcpu50, 1) !=
+            0)
       rv = -1;
     unpin(plain.pid, &mine, &server);
   }
@@ -198,49 +227,47 @@ int sc_tls(const bench_env *e, scenario_out *out) {
   xft_tls_remove_certs(certs);
   if (rv)
     return -1;
-  out->nresults = (pinned ? 8 : 4) * rounds;
-  const result *r1 = out->results, *r50 = out->results + 2 * rounds;
-  int n = 2 * rounds;
-  double p50 = mean_of(r1, n, 1, 1) / mean_of(r1, n, 0, 1);
-  double rps1 = mean_of(r1, n, 1, 0) / mean_of(r1, n, 0, 0);
-  double p50_50 = mean_of(r50, n, 1, 1) / mean_of(r50, n, 0, 1);
-  double rps = mean_of(r50, n, 1, 0) / mean_of(r50, n, 0, 0);
-  /* every TLS run's workers: 1 connection each, rounds runs of 1 and of 50 */
-  double per_conn = (double)(hs1 + hs50) / (double)(rounds * (1 + 50));
+  out->nresults = (pinned ? 4 : 2) * n;
+  const result *r1 = out->results, *r50 = out->results + n;
+  /* the goals: the hit against a raw GET, both over TLS */
+  double p50 = mean_of(r1, n, W_HIT_TLS, 1) / mean_of(r1, n, W_RAW_TLS, 1);
+  double rps1 = mean_of(r1, n, W_HIT_TLS, 0) / mean_of(r1, n, W_RAW_TLS, 0);
+  double p50_50 = mean_of(r50, n, W_HIT_TLS, 1) / mean_of(r50, n, W_RAW_TLS, 1);
+  double rps = mean_of(r50, n, W_HIT_TLS, 0) / mean_of(r50, n, W_RAW_TLS, 0);
+  /* context: the hit over TLS against the hit over plain TCP */
+  double tp50 = mean_of(r1, n, W_HIT_TLS, 1) / mean_of(r1, n, W_HIT_PLAIN, 1);
+  double trps1 = mean_of(r1, n, W_HIT_TLS, 0) / mean_of(r1, n, W_HIT_PLAIN, 0);
+  double tp50_50 = mean_of(r50, n, W_HIT_TLS, 1) / mean_of(r50, n, W_HIT_PLAIN, 1);
+  double trps = mean_of(r50, n, W_HIT_TLS, 0) / mean_of(r50, n, W_HIT_PLAIN, 0);
+  /* every TLS run's workers (2 ways): 1 connection each, rounds runs of 1 and of 50 */
+  double per_conn = (double)(hs1 + hs50) / (double)(2 * rounds * (1 + 50));
   goal_set("tls_p50_1conn", p50);
   goal_set("tls_throughput_50conn", rps);
   goal_set("tls_handshakes_per_conn", per_conn);
-  char pinned_json[512] = "\"not run (fewer than 2 CPUs, or not allowed)\"";
+  char cpu_all[300];
+  cpu_json(cpu_all, sizeof cpu_all, &cpu1, &cpu50, n);
+  char pinned_json[512] = "\"not run (--quick, fewer than 2 CPUs, or not allowed)\"";
   if (pinned) {
-    const result *q1 = out->results + 4 * rounds, *q50 = out->results + 6 * rounds;
-    snprintf(
-        pinned_json, sizeof pinned_json,
-        "{\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
-        "\"server_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": "
-        "%.2f, \"tls50\": %.2f}, \"client_cpu_us_per_hit\": {\"plain1\": %.2f, "
-        "\"tls1\": %.2f, \"plain50\": %.2f, \"tls50\": %.2f}}",
-        mean_of(q1, n, 1, 1) / mean_of(q1, n, 0, 1),
-        mean_of(q50, n, 1, 0) / mean_of(q50, n, 0, 0),
-        mean_every_other(pcpu1.server_us, n, 0), mean_every_other(pcpu1.server_us, n, 1),
-        mean_every_other(pcpu50.server_us, n, 0), mean_every_other(pcpu50.server_us, n, 1),
-        mean_every_other(pcpu1.client_us, n, 0), mean_every_other(pcpu1.client_us, n, 1),
-        mean_every_other(pcpu50.client_us, n, 0), mean_every_other(pcpu50.client_us, n, 1));
+    const result *q1 = out->results + 2 * n, *q50 = out->results + 3 * n;
+    char cpu[300];
+    cpu_json(cpu, sizeof cpu, &pcpu1, &pcpu50, n);
+    snprintf(pinned_json, sizeof pinned_json,
+             "{\"xfetch_over_raw_get_tls_p50_1conn\": %.3g, "
+             "\"xfetch_over_raw_get_tls_rps_50conn\": %.3g, %s}",
+             mean_of(q1, n, W_HIT_TLS, 1) / mean_of(q1, n, W_RAW_TLS, 1),
+             mean_of(q50, n, W_HIT_TLS, 0) / mean_of(q50, n, W_RAW_TLS, 0), cpu);
   }
-  snprintf(
-      out->params, sizeof out->params,
-      "{\"connections\": [1, 50], \"duration_s\": %.1f, \"rounds\": %d, "
-      "\"think_us\": 0, \"value_bytes\": 64, \"verify\": true, "
-      "\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_1conn\": %.3g, "
-      "\"tls_over_plain_p50_50conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
-      "\"handshakes_per_connection\": %.3g, "
-      "\"server_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
-      "\"tls50\": %.2f}, "
-      "\"client_cpu_us_per_hit\": {\"plain1\": %.2f, \"tls1\": %.2f, \"plain50\": %.2f, "
-      "\"tls50\": %.2f}, \"pinned\": %s}",
-      dur, rounds, p50, rps1, p50_50, rps, per_conn, mean_every_other(cpu1.server_us, n, 0),
-      mean_every_other(cpu1.server_us, n, 1), mean_every_other(cpu50.server_us, n, 0),
-      mean_every_other(cpu50.server_us, n, 1), mean_every_other(cpu1.client_us, n, 0),
-      mean_every_other(cpu1.client_us, n, 1), mean_every_other(cpu50.client_us, n, 0),
-      mean_every_other(cpu50.client_us, n, 1), pinned_json);
+  snprintf(out->params, sizeof out->params,
+           "{\"connections\": [1, 50], \"duration_s\": %.1f, \"rounds\": %d, "
+           "\"think_us\": 0, \"value_bytes\": 64, \"verify\": true, "
+           "\"xfetch_over_raw_get_tls_p50_1conn\": %.3g, "
+           "\"xfetch_over_raw_get_tls_rps_1conn\": %.3g, "
+           "\"xfetch_over_raw_get_tls_p50_50conn\": %.3g, "
+           "\"xfetch_over_raw_get_tls_rps_50conn\": %.3g, "
+           "\"tls_over_plain_p50_1conn\": %.3g, \"tls_over_plain_rps_1conn\": %.3g, "
+           "\"tls_over_plain_p50_50conn\": %.3g, \"tls_over_plain_rps_50conn\": %.3g, "
+           "\"handshakes_per_connection\": %.3g, %s, \"pinned\": %s}",
+           dur, rounds, p50, rps1, p50_50, rps, tp50, trps1, tp50_50, trps, per_conn,
+           cpu_all, pinned_json);
   return 0;
 }

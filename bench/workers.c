@@ -2,6 +2,7 @@
  * has its own connection and plays a closed loop (with think time), an open
  * loop (Poisson arrivals; latency counted from the intended send time, so no
  * coordinated omission) or cold-start rounds. */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,7 +13,11 @@
 
 #include "bench.h"
 
-#define START_LEAD_US 200000 /* time to fork and connect before the epoch */
+#define START_LEAD_US 10000     /* from the last worker's open to the epoch */
+#define ARRIVE_WAIT_US 30000000 /* the longest wait for the workers' opens */
+/* A worker's exit code: its connection did not open (counted and described
+ * in the arena's errs). */
+#define NOT_OPENED 3
 
 typedef struct keys {
   int n;
@@ -58,8 +63,13 @@ static void one(strat_ctx *c, arena *a, uint32_t key, int64_t t_abs) {
 
 static void worker(const target *t, const run_spec *s, arena *a, const keys *k, int id) {
   strat_ctx *c = strat_open(t, s, a, id);
+  __atomic_add_fetch(&a->arrived, 1, __ATOMIC_ACQ_REL);
   if (!c)
-    _exit(2);
+    _exit(NOT_OPENED);
+  /* The run starts once every worker has its connection (a TLS handshake on a
+   * loaded machine can take longer than a short run lasts). */
+  while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
+    sleep_us(1000);
   pcg r;
   pcg_seed(&r, (uint64_t)now_us() * 2654435761u ^ (uint64_t)getpid(), (uint64_t)id + 100);
   int64_t start = a->epoch_us, end = start + (int64_t)(s->duration_s * 1e6);
@@ -107,9 +117,9 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
   keys k;
   keys_init(&k, s);
   arena_reset(a);
-  a->epoch_us = now_us() + START_LEAD_US;
+  a->epoch_us = INT64_MAX / 2; /* no run time before the go */
   pid_t *pids = calloc((size_t)s->clients, sizeof *pids);
-  int failed = 0, tty = isatty(2), ticks = 0;
+  int failed = 0, tty = isatty(2), ticks = 0, status_of_failed = 0, fork_errno = 0;
   fflush(NULL);
   for (int i = 0; i < s->clients; i++) {
     pids[i] = fork();
@@ -117,8 +127,16 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
       signal(SIGINT, SIG_DFL);
       worker(t, s, a, &k, i);
     }
-    failed += pids[i] < 0;
+    if (pids[i] < 0)
+      failed++, fork_errno = errno;
   }
+  /* The epoch once every worker that started has opened (or failed to). */
+  for (int64_t t0 = now_us();
+       __atomic_load_n(&a->arrived, __ATOMIC_ACQUIRE) < s->clients - failed &&
+       now_us() - t0 < ARRIVE_WAIT_US && !a->stop;)
+    sleep_us(1000);
+  a->epoch_us = now_us() + START_LEAD_US;
+  __atomic_store_n(&a->go, 1, __ATOMIC_RELEASE);
   for (int left = s->clients - failed; left > 0;) {
     int status;
     pid_t p = waitpid(-1, &status, WNOHANG);
@@ -126,7 +144,10 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
       for (int i = 0; i < s->clients; i++)
         if (pids[i] == p) {
           left--;
-          failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+          if (WIFEXITED(status) && WEXITSTATUS(status) == NOT_OPENED)
+            a->not_opened++;
+          else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            failed++, status_of_failed = status;
         }
       continue;
     }
@@ -138,10 +159,24 @@ double workers_run(const target *t, const run_spec *s, arena *a, const char *lab
     fprintf(stderr, "\r\033[K");
   free(pids);
   free(k.cdf);
-  double wall = (double)(now_us() - a->epoch_us) / 1e6;
+  /* 0 when every worker ended before the epoch (none could connect) */
+  double wall = now_us() > a->epoch_us ? (double)(now_us() - a->epoch_us) / 1e6 : 0;
   if (failed) {
-    fprintf(stderr, "xfetch-bench: %d worker(s) of %s/%s failed\n", failed, label,
-            strategy_name(s->strat));
+    char why[160];
+    if (fork_errno)
+      snprintf(why, sizeof why, "%d of %d worker processes could not start (fork: %s)",
+               failed, s->clients, strerror(fork_errno));
+    else if (WIFSIGNALED(status_of_failed))
+      snprintf(why, sizeof why,
+               "%d of %d worker processes ended abnormally (signal %d: %s)", failed,
+               s->clients, WTERMSIG(status_of_failed),
+               strsignal(WTERMSIG(status_of_failed)));
+    else
+      snprintf(why, sizeof why, "%d of %d worker processes ended abnormally (exit code %d)",
+               failed, s->clients, WEXITSTATUS(status_of_failed));
+    char step[80];
+    snprintf(step, sizeof step, "%s: workers", s->label);
+    step_failed_because(step, why);
     return -1;
   }
   return wall;

@@ -43,39 +43,53 @@ static int same_size(void *ud, const char *key, size_t keylen, xf_sink *sink) {
 static int evalsha_stats(redisContext *ctl, double *usec, double *calls) {
   redisReply *r = hc_cmd(ctl, "INFO commandstats");
   *usec = *calls = 0;
-  if (!r || r->type != REDIS_REPLY_STRING) {
+  const char *at =
+      r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_evalsha:") : NULL;
+  int ok = at && sscanf(at, "cmdstat_evalsha:calls=%lf,usec=%lf", calls, usec) == 2;
+  if (!ok)
+    step_failed_redis("INFO commandstats (cmdstat_evalsha)", ctl, r);
+  if (r)
+    freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+
+/* n calls of one way on key; us per call, or a negative value (reported).
+ * A failed call is counted in errs (the server's time over n stands: it ran
+ * what it received). */
+static double pass(redisContext *ctl, xf_client *x, const char *key, wc_value *v, int n,
+                   int lease, step_errors *errs) {
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 3600000;
+  p.beta = INFINITY;
+  int rc = xf_set(x, key, strlen(key), v->data, v->len, &p); /* warm, scripts loaded */
+  if (rc != XF_OK)
+    return step_failed("xf_set (warm-up)", rc, xf_errmsg(x));
+  redisReply *r = hc_cmd(ctl, "CONFIG RESETSTAT");
+  if (!r || r->type != REDIS_REPLY_STATUS) {
+    step_failed_redis("CONFIG RESETSTAT", ctl, r);
     if (r)
       freeReplyObject(r);
     return -1;
   }
-  const char *at = strstr(r->str, "cmdstat_evalsha:");
-  int ok = at && sscanf(at, "cmdstat_evalsha:calls=%lf,usec=%lf", calls, usec) == 2;
   freeReplyObject(r);
-  return ok ? 0 : -1;
-}
-
-/* n calls of one way on key; us per call, or a negative value on failure. */
-static double pass(redisContext *ctl, xf_client *x, const char *key, wc_value *v, int n,
-                   int lease) {
-  xf_policy p = XF_POLICY_INIT;
-  p.ttl_ms = 3600000;
-  p.beta = INFINITY;
-  if (xf_set(x, key, strlen(key), v->data, v->len, &p) != XF_OK) /* warm, scripts loaded */
-    return -1;
-  hc_cmd_free(ctl, "CONFIG RESETSTAT");
   for (int i = 0; i < n; i++) {
     if (!lease) {
-      if (xf_set(x, key, strlen(key), v->data, v->len, &p) != XF_OK)
-        return -1;
+      if ((rc = xf_set(x, key, strlen(key), v->data, v->len, &p)) != XF_OK)
+        step_count(errs, "xf_set", rc, xf_errmsg(x));
       continue;
     }
     xf_value got;
-    int rc = xf_get_or_compute(x, key, strlen(key), &p, same_size, v, &got);
-    int ok = rc == XF_OK && got.source == XF_SOURCE_LOADER && got.len == v->len;
+    rc = xf_get_or_compute(x, key, strlen(key), &p, same_size, v, &got);
+    if (rc != XF_OK)
+      step_count(errs, "xf_get_or_compute (lease + write)", rc, xf_errmsg(x));
+    else if (got.source != XF_SOURCE_LOADER || got.len != v->len)
+      step_count_because(errs, "xf_get_or_compute (lease + write)",
+                         "not a lease and a write of the value");
     xf_value_free(&got);
-    if (!ok)
-      return -1;
   }
+  if (errs->n >= (uint64_t)n)
+    return step_meaningless(lease ? "lease + write" : "xf_set", "server us per call",
+                            "no call succeeded", errs);
   double usec, calls;
   if (evalsha_stats(ctl, &usec, &calls) != 0)
     return -1;
@@ -89,7 +103,9 @@ int sc_write_cost(const bench_env *e, scenario_out *out) {
   char *buf = malloc(8 << 20);
   out->name = "write_cost";
   snprintf(out->params, sizeof out->params, "{");
-  if (!ctl || !x || !buf)
+  if (!buf)
+    step_failed("the values", XF_ENOMEM, NULL);
+  if (!ctl || !x || !buf) /* reported */
     goto done;
   for (size_t i = 0; i < (size_t)8 << 20; i++)
     buf[i] = (char)(i * 7 + 1);
@@ -104,12 +120,20 @@ int sc_write_cost(const bench_env *e, scenario_out *out) {
     snprintf(key, sizeof key, "xfb:%x:wc:%s", e->cfg->run_id, z->label);
     wc_value v = {buf, z->len};
     int n = q ? (z->calls + 9) / 10 : z->calls;
-    double set_us = pass(ctl, x, key, &v, n, 0), lease_us = pass(ctl, x, key, &v, n, 1);
+    step_errors set_errs = {0}, lease_errs = {0};
+    double set_us = pass(ctl, x, key, &v, n, 0, &set_errs);
+    double lease_us = set_us < 0 ? -1 : pass(ctl, x, key, &v, n, 1, &lease_errs);
     hc_cmd_free(ctl, "DEL %s", key);
     if (set_us < 0 || lease_us < 0) {
-      fprintf(stderr, "xfetch-bench: write_cost: a %s write failed\n", z->label);
+      step_failed_because(z->label,
+                          "this size's figures are not measured (the step above)");
       goto done;
     }
+    char step[48];
+    snprintf(step, sizeof step, "%s xf_set", z->label);
+    step_errors_report(step, &set_errs, (uint64_t)n);
+    snprintf(step, sizeof step, "%s lease + write", z->label);
+    step_errors_report(step, &lease_errs, (uint64_t)n);
     printf("%-8s %6d %10.1f %14.1f\n", z->label, n, set_us, lease_us);
     at += (size_t)snprintf(out->params + at, sizeof out->params - at,
                            "%s\"set_us_%s\": %.1f, \"lease_write_us_%s\": %.1f",

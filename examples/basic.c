@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "get: %s (%s)\n", xf_strerror(rc), xf_errmsg(c));
       break;
     }
-    static const char *from[] = {"cache", "loader", "stale", "uncached"};
+    static const char *from[] = {"cache", "loader", "stale", "uncached", "local"};
     printf("%s  <- %s\n", v.data, from[v.source]);
     xf_value_free(&v);
   }

@@ -4,9 +4,11 @@
 -- write is refused because its lease is gone.
 -- KEYS[1] entry key. ARGV[1] how long the tombstone stays, ms. ARGV[2] the
 -- tombstone's format ("1" a hash holding s, "2" a header-only string).
--- Returns 1.
+-- Returns 1. A key that is not an xfetch entry (entry_read.lua) is left as it
+-- is: WRONGTYPE.
 --#include entry_read.lua
 local now = server_now()
+entry(KEYS[1], now) -- a key that is not an entry fails here (WRONGTYPE), untouched
 redis.call('DEL', KEYS[1])
 if ARGV[2] == '1' then
   redis.call('HSET', KEYS[1], 's', string.format('%d', now))

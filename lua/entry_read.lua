@@ -16,14 +16,20 @@
 -- ignored and a malformed lease is dead, so the next computation overwrites
 -- it instead of being refused forever. A string that does not start with
 -- format 2's magic byte is not an entry: the script fails with WRONGTYPE, as
--- it does on a list or a set, and leaves it untouched. t.v of a format-2
+-- it does on a list or a set, and leaves it untouched; so does a hash that
+-- holds any field but v d e s l n f (one with none of them among it: another
+-- program's hash). A hash whose fields are all among them is an entry,
+-- malformed or not. t.v of a format-2
 -- entry read without its value (header only) is true: entry_value(key, t)
 -- fetches it (t.hlen: its header's length).
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
--- negative, expiry_ms}, or {false, 0, 0, lease_live, malformed, now_ms} when
--- there is no value to serve (malformed 1: the entry is malformed).
--- remaining_ms is negative once the value is past its logical expiry; the
--- server's time is expiry_ms - remaining_ms (one field less to parse).
+-- negative, expiry_ms, nothing_ms}, or {false, 0, 0, lease_live, malformed,
+-- now_ms, nothing_ms} when there is no value to serve (malformed 1: the entry
+-- is malformed). remaining_ms is negative once the value is past its logical
+-- expiry; the server's time is expiry_ms - remaining_ms (one field less to
+-- parse). nothing_ms is the marker f (0: none): when the last load that found
+-- nothing, not cached, ended (release.lua), so that a caller that waited on
+-- it and reads again knows its answer, whoever holds the lease by then.
 local function server_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -102,9 +108,16 @@ local function entry(key, now, with_value)
   local kind = redis.call('TYPE', key).ok
   if kind == 'string' then return entry2(key, now, with_value) end
   local f = redis.call('HMGET', key, 'v', 'd', 'e', 's', 'l', 'n', 'f')
+  if kind == 'hash' then -- a field xfetch never writes: not an entry, left untouched
+    local ours = 0
+    for i = 1, 7 do if f[i] then ours = ours + 1 end end
+    if redis.call('HLEN', key) > ours then
+      error({err = 'WRONGTYPE the key holds a hash that is not an xfetch entry'})
+    end
+  end
   local t = {kind = kind, v = f[1], d = 0, l = f[5], live = 0, n = 0, bad = false}
   t.s = judge_uint(t, f[4], now + 86400000)
-  t.f = tonumber(f[7])
+  t.f = judge_uint({}, f[7], now + 86400000) -- a marker not as written is none, not malformed
   if f[5] then
     local deadline = judge_uint(t, string.match(f[5], ':([^:]*)$') or '', now + 2^40)
     t.lease_bad = not deadline
@@ -206,6 +219,7 @@ end
 
 local function read_entry(key, now)
   local t = entry(key, now, true)
-  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now} end
-  return {t.v, t.d, t.e - now, t.live, t.n, t.e}
+  local f = t.f or 0
+  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f} end
+  return {t.v, t.d, t.e - now, t.live, t.n, t.e, f}
 end

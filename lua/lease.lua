@@ -6,23 +6,24 @@
 -- or more is not copied: entry_read.lua).
 -- Returns {1, now_ms} won (also when the lease is already this token's: a
 -- retried request); {0, now_ms} lost (a live lease exists); {2, now_ms, value,
--- delta_us, remaining_ms, 0, negative, expiry_ms} when a newer valid
--- value was written since the caller's read: use it, load nothing; {3, now_ms}
--- when a load that found nothing (not cached) ended after the caller's first
--- read (field f, release.lua / write.lua): the caller came during that load,
--- its answer is that not-found. The entry is judged as the read script judges
--- it (a malformed lease is dead).
+-- delta_us, remaining_ms, 0, negative, expiry_ms, nothing_ms} when a newer
+-- valid value was written since the caller's read: use it, load nothing (the
+-- fields of read_entry, entry_read.lua); {3, now_ms} when a load that found
+-- nothing (not cached) ended after the caller's first read (field f,
+-- release.lua / write.lua): the caller came during that load, its answer is
+-- that not-found, even when another caller has taken the lease since. The
+-- entry is judged as the read script judges it (a malformed lease is dead).
 --#include entry_read.lua
 local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = server_now()
 local t = entry(key, now)
 if t.v and t.e > now and t.e ~= tonumber(ARGV[3]) then
-  return {2, now, entry_value(key, t), t.d, t.e - now, 0, t.n, t.e}
+  return {2, now, entry_value(key, t), t.d, t.e - now, 0, t.n, t.e, t.f or 0}
 end
 if lease_mine(t, token) then return {1, now} end
-if t.live == 1 then return {0, now} end
 local first_read = tonumber(ARGV[4])
 if t.f and first_read and first_read > 0 and t.f > first_read then return {3, now} end
+if t.live == 1 then return {0, now} end
 -- The entry must outlive the lease, or it would vanish with the lease mid-load
 -- and let a second caller in. A lease-only entry gets exactly the lease's TTL.
 local only_lease

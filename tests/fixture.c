@@ -298,3 +298,20 @@ void xft_busy_stop(int port, redisContext *b) {
   freeReplyObject(r);
   redisFree(b);
 }
+
+xf_reply *xft_call_exchange(int fd, xf_reader *rd, const xf_call *call, size_t chunk) {
+  size_t len;
+  const char *req = xf_call_request(call, &len);
+  cr_assert_not_null(req);
+  cr_assert_eq(write(fd, req, len), (ssize_t)len);
+  for (;;) {
+    xf_reply *reply;
+    cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
+    if (reply)
+      return reply;
+    char buf[4096];
+    ssize_t n = read(fd, buf, chunk && chunk < sizeof buf ? chunk : sizeof buf);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(xf_reader_feed(rd, buf, (size_t)n), XF_OK);
+  }
+}

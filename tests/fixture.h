@@ -65,6 +65,11 @@ xf_client *xft_client_format(int port, uint64_t seed, int format);
  * answers. Asserts success. */
 int xft_listen_loopback(int backlog, int *port);
 
+/* The sans-I/O call's request written to fd, then what fd sends fed to rd
+ * (chunk bytes at a time; 0 = as much as arrives) until a reply is complete:
+ * that reply. Asserts every step. */
+xf_reply *xft_call_exchange(int fd, xf_reader *rd, const xf_call *call, size_t chunk);
+
 /* A raw hiredis connection for inspecting entries with plain commands. */
 redisContext *xft_redis(void);
 redisContext *xft_redis_port(int port);

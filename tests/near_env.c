@@ -16,6 +16,7 @@ xf_client *near_client(int port, xf_share *share, const char *user, const char *
   o.username = user;
   o.password = password;
   o.seed = 7;
+  o.entry_format = xft_entry_format(); /* XFT_ENTRY_FORMAT, as the fixture's clients */
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;
@@ -90,4 +91,14 @@ int near_opening(xf_share *s, int port) {
     opening |= node->port == port && (node->want || node->opening);
   pthread_mutex_unlock(&t->mu);
   return opening;
+}
+
+int near_openers_unjoined(xf_share *s) {
+  struct xf__near_tracker *t = xf__near_tracker(xf__share_near(s));
+  int unjoined = 0;
+  pthread_mutex_lock(&t->mu);
+  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+    unjoined += node->has_opener;
+  pthread_mutex_unlock(&t->mu);
+  return unjoined;
 }

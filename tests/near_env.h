@@ -55,4 +55,8 @@ void near_await_invalidations(xf_share *s, uint64_t seen);
  * for or being opened (not open, not failed yet). */
 int near_opening(xf_share *s, int port);
 
+/* How many of share's tracker's opener threads are not joined yet (an open
+ * under way, or done and its thread not joined). */
+int near_openers_unjoined(xf_share *s);
+
 #endif

@@ -31,20 +31,7 @@ static void close_wire(wire *w) {
 
 /* Writes the call's request and reads until its reply is complete. */
 static xf_reply *exchange(wire *w, const xf_call *call) {
-  size_t len;
-  const char *req = xf_call_request(call, &len);
-  cr_assert_not_null(req);
-  cr_assert_eq(write(w->sock->fd, req, len), (ssize_t)len);
-  for (;;) {
-    xf_reply *reply;
-    cr_assert_eq(xf_reader_next(w->reader, &reply), XF_OK);
-    if (reply)
-      return reply;
-    char buf[4096];
-    ssize_t n = read(w->sock->fd, buf, w->byte_at_a_time ? 1 : sizeof buf);
-    cr_assert_gt(n, 0);
-    cr_assert_eq(xf_reader_feed(w->reader, buf, (size_t)n), XF_OK);
-  }
+  return xft_call_exchange(w->sock->fd, w->reader, call, w->byte_at_a_time ? 1 : 0);
 }
 
 typedef struct script {

@@ -1,4 +1,4 @@
-/* Format-2 entries (one string per entry, README "The entry on Redis") on a
+/* Format-2 entries (one string per entry, docs/design.md, "The entry on Redis") on a
  * real 3 masters + 3 replicas cluster: a batch spanning every master reads
  * with MGET per slot (keys of one hash tag: one MGET), hits on replicas are
  * GETs, and a format-1 client reads what a format-2 client wrote. */
@@ -93,4 +93,84 @@ Test(cluster_entry2, replicas_serve_gets_and_format_1_clients_read_them) {
   cr_expect_eq(st.malformed, 0);
   xf_client_close(c);
   xf_client_close(w);
+}
+
+/* Another program's hash (a field xfetch never writes) on every master is
+ * left as it is: XF_EWRONGTYPE from get-or-compute (one by one and as a
+ * batch over every master), get, set and delete, for clients of either
+ * format, reading from replicas or not; no loader runs. */
+static redisContext *owner_of(const char *key) {
+  redisContext *any = xft_cluster_redis(xft_cluster_port(0));
+  redisReply *slot = xft_cluster_cmd(any, "CLUSTER KEYSLOT %s", key);
+  xft_node owner, other;
+  xft_masters_of((int)slot->integer, &owner, &other);
+  freeReplyObject(slot);
+  redisFree(any);
+  return xft_cluster_redis(owner.port);
+}
+
+static void expect_foreign_intact(const char *key) {
+  redisContext *r = owner_of(key);
+  redisReply *all = xft_cluster_cmd(r, "HGETALL %s", key);
+  cr_expect(all->type == REDIS_REPLY_ARRAY && all->elements == 4, "%s: its fields", key);
+  if (all->type == REDIS_REPLY_ARRAY && all->elements == 4) {
+    cr_expect_str_eq(all->element[0]->str, "name");
+    cr_expect_str_eq(all->element[1]->str, "bob");
+    cr_expect_str_eq(all->element[2]->str, "e");
+    cr_expect_str_eq(all->element[3]->str, "1");
+  }
+  freeReplyObject(all);
+  redisReply *ttl = xft_cluster_cmd(r, "PTTL %s", key);
+  cr_expect_eq(ttl->integer, -1, "%s: a TTL", key);
+  freeReplyObject(ttl);
+  redisFree(r);
+}
+
+Test(cluster_entry2, a_foreign_hash_is_left_untouched_on_every_master) {
+  enum { N = 12 }; /* spread over the three masters */
+  char buf[N][32];
+  const char *keys[N];
+  size_t lens[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(buf[i], sizeof buf[i], "foreign:%d", i);
+    keys[i] = buf[i];
+    lens[i] = strlen(buf[i]);
+    redisContext *r = owner_of(keys[i]);
+    freeReplyObject(xft_cluster_cmd(r, "DEL %s", keys[i]));
+    freeReplyObject(xft_cluster_cmd(r, "HSET %s name bob e 1", keys[i]));
+    redisFree(r);
+  }
+  xf_policy p = xft_long_ttl();
+  int calls = 0;
+  for (int format = 1; format <= 2; format++)
+    for (int replicas = 0; replicas <= 1; replicas++) {
+      xf_client *c = open2(format + replicas, format, replicas);
+      for (int round = 0; round < 2; round++) { /* no clock estimate yet, then one */
+        xf_value v[N];
+        int rcs[N];
+        cr_assert_eq(
+            xf_get_or_compute_many(c, N, keys, lens, &p, xft_key_loader, &calls, v, rcs),
+            XF_OK);
+        for (int i = 0; i < N; i++) {
+          cr_expect_eq(rcs[i], XF_EWRONGTYPE, "format %d, replicas %d: %s: %s", format,
+                       replicas, keys[i], xf_strerror(rcs[i]));
+          if (rcs[i] == XF_OK)
+            xf_value_free(&v[i]);
+        }
+        for (int i = 0; i < N; i++) {
+          xf_value one;
+          cr_expect_eq(
+              xf_get_or_compute(c, keys[i], lens[i], &p, xft_key_loader, &calls, &one),
+              XF_EWRONGTYPE, "%s", keys[i]);
+          cr_expect_eq(xf_get(c, keys[i], lens[i], &one), XF_EWRONGTYPE, "%s", keys[i]);
+          cr_expect_eq(xf_set(c, keys[i], lens[i], "x", 1, &p), XF_EWRONGTYPE, "%s",
+                       keys[i]);
+          cr_expect_eq(xf_delete(c, keys[i], lens[i]), XF_EWRONGTYPE, "%s", keys[i]);
+        }
+      }
+      xf_client_close(c);
+    }
+  cr_expect_eq(calls, 0, "a loader ran");
+  for (int i = 0; i < N; i++)
+    expect_foreign_intact(keys[i]);
 }

@@ -1,4 +1,4 @@
-/* Format 1, the hash (README, "The entry on Redis"), read back with plain
+/* Format 1, the hash (docs/design.md, "The entry on Redis"), read back with plain
  * commands (HGET, HEXISTS, HLEN): every client here writes format 1
  * (XF_ENTRY_HASH), as a fleet that keeps it does. Format 2's layout:
  * test_entry2.c. */

@@ -2,7 +2,7 @@
  * that changes an entry (a load's write, xf_set, xf_delete) is followed by
  * one PING on the same connection before the call returns, so that Redis has
  * sent the invalidations the write caused before the writer holds its
- * acknowledgement (README, "Near cache"). Counted with INFO commandstats, on
+ * acknowledgement (docs/design.md, "The near cache"). Counted with INFO commandstats, on
  * every driver (blocking, batch, pool, xf_async on libevent, the sans-I/O
  * call): on by default with a near cache, forced on or off by the option. */
 #include <criterion/criterion.h>
@@ -68,17 +68,7 @@ static xf_reply *exchange(redisContext *sock, xf_reader *rd, const xf_call *call
   cr_assert_not_null(req);
   if (len >= 14 && memcmp(req, "*1\r\n$4\r\nPING\r\n", 14) == 0)
     (*saw_ping)++;
-  cr_assert_eq(write(sock->fd, req, len), (ssize_t)len);
-  for (;;) {
-    xf_reply *reply;
-    cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
-    if (reply)
-      return reply;
-    char buf[4096];
-    ssize_t n = read(sock->fd, buf, sizeof buf);
-    cr_assert_gt(n, 0);
-    cr_assert_eq(xf_reader_feed(rd, buf, (size_t)n), XF_OK);
-  }
+  return xft_call_exchange(sock->fd, rd, call, 0);
 }
 
 /* Runs a get-or-compute (data NULL) or a set as calls; the PINGs among the

@@ -35,9 +35,9 @@ static int load_value(xf__flow *f, const char *value) {
   return xf_sink_set(&f->sink, value, strlen(value));
 }
 
-#define HIT "*6\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n"
-#define MISS "*6\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n"
-#define MISS_LEASED "*6\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010000\r\n"
+#define HIT "*7\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n"
+#define MISS "*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n"
+#define MISS_LEASED "*7\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010000\r\n:0\r\n"
 
 Test(flow, hit_is_one_read) {
   xf_policy p = XF_POLICY_INIT;
@@ -90,8 +90,8 @@ Test(flow, lease_is_twice_the_learned_delta_when_longer) {
     const char *lease_ms;
   } cases[] = {
       {MISS, "1000"}, /* no delta learned yet */
-      {"*6\r\n$3\r\nold\r\n:3000000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n", "6000"},
-      {"*6\r\n$3\r\nold\r\n:400000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n", "1000"},
+      {"*7\r\n$3\r\nold\r\n:3000000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n:0\r\n", "6000"},
+      {"*7\r\n$3\r\nold\r\n:400000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n:0\r\n", "1000"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     xf_value v;
@@ -198,6 +198,35 @@ Test(flow, live_lease_on_a_miss_waits_then_rereads) {
   xf_value_free(&v);
 }
 
+/* A waiter's re-read that finds the marker of a load that found nothing,
+ * ended after its first read (1010000), has its answer, though the next
+ * caller holds the lease by then; an older marker is no answer. */
+Test(flow, a_waiter_shares_a_not_found_that_ended_after_its_first_read) {
+  xf_policy p = XF_POLICY_INIT;
+  static const struct {
+    const char *reread;
+    xf__step step;
+  } cases[] = {
+      {"*7\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010030\r\n:1010020\r\n", XF_STEP_DONE},
+      {"*7\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010030\r\n:1010000\r\n", XF_STEP_WAIT},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    xf_value v;
+    xf__flow f;
+    xf__flow_start(&f, c, "k", 1, &p, &v, 1000);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS_LEASED), 1000), XF_STEP_WAIT);
+    cr_assert_eq(xf__flow_woke(&f, 1030), XF_STEP_SEND);
+    cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(cases[i].reread), 1030), cases[i].step,
+                 "case %zu", i);
+    if (cases[i].step == XF_STEP_DONE) {
+      cr_expect_eq(f.rc, XF_ENOTFOUND, "%s", xf_errmsg(c));
+      cr_expect_null(v.data);
+    } else {
+      xf__flow_abandon(&f);
+    }
+  }
+}
+
 Test(flow, waiter_that_gives_up_is_dated_by_its_last_read) {
   xf_policy p = XF_POLICY_INIT;
   p.wait_ms = 0;
@@ -254,11 +283,12 @@ Test(flow, every_read_reply_of_another_shape_is_eproto) {
       ":1\r\n",
       "$3\r\nabc\r\n",
       "*0\r\n",
-      "*5\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n",
-      "*6\r\n:1\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
-      "*6\r\n$1\r\nv\r\n$1\r\n1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
-      "*7\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:1\r\n",
-      "*6\r\n*0\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
+      "*6\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
+      "*7\r\n:1\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
+      "*7\r\n$1\r\nv\r\n$1\r\n1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
+      "*7\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n$1\r\n0\r\n",
+      "*8\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1\r\n",
+      "*7\r\n*0\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
   };
   xf_policy p = XF_POLICY_INIT;
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -275,15 +305,16 @@ Test(flow, every_read_reply_of_another_shape_is_eproto) {
  * counted, whose lease is asked for; never an error that bricks the key. */
 Test(flow, every_read_reply_of_bad_values_is_a_malformed_miss) {
   static const char *bad[] = {
-      "*6\r\n$1\r\nv\r\n:-1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
-      "*6\r\n$1\r\nv\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:1\r\n",
-      "*6\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:-5\r\n",
-      "*6\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:0\r\n:50\r\n",
-      "*6\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:2\r\n:500\r\n",
-      "*6\r\n$1\r\nv\r\n:1\r\n:100\r\n:-1\r\n:0\r\n:500\r\n",
-      "*6\r\n$1\r\nv\r\n:1099511627777\r\n:100\r\n:0\r\n:0\r\n:500\r\n",
-      "*6\r\n$-1\r\n:1\r\n:0\r\n:0\r\n:0\r\n:500\r\n",
-      "*6\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:1\r\n:500\r\n",
+      "*7\r\n$1\r\nv\r\n:-1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
+      "*7\r\n$1\r\nv\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
+      "*7\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:-5\r\n:0\r\n",
+      "*7\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:0\r\n:50\r\n:0\r\n",
+      "*7\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:2\r\n:500\r\n:0\r\n",
+      "*7\r\n$1\r\nv\r\n:1\r\n:100\r\n:-1\r\n:0\r\n:500\r\n:0\r\n",
+      "*7\r\n$1\r\nv\r\n:1099511627777\r\n:100\r\n:0\r\n:0\r\n:500\r\n:0\r\n",
+      "*7\r\n$-1\r\n:1\r\n:0\r\n:0\r\n:0\r\n:500\r\n:0\r\n",
+      "*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:1\r\n:500\r\n:0\r\n",
+      "*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:500\r\n:-1\r\n",
   };
   xf_policy p = XF_POLICY_INIT;
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

@@ -3,6 +3,7 @@
  * opens failing while threads race for slots, options.interrupt ending a
  * wait (for a pooled client, or on another caller's lease). */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -283,5 +284,87 @@ Test(pool, interrupt_ends_a_wait_for_a_pooled_client) {
   cr_expect_eq(holder.source, XF_SOURCE_CACHE);
   cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_SEQ_CST), 0);
   xf_pool_close(pool);
+  xft_server_stop(&s);
+}
+
+typedef struct elected_call {
+  pthread_t th;
+  xf_pool *pool;
+  xft_loader *loader;
+  int rc;
+  xf_source source;
+} elected_call;
+
+static void *call_elected(void *arg) {
+  elected_call *e = arg;
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = __builtin_inf(); /* every draw elects an early refresh */
+  xf_value v;
+  e->rc = xf_pool_get_or_compute(e->pool, "hot", 3, &p, xft_load, e->loader, &v);
+  e->source = v.source;
+  xf_value_free(&v);
+  return NULL;
+}
+
+/* A near hit needs no client: with the only pooled client held by a call
+ * whose lease script CLIENT PAUSE WRITE holds (until the test unpauses, at
+ * most 10 s), a near hit is served at once; the holder still waits then. */
+Test(pool, a_near_hit_waits_for_no_client) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  xf_share_options so = {.near_cache_bytes = 1 << 20};
+  xf_share *share;
+  cr_assert_eq(xf_share_open(&share, &so), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  o.share = share;
+  o.command_timeout_ms = 20000; /* the holder's lease waits out the pause */
+  xf_pool *pool;
+  cr_assert_eq(xf_pool_open(&pool, &o, 1, 10000), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0; /* never elected: a hit */
+  cr_assert_eq(xf_pool_set(pool, "hot", 3, "v", 1, &p), XF_OK, "%s", xf_pool_errmsg());
+  xft_loader never = {.value = "loaded", .len = 6};
+  xf_pool_info info;
+  int64_t until = xft_now_ms() + 5000;
+  for (xf_pool_stats(pool, &info); info.clients.near_hits == 0;
+       xf_pool_stats(pool, &info)) {
+    xf_value v; /* the first reads fill the near cache */
+    cr_assert_eq(xf_pool_get_or_compute(pool, "hot", 3, &p, xft_load, &never, &v), XF_OK);
+    xf_value_free(&v);
+    cr_assert_lt(xft_now_ms(), until, "never a near hit");
+  }
+  redisContext *raw = xft_redis_port(s.port);
+  freeReplyObject(xft_cmd(raw, "CLIENT PAUSE 10000 WRITE"));
+  xft_loader slow = {.value = "slow", .len = 4};
+  caller holder = {.pool = pool, .key = "slow", .loader = &slow};
+  cr_assert_eq(pthread_create(&holder.th, NULL, call, &holder), 0);
+  await_all_busy(pool);
+  xf_value v;
+  int rc = xf_pool_get_or_compute(pool, "hot", 3, &p, xft_load, &never, &v);
+  int held = pthread_tryjoin_np(holder.th, NULL) == EBUSY;
+  /* A near hit whose draw elects a refresh (beta inf) passes the election to
+   * its call, which waits for the client: it refreshes once the holder is
+   * done (whether its near hit was drawn on a spare or, late, on the client). */
+  xft_loader fresh = {.value = "fresh", .len = 5};
+  elected_call refresher = {.pool = pool, .loader = &fresh};
+  cr_assert_eq(pthread_create(&refresher.th, NULL, call_elected, &refresher), 0);
+  xft_sleep_ms(50);
+  freeReplyObject(xft_cmd(raw, "CLIENT UNPAUSE"));
+  if (held)
+    pthread_join(holder.th, NULL);
+  pthread_join(refresher.th, NULL);
+  cr_assert_eq(rc, XF_OK, "%s", xf_pool_errmsg());
+  cr_assert_str_eq(v.data, "v");
+  cr_assert_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  cr_assert(held, "the near hit waited for the pooled client");
+  cr_assert_eq(holder.rc, XF_OK);
+  cr_assert_eq(__atomic_load_n(&never.calls, __ATOMIC_RELAXED), 0);
+  cr_assert_eq(refresher.rc, XF_OK);
+  cr_assert_eq(refresher.source, XF_SOURCE_LOADER, "the elected call refreshed");
+  xf_pool_close(pool);
+  xf_share_close(share);
+  redisFree(raw);
   xft_server_stop(&s);
 }

@@ -367,56 +367,6 @@ Test(races, malformed_start_does_not_block_writes_forever) {
   xf_client_close(c);
 }
 
-/* ---- a load that finds nothing answers the callers that waited for it ------- */
-
-typedef struct {
-  xf_client *c;
-  const char *key;
-  xft_loader *l;
-  int rc;
-} racer;
-
-static void *race_get(void *arg) {
-  racer *r = arg;
-  xf_policy p = XF_POLICY_INIT;
-  xf_value v;
-  r->rc = get(r->c, r->key, &p, r->l, &v);
-  xf_value_free(&v);
-  return NULL;
-}
-
-/* negative_ttl 0: the not-found is not cached, yet the callers that waited
- * on its lease get it (before: each took the lease in turn and loaded, one
- * at a time); a caller that comes after the load loads again. */
-Test(races, callers_waiting_on_a_not_found_load_share_it) {
-  enum { N = 4 };
-  xft_loader leader_l = {.not_found = 1, .sleep_ms = 300};
-  xft_loader waiter_l = {.not_found = 1};
-  racer rs[N + 1];
-  pthread_t t[N + 1];
-  for (int i = 0; i <= N; i++) {
-    rs[i] = (racer){xft_client(0), "races:nothing", i == 0 ? &leader_l : &waiter_l, -100};
-    pthread_create(&t[i], NULL, race_get, &rs[i]);
-    if (i == 0)
-      xft_sleep_ms(100); /* the leader holds the lease */
-  }
-  for (int i = 0; i <= N; i++) {
-    pthread_join(t[i], NULL);
-    cr_expect_eq(rs[i].rc, XF_ENOTFOUND, "caller %d: %s", i, xf_strerror(rs[i].rc));
-    xf_client_close(rs[i].c);
-  }
-  cr_expect_eq(__atomic_load_n(&leader_l.calls, __ATOMIC_RELAXED), 1);
-  cr_expect_eq(__atomic_load_n(&waiter_l.calls, __ATOMIC_RELAXED), 0, "%d waiters loaded",
-               waiter_l.calls);
-  xf_client *c = xft_client(0);
-  xf_policy p = XF_POLICY_INIT;
-  xf_value v;
-  cr_expect_eq(get(c, "races:nothing", &p, &waiter_l, &v), XF_ENOTFOUND);
-  cr_expect_eq(__atomic_load_n(&waiter_l.calls, __ATOMIC_RELAXED), 1,
-               "a later caller loads");
-  xf_client_close(c);
-}
-
 /* ---- options.interrupt ends a wait at once ------------------------------------ */
 
 static int stop_at_third_check(void *ud) { return ++*(int *)ud >= 3; }

@@ -168,6 +168,7 @@ INTERNAL = """
 #define XF__NEAR_PASS 1
 int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
                    xf_driver driver, uint64_t *count, xf_value *out);
+void xf__near_elect_move(xf_client *from, xf_client *to);
 """
 ffibuilder.set_source("xfetch._native",
                       "#include <xfetch.h>\n" + ("" if prefix else '#include "bindings.h"\n')

@@ -25,8 +25,7 @@ extern "C" {
  * a thread, a sleep or a clock: every input carries now_ms, the driver's
  * monotonic time in ms (any clock that never goes back, the same for every
  * call of a client: e.g. Python's time.monotonic() * 1000), and a load's
- * duration is the driver's measure (changed before 1.0: the calls read
- * CLOCK_MONOTONIC themselves until then). The client gives the
+ * duration is the driver's measure. The client gives the
  * configuration (key prefix, limits, lease-token identity, XFetch draws,
  * stats): open it with lazy_connect and use it from one thread, like the
  * calls; it is never used for I/O by a call. Every connection must have run

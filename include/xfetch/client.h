@@ -91,7 +91,7 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
  * (source XF_SOURCE_CACHE; free with xf_value_free) while the value is
  * within its ttl; XF_ENOTFOUND when the entry is absent, past its ttl (a
  * stale value is not returned) or a cached not-found. Takes no lease, never
- * waits. One round trip (the read script). An entry not as xfetch writes it
+ * waits. One round trip (the same read as a hit's). An entry not as xfetch writes it
  * (stats.malformed) is XF_ENOTFOUND. Errors: XF_EINVAL, XF_ECONNECT, XF_EIO,
  * XF_EUNAVAILABLE (BUSY, LOADING...: to the read or its SCRIPT LOAD),
  * XF_EREDIS, XF_EWRONGTYPE, ... (no fail-open: there is no loader). */

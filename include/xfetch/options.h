@@ -95,12 +95,13 @@ typedef struct xf_options {
                              MOVED / ASK / TRYAGAIN / CLUSTERDOWN are followed
                              and the map is reloaded when nodes move or fail;
                              db must be 0. Unix sockets are never a cluster */
-  int read_from_replicas; /* non-zero, in a cluster: reads (EVALSHA_RO of the
-                             read script) go to the slot's replicas, round
+  int read_from_replicas; /* non-zero, in a cluster: reads (a plain read, or
+                             the read script as EVALSHA_RO) go to the slot's
+                             replicas, round
                              robin, after READONLY; they may see a value up
                              to the replication lag old. Leases and writes
-                             always go to the master. The event-loop driver
-                             (xf_async) ignores it: its reads go to the master */
+                             always go to the master. Every driver reads
+                             from replicas, the event loop (xf_async) too */
   /* NULL, or called with interrupt_ud, in the calling thread, at least every
    * 50 ms while a blocking call waits: for another caller's lease, for
    * another thread's load of the key in the share, for a pooled client
@@ -128,7 +129,7 @@ typedef struct xf_options {
    * and an existing entry keeps its format until it is rewritten, so a fleet
    * may mix them. XF_ENTRY_HASH (a hit is one HMGET) is for a fleet that still
    * has clients reading hashes only (a pre-release build): keep it until every
-   * client is on this version (README, "The entry on Redis"). */
+   * client is on this version (docs/design.md, "The entry on Redis"). */
   int entry_format;
   /* NULL, or where a blocking client's background refreshes run (see
    * xf_refresh_executor_fn) instead of its share's refresh workers; called
@@ -139,7 +140,7 @@ typedef struct xf_options {
    * background refreshes included; xf_set; xf_delete) is followed by one
    * PING on the same connection before the call returns, so that when it
    * returns Redis has sent every invalidation the write caused to the near
-   * caches of the fleet (README, "Near cache": the write fence). 0 =
+   * caches of the fleet (docs/design.md, "The near cache"). 0 =
    * XF_FENCE_AUTO: on when the client's share has a near cache. */
   int write_fence;
 } xf_options;
@@ -158,7 +159,7 @@ typedef enum xf_write_fence {
   XF_FENCE_OFF = 2   /* never */
 } xf_write_fence;
 
-/* The entry on Redis (options.entry_format; README, "The entry on Redis"). */
+/* The entry on Redis (options.entry_format; docs/design.md, "The entry on Redis"). */
 typedef enum xf_entry_format {
   XF_ENTRY_DEFAULT = 0, /* XF_ENTRY_STRING in this version */
   XF_ENTRY_HASH = 1,    /* format 1: a hash (v d e s l n f); a hit is one HMGET */

@@ -39,6 +39,8 @@ struct xf_client {
   uint64_t near_elect_hash;          /* near_elect: a near hit's draw elected an early */
   size_t near_elect_len;             /* refresh of the key of this hash and length that */
   int near_elect;                    /* the next call takes up (xf__flow_near_elect) */
+  int64_t near_elect_expiry_ms;      /* near_elect: the entry drawn on (its Redis */
+  int64_t near_elect_delta_us;       /* expiry and delta) */
   struct xf__near_batch *near_batch; /* a batch's near hits, checked together
                                         (near_impl.h); NULL = none */
   char *ns; /* where values come from: the servers (or unix path), db

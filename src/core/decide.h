@@ -1,6 +1,6 @@
 /* When a fresh value is refreshed early: the XFetch draw (Vattani,
  * Chierichetti, Lowenstein, VLDB 2015), or the rate-aware margin that a
- * lease makes enough (README, "Early refresh"). */
+ * lease makes enough (docs/design.md, "Early refresh"). */
 #ifndef XF_DECIDE_H
 #define XF_DECIDE_H
 

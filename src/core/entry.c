@@ -124,11 +124,15 @@ static int is_int(const xf__reply *r) { return r->type == XF_REPLY_INTEGER; }
 
 static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min || v > max; }
 
-/* Whether the six fields at el, of the right types, are values read.lua
- * gives: {value, delta_us, remaining_ms, lease_live, negative, expiry_ms} or
- * {nil, 0, 0, lease_live, malformed, now_ms}. */
+/* How many fields read.lua's reply has (lua/entry_read.lua's read_entry). */
+#define READ_FIELDS 7
+
+/* Whether the seven fields at el, of the right types, are values read.lua
+ * gives: {value, delta_us, remaining_ms, lease_live, negative, expiry_ms,
+ * nothing_ms} or {nil, 0, 0, lease_live, malformed, now_ms, nothing_ms}. */
 static int in_range(xf__reply **el, int has_value) {
   if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
+      out_of_range(el[6]->integer, 0, MAX_CLOCK_MS) ||
       out_of_range(el[2]->integer, -MAX_SPAN_MS, MAX_SPAN_MS) ||
       out_of_range(el[5]->integer, 0, MAX_CLOCK_MS) ||
       out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS) ||
@@ -137,7 +141,7 @@ static int in_range(xf__reply **el, int has_value) {
   return has_value || (el[1]->integer | el[2]->integer) == 0;
 }
 
-/* Parses the six fields starting at element `at` of r, taking ownership of r.
+/* Parses the seven fields starting at element `at` of r, taking ownership of r.
  * A reply of another shape is XF_EPROTO. A reply of the right shape whose
  * numbers are out of range, or read.lua's "malformed" miss, is a malformed
  * entry: a miss, never an error, so that an entry xfetch did not write
@@ -145,10 +149,10 @@ static int in_range(xf__reply **el, int has_value) {
 static int parse_entry(xf_client *c, xf__reply *r, size_t at, xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
-  if (r->type != XF_REPLY_ARRAY || r->elements != at + 6)
+  if (r->type != XF_REPLY_ARRAY || r->elements != at + READ_FIELDS)
     return xf__fail(c, XF_EPROTO, "entry reply has an unexpected shape");
   xf__reply **el = r->element + at;
-  for (int i = 1; i < 6; i++)
+  for (int i = 1; i < READ_FIELDS; i++)
     if (!is_int(el[i]))
       return xf__fail(c, XF_EPROTO, "entry reply field %d is not an integer", i);
   int has_value = el[0]->type == XF_REPLY_STRING;
@@ -161,6 +165,7 @@ static int parse_entry(xf_client *c, xf__reply *r, size_t at, xf__entry *out) {
   }
   out->lease_live = (int)el[3]->integer;
   out->now_ms = out->now_late_ms = el[5]->integer - el[2]->integer;
+  out->nothing_ms = el[6]->integer;
   if (!has_value) {
     out->malformed = (int)el[4]->integer;
     return XF_OK;
@@ -208,11 +213,11 @@ int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__repl
 int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer) {
   memset(newer, 0, sizeof *newer);
-  /* lease.lua: {0|1|3, now} or {2, now, value entry}. */
+  /* lease.lua: {0|1|3, now} or {2, now, the read's fields}. */
   if (r->type != XF_REPLY_ARRAY || r->elements < 2 || !is_int(r->element[0]) ||
       !is_int(r->element[1]) || out_of_range(r->element[0]->integer, 0, 3) ||
       out_of_range(r->element[1]->integer, 0, MAX_CLOCK_MS) ||
-      r->elements != (r->element[0]->integer == XF_LEASE_NEWER ? 8u : 2u)) {
+      r->elements != (r->element[0]->integer == XF_LEASE_NEWER ? 2u + READ_FIELDS : 2u)) {
     xf__reply_free(r);
     return xf__fail(c, XF_EPROTO, "lease reply has an unexpected shape");
   }

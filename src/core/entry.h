@@ -22,6 +22,8 @@ typedef struct xf__entry {
   int64_t now_ms;       /* the server's time when it was read (a plain read:
                            the earliest it may have been) */
   int64_t now_late_ms;  /* the latest it may have been (a script's read: now_ms) */
+  int64_t nothing_ms;   /* server time the last load that found nothing (not
+                           cached) ended: lua/release.lua's marker f; 0 = none */
   int lease_live;
   int negative;
   int malformed; /* the entry is not as xfetch writes it: a miss (value NULL) */

@@ -10,16 +10,17 @@
 #include "entry.h"
 #include "reply.h"
 
-static const char *const fields[] = {"v", "d", "e", "s", "l", "n"};
+static const char *const fields[] = {"v", "d", "e", "s", "l", "n", "f"};
+#define NFIELDS (int)(sizeof fields / sizeof fields[0])
 
 void xf__entry_fields_cmd(xf__cmd *cmd, const char *key, size_t keylen) {
   xf__cmd_begin(cmd, key, keylen);
-  cmd->argc = 8;
+  cmd->argc = 2 + NFIELDS;
   cmd->argv[0] = "HMGET";
   cmd->lens[0] = 5;
   cmd->argv[1] = key;
   cmd->lens[1] = keylen;
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < NFIELDS; i++) {
     cmd->argv[2 + i] = fields[i];
     cmd->lens[2 + i] = 1;
   }
@@ -81,12 +82,12 @@ int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
                            xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
-  if (r->type != XF_REPLY_ARRAY || r->elements != 6) {
+  if (r->type != XF_REPLY_ARRAY || r->elements != (size_t)NFIELDS) {
     xf__entry_free(out);
     return xf__fail(c, XF_EPROTO, "HMGET of an entry: a reply of an unexpected shape");
   }
   xf__reply **f = r->element;
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < NFIELDS; i++)
     if (f[i]->type != XF_REPLY_STRING && f[i]->type != XF_REPLY_NIL) {
       xf__entry_free(out);
       return xf__fail(c, XF_EPROTO, "HMGET of an entry: field %s of an unexpected type",
@@ -100,6 +101,9 @@ int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
   }
   out->now_ms = lo;      /* dates what follows no later than the read */
   out->now_late_ms = hi; /* a load that ended past it ended after the read */
+  int64_t nothing =
+      judge_uint(f[6], hi + DAY_MS); /* as the scripts: none unless as written */
+  out->nothing_ms = nothing > 0 ? nothing : 0;
   int has_value = f[0]->type == XF_REPLY_STRING;
   int64_t d = 0, e = -1;
   if (has_value) {

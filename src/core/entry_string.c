@@ -101,12 +101,12 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
       ((flags & F_NEGATIVE) && !has_value) || ((flags & F_LEASE) && !(flags & F_SLOT)) ||
       (!has_value && len > hlen))
     return 0;
-  int64_t d = be(h + 3, 5), e = be(h + 8, 6), s = 0, deadline = 0;
+  int64_t d = be(h + 3, 5), e = be(h + 8, 6), s = 0, f = 0, deadline = 0;
   const unsigned char *at = h + FIXED;
   if (flags & F_S)
     s = be(at, 6), at += 6;
   if (flags & F_F)
-    at += 6; /* f: the scripts' alone */
+    f = be(at, 6), at += 6;
   if (flags & F_SLOT)
     deadline = be(at, 6);
   if ((!has_value && (d || e)) ||
@@ -120,6 +120,7 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   out->delta_us = d;
   out->expiry_ms = e;
   out->negative = (flags & F_NEGATIVE) != 0;
+  out->nothing_ms = f;
   return 1;
 }
 
@@ -148,6 +149,7 @@ int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
     hlen = header_len(h[2]);
   if (r->len < FIXED || r->len < hlen || !header_ok(h, hlen, r->len, lo, hi, out)) {
     out->lease_live = out->delta_us = out->expiry_ms = out->negative = 0;
+    out->nothing_ms = 0;
     out->malformed = 1;
     c->stats.malformed++;
     return XF_OK;

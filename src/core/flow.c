@@ -155,6 +155,7 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
   f->script_loading = f->refresh = f->detached = f->round = f->had_value =
       f->found_nothing = 0;
   f->near_elected = 0;
+  f->near_expiry_ms = f->near_delta_us = 0;
   f->near_served = 0;
   f->near_count = NULL;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
@@ -249,6 +250,18 @@ xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_
 
 /* ---- outcomes ----------------------------------------------------------------- */
 
+/* The read again, by the read script, on the very node that answered (an
+ * ASK's target: with ASKING again, not via the slot's owner). */
+static xf__step read_by_script(xf__flow *f) {
+  int asked = f->asked;
+  f->state = XF__READ;
+  f->plain_read = 0;
+  f->script_retried = 0;
+  xf__step step = encode(f);
+  f->cmd.ask_node = asked;
+  return step;
+}
+
 /* A read: get-or-compute decides (flow_compute.c); a get has no loader to
  * fail open to, so Redis' errors are its own, and only a value within its
  * ttl is served. */
@@ -259,19 +272,23 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       /* No usable estimate of this server's clock: the transport sent the
        * HMGET on a fresh one (xf__entry_read_as), but the reply came in
        * after it aged past use (a stall of half the refresh period). Ask
-       * it, with the read script; the very node that answered (an ASK's
-       * target: with ASKING again, not via the slot's owner). */
-      int asked = f->asked;
+       * it, with the read script. */
       xf__reply_free(r);
-      f->state = XF__READ;
-      f->plain_read = 0;
-      f->script_retried = 0;
-      xf__step step = encode(f);
-      f->cmd.ask_node = asked;
-      return step;
+      return read_by_script(f);
     }
     rc = f->read_format == XF_ENTRY_STRING ? xf__entry_parse_string(f->c, r, lo, hi, &f->e)
                                            : xf__entry_parse_fields(f->c, r, lo, hi, &f->e);
+    if (rc == XF_OK && !f->e.value && f->read_format == XF_ENTRY_HASH &&
+        f->kind != XF_KIND_GET_OR_COMPUTE) {
+      /* A get that found no value in a hash: only the read script sees the
+       * hash's other fields, so only it tells an absent key or a malformed
+       * entry from another program's hash (XF_EWRONGTYPE). A get-or-compute
+       * asks the lease script next, which tells it too. */
+      if (f->e.malformed)
+        f->c->stats.malformed--; /* the script counts it */
+      xf__entry_free(&f->e);
+      return read_by_script(f);
+    }
   } else if (rc == XF_OK) {
     rc = xf__entry_parse_read(f->c, r, &f->e);
     if (rc == XF_OK)
@@ -384,7 +401,7 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   } else if (rc == XF_OK && r->type == XF_REPLY_ERROR) {
     xf__reply_kind kind = xf__reply_classify(r);
     if (kind == XF_REPLY_WRONGTYPE && f->state == XF__READ && f->plain_read) {
-      /* An entry of the other format (a rolling deploy: README, "The entry
+      /* An entry of the other format (a rolling deploy: docs/design.md, "The entry
        * on Redis"): its own plain read; if the entry changed format again
        * in between, the read script, which reads both at once. */
       xf__reply_free(r);

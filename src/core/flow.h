@@ -97,20 +97,22 @@ typedef struct xf__flow {
   int pending;      /* events owed when the outcome is known (flow_compute.c) */
   int64_t woke_ms;  /* the driver's clock at the last wake-up of a wait */
   xf__write w;
-  uint64_t near_token;  /* the near cache's pending marker of the last READ */
-  xf__track track;      /* whose tracking the last READ's reply came under */
-  int near_elected;     /* a near hit's draw elected an early refresh */
-  int near_served;      /* xf__flow_start's DONE is a near hit's result, not a
-                           refusal of the key or policy */
-  uint64_t *near_count; /* xf__flow_start_near's caller's: a served result's
-                           XF_EV_NEAR is added there (atomically), not given
-                           to the hook; NULL = the hook */
-  int wake_on_write;    /* WAIT: the driver ends it when the key is invalidated */
-  int fence_rc;         /* FENCE: the write's outcome, the call's once the */
-  int fence_applied;    /* PING is answered (flow.c: changed, fenced) */
-  int fence_state;      /* FENCE: the state of the write it follows */
-  xf__nest nest;        /* while its loader runs: this thread computes key */
-  char msg[256];        /* the loader's message, kept across the release */
+  uint64_t near_token;    /* the near cache's pending marker of the last READ */
+  xf__track track;        /* whose tracking the last READ's reply came under */
+  int near_elected;       /* a near hit's draw elected an early refresh of the */
+  int64_t near_expiry_ms; /* entry of this Redis expiry and delta: the election */
+  int64_t near_delta_us;  /* stands while Redis holds it (flow_compute.c) */
+  int near_served;        /* xf__flow_start's DONE is a near hit's result, not a
+                             refusal of the key or policy */
+  uint64_t *near_count;   /* xf__flow_start_near's caller's: a served result's
+                             XF_EV_NEAR is added there (atomically), not given
+                             to the hook; NULL = the hook */
+  int wake_on_write;      /* WAIT: the driver ends it when the key is invalidated */
+  int fence_rc;           /* FENCE: the write's outcome, the call's once the */
+  int fence_applied;      /* PING is answered (flow.c: changed, fenced) */
+  int fence_state;        /* FENCE: the state of the write it follows */
+  xf__nest nest;          /* while its loader runs: this thread computes key */
+  char msg[256];          /* the loader's message, kept across the release */
 } xf__flow;
 
 /* Starts a get-or-compute. Validates policy, out and key (XF_STEP_DONE with

@@ -235,6 +235,14 @@ xf__step xf__flow_written(xf__flow *f, int ok) {
 
 /* ---- miss: lease, stale, or wait ---------------------------------------------- */
 
+/* A load that found nothing (not cached) ended after this call's first read
+ * (the entry's marker, lua/release.lua): the call came while it ran, and
+ * shares its answer instead of loading again. */
+static xf__step found_nothing_meanwhile(xf__flow *f) {
+  return xf__flow_done(
+      f, xf__fail(f->c, XF_ENOTFOUND, "another caller's loader found nothing"));
+}
+
 static int64_t poll_interval_ms(int64_t waited_ms, int64_t left_ms) {
   int64_t ms = waited_ms / WAIT_POLL_DIVISOR;
   ms = ms < WAIT_POLL_MIN_MS   ? WAIT_POLL_MIN_MS
@@ -356,8 +364,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   }
   if (won == XF_LEASE_NOTHING) { /* this caller came during a load that found nothing */
     f->token[0] = '\0';
-    return xf__flow_done(
-        f, xf__fail(f->c, XF_ENOTFOUND, "another caller's loader found nothing"));
+    return found_nothing_meanwhile(f);
   }
   if (won == XF_LEASE_NEWER) {
     xf__entry_free(&f->e);
@@ -392,6 +399,10 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
   if (f->round == 0)
     f->first_read_ms = e->now_late_ms; /* see lease.lua's answer 3 */
   if (f->round > 0) {                  /* a waiter's re-read */
+    /* The load it waited on found nothing (not cached): that is its answer,
+     * whoever holds the key's lease by now (on a hot key, the next caller's). */
+    if (!fresh && e->nothing_ms > f->first_read_ms)
+      return found_nothing_meanwhile(f);
     if (!fresh)
       return miss(f, now_ms);
     f->c->stats.hits++;
@@ -402,8 +413,12 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
     f->pending |= PENDING_MISS;
     return miss(f, now_ms);
   }
-  /* near_elected: the near cache's draw already elected this call */
-  if (f->near_elected || xf__refresh_early(&f->c->rng, f->p, e->remaining_ms, e->delta_us))
+  /* A near hit's draw elected the entry it saw: that stands while Redis
+   * holds the same entry (no second draw). An entry written since (another
+   * client's newer value) is decided on afresh, as without the near cache. */
+  int elected = f->near_elected && e->expiry_ms == f->near_expiry_ms &&
+                e->delta_us == f->near_delta_us;
+  if (elected || xf__refresh_early(&f->c->rng, f->p, e->remaining_ms, e->delta_us))
     return refresh_early(f);
   f->c->stats.hits++;
   xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);

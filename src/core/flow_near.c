@@ -20,9 +20,10 @@ static void near_event(xf__flow *f) {
 
 /* A get-or-compute or get asks the near cache first: a kept entry within its
  * life is served without Redis, unless the XFetch draw (the same as on a
- * Redis hit) elects this call to refresh it: then it reads Redis and, if the
- * value is still fresh there, refreshes (no second draw). 1 when served
- * (*step DONE). */
+ * Redis hit) elects this call to refresh it: then it reads Redis and, if
+ * Redis still holds that entry, fresh, refreshes it (no second draw); an
+ * entry written since is decided on afresh (xf__flow_read_decide). 1 when
+ * served (*step DONE). */
 int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
   xf_client *c = f->c;
   if (__builtin_expect(c->on_event != NULL, 0))
@@ -32,12 +33,19 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
     c->near_elect = 0;
     elected = c->near_elect_len == f->key.len &&
               c->near_elect_hash == xf__near_key_hash(f->key.data, f->key.len);
+    f->near_expiry_ms = c->near_elect_expiry_ms;
+    f->near_delta_us = c->near_elect_delta_us;
   }
   xf__near_hit h;
   if (!xf__near_get(c->near, c, f->key.data, f->key.len, now_ms, &h))
     return 0;
-  if (f->kind == XF_KIND_GET_OR_COMPUTE &&
-      (elected || xf__refresh_early(&c->rng, f->p, h.remaining_ms, h.delta_us))) {
+  if (f->kind == XF_KIND_GET_OR_COMPUTE && !elected &&
+      xf__refresh_early(&c->rng, f->p, h.remaining_ms, h.delta_us)) {
+    elected = 1;
+    f->near_expiry_ms = h.redis_expiry_ms;
+    f->near_delta_us = h.delta_us;
+  }
+  if (f->kind == XF_KIND_GET_OR_COMPUTE && elected) {
     free(h.data);
     f->near_elected = 1;
     return 0;
@@ -70,6 +78,8 @@ void xf__flow_near_elect(xf__flow *f) {
   f->c->near_elect = 1;
   f->c->near_elect_len = f->key.len;
   f->c->near_elect_hash = xf__near_key_hash(f->key.data, f->key.len);
+  f->c->near_elect_expiry_ms = f->near_expiry_ms;
+  f->c->near_elect_delta_us = f->near_delta_us;
 }
 
 /* What a read saw, kept in the near cache when it is a fresh value (or a
@@ -85,5 +95,5 @@ void xf__flow_near_keep(xf__flow *f) {
     return;
   f->c->stats.near_evictions += xf__near_put(
       f->c->near, f->c, &f->track, f->near_token, f->key.data, f->key.len, e->value, e->len,
-      e->delta_us, f->sent_ms + e->remaining_ms - drift_ms, e->negative);
+      e->delta_us, e->expiry_ms, f->sent_ms + e->remaining_ms - drift_ms, e->negative);
 }

@@ -65,7 +65,7 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step);
 /* Marks f's key on its client as elected by a near hit's draw that did not
  * go on (xf__flow_start_near): the client's next xf__flow_near_first takes
  * the mark (any key), and a get-or-compute of that key with a near hit
- * refreshes it without drawing again. */
+ * refreshes it without drawing again while Redis holds the entry drawn on. */
 void xf__flow_near_elect(xf__flow *f);
 void xf__flow_near_keep(xf__flow *f);
 

@@ -45,7 +45,9 @@ typedef struct xf__near_hit {
   char *data; /* malloc'd, NUL-terminated; the caller's */
   size_t len;
   int64_t delta_us;
-  int64_t remaining_ms; /* > 0 */
+  int64_t remaining_ms;    /* > 0 */
+  int64_t redis_expiry_ms; /* the Redis entry's logical expiry (server ms): with
+                              delta_us, which entry this is a copy of */
   int negative;
 } xf__near_hit;
 
@@ -61,13 +63,15 @@ uint64_t xf__near_token(struct xf__near *n);
 int xf__near_get(struct xf__near *n, const struct xf_client *c, const char *key,
                  size_t keylen, int64_t now_ms, xf__near_hit *hit);
 
-/* Keeps what a read sent with token saw, over the connection of t, until
- * driver ms expires_ms: unless the key was invalidated or t's node dropped
+/* Keeps what a read sent with token saw (the Redis entry expiring at server
+ * ms redis_expiry_ms), over the connection of t, until driver ms
+ * expires_ms: unless the key was invalidated or t's node dropped
  * since token, or t is not tracked under its node's current invalidation
  * connection. Returns the entries evicted to make room. */
 uint64_t xf__near_put(struct xf__near *n, const struct xf_client *c, const xf__track *t,
                       uint64_t token, const char *key, size_t keylen, const char *value,
-                      size_t len, int64_t delta_us, int64_t expires_ms, int negative);
+                      size_t len, int64_t delta_us, int64_t redis_expiry_ms,
+                      int64_t expires_ms, int negative);
 
 /* An own write or delete of key (acknowledged or not): its entries go now,
  * and a read of it in flight is not kept. */

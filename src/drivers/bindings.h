@@ -24,4 +24,10 @@
 int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
                    xf_driver driver, uint64_t *count, xf_value *out);
 
+/* Moves the early refresh xf__near_serve left on from for its next call
+ * (if any) to to: to's next get-or-compute of that key makes it, and from's
+ * does not. For a near hit served on another client than the call's (a
+ * pool's spare: a near hit waits for no connection). */
+void xf__near_elect_move(xf_client *from, xf_client *to);
+
 #endif

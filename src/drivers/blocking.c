@@ -91,3 +91,14 @@ int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy
   c->driver = own;
   return served ? f.rc : XF__NEAR_PASS;
 }
+
+void xf__near_elect_move(xf_client *from, xf_client *to) {
+  if (!from->near_elect)
+    return;
+  to->near_elect = 1;
+  to->near_elect_hash = from->near_elect_hash;
+  to->near_elect_len = from->near_elect_len;
+  to->near_elect_expiry_ms = from->near_elect_expiry_ms;
+  to->near_elect_delta_us = from->near_elect_delta_us;
+  from->near_elect = 0;
+}

@@ -17,6 +17,7 @@
 
 void (*xf__near_test_before_put)(void);
 void (*xf__near_test_on_check)(void);
+void (*xf__near_test_after_hit)(void);
 #ifdef __SANITIZE_THREAD__
 int xf__near_fence_dummy;
 #endif
@@ -191,6 +192,7 @@ int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_
       hit->len = e->len;
       hit->delta_us = e->delta_us;
       hit->remaining_ms = e->expires_ms - now_ms;
+      hit->redis_expiry_ms = e->redis_expiry_ms;
       hit->negative = e->negative;
       *seen =
           (xf__near_seen){.node = e->node,
@@ -206,8 +208,8 @@ int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_
   return found;
 }
 
-int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
-                 int64_t now_ms, xf__near_hit *hit) {
+static int near_lookup(struct xf__near *n, const xf_client *c, const char *key,
+                       size_t keylen, int64_t now_ms, xf__near_hit *hit) {
   int got = c->near_batch ? xf__near_batch_take(c->near_batch, c, key, keylen, hit) : -1;
   if (got >= 0) /* a batch's key: looked up and checked with the batch's others */
     return got;
@@ -221,6 +223,14 @@ int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t
     return 0;
   }
   return 1;
+}
+
+int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
+                 int64_t now_ms, xf__near_hit *hit) {
+  int got = near_lookup(n, c, key, keylen, now_ms, hit);
+  if (got && xf__near_test_after_hit)
+    xf__near_test_after_hit();
+  return got;
 }
 
 /* Doubles s's table when it holds more entries than buckets. */
@@ -243,7 +253,8 @@ static void grow(shard *s) {
 
 uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t,
                       uint64_t token, const char *key, size_t keylen, const char *value,
-                      size_t len, int64_t delta_us, int64_t expires_ms, int negative) {
+                      size_t len, int64_t delta_us, int64_t redis_expiry_ms,
+                      int64_t expires_ms, int negative) {
   if (!t->node || xf__track_stale(t))
     return 0;
   uint64_t h = xf__near_key_hash(key, keylen);
@@ -259,6 +270,7 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
                .node = t->node,
                .expires_ms = expires_ms,
                .delta_us = delta_us,
+               .redis_expiry_ms = redis_expiry_ms,
                .negative = negative,
                .data_fd = t->fd,
                .nslen = c->ns_len,

@@ -6,8 +6,9 @@
  * serves untracked and arms again once xf__near_arm_due). A failed open is
  * logged (XF_EV_INVALIDATION, a drop with the open's code) and asked for in
  * the background again only after a backoff (100 ms, doubling to 5 s).
- * Each open runs on an opener thread of its own, started by the tracker
- * thread, which keeps reading the nodes already open meanwhile: a slow open
+ * Each open runs on an opener thread of its own, which the tracker thread
+ * starts and joins once the open is done (none is left to the close); the
+ * tracker keeps reading the nodes already open meanwhile: a slow open
  * (a stalled server, a slow handshake) holds up no other node's
  * invalidations, nor their near hits. */
 #include <stdio.h>
@@ -106,11 +107,12 @@ static void *opener(void *arg) {
 int xf__tracker_open_wanted(struct xf__near_tracker *t) {
   int started = 0;
   for (struct xf__near_node *node = t->nodes; node && !t->stopping; node = node->next) {
+    if (node->has_opener && !node->opening) { /* done: it returns without the lock */
+      pthread_join(node->opener, NULL);
+      node->has_opener = 0;
+    }
     if (!node->want || node->opening)
       continue;
-    if (node->has_opener) /* the last one's: done (not opening), or all but */
-      pthread_join(node->opener, NULL);
-    node->has_opener = 0;
     node->as = node->want;
     node->want = NULL;
     node->opening = 1;

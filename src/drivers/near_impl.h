@@ -41,7 +41,8 @@ struct xf__near_node {
                           the child) */
   int open_fd;         /* the opener's connected socket, -1 = none: a close
                           shuts it down (the open ends at once) */
-  int has_opener;      /* opener: a thread to join (the last one's) */
+  int has_opener;      /* opener: a thread to join (opening, or done and not
+                          joined yet by the tracker thread) */
   pthread_t opener;
   uint64_t opens;   /* opens tried: a waiting arm waits for it to move */
   int64_t retry_ms; /* __atomic: no open asked in the background before
@@ -144,6 +145,10 @@ int xf__near_batch_take(struct xf__near_batch *b, const struct xf_client *c,
 /* For tests: called at each check of news a near hit makes (one per hit
  * alone, one per batch); NULL = none. */
 extern void (*xf__near_test_on_check)(void);
+
+/* For tests: called by xf__near_get with a hit found and checked (a
+ * batch's too), before its caller uses it; NULL = none. */
+extern void (*xf__near_test_after_hit)(void);
 
 /* For tests: called by xf__near_batch_begin once every key is looked up,
  * before the check; NULL = none. */

@@ -53,7 +53,7 @@ int xf__inval_fd(const xf__inval *v) { return v->s.fd; }
 static int next_reply(xf_client *c, xf__inval *v, int64_t deadline_ms, xf__reply **r) {
   void *got = NULL;
   char buf[READ_CHUNK];
-  while (redisReaderGetReply(v->rd, &got) == REDIS_OK && !got) {
+  while (xf__reader_get_reply(v->rd, &got) == REDIS_OK && !got) {
     size_t n;
     int rc = xf__stream_read_some(&v->s, buf, sizeof buf, &n, deadline_ms);
     if (rc != XF_OK)
@@ -221,7 +221,7 @@ int xf__inval_read(xf__inval *v, void (*on)(void *ud, const xf__reply *r), void 
   }
   void *r;
   int rc;
-  while ((rc = redisReaderGetReply(v->rd, &r)) == REDIS_OK && r) {
+  while ((rc = xf__reader_get_reply(v->rd, &r)) == REDIS_OK && r) {
     on(ud, r);
     xf__reply_free(r);
   }

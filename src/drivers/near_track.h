@@ -47,10 +47,11 @@ int xf__tracker_start(struct xf__near_tracker *t);
  * an opener): 1, or 0 when it cannot. */
 int xf__tracker_spawn(pthread_t *th, void *(*fn)(void *), void *arg);
 
-/* On the thread, under t->mu: starts an opener thread for each node whose
- * invalidation connection is asked for (near_arm.c; opened on this thread,
- * t->mu released meanwhile, when no thread can start); 1 when it started
- * one. */
+/* On the thread, under t->mu: joins each opener thread whose open is done
+ * (its wake byte brings the thread here: none is left unjoined until the
+ * close), and starts one for each node whose invalidation connection is
+ * asked for (near_arm.c; opened on this thread, t->mu released meanwhile,
+ * when no thread can start); 1 when it started one. */
 int xf__tracker_open_wanted(struct xf__near_tracker *t);
 
 #endif

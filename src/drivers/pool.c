@@ -3,7 +3,8 @@
  * in a reply or a loader's outcome) and gives it back while its loader runs
  * or it waits, so a loader that calls the pool again never deadlocks, even
  * with one client. The lease token lives in the flow, not on the client: a
- * call may continue on another client than the one it started on. */
+ * call may continue on another client than the one it started on. A near hit
+ * needs no client: with every one busy it is served on a spare (spares.h). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -11,11 +12,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bindings.h"
 #include "client_io.h"
 #include "drive.h"
 #include "refresh.h"
 #include "reply.h"
 #include "share.h"
+#include "spares.h"
 
 #define DEFAULT_CHECKOUT_TIMEOUT_MS 1000
 #define INTERRUPT_SLICE_MS 50 /* how often a waiting call asks options.interrupt */
@@ -35,6 +38,7 @@ struct xf_pool {
   xf_stats totals; /* the clients' counters, as of their last check-in */
   uint64_t waited, timed_out;
   xf__refresh_gate *gate; /* background refreshes (refresh.h) */
+  xf__spares *spares;     /* for near hits; NULL without a near cache */
 };
 
 /* The calling thread's last error message (xf_pool_errmsg). */
@@ -81,13 +85,19 @@ static int wait_slice(xf_pool *p, const struct timespec *until) {
  * exist or are being opened, or the next one checked in. wait_ms < 0 is for a
  * call that already began (so at least one client exists): it waits for an
  * idle one as long as it takes (every holder gives its client back after one
- * command) and never fails. XF_OK, XF_EBUSY on timeout, or the error of a
- * client that could not be made (XF_ENOMEM), with the reason in last_error. */
+ * command) and never fails; wait_ms 0 is a try: XF_EBUSY at once (not
+ * counted, no message) where it would wait. XF_OK, XF_EBUSY on timeout, or
+ * the error of a client that could not be made (XF_ENOMEM), with the reason
+ * in last_error. */
 static int checkout(xf_pool *p, int wait_ms, xf_client **out) {
   struct timespec until = xf__deadline_in(wait_ms > 0 ? wait_ms : 0);
   pthread_mutex_lock(&p->lock);
   int waited = 0;
   while (p->nidle == 0 && (p->made + p->opening == p->max || wait_ms < 0)) {
+    if (wait_ms == 0) {
+      pthread_mutex_unlock(&p->lock);
+      return XF_EBUSY;
+    }
     waited = 1;
     int rc = wait_ms < 0 ? pthread_cond_wait(&p->freed, &p->lock) : wait_slice(p, &until);
     if (rc == XF_ECANCELED) {
@@ -224,8 +234,21 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
   }
   if (refuse(key, keylen, 1, policy) != XF_OK)
     return XF_EINVAL;
-  xf_client *c = NULL;
-  int rc = checkout(p, p->checkout_timeout_ms, &c);
+  xf_client *c = NULL, *spare = NULL;
+  int rc = checkout(p, 0, &c);
+  if (rc == XF_EBUSY && p->spares) {
+    int served = xf__spares_near_serve(p->spares, key, keylen, policy, out, &spare,
+                                       last_error, sizeof last_error);
+    if (served != XF__NEAR_PASS)
+      return served;
+  }
+  if (rc == XF_EBUSY)
+    rc = checkout(p, p->checkout_timeout_ms, &c);
+  if (spare) { /* an early refresh its draw elected is the call's */
+    if (rc == XF_OK)
+      xf__near_elect_move(spare, c);
+    xf__spares_give(p->spares, spare);
+  }
   if (rc != XF_OK)
     return rc;
   xf__flow f;
@@ -299,6 +322,8 @@ void xf_pool_stats(xf_pool *p, xf_pool_info *out) {
     return;
   pthread_mutex_lock(&p->lock);
   out->clients = p->totals;
+  if (p->spares)
+    xf__spares_add_stats(p->spares, &out->clients);
   out->clients.connections = 0;
   for (size_t i = 0; i < p->nidle; i++) { /* idle clients: no other thread writes them */
     xf_stats st;
@@ -354,6 +379,9 @@ int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
   pthread_mutex_init(&p->lock, NULL);
   if (rc == XF_OK && !(p->gate = xf__gate_open()))
     rc = XF_ENOMEM;
+  if (rc == XF_OK && xf__share_near(p->opts.share) &&
+      !(p->spares = xf__spares_open(&p->opts, max_connections)))
+    rc = XF_ENOMEM;
   /* One client now: bad options fail here, not on the first call. */
   xf_client *first = NULL;
   if (rc == XF_OK && (rc = xf_client_open(&first, &p->opts)) == XF_OK) {
@@ -375,6 +403,7 @@ void xf_pool_close(xf_pool *p) {
   xf__gate_close(p->gate, XF_REFRESH_DRAIN_MS); /* before the clients go */
   for (size_t i = 0; i < p->made; i++)
     xf_client_close(p->all[i]);
+  xf__spares_close(p->spares);
   xf_share_close(p->own_share);
   pthread_cond_destroy(&p->freed);
   pthread_mutex_destroy(&p->lock);

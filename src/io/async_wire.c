@@ -127,7 +127,7 @@ static void unreadable(xf__aconn *cn, const char *why) {
 static int answer(xf__aconn *cn, unsigned gen) {
   for (;;) {
     void *r = NULL;
-    if (redisReaderGetReply(cn->rd, &r) != REDIS_OK) {
+    if (xf__reader_get_reply(cn->rd, &r) != REDIS_OK) {
       unreadable(cn, cn->rd->errstr[0] ? cn->rd->errstr : "protocol error");
       return -1;
     }

@@ -111,7 +111,7 @@ static int read_reply(xf_client *c, xf__conn *k, const char *what, xf__reply **r
   struct xf__link *l = k->link;
   void *r = NULL;
   k->peer_closed = 0;
-  if (redisReaderGetReply(l->rd, &r) != REDIS_OK)
+  if (xf__reader_get_reply(l->rd, &r) != REDIS_OK)
     goto bad_reply;
   if (r) {
     *reply = r;
@@ -133,7 +133,7 @@ static int read_reply(xf_client *c, xf__conn *k, const char *what, xf__reply **r
     if (rc != XF_OK)
       return stream_failed(c, k, what, rc);
     if (redisReaderFeed(l->rd, buf, got) != REDIS_OK ||
-        redisReaderGetReply(l->rd, &r) != REDIS_OK)
+        xf__reader_get_reply(l->rd, &r) != REDIS_OK)
       goto bad_reply;
   }
   *reply = r;

@@ -5,6 +5,7 @@
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,8 +30,45 @@ _Static_assert(XF_REPLY_STRING == REDIS_REPLY_STRING &&
                    XF_REPLY_ERROR == REDIS_REPLY_ERROR,
                "XF_REPLY_* are hiredis' types");
 
+/* An array's element pointers are allocated as its elements arrive, never
+ * for the count its header claims before any of them came: a header costs
+ * at most FIRST_ELEMENTS pointers, and an array the bytes received so far,
+ * whatever it claims. While it fills, elements is the room allocated (all
+ * NULL past the last element read, so a partial array frees cleanly); once
+ * full, it is the count. */
+#define FIRST_ELEMENTS 64
+
+/* A claim past this many elements is a protocol error: nothing xfetch sends
+ * gets near it (an MGET or read_many of at most 512 keys, a script's handful
+ * of fields, CLUSTER SLOTS' at most 16,384 ranges; an invalidation lists the
+ * keys of one command). Its reader then fails (xf__reader_get_reply). */
+#define MAX_ELEMENTS (1 << 20)
+
+/* The claim create_array refused in this thread's reader call, for
+ * xf__reader_get_reply to report (hiredis reports any NULL as "Out of
+ * memory"): set and read within one redisReaderGetReply. */
+static _Thread_local long long refused_claim;
+
+/* Makes room for element idx of parent, whose header claimed claimed. */
+static int make_room(xf__reply *parent, size_t idx, size_t claimed) {
+  if (idx < parent->elements)
+    return 1;
+  size_t room = parent->elements * 2;
+  if (room > claimed)
+    room = claimed;
+  if (room <= idx)
+    room = idx + 1;
+  xf__reply **grown = realloc(parent->element, room * sizeof *grown);
+  if (!grown)
+    return 0;
+  memset(grown + parent->elements, 0, (room - parent->elements) * sizeof *grown);
+  parent->element = grown;
+  parent->elements = room;
+  return 1;
+}
+
 /* A new reply of type, linked into its parent array (the reader fills
- * arrays element by element). */
+ * arrays element by element, in order). */
 static xf__reply *create(const redisReadTask *task, int type) {
   xf__reply *r = calloc(1, sizeof *r);
   if (!r)
@@ -38,7 +76,12 @@ static xf__reply *create(const redisReadTask *task, int type) {
   r->type = type;
   if (task->parent) {
     xf__reply *parent = task->parent->obj;
-    parent->element[task->idx] = r;
+    size_t idx = (size_t)task->idx;
+    if (!make_room(parent, idx, (size_t)task->parent->elements)) {
+      free(r);
+      return NULL;
+    }
+    parent->element[idx] = r;
   }
   return r;
 }
@@ -64,8 +107,15 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
 }
 
 static void *create_array(const redisReadTask *task, int elements) {
+  if (elements > MAX_ELEMENTS) {
+    refused_claim = elements;
+    return NULL;
+  }
+  size_t first = elements > FIRST_ELEMENTS ? FIRST_ELEMENTS
+                 : elements > 0            ? (size_t)elements
+                                           : 0;
   xf__reply **element = NULL;
-  if (elements > 0 && !(element = calloc((size_t)elements, sizeof *element)))
+  if (first && !(element = calloc(first, sizeof *element)))
     return NULL;
   xf__reply *r = create(task, XF_REPLY_ARRAY);
   if (!r) {
@@ -73,7 +123,7 @@ static void *create_array(const redisReadTask *task, int elements) {
     return NULL;
   }
   r->element = element;
-  r->elements = elements > 0 ? (size_t)elements : 0;
+  r->elements = first;
   return r;
 }
 
@@ -95,6 +145,20 @@ static redisReplyObjectFunctions functions = {create_string, create_array, creat
 void xf__reader_adopt(redisReader *rd) { rd->fn = &functions; }
 
 redisReader *xf__reader_create(void) { return redisReaderCreateWithFunctions(&functions); }
+
+int xf__reader_get_reply(redisReader *rd, void **reply) {
+  refused_claim = 0;
+  int rc = redisReaderGetReply(rd, reply);
+  if (rc != REDIS_OK && refused_claim) {
+    rd->err = REDIS_ERR_PROTOCOL;
+    snprintf(rd->errstr, sizeof rd->errstr,
+             "Protocol error: a reply claims %lld elements, more than any reply xfetch "
+             "reads (%d)",
+             refused_claim, MAX_ELEMENTS);
+  }
+  refused_claim = 0;
+  return rc;
+}
 
 /* ---- the public xf_reader ------------------------------------------------------ */
 
@@ -131,8 +195,8 @@ int xf_reader_next(xf_reader *rd, xf_reply **reply) {
   if (!rd)
     return XF_EINVAL;
   void *r = NULL;
-  if (redisReaderGetReply(rd->r, &r) != REDIS_OK)
-    return XF_EPROTO;
+  if (xf__reader_get_reply(rd->r, &r) != REDIS_OK)
+    return rd->r->err == REDIS_ERR_OOM ? XF_ENOMEM : XF_EPROTO;
   *reply = r;
   return XF_OK;
 }

@@ -14,4 +14,12 @@ void xf__reader_adopt(redisReader *rd);
 /* A reader building xf__reply objects; NULL when out of memory. */
 redisReader *xf__reader_create(void);
 
+/* redisReaderGetReply on a reader of these objects: the same, except that
+ * a reply whose array header claims more elements than any reply xfetch
+ * reads fails as a protocol error (rd->err REDIS_ERR_PROTOCOL, rd->errstr
+ * saying so) before anything is allocated for it. Arrays are allocated as
+ * their elements arrive, never for what a header claims; hiredis keeps a
+ * bulk string's bytes as they arrive and builds it once all are in. */
+int xf__reader_get_reply(redisReader *rd, void **reply);
+
 #endif

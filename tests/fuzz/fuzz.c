@@ -16,19 +16,6 @@ xf_client *fuzz_client(void) {
   return c;
 }
 
-int fuzz_resp_too_big(const uint8_t *data, size_t size) {
-  for (size_t i = 0; i < size; i++) {
-    if (data[i] != '*' || (i > 0 && data[i - 1] != '\n'))
-      continue;
-    uint64_t n = 0;
-    for (size_t j = i + 1; j < size && data[j] >= '0' && data[j] <= '9' && n <= size; j++)
-      n = n * 10 + (uint64_t)(data[j] - '0');
-    if (n > size)
-      return 1;
-  }
-  return 0;
-}
-
 uint8_t fuzz_u8(fuzz_in *in) {
   if (in->n == 0)
     return 0;

@@ -27,12 +27,6 @@
  * whole run: the parsers need a handle for their error messages. */
 xf_client *fuzz_client(void);
 
-/* Non-zero when data holds a RESP aggregate header ("*<n>") announcing more
- * elements than the input has bytes: such a reply can never complete, and
- * hiredis 0.14 allocates the element array (up to 16 GiB) before it waits
- * for the elements. */
-int fuzz_resp_too_big(const uint8_t *data, size_t size);
-
 /* The fuzz input, consumed front to back; reads past the end give zeros. */
 typedef struct fuzz_in {
   const uint8_t *p;

@@ -140,6 +140,12 @@ def capture():
         rel = lambda k, tok: r("EVAL", lua("release"), 1, k, tok)  # noqa: E731
         seeds["release-released"] = rel("k:cold", "t1")
         seeds["release-not-mine"] = rel("k:cold", "t1")
+        # A load that found nothing, not cached: the release leaves its marker f,
+        # which the read shows and the lease answers a caller that came before.
+        lease("k:nothing", "t5")
+        r("EVAL", lua("release"), 1, "k:nothing", "t5", 5000)
+        seeds["read-nothing"] = read("k:nothing")
+        seeds["lease-nothing"] = r("EVAL", lua("lease"), 1, "k:nothing", "t6", 5000, 0, 1, "1")
         seeds["delete"] = r("EVAL", lua("delete"), 1, "k:fresh", 60000)
         r("SET", "k:string", "x")
         seeds["error-wrongtype"] = read("k:string")
@@ -166,15 +172,24 @@ def handwritten_replies():
         "bug-read-lease-live-5": b"*7\r\n$1\r\nx\r\n:0\r\n:10\r\n:5\r\n:0\r\n:110\r\n:100\r\n",
         "bug-read-remaining-disagrees":
             b"*7\r\n$1\r\nx\r\n:0\r\n:999\r\n:0\r\n:0\r\n:110\r\n:100\r\n",
+        # Headers claiming more than arrived: a protocol error past what any
+        # reply holds, else memory only for what came (src/io/reader.c).
+        "bug-claim-724527565": b"*724527565\r\n",
+        "bug-claim-after-bulk": b"$1\r\nxyz*724527565\r\n",
+        "bug-claim-nested": b"*1\r\n*724527565\r\n",
+        "bug-claim-int-max": b"*2147483647\r\n",
+        "bug-claim-max-plus-1": b"*1048577\r\n",
+        "bug-claim-max-partial": b"*1048576\r\n:1\r\n$3\r\nabc\r\n",
+        "bug-bulk-512mb": b"$536870912\r\nabc",
         # Right shape, values no entry has: a malformed miss, never EPROTO.
-        "malformed-delta-negative": b"*6\r\n$1\r\nx\r\n:-1\r\n:10\r\n:0\r\n:0\r\n:110\r\n",
-        "malformed-expiry-negative": b"*6\r\n$1\r\nx\r\n:1\r\n:10\r\n:0\r\n:0\r\n:-1\r\n",
+        "malformed-delta-negative": b"*7\r\n$1\r\nx\r\n:-1\r\n:10\r\n:0\r\n:0\r\n:110\r\n:0\r\n",
+        "malformed-expiry-negative": b"*7\r\n$1\r\nx\r\n:1\r\n:10\r\n:0\r\n:0\r\n:-1\r\n:0\r\n",
         "malformed-remaining-int64-min":
-            b"*6\r\n$1\r\nx\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:5\r\n",
-        "malformed-live-7": b"*6\r\n$1\r\nx\r\n:1\r\n:10\r\n:7\r\n:0\r\n:110\r\n",
-        "malformed-negative-2": b"*6\r\n$1\r\nx\r\n:1\r\n:10\r\n:1\r\n:2\r\n:110\r\n",
-        "malformed-miss-with-times": b"*6\r\n$-1\r\n:5\r\n:10\r\n:0\r\n:0\r\n:110\r\n",
-        "malformed-miss-flagged": b"*6\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:1\r\n:110\r\n",
+            b"*7\r\n$1\r\nx\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:5\r\n:0\r\n",
+        "malformed-live-7": b"*7\r\n$1\r\nx\r\n:1\r\n:10\r\n:7\r\n:0\r\n:110\r\n:0\r\n",
+        "malformed-negative-2": b"*7\r\n$1\r\nx\r\n:1\r\n:10\r\n:1\r\n:2\r\n:110\r\n:0\r\n",
+        "malformed-miss-with-times": b"*7\r\n$-1\r\n:5\r\n:10\r\n:0\r\n:0\r\n:110\r\n:0\r\n",
+        "malformed-miss-flagged": b"*7\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:1\r\n:110\r\n:0\r\n",
         # Edges.
         "edge-remaining-over": b"*7\r\n$1\r\nx\r\n:0\r\n:%d\r\n:0\r\n:0\r\n:%d\r\n:0\r\n"
                                % (big + 1, big + 1),

@@ -1,4 +1,4 @@
-"""entry_format: the format of the entries a Cache writes (README, "The entry
+"""entry_format: the format of the entries a Cache writes (docs/design.md, "The entry
 on Redis"), on both faces through the one core. Format 2 is one string (a
 header, 20 bytes for a plain value, then the value) and the default; format 1
 is a hash; every Cache reads both formats."""

@@ -167,6 +167,54 @@ def test_invalidations_are_events_and_metrics(face, server, admin, prefix):
         other.close()
 
 
+def until_read(face, cache, key, want):
+    """Reads key until it is want, within a bound (5 s)."""
+    deadline = time.monotonic() + 5
+    while (got := face.run(cache.get(key))) != want:
+        assert time.monotonic() < deadline, f"{key}: still {got!r}, not {want!r}"
+        time.sleep(0.001)
+
+
+def test_a_swapdb_is_not_seen_until_a_flushdb(face, tmp_path, prefix):
+    """Redis sends no invalidation for SWAPDB (nor a keyspace event): the near
+    cache keeps serving what it read from db 0 before the swap, while a Cache
+    without one reads the swapped-in value; a FLUSHDB, even of an empty
+    database, makes Redis tell every tracking connection to drop everything
+    (the README's advice). The swap's silence is checked behind a fence: a
+    write after the swap, whose invalidation Redis sends on the same
+    connection after anything the swap sent, is seen first (bound 5 s; the
+    order, not the time, decides)."""
+    import redis
+    from conftest import RedisServer
+    srv = RedisServer(str(tmp_path))  # its own: the swap moves every key
+    near = face.Cache(srv.url, prefix=prefix, near_cache_bytes=1 << 20)
+    other = xfetch.Cache(srv.url, prefix=prefix)
+    other1 = xfetch.Cache(srv.url[:-1] + "1", prefix=prefix)
+    empty = redis.Redis(host="127.0.0.1", port=srv.port, db=15)
+    try:
+        other.set("k", b"db0", ttl=60)
+        other1.set("k", b"db1", ttl=60)
+        other.set("fence", b"f0", ttl=60)
+        until_near_hit(face, near, "k", b"db0")
+        until_near_hit(face, near, "fence", b"f0")
+        srv.admin.swapdb(0, 1)
+        assert other.get("k") == b"db1", "the swap did not happen"
+        other.set("fence", b"f1", ttl=60)
+        until_read(face, near, "fence", b"f1")
+        hits = near.stats()["near_hits"]
+        assert face.run(near.get("k")) == b"db0", "the near cache saw the swap"
+        assert near.stats()["near_hits"] == hits + 1
+        empty.flushdb()
+        until_read(face, near, "k", b"db1")
+        assert other1.get("k") == b"db0"
+    finally:
+        empty.close()
+        other1.close()
+        other.close()
+        face.run(near.close())
+        srv.stop()
+
+
 EXIT_WITHOUT_CLOSE = r"""
 import sys, threading, xfetch
 cache = xfetch.Cache(sys.argv[1], prefix=sys.argv[2], near_cache_bytes=1 << 20)

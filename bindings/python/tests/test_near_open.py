@@ -4,74 +4,29 @@ tracker thread opens it, so the event loop keeps its pace, the stream
 serves untracked meanwhile (no stale value), and arms later: near hits
 follow."""
 import asyncio
-import socket
-import threading
 import time
 
 import xfetch
 import xfetch.aio
 
+from redis_proxy import RedisProxy
+
 HOLD = 0.8  # seconds the invalidation connection's setup is held
 
 
-class SlowInvalidationProxy:
-    """A TCP proxy to the real redis-server that holds, HOLD seconds, the
-    first bytes of a connection naming itself xfetch-invalidate (the near
-    cache's invalidation connection: a slow server for its open)."""
+class SlowInvalidationProxy(RedisProxy):
+    """Holds, HOLD seconds, the first bytes of a connection naming itself
+    xfetch-invalidate (the near cache's invalidation connection: a slow
+    server for its open)."""
 
     def __init__(self, port):
-        self.target = port
-        self.lsock = socket.socket()
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(16)
-        self.port = self.lsock.getsockname()[1]
         self.held = 0
-        self.socks = []  # every connection's two sockets, shut at close()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(port, self._hold)
 
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.lsock.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", self.target))
-            self.socks += [client, server]
-            threading.Thread(target=self._pipe, args=(client, server, True),
-                             daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, False),
-                             daemon=True).start()
-
-    def _pipe(self, src, dst, upstream):
-        first = upstream
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if first and b"xfetch-invalidate" in data:
-                    self.held += 1
-                    time.sleep(HOLD)
-                first = False
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self):
-        """Ends every thread: accept() and recv() return once their socket is
-        shut down (close() alone would leave them blocked)."""
-        for s in [self.lsock] + self.socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self.lsock.close()
+    def _hold(self, data, first):
+        if first and b"xfetch-invalidate" in data:
+            self.held += 1
+            time.sleep(HOLD)
 
 
 def test_aio_loop_runs_while_the_invalidation_connection_opens(server, admin, prefix):

@@ -232,66 +232,102 @@ def test_a_dropped_cache_closes_its_sockets(server, admin, prefix, face):
 
 # ---- 12: a not-found is shared with the callers that waited for it ------------------
 
+WAITERS = 8
+GUARD = 60.0  # hang guards only: no outcome depends on them
+# Before the load ends, the waiters' reads are PAUSE old: a plain read's
+# date (its reply's arrival plus the clock estimate's error, a round trip)
+# falls before the load's end with that margin; and by then each re-reads
+# every 50 ms, so that before the fix one was sure to read while the next
+# caller held the lease (it takes it within a round trip or two).
+PAUSE = 0.3
+
+
+def _gated(entered, go):
+    def load():
+        entered.set()
+        go.wait(GUARD)
+        return None
+    return load
+
+
 @pytest.mark.parametrize("face", FACES)
 def test_not_found_is_shared_with_its_waiters(server, admin, prefix, face):
-    follower_loads = []
+    """WAITERS callers that come while one load runs get its not-found and
+    none loads, though the next caller of the hot key holds the lease by the
+    time they read again (before: they waited on that caller's load, and the
+    next, until wait, then loaded)."""
+    first, first_go = threading.Event(), threading.Event()
+    nxt, next_go = threading.Event(), threading.Event()
+    leader_results = {}
 
-    def follower_loader():
-        follower_loads.append(1)
-        return None
+    def lead():  # the load they wait on, then at once the next caller's
+        leader = xfetch.Cache(server.url, prefix=prefix)
+        try:
+            for name, entered, go in (("first", first, first_go), ("next", nxt, next_go)):
+                leader_results[name] = leader.get_or_compute(
+                    "hot", _gated(entered, go), ttl=60, lease=GUARD)
+        finally:
+            leader.close()
+    leader = threading.Thread(target=lead)
+    leader.start()
+    try:
+        assert first.wait(GUARD), "the leader's load never started"
+        follower_loads = []
 
-    if face == "sync":
-        cache = xfetch.Cache(server.url, prefix=prefix)
-        started, go = threading.Event(), threading.Event()
-        results = []
-
-        def leader_loader():
-            started.set()
-            go.wait(5)
+        def follower_loader():
+            follower_loads.append(1)
             return None
 
-        def call(loader):
-            results.append(cache.get_or_compute("hot", loader, ttl=60))
-        leader = threading.Thread(target=call, args=(leader_loader,))
-        leader.start()
-        assert started.wait(5)
-        followers = [threading.Thread(target=call, args=(follower_loader,))
-                     for _ in range(8)]
-        for t in followers:
-            t.start()
-        deadline = time.monotonic() + 5  # every follower waits on the leader's lease
-        while cache.stats()["waits"] < 8 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        go.set()
-        for t in [leader] + followers:
-            t.join()
-        after = cache.get_or_compute("hot", follower_loader, ttl=60)
-        cache.close()
-    else:
-        async def main():
-            cache = xfetch.aio.Cache(server.url, prefix=prefix)
-            started, go = asyncio.Event(), asyncio.Event()
+        def await_waiting(cache):
+            return cache.stats()["lease_lost"] >= WAITERS
 
-            async def leader_loader():
-                started.set()
-                await go.wait()
-                return None
-            leader = asyncio.ensure_future(cache.get_or_compute("hot", leader_loader, ttl=60))
-            await started.wait()
-            followers = [asyncio.ensure_future(
-                cache.get_or_compute("hot", follower_loader, ttl=60)) for _ in range(8)]
-            deadline = time.monotonic() + 5
-            while cache.stats()["waits"] < 8 and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            go.set()
-            out = await asyncio.gather(leader, *followers)
-            after = await cache.get_or_compute("hot", follower_loader, ttl=60)
-            await cache.close()
-            return out, after
-        results, after = asyncio.run(main())
-    assert results == [None] * 9
-    assert follower_loads == [1]  # only the caller that came after the load loaded
-    assert after is None
+        if face == "sync":
+            cache = xfetch.Cache(server.url, prefix=prefix)
+            results = [0] * WAITERS
+
+            def call(i):
+                results[i] = cache.get_or_compute("hot", follower_loader, ttl=60, wait=10)
+            followers = [threading.Thread(target=call, args=(i,)) for i in range(WAITERS)]
+            for t in followers:
+                t.start()
+            deadline = time.monotonic() + GUARD
+            while not await_waiting(cache):
+                assert time.monotonic() < deadline, cache.stats()
+                time.sleep(0.005)
+            time.sleep(PAUSE)
+            first_go.set()
+            assert nxt.wait(GUARD), "the next caller never loaded"
+            for t in followers:
+                t.join(GUARD)
+            next_go.set()
+            cache.close()
+        else:
+            async def main():
+                cache = xfetch.aio.Cache(server.url, prefix=prefix)
+                calls = [asyncio.ensure_future(
+                    cache.get_or_compute("hot", follower_loader, ttl=60, wait=10))
+                    for _ in range(WAITERS)]
+                deadline = time.monotonic() + GUARD
+                while not await_waiting(cache):
+                    assert time.monotonic() < deadline, cache.stats()
+                    await asyncio.sleep(0.005)
+                await asyncio.sleep(PAUSE)
+                first_go.set()
+                while not nxt.is_set():  # the loop keeps running the waiters meanwhile
+                    assert time.monotonic() < deadline, "the next caller never loaded"
+                    await asyncio.sleep(0.001)
+                out = await asyncio.gather(*calls)
+                next_go.set()
+                await cache.close()
+                return out
+            results = asyncio.run(main())
+    finally:  # the leader's thread ends whatever failed
+        first_go.set()
+        next_go.set()
+        leader.join(GUARD)
+    assert leader_results == {"first": None, "next": None}
+    assert results == [None] * WAITERS
+    assert follower_loads == [], f"{len(follower_loads)} of {WAITERS} waiters loaded"
 
 
 # ---- 13: a refused AUTH is an AuthError for every call ------------------------------

@@ -11,7 +11,7 @@ import time
 
 from ._aio_link import arm_later
 from ._core import enter_load, leave_load
-from ._errors import ConnectionLostError, Error, TLSError
+from ._errors import Error, TLSError
 from ._native import ffi, lib
 from ._runtime import sink_value
 
@@ -37,6 +37,7 @@ async def steps(cache, call, loader=None, key=None, kb=None):
     n, hostp, portp = cache._size, cache._hostp, cache._portp
     exc, took = None, 0.0
     stream = pending = None
+    resend = True  # the request may go again once (a connection the server closed)
     try:
         step = lib.xf_call_next(call)
         while step != 3:  # XF_CALL_DONE
@@ -44,13 +45,16 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 replies = lib.xf_call_target(call, hostp, portp)
                 link = links.get(hostp[0], portp[0])
                 stream = link.current
+                again = resend  # on a stream that was working before this request
                 if stream is None or stream.broken is not None:
+                    again = False  # opened for it: its loss is the server's failure
                     try:
                         stream = await link.connect()
                     except TLSError:  # never failed open (abandoned below)
                         raise
                     except ConnectionError:  # the breaker, or the connect failed
                         step = lib.xf_call_io_failed(call, lib.XF_ECONNECT, now_ms())
+                        resend = True
                         continue
                 # on this stream: a read is one HMGET / GET while its clock
                 # estimate is fresh, else the read script (which refreshes it)
@@ -63,19 +67,27 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                         pending = reply
                         reply = await reply
                         pending = None
-                except (Error, OSError, asyncio.TimeoutError):
+                except (Error, OSError, asyncio.TimeoutError) as e:
                     pending = None
+                    if again and e is stream.broken and stream.closed_by_server:
+                        # The server closed a working connection (its idle
+                        # timeout, CLIENT KILL, a restart), as the blocking
+                        # transport judges it (conn.c): no reply came, so the
+                        # same request goes once more on a new connection,
+                        # the breaker not told. Every request a call makes is
+                        # safe to repeat (conn.c says why).
+                        resend = False
+                        continue
                     link.failed()
                     step = lib.xf_call_io_failed(call, lib.XF_EIO, now_ms())
                 else:
-                    due = near and lib.xf_call_track_reply(call, stream.track or ffi.NULL)
-                    if due == 1:
-                        step = lib.xf_call_reply(call, reply, now_ms())
-                        link.drop(ConnectionLostError(lib.XF_EIO, "near cache tracking lost"))
-                        continue  # tracked under a lost invalidation connection: reopen
-                    if due == 2:  # not tracked yet: now it can be
+                    # 1: tracked under a lost invalidation connection; 2: not
+                    # tracked yet, now it can be; either way armed again on
+                    # this stream, its calls in flight unharmed
+                    if near and lib.xf_call_track_reply(call, stream.track or ffi.NULL):
                         arm_later(links, link, stream)
                     step = lib.xf_call_reply(call, reply, now_ms())
+                resend = True
             elif step == 1:  # XF_CALL_LOAD
                 t0 = _monotonic()
                 step, exc = await _load(cache, call, loader, kb)

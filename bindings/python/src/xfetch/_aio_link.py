@@ -74,8 +74,8 @@ async def track(client, fields, stream):
     host = ffi.new("char[]", fields["host"].encode()) if fields["host"] else ffi.NULL
     rc = lib.xf_call_track_open(client, host, fields["port"] or 0, ticket, req, size)
     old, stream.track = stream.track, None
-    if old is not None:  # the ticket that was due
-        lib.xf_call_track_close(old, -1)
+    if old is not None:  # the ticket that was due, or went stale: no longer watched
+        lib.xf_call_track_close(old, stream.sock.fileno())
     if rc != 0 or ticket[0] == ffi.NULL:
         return
     if size[0] == 0:  # not yet: kept until C says it is due
@@ -94,9 +94,12 @@ async def track(client, fields, stream):
 
 def arm_later(links, link, stream):
     """xf_call_track_reply said 2 (the stream's server's invalidation
-    connection is open now, or to be asked for again): the stream arms in
-    the background, its CLIENT TRACKING ahead of the commands sent after it
-    (replies before its own are read untracked). One at a time."""
+    connection is open now, or to be asked for again) or 1 (the one it was
+    tracked under was lost: the near cache dropped that server's entries):
+    the stream arms again in the background, in place, as the C event-loop
+    driver does (async_conn.c), its CLIENT TRACKING ahead of the commands
+    sent after it (replies before its own are read untracked: none kept
+    near). One at a time."""
     task = getattr(stream, "arming", None)
     if task is None or task.done():
         stream.arming = asyncio.ensure_future(_arm(links.client, link.fields, stream))

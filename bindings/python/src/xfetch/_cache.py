@@ -59,7 +59,7 @@ class Cache:
            = the C library's default, 2 = one string whose hit is a single
            GET (a batch one MGET), 1 = a hash (HMGET), for a fleet that still
            runs a pre-release build reading hashes only. Every client of this
-           version reads both (README, "The entry on Redis").
+           version reads both (docs/design.md, "The entry on Redis").
     enabled: False = bypass: every call runs the loader and nothing is sent
            to Redis (no connection is made); see also disabled().
     background_refresh: the calls' default for background_refresh= (see
@@ -78,7 +78,7 @@ class Cache:
            one PING after the write's reply and returns after its answer: by
            then Redis has sent the invalidations the write caused, so no near
            cache of the fleet serves the old value once the write returned
-           (one round trip more per write; README, "Near cache"). Turn it on
+           (one round trip more per write; docs/design.md, "The near cache"). Turn it on
            in a writer without a near cache whose readers have one.
 
     Thread-safe: each concurrent caller borrows its own connection from the
@@ -250,20 +250,26 @@ class Cache:
         get): the near hit's draw, counters and events as the call's, in
         one C call; the value (None: a kept not-found), or NEAR_PASS: make the
         call (the C client keeps a draw that elected an early refresh for
-        it, and the connection goes back to the pool's end: the call's). Not in a
-        loader's nested call (its own key must raise) nor under disabled()."""
+        it, and the connection goes back to the pool's end: the call's). A
+        near hit needs no connection: with none idle under a free slot, it
+        is served on a spare client (Pool.near_client), never waited for. Not
+        in a loader's nested call (its own key must raise) nor under
+        disabled()."""
         pool = self._pool
         if getattr(pool.tls, "conn", None) is not None or BYPASS.get():
             return NEAR_PASS
         slots = pool.slots
-        if slots is not None and not slots.acquire(False):
-            return NEAR_PASS
-        try:
-            conn = pool.idle.pop()
-        except IndexError:
-            if slots is not None:
-                slots.release()
-            return NEAR_PASS  # the call opens one
+        conn = None
+        if slots is None or slots.acquire(False):
+            try:
+                conn = pool.idle.pop()
+            except IndexError:
+                if slots is not None:
+                    slots.release()
+        spare = conn is None
+        if spare:
+            conn = pool.near_client()
+        rc = 0
         try:
             if not conn.enabled:
                 conn.switch(True)
@@ -277,12 +283,18 @@ class Cache:
             finally:
                 lib.xf_value_free(v)
         finally:
-            if conn.gen == pool.gen and not pool.closed:
-                pool.idle.append(conn)  # Pool._release's common case, inline
+            if spare:
+                if rc == NEAR_PASS:  # its draw's election: the call's (Pool.enter)
+                    pool.tls.spare = conn
+                else:
+                    pool.near_done(conn)
             else:
-                pool._release(conn)
-            if slots is not None:
-                slots.release()
+                if conn.gen == pool.gen and not pool.closed:
+                    pool.idle.append(conn)  # Pool._release's common case, inline
+                else:
+                    pool._release(conn)
+                if slots is not None:
+                    slots.release()
 
     def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
             jitter: float = 0.0) -> bool:
@@ -321,7 +333,7 @@ class Cache:
     def get(self, key: Key) -> bytes | None:
         """The bytes cached under key while within their ttl, else None (absent,
         expired or a cached not-found). Computes nothing, takes no lease; one
-        round trip. Errors raise (there is no loader to fail open to)."""
+        round trip for a hit. Errors raise (there is no loader to fail open to)."""
         kb = key_bytes(key)
         if self._near:
             value = self._near_serve(kb, ffi.NULL)

@@ -1,6 +1,7 @@
 """xfetch.Cache's waiting and I/O half: a pool of C blocking clients (one
 connection each), borrowed one per call and thread, bounded by
-max_connections, reused by nested calls, and fork-safe."""
+max_connections, reused by nested calls, and fork-safe; and spare clients
+for near hits, which need no connection (they never connect)."""
 from __future__ import annotations
 
 import os
@@ -71,6 +72,8 @@ class Pool:
         self.lock = threading.Lock()
         self.idle = []  # idle connections; list.pop/append are atomic
         self.all = weakref.WeakSet()  # every live connection, for stats()
+        self.spares = []  # idle near-hit clients (near_client)
+        self.all_spares = weakref.WeakSet()  # every live one, for stats()
         self.retired = dict.fromkeys(STAT_FIELDS, 0)
         self.opened = 0
 
@@ -85,8 +88,8 @@ class Pool:
         # child's copy of each socket, so the parent's connections live on.
         # Connections another parent thread was using at fork time may be
         # mid-command: they are abandoned untouched (never used, never freed).
-        idle = set(map(id, self.idle))
-        for conn in list(self.all):
+        idle = set(map(id, self.idle + self.spares))
+        for conn in list(self.all) + list(self.all_spares):
             if id(conn) in idle:
                 ffi.release(conn.ptr)
             else:
@@ -95,7 +98,7 @@ class Pool:
         self._fresh_process()
         self._fresh_slots()
 
-    def _open(self, lazy=True):
+    def _open(self, lazy=True, spare=False):
         # Pooled connections connect lazily: if Redis is down, the C client
         # fails open and its circuit breaker spares the connect timeouts.
         config = self.config
@@ -121,8 +124,28 @@ class Pool:
         conn = Conn(ptr, self.gen, config.share, state, handle)
         conn.enabled = config.enabled  # opened with options.disabled
         with self.lock:
-            self.all.add(conn)
+            (self.all_spares if spare else self.all).add(conn)
         return conn
+
+    def near_client(self):
+        """A C client for a near hit when no connection is idle under a free
+        slot, never waited for: a spare, which serves near hits only, so it
+        never connects and counts under no slot. Given back with near_done,
+        or, when its draw may have elected an early refresh (the near hit
+        passed to the call), by the call's enter(), which moves that
+        election to the call's connection."""
+        try:
+            return self.spares.pop()
+        except IndexError:
+            if self.closed:
+                raise ValueError("the Cache is closed") from None
+            return self._open(spare=True)
+
+    def near_done(self, conn):
+        if conn.gen == self.gen and not self.closed:
+            self.spares.append(conn)
+        elif conn.gen == self.gen:
+            self._retire(conn)
 
     def enter(self):
         """The connection for a call: the one this thread's outer call holds
@@ -146,6 +169,11 @@ class Pool:
                 self.slots.release()
             raise
         self.tls.conn = conn
+        spare = getattr(self.tls, "spare", None)
+        if spare is not None:  # a near hit passed to this call: its election too
+            self.tls.spare = None
+            lib.xf__near_elect_move(spare.ptr, conn.ptr)
+            self.near_done(spare)
         conn.switch(enabled_now(self.config))
         return conn, None
 
@@ -185,22 +213,25 @@ class Pool:
             for name in STAT_FIELDS:
                 self.retired[name] += stats[name]
             self.all.discard(conn)
+            self.all_spares.discard(conn)
         ffi.release(conn.ptr)
 
     def close(self):
         self.closed = True
-        while True:
-            try:
-                conn = self.idle.pop()
-            except IndexError:
-                return
-            self._retire(conn)
+        for idle in (self.idle, self.spares):
+            while True:
+                try:
+                    conn = idle.pop()
+                except IndexError:
+                    break
+                self._retire(conn)
 
     def stats(self):
         with self.lock:
             retired = dict(self.retired)
             conns = list(self.all)
-        total = stats_of([c.ptr for c in conns], retired)
+            spares = list(self.all_spares)
+        total = stats_of([c.ptr for c in conns + spares], retired)
         total["load_errors"] += self.refresher.load_errors  # background refreshes'
         total["connections"] = len(conns)
         return total

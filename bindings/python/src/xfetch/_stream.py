@@ -29,6 +29,9 @@ class _Stream:
     FAST_LIMIT = 16
     READ_SIZE = 256 * 1024
     track = None  # the near cache's ticket (xf_track *) once tracked (_aio_link.track)
+    # the server closed it (end of stream, reset, broken pipe: its idle
+    # timeout, CLIENT KILL, a restart), not a failing server: stream.c's rule
+    closed_by_server = False
 
     def __init__(self, loop, sock, timeout):
         self.loop, self.sock, self.timeout = loop, sock, timeout
@@ -146,6 +149,9 @@ class _Stream:
         if isinstance(exc, TLSError):  # a client certificate refused (_aio_tls)
             self._break(exc)
             return
+        if self.broken is None:
+            self.closed_by_server = exc is None or isinstance(
+                exc, (ConnectionResetError, BrokenPipeError))
         self._break(ConnectionLostError(lib.XF_EIO, f"connection lost: {exc or 'closed'}"))
 
     def _break(self, exc):
