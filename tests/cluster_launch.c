@@ -116,8 +116,13 @@ static pid_t start_node(xft_cluster *c, int i) {
   return spawn(c->tls_dir[0] ? tls_argv : argv, NULL);
 }
 
+/* The fixture's own commands wait up to 10 s: a node that is down refuses at
+ * once, and a live one answered well within that under ASan at load average
+ * 14 (1 s was too short there for a TLS handshake and CLUSTER SLOTS). */
+#define ADMIN_TIMEOUT_MS 10000
+
 redisContext *xft_cluster_connect(int port) {
-  struct timeval tv = {1, 0};
+  struct timeval tv = {ADMIN_TIMEOUT_MS / 1000, 0};
   redisContext *r = redisConnectWithTimeout("127.0.0.1", port, tv);
   if (r && !r->err && redisSetTimeout(r, tv) == REDIS_OK)
     return r;
@@ -140,7 +145,7 @@ static void *tls_vcmd(const char *certdir, int port, int core, const char *fmt,
   void *reply = NULL;
   xf__stream s;
   xf__stream_init(&s);
-  int64_t deadline = xf__stream_now_ms() + 1000;
+  int64_t deadline = xf__stream_now_ms() + ADMIN_TIMEOUT_MS;
   xf__stream_open_tcp(&s, "127.0.0.1", port, tls);
   if (len > 0 && rd && xf__stream_connect_blocking(&s, deadline) == XF_OK &&
       xf__stream_write_all(&s, cmd, (size_t)len, deadline) == XF_OK) {

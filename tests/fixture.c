@@ -13,6 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#endif
+
 #include "fixture.h"
 
 static xft_server shared;
@@ -240,6 +246,10 @@ long long xft_server_ms(redisContext *r) {
   freeReplyObject(rep);
   return ms;
 }
+
+int xft_under_valgrind(void) { return RUNNING_ON_VALGRIND; }
+
+int xft_loader_calls(xft_loader *l) { return __atomic_load_n(&l->calls, __ATOMIC_SEQ_CST); }
 
 int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key;

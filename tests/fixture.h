@@ -102,12 +102,19 @@ typedef struct xft_loader {
   int sleep_ms;
   int fail_rc;
   int not_found;
-  int calls; /* read with __atomic_load_n */
+  int calls; /* read with xft_loader_calls */
 } xft_loader;
 
 int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink);
 
+/* How many times l ran, read atomically: a refresh worker may run it. */
+int xft_loader_calls(xft_loader *l);
+
 void xft_sleep_ms(int ms);
+
+/* Non-zero when the test runs under valgrind (20-50 times slower): where a
+ * bound on a latency stops telling a behaviour from its fallback. */
+int xft_under_valgrind(void);
 
 /* Makes the server on port busy: another connection runs a script that never
  * ends, and past busy-reply-threshold (start the server with

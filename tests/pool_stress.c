@@ -206,7 +206,7 @@ static long openfail_round(int port) {
             sum.enomem, failed, sum.ebusy, (unsigned long long)info.timed_out,
             (unsigned long long)info.open, (unsigned long long)info.idle,
             (unsigned long long)info.clients.hits, sum.ok);
-    failures++;
+    __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
   }
   xf_pool_close(pool);
   return failed;
@@ -227,9 +227,9 @@ static void expect_calls(const char *what, int round, int *calls, int want) {
   if (got != want) {
     fprintf(stderr, "pool_stress: round %d: %d %s loader calls, want %d\n", round, got,
             what, want);
-    failures++;
+    __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
   }
-  *calls = 0;
+  __atomic_store_n(calls, 0, __ATOMIC_SEQ_CST);
 }
 
 int main(int argc, char **argv) {
@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
     snprintf(inner_key, sizeof inner_key, "pstress:%ld:%d:inner", stamp, round);
 
     open_pool(port, 1, 2000);
-    stop_stats = 0;
+    __atomic_store_n(&stop_stats, 0, __ATOMIC_SEQ_CST);
     pthread_t reader;
     pthread_create(&reader, NULL, stats_reader, NULL);
     run(nested, NULL);
@@ -273,7 +273,7 @@ int main(int argc, char **argv) {
     if ((long)info.timed_out != sum || info.open != 1) {
       fprintf(stderr, "pool_stress: busy: %ld XF_EBUSY, pool counted %llu, %llu open\n",
               sum, (unsigned long long)info.timed_out, (unsigned long long)info.open);
-      failures++;
+      __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
     }
     if (info.clients.hits != (uint64_t)(THREADS * BUSY_CALLS - sum))
       fail("busy: hits != calls that got a client", XF_OK);
@@ -292,6 +292,7 @@ int main(int argc, char **argv) {
   printf("pool_stress: %d rounds x %d threads (nested calls through 1 client, %d hits each "
          "through 1 client with a 1 ms checkout timeout: %ld XF_EBUSY, Redis down through "
          "2, %ld client opens failed through up to %d), %d failures\n",
-         ROUNDS, THREADS, BUSY_CALLS, ebusy_total, failed_opens, OPENFAIL_MAX, failures);
-  return failures ? 1 : 0;
+         ROUNDS, THREADS, BUSY_CALLS, ebusy_total, failed_opens, OPENFAIL_MAX,
+         __atomic_load_n(&failures, __ATOMIC_SEQ_CST));
+  return __atomic_load_n(&failures, __ATOMIC_SEQ_CST) ? 1 : 0;
 }

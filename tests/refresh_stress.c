@@ -23,6 +23,8 @@ static xf_pool *pool;
 static xf_share *share;
 static int port;
 static char key[64];
+/* Counted by the callers and by the refresh workers, which may still run a
+ * load after the callers are joined: read and reset atomically only. */
 static int loads, failures, in_call_loads;
 static __thread int loading_here;
 static pthread_barrier_t start;
@@ -105,7 +107,9 @@ static void *through_client(void *arg) {
 
 static int round_of(const char *name, void *(*fn)(void *)) {
   snprintf(key, sizeof key, "refresh_stress:%s:%ld", name, (long)now_ms());
-  loads = failures = in_call_loads = 0;
+  __atomic_store_n(&loads, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&failures, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&in_call_loads, 0, __ATOMIC_RELAXED);
   pthread_t th[THREADS];
   pthread_barrier_init(&start, NULL, THREADS);
   for (int i = 0; i < THREADS; i++)
@@ -114,10 +118,13 @@ static int round_of(const char *name, void *(*fn)(void *)) {
     pthread_join(th[i], NULL);
   pthread_barrier_destroy(&start);
   int most = RUN_MS / (TTL_MS - 2 * LOAD_MS) + 3; /* about one per ttl, and the miss */
+  int n = __atomic_load_n(&loads, __ATOMIC_RELAXED);
+  int failed = __atomic_load_n(&failures, __ATOMIC_RELAXED);
   printf("refresh_stress %s: %d loads in %d ms (ttl %d), %d failed calls, %d in-call "
          "loads after the first miss\n",
-         name, loads, RUN_MS, TTL_MS, failures, in_call_loads);
-  return failures == 0 && loads <= most && loads >= 2 ? 0 : 1;
+         name, n, RUN_MS, TTL_MS, failed,
+         __atomic_load_n(&in_call_loads, __ATOMIC_RELAXED));
+  return failed == 0 && n <= most && n >= 2 ? 0 : 1;
 }
 
 int main(int argc, char **argv) {

@@ -301,7 +301,7 @@ ParameterizedTest(int *kind, async_near, waiters_are_woken_by_the_write) {
   }
   pthread_join(t, NULL);
   cr_assert_eq(w.wrong, 0);
-  cr_assert_eq(l.calls, 1);
+  cr_assert_eq(xft_loader_calls(&l), 1);
   long long sent = xft_read_calls(e.raw) + xft_command_calls(e.raw, "evalsha") - before;
   /* leader: read, lease, write; each waiter: read, a fallback poll or two,
    * the re-read after the write (the lease's own invalidation may wake it) */

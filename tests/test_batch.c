@@ -559,7 +559,8 @@ static void keys_stay_protected(const char *prefix, int second_batch) {
   for (size_t i = 0; i < TURNS; i++) {
     cr_expect_eq(rcs[i], XF_OK, "key %zu: %s", i, xf_strerror(rcs[i]));
     uncached += v[i].source == XF_SOURCE_UNCACHED;
-    cr_expect_eq(t.loads[i], 1, "key %zu loaded %d times", i, t.loads[i]);
+    int n = __atomic_load_n(&t.loads[i], __ATOMIC_SEQ_CST);
+    cr_expect_eq(n, 1, "key %zu loaded %d times", i, n);
   }
   cr_expect_eq(uncached, 0, "the batch's writes refused");
   cr_expect_eq(s.uncached, 0, "the second client's writes refused");

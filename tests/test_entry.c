@@ -168,7 +168,7 @@ Test(entry, negative_entry_has_n_and_negative_ttl) {
   long long pttl = xft_int(r, "PTTL entry:neg");
   cr_expect(pttl > 1000 && pttl <= 2000, "PTTL %lld", pttl);
   cr_expect_eq(xf_get_or_compute(c, "entry:neg", 9, &p, xft_load, &l, &v), XF_ENOTFOUND);
-  cr_expect_eq(l.calls, 1, "the negative entry is served from the cache");
+  cr_expect_eq(xft_loader_calls(&l), 1, "the negative entry is served from the cache");
   redisFree(r);
   xf_client_close(c);
 }
@@ -180,7 +180,7 @@ Test(entry, not_found_without_negative_ttl_is_not_cached) {
   xf_value v;
   cr_expect_eq(xf_get_or_compute(c, "entry:neg0", 10, &p, xft_load, &l, &v), XF_ENOTFOUND);
   cr_expect_eq(xf_get_or_compute(c, "entry:neg0", 10, &p, xft_load, &l, &v), XF_ENOTFOUND);
-  cr_expect_eq(l.calls, 2);
+  cr_expect_eq(xft_loader_calls(&l), 2);
   redisContext *r = xft_redis();
   /* Lease released, no value: only the found-nothing marker (f) for the
    * callers that waited on the load, gone after wait_ms. */

@@ -95,7 +95,7 @@ Test(entry2, a_hit_is_one_get_and_a_batch_one_mget) {
                    0, "no script");
     }
   }
-  cr_expect_eq(l.calls, 4);
+  cr_expect_eq(xft_loader_calls(&l), 4);
   redisFree(r);
   xf_client_close(c);
   xft_server_stop(&own);
@@ -197,7 +197,8 @@ Test(entry2, a_lease_only_entry_and_a_tombstone_are_headers_with_their_own_ttl) 
   xft_loader l = {.value = "v", .len = 1};
   xf_value v;
   cr_expect_eq(xf_get_or_compute(c, "e2:only", 7, &p, xft_load, &l, &v), XF_ETIMEDOUT);
-  cr_expect_eq(l.calls, 0, "a live lease in a header-only string is respected");
+  cr_expect_eq(xft_loader_calls(&l), 0,
+               "a live lease in a header-only string is respected");
   cr_expect_eq(xft_entry_release(holder, "e2:only", 7, token), XF_OK);
   cr_expect_eq(xft_int(r, "EXISTS e2:only"), 0, "released: nothing left");
   /* A delete leaves a header-only tombstone (s) that refuses older writes. */
@@ -246,7 +247,7 @@ static void read_across(int writer, int reader, const char *key) {
     cr_expect_eq(v.source, XF_SOURCE_CACHE);
     xf_value_free(&v);
   }
-  cr_expect_eq(l.calls, 0);
+  cr_expect_eq(xft_loader_calls(&l), 0);
   /* A write by the reader converts the entry to its own format. */
   cr_assert_eq(xf_set(c, key, strlen(key), "mine", 4, &p), XF_OK);
   cr_expect(type_is(r, key, reader == XF_ENTRY_STRING ? "string" : "hash"));
@@ -347,7 +348,7 @@ Test(entry2, a_batch_serves_hashes_among_strings_without_loading) {
       xf_value_free(&v[i]);
     }
   }
-  cr_expect_eq(l.calls, 0);
+  cr_expect_eq(xft_loader_calls(&l), 0);
   xf_client_close(old);
   xf_client_close(c);
 }

@@ -228,7 +228,7 @@ Test(events, bypass_sends_nothing_and_runs_the_loader_every_time) {
     cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
     xf_value_free(&v);
   }
-  cr_expect_eq(l.calls, 3);
+  cr_expect_eq(xft_loader_calls(&l), 3);
   cr_expect_eq(xf_get(c, "events:bypass", 13, &v), XF_ENOTFOUND);
   cr_expect_eq(xf_set(c, "events:bypass", 13, "x", 1, &p), XF_OK);
   cr_expect_eq(xf_delete(c, "events:bypass", 13), XF_OK);

@@ -78,14 +78,14 @@ static void check_get_or_compute(const field_case *fc) {
                  xf_errmsg(c));
     cr_expect_str_eq(v.data, "fresh", "%s=%s", fc->field, fc->bad[i]);
     cr_expect_eq(v.source, XF_SOURCE_LOADER, "%s=%s", fc->field, fc->bad[i]);
-    cr_expect_eq(l.calls, 1, "%s=%s", fc->field, fc->bad[i]);
+    cr_expect_eq(xft_loader_calls(&l), 1, "%s=%s", fc->field, fc->bad[i]);
     cr_expect_eq(malformed(c), before + 1, "%s=%s counted", fc->field, fc->bad[i]);
     xf_value_free(&v);
     expect_rewritten(r, key, fc->bad[i]);
     /* Overwritten for good: the next call is a hit. */
     cr_assert_eq(xf_get_or_compute(c, key, strlen(key), &p, xft_load, &l, &v), XF_OK);
     cr_expect_eq(v.source, XF_SOURCE_CACHE, "%s=%s", fc->field, fc->bad[i]);
-    cr_expect_eq(l.calls, 1);
+    cr_expect_eq(xft_loader_calls(&l), 1);
     xf_value_free(&v);
   }
   redisFree(r);
@@ -125,7 +125,7 @@ static void check_batch(const field_case *fc) {
       expect_rewritten(r, keys[i], keys[i]);
     xf_value_free(&values[i]);
   }
-  cr_expect_eq(l.calls, (int)n - 1);
+  cr_expect_eq(xft_loader_calls(&l), (int)n - 1);
   cr_expect_eq(malformed(c), before + n - 1);
   redisFree(r);
   xf_client_close(c);
@@ -202,7 +202,7 @@ Test(malformed, negative_expiry_without_start) {
   cr_assert_eq(xf_get_or_compute(c, "malformed:issue", 15, &p, xft_load, &l, &v), XF_OK,
                "%s", xf_errmsg(c));
   cr_expect_str_eq(v.data, "fresh");
-  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(xft_loader_calls(&l), 1);
   xf_value_free(&v);
   cr_assert_eq(xf_get(c, "malformed:issue", 15, &v), XF_OK);
   cr_expect_str_eq(v.data, "fresh");

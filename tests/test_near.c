@@ -33,7 +33,7 @@ Test(near, hits_send_nothing) {
   long long sent = xft_read_calls(e.r) + xft_command_calls(e.r, "evalsha") - before;
   cr_assert_leq(sent, 100, "10,000 near hits sent %lld commands", sent);
   cr_assert_geq(near_hits(e.c), 9900);
-  cr_assert_eq(l.calls, 0);
+  cr_assert_eq(xft_loader_calls(&l), 0);
   near_env_close(&e);
 }
 
@@ -75,7 +75,7 @@ Test(near, read_overtaken_by_invalidation_is_not_kept) {
   char got[64];
   near_get(e.c, "near:race", got, sizeof got); /* read "old"; "new" overtakes it */
   xf__near_test_before_put = NULL;
-  cr_assert(overtaken);
+  cr_assert(__atomic_load_n(&overtaken, __ATOMIC_SEQ_CST));
   cr_assert_str_eq(got, "old");
   near_get(e.c, "near:race", got, sizeof got);
   cr_assert_str_eq(got, "new", "the overtaken read was kept and served");
@@ -262,12 +262,17 @@ Test(near, waiters_are_woken_by_the_write) {
   }
   for (int i = 1; i < 4; i++)
     lag_ms = w[i].done_ms - w[0].done_ms > lag_ms ? w[i].done_ms - w[0].done_ms : lag_ms;
-  cr_assert_eq(l.calls, 1);
+  cr_assert_eq(xft_loader_calls(&l), 1);
   long long sent = xft_read_calls(e.r) + xft_command_calls(e.r, "evalsha") - before;
   cr_assert_leq(sent, allowed, "%lld commands (%lld allowed): the waiters polled", sent,
                 allowed);
-  cr_assert_lt(lag_ms, 80, "a waiter came back %lld ms after the write: not woken by it",
-               (long long)lag_ms);
+  /* Woken: back within 80 ms of the write natively and under the
+   * sanitizers; left to the fallback poll (every 200 ms), up to 200 ms.
+   * Under valgrind a woken waiter can take as long as a poll (test_near_batch
+   * saw 155 ms at load average 14): there the commands counted are the check. */
+  if (!xft_under_valgrind())
+    cr_assert_lt(lag_ms, 80, "a waiter came back %lld ms after the write: not woken by it",
+                 (long long)lag_ms);
   cr_log_info("wake-on-write: %lld commands, the last waiter %lld ms after the write", sent,
               (long long)lag_ms);
   near_env_close(&e);
@@ -307,7 +312,7 @@ Test(near, a_batch_is_served_near) {
     cr_assert_lt(xft_now_ms(), until, "the batch never saw the write from near hits");
     xft_sleep_ms(1);
   }
-  cr_assert_eq(l.calls, 0);
+  cr_assert_eq(xft_loader_calls(&l), 0);
   near_env_close(&e);
 }
 

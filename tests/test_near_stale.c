@@ -34,7 +34,9 @@ static void await_paused(void) {
 }
 
 static void arm(void) {
-  armed = paused = released = 0;
+  __atomic_store_n(&armed, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&paused, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&released, 0, __ATOMIC_SEQ_CST);
   xf__near_test_before_apply = pause_before_apply;
   __atomic_store_n(&armed, 1, __ATOMIC_SEQ_CST);
 }
@@ -168,7 +170,7 @@ Test(near_stale, a_batch_of_near_hits_checks_each_node_once) {
   xf__near_test_on_check = NULL;
   cr_assert_eq(near_hits(e.c) - hits, NB);
   cr_assert_eq(__atomic_load_n(&checks, __ATOMIC_SEQ_CST), 1, "%d checks for one batch",
-               checks);
+               __atomic_load_n(&checks, __ATOMIC_SEQ_CST));
   near_env_close(&e);
 }
 

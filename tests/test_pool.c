@@ -164,7 +164,7 @@ Test(pool, bad_arguments_are_refused) {
   cr_expect_eq(xf_pool_get_or_compute(pool, "", 0, &p, xft_load, &l, &v), XF_EINVAL);
   cr_expect_eq(xf_pool_set(NULL, "k", 1, "v", 1, &p), XF_EINVAL);
   cr_expect_eq(xf_pool_delete(pool, NULL, 1), XF_EINVAL);
-  cr_expect_eq(l.calls, 0);
+  cr_expect_eq(xft_loader_calls(&l), 0);
   xf_pool_info info;
   xf_pool_stats(NULL, &info);
   cr_expect_eq(info.open, 0);

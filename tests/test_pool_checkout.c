@@ -243,7 +243,7 @@ Test(pool, interrupt_ends_a_wait_on_another_callers_lease) {
   long long took = mono_ms() - t0;
   cr_expect_eq(rc, XF_ECANCELED, "%s: %s", xf_errname(rc), xf_pool_errmsg());
   cr_expect_lt(took, 1000, "took %lld ms", took);
-  cr_expect_eq(l.calls, 0);
+  cr_expect_eq(xft_loader_calls(&l), 0);
   xf_value_free(&v);
   redisReply *still = xft_cmd(r, "HGET pool:intr l");
   cr_expect_str_eq(still->str ? still->str : "(nil)", lease,

@@ -38,7 +38,7 @@ Test(script, noscript_after_script_flush_is_recovered) {
   cr_assert_eq(xf_get_or_compute(c, "script:flush", 12, &p, xft_load, &l, &v), XF_OK);
   cr_expect_str_eq(v.data, "v1");
   cr_expect_eq(v.source, XF_SOURCE_CACHE);
-  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(xft_loader_calls(&l), 1);
   xf_value_free(&v);
   redisReply *rep = xft_cmd(r, "SCRIPT EXISTS %s", xf__scripts[XF_SCRIPT_READ].sha);
   cr_expect_eq(rep->element[0]->integer, 1);
@@ -61,7 +61,7 @@ Test(script, hits_work_while_writes_are_paused) {
   xf_value v;
   cr_expect_eq(xf_get_or_compute(c, "script:paused", 13, &p, xft_load, &l, &v), XF_OK);
   cr_expect_str_eq(v.data, "cached");
-  cr_expect_eq(l.calls, 0);
+  cr_expect_eq(xft_loader_calls(&l), 0);
   xf_value_free(&v);
   freeReplyObject(xft_cmd(r, "CLIENT UNPAUSE"));
   redisFree(r);
@@ -158,7 +158,7 @@ Test(script, commands_refused_busy_are_unavailable) {
   xf_value v;
   cr_expect_eq(blocking_get(c, "script:busy2", &l, &v), XF_OK, "%s", xf_errmsg(c));
   cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
-  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(xft_loader_calls(&l), 1);
   xf_value_free(&v);
   cr_expect_eq(xf_get(c, "script:busy", 11, &v), XF_EUNAVAILABLE, "%s", xf_errmsg(c));
   cr_expect_eq(xf_set(c, "script:busy", 11, "x", 1, &p), XF_EUNAVAILABLE, "%s",

@@ -198,7 +198,7 @@ Test(setup_live, busy_at_select_is_unavailable_and_calls_fail_open) {
   cr_expect_eq(xf_get_or_compute(c, "setup:busy", 10, &p, xft_load, &l, &v), XF_OK, "%s",
                xf_errmsg(c));
   cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
-  cr_expect_eq(l.calls, 1);
+  cr_expect_eq(xft_loader_calls(&l), 1);
   xf_value_free(&v);
   xf_client_close(c);
   arun a;

@@ -111,7 +111,7 @@ Test(tls_client, sixteen_threads_on_a_cold_key_load_once) {
   cr_assert_eq(xf_pool_open(&pool, &o, 16, 0), XF_OK);
   char key[64];
   unique_key(key, sizeof key, "cold");
-  loads = 0;
+  __atomic_store_n(&loads, 0, __ATOMIC_RELAXED);
   pthread_t t[16];
   struct race r[16];
   for (int i = 0; i < 16; i++) {
@@ -122,7 +122,7 @@ Test(tls_client, sixteen_threads_on_a_cold_key_load_once) {
     pthread_join(t[i], NULL);
     cr_assert_eq(r[i].rc, XF_OK, "thread %d: %d", i, r[i].rc);
   }
-  cr_assert_eq(loads, 1);
+  cr_assert_eq(__atomic_load_n(&loads, __ATOMIC_RELAXED), 1);
   xf_pool_close(pool);
 }
 
@@ -135,13 +135,14 @@ static void assert_refused(xf_options o, const char *words) {
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
-  loads = 0;
+  __atomic_store_n(&loads, 0, __ATOMIC_RELAXED);
   int64_t t0 = xft_now_ms();
   int rc = xf_get_or_compute(c, "refused", 7, &p, loader, NULL, &v);
   cr_assert_eq(rc, XF_ETLS, "%d: %s", rc, xf_errmsg(c));
   cr_assert_lt(xft_now_ms() - t0, QUICK_MS);
   cr_assert(strstr(xf_errmsg(c), words), "%s", xf_errmsg(c));
-  cr_assert_eq(loads, 0, "a TLS failure is not served fail-open");
+  cr_assert_eq(__atomic_load_n(&loads, __ATOMIC_RELAXED), 0,
+               "a TLS failure is not served fail-open");
   cr_assert_eq(xf_get_or_compute(c, "refused", 7, &p, loader, NULL, &v), XF_ETLS);
   cr_assert(strstr(xf_errmsg(c), words), "breaker: %s", xf_errmsg(c));
   cr_assert_eq(xf_ping(c), XF_ETLS);
@@ -251,9 +252,9 @@ Test(tls_client, a_wrong_password_over_tls_is_refused_clearly) {
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
-  loads = 0;
+  __atomic_store_n(&loads, 0, __ATOMIC_RELAXED);
   cr_assert_eq(xf_get_or_compute(c, "acl-wrong", 9, &p, loader, NULL, &v), XF_EAUTH);
   cr_assert(strstr(xf_errmsg(c), "WRONGPASS"), "%s", xf_errmsg(c));
-  cr_assert_eq(loads, 0);
+  cr_assert_eq(__atomic_load_n(&loads, __ATOMIC_RELAXED), 0);
   xf_client_close(c);
 }

@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
     }
     char key[64];
     snprintf(key, sizeof key, "stress:%ld:%d", (long)time(NULL), round);
-    calls = 0;
+    __atomic_store_n(&calls, 0, __ATOMIC_SEQ_CST);
     pthread_barrier_init(&start, NULL, THREADS);
     pthread_t ts[THREADS];
     for (int i = 0; i < THREADS; i++)
@@ -90,8 +90,9 @@ int main(int argc, char **argv) {
       failures += bad != NULL;
     }
     pthread_barrier_destroy(&start);
-    if (calls != 1) {
-      fprintf(stderr, "round %d: %d loader calls, want 1\n", round, calls);
+    int n = __atomic_load_n(&calls, __ATOMIC_SEQ_CST);
+    if (n != 1) {
+      fprintf(stderr, "round %d: %d loader calls, want 1\n", round, n);
       failures++;
     }
   }

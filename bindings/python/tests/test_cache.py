@@ -195,7 +195,7 @@ def test_fail_open_when_no_new_connection_can_be_opened(tmp_path, counter):
     assert c.fetch("k", load, ttl=60) == (b"fresh", "uncached")
     t0 = time.monotonic()
     assert c.fetch("k", load, ttl=60) == (b"fresh", "uncached")  # breaker: no connect
-    assert time.monotonic() - t0 < 0.1
+    assert time.monotonic() - t0 < 0.25  # half the 0.5 s timeout: a busy machine's margin
     assert load.calls == 2 and c.stats()["uncached"] == 2
     with pytest.raises(xfetch.ConnectionError):
         c.delete("k")
