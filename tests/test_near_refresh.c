@@ -83,6 +83,15 @@ static void check(near_env *e, int rc, const char *got, int source, const xft_lo
   near_env_close(e);
 }
 
+/* check() of a call's outcome (rc, v); frees v. */
+static void check_value(near_env *e, int rc, xf_value *v, const xft_loader *l) {
+  char got[16];
+  snprintf(got, sizeof got, "%s", rc == XF_OK ? v->data : "");
+  int source = v->source;
+  xf_value_free(v);
+  check(e, rc, got, source, l);
+}
+
 Test(near_refresh, blocking) {
   near_env e;
   setup(&e);
@@ -90,11 +99,7 @@ Test(near_refresh, blocking) {
   xft_loader l = {.value = "loaded", .len = 6};
   xf_value v;
   int rc = xf_get_or_compute(e.c, KEY, 3, &p, xft_load, &l, &v);
-  char got[16];
-  snprintf(got, sizeof got, "%s", rc == XF_OK ? v.data : "");
-  int source = v.source;
-  xf_value_free(&v);
-  check(&e, rc, got, source, &l);
+  check_value(&e, rc, &v, &l);
 }
 
 /* The fast path's draw (xf__near_serve, the bindings' near hit) elects with
@@ -114,11 +119,7 @@ Test(near_refresh, an_election_kept_for_the_next_call) {
   xf__near_test_after_hit = write_newer;
   xft_loader l = {.value = "loaded", .len = 6};
   int rc = xf_get_or_compute(e.c, KEY, 3, &never, xft_load, &l, &v);
-  char got[16];
-  snprintf(got, sizeof got, "%s", rc == XF_OK ? v.data : "");
-  int source = v.source;
-  xf_value_free(&v);
-  check(&e, rc, got, source, &l);
+  check_value(&e, rc, &v, &l);
 }
 
 Test(near_refresh, pool) {
@@ -133,12 +134,8 @@ Test(near_refresh, pool) {
   xft_loader l = {.value = "loaded", .len = 6};
   xf_value v;
   int rc = xf_pool_get_or_compute(pool, KEY, 3, &p, xft_load, &l, &v);
-  char got[16];
-  snprintf(got, sizeof got, "%s", rc == XF_OK ? v.data : "");
-  int source = v.source;
-  xf_value_free(&v);
   xf_pool_close(pool);
-  check(&e, rc, got, source, &l);
+  check_value(&e, rc, &v, &l);
 }
 
 Test(near_refresh, batch) {
@@ -152,11 +149,7 @@ Test(near_refresh, batch) {
   int rcs[1];
   cr_assert_eq(xf_get_or_compute_many(e.c, 1, keys, lens, &p, xft_load, &l, &v, rcs),
                XF_OK);
-  char got[16];
-  snprintf(got, sizeof got, "%s", rcs[0] == XF_OK ? v.data : "");
-  int source = v.source;
-  xf_value_free(&v);
-  check(&e, rcs[0], got, source, &l);
+  check_value(&e, rcs[0], &v, &l);
 }
 
 typedef struct loop_call {
