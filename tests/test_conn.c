@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "entry_peek.h"
 #include "fixture.h"
 
 static long long mono_ms(void) {
@@ -97,7 +98,7 @@ Test(conn, interrupt_cuts_short_a_reply_that_does_not_come) {
 static int pause_then_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   int *port = ud;
   redisContext *r = xft_redis_port(*port);
-  freeReplyObject(xft_cmd(r, "CLIENT PAUSE 150 WRITE")); /* the write comes late */
+  freeReplyObject(xft_cmd(r, "CLIENT PAUSE 240 WRITE")); /* the write comes late */
   redisFree(r);
   (void)key, (void)keylen;
   return xf_sink_set(sink, "loaded", 6);
@@ -109,10 +110,14 @@ static int always(void *ud) {
 }
 
 /* The caller holds the key's lease when the interrupt cuts its write's reply
- * wait short (the server paused writes for 150 ms): the call ends with
+ * wait short (the server paused writes for 240 ms): the call ends with
  * XF_ECANCELED, and its lease is released on a fresh connection (without
  * asking the interrupt again, which still says stop) instead of being left
- * for lease_ms. (Before: the write's reply was waited for; XF_OK.) */
+ * for lease_ms. The pause must outlast the loader's return to the write's
+ * send, and end within the release's grace (XF_CANCEL_GRACE_MS, 250 ms): a
+ * busy machine can outlast it before the write (the write then lands and the
+ * interrupt is never asked), so such a round is tried again on another key,
+ * up to 5 times; the call's time is not asserted. */
 Test(conn, a_lease_held_when_interrupted_is_released) {
   xft_server s;
   cr_assert_eq(xft_server_start(&s, NULL), 0);
@@ -127,17 +132,22 @@ Test(conn, a_lease_held_when_interrupted_is_released) {
   p.ttl_ms = 60000;
   p.lease_ms = 60000;
   xf_value v;
-  long long t0 = mono_ms();
-  int rc = xf_get_or_compute(c, "conn:leased", 11, &p, pause_then_load, &s.port, &v);
-  long long took = mono_ms() - t0;
+  char key[32];
+  int rc = XF_OK;
+  for (int round = 0; round < 5 && asked == 0; round++) {
+    snprintf(key, sizeof key, "conn:leased:%d", round);
+    rc = xf_get_or_compute(c, key, strlen(key), &p, pause_then_load, &s.port, &v);
+    if (rc == XF_OK)
+      xf_value_free(&v);
+  }
+  cr_assert_geq(asked, 1, "the pause never caught the write in 5 rounds");
   cr_expect_eq(rc, XF_ECANCELED, "%s: %s", xf_errname(rc), xf_errmsg(c));
   cr_expect_null(v.data);
-  cr_expect_lt(took, 1000, "took %lld ms", took);
-  cr_expect_geq(asked, 1);
   redisContext *r = xft_redis_port(s.port);
-  redisReply *lease = xft_cmd(r, "HGET conn:leased l");
-  cr_expect_eq(lease->type, REDIS_REPLY_NIL, "lease left: %s", lease->str);
-  freeReplyObject(lease);
+  xft_peek e;
+  xft_peek_read(r, key, "", &e); /* either format */
+  cr_expect_not(e.live, "lease left (%s)", e.kind);
+  xft_peek_free(&e);
   redisFree(r);
   xf_client_close(c);
   xft_server_stop(&s);
