@@ -258,6 +258,17 @@ static void *lead(void *arg) { /* another process's client, holding the lease */
   return NULL;
 }
 
+/* Waits (bounded) until n leaders' loaders run: each holds its key's lease
+ * from then on. A fixed sleep after starting them was outlasted on a busy
+ * machine (the batch took a lease first and loaded itself). */
+static void await_leaders(int n) {
+  int64_t until = xft_now_ms() + 10000;
+  while (__atomic_load_n(&calls, __ATOMIC_SEQ_CST) < n) {
+    cr_assert_lt(xft_now_ms(), until, "the leaders' loads never started");
+    xft_sleep_ms(1);
+  }
+}
+
 typedef struct waiter {
   env *e;
   int start_ms;
@@ -278,7 +289,7 @@ static void *wait_in_batch(void *arg) {
 
 /* Batches waiting for another client's 400 ms load come back when its write
  * invalidates the key, having read it a few times (a poll reads it ~20
- * times in 400 ms); the batches start 50 ms apart. */
+ * times in 400 ms); the batches start 50 ms apart, once the load runs. */
 ParameterizedTestParameters(near_batch, waiters_are_woken_by_the_write) {
   return cr_make_param_array(int, formats, 2);
 }
@@ -292,9 +303,10 @@ ParameterizedTest(int *format, near_batch, waiters_are_woken_by_the_write) {
   leader l = {.e = &e};
   pthread_t lt, wt[3];
   pthread_create(&lt, NULL, lead, &l);
+  await_leaders(1);
   waiter w[3];
   for (int i = 0; i < 3; i++) {
-    w[i] = (waiter){.e = &e, .start_ms = 50 + 50 * i};
+    w[i] = (waiter){.e = &e, .start_ms = 50 * i};
     pthread_create(&wt[i], NULL, wait_in_batch, &w[i]);
   }
   pthread_join(lt, NULL);
@@ -349,7 +361,7 @@ ParameterizedTest(int *format, near_batch,
     pthread_create(&lt[i], NULL, lead, &l[i]);
   static const char *const ks[2] = {"nb:s1", "nb:s2"};
   char got[2][32];
-  xft_sleep_ms(50);
+  await_leaders(2);
   batch(e.c, 2, ks, got);
   int64_t done_ms = xft_now_ms();
   for (int i = 0; i < 2; i++) {
