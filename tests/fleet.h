@@ -12,9 +12,10 @@
 /* Opens member i's client (its kind is the caller's to choose). */
 typedef xf_client *(*xft_fleet_open)(int i, void *ud);
 
-/* Runs `members` (at most 16) members on key for duration_ms, then asserts
- * as above, with at least min_loads loads (Criterion expectations, naming
- * members by label(i)). */
+/* Runs `members` (at most 16) members on key for duration_ms, and on until
+ * there were min_loads loads (a busy machine slows the calls and so the early
+ * refreshes; at most 10 x duration_ms), then asserts as above (Criterion
+ * expectations, naming members by label(i)). */
 void xft_fleet_run(const char *key, int members, int duration_ms, int min_loads,
                    xft_fleet_open open, void *ud, const char *(*label)(int i));
 

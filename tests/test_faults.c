@@ -41,7 +41,23 @@ Test(faults, idle_timeout_reconnects_without_the_breaker) {
   xf_client *c = xft_client_port(s.port, 1);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "faults:idle", 11, "cached", 6, &p), XF_OK);
-  xft_sleep_ms(2200); /* past the 1 s idle timeout (checked by serverCron) */
+  /* The server's cut, seen before the call: a fresh probe sees itself alone
+   * (past the 1 s idle timeout, checked by serverCron, however late a busy
+   * machine runs it; bound 20 s). Cut while the call runs, the call would
+   * meet another case. */
+  xft_sleep_ms(1000);
+  for (int64_t until = xft_now_ms() + 20000;; xft_sleep_ms(50)) {
+    redisContext *probe = xft_redis_port(s.port);
+    redisReply *list = xft_cmd(probe, "CLIENT LIST TYPE normal");
+    int clients = 0;
+    for (const char *at = list->str; (at = strchr(at, '\n')) != NULL; at++)
+      clients++;
+    freeReplyObject(list);
+    redisFree(probe);
+    if (clients == 1)
+      break;
+    cr_assert_lt(xft_now_ms(), until, "the idle connection was never cut");
+  }
   expect_hit_after_cut(c, "faults:idle");
   xf_client_close(c);
   xft_server_stop(&s);
@@ -237,13 +253,31 @@ Test(faults, debug_sleep_fails_open_then_recovers) {
   cr_assert_eq(xft_server_start(&s, conf), 0);
   xf_client *c = short_client(s.port);
   redisContext *r = xft_redis_port(s.port);
-  redisAppendCommand(r, "DEBUG SLEEP 0.6");
+  redisAppendCommand(r, "DEBUG SLEEP 3");
   int done = 0;
   while (!done)
     cr_assert_eq(redisBufferWrite(r, &done), REDIS_OK);
-  xft_sleep_ms(50);
-  expect_fail_open(c);
-  xft_sleep_ms(600);
+  /* The sleep starts when the server reads it, which a busy machine can
+   * delay past a call sent after it: a call answered from the cache came
+   * before the sleep, and the next one is tried (each fail-open costs the
+   * 200 ms command timeout; 2 s of the 3 s sleep to begin). */
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "direct"};
+  xf_value v;
+  for (int64_t until = xft_now_ms() + 2000;; xft_sleep_ms(10)) {
+    cr_assert_eq(get(c, "faults:k", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+    int source = v.source;
+    xf_value_free(&v);
+    if (source != XF_SOURCE_CACHE) {
+      cr_expect_eq(source, XF_SOURCE_UNCACHED);
+      break;
+    }
+    cr_assert_lt(xft_now_ms(), until, "every call was a hit: the sleep never began");
+  }
+  cr_expect_eq(xft_loader_calls(&l), 1);
+  redisReply *slept = NULL; /* its reply: the sleep is over */
+  cr_assert_eq(redisGetReply(r, (void **)&slept), REDIS_OK);
+  freeReplyObject(slept);
   expect_hit_again(c);
   redisFree(r);
   xf_client_close(c);
