@@ -89,7 +89,18 @@ Test(faults, a_busy_script_fails_open) {
   int done = 0;
   while (!done)
     cr_assert_eq(redisBufferWrite(busy, &done), REDIS_OK);
-  xft_sleep_ms(200);
+  /* Busy once a probe's PING is refused BUSY (past the 50 ms threshold;
+   * bound 20 s however late a busy machine runs the script). */
+  redisContext *probe = xft_redis_port(s.port);
+  for (int64_t until = xft_now_ms() + 20000;; xft_sleep_ms(10)) {
+    redisReply *pong = xft_cmd(probe, "PING");
+    int refused = pong->type == REDIS_REPLY_ERROR && strncmp(pong->str, "BUSY", 4) == 0;
+    freeReplyObject(pong);
+    if (refused)
+      break;
+    cr_assert_lt(xft_now_ms(), until, "the script never made the server busy");
+  }
+  redisFree(probe);
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "direct"};
   xf_value v;
