@@ -566,7 +566,9 @@ Test(share, interrupt_ends_a_wait_for_another_threads_load) {
   share_call lead = {s, &slow, -100};
   pthread_t t;
   pthread_create(&t, NULL, slow_lead, &lead);
-  xft_sleep_ms(100); /* the lead is loading */
+  /* The lead is loading (bound 20 s; the load takes 1.5 s from its start). */
+  for (int64_t until = xft_now_ms() + 20000; xft_loader_calls(&slow) == 0; xft_sleep_ms(1))
+    cr_assert_lt(xft_now_ms(), until, "the lead never loaded");
   int checks = 0;
   xf_options o = XF_OPTIONS_INIT;
   o.port = 1;
