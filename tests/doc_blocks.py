@@ -196,11 +196,11 @@ def check_table(path, tag, what, actual, root=ROOT):
 def code_default_entry_format(root=ROOT):
     """The format a client writes when options.entry_format is 0, read from
     the code that decides it."""
-    text = read("src/io/client_options.c", root)
+    text = read("src/link/client_options.c", root)
     m = re.search(r"entry_format \? o->entry_format : (XF_ENTRY_\w+)", text)
     if not m:
         raise SystemExit("doc_blocks: the default entry format's line in "
-                         "src/io/client_options.c changed: update this check")
+                         "src/link/client_options.c changed: update this check")
     return {"XF_ENTRY_HASH": 1, "XF_ENTRY_STRING": 2}[m.group(1)]
 
 

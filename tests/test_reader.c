@@ -1,4 +1,4 @@
-/* The reply reader (src/io/reader.c) through the public xf_reader: a reply
+/* The reply reader (src/link/reader.c) through the public xf_reader: a reply
  * costs memory for what has arrived, never for what its header claims. An
  * array header claiming more elements than any reply xfetch reads is a
  * protocol error; a smaller claim, or a bulk string's length, allocates

@@ -5,8 +5,8 @@ By default the extension compiles the C library's own sources, so
 libhiredis-dev, and cmake when building from a git checkout):
 
 - in a git checkout (../../CMakeLists.txt), csrc/ is refreshed from it first:
-  the .c files of XF_CORE_SOURCES, XF_IO_SOURCES and XF_DRIVER_SOURCES there
-  and every header of src/core, src/io and src/drivers (all flat in csrc/src:
+  the .c files of XF_<LAYER>_SOURCES lists there
+  and every header of src/core, src/net, src/link, src/near, src/share and src/drivers (all flat in csrc/src:
   the names are unique), include/xfetch.h with its parts (include/xfetch/*.h),
   and scripts_gen.c, made from lua/*.lua (XF_LUA, in that order) by
   cmake/embed_lua.cmake, the generator the CMake build runs;
@@ -28,8 +28,9 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")  # the library sources the extension compiles
-LAYERS = ("core", "io", "driver")  # CMakeLists.txt's XF_<LAYER>_SOURCES
-DIRS = {"core": "core", "io": "io", "driver": "drivers"}  # their src/ dirs
+LAYERS = ("core", "net", "link", "near", "share", "drivers")  # CMakeLists.txt's XF_<LAYER>_SOURCES
+DIRS = {"core": "core", "net": "net", "link": "link", "near": "near", "share": "share",
+        "drivers": "drivers"}  # their src/ dirs
 SUBDIRS = ("src", "include", os.path.join("include", "xfetch"))  # csrc/'s directories
 
 
@@ -90,7 +91,7 @@ def _copy_if_changed(src, dst):
 def sync_csrc(root):
     """Makes csrc/ the library's sources from the checkout root: src/ the .c
     files of the three layers' source lists (CMakeLists.txt) and every header
-    of src/core, src/io and src/drivers, flat, include/xfetch.h and its parts
+    of src/core, src/net, src/link, src/near, src/share and src/drivers, flat, include/xfetch.h and its parts
     include/xfetch/*.h (not the libuv/libevent adapter headers), and
     scripts_gen.c, the Lua scripts embedded by CMake's generator. The build
     compiles csrc/ (setuptools wants paths inside the project) and the sdist

@@ -117,7 +117,7 @@ int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
  * at least the header its flags announce long: a GET of an entry), value
  * first and header after it, so that a hit hands the buffer to its caller
  * without moving the value. Returns what the reply's integer field must
- * say: the header's length when rotated so, else 0. The reader (src/io/reader.c) builds
+ * say: the header's length when rotated so, else 0. The reader (src/link/reader.c) builds
  * every top-level string with it; xf__entry_parse_string reads both layouts. */
 long long xf__entry_string_copy(char *dst, const char *src, size_t len);
 

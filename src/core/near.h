@@ -2,9 +2,9 @@
  * Redis kept in the process, each with its value, delta, expiry and negative
  * flag, kept correct by Redis' server-assisted invalidation (CLIENT TRACKING,
  * RESP2: REDIRECT to one invalidation connection per node, subscribed to
- * __redis__:invalidate). The cache is src/drivers/near.c (sharded, bounded
+ * __redis__:invalidate). The cache is src/near/near.c (sharded, bounded
  * by bytes, LRU per shard); the nodes, their invalidation connections and
- * the thread that reads them are src/drivers/near_track.c. The flow only
+ * the thread that reads them are src/near/near_track.c. The flow only
  * asks and tells through these functions (no lock, socket or clock here):
  *
  *   - before a read is sent it takes a token (xf__near_token): the pending

@@ -9,26 +9,6 @@
 #include "near_impl.h"
 #include "reply.h"
 
-void xf__sleep_until_ms(int64_t wake_ms) {
-  int64_t ms = wake_ms - xf__now_ms();
-  if (ms <= 0)
-    return;
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
-
-struct timespec xf__deadline_in(int ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 /* The share's code for what the loader gave. */
 static int load_outcome(const xf__flow *f, int lrc) {
   if (lrc != 0 || (!f->sink.is_set && !f->sink.not_found))

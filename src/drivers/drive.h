@@ -44,14 +44,6 @@ xf__share_role xf__flow_share_begin(xf__flow *f, const xf_client *sc, char **dat
                                     size_t *len, int *rc);
 void xf__flow_share_end(xf__flow *f, const xf_client *sc, int loader_rc, int64_t end_ms);
 
-/* Sleeps until wake_ms (xf__now_ms's clock). */
-void xf__sleep_until_ms(int64_t wake_ms);
-
-/* ms from now on CLOCK_MONOTONIC: the deadline of a pthread_cond_timedwait on
- * a condition made with that clock (the pool's checkout, the refresh workers'
- * drain). */
-struct timespec xf__deadline_in(int ms);
-
 /* Sends f's command on f->c (a release after an interrupt within the grace
  * of xf__flow_canceled) and feeds the reply back. Inline: a hit pays no call
  * for it. */

@@ -173,7 +173,7 @@ def handwritten_replies():
         "bug-read-remaining-disagrees":
             b"*7\r\n$1\r\nx\r\n:0\r\n:999\r\n:0\r\n:0\r\n:110\r\n:100\r\n",
         # Headers claiming more than arrived: a protocol error past what any
-        # reply holds, else memory only for what came (src/io/reader.c).
+        # reply holds, else memory only for what came (src/link/reader.c).
         "bug-claim-724527565": b"*724527565\r\n",
         "bug-claim-after-bulk": b"$1\r\nxyz*724527565\r\n",
         "bug-claim-nested": b"*1\r\n*724527565\r\n",

@@ -1,7 +1,7 @@
 """A reply whose header claims more than any reply xfetch reads (a proxy, a
 corrupted stream, anyone answering on the port) is an error on both faces,
 not an allocation: the sync face's connection and xfetch.aio's stream read
-through the same C reader (src/io/reader.c)."""
+through the same C reader (src/link/reader.c)."""
 import socket
 import threading
 

@@ -1,7 +1,7 @@
 """xfetch.aio over TLS (rediss://): Python's ssl module on the stream's own
 non-blocking socket, through memory BIOs (ssl.SSLObject), so the stream
 (_stream) keeps its reader callback and its one-recv fast path. The rules
-are the C side's (src/io/tls.c): TLS 1.2 minimum; the certificate and the
+are the C side's (src/net/tls.c): TLS 1.2 minimum; the certificate and the
 host name verified unless ssl_cert_reqs="none" (the name checked is the host
 connected to: an IP address against the certificate's IP SANs, a name
 against its DNS names, sent as SNI); the CA file and/or directory, or the

@@ -1,4 +1,4 @@
-/* The project's own byte transport (to live in src/io/): one non-blocking
+/* The project's own byte transport : one non-blocking
  * TCP or Unix-socket stream to a Redis server, plain or TLS over OpenSSL,
  * as a small state machine that never waits by itself:
  *

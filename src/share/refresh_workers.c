@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "drive.h"
+#include "now.h"
 #include "refresh.h"
 
 struct xf__refreshers {

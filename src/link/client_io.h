@@ -9,13 +9,11 @@
 
 #include "client.h"
 #include "conn.h"
+#include "now.h"
 #include "reply.h"
 #include "resp.h"
 #include "router.h"
 
-/* CLOCK_MONOTONIC in ms and us. */
-int64_t xf__now_ms(void);
-int64_t xf__now_us(void);
 
 /* Bumped in every forked child (pthread_atfork): compare to detect a fork. */
 unsigned long xf__fork_generation(void);
@@ -61,11 +59,5 @@ int xf__client_options_copy(xf_client *c, const xf_options *o);
  * every Nth xf_client_open fails with XF_ENOMEM as if calloc had, and
  * xf__test_failed_opens counts those. Read and written with __atomic_*. */
 extern unsigned xf__test_fail_open_every, xf__test_failed_opens;
-
-/* Tests only: added to the drivers' clock (xf__now_ms, xf__now_us), so a
- * test can give the client a clock that is off, or that jumps (set it
- * between calls; read and written with __atomic_*). Nothing of the entry's
- * lifetimes may depend on it: the server's clock decides them. */
-extern int64_t xf__test_clock_skew_ms;
 
 #endif

@@ -18,25 +18,10 @@
 #include "share.h"
 #include "tls.h"
 
-static int64_t clock_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t xf__test_clock_skew_ms;
-
-static int64_t skew_us(void) {
-  return __atomic_load_n(&xf__test_clock_skew_ms, __ATOMIC_RELAXED) * 1000;
-}
-
-int64_t xf__now_us(void) { return clock_us() + skew_us(); }
-int64_t xf__now_ms(void) { return (clock_us() + skew_us()) / 1000; }
-
 static uint64_t random_u64(void) {
   uint64_t v = 0;
   if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
-    v = (uint64_t)clock_us() ^ ((uint64_t)getpid() << 32);
+    v = (uint64_t)xf__now_us() ^ ((uint64_t)getpid() << 32);
   return v;
 }
 
