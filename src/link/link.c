@@ -1,5 +1,6 @@
 /* The connection engine (link.h): a connection's protocol state, bytes in
  * and bytes out, no I/O. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,13 @@ void xf__link_free(xf__link *l) {
 }
 
 void xf__link_forget(xf__link *l) { reset(l, 0); }
+
+void xf__link_untrack(xf__link *l) {
+  const xf__link_tracking *h = hooks();
+  if (l->track.node && h)
+    h->lost(&l->track, l->fd);
+  l->track.node = NULL;
+}
 
 const char *xf__link_name(const xf__link *l, char *buf, size_t len) {
   if (l->host)
@@ -288,6 +296,17 @@ static int resendable(const xf__link *l) {
   return 0;
 }
 
+/* The reason of the last failure, kept (and mirrored where asked). */
+__attribute__((format(printf, 2, 3))) static void set_why(xf__link *l, const char *fmt,
+                                                          ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(l->why, sizeof l->why, fmt, ap);
+  va_end(ap);
+  if (l->why_to)
+    snprintf(l->why_to, sizeof l->why, "%s", l->why);
+}
+
 static void trip(xf__link *l, int rc, int64_t now_ms) {
   char name[300];
   l->refused_rc = rc == XF_EAUTH || rc == XF_EINVAL || rc == XF_ETLS ? rc : 0;
@@ -306,7 +325,7 @@ static void trip(xf__link *l, int rc, int64_t now_ms) {
  * is refused the second time, release, delete and SCRIPT LOAD are
  * idempotent); a TLS failure after the handshake is a misconfiguration. */
 void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms) {
-  snprintf(l->why, sizeof l->why, "%s", why);
+  set_why(l, "%s", why);
   int resend = 0;
   if (how == XF__LINK_CANCELED || l->c->grace_ms) {
   } else if (how == XF__LINK_TIMEOUT || rc == XF_ETLS || !l->connected ||
@@ -316,7 +335,7 @@ void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms
              l->answered == 0 && resendable(l)) {
     resend = 1;
   } else if (l->flags & XF__LINK_QUIET_LOSS) {
-    snprintf(l->why, sizeof l->why, "connection lost: %.200s", why[0] ? why : "closed");
+    set_why(l, "connection lost: %.200s", why[0] ? why : "closed");
     l->c->stats.redis_errors++;
   } else {
     trip(l, rc, now_ms);
@@ -341,7 +360,7 @@ static int on_setup(xf__link *l, xf__setup_kind kind, xf__reply *r, int64_t now_
     l->arming.node = NULL;
   if (rc != XF_OK) {
     l->setup_rc = rc;
-    snprintf(l->why, sizeof l->why, "%s", l->c->errstr);
+    set_why(l, "%s", l->c->errstr);
     if (!l->c->grace_ms)
       trip(l, rc, now_ms);
     fail_all(l, rc, 0, 1);

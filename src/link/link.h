@@ -154,6 +154,7 @@ struct xf__link {
   int refused_rc;      /* XF_EAUTH / XF_EINVAL / XF_ETLS: the last failure was a
                           misconfiguration, which the open breaker repeats */
   char why[256];       /* the last failure's reason */
+  char *why_to;        /* also written there (256 bytes) when not NULL */
   /* The near cache's tracking (node NULL: not tracked). */
   xf__track track;
   xf__track arming;                /* the CLIENT TRACKING awaiting its reply */
@@ -208,6 +209,10 @@ int xf__link_feed(xf__link *l, const char *data, size_t len, int64_t now_ms);
  * engine decides the rest and runs every pending completion. The driver
  * closes the stream; the next stream starts with xf__link_start. */
 void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms);
+
+/* The stream is about to close: what it tracked is invalidated no more (told
+ * before the descriptor goes). */
+void xf__link_untrack(xf__link *l);
 
 /* Forgets the stream without a word (a forked child's copy of it, or its
  * close): completions are not run; the breaker is left as is. */
