@@ -40,7 +40,8 @@ xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
   xf__aconn *cn = calloc(1, sizeof *cn);
   if (!cn || (host && !(cn->host = strdup(host))) ||
       xf__link_init(&cn->link, ac->core, cn->host, port, ac->core->unix_path,
-                    XF_SETUP_SCRIPTS | XF__LINK_QUIET_LOSS) != XF_OK) {
+                    XF_SETUP_SCRIPTS | XF__LINK_QUIET_LOSS | XF__LINK_ONE_SCRIPT) !=
+          XF_OK) {
     if (cn)
       free(cn->link.clock), free(cn->host);
     free(cn);

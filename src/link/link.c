@@ -97,10 +97,8 @@ int xf__link_allows(xf__link *l, int64_t now_ms) {
 
 /* ---- the queue ------------------------------------------------------------------ */
 
-static int push(xf__link *l, const xf__cmd *cmd, int kind, int opts, xf__link_fn *fn,
-                void *ud) {
-  if (!l->live)
-    return XF_ENOMEM; /* never started: nothing to queue on (a driver's bug) */
+static inline __attribute__((always_inline)) int
+push(xf__link *l, const xf__cmd *cmd, int kind, int opts, xf__link_fn *fn, void *ud) {
   if (l->fifo_len == l->fifo_cap) { /* grown into a straight line again */
     size_t cap = l->fifo_cap ? 2 * l->fifo_cap : 16;
     xf__link_pending *grown = malloc(cap * sizeof *grown);
@@ -127,7 +125,7 @@ static int push(xf__link *l, const xf__cmd *cmd, int kind, int opts, xf__link_fn
   return XF_OK;
 }
 
-static xf__link_pending pop(xf__link *l) {
+static inline xf__link_pending pop(xf__link *l) {
   xf__link_pending p = l->fifo[l->fifo_at];
   if (++l->fifo_at == l->fifo_cap)
     l->fifo_at = 0;
@@ -202,8 +200,8 @@ void xf__link_up(xf__link *l) {
 
 /* ---- commands --------------------------------------------------------------------- */
 
-int xf__link_track_stale(const xf__link *l) {
-  const xf__link_tracking *h = l->track.node ? hooks() : NULL;
+int xf__link_track_stale_hook(const xf__link *l) {
+  const xf__link_tracking *h = hooks();
   return h && h->stale(&l->track);
 }
 
@@ -233,7 +231,7 @@ int xf__link_submit(xf__link *l, const xf__cmd *cmd, int opts, int64_t now_ms,
     rc = push(l, &asking_cmd, ASKING, 0, NULL, NULL);
   xf__cmd script; /* a plain read where the clock is not fresh: the read script */
   const xf__cmd *sent = cmd;
-  if (cmd->plain_out &&
+  if (cmd->plain_out && (l->flags & XF__LINK_ONE_SCRIPT) &&
       xf__clock_refreshing(l->clock ? l->clock : &(xf__clock){0}, l->refresh_ms, now_ms))
     *cmd->plain_out = 1; /* the script on its way teaches the clock first */
   else
@@ -251,12 +249,6 @@ int xf__link_submit(xf__link *l, const xf__cmd *cmd, int opts, int64_t now_ms,
   if (cmd->clock_out) /* the reply will tell of this server's clock */
     *cmd->clock_out = l->clock;
   return XF_OK;
-}
-
-void xf__link_written(xf__link *l, size_t n) {
-  l->out_at += n;
-  if (l->out_at >= l->out.len)
-    l->out.len = l->out_at = 0;
 }
 
 /* ---- failures --------------------------------------------------------------------- */
@@ -431,6 +423,8 @@ int xf__link_feed(xf__link *l, const char *data, size_t len, int64_t now_ms) {
       xf__reply_free(r);
     if (l->gen != gen)
       return XF__LINK_GONE;
+    if (l->rd->pos >= l->rd->len)
+      return XF_OK; /* every byte read is parsed: no reply waits */
   }
 }
 
