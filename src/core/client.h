@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "pcg.h"
+#include "ports.h"
 #include "resp.h"
 #include "route.h"
 #include "xfetch.h"
@@ -34,6 +35,8 @@ struct xf_client {
   xf_options *opened_with;           /* a copy of the options (xf__options_dup): a
                                         background refresh opens a client like it */
   struct xf__near *near;             /* the share's near cache (near.h); NULL = none */
+  xf__ports ports;                   /* what the flow calls of the near cache, the
+                                        share and the loads in progress (ports.h) */
   int near_wake_fd;                  /* > 0: the write end of an event loop's wake pipe
                                         (xf_call_wake_open): its waits end on a write */
   uint64_t near_elect_hash;          /* near_elect: a near hit's draw elected an early */

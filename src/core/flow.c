@@ -13,7 +13,6 @@
 #include "near.h"
 #include "policy.h"
 #include "script.h"
-#include "share.h"
 
 static const int script_of[] = {XF_SCRIPT_READ, XF_SCRIPT_LEASE, XF_SCRIPT_WRITE,
                                 XF_SCRIPT_RELEASE, XF_SCRIPT_DELETE};
@@ -62,8 +61,9 @@ static xf__step encode(xf__flow *f) {
   f->clock = NULL;
   f->cmd.asked_out = &f->asked; /* the router says whether an ASK led it */
   f->asked = 0;
-  if (f->state == XF__READ && f->c->near) { /* the pending marker, before the send */
-    f->near_token = xf__near_token(f->c->near);
+  const xf__near_port *near = f->c->ports.near;
+  if (f->state == XF__READ && near) { /* the pending marker, before the send */
+    f->near_token = near->token(f->c->ports.self);
     f->track.node = NULL;
     f->cmd.track_out = &f->track;
   }
@@ -164,10 +164,15 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
   return rc == XF_OK ? xf__key_build(c, key, keylen, &f->key) : rc;
 }
 
+/* Whether a loader on the calling thread is computing key (nest.h). */
+static inline int loading(const xf_client *c, const xf__key *key) {
+  return c->ports.loading && c->ports.loading(c->ns, c->ns_len, key->data, key->len);
+}
+
 xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                         const xf_policy *p, xf_value *out, int64_t now_ms) {
   int rc = begin(f, XF_KIND_GET_OR_COMPUTE, c, key, keylen, p, out, XF_OK, now_ms);
-  if (rc == XF_OK && xf__nest_has(c, f->key.data, f->key.len)) {
+  if (rc == XF_OK && loading(c, &f->key)) {
     int shown = keylen > 60 ? 60 : (int)keylen; /* the message holds both */
     rc = xf__fail(c, XF_EINVAL,
                   "the loader for key %.*s asked for %.*s itself (a recursion: it would "
@@ -177,7 +182,7 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
   if (rc == XF_OK && c->disabled)
     return xf__flow_bypass(f);
   xf__step step;
-  if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
+  if (rc == XF_OK && c->ports.near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
@@ -185,14 +190,13 @@ xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keyle
 int xf__flow_start_near(xf__flow *f, xf_client *c, const char *key, size_t keylen,
                         const xf_policy *p, xf_value *out, uint64_t *count,
                         int64_t now_ms) {
-  if (!c->near || c->disabled)
+  if (!c->ports.near || c->disabled)
     return 0;
   xf__kind kind = p ? XF_KIND_GET_OR_COMPUTE : XF_KIND_GET;
   int rc = begin(f, kind, c, key, keylen, p, out, XF_OK, now_ms);
   f->near_count = count;
   xf__step step;
-  if (rc == XF_OK && !(p && xf__nest_has(c, f->key.data, f->key.len)) &&
-      xf__flow_near_first(f, now_ms, &step))
+  if (rc == XF_OK && !(p && loading(c, &f->key)) && xf__flow_near_first(f, now_ms, &step))
     return 1;
   if (f->near_elected)
     xf__flow_near_elect(f);
@@ -209,7 +213,7 @@ xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t k
     rc = xf__fail(c, XF_ENOTFOUND, "the client is disabled (bypass): nothing is read");
   }
   xf__step step;
-  if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
+  if (rc == XF_OK && c->ports.near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
@@ -294,7 +298,7 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     if (rc == XF_OK)
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
-  if (rc == XF_OK && f->c->near)
+  if (rc == XF_OK && f->c->ports.near)
     xf__flow_near_keep(f);
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_read_decide(f, rc, now_ms);
@@ -338,9 +342,11 @@ static xf__step change_done(xf__flow *f, int deleting, int rc, int applied) {
  * returns only once every near cache of the fleet can see them. */
 static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
   int deleting = f->state == XF__DELETE, applied = 0;
-  xf__share_drop(f->c, f->key.data, f->key.len);
-  if (f->c->near)
-    xf__near_drop(f->c->near, f->key.data, f->key.len);
+  const xf__ports *ports = &f->c->ports;
+  if (ports->share)
+    ports->share->drop(ports->self, f->key.data, f->key.len);
+  if (ports->near)
+    ports->near->drop(ports->self, f->key.data, f->key.len);
   if (rc == XF_OK)
     rc = xf__entry_parse_int(f->c, r, deleting ? "delete" : "write", &applied);
   if (!f->c->write_fence || rc != XF_OK || !(deleting || applied))

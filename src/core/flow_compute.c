@@ -289,10 +289,10 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
    * xf_async, whose loop watches that pipe (async_wake.c); the poll is the
    * fallback. */
   f->wake_on_write =
-      f->c->near && (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
-                     f->driver == XF_DRIVER_BATCH ||
-                     ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
-                      f->c->near_wake_fd > 0));
+      f->c->ports.near && (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
+                           f->driver == XF_DRIVER_BATCH ||
+                           ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
+                            f->c->near_wake_fd > 0));
   f->wake_ms = now_ms + (f->wake_on_write && WAIT_POLL_NEAR_MS < left_ms
                              ? WAIT_POLL_NEAR_MS
                              : poll_interval_ms(now_ms - f->waited_from_ms, left_ms));

@@ -1,4 +1,5 @@
-/* The flow's side of the near cache (near.h): a get-or-compute or get asks
+/* The flow's side of the near cache (near.h, through the client's port:
+ * ports.h): a get-or-compute or get asks
  * it before Redis, and a read's value is offered to it. The own writes'
  * drop is flow.c's (with the share's). */
 #include <stdlib.h>
@@ -26,8 +27,9 @@ static void near_event(xf__flow *f) {
  * served (*step DONE). */
 int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
   xf_client *c = f->c;
+  const xf__near_port *near = c->ports.near;
   if (__builtin_expect(c->on_event != NULL, 0))
-    xf__near_report(c->near, c, f->driver);
+    near->report(c->ports.self, f->driver);
   int elected = 0; /* a mark left by the fast path's draw: taken by this call */
   if (__builtin_expect(c->near_elect, 0)) {
     c->near_elect = 0;
@@ -37,7 +39,7 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
     f->near_delta_us = c->near_elect_delta_us;
   }
   xf__near_hit h;
-  if (!xf__near_get(c->near, c, f->key.data, f->key.len, now_ms, &h))
+  if (!near->get(c->ports.self, f->key.data, f->key.len, now_ms, &h))
     return 0;
   if (f->kind == XF_KIND_GET_OR_COMPUTE && !elected &&
       xf__refresh_early(&c->rng, f->p, h.remaining_ms, h.delta_us)) {
@@ -93,7 +95,8 @@ void xf__flow_near_keep(xf__flow *f) {
   int64_t drift_ms = e->remaining_ms / 1000 + 1;
   if (e->remaining_ms <= drift_ms)
     return;
-  f->c->stats.near_evictions += xf__near_put(
-      f->c->near, f->c, &f->track, f->near_token, f->key.data, f->key.len, e->value, e->len,
+  const xf__ports *ports = &f->c->ports;
+  f->c->stats.near_evictions += ports->near->put(
+      ports->self, &f->track, f->near_token, f->key.data, f->key.len, e->value, e->len,
       e->delta_us, e->expiry_ms, f->sent_ms + e->remaining_ms - drift_ms, e->negative);
 }

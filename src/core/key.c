@@ -5,6 +5,7 @@
 
 #include "client.h"
 #include "key.h"
+#include "near.h"
 
 int xf__key_build(xf_client *c, const char *key, size_t keylen, xf__key *out) {
   out->data = NULL;
@@ -32,4 +33,11 @@ void xf__key_free(xf__key *k) {
     free(k->data);
   k->data = NULL;
   k->len = 0;
+}
+
+uint64_t xf__near_key_hash(const char *key, size_t len) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+  return h ^ (h >> 29);
 }

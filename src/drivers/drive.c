@@ -7,6 +7,7 @@
 #include "drive.h"
 #include "flow_steps.h"
 #include "near_impl.h"
+#include "nesting.h"
 #include "reply.h"
 
 /* The share's code for what the loader gave. */

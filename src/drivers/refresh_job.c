@@ -6,6 +6,7 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "nesting.h"
 #include "refresh.h"
 
 int xf__detached_abandon(xf__detached *d) {

@@ -22,13 +22,6 @@ void (*xf__near_test_after_hit)(void);
 int xf__near_fence_dummy;
 #endif
 
-uint64_t xf__near_key_hash(const char *key, size_t len) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
-  return h ^ (h >> 29);
-}
-
 static void init_shard(shard *s, size_t max_bytes) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
