@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "xfetch.h"
+#include "flow_env.h"
 
 /* Each call owns its key (inline when short, on the heap when long), so a
  * loader that calls back into its own client cannot overwrite the key of the
@@ -18,7 +18,8 @@ typedef struct xf__key {
 /* Validates key/keylen against the client's limits and builds prefix + key.
  * Returns XF_OK, XF_EINVAL or XF_ENOMEM (message on the client); on error
  * nothing needs freeing. */
-int xf__key_build(xf_client *c, const char *key, size_t keylen, xf__key *out);
+int xf__key_build(const xf__config *cfg, xf__runtime *rt, const char *key, size_t keylen,
+                  xf__key *out);
 
 /* Frees a built key. */
 void xf__key_free(xf__key *k);
