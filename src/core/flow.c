@@ -61,7 +61,7 @@ static xf__step encode(xf__flow *f) {
   f->clock = NULL;
   f->cmd.asked_out = &f->asked; /* the router says whether an ASK led it */
   f->asked = 0;
-  const xf__near_port *near = f->rt->ports.near;
+  const xf__port_near *near = f->rt->ports.near;
   if (f->state == XF__READ && near) { /* the pending marker, before the send */
     f->near_token = near->token(f->rt->ports.self);
     f->track.node = NULL;

@@ -27,18 +27,18 @@ static void near_event(xf__flow *f) {
  * served (*step DONE). */
 int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
   xf__runtime *rt = f->rt;
-  const xf__near_port *near = rt->ports.near;
+  const xf__port_near *near = rt->ports.near;
   if (__builtin_expect(f->cfg->on_event != NULL, 0))
     near->report(rt->ports.self, f->driver);
   int elected = 0; /* a mark left by the fast path's draw: taken by this call */
   if (__builtin_expect(rt->near_elect, 0)) {
     rt->near_elect = 0;
     elected = rt->near_elect_len == f->key.len &&
-              rt->near_elect_hash == xf__near_key_hash(f->key.data, f->key.len);
+              rt->near_elect_hash == xf__key_hash(f->key.data, f->key.len);
     f->near_expiry_ms = rt->near_elect_expiry_ms;
     f->near_delta_us = rt->near_elect_delta_us;
   }
-  xf__near_hit h;
+  xf__port_hit h;
   if (!near->get(rt->ports.self, f->key.data, f->key.len, now_ms, &h))
     return 0;
   if (f->kind == XF_KIND_GET_OR_COMPUTE && !elected &&
@@ -79,7 +79,7 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
 void xf__flow_near_elect(xf__flow *f) {
   f->rt->near_elect = 1;
   f->rt->near_elect_len = f->key.len;
-  f->rt->near_elect_hash = xf__near_key_hash(f->key.data, f->key.len);
+  f->rt->near_elect_hash = xf__key_hash(f->key.data, f->key.len);
   f->rt->near_elect_expiry_ms = f->near_expiry_ms;
   f->rt->near_elect_delta_us = f->near_delta_us;
 }

@@ -5,7 +5,6 @@
 
 #include "flow_env.h"
 #include "key.h"
-#include "near.h"
 
 int xf__key_build(const xf__config *cfg, xf__runtime *rt, const char *key, size_t keylen,
                   xf__key *out) {
@@ -36,7 +35,7 @@ void xf__key_free(xf__key *k) {
   k->len = 0;
 }
 
-uint64_t xf__near_key_hash(const char *key, size_t len) {
+uint64_t xf__key_hash(const char *key, size_t len) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
   for (size_t i = 0; i < len; i++)
     h = (h ^ (unsigned char)key[i]) * 1099511628211ull;

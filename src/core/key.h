@@ -3,6 +3,7 @@
 #define XF_KEY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "flow_env.h"
 
@@ -20,6 +21,9 @@ typedef struct xf__key {
  * nothing needs freeing. */
 int xf__key_build(const xf__config *cfg, xf__runtime *rt, const char *key, size_t keylen,
                   xf__key *out);
+
+/* The hash of a key (FNV-1a, folded): the near cache files keys under it. */
+uint64_t xf__key_hash(const char *key, size_t len);
 
 /* Frees a built key. */
 void xf__key_free(xf__key *k);

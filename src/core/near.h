@@ -27,9 +27,7 @@
 
 #include "xfetch.h"
 
-struct xf__near;
 struct xf__near_node;
-struct xf_client;
 
 /* What a data connection's tracking is redirected to: its node and the
  * generation of that node's invalidation connection it was armed under.
@@ -39,19 +37,5 @@ typedef struct xf__track {
   uint64_t gen;
   int fd; /* the data connection's descriptor, watched for its loss */
 } xf__track;
-
-/* A near hit's copy of the entry. */
-typedef struct xf__near_hit {
-  char *data; /* malloc'd, NUL-terminated; the caller's */
-  size_t len;
-  int64_t delta_us;
-  int64_t remaining_ms;    /* > 0 */
-  int64_t redis_expiry_ms; /* the Redis entry's logical expiry (server ms): with
-                              delta_us, which entry this is a copy of */
-  int negative;
-} xf__near_hit;
-
-/* The hash the near cache files key under (FNV-1a, folded). */
-uint64_t xf__near_key_hash(const char *key, size_t len);
 
 #endif

@@ -8,10 +8,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "key.h"
 #include "near.h"
 #include "ports.h"
 
 struct xf_client;
+struct xf__near;
 struct xf_reply;
 struct xf__near_tracker;
 struct xf__near_batch;
@@ -26,7 +28,7 @@ uint64_t xf__near_token(struct xf__near *n);
  * now_ms: 1 with *hit filled (hit->data the caller's), 0 else (or out of
  * memory). */
 int xf__near_get(struct xf__near *n, const struct xf_client *c, const char *key,
-                 size_t keylen, int64_t now_ms, xf__near_hit *hit);
+                 size_t keylen, int64_t now_ms, xf__port_hit *hit);
 
 /* Keeps what a read sent with token saw (the Redis entry expiring at server
  * ms redis_expiry_ms), over the connection of t, until driver ms
@@ -48,7 +50,7 @@ void xf__near_drop(struct xf__near *n, const char *key, size_t keylen);
 void xf__near_report(struct xf__near *n, const struct xf_client *c, xf_driver driver);
 
 /* The port above, each function given the client (ports.h). */
-extern const xf__near_port xf__near_port_impl;
+extern const xf__port_near xf__near_port_impl;
 
 /* One Redis node (by address) whose invalidations the process receives. The
  * nodes live as long as the near cache; ctx and id are the tracker's (under
@@ -152,7 +154,7 @@ typedef struct xf__near_seen {
  * check made after it finds no news for seen->node (xf__near_get's, or a
  * batch's: near_batch.c). */
 int xf__near_find(struct xf__near *n, const struct xf_client *c, const char *key,
-                  size_t keylen, int64_t now_ms, xf__near_hit *hit, xf__near_seen *seen);
+                  size_t keylen, int64_t now_ms, xf__port_hit *hit, xf__near_seen *seen);
 
 /* ---- a batch's near hits (near_batch.c) ---- */
 
@@ -173,7 +175,7 @@ void xf__near_batch_end(struct xf_client *c);
  * not taken yet: 1 with *hit (the caller's), 0 (no hit); -1: not a key of
  * the batch (look it up alone). */
 int xf__near_batch_take(struct xf__near_batch *b, const struct xf_client *c,
-                        const char *key, size_t keylen, xf__near_hit *hit);
+                        const char *key, size_t keylen, xf__port_hit *hit);
 
 /* For tests: called at each check of news a near hit makes (one per hit
  * alone, one per batch); NULL = none. */

@@ -7,7 +7,7 @@
 static uint64_t token(void *self) { return xf__near_token(((xf_client *)self)->near); }
 
 static int get(void *self, const char *key, size_t keylen, int64_t now_ms,
-               xf__near_hit *hit) {
+               xf__port_hit *hit) {
   const xf_client *c = self;
   return xf__near_get(c->near, c, key, keylen, now_ms, hit);
 }
@@ -29,5 +29,39 @@ static void report(void *self, xf_driver driver) {
   xf__near_report(c->near, c, driver);
 }
 
-const xf__near_port xf__near_port_impl = {
-    .token = token, .get = get, .put = put, .drop = drop, .report = report};
+static int wait(void *self, const char *key, size_t keylen, uint64_t token,
+                int64_t until_ms) {
+  return xf__near_wait(((xf_client *)self)->near, key, keylen, token, until_ms);
+}
+
+static int changed(void *self, const char *key, size_t keylen, uint64_t token) {
+  return xf__near_changed(((xf_client *)self)->near, key, keylen, token);
+}
+
+static int notify_add(void *self, int fd) {
+  return xf__near_notify_add(((xf_client *)self)->near, fd);
+}
+
+static void notify_remove(void *self, int fd) {
+  xf__near_notify_remove(((xf_client *)self)->near, fd);
+}
+
+static void batch_begin(void *self, size_t count, const char *const *keys,
+                        const size_t *lens, int64_t now_ms) {
+  xf_client *c = self;
+  xf__near_batch_begin(c->near, c, count, keys, lens, now_ms);
+}
+
+static void batch_end(void *self) { xf__near_batch_end(self); }
+
+const xf__port_near xf__near_port_impl = {.token = token,
+                                          .get = get,
+                                          .put = put,
+                                          .drop = drop,
+                                          .report = report,
+                                          .wait = wait,
+                                          .changed = changed,
+                                          .notify_add = notify_add,
+                                          .notify_remove = notify_remove,
+                                          .batch_begin = batch_begin,
+                                          .batch_end = batch_end};

@@ -5,6 +5,9 @@
 
 #include "ports.h"
 
-extern const xf__share_port xf__share_port_impl;
+extern const xf__port_share xf__share_port_impl;
+
+/* c's ports of its near cache and its share (NULL: none), given c. */
+void xf__share_fill_ports(struct xf_client *c);
 
 #endif
