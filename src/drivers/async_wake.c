@@ -53,7 +53,8 @@ void xf__awake_close(xf_async *ac) {
 int xf__awake_missed(const xf_async *ac, const xf__acall *k) {
   const xf__flow *f = &k->f;
   return ac->waker && f->state == XF__WAIT && f->wake_on_write &&
-         xf__near_changed(ac->core->near, f->key.data, f->key.len, f->near_token);
+         ac->core->ports.near->changed(ac->core->ports.self, f->key.data, f->key.len,
+                                       f->near_token);
 }
 
 void xf__awake_ready(xf_async *ac) {
