@@ -63,9 +63,9 @@ class Pool:
         self.closed = False
         self._fresh_process()
         self._fresh_slots()
-        # Fail fast on a wrong URL or password, unless the service must start
-        # without Redis (lazy_connect: the first call connects, or fails open).
-        self.idle.append(self._open(lazy=config.lazy_connect))
+        # The Cache checked the URL, password and db (Config.check_now) unless
+        # lazy_connect; this first connection connects on its first call.
+        self.idle.append(self._open())
         _pools.add(self)
 
     def _fresh_process(self):
