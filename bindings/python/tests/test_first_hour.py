@@ -204,3 +204,31 @@ def test_a_refused_password_logs_no_breaker(face, server, caplog):
     assert not isinstance(info.value, xfetch.AuthError)
     assert isinstance(info.value, ValueError)
     assert [r.getMessage() for r in caplog.records if r.name == "xfetch"] == []
+
+
+def test_share_answers_are_counted_shared_and_load_start_pairs(face, tmp_path):
+    from prometheus_client import CollectorRegistry
+
+    import xfetch.metrics
+    from xfetch.testing import free_port
+    seen = []
+    # Redis down: nothing listens on this port
+    cache = face.Cache(f"redis://127.0.0.1:{free_port()}/0", lazy_connect=True,
+                       connect_timeout=0.2, on_event=seen.append)
+    registry = CollectorRegistry()
+    registry.register(xfetch.metrics.Collector(cache))
+    loads = []
+
+    def load():
+        loads.append(1)
+        return {"v": 1}
+    for _ in range(4):  # the first loads; the share keeps its value for the others
+        got = face.run(cache.fetch("k", face.loader(load), ttl=60))
+        assert got.value == {"v": 1}
+    assert loads == [1]
+    value = registry.get_sample_value
+    assert value("xfetch_calls_total", {"namespace": "", "result": "uncached"}) == 1
+    assert value("xfetch_calls_total", {"namespace": "", "result": "shared"}) == 3
+    types = [e.type for e in seen if e.key == b"k"]
+    assert types.count("load_start") == types.count("load_done") == 1, types
+    assert types.count("fail_open") == 4 and types.count("local") == 3

@@ -63,9 +63,9 @@ class Pool:
         self.closed = False
         self._fresh_process()
         self._fresh_slots()
-        # The Cache checked the URL, password and db (Config.check_now) unless
-        # lazy_connect; this first connection connects on its first call.
-        self.idle.append(self._open())
+        # The Cache checked the URL, password and db (Config.check_now, which
+        # reports no events), unless lazy_connect: this first one connects now.
+        self.idle.append(self._open(lazy=config.lazy_connect))
         _pools.add(self)
 
     def _fresh_process(self):

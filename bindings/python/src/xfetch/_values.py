@@ -35,13 +35,13 @@ _MAC_LEN = 32
 
 # ---- ttl --------------------------------------------------------------------------
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "": 1.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|(?=$))")
 
 
 def ttl_seconds(ttl, name="ttl"):
     """Seconds (float) from a number of seconds, a datetime.timedelta or a
-    string such as "30s", "10m", "2h", "1d", "500ms" or "1h30m"; raises
+    string such as "30s", "10m", "2h", "1d", "500ms", "1h30m" or "60"; raises
     TypeError / ValueError."""
     if isinstance(ttl, datetime.timedelta):
         return ttl.total_seconds()
@@ -117,6 +117,8 @@ class Codec:
             return Timed(self.encode(kb, value.value), value.ttl)
         if value is None or self.raw:
             return value
+        if type(value) is memoryview or type(value) is bytearray:
+            value = bytes(value)  # bytes-like loaders' values come back as bytes
         if self.dumps is None:
             if not isinstance(value, _BYTES_LIKE):
                 raise TypeError(f"the loader must return bytes or None with "
