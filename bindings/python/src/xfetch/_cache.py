@@ -304,7 +304,7 @@ class Cache(LateSetup):
         and the lease is released. Library errors raise xfetch.Error
         subclasses; bad arguments raise TypeError/ValueError before any I/O.
         """
-        if (self._near and lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
+        if (lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
                 and background_refresh is None and refresh_ahead is None):
             # fetch's steps, without its call and bigger memo (a str key and a
@@ -316,7 +316,7 @@ class Cache(LateSetup):
             if p is None:
                 p = self._policies.common(ttl, beta)
             codec = self._codec
-            value = self._near_serve(kb, p)
+            value = self._near_serve(kb, p) if self._near else NEAR_PASS
             if value is NEAR_PASS:
                 value = self._call(key, kb, codec.loader(kb, loader), p, _5)[0]
             if codec.raw or value is None:
