@@ -8,6 +8,7 @@
 #include "async.h"
 #include "client_io.h"
 #include "flow_steps.h"
+#include "nesting.h"
 
 /* Runs the loader; returns whether it completed before returning. */
 static int run_loader(xf__acall *k) {

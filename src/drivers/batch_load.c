@@ -11,6 +11,7 @@
 #include "batch.h"
 #include "client_io.h"
 #include "flow_steps.h"
+#include "nesting.h"
 
 /* How a key of the call gets its value. */
 enum { LOADED, LEADS, SERVED, COPIED };
