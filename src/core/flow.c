@@ -83,6 +83,7 @@ xf__step xf__flow_send(xf__flow *f, int state) {
 }
 
 xf__step xf__flow_done(xf__flow *f, int rc) {
+  f->pending &= ~XF__PENDING_LOAD_START; /* no loader ran */
   if (f->pending)
     xf__flow_settle(f);
   f->rc = rc;

@@ -98,6 +98,7 @@ typedef struct xf__flow {
   int64_t delta_us;
   xf_driver driver; /* for events: the client's when the call started */
   int pending;      /* events owed when the outcome is known (flow_compute.c) */
+  int fail_open_rc; /* why Redis could not be used, for a fail-open result owed */
   int64_t woke_ms;  /* the driver's clock at the last wake-up of a wait */
   xf__write w;
   uint64_t near_token;    /* the near cache's pending marker of the last READ */

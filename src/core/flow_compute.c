@@ -35,22 +35,27 @@ static int is_unreachable(int rc) {
 /* ---- events owed ------------------------------------------------------------- */
 
 /* f->pending: a miss's result is told once the call neither serves stale nor
- * fails open (each call reports one result); a wait's end once it is over. */
-#define PENDING_MISS 1
-#define PENDING_WAIT 2
+ * fails open (each call reports one result); a wait's end once it is over.
+ * A fail-open with a share is told once the share answered (the result with
+ * source XF_SOURCE_LOCAL, and no load_start) or the loader is about to run
+ * (the driver settles: the result, then load_start). */
 
 void xf__flow_settle(xf__flow *f) {
   int pending = f->pending;
   f->pending = 0;
-  if (pending & PENDING_WAIT)
+  if (pending & XF__PENDING_WAIT)
     xf__emit(f, XF_EV_WAIT, -1, (f->woke_ms - f->waited_from_ms) * 1000, 0);
-  if (pending & PENDING_MISS)
+  if (pending & XF__PENDING_MISS)
     xf__emit(f, XF_EV_MISS, -1, 0, 0);
+  if (pending & XF__PENDING_FAIL_OPEN)
+    xf__emit(f, XF_EV_FAIL_OPEN, -1, 0, f->fail_open_rc);
+  if (pending & XF__PENDING_LOAD_START)
+    xf__emit(f, XF_EV_LOAD_START, -1, 0, 0);
 }
 
 /* The call's result is other than a miss (stale, fail-open). */
 static void result_instead_of_miss(xf__flow *f, xf_event_type type, int source, int rc) {
-  f->pending &= ~PENDING_MISS;
+  f->pending &= ~XF__PENDING_MISS;
   xf__emit(f, type, source, 0, rc);
 }
 
@@ -120,13 +125,21 @@ static xf__step load(xf__flow *f, xf__load_kind kind) {
   f->rt->stats.loads++;
   if (f->pending)
     xf__flow_settle(f);
+  if (kind == XF_LOAD_UNCACHED && f->rt->ports.share) { /* the share may answer instead */
+    f->pending |= XF__PENDING_FAIL_OPEN | XF__PENDING_LOAD_START;
+    return XF_STEP_LOAD;
+  }
   xf__emit(f, XF_EV_LOAD_START, -1, 0, 0);
   return XF_STEP_LOAD;
 }
 
-/* Redis cannot be used (rc): the loader runs, nothing is cached. */
+/* Redis cannot be used (rc): the loader runs, nothing is cached (or the
+ * share answers: the result is told then, xf__flow_local). */
 static xf__step fail_open(xf__flow *f, int rc) {
-  result_instead_of_miss(f, XF_EV_FAIL_OPEN, -1, rc);
+  f->pending &= ~XF__PENDING_MISS;
+  f->fail_open_rc = rc;
+  if (!f->rt->ports.share)
+    xf__emit(f, XF_EV_FAIL_OPEN, -1, 0, rc);
   return load(f, XF_LOAD_UNCACHED);
 }
 
@@ -189,6 +202,8 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
     lrc = -1, xf__rt_fail(rt, XF_ELOADER, "loader returned 0 without xf_sink_set");
   else if (lrc != 0)
     xf__rt_fail(rt, XF_ELOADER, "loader returned %d", lrc);
+  if (f->pending) /* a driver that did not settle before its loader ran */
+    xf__flow_settle(f);
   xf__emit(f, XF_EV_LOAD_DONE, -1, delta_us, lrc);
   if (lrc != 0) {
     rt->loader_rc = lrc;
@@ -210,7 +225,13 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
 }
 
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
-  f->rt->stats.loads--;   /* load() counted a loader run the share made unneeded */
+  f->rt->stats.loads--; /* load() counted a loader run the share made unneeded */
+  if (f->pending &
+      XF__PENDING_FAIL_OPEN) { /* the result: failed open, the share answered */
+    f->pending &= ~(XF__PENDING_FAIL_OPEN | XF__PENDING_LOAD_START);
+    xf__emit(f, XF_EV_FAIL_OPEN, rc == XF_ECANCELED ? -1 : XF_SOURCE_LOCAL, 0,
+             f->fail_open_rc);
+  }
   if (rc == XF_ECANCELED) /* interrupted while waiting for the share's flight */
     return xf__flow_done(f, xf__rt_fail(f->rt, rc, "interrupted (options.interrupt)"));
   f->rt->stats.local++;
@@ -280,7 +301,7 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   }
   if (f->round == 0) {
     f->rt->stats.waits++;
-    f->pending |= PENDING_WAIT;
+    f->pending |= XF__PENDING_WAIT;
     f->woke_ms = now_ms;
   }
   /* With a near cache, the blocking, pool and batch drivers end the wait
@@ -410,7 +431,7 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
   }
   if (!fresh) {
     f->rt->stats.misses++;
-    f->pending |= PENDING_MISS;
+    f->pending |= XF__PENDING_MISS;
     return miss(f, now_ms);
   }
   /* A near hit's draw elected the entry it saw: that stands while Redis

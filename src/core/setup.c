@@ -66,8 +66,9 @@ static int refusal(xf__setup_kind kind, const xf__reply *r) {
     return XF_EUNAVAILABLE;
   if (kind == XF__SETUP_AUTH || strncmp(r->str, "NOAUTH", 6) == 0)
     return XF_EAUTH;
-  if (kind == XF__SETUP_SELECT)
-    return strstr(r->str, "cluster mode") ? XF_EINVAL : XF_EAUTH;
+  if (kind == XF__SETUP_SELECT) /* a db the server does not have: a wrong option */
+    return strstr(r->str, "cluster mode") || strstr(r->str, "out of range") ? XF_EINVAL
+                                                                            : XF_EAUTH;
   return XF_EREDIS;
 }
 
@@ -75,7 +76,9 @@ int xf__setup_judge(xf_client *c, xf__setup_kind kind, const xf__reply *r) {
   if (r->type != XF_REPLY_ERROR || kind == XF__SETUP_SCRIPT || kind == XF__SETUP_TRACKING)
     return XF_OK;
   int rc = refusal(kind, r);
-  if (rc == XF_EINVAL)
+  if (rc == XF_EINVAL && strstr(r->str, "cluster mode"))
     return xf__fail(c, rc, "Redis Cluster has only db 0; options.db is %d", c->db);
+  if (rc == XF_EINVAL)
+    return xf__fail(c, rc, "db %d: SELECT: %s", c->db, r->str);
   return xf__fail(c, rc, "%s: %s", name(kind), r->str);
 }

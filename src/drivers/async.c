@@ -112,7 +112,7 @@ void xf__async_advance(xf__acall *k, xf__step step) {
       return;
     }
     case XF_STEP_WAIT:
-      k->wake_ms = k->f.wake_ms;
+      k->wake_ms = xf__awake_missed(ac, k) ? xf__now_ms() : k->f.wake_ms;
       xf__aheap_push(ac, k);
       return;
     case XF_STEP_DONE:

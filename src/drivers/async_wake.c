@@ -50,6 +50,13 @@ void xf__awake_close(xf_async *ac) {
   ac->wake_rd = -1;
 }
 
+int xf__awake_missed(const xf_async *ac, const xf__acall *k) {
+  const xf__flow *f = &k->f;
+  return ac->waker && f->state == XF__WAIT && f->wake_on_write &&
+         ac->core->ports.near->changed(ac->core->ports.self, f->key.data, f->key.len,
+                                       f->near_token);
+}
+
 void xf__awake_ready(xf_async *ac) {
   char buf[64];
   while (read(ac->wake_rd, buf, sizeof buf) > 0)

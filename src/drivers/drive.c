@@ -40,6 +40,7 @@ void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader,
     if ((out->served = role == XF_SHARE_SERVED))
       return;
   }
+  xf__flow_settle(f); /* the loader runs: a fail-open's result and load_start */
   int64_t t0 = xf__now_us();
   xf__nest_push(&f->nest, sc ? sc : f->c, f->key.data, f->key.len);
   out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
