@@ -388,6 +388,27 @@ Test(async, a_refused_auth_fails_the_calls_behind_it) {
   xft_server_stop(&s);
 }
 
+/* No password for a server that needs one: each call is XF_EAUTH (the
+ * connection's setup is answered NOAUTH), never XF_EREDIS, the loader not run. */
+Test(async, no_password_fails_the_calls_with_eauth) {
+  xft_server s;
+  const char *conf[] = {"--requirepass", "sesame", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  run r;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  run_open_with(&r, &o);
+  loader l = {.value = "x"};
+  xf_policy p = steady();
+  run_calls(&r, 3, "async:noauth", &p, test_loader, &l);
+  for (int i = 0; i < 3; i++)
+    cr_expect_eq(r.slots[i].rc, XF_EAUTH, "call %d: %s", i, xf_strerror(r.slots[i].rc));
+  cr_expect(strstr(r.errmsg, "NOAUTH"), "errmsg: %s", r.errmsg);
+  cr_expect_eq(l.calls, 0);
+  run_end(&r);
+  xft_server_stop(&s);
+}
+
 /* ---- seed lists ------------------------------------------------------------------ */
 
 /* A loopback port nothing listens on: bound, read, closed. */

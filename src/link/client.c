@@ -15,6 +15,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "reply.h"
+#include "script.h"
 #include "share.h"
 #include "tls.h"
 
@@ -258,8 +259,8 @@ int xf_ping(xf_client *c) {
   if (rc != XF_OK)
     return rc;
   if (r->type == XF_REPLY_ERROR)
-    rc = xf__fail(c, strncmp(r->str, "NOAUTH", 6) == 0 ? XF_EAUTH : XF_EREDIS, "PING: %s",
-                  r->str);
+    rc = xf__fail(c, xf__reply_classify(r) == XF_REPLY_NOAUTH ? XF_EAUTH : XF_EREDIS,
+                  "PING: %s", r->str);
   xf__reply_free(r);
   return rc;
 }
