@@ -388,6 +388,27 @@ Test(async, a_refused_auth_fails_the_calls_behind_it) {
   xft_server_stop(&s);
 }
 
+/* An open that fails says why, on the thread that opened. */
+Test(async, a_failed_open_says_why) {
+  uv_loop_t loop;
+  cr_assert_eq(uv_loop_init(&loop), 0);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nothing listens on port 1 */
+  xf_async *ac = NULL;
+  int rc = xf_async_open_libuv(&ac, &o, &loop);
+  if (rc == XF_OK) { /* the refusal may come later, on the loop */
+    xf_async_close(ac);
+  } else {
+    cr_expect_eq(rc, XF_ECONNECT);
+    cr_expect(strstr(xf_async_errmsg(NULL), "refused"), "'%s'", xf_async_errmsg(NULL));
+  }
+  o.port = 70000;
+  cr_expect_eq(xf_async_open_libuv(&ac, &o, &loop), XF_EINVAL);
+  cr_expect(strstr(xf_async_errmsg(NULL), "options.port"), "'%s'", xf_async_errmsg(NULL));
+  uv_run(&loop, UV_RUN_DEFAULT);
+  cr_expect_eq(uv_loop_close(&loop), 0);
+}
+
 /* No password for a server that needs one: each call is XF_EAUTH (the
  * connection's setup is answered NOAUTH), never XF_EREDIS, the loader not run. */
 Test(async, no_password_fails_the_calls_with_eauth) {
