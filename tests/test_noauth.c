@@ -123,6 +123,7 @@ Test(noauth, every_pool_call_is_eauth) {
   cr_expect_eq(xf_pool_get_or_compute(pool, "na:k", 4, &p, xft_load, &l, &v), XF_EAUTH,
                "%s", xf_pool_errmsg());
   expect_reason(xf_pool_errmsg(), &ways[0]);
+  cr_expect_eq(xf_pool_get(pool, "na:k", 4, &v), XF_EAUTH, "%s", xf_pool_errmsg());
   cr_expect_eq(xf_pool_set(pool, "na:k", 4, "v", 1, &p), XF_EAUTH, "%s", xf_pool_errmsg());
   cr_expect_eq(xf_pool_delete(pool, "na:k", 4), XF_EAUTH, "%s", xf_pool_errmsg());
   cr_expect_eq(xft_loader_calls(&l), 0);
