@@ -66,9 +66,9 @@ static const char *name(xf__setup_kind kind) {
 }
 
 /* The code an error reply (not NOAUTH) to kind gets. Only AUTH's refusal is
- * an authentication failure (and SELECT's, a db the user may not use): a busy or loading
- * server at connect time is a server that cannot serve now, so the calls
- * fail open instead of reporting a misconfiguration. */
+ * an authentication failure (and SELECT's: a db the user may not use): a busy
+ * or loading server at connect time is a server that cannot serve now, so the
+ * calls fail open instead of reporting a misconfiguration. */
 static int refusal(xf__setup_kind kind, const xf__reply *r) {
   if (xf__reply_classify(r) == XF_REPLY_UNAVAILABLE)
     return XF_EUNAVAILABLE;
