@@ -7,6 +7,7 @@
 
 #include "async.h"
 #include "client_io.h"
+#include "nesting.h"
 
 /* Runs the loader; returns whether it completed before returning. */
 static int run_loader(xf__acall *k) {

@@ -10,6 +10,7 @@
 
 #include "batch.h"
 #include "client_io.h"
+#include "nesting.h"
 
 /* How a key of the call gets its value. */
 enum { LOADED, LEADS, SERVED, COPIED };

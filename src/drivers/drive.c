@@ -6,7 +6,7 @@
 #include "client_io.h"
 #include "drive.h"
 #include "flow_steps.h"
-#include "near_impl.h"
+#include "nesting.h"
 #include "reply.h"
 
 /* The share's code for what the loader gave. */
@@ -69,12 +69,12 @@ xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
  * key is invalidated (its value written, anywhere) after the read that saw
  * the lease was sent: wake-on-write; the poll stays the fallback. */
 int xf__drive_sleep(const xf__flow *f, int64_t wake_ms) {
-  struct xf__near *near = f->c->near;
+  const xf__ports *ports = &f->rt->ports;
   for (;;) {
     int64_t slice_ms = xf__now_ms() + INTERRUPT_SLICE_MS;
     int64_t until_ms = slice_ms < wake_ms ? slice_ms : wake_ms;
-    if (near && f->state == XF__WAIT && f->wake_on_write) {
-      if (xf__near_wait(near, f->key.data, f->key.len, f->near_token, until_ms))
+    if (ports->near && f->state == XF__WAIT && f->wake_on_write) {
+      if (ports->near->wait(ports->self, f->key.data, f->key.len, f->near_token, until_ms))
         return 0; /* invalidated: read now */
     } else {
       xf__sleep_until_ms(until_ms);

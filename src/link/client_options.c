@@ -145,6 +145,7 @@ int xf__client_options_copy(xf_client *c, const xf_options *o) {
   if (c->share)
     xf__share_ref(c->share); /* dropped by xf_client_close */
   c->near = o->share ? xf__share_near(o->share) : NULL;
+  xf__ports_fill(c); /* what the flow calls of them (ports.h) */
   c->interrupt = o->interrupt;
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
