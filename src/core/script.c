@@ -80,6 +80,11 @@ xf__reply_kind xf__reply_classify(const xf__reply *r) {
     return XF_REPLY_REDIRECT;
   if (is_unavailable(r))
     return XF_REPLY_UNAVAILABLE;
+  /* Redis answers an unauthenticated client's command with NOAUTH, and one
+   * longer than it accepts before AUTH with "ERR Protocol error:
+   * unauthenticated multibulk length" (then closes the connection). */
+  if (is_error(r, "NOAUTH") || is_error(r, "ERR Protocol error: unauthenticated"))
+    return XF_REPLY_NOAUTH;
   if (is_error(r, "NOPERM"))
     return XF_REPLY_NOPERM;
   if (strstr(r->str, "WRONGTYPE"))
@@ -92,6 +97,8 @@ static int error_code(const xf__reply *r) {
   switch (xf__reply_classify(r)) {
   case XF_REPLY_UNAVAILABLE:
     return XF_EUNAVAILABLE;
+  case XF_REPLY_NOAUTH:
+    return XF_EAUTH;
   case XF_REPLY_NOPERM:
     return XF_ENOPERM;
   case XF_REPLY_WRONGTYPE:

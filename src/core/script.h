@@ -62,6 +62,9 @@ typedef enum xf__reply_kind {
   XF_REPLY_UNAVAILABLE, /* the server cannot run it now (BUSY, LOADING, MASTERDOWN,
                            READONLY, OOM, MISCONF, NOREPLICAS, TRYAGAIN,
                            CLUSTERDOWN): XF_EUNAVAILABLE, fail open */
+  XF_REPLY_NOAUTH,      /* the connection is not authenticated (NOAUTH, or the
+                           protocol error Redis answers an unauthenticated
+                           client's long command with): XF_EAUTH */
   XF_REPLY_NOPERM,      /* XF_ENOPERM */
   XF_REPLY_WRONGTYPE,   /* XF_EWRONGTYPE */
   XF_REPLY_HARD         /* any other error reply: XF_EREDIS */
@@ -78,8 +81,8 @@ int xf__script_missing(const struct xf_reply *r);
 int xf__script_loaded(xf__runtime *rt, int script, struct xf_reply *r);
 
 /* The code for an error reply to script (xf__reply_classify), with the
- * message on the client; frees r: XF_EUNAVAILABLE, XF_ENOPERM, XF_EWRONGTYPE,
- * else XF_EREDIS. */
+ * message on the client; frees r: XF_EUNAVAILABLE, XF_EAUTH, XF_ENOPERM,
+ * XF_EWRONGTYPE, else XF_EREDIS. */
 int xf__script_error(xf__runtime *rt, int script, struct xf_reply *r);
 
 #endif
