@@ -72,6 +72,14 @@ static void done_free(done *d) {
       xf__reply_free(d->r[i]);
 }
 
+/* A client with neither password nor db: its setup is HELLO alone (the server
+ * says whether it lets the client in), answered here. */
+static void hello(xf__link *l) {
+  cr_assert_str_eq(take(l), resp(1, (const char *[]){"HELLO"}));
+  cr_assert_eq(xf__link_feed(l, "*0\r\n", 4, 100), XF_OK);
+  cr_assert(l->ready);
+}
+
 static void plain(xf__cmd *cmd, const char *key) {
   xf__entry_get_cmd(cmd, key, strlen(key));
 }
@@ -143,6 +151,7 @@ Test(link, asking_goes_first_and_its_refusal_fails_the_command) {
   cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, 0), XF_OK);
   cr_assert_eq(xf__link_start(&l, 100), XF_OK);
   xf__link_connected(&l, -1, 100);
+  hello(&l);
   xf__cmd a;
   xf__cmd_begin(&a, "k", 1);
   a.argc = 2, a.argv[0] = "GET", a.lens[0] = 3, a.argv[1] = "k", a.lens[1] = 1;
@@ -173,6 +182,7 @@ Test(link, a_plain_read_is_the_read_script_until_the_clock_is_fresh) {
   cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_ONE_SCRIPT), XF_OK);
   cr_assert_eq(xf__link_start(&l, 1000), XF_OK);
   xf__link_connected(&l, -1, 1000);
+  hello(&l);
   int plain1 = -1, plain2 = -1, plain3 = -1;
   xf__clock *whose = NULL;
   xf__cmd a, b, e;
@@ -210,6 +220,7 @@ Test(link, a_working_connection_the_peer_closed_resends_once) {
   cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_RESEND), XF_OK);
   cr_assert_eq(xf__link_start(&l, 100), XF_OK);
   xf__link_connected(&l, -1, 100);
+  hello(&l);
   xf__link_up(&l);
   xf__cmd a;
   xf__cmd_begin(&a, "k", 1);
@@ -226,6 +237,7 @@ Test(link, a_working_connection_the_peer_closed_resends_once) {
   /* The new stream: the command again, closed again: now it fails. */
   cr_assert_eq(xf__link_start(&l, 102), XF_OK);
   xf__link_connected(&l, -1, 102);
+  hello(&l);
   cr_assert_eq(xf__link_submit(&l, &a, XF__LINK_RESENT, 102, record, &d), XF_OK);
   cr_expect_str_eq(take(&l), resp(2, (const char *[]){"GET", "k"}));
   xf__link_fail(&l, XF_EIO, XF__LINK_PEER_CLOSED, "closed again", 103);
@@ -312,10 +324,11 @@ Test(link, tracking_is_armed_last_in_the_setup_and_kept_once_it_said_ok) {
   cr_assert_eq(xf__link_submit(&l, &a, 0, 100, record, &d), XF_OK);
   const char *t[] = {"CLIENT", "TRACKING", "on", "REDIRECT", "42"};
   char want[8192] = "";
+  strcat(want, resp(1, (const char *[]){"HELLO"}));
   strcat(want, resp(5, t));
   strcat(want, resp(2, (const char *[]){"GET", "k"}));
   cr_expect_str_eq(take(&l), want);
-  cr_assert_eq(xf__link_feed(&l, "+OK\r\n$-1\r\n", 10, 101), XF_OK);
+  cr_assert_eq(xf__link_feed(&l, "*0\r\n+OK\r\n$-1\r\n", 14, 101), XF_OK);
   cr_expect_eq(watched, 1);
   cr_expect_eq(track.node, fake_node, "the read may be kept near");
   cr_expect_eq(track.fd, 7);
@@ -334,6 +347,7 @@ Test(link, a_batch_the_peer_cut_midway_is_not_resent_and_garbage_ends_the_stream
   cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_RESEND), XF_OK);
   cr_assert_eq(xf__link_start(&l, 100), XF_OK);
   xf__link_connected(&l, -1, 100);
+  hello(&l);
   xf__link_up(&l);
   xf__cmd a;
   plain(&a, "k");
@@ -353,6 +367,7 @@ Test(link, a_batch_the_peer_cut_midway_is_not_resent_and_garbage_ends_the_stream
   cr_assert_eq(xf__link_init(&g, c, "h", 6379, NULL, 0), XF_OK);
   cr_assert_eq(xf__link_start(&g, 100), XF_OK);
   xf__link_connected(&g, -1, 100);
+  hello(&g);
   cr_assert_eq(xf__link_submit(&g, &a, 0, 100, record, &d), XF_OK);
   cr_expect_eq(xf__link_feed(&g, "!oops\r\n", 7, 101), XF__LINK_CLOSE);
   cr_assert_eq(d.n, 4);
