@@ -170,7 +170,7 @@ Test(link, asking_goes_first_and_its_refusal_fails_the_command) {
 Test(link, a_plain_read_is_the_read_script_until_the_clock_is_fresh) {
   xf_client *c = client(NULL, 0);
   xf__link l;
-  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, 0), XF_OK);
+  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_ONE_SCRIPT), XF_OK);
   cr_assert_eq(xf__link_start(&l, 1000), XF_OK);
   xf__link_connected(&l, -1, 1000);
   int plain1 = -1, plain2 = -1, plain3 = -1;

@@ -1,5 +1,6 @@
 /* The connection engine (link.h): a connection's protocol state, bytes in
  * and bytes out, no I/O. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,13 @@ void xf__link_free(xf__link *l) {
 
 void xf__link_forget(xf__link *l) { reset(l, 0); }
 
+void xf__link_untrack(xf__link *l) {
+  const xf__link_tracking *h = hooks();
+  if (l->track.node && h)
+    h->lost(&l->track, l->fd);
+  l->track.node = NULL;
+}
+
 const char *xf__link_name(const xf__link *l, char *buf, size_t len) {
   if (l->host)
     snprintf(buf, len, "%s:%d", l->host, l->port);
@@ -89,10 +97,8 @@ int xf__link_allows(xf__link *l, int64_t now_ms) {
 
 /* ---- the queue ------------------------------------------------------------------ */
 
-static int push(xf__link *l, const xf__cmd *cmd, int kind, int opts, xf__link_fn *fn,
-                void *ud) {
-  if (!l->live)
-    return XF_ENOMEM; /* never started: nothing to queue on (a driver's bug) */
+static inline __attribute__((always_inline)) int
+push(xf__link *l, const xf__cmd *cmd, int kind, int opts, xf__link_fn *fn, void *ud) {
   if (l->fifo_len == l->fifo_cap) { /* grown into a straight line again */
     size_t cap = l->fifo_cap ? 2 * l->fifo_cap : 16;
     xf__link_pending *grown = malloc(cap * sizeof *grown);
@@ -119,7 +125,7 @@ static int push(xf__link *l, const xf__cmd *cmd, int kind, int opts, xf__link_fn
   return XF_OK;
 }
 
-static xf__link_pending pop(xf__link *l) {
+static inline xf__link_pending pop(xf__link *l) {
   xf__link_pending p = l->fifo[l->fifo_at];
   if (++l->fifo_at == l->fifo_cap)
     l->fifo_at = 0;
@@ -194,8 +200,8 @@ void xf__link_up(xf__link *l) {
 
 /* ---- commands --------------------------------------------------------------------- */
 
-int xf__link_track_stale(const xf__link *l) {
-  const xf__link_tracking *h = l->track.node ? hooks() : NULL;
+int xf__link_track_stale_hook(const xf__link *l) {
+  const xf__link_tracking *h = hooks();
   return h && h->stale(&l->track);
 }
 
@@ -225,7 +231,7 @@ int xf__link_submit(xf__link *l, const xf__cmd *cmd, int opts, int64_t now_ms,
     rc = push(l, &asking_cmd, ASKING, 0, NULL, NULL);
   xf__cmd script; /* a plain read where the clock is not fresh: the read script */
   const xf__cmd *sent = cmd;
-  if (cmd->plain_out &&
+  if (cmd->plain_out && (l->flags & XF__LINK_ONE_SCRIPT) &&
       xf__clock_refreshing(l->clock ? l->clock : &(xf__clock){0}, l->refresh_ms, now_ms))
     *cmd->plain_out = 1; /* the script on its way teaches the clock first */
   else
@@ -243,12 +249,6 @@ int xf__link_submit(xf__link *l, const xf__cmd *cmd, int opts, int64_t now_ms,
   if (cmd->clock_out) /* the reply will tell of this server's clock */
     *cmd->clock_out = l->clock;
   return XF_OK;
-}
-
-void xf__link_written(xf__link *l, size_t n) {
-  l->out_at += n;
-  if (l->out_at >= l->out.len)
-    l->out.len = l->out_at = 0;
 }
 
 /* ---- failures --------------------------------------------------------------------- */
@@ -288,6 +288,17 @@ static int resendable(const xf__link *l) {
   return 0;
 }
 
+/* The reason of the last failure, kept (and mirrored where asked). */
+__attribute__((format(printf, 2, 3))) static void set_why(xf__link *l, const char *fmt,
+                                                          ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(l->why, sizeof l->why, fmt, ap);
+  va_end(ap);
+  if (l->why_to)
+    snprintf(l->why_to, sizeof l->why, "%s", l->why);
+}
+
 static void trip(xf__link *l, int rc, int64_t now_ms) {
   char name[300];
   l->refused_rc = rc == XF_EAUTH || rc == XF_EINVAL || rc == XF_ETLS ? rc : 0;
@@ -306,7 +317,7 @@ static void trip(xf__link *l, int rc, int64_t now_ms) {
  * is refused the second time, release, delete and SCRIPT LOAD are
  * idempotent); a TLS failure after the handshake is a misconfiguration. */
 void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms) {
-  snprintf(l->why, sizeof l->why, "%s", why);
+  set_why(l, "%s", why);
   int resend = 0;
   if (how == XF__LINK_CANCELED || l->c->grace_ms) {
   } else if (how == XF__LINK_TIMEOUT || rc == XF_ETLS || !l->connected ||
@@ -316,7 +327,7 @@ void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms
              l->answered == 0 && resendable(l)) {
     resend = 1;
   } else if (l->flags & XF__LINK_QUIET_LOSS) {
-    snprintf(l->why, sizeof l->why, "connection lost: %.200s", why[0] ? why : "closed");
+    set_why(l, "connection lost: %.200s", why[0] ? why : "closed");
     l->c->stats.redis_errors++;
   } else {
     trip(l, rc, now_ms);
@@ -341,7 +352,7 @@ static int on_setup(xf__link *l, xf__setup_kind kind, xf__reply *r, int64_t now_
     l->arming.node = NULL;
   if (rc != XF_OK) {
     l->setup_rc = rc;
-    snprintf(l->why, sizeof l->why, "%s", l->c->errstr);
+    set_why(l, "%s", l->c->errstr);
     if (!l->c->grace_ms)
       trip(l, rc, now_ms);
     fail_all(l, rc, 0, 1);
@@ -412,6 +423,8 @@ int xf__link_feed(xf__link *l, const char *data, size_t len, int64_t now_ms) {
       xf__reply_free(r);
     if (l->gen != gen)
       return XF__LINK_GONE;
+    if (l->rd->pos >= l->rd->len)
+      return XF_OK; /* every byte read is parsed: no reply waits */
   }
 }
 

@@ -83,13 +83,18 @@ typedef void xf__link_fn(xf__link *l, void *ud, int rc, xf__reply **reply);
 /* How the engine runs (xf__link_init's flags, with XF_SETUP_REPLICA and
  * XF_SETUP_SCRIPTS for the setup). */
 enum {
-  XF__LINK_ARM_WAIT = 1 << 8,   /* tracking: wait for the invalidation connection
-                                   (else the connection serves untracked until it
-                                   is open, then arms before a later command) */
-  XF__LINK_RESEND = 1 << 9,     /* a working connection the peer closed: its
-                                   unanswered commands are XF__LINK_AGAIN, once */
-  XF__LINK_QUIET_LOSS = 1 << 10 /* a working connection lost otherwise: counted,
-                                   its commands fail, the breaker stays closed */
+  XF__LINK_ARM_WAIT = 1 << 8,    /* tracking: wait for the invalidation connection
+                                    (else the connection serves untracked until it
+                                    is open, then arms before a later command) */
+  XF__LINK_RESEND = 1 << 9,      /* a working connection the peer closed: its
+                                    unanswered commands are XF__LINK_AGAIN, once */
+  XF__LINK_QUIET_LOSS = 1 << 10, /* a working connection lost otherwise: counted,
+                                    its commands fail, the breaker stays closed */
+  XF__LINK_ONE_SCRIPT = 1 << 11  /* each reply is judged before the next is fed
+                                   (an event loop): a plain read queued behind a
+                                   read script on its way goes plain, one script
+                                   per refresh; else (a pipeline judged after all
+                                   its replies) each goes as the clock says */
 };
 
 /* xf__link_submit's opts. */
@@ -154,6 +159,7 @@ struct xf__link {
   int refused_rc;      /* XF_EAUTH / XF_EINVAL / XF_ETLS: the last failure was a
                           misconfiguration, which the open breaker repeats */
   char why[256];       /* the last failure's reason */
+  char *why_to;        /* also written there (256 bytes) when not NULL */
   /* The near cache's tracking (node NULL: not tracked). */
   xf__track track;
   xf__track arming;                /* the CLIENT TRACKING awaiting its reply */
@@ -186,7 +192,8 @@ void xf__link_connected(xf__link *l, int fd, int64_t now_ms);
  * episode): the event loop after connecting, blocking after the setup. */
 void xf__link_up(xf__link *l);
 
-/* Queues cmd (opts XF__LINK_*) for fn(l, ud, ...): its RESP goes to the
+/* On a started link (xf__link_start, not failed since): queues cmd (opts
+ * XF__LINK_*) for fn(l, ud, ...): its RESP goes to the
  * output; a plain read as the read script when the clock is not fresh (and
  * no script to refresh it is on the way). cmd->clock_out is set now,
  * cmd->track_out when the reply comes. XF_OK or XF_ENOMEM (nothing queued). */
@@ -198,7 +205,11 @@ static inline void xf__link_output(const xf__link *l, const char **data, size_t 
   *data = l->out.data + l->out_at;
   *len = l->out.len - l->out_at;
 }
-void xf__link_written(xf__link *l, size_t n);
+static inline void xf__link_written(xf__link *l, size_t n) {
+  l->out_at += n;
+  if (l->out_at >= l->out.len)
+    l->out.len = l->out_at = 0;
+}
 
 /* Bytes read from the stream: the replies they complete go to their
  * completions in order. XF_OK, XF__LINK_CLOSE or XF__LINK_GONE. */
@@ -209,6 +220,10 @@ int xf__link_feed(xf__link *l, const char *data, size_t len, int64_t now_ms);
  * closes the stream; the next stream starts with xf__link_start. */
 void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms);
 
+/* The stream is about to close: what it tracked is invalidated no more (told
+ * before the descriptor goes). */
+void xf__link_untrack(xf__link *l);
+
 /* Forgets the stream without a word (a forked child's copy of it, or its
  * close): completions are not run; the breaker is left as is. */
 void xf__link_forget(xf__link *l);
@@ -218,7 +233,10 @@ static inline size_t xf__link_pending_count(const xf__link *l) { return l->fifo_
 
 /* Whether the tracking was armed under an invalidation connection since lost
  * (the stream must be set up again to be tracked). */
-int xf__link_track_stale(const xf__link *l);
+int xf__link_track_stale_hook(const xf__link *l);
+static inline int xf__link_track_stale(const xf__link *l) {
+  return l->track.node && xf__link_track_stale_hook(l);
+}
 
 /* When the watchdog gives up on the stream (INT64_MAX: nothing awaited). */
 int64_t xf__link_deadline(const xf__link *l, int connected, int connect_ms, int command_ms);
