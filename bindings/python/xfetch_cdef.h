@@ -249,11 +249,6 @@ int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t ke
 xf_call_step xf_call_next(const xf_call *call);
 const char *xf_call_request(const xf_call *call, size_t *len);
 int xf_call_target(const xf_call *call, const char **host, int *port);
-typedef struct xf_call_conn xf_call_conn;
-int xf_call_conn_open(xf_call_conn **out);
-void xf_call_conn_reset(xf_call_conn *conn);
-void xf_call_conn_close(xf_call_conn *conn);
-int xf_call_use_conn(xf_call *call, xf_call_conn *conn, int64_t now_ms);
 xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms);
 xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms);
 xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len,
@@ -276,12 +271,6 @@ typedef enum xf_setup_flags {
 int xf_call_setup_count(const xf_client *c, int flags);
 const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
 int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
-typedef struct xf_track xf_track;
-int xf_call_track_open(xf_client *c, const char *host, int port, xf_track **ticket,
-                       const char **request, size_t *len);
-int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
-int xf_call_track_reply(xf_call *call, const xf_track *ticket);
-void xf_call_track_close(xf_track *ticket, int fd);
 int xf_call_wake_open(xf_client *c, int *fd);
 void xf_call_wake_close(xf_client *c, int fd);
 int xf_call_woken(const xf_call *call);

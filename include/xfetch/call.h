@@ -366,33 +366,6 @@ XF_EXPORT const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len)
  * A SCRIPT LOAD's error is XF_OK: the call that needs the script loads it. */
 XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
 
-/* The near cache (xf_share_options.near_cache_bytes) on connections the
- * driver owns: a connection whose reads may fill it must be tracked. After
- * its setup, xf_call_track_open gives the request to send on it (CLIENT
- * TRACKING on REDIRECT to the server's invalidation connection) and a
- * ticket; xf_call_track_armed takes the request's reply and the
- * connection's socket (watched for its loss). Before each xf_call_reply on
- * that connection, xf_call_track_reply says under which ticket the reply
- * came (NULL: an untracked connection); 1 means the ticket is stale (the
- * server's invalidation connection was lost): close that connection once
- * the reply is fed, and open a new one; 2 means a ticket given without a
- * request is due: close it and call xf_call_track_open again for that
- * connection (before a later command). xf_call_track_close ends the ticket
- * before its socket is closed (NULL-safe).
- * xf_call_track_open never connects: a background thread opens the
- * server's invalidation connection (once per server and process, as c).
- * XF_OK with *ticket NULL when c's share has no near cache; XF_OK with the
- * request in *request, *len (valid until c's next call); XF_OK with a
- * ticket and *len 0 while the invalidation connection is not open (the
- * connection serves untracked meanwhile); or an error (it serves
- * untracked). */
-typedef struct xf_track xf_track;
-XF_EXPORT int xf_call_track_open(xf_client *c, const char *host, int port,
-                                 xf_track **ticket, const char **request, size_t *len);
-XF_EXPORT int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
-XF_EXPORT int xf_call_track_reply(xf_call *call, const xf_track *ticket);
-XF_EXPORT void xf_call_track_close(xf_track *ticket, int fd);
-
 #ifdef __cplusplus
 }
 #endif
