@@ -217,6 +217,15 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
 int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data, size_t len,
                 const xf_policy *policy);
 int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
+int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out);
+int xf_pool_get_or_compute_many(xf_pool *p, size_t n, const char *const *keys,
+                                const size_t *keylens, const xf_policy *policy,
+                                xf_loader_fn loader, void *loader_ud, xf_value *values,
+                                int *rcs);
+int xf_pool_get_or_compute_many_batch(xf_pool *p, size_t n, const char *const *keys,
+                                      const size_t *keylens, const xf_policy *policy,
+                                      xf_batch_loader_fn loader, void *loader_ud,
+                                      xf_value *values, int *rcs);
 const char *xf_pool_errmsg(void);
 typedef struct xf_pool_info {
   xf_stats clients;
@@ -249,6 +258,11 @@ int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t ke
 xf_call_step xf_call_next(const xf_call *call);
 const char *xf_call_request(const xf_call *call, size_t *len);
 int xf_call_target(const xf_call *call, const char **host, int *port);
+typedef struct xf_call_conn xf_call_conn;
+int xf_call_conn_open(xf_call_conn **out);
+void xf_call_conn_reset(xf_call_conn *conn);
+void xf_call_conn_close(xf_call_conn *conn);
+int xf_call_use_conn(xf_call *call, xf_call_conn *conn, int64_t now_ms);
 xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms);
 xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms);
 xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len,

@@ -227,14 +227,15 @@ XF_EXPORT int xf_link_open(xf_link **out, xf_client *c, const char *host, int po
 XF_EXPORT int xf_link_wants_stream(const xf_link *link);
 
 /* A fresh stream is being opened (the socket connecting): the setup is
- * queued, then the calls waiting for a stream. Returns XF_OK, or, while the
+ * queued; the calls waiting go out once it is connected. Returns XF_OK, or, while the
  * breaker is open after a failure, its code (XF_ECONNECT, or the refusal it
  * repeats: XF_EAUTH, XF_ETLS, ...; "circuit open after: ..." in xf_errmsg):
  * open no socket, the waiting calls have moved (xf_link_ready). */
 XF_EXPORT int xf_link_start(xf_link *link, int64_t now_ms);
 
 /* The stream is connected (TLS: after the handshake) on fd (-1 if it has
- * none: the near cache watches it for its loss). */
+ * none: the near cache watches it for its loss): the calls waiting go to
+ * the output. */
 XF_EXPORT void xf_link_connected(xf_link *link, int fd, int64_t now_ms);
 
 /* The bytes to write (owned by the link, valid until its next call; *len 0:
@@ -273,7 +274,7 @@ XF_EXPORT int64_t xf_link_deadline(const xf_link *link);
 XF_EXPORT xf_call *xf_link_ready(xf_link *link);
 
 /* Sends call (in XF_CALL_SEND, for this link's server) on the link: its
- * command goes to the output now (or when a stream starts), encoded for the
+ * command goes to the output now (or once a stream is connected), encoded for the
  * link (the read script or a plain read, by the link's clock estimate).
  * Returns XF_OK (the call comes out of xf_link_ready once it moved),
  * XF_EINVAL (not in XF_CALL_SEND, already sent, NULL) or XF_ENOMEM. */

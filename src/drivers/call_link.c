@@ -117,7 +117,20 @@ int xf_link_open(xf_link **out, xf_client *c, const char *host, int port, int fl
   return XF_OK;
 }
 
-int xf_link_wants_stream(const xf_link *k) { return k && k->waiting.len > 0; }
+int xf_link_wants_stream(const xf_link *k) { return k && k->waiting.len > 0 && !k->l.live; }
+
+/* Puts the calls waiting on the stream just connected, or fails them with rc
+ * (the breaker, a failed connect). */
+static void flush_waiting(xf_link *k, int rc, int64_t now_ms) {
+  size_t n = k->waiting.len;
+  k->waiting.len = 0;
+  for (size_t i = 0; i < n; i++) {
+    xf_call *call = k->waiting.at[i];
+    int sent = rc == XF_OK ? submit(k, call, now_ms) : rc;
+    if (sent != XF_OK)
+      moved(k, call, NULL, sent);
+  }
+}
 
 int xf_link_start(xf_link *k, int64_t now_ms) {
   if (!k)
@@ -128,14 +141,8 @@ int xf_link_start(xf_link *k, int64_t now_ms) {
   int rc = xf__link_allows(&k->l, now_ms);
   if (rc == XF_OK)
     rc = xf__link_start(&k->l, now_ms);
-  size_t n = k->waiting.len;
-  k->waiting.len = 0;
-  for (size_t i = 0; i < n; i++) {
-    xf_call *call = k->waiting.at[i];
-    int sent = rc == XF_OK ? submit(k, call, now_ms) : rc;
-    if (sent != XF_OK)
-      moved(k, call, NULL, sent);
-  }
+  if (rc != XF_OK)
+    flush_waiting(k, rc, now_ms);
   return rc;
 }
 
@@ -144,6 +151,8 @@ void xf_link_connected(xf_link *k, int fd, int64_t now_ms) {
     return;
   xf__link_connected(&k->l, fd, now_ms);
   xf__link_up(&k->l);
+  k->now_ms = now_ms;
+  flush_waiting(k, XF_OK, now_ms); /* sent now: the clock's bounds start here */
 }
 
 const char *xf_link_output(const xf_link *k, size_t *len) {
@@ -182,7 +191,10 @@ void xf_link_failed(xf_link *k, xf_link_how how, const char *why, int64_t now_ms
   snprintf(msg, sizeof msg, "%.120s: %.120s", xf__link_name(&k->l, name, sizeof name),
            why && why[0] ? why : what);
   xf__fail(k->c, rc, "%s", msg);
+  int connect_failed = !k->l.connected;
   xf__link_fail(&k->l, rc, hows[how], msg, now_ms);
+  if (connect_failed) /* so do the calls waiting for the connect */
+    flush_waiting(k, rc, now_ms);
 }
 
 int64_t xf_link_deadline(const xf_link *k) {
@@ -218,7 +230,7 @@ int xf_call_send(xf_call *call, xf_link *k, int64_t now_ms) {
   call->link = k;
   call->resend = 0;
   k->attached++;
-  if (!k->l.live) { /* for the next stream */
+  if (!k->l.connected) { /* for the stream, once connected */
     call->on_link = ON_WAIT;
     k->waiting.at[k->waiting.len++] = call;
     return XF_OK;

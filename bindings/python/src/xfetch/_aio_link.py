@@ -136,7 +136,10 @@ class Link:
     def drop(self, why):
         """Drops the stream (the Cache closed, or moved loops)."""
         if self.opening is not None:
-            self.opening.cancel()
+            try:
+                self.opening.cancel()
+            except RuntimeError:  # its loop is closed
+                pass
             self.opening = None
         if self.timer is not None:
             self.timer.cancel()
@@ -208,7 +211,10 @@ class Link:
                 from ._aio_call import abandoned
                 abandoned(self.links, call)
             elif not fut.done():
-                fut.set_result(None)
+                try:
+                    fut.set_result(None)
+                except RuntimeError:  # its loop is closed: nobody awaits it
+                    pass
         if lib.xf_link_wants_stream(self.l):
             self.open()
         self.flush()
