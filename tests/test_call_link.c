@@ -288,3 +288,49 @@ Test(call_link, arguments_refused) {
   xf_link_close(NULL);
   xf_client_close(c);
 }
+
+Test(call_link, a_cold_link_sends_one_read_script_however_many_reads_wait) {
+  int port = xft_port();
+  xf_client *c = lazy_client(port, NULL, NULL);
+  redisContext *r = xft_redis();
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  p.ttl_ms = 60000;
+  char key[32];
+  xf_client *writer = xft_client(5);
+  for (int i = 0; i < 20; i++) { /* warm: another client's writes */
+    snprintf(key, sizeof key, "link:cold:%d", i);
+    cr_assert_eq(xf_set(writer, key, strlen(key), "v", 1, &p), XF_OK);
+  }
+  xf_client_close(writer);
+  net n = {.fd = -1}; /* the scripts preloaded: no NOSCRIPT in the count */
+  cr_assert_eq(xf_link_open(&n.link, c, "127.0.0.1", port, XF_SETUP_SCRIPTS), XF_OK);
+  long long scripts = xft_command_calls(r, "evalsha_ro");
+  xf_call *calls[20];
+  for (int i = 0; i < 20; i++) {
+    snprintf(key, sizeof key, "link:cold:%d", i);
+    cr_assert_eq(xf_call_start(&calls[i], c, key, strlen(key), &p, xft_now_ms()), XF_OK);
+    cr_assert_eq(xf_call_send(calls[i], n.link, xft_now_ms()), XF_OK);
+  }
+  for (int done = 0; done < 20;) {
+    xf_call *moved = pump(&n, port);
+    if (xf_call_next(moved) == XF_CALL_SEND) /* a read asked again */
+      cr_assert_eq(xf_call_send(moved, n.link, xft_now_ms()), XF_OK);
+    else
+      done++;
+  }
+  for (int i = 0; i < 20; i++) {
+    xf_value v;
+    cr_expect_eq(xf_call_next(calls[i]), XF_CALL_DONE);
+    cr_expect_eq(xf_call_result(calls[i], &v), XF_OK, "%s", xf_call_errmsg(calls[i]));
+    cr_expect_eq(v.source, XF_SOURCE_CACHE);
+    xf_value_free(&v);
+    xf_call_free(calls[i]);
+  }
+  /* One script teaches the clock; the reads queued behind it go plain. */
+  long long sent = xft_command_calls(r, "evalsha_ro") - scripts;
+  cr_expect_eq(sent, 1, "%lld read scripts", sent);
+  redisFree(r);
+  close_net(&n);
+  xf_client_close(c);
+}
