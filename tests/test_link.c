@@ -327,3 +327,39 @@ Test(link, tracking_is_armed_last_in_the_setup_and_kept_once_it_said_ok) {
   xf__link_free(&l);
   xf_client_close(c);
 }
+
+Test(link, a_batch_the_peer_cut_midway_is_not_resent_and_garbage_ends_the_stream) {
+  xf_client *c = client(NULL, 0);
+  xf__link l;
+  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_RESEND), XF_OK);
+  cr_assert_eq(xf__link_start(&l, 100), XF_OK);
+  xf__link_connected(&l, -1, 100);
+  xf__link_up(&l);
+  xf__cmd a;
+  plain(&a, "k");
+  done d = {0};
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(xf__link_submit(&l, &a, 0, 100, record, &d), XF_OK);
+  cr_assert_eq(xf__link_feed(&l, "$-1\r\n", 5, 101), XF_OK);
+  xf__link_fail(&l, XF_EIO, XF__LINK_PEER_CLOSED, "closed", 102);
+  cr_assert_eq(d.n, 3);
+  cr_expect_eq(d.rc[0], XF_OK);
+  cr_expect_eq(d.rc[1], XF_EIO,
+               "a reply came: the connection was working on it, no resend");
+  cr_expect_eq(d.rc[2], XF_EIO);
+  cr_expect_eq(xf__link_allows(&l, 103), XF_ECONNECT, "the breaker tripped");
+  /* A reply that is no RESP: the stream is done, its commands failed. */
+  xf__link g;
+  cr_assert_eq(xf__link_init(&g, c, "h", 6379, NULL, 0), XF_OK);
+  cr_assert_eq(xf__link_start(&g, 100), XF_OK);
+  xf__link_connected(&g, -1, 100);
+  cr_assert_eq(xf__link_submit(&g, &a, 0, 100, record, &d), XF_OK);
+  cr_expect_eq(xf__link_feed(&g, "!oops\r\n", 7, 101), XF__LINK_CLOSE);
+  cr_assert_eq(d.n, 4);
+  cr_expect_eq(d.rc[3], XF_EIO);
+  cr_expect(strstr(xf_errmsg(c), "unreadable"), "%s", xf_errmsg(c));
+  done_free(&d);
+  xf__link_free(&g);
+  xf__link_free(&l);
+  xf_client_close(c);
+}

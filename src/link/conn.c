@@ -226,7 +226,7 @@ static inline __attribute__((always_inline)) void exchange(xf_client *c, xf__con
   for (size_t i = 0; i < n; i++) {
     if (cmds[i]->plain_out && now_ms < 0)
       now_ms = xf__now_ms();
-    slots[i] = (slot){0};
+    slots[i] = (slot){.rc = XF_EIO}; /* until its completion runs */
     if (xf__link_submit(&k->engine, cmds[i], opts, now_ms, on_done, &slots[i]) != XF_OK) {
       xf__link_fail(&k->engine, XF_ENOMEM, XF__LINK_BROKEN, c->errstr, xf__now_ms());
       close_wire(k, 0);

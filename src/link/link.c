@@ -15,7 +15,10 @@
 /* What a queued command is: a caller's, the engine's ASKING, or a setup
  * command (SETUP + its xf__setup_kind). */
 enum { CALL, ASKING, SETUP };
-enum { REFRESH = 8 }; /* opts: a read script sent to refresh the clock */
+enum {
+  REFRESH = 8,  /* opts: a read script sent to refresh the clock */
+  REFUSED = 16, /* opts: the ASKING ahead of it was refused */
+};
 
 static const xf__link_tracking *tracking; /* set once a near cache is made */
 
@@ -55,7 +58,6 @@ static void reset(xf__link *l, int tell) {
   l->out.len = l->out_at = 0;
   l->fifo_at = l->fifo_len = 0;
   l->live = l->connected = l->ready = l->setup_left = 0;
-  l->asking_rc = XF_OK;
   l->answered = 0;
   l->fd = -1;
   l->gen++;
@@ -374,9 +376,7 @@ static int unreadable(xf__link *l, int rc, const char *what, int64_t now_ms) {
 }
 
 int xf__link_feed(xf__link *l, const char *data, size_t len, int64_t now_ms) {
-  if (!l->live)
-    return XF__LINK_CLOSE;
-  if (len && redisReaderFeed(l->rd, data, len) != REDIS_OK)
+  if (redisReaderFeed(l->rd, data, len) != REDIS_OK)
     return unreadable(l, XF_ENOMEM, "out of memory", now_ms);
   unsigned gen = l->gen;
   for (;;) {
@@ -400,20 +400,24 @@ int xf__link_feed(xf__link *l, const char *data, size_t len, int64_t now_ms) {
         return rc;
       continue;
     }
-    if (p.kind == ASKING) {
-      if (r->type == XF_REPLY_ERROR)
-        l->asking_rc = xf__fail(l->c, XF_EPROTO, "ASKING: %s", r->str);
+    if (p.kind == ASKING) { /* the command after it is next */
+      if (r->type == XF_REPLY_ERROR && l->fifo_len) {
+        xf__fail(l->c, XF_EPROTO, "ASKING: %s", r->str);
+        l->fifo[l->fifo_at].opts |= REFUSED;
+      }
       xf__reply_free(r);
       continue;
     }
     l->answered++;
-    if (p.opts & REFRESH)
-      l->refresh_ms = -1;
-    int rc = l->asking_rc;
-    l->asking_rc = XF_OK;
-    if (rc != XF_OK) {
-      xf__reply_free(r);
-      r = NULL;
+    int rc = XF_OK;
+    if (__builtin_expect(p.opts & (REFRESH | REFUSED), 0)) {
+      if (p.opts & REFRESH)
+        l->refresh_ms = -1;
+      if (p.opts & REFUSED) {
+        rc = XF_EPROTO;
+        xf__reply_free(r);
+        r = NULL;
+      }
     }
     if (rc == XF_OK && p.track_out) /* whether its value may be kept near */
       *p.track_out = l->track;

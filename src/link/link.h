@@ -141,7 +141,6 @@ struct xf__link {
   int ready;       /* its setup was answered, none refused */
   int setup_left;  /* setup replies still awaited */
   int setup_rc;    /* a setup command's refusal (XF_OK: none) */
-  int asking_rc;   /* an ASKING refused: the command after it gets this */
   size_t answered; /* replies to commands since the queue was last empty */
   redisReader *rd;
   xf__buf out; /* to write, from out_at */
@@ -211,8 +210,9 @@ static inline void xf__link_written(xf__link *l, size_t n) {
     l->out.len = l->out_at = 0;
 }
 
-/* Bytes read from the stream: the replies they complete go to their
- * completions in order. XF_OK, XF__LINK_CLOSE or XF__LINK_GONE. */
+/* Bytes read from the stream (a started link, len > 0): the replies they
+ * complete go to their completions in order. XF_OK, XF__LINK_CLOSE or
+ * XF__LINK_GONE. */
 int xf__link_feed(xf__link *l, const char *data, size_t len, int64_t now_ms);
 
 /* The stream failed (how: XF__LINK_*; rc its code, why its reason): the
