@@ -93,7 +93,7 @@ static int drive(net *n, int port, xf_call *call, script *s, xf_value *out) {
     if (step == XF_CALL_SEND) {
       cr_assert_eq(xf_call_send(call, n->link, xft_now_ms()), XF_OK);
       cr_assert_eq(pump(n, port), call);
-      step = xf_call_next(call);
+      step = xf_call_received(call, xft_now_ms());
     } else if (step == XF_CALL_LOAD) {
       s->loads++;
       step = xf_call_loaded(call, s->value, strlen(s->value), 1000, xft_now_ms());
@@ -314,7 +314,7 @@ Test(call_link, a_cold_link_sends_one_read_script_however_many_reads_wait) {
   }
   for (int done = 0; done < 20;) {
     xf_call *moved = pump(&n, port);
-    if (xf_call_next(moved) == XF_CALL_SEND) /* a read asked again */
+    if (xf_call_received(moved, xft_now_ms()) == XF_CALL_SEND) /* a read asked again */
       cr_assert_eq(xf_call_send(moved, n.link, xft_now_ms()), XF_OK);
     else
       done++;

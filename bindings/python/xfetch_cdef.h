@@ -306,6 +306,7 @@ int xf_link_feed(xf_link *link, const void *data, size_t len, int64_t now_ms);
 void xf_link_failed(xf_link *link, xf_link_how how, const char *why, int64_t now_ms);
 int64_t xf_link_deadline(const xf_link *link);
 xf_call *xf_link_ready(xf_link *link);
+xf_call_step xf_call_received(xf_call *call, int64_t now_ms);
 int xf_call_send(xf_call *call, xf_link *link, int64_t now_ms);
 void xf_link_close(xf_link *link);
 int xf_reader_open(xf_reader **out);

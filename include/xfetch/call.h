@@ -183,8 +183,9 @@ XF_EXPORT void xf_call_free(xf_call *call);
  * and a SCRIPT LOAD where a call needs them, and has the server's circuit
  * breaker. A call in XF_CALL_SEND goes on the link of the server
  * xf_call_target names (one link per (host, port)): xf_call_send. When its
- * reply has been fed (or the link failed), the call has moved to its next
- * step and comes out of xf_link_ready.
+ * reply has been fed (or the link failed), the call comes out of
+ * xf_link_ready; xf_call_received then takes its reply in (where the driver
+ * runs the call: its events are emitted there) and gives its next step.
  *
  * The server closing a working connection (its idle timeout, CLIENT KILL)
  * fails nothing: the commands it did not answer wait for a new stream and go
@@ -205,7 +206,8 @@ XF_EXPORT void xf_call_free(xf_call *call);
  *   end of stream, error, xf_link_deadline passed ->
  *     xf_link_failed(link, XF_LINK_CLOSED / _BROKEN / _TIMEOUT, why, now),
  *     close the socket;
- *   while ((call = xf_link_ready(link))) drive it on (xf_call_next). */
+ *   while ((call = xf_link_ready(link))) step = xf_call_received(call, now);
+ *     (in the order they came: a reply behind a read script is judged after it) */
 typedef struct xf_link xf_link;
 
 /* What a connection is for, in xf_link_open's flags. */
@@ -270,8 +272,14 @@ XF_EXPORT void xf_link_failed(xf_link *link, xf_link_how how, const char *why,
 XF_EXPORT int64_t xf_link_deadline(const xf_link *link);
 
 /* The next call that moved since it was sent (its reply fed, or the link
- * decided its failure), oldest first; NULL: none. */
+ * decided its failure), oldest first; NULL: none. Give it xf_call_received
+ * before anything else, in this order. */
 XF_EXPORT xf_call *xf_link_ready(xf_link *link);
+
+/* A call out of xf_link_ready takes in its reply (or its link's failure):
+ * returns its next step (another XF_CALL_SEND after a redirection, the
+ * router's question, a read asked again). For any other call: xf_call_next. */
+XF_EXPORT xf_call_step xf_call_received(xf_call *call, int64_t now_ms);
 
 /* Sends call (in XF_CALL_SEND, for this link's server) on the link: its
  * command goes to the output now (or once a stream is connected), encoded for the
@@ -281,7 +289,8 @@ XF_EXPORT xf_call *xf_link_ready(xf_link *link);
 XF_EXPORT int xf_call_send(xf_call *call, xf_link *link, int64_t now_ms);
 
 /* Closes the link (NULL-safe), the socket the driver's. Calls still on it
- * fail as on XF_LINK_CANCELED and are not reported: look at xf_call_next. */
+ * fail as on XF_LINK_CANCELED (received) and are not reported: look at
+ * xf_call_next. */
 XF_EXPORT void xf_link_close(xf_link *link);
 
 /* Wake-on-write for a driver's waits (with a near cache): xf_call_wake_open

@@ -359,6 +359,8 @@ void xf_call_free(xf_call *call) {
   if (!call)
     return;
   xf__call_link_forget(call);
+  if (call->got)
+    xf__reply_free(call->got);
   if (call->share.lead) /* abandoned in its load: the flight ends, failed */
     xf__flow_share_end(&call->f, call->f.c, -1, 0);
   if (call->step != XF_STEP_DONE) /* abandoned mid-way: what the flow holds */

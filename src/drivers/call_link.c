@@ -53,9 +53,23 @@ static int reserve(calls *v, size_t n) {
 static void moved(xf_link *k, xf_call *call, xf__reply *r, int rc) {
   call->on_link = ON_READY;
   k->ready.at[k->ready.len++] = call;
+  call->got = r;
+  call->got_rc = rc;
+  call->got_set = 1;
   if (!r)
-    xf__fail(k->c, rc, "%s", k->l.why[0] ? k->l.why : "the connection failed");
-  xf__call_on_reply(call, r, rc, k->now_ms);
+    snprintf(call->errstr, sizeof call->errstr, "%s",
+             k->l.why[0] ? k->l.why : "the connection failed");
+}
+
+xf_call_step xf_call_received(xf_call *call, int64_t now_ms) {
+  if (!call || !call->got_set || call->on_link != ON_NONE)
+    return xf_call_next(call);
+  xf__reply *r = call->got;
+  call->got = NULL;
+  call->got_set = 0;
+  if (!r)
+    xf__fail(call->f.c, call->got_rc, "%s", call->errstr);
+  return xf__call_on_reply(call, r, call->got_rc, now_ms);
 }
 
 static void on_reply(xf__link *l, void *ud, int rc, xf__reply **reply) {
@@ -223,7 +237,7 @@ xf_call *xf_link_ready(xf_link *k) {
 
 int xf_call_send(xf_call *call, xf_link *k, int64_t now_ms) {
   if (!call || !k || call->step != XF_STEP_SEND || call->on_link != ON_NONE ||
-      !call->send_cmd)
+      call->got_set || !call->send_cmd)
     return XF_EINVAL;
   if (reserve(&k->ready, k->ready.len + k->attached + 1) != XF_OK ||
       reserve(&k->waiting, k->attached + 1) != XF_OK)
@@ -286,8 +300,9 @@ void xf_link_close(xf_link *k) {
     for (size_t i = 0; i < k->waiting.len; i++)
       moved(k, k->waiting.at[i], NULL, XF_EIO);
     k->waiting.len = 0;
-    while (xf_link_ready(k))
-      ;
+    xf_call *call;
+    while ((call = xf_link_ready(k)))
+      xf_call_received(call, 0);
   }
   xf__link_free(&k->l);
   free(k->waiting.at);

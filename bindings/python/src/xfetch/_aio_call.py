@@ -37,7 +37,7 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 if moving is not None:
                     await moving
                     moving = None
-                step = lib.xf_call_next(call)
+                step = lib.xf_call_received(call, now_ms())  # in this task: its events
             elif step == 1:  # XF_CALL_LOAD
                 t0 = _monotonic()
                 step, exc = await _load(cache, call, loader, kb)
@@ -97,7 +97,7 @@ def abandoned(links, call):
     when that one has a stream (this again once it moved); the call is
     freed once DONE, waiting, or with no stream to take it."""
     host, port = ffi.new("const char **"), ffi.new("int *")
-    step = lib.xf_call_next(call)
+    step = lib.xf_call_received(call, now_ms())
     while step == lib.XF_CALL_LOAD:
         step = lib.xf_call_load_failed(call, -1, now_ms())
     if step == lib.XF_CALL_SEND:
