@@ -147,10 +147,12 @@ static uint64_t stat_of(xf_client *c, size_t offset) {
 #define STAT(c, field) stat_of(c, offsetof(xf_stats, field))
 
 Test(call_link, a_miss_loads_then_hits_are_plain_reads) {
-  int port = xft_port();
+  xft_server srv; /* its own: the scripts counted are this test's alone */
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  int port = srv.port;
   xf_client *c = lazy_client(port, NULL, NULL);
   net n = open_net(c, port);
-  redisContext *r = xft_redis();
+  redisContext *r = xft_redis_port(port);
   script s = {.value = "computed"};
   xf_value v;
   cr_assert_eq(fetch(&n, port, c, "link:miss", &s, &v), XF_OK, "%s", xf_errmsg(c));
@@ -173,6 +175,7 @@ Test(call_link, a_miss_loads_then_hits_are_plain_reads) {
   redisFree(r);
   close_net(&n);
   xf_client_close(c);
+  xft_server_stop(&srv);
 }
 
 Test(call_link, a_connection_the_server_closed_is_resent_once) {
@@ -290,14 +293,16 @@ Test(call_link, arguments_refused) {
 }
 
 Test(call_link, a_cold_link_sends_one_read_script_however_many_reads_wait) {
-  int port = xft_port();
+  xft_server srv; /* its own: the scripts counted are this test's alone */
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  int port = srv.port;
   xf_client *c = lazy_client(port, NULL, NULL);
-  redisContext *r = xft_redis();
+  redisContext *r = xft_redis_port(port);
   xf_policy p = XF_POLICY_INIT;
   p.beta = 0;
   p.ttl_ms = 60000;
   char key[32];
-  xf_client *writer = xft_client(5);
+  xf_client *writer = xft_client_port(port, 5);
   for (int i = 0; i < 20; i++) { /* warm: another client's writes */
     snprintf(key, sizeof key, "link:cold:%d", i);
     cr_assert_eq(xf_set(writer, key, strlen(key), "v", 1, &p), XF_OK);
@@ -333,4 +338,5 @@ Test(call_link, a_cold_link_sends_one_read_script_however_many_reads_wait) {
   redisFree(r);
   close_net(&n);
   xf_client_close(c);
+  xft_server_stop(&srv);
 }
