@@ -52,7 +52,8 @@ typedef enum xf_event_type {
   XF_EV_NEAR = 5, XF_EV_LEASE_WON = 6, XF_EV_LEASE_LOST = 7, XF_EV_LOAD_START = 8,
   XF_EV_LOAD_DONE = 9, XF_EV_WAIT = 10, XF_EV_LOCAL = 11, XF_EV_SUPERSEDED = 12,
   XF_EV_BREAKER_OPEN = 13, XF_EV_BREAKER_CLOSED = 14, XF_EV_RECONNECT = 15,
-  XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17
+  XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17, XF_EV_LEASE_RENEWED = 18,
+  XF_EV_SOFT_TIMEOUT = 19, XF_EV_HARD_TIMEOUT = 20
 } xf_event_type;
 typedef enum xf_driver {
   XF_DRIVER_BLOCKING = 0, XF_DRIVER_BATCH = 1, XF_DRIVER_POOL = 2, XF_DRIVER_ASYNC = 3,
@@ -116,6 +117,9 @@ typedef struct xf_policy {
   xf_on_wait_timeout on_wait_timeout;
   int background_refresh;
   double refresh_ahead;
+  int64_t max_load_ms;
+  int64_t soft_timeout_ms;
+  int64_t hard_timeout_ms;
 } xf_policy;
 
 typedef enum xf_source {

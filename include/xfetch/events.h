@@ -48,8 +48,18 @@ typedef enum xf_event_type {
   XF_EV_BREAKER_CLOSED = 14, /* server's connection is back */
   XF_EV_RECONNECT = 15,      /* a connection to server was opened again */
   XF_EV_REDIRECT = 16,       /* Cluster MOVED / ASK followed (server: where to) */
-  XF_EV_INVALIDATION = 17    /* the near cache was told a key changed, or
+  XF_EV_INVALIDATION = 17,   /* the near cache was told a key changed, or
                                 dropped a server's entries: see below */
+  XF_EV_LEASE_RENEWED = 18,  /* a loader's lease was renewed while it ran
+                                (policy.max_load_ms; rc 0, or XF_ESUPERSEDED:
+                                it is not the loader's any more), reported
+                                on the thread (or loop) that renewed it */
+  XF_EV_SOFT_TIMEOUT = 19,   /* result: the load ran past soft_timeout_ms;
+                                the caller got the value it had (source)
+                                and the load goes on */
+  XF_EV_HARD_TIMEOUT = 20    /* the load ran past hard_timeout_ms; the
+                                caller got XF_ETIMEDOUT (rc) or a stale
+                                value (source) and the load goes on */
 } xf_event_type;
 
 /* Which driver ran the call. */

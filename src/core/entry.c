@@ -70,6 +70,12 @@ void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const c
   script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, 2, args);
 }
 
+void xf__entry_renew_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                         int64_t lease_ms) {
+  const char *args[] = {token, number(cmd, 0, lease_ms)};
+  script_cmd(cmd, XF_SCRIPT_RENEW, key, keylen, 2, args);
+}
+
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
                           int64_t tombstone_ms, int format) {
   const char *args[] = {number(cmd, 0, tombstone_ms), format_arg(format)};

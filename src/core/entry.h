@@ -75,6 +75,10 @@ void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf_
  * that answers its waiters (lua/release.lua) for that long. */
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
                            int64_t nothing_keep_ms);
+/* The lease holder's renewal (lua/renew.lua): its deadline becomes the
+ * server's now + lease_ms, if the lease is still token's. */
+void xf__entry_renew_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                         int64_t lease_ms);
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
                           int64_t tombstone_ms, int format);
 /* The reads of nkeys keys in one call (read_many.lua; in Redis Cluster all in
@@ -146,7 +150,8 @@ int xf__entry_parse_lease(xf__runtime *rt, xf__reply *r, int64_t *now_ms,
 int xf__entry_split_read_many(xf__runtime *rt, xf__reply *r, size_t nkeys,
                               xf__reply **parts);
 
-/* The integer reply of write (1 written, 0 refused), release or delete. */
+/* The integer reply of write (1 written, 0 refused), release, renew or
+ * delete. */
 int xf__entry_parse_int(xf__runtime *rt, xf__reply *r, const char *what, int *value);
 
 /* The entry's value as a malloc'd NUL-terminated buffer of e->len bytes,

@@ -121,6 +121,7 @@ static xf__step load(xf__flow *f, xf__load_kind kind) {
     xf__entry_free(&f->e);
   f->load = kind;
   f->state = XF__LOAD;
+  f->load_start_ms = f->input_ms;
   xf__sink_init(&f->sink, f->cfg->max_value_len);
   f->rt->stats.loads++;
   if (f->pending)
@@ -347,8 +348,9 @@ xf__step xf__flow_cancel(xf__flow *f) {
   if (xf__flow_canceled(f)) /* that release failed too: the lease expires */
     return xf__flow_done(f, XF_ECANCELED);
   int rc = xf__rt_fail(f->rt, XF_ECANCELED, "interrupted (options.interrupt)");
-  return f->token[0] && f->state != XF__DONE ? release_then_done(f, rc)
-                                             : xf__flow_done(f, rc);
+  return f->token[0] && f->state != XF__DONE && f->kind != XF_KIND_RENEW
+             ? release_then_done(f, rc)
+             : xf__flow_done(f, rc);
 }
 
 /* ---- early refresh ------------------------------------------------------------- */
@@ -401,6 +403,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     return serve(f, XF_SOURCE_CACHE);
   }
   f->start_ms = lease_ms;
+  f->lease_len_ms = xf__flow_lease_ms(f);
   f->had_value = f->refresh || f->e.value != NULL || f->e.malformed;
   if (f->pending) /* the miss (and a wait) before the lease, in order */
     xf__flow_settle(f);

@@ -18,7 +18,8 @@ enum {
   XF__LOAD,
   XF__WAIT,
   XF__DONE,
-  XF__FENCE /* a PING after a write's reply (options.write_fence): no script */
+  XF__FENCE, /* a PING after a write's reply (options.write_fence): no script */
+  XF__RENEW
 };
 
 /* Encodes and asks for the command of state. */

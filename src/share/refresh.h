@@ -103,6 +103,8 @@ typedef struct xf__detached {
   xf__refresh_gate *gate;
   xf_loader_fn loader;
   void *ud;
+  struct xf_options *renew_with; /* the caller's options, for the lease's renewals
+                                    while the loader runs (lease_keeper.h) */
   xf_policy policy;
   xf__flow f;
   xf_value out;
