@@ -282,6 +282,8 @@ int xf_call_result(xf_call *call, xf_value *out);
 const char *xf_call_errmsg(const xf_call *call);
 void xf_call_free(xf_call *call);
 xf_call *xf_call_take_refresh(xf_call *call);
+int64_t xf_call_renew_at(const xf_call *call);
+int xf_call_start_renew(xf_call **out, xf_call *loading, int64_t now_ms);
 typedef enum xf_setup_flags {
   XF_SETUP_REPLICA = 1,
   XF_SETUP_SCRIPTS = 2

@@ -23,6 +23,8 @@ struct xf_call {
   char *data;       /* likewise: a set's value */
   xf_value out;
   struct xf_call *refresh; /* background refresh detached at DONE (xf_call_take_refresh) */
+  xf__renewal renew;       /* LOAD: its lease's renewals (xf_call_renew_at) */
+  int renewing;            /* renew is set */
   xf__buf request;         /* the RESP bytes of the SEND step */
   size_t cmd_at;           /* where its last command (the flow's or a probe's) starts */
   struct xf_call_conn *conn; /* the SEND's connection (xf_call_use_conn); NULL = not said */

@@ -18,6 +18,7 @@ from ._runtime import sink_value
 # steps() compares with these literals (no attribute lookups on the hot path)
 assert (lib.XF_CALL_SEND, lib.XF_CALL_LOAD, lib.XF_CALL_DONE) == (0, 1, 3)
 _monotonic = time.monotonic
+_NEVER = (1 << 63) - 1  # xf_call_renew_at: no renewal
 
 
 async def steps(cache, call, loader=None, key=None, kb=None):
@@ -78,17 +79,45 @@ async def _load(cache, call, loader, kb):
     sync face). Returns (next step, the loader's Exception or None)."""
     token = enter_load(cache._config.namespace, kb)
     t0 = _monotonic()
+    keeper = None
     try:
         value = loader()
         if inspect.isawaitable(value):
+            if lib.xf_call_renew_at(call) != _NEVER:  # the loop renews its lease meanwhile
+                keeper = asyncio.get_running_loop().create_task(_keep_lease(cache, call))
             value = await value
         sink_value(value, lib.xf_call_sink(call))
     except Exception as e:  # nothing is cached; raised (or logged) at the end
         cache._config.failures.record(kb, e)  # for the share's followers
         return lib.xf_call_load_done(call, -1, int((_monotonic() - t0) * 1e6), now_ms()), e
     finally:
+        if keeper is not None:  # cancelled before the call moves on: it never sees it again
+            keeper.cancel()
         leave_load(token)
     return lib.xf_call_load_done(call, 0, int((_monotonic() - t0) * 1e6), now_ms()), None
+
+
+async def _keep_lease(cache, call):
+    """Renews the lease of call, in XF_CALL_LOAD, while its loader is awaited
+    (C xf_call_renew_at, xf_call_start_renew: every third of the lease, up to
+    max_load_ms); cancelled once the loader returned. A renewal's failure
+    waits for the next one."""
+    out = ffi.new("xf_call **")
+    while True:
+        at = lib.xf_call_renew_at(call)
+        if at == _NEVER:
+            return
+        delay = (at - now_ms()) / 1000
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if lib.xf_call_start_renew(out, call, now_ms()) != 0:
+            return
+        renew = out[0]
+        if renew == ffi.NULL:
+            continue
+        await steps(cache, renew)  # cancelled: finished in the background there
+        lib.xf_call_result(renew, ffi.NULL)
+        lib.xf_call_free(renew)
 
 
 def abandoned(links, call):

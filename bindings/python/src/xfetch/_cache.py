@@ -188,14 +188,17 @@ class Cache(LateSetup):
               stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
               jitter: float = _0, on_wait_timeout: str = _LOAD,
               background_refresh: bool | None = None,
-              refresh_ahead: float | None = None) -> Fetched:
+              refresh_ahead: float | None = None, max_load: float | None = None,
+              soft_timeout: float | None = None,
+              hard_timeout: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
                                 stale=stale, stale_if_error=stale_if_error,
                                 negative_ttl=negative_ttl, jitter=jitter,
                                 on_wait_timeout=on_wait_timeout,
                                 background_refresh=background_refresh,
-                                refresh_ahead=refresh_ahead)
+                                refresh_ahead=refresh_ahead, max_load=max_load,
+                                soft_timeout=soft_timeout, hard_timeout=hard_timeout)
 
     def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer)."""
@@ -219,7 +222,9 @@ class Cache(LateSetup):
                    stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
                    jitter: float = _0, on_wait_timeout: str = _LOAD,
                    background_refresh: bool | None = None,
-                   refresh_ahead: float | None = None) -> Fetched:
+                   refresh_ahead: float | None = None, max_load: float | None = None,
+              soft_timeout: float | None = None,
+              hard_timeout: float | None = None) -> Fetched:
         """fetch of the bytes C caches (loader returns them)."""
         kb = key_bytes(key)
         check_loader(loader)
@@ -229,7 +234,8 @@ class Cache(LateSetup):
             refresh_ahead = self._config.refresh_ahead
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout,
-                                     background_refresh, refresh_ahead))
+                                     background_refresh, refresh_ahead, max_load,
+                                     soft_timeout, hard_timeout))
         if self._near:
             value = self._near_serve(kb, policy)
             if value is not NEAR_PASS:
@@ -268,7 +274,9 @@ class Cache(LateSetup):
                        negative_ttl: float = _0, jitter: float = _0,
                        on_wait_timeout: str = _LOAD,
                        background_refresh: bool | None = None,
-                       refresh_ahead: float | None = None) -> Any:
+                       refresh_ahead: float | None = None, max_load: float | None = None,
+                       soft_timeout: float | None = None,
+                       hard_timeout: float | None = None) -> Any:
         """Returns the value cached under key, calling loader() to compute it
         when missing, expired or elected for early recomputation (XFetch).
         Across every client of the Redis server one caller at a time runs the
@@ -300,13 +308,26 @@ class Cache(LateSetup):
         XFetch (beta) always, 0 or None rate-aware with background_refresh
         (1.5) and XFetch without. A finite number; else TypeError/ValueError.
 
+        The loader under control (seconds; None: the default). max_load: a
+        loader slower than its lease renews it (every third of the lease,
+        from another thread) for up to this long (None: 60 s; at most the
+        lease: never), so no second caller loads the key meanwhile; a
+        process that dies stops renewing and the key is free again within
+        the lease. soft_timeout: a call that has a value to give (an early
+        refresh, a stale value) returns it once its load has run this long;
+        the load goes on, on the Cache's refresh threads, and is cached.
+        hard_timeout: no call waits longer for a load: it raises
+        xfetch.TimeoutError (or returns a stale value within
+        stale_if_error); its own load goes on and is cached.
+
         An exception raised by loader propagates unchanged; nothing is cached
         and the lease is released. Library errors raise xfetch.Error
         subclasses; bad arguments raise TypeError/ValueError before any I/O.
         """
         if (lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
-                and background_refresh is None and refresh_ahead is None):
+                and background_refresh is None and refresh_ahead is None
+                and max_load is None and soft_timeout is None and hard_timeout is None):
             # fetch's steps, without its call and bigger memo (a str key and a
             # callable loader inline: the checks' cost is the hit's)
             kb = key.encode() if type(key) is str and key else key_bytes(key)
@@ -330,7 +351,8 @@ class Cache(LateSetup):
                                 negative_ttl=negative_ttl, jitter=jitter,
                                 on_wait_timeout=on_wait_timeout,
                                 background_refresh=background_refresh,
-                                refresh_ahead=refresh_ahead)[0]
+                                refresh_ahead=refresh_ahead, max_load=max_load,
+                                soft_timeout=soft_timeout, hard_timeout=hard_timeout)[0]
 
     def _near_serve(self, kb, policy):
         """C xf__near_serve on an idle connection of the pool (policy NULL: a

@@ -43,12 +43,19 @@ def check_refresh_ahead(refresh_ahead):
     return float(refresh_ahead)
 
 
+def _optional_ms(name, seconds):
+    """None -> 0 (the C default); else seconds as _ms (at least 1 ms)."""
+    return 0 if seconds is None else _ms(name, seconds, 1)
+
+
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
-                on_wait_timeout, background_refresh=False, refresh_ahead=None):
+                on_wait_timeout, background_refresh=False, refresh_ahead=None,
+                max_load=None, soft_timeout=None, hard_timeout=None):
     """Returns a new xf_policy cdata; raises TypeError / ValueError.
     background_refresh: an early refresh this call wins runs off the call
     (C policy.background_refresh, with the rate-aware early refresh).
-    refresh_ahead: C policy.refresh_ahead (check_refresh_ahead)."""
+    refresh_ahead: C policy.refresh_ahead (check_refresh_ahead). max_load,
+    soft_timeout, hard_timeout: seconds or None (C's 0: the default, none)."""
     if background_refresh is not None and type(background_refresh) is not bool:
         raise TypeError(f"background_refresh must be True or False, not {background_refresh!r}")
     refresh_ahead = check_refresh_ahead(refresh_ahead)
@@ -58,6 +65,11 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
     jitter = _number("jitter", jitter)
     if not 0 <= jitter < 1:
         raise ValueError(f"jitter must be in [0, 1), not {jitter!r}")
+    soft = _optional_ms("soft_timeout", soft_timeout)
+    hard = _optional_ms("hard_timeout", hard_timeout)
+    if soft and hard and soft > hard:
+        raise ValueError(f"soft_timeout ({soft_timeout!r} s) must not exceed hard_timeout "
+                         f"({hard_timeout!r} s)")
     if on_wait_timeout not in _ON_WAIT_TIMEOUT:
         raise ValueError(f"on_wait_timeout must be 'load' or 'fail', not {on_wait_timeout!r}")
     return ffi.new("xf_policy *", {
@@ -72,6 +84,8 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "on_wait_timeout": _ON_WAIT_TIMEOUT[on_wait_timeout],
         "background_refresh": 1 if background_refresh else 0,
         "refresh_ahead": refresh_ahead,
+        "max_load_ms": _optional_ms("max_load", max_load),
+        "soft_timeout_ms": soft, "hard_timeout_ms": hard,
     })
 
 

@@ -181,14 +181,17 @@ class Cache(LateSetup):
                     stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                     jitter: float = 0.0, on_wait_timeout: str = "load",
                     background_refresh: bool | None = None,
-                    refresh_ahead: float | None = None) -> Fetched:
+                    refresh_ahead: float | None = None, max_load: float | None = None,
+                    soft_timeout: float | None = None,
+                    hard_timeout: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         return await self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease,
                                       wait=wait, stale=stale, stale_if_error=stale_if_error,
                                       negative_ttl=negative_ttl, jitter=jitter,
                                       on_wait_timeout=on_wait_timeout,
                                       background_refresh=background_refresh,
-                                      refresh_ahead=refresh_ahead)
+                                      refresh_ahead=refresh_ahead, max_load=max_load,
+                                soft_timeout=soft_timeout, hard_timeout=hard_timeout)
 
     async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer)."""
@@ -210,7 +213,8 @@ class Cache(LateSetup):
 
     async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                          stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
-                         on_wait_timeout="load", background_refresh=None, refresh_ahead=None):
+                         on_wait_timeout="load", background_refresh=None, refresh_ahead=None,
+                         max_load=None, soft_timeout=None, hard_timeout=None):
         """fetch of the bytes C caches (loader returns them)."""
         if background_refresh is None:
             background_refresh = self._config.background_refresh
@@ -218,7 +222,8 @@ class Cache(LateSetup):
             refresh_ahead = self._config.refresh_ahead
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout,
-                                     background_refresh, refresh_ahead))
+                                     background_refresh, refresh_ahead, max_load,
+                                     soft_timeout, hard_timeout))
         return await self._run(key, loader, policy, lease)
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: Any = None,

@@ -1,0 +1,123 @@
+"""The loader under control, on both faces (the `face` fixture): a loader
+slower than its lease renews it (no second load meanwhile), and a holder
+that dies frees its key within its lease. Real redis-server."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import xfetch
+
+# A lease and a loader twice as long. Renewals go every third of the lease
+# (~167 ms): one may come ~330 ms late on a busy machine before the lease
+# runs out.
+LEASE = 0.5
+LOAD = 2 * LEASE
+
+
+def two_callers(face, server, prefix, **policy):
+    """A slow load of one key by a first Cache, and a second Cache's call
+    100 ms later that waits for its value: how many loads ran."""
+    first, second = face.Cache(server.url, prefix=prefix), face.Cache(server.url, prefix=prefix)
+    runs = []
+
+    def body():
+        runs.append(1)
+        return b"v"
+    load = face.loader(body, delay=LOAD)
+
+    def call(cache, after):
+        if face.aio:
+            async def one():
+                import asyncio
+                await asyncio.sleep(after)
+                return await cache.get_or_compute("slow", load, ttl=60, lease=LEASE,
+                                                  wait=5.0, **policy)
+        else:
+            def one():
+                time.sleep(after)
+                return cache.get_or_compute("slow", load, ttl=60, lease=LEASE, wait=5.0,
+                                            **policy)
+        return one
+    out = face.gather([call(first, 0.0), call(second, 0.1)])
+    assert out == [b"v", b"v"]
+    return len(runs)
+
+
+def test_a_loader_twice_its_lease_gets_no_twin(face, server, admin, prefix):
+    loads = two_callers(face, server, prefix)
+    assert loads == 1, f"a {LOAD} s loader under a {LEASE} s lease: {loads} loads"
+
+
+def test_without_renewal_the_second_caller_loads_too(face, server, admin, prefix):
+    loads = two_callers(face, server, prefix, max_load=LEASE)
+    assert loads == 2, f"{loads} loads"
+
+
+_HOLDER = textwrap.dedent("""
+    import asyncio, sys, time
+    import xfetch, xfetch.aio
+    url, prefix, face, lease = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+
+    def started():
+        sys.stdout.write("loading\\n")
+        sys.stdout.flush()
+
+    if face == "aio":
+        async def load():
+            started()
+            await asyncio.sleep(3600)
+        async def main():
+            cache = xfetch.aio.Cache(url, prefix=prefix)
+            await cache.get_or_compute("held", load, ttl=60, lease=lease)
+        asyncio.run(main())
+    else:
+        def load():
+            started()
+            time.sleep(3600)
+        xfetch.Cache(url, prefix=prefix).get_or_compute("held", load, ttl=60, lease=lease)
+""")
+
+
+def lease_held(cache, face):
+    """Whether another caller holds the key's lease (a call that may not wait
+    raises TimeoutError)."""
+    try:
+        face.run(cache.get_or_compute("held", lambda: b"x", ttl=60, wait=0.0,
+                                      on_wait_timeout="fail"))
+    except xfetch.TimeoutError:
+        return True
+    return False
+
+
+def test_a_killed_holder_frees_the_key_within_its_lease(face, server, admin, prefix):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, server.url, prefix, face.kind,
+                               str(LEASE)], stdout=subprocess.PIPE, env=dict(os.environ))
+    try:
+        assert holder.stdout.readline() == b"loading\n"  # its lease is won
+        cache = face.Cache(server.url, prefix=prefix)
+        assert lease_held(cache, face)
+        time.sleep(LEASE + 0.2)
+        assert lease_held(cache, face), f"the lease was not renewed past its {LEASE} s"
+    finally:
+        holder.kill()
+        killed = time.monotonic()
+        holder.wait()
+    got = face.run(cache.fetch("held", face.loader(lambda: b"mine"), ttl=60, lease=LEASE,
+                               wait=5.0))
+    freed = time.monotonic() - killed
+    assert got == (b"mine", "loader")
+    # Within the lease (the last renewal came at most a third of it before
+    # the kill), plus the waiter's poll (50 ms at most) and 250 ms for a busy
+    # machine.
+    assert freed <= LEASE + 0.3, f"loaded again {freed:.3f} s after the kill"
+
+
+@pytest.mark.parametrize("max_load", [-1.0, float("nan"), "1"])
+def test_max_load_is_checked(face, server, prefix, max_load):
+    cache = face.Cache(server.url, prefix=prefix)
+    with pytest.raises((TypeError, ValueError)):
+        face.run(cache.get_or_compute("k", lambda: b"v", ttl=60, max_load=max_load))
