@@ -283,6 +283,8 @@ const char *xf_call_errmsg(const xf_call *call);
 void xf_call_free(xf_call *call);
 xf_call *xf_call_take_refresh(xf_call *call);
 int64_t xf_call_renew_at(const xf_call *call);
+int64_t xf_call_load_deadline(const xf_call *call);
+xf_call_step xf_call_load_timeout(xf_call *call, int64_t now_ms);
 int xf_call_start_renew(xf_call **out, xf_call *loading, int64_t now_ms);
 typedef enum xf_setup_flags {
   XF_SETUP_REPLICA = 1,

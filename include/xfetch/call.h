@@ -166,6 +166,23 @@ XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
  * expires after the policy's lease_ms. */
 XF_EXPORT xf_call *xf_call_take_refresh(xf_call *call);
 
+/* Load timeouts (policy.soft_timeout_ms, hard_timeout_ms): in XF_CALL_LOAD,
+ * xf_call_load_deadline says until when (the driver's ms; INT64_MAX: no
+ * bound) the caller waits for its loader. A driver whose loader is still
+ * running then calls xf_call_load_timeout: the call ends (XF_CALL_DONE)
+ * with the value it had (soft: the early refresh's current value or a
+ * stale one), or XF_ETIMEDOUT (hard; a value within stale_if_error_ms is
+ * served instead), and the load goes on as a call of its own, at
+ * XF_CALL_LOAD, taken with xf_call_take_refresh: feed it the loader's
+ * outcome (its own xf_call_sink, xf_call_load_done...) and drive it to its
+ * end like a background refresh (its write, or the release of its lease;
+ * renew its lease meanwhile with xf_call_renew_at). Returns the call's
+ * step (XF_CALL_LOAD unchanged when there was no memory to move the load:
+ * the call then waits for its loader). A driver that cannot run a loader
+ * off the call ignores the deadline. */
+XF_EXPORT int64_t xf_call_load_deadline(const xf_call *call);
+XF_EXPORT xf_call_step xf_call_load_timeout(xf_call *call, int64_t now_ms);
+
 /* Lease renewal (policy.max_load_ms): a call in XF_CALL_LOAD whose loader
  * outlives a third of its lease keeps the key's lease by renewing it while
  * the loader runs. xf_call_renew_at: when the next renewal is due (the

@@ -142,6 +142,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   xf__runtime *rt = f->rt;
   f->kind = kind;
   f->input_ms = now_ms;
+  f->began_ms = now_ms;
   f->clock = NULL;
   f->driver = rt->driver;
   f->pending = 0;

@@ -99,6 +99,8 @@ typedef struct xf__flow {
   int64_t delta_us;
   int64_t lease_len_ms;  /* the lease held: its length (xf__flow_lease_ms) */
   int64_t load_start_ms; /* LOAD: the driver's ms when it was asked for */
+  int64_t began_ms;      /* the driver's ms at the call's start */
+  int hard_wait;         /* WAIT: its end is hard_timeout_ms's, not wait_ms's */
   xf_driver driver;      /* for events: the client's when the call started */
   int pending;           /* events owed when the outcome is known (flow_compute.c) */
   int fail_open_rc;      /* why Redis could not be used, for a fail-open result owed */
@@ -285,6 +287,25 @@ int xf__flow_detachable(const xf__flow *f);
 xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
                          const char *user_key, xf_value *out);
 xf__step xf__flow_skip(xf__flow *f);
+
+/* Load timeouts (policy.soft_timeout_ms, hard_timeout_ms). At a LOAD step
+ * (a leased load, or one after giving up a wait), the caller waits for its
+ * loader until xf__flow_load_deadline (the driver's ms; INT64_MAX: no
+ * bound): the call's start + soft_timeout_ms when it has a value to give
+ * (an early refresh's current value, a stale value within stale_ms), else
+ * + hard_timeout_ms. A driver whose loader still runs then calls
+ * xf__flow_time_out(f, bg, p, user_key, out, now_ms): the load moves to bg
+ * as with xf__flow_detach (bg at its LOAD: the driver feeds it the
+ * loader's outcome and runs it to DONE: the write, or the release; p,
+ * user_key, out: the driver's copies, valid until then), and f is DONE
+ * with the value it had (soft: XF_SOURCE_CACHE or XF_SOURCE_STALE; hard: a
+ * value within stale_ms or stale_if_error_ms, as XF_SOURCE_STALE), or
+ * XF_ETIMEDOUT (hard, none to give). Emits XF_EV_SOFT_TIMEOUT or
+ * XF_EV_HARD_TIMEOUT. A driver that cannot move a running loader off the
+ * call ignores the deadline (the call waits for its loader, as before). */
+int64_t xf__flow_load_deadline(const xf__flow *f);
+xf__step xf__flow_time_out(xf__flow *f, xf__flow *bg, const xf_policy *p,
+                           const char *user_key, xf_value *out, int64_t now_ms);
 
 /* Frees what a flow abandoned before DONE holds (the machine has no abort
  * input: a driver that drops a call mid-way calls this). */

@@ -284,9 +284,15 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
      * miss's lease request back while its earlier keys load (batch.c). */
     f->waited_from_ms = now_ms;
     f->give_up_ms = now_ms + f->p->wait_ms;
+    int64_t hard_ms = f->p->hard_timeout_ms;
+    f->hard_wait = hard_ms > 0 && f->began_ms + hard_ms < f->give_up_ms;
+    if (f->hard_wait) /* no caller waits past its hard timeout */
+      f->give_up_ms = f->began_ms + hard_ms;
   }
   if (e->value && -e->remaining_ms <= f->p->stale_ms)
     return serve(f, XF_SOURCE_STALE);
+  if (f->hard_wait && now_ms >= f->give_up_ms)
+    return xf__flow_hard_timeout(f);
   /* A computation that starts after this read is dated by it, no later: a
    * value written since (an xf_set, a delete) is newer and must win. */
   f->start_ms = e->now_ms;
@@ -456,10 +462,11 @@ int xf__flow_detachable(const xf__flow *f) {
          f->p->background_refresh;
 }
 
-xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
-                         const char *user_key, xf_value *out) {
-  int rc = serve_entry(f, &f->e, XF_SOURCE_CACHE);
-  *bg = *f; /* the lease, the key, the dates: the refresh's own from here on */
+/* Moves f's LOAD (its lease, key, dates, sink) to bg, whose result goes to
+ * out; f keeps only the entry it read (freed when it is DONE). */
+void xf__flow_move_load(xf__flow *f, xf__flow *bg, const xf_policy *p, const char *user_key,
+                        xf_value *out) {
+  *bg = *f; /* the lease, the key, the dates: the load's own from here on */
   bg->p = p;
   bg->user_key = user_key;
   bg->out = out;
@@ -468,12 +475,17 @@ xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
     bg->key.data = bg->key.inline_buf;
   bg->detached = 1;
   bg->pending = 0;
-  xf__entry_free(&bg->e); /* its value went to f's caller; had_value is kept */
-  f->key.data = NULL;     /* moved to bg */
+  memset(&bg->e, 0, sizeof bg->e); /* the entry read stays f's; had_value is kept */
+  f->key.data = NULL;              /* moved to bg */
   f->key.len = 0;
-  memset(&f->e, 0, sizeof f->e);
   memset(&f->sink, 0, sizeof f->sink);
   f->token[0] = '\0';
+}
+
+xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
+                         const char *user_key, xf_value *out) {
+  int rc = serve_entry(f, &f->e, XF_SOURCE_CACHE);
+  xf__flow_move_load(f, bg, p, user_key, out);
   xf__flow_done(f, rc);
   return XF_STEP_LOAD;
 }

@@ -48,6 +48,14 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
 xf__step xf__flow_written(xf__flow *f, int ok);
 xf__step xf__flow_released(xf__flow *f, xf__reply *r);
 
+/* flow_timeout.c: a waiter's hard timeout (its wait ended at
+ * hard_timeout_ms): a value within stale_if_error_ms (f->e), or
+ * XF_ETIMEDOUT. */
+xf__step xf__flow_hard_timeout(xf__flow *f);
+/* flow_compute.c: f's LOAD moved to bg (xf__flow_detach's move). */
+void xf__flow_move_load(xf__flow *f, xf__flow *bg, const xf_policy *p, const char *user_key,
+                        xf_value *out);
+
 /* A FENCE cut short by the interrupt (xf__flow_cancel): the write it
  * follows was acknowledged, so the call ends as the write did. */
 xf__step xf__flow_fence_cut(xf__flow *f);

@@ -20,7 +20,9 @@ static int run(xf__flow *f, xf__step step, xf_loader_fn loader, void *ud) {
       break;
     case XF_STEP_LOAD:
       step = xf__flow_detachable(f) ? xf__blocking_refresh(f, loader, ud)
-                                    : xf__flow_run_loader(f, loader, ud);
+             : xf__flow_load_deadline(f) != INT64_MAX
+                 ? xf__blocking_bounded_load(f, loader, ud)
+                 : xf__flow_run_loader(f, loader, ud);
       break;
     case XF_STEP_WAIT:
       step = xf__drive_sleep(f, f->wake_ms) ? xf__flow_cancel(f)

@@ -189,6 +189,26 @@ int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t ke
                  now_ms);
 }
 
+int64_t xf_call_load_deadline(const xf_call *call) {
+  return call && call->step == XF_STEP_LOAD ? xf__flow_load_deadline(&call->f) : INT64_MAX;
+}
+
+xf_call_step xf_call_load_timeout(xf_call *call, int64_t now_ms) {
+  if (!call || call->step != XF_STEP_LOAD || call->refresh)
+    return xf_call_next(call);
+  xf_call *r = NULL, *unused;
+  if (call_new(&unused, call->f.c, call->key, call->f.user_keylen, &r) != XF_OK)
+    return XF_CALL_LOAD; /* no memory to move it: the call waits for its loader */
+  r->policy = call->policy;
+  xf__flow_time_out(&call->f, &r->f, &r->policy, r->key, &r->out, now_ms);
+  r->step = XF_STEP_LOAD;
+  r->renew = call->renew; /* the renewals' schedule goes with the lease */
+  r->renewing = call->renewing;
+  call->renewing = 0;
+  call->refresh = r;
+  return advance(call, XF_STEP_DONE, now_ms);
+}
+
 int64_t xf_call_renew_at(const xf_call *call) {
   return call && call->step == XF_STEP_LOAD && call->renewing ? call->renew.next_ms
                                                               : INT64_MAX;

@@ -92,6 +92,12 @@ xf__idle_clients *xf__refresh_share_idle(xf_share *s);
  * (the LOAD run as any). */
 xf__step xf__blocking_refresh(xf__flow *f, xf_loader_fn loader, void *ud);
 
+/* The blocking driver's LOAD under a soft or hard timeout
+ * (xf__flow_load_deadline; blocking_timeout.c): its loader on the share's
+ * workers, the caller waiting until the deadline; without a share (or a
+ * worker), the LOAD runs as any (the timeout does not apply). */
+xf__step xf__blocking_bounded_load(xf__flow *f, xf_loader_fn loader, void *ud);
+
 /* ---- a detached refresh as a job (refresh_job.c) --------------------------------- */
 
 /* What every driver's detached refresh holds: its own copies of what the

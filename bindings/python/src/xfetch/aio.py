@@ -291,6 +291,12 @@ class Cache(LateSetup):
             exc = None
             lib.xf_call_free(call)
 
+    def _track(self, coro):
+        """Runs coro as a task close() drains (a load a timed-out call left)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
+
     def _spawn_refresh(self, call, loader, key, kb):
         """Runs C refresh call as a task the Cache tracks (close() drains it);
         closing: not started (its lease expires)."""
