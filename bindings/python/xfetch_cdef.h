@@ -327,6 +327,7 @@ void xf_reader_close(xf_reader *rd);
 /* Internal entry points (src/drivers/bindings.h, not xfetch.h): the faces'
  * near hit without the call, and its election moved to the call's client. */
 #define XF__NEAR_PASS 1
+int xf__load_moved(const xf_client *c);
 int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
                    xf_driver driver, uint64_t *count, xf_value *out);
 void xf__near_elect_move(xf_client *from, xf_client *to);

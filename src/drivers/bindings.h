@@ -30,4 +30,10 @@ int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy
  * pool's spare: a near hit waits for no connection). */
 void xf__near_elect_move(xf_client *from, xf_client *to);
 
+/* Whether c's last xf_get_or_compute returned with its loader still
+ * running (a soft or hard timeout, blocking_timeout.c): the loader and its
+ * user data are then in use until the loader returns, on a worker of the
+ * share. */
+int xf__load_moved(const xf_client *c);
+
 #endif

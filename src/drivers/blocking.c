@@ -42,6 +42,7 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
     return XF_EINVAL;
   c->errstr[0] = '\0';
   c->loader_rc = 0;
+  c->load_moved = 0;
   if (!out)
     return xf__fail(c, XF_EINVAL, "out is NULL");
   if (!loader)
@@ -93,6 +94,8 @@ int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy
   c->driver = own;
   return served ? f.rc : XF__NEAR_PASS;
 }
+
+int xf__load_moved(const xf_client *c) { return c && c->load_moved; }
 
 void xf__near_elect_move(xf_client *from, xf_client *to) {
   if (!from->near_elect)

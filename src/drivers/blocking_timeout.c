@@ -180,6 +180,7 @@ static xf__step leave(bounded *b, xf__flow *f, int64_t now_ms) {
   xf__flow_time_out(f, bg, &b->policy, b->key, &b->out, now_ms);
   bg->interrupt = NULL; /* nobody to ask on a worker */
   b->bg = bg;
+  f->c->load_moved = 1;
   return XF_STEP_DONE;
 }
 

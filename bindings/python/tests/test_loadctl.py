@@ -121,3 +121,123 @@ def test_max_load_is_checked(face, server, prefix, max_load):
     cache = face.Cache(server.url, prefix=prefix)
     with pytest.raises((TypeError, ValueError)):
         face.run(cache.get_or_compute("k", lambda: b"v", ttl=60, max_load=max_load))
+
+
+# ---- soft and hard timeouts -------------------------------------------------------
+# A 100 ms timeout against a 1 s loader: a call must end within 600 ms (the
+# timeout plus 500 ms for a busy 2-core machine), and the value the load goes
+# on to write must land within 4 s.
+TIMEOUT, SLOW, CALL_BOUND, LANDS_WITHIN = 0.1, 1.0, 0.6, 4.0
+
+
+def pause(face, seconds):
+    """Sleeps, keeping an aio face's loop running (its tasks: a load that
+    goes on)."""
+    if face.aio:
+        import asyncio
+        face.run(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
+def lands(face, cache, key, want):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < LANDS_WITHIN:
+        if face.run(cache.get(key)) == want:
+            return
+        pause(face, 0.02)
+    pytest.fail(f"{key!r} never held {want!r}")
+
+
+def timed(face, call):
+    t0 = time.monotonic()
+    try:
+        return face.run(call()), time.monotonic() - t0
+    except xfetch.TimeoutError as e:
+        return e, time.monotonic() - t0
+
+
+def test_soft_timeout_returns_the_stale_value_and_the_load_lands(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+    face.run(cache.set("k", b"old", ttl=0.1, stale=60))
+    time.sleep(0.2)  # past its ttl, within stale
+    runs = []
+
+    def body():
+        runs.append(1)
+        return b"new"
+    got, took = timed(face, lambda: cache.fetch("k", face.loader(body, delay=SLOW), ttl=60,
+                                                stale=60, soft_timeout=TIMEOUT))
+    assert got == (b"old", "stale")
+    assert TIMEOUT <= took <= CALL_BOUND, f"returned after {took:.3f} s"
+    lands(face, cache, "k", b"new")
+    assert runs == [1]
+
+
+def test_hard_timeout_raises_and_the_load_is_cached(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+    runs = []
+
+    def body():
+        runs.append(1)
+        return b"new"
+    got, took = timed(face, lambda: cache.get_or_compute("cold", face.loader(body, delay=SLOW),
+                                                         ttl=60, hard_timeout=TIMEOUT))
+    assert isinstance(got, xfetch.TimeoutError), got
+    assert TIMEOUT <= took <= CALL_BOUND, f"raised after {took:.3f} s"
+    lands(face, cache, "cold", b"new")
+    assert runs == [1]
+
+
+def test_a_load_in_time_is_the_callers(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+    got = face.run(cache.fetch("quick", face.loader(lambda: b"v"), ttl=60, hard_timeout=5.0))
+    assert got == (b"v", "loader")
+    got = face.run(cache.fetch("quick", face.loader(lambda: b"w"), ttl=60, hard_timeout=5.0))
+    assert got == (b"v", "cache")
+
+
+def test_a_loader_error_in_time_is_raised(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+
+    def body():
+        raise KeyError("boom")
+    with pytest.raises(KeyError):
+        face.run(cache.get_or_compute("err", face.loader(body), ttl=60, hard_timeout=5.0))
+
+
+def test_a_waiter_waits_no_longer_than_its_hard_timeout(face, server, admin, prefix):
+    holder, waiter = face.Cache(server.url, prefix=prefix), face.Cache(server.url, prefix=prefix)
+    slow = face.loader(lambda: b"held", delay=SLOW)
+
+    def call(cache, after, **policy):
+        if face.aio:
+            async def one():
+                import asyncio
+                await asyncio.sleep(after)
+                t0 = time.monotonic()
+                try:
+                    return await cache.get_or_compute("w", slow, ttl=60, **policy)
+                except xfetch.TimeoutError as e:
+                    return e, time.monotonic() - t0
+        else:
+            def one():
+                time.sleep(after)
+                t0 = time.monotonic()
+                try:
+                    return cache.get_or_compute("w", slow, ttl=60, **policy)
+                except xfetch.TimeoutError as e:
+                    return e, time.monotonic() - t0
+        return one
+    held, waited = face.gather([call(holder, 0.0), call(waiter, 0.2, hard_timeout=TIMEOUT)])
+    assert held == b"held"
+    assert isinstance(waited[0], xfetch.TimeoutError), waited
+    assert waited[1] <= CALL_BOUND, f"waited {waited[1]:.3f} s"
+
+
+@pytest.mark.parametrize("policy", [dict(soft_timeout=-1.0), dict(hard_timeout=float("nan")),
+                                    dict(soft_timeout=2.0, hard_timeout=1.0)])
+def test_timeouts_are_checked(face, server, prefix, policy):
+    cache = face.Cache(server.url, prefix=prefix)
+    with pytest.raises((TypeError, ValueError)):
+        face.run(cache.get_or_compute("k", lambda: b"v", ttl=60, **policy))

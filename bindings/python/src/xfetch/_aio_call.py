@@ -179,6 +179,29 @@ async def _finish_moved(cache, call, work, kb, key):
         lib.xf_call_free(call)
 
 
+async def _keep_lease(cache, call):
+    """Renews the lease of call, in XF_CALL_LOAD, while its loader is awaited
+    (C xf_call_renew_at, xf_call_start_renew: every third of the lease, up to
+    max_load_ms); cancelled once the loader returned. A renewal's failure
+    waits for the next one."""
+    out = ffi.new("xf_call **")
+    while True:
+        at = lib.xf_call_renew_at(call)
+        if at == _NEVER:
+            return
+        delay = (at - now_ms()) / 1000
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if lib.xf_call_start_renew(out, call, now_ms()) != 0:
+            return
+        renew = out[0]
+        if renew == ffi.NULL:
+            continue
+        await steps(cache, renew)  # cancelled: finished in the background there
+        lib.xf_call_result(renew, ffi.NULL)
+        lib.xf_call_free(renew)
+
+
 def abandoned(links, call):
     """Finishes a call its task left, with no loader: a LOAD is failed (a
     lease held is released, a share flight ended), a SEND goes on its link

@@ -11,6 +11,7 @@ from ._errors import check, error_for
 from ._face import SyncFace, drive
 from ._native import ffi, lib
 from ._pool import Pool
+from ._runtime import CallState
 from ._setup import LateSetup
 from ._types import Fetched  # a typed NamedTuple
 from ._values import Unreadable, recover, values_of_many
@@ -155,6 +156,7 @@ class Cache(LateSetup):
         self._commons = self._policies.commons
         self._near = self._config.near and enabled  # the near hit's fast path
         self._events = self._config.events
+        self._moved = set()  # the handles of loads a timed-out call left running
 
     def close(self, timeout: float = 2.0) -> None:
         """Closes the idle connections; ones in use close when their call ends.
@@ -244,6 +246,8 @@ class Cache(LateSetup):
 
     def _call(self, key, kb, loader, policy, lease):
         """The get-or-compute on a connection of the pool (C xf_get_or_compute)."""
+        if policy.soft_timeout_ms or policy.hard_timeout_ms:
+            return self._call_bounded(key, kb, loader, policy)
         conn, saved = self._pool.enter()
         st = conn.state
         st.loader = loader
@@ -264,6 +268,38 @@ class Cache(LateSetup):
             elif st.load_s:
                 self._config.events.load_fit(key)
             return result
+        finally:
+            exc = None
+            self._pool.exit(conn, saved)
+
+    def _call_bounded(self, key, kb, loader, policy):
+        """_call under a soft or hard timeout: the loader runs on a worker of
+        the C share and may go on after the call returned (C xf__load_moved),
+        so it gets user data of its own, kept (self._moved) until it returns."""
+        conn, saved = self._pool.enter()
+        st = CallState(conn.state.failures)
+        handle = ffi.new_handle(st)
+        moved = self._moved
+        moved.add(handle)
+
+        def load():
+            try:
+                return loader()
+            finally:
+                moved.discard(handle)
+        st.loader = load
+        try:
+            v = conn.value
+            rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
+                                       handle, v)
+            exc = None
+            if lib.xf__load_moved(conn.ptr):  # its outcome is the worker's, not this call's
+                st = CallState(conn.state.failures)
+            else:
+                moved.discard(handle)
+                exc = st.exc
+            return outcome(rc, v, exc, key, kb, st.failures, lambda: error_for(rc, conn.ptr),
+                           self._config.events)
         finally:
             exc = None
             self._pool.exit(conn, saved)
