@@ -54,12 +54,13 @@ typedef enum xf_event_type {
                                 (policy.max_load_ms; rc 0, or XF_ESUPERSEDED:
                                 it is not the loader's any more), reported
                                 on the thread (or loop) that renewed it */
-  XF_EV_SOFT_TIMEOUT = 19,   /* result: the load ran past soft_timeout_ms;
+  XF_EV_SOFT_TIMEOUT = 19,   /* the call's load ran past soft_timeout_ms:
                                 the caller got the value it had (source)
                                 and the load goes on */
-  XF_EV_HARD_TIMEOUT = 20    /* the load ran past hard_timeout_ms; the
+  XF_EV_HARD_TIMEOUT = 20    /* the call's load, or its wait for another
+                                caller's, ran past hard_timeout_ms: the
                                 caller got XF_ETIMEDOUT (rc) or a stale
-                                value (source) and the load goes on */
+                                value (source); its own load goes on */
 } xf_event_type;
 
 /* Which driver ran the call. */

@@ -53,7 +53,6 @@ static xf__step give(xf__flow *f, int source, xf_event_type type) {
 }
 
 xf__step xf__flow_hard_timeout(xf__flow *f) {
-  f->pending &= ~XF__PENDING_MISS; /* the result is this event */
   int source = value_to_give(f, larger(f->p->stale_ms, f->p->stale_if_error_ms));
   return give(f, source, XF_EV_HARD_TIMEOUT);
 }

@@ -241,3 +241,23 @@ def test_timeouts_are_checked(face, server, prefix, policy):
     cache = face.Cache(server.url, prefix=prefix)
     with pytest.raises((TypeError, ValueError)):
         face.run(cache.get_or_compute("k", lambda: b"v", ttl=60, **policy))
+
+
+def test_the_events_of_renewals_and_timeouts(face, server, admin, prefix):
+    seen = []
+    cache = face.Cache(server.url, prefix=prefix, on_event=lambda e: seen.append(e))
+    got = face.run(cache.fetch("e", face.loader(lambda: b"v", delay=LOAD), ttl=60,
+                               lease=LEASE))
+    assert got == (b"v", "loader")
+    renewed = [e for e in seen if e.type == "lease_renewed"]
+    assert renewed and all(e.error == 0 and e.key == b"e" for e in renewed), seen
+    with pytest.raises(xfetch.TimeoutError):
+        face.run(cache.get_or_compute("t", face.loader(lambda: b"v", delay=SLOW), ttl=60,
+                                      hard_timeout=TIMEOUT))
+    assert [e.error for e in seen if e.type == "hard_timeout"] == [lib_code("XF_ETIMEDOUT")]
+    lands(face, cache, "t", b"v")
+
+
+def lib_code(name):
+    from xfetch._native import lib
+    return getattr(lib, name)
