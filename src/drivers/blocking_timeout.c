@@ -118,8 +118,9 @@ static int run(xf__refresh_job *j) {
   b->keeper = NULL;
   pthread_mutex_unlock(&b->mu);
   xf__keeper_stop(k);
-  landed(b);
-  return b->loader_rc == 0 ? XF_REFRESH_DONE : XF_REFRESH_FAILED;
+  int rc = b->loader_rc;
+  landed(b); /* b may be gone after this */
+  return rc == 0 ? XF_REFRESH_DONE : XF_REFRESH_FAILED;
 }
 
 static void drop(xf__refresh_job *j) {
