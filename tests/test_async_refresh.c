@@ -62,6 +62,12 @@ static xf_policy background(void) {
   return p;
 }
 
+static void call_with(ctx *x, const xf_policy *p) {
+  cr_assert_eq(
+      xf_async_get_or_compute(x->ac, x->key, strlen(x->key), p, loader, x, on_done, x),
+      XF_OK);
+}
+
 static void call(ctx *x) {
   xf_policy p = background();
   cr_assert_eq(
@@ -143,4 +149,34 @@ Test(async_refresh, closing_with_a_refresh_pending_cancels_it) {
   end(&x);                             /* the refresh is canceled with the handle */
   xf_async_load_done(held, "late", 4); /* completes into nothing */
   cr_expect(cached_is("async:bgclose", "v1"), "nothing written after close");
+}
+
+/* The default policy (background_refresh AUTO): the loop is somewhere to run
+ * a refresh, so the winner is answered with the current value. */
+Test(async_refresh, by_default_the_refresh_runs_on_the_loop) {
+  ctx x;
+  open_ctx(&x, "async:bgdefault");
+  xf_policy p = XF_POLICY_INIT;
+  p.refresh_ahead = 1e9; /* due as soon as the value has a delta */
+  x.next = "v1";
+  call_with(&x, &p);
+  run_until_fired(&x);
+  cr_assert_eq(x.source, XF_SOURCE_LOADER);
+  x.fired = 0;
+  x.hold = 1; /* the refresh's load stays pending */
+  call_with(&x, &p);
+  run_until_fired(&x);
+  cr_expect_eq(x.rc, XF_OK);
+  cr_expect_eq(x.source, XF_SOURCE_CACHE, "answered before the refresh's load");
+  cr_expect_str_eq(x.value, "v1");
+  cr_assert_not_null(x.held, "the refresh's loader runs, still pending");
+  cr_expect_eq(xf_async_load_done(x.held, "v2", 2), XF_OK);
+  x.want = "v2";
+  uv_timer_init(&x.loop, &x.poll);
+  x.poll.data = &x;
+  uv_timer_start(&x.poll, polled, 5, 5);
+  uv_run(&x.loop, UV_RUN_DEFAULT); /* until the poll stops */
+  uv_close((uv_handle_t *)&x.poll, NULL);
+  cr_expect(cached_is(x.key, "v2"), "the refresh wrote");
+  end(&x);
 }

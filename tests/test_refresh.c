@@ -400,3 +400,74 @@ Test(refresh, a_user_executor_gets_the_refresh_to_run_or_drop) {
   xf_refresh_drop(kept);
   close_handle(&h);
 }
+
+/* Where the default policy (background_refresh AUTO) runs an early refresh,
+ * driver by driver: off the call wherever there is somewhere to run it (a
+ * pool, a blocking client with a share or an executor), in the call on a bare
+ * blocking client; an explicit XF_BACKGROUND_OFF keeps it in the call on a
+ * pool too. The source tells: a refresh in the call returns its own value
+ * (XF_SOURCE_LOADER), one that left it the current value (XF_SOURCE_CACHE). */
+typedef struct where_case {
+  driver d;
+  int share, executor, background, off_path;
+} where_case;
+
+ParameterizedTestParameters(refresh, the_default_refreshes_off_the_call_where_it_can) {
+  static where_case cases[] = {
+      {DRIVER_POOL, 0, 0, XF_BACKGROUND_AUTO, 1},
+      {DRIVER_BLOCKING, 1, 0, XF_BACKGROUND_AUTO, 1},
+      {DRIVER_BLOCKING, 0, 1, XF_BACKGROUND_AUTO, 1},
+      {DRIVER_BLOCKING, 0, 0, XF_BACKGROUND_AUTO, 0},
+      {DRIVER_POOL, 0, 0, XF_BACKGROUND_OFF, 0},
+  };
+  return cr_make_param_array(where_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(where_case *w, refresh, the_default_refreshes_off_the_call_where_it_can) {
+  xf_share *s = NULL;
+  if (w->share)
+    cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32], key[80];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
+  o.host = host;
+  o.share = s;
+  o.refresh_executor = w->executor ? keep_refresh : NULL;
+  handle h = {.d = w->d};
+  if (w->d == DRIVER_POOL)
+    cr_assert_eq(xf_pool_open(&h.pool, &o, 2, 0), XF_OK);
+  else
+    cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  snprintf(key, sizeof key, "refresh:default:%d%d%d%d", w->d, w->share, w->executor,
+           w->background);
+  xf_policy pol = XF_POLICY_INIT; /* background_refresh as the case says, AUTO unless */
+  pol.background_refresh = w->background;
+  pol.refresh_ahead = 1e9; /* every hit with a delta is due: the test picks when */
+  xf_value v;
+#define CALL()                                                                             \
+  (h.pool ? xf_pool_get_or_compute(h.pool, key, strlen(key), &pol, gated_load, NULL, &v)   \
+          : xf_get_or_compute(h.client, key, strlen(key), &pol, gated_load, NULL, &v))
+  cr_assert_eq(CALL(), XF_OK);
+  cr_assert_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  cr_assert_eq(CALL(), XF_OK);
+  if (w->off_path) {
+    cr_expect_eq(v.source, XF_SOURCE_CACHE, "the winner returns the current value at once");
+    cr_expect_str_eq(v.data, "v1");
+    if (w->executor) {
+      cr_expect_not_null(kept, "handed to the executor");
+      cr_expect_eq(calls(), 1, "not run in the call");
+      xf_refresh_drop(kept);
+      kept = NULL;
+    } else {
+      cr_expect(lands(key, "v2"), "the background refresh's value lands");
+    }
+  } else {
+    cr_expect_eq(v.source, XF_SOURCE_LOADER, "refreshed in the call");
+    cr_expect_str_eq(v.data, "v2");
+  }
+  xf_value_free(&v);
+#undef CALL
+  close_handle(&h);
+  xf_share_close(s);
+}

@@ -103,6 +103,11 @@ typedef struct xf_options {
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
+typedef enum xf_background {
+  XF_BACKGROUND_AUTO = 0,
+  XF_BACKGROUND_ON = 1,
+  XF_BACKGROUND_OFF = 2
+} xf_background;
 
 typedef struct xf_policy {
   int64_t ttl_ms;

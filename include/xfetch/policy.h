@@ -18,12 +18,20 @@ typedef enum xf_on_wait_timeout {
   XF_WAIT_FAIL = 1  /* return XF_ETIMEDOUT */
 } xf_on_wait_timeout;
 
+/* policy.background_refresh. */
+typedef enum xf_background {
+  XF_BACKGROUND_AUTO = 0, /* off the request path where the driver can run it */
+  XF_BACKGROUND_ON = 1,   /* the same; a sans-I/O driver takes its refreshes */
+  XF_BACKGROUND_OFF = 2   /* always in the call */
+} xf_background;
+
 /* Caching policy for one call. Start from XF_POLICY_INIT and change fields.
  * Times are milliseconds. */
 typedef struct xf_policy {
   int64_t ttl_ms;            /* logical lifetime of a computed value; > 0 */
-  double beta;               /* XFetch eagerness: 0 = never early, 1 = the
-                                paper's optimum, INFINITY = always recompute */
+  double beta;               /* XFetch eagerness (refresh_ahead < 0): 0 =
+                                never early, 1 = the paper's optimum,
+                                INFINITY = always recompute */
   int64_t lease_ms;          /* how long a loader may hold the key's lease; > 0.
                                 The lease taken is twice the entry's delta
                                 (its last loader's time) when that is longer,
@@ -42,39 +50,42 @@ typedef struct xf_policy {
   double jitter;             /* 0..1: each write shortens ttl by up to this
                                 fraction, at random, to spread mass expiry */
   xf_on_wait_timeout on_wait_timeout;
-  /* Background refresh: non-zero = a caller that wins the lease of an
-   * *early* refresh (a value still within its ttl) returns that value at
-   * once, and the loader runs off the request path, on the share's refresh
-   * workers (xf_share_open; a pool has its own share), with the same lease,
-   * write and newer-wins rules; loader and loader_ud must then stay valid
-   * until the share (or pool) is closed, and may run on a worker thread. A
-   * pool's refresh writes through a pooled client; a blocking client's
-   * through one of its share's refresh clients, opened like it (options
-   * copied) and kept idle for the next refresh. A failed background refresh
-   * keeps the cached value, releases the lease (the next draw retries),
-   * counts load_errors (the pool's; a blocking client's in
-   * xf_share_refresh_stats' clients)
-   * and emits LOAD_DONE with its code; it never reaches a caller. When the
-   * queue is full, the refresh is skipped (lease released;
-   * xf_refresh_info.skipped). Misses and expired values still load in the
-   * call. The sans-I/O call hands the refresh to its driver
-   * (xf_call_take_refresh); the event-loop driver runs it on the loop as
-   * a call of its own (no callback; xf_async_close cancels it). The batch
-   * driver with a per-key loader (xf_get_or_compute_many) hands it on as
-   * the blocking driver does. A batch loader (xf_get_or_compute_many_batch),
-   * and a client with neither a share nor a refresh_executor, run the
-   * refresh in the call. */
+  /* Background refresh (xf_background): whether the caller that wins the
+   * lease of an *early* refresh (a value still within its ttl) returns that
+   * value at once while the loader runs off the request path, with the same
+   * lease, write and newer-wins rules. XF_BACKGROUND_AUTO (0, the default):
+   * wherever the driver has somewhere to run it (below), else in the call.
+   * Where it runs: a pool's share's refresh workers, writing through a
+   * pooled client; a blocking client's (and the batch driver's with a
+   * per-key loader, xf_get_or_compute_many) options.refresh_executor, else
+   * its share's refresh workers, writing through one of the share's refresh
+   * clients (opened like it, options copied, kept idle for the next
+   * refresh); the event-loop driver's loop, as a call of its own (no
+   * callback; xf_async_close cancels it); the sans-I/O call's driver
+   * (xf_call_take_refresh), which says it takes refreshes with
+   * XF_BACKGROUND_ON (AUTO runs them in the call). A blocking client with
+   * neither a share nor a refresh_executor, and a batch loader
+   * (xf_get_or_compute_many_batch), run it in the call, whatever this says.
+   * Off the request path, loader and loader_ud must stay valid until the
+   * share (or pool) is closed, and may run on a worker thread. A failed
+   * background refresh keeps the cached value, releases the lease (the next
+   * due call retries), counts load_errors (the pool's; a blocking client's
+   * in xf_share_refresh_stats' clients) and emits LOAD_DONE with its code;
+   * it never reaches a caller. When the queue is full, the refresh is
+   * skipped (lease released; xf_refresh_info.skipped). Misses and expired
+   * values always load in the call. */
   int background_refresh;
-  /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
-   * with background_refresh, XFetch (beta) without. > 0: rate-aware: the
-   * first call that finds remaining ttl <= refresh_ahead x delta (the last
-   * loader's time) refreshes; the lease makes it the only one, so about one
-   * load per ttl at any request rate. < 0: XFetch (beta) always. */
+  /* When a fresh value is refreshed early. 0 (the default): the rate-aware
+   * rule with factor XF_REFRESH_AHEAD_DEFAULT. > 0: the rate-aware rule with
+   * this factor: the first call that finds remaining ttl <= refresh_ahead x
+   * delta (the last loader's time) refreshes; the lease makes it the only
+   * one, so about one load per ttl at any request rate. < 0: XFetch: each
+   * call draws (beta), which refreshes earlier the hotter the key. */
   double refresh_ahead;
 } xf_policy;
 
 #define XF_POLICY_INIT                                                                     \
-  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, 0, 0.0 }
+  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0 }
 
 /* The default refresh_ahead factor of the rate-aware rule. */
 #define XF_REFRESH_AHEAD_DEFAULT 1.5

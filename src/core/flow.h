@@ -28,6 +28,7 @@
 #include "key.h"
 #include "near.h"
 #include "nest.h"
+#include "policy.h"
 #include "reply.h"
 #include "sink.h"
 
@@ -168,7 +169,8 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
 
 /* Background refresh (policy.background_refresh). A LOAD step that is an
  * early refresh of a value still within its ttl, its lease won, is
- * detachable: a driver with somewhere to run it (refresh workers) may, in
+ * detachable when the policy lets it leave the request path on a driver
+ * that can run it as `driver` says (xf__policy_background): the driver may, in
  * place of running the loader,
  *   - move it off the call: xf__flow_detach(f, bg, p, user_key, out): bg
  *     takes the lease, the key and the rest of the work, at the LOAD step
@@ -182,7 +184,7 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
  *     released (SEND), then DONE with the current value; stats.loads is
  *     given back.
  * A driver that does neither runs the loader as for any LOAD. */
-int xf__flow_detachable(const xf__flow *f);
+int xf__flow_detachable(const xf__flow *f, xf__off_path driver);
 xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
                          const char *user_key, xf_value *out);
 xf__step xf__flow_skip(xf__flow *f);

@@ -427,9 +427,9 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
 
 /* ---- background refresh --------------------------------------------------------- */
 
-int xf__flow_detachable(const xf__flow *f) {
+int xf__flow_detachable(const xf__flow *f, xf__off_path driver) {
   return f->state == XF__LOAD && f->load == XF_LOAD_LEASED && f->refresh && !f->detached &&
-         f->p->background_refresh;
+         xf__policy_background(f->p, driver);
 }
 
 xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,

@@ -22,6 +22,9 @@ int xf__policy_check(xf_client *c, const xf_policy *p) {
     return xf__fail(c, XF_EINVAL, "policy refresh_ahead must be a finite number");
   if (p->on_wait_timeout != XF_WAIT_LOAD && p->on_wait_timeout != XF_WAIT_FAIL)
     return xf__fail(c, XF_EINVAL, "policy on_wait_timeout is not an xf_on_wait_timeout");
+  if (p->background_refresh < XF_BACKGROUND_AUTO ||
+      p->background_refresh > XF_BACKGROUND_OFF)
+    return xf__fail(c, XF_EINVAL, "policy background_refresh is not an xf_background");
   int rc = check_time(c, "ttl_ms", p->ttl_ms, 1);
   if (rc == XF_OK)
     rc = check_time(c, "lease_ms", p->lease_ms, 1);
@@ -45,4 +48,15 @@ int64_t xf__policy_ttl(xf_client *c, const xf_policy *p) {
 
 int64_t xf__policy_keep_ms(const xf_policy *p) {
   return p->stale_ms > p->stale_if_error_ms ? p->stale_ms : p->stale_if_error_ms;
+}
+
+int xf__policy_background(const xf_policy *p, xf__off_path driver) {
+  switch (p->background_refresh) {
+  case XF_BACKGROUND_AUTO:
+    return driver == XF__OFF_PATH_READY;
+  case XF_BACKGROUND_ON:
+    return driver != XF__OFF_PATH_NONE;
+  default:
+    return 0;
+  }
 }

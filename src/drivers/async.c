@@ -118,7 +118,7 @@ void xf__async_advance(xf__acall *k, xf__step step) {
       finish(ac, k);
       return;
     case XF_STEP_LOAD:
-      if (xf__flow_detachable(&k->f)) {
+      if (xf__flow_detachable(&k->f, XF__OFF_PATH_READY)) {
         xf__acall *r = detach(ac, k);
         if (!r) {
           step = xf__flow_skip(&k->f);

@@ -19,8 +19,9 @@ static int run(xf__flow *f, xf__step step, xf_loader_fn loader, void *ud) {
       step = xf__drive_send(f);
       break;
     case XF_STEP_LOAD:
-      step = xf__flow_detachable(f) ? xf__blocking_refresh(f, loader, ud)
-                                    : xf__flow_run_loader(f, loader, ud);
+      step = xf__flow_detachable(f, xf__blocking_off_path(f->c))
+                 ? xf__blocking_refresh(f, loader, ud)
+                 : xf__flow_run_loader(f, loader, ud);
       break;
     case XF_STEP_WAIT:
       step = xf__drive_sleep(f, f->wake_ms) ? xf__flow_cancel(f)

@@ -258,7 +258,7 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
       step = xf__drive_send(&f);
       continue;
     }
-    if (step == XF_STEP_LOAD && xf__flow_detachable(&f)) {
+    if (step == XF_STEP_LOAD && xf__flow_detachable(&f, XF__OFF_PATH_READY)) {
       step = refresh_in_background(p, &f, loader, ud);
       continue;
     }

@@ -79,7 +79,8 @@ def test_not_found_is_cached_for_negative_ttl(cache, counter):
 def test_beta_inf_always_recomputes(cache, counter):
     load = counter()
     cache.get_or_compute("k", load, ttl=60)
-    assert cache.fetch("k", load, ttl=60, beta=float("inf")) == (b"value", "loader")
+    assert cache.fetch("k", load, ttl=60, beta=float("inf"),  # XFetch, in the call
+                       background_refresh=False, refresh_ahead=-1) == (b"value", "loader")
     assert load.calls == 2
 
 

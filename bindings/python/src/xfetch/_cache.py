@@ -63,8 +63,9 @@ class Cache:
     enabled: False = bypass: every call runs the loader and nothing is sent
            to Redis (no connection is made); see also disabled().
     background_refresh: the calls' default for background_refresh= (see
-           get_or_compute): an early refresh runs on the Cache's two
-           refresh threads while the winning call returns the current value.
+           get_or_compute): True (default) = an early refresh runs on the
+           Cache's two refresh threads while the winning call returns the
+           current value; False = in the winning call.
     refresh_ahead: the calls' default for refresh_ahead= (see get_or_compute;
            None: the C default).
     near_cache_bytes: 0 = off (default); N = keep up to N bytes of values
@@ -99,7 +100,7 @@ class Cache:
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = False, near_cache_bytes: int = 0,
+                 background_refresh: bool = True, near_cache_bytes: int = 0,
                  refresh_ahead: float | None = None,
                  write_fence: bool | None = None) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
@@ -203,22 +204,23 @@ class Cache:
         key), wait (how long a miss waits for another caller's loader), stale
         (serve an expired value this long while one caller refreshes it),
         stale_if_error, negative_ttl; jitter in [0, 1) shortens each ttl at
-        random by up to that fraction; beta >= 0 is XFetch's eagerness (0 =
-        never early, math.inf = always). on_wait_timeout: "load" or "fail"
+        random by up to that fraction; beta >= 0 is XFetch's eagerness, used
+        with refresh_ahead < 0 (0 = never early, math.inf = always).
+        on_wait_timeout: "load" or "fail"
         (raise xfetch.TimeoutError).
 
-        background_refresh (None: the Cache's default): when this call wins
-        an early refresh of a still-valid value, it returns that value at
-        once and the loader runs on the Cache's refresh threads (the lease
-        keeps it the only one); the early window is then rate-aware (about
-        1.5 x the loader's time before expiry: about one load per ttl
-        however hot the key). A refresh that fails keeps the value, is
-        counted in stats()["load_errors"] and logged (WARNING, `xfetch`).
-        Misses and expired values are still loaded in the call.
+        background_refresh (None: the Cache's default, True): when this call
+        wins an early refresh of a still-valid value, it returns that value
+        at once and the loader runs on the Cache's refresh threads (the
+        lease keeps it the only one); False: the loader runs in this call. A
+        refresh that fails keeps the value, is counted in
+        stats()["load_errors"] and logged (WARNING, `xfetch`). Misses and
+        expired values are still loaded in the call.
         refresh_ahead (None: the Cache's default): the early-refresh rule
-        (C policy.refresh_ahead): > 0 rate-aware with this factor, < 0
-        XFetch (beta) always, 0 or None rate-aware with background_refresh
-        (1.5) and XFetch without. A finite number; else TypeError/ValueError.
+        (C policy.refresh_ahead): None or 0 rate-aware with factor 1.5 (about
+        1.5 x the loader's last time before expiry: about one load per ttl
+        however hot the key), > 0 rate-aware with this factor, < 0 XFetch
+        (beta) always. A finite number; else TypeError/ValueError.
 
         An exception raised by loader propagates unchanged; nothing is cached
         and the lease is released. Library errors raise xfetch.Error

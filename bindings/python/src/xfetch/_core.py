@@ -91,7 +91,7 @@ class Config:
 
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
-                 enabled=True, face="sync", entry_format=None, background_refresh=False,
+                 enabled=True, face="sync", entry_format=None, background_refresh=True,
                  near_cache_bytes=0, refresh_ahead=None, write_fence=None):
         fields = parse_url(url)
         if write_fence is not None and type(write_fence) is not bool:

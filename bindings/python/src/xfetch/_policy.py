@@ -28,10 +28,10 @@ def _ms(name, seconds, min_ms):
 
 
 def check_refresh_ahead(refresh_ahead):
-    """None (the default: rate-aware, factor 1.5, with background_refresh,
-    XFetch without) -> 0.0; a finite number: > 0 the rate-aware factor
-    (refresh once remaining ttl <= refresh_ahead x the loader's time), < 0
-    pure XFetch (beta), 0 the default. Raises TypeError / ValueError."""
+    """None (the default: rate-aware, factor 1.5) -> 0.0; a finite number:
+    > 0 the rate-aware factor (refresh once remaining ttl <= refresh_ahead x
+    the loader's time), < 0 pure XFetch (beta), 0 the default. Raises
+    TypeError / ValueError."""
     if refresh_ahead is None:
         return 0.0
     if type(refresh_ahead) is bool or not isinstance(refresh_ahead, (int, float)):
@@ -43,10 +43,11 @@ def check_refresh_ahead(refresh_ahead):
 
 
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
-                on_wait_timeout, background_refresh=False, refresh_ahead=None):
+                on_wait_timeout, background_refresh=True, refresh_ahead=None):
     """Returns a new xf_policy cdata; raises TypeError / ValueError.
-    background_refresh: an early refresh this call wins runs off the call
-    (C policy.background_refresh, with the rate-aware early refresh).
+    background_refresh: True (None too: both faces take refreshes) = an
+    early refresh this call wins runs off the call (C XF_BACKGROUND_ON);
+    False = in the call (XF_BACKGROUND_OFF).
     refresh_ahead: C policy.refresh_ahead (check_refresh_ahead)."""
     if background_refresh is not None and type(background_refresh) is not bool:
         raise TypeError(f"background_refresh must be True or False, not {background_refresh!r}")
@@ -69,7 +70,8 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "negative_ttl_ms": _ms("negative_ttl", negative_ttl, 0),
         "jitter": float(jitter),
         "on_wait_timeout": _ON_WAIT_TIMEOUT[on_wait_timeout],
-        "background_refresh": 1 if background_refresh else 0,
+        "background_refresh": (lib.XF_BACKGROUND_OFF if background_refresh is False
+                               else lib.XF_BACKGROUND_ON),
         "refresh_ahead": refresh_ahead,
     })
 
@@ -80,7 +82,7 @@ class PolicyCache:
 
     MAX = 256
 
-    def __init__(self, background_refresh=False, refresh_ahead=None):
+    def __init__(self, background_refresh=True, refresh_ahead=None):
         self._cache = {}
         self._defaults = (background_refresh, refresh_ahead)  # the Cache's
         self.commons = {}  # (ttl, beta, type(ttl), type(beta)) -> policy

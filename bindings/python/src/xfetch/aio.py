@@ -67,7 +67,7 @@ class Cache:
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = False, near_cache_bytes: int = 0,
+                 background_refresh: bool = True, near_cache_bytes: int = 0,
                  refresh_ahead: float | None = None,
                  write_fence: bool | None = None) -> None:
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
@@ -203,7 +203,7 @@ class Cache:
         check(lib.xf_call_start(out, self._client, kb, len(kb), policy, now_ms()))
         call = out[0]
         exc, took = await steps(self, call, loader, key, kb)
-        if policy.background_refresh:  # an early refresh this call won, handed over
+        if policy.background_refresh == lib.XF_BACKGROUND_ON:  # a won refresh, handed over
             refresh = lib.xf_call_take_refresh(call)
             if refresh != ffi.NULL:
                 self._spawn_refresh(refresh, loader, key, kb)
