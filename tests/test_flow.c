@@ -261,6 +261,7 @@ Test(flow, unreachable_redis_fails_open) {
 Test(flow, failed_early_refresh_releases_and_serves_the_valid_value) {
   xf_policy p = XF_POLICY_INIT;
   p.beta = INFINITY;
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   xf_value v;
   xf__flow f;
   xf__flow_start(&f, c, "k", 1, &p, &v, 0);

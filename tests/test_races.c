@@ -263,7 +263,8 @@ Test(races, not_found_on_early_refresh_removes_the_cached_value) {
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "races:gone", 10, "old", 3, &p), XF_OK);
-  p.beta = INFINITY; /* elect an early refresh */
+  p.beta = INFINITY;    /* elect an early refresh */
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   xft_loader gone = {.not_found = 1};
   xf_value v;
   cr_expect_eq(get(c, "races:gone", &p, &gone, &v), XF_ENOTFOUND);
