@@ -284,7 +284,9 @@ ParameterizedTest(int *kind, async_near, waiters_are_woken_by_the_write) {
   xf_value_free(&v);
   pthread_t t;
   pthread_create(&t, NULL, lead, &ld);
-  xft_sleep_ms(100);
+  /* the waiters start once the leader holds the lease: its loader runs */
+  for (int ms = 0; xft_loader_calls(&l) == 0 && ms < 10000; ms++)
+    xft_sleep_ms(1);
   long long before = xft_read_calls(e.raw) + xft_command_calls(e.raw, "evalsha");
   waiters w = {.r = &e.r, .left = 3};
   xf_policy p = XF_POLICY_INIT;

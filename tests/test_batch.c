@@ -534,18 +534,20 @@ static void *second_client(void *arg) {
   return NULL;
 }
 
-/* TURNS cold keys whose loads (25 ms each) take longer together than the
- * lease (250 ms: 10x one load, room for a loaded machine): a lease taken for
- * every key up front runs out before the later keys' turn, and the second
- * client then loads them too. */
+/* TURNS cold keys whose loads (150 ms each) take longer together than the
+ * lease (1.5 s): a lease taken for every key up front runs out after ten
+ * loads, before the later keys' turn, and the second client then loads them
+ * too. Margin: a lease taken at its key's turn must outlive that one load
+ * and its write, 150 ms of sleep: 1.35 s of slack for a thread starved by a
+ * busy machine (under valgrind, 225 ms of slack was once not enough). */
 static void keys_stay_protected(const char *prefix, int second_batch) {
   xf_client *c = xft_client(1);
   keys k;
   make_keys(&k, prefix, TURNS);
   xf_policy p = XF_POLICY_INIT;
-  p.lease_ms = 250; /* 24 loads of 25 ms take 600 ms: leases taken up front run out */
-  p.wait_ms = 3000; /* a loaded machine: never give up waiting in this test */
-  turns t = {.sleep_ms = 25};
+  p.lease_ms = 1500; /* 24 loads of 150 ms take 3.6 s: leases taken up front run out */
+  p.wait_ms = 20000; /* a loaded machine: never give up waiting in this test */
+  turns t = {.sleep_ms = 150};
   second s = {.t = &t, .k = &k, .p = &p, .batch = second_batch};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, second_client, &s), 0);

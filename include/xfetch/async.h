@@ -16,12 +16,12 @@ extern "C" {
 
 /* ---- The event-loop driver ------------------------------------------------
  *
- * xf_async is get-or-compute for an event loop: calls never block, many run at
- * once on one non-blocking connection per server (plain or TLS; their commands pipelined;
- * in a Redis Cluster one per master, each key routed to its slot's master as
- * xf_client does), waits are loop timers and the loader may complete later. Attach it to a
- * loop with an adapter header shipped next to <xfetch.h>, one directory up from this part
- * (libxfetch links no event library):
+ * xf_async is get-or-compute, get, set and delete for an event loop: calls never
+ * block, many run at once on one non-blocking connection per server (plain or TLS;
+ * their commands pipelined; in a Redis Cluster one per master, each key routed to its
+ * slot's master as xf_client does), waits are loop timers and the loader may complete
+ * later. Attach it to a loop with an adapter header shipped next to <xfetch.h>, one
+ * directory up from this part (libxfetch links no event library):
  *
  *   #include <xfetch_libuv.h>      xf_async_open_libuv(&ac, &opts, uv_loop)
  *   #include <xfetch_libevent.h>   xf_async_open_libevent(&ac, &opts, base)
@@ -43,13 +43,18 @@ enum { XF_ASYNC_READ = 1, XF_ASYNC_WRITE = 2 };
 /* Opaque: what an async loader completes, exactly once. */
 typedef struct xf_async_load xf_async_load;
 
-/* Runs when a call is over, exactly once per call xf_async_get_or_compute
- * accepted. rc is XF_OK or an error as for xf_get_or_compute (XF_ECANCELED
- * when xf_async_close ended the call). value is NULL unless rc is XF_OK; it
- * and its data belong to xfetch and are valid until the callback returns
- * (copy what you keep). The callback may start new calls and may close the
- * handle. */
+/* Runs when a call is over, exactly once per call xf_async_get_or_compute or
+ * xf_async_get accepted. rc is XF_OK or an error as for xf_get_or_compute or
+ * xf_get (XF_ECANCELED when xf_async_close ended the call). value is NULL unless rc is
+ * XF_OK; it and its data belong to xfetch and are valid until the callback returns (copy
+ * what you keep). The callback may start new calls and may close the handle. */
 typedef void (*xf_async_callback_fn)(int rc, const xf_value *value, void *privdata);
+
+/* Runs when a set or a delete is over, exactly once per call xf_async_set /
+ * xf_async_delete accepted: rc as xf_set / xf_delete return it (XF_ECANCELED
+ * when xf_async_close ended the call). The callback may start new calls and
+ * may close the handle. */
+typedef void (*xf_async_done_fn)(int rc, void *privdata);
 
 /* The async loader: computes key's value and completes load, now (inside this
  * function) or later from the loop, with xf_async_load_done,
@@ -124,6 +129,35 @@ XF_EXPORT int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keyl
                                       const xf_policy *policy, xf_async_loader_fn loader,
                                       void *loader_ud, xf_async_callback_fn callback,
                                       void *privdata);
+
+/* Starts a get of key on the loop: the same read and results as xf_get (a
+ * value within its ttl, else XF_ENOTFOUND; no lease, no wait, no loader: a
+ * connection that fails is the call's error, never a fail-open), callback
+ * called once with the value when it is over. key is copied. Returns XF_OK
+ * (the callback will fire, never from inside this function) or an error and
+ * then never calls callback: XF_EINVAL (NULL handle or callback, a bad key, a
+ * closing handle) or XF_ENOMEM. */
+XF_EXPORT int xf_async_get(xf_async *ac, const char *key, size_t keylen,
+                           xf_async_callback_fn callback, void *privdata);
+
+/* Starts a set of key to data on the loop: the same write and results as
+ * xf_set (XF_ESUPERSEDED when the entry holds a newer value), callback called
+ * once with the code when it is over. key, data and policy are copied.
+ * Returns XF_OK (the callback will fire, never from inside this function) or
+ * an error and then never calls callback: XF_EINVAL (NULL handle or callback,
+ * a bad key or policy, data NULL with len > 0, len above max_value_len, a
+ * closing handle) or XF_ENOMEM. */
+XF_EXPORT int xf_async_set(xf_async *ac, const char *key, size_t keylen, const void *data,
+                           size_t len, const xf_policy *policy, xf_async_done_fn callback,
+                           void *privdata);
+
+/* Starts a delete of key on the loop: the same tombstone and results as
+ * xf_delete (XF_OK whether or not the entry existed; a delete wins over every
+ * computation that started before it, the event loop's own included),
+ * callback called once with the code when it is over. key is copied. Returns
+ * as xf_async_set. */
+XF_EXPORT int xf_async_delete(xf_async *ac, const char *key, size_t keylen,
+                              xf_async_done_fn callback, void *privdata);
 
 /* Completes load with the value (copied). Returns XF_OK, or XF_EINVAL (data
  * NULL with len > 0, len above max_value_len) / XF_ENOMEM, in which case the

@@ -1,4 +1,5 @@
-/* <xfetch/pool.h>: the pool driver: get-or-compute for threaded services.
+/* <xfetch/pool.h>: the pool driver: get-or-compute, get, set, delete and batches for
+ * threaded services.
  *
  * One part of the public API, which <xfetch.h> includes whole; it compiles
  * on its own (it includes the parts it needs). */
@@ -6,6 +7,7 @@
 #define XFETCH_POOL_H
 
 #include "base.h"
+#include "batch.h"
 #include "client.h"
 #include "options.h"
 #include "policy.h"
@@ -17,11 +19,13 @@ extern "C" {
 
 /* ---- The pool driver -------------------------------------------------------
  *
- * xf_pool is get-or-compute for threaded services: any number of threads
- * share at most max_connections clients (Redis connections; in a cluster,
- * that many clients each with its connections to the nodes). A call holds a
- * client only while it talks to Redis, never while its loader runs or it
- * waits, so a loader may call the pool again even with max_connections 1.
+ * xf_pool is get-or-compute, get, set, delete and batches for threaded
+ * services: any number of threads share at most max_connections clients (Redis
+ * connections; in a cluster, that many clients each with its connections to
+ * the nodes). A call holds a client only while it talks to Redis, never while
+ * its loader runs or it waits, so a loader may call the pool again even with
+ * max_connections 1 (a batch is the exception: see
+ * xf_pool_get_or_compute_many).
  * The pool owns a process-local share (xf_share: one load per key across the
  * threads while Redis cannot be used) unless opts->share is given. Open it in
  * the process that uses it: after fork(), a child opens its own pool. */
@@ -46,11 +50,31 @@ XF_EXPORT int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                                      const xf_policy *policy, xf_loader_fn loader,
                                      void *loader_ud, xf_value *out);
 
-/* xf_set and xf_delete through the pool (plus XF_EBUSY, and XF_ENOMEM as
- * above). Thread-safe. */
+/* xf_get, xf_set and xf_delete through the pool: same arguments, results
+ * and contract, plus XF_EBUSY, and XF_ENOMEM as above. Each holds a client
+ * for its one round trip. Thread-safe. */
+XF_EXPORT int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out);
 XF_EXPORT int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data,
                           size_t len, const xf_policy *policy);
 XF_EXPORT int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
+
+/* xf_get_or_compute_many and xf_get_or_compute_many_batch (<xfetch/batch.h>)
+ * through the pool: same arguments, results and contract, plus XF_EBUSY and
+ * XF_ENOMEM as above (no key looked at). Unlike a single call, a batch holds
+ * one client from its first round trip to its last, its loads and waits
+ * included: a loader that calls the pool needs another client (with
+ * max_connections 1 it gets XF_EBUSY after the checkout timeout). n == 0 is
+ * XF_OK at once. Thread-safe. */
+XF_EXPORT int xf_pool_get_or_compute_many(xf_pool *p, size_t n, const char *const *keys,
+                                          const size_t *keylens, const xf_policy *policy,
+                                          xf_loader_fn loader, void *loader_ud,
+                                          xf_value *values, int *rcs);
+XF_EXPORT int xf_pool_get_or_compute_many_batch(xf_pool *p, size_t n,
+                                                const char *const *keys,
+                                                const size_t *keylens,
+                                                const xf_policy *policy,
+                                                xf_batch_loader_fn loader, void *loader_ud,
+                                                xf_value *values, int *rcs);
 
 /* The message of the calling thread's last failed pool call ("" after a
  * success); valid until its next pool call. Never NULL. */

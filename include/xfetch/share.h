@@ -21,9 +21,9 @@ extern "C" {
  * servers (host:port list or Unix path), db and user, then the prefixed key;
  * clients of other servers, dbs or users never see them. A set or delete of
  * the key through a client of the share (xf_set, xf_delete, xf_pool_set,
- * xf_pool_delete, xf_call_start_set/_delete, and the write of a
- * get-or-compute's loaded value) drops the share's copy, acknowledged or
- * not: the share never serves a value older than one written since.
+ * xf_pool_delete, xf_async_set, xf_async_delete, xf_call_start_set/_delete,
+ * and the write of a get-or-compute's loaded value) drops the share's copy,
+ * acknowledged or not: the share never serves a value older than one written since.
  * Thread-safe. It must outlive every client opened with it. */
 typedef struct xf_share_options {
   size_t max_entries; /* keys kept at most; 0 = 10000 */

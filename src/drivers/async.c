@@ -1,14 +1,15 @@
-/* The event-loop driver: each xf_async_get_or_compute call is a flow
- * (flow.h) stepped from the loop's events: its replies (async_conn.c), its
- * loader's completion, and the handle's one loop timer, which serves every
- * call's WAIT, the SENDs that could not go out, and the connection's
- * watchdog. User code (loaders, callbacks) runs only from those events, never
- * from inside xf_async_get_or_compute. */
+/* The event-loop driver: each call (get-or-compute, get, set, delete) is a
+ * flow (flow.h) of its kind, stepped from the loop's events: its replies
+ * (async_conn.c), its loader's completion, and the handle's one loop timer,
+ * which serves every call's WAIT, the SENDs that could not go out, and the
+ * connection's watchdog. User code (loaders, callbacks) runs only from those
+ * events, never from inside the function that started the call. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "async.h"
+#include "async_start.h"
 #include "client_io.h"
 
 /* ---- the calls ------------------------------------------------------------------ */
@@ -224,7 +225,7 @@ void xf_async_timer_fired(xf_async *ac) {
   xf__async_leave(ac);
 }
 
-/* ---- the API ---------------------------------------------------------------- */
+/* ---- opening, closing ---------------------------------------------------------- */
 
 static int check_loop(const xf_async_loop *l) {
   return l && l->watch && l->unwatch && l->timer_start && l->timer_stop && l->cleanup
@@ -270,50 +271,24 @@ void xf_async_close(xf_async *ac) {
     finish_close(ac);
 }
 
-int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
-                            const xf_policy *policy, xf_async_loader_fn loader, void *ud,
-                            xf_async_callback_fn callback, void *privdata) {
-  if (!ac || ac->closing)
-    return XF_EINVAL;
-  xf_client *c = ac->core;
-  c->errstr[0] = '\0';
-  if (!loader || !callback)
-    return xf__fail(c, XF_EINVAL, "loader or callback is NULL");
-  if (!policy)
-    return xf__fail(c, XF_EINVAL, "policy is NULL");
-  xf__acall *k = calloc(1, sizeof *k);
-  if (!k || xf__aheap_reserve(ac, ac->ncalls + 1) != 0) {
-    free(k);
-    return xf__fail(c, XF_ENOMEM, "out of memory for a call");
-  }
-  k->p = *policy;
-  xf__client_check_fork(c); /* the flow's lease tokens: never a parent's in a child */
-  xf__step step = xf__flow_start(&k->f, c, key, keylen, &k->p, &k->out, xf__now_ms());
-  if (step == XF_STEP_DONE && !k->f.near_served) { /* a bad key or policy: nothing sent */
-    int rc = k->f.rc;
+/* ---- accepting a call (async_start.c starts them) ------------------------------ */
+
+/* (async_start.h) */
+int xf__async_accept(xf_async *ac, xf__acall *k, xf__step step) {
+  int rc = k->f.rc;
+  if (step == XF_STEP_DONE && !k->f.near_served && (rc == XF_EINVAL || rc == XF_ENOMEM)) {
+    free(k->key);
     free(k);
     return rc;
   }
-  k->key = malloc(keylen);
-  if (!k->key) {
-    xf__flow_abandon(&k->f);
-    free(k);
-    return xf__fail(c, XF_ENOMEM, "out of memory for a %zu-byte key", keylen);
-  }
-  memcpy(k->key, key, keylen);
-  k->keylen = keylen;
-  k->ac = ac;
-  k->loader = loader;
-  k->ud = ud;
-  k->cb = callback;
-  k->privdata = privdata;
-  k->heap_at = SIZE_MAX;
   link_call(ac, k);
   ac->ncalls++;
   xf__async_enter(ac);
-  if (step == XF_STEP_DONE) { /* a near hit: its callback on the next tick, never here */
+  /* Decided at start (a near hit, a bypass): its callback on the next tick,
+   * never here. */
+  if (step == XF_STEP_DONE) {
     k->deferred_done = 1;
-    xf__async_defer(ac, k, XF_OK);
+    xf__async_defer(ac, k, rc);
   } else {
     xf__async_advance(k, step); /* a SEND: queued or deferred, no user code */
   }

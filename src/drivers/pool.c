@@ -312,6 +312,53 @@ int xf_pool_delete(xf_pool *p, const char *key, size_t keylen) {
   WITH_CLIENT(p, refuse(key, keylen, 0, NULL), xf_delete(c, key, keylen));
 }
 
+int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out) {
+  if (out)
+    memset(out, 0, sizeof *out);
+  int bad = refuse(key, keylen, 0, NULL);
+  if (bad == XF_OK && !out) {
+    snprintf(last_error, sizeof last_error, "out is NULL");
+    bad = XF_EINVAL;
+  }
+  WITH_CLIENT(p, bad, xf_get(c, key, keylen, out));
+}
+
+/* ---- batches: one client lent for the whole batch --------------------------------- */
+
+/* What a batch's arguments must be before a client is checked out for it, as
+ * the batch driver checks them (batch.c, check_many). */
+static int refuse_many(size_t n, const char *const *keys, const size_t *keylens,
+                       int has_loader, xf_value *values, int *rcs) {
+  const char *why = n > 0 && (!keys || !keylens) ? "keys or keylens is NULL"
+                    : n > 0 && (!values || !rcs) ? "values or rcs is NULL"
+                    : !has_loader                ? "loader is NULL"
+                                                 : NULL;
+  snprintf(last_error, sizeof last_error, "%s", why ? why : "");
+  return why ? XF_EINVAL : XF_OK;
+}
+
+int xf_pool_get_or_compute_many(xf_pool *p, size_t n, const char *const *keys,
+                                const size_t *keylens, const xf_policy *policy,
+                                xf_loader_fn loader, void *ud, xf_value *values, int *rcs) {
+  int bad = refuse_many(n, keys, keylens, loader != NULL, values, rcs);
+  if (p && bad == XF_OK && n == 0)
+    return XF_OK; /* nothing to look at: no client needed */
+  WITH_CLIENT(p, bad,
+              xf_get_or_compute_many(c, n, keys, keylens, policy, loader, ud, values, rcs));
+}
+
+int xf_pool_get_or_compute_many_batch(xf_pool *p, size_t n, const char *const *keys,
+                                      const size_t *keylens, const xf_policy *policy,
+                                      xf_batch_loader_fn loader, void *ud, xf_value *values,
+                                      int *rcs) {
+  int bad = refuse_many(n, keys, keylens, loader != NULL, values, rcs);
+  if (p && bad == XF_OK && n == 0)
+    return XF_OK;
+  WITH_CLIENT(
+      p, bad,
+      xf_get_or_compute_many_batch(c, n, keys, keylens, policy, loader, ud, values, rcs));
+}
+
 const char *xf_pool_errmsg(void) { return last_error; }
 
 void xf_pool_stats(xf_pool *p, xf_pool_info *out) {

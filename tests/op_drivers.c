@@ -1,0 +1,299 @@
+/* Every driver behind one face (op_drivers.h). */
+#include "op_drivers.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xfetch_libevent.h>
+
+const char *const xft_driver_names[XFT_NDRIVERS] = {"blocking", "pool", "async", "call"};
+
+struct xft_drv {
+  int driver;
+  xf_client *c; /* blocking, call */
+  xf_pool *pool;
+  xf_async *ac;
+  struct event_base *base;
+  redisContext *sock; /* the call's wire: only its descriptor is used */
+  xf_reader *rd;
+  xf_async_load *pending; /* an async load its loader left for the test */
+  xft_op_loader *pending_l;
+  char errmsg[256];
+};
+
+xft_drv *xft_drv_open(int driver, const xf_options *o) {
+  xft_drv *d = calloc(1, sizeof *d);
+  cr_assert_not_null(d);
+  d->driver = driver;
+  xf_options co = *o;
+  switch (driver) {
+  case XFT_POOL:
+    cr_assert_eq(xf_pool_open(&d->pool, &co, 2, 0), XF_OK);
+    break;
+  case XFT_ASYNC:
+    cr_assert_not_null(d->base = event_base_new());
+    cr_assert_eq(xf_async_open_libevent(&d->ac, &co, d->base), XF_OK);
+    break;
+  case XFT_CALL:
+    co.lazy_connect = 1;
+    d->sock = xft_redis_port(co.port);
+    cr_assert_eq(xf_reader_open(&d->rd), XF_OK);
+    /* fall through */
+  default:
+    cr_assert_eq(xf_client_open(&d->c, &co), XF_OK);
+  }
+  return d;
+}
+
+void xft_drv_close(xft_drv *d) {
+  xf_async_close(d->ac);
+  if (d->base)
+    event_base_free(d->base);
+  xf_pool_close(d->pool);
+  xf_client_close(d->c);
+  xf_reader_close(d->rd);
+  if (d->sock)
+    redisFree(d->sock);
+  free(d);
+}
+
+const char *xft_drv_errmsg(const xft_drv *d) { return d->errmsg; }
+
+static int keep_msg(xft_drv *d, int rc, const char *msg) {
+  snprintf(d->errmsg, sizeof d->errmsg, "%s", rc == XF_OK ? "" : msg);
+  return rc;
+}
+
+/* ---- blocking and pool: the loader runs inside the call ------------------------ */
+
+typedef struct sync_load {
+  xft_drv *d;
+  xft_op_loader *l;
+} sync_load;
+
+static int run_sync_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  sync_load *s = ud;
+  s->l->calls++;
+  if (s->l->during)
+    s->l->during(s->d, s->l->arg);
+  if (!s->l->value) {
+    xf_sink_not_found(sink);
+    return 0;
+  }
+  return xf_sink_set(sink, s->l->value, strlen(s->l->value));
+}
+
+/* ---- the event loop: a load is completed by the test, between loop turns ------- */
+
+typedef struct async_wait {
+  xft_drv *d;
+  int done, rc;
+  xf_value *out;
+} async_wait;
+
+static void on_value(int rc, const xf_value *v, void *privdata) {
+  async_wait *w = privdata;
+  w->rc = rc;
+  w->done = 1;
+  keep_msg(w->d, rc, xf_async_errmsg(w->d->ac));
+  if (rc == XF_OK && w->out) {
+    w->out->data = malloc(v->len + 1);
+    cr_assert_not_null(w->out->data);
+    memcpy(w->out->data, v->data, v->len);
+    w->out->data[v->len] = '\0';
+    w->out->len = v->len;
+    w->out->source = v->source;
+  }
+}
+
+static void on_code(int rc, void *privdata) { on_value(rc, NULL, privdata); }
+
+static void async_loader(void *ud, const char *key, size_t keylen, xf_async_load *load) {
+  (void)key, (void)keylen;
+  xft_drv *d = ud;
+  cr_assert_null(d->pending, "one load at a time");
+  d->pending = load;
+}
+
+/* Runs the loop until w is done, completing the loads its loader left. */
+static int async_run(xft_drv *d, async_wait *w, int start_rc, xft_op_loader *l) {
+  cr_assert_eq(start_rc, XF_OK, "%s", xf_async_errmsg(d->ac));
+  while (!w->done) {
+    if (!d->pending) {
+      event_base_loop(d->base, EVLOOP_ONCE);
+      continue;
+    }
+    xf_async_load *load = d->pending;
+    d->pending = NULL;
+    cr_assert_not_null(l, "a load without a loader");
+    l->calls++;
+    if (l->during)
+      l->during(d, l->arg);
+    if (l->value)
+      cr_assert_eq(xf_async_load_done(load, l->value, strlen(l->value)), XF_OK);
+    else
+      xf_async_load_not_found(load);
+  }
+  return w->rc;
+}
+
+/* ---- the sans-I/O call over the test's socket --------------------------------- */
+
+/* Writes the call's request and reads its replies (xf_call_target says how
+ * many): the last one, the others freed. */
+static xf_reply *exchange(xft_drv *d, const xf_call *call) {
+  int n = xf_call_target(call, NULL, NULL);
+  cr_assert_geq(n, 1);
+  size_t len;
+  const char *req = xf_call_request(call, &len);
+  cr_assert_not_null(req);
+  cr_assert_eq(write(d->sock->fd, req, len), (ssize_t)len);
+  xf_reply *reply = NULL;
+  for (int got = 0; got < n;) {
+    cr_assert_eq(xf_reader_next(d->rd, &reply), XF_OK);
+    if (reply) {
+      if (++got < n)
+        xf_reply_free(reply);
+      continue;
+    }
+    char buf[4096];
+    ssize_t r = read(d->sock->fd, buf, sizeof buf);
+    cr_assert_gt(r, 0);
+    cr_assert_eq(xf_reader_feed(d->rd, buf, (size_t)r), XF_OK);
+  }
+  return reply;
+}
+
+/* Runs *callp (set by the start whose code is start_rc: an argument, so read
+ * after the start) to its end; its code. */
+static int call_run(xft_drv *d, int start_rc, xf_call **callp, xft_op_loader *l,
+                    xf_value *out) {
+  cr_assert_eq(start_rc, XF_OK);
+  xf_call *call = *callp;
+  for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
+    if (step == XF_CALL_SEND) {
+      step = xf_call_reply(call, exchange(d, call), xft_now_ms());
+    } else if (step == XF_CALL_LOAD) {
+      cr_assert_not_null(l, "a load without a loader");
+      l->calls++;
+      int64_t t0 = xft_now_ms();
+      if (l->during)
+        l->during(d, l->arg);
+      int64_t took_us = (xft_now_ms() - t0) * 1000;
+      step = l->value
+                 ? xf_call_loaded(call, l->value, strlen(l->value), took_us, xft_now_ms())
+                 : xf_call_not_found(call, took_us, xft_now_ms());
+    } else {
+      usleep((useconds_t)xf_call_wait_ms(call, xft_now_ms()) * 1000);
+      step = xf_call_woke(call, xft_now_ms());
+    }
+  }
+  int rc = xf_call_result(call, out);
+  keep_msg(d, rc, xf_call_errmsg(call));
+  xf_call_free(call);
+  return rc;
+}
+
+/* ---- the operations ------------------------------------------------------------ */
+
+int xft_drv_get_or_compute(xft_drv *d, const char *key, const xf_policy *p,
+                           xft_op_loader *l, xf_value *out) {
+  size_t len = strlen(key);
+  sync_load s = {d, l};
+  async_wait w = {.d = d, .out = out};
+  xf_call *call = NULL;
+  memset(out, 0, sizeof *out);
+  switch (d->driver) {
+  case XFT_BLOCKING:
+    return keep_msg(d, xf_get_or_compute(d->c, key, len, p, run_sync_loader, &s, out),
+                    xf_errmsg(d->c));
+  case XFT_POOL:
+    return keep_msg(d,
+                    xf_pool_get_or_compute(d->pool, key, len, p, run_sync_loader, &s, out),
+                    xf_pool_errmsg());
+  case XFT_ASYNC:
+    return async_run(
+        d, &w, xf_async_get_or_compute(d->ac, key, len, p, async_loader, d, on_value, &w),
+        l);
+  default:
+    return call_run(d, xf_call_start(&call, d->c, key, len, p, xft_now_ms()), &call, l,
+                    out);
+  }
+}
+
+int xft_drv_get(xft_drv *d, const char *key, xf_value *out) {
+  size_t len = strlen(key);
+  async_wait w = {.d = d, .out = out};
+  xf_call *call = NULL;
+  memset(out, 0, sizeof *out);
+  switch (d->driver) {
+  case XFT_BLOCKING:
+    return keep_msg(d, xf_get(d->c, key, len, out), xf_errmsg(d->c));
+  case XFT_POOL:
+    return keep_msg(d, xf_pool_get(d->pool, key, len, out), xf_pool_errmsg());
+  case XFT_ASYNC:
+    return async_run(d, &w, xf_async_get(d->ac, key, len, on_value, &w), NULL);
+  default:
+    return call_run(d, xf_call_start_get(&call, d->c, key, len, xft_now_ms()), &call, NULL,
+                    out);
+  }
+}
+
+int xft_drv_set(xft_drv *d, const char *key, const char *value, const xf_policy *p) {
+  size_t len = strlen(key), vlen = strlen(value);
+  async_wait w = {.d = d};
+  xf_call *call = NULL;
+  switch (d->driver) {
+  case XFT_BLOCKING:
+    return keep_msg(d, xf_set(d->c, key, len, value, vlen, p), xf_errmsg(d->c));
+  case XFT_POOL:
+    return keep_msg(d, xf_pool_set(d->pool, key, len, value, vlen, p), xf_pool_errmsg());
+  case XFT_ASYNC:
+    return async_run(d, &w, xf_async_set(d->ac, key, len, value, vlen, p, on_code, &w),
+                     NULL);
+  default:
+    return call_run(d,
+                    xf_call_start_set(&call, d->c, key, len, value, vlen, p, xft_now_ms()),
+                    &call, NULL, NULL);
+  }
+}
+
+int xft_drv_delete(xft_drv *d, const char *key) {
+  size_t len = strlen(key);
+  async_wait w = {.d = d};
+  xf_call *call = NULL;
+  switch (d->driver) {
+  case XFT_BLOCKING:
+    return keep_msg(d, xf_delete(d->c, key, len), xf_errmsg(d->c));
+  case XFT_POOL:
+    return keep_msg(d, xf_pool_delete(d->pool, key, len), xf_pool_errmsg());
+  case XFT_ASYNC:
+    return async_run(d, &w, xf_async_delete(d->ac, key, len, on_code, &w), NULL);
+  default:
+    return call_run(d, xf_call_start_delete(&call, d->c, key, len, xft_now_ms()), &call,
+                    NULL, NULL);
+  }
+}
+
+int xft_drv_has_batch(int driver) { return driver == XFT_BLOCKING || driver == XFT_POOL; }
+
+int xft_drv_many(xft_drv *d, size_t n, const char *const *keys, const xf_policy *p,
+                 xft_op_loader *l, xf_value *values, int *rcs) {
+  cr_assert(xft_drv_has_batch(d->driver), "%s has no batch", xft_driver_names[d->driver]);
+  size_t lens[16];
+  cr_assert_leq(n, 16);
+  for (size_t i = 0; i < n; i++)
+    lens[i] = strlen(keys[i]);
+  sync_load s = {d, l};
+  if (d->driver == XFT_POOL)
+    return keep_msg(d,
+                    xf_pool_get_or_compute_many(d->pool, n, keys, lens, p, run_sync_loader,
+                                                &s, values, rcs),
+                    xf_pool_errmsg());
+  return keep_msg(
+      d, xf_get_or_compute_many(d->c, n, keys, lens, p, run_sync_loader, &s, values, rcs),
+      xf_errmsg(d->c));
+}

@@ -1,0 +1,47 @@
+/* Every driver behind one face, for tests that run the same assertions on
+ * each: the blocking client, the pool, the event loop (xf_async on libevent)
+ * and the sans-I/O call (driven here over a plain socket to the server).
+ * Each operation runs to its end before it returns, whatever the driver. */
+#ifndef XFT_OP_DRIVERS_H
+#define XFT_OP_DRIVERS_H
+
+#include "fixture.h"
+
+enum { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL, XFT_NDRIVERS };
+extern const char *const xft_driver_names[XFT_NDRIVERS];
+
+typedef struct xft_drv xft_drv;
+
+/* A loader every driver runs: it hands over value (NULL: "not found") and
+ * counts its runs. during (NULL: nothing) runs while the load is under way,
+ * after the loader started and before its result is handed over, on the
+ * test's thread: e.g. another call of the same driver. */
+typedef struct xft_op_loader {
+  const char *value;
+  int calls;
+  void (*during)(xft_drv *d, void *arg);
+  void *arg;
+} xft_op_loader;
+
+/* A handle of driver on the server o names (o is copied; the call driver's
+ * client is opened lazy, the test's socket being its wire). Asserts. */
+xft_drv *xft_drv_open(int driver, const xf_options *o);
+void xft_drv_close(xft_drv *d);
+
+/* The operations, each the driver's own API; their code. A value is the
+ * caller's to free (xf_value_free), zeroed on error. */
+int xft_drv_get_or_compute(xft_drv *d, const char *key, const xf_policy *p,
+                           xft_op_loader *l, xf_value *out);
+int xft_drv_get(xft_drv *d, const char *key, xf_value *out);
+int xft_drv_set(xft_drv *d, const char *key, const char *value, const xf_policy *p);
+int xft_drv_delete(xft_drv *d, const char *key);
+
+/* The batch (xf_get_or_compute_many), on the drivers that have one. */
+int xft_drv_has_batch(int driver);
+int xft_drv_many(xft_drv *d, size_t n, const char *const *keys, const xf_policy *p,
+                 xft_op_loader *l, xf_value *values, int *rcs);
+
+/* The message of the handle's last failed operation. */
+const char *xft_drv_errmsg(const xft_drv *d);
+
+#endif
