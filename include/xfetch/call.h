@@ -177,7 +177,8 @@ XF_EXPORT xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 XF_EXPORT int xf_call_result(xf_call *call, xf_value *out);
 XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
 
-/* Background refresh (policy.background_refresh): a get-or-compute call that
+/* Background refresh (policy.background_refresh = XF_BACKGROUND_ON; the
+ * default, AUTO, runs it in the call): a get-or-compute call that
  * won an early refresh ends at once (XF_CALL_DONE, the current value) and
  * hands the refresh over as a call of its own, already at XF_CALL_LOAD: run
  * its loader and drive it to XF_CALL_DONE like any call, off the request's
