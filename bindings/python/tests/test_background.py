@@ -309,3 +309,24 @@ def test_the_defaults_load_a_hot_key_about_once_per_ttl(face, server, prefix):
     per_ttl = loads[0] / ttls
     assert per_ttl <= 1.5, f"{loads[0]} loads in {ttls} ttls; sources {sources}"
     assert in_call[0] <= ttls, f"{in_call[0]} calls loaded in the request; sources {sources}"
+
+
+def test_get_many_refreshes_a_key_with_its_loader_by_default(face, server, prefix, caplog):
+    """get_many with the defaults: a key's early refresh runs its loader with
+    the key (sync: in the batch; aio: as fetch's refresh task), never as a
+    refresh that cannot pass the key. A 0.2 s load with a 1 s ttl is due
+    from 0.7 s after its write to expiry at 1.0 s: the second call comes
+    0.8 s after the first returned (0.1 s of margin each side)."""
+    cache = face.Cache(server.url, prefix=prefix)
+    calls = []
+
+    def body(k):
+        calls.append(k)
+        return b"v%d" % len(calls)
+    load = face.loader(body, delay=0.2)
+    with caplog.at_level(logging.WARNING, logger="xfetch"):
+        assert face.run(cache.get_many(["a"], load, ttl=1.0)) == {"a": b"v1"}
+        time.sleep(0.8)
+        face.run(cache.get_many(["a"], load, ttl=1.0))
+        assert until(face, lambda: calls == ["a", "a"]), calls
+    assert not [r for r in caplog.records if "failed" in r.getMessage()], caplog.text

@@ -376,8 +376,9 @@ class Cache:
         for k in keys:
             originals.setdefault(key_bytes(k), k)
         check_loader(loader)
+        # in the batch: the refresh threads run zero-argument loaders
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout))
+                                     negative_ttl, jitter, on_wait_timeout, False))
         n = len(originals)
         if n == 0:
             return {}
