@@ -95,7 +95,8 @@ int main(int argc, char **argv) {
   opts.port = argc > 1 ? atoi(argv[1]) : 6379;
   int rc = xf_async_open_libuv(&s.cache, &opts, s.loop);
   if (rc != XF_OK) {
-    fprintf(stderr, "xf_async_open_libuv: %s\n", xf_strerror(rc));
+    fprintf(stderr, "xf_async_open_libuv: %s: %s\n", xf_strerror(rc),
+            xf_async_errmsg(NULL));
     return 1;
   }
   uv_timer_init(s.loop, &s.arrivals);

@@ -10,7 +10,8 @@ static int load_profile(void *db, const char *key, size_t keylen, xf_sink *sink)
   (void)db;
   usleep(100 * 1000);
   char buf[128];
-  int n = snprintf(buf, sizeof buf, "{\"id\": \"%.*s\", \"name\": \"Ada\"}", (int)keylen, key);
+  int n =
+      snprintf(buf, sizeof buf, "{\"id\": \"%.*s\", \"name\": \"Ada\"}", (int)keylen, key);
   return xf_sink_set(sink, buf, (size_t)n);
 }
 
@@ -20,7 +21,7 @@ int main(int argc, char **argv) {
   xf_client *c;
   int rc = xf_client_open(&c, &opts);
   if (rc != XF_OK) {
-    fprintf(stderr, "connect: %s\n", xf_strerror(rc));
+    fprintf(stderr, "connect: %s: %s\n", xf_strerror(rc), xf_errmsg(c)); /* c is NULL */
     return 1;
   }
   xf_policy policy = XF_POLICY_INIT; /* ttl 60 s, beta 1 */

@@ -27,8 +27,9 @@ int main(int argc, char **argv) {
   xf_options opts = XF_OPTIONS_INIT;
   opts.port = argc > 1 ? atoi(argv[1]) : 6379;
   xf_client *c;
-  if (xf_client_open(&c, &opts) != XF_OK) {
-    fprintf(stderr, "connect failed\n");
+  int rc = xf_client_open(&c, &opts);
+  if (rc != XF_OK) {
+    fprintf(stderr, "connect: %s: %s\n", xf_strerror(rc), xf_errmsg(c)); /* c is NULL */
     return 1;
   }
   char buf[N][16];

@@ -15,13 +15,13 @@ static int run(xf_client *c, int script, const xf__cmd *cmd, xf__reply **reply) 
     xf__script_load_cmd(&load, script, cmd->key, cmd->keylen);
     rc = xf__command(c, &load, reply);
     if (rc == XF_OK)
-      rc = xf__script_loaded(c, script, *reply);
+      rc = xf__script_loaded(&c->rt, script, *reply);
     if (rc == XF_OK)
       rc = xf__command(c, cmd, reply);
   }
   if (rc != XF_OK || (*reply)->type != XF_REPLY_ERROR)
     return rc;
-  return xf__script_error(c, script, *reply);
+  return xf__script_error(&c->rt, script, *reply);
 }
 
 int xft_entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_ms,
@@ -31,11 +31,11 @@ int xft_entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
   xf__reply *r;
   memset(newer, 0, sizeof *newer);
   xf__client_check_fork(c); /* never a parent's token in a child */
-  xf__entry_token(c, token);
+  xf__entry_token(&c->cfg, &c->rt, token);
   xf__entry_lease_cmd(&cmd, key, keylen, token, lease_ms, seen_expiry_ms, 0,
                       c->entry_format);
   int rc = run(c, XF_SCRIPT_LEASE, &cmd, &r);
-  return rc == XF_OK ? xf__entry_parse_lease(c, r, now_ms, result, newer) : rc;
+  return rc == XF_OK ? xf__entry_parse_lease(&c->rt, r, now_ms, result, newer) : rc;
 }
 
 int xft_entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
@@ -44,7 +44,7 @@ int xft_entry_write(xf_client *c, const char *key, size_t keylen, const xf__writ
   xf__reply *r;
   xf__entry_write_cmd(&cmd, key, keylen, w, c->entry_format);
   int rc = run(c, XF_SCRIPT_WRITE, &cmd, &r);
-  return rc == XF_OK ? xf__entry_parse_int(c, r, "write", written) : rc;
+  return rc == XF_OK ? xf__entry_parse_int(&c->rt, r, "write", written) : rc;
 }
 
 int xft_entry_release(xf_client *c, const char *key, size_t keylen, const char *token) {
@@ -53,5 +53,5 @@ int xft_entry_release(xf_client *c, const char *key, size_t keylen, const char *
   int released;
   xf__entry_release_cmd(&cmd, key, keylen, token, 0);
   int rc = run(c, XF_SCRIPT_RELEASE, &cmd, &r);
-  return rc == XF_OK ? xf__entry_parse_int(c, r, "release", &released) : rc;
+  return rc == XF_OK ? xf__entry_parse_int(&c->rt, r, "release", &released) : rc;
 }

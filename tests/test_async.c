@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,6 +386,82 @@ Test(async, a_refused_auth_fails_the_calls_behind_it) {
   cr_expect(strstr(r.errmsg, "AUTH"), "errmsg: %s", r.errmsg);
   cr_expect_eq(l.calls, 0);
   run_end(&r);
+  xft_server_stop(&s);
+}
+
+/* An open that fails says why, on the thread that opened. */
+Test(async, a_failed_open_says_why) {
+  uv_loop_t loop;
+  cr_assert_eq(uv_loop_init(&loop), 0);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nothing listens on port 1 */
+  xf_async *ac = NULL;
+  int rc = xf_async_open_libuv(&ac, &o, &loop);
+  if (rc == XF_OK) { /* the refusal may come later, on the loop */
+    xf_async_close(ac);
+  } else {
+    cr_expect_eq(rc, XF_ECONNECT);
+    cr_expect(strstr(xf_async_errmsg(NULL), "refused"), "'%s'", xf_async_errmsg(NULL));
+  }
+  o.port = 70000;
+  cr_expect_eq(xf_async_open_libuv(&ac, &o, &loop), XF_EINVAL);
+  cr_expect(strstr(xf_async_errmsg(NULL), "options.port"), "'%s'", xf_async_errmsg(NULL));
+  uv_run(&loop, UV_RUN_DEFAULT);
+  cr_expect_eq(uv_loop_close(&loop), 0);
+}
+
+/* No password for a server that needs one: every call, get-or-compute, get,
+ * set and delete, is XF_EAUTH (the connection's setup is answered NOAUTH),
+ * never XF_EREDIS, the loader not run. */
+typedef struct noauth_run {
+  uv_loop_t loop;
+  xf_async *ac;
+  int fired, rc[4];
+  char errmsg[256];
+} noauth_run;
+
+static void noauth_fired(noauth_run *r, int i, int rc) {
+  r->rc[i] = rc;
+  if (rc != XF_OK && !r->errmsg[0])
+    snprintf(r->errmsg, sizeof r->errmsg, "%s", xf_async_errmsg(r->ac));
+  if (++r->fired == 4)
+    xf_async_close(r->ac);
+}
+static noauth_run *noauth_of;
+static void noauth_value(int rc, const xf_value *v, void *i) {
+  (void)v;
+  noauth_fired(noauth_of, (int)(intptr_t)i, rc);
+}
+static void noauth_done(int rc, void *i) { noauth_fired(noauth_of, (int)(intptr_t)i, rc); }
+
+Test(async, no_password_fails_every_call_with_eauth) {
+  xft_server s;
+  const char *conf[] = {"--requirepass", "sesame", NULL};
+  cr_assert_eq(xft_server_start(&s, conf), 0);
+  noauth_run r = {0};
+  noauth_of = &r;
+  cr_assert_eq(uv_loop_init(&r.loop), 0);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = s.port;
+  cr_assert_eq(xf_async_open_libuv(&r.ac, &o, &r.loop), XF_OK);
+  loader l = {.value = "x"};
+  xf_policy p = steady();
+  cr_assert_eq(xf_async_get_or_compute(r.ac, "async:na", 8, &p, test_loader, &l,
+                                       noauth_value, (void *)0),
+               XF_OK);
+  cr_assert_eq(xf_async_get(r.ac, "async:na", 8, noauth_value, (void *)1), XF_OK);
+  cr_assert_eq(xf_async_set(r.ac, "async:na", 8, "v", 1, &p, noauth_done, (void *)2),
+               XF_OK);
+  cr_assert_eq(xf_async_delete(r.ac, "async:na", 8, noauth_done, (void *)3), XF_OK);
+  uv_run(&r.loop, UV_RUN_DEFAULT);
+  cr_assert_eq(r.fired, 4);
+  static const char *const what[] = {"get_or_compute", "get", "set", "delete"};
+  for (int i = 0; i < 4; i++)
+    cr_expect_eq(r.rc[i], XF_EAUTH, "%s: %s", what[i], xf_strerror(r.rc[i]));
+  cr_expect(strstr(r.errmsg, "NOAUTH"), "errmsg: %s", r.errmsg);
+  cr_expect_eq(l.calls, 0);
+  uv_run(&r.loop, UV_RUN_DEFAULT);
+  cr_expect_eq(uv_loop_close(&r.loop), 0);
   xft_server_stop(&s);
 }
 

@@ -45,6 +45,11 @@ static void open_handle_with(handle *h, const char *host, int cluster, int repli
   o.read_from_replicas = replicas;
   o.seed = 7;
   o.entry_format = xft_cluster_entry_format();
+  /* The counts below (loads, reads, map refreshes) assume no reply times
+   * out: a busy machine with six nodes can hold one past 1 s (the default),
+   * and the watchdog's drop would reload and re-route. 30 s is the margin. */
+  o.connect_timeout_ms = 10000;
+  o.command_timeout_ms = 30000;
   int rc = xf_async_open_libuv(&h->ac, &o, &h->loop);
   cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));
 }

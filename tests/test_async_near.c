@@ -265,8 +265,8 @@ ParameterizedTestParameters(async_near, waiters_are_woken_by_the_write) {
 
 /* Calls on the loop waiting for another client's 400 ms load come back when
  * its write invalidates the key, not at their fallback poll: they start 100
- * ms in, so their polls fall 200 ms and 400 ms later, ~100 ms after the
- * write. */
+ * ms into the load, so their polls fall 200 ms and 400 ms later, ~100 ms
+ * after the write. */
 ParameterizedTest(int *kind, async_near, waiters_are_woken_by_the_write) {
   env e;
   env_open(&e, *kind);
@@ -277,16 +277,23 @@ ParameterizedTest(int *kind, async_near, waiters_are_woken_by_the_write) {
    * leader's client loads each on first use, and whether its read and lease
    * fall before or after the count starts depends on the load. */
   xft_loader quick = {.value = "q", .len = 1};
-  xf_policy warm = XF_POLICY_INIT;
+  xf_policy dflt = XF_POLICY_INIT;
   xf_value v;
-  cr_assert_eq(xf_get_or_compute(e.other, "an:warm", 7, &warm, xft_load, &quick, &v),
+  cr_assert_eq(xf_get_or_compute(e.other, "an:warm", 7, &dflt, xft_load, &quick, &v),
                XF_OK);
   xf_value_free(&v);
+  /* The loop's connection is tracked (a near hit proves it): its waits are
+   * woken by writes. Untracked (its invalidation connection still opening),
+   * they would only poll. */
+  put(&e, "an:armed", "a");
+  warm(&e, "an:armed", "a");
   pthread_t t;
   pthread_create(&t, NULL, lead, &ld);
-  /* the waiters start once the leader holds the lease: its loader runs */
+  /* the waiters start 100 ms after the leader took the lease (its loader
+   * runs): their polls do not fall with the write */
   for (int ms = 0; xft_loader_calls(&l) == 0 && ms < 10000; ms++)
     xft_sleep_ms(1);
+  xft_sleep_ms(100);
   long long before = xft_read_calls(e.raw) + xft_command_calls(e.raw, "evalsha");
   waiters w = {.r = &e.r, .left = 3};
   xf_policy p = XF_POLICY_INIT;
@@ -305,8 +312,8 @@ ParameterizedTest(int *kind, async_near, waiters_are_woken_by_the_write) {
   cr_assert_eq(w.wrong, 0);
   cr_assert_eq(xft_loader_calls(&l), 1);
   long long sent = xft_read_calls(e.raw) + xft_command_calls(e.raw, "evalsha") - before;
-  /* leader: read, lease, write; each waiter: read, a fallback poll or two,
-   * the re-read after the write (the lease's own invalidation may wake it) */
+  /* leader: its write; each waiter: read, a fallback poll or two, the
+   * re-read after the write (the lease's own invalidation may wake it) */
   cr_assert_leq(sent, 3 + 3 * 5, "%lld commands: the waiters polled", sent);
   int64_t lag_ms = w.last_ms - ld.done_ms;
   cr_assert_lt(lag_ms, 60, "the last waiter came back %lld ms after the write: not woken",

@@ -1,4 +1,7 @@
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -41,6 +44,61 @@ Test(client, open_refused_port_is_econnect) {
   xf_client *c = (xf_client *)1;
   cr_expect_eq(xf_client_open(&c, &o), XF_ECONNECT);
   cr_expect_null(c);
+}
+
+/* A failed open leaves *out NULL (nothing to close) and its reason in
+ * xf_errmsg(NULL), for the thread that opened: a refused connection and a
+ * name that does not resolve read differently. */
+Test(client, a_failed_open_says_why) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nothing listens on port 1 */
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_ECONNECT);
+  cr_expect_null(c);
+  cr_expect(strstr(xf_errmsg(c), "127.0.0.1:1") && strstr(xf_errmsg(c), "refused"),
+            "refused: '%s'", xf_errmsg(c));
+  char refused[256];
+  snprintf(refused, sizeof refused, "%s", xf_errmsg(NULL));
+
+  o.host = "no-such-host.invalid"; /* RFC 6761: never resolves */
+  o.port = 6379;
+  cr_assert_eq(xf_client_open(&c, &o), XF_ECONNECT);
+  cr_expect(strstr(xf_errmsg(c), "resolve no-such-host.invalid"), "unknown host: '%s'",
+            xf_errmsg(c));
+  cr_expect_str_neq(xf_errmsg(c), refused);
+
+  o = (xf_options)XF_OPTIONS_INIT;
+  o.port = 70000;
+  cr_assert_eq(xf_client_open(&c, &o), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(c), "options.port"), "'%s'", xf_errmsg(c));
+  o.port = xft_port();
+  o.host = "127.0.0.1:";
+  cr_assert_eq(xf_client_open(&c, &o), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(c), "options.host"), "'%s'", xf_errmsg(c));
+  cr_expect_eq(xf_client_open(NULL, &o), XF_EINVAL);
+  cr_expect(strstr(xf_errmsg(NULL), "out is NULL"), "'%s'", xf_errmsg(NULL));
+
+  o.host = NULL; /* an open that succeeds clears it */
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  cr_expect_str_eq(xf_errmsg(NULL), "client is NULL");
+  xf_client_close(c);
+}
+
+static void *open_refused(void *unused) {
+  (void)unused;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1;
+  xf_client *c;
+  return (void *)(intptr_t)xf_client_open(&c, &o);
+}
+
+Test(client, the_reason_is_the_opening_threads) {
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, open_refused, NULL), 0);
+  void *rc;
+  cr_assert_eq(pthread_join(t, &rc), 0);
+  cr_expect_eq((intptr_t)rc, XF_ECONNECT);
+  cr_expect_str_eq(xf_errmsg(NULL), "client is NULL", "another thread's failure");
 }
 
 Test(client, lazy_connect_opens_without_redis_and_fails_open) {

@@ -266,3 +266,56 @@ Test(events, a_disabled_client_opens_without_redis) {
   cr_expect_eq(st.redis_errors, 0);
   xf_client_close(c);
 }
+
+/* Redis down, a share: a call the share answers (its value kept from the
+ * first call's load) reports fail_open with source LOCAL and then local, and
+ * no load_start; a call whose loader runs reports fail_open, load_start and
+ * load_done. Blocking driver, then the batch. */
+Test(events, a_share_answer_is_no_load) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  int port = s.port;
+  xft_server_stop(&s);
+  xf_share *share = NULL;
+  cr_assert_eq(xf_share_open(&share, NULL), XF_OK);
+  recorded r = {0};
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = port;
+  o.seed = 1;
+  o.connect_timeout_ms = 200;
+  o.on_event = record;
+  o.on_event_ud = &r;
+  o.share = share;
+  o.lazy_connect = 1;
+  xf_client *c = NULL;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_policy p = XF_POLICY_INIT;
+  xft_loader l = {.value = "v"};
+  xf_value v;
+  cr_assert_eq(get(c, "events:shared", &p, &l, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+  cr_expect_str_eq(types(&r), "breaker_opened fail_open load_start load_done");
+  cr_expect_eq(r.ev[1].source, -1);
+  cr_expect_eq(r.ev[1].rc, XF_ECONNECT);
+  r.n = 0;
+  cr_assert_eq(get(c, "events:shared", &p, &l, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOCAL);
+  xf_value_free(&v);
+  cr_expect_str_eq(types(&r), "fail_open local");
+  cr_expect_eq(r.ev[0].source, XF_SOURCE_LOCAL);
+  cr_expect_eq(r.ev[0].rc, XF_ECONNECT);
+  cr_expect_eq(xft_loader_calls(&l), 1);
+  r.n = 0;
+  const char *keys[] = {"events:shared"};
+  size_t lens[] = {13};
+  xf_value vs[1];
+  int rcs[1];
+  cr_assert_eq(xf_get_or_compute_many(c, 1, keys, lens, &p, xft_load, &l, vs, rcs), XF_OK);
+  cr_expect_eq(rcs[0], XF_OK);
+  xf_value_free(&vs[0]);
+  cr_expect_str_eq(types(&r), "fail_open local");
+  cr_expect_eq(xft_loader_calls(&l), 1);
+  xf_client_close(c);
+  xf_share_close(share);
+}

@@ -4,26 +4,31 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client.h"
 #include "flow.h"
+#include "flow_env.h"
 #include "flow_replies.h"
 #include "script.h"
 
-static xf_client *c;
+/* No client: the flow runs on a configuration (the defaults xf_options
+ * gives) and a runtime of its own, its draws seeded with 1. No transport
+ * here keeps a clock estimate (and swaps a plain read for the read script
+ * where it is not fresh: xf__entry_read_as), so plain_hits is 0: every read
+ * is the script, as for the sans-I/O call. */
+static xf__config cfg;
+static xf__runtime rt;
 
 static void setup(void) {
-  xf_options o = XF_OPTIONS_INIT;
-  o.lazy_connect = 1; /* the machine never connects: nothing is sent */
-  o.seed = 1;
-  o.port = 1;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  /* No transport here to keep a clock estimate (and swap a plain read for
-   * the read script where it is not fresh: xf__entry_read_as): every read
-   * is the script, as for the sans-I/O call. */
-  c->plain_hits = 0;
+  xf__config_init(&cfg);
+  xf__runtime_init(&rt, 1);
 }
 
-static void teardown(void) { xf_client_close(c); }
+static void teardown(void) {}
+
+/* A flow bound to the test's configuration and runtime. */
+static xf__flow *bound(xf__flow *f) {
+  xf__flow_bind(f, &cfg, &rt);
+  return f;
+}
 
 TestSuite(flow, .init = setup, .fini = teardown);
 
@@ -43,7 +48,7 @@ Test(flow, hit_is_one_read) {
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xf__flow f;
-  cr_assert_eq(xf__flow_start(&f, c, "k", 1, &p, &v, 0), XF_STEP_SEND);
+  cr_assert_eq(xf__flow_begin(bound(&f), "k", 1, &p, &v, 0), XF_STEP_SEND);
   expect_arg(&f, 0, "EVALSHA_RO");
   expect_script(&f, XF_SCRIPT_READ);
   expect_arg(&f, 3, "k");
@@ -58,7 +63,7 @@ Test(flow, miss_leases_loads_and_writes_dated_by_the_lease) {
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS), 0), XF_STEP_SEND);
   expect_arg(&f, 0, "EVALSHA");
   expect_script(&f, XF_SCRIPT_LEASE);
@@ -96,7 +101,7 @@ Test(flow, lease_is_twice_the_learned_delta_when_longer) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     xf_value v;
     xf__flow f;
-    xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+    xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
     cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(cases[i].read), 0), XF_STEP_SEND);
     expect_script(&f, XF_SCRIPT_LEASE);
     expect_arg(&f, 5, cases[i].lease_ms);
@@ -114,7 +119,7 @@ Test(flow, the_loader_s_ttl_replaces_the_policy_s) {
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   xf__flow_reply(&f, XF_OK, reply(MISS), 0);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
   load_value(&f, "new");
@@ -126,7 +131,7 @@ Test(flow, the_loader_s_ttl_replaces_the_policy_s) {
   cr_expect_eq(v.source, XF_SOURCE_LOADER);
   xf_value_free(&v);
 
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   xf__flow_reply(&f, XF_OK, reply(MISS), 0);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
   cr_assert_eq(xf_sink_ttl(&f.sink, 0), XF_OK); /* before the value: either order */
@@ -149,8 +154,8 @@ Test(flow, refused_write_is_uncached) {
   xf_value v;
   xf__flow f;
   xf_stats before, after;
-  xf_client_stats(c, &before);
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  before = rt.stats;
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   xf__flow_reply(&f, XF_OK, reply(MISS), 0);
   xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0);
   load_value(&f, "mine");
@@ -158,7 +163,7 @@ Test(flow, refused_write_is_uncached) {
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":0\r\n"), 0), XF_STEP_DONE);
   cr_expect_eq(f.rc, XF_OK);
   cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
-  xf_client_stats(c, &after);
+  after = rt.stats;
   cr_expect_eq(after.superseded, before.superseded + 1);
   xf_value_free(&v);
 }
@@ -167,7 +172,7 @@ Test(flow, noscript_loads_the_script_and_resends_once) {
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-NOSCRIPT No matching script.\r\n"), 0),
                XF_STEP_SEND);
   expect_arg(&f, 0, "SCRIPT");
@@ -185,7 +190,7 @@ Test(flow, live_lease_on_a_miss_waits_then_rereads) {
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 1000);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 1000);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS_LEASED), 1000), XF_STEP_WAIT);
   cr_expect_eq(f.wake_ms, 1000 + 2);
   cr_assert_eq(xf__flow_woke(&f, 1002), XF_STEP_SEND);
@@ -213,13 +218,13 @@ Test(flow, a_waiter_shares_a_not_found_that_ended_after_its_first_read) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     xf_value v;
     xf__flow f;
-    xf__flow_start(&f, c, "k", 1, &p, &v, 1000);
+    xf__flow_begin(bound(&f), "k", 1, &p, &v, 1000);
     cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS_LEASED), 1000), XF_STEP_WAIT);
     cr_assert_eq(xf__flow_woke(&f, 1030), XF_STEP_SEND);
     cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(cases[i].reread), 1030), cases[i].step,
                  "case %zu", i);
     if (cases[i].step == XF_STEP_DONE) {
-      cr_expect_eq(f.rc, XF_ENOTFOUND, "%s", xf_errmsg(c));
+      cr_expect_eq(f.rc, XF_ENOTFOUND, "%s", rt.errstr);
       cr_expect_null(v.data);
     } else {
       xf__flow_abandon(&f);
@@ -232,7 +237,7 @@ Test(flow, waiter_that_gives_up_is_dated_by_its_last_read) {
   p.wait_ms = 0;
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(MISS_LEASED), 20), XF_STEP_LOAD);
   cr_expect_eq(f.load, XF_LOAD_GAVE_UP);
   load_value(&f, "mine");
@@ -248,7 +253,7 @@ Test(flow, unreachable_redis_fails_open) {
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(xf__flow_reply(&f, XF_EIO, NULL, 0), XF_STEP_LOAD);
   cr_expect_eq(f.load, XF_LOAD_UNCACHED);
   load_value(&f, "direct");
@@ -264,7 +269,7 @@ Test(flow, failed_early_refresh_releases_and_serves_the_valid_value) {
   p.refresh_ahead = -1; /* XFetch: beta decides */
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(HIT), 0), XF_STEP_SEND);
   expect_script(&f, XF_SCRIPT_LEASE);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
@@ -273,9 +278,8 @@ Test(flow, failed_early_refresh_releases_and_serves_the_valid_value) {
   cr_assert_eq(xf__flow_reply(&f, XF_EIO, NULL, 0), XF_STEP_DONE);
   cr_expect_eq(f.rc, XF_OK);
   cr_expect_str_eq(v.data, "old");
-  cr_expect_eq(xf_loader_error(c), 5);
-  cr_expect_str_eq(xf_errmsg(c), "loader returned 5",
-                   "the release's failure is not the news");
+  cr_expect_eq(rt.loader_rc, 5);
+  cr_expect_str_eq(rt.errstr, "loader returned 5", "the release's failure is not the news");
   xf_value_free(&v);
 }
 
@@ -295,7 +299,7 @@ Test(flow, every_read_reply_of_another_shape_is_eproto) {
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     xf_value v;
     xf__flow f;
-    xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+    xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
     cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(bad[i]), 0), XF_STEP_DONE, "reply %zu", i);
     cr_expect_eq(f.rc, XF_EPROTO, "reply %zu", i);
     cr_expect_null(v.data);
@@ -322,11 +326,11 @@ Test(flow, every_read_reply_of_bad_values_is_a_malformed_miss) {
     xf_value v;
     xf__flow f;
     xf_stats before, after;
-    xf_client_stats(c, &before);
-    xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+    before = rt.stats;
+    xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
     cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(bad[i]), 0), XF_STEP_SEND, "reply %zu", i);
     expect_script(&f, XF_SCRIPT_LEASE);
-    xf_client_stats(c, &after);
+    after = rt.stats;
     cr_expect_eq(after.malformed, before.malformed + 1, "reply %zu", i);
     cr_expect_eq(after.misses, before.misses + 1, "reply %zu", i);
     cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1\r\n"), 0), XF_STEP_LOAD);
@@ -347,7 +351,7 @@ Test(flow, every_malformed_lease_reply_degrades) {
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     xf_value v;
     xf__flow f;
-    xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+    xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
     xf__flow_reply(&f, XF_OK, reply(MISS), 0);
     cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(bad[i]), 0), XF_STEP_DONE, "reply %zu", i);
     cr_expect_eq(f.rc, XF_EPROTO, "reply %zu", i);
@@ -359,7 +363,7 @@ Test(flow, every_malformed_lease_reply_degrades) {
 #include "entry.h"
 
 static xf__step start(xf__flow *f, const char *key, const xf_policy *p, xf_value *v) {
-  return xf__flow_start(f, c, key, strlen(key), p, v, 0);
+  return xf__flow_begin(bound(f), key, strlen(key), p, v, 0);
 }
 
 Test(flow, read_many_parts_are_each_flows_own_read) {
@@ -378,7 +382,7 @@ Test(flow, read_many_parts_are_each_flows_own_read) {
   xf__reply *parts[3];
   cr_assert_eq(
       xf__entry_split_read_many(
-          c, reply("*3\r\n" HIT MISS "-WRONGTYPE Operation against a key\r\n"), 3, parts),
+          &rt, reply("*3\r\n" HIT MISS "-WRONGTYPE Operation against a key\r\n"), 3, parts),
       XF_OK);
   xf_policy p = XF_POLICY_INIT;
   p.beta = 0;
@@ -403,11 +407,11 @@ Test(flow, read_many_parts_are_each_flows_own_read) {
 
 static void expect_split_fails(const char *resp, size_t nkeys, const char *msg) {
   xf__reply *parts[4] = {(xf__reply *)1, (xf__reply *)1, (xf__reply *)1, (xf__reply *)1};
-  cr_expect_eq(xf__entry_split_read_many(c, reply(resp), nkeys, parts), XF_EPROTO, "%s",
+  cr_expect_eq(xf__entry_split_read_many(&rt, reply(resp), nkeys, parts), XF_EPROTO, "%s",
                resp);
   for (size_t i = 0; i < nkeys; i++)
     cr_expect_null(parts[i]);
-  cr_expect(strstr(xf_errmsg(c), msg) != NULL, "%s", xf_errmsg(c));
+  cr_expect(strstr(rt.errstr, msg) != NULL, "%s", rt.errstr);
 }
 
 Test(flow, read_many_of_the_wrong_shape_is_a_protocol_error) {

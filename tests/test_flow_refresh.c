@@ -6,23 +6,26 @@
 #include <math.h>
 #include <string.h>
 
-#include "client.h"
 #include "flow.h"
+#include "flow_env.h"
 #include "flow_replies.h"
 #include "script.h"
 
-static xf_client *c;
+static xf__config cfg; /* no client: see test_flow.c */
+static xf__runtime rt;
 
 static void setup(void) {
-  xf_options o = XF_OPTIONS_INIT;
-  o.lazy_connect = 1;
-  o.seed = 1;
-  o.port = 1;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  c->plain_hits = 0; /* every read is the script (see test_flow.c) */
+  xf__config_init(&cfg);
+  xf__runtime_init(&rt, 1);
 }
 
-static void teardown(void) { xf_client_close(c); }
+static void teardown(void) {}
+
+/* A flow bound to the test's configuration and runtime. */
+static xf__flow *bound(xf__flow *f) {
+  xf__flow_bind(f, &cfg, &rt);
+  return f;
+}
 
 TestSuite(flow_refresh, .init = setup, .fini = teardown);
 
@@ -43,7 +46,7 @@ static xf_policy background(void) {
 
 /* Reads HIT and wins the early refresh's lease: the LOAD step. */
 static void to_refresh_load(xf__flow *f, const xf_policy *p, xf_value *v) {
-  cr_assert_eq(xf__flow_start(f, c, "k", 1, p, v, 0), XF_STEP_SEND);
+  cr_assert_eq(xf__flow_begin(bound(f), "k", 1, p, v, 0), XF_STEP_SEND);
   cr_assert_eq(xf__flow_reply(f, XF_OK, reply(HIT), 0), XF_STEP_SEND);
   expect_script(f, XF_SCRIPT_LEASE);
   cr_assert_eq(xf__flow_reply(f, XF_OK, reply(WON), 0), XF_STEP_LOAD);
@@ -82,13 +85,13 @@ Test(flow_refresh, failed_background_refresh_releases_and_counts) {
   to_refresh_load(&f, &p, &v);
   xf__flow_detach(&f, &bg, &bgp, "k", &bgv);
   xf_value_free(&v);
-  uint64_t errors = c->stats.load_errors;
+  uint64_t errors = rt.stats.load_errors;
   cr_assert_eq(xf__flow_loaded(&bg, 7, 1000, 0), XF_STEP_SEND);
   expect_script(&bg, XF_SCRIPT_RELEASE);
   cr_assert_eq(xf__flow_reply(&bg, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
   cr_expect_eq(bg.rc, XF_ELOADER);
   cr_expect_null(bgv.data, "nothing served from a failed refresh");
-  cr_expect_eq(c->stats.load_errors, errors + 1);
+  cr_expect_eq(rt.stats.load_errors, errors + 1);
 }
 
 Test(flow_refresh, skipped_refresh_releases_and_serves_the_current_value) {
@@ -96,13 +99,13 @@ Test(flow_refresh, skipped_refresh_releases_and_serves_the_current_value) {
   xf_value v;
   xf__flow f;
   to_refresh_load(&f, &p, &v);
-  uint64_t loads = c->stats.loads;
+  uint64_t loads = rt.stats.loads;
   cr_assert_eq(xf__flow_skip(&f), XF_STEP_SEND);
   expect_script(&f, XF_SCRIPT_RELEASE);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
   cr_expect_eq(f.rc, XF_OK);
   cr_expect_str_eq(v.data, "old");
-  cr_expect_eq(c->stats.loads, loads - 1, "no loader ran");
+  cr_expect_eq(rt.stats.loads, loads - 1, "no loader ran");
   xf_value_free(&v);
 }
 
@@ -162,7 +165,7 @@ Test(flow_refresh, a_miss_is_never_detachable) {
   xf_policy p = background();
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(
       xf__flow_reply(&f, XF_OK,
                      reply("*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n"), 0),
@@ -177,12 +180,12 @@ Test(flow_refresh, rate_aware_rule_serves_outside_its_margin) {
   p.refresh_ahead = 19; /* 19 x 50 ms = 950 ms < 1000 ms left: a hit */
   xf_value v;
   xf__flow f;
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(HIT), 0), XF_STEP_DONE);
   cr_expect_eq(v.source, XF_SOURCE_CACHE);
   xf_value_free(&v);
   p.refresh_ahead = 20; /* 1000 ms: due */
-  xf__flow_start(&f, c, "k", 1, &p, &v, 0);
+  xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(HIT), 0), XF_STEP_SEND);
   expect_script(&f, XF_SCRIPT_LEASE);
   xf__flow_abandon(&f);
@@ -193,7 +196,7 @@ Test(flow_refresh, non_finite_refresh_ahead_is_einval) {
   p.refresh_ahead = NAN;
   xf_value v;
   xf__flow f;
-  cr_assert_eq(xf__flow_start(&f, c, "k", 1, &p, &v, 0), XF_STEP_DONE);
+  cr_assert_eq(xf__flow_begin(bound(&f), "k", 1, &p, &v, 0), XF_STEP_DONE);
   cr_expect_eq(f.rc, XF_EINVAL);
-  cr_expect(strstr(xf_errmsg(c), "refresh_ahead") != NULL, "%s", xf_errmsg(c));
+  cr_expect(strstr(rt.errstr, "refresh_ahead") != NULL, "%s", rt.errstr);
 }

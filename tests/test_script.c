@@ -205,10 +205,10 @@ Test(script, error_replies_are_classified_in_one_place) {
     cr_expect_eq(xf__reply_classify(r), cases[i].kind, "%s", cases[i].resp);
     xf__reply_free(r);
   }
-  cr_expect_eq(xf__script_loaded(c, XF_SCRIPT_READ, reply("-LOADING loading\r\n")),
+  cr_expect_eq(xf__script_loaded(&c->rt, XF_SCRIPT_READ, reply("-LOADING loading\r\n")),
                XF_EUNAVAILABLE);
   cr_expect(strstr(xf_errmsg(c), "SCRIPT LOAD") && strstr(xf_errmsg(c), "LOADING"), "%s",
             xf_errmsg(c));
-  cr_expect_eq(xf__script_loaded(c, XF_SCRIPT_WRITE, reply("-ERR oops\r\n")), XF_EREDIS);
+  cr_expect_eq(xf__script_loaded(&c->rt, XF_SCRIPT_WRITE, reply("-ERR oops\r\n")), XF_EREDIS);
   xf_client_close(c);
 }

@@ -222,6 +222,15 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
 int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data, size_t len,
                 const xf_policy *policy);
 int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
+int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out);
+int xf_pool_get_or_compute_many(xf_pool *p, size_t n, const char *const *keys,
+                                const size_t *keylens, const xf_policy *policy,
+                                xf_loader_fn loader, void *loader_ud, xf_value *values,
+                                int *rcs);
+int xf_pool_get_or_compute_many_batch(xf_pool *p, size_t n, const char *const *keys,
+                                      const size_t *keylens, const xf_policy *policy,
+                                      xf_batch_loader_fn loader, void *loader_ud,
+                                      xf_value *values, int *rcs);
 const char *xf_pool_errmsg(void);
 typedef struct xf_pool_info {
   xf_stats clients;

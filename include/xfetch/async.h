@@ -181,7 +181,8 @@ XF_EXPORT void xf_async_timer_fired(xf_async *ac);
 XF_EXPORT void xf_async_ready(xf_async_conn *conn, int events);
 
 /* The detail of the error a callback was given, valid inside that callback
- * ("" if none). Owned by the handle. */
+ * ("" if none). Owned by the handle. ac NULL: why the calling thread's last
+ * xf_async_open (or xf_client_open) failed, as xf_errmsg(NULL). */
 XF_EXPORT const char *xf_async_errmsg(const xf_async *ac);
 
 /* Inside a callback given XF_ELOADER: the code the loader failed with. */

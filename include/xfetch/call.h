@@ -205,8 +205,9 @@ typedef enum xf_setup_flags {
 /* The setup a fresh connection runs before any call's request, the one every
  * xfetch transport runs: AUTH [username] password (options.password set),
  * SELECT db (options.db != 0), then READONLY and the SCRIPT LOADs as flags
- * ask. xf_call_setup_count: how many commands (0: none; XF_EINVAL for a NULL
- * c). xf_call_setup: the RESP bytes of command i (0 <= i < count), owned by c
+ * ask; HELLO when none of these is sent (a server that needs a password
+ * answers it NOAUTH). xf_call_setup_count: how many commands (at least 1; XF_EINVAL for a
+ * NULL c). xf_call_setup: the RESP bytes of command i (0 <= i < count), owned by c
  * and valid until the next call on c; NULL (and *len 0) for an i out of range
  * or out of memory. The commands may be pipelined, and the calls' requests
  * after them: Redis runs them in order. */
@@ -216,11 +217,13 @@ XF_EXPORT const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len)
 /* Judges the reply to setup command i (same flags) and frees it; NULL = the
  * connection failed before it came. Returns XF_OK, or, with the message in
  * xf_errmsg(c), the code the connection's calls get (close it):
- * XF_EAUTH (AUTH refused: WRONGPASS, ...; NOAUTH; SELECT refused), XF_EINVAL
+ * XF_EAUTH (AUTH refused: WRONGPASS, ...; NOAUTH to any of them, the server
+ * needing a password; SELECT refused), XF_EINVAL
  * (SELECT on a Redis Cluster: db 0 only), XF_EUNAVAILABLE (BUSY, LOADING: the
  * server cannot serve now; calls fail open, as on XF_EIO), XF_EREDIS
  * (READONLY refused), XF_EIO (no reply), XF_EINVAL (c NULL, i out of range).
- * A SCRIPT LOAD's error is XF_OK: the call that needs the script loads it. */
+ * A SCRIPT LOAD's other errors are XF_OK (the call that needs the script
+ * loads it), and so are HELLO's (a server without it). */
 XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
 
 /* The near cache (xf_share_options.near_cache_bytes) on connections the

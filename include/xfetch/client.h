@@ -17,9 +17,20 @@ extern "C" {
 /* Opaque client: one Redis connection plus its PCG32 generator and counters. */
 typedef struct xf_client xf_client;
 
-/* Connects (unless opts->lazy_connect) and returns a client in *out. On
- * error *out is NULL and the code says why (XF_ECONNECT, XF_EAUTH, XF_EINVAL,
- * XF_ENOMEM). opts NULL means all defaults. */
+/* Connects (unless opts->lazy_connect) and returns a client in *out. opts
+ * NULL means all defaults. On error *out is NULL: there is nothing to close,
+ * and xf_errmsg(NULL), on the thread that called, says why ("connect to
+ * 127.0.0.1:6379: Connection refused", "cannot resolve cache.local: Name or
+ * service not known", "options.port is not in 0..65535"). Codes: XF_ECONNECT
+ * (no server reached), XF_ETLS, XF_EAUTH (a password refused, or none given
+ * to a server that needs one), XF_EINVAL (an option out of range, a host list
+ * or TLS file that cannot be used, out NULL), XF_ENOMEM.
+ *
+ *   xf_client *c;
+ *   int rc = xf_client_open(&c, &opts);
+ *   if (rc != XF_OK)
+ *     fprintf(stderr, "xfetch: %s: %s\n", xf_strerror(rc), xf_errmsg(c));
+ */
 XF_EXPORT int xf_client_open(xf_client **out, const xf_options *opts);
 
 /* The bypass switch: with enabled 0, every call of the client (any driver
@@ -36,7 +47,10 @@ XF_EXPORT void xf_client_set_enabled(xf_client *c, int enabled);
 XF_EXPORT void xf_client_close(xf_client *c);
 
 /* The detail of the last error on this client ("" if none). The string is
- * owned by the client and valid until its next call. */
+ * owned by the client and valid until its next call. c NULL: why the calling
+ * thread's last xf_client_open failed (valid until its next
+ * xf_client_open), or "client is NULL" when it made none or its last one
+ * succeeded. */
 XF_EXPORT const char *xf_errmsg(const xf_client *c);
 
 /* The non-zero code the loader returned when a call failed with XF_ELOADER
@@ -77,7 +91,9 @@ typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *s
  * On XF_OK, *out holds the value (free it with xf_value_free); on error *out
  * is zeroed. XF_ENOTFOUND when the loader (or a cached negative entry) said
  * not found. When Redis is unreachable the loader is called and its value
- * returned with source XF_SOURCE_UNCACHED (fail open). A call made from
+ * returned with source XF_SOURCE_UNCACHED (fail open); a server that refuses
+ * the client's password, or needs one it was not given, is XF_EAUTH, the
+ * loader not called (as for every call of every driver). A call made from
  * inside a loader, on its thread, for the very key that loader computes
  * (through any client or pool of the same servers, db and user; batch and
  * event-loop calls too) returns XF_EINVAL at once, its loader not called,
@@ -92,7 +108,7 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
  * within its ttl; XF_ENOTFOUND when the entry is absent, past its ttl (a
  * stale value is not returned) or a cached not-found. Takes no lease, never
  * waits. One round trip (the same read as a hit's). An entry not as xfetch writes it
- * (stats.malformed) is XF_ENOTFOUND. Errors: XF_EINVAL, XF_ECONNECT, XF_EIO,
+ * (stats.malformed) is XF_ENOTFOUND. Errors: XF_EINVAL, XF_ECONNECT, XF_EIO, XF_EAUTH,
  * XF_EUNAVAILABLE (BUSY, LOADING...: to the read or its SCRIPT LOAD),
  * XF_EREDIS, XF_EWRONGTYPE, ... (no fail-open: there is no loader). */
 XF_EXPORT int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out);

@@ -33,11 +33,12 @@ typedef enum xf_event_type {
   XF_EV_STALE = 3,           /* result: a value past its ttl was served (stale_ms
                                 while another refreshes, stale_if_error_ms) */
   XF_EV_FAIL_OPEN = 4,       /* result: Redis could not be used (rc: why); the
-                                loader runs (or the share answers) uncached */
+                                loader runs uncached, or the share answers
+                                (source XF_SOURCE_LOCAL: no loader runs) */
   XF_EV_NEAR = 5,            /* result: served from the share's near cache */
   XF_EV_LEASE_WON = 6,       /* this call holds the key's lease */
   XF_EV_LEASE_LOST = 7,      /* another caller holds it */
-  XF_EV_LOAD_START = 8,      /* the loader is about to run */
+  XF_EV_LOAD_START = 8,      /* the loader is about to run (then LOAD_DONE) */
   XF_EV_LOAD_DONE = 9,       /* it ran: duration_us, rc 0 or its non-zero code */
   XF_EV_WAIT = 10,           /* a wait for another caller's load ended:
                                 duration_us from its start to the last wake-up */
@@ -82,7 +83,8 @@ typedef struct xf_event {
   const char *key;
   size_t keylen;
   const char *server;
-  int source;          /* the xf_source served (HIT, EARLY, STALE, LOCAL), or -1 */
+  int source;          /* the xf_source served (HIT, EARLY, STALE, LOCAL; FAIL_OPEN:
+                          LOCAL when the share answered), or -1 */
   int64_t duration_us; /* LOAD_DONE: the loader's time; WAIT: the wait's */
   int rc;              /* LOAD_DONE: 0 or the loader's code; FAIL_OPEN: the
                           XF_E* that made Redis unusable; else 0 */

@@ -108,8 +108,8 @@ char *xf__entry_take_value(xf__entry *e) {
   return buf;
 }
 
-void xf__entry_token(xf_client *c, char token[40]) {
-  snprintf(token, 40, "%016" PRIx64 "-%" PRIu64, c->id, ++c->lease_count);
+void xf__entry_token(const xf__config *cfg, xf__runtime *rt, char token[40]) {
+  snprintf(token, 40, "%016" PRIx64 "-%" PRIu64, cfg->id, ++rt->lease_count);
 }
 
 /* ---- parse ------------------------------------------------------------------- */
@@ -146,18 +146,18 @@ static int in_range(xf__reply **el, int has_value) {
  * numbers are out of range, or read.lua's "malformed" miss, is a malformed
  * entry: a miss, never an error, so that an entry xfetch did not write
  * cannot stop its key from being recomputed and overwritten. */
-static int parse_entry(xf_client *c, xf__reply *r, size_t at, xf__entry *out) {
+static int parse_entry(xf__runtime *rt, xf__reply *r, size_t at, xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
   if (r->type != XF_REPLY_ARRAY || r->elements != at + READ_FIELDS)
-    return xf__fail(c, XF_EPROTO, "entry reply has an unexpected shape");
+    return xf__rt_fail(rt, XF_EPROTO, "entry reply has an unexpected shape");
   xf__reply **el = r->element + at;
   for (int i = 1; i < READ_FIELDS; i++)
     if (!is_int(el[i]))
-      return xf__fail(c, XF_EPROTO, "entry reply field %d is not an integer", i);
+      return xf__rt_fail(rt, XF_EPROTO, "entry reply field %d is not an integer", i);
   int has_value = el[0]->type == XF_REPLY_STRING;
   if (!has_value && el[0]->type != XF_REPLY_NIL)
-    return xf__fail(c, XF_EPROTO, "entry reply's value has an unexpected type");
+    return xf__rt_fail(rt, XF_EPROTO, "entry reply's value has an unexpected type");
   if (!in_range(el, has_value)) { /* no time to trust: 0 dates a write the oldest */
     out->malformed = 1;
     out->lease_live = el[3]->integer == 1;
@@ -179,16 +179,17 @@ static int parse_entry(xf_client *c, xf__reply *r, size_t at, xf__entry *out) {
   return XF_OK;
 }
 
-int xf__entry_parse_read(xf_client *c, xf__reply *r, xf__entry *out) {
-  int rc = parse_entry(c, r, 0, out);
+int xf__entry_parse_read(xf__runtime *rt, xf__reply *r, xf__entry *out) {
+  int rc = parse_entry(rt, r, 0, out);
   if (rc != XF_OK)
     xf__entry_free(out);
   else if (out->malformed)
-    c->stats.malformed++;
+    rt->stats.malformed++;
   return rc;
 }
 
-int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__reply **parts) {
+int xf__entry_split_read_many(xf__runtime *rt, xf__reply *r, size_t nkeys,
+                              xf__reply **parts) {
   memset(parts, 0, nkeys * sizeof *parts);
   int ok = r->type == XF_REPLY_ARRAY && r->elements == nkeys;
   for (size_t i = 0; ok && i < nkeys; i++)
@@ -198,8 +199,9 @@ int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__repl
     size_t got = r->elements;
     xf__reply_free(r);
     if (!array)
-      return xf__fail(c, XF_EPROTO, "read_many reply is not an array");
-    return xf__fail(c, XF_EPROTO, "read_many reply: %zu replies for %zu keys", got, nkeys);
+      return xf__rt_fail(rt, XF_EPROTO, "read_many reply is not an array");
+    return xf__rt_fail(rt, XF_EPROTO, "read_many reply: %zu replies for %zu keys", got,
+                       nkeys);
   }
   /* Each element moves to its part; xf__reply_free skips the NULLs left. */
   for (size_t i = 0; i < nkeys; i++) {
@@ -210,7 +212,7 @@ int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__repl
   return XF_OK;
 }
 
-int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
+int xf__entry_parse_lease(xf__runtime *rt, xf__reply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer) {
   memset(newer, 0, sizeof *newer);
   /* lease.lua: {0|1|3, now} or {2, now, the read's fields}. */
@@ -219,7 +221,7 @@ int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
       out_of_range(r->element[1]->integer, 0, MAX_CLOCK_MS) ||
       r->elements != (r->element[0]->integer == XF_LEASE_NEWER ? 2u + READ_FIELDS : 2u)) {
     xf__reply_free(r);
-    return xf__fail(c, XF_EPROTO, "lease reply has an unexpected shape");
+    return xf__rt_fail(rt, XF_EPROTO, "lease reply has an unexpected shape");
   }
   *result = (xf__lease_result)r->element[0]->integer;
   *now_ms = r->element[1]->integer;
@@ -227,22 +229,22 @@ int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
     xf__reply_free(r);
     return XF_OK;
   }
-  int rc = parse_entry(c, r, 2, newer);
+  int rc = parse_entry(rt, r, 2, newer);
   /* A newer value is a valid one, read at the same instant, with no lease. */
   if (rc == XF_OK && (!newer->value || newer->remaining_ms <= 0 || newer->lease_live ||
                       newer->now_ms != *now_ms))
-    rc = xf__fail(c, XF_EPROTO, "lease reply's newer value is not one lease.lua gives");
+    rc = xf__rt_fail(rt, XF_EPROTO, "lease reply's newer value is not one lease.lua gives");
   if (rc != XF_OK)
     xf__entry_free(newer);
   return rc;
 }
 
-int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value) {
+int xf__entry_parse_int(xf__runtime *rt, xf__reply *r, const char *what, int *value) {
   int rc = XF_OK;
   if (is_int(r) && (r->integer == 0 || r->integer == 1)) /* the scripts' 0 or 1 */
     *value = (int)r->integer;
   else
-    rc = xf__fail(c, XF_EPROTO, "%s reply is not 0 or 1", what);
+    rc = xf__rt_fail(rt, XF_EPROTO, "%s reply is not 0 or 1", what);
   xf__reply_free(r);
   return rc;
 }

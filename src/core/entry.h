@@ -109,7 +109,7 @@ const xf__cmd *xf__entry_read_as(const xf__cmd *cmd, const struct xf__clock *k,
  * the server's time within [lo, hi] (clock.h), conservatively: remaining_ms
  * counts from hi, a lease is live only past hi, now_ms is lo. XF_OK (a
  * malformed entry too: a miss, counted) or XF_EPROTO. */
-int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
+int xf__entry_parse_fields(xf__runtime *rt, xf__reply *r, int64_t lo, int64_t hi,
                            xf__entry *out);
 
 /* Copies a top-level string reply of len bytes from src into dst (len + 1
@@ -126,27 +126,28 @@ long long xf__entry_string_copy(char *dst, const char *src, size_t len);
  * not as xfetch writes it is a malformed miss, counted; the value is not
  * copied (out->value points into r). XF_OK, XF_EPROTO, or XF_EWRONGTYPE for
  * a string that does not start with the magic byte (not an entry). */
-int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
+int xf__entry_parse_string(xf__runtime *rt, xf__reply *r, int64_t lo, int64_t hi,
                            xf__entry *out);
 
 /* The read script's reply -> *out (which then owns r). XF_OK or XF_EPROTO
  * (a reply of another shape). A malformed entry (out->malformed, counted in
  * stats.malformed) is XF_OK: a miss. */
-int xf__entry_parse_read(xf_client *c, xf__reply *r, xf__entry *out);
+int xf__entry_parse_read(xf__runtime *rt, xf__reply *r, xf__entry *out);
 
 /* The lease script's reply: *result, the server time in *now_ms, and on
  * XF_LEASE_NEWER the newer value in *newer. XF_OK or XF_EPROTO. */
-int xf__entry_parse_lease(xf_client *c, xf__reply *r, int64_t *now_ms,
+int xf__entry_parse_lease(xf__runtime *rt, xf__reply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer);
 
 /* Splits read_many's reply r (taken; not an error reply) for nkeys keys into
  * parts[i], key i's reply as read.lua gives it, for xf__entry_parse_read or
  * xf__flow_reply (each part is then the caller's). XF_OK, or XF_EPROTO when r
  * is not an array of nkeys replies (every part NULL, r freed). */
-int xf__entry_split_read_many(xf_client *c, xf__reply *r, size_t nkeys, xf__reply **parts);
+int xf__entry_split_read_many(xf__runtime *rt, xf__reply *r, size_t nkeys,
+                              xf__reply **parts);
 
 /* The integer reply of write (1 written, 0 refused), release or delete. */
-int xf__entry_parse_int(xf_client *c, xf__reply *r, const char *what, int *value);
+int xf__entry_parse_int(xf__runtime *rt, xf__reply *r, const char *what, int *value);
 
 /* The entry's value as a malloc'd NUL-terminated buffer of e->len bytes,
  * taken from the reply that holds it (moved to the front of its string past
@@ -156,6 +157,6 @@ char *xf__entry_take_value(xf__entry *e);
 
 /* Makes the lease token of a client's next lease. The driver has checked for
  * a fork first (xf__client_check_fork): never a parent's token in a child. */
-void xf__entry_token(xf_client *c, char token[40]);
+void xf__entry_token(const xf__config *cfg, xf__runtime *rt, char token[40]);
 
 #endif

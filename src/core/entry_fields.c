@@ -78,20 +78,20 @@ static int64_t lease_deadline(const xf__reply *l, int64_t max) {
   return n < 0 ? -2 : n;
 }
 
-int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
+int xf__entry_parse_fields(xf__runtime *rt, xf__reply *r, int64_t lo, int64_t hi,
                            xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
   if (r->type != XF_REPLY_ARRAY || r->elements != (size_t)NFIELDS) {
     xf__entry_free(out);
-    return xf__fail(c, XF_EPROTO, "HMGET of an entry: a reply of an unexpected shape");
+    return xf__rt_fail(rt, XF_EPROTO, "HMGET of an entry: a reply of an unexpected shape");
   }
   xf__reply **f = r->element;
   for (int i = 0; i < NFIELDS; i++)
     if (f[i]->type != XF_REPLY_STRING && f[i]->type != XF_REPLY_NIL) {
       xf__entry_free(out);
-      return xf__fail(c, XF_EPROTO, "HMGET of an entry: field %s of an unexpected type",
-                      fields[i]);
+      return xf__rt_fail(rt, XF_EPROTO, "HMGET of an entry: field %s of an unexpected type",
+                         fields[i]);
     }
   int bad = judge_uint(f[3], hi + DAY_MS) == -2;
   if (f[4]->type == XF_REPLY_STRING) {
@@ -116,7 +116,7 @@ int xf__entry_parse_fields(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
   if (bad || !has_value) {
     out->malformed = bad;
     if (bad)
-      c->stats.malformed++;
+      rt->stats.malformed++;
     return XF_OK;
   }
   out->value = f[0]->str;

@@ -124,13 +124,13 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   return 1;
 }
 
-int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
+int xf__entry_parse_string(xf__runtime *rt, xf__reply *r, int64_t lo, int64_t hi,
                            xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
   if (r->type != XF_REPLY_STRING && r->type != XF_REPLY_NIL) {
     xf__entry_free(out);
-    return xf__fail(c, XF_EPROTO, "GET of an entry: a reply of an unexpected type");
+    return xf__rt_fail(rt, XF_EPROTO, "GET of an entry: a reply of an unexpected type");
   }
   out->now_ms = lo;      /* dates what follows no later than the read */
   out->now_late_ms = hi; /* a load that ended past it ended after the read */
@@ -142,8 +142,8 @@ int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
   const unsigned char *h = (const unsigned char *)r->str + (rotated ? r->len - hlen : 0);
   if (r->len == 0 || h[0] != MAGIC) { /* not an entry: left untouched */
     xf__entry_free(out);
-    return xf__fail(c, XF_EWRONGTYPE,
-                    "WRONGTYPE the key holds a string that is not an xfetch entry");
+    return xf__rt_fail(rt, XF_EWRONGTYPE,
+                       "WRONGTYPE the key holds a string that is not an xfetch entry");
   }
   if (!rotated && r->len >= FIXED) /* an MGET's element, or not version 3 */
     hlen = header_len(h[2]);
@@ -151,7 +151,7 @@ int xf__entry_parse_string(xf_client *c, xf__reply *r, int64_t lo, int64_t hi,
     out->lease_live = out->delta_us = out->expiry_ms = out->negative = 0;
     out->nothing_ms = 0;
     out->malformed = 1;
-    c->stats.malformed++;
+    rt->stats.malformed++;
     return XF_OK;
   }
   if (!(h[2] & F_VALUE)) {

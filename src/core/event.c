@@ -32,7 +32,7 @@ void xf__emit_flow(const xf__flow *f, xf_event_type type, int source, int64_t du
                  .source = source,
                  .duration_us = duration_us,
                  .rc = rc};
-  f->c->on_event(&ev, f->c->on_event_ud);
+  f->cfg->on_event(&ev, f->cfg->on_event_ud);
 }
 
 void xf__emit_invalidation(const xf_client *c, xf_driver driver, const char *key,

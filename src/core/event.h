@@ -36,7 +36,7 @@ void xf__server_down(xf_client *c, xf__breaker *b, int64_t now_ms, const char *w
 
 #define xf__emit(f, type, source, duration_us, rc)                                         \
   do {                                                                                     \
-    if (__builtin_expect((f)->c->on_event != NULL, 0))                                     \
+    if (__builtin_expect((f)->cfg->on_event != NULL, 0))                                   \
       xf__emit_flow((f), (type), (source), (duration_us), (rc));                           \
   } while (0)
 

@@ -13,7 +13,6 @@
 #include "near.h"
 #include "policy.h"
 #include "script.h"
-#include "share.h"
 
 static const int script_of[] = {XF_SCRIPT_READ, XF_SCRIPT_LEASE, XF_SCRIPT_WRITE,
                                 XF_SCRIPT_RELEASE, XF_SCRIPT_DELETE};
@@ -37,13 +36,13 @@ static xf__step encode(xf__flow *f) {
     break;
   case XF__LEASE:
     xf__entry_lease_cmd(&f->cmd, key, len, f->token, xf__flow_lease_ms(f), f->e.expiry_ms,
-                        f->first_read_ms, f->c->entry_format);
+                        f->first_read_ms, f->cfg->entry_format);
     break;
   case XF__WRITE:
-    xf__entry_write_cmd(&f->cmd, key, len, &f->w, f->c->entry_format);
+    xf__entry_write_cmd(&f->cmd, key, len, &f->w, f->cfg->entry_format);
     break;
   case XF__DELETE:
-    xf__entry_delete_cmd(&f->cmd, key, len, f->c->tombstone_ms, f->c->entry_format);
+    xf__entry_delete_cmd(&f->cmd, key, len, f->cfg->tombstone_ms, f->cfg->entry_format);
     break;
   case XF__FENCE: /* on key: the router sends it where the write went */
     xf__cmd_begin(&f->cmd, key, len);
@@ -62,8 +61,9 @@ static xf__step encode(xf__flow *f) {
   f->clock = NULL;
   f->cmd.asked_out = &f->asked; /* the router says whether an ASK led it */
   f->asked = 0;
-  if (f->state == XF__READ && f->c->near) { /* the pending marker, before the send */
-    f->near_token = xf__near_token(f->c->near);
+  const xf__port_near *near = f->rt->ports.near;
+  if (f->state == XF__READ && near) { /* the pending marker, before the send */
+    f->near_token = near->token(f->rt->ports.self);
     f->track.node = NULL;
     f->cmd.track_out = &f->track;
   }
@@ -74,8 +74,8 @@ static xf__step encode(xf__flow *f) {
 xf__step xf__flow_send(xf__flow *f, int state) {
   f->state = state;
   if (state == XF__READ) { /* plain, unless the transport keeps no clock estimate */
-    f->plain_read = f->c->plain_hits;
-    f->read_format = f->c->entry_format; /* the format this client writes */
+    f->plain_read = f->rt->plain_hits;
+    f->read_format = f->cfg->entry_format; /* the format this client writes */
     f->format_switched = 0;
   }
   f->script_retried = 0;
@@ -83,6 +83,7 @@ xf__step xf__flow_send(xf__flow *f, int state) {
 }
 
 xf__step xf__flow_done(xf__flow *f, int rc) {
+  f->pending &= ~XF__PENDING_LOAD_START; /* no loader ran */
   if (f->pending)
     xf__flow_settle(f);
   f->rc = rc;
@@ -100,7 +101,7 @@ void xf__flow_abandon(xf__flow *f) {
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source) {
   char *copy = malloc(len + 1);
   if (!copy)
-    return xf__fail(f->c, XF_ENOMEM, "out of memory for a %zu-byte value", len);
+    return xf__rt_fail(f->rt, XF_ENOMEM, "out of memory for a %zu-byte value", len);
   if (len)
     memcpy(copy, data, len);
   copy[len] = '\0';
@@ -128,21 +129,23 @@ int xf__flow_serve_entry(xf__flow *f, xf_source source) {
  * checks (p: the policy to check, NULL = none). */
 /* Sets the flow up and builds its key, unless rc already failed the call (a
  * bad argument of the kind's own: nothing of the key is read then). */
-static inline __attribute__((always_inline)) int
-begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
-      const xf_policy *p, xf_value *out, int rc, int64_t now_ms) {
+static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kind,
+                                                       const char *key, size_t keylen,
+                                                       const xf_policy *p, xf_value *out,
+                                                       int rc, int64_t now_ms) {
+  const xf__config *cfg = f->cfg;
+  xf__runtime *rt = f->rt;
   f->kind = kind;
   f->input_ms = now_ms;
   f->clock = NULL;
-  f->c = c;
-  f->driver = c->driver;
+  f->driver = rt->driver;
   f->pending = 0;
   f->p = p;
   f->user_key = key;
   f->user_keylen = keylen;
   f->out = out;
-  f->interrupt = c->interrupt;
-  f->interrupt_ud = c->interrupt_ud;
+  f->interrupt = cfg->interrupt;
+  f->interrupt_ud = cfg->interrupt_ud;
   if (out)
     memset(out, 0, sizeof *out);
   memset(&f->sink, 0, sizeof f->sink);
@@ -160,72 +163,83 @@ begin(xf__flow *f, xf__kind kind, xf_client *c, const char *key, size_t keylen,
   f->near_count = NULL;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
-    rc = xf__policy_check(c, p);
-  return rc == XF_OK ? xf__key_build(c, key, keylen, &f->key) : rc;
+    rc = xf__policy_check(rt, p);
+  return rc == XF_OK ? xf__key_build(cfg, rt, key, keylen, &f->key) : rc;
 }
 
-xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                        const xf_policy *p, xf_value *out, int64_t now_ms) {
-  int rc = begin(f, XF_KIND_GET_OR_COMPUTE, c, key, keylen, p, out, XF_OK, now_ms);
-  if (rc == XF_OK && xf__nest_has(c, f->key.data, f->key.len)) {
+/* Whether a loader on the calling thread is computing key (nest.h). */
+static inline int loading(const xf__config *cfg, const xf__runtime *rt,
+                          const xf__key *key) {
+  return rt->ports.loading && rt->ports.loading(cfg->ns, cfg->ns_len, key->data, key->len);
+}
+
+xf__step xf__flow_begin(xf__flow *f, const char *key, size_t keylen, const xf_policy *p,
+                        xf_value *out, int64_t now_ms) {
+  const xf__config *cfg = f->cfg;
+  xf__runtime *rt = f->rt;
+  int rc = begin(f, XF_KIND_GET_OR_COMPUTE, key, keylen, p, out, XF_OK, now_ms);
+  if (rc == XF_OK && loading(cfg, rt, &f->key)) {
     int shown = keylen > 60 ? 60 : (int)keylen; /* the message holds both */
-    rc = xf__fail(c, XF_EINVAL,
-                  "the loader for key %.*s asked for %.*s itself (a recursion: it would "
-                  "wait on its own lease)",
-                  shown, key, shown, key);
+    rc = xf__rt_fail(rt, XF_EINVAL,
+                     "the loader for key %.*s asked for %.*s itself (a recursion: it would "
+                     "wait on its own lease)",
+                     shown, key, shown, key);
   }
-  if (rc == XF_OK && c->disabled)
+  if (rc == XF_OK && rt->disabled)
     return xf__flow_bypass(f);
   xf__step step;
-  if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
+  if (rc == XF_OK && rt->ports.near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
 
-int xf__flow_start_near(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                        const xf_policy *p, xf_value *out, uint64_t *count,
-                        int64_t now_ms) {
-  if (!c->near || c->disabled)
+int xf__flow_begin_near(xf__flow *f, const char *key, size_t keylen, const xf_policy *p,
+                        xf_value *out, uint64_t *count, int64_t now_ms) {
+  const xf__config *cfg = f->cfg;
+  xf__runtime *rt = f->rt;
+  if (!rt->ports.near || rt->disabled)
     return 0;
   xf__kind kind = p ? XF_KIND_GET_OR_COMPUTE : XF_KIND_GET;
-  int rc = begin(f, kind, c, key, keylen, p, out, XF_OK, now_ms);
+  int rc = begin(f, kind, key, keylen, p, out, XF_OK, now_ms);
   f->near_count = count;
   xf__step step;
-  if (rc == XF_OK && !(p && xf__nest_has(c, f->key.data, f->key.len)) &&
+  if (rc == XF_OK && !(p && loading(cfg, rt, &f->key)) &&
       xf__flow_near_first(f, now_ms, &step))
     return 1;
   if (f->near_elected)
     xf__flow_near_elect(f);
   xf__flow_abandon(f);
-  c->errstr[0] = '\0'; /* the call made as usual says what went wrong */
+  rt->errstr[0] = '\0'; /* the call made as usual says what went wrong */
   return 0;
 }
 
-xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                            xf_value *out, int64_t now_ms) {
-  int rc = begin(f, XF_KIND_GET, c, key, keylen, NULL, out, XF_OK, now_ms);
-  if (rc == XF_OK && c->disabled) {
-    c->stats.bypassed++;
-    rc = xf__fail(c, XF_ENOTFOUND, "the client is disabled (bypass): nothing is read");
+xf__step xf__flow_begin_get(xf__flow *f, const char *key, size_t keylen, xf_value *out,
+                            int64_t now_ms) {
+  xf__runtime *rt = f->rt;
+  int rc = begin(f, XF_KIND_GET, key, keylen, NULL, out, XF_OK, now_ms);
+  if (rc == XF_OK && rt->disabled) {
+    rt->stats.bypassed++;
+    rc = xf__rt_fail(rt, XF_ENOTFOUND, "the client is disabled (bypass): nothing is read");
   }
   xf__step step;
-  if (rc == XF_OK && c->near && xf__flow_near_first(f, now_ms, &step))
+  if (rc == XF_OK && rt->ports.near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
 }
 
-xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                            const void *data, size_t len, const xf_policy *p,
-                            int64_t now_ms) {
+xf__step xf__flow_begin_set(xf__flow *f, const char *key, size_t keylen, const void *data,
+                            size_t len, const xf_policy *p, int64_t now_ms) {
+  const xf__config *cfg = f->cfg;
+  xf__runtime *rt = f->rt;
   int rc = XF_OK;
   if (!data && len > 0)
-    rc = xf__fail(c, XF_EINVAL, "data is NULL");
-  else if (len > c->max_value_len)
-    rc = xf__fail(c, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
-                  c->max_value_len);
-  rc = begin(f, XF_KIND_SET, c, key, keylen, p, NULL, rc, now_ms);
-  if (rc != XF_OK || c->disabled)
-    return xf__flow_done(f, rc == XF_OK ? (c->stats.bypassed++, XF_OK) : rc);
+    rc = xf__rt_fail(rt, XF_EINVAL, "data is NULL");
+  else if (len > cfg->max_value_len)
+    rc = xf__rt_fail(rt, XF_EINVAL, "value is %zu bytes, above max_value_len %zu", len,
+                     cfg->max_value_len);
+  rc = begin(f, XF_KIND_SET, key, keylen, p, NULL, rc, now_ms);
+  if (rc != XF_OK || rt->disabled)
+    return xf__flow_done(f, rc == XF_OK ? (rt->stats.bypassed++, XF_OK) : rc);
   /* As if a loader had produced it now: the entry keeps its delta, and the
    * server dates it (start_ms -1), so a computation that started earlier
    * cannot overwrite it. */
@@ -233,18 +247,19 @@ xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t k
                      .data = data,
                      .len = len,
                      .delta_us = -1,
-                     .ttl_ms = xf__policy_ttl(c, p),
+                     .ttl_ms = xf__policy_ttl(rt, p),
                      .keep_ms = xf__policy_keep_ms(p),
                      .start_ms = -1,
                      .kind = XF_WRITE_VALUE};
   return xf__flow_send(f, XF__WRITE);
 }
 
-xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_t keylen,
+xf__step xf__flow_begin_delete(xf__flow *f, const char *key, size_t keylen,
                                int64_t now_ms) {
-  int rc = begin(f, XF_KIND_DELETE, c, key, keylen, NULL, NULL, XF_OK, now_ms);
-  if (rc == XF_OK && c->disabled)
-    return xf__flow_done(f, (c->stats.bypassed++, XF_OK));
+  xf__runtime *rt = f->rt;
+  int rc = begin(f, XF_KIND_DELETE, key, keylen, NULL, NULL, XF_OK, now_ms);
+  if (rc == XF_OK && rt->disabled)
+    return xf__flow_done(f, (rt->stats.bypassed++, XF_OK));
   return rc == XF_OK ? xf__flow_send(f, XF__DELETE) : xf__flow_done(f, rc);
 }
 
@@ -276,8 +291,9 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       xf__reply_free(r);
       return read_by_script(f);
     }
-    rc = f->read_format == XF_ENTRY_STRING ? xf__entry_parse_string(f->c, r, lo, hi, &f->e)
-                                           : xf__entry_parse_fields(f->c, r, lo, hi, &f->e);
+    rc = f->read_format == XF_ENTRY_STRING
+             ? xf__entry_parse_string(f->rt, r, lo, hi, &f->e)
+             : xf__entry_parse_fields(f->rt, r, lo, hi, &f->e);
     if (rc == XF_OK && !f->e.value && f->read_format == XF_ENTRY_HASH &&
         f->kind != XF_KIND_GET_OR_COMPUTE) {
       /* A get that found no value in a hash: only the read script sees the
@@ -285,26 +301,26 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
        * entry from another program's hash (XF_EWRONGTYPE). A get-or-compute
        * asks the lease script next, which tells it too. */
       if (f->e.malformed)
-        f->c->stats.malformed--; /* the script counts it */
+        f->rt->stats.malformed--; /* the script counts it */
       xf__entry_free(&f->e);
       return read_by_script(f);
     }
   } else if (rc == XF_OK) {
-    rc = xf__entry_parse_read(f->c, r, &f->e);
+    rc = xf__entry_parse_read(f->rt, r, &f->e);
     if (rc == XF_OK)
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
-  if (rc == XF_OK && f->c->near)
+  if (rc == XF_OK && f->rt->ports.near)
     xf__flow_near_keep(f);
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_read_decide(f, rc, now_ms);
   const xf__entry *e = &f->e;
   if (rc == XF_OK && (!e->value || e->remaining_ms <= 0 || e->negative)) {
-    f->c->stats.misses++; /* absent, stale, a cached not-found, malformed */
+    f->rt->stats.misses++; /* absent, stale, a cached not-found, malformed */
     xf__emit(f, XF_EV_MISS, -1, 0, 0);
     rc = XF_ENOTFOUND;
   } else if (rc == XF_OK) {
-    f->c->stats.hits++;
+    f->rt->stats.hits++;
     xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);
     rc = xf__flow_serve_entry(f, XF_SOURCE_CACHE);
   }
@@ -318,13 +334,13 @@ static xf__step change_done(xf__flow *f, int deleting, int rc, int applied) {
   if (deleting)
     return xf__flow_done(f, rc); /* applied: 0 when there was nothing to delete */
   if (rc == XF_OK && !applied) {
-    f->c->stats.superseded++;
+    f->rt->stats.superseded++;
     xf__emit(f, XF_EV_SUPERSEDED, -1, 0, 0);
   }
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_written(f, rc == XF_OK && applied);
   if (rc == XF_OK && !applied)
-    rc = xf__fail(f->c, XF_ESUPERSEDED, "not written: the entry holds a newer value");
+    rc = xf__rt_fail(f->rt, XF_ESUPERSEDED, "not written: the entry holds a newer value");
   return xf__flow_done(f, rc);
 }
 
@@ -338,12 +354,14 @@ static xf__step change_done(xf__flow *f, int deleting, int rc, int applied) {
  * returns only once every near cache of the fleet can see them. */
 static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
   int deleting = f->state == XF__DELETE, applied = 0;
-  xf__share_drop(f->c, f->key.data, f->key.len);
-  if (f->c->near)
-    xf__near_drop(f->c->near, f->key.data, f->key.len);
+  const xf__ports *ports = &f->rt->ports;
+  if (ports->share)
+    ports->share->drop(ports->self, f->key.data, f->key.len);
+  if (ports->near)
+    ports->near->drop(ports->self, f->key.data, f->key.len);
   if (rc == XF_OK)
-    rc = xf__entry_parse_int(f->c, r, deleting ? "delete" : "write", &applied);
-  if (!f->c->write_fence || rc != XF_OK || !(deleting || applied))
+    rc = xf__entry_parse_int(f->rt, r, deleting ? "delete" : "write", &applied);
+  if (!f->cfg->write_fence || rc != XF_OK || !(deleting || applied))
     return change_done(f, deleting, rc, applied);
   f->fence_rc = rc;
   f->fence_applied = applied;
@@ -358,7 +376,7 @@ static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
  * failed fence is counted (stats.fence_failed), not returned. */
 static xf__step fenced(xf__flow *f, int rc, xf__reply *r) {
   if (rc != XF_OK || (r && r->type == XF_REPLY_ERROR))
-    f->c->stats.fence_failed++;
+    f->rt->stats.fence_failed++;
   if (r)
     xf__reply_free(r);
   f->state = f->fence_state;
@@ -394,7 +412,7 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   if (f->script_loading) { /* the reply to SCRIPT LOAD: resend the command */
     f->script_loading = 0;
     if (rc == XF_OK)
-      rc = xf__script_loaded(f->c, script, r);
+      rc = xf__script_loaded(f->rt, script, r);
     r = NULL;
     if (rc == XF_OK)
       return encode(f);
@@ -422,7 +440,7 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       xf__script_load_cmd(&f->cmd, script, f->key.data, f->key.len);
       return XF_STEP_SEND;
     }
-    rc = xf__script_error(f->c, script, r); /* unavailable, noperm, wrongtype... */
+    rc = xf__script_error(f->rt, script, r); /* unavailable, noperm, wrongtype... */
     r = NULL;
   }
   switch (f->state) {

@@ -53,7 +53,10 @@ typedef enum xf__load_kind {
 typedef struct xf__flow {
   /* The call. */
   xf__kind kind;
-  xf_client *c;
+  const xf__config *cfg; /* what the options said (flow_env.h) */
+  xf__runtime *rt;       /* the driver's counters, message, draws and ports */
+  struct xf_client *c;   /* the driver's client, for its own use (set by the
+                            xf__flow_start wrappers): the machine never reads it */
   const xf_policy *p;
   const char *user_key; /* as given, for the loader */
   size_t user_keylen;
@@ -96,6 +99,7 @@ typedef struct xf__flow {
   int64_t delta_us;
   xf_driver driver; /* for events: the client's when the call started */
   int pending;      /* events owed when the outcome is known (flow_compute.c) */
+  int fail_open_rc; /* why Redis could not be used, for a fail-open result owed */
   int64_t woke_ms;  /* the driver's clock at the last wake-up of a wait */
   xf__write w;
   uint64_t near_token;    /* the near cache's pending marker of the last READ */
@@ -116,20 +120,37 @@ typedef struct xf__flow {
   char msg[256];          /* the loader's message, kept across the release */
 } xf__flow;
 
+/* Binds f to what it runs with: cfg (read only) and rt (its counters,
+ * message, draws and ports), both kept until the call is DONE. Every
+ * xf__flow_begin* starts a bound flow. */
+static inline void xf__flow_bind(xf__flow *f, const xf__config *cfg, xf__runtime *rt) {
+  f->cfg = cfg;
+  f->rt = rt;
+}
+
+/* Binds f to a client's configuration and runtime (client.h), f->c set for
+ * the driver: before a start, or to move a flow onto another client of the
+ * same servers, db and prefix (a background refresh's, a pooled client's):
+ * from there on its counters, messages and draws are that client's. */
+static inline void xf__flow_rebind(xf__flow *f, xf_client *c) {
+  f->c = c;
+  xf__flow_bind(f, &c->cfg, &c->rt);
+}
+
 /* Starts a get-or-compute. Validates policy, out and key (XF_STEP_DONE with
  * XF_EINVAL or XF_ENOMEM when they are bad; XF_EINVAL too for a key a loader
  * on this thread is computing, see nest.h). The loader is the driver's: it
  * must have checked it. */
-xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                        const xf_policy *p, xf_value *out, int64_t now_ms);
+xf__step xf__flow_begin(xf__flow *f, const char *key, size_t keylen, const xf_policy *p,
+                        xf_value *out, int64_t now_ms);
 
 /* Starts a get: XF_OK with the value while it is within its ttl, else
  * XF_ENOTFOUND (absent, stale, a cached not-found, malformed); Redis' errors
  * as they are (no loader to fail open to). */
-xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                            xf_value *out, int64_t now_ms);
+xf__step xf__flow_begin_get(xf__flow *f, const char *key, size_t keylen, xf_value *out,
+                            int64_t now_ms);
 
-/* The near cache's fast path (xf__near_serve, bindings.h): starts a
+/* The near cache's fast path (the bindings' near hit, bindings.h): starts a
  * get-or-compute (p non-NULL) or a get (p NULL) that only ends when the near
  * cache serves it: 1 when it did (f->rc the call's result, as xf__flow_start
  * or xf__flow_start_get would have ended), 0 when the call must be made as
@@ -138,21 +159,53 @@ xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key, size_t k
  * get-or-compute of the key refreshes it without a second draw). Nothing is
  * sent; the flow holds nothing once it returns. count: NULL, or where a
  * served result's XF_EV_NEAR is counted (atomically) instead of the hook. */
-int xf__flow_start_near(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                        const xf_policy *p, xf_value *out, uint64_t *count, int64_t now_ms);
+int xf__flow_begin_near(xf__flow *f, const char *key, size_t keylen, const xf_policy *p,
+                        xf_value *out, uint64_t *count, int64_t now_ms);
 
 /* Starts a set of data (len bytes, not copied: kept by the driver until
  * DONE) under p: XF_OK, XF_ESUPERSEDED when a newer value holds the entry;
  * Redis' errors as they are. Whatever the outcome once sent, the share's copy
  * of the key is dropped. */
-xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                            const void *data, size_t len, const xf_policy *p,
-                            int64_t now_ms);
+xf__step xf__flow_begin_set(xf__flow *f, const char *key, size_t keylen, const void *data,
+                            size_t len, const xf_policy *p, int64_t now_ms);
 
-/* Starts a delete (a tombstone for the client's tombstone_ms): XF_OK
+/* Starts a delete (a tombstone for cfg->tombstone_ms): XF_OK
  * whether or not the entry existed; the share's copy dropped as for a set. */
-xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key, size_t keylen,
-                               int64_t now_ms);
+xf__step xf__flow_begin_delete(xf__flow *f, const char *key, size_t keylen, int64_t now_ms);
+
+/* The same on a client (xf__flow_rebind, then the start). */
+static inline xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key,
+                                      size_t keylen, const xf_policy *p, xf_value *out,
+                                      int64_t now_ms) {
+  xf__flow_rebind(f, c);
+  return xf__flow_begin(f, key, keylen, p, out, now_ms);
+}
+
+static inline int xf__flow_start_near(xf__flow *f, xf_client *c, const char *key,
+                                      size_t keylen, const xf_policy *p, xf_value *out,
+                                      uint64_t *count, int64_t now_ms) {
+  xf__flow_rebind(f, c);
+  return xf__flow_begin_near(f, key, keylen, p, out, count, now_ms);
+}
+
+static inline xf__step xf__flow_start_get(xf__flow *f, xf_client *c, const char *key,
+                                          size_t keylen, xf_value *out, int64_t now_ms) {
+  xf__flow_rebind(f, c);
+  return xf__flow_begin_get(f, key, keylen, out, now_ms);
+}
+
+static inline xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char *key,
+                                          size_t keylen, const void *data, size_t len,
+                                          const xf_policy *p, int64_t now_ms) {
+  xf__flow_rebind(f, c);
+  return xf__flow_begin_set(f, key, keylen, data, len, p, now_ms);
+}
+
+static inline xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key,
+                                             size_t keylen, int64_t now_ms) {
+  xf__flow_rebind(f, c);
+  return xf__flow_begin_delete(f, key, keylen, now_ms);
+}
 
 /* The outcome of a SEND: rc XF_OK with the reply (any type, error replies
  * included; the flow takes it), or the driver's error (XF_EIO, XF_ECONNECT,
@@ -175,7 +228,7 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
  *   - move it off the call: xf__flow_detach(f, bg, p, user_key, out): bg
  *     takes the lease, the key and the rest of the work, at the LOAD step
  *     (the driver runs bg as any flow: its loader, then SENDs on a client of
- *     the same servers, db and prefix: set bg->c before feeding it), with p,
+ *     the same servers, db and prefix: xf__flow_rebind(bg, it) first), with p,
  *     user_key and out the driver's copies, valid until bg's DONE (bg's
  *     value in *out is the driver's to free). f is DONE with the current
  *     value (XF_SOURCE_CACHE). A failed bg ends XF_ELOADER (the lease

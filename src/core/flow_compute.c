@@ -35,22 +35,27 @@ static int is_unreachable(int rc) {
 /* ---- events owed ------------------------------------------------------------- */
 
 /* f->pending: a miss's result is told once the call neither serves stale nor
- * fails open (each call reports one result); a wait's end once it is over. */
-#define PENDING_MISS 1
-#define PENDING_WAIT 2
+ * fails open (each call reports one result); a wait's end once it is over.
+ * A fail-open with a share is told once the share answered (the result with
+ * source XF_SOURCE_LOCAL, and no load_start) or the loader is about to run
+ * (the driver settles: the result, then load_start). */
 
 void xf__flow_settle(xf__flow *f) {
   int pending = f->pending;
   f->pending = 0;
-  if (pending & PENDING_WAIT)
+  if (pending & XF__PENDING_WAIT)
     xf__emit(f, XF_EV_WAIT, -1, (f->woke_ms - f->waited_from_ms) * 1000, 0);
-  if (pending & PENDING_MISS)
+  if (pending & XF__PENDING_MISS)
     xf__emit(f, XF_EV_MISS, -1, 0, 0);
+  if (pending & XF__PENDING_FAIL_OPEN)
+    xf__emit(f, XF_EV_FAIL_OPEN, -1, 0, f->fail_open_rc);
+  if (pending & XF__PENDING_LOAD_START)
+    xf__emit(f, XF_EV_LOAD_START, -1, 0, 0);
 }
 
 /* The call's result is other than a miss (stale, fail-open). */
 static void result_instead_of_miss(xf__flow *f, xf_event_type type, int source, int rc) {
-  f->pending &= ~PENDING_MISS;
+  f->pending &= ~XF__PENDING_MISS;
   xf__emit(f, type, source, 0, rc);
 }
 
@@ -72,10 +77,10 @@ int64_t xf__flow_lease_ms(const xf__flow *f) {
 /* Hands the entry's value (or its cached "not found") to the caller. */
 static int serve_entry(xf__flow *f, const xf__entry *e, xf_source source) {
   if (source == XF_SOURCE_STALE) {
-    f->c->stats.stale++;
+    f->rt->stats.stale++;
     result_instead_of_miss(f, XF_EV_STALE, XF_SOURCE_STALE, 0);
   }
-  return e->negative ? xf__fail(f->c, XF_ENOTFOUND, "cached not-found")
+  return e->negative ? xf__rt_fail(f->rt, XF_ENOTFOUND, "cached not-found")
                      : xf__flow_serve_entry(f, source); /* e is f->e: taken, not copied */
 }
 
@@ -86,11 +91,11 @@ static xf__step serve(xf__flow *f, xf_source source) {
 /* Hands the loader's result to the caller. */
 static int serve_sink(xf__flow *f, xf_source source) {
   if (f->sink.not_found)
-    return xf__fail(f->c, XF_ENOTFOUND, "the loader found nothing");
+    return xf__rt_fail(f->rt, XF_ENOTFOUND, "the loader found nothing");
   f->out->data = xf__sink_take(&f->sink, &f->out->len);
   f->out->source = source;
   if (source == XF_SOURCE_UNCACHED && f->load != XF_LOAD_BYPASS)
-    f->c->stats.uncached++;
+    f->rt->stats.uncached++;
   return XF_OK;
 }
 
@@ -98,14 +103,14 @@ static int serve_sink(xf__flow *f, xf_source source) {
  * message the outcome left on the client. */
 static xf__step release_then_done(xf__flow *f, int rc) {
   f->rc = rc;
-  memcpy(f->msg, f->c->errstr, sizeof f->msg);
+  memcpy(f->msg, f->rt->errstr, sizeof f->msg);
   return xf__flow_send(f, XF__RELEASE);
 }
 
 xf__step xf__flow_released(xf__flow *f, xf__reply *r) {
   if (r)
     xf__reply_free(r);
-  memcpy(f->c->errstr, f->msg, sizeof f->msg);
+  memcpy(f->rt->errstr, f->msg, sizeof f->msg);
   return xf__flow_done(f, f->rc);
 }
 
@@ -116,22 +121,30 @@ static xf__step load(xf__flow *f, xf__load_kind kind) {
     xf__entry_free(&f->e);
   f->load = kind;
   f->state = XF__LOAD;
-  xf__sink_init(&f->sink, f->c->max_value_len);
-  f->c->stats.loads++;
+  xf__sink_init(&f->sink, f->cfg->max_value_len);
+  f->rt->stats.loads++;
   if (f->pending)
     xf__flow_settle(f);
+  if (kind == XF_LOAD_UNCACHED && f->rt->ports.share) { /* the share may answer instead */
+    f->pending |= XF__PENDING_FAIL_OPEN | XF__PENDING_LOAD_START;
+    return XF_STEP_LOAD;
+  }
   xf__emit(f, XF_EV_LOAD_START, -1, 0, 0);
   return XF_STEP_LOAD;
 }
 
-/* Redis cannot be used (rc): the loader runs, nothing is cached. */
+/* Redis cannot be used (rc): the loader runs, nothing is cached (or the
+ * share answers: the result is told then, xf__flow_local). */
 static xf__step fail_open(xf__flow *f, int rc) {
-  result_instead_of_miss(f, XF_EV_FAIL_OPEN, -1, rc);
+  f->pending &= ~XF__PENDING_MISS;
+  f->fail_open_rc = rc;
+  if (!f->rt->ports.share)
+    xf__emit(f, XF_EV_FAIL_OPEN, -1, 0, rc);
   return load(f, XF_LOAD_UNCACHED);
 }
 
 xf__step xf__flow_bypass(xf__flow *f) {
-  f->c->stats.bypassed++;
+  f->rt->stats.bypassed++;
   return load(f, XF_LOAD_BYPASS);
 }
 
@@ -154,14 +167,14 @@ static xf__write what_to_write(xf__flow *f) {
     if (f->sink.ttl_set)
       q.ttl_ms = f->sink.ttl_ms;
     w.kind = XF_WRITE_VALUE;
-    w.ttl_ms = xf__policy_ttl(f->c, &q);
+    w.ttl_ms = xf__policy_ttl(f->rt, &q);
     w.keep_ms = xf__policy_keep_ms(p);
   } else if (p->negative_ttl_ms > 0) {
     w.kind = XF_WRITE_NOT_FOUND;
     w.ttl_ms = p->negative_ttl_ms;
   } else if (f->had_value) {
     w.kind = XF_WRITE_GONE;
-    w.ttl_ms = f->c->tombstone_ms;
+    w.ttl_ms = f->cfg->tombstone_ms;
   }
   return w;
 }
@@ -184,15 +197,17 @@ static xf__step load_failed(xf__flow *f) {
 
 xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms) {
   f->input_ms = now_ms;
-  xf_client *c = f->c;
+  xf__runtime *rt = f->rt;
   if (lrc == 0 && !f->sink.is_set && !f->sink.not_found)
-    lrc = -1, xf__fail(c, XF_ELOADER, "loader returned 0 without xf_sink_set");
+    lrc = -1, xf__rt_fail(rt, XF_ELOADER, "loader returned 0 without xf_sink_set");
   else if (lrc != 0)
-    xf__fail(c, XF_ELOADER, "loader returned %d", lrc);
+    xf__rt_fail(rt, XF_ELOADER, "loader returned %d", lrc);
+  if (f->pending) /* a driver that did not settle before its loader ran */
+    xf__flow_settle(f);
   xf__emit(f, XF_EV_LOAD_DONE, -1, delta_us, lrc);
   if (lrc != 0) {
-    c->loader_rc = lrc;
-    c->stats.load_errors++;
+    rt->loader_rc = lrc;
+    rt->stats.load_errors++;
     xf__sink_clear(&f->sink);
     return load_failed(f);
   }
@@ -210,17 +225,23 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
 }
 
 xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len) {
-  f->c->stats.loads--;    /* load() counted a loader run the share made unneeded */
+  f->rt->stats.loads--; /* load() counted a loader run the share made unneeded */
+  if (f->pending &
+      XF__PENDING_FAIL_OPEN) { /* the result: failed open, the share answered */
+    f->pending &= ~(XF__PENDING_FAIL_OPEN | XF__PENDING_LOAD_START);
+    xf__emit(f, XF_EV_FAIL_OPEN, rc == XF_ECANCELED ? -1 : XF_SOURCE_LOCAL, 0,
+             f->fail_open_rc);
+  }
   if (rc == XF_ECANCELED) /* interrupted while waiting for the share's flight */
-    return xf__flow_done(f, xf__fail(f->c, rc, "interrupted (options.interrupt)"));
-  f->c->stats.local++;
+    return xf__flow_done(f, xf__rt_fail(f->rt, rc, "interrupted (options.interrupt)"));
+  f->rt->stats.local++;
   xf__emit(f, XF_EV_LOCAL, XF_SOURCE_LOCAL, 0, rc);
   if (rc != XF_OK) {
     free(data);
     if (rc == XF_ELOADER)
-      xf__fail(f->c, rc, "the loader failed in another thread's load of this key");
+      xf__rt_fail(f->rt, rc, "the loader failed in another thread's load of this key");
     else if (rc == XF_ENOTFOUND)
-      xf__fail(f->c, rc, "another thread's loader found nothing");
+      xf__rt_fail(f->rt, rc, "another thread's loader found nothing");
     return xf__flow_done(f, rc);
   }
   f->out->data = data;
@@ -240,7 +261,7 @@ xf__step xf__flow_written(xf__flow *f, int ok) {
  * shares its answer instead of loading again. */
 static xf__step found_nothing_meanwhile(xf__flow *f) {
   return xf__flow_done(
-      f, xf__fail(f->c, XF_ENOTFOUND, "another caller's loader found nothing"));
+      f, xf__rt_fail(f->rt, XF_ENOTFOUND, "another caller's loader found nothing"));
 }
 
 static int64_t poll_interval_ms(int64_t waited_ms, int64_t left_ms) {
@@ -256,7 +277,7 @@ static int64_t poll_interval_ms(int64_t waited_ms, int64_t left_ms) {
 static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   xf__entry *e = &f->e;
   if (f->round == 0) {
-    f->c->stats.lease_lost++;
+    f->rt->stats.lease_lost++;
     xf__emit(f, XF_EV_LEASE_LOST, -1, 0, 0);
     /* The wait budget starts here, not at the read: a batch may hold a
      * miss's lease request back while its earlier keys load (batch.c). */
@@ -273,14 +294,14 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   int64_t left_ms = f->give_up_ms - now_ms;
   if (left_ms <= 0) {
     if (f->p->on_wait_timeout == XF_WAIT_FAIL)
-      return xf__flow_done(f, xf__fail(f->c, XF_ETIMEDOUT,
-                                       "waited %lld ms for another caller's loader",
-                                       (long long)f->p->wait_ms));
+      return xf__flow_done(f, xf__rt_fail(f->rt, XF_ETIMEDOUT,
+                                          "waited %lld ms for another caller's loader",
+                                          (long long)f->p->wait_ms));
     return load(f, XF_LOAD_GAVE_UP);
   }
   if (f->round == 0) {
-    f->c->stats.waits++;
-    f->pending |= PENDING_WAIT;
+    f->rt->stats.waits++;
+    f->pending |= XF__PENDING_WAIT;
     f->woke_ms = now_ms;
   }
   /* With a near cache, the blocking, pool and batch drivers end the wait
@@ -288,11 +309,11 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
    * and so does a sans-I/O driver with a wake pipe (xf_call_wake_open), and
    * xf_async, whose loop watches that pipe (async_wake.c); the poll is the
    * fallback. */
-  f->wake_on_write =
-      f->c->near && (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
-                     f->driver == XF_DRIVER_BATCH ||
-                     ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
-                      f->c->near_wake_fd > 0));
+  f->wake_on_write = f->rt->ports.near &&
+                     (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
+                      f->driver == XF_DRIVER_BATCH ||
+                      ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
+                       f->rt->near_wake_fd > 0));
   f->wake_ms = now_ms + (f->wake_on_write && WAIT_POLL_NEAR_MS < left_ms
                              ? WAIT_POLL_NEAR_MS
                              : poll_interval_ms(now_ms - f->waited_from_ms, left_ms));
@@ -305,9 +326,9 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
 static xf__step miss(xf__flow *f, int64_t now_ms) {
   /* Not when the read may come from a lagging replica: the lease script runs
    * on the master and says whether the lease is live there. */
-  if (f->e.lease_live && !f->c->read_from_replicas)
+  if (f->e.lease_live && !f->cfg->read_from_replicas)
     return lease_held_elsewhere(f, now_ms);
-  xf__entry_token(f->c, f->token);
+  xf__entry_token(f->cfg, f->rt, f->token);
   f->refresh = 0;
   return xf__flow_send(f, XF__LEASE);
 }
@@ -325,7 +346,7 @@ xf__step xf__flow_cancel(xf__flow *f) {
   xf_value_free(f->out);    /* a value decided before a release: not returned */
   if (xf__flow_canceled(f)) /* that release failed too: the lease expires */
     return xf__flow_done(f, XF_ECANCELED);
-  int rc = xf__fail(f->c, XF_ECANCELED, "interrupted (options.interrupt)");
+  int rc = xf__rt_fail(f->rt, XF_ECANCELED, "interrupted (options.interrupt)");
   return f->token[0] && f->state != XF__DONE ? release_then_done(f, rc)
                                              : xf__flow_done(f, rc);
 }
@@ -336,14 +357,14 @@ xf__step xf__flow_cancel(xf__flow *f) {
  * gets a valid value: the refreshed one, or the current one; unless the
  * loader says the value is gone (see what_to_write). */
 static xf__step refresh_early(xf__flow *f) {
-  f->c->stats.early++;
+  f->rt->stats.early++;
   xf__emit(f, XF_EV_EARLY, XF_SOURCE_CACHE, 0, 0);
   if (f->e.lease_live) { /* someone is refreshing already */
-    f->c->stats.lease_lost++;
+    f->rt->stats.lease_lost++;
     xf__emit(f, XF_EV_LEASE_LOST, -1, 0, 0);
     return serve(f, XF_SOURCE_CACHE);
   }
-  xf__entry_token(f->c, f->token);
+  xf__entry_token(f->cfg, f->rt, f->token);
   f->refresh = 1;
   return xf__flow_send(f, XF__LEASE);
 }
@@ -353,7 +374,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   xf__lease_result won = XF_LEASE_LOST;
   xf__entry newer;
   if (rc == XF_OK)
-    rc = xf__entry_parse_lease(f->c, r, &lease_ms, &won, &newer);
+    rc = xf__entry_parse_lease(f->rt, r, &lease_ms, &won, &newer);
   if (rc == XF_OK)
     xf__flow_learn_clock(f, lease_ms, now_ms);
   if (rc != XF_OK) { /* the lease cannot be taken: degrade, never block */
@@ -375,7 +396,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     f->token[0] = '\0';
     if (!f->refresh)
       return lease_held_elsewhere(f, now_ms);
-    f->c->stats.lease_lost++;
+    f->rt->stats.lease_lost++;
     xf__emit(f, XF_EV_LEASE_LOST, -1, 0, 0);
     return serve(f, XF_SOURCE_CACHE);
   }
@@ -405,12 +426,12 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
       return found_nothing_meanwhile(f);
     if (!fresh)
       return miss(f, now_ms);
-    f->c->stats.hits++;
+    f->rt->stats.hits++;
     return serve(f, XF_SOURCE_CACHE);
   }
   if (!fresh) {
-    f->c->stats.misses++;
-    f->pending |= PENDING_MISS;
+    f->rt->stats.misses++;
+    f->pending |= XF__PENDING_MISS;
     return miss(f, now_ms);
   }
   /* A near hit's draw elected the entry it saw: that stands while Redis
@@ -418,9 +439,9 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
    * client's newer value) is decided on afresh, as without the near cache. */
   int elected = f->near_elected && e->expiry_ms == f->near_expiry_ms &&
                 e->delta_us == f->near_delta_us;
-  if (elected || xf__refresh_early(&f->c->rng, f->p, e->remaining_ms, e->delta_us))
+  if (elected || xf__refresh_early(&f->rt->rng, f->p, e->remaining_ms, e->delta_us))
     return refresh_early(f);
-  f->c->stats.hits++;
+  f->rt->stats.hits++;
   xf__emit(f, XF_EV_HIT, XF_SOURCE_CACHE, 0, 0);
   return serve(f, XF_SOURCE_CACHE);
 }
@@ -455,7 +476,7 @@ xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
 }
 
 xf__step xf__flow_skip(xf__flow *f) {
-  f->c->stats.loads--; /* load() counted a loader run that will not happen */
+  f->rt->stats.loads--; /* load() counted a loader run that will not happen */
   xf__sink_clear(&f->sink);
   return release_then_done(f, serve_entry(f, &f->e, XF_SOURCE_CACHE));
 }

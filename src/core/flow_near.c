@@ -1,4 +1,5 @@
-/* The flow's side of the near cache (near.h): a get-or-compute or get asks
+/* The flow's side of the near cache (near.h, through the client's port:
+ * ports.h): a get-or-compute or get asks
  * it before Redis, and a read's value is offered to it. The own writes'
  * drop is flow.c's (with the share's). */
 #include <stdlib.h>
@@ -25,22 +26,23 @@ static void near_event(xf__flow *f) {
  * entry written since is decided on afresh (xf__flow_read_decide). 1 when
  * served (*step DONE). */
 int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
-  xf_client *c = f->c;
-  if (__builtin_expect(c->on_event != NULL, 0))
-    xf__near_report(c->near, c, f->driver);
+  xf__runtime *rt = f->rt;
+  const xf__port_near *near = rt->ports.near;
+  if (__builtin_expect(f->cfg->on_event != NULL, 0))
+    near->report(rt->ports.self, f->driver);
   int elected = 0; /* a mark left by the fast path's draw: taken by this call */
-  if (__builtin_expect(c->near_elect, 0)) {
-    c->near_elect = 0;
-    elected = c->near_elect_len == f->key.len &&
-              c->near_elect_hash == xf__near_key_hash(f->key.data, f->key.len);
-    f->near_expiry_ms = c->near_elect_expiry_ms;
-    f->near_delta_us = c->near_elect_delta_us;
+  if (__builtin_expect(rt->near_elect, 0)) {
+    rt->near_elect = 0;
+    elected = rt->near_elect_len == f->key.len &&
+              rt->near_elect_hash == xf__key_hash(f->key.data, f->key.len);
+    f->near_expiry_ms = rt->near_elect_expiry_ms;
+    f->near_delta_us = rt->near_elect_delta_us;
   }
-  xf__near_hit h;
-  if (!xf__near_get(c->near, c, f->key.data, f->key.len, now_ms, &h))
+  xf__port_hit h;
+  if (!near->get(rt->ports.self, f->key.data, f->key.len, now_ms, &h))
     return 0;
   if (f->kind == XF_KIND_GET_OR_COMPUTE && !elected &&
-      xf__refresh_early(&c->rng, f->p, h.remaining_ms, h.delta_us)) {
+      xf__refresh_early(&rt->rng, f->p, h.remaining_ms, h.delta_us)) {
     elected = 1;
     f->near_expiry_ms = h.redis_expiry_ms;
     f->near_delta_us = h.delta_us;
@@ -50,20 +52,20 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
     f->near_elected = 1;
     return 0;
   }
-  c->stats.near_hits++;
+  rt->stats.near_hits++;
   int rc = XF_OK;
   if (h.negative) {
     free(h.data);
     if (f->kind == XF_KIND_GET) {
-      c->stats.misses++; /* a cached not-found is a get's miss */
+      rt->stats.misses++; /* a cached not-found is a get's miss */
       xf__emit(f, XF_EV_MISS, -1, 0, 0);
     } else {
-      c->stats.hits++;
+      rt->stats.hits++;
       near_event(f);
     }
-    rc = xf__fail(c, XF_ENOTFOUND, "cached not-found");
+    rc = xf__rt_fail(rt, XF_ENOTFOUND, "cached not-found");
   } else {
-    c->stats.hits++;
+    rt->stats.hits++;
     near_event(f);
     f->out->data = h.data;
     f->out->len = h.len;
@@ -75,11 +77,11 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
 }
 
 void xf__flow_near_elect(xf__flow *f) {
-  f->c->near_elect = 1;
-  f->c->near_elect_len = f->key.len;
-  f->c->near_elect_hash = xf__near_key_hash(f->key.data, f->key.len);
-  f->c->near_elect_expiry_ms = f->near_expiry_ms;
-  f->c->near_elect_delta_us = f->near_delta_us;
+  f->rt->near_elect = 1;
+  f->rt->near_elect_len = f->key.len;
+  f->rt->near_elect_hash = xf__key_hash(f->key.data, f->key.len);
+  f->rt->near_elect_expiry_ms = f->near_expiry_ms;
+  f->rt->near_elect_delta_us = f->near_delta_us;
 }
 
 /* What a read saw, kept in the near cache when it is a fresh value (or a
@@ -93,7 +95,8 @@ void xf__flow_near_keep(xf__flow *f) {
   int64_t drift_ms = e->remaining_ms / 1000 + 1;
   if (e->remaining_ms <= drift_ms)
     return;
-  f->c->stats.near_evictions += xf__near_put(
-      f->c->near, f->c, &f->track, f->near_token, f->key.data, f->key.len, e->value, e->len,
+  const xf__ports *ports = &f->rt->ports;
+  f->rt->stats.near_evictions += ports->near->put(
+      ports->self, &f->track, f->near_token, f->key.data, f->key.len, e->value, e->len,
       e->delta_us, e->expiry_ms, f->sent_ms + e->remaining_ms - drift_ms, e->negative);
 }

@@ -52,7 +52,13 @@ xf__step xf__flow_released(xf__flow *f, xf__reply *r);
 xf__step xf__flow_fence_cut(xf__flow *f);
 
 /* The events a call owes once its outcome is known (f->pending: a wait's
- * end, a miss's result), emitted by xf__flow_done and before a load. */
+ * end, a miss's result; a fail-open's result and load_start, owed until the
+ * share answered or the loader runs), emitted by xf__flow_done and before a
+ * load: a driver settles right before it runs a loader. */
+#define XF__PENDING_MISS 1
+#define XF__PENDING_WAIT 2
+#define XF__PENDING_FAIL_OPEN 4
+#define XF__PENDING_LOAD_START 8
 void xf__flow_settle(xf__flow *f);
 
 /* A get-or-compute on a disabled client: straight to the loader, uncached. */

@@ -1,48 +1,50 @@
 /* The caching policy of a call: validation and the times derived from it. */
 #include <math.h>
 
-#include "client.h"
+#include "flow_env.h"
 #include "policy.h"
 
-static int check_time(xf_client *c, const char *name, int64_t v, int64_t min) {
+static int check_time(xf__runtime *rt, const char *name, int64_t v, int64_t min) {
   if (v < min || v > XF_MAX_TIME_MS)
-    return xf__fail(c, XF_EINVAL, "policy %s is %lld, must be in [%lld, 2^40]", name,
-                    (long long)v, (long long)min);
+    return xf__rt_fail(rt, XF_EINVAL, "policy %s is %lld, must be in [%lld, 2^40]", name,
+                       (long long)v, (long long)min);
   return XF_OK;
 }
 
-int xf__policy_check(xf_client *c, const xf_policy *p) {
+int xf__policy_check(xf__runtime *rt, const xf_policy *p) {
   if (!p)
-    return xf__fail(c, XF_EINVAL, "policy is NULL");
+    return xf__rt_fail(rt, XF_EINVAL, "policy is NULL");
   if (isnan(p->beta) || p->beta < 0)
-    return xf__fail(c, XF_EINVAL, "policy beta must be >= 0 (INFINITY allowed), not NaN");
+    return xf__rt_fail(rt, XF_EINVAL,
+                       "policy beta must be >= 0 (INFINITY allowed), not NaN");
   if (isnan(p->jitter) || p->jitter < 0 || p->jitter >= 1)
-    return xf__fail(c, XF_EINVAL, "policy jitter must be in [0, 1)");
+    return xf__rt_fail(rt, XF_EINVAL, "policy jitter must be in [0, 1)");
   if (isnan(p->refresh_ahead) || isinf(p->refresh_ahead))
-    return xf__fail(c, XF_EINVAL, "policy refresh_ahead must be a finite number");
+    return xf__rt_fail(rt, XF_EINVAL, "policy refresh_ahead must be a finite number");
   if (p->on_wait_timeout != XF_WAIT_LOAD && p->on_wait_timeout != XF_WAIT_FAIL)
-    return xf__fail(c, XF_EINVAL, "policy on_wait_timeout is not an xf_on_wait_timeout");
+    return xf__rt_fail(rt, XF_EINVAL,
+                       "policy on_wait_timeout is not an xf_on_wait_timeout");
   if (p->background_refresh < XF_BACKGROUND_AUTO ||
       p->background_refresh > XF_BACKGROUND_OFF)
-    return xf__fail(c, XF_EINVAL, "policy background_refresh is not an xf_background");
-  int rc = check_time(c, "ttl_ms", p->ttl_ms, 1);
+    return xf__rt_fail(rt, XF_EINVAL, "policy background_refresh is not an xf_background");
+  int rc = check_time(rt, "ttl_ms", p->ttl_ms, 1);
   if (rc == XF_OK)
-    rc = check_time(c, "lease_ms", p->lease_ms, 1);
+    rc = check_time(rt, "lease_ms", p->lease_ms, 1);
   if (rc == XF_OK)
-    rc = check_time(c, "wait_ms", p->wait_ms, 0);
+    rc = check_time(rt, "wait_ms", p->wait_ms, 0);
   if (rc == XF_OK)
-    rc = check_time(c, "stale_ms", p->stale_ms, 0);
+    rc = check_time(rt, "stale_ms", p->stale_ms, 0);
   if (rc == XF_OK)
-    rc = check_time(c, "stale_if_error_ms", p->stale_if_error_ms, 0);
+    rc = check_time(rt, "stale_if_error_ms", p->stale_if_error_ms, 0);
   if (rc == XF_OK)
-    rc = check_time(c, "negative_ttl_ms", p->negative_ttl_ms, 0);
+    rc = check_time(rt, "negative_ttl_ms", p->negative_ttl_ms, 0);
   return rc;
 }
 
-int64_t xf__policy_ttl(xf_client *c, const xf_policy *p) {
+int64_t xf__policy_ttl(xf__runtime *rt, const xf_policy *p) {
   if (p->jitter <= 0)
     return p->ttl_ms;
-  int64_t cut = (int64_t)((double)p->ttl_ms * p->jitter * xf__pcg32_unit(&c->rng));
+  int64_t cut = (int64_t)((double)p->ttl_ms * p->jitter * xf__pcg32_unit(&rt->rng));
   return p->ttl_ms - cut > 0 ? p->ttl_ms - cut : 1;
 }
 

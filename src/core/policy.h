@@ -4,17 +4,17 @@
 
 #include <stdint.h>
 
-#include "xfetch.h"
+#include "flow_env.h"
 
 /* The largest time a policy may name, ms (~34 years: far inside Lua's
  * doubles, and the bound the scripts use to spot malformed entries). */
 #define XF_MAX_TIME_MS ((int64_t)1 << 40)
 
 /* XF_OK, or XF_EINVAL with a message naming the field. */
-int xf__policy_check(xf_client *c, const xf_policy *p);
+int xf__policy_check(xf__runtime *rt, const xf_policy *p);
 
 /* The logical ttl of a write, shortened at random by up to p->jitter. */
-int64_t xf__policy_ttl(xf_client *c, const xf_policy *p);
+int64_t xf__policy_ttl(xf__runtime *rt, const xf_policy *p);
 
 /* How long past its ttl an entry stays in Redis: the larger of the stale and
  * stale-if-error windows, so each works without the other. */

@@ -97,6 +97,8 @@ static int only_db0(xf__routes *r) {
 }
 
 int xf__route_detect(xf__routes *r, const xf__reply *info) {
+  if (xf__reply_classify(info) == XF_REPLY_NOAUTH) /* not standalone: not let in */
+    return xf__fail(r->c, XF_EAUTH, "INFO cluster: %s", info->str);
   int on =
       info->type == XF_REPLY_STRING ? xf__cluster_info_enabled(info->str, info->len) : 0;
   if (on < 0)

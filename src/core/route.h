@@ -85,7 +85,8 @@ extern const xf__cmd xf__route_info_cmd, xf__route_map_cmd;
 
 /* The reply to INFO cluster decides the mode (a server that refuses INFO,
  * an ACL or a proxy, is standalone). XF_OK, XF_EPROTO (no cluster_enabled
- * field), XF_EINVAL (a cluster and options.db set), message on the client. */
+ * field), XF_EINVAL (a cluster and options.db set), XF_EAUTH (NOAUTH: the
+ * server needs a password), message on the client. */
 int xf__route_detect(xf__routes *r, const struct xf_reply *info);
 
 /* A CLUSTER SLOTS reply from a node at from_host (NULL: the Unix socket's)

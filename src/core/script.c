@@ -80,6 +80,11 @@ xf__reply_kind xf__reply_classify(const xf__reply *r) {
     return XF_REPLY_REDIRECT;
   if (is_unavailable(r))
     return XF_REPLY_UNAVAILABLE;
+  /* Redis answers an unauthenticated client's command with NOAUTH, and one
+   * longer than it accepts before AUTH with "ERR Protocol error:
+   * unauthenticated multibulk length" (then closes the connection). */
+  if (is_error(r, "NOAUTH") || is_error(r, "ERR Protocol error: unauthenticated"))
+    return XF_REPLY_NOAUTH;
   if (is_error(r, "NOPERM"))
     return XF_REPLY_NOPERM;
   if (strstr(r->str, "WRONGTYPE"))
@@ -92,6 +97,8 @@ static int error_code(const xf__reply *r) {
   switch (xf__reply_classify(r)) {
   case XF_REPLY_UNAVAILABLE:
     return XF_EUNAVAILABLE;
+  case XF_REPLY_NOAUTH:
+    return XF_EAUTH;
   case XF_REPLY_NOPERM:
     return XF_ENOPERM;
   case XF_REPLY_WRONGTYPE:
@@ -114,25 +121,25 @@ int xf__script_missing(const xf__reply *r) {
 
 /* An error reply to a script's call or to its SCRIPT LOAD (what, e.g. "SCRIPT
  * LOAD "): its code, the message on the client; frees r. */
-static int error_reply(xf_client *c, const char *what, int script, xf__reply *r) {
+static int error_reply(xf__runtime *rt, const char *what, int script, xf__reply *r) {
   int rc = error_code(r);
-  xf__fail(c, rc, "%s%s script: %s", what, xf__scripts[script].name, r->str);
-  c->stats.redis_errors++;
+  xf__rt_fail(rt, rc, "%s%s script: %s", what, xf__scripts[script].name, r->str);
+  rt->stats.redis_errors++;
   xf__reply_free(r);
   return rc;
 }
 
-int xf__script_loaded(xf_client *c, int script, xf__reply *r) {
+int xf__script_loaded(xf__runtime *rt, int script, xf__reply *r) {
   const xf__script *s = &xf__scripts[script];
   if (r->type == XF_REPLY_ERROR) /* BUSY, LOADING: unavailable, as for the call */
-    return error_reply(c, "SCRIPT LOAD of the ", script, r);
+    return error_reply(rt, "SCRIPT LOAD of the ", script, r);
   int rc = XF_OK;
   if (r->type != XF_REPLY_STRING || strcmp(r->str, s->sha) != 0)
-    rc = xf__fail(c, XF_EPROTO, "SCRIPT LOAD %s: unexpected SHA1", s->name);
+    rc = xf__rt_fail(rt, XF_EPROTO, "SCRIPT LOAD %s: unexpected SHA1", s->name);
   xf__reply_free(r);
   return rc;
 }
 
-int xf__script_error(xf_client *c, int script, xf__reply *r) {
-  return error_reply(c, "", script, r);
+int xf__script_error(xf__runtime *rt, int script, xf__reply *r) {
+  return error_reply(rt, "", script, r);
 }

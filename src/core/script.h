@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "flow_env.h"
 #include "resp.h"
 
 typedef struct xf__script {
@@ -30,7 +31,6 @@ enum {
 
 #define XF_SCRIPT_MAX_ARGS 8
 
-struct xf_client;
 struct xf_reply;
 
 /* Fills cmd with the call of script on key with nargs arguments (pointers
@@ -62,6 +62,9 @@ typedef enum xf__reply_kind {
   XF_REPLY_UNAVAILABLE, /* the server cannot run it now (BUSY, LOADING, MASTERDOWN,
                            READONLY, OOM, MISCONF, NOREPLICAS, TRYAGAIN,
                            CLUSTERDOWN): XF_EUNAVAILABLE, fail open */
+  XF_REPLY_NOAUTH,      /* the connection is not authenticated (NOAUTH, or the
+                           protocol error Redis answers an unauthenticated
+                           client's long command with): XF_EAUTH */
   XF_REPLY_NOPERM,      /* XF_ENOPERM */
   XF_REPLY_WRONGTYPE,   /* XF_EWRONGTYPE */
   XF_REPLY_HARD         /* any other error reply: XF_EREDIS */
@@ -75,11 +78,11 @@ int xf__script_missing(const struct xf_reply *r);
 /* Checks the reply to SCRIPT LOAD and frees it: XF_OK, or an error code with
  * the message on the client: an error reply gets xf__script_error's code (a
  * busy or loading server is XF_EUNAVAILABLE, as for the call itself). */
-int xf__script_loaded(struct xf_client *c, int script, struct xf_reply *r);
+int xf__script_loaded(xf__runtime *rt, int script, struct xf_reply *r);
 
 /* The code for an error reply to script (xf__reply_classify), with the
- * message on the client; frees r: XF_EUNAVAILABLE, XF_ENOPERM, XF_EWRONGTYPE,
- * else XF_EREDIS. */
-int xf__script_error(struct xf_client *c, int script, struct xf_reply *r);
+ * message on the client; frees r: XF_EUNAVAILABLE, XF_EAUTH, XF_ENOPERM,
+ * XF_EWRONGTYPE, else XF_EREDIS. */
+int xf__script_error(xf__runtime *rt, int script, struct xf_reply *r);
 
 #endif

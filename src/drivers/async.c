@@ -112,7 +112,7 @@ void xf__async_advance(xf__acall *k, xf__step step) {
       return;
     }
     case XF_STEP_WAIT:
-      k->wake_ms = k->f.wake_ms;
+      k->wake_ms = xf__awake_missed(ac, k) ? xf__now_ms() : k->f.wake_ms;
       xf__aheap_push(ac, k);
       return;
     case XF_STEP_DONE:
@@ -256,6 +256,7 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   ac->wake_rd = -1;
   xf__awake_open(ac);
   if ((rc = xf__aroute_open(ac, connect_now)) != XF_OK) {
+    xf__open_failed(ac->core->errstr); /* xf_async_errmsg(NULL) says why */
     finish_close(ac);
     return rc;
   }
@@ -297,7 +298,7 @@ int xf__async_accept(xf_async *ac, xf__acall *k, xf__step step) {
 }
 
 const char *xf_async_errmsg(const xf_async *ac) {
-  return ac ? ac->core->errstr : "handle is NULL";
+  return ac ? ac->core->errstr : xf_errmsg(NULL); /* why this thread's open failed */
 }
 
 int xf_async_loader_error(const xf_async *ac) { return ac ? ac->core->loader_rc : 0; }

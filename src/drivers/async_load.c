@@ -7,9 +7,12 @@
 
 #include "async.h"
 #include "client_io.h"
+#include "flow_steps.h"
+#include "nesting.h"
 
 /* Runs the loader; returns whether it completed before returning. */
 static int run_loader(xf__acall *k) {
+  xf__flow_settle(&k->f); /* the loader runs: a fail-open's result and load_start */
   k->loading = 1;
   k->loaded = 0;
   k->in_loader = 1;

@@ -11,7 +11,6 @@
 
 #include "async.h"
 #include "flow_steps.h"
-#include "near_impl.h"
 
 int xf__awake_open(xf_async *ac) {
   xf_client *c = ac->core;
@@ -51,6 +50,13 @@ void xf__awake_close(xf_async *ac) {
   ac->wake_rd = -1;
 }
 
+int xf__awake_missed(const xf_async *ac, const xf__acall *k) {
+  const xf__flow *f = &k->f;
+  return ac->waker && f->state == XF__WAIT && f->wake_on_write &&
+         ac->core->ports.near->changed(ac->core->ports.self, f->key.data, f->key.len,
+                                       f->near_token);
+}
+
 void xf__awake_ready(xf_async *ac) {
   char buf[64];
   while (read(ac->wake_rd, buf, sizeof buf) > 0)
@@ -69,7 +75,8 @@ void xf__awake_ready(xf_async *ac) {
     xf__acall *k = all[i];
     const xf__flow *f = &k->f;
     if (!k->resend && f->state == XF__WAIT && f->wake_on_write && k->wake_ms > now_ms &&
-        xf__near_changed(ac->core->near, f->key.data, f->key.len, f->near_token))
+        ac->core->ports.near->changed(ac->core->ports.self, f->key.data, f->key.len,
+                                      f->near_token))
       k->wake_ms = now_ms;
     xf__aheap_push(ac, k);
   }

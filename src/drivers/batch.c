@@ -10,7 +10,6 @@
 #include "batch.h"
 #include "client_io.h"
 #include "cluster.h"
-#include "near_impl.h"
 #include "refresh.h"
 
 static int batch_open(batch *b, xf_client *c, size_t n) {
@@ -259,11 +258,13 @@ static int run_many(xf_client *c, size_t n, const char *const *keys, const size_
   int64_t now_ms = xf__now_ms();
   xf_driver driver = c->driver; /* the flows' events name the batch driver */
   c->driver = XF_DRIVER_BATCH;
-  if (c->near && !c->disabled) /* the near hits checked once per node, not per key */
-    xf__near_batch_begin(c->near, c, n, keys, keylens, now_ms);
+  const xf__port_near *near = c->ports.near;
+  if (near && !c->disabled) /* the near hits checked once per node, not per key */
+    near->batch_begin(c->ports.self, n, keys, keylens, now_ms);
   for (size_t i = 0; i < n; i++)
     b.steps[i] = xf__flow_start(&b.flows[i], c, keys[i], keylens[i], p, &values[i], now_ms);
-  xf__near_batch_end(c);
+  if (near)
+    near->batch_end(c->ports.self);
   c->driver = driver;
   xf__batch_read_all(&b);
   while ((stop_if_canceled(&b), send_all(&b, l) || load_all(&b, l) || wake_due(&b)))

@@ -10,6 +10,8 @@
 
 #include "batch.h"
 #include "client_io.h"
+#include "flow_steps.h"
+#include "nesting.h"
 
 /* How a key of the call gets its value. */
 enum { LOADED, LEADS, SERVED, COPIED };
@@ -96,6 +98,7 @@ void xf__batch_load_many(batch *b, const batch_loaders *l, size_t k) {
     if (m && (b->steps[i] != XF_STEP_LOAD || b->roles[i] == COPIED))
       continue;
     xf__flow *f = &b->flows[i];
+    xf__flow_settle(f); /* its loader runs: a fail-open's result and load_start */
     b->who[nl] = i;
     b->keys[nl] = f->user_key;
     b->lens[nl] = f->user_keylen;

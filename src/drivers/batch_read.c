@@ -123,11 +123,11 @@ static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
       xf__reply_free(r); /* the flows stay at their SEND */
       return;
     }
-    rc = xf__script_error(b->c, XF_SCRIPT_READ_MANY, r);
+    rc = xf__script_error(&b->c->rt, XF_SCRIPT_READ_MANY, r);
   }
   xf__reply **parts = b->parts + grp->first;
   if (rc == XF_OK)
-    rc = xf__entry_split_read_many(b->c, r, grp->count, parts);
+    rc = xf__entry_split_read_many(&b->c->rt, r, grp->count, parts);
   for (size_t j = 0; j < grp->count; j++) {
     size_t i = b->who[grp->first + j];
     b->flows[i].clock = grp->clock;
@@ -160,7 +160,7 @@ static void reload(batch *b, size_t ng, size_t nm) {
     grp->reload = 0;
     int rc = b->rcs[k];
     if (rc == XF_OK)
-      rc = xf__script_loaded(b->c, XF_SCRIPT_READ_MANY, b->replies[k]);
+      rc = xf__script_loaded(&b->c->rt, XF_SCRIPT_READ_MANY, b->replies[k]);
     k++;
     if (rc == XF_OK) {
       hand_out(b, grp, b->rcs[k], b->replies[k], now_ms, 0);

@@ -14,7 +14,6 @@
 
 #include "batch.h"
 #include "flow_steps.h"
-#include "near_impl.h"
 
 #define SLICE_MS 50 /* how often a sleeping batch asks options.interrupt */
 
@@ -25,8 +24,8 @@ static int wakes_on_write(const batch *b, size_t i) {
 
 int xf__batch_woken(const batch *b, size_t i) {
   const xf__flow *f = &b->flows[i];
-  return wakes_on_write(b, i) &&
-         xf__near_changed(b->c->near, f->key.data, f->key.len, f->near_token);
+  return wakes_on_write(b, i) && b->c->ports.near->changed(b->c->ports.self, f->key.data,
+                                                           f->key.len, f->near_token);
 }
 
 static int any_woken(const batch *b) {
@@ -44,7 +43,7 @@ static int open_pipe(batch *b) {
   int p[2];
   if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0)
     return 0;
-  if (xf__near_notify_add(b->c->near, p[1]) != XF_OK) {
+  if (b->c->ports.near->notify_add(b->c->ports.self, p[1]) != XF_OK) {
     close(p[0]);
     close(p[1]);
     return 0;
@@ -57,7 +56,7 @@ static int open_pipe(batch *b) {
 void xf__batch_wake_close(batch *b) {
   if (b->wake_rd <= 0)
     return;
-  xf__near_notify_remove(b->c->near, b->wake_wr);
+  b->c->ports.near->notify_remove(b->c->ports.self, b->wake_wr);
   close(b->wake_wr);
   close(b->wake_rd);
   b->wake_rd = b->wake_wr = 0;

@@ -26,7 +26,7 @@ static int run(xf_refresh *r) {
   xf_client *c = xf__idle_take(idle, o, &seen);
   int outcome = XF_REFRESH_ABANDONED; /* no client: its lease expires */
   if (c) {
-    r->d.f.c = c;
+    xf__flow_rebind(&r->d.f, c);
     outcome = xf__detached_finish(&r->d);
     xf__idle_give(idle, c, &seen);
   } else {

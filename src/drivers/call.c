@@ -10,6 +10,7 @@
 #include "call.h"
 #include "client_io.h"
 #include "drive.h"
+#include "flow_steps.h"
 #include "reply.h"
 #include "sink.h"
 
@@ -62,6 +63,7 @@ static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
       return advance(call, xf__call_share_join(call, now_ms), now_ms);
     if (xf__flow_detachable(&call->f, XF__OFF_PATH_IF_ASKED))
       return advance(call, detach(call), now_ms);
+    xf__flow_settle(&call->f); /* the caller runs the loader: what it owes first */
     return XF_CALL_LOAD;
   case XF_STEP_WAIT:
     return XF_CALL_WAIT;

@@ -6,7 +6,7 @@
 #include "client_io.h"
 #include "drive.h"
 #include "flow_steps.h"
-#include "near_impl.h"
+#include "nesting.h"
 #include "reply.h"
 
 /* The share's code for what the loader gave. */
@@ -40,6 +40,7 @@ void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader,
     if ((out->served = role == XF_SHARE_SERVED))
       return;
   }
+  xf__flow_settle(f); /* the loader runs: a fail-open's result and load_start */
   int64_t t0 = xf__now_us();
   xf__nest_push(&f->nest, sc ? sc : f->c, f->key.data, f->key.len);
   out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
@@ -69,12 +70,12 @@ xf__step xf__flow_run_loader(xf__flow *f, xf_loader_fn loader, void *ud) {
  * key is invalidated (its value written, anywhere) after the read that saw
  * the lease was sent: wake-on-write; the poll stays the fallback. */
 int xf__drive_sleep(const xf__flow *f, int64_t wake_ms) {
-  struct xf__near *near = f->c->near;
+  const xf__ports *ports = &f->rt->ports;
   for (;;) {
     int64_t slice_ms = xf__now_ms() + INTERRUPT_SLICE_MS;
     int64_t until_ms = slice_ms < wake_ms ? slice_ms : wake_ms;
-    if (near && f->state == XF__WAIT && f->wake_on_write) {
-      if (xf__near_wait(near, f->key.data, f->key.len, f->near_token, until_ms))
+    if (ports->near && f->state == XF__WAIT && f->wake_on_write) {
+      if (ports->near->wait(ports->self, f->key.data, f->key.len, f->near_token, until_ms))
         return 0; /* invalidated: read now */
     } else {
       xf__sleep_until_ms(until_ms);

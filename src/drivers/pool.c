@@ -197,7 +197,7 @@ static int refresh_run(xf__refresh_job *j) {
   xf_pool *p = r->pool;
   xf_client *c = NULL;
   checkout(p, -1, &c);
-  r->d.f.c = c;
+  xf__flow_rebind(&r->d.f, c);
   int outcome = xf__detached_finish(&r->d);
   checkin(p, c); /* inside the gate: the pool is not closed under it */
   xf__detached_end(&r->d);
@@ -273,7 +273,7 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
     /* Never fails: it waits for a client (every holder gives its own back
      * after one command), which the call needs to end, even interrupted. */
     checkout(p, -1, &c);
-    f.c = c;
+    xf__flow_rebind(&f, c);
     step = step == XF_STEP_LOAD ? xf__flow_feed_loaded(&f, &l)
            : stop               ? xf__flow_cancel(&f)
                                 : xf__flow_woke(&f, xf__now_ms());

@@ -6,6 +6,7 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "nesting.h"
 #include "refresh.h"
 
 int xf__detached_abandon(xf__detached *d) {
@@ -54,7 +55,7 @@ void xf__detached_submit(xf__detached *d, xf_share *s, xf_client *c) {
 }
 
 void xf__detached_skip(xf__detached *d, xf_client *c) {
-  d->f.c = c; /* its lease goes back now, on the caller's client */
+  xf__flow_rebind(&d->f, c); /* its lease goes back now, on the caller's client */
   xf__step step = xf__flow_skip(&d->f);
   while (step == XF_STEP_SEND)
     step = xf__drive_send(&d->f);

@@ -190,6 +190,10 @@ int xf__awake_open(xf_async *ac);
 void xf__awake_close(xf_async *ac);
 /* The pipe is readable: waiters whose key changed are due now. */
 void xf__awake_ready(xf_async *ac);
+/* Whether k, entering a wait for another caller's load, missed its wake:
+ * its key was invalidated while its read was on the wire (the wake pipe
+ * drained before the call waited). Then it reads again at once. */
+int xf__awake_missed(const xf_async *ac, const xf__acall *k);
 
 /* Feeds a SEND's error to the call on the next tick (never on the stack of
  * xf_async_get_or_compute, so no loader or callback runs there). */

@@ -15,6 +15,7 @@
 #include "client.h"
 #include "client_io.h"
 #include "reply.h"
+#include "script.h"
 #include "share.h"
 #include "tls.h"
 
@@ -182,24 +183,46 @@ static int fail_this_open(void) {
   return 1;
 }
 
+/* Why the calling thread's last xf_client_open failed (its *out is NULL, so
+ * xf_errmsg(NULL) reads it here); "" after one that succeeded. Per thread, as
+ * errno: nothing to free, nothing shared between threads. */
+static _Thread_local char open_error[256];
+
+static int open_failed(xf_client *c, int rc) {
+  const char *why = c && c->errstr[0] ? c->errstr : NULL;
+  if (why)
+    snprintf(open_error, sizeof open_error, "%s", why);
+  else if (rc == XF_ENOMEM)
+    snprintf(open_error, sizeof open_error, "out of memory for a client");
+  else if (!open_error[0])
+    snprintf(open_error, sizeof open_error, "%s", xf_strerror(rc));
+  xf_client_close(c);
+  return rc;
+}
+
+void xf__open_failed(const char *why) {
+  snprintf(open_error, sizeof open_error, "%s", why && why[0] ? why : "open failed");
+}
+
 int xf_client_open(xf_client **out, const xf_options *opts) {
-  if (!out)
+  open_error[0] = '\0';
+  if (!out) {
+    snprintf(open_error, sizeof open_error, "xf_client_open: out is NULL");
     return XF_EINVAL;
+  }
   *out = NULL;
   xf_options defaults = XF_OPTIONS_INIT;
   const xf_options *o = opts ? opts : &defaults;
-  if (xf__options_check(o) != XF_OK)
-    return XF_EINVAL;
+  if (xf__options_check(o, open_error, sizeof open_error) != XF_OK)
+    return open_failed(NULL, XF_EINVAL);
   xf_client *c = fail_this_open() ? NULL : calloc(1, sizeof *c);
   if (!c)
-    return XF_ENOMEM;
+    return open_failed(NULL, XF_ENOMEM);
   int rc = xf__client_options_copy(c, o);
   if (rc == XF_OK && !(c->opened_with = xf__options_dup(o)))
     rc = XF_ENOMEM;
-  if (rc != XF_OK) {
-    xf_client_close(c);
-    return rc;
-  }
+  if (rc != XF_OK)
+    return open_failed(c, rc);
   c->on_event = o->on_event;
   c->on_event_ud = o->on_event_ud;
   c->disabled = o->disabled != 0;
@@ -218,10 +241,8 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
   c->fork_generation = current_fork_generation();
   if (!o->lazy_connect && !o->disabled)
     rc = c->cluster == XF_CLUSTER_OFF || c->unix_path ? open_a_seed(c) : resolve_mode(c);
-  if (rc != XF_OK) {
-    xf_client_close(c);
-    return rc;
-  }
+  if (rc != XF_OK)
+    return open_failed(c, rc);
   *out = c;
   return XF_OK;
 }
@@ -258,13 +279,17 @@ int xf_ping(xf_client *c) {
   if (rc != XF_OK)
     return rc;
   if (r->type == XF_REPLY_ERROR)
-    rc = xf__fail(c, strncmp(r->str, "NOAUTH", 6) == 0 ? XF_EAUTH : XF_EREDIS, "PING: %s",
-                  r->str);
+    rc = xf__fail(c, xf__reply_classify(r) == XF_REPLY_NOAUTH ? XF_EAUTH : XF_EREDIS,
+                  "PING: %s", r->str);
   xf__reply_free(r);
   return rc;
 }
 
-const char *xf_errmsg(const xf_client *c) { return c ? c->errstr : "client is NULL"; }
+const char *xf_errmsg(const xf_client *c) {
+  if (c)
+    return c->errstr;
+  return open_error[0] ? open_error : "client is NULL";
+}
 
 int xf_loader_error(const xf_client *c) { return c ? c->loader_rc : 0; }
 

@@ -14,7 +14,6 @@
 #include "resp.h"
 #include "router.h"
 
-
 /* Bumped in every forked child (pthread_atfork): compare to detect a fork. */
 unsigned long xf__fork_generation(void);
 
@@ -49,10 +48,15 @@ int xf__clocks_fresh(xf_client *c, int64_t now_ms);
  * out of memory. */
 xf_options *xf__options_dup(const xf_options *o);
 
-/* client_options.c: XF_EINVAL for options out of range, else XF_OK; and c's
- * fields set from o with their defaults (XF_OK, XF_ENOMEM, or the TLS
- * context's failure), for xf_client_open. */
-int xf__options_check(const xf_options *o);
+/* client_options.c: XF_EINVAL for options out of range (the first one named
+ * in why, when not NULL), else XF_OK; and c's fields set from o with their
+ * defaults (XF_OK, XF_ENOMEM, or XF_EINVAL for a host list or TLS files that
+ * cannot be used, the reason on c), for xf_client_open. */
+int xf__options_check(const xf_options *o, char *why, size_t len);
+
+/* Records why an open that went through xf_client_open failed after it (the
+ * event-loop handle's connect), for xf_errmsg(NULL) on this thread. */
+void xf__open_failed(const char *why);
 int xf__client_options_copy(xf_client *c, const xf_options *o);
 
 /* Tests only (internal; reached through the static library): with N > 0,

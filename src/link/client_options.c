@@ -1,6 +1,7 @@
 /* A client's options (client.c opens the client): checked, copied with
  * their defaults (the seed list parsed, the namespace built, the TLS context
  * made once), and duplicated whole for what reopens connections later. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,8 +44,11 @@ static int parse_seeds(xf_client *c, const char *list, int port) {
       seed_port = atoi(colon + 1);
       len = (size_t)(colon - p);
     }
-    if (len == 0 || len >= sizeof host || seed_port <= 0 || seed_port > 65535)
+    if (len == 0 || len >= sizeof host || seed_port <= 0 || seed_port > 65535) {
+      snprintf(c->errstr, sizeof c->errstr, "options.host: no host and port in \"%s\"",
+               list);
       return XF_EINVAL;
+    }
     memcpy(host, p, len);
     host[len] = '\0';
     if (xf__conn_init(&c->seeds[c->nseeds++], host, seed_port, NULL) != XF_OK)
@@ -141,6 +145,7 @@ int xf__client_options_copy(xf_client *c, const xf_options *o) {
   if (c->share)
     xf__share_ref(c->share); /* dropped by xf_client_close */
   c->near = o->share ? xf__share_near(o->share) : NULL;
+  xf__ports_fill(c); /* what the flow calls of them (ports.h) */
   c->interrupt = o->interrupt;
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
@@ -177,14 +182,26 @@ xf_options *xf__options_dup(const xf_options *o) {
   return copy;
 }
 
-int xf__options_check(const xf_options *o) {
-  return o->port < 0 || o->port > 65535 || o->db < 0 || o->connect_timeout_ms < 0 ||
-                 o->command_timeout_ms < 0 || o->tombstone_ms < 0 ||
-                 o->tombstone_ms > ((int64_t)1 << 40) || o->cluster < XF_CLUSTER_AUTO ||
-                 o->cluster > XF_CLUSTER_OFF || o->entry_format < XF_ENTRY_DEFAULT ||
-                 o->entry_format > XF_ENTRY_STRING || o->write_fence < XF_FENCE_AUTO ||
-                 o->write_fence > XF_FENCE_OFF ||
-                 (o->cluster == XF_CLUSTER_ON && o->unix_path)
-             ? XF_EINVAL
-             : XF_OK;
+/* The first option out of its range, named in why. */
+int xf__options_check(const xf_options *o, char *why, size_t len) {
+  const char *bad =
+      o->port < 0 || o->port > 65535 ? "options.port is not in 0..65535"
+      : o->db < 0                    ? "options.db is negative"
+      : o->connect_timeout_ms < 0    ? "options.connect_timeout_ms is negative"
+      : o->command_timeout_ms < 0    ? "options.command_timeout_ms is negative"
+      : o->tombstone_ms < 0 || o->tombstone_ms > ((int64_t)1 << 40)
+          ? "options.tombstone_ms is not in 0..2^40"
+      : o->cluster < XF_CLUSTER_AUTO || o->cluster > XF_CLUSTER_OFF
+          ? "options.cluster is not an xf_cluster_mode"
+      : o->entry_format < XF_ENTRY_DEFAULT || o->entry_format > XF_ENTRY_STRING
+          ? "options.entry_format is not an xf_entry_format"
+      : o->write_fence < XF_FENCE_AUTO || o->write_fence > XF_FENCE_OFF
+          ? "options.write_fence is not an xf_fence_mode"
+      : o->cluster == XF_CLUSTER_ON && o->unix_path
+          ? "options.cluster XF_CLUSTER_ON with a unix_path: a cluster is "
+            "reached over TCP"
+          : NULL;
+  if (bad && why)
+    snprintf(why, len, "%s", bad);
+  return bad ? XF_EINVAL : XF_OK;
 }

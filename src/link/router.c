@@ -144,7 +144,7 @@ static void load_script(xf_client *c, xf__router *r, run *u, size_t i) {
   xf__route_script(u->cmds[i], &load);
   int rc = k ? xf__conn_command(c, k, &load, 0, &reply) : XF_ENOMEM;
   if (rc == XF_OK)
-    rc = xf__script_loaded(c, xf__route_script_of(u->cmds[i]), reply);
+    rc = xf__script_loaded(&c->rt, xf__route_script_of(u->cmds[i]), reply);
   p->act = rc == XF_OK ? XF_ROUTE_SEND : XF_ROUTE_FAIL; /* busy, loading: fail open */
   u->rcs[i] = p->arg = rc;
 }

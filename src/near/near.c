@@ -22,13 +22,6 @@ void (*xf__near_test_after_hit)(void);
 int xf__near_fence_dummy;
 #endif
 
-uint64_t xf__near_key_hash(const char *key, size_t len) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
-  return h ^ (h >> 29);
-}
-
 static void init_shard(shard *s, size_t max_bytes) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
@@ -170,8 +163,8 @@ static int news_pending(const struct xf__near_node *node, uint64_t reading, int 
 }
 
 int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
-                  int64_t now_ms, xf__near_hit *hit, xf__near_seen *seen) {
-  uint64_t h = xf__near_key_hash(key, keylen);
+                  int64_t now_ms, xf__port_hit *hit, xf__near_seen *seen) {
+  uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
   int found = 0;
   pthread_mutex_lock(&s->mu);
@@ -209,7 +202,7 @@ int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_
 }
 
 static int near_lookup(struct xf__near *n, const xf_client *c, const char *key,
-                       size_t keylen, int64_t now_ms, xf__near_hit *hit) {
+                       size_t keylen, int64_t now_ms, xf__port_hit *hit) {
   int got = c->near_batch ? xf__near_batch_take(c->near_batch, c, key, keylen, hit) : -1;
   if (got >= 0) /* a batch's key: looked up and checked with the batch's others */
     return got;
@@ -226,7 +219,7 @@ static int near_lookup(struct xf__near *n, const xf_client *c, const char *key,
 }
 
 int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
-                 int64_t now_ms, xf__near_hit *hit) {
+                 int64_t now_ms, xf__port_hit *hit) {
   int got = near_lookup(n, c, key, keylen, now_ms, hit);
   if (got && xf__near_test_after_hit)
     xf__near_test_after_hit();
@@ -257,7 +250,7 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
                       int64_t expires_ms, int negative) {
   if (!t->node || xf__track_stale(t))
     return 0;
-  uint64_t h = xf__near_key_hash(key, keylen);
+  uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
   size_t size = sizeof(entry) + c->ns_len + keylen + len + 1 + ENTRY_OVERHEAD;
   if (size > s->max_bytes)

@@ -25,7 +25,7 @@ struct xf__near_batch {
   size_t count, next;
   const char *const *keys; /* the user's: c's prefix not included */
   const size_t *lens;
-  xf__near_hit *hits;
+  xf__port_hit *hits;
   unsigned char *found;
 };
 
@@ -162,7 +162,7 @@ void xf__near_batch_end(xf_client *c) {
 }
 
 int xf__near_batch_take(struct xf__near_batch *b, const xf_client *c, const char *key,
-                        size_t keylen, xf__near_hit *hit) {
+                        size_t keylen, xf__port_hit *hit) {
   if (keylen < c->prefix_len)
     return -1;
   const char *own = key + c->prefix_len;

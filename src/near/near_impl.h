@@ -8,14 +8,49 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "key.h"
 #include "near.h"
+#include "ports.h"
 
 struct xf_client;
+struct xf__near;
 struct xf_reply;
 struct xf__near_tracker;
 struct xf__near_batch;
 typedef struct xf__inval xf__inval;         /* an invalidation connection (near_inval.c) */
 typedef struct xf__inval_who xf__inval_who; /* whom it is opened as (near_inval.c) */
+
+/* The near cache's side of its port (ports.h, filled by near_port.c). */
+/* The pending marker of a read about to be sent. */
+uint64_t xf__near_token(struct xf__near *n);
+
+/* The entry of c's namespace and key, when kept and within its life at
+ * now_ms: 1 with *hit filled (hit->data the caller's), 0 else (or out of
+ * memory). */
+int xf__near_get(struct xf__near *n, const struct xf_client *c, const char *key,
+                 size_t keylen, int64_t now_ms, xf__port_hit *hit);
+
+/* Keeps what a read sent with token saw (the Redis entry expiring at server
+ * ms redis_expiry_ms), over the connection of t, until driver ms
+ * expires_ms: unless the key was invalidated or t's node dropped
+ * since token, or t is not tracked under its node's current invalidation
+ * connection. Returns the entries evicted to make room. */
+uint64_t xf__near_put(struct xf__near *n, const struct xf_client *c, const xf__track *t,
+                      uint64_t token, const char *key, size_t keylen, const char *value,
+                      size_t len, int64_t delta_us, int64_t redis_expiry_ms,
+                      int64_t expires_ms, int negative);
+
+/* An own write or delete of key (acknowledged or not): its entries go now,
+ * and a read of it in flight is not kept. */
+void xf__near_drop(struct xf__near *n, const char *key, size_t keylen);
+
+/* XF_EV_INVALIDATION: reports through c's hook (c->on_event set) what the
+ * near cache was told since the last report by any client of the share
+ * (near_events.c). On the calling thread, no lock held. */
+void xf__near_report(struct xf__near *n, const struct xf_client *c, xf_driver driver);
+
+/* The port above, each function given the client (ports.h). */
+extern const xf__port_near xf__near_port_impl;
 
 /* One Redis node (by address) whose invalidations the process receives. The
  * nodes live as long as the near cache; ctx and id are the tracker's (under
@@ -119,7 +154,7 @@ typedef struct xf__near_seen {
  * check made after it finds no news for seen->node (xf__near_get's, or a
  * batch's: near_batch.c). */
 int xf__near_find(struct xf__near *n, const struct xf_client *c, const char *key,
-                  size_t keylen, int64_t now_ms, xf__near_hit *hit, xf__near_seen *seen);
+                  size_t keylen, int64_t now_ms, xf__port_hit *hit, xf__near_seen *seen);
 
 /* ---- a batch's near hits (near_batch.c) ---- */
 
@@ -140,7 +175,7 @@ void xf__near_batch_end(struct xf_client *c);
  * not taken yet: 1 with *hit (the caller's), 0 (no hit); -1: not a key of
  * the batch (look it up alone). */
 int xf__near_batch_take(struct xf__near_batch *b, const struct xf_client *c,
-                        const char *key, size_t keylen, xf__near_hit *hit);
+                        const char *key, size_t keylen, xf__port_hit *hit);
 
 /* For tests: called at each check of news a near hit makes (one per hit
  * alone, one per batch); NULL = none. */

@@ -37,7 +37,7 @@ typedef struct entry {
   uint64_t hash, token;
   struct xf__near_node *node;
   int64_t expires_ms, delta_us;
-  int64_t redis_expiry_ms; /* the Redis entry's (server ms): xf__near_hit's */
+  int64_t redis_expiry_ms; /* the Redis entry's (server ms): xf__port_hit's */
   int negative;
   int data_fd; /* the socket of the connection that read it */
   size_t nslen, keylen, len, size;

@@ -51,7 +51,7 @@ void xf__near_notify_remove(struct xf__near *n, int fd) {
 }
 
 int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_t token) {
-  uint64_t h = xf__near_key_hash(key, keylen);
+  uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
   pthread_mutex_lock(&s->mu);
   int changed = s->pending[slot_of(h)] > token ||
@@ -61,7 +61,7 @@ int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_
 }
 
 void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
-  uint64_t h = xf__near_key_hash(key, keylen);
+  uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   pthread_mutex_lock(&s->mu);
@@ -105,7 +105,7 @@ void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc) 
 
 int xf__near_wait(struct xf__near *n, const char *key, size_t keylen, uint64_t token,
                   int64_t until_ms) {
-  uint64_t h = xf__near_key_hash(key, keylen);
+  uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
   size_t slot = slot_of(h);
   struct timespec ts; /* until_ms on CLOCK_MONOTONIC (the driver's, unskewed) */

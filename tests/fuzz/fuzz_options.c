@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "client.h"
 #include "fuzz.h"
 #include "key.h"
 #include "policy.h"
@@ -127,7 +128,7 @@ static void check_rejected(xf_client *c, int rc) {
 
 static void check_key_build(xf_client *c, const xf_options *o, blob key) {
   xf__key k;
-  FUZZ_CHECK(xf__key_build(c, key.data, key.len, &k) == XF_OK);
+  FUZZ_CHECK(xf__key_build(&c->cfg, &c->rt, key.data, key.len, &k) == XF_OK);
   size_t plen = o->key_prefix ? strlen(o->key_prefix) : 0;
   FUZZ_CHECK(k.len == plen + key.len);
   FUZZ_CHECK(memcmp(k.data, o->key_prefix ? o->key_prefix : "", plen) == 0);
@@ -137,12 +138,12 @@ static void check_key_build(xf_client *c, const xf_options *o, blob key) {
 
 static void check_policy(xf_client *c, const xf_policy *p) {
   int ok = policy_valid(p);
-  int rc = xf__policy_check(c, p);
+  int rc = xf__policy_check(&c->rt, p);
   FUZZ_CHECK(rc == (ok ? XF_OK : XF_EINVAL));
   if (!ok)
     return;
   for (int i = 0; i < 4; i++) {
-    int64_t ttl = xf__policy_ttl(c, p);
+    int64_t ttl = xf__policy_ttl(&c->rt, p);
     FUZZ_CHECK(ttl >= 1 && ttl <= p->ttl_ms);
   }
   int64_t keep = xf__policy_keep_ms(p);

@@ -119,7 +119,7 @@ static void parse_read(xf_client *c, xf__reply *r) {
   int shaped = read_shaped(r, 0);
   xf_stats before, after;
   xf_client_stats(c, &before);
-  int rc = xf__entry_parse_read(c, r, &e);
+  int rc = xf__entry_parse_read(&c->rt, r, &e);
   if (rc != XF_OK) {
     FUZZ_CHECK(!shaped); /* bad values are a malformed miss, never an error */
     check_failed(c, rc, &e);
@@ -136,7 +136,7 @@ static void parse_lease(xf_client *c, xf__reply *r) {
   xf__entry newer;
   int64_t now_ms = -12345;
   xf__lease_result result = (xf__lease_result)-1;
-  int rc = xf__entry_parse_lease(c, r, &now_ms, &result, &newer);
+  int rc = xf__entry_parse_lease(&c->rt, r, &now_ms, &result, &newer);
   if (rc != XF_OK) {
     check_failed(c, rc, &newer);
     return;
@@ -160,7 +160,7 @@ static void parse_int(xf_client *c, xf__reply *r, int which) {
   int is_int = r->type == XF_REPLY_INTEGER;
   long long raw = is_int ? r->integer : 0;
   int v = -7, rc;
-  rc = xf__entry_parse_int(c, r,
+  rc = xf__entry_parse_int(&c->rt, r,
                            which == P_WRITE     ? "write"
                            : which == P_RELEASE ? "release"
                                                 : "delete",
@@ -185,7 +185,7 @@ static void parse_read_many(xf_client *c, xf__reply *r, size_t extra) {
     return;
   }
   int was_array = r->type == XF_REPLY_ARRAY && r->elements == n;
-  int rc = xf__entry_split_read_many(c, r, n, parts);
+  int rc = xf__entry_split_read_many(&c->rt, r, n, parts);
   if (rc != XF_OK) {
     FUZZ_CHECK(rc == XF_EPROTO && xf_errmsg(c)[0] != '\0');
     FUZZ_CHECK(!was_array);

@@ -89,9 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t len = in.n;
   xf_client *c = fuzz_client();
   xf__entry got, mget;
-  int rc = xf__entry_parse_string(c, string_reply(s, len, 1), lo, hi, &got);
+  int rc = xf__entry_parse_string(&c->rt, string_reply(s, len, 1), lo, hi, &got);
   check(rc, &got, s, len, lo, hi);
-  int rc2 = xf__entry_parse_string(c, string_reply(s, len, 0), lo, hi, &mget);
+  int rc2 = xf__entry_parse_string(&c->rt, string_reply(s, len, 0), lo, hi, &mget);
   check(rc2, &mget, s, len, lo, hi);
   FUZZ_CHECK(rc == rc2);
   if (rc == XF_OK) { /* GET and MGET judge an entry alike */

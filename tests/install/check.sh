@@ -9,12 +9,28 @@ rm -rf "$work" && mkdir -p "$work"
 "$CMAKE" --build "$work/consumer" >/dev/null
 LD_LIBRARY_PATH="$work/prefix/lib" "$work/consumer/consumer_shared"
 "$work/consumer/consumer_static"
-pc="$work/prefix/lib/pkgconfig"
-[ -d "$pc" ] || pc=$(dirname "$(find "$work/prefix" -name xfetch.pc)")
+pc=$(dirname "$(find "$work/prefix" -name xfetch.pc)")
+pcf() { PKG_CONFIG_PATH="$pc" pkg-config "$@"; }
+libdir=$(pcf --variable=libdir xfetch)
+# Shared, run from the prefix through its rpath (no LD_LIBRARY_PATH).
 # shellcheck disable=SC2046
-$CC -o "$work/pc_shared" "$(dirname "$0")/consumer.c" $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs xfetch)
-LD_LIBRARY_PATH="$(PKG_CONFIG_PATH="$pc" pkg-config --variable=libdir xfetch)" "$work/pc_shared"
+$CC -o "$work/pc_shared" "$(dirname "$0")/consumer.c" $(pcf --cflags --libs xfetch) -Wl,-rpath,"$libdir"
+"$work/pc_shared"
+# The archive (xfetch-static.pc) beside the shared library: no libxfetch.so needed.
 # shellcheck disable=SC2046
-$CC -o "$work/pc_static" "$(dirname "$0")/consumer.c" -Wl,-Bstatic $(PKG_CONFIG_PATH="$pc" pkg-config --static --libs-only-l xfetch | sed 's/-lm//') -Wl,-Bdynamic -lm $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs-only-L xfetch)
+$CC -o "$work/pc_static" "$(dirname "$0")/consumer.c" $(pcf --cflags --libs xfetch-static)
+if readelf -d "$work/pc_static" | grep -q 'NEEDED.*libxfetch'; then
+  echo "pc_static needs libxfetch.so"
+  exit 1
+fi
 "$work/pc_static"
+# Fully static (cc -static with --static's private dependencies), where the
+# system has the dependencies' archives.
+has_archive() { [ -f "$($CC -print-file-name="$1")" ]; }
+if has_archive libhiredis.a && has_archive libssl.a && has_archive libcrypto.a; then
+  # shellcheck disable=SC2046
+  $CC -static -o "$work/pc_all_static" "$(dirname "$0")/consumer.c" \
+    $(pcf --static --cflags --libs xfetch) 2>"$work/pc_all_static.log"
+  "$work/pc_all_static"
+fi
 echo "install_consumer: find_package and pkg-config OK"

@@ -13,6 +13,10 @@ int main(void) {
     fprintf(stderr, "unexpected %d (%s)\n", rc, xf_errname(rc));
     return 1;
   }
-  printf("consumer ok: %s\n", xf_strerror(rc));
+  if (!strstr(xf_errmsg(c), "refused")) { /* c is NULL: this thread's failed open */
+    fprintf(stderr, "no reason: '%s'\n", xf_errmsg(c));
+    return 1;
+  }
+  printf("consumer ok: %s: %s\n", xf_strerror(rc), xf_errmsg(c));
   return 0;
 }

@@ -3,6 +3,7 @@ in a temp dir, started once per session; no persistence."""
 import asyncio
 import os
 import pathlib
+import pickle
 import shutil
 import signal
 import threading
@@ -101,6 +102,12 @@ def peek(admin, key, token=""):
         kind=r[0].decode(), v=r[2] if r[1] == b"1" else None, d=num[0], e=num[1], s=num[2],
         f=num[3], deadline=num[4], live=r[8] == b"1", mine=r[9] == b"1", n=r[10] == b"1",
         bad=r[11] == b"1")
+
+
+def stored(data):
+    """The value a Cache with the default serializer (pickle) stored as data
+    (an entry's value bytes, as peek gives them)."""
+    return None if data is None else pickle.loads(data)
 
 
 class Counter:

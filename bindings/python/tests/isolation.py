@@ -98,6 +98,8 @@ def _close(cache):
 
 
 def _is_open(cache):
+    if not cache.is_set_up:  # made without a URL, never set up: nothing to close
+        return False
     if isinstance(cache, xfetch.aio.Cache):
         return bool(cache._links.by_name)
     return not cache._pool.closed

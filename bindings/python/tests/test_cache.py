@@ -2,7 +2,7 @@
 import pytest
 
 import xfetch
-from conftest import peek
+from conftest import peek, stored
 
 
 def test_round_trip_loads_once_then_hits(cache, counter):
@@ -16,7 +16,7 @@ def test_round_trip_loads_once_then_hits(cache, counter):
 def test_str_key_is_utf8_under_the_prefix(cache, admin, prefix, counter):
     cache.get_or_compute("ключ-é", counter(), ttl=60)
     assert admin.exists((prefix + "ключ-é").encode("utf-8")) == 1
-    assert peek(admin, (prefix + "ключ-é").encode("utf-8")).v == b"value"
+    assert stored(peek(admin, (prefix + "ключ-é").encode("utf-8")).v) == b"value"
 
 
 def test_bytes_and_str_keys_name_the_same_entry(cache, counter):
@@ -31,7 +31,7 @@ def test_binary_keys_and_values_with_nul_bytes(cache, admin, prefix, counter):
     key = b"k\x00e\xffy"
     assert cache.get_or_compute(key, counter(value), ttl=60) == value
     assert cache.get_or_compute(key, counter(b"other"), ttl=60) == value
-    assert peek(admin, prefix.encode() + key).v == value
+    assert stored(peek(admin, prefix.encode() + key).v) == value
 
 
 @pytest.mark.parametrize("make", [bytearray, memoryview])
@@ -94,7 +94,8 @@ def test_stats_is_a_dict_of_counters(cache, counter):
     assert set(s) == {"hits", "misses", "early", "loads", "load_errors", "lease_lost",
                       "waits", "stale", "uncached", "redis_errors", "superseded",
                       "local", "connections", "redirects", "map_refreshes", "malformed",
-                      "bypassed", "near_hits", "near_evictions", "fence_failed"}
+                      "bypassed", "near_hits", "near_evictions", "fence_failed", "refused",
+                      "undecodable"}
     assert (s["hits"], s["misses"], s["loads"], s["load_errors"]) == (2, 1, 1, 0)
     assert s["connections"] == 1
 

@@ -2,7 +2,7 @@
 import pytest
 
 import xfetch
-from conftest import peek
+from conftest import peek, stored
 
 
 def test_default_key_is_qualname_and_arguments(cache):
@@ -32,9 +32,9 @@ def test_format_string_and_callable_keys(cache, admin, prefix):
         return str(a + b).encode()
 
     assert user(7) == b"u7"
-    assert peek(admin, prefix + "user:7").v == b"u7"
+    assert stored(peek(admin, prefix + "user:7").v) == b"u7"
     assert add(1, 2) == b"3"
-    assert peek(admin, prefix + "sum:1+2").v == b"3"
+    assert stored(peek(admin, prefix + "sum:1+2").v) == b"3"
 
 
 @pytest.mark.parametrize("serializer", ["json", "pickle"])
@@ -98,7 +98,7 @@ def test_exceptions_propagate_through_the_decorator(cache):
 
 
 @pytest.mark.parametrize("kwargs,exc", [(dict(ttl=0), ValueError),
-                                        (dict(ttl="1"), TypeError),
+                                        (dict(ttl=[1]), TypeError),
                                         (dict(ttl=1, serializer="yaml"), ValueError),
                                         (dict(ttl=1, serializer=42), TypeError),
                                         (dict(ttl=1, colour="red"), TypeError)])

@@ -8,7 +8,8 @@ import xfetch
 
 
 def test_the_default_writes_format_2_a_string(server, admin, prefix, face):
-    cache = face.Cache(server.url, prefix=prefix)  # entry_format=None: the C default
+    cache = face.Cache(server.url, prefix=prefix,  # entry_format=None: the C default
+                       serializer="bytes")  # the value's bytes as they are
     face.run(cache.set("set", b"value", ttl=60))
     load = face.loader(lambda: b"loaded")
     assert face.run(cache.fetch("load", load, ttl=60)) == (b"loaded", "loader")
@@ -19,8 +20,9 @@ def test_the_default_writes_format_2_a_string(server, admin, prefix, face):
 
 
 def test_format_2_writes_a_string_every_cache_reads(server, admin, prefix, face):
-    new = face.Cache(server.url, prefix=prefix, entry_format=2)
-    old = face.Cache(server.url, prefix=prefix, entry_format=1)  # a fleet that keeps hashes
+    new = face.Cache(server.url, prefix=prefix, entry_format=2, serializer="bytes")
+    old = face.Cache(server.url, prefix=prefix, entry_format=1,  # a fleet that keeps hashes
+                     serializer="bytes")
     load = face.loader(lambda: b"v\x00alue")
     assert face.run(new.fetch("k", load, ttl=60)) == (b"v\x00alue", "loader")
     raw = admin.get(prefix + "k")

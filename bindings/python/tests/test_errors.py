@@ -44,9 +44,11 @@ def test_loader_exception_caches_nothing_and_releases_the_lease(cache, admin, pr
     assert cache.stats()["load_errors"] == 1
 
 
-def test_wrong_return_type_is_a_type_error_and_caches_nothing(cache, admin, prefix):
-    with pytest.raises(TypeError, match="bytes or None"):
+def test_wrong_return_type_is_a_type_error_and_caches_nothing(server, admin, prefix):
+    cache = xfetch.Cache(server.url, prefix=prefix, serializer="bytes")
+    with pytest.raises(TypeError, match="bytes or None with serializer='bytes'"):
         cache.get_or_compute("k", lambda: "a str", ttl=60)
+    cache.close()
     assert admin.exists(prefix + "k") == 0
 
 
@@ -70,7 +72,7 @@ def test_failed_early_refresh_serves_the_valid_value_and_logs(cache, counter, ca
 
 
 def test_value_above_max_value_len_is_invalid_argument(server, admin, prefix):
-    c = xfetch.Cache(server.url, prefix=prefix, max_value_len=4)
+    c = xfetch.Cache(server.url, prefix=prefix, max_value_len=4, serializer="bytes")
     with pytest.raises(xfetch.InvalidArgumentError, match="5 bytes") as info:
         c.get_or_compute("k", lambda: b"12345", ttl=60)
     assert info.value.code == xfetch.lib.XF_EINVAL == -1

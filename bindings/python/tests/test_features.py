@@ -2,6 +2,7 @@
 lazy_connect, max_connections (nested calls reuse the thread's connection),
 the decorator's helpers, condition and ttl forms."""
 import datetime
+import typing
 import threading
 import time
 
@@ -169,7 +170,7 @@ def test_the_package_is_typed():
     import inspect
     assert importlib.resources.files("xfetch").joinpath("py.typed").is_file()
     hints = inspect.get_annotations(xfetch.Cache.get_or_compute, eval_str=True)
-    assert hints["return"] == (bytes | None)
+    assert hints["return"] is typing.Any  # what the serializer gives back
 
 
 def test_cached_many_loads_the_missing_ids_in_one_call(cache):

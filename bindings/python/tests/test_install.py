@@ -1,7 +1,8 @@
-"""The one-step install users run: `pip install --no-build-isolation
-bindings/python` from a clean copy of the checkout (git's files only: no
-csrc/, build/ or C library install), into a fresh venv, offline; then
-get_or_compute against the fixture's redis-server from that venv."""
+"""The one-step install users run: `pip install bindings/python` as written
+(pip's build isolation on) from a clean copy of the checkout (git's files
+only: no csrc/, build/ or C library install), into a fresh venv, offline;
+then get_or_compute against the fixture's redis-server from that venv. And a
+wheel built once, installed where there are no sources."""
 import os
 import shutil
 import subprocess
@@ -38,8 +39,7 @@ def test_pip_install_builds_the_c_library_and_caches(tmp_path, server):
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("XFETCH_PREFIX", None)
     env.pop("XFETCH_SOURCE_DIR", None)
-    pip = subprocess.run([py, "-m", "pip", "install", "-v", "--no-build-isolation",
-                          "--no-index", "xfetch/bindings/python"],
+    pip = subprocess.run([py, "-m", "pip", "install", "-v", "xfetch/bindings/python"],
                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     assert pip.returncode == 0, pip.stdout[-5000:]
@@ -71,3 +71,35 @@ print(a.value.decode(), a.source, b.value.decode(), b.source, len(calls))
            if f.startswith("_native") and f.endswith(".so")]
     needed = subprocess.run(["ldd", ext[0]], capture_output=True, text=True).stdout
     assert "libhiredis" in needed and "libxfetch" not in needed
+
+
+def test_a_wheel_installs_without_the_sources(tmp_path, server):
+    clean_copy(str(tmp_path / "xfetch"))
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("XFETCH_PREFIX", None)
+    env.pop("XFETCH_SOURCE_DIR", None)
+    dist = tmp_path / "dist"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist),
+                            "xfetch/bindings/python"], cwd=str(tmp_path), env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert built.returncode == 0, built.stdout[-5000:]
+    [wheel] = list(dist.glob("xfetch-*.whl"))
+    shutil.rmtree(tmp_path / "xfetch")  # no sources, no build tree left
+    import zipfile
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.endswith((".c", ".h"))], names
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    pip = subprocess.run([py, "-m", "pip", "install", "--no-deps", str(wheel)],
+                         cwd=str(tmp_path), env=env, capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    script = ("import sys, xfetch; c = xfetch.Cache(sys.argv[1], prefix='wheel-test:'); "
+              "print(xfetch.__file__, c.get_or_compute('k', lambda: {'a': 1}, ttl=60)); "
+              "c.close()")
+    out = subprocess.run([py, "-c", script, server.url], cwd=str(tmp_path), env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    where, value = out.stdout.split(" ", 1)
+    assert where.startswith(str(venv)) and value.strip() == "{'a': 1}"

@@ -187,7 +187,9 @@ def test_a_swapdb_is_not_seen_until_a_flushdb(face, tmp_path, prefix):
     import redis
     from conftest import RedisServer
     srv = RedisServer(str(tmp_path))  # its own: the swap moves every key
-    near = face.Cache(srv.url, prefix=prefix, near_cache_bytes=1 << 20)
+    # timeout 30 s: a reply late on a busy machine must not drop the
+    # connection, whose loss drops what the near cache holds (as a swap seen)
+    near = face.Cache(srv.url, prefix=prefix, near_cache_bytes=1 << 20, timeout=30)
     other = xfetch.Cache(srv.url, prefix=prefix)
     other1 = xfetch.Cache(srv.url[:-1] + "1", prefix=prefix)
     empty = redis.Redis(host="127.0.0.1", port=srv.port, db=15)

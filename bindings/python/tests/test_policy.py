@@ -15,9 +15,10 @@ BAD = [
     (dict(ttl=math.inf), ValueError),
     (dict(ttl=math.nan), ValueError),
     (dict(ttl=2.0**40), ValueError),
-    (dict(ttl="60"), TypeError),
+    (dict(ttl=[60]), TypeError),
     (dict(ttl=None), TypeError),
     (dict(ttl=True), TypeError),
+    (dict(ttl="soon"), ValueError),
     (dict(ttl=60, beta=-0.5), ValueError),
     (dict(ttl=60, beta=math.nan), ValueError),
     (dict(ttl=60, beta="1"), TypeError),
@@ -60,7 +61,7 @@ def test_bad_loader_and_value_raise_type_error(cache, admin):
     with pytest.raises(TypeError):
         cache.get_or_compute("k", b"not callable", ttl=60)
     with pytest.raises(TypeError):
-        cache.set("k", "a str is not bytes", ttl=60)
+        cache.set("k", None, ttl=60)  # None is a loader's "not found", not a value
     with pytest.raises(TypeError):
         cache.get_or_compute("k", lambda: b"v")  # ttl is required
     assert commands(admin) == before + 1

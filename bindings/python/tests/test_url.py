@@ -4,7 +4,7 @@ from urllib.parse import quote
 import pytest
 
 import xfetch
-from conftest import ACL_PASS, ACL_USER, peek
+from conftest import ACL_PASS, ACL_USER, peek, stored
 from xfetch._url import parse_url
 
 
@@ -34,7 +34,7 @@ def test_bad_urls(url, exc):
 def test_unix_socket_url(server, admin, counter):
     c = xfetch.Cache(f"unix://{server.unix_path}", prefix="u:")
     assert c.fetch("k", counter(b"via unix"), ttl=60) == (b"via unix", "loader")
-    assert peek(admin, "u:k").v == b"via unix"
+    assert stored(peek(admin, "u:k").v) == b"via unix"
     assert any(cl.get("flags") == "U" or cl["addr"].startswith("/")
                or "unix" in cl.get("laddr", "") for cl in admin.client_list())
     c.close()
@@ -48,7 +48,7 @@ def test_acl_user_password_url(server, admin, counter):
     users = {cl["user"] for cl in admin.client_list()}
     assert ACL_USER in users
     admin.execute_command("SELECT", 2)
-    assert peek(admin, "k").v == b"acl"  # db 2 from the URL path
+    assert stored(peek(admin, "k").v) == b"acl"  # db 2 from the URL path
     admin.execute_command("SELECT", 0)
     c.close()
 
@@ -61,8 +61,8 @@ def test_wrong_password_raises_auth_error(server):
     assert "AUTH: " in info.value.message  # the server's own words
 
 
-def test_bad_db_raises_auth_error(server):
-    with pytest.raises(xfetch.AuthError, match="SELECT: .*DB index is out of range"):
+def test_bad_db_raises_invalid_argument(server):
+    with pytest.raises(xfetch.InvalidArgumentError, match="SELECT: .*DB index is out of range"):
         xfetch.Cache(f"redis://127.0.0.1:{server.port}/999")
 
 

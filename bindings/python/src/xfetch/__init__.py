@@ -1,10 +1,11 @@
 """xfetch: stampede-safe get-or-compute on Redis.
 
     import xfetch
-    cache = xfetch.Cache("redis://127.0.0.1:6379/0", prefix="app:")
-    value = cache.get_or_compute("user:42", lambda: load_user(42), ttl=60.0)
+    cache = xfetch.Cache(ttl="10m")                    # at import time
+    cache.setup("redis://127.0.0.1:6379/0", prefix="app:")  # at startup
+    user = cache.get_or_compute("user:42", lambda: load_user(42))  # any picklable object
 
-    @cache.cached(ttl=60.0, serializer="json")
+    @cache.cached(ttl="1h")
     def profile(user_id): ...
 
 Probabilistic early recomputation (XFetch) plus a fleet-wide lease in the
@@ -15,7 +16,7 @@ from ._cache import Cache, Fetched
 from ._decorator import cached
 from ._events import Event
 from ._errors import (AuthError, CanceledError, ConnectionError, ConnectionLostError, Error,
-                      InvalidArgumentError, LoaderError, NotFoundError, OutOfMemoryError,
+                      InvalidArgumentError, LoaderError, NotFoundError, NotSetUpError, OutOfMemoryError,
                       BusyError, NoPermissionError, ProtocolError, RedisError, SupersededError, TLSError,
                       TimeoutError, UnavailableError,
                       WrongTypeError, check)
@@ -33,5 +34,5 @@ __all__ = ["Cache", "Fetched", "Event", "CachedFunction", "CachedMethod", "Async
            "AsyncCachedMethod", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
-           "SupersededError", "UnavailableError", "NoPermissionError", "BusyError", "CanceledError", "TLSError", "check",
+           "SupersededError", "NotSetUpError", "UnavailableError", "NoPermissionError", "BusyError", "CanceledError", "TLSError", "check",
            "ffi", "lib"]

@@ -15,7 +15,8 @@ import time
 import weakref
 
 from ._aio_tls import handshake
-from ._errors import ConnectionError, Error, TLSError, UnavailableError, error_for
+from ._errors import (ConnectionError, Error, ProtocolError, TLSError, UnavailableError,
+                      error_for)
 from ._native import ffi, lib
 from ._stream import _connect, _Stream
 
@@ -174,8 +175,8 @@ class Link:
             self.failed()
             self.refused = e.message
             raise
-        except UnavailableError as e:  # busy or loading: as if down, calls move on
-            self.failed()
+        except (UnavailableError, ProtocolError) as e:  # busy, loading, or an unreadable
+            self.failed()  # reply to the setup (not Redis): as if down, calls move on
             raise ConnectionError(lib.XF_ECONNECT, str(e)) from e
         except Error:  # AUTH / SELECT refused: loud, not a fail-open
             raise

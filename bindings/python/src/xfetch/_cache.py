@@ -8,9 +8,12 @@ import datetime
 from ._core import (BYPASS, NEAR_PASS, Config, check_loader, check_value, disabled,
                     key_bytes, outcome)
 from ._errors import check, error_for
+from ._face import SyncFace, drive
 from ._native import ffi, lib
 from ._pool import Pool
+from ._setup import LateSetup
 from ._types import Fetched  # a typed NamedTuple
+from ._values import Unreadable, recover, values_of_many
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union  # noqa: E402
 
@@ -26,14 +29,29 @@ _5, _0, _LOAD = 5.0, 0.0, "load"
 _BLOCKING = lib.XF_DRIVER_BLOCKING
 
 
-class Cache:
+class Cache(LateSetup):
     """A stampede-safe cache on one Redis server.
 
-    Cache(url, prefix="", timeout=1.0, connect_timeout=None, breaker=1.0,
-          seed=None, max_key_len=None, max_value_len=None, share=True)
+    Cache(url=None, prefix="", timeout=1.0, connect_timeout=None, breaker=1.0,
+          seed=None, max_key_len=None, max_value_len=None, share=True,
+          ttl=None, serializer="pickle", secret=None, ...)
 
     url: redis://[[user]:password@]host[:port][/db] or
-         unix://[[user]:password@]/path/to/socket[?db=N]
+         unix://[[user]:password@]/path/to/socket[?db=N]; None (the default):
+         made now (at import time, for the decorators), connected later by
+         setup(url, **options) at startup; a call before it raises
+         xfetch.NotSetUpError.
+    ttl: the calls' and decorators' default ttl: seconds, a timedelta or a
+         string such as "30s", "10m", "2h"; None: every call names one.
+    serializer: how values are stored: "pickle" (the default: any picklable
+         object), "json" (tagged: Decimal, datetime, date, time, timedelta,
+         UUID and bytes round-trip), "bytes" (values are bytes, stored as
+         they are) or an object with dumps/loads.
+    secret: str or bytes (or a list: the first signs, each verifies): every
+         value is signed (HMAC-SHA256), and a value that does not verify is
+         never decoded: it reads as a miss, counted in stats()["refused"],
+         and is recomputed. Without it, whoever can write the Redis keys can
+         run code in this process through pickle.
     prefix: prepended (UTF-8) to every key on Redis.
     timeout: per-command timeout, seconds; connect_timeout defaults to timeout.
     breaker: after a connection failure, seconds during which calls skip Redis
@@ -89,7 +107,9 @@ class Cache:
     (xfetch.ConnectionError, xfetch.AuthError).
     """
 
-    def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str | bytes = "",
+    _is_async = False  # for the decorators' face (_face)
+
+    def __init__(self, url: str | None = None, prefix: str | bytes = "",
                  timeout: float = 1.0, connect_timeout: float | None = None,
                  breaker: float = 1.0, seed: int | None = None,
                  max_key_len: int | None = None, max_value_len: int | None = None,
@@ -102,32 +122,59 @@ class Cache:
                  enabled: bool = True, entry_format: int | None = None,
                  background_refresh: bool = True, near_cache_bytes: int = 0,
                  refresh_ahead: float | None = None,
-                 write_fence: bool | None = None) -> None:
+                 write_fence: bool | None = None, ttl: Any = None,
+                 serializer: Any = "pickle", secret: Any = None) -> None:
+        options = dict(locals())
+        del options["self"], options["url"]
+        self._keep_options(url, options)
+
+    def _connect(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
+                 max_value_len, share, lazy_connect, max_connections, ssl_ca_certs,
+                 ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_check_hostname, ssl_cert_reqs,
+                 on_event, enabled, entry_format, background_refresh, near_cache_bytes,
+                 refresh_ahead, write_fence, ttl, serializer, secret):
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
-        self._config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
-                              max_key_len, max_value_len, share, lazy_connect,
-                              max_connections, ssl, on_event, enabled, "sync",
-                              entry_format=entry_format, background_refresh=background_refresh,
-                              near_cache_bytes=near_cache_bytes, refresh_ahead=refresh_ahead,
-                              write_fence=write_fence)
+        config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
+                        max_key_len, max_value_len, share, lazy_connect,
+                        max_connections, ssl, on_event, enabled, "sync",
+                        entry_format=entry_format, background_refresh=background_refresh,
+                        near_cache_bytes=near_cache_bytes, refresh_ahead=refresh_ahead,
+                        write_fence=write_fence, ttl=ttl, serializer=serializer,
+                        secret=secret)
+        # Fail fast on a wrong URL, password or db (a check that reports no
+        # events), unless the service must start without Redis.
+        if not config.lazy_connect:
+            config.check_now()
+        pool = Pool(config)
+        self._closed = False
+        self._config = config
+        self._pool = pool
+        self._codec = config.codecs.default
         self._policies = self._config.policies
         self._commons = self._policies.commons
-        self._pool = Pool(self._config)
         self._near = self._config.near and enabled  # the near hit's fast path
         self._events = self._config.events
 
     def close(self, timeout: float = 2.0) -> None:
         """Closes the idle connections; ones in use close when their call ends.
-        Further calls raise ValueError. Background refreshes: none are taken
-        any more, queued ones are dropped, running ones are waited for up
-        to timeout seconds, then left (their leases expire)."""
-        self._pool.refresher.close(timeout)
-        self._pool.close()
+        Further calls raise ValueError (until setup() again). Background
+        refreshes: none are taken any more, queued ones are dropped, running
+        ones are waited for up to timeout seconds, then left (their leases
+        expire). Nothing to do on a Cache not set up."""
+        pool = self.__dict__.get("_pool")
+        if pool is None:
+            return
+        self._closed = True
+        pool.refresher.close(timeout)
+        pool.close()
 
     def __repr__(self):  # never shows the password
-        return f"<xfetch.Cache {self._config.where} prefix={self._config.prefix!r}>"
+        config = self.__dict__.get("_config")
+        if config is None:
+            return "<xfetch.Cache not set up>"
+        return f"<xfetch.Cache {config.where} prefix={config.prefix!r}>"
 
     def __enter__(self):
         return self
@@ -137,13 +184,44 @@ class Cache:
 
     # ---- the API ----------------------------------------------------------------
 
-    def fetch(self, key: Key, loader: Callable[[], Value | None], ttl: float,
+    def fetch(self, key: Key, loader: Callable[[], Any], ttl: Any = None,
               beta: float = 1.0, *, lease: float = _5, wait: float = _5,
               stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
               jitter: float = _0, on_wait_timeout: str = _LOAD,
               background_refresh: bool | None = None,
               refresh_ahead: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
+        return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
+                                stale=stale, stale_if_error=stale_if_error,
+                                negative_ttl=negative_ttl, jitter=jitter,
+                                on_wait_timeout=on_wait_timeout,
+                                background_refresh=background_refresh,
+                                refresh_ahead=refresh_ahead)
+
+    def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
+        """fetch with codec (the Cache's, or a decorator's serializer)."""
+        kb = key_bytes(key)
+        check_loader(loader)
+        got = self._fetch_raw(key, codec.loader(kb, loader), ttl, beta, **policy)
+        if codec.raw or got[0] is None:
+            return got
+        try:
+            return Fetched(codec.decode(kb, got[0]), got[1])
+        except Unreadable as e:
+            return self._recover(codec, key, kb, loader, dict(policy, ttl=ttl, beta=beta), e)
+
+    def _recover(self, codec, key, kb, loader, policy, e):
+        """An entry codec refused: counted, then recomputed (_values.recover)."""
+        self._config.codecs.count(key, e)
+        return drive(recover(SyncFace(self), codec, key, kb, loader, policy))
+
+    def _fetch_raw(self, key: Key, loader: Callable[[], Any], ttl: Any = None,
+                   beta: float = 1.0, *, lease: float = _5, wait: float = _5,
+                   stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
+                   jitter: float = _0, on_wait_timeout: str = _LOAD,
+                   background_refresh: bool | None = None,
+                   refresh_ahead: float | None = None) -> Fetched:
+        """fetch of the bytes C caches (loader returns them)."""
         kb = key_bytes(key)
         check_loader(loader)
         if background_refresh is None:
@@ -185,22 +263,24 @@ class Cache:
             exc = None
             self._pool.exit(conn, saved)
 
-    def get_or_compute(self, key: Key, loader: Callable[[], Value | None], ttl: float,
+    def get_or_compute(self, key: Key, loader: Callable[[], Any], ttl: Any = None,
                        beta: float = 1.0, *, lease: float = _5, wait: float = _5,
                        stale: float = _0, stale_if_error: float = _0,
                        negative_ttl: float = _0, jitter: float = _0,
                        on_wait_timeout: str = _LOAD,
                        background_refresh: bool | None = None,
-                       refresh_ahead: float | None = None) -> bytes | None:
-        """Returns the bytes cached under key, calling loader() to compute them
+                       refresh_ahead: float | None = None) -> Any:
+        """Returns the value cached under key, calling loader() to compute it
         when missing, expired or elected for early recomputation (XFetch).
         Across every client of the Redis server one caller at a time runs the
         loader for a key; the others wait for its value or serve the old one.
 
         key: str (UTF-8) or bytes. loader: a callable with no arguments that
-        returns bytes (bytearray, memoryview) or None for "not found" (then
+        returns the value (any object the Cache's serializer takes: pickle by
+        default; bytes with serializer="bytes") or None for "not found" (then
         None is returned, and cached for negative_ttl seconds when > 0).
-        Times are seconds: ttl (> 0), lease (how long a loader may hold the
+        ttl: seconds, a timedelta or a string such as "10m" (None: the
+        Cache's default). Other times are seconds: lease (how long a loader may hold the
         key), wait (how long a miss waits for another caller's loader), stale
         (serve an expired value this long while one caller refreshes it),
         stale_if_error, negative_ttl; jitter in [0, 1) shortens each ttl at
@@ -226,7 +306,7 @@ class Cache:
         and the lease is released. Library errors raise xfetch.Error
         subclasses; bad arguments raise TypeError/ValueError before any I/O.
         """
-        if (self._near and lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
+        if (lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
                 and background_refresh is None and refresh_ahead is None):
             # fetch's steps, without its call and bigger memo (a str key and a
@@ -237,15 +317,22 @@ class Cache:
             p = self._commons.get((ttl, beta, type(ttl), type(beta)))
             if p is None:
                 p = self._policies.common(ttl, beta)
-            value = self._near_serve(kb, p)
-            if value is not NEAR_PASS:
+            codec = self._codec
+            value = self._near_serve(kb, p) if self._near else NEAR_PASS
+            if value is NEAR_PASS:
+                value = self._call(key, kb, codec.loader(kb, loader), p, _5)[0]
+            if codec.raw or value is None:
                 return value
-            return self._call(key, kb, loader, p, _5)[0]
-        return self.fetch(key, loader, ttl, beta, lease=lease, wait=wait, stale=stale,
-                          stale_if_error=stale_if_error, negative_ttl=negative_ttl,
-                          jitter=jitter, on_wait_timeout=on_wait_timeout,
-                          background_refresh=background_refresh,
-                          refresh_ahead=refresh_ahead)[0]
+            try:
+                return codec.decode(kb, value)
+            except Unreadable as e:
+                return self._recover(codec, key, kb, loader, {"ttl": ttl, "beta": beta}, e)[0]
+        return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
+                                stale=stale, stale_if_error=stale_if_error,
+                                negative_ttl=negative_ttl, jitter=jitter,
+                                on_wait_timeout=on_wait_timeout,
+                                background_refresh=background_refresh,
+                                refresh_ahead=refresh_ahead)[0]
 
     def _near_serve(self, kb, policy):
         """C xf__near_serve on an idle connection of the pool (policy NULL: a
@@ -298,12 +385,23 @@ class Cache:
                 if slots is not None:
                     slots.release()
 
-    def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
+    def set(self, key: Key, value: Any, ttl: Any = None, *, stale: float = 0.0,
             jitter: float = 0.0) -> bool:
-        """Writes value (bytes-like) for key as if a loader had produced it now.
+        """Writes value (encoded by the Cache's serializer; not None) for key
+        as if a loader had produced it now (ttl None: the Cache's default).
         Returns True when written, False when the entry holds a value dated
         later than now (a newer write won, or the server's clock stepped back):
         nothing is written then. Other failures raise xfetch.Error."""
+        return self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter)
+
+    def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0):
+        if value is None:
+            raise TypeError("value must not be None (None is what a loader returns for "
+                            "not found)")
+        return self._set_raw(key, codec.encode(key_bytes(key), value), ttl, stale=stale,
+                             jitter=jitter)
+
+    def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0):
         kb = key_bytes(key)
         buf = check_value(value)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
@@ -332,10 +430,24 @@ class Cache:
         finally:
             self._pool.exit(conn, saved)
 
-    def get(self, key: Key) -> bytes | None:
-        """The bytes cached under key while within their ttl, else None (absent,
-        expired or a cached not-found). Computes nothing, takes no lease; one
-        round trip for a hit. Errors raise (there is no loader to fail open to)."""
+    def get(self, key: Key) -> Any:
+        """The value cached under key while within its ttl, else None (absent,
+        expired, a cached not-found, or a value the serializer or secret=
+        refuses: counted). Computes nothing, takes no lease; one round trip
+        for a hit. Errors raise (there is no loader to fail open to)."""
+        return self._get_with(self._codec, key)
+
+    def _get_with(self, codec, key):
+        value = self._get_raw(key)
+        if codec.raw or value is None:
+            return value
+        try:
+            return codec.decode(key_bytes(key), value)
+        except Unreadable as e:
+            self._config.codecs.count(key, e)
+            return None
+
+    def _get_raw(self, key):
         kb = key_bytes(key)
         if self._near:
             value = self._near_serve(kb, ffi.NULL)
@@ -355,11 +467,11 @@ class Cache:
         finally:
             self._pool.exit(conn, saved)
 
-    def get_many(self, keys: Iterable[Key], loader: Callable[[Key], Value | None],
-                 ttl: float, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
+    def get_many(self, keys: Iterable[Key], loader: Callable[[Any], Any],
+                 ttl: Any = None, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
                  stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                  jitter: float = 0.0, on_wait_timeout: str = "load", batch: bool = False,
-                 background_refresh: bool | None = None) -> dict[Key, bytes | None]:
+                 background_refresh: bool | None = None) -> dict[Key, Any]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
         and loader(key) runs for each key this caller must compute, its
@@ -371,7 +483,23 @@ class Cache:
         None (a key left out is "not found"); an exception fails them all.
         With Redis down, a key another thread is loading is waited for (the
         Cache's share), not loaded again. background_refresh is accepted
-        and has no effect: the batch refreshes in the call."""
+        and has no effect: the batch refreshes in the call. Values go
+        through the Cache's serializer; ones it refuses are computed again."""
+        return self._get_many_with(self._codec, keys, loader, ttl, beta, lease=lease,
+                                   wait=wait, stale=stale, stale_if_error=stale_if_error,
+                                   negative_ttl=negative_ttl, jitter=jitter,
+                                   on_wait_timeout=on_wait_timeout, batch=batch,
+                                   background_refresh=background_refresh)
+
+    def _get_many_with(self, codec, keys, loader, ttl=None, beta=1.0, *, batch=False,
+                       **policy):
+        check_loader(loader)
+        return drive(values_of_many(SyncFace(self), codec, keys, loader, batch,
+                                    dict(policy, ttl=ttl, beta=beta)))
+
+    def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
+                      stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
+                      on_wait_timeout="load", batch=False, background_refresh=None):
         originals = {}
         for k in keys:
             originals.setdefault(key_bytes(k), k)
@@ -435,11 +563,13 @@ class Cache:
         miss, recomputed), bypassed (calls made while disabled: enabled=False
         or disabled()), near_hits (hits served from the near cache, also in
         hits), near_evictions, fence_failed (write fences whose PING failed
-        after an acknowledged write: the write stood), plus connections
-        (clients open now)."""
-        return self._pool.stats()
+        after an acknowledged write: the write stood), refused (values whose
+        signature did not verify, secret=) and undecodable (values the
+        serializer could not read: each a miss, recomputed), plus
+        connections (clients open now)."""
+        return dict(self._pool.stats(), **self._config.codecs.counters())
 
-    def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],
+    def cached(self, ttl: Any = None,
                key: str | Callable[..., str | bytes] | None = None,
                serializer: Any = None, *, namespace: str | None = None,
                version: Any = None, condition: Callable[[Any], bool] | None = None,
@@ -449,7 +579,7 @@ class Cache:
         return cached(self, ttl, key=key, serializer=serializer, namespace=namespace,
                       version=version, condition=condition, **policy)
 
-    def cached_many(self, ttl: float, key: str | Callable[[Any], Key],
+    def cached_many(self, ttl: Any = None, key: str | Callable[[Any], Key] = "{}",
                     serializer: Any = None, *, namespace: str | None = None,
                     version: Any = None, **policy: Any) -> Callable[[F], F]:
         """Decorator for a function that takes a list of ids and returns a

@@ -16,6 +16,7 @@ from ._policy import PolicyCache, check_refresh_ahead
 from ._runtime import Failures
 from ._types import Fetched
 from ._url import parse_url, tls_options
+from ._values import Codecs, ttl_seconds
 
 SOURCES = {lib.XF_SOURCE_CACHE: "cache", lib.XF_SOURCE_LOADER: "loader",
            lib.XF_SOURCE_STALE: "stale", lib.XF_SOURCE_UNCACHED: "uncached",
@@ -92,8 +93,20 @@ class Config:
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
                  enabled=True, face="sync", entry_format=None, background_refresh=True,
-                 near_cache_bytes=0, refresh_ahead=None, write_fence=None):
+                 near_cache_bytes=0, refresh_ahead=None, write_fence=None, ttl=None,
+                 serializer="pickle", secret=None):
         fields = parse_url(url)
+        self.ttl = None  # the calls' default ttl, seconds
+        if ttl is not None:
+            self.ttl = ttl_seconds(ttl)
+            if not 0.001 <= self.ttl < 2**40 / 1000:
+                raise ValueError(f"ttl must be at least 1 ms, not {ttl!r}")
+        if serializer is None:
+            raise TypeError("serializer must be 'pickle', 'json', 'bytes' or an object with "
+                            "dumps/loads, not None")
+        if not isinstance(prefix, (str, bytes)):
+            raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
+        self.codecs = Codecs(serializer, secret, prefix)  # values <-> bytes, signed or not
         if write_fence is not None and type(write_fence) is not bool:
             raise TypeError(f"write_fence must be None, True or False, not {write_fence!r}")
         if entry_format is not None and (type(entry_format) is not int
@@ -177,7 +190,7 @@ class Config:
             check(lib.xf_share_open(out, share_opts))
             self.share = ffi.gc(out[0], lib.xf_share_close)
         self.opts.share = self.share
-        self.policies = PolicyCache(background_refresh, refresh_ahead)
+        self.policies = PolicyCache(background_refresh, refresh_ahead, self.ttl)
         # where the values come from, as the C share and nest checks key it
         self.namespace = (self.where, fields["username"], prefix)
 
@@ -189,6 +202,9 @@ class Config:
         opts = ffi.new("xf_options *", self.opts[0])
         opts.lazy_connect = 1  # connected by the ping: a failure keeps its detail
         opts.share = ffi.NULL  # a check: it arms no near cache (its open is the tracker's)
+        # A check, not a call: its failure raises here, so it reports no events
+        # (no "breaker opened; calls fail open" for a constructor that raised).
+        opts.on_event = ffi.NULL
         check(lib.xf_client_open(out, opts))
         try:
             check(lib.xf_ping(out[0]), out[0])

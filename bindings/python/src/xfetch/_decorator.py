@@ -1,6 +1,7 @@
 """The cached() and cached_many() decorators, once for both faces: keys
-from _keys (canonical, the same in every process), values through an
-optional serializer; the logic is coroutines run by the Cache's face
+from _keys (canonical, the same in every process), values through the
+Cache's serializer (or the decorator's serializer=, signed with the Cache's
+secret=: _values); the logic is coroutines run by the Cache's face
 (_face: awaited on xfetch.aio, driven to their end at once on xfetch.Cache)."""
 import datetime
 import functools
@@ -9,13 +10,13 @@ import math
 import time
 
 from ._runtime import Timed
-from ._errors import Error
 from ._events import NAMESPACE
 from ._face import face_of
 from ._keys import _first_param, _key_builder, _scope, _takes_self
 from ._method import _CachedMethod
 from ._policy import make_policy
 from ._serializers import _serializer
+from ._values import ttl_seconds
 
 log = logging.getLogger("xfetch")
 
@@ -23,17 +24,24 @@ log = logging.getLogger("xfetch")
 # ---- the decorator --------------------------------------------------------------
 
 def _ttl_seconds(ttl, result=None):
-    if isinstance(ttl, datetime.timedelta):
-        return ttl.total_seconds()
-    return ttl(result) if callable(ttl) else ttl
+    """Seconds for a ttl (None: None, the Cache's default)."""
+    if ttl is None:
+        return None
+    if callable(ttl) and not isinstance(ttl, (str, datetime.timedelta)):
+        ttl = ttl(result)
+        if ttl is None:
+            return None
+    return ttl_seconds(ttl)
 
 
-def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=None,
+def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, version=None,
            condition=None, **policy):
     """Decorator factory behind Cache.cached (both faces).
 
-    ttl: seconds, a datetime.timedelta, or a callable taking the result and
-    returning seconds (None or <= 0: do not cache that result). **policy: get_or_compute's policy keywords (seconds).
+    ttl: seconds, a datetime.timedelta, a string such as "10m", None (the
+    Cache's default ttl, as it is when called: set at setup()), or a
+    callable taking the result and returning one of those (None or <= 0:
+    do not cache that result). **policy: get_or_compute's policy keywords (seconds).
     key: None (module.qualname and the arguments' canonical forms: the same in
     every process; self left out, a classmethod's cls keyed by class; past
     1024 bytes, digested; a closure or lambda is refused unless key= or
@@ -41,10 +49,12 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     over the arguments by name (checked at decoration), or a callable taking
     the arguments (without self/cls) and returning str or bytes. namespace and
     version scope the keys ("namespace:key#vN"): bump version to move to fresh
-    entries on purpose. serializer: None (the function returns bytes), "pickle",
-    "json", or an object with dumps/loads; with a serializer, a None result
+    entries on purpose. serializer: None (the Cache's: pickle by default),
+    "pickle", "json", "bytes" (the function returns bytes) or an object with
+    dumps/loads, signed with the Cache's secret= if it has one; a None result
     means "not found" (cached for negative_ttl, default 0 = not cached), and an
-    entry the serializer cannot read is a miss (recomputed and overwritten).
+    entry the serializer (or the secret) refuses is a miss (recomputed and
+    overwritten).
     condition: a callable taking the result; False = return it uncached.
     lease: at least twice the slowest run of the function seen in this
     process (a longer-running loader would lose the key mid-load).
@@ -56,13 +66,17 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
     takes it explicitly.
     """
     face = face_of(cache)
-    dumps, loads = _serializer(serializer)
-    fixed_ttl = not callable(ttl) or isinstance(ttl, datetime.timedelta)
-    policy = dict(policy, ttl=_ttl_seconds(ttl) if fixed_ttl else 60.0)
+    if serializer is not None:
+        _serializer(serializer)  # checked at decoration
+    fixed_ttl = ttl is None or isinstance(ttl, (str, datetime.timedelta)) or not callable(ttl)
+    if ttl is None:
+        policy = dict(policy)  # the Cache's default ttl, looked up by each call
+    else:
+        policy = dict(policy, ttl=_ttl_seconds(ttl) if fixed_ttl else 60.0)
     unknown = set(policy) - _POLICY_KEYWORDS
     if unknown:
         raise TypeError(f"unknown policy keyword(s): {', '.join(sorted(unknown))}")
-    _validate(**policy)
+    _validate(**dict(policy, ttl=policy.get("ttl", 60.0)))
     if condition is not None and not callable(condition):
         raise TypeError("condition must be a callable taking the result")
 
@@ -73,10 +87,10 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
         make_key = _key_builder(func, key, namespace, version)
         drop = _first_param(func) == "self"  # left out of the key; cls is keyed
 
-        def encode(result):
-            if dumps is None or result is None:
-                return result
-            return dumps(result)
+        def codec():
+            """The serializer's codec, with the Cache's secret (known once
+            the Cache is set up: looked up by each call)."""
+            return cache._config.codecs.get(serializer)
 
         # The lease, at least twice the slowest run of func seen in this
         # process: a lease that runs out mid-load lets another caller load too.
@@ -95,72 +109,27 @@ def cached(cache, ttl, key=None, serializer=None, *, namespace=None, version=Non
             if lease > leased[0].get("lease", 5.0) and lease < 2**31 / 1000:
                 leased[0] = dict(policy, lease=lease)
             if condition is not None and not condition(result):
-                return Timed(encode(result), 0)
-            data = encode(result)
-            if not fixed_ttl and data is not None:
+                return Timed(result, 0)
+            if not fixed_ttl and result is not None:
                 ttl_s = _ttl_seconds(ttl, result)
-                return Timed(data, ttl_s if ttl_s and ttl_s > 0 else 0)  # <= 0: not cached
-            return data
+                return Timed(result, ttl_s if ttl_s and ttl_s > 0 else 0)  # <= 0: not cached
+            return result
 
         async def store(k, result):
-            data = encode(result)
-            if data is None:
+            if result is None:
                 return False
             ttl_s = _ttl_seconds(ttl, result)
-            if ttl_s is None or ttl_s <= 0:  # a ttl callable's "do not cache"
+            if not fixed_ttl and (ttl_s is None or ttl_s <= 0):  # "do not cache"
                 return False
             # False when a newer value won: ours is returned, not kept.
-            return await face.call("set", k, data, ttl=ttl_s, **extra)
+            return await face.call("_set_with", codec(), k, result, ttl=ttl_s, **extra)
 
         load = face.loader(compute)
 
         async def call(*args, **kwargs):
             k = make_key(*(args[1:] if drop else args), **kwargs)
             loader = functools.partial(load, args, kwargs)
-            value = await face.call("get_or_compute", k, loader, **leased[0])
-            if loads is None or value is None:
-                return value
-            try:
-                return loads(value)
-            except Exception:
-                # Written by another serializer or version: a miss, not an
-                # error for the whole ttl. Recompute and overwrite.
-                log.warning("cached value for %r could not be decoded; recomputing", k,
-                            exc_info=True)
-            return await reload(k, args, kwargs, loader)
-
-        async def reload(k, args, kwargs, loader):
-            """Replaces an entry the serializer cannot read without a stampede:
-            beta=inf elects every caller, the lease lets one of them recompute,
-            and the others are served the old value meanwhile: they poll for
-            the new one (for up to the policy's wait), then compute it
-            themselves."""
-            forced = dict(leased[0], beta=math.inf)
-            deadline = time.monotonic() + policy.get("wait", 5.0)
-            for _ in range(3):  # again after the entry expired meanwhile; bounded
-                value, source = await face.call("fetch", k, loader, **forced)
-                if value is None:
-                    return None
-                if source not in ("cache", "stale"):  # the function's own result
-                    return loads(value)
-                while time.monotonic() < deadline:
-                    try:
-                        return loads(value)
-                    except Exception:
-                        pass
-                    await face.sleep(0.02)  # another caller holds the lease: wait for it
-                    try:
-                        value = await face.call("get", k)
-                    except Error:
-                        break
-                    if value is None:  # expired or deleted meanwhile: lease again
-                        break
-                else:
-                    break
-            result = await face.result(func(*args, **kwargs))  # the refresher is slower
-            if condition is None or condition(result):
-                await store(k, result)
-            return result
+            return (await face.call("_fetch_with", codec(), k, loader, **leased[0]))[0]
 
         async def refresh(*args, **kwargs):
             """Computes the value now and overwrites the entry; returns it.
@@ -203,7 +172,7 @@ def _labelled(call, namespace):
     return labelled
 
 
-def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=None,
+def cached_many(cache, ttl=None, key="{}", serializer=None, *, namespace=None, version=None,
                 **policy):
     """Decorator factory behind Cache.cached_many, for batch functions:
 
@@ -216,19 +185,21 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
 
     key: a format string with one {} for the id, or a callable id -> key;
     namespace= and version= scope it as for cached ("namespace:key#vN").
-    An entry the serializer cannot read is a miss: logged, and those ids are
-    computed in one more call and overwritten.
+    An entry the serializer (or the Cache's secret) refuses is a miss:
+    logged, counted, and those keys computed in one more call and
+    overwritten.
     The ids must be hashable; the result is a dict in the order of the ids
     given (an id the function left out, or mapped to None, maps to None).
     Ids that render one key ("7" and 7 with "user:{}") share its entry: each
     is a key of the result, with the first of their results that is not None.
-    With a serializer the values are encoded; without, they are bytes. The
+    The values go through the serializer (None: the Cache's). The
     wrapper has .key(id), .invalidate(*ids) and .original. On a method
     (first parameter self or cls), self is passed through and not keyed."""
     face = face_of(cache)
-    dumps, loads = _serializer(serializer)
-    policy = dict(policy, ttl=_ttl_seconds(ttl))
-    _validate(**policy)
+    if serializer is not None:
+        _serializer(serializer)  # checked at decoration
+    policy = dict(policy) if ttl is None else dict(policy, ttl=_ttl_seconds(ttl))
+    _validate(**dict(policy, ttl=policy.get("ttl", 60.0)))
     if isinstance(key, str):
         if key.count("{}") != 1:
             raise ValueError("a cached_many key template needs exactly one {} for the id")
@@ -259,30 +230,8 @@ def cached_many(cache, ttl, key, serializer=None, *, namespace=None, version=Non
                 return {k: next((r for r in map(results.get, by_key[k]) if r is not None),
                                 None) for k in keys}
 
-            async def load(keys):
-                return {k: r if r is None or dumps is None else dumps(r)
-                        for k, r in (await compute(keys)).items()}
-
-            values = await face.call("get_many", list(by_key), face.loader(load), batch=True,
-                                     **policy)
-            got, unreadable = {}, []
-            for k, v in values.items():
-                try:
-                    got[k] = v if loads is None or v is None else loads(v)
-                except Exception:
-                    unreadable.append(k)
-                    got[k] = None
-            if unreadable:
-                # Written by another serializer or version: misses, computed
-                # in one more call and overwritten.
-                log.warning("cached values for %r could not be decoded; recomputing",
-                            unreadable)
-                for k, r in (await compute(unreadable)).items():
-                    got[k] = r
-                    if r is not None:
-                        await face.call("set", k, dumps(r), ttl=policy["ttl"],
-                                        **{n: v for n, v in policy.items()
-                                           if n in ("stale", "jitter")})
+            got = await face.call("_get_many_with", cache._config.codecs.get(serializer),
+                                  list(by_key), face.loader(compute), batch=True, **policy)
             return {i: got[k] for i, k in key_of.items()}
 
         async def invalidate(*ids):

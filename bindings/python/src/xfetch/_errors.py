@@ -93,6 +93,16 @@ class TLSError(ConnectionError):
     misconfiguration: never served fail-open, raised by every call."""
 
 
+class NotSetUpError(Error, RuntimeError):
+    """A call on a Cache made without a URL before its setup(url, ...): the
+    Cache is made at import time and connected at startup by setup()."""
+
+    def __init__(self, code=lib.XF_EINVAL, message=""):
+        super().__init__(code, message or (
+            "this xfetch Cache is not set up yet: call cache.setup(url, ...) at startup "
+            "(or pass the URL to the constructor) before using it"))
+
+
 class BusyError(Error):
     """XF_EBUSY: every client of a C pool (xf_pool) stayed busy for its
     checkout timeout (not used by Cache)."""

@@ -25,6 +25,7 @@ SOURCES = {0: "cache", 1: "loader", 2: "stale", 3: "uncached", 4: "local"}
 # The one result each get-or-compute reports, as xfetch_calls_total's label.
 _HIT = lib.XF_EV_HIT
 _NEAR = lib.XF_EV_NEAR  # a near-cache hit: the same hot path
+_FAIL_OPEN, _LOCAL = lib.XF_EV_FAIL_OPEN, lib.XF_SOURCE_LOCAL
 RESULTS = {lib.XF_EV_HIT: "hit", lib.XF_EV_EARLY: "early", lib.XF_EV_MISS: "miss",
            lib.XF_EV_STALE: "stale", lib.XF_EV_FAIL_OPEN: "uncached", lib.XF_EV_NEAR: "near"}
 # Load-duration histogram upper bounds, seconds (+Inf implied).
@@ -151,6 +152,8 @@ class Events:
     def on(self, t, key, driver, source, duration_us, rc, server):
         ns = NAMESPACE.get()
         result = RESULTS.get(t)
+        if t == _FAIL_OPEN and source == _LOCAL:
+            result = "shared"  # failed open, answered by the process share: no load
         if result is not None:
             self._count(self.calls, (ns, result))
             if t == lib.XF_EV_FAIL_OPEN:

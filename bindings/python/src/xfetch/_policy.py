@@ -3,6 +3,7 @@ in Python so that bad arguments raise before any I/O."""
 import math
 
 from ._native import ffi, lib
+from ._values import ttl_seconds
 
 MAX_MS = 1 << 40  # the C side's limit (~34 years)
 
@@ -61,7 +62,7 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
     if on_wait_timeout not in _ON_WAIT_TIMEOUT:
         raise ValueError(f"on_wait_timeout must be 'load' or 'fail', not {on_wait_timeout!r}")
     return ffi.new("xf_policy *", {
-        "ttl_ms": _ms("ttl", ttl, 1),
+        "ttl_ms": _ms("ttl", ttl_seconds(ttl), 1),
         "beta": float(beta),
         "lease_ms": _ms("lease", lease, 1),
         "wait_ms": _ms("wait", wait, 0),
@@ -82,9 +83,10 @@ class PolicyCache:
 
     MAX = 256
 
-    def __init__(self, background_refresh=True, refresh_ahead=None):
+    def __init__(self, background_refresh=True, refresh_ahead=None, ttl=None):
         self._cache = {}
         self._defaults = (background_refresh, refresh_ahead)  # the Cache's
+        self.ttl = ttl  # the Cache's default ttl (None: every call names one)
         self.commons = {}  # (ttl, beta, type(ttl), type(beta)) -> policy
 
     def common(self, ttl, beta):
@@ -101,6 +103,11 @@ class PolicyCache:
         key = args + tuple(map(type, args))
         p = self._cache.get(key)
         if p is None:
+            if args[0] is None:  # ttl omitted: the Cache's
+                if self.ttl is None:
+                    raise TypeError("ttl is required: pass ttl= or give the Cache a default "
+                                    "(Cache(ttl=...) or cache.setup(url, ttl=...))")
+                args = (self.ttl,) + args[1:]
             p = make_policy(*args)
             if len(self._cache) >= self.MAX:
                 self._cache.clear()

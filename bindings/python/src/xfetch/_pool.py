@@ -63,8 +63,8 @@ class Pool:
         self.closed = False
         self._fresh_process()
         self._fresh_slots()
-        # Fail fast on a wrong URL or password, unless the service must start
-        # without Redis (lazy_connect: the first call connects, or fails open).
+        # The Cache checked the URL, password and db (Config.check_now, which
+        # reports no events), unless lazy_connect: this first one connects now.
         self.idle.append(self._open(lazy=config.lazy_connect))
         _pools.add(self)
 

@@ -145,7 +145,9 @@ def sink_value(value, sink):
         lib.xf_sink_not_found(sink)
         return
     if not isinstance(value, _BYTES_LIKE):
-        raise TypeError(f"the loader must return bytes or None, not {type(value).__name__}")
+        raise TypeError(f"the loader must return bytes or None with serializer='bytes', not "
+                        f"{type(value).__name__}: pass serializer='pickle' (the default) or "
+                        f"'json' to cache objects")
     buf = ffi.from_buffer(value)
     rc = lib.xf_sink_set(sink, buf, len(buf))
     if rc != 0:

@@ -14,9 +14,10 @@ Source = Literal["cache", "loader", "stale", "uncached", "local"]
 
 
 class Fetched(NamedTuple):
-    """(value, source): value is bytes, or None for not found; source is
-    "cache", "loader", "stale", "uncached" or "local" (None when not found)."""
-    value: Optional[bytes]
+    """(value, source): value is what the serializer gave back (bytes with
+    serializer="bytes"), or None for not found; source is "cache",
+    "loader", "stale", "uncached" or "local" (None when not found)."""
+    value: Any
     source: Optional[Source]
 
 

@@ -27,8 +27,11 @@ from ._core import (NEAR_PASS, Config, call_error, check_loader, check_not_loadi
                     check_value, disabled, enabled_now, key_bytes, near_value, outcome,
                     stats_of, value_of, _loading)
 from ._errors import check
+from ._face import AioFace
 from ._native import ffi, lib
+from ._setup import LateSetup
 from ._types import Fetched
+from ._values import Unreadable, recover, values_of_many
 
 _CALL = lib.XF_DRIVER_CALL  # the driver a near hit's events name (as the call's)
 
@@ -44,8 +47,9 @@ Loader = Callable[[], Union[Value, None, Awaitable[Union[Value, None]]]]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Cache:
-    """The asyncio face of xfetch.Cache: the same options (max_connections
+class Cache(LateSetup):
+    """The asyncio face of xfetch.Cache: the same options (url None: set up
+    later with setup(url, **options), a plain call as on xfetch.Cache) (max_connections
     is met by construction: one stream per server), the same calls, awaited.
     As xfetch.Cache, the constructor connects once to check the URL (a
     blocking connect, bounded by connect_timeout) unless lazy_connect; the
@@ -56,7 +60,7 @@ class Cache:
 
     _is_async = True  # for the decorators' face (_face)
 
-    def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str | bytes = "",
+    def __init__(self, url: str | None = None, prefix: str | bytes = "",
                  timeout: float = 1.0, connect_timeout: float | None = None,
                  breaker: float = 1.0, seed: int | None = None,
                  max_key_len: int | None = None, max_value_len: int | None = None,
@@ -69,7 +73,17 @@ class Cache:
                  enabled: bool = True, entry_format: int | None = None,
                  background_refresh: bool = True, near_cache_bytes: int = 0,
                  refresh_ahead: float | None = None,
-                 write_fence: bool | None = None) -> None:
+                 write_fence: bool | None = None, ttl: Any = None,
+                 serializer: Any = "pickle", secret: Any = None) -> None:
+        options = dict(locals())
+        del options["self"], options["url"]
+        self._keep_options(url, options)
+
+    def _connect(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
+                 max_value_len, share, lazy_connect, max_connections, ssl_ca_certs,
+                 ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_check_hostname, ssl_cert_reqs,
+                 on_event, enabled, entry_format, background_refresh, near_cache_bytes,
+                 refresh_ahead, write_fence, ttl, serializer, secret):
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
@@ -77,9 +91,12 @@ class Cache:
                         max_value_len, share, lazy_connect, max_connections, ssl, on_event,
                         enabled, "aio", entry_format=entry_format,
                         background_refresh=background_refresh, near_cache_bytes=near_cache_bytes,
-                        refresh_ahead=refresh_ahead, write_fence=write_fence)
+                        refresh_ahead=refresh_ahead, write_fence=write_fence, ttl=ttl,
+                        serializer=serializer, secret=secret)
         fields = config.fields
-        self._config = config
+        if not config.lazy_connect:
+            config.check_now()
+        self._codec = config.codecs.default
         self._policies = config.policies
         opts = ffi.new("xf_options *", config.opts[0])
         opts.lazy_connect = 1  # no I/O: the calls name the server, this face connects
@@ -92,8 +109,6 @@ class Cache:
                             fields["read_from_replicas"], config.events, tls or None,
                             config.near, config.share)
         self._enabled = config.enabled  # the C client's bypass switch, as last set
-        if not config.lazy_connect:
-            config.check_now()
         self._commons = self._policies.commons
         self._near = config.near  # the near hit's fast path
         # Scratch cdata for the hot path: used between two awaits only.
@@ -104,21 +119,30 @@ class Cache:
         self._value = ffi.new("xf_value *")
         self._refreshes = set()  # background refreshes' tasks (_refresh)
         self._closing = False
+        self._closed = False
+        self._config = config  # last: set up (LateSetup)
 
     def __del__(self):
         # Dropped without close(): the loop's reader would keep the socket open
-        links = getattr(self, "_links", None)
+        links = self.__dict__.get("_links")
         if links is not None:
             links.drop(ConnectionError(lib.XF_EIO, "the Cache was dropped"))
 
     def __repr__(self):
-        return f"<xfetch.aio.Cache {self._config.where} prefix={self._config.prefix!r}>"
+        config = self.__dict__.get("_config")
+        if config is None:
+            return "<xfetch.aio.Cache not set up>"
+        return f"<xfetch.aio.Cache {config.where} prefix={config.prefix!r}>"
 
     async def close(self, timeout: float = 2.0) -> None:
         """Closes the streams; calls made afterwards open new ones. Background
         refreshes: none are started any more; running ones are waited for up
         to timeout seconds, then cancelled (their leases released when a
-        stream can take it, else they expire)."""
+        stream can take it, else they expire). Nothing to do on a Cache not
+        set up; setup() may be called again after it."""
+        if "_config" not in self.__dict__:
+            return
+        self._closed = True
         self._closing = True
         try:
             running = set(self._refreshes)
@@ -153,13 +177,42 @@ class Cache:
 
     # ---- get-or-compute -------------------------------------------------------
 
-    async def fetch(self, key: Key, loader: Loader, ttl: float, beta: float = 1.0, *,
+    async def fetch(self, key: Key, loader: Loader, ttl: Any = None, beta: float = 1.0, *,
                     lease: float = 5.0, wait: float = 5.0, stale: float = 0.0,
                     stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                     jitter: float = 0.0, on_wait_timeout: str = "load",
                     background_refresh: bool | None = None,
                     refresh_ahead: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
+        return await self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease,
+                                      wait=wait, stale=stale, stale_if_error=stale_if_error,
+                                      negative_ttl=negative_ttl, jitter=jitter,
+                                      on_wait_timeout=on_wait_timeout,
+                                      background_refresh=background_refresh,
+                                      refresh_ahead=refresh_ahead)
+
+    async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
+        """fetch with codec (the Cache's, or a decorator's serializer)."""
+        kb = key_bytes(key)
+        check_loader(loader)
+        got = await self._fetch_raw(key, codec.async_loader(kb, loader), ttl, beta, **policy)
+        if codec.raw or got[0] is None:
+            return got
+        try:
+            return Fetched(codec.decode(kb, got[0]), got[1])
+        except Unreadable as e:
+            return await self._recover(codec, key, kb, loader, dict(policy, ttl=ttl, beta=beta),
+                                       e)
+
+    async def _recover(self, codec, key, kb, loader, policy, e):
+        """An entry codec refused: counted, then recomputed (_values.recover)."""
+        self._config.codecs.count(key, e)
+        return await recover(AioFace(self), codec, key, kb, loader, policy)
+
+    async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
+                         stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
+                         on_wait_timeout="load", background_refresh=None, refresh_ahead=None):
+        """fetch of the bytes C caches (loader returns them)."""
         if background_refresh is None:
             background_refresh = self._config.background_refresh
         if refresh_ahead is None:
@@ -169,11 +222,11 @@ class Cache:
                                      background_refresh, refresh_ahead))
         return await self._run(key, loader, policy, lease)
 
-    async def get_or_compute(self, key: Key, loader: Loader, ttl: float, beta: float = 1.0,
-                             **policy: Any) -> bytes | None:
-        """Returns the bytes cached under key, awaiting loader() (a plain
-        function or an async def) to compute them when missing, expired or
-        elected for early recomputation. Same keywords and errors as
+    async def get_or_compute(self, key: Key, loader: Loader, ttl: Any = None,
+                             beta: float = 1.0, **policy: Any) -> Any:
+        """Returns the value cached under key, awaiting loader() (a plain
+        function or an async def) to compute it when missing, expired or
+        elected for early recomputation. Same keywords, values and errors as
         xfetch.Cache.get_or_compute."""
         if policy:
             return (await self.fetch(key, loader, ttl, beta, **policy))[0]
@@ -181,7 +234,18 @@ class Cache:
         p = self._commons.get((ttl, beta, type(ttl), type(beta)))
         if p is None:
             p = self._policies.common(ttl, beta)
-        return (await self._run(key, loader, p, 5.0))[0]
+        codec = self._codec
+        if codec.raw:
+            return (await self._run(key, loader, p, 5.0))[0]
+        kb = key_bytes(key)
+        value = (await self._run(key, codec.async_loader(kb, loader), p, 5.0))[0]
+        if value is None:
+            return None
+        try:
+            return codec.decode(kb, value)
+        except Unreadable as e:
+            return (await self._recover(codec, key, kb, loader, {"ttl": ttl, "beta": beta},
+                                        e))[0]
 
     def _near_serve(self, kb, policy):
         """C xf__near_serve (policy NULL: a get), before anything is awaited:
@@ -243,15 +307,24 @@ class Cache:
             exc = None
             lib.xf_call_free(call)
 
-    async def get_many(self, keys: Iterable[Key], loader: Callable[..., Any], ttl: float,
+    async def get_many(self, keys: Iterable[Key], loader: Callable[..., Any], ttl: Any = None,
                        beta: float = 1.0, *, batch: bool = False,
-                       **policy: Any) -> dict[Key, bytes | None]:
+                       **policy: Any) -> dict[Key, Any]:
         """xfetch.Cache.get_many, awaited: the keys' calls pipelined on the
         stream (one round trip for the reads), loader(key) awaited for each
         key this caller must compute, or with batch=True loader(list of keys)
         once per round with every such key, returning a mapping."""
+        return await self._get_many_with(self._codec, keys, loader, ttl, beta, batch=batch,
+                                         **policy)
+
+    async def _get_many_with(self, codec, keys, loader, ttl=None, beta=1.0, *, batch=False,
+                             **policy):
         check_loader(loader)
-        return await get_many(self, keys, loader, ttl, beta, batch, policy)
+        return await values_of_many(AioFace(self), codec, keys, loader, batch,
+                                    dict(policy, ttl=ttl, beta=beta))
+
+    async def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, batch=False, **policy):
+        return await get_many(_Raw(self), keys, loader, ttl, beta, batch, policy)
 
     # ---- reads and writes -------------------------------------------------------
 
@@ -270,9 +343,22 @@ class Cache:
         finally:
             lib.xf_call_free(call)
 
-    async def get(self, key: Key) -> bytes | None:
-        """xfetch.Cache.get, awaited: the cached bytes while within their ttl,
+    async def get(self, key: Key) -> Any:
+        """xfetch.Cache.get, awaited: the cached value while within its ttl,
         else None; computes nothing, takes no lease (xf_call_start_get)."""
+        return await self._get_with(self._codec, key)
+
+    async def _get_with(self, codec, key):
+        value = await self._get_raw(key)
+        if codec.raw or value is None:
+            return value
+        try:
+            return codec.decode(key_bytes(key), value)
+        except Unreadable as e:
+            self._config.codecs.count(key, e)
+            return None
+
+    async def _get_raw(self, key):
         kb = self._start(key)
         if self._near and self._enabled:
             value = self._near_serve(kb, ffi.NULL)
@@ -282,10 +368,20 @@ class Cache:
         check(lib.xf_call_start_get(out, self._client, kb, len(kb), now_ms()))
         return (await self._oneshot(out[0]))[1]
 
-    async def set(self, key: Key, value: Value, ttl: float, *, stale: float = 0.0,
+    async def set(self, key: Key, value: Any, ttl: Any = None, *, stale: float = 0.0,
                   jitter: float = 0.0) -> bool:
         """xfetch.Cache.set, awaited (xf_call_start_set): True when written,
         False when a newer value or a delete holds the entry."""
+        return await self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter)
+
+    async def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0):
+        if value is None:
+            raise TypeError("value must not be None (None is what a loader returns for "
+                            "not found)")
+        return await self._set_raw(key, codec.encode(key_bytes(key), value), ttl, stale=stale,
+                                   jitter=jitter)
+
+    async def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0):
         kb = self._start(key)
         buf = check_value(value)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
@@ -319,9 +415,10 @@ class Cache:
         s = stats_of([self._client])
         s["redis_errors"] += self._links.errors
         s["connections"] = self._links.connected()
+        s.update(self._config.codecs.counters())
         return s
 
-    def cached(self, ttl: float | datetime.timedelta | Callable[[Any], float],
+    def cached(self, ttl: Any = None,
                key: str | Callable[..., str | bytes] | None = None,
                serializer: Any = None, *, namespace: str | None = None,
                version: Any = None, condition: Callable[[Any], bool] | None = None,
@@ -331,13 +428,22 @@ class Cache:
         return cached(self, ttl, key=key, serializer=serializer, namespace=namespace,
                       version=version, condition=condition, **policy)
 
-    def cached_many(self, ttl: float, key: str | Callable[[Any], Key],
+    def cached_many(self, ttl: Any = None, key: str | Callable[[Any], Key] = "{}",
                     serializer: Any = None, *, namespace: str | None = None,
                     version: Any = None, **policy: Any) -> Callable[[F], F]:
         """xfetch.Cache.cached_many for an async def taking a list of ids."""
         from ._decorator import cached_many
         return cached_many(self, ttl, key, serializer=serializer, namespace=namespace,
                            version=version, **policy)
+
+
+class _Raw:
+    """A Cache as _aio_many sees it: fetch is the Cache's bytes-level one
+    (the values are encoded and decoded around it, _values)."""
+
+    def __init__(self, cache):
+        self._policies = cache._policies
+        self.fetch = cache._fetch_raw
 
 
 from ._errors import ConnectionError  # noqa: E402  (xfetch's, for __del__ and close)

@@ -49,7 +49,7 @@ class Collector:
             self.add(c)
 
     def add(self, cache):
-        if not hasattr(cache, "_config"):
+        if not hasattr(type(cache), "setup"):
             raise TypeError(f"not an xfetch Cache: {type(cache).__name__}")
         self._caches.append(cache)
 
@@ -60,6 +60,8 @@ class Collector:
         calls, loads, hist, waits, invalidations = {}, {}, {}, {}, {}
         breaker_open = connections = 0
         for cache in self._caches:
+            if not cache.is_set_up:  # made at import time, set up later
+                continue
             c, lo, h, w, opened, inv = cache._config.events.snapshot()
             for k, n in inv.items():
                 invalidations[k] = invalidations.get(k, 0) + n

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "client.h"
-#include "nest.h"
+#include "nesting.h"
 
 static _Thread_local xf__nest *top;
 
@@ -25,10 +25,10 @@ void xf__nest_push_ns(xf__nest *n, const char *ns, size_t ns_len, const char *ke
 
 void xf__nest_pop(xf__nest *n) { top = n->up; }
 
-int xf__nest_has(const xf_client *c, const char *key, size_t keylen) {
+int xf__nest_loading(const char *ns, size_t ns_len, const char *key, size_t keylen) {
   for (const xf__nest *n = top; n; n = n->up)
-    if (n->keylen == keylen && n->ns_len == c->ns_len && memcmp(n->key, key, keylen) == 0 &&
-        memcmp(n->ns, c->ns, c->ns_len) == 0)
+    if (n->keylen == keylen && n->ns_len == ns_len && memcmp(n->key, key, keylen) == 0 &&
+        memcmp(n->ns, ns, ns_len) == 0)
       return 1;
   return 0;
 }
