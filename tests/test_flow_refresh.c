@@ -156,9 +156,9 @@ Test(flow_refresh, a_background_refresh_outside_xf_background_is_einval) {
   p.background_refresh = 3;
   xf_value v;
   xf__flow f;
-  cr_assert_eq(xf__flow_start(&f, c, "k", 1, &p, &v, 0), XF_STEP_DONE);
+  cr_assert_eq(xf__flow_begin(bound(&f), "k", 1, &p, &v, 0), XF_STEP_DONE);
   cr_expect_eq(f.rc, XF_EINVAL);
-  cr_expect(strstr(xf_errmsg(c), "background_refresh") != NULL, "%s", xf_errmsg(c));
+  cr_expect(strstr(rt.errstr, "background_refresh") != NULL, "%s", rt.errstr);
 }
 
 Test(flow_refresh, a_miss_is_never_detachable) {
