@@ -125,6 +125,8 @@ static void *batcher(void *arg) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.share = share;
+  o.connect_timeout_ms = 10000; /* as main's pool: see there */
+  o.command_timeout_ms = 30000;
   xf_client *c;
   int orc = xf_client_open(&c, &o);
   if (orc != XF_OK) {
@@ -181,6 +183,11 @@ int main(int argc, char **argv) {
   /* 12 threads on 6 clients, the 4 waiters holding theirs for the slow
    * load: a checkout may wait past the default 1 s under valgrind on a busy
    * machine (XF_EBUSY, seen); this program checks values, not the pool. */
+  /* Timeouts of 10 s (connect) and 30 s (a reply): under valgrind on a busy
+   * machine the 1 s defaults timed every connection out (the breaker open,
+   * every call failed open: "0 near hits of 0 hits"). */
+  o.connect_timeout_ms = 10000;
+  o.command_timeout_ms = 30000;
   if (xf_pool_open(&pool, &o, 6, 30000) != XF_OK)
     return 1;
   pthread_t r[READERS], w[4], b[2], wr, k;

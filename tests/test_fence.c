@@ -190,7 +190,7 @@ static long long load_and_write(env *e, int driver, const char *key) {
 }
 
 /* Every driver in every mode but the call with a near cache: its tracking is
- * set up by its own driver (xf_call_track_*: tests/test_near_*). */
+ * set up by its own driver (a link: test_call_link.c). */
 ParameterizedTestParameters(fence, a_loads_write_is_fenced_on_every_driver) {
   static int params[NDRIVERS * NMODES];
   int n = 0;

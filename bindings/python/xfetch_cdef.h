@@ -290,15 +290,30 @@ typedef enum xf_setup_flags {
 int xf_call_setup_count(const xf_client *c, int flags);
 const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
 int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
-typedef struct xf_track xf_track;
-int xf_call_track_open(xf_client *c, const char *host, int port, xf_track **ticket,
-                       const char **request, size_t *len);
-int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
-int xf_call_track_reply(xf_call *call, const xf_track *ticket);
-void xf_call_track_close(xf_track *ticket, int fd);
 int xf_call_wake_open(xf_client *c, int *fd);
 void xf_call_wake_close(xf_client *c, int fd);
 int xf_call_woken(const xf_call *call);
+typedef struct xf_link xf_link;
+typedef enum xf_link_how {
+  XF_LINK_CLOSED = 0,
+  XF_LINK_BROKEN = 1,
+  XF_LINK_TIMEOUT = 2,
+  XF_LINK_TLS = 3,
+  XF_LINK_CANCELED = 4
+} xf_link_how;
+int xf_link_open(xf_link **out, xf_client *c, const char *host, int port, int flags);
+int xf_link_wants_stream(const xf_link *link);
+int xf_link_start(xf_link *link, int64_t now_ms);
+void xf_link_connected(xf_link *link, int fd, int64_t now_ms);
+const char *xf_link_output(const xf_link *link, size_t *len);
+void xf_link_written(xf_link *link, size_t n);
+int xf_link_feed(xf_link *link, const void *data, size_t len, int64_t now_ms);
+void xf_link_failed(xf_link *link, xf_link_how how, const char *why, int64_t now_ms);
+int64_t xf_link_deadline(const xf_link *link);
+xf_call *xf_link_ready(xf_link *link);
+xf_call_step xf_call_received(xf_call *call, int64_t now_ms);
+int xf_call_send(xf_call *call, xf_link *link, int64_t now_ms);
+void xf_link_close(xf_link *link);
 int xf_reader_open(xf_reader **out);
 int xf_reader_feed(xf_reader *rd, const char *data, size_t len);
 int xf_reader_next(xf_reader *rd, xf_reply **reply);

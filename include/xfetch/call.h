@@ -17,19 +17,25 @@ extern "C" {
  *
  * For a driver written around xfetch rather than on top of it (the Python
  * asyncio binding): the same get-or-compute as xf_get_or_compute, but the
- * caller does the I/O. It writes the call's request bytes on its own
- * connection, parses what comes back with an xf_reader (one per connection:
- * replies come back in the order requests were written, so many calls may be
- * pipelined on one connection) and hands each reply to its call; it runs the
- * loader when asked, and sleeps when asked. The call never touches a socket,
- * a thread, a sleep or a clock: every input carries now_ms, the driver's
- * monotonic time in ms (any clock that never goes back, the same for every
- * call of a client: e.g. Python's time.monotonic() * 1000), and a load's
- * duration is the driver's measure. The client gives the
- * configuration (key prefix, limits, lease-token identity, XFetch draws,
- * stats): open it with lazy_connect and use it from one thread, like the
- * calls; it is never used for I/O by a call. Every connection must have run
- * the client's setup first (xf_call_setup: AUTH, SELECT).
+ * caller does the I/O. It keeps one xf_link per server (below): the link is
+ * the connection without its socket (setup, tracking, the clock estimate,
+ * replies in order, the resend after the server closed it); the driver
+ * sends each call in XF_CALL_SEND on its server's link (xf_call_send), moves
+ * the bytes, runs the loader when asked and sleeps when asked. The call and
+ * the link never touch a socket, a thread, a sleep or a clock: every input
+ * carries now_ms, the driver's monotonic time in ms (any clock that never
+ * goes back, the same for every call of a client: e.g. Python's
+ * time.monotonic() * 1000), and a load's duration is the driver's measure.
+ * The client gives the configuration (key prefix, limits, lease-token
+ * identity, XFetch draws, stats, the breaker's time): open it with
+ * lazy_connect and use it from one thread, like the calls and links; it is
+ * never used for I/O by a call.
+ *
+ * A call can also be answered by hand, without a link (tests, replies
+ * scripted): write xf_call_request's bytes, parse the replies with an
+ * xf_reader and give the call its reply with xf_call_reply. Nothing runs a
+ * setup or keeps a clock estimate on such a connection: every read is the
+ * read script.
  *
  * Where each request goes: xf_call_target names the server (host, port) —
  * the seed in use, or in a Redis Cluster the node of the key's slot (a
@@ -53,7 +59,8 @@ typedef struct xf_reader xf_reader;
 typedef struct xf_reply xf_reply; /* one parsed reply */
 
 typedef enum xf_call_step {
-  XF_CALL_SEND = 0, /* write xf_call_request's bytes; then xf_call_reply */
+  XF_CALL_SEND =
+      0, /* xf_call_send on the link of xf_call_target (by hand: xf_call_request) */
   XF_CALL_LOAD = 1, /* run the loader; then xf_call_loaded / _not_found / _load_failed */
   XF_CALL_WAIT = 2, /* sleep xf_call_wait_ms; then xf_call_woke */
   XF_CALL_DONE = 3  /* xf_call_result; then xf_call_free */
@@ -90,45 +97,15 @@ XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
  * its next step; NULL (and *len 0) in any other step. */
 XF_EXPORT const char *xf_call_request(const xf_call *call, size_t *len);
 
-/* In XF_CALL_SEND: the server xf_call_request's bytes go to, and how many
- * replies they produce. *host is the server's name or IP (owned by the
- * client: valid until xf_client_close; NULL with *port 0 for the client's
- * options.unix_path). Returns n >= 1: read n replies on that connection and
- * feed the last one to xf_call_reply, freeing the others with xf_reply_free
- * (a READONLY, ASKING or SCRIPT LOAD may go first, in the same bytes; the
- * command's reply says how they went). XF_EINVAL in any other step. host or
- * port may be NULL. */
+/* In XF_CALL_SEND: the server the call goes to: send it on that server's
+ * link. *host is the server's name or IP (owned by the client: valid until
+ * xf_client_close; NULL with *port 0 for the client's options.unix_path).
+ * Returns n >= 1, which only a driver answering by hand needs: how many
+ * replies xf_call_request's bytes produce (a READONLY, ASKING or SCRIPT LOAD
+ * may go first, in the same bytes): read n replies and feed the last one to
+ * xf_call_reply, freeing the others with xf_reply_free. XF_EINVAL in any
+ * other step. host or port may be NULL. */
 XF_EXPORT int xf_call_target(const xf_call *call, const char **host, int *port);
-
-/* GET-priced hits: a read is one plain command (HMGET of a format-1 entry,
- * GET of a format-2 one) on a connection whose estimate of its server's
- * clock is fresh, as on the library's own drivers; else the read script
- * (EVALSHA_RO: Lua and TIME), whose reply refreshes the estimate (every
- * 0.5 s at most, per connection). The estimate is the driver's to keep, one
- * xf_call_conn per connection: open it with the connection
- * (xf_call_conn_open: XF_OK, XF_EINVAL, XF_ENOMEM), reset it whenever the
- * connection is opened again (maybe to another server: a failover), close it
- * after its last call. In XF_CALL_SEND, after xf_call_target and before
- * xf_call_request, xf_call_use_conn(call, conn, now_ms) says the request
- * goes on conn's connection: the request may change (the read script or
- * the plain read, whichever conn's estimate allows at now_ms), and the reply,
- * fed with xf_call_reply(.., now_ms) once read, teaches conn. Say it again
- * for each SEND. One read script per connection per refresh: the reads
- * sent on it behind that script go plain, judged once its reply taught the
- * estimate, so feed a connection's replies in the order they came (one fed
- * out of order is not wrong, its call asks again). Returns XF_OK, XF_EINVAL (call not in
- * XF_CALL_SEND, or a NULL argument) or XF_ENOMEM (the request stays as it was: send it). A
- * driver that never says it keeps the read script on every read. The
- * estimate's bounds are conservative (the request's time as the call was
- * told it, no later than the write; the reply's, no earlier than the read;
- * 1,000 ppm drift): a skewed driver clock moves nothing, only the server's
- * clock judges expiry. Like the calls, one thread; a conn serves any number
- * of calls pipelined on its connection. */
-typedef struct xf_call_conn xf_call_conn;
-XF_EXPORT int xf_call_conn_open(xf_call_conn **out);
-XF_EXPORT void xf_call_conn_reset(xf_call_conn *conn);
-XF_EXPORT void xf_call_conn_close(xf_call_conn *conn);
-XF_EXPORT int xf_call_use_conn(xf_call *call, xf_call_conn *conn, int64_t now_ms);
 
 /* The (last) reply to the request (the call takes it), or NULL when the
  * connection failed before it came (as xf_call_io_failed with XF_EIO).
@@ -194,7 +171,47 @@ XF_EXPORT xf_call *xf_call_take_refresh(xf_call *call);
  * XF_CALL_DONE may leave its lease, which expires after policy.lease_ms. */
 XF_EXPORT void xf_call_free(xf_call *call);
 
-/* What a connection is for, in xf_call_setup's flags. */
+/* ---- The link: one connection, bytes in and bytes out ----------------------
+ *
+ * An xf_link is everything about one connection to one server except its
+ * socket (h11's shape): the driver opens the socket, writes what
+ * xf_link_output gives, feeds what it reads to xf_link_feed and says when
+ * the socket failed; the link runs the connection's setup (AUTH, SELECT,
+ * the scripts' preload with XF_SETUP_SCRIPTS) and, with a near cache, its
+ * CLIENT TRACKING ahead of the calls' commands, judges their replies, keeps
+ * the estimate of the server's clock (a hit is one plain GET or HMGET while
+ * it is fresh, else the read script refreshes it), sends ASKING, READONLY
+ * and a SCRIPT LOAD where a call needs them, and has the server's circuit
+ * breaker. A call in XF_CALL_SEND goes on the link of the server
+ * xf_call_target names (one link per (host, port)): xf_call_send. When its
+ * reply has been fed (or the link failed), the call comes out of
+ * xf_link_ready; xf_call_received then takes its reply in (where the driver
+ * runs the call: its events are emitted there) and gives its next step.
+ *
+ * The server closing a working connection (its idle timeout, CLIENT KILL)
+ * fails nothing: the commands it did not answer wait for a new stream and go
+ * once more (xf_link_wants_stream), the breaker closed. A failed connect, a
+ * timeout or a broken stream trips the breaker and fails the calls on it
+ * (each moves on: another server, or failing open). Like the calls, a link
+ * belongs to one thread; its client is opened with lazy_connect.
+ *
+ * A driver's loop:
+ *
+ *   xf_call_send(call, link, now);           (for each call in XF_CALL_SEND)
+ *   if (xf_link_wants_stream(link)) {
+ *     if (xf_link_start(link, now) == XF_OK) open the socket (non-blocking);
+ *   }                                         (a refused start moved the calls)
+ *   once connected (TLS: handshaken): xf_link_connected(link, fd, now);
+ *   xf_link_output(link, &len) -> write; xf_link_written(link, n);
+ *   read -> xf_link_feed(link, bytes, n, now) (not XF_OK: close the socket);
+ *   end of stream, error, xf_link_deadline passed ->
+ *     xf_link_failed(link, XF_LINK_CLOSED / _BROKEN / _TIMEOUT, why, now),
+ *     close the socket;
+ *   while ((call = xf_link_ready(link))) step = xf_call_received(call, now);
+ *     (in the order they came: a reply behind a read script is judged after it) */
+typedef struct xf_link xf_link;
+
+/* What a connection is for, in xf_link_open's flags. */
 typedef enum xf_setup_flags {
   XF_SETUP_REPLICA = 1, /* it reads from a replica: READONLY */
   XF_SETUP_SCRIPTS = 2  /* SCRIPT LOAD every script ahead of the calls, so that
@@ -202,56 +219,80 @@ typedef enum xf_setup_flags {
                            NOSCRIPT and load the script themselves */
 } xf_setup_flags;
 
-/* The setup a fresh connection runs before any call's request, the one every
- * xfetch transport runs: AUTH [username] password (options.password set),
- * SELECT db (options.db != 0), then READONLY and the SCRIPT LOADs as flags
- * ask; HELLO when none of these is sent (a server that needs a password
- * answers it NOAUTH). xf_call_setup_count: how many commands (at least 1; XF_EINVAL for a
- * NULL c). xf_call_setup: the RESP bytes of command i (0 <= i < count), owned by c
- * and valid until the next call on c; NULL (and *len 0) for an i out of range
- * or out of memory. The commands may be pipelined, and the calls' requests
- * after them: Redis runs them in order. */
-XF_EXPORT int xf_call_setup_count(const xf_client *c, int flags);
-XF_EXPORT const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
+/* Opens a link (no I/O) to host:port of c (host NULL: c's options.unix_path;
+ * copied), flags as xf_setup_flags (0: the setup c's options ask).
+ * XF_OK, XF_EINVAL (out or c NULL) or XF_ENOMEM. */
+XF_EXPORT int xf_link_open(xf_link **out, xf_client *c, const char *host, int port,
+                           int flags);
 
-/* Judges the reply to setup command i (same flags) and frees it; NULL = the
- * connection failed before it came. Returns XF_OK, or, with the message in
- * xf_errmsg(c), the code the connection's calls get (close it):
- * XF_EAUTH (AUTH refused: WRONGPASS, ...; NOAUTH to any of them, the server
- * needing a password; SELECT refused), XF_EINVAL
- * (SELECT on a Redis Cluster: db 0 only), XF_EUNAVAILABLE (BUSY, LOADING: the
- * server cannot serve now; calls fail open, as on XF_EIO), XF_EREDIS
- * (READONLY refused), XF_EIO (no reply), XF_EINVAL (c NULL, i out of range).
- * A SCRIPT LOAD's other errors are XF_OK (the call that needs the script
- * loads it), and so are HELLO's (a server without it). */
-XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
+/* Whether the link needs a stream: calls wait for one (sent on a link with
+ * none, or to go once more after the server closed the last one). */
+XF_EXPORT int xf_link_wants_stream(const xf_link *link);
 
-/* The near cache (xf_share_options.near_cache_bytes) on connections the
- * driver owns: a connection whose reads may fill it must be tracked. After
- * its setup, xf_call_track_open gives the request to send on it (CLIENT
- * TRACKING on REDIRECT to the server's invalidation connection) and a
- * ticket; xf_call_track_armed takes the request's reply and the
- * connection's socket (watched for its loss). Before each xf_call_reply on
- * that connection, xf_call_track_reply says under which ticket the reply
- * came (NULL: an untracked connection); 1 means the ticket is stale (the
- * server's invalidation connection was lost): close that connection once
- * the reply is fed, and open a new one; 2 means a ticket given without a
- * request is due: close it and call xf_call_track_open again for that
- * connection (before a later command). xf_call_track_close ends the ticket
- * before its socket is closed (NULL-safe).
- * xf_call_track_open never connects: a background thread opens the
- * server's invalidation connection (once per server and process, as c).
- * XF_OK with *ticket NULL when c's share has no near cache; XF_OK with the
- * request in *request, *len (valid until c's next call); XF_OK with a
- * ticket and *len 0 while the invalidation connection is not open (the
- * connection serves untracked meanwhile); or an error (it serves
- * untracked). */
-typedef struct xf_track xf_track;
-XF_EXPORT int xf_call_track_open(xf_client *c, const char *host, int port,
-                                 xf_track **ticket, const char **request, size_t *len);
-XF_EXPORT int xf_call_track_armed(xf_track *ticket, xf_reply *reply, int fd);
-XF_EXPORT int xf_call_track_reply(xf_call *call, const xf_track *ticket);
-XF_EXPORT void xf_call_track_close(xf_track *ticket, int fd);
+/* A fresh stream is being opened (the socket connecting): the setup is
+ * queued; the calls waiting go out once it is connected. Returns XF_OK, or, while the
+ * breaker is open after a failure, its code (XF_ECONNECT, or the refusal it
+ * repeats: XF_EAUTH, XF_ETLS, ...; "circuit open after: ..." in xf_errmsg):
+ * open no socket, the waiting calls have moved (xf_link_ready). */
+XF_EXPORT int xf_link_start(xf_link *link, int64_t now_ms);
+
+/* The stream is connected (TLS: after the handshake) on fd (-1 if it has
+ * none: the near cache watches it for its loss): the calls waiting go to
+ * the output. */
+XF_EXPORT void xf_link_connected(xf_link *link, int fd, int64_t now_ms);
+
+/* The bytes to write (owned by the link, valid until its next call; *len 0:
+ * none), then how many were written. */
+XF_EXPORT const char *xf_link_output(const xf_link *link, size_t *len);
+XF_EXPORT void xf_link_written(xf_link *link, size_t n);
+
+/* Bytes read from the stream. Returns XF_OK, or the code of why the link is
+ * done with this stream (a setup command refused: XF_EAUTH, XF_EINVAL,
+ * XF_EUNAVAILABLE; an unreadable reply: XF_EIO): close the socket; the
+ * calls on it have moved. */
+XF_EXPORT int xf_link_feed(xf_link *link, const void *data, size_t len, int64_t now_ms);
+
+/* xf_link_failed's how. */
+typedef enum xf_link_how {
+  XF_LINK_CLOSED = 0,  /* the server closed the stream (end of stream, reset) */
+  XF_LINK_BROKEN = 1,  /* the connect or the stream failed */
+  XF_LINK_TIMEOUT = 2, /* no connect or reply by xf_link_deadline */
+  XF_LINK_TLS = 3,     /* TLS refused (handshake, certificate): a misconfiguration */
+  XF_LINK_CANCELED = 4 /* the driver dropped the stream: says nothing of the server */
+} xf_link_how;
+
+/* The stream failed (why: a message, may be NULL): the link decides what
+ * its calls do (they move, or wait for a new stream) and whether the breaker
+ * trips. Close the socket. */
+XF_EXPORT void xf_link_failed(xf_link *link, xf_link_how how, const char *why,
+                              int64_t now_ms);
+
+/* When the stream is to be given up (xf_link_failed with XF_LINK_TIMEOUT):
+ * the connect or command timeout from the last sign of life, on now_ms's
+ * clock; INT64_MAX while nothing is awaited. */
+XF_EXPORT int64_t xf_link_deadline(const xf_link *link);
+
+/* The next call that moved since it was sent (its reply fed, or the link
+ * decided its failure), oldest first; NULL: none. Give it xf_call_received
+ * before anything else, in this order. */
+XF_EXPORT xf_call *xf_link_ready(xf_link *link);
+
+/* A call out of xf_link_ready takes in its reply (or its link's failure):
+ * returns its next step (another XF_CALL_SEND after a redirection, the
+ * router's question, a read asked again). For any other call: xf_call_next. */
+XF_EXPORT xf_call_step xf_call_received(xf_call *call, int64_t now_ms);
+
+/* Sends call (in XF_CALL_SEND, for this link's server) on the link: its
+ * command goes to the output now (or once a stream is connected), encoded for the
+ * link (the read script or a plain read, by the link's clock estimate).
+ * Returns XF_OK (the call comes out of xf_link_ready once it moved),
+ * XF_EINVAL (not in XF_CALL_SEND, already sent, NULL) or XF_ENOMEM. */
+XF_EXPORT int xf_call_send(xf_call *call, xf_link *link, int64_t now_ms);
+
+/* Closes the link (NULL-safe), the socket the driver's. Calls still on it
+ * fail as on XF_LINK_CANCELED (received) and are not reported: look at
+ * xf_call_next. */
+XF_EXPORT void xf_link_close(xf_link *link);
 
 /* Wake-on-write for a driver's waits (with a near cache): xf_call_wake_open
  * gives *fd, a pipe's read end (non-blocking) that becomes readable whenever
@@ -278,6 +319,66 @@ XF_EXPORT int xf_reader_next(xf_reader *rd, xf_reply **reply);
 XF_EXPORT int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t *len);
 XF_EXPORT void xf_reply_free(xf_reply *reply);
 XF_EXPORT void xf_reader_close(xf_reader *rd);
+
+/* ---- Deprecated: the per-call connection details ------------------------------
+ *
+ * Superseded by xf_link, which does all of it inside; kept for drivers
+ * written against them, to be removed before 1.0. */
+
+/* The clock estimate of a connection the driver answers by hand (xf_link
+ * keeps it itself). A read is one plain command (HMGET of a format-1 entry,
+ * GET of a format-2 one) on a connection whose estimate of its server's
+ * clock is fresh, as on the library's own drivers; else the read script
+ * (EVALSHA_RO: Lua and TIME), whose reply refreshes the estimate (every
+ * 0.5 s at most, per connection). The estimate is the driver's to keep, one
+ * xf_call_conn per connection: open it with the connection
+ * (xf_call_conn_open: XF_OK, XF_EINVAL, XF_ENOMEM), reset it whenever the
+ * connection is opened again (maybe to another server: a failover), close it
+ * after its last call. In XF_CALL_SEND, after xf_call_target and before
+ * xf_call_request, xf_call_use_conn(call, conn, now_ms) says the request
+ * goes on conn's connection: the request may change (the read script or
+ * the plain read, whichever conn's estimate allows at now_ms), and the reply,
+ * fed with xf_call_reply(.., now_ms) once read, teaches conn. Say it again
+ * for each SEND. One read script per connection per refresh: the reads
+ * sent on it behind that script go plain, judged once its reply taught the
+ * estimate, so feed a connection's replies in the order they came (one fed
+ * out of order is not wrong, its call asks again). Returns XF_OK, XF_EINVAL (call not in
+ * XF_CALL_SEND, or a NULL argument) or XF_ENOMEM (the request stays as it was: send it). A
+ * driver that never says it keeps the read script on every read. The
+ * estimate's bounds are conservative (the request's time as the call was
+ * told it, no later than the write; the reply's, no earlier than the read;
+ * 1,000 ppm drift): a skewed driver clock moves nothing, only the server's
+ * clock judges expiry. Like the calls, one thread; a conn serves any number
+ * of calls pipelined on its connection. */
+typedef struct xf_call_conn xf_call_conn;
+XF_EXPORT int xf_call_conn_open(xf_call_conn **out);
+XF_EXPORT void xf_call_conn_reset(xf_call_conn *conn);
+XF_EXPORT void xf_call_conn_close(xf_call_conn *conn);
+XF_EXPORT int xf_call_use_conn(xf_call *call, xf_call_conn *conn, int64_t now_ms);
+
+/* The setup a fresh connection runs before any call's request, the one every
+ * xfetch transport runs: AUTH [username] password (options.password set),
+ * SELECT db (options.db != 0), then READONLY and the SCRIPT LOADs as flags
+ * ask; HELLO when none of these is sent (a server that needs a password
+ * answers it NOAUTH). xf_call_setup_count: how many commands (at least 1; XF_EINVAL for a
+ * NULL c). xf_call_setup: the RESP bytes of command i (0 <= i < count), owned by c
+ * and valid until the next call on c; NULL (and *len 0) for an i out of range
+ * or out of memory. The commands may be pipelined, and the calls' requests
+ * after them: Redis runs them in order. */
+XF_EXPORT int xf_call_setup_count(const xf_client *c, int flags);
+XF_EXPORT const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
+
+/* Judges the reply to setup command i (same flags) and frees it; NULL = the
+ * connection failed before it came. Returns XF_OK, or, with the message in
+ * xf_errmsg(c), the code the connection's calls get (close it):
+ * XF_EAUTH (AUTH refused: WRONGPASS, ...; NOAUTH to any of them, the server
+ * needing a password; SELECT refused), XF_EINVAL
+ * (SELECT on a Redis Cluster: db 0 only), XF_EUNAVAILABLE (BUSY, LOADING: the
+ * server cannot serve now; calls fail open, as on XF_EIO), XF_EREDIS
+ * (READONLY refused), XF_EIO (no reply), XF_EINVAL (c NULL, i out of range).
+ * A SCRIPT LOAD's other errors are XF_OK (the call that needs the script
+ * loads it), and so are HELLO's (a server without it). */
+XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
 
 #ifdef __cplusplus
 }

@@ -44,7 +44,7 @@ typedef struct xf_share_options {
    * woken by its invalidation instead of polling (blocking, pool and
    * event-loop drivers; a sans-I/O driver through xf_call_wake_open). Needs
    * Redis 6+; entries come from the blocking, pool and event-loop drivers'
-   * reads and from a sans-I/O driver's tracked connections (xf_call_track_*),
+   * reads and from a sans-I/O driver's links (xf_link_*),
    * plain or TLS (the invalidation connections use the client's options.tls
    * and credentials; XF_EV_INVALIDATION reports what they say); evicts least
    * recently used per shard (the budget is split over 8 to 64 shards of

@@ -73,10 +73,7 @@ void xf__awake_ready(xf_async *ac) {
   int64_t now_ms = xf__now_ms();
   for (size_t i = 0; i < n; i++) {
     xf__acall *k = all[i];
-    const xf__flow *f = &k->f;
-    if (!k->resend && f->state == XF__WAIT && f->wake_on_write && k->wake_ms > now_ms &&
-        ac->core->ports.near->changed(ac->core->ports.self, f->key.data, f->key.len,
-                                      f->near_token))
+    if (!k->resend && k->wake_ms > now_ms && xf__awake_missed(ac, k))
       k->wake_ms = now_ms;
     xf__aheap_push(ac, k);
   }

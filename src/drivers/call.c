@@ -230,6 +230,13 @@ xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms) {
   return advance(call, xf__flow_reply(&call->f, r ? XF_OK : XF_EIO, r, now_ms), now_ms);
 }
 
+xf_call_step xf__call_on_reply(xf_call *call, xf__reply *r, int rc, int64_t now_ms) {
+  if (r)
+    return xf_call_reply(call, (xf_reply *)r, now_ms);
+  xf__reply *none = NULL;
+  return routed(call, xf__call_route_reply(call, &call->f.cmd, &none, rc, now_ms), now_ms);
+}
+
 xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms) {
   if (!call || call->step != XF_STEP_SEND)
     return xf_call_next(call);
@@ -351,6 +358,9 @@ xf_call *xf_call_take_refresh(xf_call *call) {
 void xf_call_free(xf_call *call) {
   if (!call)
     return;
+  xf__call_link_forget(call);
+  if (call->got)
+    xf__reply_free(call->got);
   if (call->share.lead) /* abandoned in its load: the flight ends, failed */
     xf__flow_share_end(&call->f, call->f.c, -1, 0);
   if (call->step != XF_STEP_DONE) /* abandoned mid-way: what the flow holds */

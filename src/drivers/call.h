@@ -12,6 +12,9 @@
  * needs before routing it. */
 enum { PROBE_NONE, PROBE_MODE, PROBE_MAP };
 
+/* What goes before a SEND's command (xf_call.pre). */
+enum { PRE_LOAD = 1, PRE_READONLY = 2, PRE_ASKING = 4 };
+
 struct xf_call {
   xf__flow f; /* every kind (flow.h) */
   xf__step step;
@@ -23,8 +26,18 @@ struct xf_call {
   xf__buf request;         /* the RESP bytes of the SEND step */
   size_t cmd_at;           /* where its last command (the flow's or a probe's) starts */
   struct xf_call_conn *conn; /* the SEND's connection (xf_call_use_conn); NULL = not said */
-  int taken;                 /* xf_call_result moved the value out */
-  char errstr[256];          /* the client's message when the call ended in error */
+  /* The SEND's commands, for a link (call_link.c): the command and what goes
+   * before it (PRE_*). */
+  const xf__cmd *send_cmd;
+  int pre;
+  struct xf_link *link; /* the link it was sent on, until it moved */
+  int on_link;          /* ON_* (call_link.c) */
+  int resend;           /* the server closed the stream it went on: once more */
+  int got_set;          /* it moved on its link: xf_call_received takes it in */
+  int got_rc;           /* its reply's outcome: XF_OK with got, or the link's failure */
+  xf__reply *got;
+  int taken;        /* xf_call_result moved the value out */
+  char errstr[256]; /* the client's message when the call ended in error */
   /* Routing (call_route.c). */
   const char *host; /* where request goes (the client's strings); NULL = Unix */
   int port;
@@ -75,5 +88,12 @@ int xf__call_share_joins(const xf_call *call);
  * f.wake_ms, then call again), or the flow's step for the value or outcome
  * the share served. now_ms: the share's clock (xf__now_ms's). */
 xf__step xf__call_share_join(xf_call *call, int64_t now_ms);
+
+/* A call sent on a link reached its next step: rc XF_OK with r (the
+ * call takes it), or the failure rc (r NULL) as the link decided it. */
+xf_call_step xf__call_on_reply(xf_call *call, xf__reply *r, int rc, int64_t now_ms);
+
+/* Detaches a call being freed from the link it is on. */
+void xf__call_link_forget(xf_call *call);
 
 #endif

@@ -30,8 +30,14 @@ static int encode(xf_call *call, const char *host, int port, const xf__cmd *cons
   xf__cmd script;
   call->request.len = 0;
   call->conn = NULL; /* said again for each SEND */
+  call->pre = 0;
+  call->send_cmd = cmds[n - 1];
   for (int i = 0; i < n; i++) {
     const xf__cmd *cmd = cmds[i];
+    if (i < n - 1)
+      call->pre |= cmd == &readonly_cmd ? PRE_READONLY
+                   : cmd == &asking_cmd ? PRE_ASKING
+                                        : PRE_LOAD;
     if (i == n - 1) {
       call->cmd_at = call->request.len;
       cmd = xf__entry_read_as(cmd, NULL, 0, &script); /* no clock known yet */

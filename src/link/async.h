@@ -6,12 +6,13 @@
 #ifndef XF_ASYNC_H
 #define XF_ASYNC_H
 
-#include <hiredis/read.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "client.h"
 #include "client_io.h"
 #include "flow.h"
+#include "link.h"
 #include "near.h"
 #include "reply.h"
 #include "resp.h"
@@ -21,67 +22,36 @@ typedef struct xf__acall xf__acall;
 
 typedef struct xf_async_conn xf__aconn;
 
-/* What a command's reply goes to: exactly once, with the reply (freed after
- * the call), or with NULL when the connection went away first (a lost
- * connection, a failed connect, a watchdog's timeout, xf_async_close). */
-typedef void xf__aconn_fn(xf__aconn *cn, const xf__reply *reply, void *privdata);
-
-/* A command on the wire, awaiting its reply: replies come in order. */
-typedef struct xf__apending {
-  xf__aconn_fn *fn;
-  void *privdata;
-} xf__apending;
-
-/* One connection to one server (the standalone server, or a cluster node)
- * over the project's stream (stream.h: plain or TLS), driven by the loop's
- * readiness events, running the connection setup (setup.h) and the
- * scripts' preload before any call's command. It lives until
+/* One connection to one server (the standalone server, or a cluster node):
+ * the connection engine (link.h: setup and scripts' preload first, replies
+ * in order, the clock, the breaker, what a failure means) over the
+ * project's stream (stream.h: plain or TLS), driven by the loop's readiness
+ * events. Every command's completion runs exactly once: with its reply, or
+ * with an error when the connection went away first (lost, a failed
+ * connect, a watchdog's timeout, xf_async_close). It lives until
  * xf_async_close: a call may point at it. */
 struct xf_async_conn {
   xf_async *ac;
   char *host; /* owned; NULL = the core's Unix socket */
   int port;
+  xf__link link; /* everything but the bytes' way; live: commands may be queued */
   /* The transport (async_wire.c); up while s is connecting or open. */
   int up;
-  xf__stream s;    /* must not move while open: cn is never moved */
-  redisReader *rd; /* its replies, parsed into xf__reply objects */
-  xf__buf out;     /* commands not yet written, from out_at */
-  size_t out_at;
-  xf__apending *fifo; /* the commands written or to be, oldest first */
-  size_t fifo_at, fifo_len, fifo_cap;
+  xf__stream s;         /* must not move while open: cn is never moved */
   void *watch;          /* the adapter's state for one descriptor; NULL = none yet */
   unsigned watch_gen;   /* s.fd_gen when it was made (s.fd changes: the resolver's
                            pipe, then a socket per address tried, maybe by the
                            same number) */
   int watching;         /* XF_ASYNC_* asked of the adapter */
-  int idle_close;       /* close once every command has its reply */
   int read_wants_write; /* TLS: a read waits for the socket to be writable */
-  unsigned gen;         /* one more on every drop */
-  /* Its life (async_conn.c). */
-  int usable;          /* commands may be queued */
-  int dying;           /* its commands are being told it went away */
-  int connected;       /* the stream is open (TLS: after the handshake) */
-  int setup_rc;        /* a setup command was refused: its replies get this */
-  int failed_connect;  /* never came up: its commands were never written */
-  int refused_rc;      /* XF_ETLS after a TLS failure: its commands (and the
-                          breaker while open) get it, never a fail-open */
-  size_t inflight;     /* commands awaiting a reply */
-  int64_t progress_ms; /* last sign of life: connect, a reply, the first send */
-  xf__breaker breaker; /* no reconnect while open */
-  int readonly;        /* READONLY goes first on every (re)connect: a replica's */
-  xf__clock clock;     /* the server's clock (clock.h): forgotten on connect */
-  int64_t refresh_ms;  /* when a read script last went to refresh it (-1: none
-                          since connect): see refreshing() in async_conn.c */
-  int was_up;          /* it was connected once: a connect now is a reconnect */
-  int is_waker;        /* not a connection: the near cache's wake pipe (async_wake.c) */
-  /* The near cache (a share's): CLIENT TRACKING on REDIRECT goes with the
-   * setup (async_conn.c); its reads fill it once that said OK. */
-  xf__track track;  /* tracked under it (node NULL: not tracked) */
-  xf__track arming; /* the ticket of the CLIENT TRACKING awaiting its reply */
-  struct xf__near_node *arm_later; /* its node's invalidation connection was
-                                      not open: armed before a later command,
-                                      once xf__near_arm_due (NULL: not so) */
+  int dying;            /* its commands are being told it went away */
+  int connected;        /* the stream is open (TLS: after the handshake) */
+  int failed_connect;   /* never came up: its commands were never written */
+  int is_waker;         /* not a connection: the near cache's wake pipe (async_wake.c) */
 };
+
+/* The connection whose engine l is. */
+#define XF__ACONN_OF(l) ((xf__aconn *)((char *)(l)-offsetof(xf__aconn, link)))
 
 /* What an async loader holds: the call it completes. */
 struct xf_async_load {
@@ -214,8 +184,8 @@ int xf__aconn_open(xf__aconn *cn);
  * first if needed. XF_OK, or the error to feed the flow. */
 int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking);
 
-/* Queues cmd on cn (open) for fn(cn, reply, privdata); a router command. */
-int xf__aconn_queue(xf__aconn *cn, xf__aconn_fn *fn, void *privdata, const xf__cmd *cmd);
+/* Queues cmd on cn (open) for fn (link.h); a router command. */
+int xf__aconn_queue(xf__aconn *cn, xf__link_fn *fn, void *privdata, const xf__cmd *cmd);
 
 /* Queues cmd on cn (open), its reply ignored (ASKING, SCRIPT LOAD). */
 int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd);
@@ -237,8 +207,8 @@ int xf__aconn_count(const xf_async *ac);
 /* The stream came up (connected, TLS handshake done). */
 void xf__aconn_connected(xf__aconn *cn);
 
-/* The stream failed (s.err, s.errstr say why): before it came up, a failed
- * connect (the breaker trips); after, a lost connection. Drops cn. */
+/* The stream failed (s.err, s.errstr say why): the engine decides (a failed
+ * connect trips the breaker; a lost connection is counted). Drops cn. */
 void xf__aconn_failed(xf__aconn *cn);
 
 /* ---- async_wire.c: the bytes of a connection -------------------------------- */
@@ -248,20 +218,21 @@ void xf__aconn_failed(xf__aconn *cn);
  * s.errstr saying why. */
 int xf__awire_open(xf__aconn *cn);
 
-/* Appends cmd to what cn writes next, for fn. 0, or -1 out of memory. */
-int xf__awire_queue(xf__aconn *cn, xf__aconn_fn *fn, void *privdata, const xf__cmd *cmd);
+/* cn has output to write: watched for writability. */
+void xf__awire_rewatch(xf__aconn *cn);
 
 /* Does what cn's descriptor is ready for (XF_ASYNC_*): the connect and
  * handshake, writing, reading and answering the replies. */
 void xf__awire_step(xf__aconn *cn, int events);
 
-/* Closes cn's stream (no byte waited for) and tells each of its commands
- * (with a NULL reply) that it went away; with dying, cn refuses commands
- * while they are told. cn is then down: the next send opens it again. */
-void xf__awire_drop(xf__aconn *cn, int dying);
+/* Closes cn's stream (no byte waited for) and hands the failure (rc, how:
+ * xf__link_fail) to its engine, which tells each of its commands; with
+ * dying, cn refuses commands while they are told. cn is then down: the next
+ * send opens it again. */
+void xf__awire_drop(xf__aconn *cn, int dying, int rc, int how, const char *why);
 
-/* Frees what cn's wire holds (cn is dropped). */
-void xf__awire_free(xf__aconn *cn);
+/* Closes cn's stream after the engine was done with it (XF__LINK_CLOSE). */
+void xf__awire_close(xf__aconn *cn);
 
 /* ---- async_seeds.c: which seed a standalone handle talks to ---------------- */
 

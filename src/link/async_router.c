@@ -74,7 +74,7 @@ static xf__aconn *conn_of(xf_async *ac, int i) {
 
 enum { ASKED_AGAIN = 1, NONE_ASKED = 2 };
 
-static void on_probe(xf__aconn *from, const xf__reply *reply, void *privdata);
+static void on_probe(xf__link *from, void *privdata, int rc, xf__reply **reply);
 
 /* Asks cn the probe's question: INFO cluster while the mode is unknown,
  * CLUSTER SLOTS in cluster mode. */
@@ -116,7 +116,7 @@ static int probe_next(xf_async *ac, xf__aconn *avoid, int rc) {
 static int probe_start(xf_async *ac, xf__aconn *avoid) {
   ac->probe_tries = ac->probe_at = 0;
   for (int i = 0; i < ac->nconns; i++)
-    if (ac->conns[i] != avoid && ac->conns[i]->connected && ac->conns[i]->usable) {
+    if (ac->conns[i] != avoid && ac->conns[i]->connected && ac->conns[i]->link.live) {
       ac->probe_at = i;
       break;
     }
@@ -136,15 +136,13 @@ static int refresh_soon(xf_async *ac, xf__aconn *avoid) {
 
 /* What cn's answer to the probe says: XF_OK (the mode or the map is known),
  * ASKED_AGAIN (a cluster: now its map), or why another node must be asked. */
-static int answer(xf_async *ac, xf__aconn *cn, const xf__reply *r) {
+static int answer(xf_async *ac, xf__aconn *cn, int rc, const xf__reply *r) {
   xf_client *c = ac->core;
-  if (!r)
-    return xf__fail(c, cn->refused_rc ? cn->refused_rc : XF_EIO, "%s", c->conn_err);
-  if (cn->setup_rc != XF_OK)
-    return xf__fail(c, cn->setup_rc, "%s", c->conn_err);
+  if (rc != XF_OK)
+    return xf__fail(c, rc, "%s", cn->link.why);
   if (routes(ac)->mode == XF_ROUTE_CLUSTER)
     return xf__route_take_map(routes(ac), r, cn->host, xf__now_ms());
-  int rc = xf__route_detect(routes(ac), r);
+  rc = xf__route_detect(routes(ac), r);
   if (rc != XF_OK)
     return rc;
   if (routes(ac)->mode == XF_ROUTE_STANDALONE) {
@@ -155,7 +153,7 @@ static int answer(xf_async *ac, xf__aconn *cn, const xf__reply *r) {
   return rc == XF_OK ? ASKED_AGAIN : rc;
 }
 
-static void on_probe(xf__aconn *from, const xf__reply *reply, void *privdata) {
+static void on_probe(xf__link *from, void *privdata, int rc, xf__reply **reply) {
   (void)from;
   xf__aconn *cn = ((struct xf__aprobe *)privdata)->cn;
   free(privdata);
@@ -166,7 +164,7 @@ static void on_probe(xf__aconn *from, const xf__reply *reply, void *privdata) {
   if (ac->closing)
     return;
   xf__async_enter(ac);
-  int rc = answer(ac, cn, reply);
+  rc = answer(ac, cn, rc, *reply);
   if (rc != XF_OK && rc != ASKED_AGAIN && rc != XF_EINVAL)
     rc = probe_next(ac, cn, rc);
   if (rc != XF_OK && routes(ac)->mode == XF_ROUTE_CLUSTER && routes(ac)->mapped &&
@@ -184,10 +182,10 @@ static void on_probe(xf__aconn *from, const xf__reply *reply, void *privdata) {
  * async_conn.c sends it again on every reconnect. */
 static int readonly(xf__aconn *cn) {
   static const xf__cmd cmd = {.argc = 1, .argv = {"READONLY"}, .lens = {8}};
-  if (cn->readonly)
+  if (cn->link.flags & XF_SETUP_REPLICA)
     return XF_OK;
-  cn->readonly = 1;
-  return cn->up && cn->usable ? xf__aconn_queue_ignored(cn, &cmd) : XF_OK;
+  cn->link.flags |= XF_SETUP_REPLICA;
+  return cn->up && cn->link.live ? xf__aconn_queue_ignored(cn, &cmd) : XF_OK;
 }
 
 /* Does act for the call's command. XF_OK when it is on its way (sent,

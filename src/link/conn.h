@@ -1,41 +1,30 @@
-/* One connection to one Redis server (the standalone server, or one node of
- * a cluster): connect with the client's timeouts and keepalive, run the
- * connection setup (setup.h: AUTH, SELECT, READONLY), a circuit breaker per
- * server (breaker.h), one command or a pipeline on it. Blocking; the
- * client's thread only. */
+/* One blocking connection to one Redis server (the standalone server, or
+ * one node of a cluster): the connection engine (link.h: the setup, the
+ * replies, the clock, the breaker, what a failure means) driven over a
+ * stream with the client's timeouts and keepalive, one command or a
+ * pipeline at a time. The client's thread only. */
 #ifndef XF_CONN_H
 #define XF_CONN_H
 
-#include <hiredis/hiredis.h>
 #include <stdint.h>
 
-#include "breaker.h"
-#include "clock.h"
-#include "near.h"
+#include "link.h"
 #include "reply.h"
 #include "resp.h"
 
 struct xf_client;
-struct xf__link; /* conn.c: the stream (plain or TLS) and its reply reader */
+struct xf__wire; /* conn.c: the stream (plain or TLS) */
 
 typedef struct xf__conn {
-  struct xf__link *link; /* NULL while disconnected */
+  struct xf__wire *link; /* the open stream; NULL while disconnected */
   char *host;            /* owned; NULL when unix_path is used */
   int port;              /* TCP */
   const char *unix_path; /* borrowed from the client; NULL = TCP */
   int readonly;          /* a replica serving reads: READONLY after connect */
-  xf__breaker breaker;   /* no reconnect while open; why it was last dropped */
-  int peer_closed;       /* the last failure was the server closing the socket */
-  int was_up;            /* it was connected once: a connect now is a reconnect */
-  int refused_rc;        /* XF_EAUTH / XF_EINVAL / XF_ETLS: the last connect's AUTH
-                            or SELECT was refused, or its TLS failed; the breaker
-                            repeats it, never ECONNECT */
-  xf__clock *clock;      /* the server's clock, as replies taught it (clock.h):
-                            forgotten on every connect; on the heap, so a flow's
-                            pointer to it outlives the router's array growing;
-                            NULL before the first connect (or out of memory) */
-  xf__track track;       /* tracked for the near cache under this ticket (node
-                            NULL: not tracked); set up by connect, lost with it */
+  xf__clock *clock;      /* the engine's estimate of the server's clock (on the
+                            heap: a flow's pointer to it outlives the router's
+                            array growing); forgotten on every connect */
+  xf__link engine;       /* the connection's protocol state across streams */
 } xf__conn;
 
 /* Sets k up for host:port (copied), or for unix_path when host is NULL; not

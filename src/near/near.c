@@ -49,6 +49,7 @@ int xf__near_open(struct xf__near **out, size_t max_bytes) {
     }
     n->shards[i].nbuckets = MIN_BUCKETS;
   }
+  xf__near_link_hooks(); /* the connections arm tracking through it */
   n->log = xf__near_log_open(); /* NULL: no events reported, the rest works */
   if (!(n->tracker = xf__tracker_open(n))) {
     xf__near_close(n);

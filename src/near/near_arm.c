@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 
 #include "client.h"
+#include "link.h"
 #include "near_track.h"
 #include "stream.h"
 
@@ -190,3 +191,25 @@ int xf__near_arm_due(struct xf__near_node *node) {
          (!__atomic_load_n(&node->asked, __ATOMIC_ACQUIRE) &&
           xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE));
 }
+
+/* ---- the link layer's hooks (link.h) ------------------------------------------------- */
+
+static int link_arm(struct xf__near *n, struct xf_client *c, const char *host, int port,
+                    const char *unix_path, int wait, long long *redirect_id, xf__track *t) {
+  return wait ? xf__near_arm(n, c, host, port, unix_path, redirect_id, t)
+              : xf__near_arm_later(n, c, host, port, unix_path, redirect_id, t);
+}
+
+_Static_assert(XF__NEAR_LATER == XF__LINK_ARM_LATER, "one code for an arm that waits");
+
+static int link_stale(const xf__track *t) { return xf__track_stale(t); }
+
+static const xf__link_tracking link_hooks = {
+    .arm = link_arm,
+    .due = xf__near_arm_due,
+    .watch = xf__near_watch,
+    .lost = xf__near_lost,
+    .stale = link_stale,
+};
+
+void xf__near_link_hooks(void) { xf__link_set_tracking(&link_hooks); }

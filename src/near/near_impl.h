@@ -230,11 +230,15 @@ void xf__tracker_after_fork(struct xf__near_tracker *t, int child);
  * while it is not open; the connection then serves untracked and asks again
  * once xf__near_arm_due(t->node). XF_OK, or an XF_E* code (the connection
  * is then set up without tracking: its reads are never kept). */
-#define XF__NEAR_LATER 1
+#define XF__NEAR_LATER 1 /* link.h's XF__LINK_ARM_LATER */
 int xf__near_arm(struct xf__near *n, struct xf_client *c, const char *host, int port,
                  const char *unix_path, long long *redirect_id, xf__track *t);
 int xf__near_arm_later(struct xf__near *n, struct xf_client *c, const char *host, int port,
                        const char *unix_path, long long *redirect_id, xf__track *t);
+
+/* Registers the link layer's tracking hooks (link.h) as these functions:
+ * done when a near cache is opened. */
+void xf__near_link_hooks(void);
 
 /* Whether a connection told XF__NEAR_LATER for node should arm again now:
  * its invalidation connection is open, or a failed open's backoff is over

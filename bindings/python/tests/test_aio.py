@@ -153,7 +153,7 @@ def test_the_stream_runs_the_c_setup_acl_user_and_db(server, admin, prefix):
             b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n")
         assert await cache.get_or_compute("who", lambda: b"x", ttl=60) == b"x"
         (link,) = cache._links.by_name.values()
-        host, port = link.stream.sock.getsockname()[:2]
+        host, port = link.sock.getsockname()[:2]
         mine = [c for c in admin.client_list() if c["addr"] == f"{host}:{port}"]
         assert [(c["user"], c["db"]) for c in mine] == [(ACL_USER, "3")]
         await cache.close()

@@ -25,9 +25,7 @@ def _urls(cluster):
 
 @pytest.mark.parametrize("kind", ["one node", "seeds", "cluster=on"])
 def test_cold_keys_load_once_then_hit_across_the_cluster(cluster, face, counter, kind):
-    # timeout 30 s: the counts below assume no reply or connect times out (a
-    # busy machine with 600 tasks in flight once made the aio face ask the
-    # map again after a 1 s timeout)
+    # timeout 30 s: the counts below assume no reply or connect times out
     cache = face.Cache(_urls(cluster)[kind], prefix=f"cold:{face.kind}:{kind}:", timeout=30)
     loaders = {i: counter(value=b"v%d" % i) for i in range(300)}
 
@@ -41,7 +39,10 @@ def test_cold_keys_load_once_then_hit_across_the_cluster(cluster, face, counter,
     stats = cache.stats()
     assert stats["redis_errors"] == 0 and stats["redirects"] == 0
     assert stats["loads"] == 300 and stats["hits"] >= 600
-    assert stats["map_refreshes"] == 1
+    # One map: asked again at most every 200 ms while the first answer is on
+    # its way (600 tasks on a busy machine's loop can take longer than that);
+    # a map per call would be hundreds.
+    assert 1 <= stats["map_refreshes"] <= 3
     # The entries are spread over the three masters.
     prefix = f"cold:{face.kind}:{kind}:".encode()
     holders = [p for p in cluster.ports

@@ -1,200 +1,265 @@
 """xfetch.aio.Cache's connections: one Link per server (host, port) the C
-call names for each request (xf_call_target: the seed in use, or in a Redis
-Cluster the node of the key's slot), each a stream (_stream) on the event
-loop the Cache belongs to, opened by the first call that needs it, its setup
-the C side's (xf_call_setup: AUTH, SELECT, READONLY for a cluster's replica
-reads). Each Link has the C client's circuit breaker: a failed connect or
-request makes calls skip that server for `breaker` seconds, and the call
-moves on (xf_call_io_failed: the next seed, the cluster's map asked again,
-or failing open)."""
+call names (xf_call_target: the seed in use, or each cluster node). A Link
+is the C link (xf_link: the setup, tracking, clock estimate, breaker and
+resend are decided there) and a non-blocking socket on the Cache's event
+loop (over TLS for rediss://, _aio_tls): this module only connects, moves
+bytes both ways, says when the socket failed or timed out, and wakes the
+calls that moved."""
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 import weakref
 
 from ._aio_tls import handshake
-from ._errors import (ConnectionError, Error, ProtocolError, TLSError, UnavailableError,
-                      error_for)
+from ._errors import TLSError, check
 from ._native import ffi, lib
-from ._stream import _connect, _Stream
+
+_NO_DEADLINE = 2 ** 63 - 1
+_BROKEN = (lib.XF_LINK_CLOSED, lib.XF_LINK_BROKEN)
+_monotonic = time.monotonic
 
 
-async def open_stream(client, fields, timeout, connect_timeout, flags, tls=None, near=False):
-    """A new stream on the running loop to fields' server, the C side's setup
-    (xf_call_setup with flags) pipelined: one round trip. tls: (ssl context,
-    client certificate configured) for rediss:// (_aio_tls), whose setup
-    ends with a PING so that a server refusing the client certificate says
-    so here (TLSError). Raises AuthError (refused), UnavailableError (busy,
-    loading), TLSError, OSError or a timeout."""
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    sock = await asyncio.wait_for(_connect(loop, fields), connect_timeout)
-    if tls is None:
-        stream = _Stream(loop, sock, timeout)
-    else:
-        try:
-            stream = await handshake(loop, sock, tls[0], fields,
-                                     max(connect_timeout - (loop.time() - t0), 0.001),
-                                     timeout, tls[1])
-        except BaseException:
-            sock.close()
-            raise
-    size = ffi.new("size_t *")
-    n = lib.xf_call_setup_count(client, flags)
-    setup = [ffi.unpack(lib.xf_call_setup(client, flags, i, size), size[0]) for i in range(n)]
-    if tls is not None:
-        setup.append(b"*1\r\n$4\r\nPING\r\n")
-    replies = await asyncio.gather(*[stream.request(r) for r in setup], return_exceptions=True)
-    failure = None
-    for i, reply in enumerate(replies):
-        if isinstance(reply, BaseException):
-            failure = failure or reply
-        elif i == n:  # the PING: its reply says the TLS session works
-            lib.xf_reply_free(reply)
-        else:  # judged (and freed) by C: XF_EAUTH, XF_EUNAVAILABLE (busy), ...
-            rc = lib.xf_call_setup_reply(client, flags, i, reply)
-            failure = failure or (error_for(rc, client) if rc else None)
-    if failure is not None:
-        await stream.close()
-        raise failure
-    if near:
-        await track(client, fields, stream)
-    return stream
-
-
-async def track(client, fields, stream):
-    """The near cache: the stream's reads may fill it once Redis tracks them
-    (xf_call_track_*: CLIENT TRACKING on REDIRECT to the server's
-    invalidation connection, which a C thread opens: never this one). While
-    that connection is not open, C gives a ticket without a request: the
-    stream serves untracked and xf_call_track_reply says when to ask again
-    (arm_later). A refusal leaves the stream untracked (its reads not kept)."""
-    ticket, req, size = ffi.new("xf_track **"), ffi.new("const char **"), ffi.new("size_t *")
-    host = ffi.new("char[]", fields["host"].encode()) if fields["host"] else ffi.NULL
-    rc = lib.xf_call_track_open(client, host, fields["port"] or 0, ticket, req, size)
-    old, stream.track = stream.track, None
-    if old is not None:  # the ticket that was due, or went stale: no longer watched
-        lib.xf_call_track_close(old, stream.sock.fileno())
-    if rc != 0 or ticket[0] == ffi.NULL:
-        return
-    if size[0] == 0:  # not yet: kept until C says it is due
-        stream.track = ticket[0]
-        return
-    try:
-        reply = await stream.request(ffi.unpack(req[0], size[0]))
-    except BaseException:
-        lib.xf_call_track_close(ticket[0], -1)
-        raise
-    if lib.xf_call_track_armed(ticket[0], reply, stream.sock.fileno()) == 0:
-        stream.track = ticket[0]
-    else:
-        lib.xf_call_track_close(ticket[0], -1)
-
-
-def arm_later(links, link, stream):
-    """xf_call_track_reply said 2 (the stream's server's invalidation
-    connection is open now, or to be asked for again) or 1 (the one it was
-    tracked under was lost: the near cache dropped that server's entries):
-    the stream arms again in the background, in place, as the C event-loop
-    driver does (async_conn.c), its CLIENT TRACKING ahead of the commands
-    sent after it (replies before its own are read untracked: none kept
-    near). One at a time."""
-    task = getattr(stream, "arming", None)
-    if task is None or task.done():
-        stream.arming = asyncio.ensure_future(_arm(links.client, link.fields, stream))
-
-
-async def _arm(client, fields, stream):
-    try:
-        await track(client, fields, stream)
-    except BaseException:  # the stream broke: its calls are told
-        pass
+def now_ms():
+    """The time every xf_call_* and xf_link_* input carries: the C side reads
+    no clock (time.monotonic: CLOCK_MONOTONIC on Linux, the share's clock)."""
+    return int(_monotonic() * 1000)
 
 
 class Link:
-    """One server's stream and breaker. current: the open stream while the
-    breaker is closed, else None (the calls' hot path reads it and nothing
-    else)."""
+    """One server's C link and socket. waiting: call -> the future its task
+    awaits; early: calls that moved before they had one (the fast path)."""
+
+    FAST_LIMIT = 16
+    READ_SIZE = 256 * 1024
 
     def __init__(self, links, fields):
         self.links, self.fields = links, fields
-        self.stream = self.current = None
-        self.opening = None
-        self.retry_after = 0.0
-        self.refused = None  # the TLSError the breaker repeats while open
-        self.tripped = self.was_up = False  # for the breaker's and reconnects' events
+        out = ffi.new("xf_link **")
+        host = fields["host"].encode() if fields["host"] else ffi.NULL
+        check(lib.xf_link_open(out, links.client, host, fields["port"] or 0, 0))
+        self.l = out[0]
+        links.opened.append(self.l)  # closed before the client (Links' finalizer)
+        self.sock = self.tls = self.opening = self.timer = None
+        self.pending = bytearray()  # bytes the socket did not take yet
+        self.waiting, self.early, self.fast = {}, set(), 0
+        self.size = ffi.new("size_t *")
 
-    def name(self):
-        f = self.fields
-        return f["unix_path"] if f["unix_path"] else f"{f['host']}:{f['port']}"
+    def send(self, call):
+        """Puts call (in XF_CALL_SEND) on the link; None when it moved at
+        once (its reply was there already), else a future set once it moved."""
+        check(lib.xf_call_send(call, self.l, now_ms()))
+        if lib.xf_link_wants_stream(self.l):
+            self.open()
+        elif self.sock is not None:
+            self.flush()
+            if not self.waiting and not self.pending and self.fast < self.FAST_LIMIT:
+                self.readable()  # the reply may be there already
+        if call in self.early:
+            self.early.discard(call)
+            self.fast += 1
+            return None
+        self.fast = 1  # through the loop: other tasks ran; this is the first since
+        fut = self.links.loop.create_future()
+        self.waiting[call] = fut
+        self.arm()
+        return fut
 
-    def failed(self):
-        """A connect or request failed: the breaker opens."""
-        self.links.errors += 1
-        self.current = None
-        if self.links.breaker > 0:
-            self.retry_after = time.monotonic() + self.links.breaker
-            if not self.tripped:  # an episode starts: told once
-                self.tripped = True
-                self.links.events.server_event(lib.XF_EV_BREAKER_OPEN, self.name())
-        self.refused = None
+    # ---- the stream ---------------------------------------------------------
+
+    def open(self):
+        """A new stream for the calls waiting: the C link says whether the
+        breaker allows it (else the calls moved on), then the connect runs."""
+        if self.opening is not None:
+            return
+        self.close_sock()
+        if lib.xf_link_start(self.l, now_ms()) != 0:
+            self.drain()
+            return
+        self.opening = self.links.loop.create_task(self.connect())
 
     async def connect(self):
-        """The open stream, opening one if needed (one opener at a time);
-        ConnectionError while the breaker is open or when the connect fails."""
-        if self.retry_after:
-            if time.monotonic() < self.retry_after:
-                if self.refused is not None:  # TLS: the same error, never a fail-open
-                    raise TLSError(lib.XF_ETLS, self.refused)
-                raise ConnectionError(lib.XF_ECONNECT, "circuit open after a failure")
-            self.retry_after = 0.0
-        stream = self.stream
-        if stream is not None and stream.broken is None:
-            self.current = stream
-            return stream
-        ls = self.links
-        if self.opening is None:
-            self.opening = asyncio.ensure_future(open_stream(
-                ls.client, self.fields, ls.timeout, ls.connect_timeout, ls.setup_flags(),
-                ls.tls, ls.near))
-        opening = self.opening
+        loop, ls = self.links.loop, self.links
+        t0, sock, tls = loop.time(), None, None
         try:
-            opened = await asyncio.shield(opening)
-            if opened is not self.stream:  # the first of the callers that awaited it
-                if self.tripped:
-                    self.tripped = False
-                    self.links.events.server_event(lib.XF_EV_BREAKER_CLOSED, self.name())
-                if self.was_up:
-                    self.links.events.server_event(lib.XF_EV_RECONNECT, self.name())
-                self.was_up = True
-            self.stream = self.current = opened
-            return self.stream
-        except TLSError as e:  # a misconfiguration: raised (by every call), not failed open
-            self.failed()
-            self.refused = e.message
+            sock = await asyncio.wait_for(_connect(loop, self.fields), ls.connect_timeout)
+            if ls.tls is not None:
+                tls = await handshake(loop, sock, ls.tls[0], self.fields,
+                                      max(ls.connect_timeout - (loop.time() - t0), 0.001),
+                                      ls.tls[1])
+        except (TLSError, OSError, asyncio.TimeoutError) as e:
+            if sock is not None:
+                sock.close()
+            self.opening = None
+            tls_refused = isinstance(e, TLSError)
+            self.fail(lib.XF_LINK_TLS if tls_refused else lib.XF_LINK_BROKEN,
+                      e.message if tls_refused else f"connect: {e or 'timed out'}")
+            return
+        except BaseException:  # cancelled: the Cache closed, or moved loops
+            if sock is not None:
+                sock.close()
             raise
-        except (UnavailableError, ProtocolError) as e:  # busy, loading, or an unreadable
-            self.failed()  # reply to the setup (not Redis): as if down, calls move on
-            raise ConnectionError(lib.XF_ECONNECT, str(e)) from e
-        except Error:  # AUTH / SELECT refused: loud, not a fail-open
-            raise
-        except (OSError, asyncio.TimeoutError) as e:
-            self.failed()
-            raise ConnectionError(lib.XF_ECONNECT, f"connect: {e}") from e
-        finally:
-            if self.opening is opening and opening.done():
-                self.opening = None
-
-    def drop(self, exc):
-        stream, self.stream, self.current = self.stream, None, None
         self.opening = None
-        if stream is not None and stream.broken is None:
+        self.sock, self.tls = sock, tls
+        loop.add_reader(sock, self.readable)
+        lib.xf_link_connected(self.l, sock.fileno(), now_ms())
+        self.flush()
+        self.arm()
+
+    def close_sock(self):
+        sock, self.sock, self.tls = self.sock, None, None
+        self.pending.clear()
+        if sock is not None:
             try:
-                stream._break(exc)
-            except Exception:  # its loop is gone: the socket at least
-                stream.sock.close()
+                self.links.loop.remove_reader(sock)
+                self.links.loop.remove_writer(sock)
+            except Exception:  # its loop is closed
+                pass
+            sock.close()
+
+    def fail(self, how, why):
+        """The socket failed: the C link decides what its calls do."""
+        lib.xf_link_failed(self.l, how, (why or "").encode(), now_ms())
+        self.close_sock()
+        self.drain()
+
+    def lost(self, e):
+        """The socket failed (e None: closed by the server). Over TLS, closed
+        before any reply: how TLS 1.3 refuses a client certificate."""
+        how = lib.XF_LINK_CLOSED if e is None else _broken(e)
+        if self.tls is not None and not self.tls.got_data and how == lib.XF_LINK_CLOSED:
+            return self.fail(lib.XF_LINK_TLS, self.tls.closed_early().message)
+        self.fail(how, str(e) if e is not None else "closed")
+
+    def drop(self, why):
+        """Drops the stream (the Cache closed, or moved loops)."""
+        if self.opening is not None:
+            try:
+                self.opening.cancel()
+            except RuntimeError:  # its loop is closed
+                pass
+            self.opening = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.fail(lib.XF_LINK_CANCELED, why)
+
+    # ---- bytes --------------------------------------------------------------
+
+    def flush(self):
+        if self.sock is None:
+            return
+        data = lib.xf_link_output(self.l, self.size)
+        n = self.size[0]
+        if n:
+            out = ffi.buffer(data, n)
+            out = self.tls.wrap(out[:]) if self.tls is not None else out
+            sent = 0
+            if not self.pending:
+                try:
+                    sent = self.sock.send(out)
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError as e:
+                    return self.lost(e)
+            if sent < len(out):
+                if not self.pending:
+                    self.links.loop.add_writer(self.sock, self.writable)
+                self.pending += out[sent:]
+            lib.xf_link_written(self.l, n)
+
+    def writable(self):
+        try:
+            n = self.sock.send(self.pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            return self.lost(e)
+        del self.pending[:n]
+        if not self.pending:
+            self.links.loop.remove_writer(self.sock)
+            self.flush()
+
+    def readable(self):
+        try:
+            data = (self.tls or self.sock).recv(self.READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except TLSError as e:  # a client certificate refused
+            return self.fail(lib.XF_LINK_TLS, e.message)
+        except OSError as e:
+            return self.lost(e)
+        if not data:
+            return self.lost(None)
+        if lib.xf_link_feed(self.l, data, len(data), now_ms()) != 0:
+            self.close_sock()  # a setup refused, an unreadable reply
+        self.drain()
+
+    # ---- calls that moved, and the timeout -----------------------------------
+
+    def drain(self):
+        while True:
+            call = lib.xf_link_ready(self.l)
+            if call == ffi.NULL:
+                break
+            fut = self.waiting.pop(call, None)
+            if fut is None:
+                self.early.add(call)
+            elif fut.cancelled():  # its task left it: finished in the background
+                from ._aio_call import abandoned
+                abandoned(self.links, call)
+            elif not fut.done():
+                try:
+                    fut.set_result(None)
+                except RuntimeError:  # its loop is closed: nobody awaits it
+                    pass
+        if lib.xf_link_wants_stream(self.l):
+            self.open()
+        self.flush()
+
+    def arm(self):
+        if self.timer is None:
+            deadline = lib.xf_link_deadline(self.l)
+            if deadline != _NO_DEADLINE:
+                self.timer = self.links.loop.call_at(deadline / 1000, self.expire)
+
+    def expire(self):
+        self.timer = None
+        if self.opening is not None:  # the connect's own timeout covers the handshake
+            return
+        if lib.xf_link_deadline(self.l) <= now_ms() + 1:
+            self.fail(lib.XF_LINK_TIMEOUT, None)
+        self.arm()
+
+
+def _broken(e):
+    return _BROKEN[0] if isinstance(e, (ConnectionResetError, BrokenPipeError)) else _BROKEN[1]
+
+
+async def _connect(loop, fields):
+    """A connected non-blocking socket to the server."""
+    if fields["unix_path"]:
+        targets = [(socket.AF_UNIX, socket.SOCK_STREAM, 0, fields["unix_path"])]
+    else:
+        infos = await loop.getaddrinfo(fields["host"], fields["port"], type=socket.SOCK_STREAM)
+        targets = [(fam, typ, proto, addr) for fam, typ, proto, _, addr in infos]
+    error = None
+    for family, type_, proto, addr in targets:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            if family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+            return sock
+        except BaseException as e:  # cancelled too (the connect timeout)
+            sock.close()
+            if not isinstance(e, OSError):
+                raise
+            error = e
+    raise error or OSError(f"no address for {fields['host']!r}")
 
 
 class Links:
@@ -202,26 +267,20 @@ class Links:
 
     loop: the loop the Cache is bound to; bind() moves it to the running
     loop once the old one no longer runs (an earlier asyncio.run), and
-    refuses while it runs in another thread (the C client and the streams
+    refuses while it runs in another thread (the C client and the sockets
     are one thread's)."""
 
-    def __init__(self, client, fields, timeout, connect_timeout, breaker, replica_reads,
-                 events, tls=None, near=False, share=None):
-        self.events = events
-        self.near = near  # the share has a near cache: streams are tracked
+    def __init__(self, client, fields, connect_timeout, tls=None, near=False, share=None):
+        self.client, self.unix_path = client, fields["unix_path"]
+        self.connect_timeout, self.tls, self.near = connect_timeout, tls, near
         self.wake_fd = None  # the C wake pipe's read end (xf_call_wake_open), once bound
         self.wake_event = None  # set (then replaced) when a key is invalidated
         self._wake = {"loop": None}  # for the finalizer: the loop its reader is on
-        self._share = share  # the near cache's: it must outlive the wake pipe
-        self.client, self.unix_path = client, fields["unix_path"]
-        self.tls = tls  # (ssl context, client certificate configured) for rediss://
-        self.timeout, self.connect_timeout, self.breaker = timeout, connect_timeout, breaker
-        self.replica_reads = replica_reads
         self.by_target = {}  # (host as the C client's char *, port) -> Link: the hot path
         self.by_name = {}  # (host, port) -> Link: one per server
         self.loop = None
-        self.errors = 0  # failed connects and requests (the C client does no I/O)
-        self._stats = ffi.new("xf_stats *")
+        self.opened = []  # the C links, closed before the client and share
+        weakref.finalize(self, _close, client, self.opened, self._wake, share)
 
     def get(self, host, port):
         """The Link for xf_call_target's host (a char * the C client owns:
@@ -238,15 +297,6 @@ class Links:
             self.by_target[(host, port)] = link
         return link
 
-    def setup_flags(self):
-        """READONLY on every connection once the client has a cluster map and
-        reads go to replicas (a master takes it too; the call also sends it
-        first to a replica whose connection may lack it)."""
-        if not self.replica_reads:
-            return 0
-        lib.xf_client_stats(self.client, self._stats)
-        return lib.XF_SETUP_REPLICA if self._stats.map_refreshes else 0
-
     def bind(self):
         loop = asyncio.get_running_loop()
         old = self.loop
@@ -257,7 +307,7 @@ class Links:
                 f"this xfetch.aio.Cache belongs to event loop {old!r}, which runs in "
                 f"another thread; it cannot be used from event loop {loop!r} meanwhile: "
                 f"open one xfetch.aio.Cache per event loop")
-        self.drop(ConnectionError(lib.XF_EIO, "opened by another event loop"))
+        self.drop("opened by another event loop")
         self.loop = loop
         if self.near:
             self._bind_wake(old, loop)
@@ -269,9 +319,7 @@ class Links:
             fd = ffi.new("int *")
             if lib.xf_call_wake_open(self.client, fd) != 0 or fd[0] < 0:
                 return
-            self.wake_fd = fd[0]
-            weakref.finalize(self, _close_wake, self.client, self.wake_fd, self._wake,
-                             self._share)
+            self.wake_fd = self._wake["fd"] = fd[0]
         elif old is not None and not old.is_closed():
             old.remove_reader(self.wake_fd)
         loop.add_reader(self.wake_fd, self._woke)
@@ -287,22 +335,27 @@ class Links:
         event, self.wake_event = self.wake_event, asyncio.Event()
         event.set()
 
-    def drop(self, exc):
+    def drop(self, why):
+        if self._wake.get("closed"):  # finalized (a cycle's collection): nothing left
+            return
         for link in list(self.by_name.values()):
-            link.drop(exc)
+            link.drop(why)
 
     def connected(self):
-        return sum(1 for link in self.by_name.values()
-                   if link.stream is not None and link.stream.broken is None)
+        return sum(1 for link in self.by_name.values() if link.sock is not None)
 
 
-def _close_wake(client, fd, wake, share):
-    """The wake pipe's end (the Links are gone): off its loop, then closed; the
-    share (held here) outlives it."""
-    loop = wake["loop"]
-    if loop is not None and not loop.is_closed():
-        try:
-            loop.remove_reader(fd)
-        except Exception:  # its loop is being torn down
-            pass
-    lib.xf_call_wake_close(client, fd)
+def _close(client, opened, wake, share):
+    """The Links are gone: the C links, then the wake pipe (off its loop);
+    the client and the share (held here) outlive both."""
+    wake["closed"] = True
+    for link in opened:
+        lib.xf_link_close(link)
+    fd, loop = wake.get("fd"), wake["loop"]
+    if fd is not None:
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.remove_reader(fd)
+            except Exception:  # its loop is being torn down
+                pass
+        lib.xf_call_wake_close(client, fd)

@@ -1,6 +1,6 @@
-"""xfetch.aio over TLS (rediss://): Python's ssl module on the stream's own
-non-blocking socket, through memory BIOs (ssl.SSLObject), so the stream
-(_stream) keeps its reader callback and its one-recv fast path. The rules
+"""xfetch.aio over TLS (rediss://): Python's ssl module on the link's own
+non-blocking socket, through memory BIOs (ssl.SSLObject), so the link
+(_aio_link) keeps its reader callback and its one-recv fast path. The rules
 are the C side's (src/net/tls.c): TLS 1.2 minimum; the certificate and the
 host name verified unless ssl_cert_reqs="none" (the name checked is the host
 connected to: an IP address against the certificate's IP SANs, a name
@@ -15,7 +15,6 @@ import ssl
 
 from ._errors import TLSError
 from ._native import lib
-from ._stream import _Stream
 
 # Alerts a server sends when it refuses the client's certificate (stream_tls.c).
 _REFUSES_CLIENT = ("CERTIFICATE_REQUIRED", "UNKNOWN_CA", "BAD_CERTIFICATE",
@@ -57,10 +56,10 @@ def _shown(data):
     return "".join(chr(c) if 32 <= c < 127 else f"\\x{c:02x}" for c in data[:16])
 
 
-async def handshake(loop, sock, ctx, fields, budget, timeout, has_cert):
+async def handshake(loop, sock, ctx, fields, budget, has_cert):
     """Runs the TLS handshake on sock (connected, non-blocking) within budget
-    seconds; returns the stream over it (command timeout timeout; has_cert:
-    a client certificate is configured), or raises TLSError."""
+    seconds; returns the TLS session over it (has_cert: a client certificate
+    is configured), or raises TLSError."""
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     obj = ctx.wrap_bio(incoming, outgoing, server_hostname=fields["host"])
     peer, first = _peer(fields), b""
@@ -102,28 +101,26 @@ async def handshake(loop, sock, ctx, fields, budget, timeout, has_cert):
             raise tls_error(f"TLS handshake with {peer} failed: {e.reason or e}") from None
         raise tls_error(f"TLS to {peer}: the server closed the connection during the "
                         f"handshake") from None
-    return _TLSStream(loop, sock, timeout, obj, incoming, outgoing, peer, has_cert)
+    return _TLS(sock, obj, incoming, outgoing, peer, has_cert)
 
 
-class _TLSStream(_Stream):
-    """A _Stream whose bytes go through an SSLObject: requests encrypted into
-    the socket's writes, the socket's reads decrypted before the C reader.
-    A server refusing the client's certificate (TLS 1.3 says so after the
-    handshake, on the first read) breaks the stream with TLSError."""
+class _TLS:
+    """A socket's bytes through an SSLObject: wrap() encrypts what goes out,
+    recv() decrypts what comes in. A server refusing the client's
+    certificate (TLS 1.3 says so after the handshake, on the first read)
+    raises TLSError."""
 
-    def __init__(self, loop, sock, timeout, obj, incoming, outgoing, peer, has_cert):
-        self.obj, self.incoming, self.outgoing = obj, incoming, outgoing
+    def __init__(self, sock, obj, incoming, outgoing, peer, has_cert):
+        self.sock, self.obj, self.incoming, self.outgoing = sock, obj, incoming, outgoing
         self.peer, self.has_cert, self.got_data = peer, has_cert, False
-        super().__init__(loop, sock, timeout)
-        self._recv = self._recv_tls
 
-    def _write(self, data):
+    def wrap(self, data):
         self.obj.write(data)
-        _Stream._write(self, self.outgoing.read())
+        return self.outgoing.read()
 
-    def _closed_early(self):
+    def closed_early(self):
         """The server closed the connection after the handshake, before any
-        reply (the setup's PING): with TLS 1.3 this is how a server refuses a
+        reply: with TLS 1.3 this is how a server refuses a
         client certificate, or the lack of one (its alert lost in the reset),
         so a TLSError, not a lost connection to fail open for."""
         if self.has_cert:
@@ -133,13 +130,7 @@ class _TLSStream(_Stream):
                          f"the handshake: it requires a client certificate and none is "
                          f"configured (mutual TLS)?")
 
-    def _lost(self, exc):
-        if not self.got_data and (exc is None or isinstance(exc, (ConnectionResetError,
-                                                                   BrokenPipeError))):
-            exc = self._closed_early()
-        _Stream._lost(self, exc)
-
-    def _recv_tls(self, n):
+    def recv(self, n):
         raw = self.sock.recv(n)  # BlockingIOError: nothing yet
         if not raw:
             return raw
@@ -167,7 +158,7 @@ class _TLSStream(_Stream):
             raise
         pending = self.outgoing.read()  # a key update, an alert
         if pending:
-            _Stream._write(self, pending)
+            self.sock.send(pending)
         if not out:
             raise BlockingIOError  # a record without application bytes (tickets)
         self.got_data = True

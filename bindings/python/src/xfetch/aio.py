@@ -8,17 +8,19 @@
 
 The options, checks, results, decorators and the share are the core's, the
 same as xfetch.Cache's (_core, _decorator); the decisions are the C
-library's (the sans-I/O call, xf_call_*: the same state machine as every
-other driver, the Redis Cluster router included). This face only waits and
-moves bytes: one asyncio stream per server the calls name (_aio_link: the
-seed in use, or each cluster node; over TLS for rediss://, _aio_tls), calls run on them (_aio_call), loaders
-plain or async def, waits asyncio sleeps. The event loop is never blocked: no call waits on a
-thread."""
+library's (the sans-I/O call and link, xf_call_* and xf_link_*: the same
+state machine and connection engine as every other driver, the Redis
+Cluster router, setup, tracking and reconnects included). This face only
+waits and moves bytes: one socket per server the calls name (_aio_link: the
+seed in use, or each cluster node; over TLS for rediss://, _aio_tls), calls
+run on them (_aio_call), loaders plain or async def, waits asyncio sleeps.
+The event loop is never blocked: no call waits on a thread."""
 from __future__ import annotations
 
 import asyncio
 
-from ._aio_call import now_ms, steps
+from ._aio_call import steps
+from ._aio_link import now_ms
 from ._refresh import log_failure
 from ._aio_link import Links
 from ._aio_tls import context
@@ -104,16 +106,13 @@ class Cache(LateSetup):
         check(lib.xf_client_open(out, opts))
         self._client = ffi.gc(out[0], lib.xf_client_close)
         tls = config.tls and (context(config.tls), bool(config.tls["cert_file"]))
-        self._links = Links(self._client, fields, config.timeout_ms / 1000,
-                            config.connect_timeout_ms / 1000, breaker,
-                            fields["read_from_replicas"], config.events, tls or None,
-                            config.near, config.share)
+        self._links = Links(self._client, fields, config.connect_timeout_ms / 1000,
+                            tls or None, config.near, config.share)
         self._enabled = config.enabled  # the C client's bypass switch, as last set
         self._commons = self._policies.commons
         self._near = config.near  # the near hit's fast path
         # Scratch cdata for the hot path: used between two awaits only.
         self._callp = ffi.new("xf_call **")
-        self._size = ffi.new("size_t *")
         self._hostp = ffi.new("const char **")
         self._portp = ffi.new("int *")
         self._value = ffi.new("xf_value *")
@@ -126,7 +125,7 @@ class Cache(LateSetup):
         # Dropped without close(): the loop's reader would keep the socket open
         links = self.__dict__.get("_links")
         if links is not None:
-            links.drop(ConnectionError(lib.XF_EIO, "the Cache was dropped"))
+            links.drop("the Cache was dropped")
 
     def __repr__(self):
         config = self.__dict__.get("_config")
@@ -154,7 +153,7 @@ class Cache(LateSetup):
                     await asyncio.wait(late, timeout=0.1)
         finally:
             self._closing = False
-            self._links.drop(ConnectionError(lib.XF_EIO, "closed"))
+            self._links.drop("closed")
 
     async def __aenter__(self):
         return self
@@ -410,10 +409,8 @@ class Cache(LateSetup):
         return disabled(self._config)
 
     def stats(self) -> dict[str, int]:
-        """xfetch.Cache.stats's counters (the C state machine's, plus the
-        stream's failed connects and requests in redis_errors)."""
+        """xfetch.Cache.stats's counters (the C call's and link's)."""
         s = stats_of([self._client])
-        s["redis_errors"] += self._links.errors
         s["connections"] = self._links.connected()
         s.update(self._config.codecs.counters())
         return s
@@ -445,5 +442,3 @@ class _Raw:
         self._policies = cache._policies
         self.fetch = cache._fetch_raw
 
-
-from ._errors import ConnectionError  # noqa: E402  (xfetch's, for __del__ and close)
