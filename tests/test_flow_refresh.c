@@ -119,23 +119,20 @@ Test(flow_refresh, without_background_refresh_nothing_is_detachable) {
   xf__flow_abandon(&f);
 }
 
-/* The default (AUTO) leaves the request path wherever the driver is READY
- * (workers, an executor, the loop); ON also where the driver's user takes
- * refreshes when asked (the sans-I/O call); OFF nowhere. */
+/* The default (AUTO) keeps an early refresh in the call on every driver (the
+ * core cannot know that loader_ud outlives the call); ON sends it off the
+ * request path where the driver has somewhere to run it; OFF nowhere. */
 Test(flow_refresh, the_policy_and_the_driver_decide_where_a_refresh_runs) {
   static const struct {
     int background;
     xf__off_path driver;
     int detachable;
   } rows[] = {
-      {XF_BACKGROUND_AUTO, XF__OFF_PATH_READY, 1},
-      {XF_BACKGROUND_AUTO, XF__OFF_PATH_IF_ASKED, 0},
+      {XF_BACKGROUND_AUTO, XF__OFF_PATH_READY, 0},
       {XF_BACKGROUND_AUTO, XF__OFF_PATH_NONE, 0},
       {XF_BACKGROUND_ON, XF__OFF_PATH_READY, 1},
-      {XF_BACKGROUND_ON, XF__OFF_PATH_IF_ASKED, 1},
       {XF_BACKGROUND_ON, XF__OFF_PATH_NONE, 0},
       {XF_BACKGROUND_OFF, XF__OFF_PATH_READY, 0},
-      {XF_BACKGROUND_OFF, XF__OFF_PATH_IF_ASKED, 0},
       {XF_BACKGROUND_OFF, XF__OFF_PATH_NONE, 0},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

@@ -154,12 +154,12 @@ XF_EXPORT xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 XF_EXPORT int xf_call_result(xf_call *call, xf_value *out);
 XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
 
-/* Background refresh (policy.background_refresh = XF_BACKGROUND_ON; the
- * default, AUTO, runs it in the call): a get-or-compute call that
- * won an early refresh ends at once (XF_CALL_DONE, the current value) and
- * hands the refresh over as a call of its own, already at XF_CALL_LOAD: run
- * its loader and drive it to XF_CALL_DONE like any call, off the request's
- * path (xf_call_result: XF_OK when its value was written, XF_ELOADER when the
+/* Background refresh (policy.background_refresh = XF_BACKGROUND_ON; by
+ * default the call runs it): a get-or-compute call that won an early
+ * refresh ends at once (XF_CALL_DONE, the current value) and hands the
+ * refresh over as a call of its own, already at XF_CALL_LOAD: run its loader
+ * and drive it to XF_CALL_DONE like any call, off the request's path
+ * (xf_call_result: XF_OK when its value was written, XF_ELOADER when the
  * loader failed and its lease was released; the cached value stays either
  * way; its value is not for a caller), then xf_call_free it. In
  * XF_CALL_DONE: the refresh (the caller owns it from then on), or NULL (none,

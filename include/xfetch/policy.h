@@ -20,9 +20,10 @@ typedef enum xf_on_wait_timeout {
 
 /* policy.background_refresh. */
 typedef enum xf_background {
-  XF_BACKGROUND_AUTO = 0, /* off the request path where the driver can run it */
-  XF_BACKGROUND_ON = 1,   /* the same; a sans-I/O driver takes its refreshes */
-  XF_BACKGROUND_OFF = 2   /* always in the call */
+  XF_BACKGROUND_AUTO = 0, /* the default: in the call (see xf_policy) */
+  XF_BACKGROUND_ON = 1,   /* off the request path where the driver can run
+                             it: loader and loader_ud outlive the call */
+  XF_BACKGROUND_OFF = 2   /* in the call */
 } xf_background;
 
 /* Caching policy for one call. Start from XF_POLICY_INIT and change fields.
@@ -53,27 +54,30 @@ typedef struct xf_policy {
   /* Background refresh (xf_background): whether the caller that wins the
    * lease of an *early* refresh (a value still within its ttl) returns that
    * value at once while the loader runs off the request path, with the same
-   * lease, write and newer-wins rules. XF_BACKGROUND_AUTO (0, the default):
-   * wherever the driver has somewhere to run it (below), else in the call.
-   * Where it runs: a pool's share's refresh workers, writing through a
-   * pooled client; a blocking client's (and the batch driver's with a
-   * per-key loader, xf_get_or_compute_many) options.refresh_executor, else
-   * its share's refresh workers, writing through one of the share's refresh
-   * clients (opened like it, options copied, kept idle for the next
-   * refresh); the event-loop driver's loop, as a call of its own (no
-   * callback; xf_async_close cancels it); the sans-I/O call's driver
-   * (xf_call_take_refresh), which says it takes refreshes with
-   * XF_BACKGROUND_ON (AUTO runs them in the call). A blocking client with
+   * lease, write and newer-wins rules. XF_BACKGROUND_AUTO (0, the default)
+   * and XF_BACKGROUND_OFF: in the call, on every driver (the rate-aware rule
+   * still refreshes about once per ttl); the library cannot know that
+   * loader_ud outlives the call, and a loader_ud in the caller's frame would
+   * be read after the call returned. XF_BACKGROUND_ON: the caller's word
+   * that loader and loader_ud stay valid until the share, pool or handle
+   * that runs the refresh is closed (the loader may then run on a worker
+   * thread, or on the loop after the call's callback), and the refresh runs
+   * wherever the driver has somewhere to run it: a pool's share's refresh
+   * workers, writing through a pooled client; a blocking client's (and the
+   * batch driver's with a per-key loader, xf_get_or_compute_many)
+   * options.refresh_executor, else its share's refresh workers, writing
+   * through one of the share's refresh clients (opened like it, options
+   * copied, kept idle for the next refresh); the event-loop driver's loop,
+   * as a call of its own (no callback; xf_async_close cancels it); the
+   * sans-I/O call's driver (xf_call_take_refresh). A blocking client with
    * neither a share nor a refresh_executor, and a batch loader
    * (xf_get_or_compute_many_batch), run it in the call, whatever this says.
-   * Off the request path, loader and loader_ud must stay valid until the
-   * share (or pool) is closed, and may run on a worker thread. A failed
-   * background refresh keeps the cached value, releases the lease (the next
-   * due call retries), counts load_errors (the pool's; a blocking client's
-   * in xf_share_refresh_stats' clients) and emits LOAD_DONE with its code;
-   * it never reaches a caller. When the queue is full, the refresh is
-   * skipped (lease released; xf_refresh_info.skipped). Misses and expired
-   * values always load in the call. */
+   * A failed background refresh keeps the cached value, releases the lease
+   * (the next due call retries), counts load_errors (the pool's; a blocking
+   * client's in xf_share_refresh_stats' clients) and emits LOAD_DONE with
+   * its code; it never reaches a caller. When the queue is full, the
+   * refresh is skipped (lease released; xf_refresh_info.skipped). Misses and
+   * expired values always load in the call. */
   int background_refresh;
   /* When a fresh value is refreshed early. 0 (the default): the rate-aware
    * rule with factor XF_REFRESH_AHEAD_DEFAULT. > 0: the rate-aware rule with

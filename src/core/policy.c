@@ -53,12 +53,5 @@ int64_t xf__policy_keep_ms(const xf_policy *p) {
 }
 
 int xf__policy_background(const xf_policy *p, xf__off_path driver) {
-  switch (p->background_refresh) {
-  case XF_BACKGROUND_AUTO:
-    return driver == XF__OFF_PATH_READY;
-  case XF_BACKGROUND_ON:
-    return driver != XF__OFF_PATH_NONE;
-  default:
-    return 0;
-  }
+  return p->background_refresh == XF_BACKGROUND_ON && driver == XF__OFF_PATH_READY;
 }
