@@ -107,7 +107,7 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
   if (spec->strat == ST_XFETCH || spec->strat == ST_XFETCH_BG || raw_tls) {
     xf_options o = target_options(t);
     /* xfetch: a client as a process opens it, with the process's share, and
-     * the default policy: early refreshes leave the request path. */
+     * the default policy: the rate-aware rule, early refreshes in the call. */
     if (spec->strat == ST_XFETCH && xf_share_open(&c->share, NULL) != XF_OK) {
       step_count(&a->errs, "a worker's xf_share_open", XF_ENOMEM, NULL);
       strat_close(c);
