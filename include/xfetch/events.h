@@ -48,8 +48,11 @@ typedef enum xf_event_type {
   XF_EV_BREAKER_CLOSED = 14, /* server's connection is back */
   XF_EV_RECONNECT = 15,      /* a connection to server was opened again */
   XF_EV_REDIRECT = 16,       /* Cluster MOVED / ASK followed (server: where to) */
-  XF_EV_INVALIDATION = 17    /* the near cache was told a key changed, or
+  XF_EV_INVALIDATION = 17,   /* the near cache was told a key changed, or
                                 dropped a server's entries: see below */
+  XF_EV_TAG_INVALIDATED = 18 /* an entry read was refused: a tag it carries
+                                was invalidated since it was loaded (or it
+                                carries other tags than the call's) */
 } xf_event_type;
 
 /* Which driver ran the call. */

@@ -1,0 +1,183 @@
+/* Tags in the flow (policy.tags, options.namespace_tag, xf_invalidate_tags).
+ *
+ * Each tag has its own key, "<prefix>xf-tag:{<name>}" (the namespace's:
+ * "<prefix>xf-ns"), holding its version: a tagged call reads the versions of
+ * its tags first, one command per tag (lua/tag_read.lua: a tag's key is in
+ * its own Cluster slot, never in the entry's script), so they are read before
+ * its loader runs; the value it writes records them (the tag record, in the
+ * entry's header: entry_string.c), and an entry is served only while the
+ * record it carries is the one the call built from the versions it read.
+ * Invalidating a tag raises its version (lua/tag_bump.lua): one command,
+ * whatever the number of entries that carry it, and every one of them is a
+ * miss for every call that reads the new version.
+ *
+ * The tag record: the number of tags (1 byte), a hash of their names in
+ * order (4 bytes, FNV-1a), then each version (8 bytes, big-endian). */
+#include <string.h>
+
+#include "client.h"
+#include "event.h"
+#include "flow_steps.h"
+#include "script.h"
+
+#define TAG_OPEN "xf-tag:{"
+#define NS_TAG "xf-ns"
+
+static size_t tag_count(const xf__flow *f) { return f->tag_n + (f->tag_ns ? 1 : 0); }
+
+/* Checks the names and the count; XF_OK or XF_EINVAL with the message. */
+static int check_names(xf__flow *f) {
+  if (tag_count(f) > XF_MAX_TAGS)
+    return xf__rt_fail(f->rt, XF_EINVAL, "%zu tags, above XF_MAX_TAGS (%d)", tag_count(f),
+                       XF_MAX_TAGS);
+  if (f->tag_n && !f->tag_names)
+    return xf__rt_fail(f->rt, XF_EINVAL, "tags is NULL");
+  for (size_t i = 0; i < f->tag_n; i++) {
+    const char *name = f->tag_names[i];
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len > XF_MAX_TAG_LEN)
+      return xf__rt_fail(f->rt, XF_EINVAL, "tag %zu is %s", i,
+                         name ? "empty or longer than XF_MAX_TAG_LEN" : "NULL");
+  }
+  return XF_OK;
+}
+
+int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
+  if (f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_SET) {
+    f->tag_names = f->p->tags;
+    f->tag_n = f->p->ntags;
+    f->tag_ns = f->cfg->namespace_tag;
+  }
+  if (!tag_count(f))
+    return 0;
+  int rc = check_names(f);
+  if (rc == XF_OK && f->kind != XF_KIND_INVALIDATE &&
+      f->cfg->entry_format != XF_ENTRY_STRING)
+    rc = xf__rt_fail(f->rt, XF_EINVAL, "tags need entry format 2 (XF_ENTRY_STRING)");
+  if (rc != XF_OK) {
+    *step = xf__flow_done(f, rc);
+    return 1;
+  }
+  f->tag_i = 0;
+  f->tag_next = next;
+  *step = xf__flow_send(f, f->kind == XF_KIND_INVALIDATE ? XF__BUMP : XF__TAGS);
+  return 1;
+}
+
+/* Builds tag i's key into f->tag_key. */
+static int build_key(xf__flow *f, size_t i) {
+  char buf[sizeof TAG_OPEN + XF_MAX_TAG_LEN + 1];
+  size_t len;
+  if (i < f->tag_n) {
+    size_t n = strlen(f->tag_names[i]);
+    memcpy(buf, TAG_OPEN, sizeof TAG_OPEN - 1);
+    memcpy(buf + sizeof TAG_OPEN - 1, f->tag_names[i], n);
+    len = sizeof TAG_OPEN - 1 + n;
+    buf[len++] = '}';
+  } else {
+    len = sizeof NS_TAG - 1;
+    memcpy(buf, NS_TAG, len);
+  }
+  xf__key_free(&f->tag_key);
+  xf__config cfg = *f->cfg; /* the tag's key may be longer than a user key */
+  cfg.max_key_len = sizeof buf;
+  return xf__key_build(&cfg, f->rt, buf, len, &f->tag_key);
+}
+
+void xf__flow_tags_encode(xf__flow *f) {
+  int script = f->state == XF__BUMP ? XF_SCRIPT_TAG_BUMP : XF_SCRIPT_TAG_READ;
+  if (build_key(f, f->tag_i) != XF_OK) { /* out of memory: the key is empty */
+    f->tag_key.data = f->tag_key.inline_buf;
+    f->tag_key.len = 0;
+  }
+  xf__script_cmd(&f->cmd, script, f->tag_key.data, f->tag_key.len, 0, NULL, NULL);
+}
+
+static uint32_t names_hash(const xf__flow *f) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < f->tag_n; i++)
+    for (const unsigned char *p = (const unsigned char *)f->tag_names[i];; p++) {
+      h = (h ^ *p) * 16777619u;
+      if (!*p)
+        break;
+    }
+  if (f->tag_ns)
+    h = (h ^ 0x01u) * 16777619u;
+  return h;
+}
+
+static void put_be(unsigned char *p, uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; i--, v >>= 8)
+    p[i] = (unsigned char)(v & 0xff);
+}
+
+/* The record of the versions read: what the call writes and judges by. */
+static void build_record(xf__flow *f) {
+  size_t n = tag_count(f);
+  unsigned char *p = f->tag_rec;
+  p[0] = (unsigned char)n;
+  put_be(p + 1, names_hash(f), 4);
+  for (size_t i = 0; i < n; i++)
+    put_be(p + 5 + 8 * i, (uint64_t)f->tag_versions[i], 8);
+  f->tag_rec_len = 5 + 8 * n;
+}
+
+/* A version as the scripts give it: decimal digits, as a bulk string. */
+static int parse_version(const xf__reply *r, int64_t *v) {
+  if (r->type != XF_REPLY_STRING || r->len == 0 || r->len > 18)
+    return 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < r->len; i++) {
+    if (r->str[i] < '0' || r->str[i] > '9')
+      return 0;
+    n = n * 10 + (r->str[i] - '0');
+  }
+  *v = n;
+  return 1;
+}
+
+/* Every tag read (or raised): on to the call's own steps. */
+static xf__step tags_done(xf__flow *f) {
+  xf__key_free(&f->tag_key);
+  if (f->kind == XF_KIND_INVALIDATE)
+    return xf__flow_done(f, XF_OK);
+  build_record(f);
+  if (f->kind == XF_KIND_SET) {
+    f->w.tags = f->tag_rec;
+    f->w.tags_len = f->tag_rec_len;
+  }
+  return xf__flow_send(f, f->tag_next);
+}
+
+xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
+  int64_t v = 0;
+  if (rc == XF_OK) {
+    if (!parse_version(r, &v))
+      rc = xf__rt_fail(f->rt, XF_EPROTO, "a tag's version is not decimal digits");
+    xf__reply_free(r);
+  }
+  if (rc != XF_OK) {
+    xf__key_free(&f->tag_key);
+    /* A get-or-compute fails open as on an unreachable read; the others
+     * (set, invalidate) return what went wrong. */
+    if (f->kind == XF_KIND_GET_OR_COMPUTE)
+      return xf__flow_read_decide(f, rc, now_ms);
+    return xf__flow_done(f, rc);
+  }
+  if (f->state == XF__TAGS)
+    f->tag_versions[f->tag_i] = v;
+  if (++f->tag_i < tag_count(f))
+    return xf__flow_send(f, f->state);
+  return tags_done(f);
+}
+
+int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
+  if (!e->value ||
+      (e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, f->tag_rec_len) == 0))
+    return 1;
+  e->value = NULL; /* its reply still holds it: freed with the entry */
+  e->invalidated = 1;
+  f->rt->stats.tag_invalidated++;
+  xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, 0);
+  return 0;
+}
