@@ -155,6 +155,51 @@ ParameterizedTest(int *driver, tags, a_tagged_set) {
   xft_drv_close(d);
 }
 
+ParameterizedTestParameters(tags, a_tagged_batch) {
+  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* The batch: each key's tags read first, then the same judgment per key. */
+ParameterizedTest(int *driver, tags, a_tagged_batch) {
+  if (!xft_drv_has_batch(*driver))
+    cr_skip_test("no batch on %s", xft_driver_names[*driver]);
+  const char *what = xft_driver_names[*driver];
+  enum { N = 5 };
+  char names[N][64], tag[64];
+  const char *keys[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "tags:batch:%s:%d", what, i);
+    keys[i] = names[i];
+    del(keys[i]);
+  }
+  snprintf(tag, sizeof tag, "batch:%s", what);
+  xf_options o = options();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {tag};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  xft_op_loader l = {.value = "b"};
+  xf_value values[N];
+  int rcs[N];
+  xf_source want[] = {XF_SOURCE_LOADER, XF_SOURCE_CACHE, XF_SOURCE_LOADER};
+  for (int round = 0; round < 3; round++) {
+    if (round == 2)
+      invalidate(tags, 1);
+    cr_assert_eq(xft_drv_many(d, N, keys, &p, &l, values, rcs), XF_OK, "%s: %s", what,
+                 xft_drv_errmsg(d));
+    for (int i = 0; i < N; i++) {
+      cr_expect_eq(rcs[i], XF_OK, "%s round %d key %d: %s", what, round, i,
+                   xf_strerror(rcs[i]));
+      cr_expect_eq(values[i].source, want[round], "%s round %d key %d: source %d", what,
+                   round, i, values[i].source);
+      xf_value_free(&values[i]);
+    }
+  }
+  cr_expect_eq(l.calls, 2 * N, "%s: %d loads", what, l.calls);
+  xft_drv_close(d);
+}
+
 static int load_value(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key, (void)keylen;
   __atomic_add_fetch((int *)ud, 1, __ATOMIC_ACQ_REL);
