@@ -112,7 +112,7 @@ void xf__flow_abandon(xf__flow *f) {
   xf__entry_free(&f->e);
   xf__sink_clear(&f->sink);
   xf__key_free(&f->key);
-  xf__key_free(&f->tag_key);
+  xf__flow_tags_free(f);
 }
 
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source) {
@@ -180,6 +180,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->near_count = NULL;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   f->tag_names = NULL;
+  f->tag_copy = NULL;
   f->tag_n = 0;
   f->tag_ns = 0;
   f->tag_rec_len = 0;

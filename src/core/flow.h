@@ -122,6 +122,7 @@ typedef struct xf__flow {
    * namespace's tag after them, which one is read (or raised) now, the state
    * that follows, the versions read and the record written with a value. */
   const char *const *tag_names;
+  char **tag_copy; /* the names, copied (flow_tags.c); NULL once read */
   size_t tag_n;
   int tag_ns;
   size_t tag_i;

@@ -68,6 +68,8 @@ void xf__flow_settle(xf__flow *f);
  * with the SEND of state next. *step: the SEND, or DONE with XF_EINVAL (bad
  * tags). 0: untagged, nothing done. */
 int xf__flow_tags_first(xf__flow *f, int next, xf__step *step);
+/* Frees the flow's copy of the names and the tag key built last. */
+void xf__flow_tags_free(xf__flow *f);
 /* The command of XF__TAGS or XF__BUMP into f->cmd; its key. */
 void xf__flow_tags_encode(xf__flow *f);
 /* A reply to XF__TAGS or XF__BUMP (rc as xf__flow_reply's, r taken). */

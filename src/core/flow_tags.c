@@ -13,6 +13,7 @@
  *
  * The tag record: the number of tags (1 byte), a hash of their names in
  * order (4 bytes, FNV-1a), then each version (8 bytes, big-endian). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -42,6 +43,33 @@ static int check_names(xf__flow *f) {
   return XF_OK;
 }
 
+/* The names copied into one block the flow owns (f->tag_copy) until they are
+ * all read: the caller's may be gone by then (a sans-I/O call, an event loop). */
+static int copy_names(xf__flow *f) {
+  size_t bytes = f->tag_n * sizeof(char *);
+  for (size_t i = 0; i < f->tag_n; i++)
+    bytes += strlen(f->tag_names[i]) + 1;
+  char **names = bytes ? malloc(bytes) : NULL;
+  if (bytes && !names)
+    return xf__rt_fail(f->rt, XF_ENOMEM, "out of memory for %zu tags", f->tag_n);
+  char *at = (char *)(names + f->tag_n);
+  for (size_t i = 0; i < f->tag_n; i++) {
+    size_t len = strlen(f->tag_names[i]) + 1;
+    names[i] = memcpy(at, f->tag_names[i], len);
+    at += len;
+  }
+  f->tag_copy = names;
+  f->tag_names = (const char *const *)names;
+  return XF_OK;
+}
+
+void xf__flow_tags_free(xf__flow *f) {
+  free(f->tag_copy);
+  f->tag_copy = NULL;
+  f->tag_names = NULL;
+  xf__key_free(&f->tag_key);
+}
+
 int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   if (f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_SET) {
     f->tag_names = f->p->tags;
@@ -51,6 +79,8 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   if (!tag_count(f))
     return 0;
   int rc = check_names(f);
+  if (rc == XF_OK)
+    rc = copy_names(f);
   if (rc == XF_OK && f->kind != XF_KIND_INVALIDATE &&
       f->cfg->entry_format != XF_ENTRY_STRING)
     rc = xf__rt_fail(f->rt, XF_EINVAL, "tags need entry format 2 (XF_ENTRY_STRING)");
@@ -138,10 +168,10 @@ static int parse_version(const xf__reply *r, int64_t *v) {
 
 /* Every tag read (or raised): on to the call's own steps. */
 static xf__step tags_done(xf__flow *f) {
-  xf__key_free(&f->tag_key);
   if (f->kind == XF_KIND_INVALIDATE)
-    return xf__flow_done(f, XF_OK);
+    return xf__flow_done(f, XF_OK); /* frees the names */
   build_record(f);
+  xf__flow_tags_free(f);
   if (f->kind == XF_KIND_SET) {
     f->w.tags = f->tag_rec;
     f->w.tags_len = f->tag_rec_len;
@@ -157,7 +187,7 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     xf__reply_free(r);
   }
   if (rc != XF_OK) {
-    xf__key_free(&f->tag_key);
+    xf__flow_tags_free(f);
     /* A get-or-compute fails open as on an unreachable read; the others
      * (set, invalidate) return what went wrong. */
     if (f->kind == XF_KIND_GET_OR_COMPUTE)
