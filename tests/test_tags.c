@@ -81,7 +81,9 @@ ParameterizedTest(int *driver, tags, invalidate) {
   expect_goc(d, what, key, &p, &l, "v1", XF_SOURCE_CACHE);
   expect_goc(d, what, other, &q, &lo, "o1", XF_SOURCE_LOADER);
   expect_goc(d, what, plain, &u, &lu, "u1", XF_SOURCE_LOADER);
-  invalidate((const char *const[]){tag}, 1);
+  int rc = xft_drv_invalidate_tags(d, (const char *const[]){tag}, 1);
+  cr_assert_eq(rc, XF_OK, "%s: invalidate: %s (%s)", what, xf_strerror(rc),
+               xft_drv_errmsg(d));
   l.value = "v2";
   expect_goc(d, what, key, &p, &l, "v2", XF_SOURCE_LOADER);
   expect_goc(d, what, key, &p, &l, "v2", XF_SOURCE_CACHE);
