@@ -608,7 +608,9 @@ class Cache(LateSetup):
         miss, recomputed), bypassed (calls made while disabled: enabled=False
         or disabled()), near_hits (hits served from the near cache, also in
         hits), near_evictions, fence_failed (write fences whose PING failed
-        after an acknowledged write: the write stood), refused (values whose
+        after an acknowledged write: the write stood), tag_invalidated (entries
+        a tagged call refused: a tag they carry was invalidated since they
+        were loaded; also misses), refused (values whose
         signature did not verify, secret=) and undecodable (values the
         serializer could not read: each a miss, recomputed), plus
         connections (clients open now)."""
