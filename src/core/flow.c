@@ -112,7 +112,8 @@ void xf__flow_abandon(xf__flow *f) {
   xf__entry_free(&f->e);
   xf__sink_clear(&f->sink);
   xf__key_free(&f->key);
-  xf__flow_tags_free(f);
+  if (f->tag_copy || f->tag_key.data) /* a tagged call's, before its tags were read */
+    xf__flow_tags_free(f);
 }
 
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source) {
@@ -179,10 +180,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->near_served = 0;
   f->near_count = NULL;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
-  f->tag_names = NULL;
-  f->tag_copy = NULL;
-  f->tag_n = 0;
-  f->tag_ns = 0;
+  f->tag_copy = NULL; /* tag_names, tag_n, tag_ns: set by the kinds that read them */
   f->tag_rec_len = 0;
   f->tag_key.data = NULL;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
@@ -211,7 +209,8 @@ xf__step xf__flow_begin(xf__flow *f, const char *key, size_t keylen, const xf_po
   if (rc == XF_OK && rt->disabled)
     return xf__flow_bypass(f);
   xf__step step;
-  if (rc == XF_OK && xf__flow_tags_first(f, XF__READ, &step))
+  if (rc == XF_OK && (p->ntags || cfg->namespace_tag) &&
+      xf__flow_tags_first(f, XF__READ, &step))
     return step; /* a tagged call skips the near cache */
   if (rc == XF_OK && rt->ports.near && xf__flow_near_first(f, now_ms, &step))
     return step;
@@ -277,7 +276,7 @@ xf__step xf__flow_begin_set(xf__flow *f, const char *key, size_t keylen, const v
                      .start_ms = -1,
                      .kind = XF_WRITE_VALUE};
   xf__step step;
-  if (xf__flow_tags_first(f, XF__WRITE, &step))
+  if ((p->ntags || cfg->namespace_tag) && xf__flow_tags_first(f, XF__WRITE, &step))
     return step;
   return xf__flow_send(f, XF__WRITE);
 }
