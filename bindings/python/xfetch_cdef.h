@@ -225,6 +225,8 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
 int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data, size_t len,
                 const xf_policy *policy);
 int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
+int xf_pool_invalidate_tags(xf_pool *p, const char *const *tags, size_t ntags);
+int xf_pool_clear_namespace(xf_pool *p);
 int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out);
 int xf_pool_get_or_compute_many(xf_pool *p, size_t n, const char *const *keys,
                                 const size_t *keylens, const xf_policy *policy,
