@@ -1,13 +1,17 @@
 /* Every driver behind one face, for tests that run the same assertions on
- * each: the blocking client, the pool, the event loop (xf_async on libevent)
- * and the sans-I/O call (driven here over a plain socket to the server).
+ * each: the blocking client, the pool, the event loop (xf_async on libevent
+ * and on libuv) and the sans-I/O call (driven here over a plain socket to
+ * the server).
  * Each operation runs to its end before it returns, whatever the driver. */
 #ifndef XFT_OP_DRIVERS_H
 #define XFT_OP_DRIVERS_H
 
 #include "fixture.h"
 
-enum { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL, XFT_NDRIVERS };
+enum { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL, XFT_ASYNC_UV, XFT_NDRIVERS };
+/* Every driver, for a parametrized test's array. */
+#define XFT_ALL_DRIVERS                                                                    \
+  { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL, XFT_ASYNC_UV }
 extern const char *const xft_driver_names[XFT_NDRIVERS];
 
 typedef struct xft_drv xft_drv;

@@ -55,7 +55,7 @@ static void invalidate(const char *const *tags, size_t n) {
 }
 
 ParameterizedTestParameters(tags, invalidate) {
-  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
 }
 
@@ -102,7 +102,7 @@ static void invalidate_during(xft_drv *d, void *arg) {
 }
 
 ParameterizedTestParameters(tags, an_invalidation_during_the_load_wins) {
-  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
 }
 
@@ -130,7 +130,7 @@ ParameterizedTest(int *driver, tags, an_invalidation_during_the_load_wins) {
 }
 
 ParameterizedTestParameters(tags, a_tagged_set) {
-  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
 }
 
@@ -158,7 +158,7 @@ ParameterizedTest(int *driver, tags, a_tagged_set) {
 }
 
 ParameterizedTestParameters(tags, a_tagged_batch) {
-  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
 }
 
