@@ -11,6 +11,14 @@
  * whatever the number of entries that carry it, and every one of them is a
  * miss for every call that reads the new version.
  *
+ * With a near cache the versions live in it, under their tags' keys: read
+ * with a plain GET over a tracked connection, kept (near.h: unless an
+ * invalidation of the key overtook the read) and dropped by Redis' own
+ * invalidation when the tag is raised anywhere, so a tagged call whose
+ * versions are kept sends nothing for them. An invalidation drops its own
+ * copies and, with options.write_fence, PINGs the tag's connection before it
+ * goes on, as a write does (flow.c).
+ *
  * The tag record: the number of tags (1 byte), a hash of their names in
  * order (4 bytes, FNV-1a), then each version (8 bytes, big-endian). */
 #include <stdlib.h>
@@ -23,6 +31,10 @@
 
 #define TAG_OPEN "xf-tag:{"
 #define NS_TAG "xf-ns"
+/* How long a version kept in the near cache is used (driver ms) before it is
+ * read again: tracking keeps it correct; this bounds what a lost
+ * invalidation the tracker could not notice would cost. */
+#define TAG_NEAR_MS 60000
 
 static size_t tag_count(const xf__flow *f) { return f->tag_n + (f->tag_ns ? 1 : 0); }
 
@@ -70,6 +82,9 @@ void xf__flow_tags_free(xf__flow *f) {
   xf__key_free(&f->tag_key);
 }
 
+static xf__step next_tag(xf__flow *f);
+static xf__step bump_next(xf__flow *f);
+
 int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   if (f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_SET) {
     f->tag_names = f->p->tags;
@@ -90,7 +105,8 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   }
   f->tag_i = 0;
   f->tag_next = next;
-  *step = xf__flow_send(f, f->kind == XF_KIND_INVALIDATE ? XF__BUMP : XF__TAGS);
+  f->tag_fencing = 0;
+  *step = f->kind == XF_KIND_INVALIDATE ? bump_next(f) : next_tag(f);
   return 1;
 }
 
@@ -115,11 +131,22 @@ static int build_key(xf__flow *f, size_t i) {
 }
 
 void xf__flow_tags_encode(xf__flow *f) {
-  int script = f->state == XF__BUMP ? XF_SCRIPT_TAG_BUMP : XF_SCRIPT_TAG_READ;
-  if (build_key(f, f->tag_i) != XF_OK) { /* out of memory: the key is empty */
-    f->tag_key.data = f->tag_key.inline_buf;
-    f->tag_key.len = 0;
+  const xf__port_near *near = f->rt->ports.near;
+  if (f->tag_fencing) { /* on the tag's key: where its raise went */
+    xf__cmd_begin(&f->cmd, f->tag_key.data, f->tag_key.len);
+    f->cmd.argc = 1;
+    f->cmd.argv[0] = "PING";
+    f->cmd.lens[0] = 4;
+    return;
   }
+  if (f->state == XF__TAGS && f->tag_plain) { /* kept if no invalidation overtakes it */
+    xf__entry_get_cmd(&f->cmd, f->tag_key.data, f->tag_key.len);
+    f->near_token = near->token(f->rt->ports.self);
+    f->track.node = NULL;
+    f->cmd.track_out = &f->track;
+    return;
+  }
+  int script = f->state == XF__BUMP ? XF_SCRIPT_TAG_BUMP : XF_SCRIPT_TAG_READ;
   xf__script_cmd(&f->cmd, script, f->tag_key.data, f->tag_key.len, 0, NULL, NULL);
 }
 
@@ -179,11 +206,74 @@ static xf__step tags_done(xf__flow *f) {
   return xf__flow_send(f, f->tag_next);
 }
 
+/* The next tag whose version is not kept in the near cache is read (its key
+ * built, XF__TAGS); the kept ones are taken as they go; all known: on. */
+static xf__step next_tag(xf__flow *f) {
+  const xf__ports *ports = &f->rt->ports;
+  for (; f->tag_i < tag_count(f); f->tag_i++) {
+    if (build_key(f, f->tag_i) != XF_OK) /* out of memory */
+      return f->kind == XF_KIND_GET_OR_COMPUTE
+                 ? xf__flow_read_decide(f, XF_ENOMEM, f->input_ms)
+                 : xf__flow_done(f, XF_ENOMEM);
+    f->tag_plain = ports->near != NULL;
+    xf__port_hit h;
+    if (!f->tag_plain ||
+        !ports->near->get(ports->self, f->tag_key.data, f->tag_key.len, f->input_ms, &h))
+      return xf__flow_send(f, XF__TAGS);
+    xf__reply kept = {.type = XF_REPLY_STRING, .str = h.data, .len = h.len};
+    int ok = parse_version(&kept, &f->tag_versions[f->tag_i]);
+    free(h.data);
+    if (!ok) /* not a version of ours: read it again */
+      return xf__flow_send(f, XF__TAGS);
+  }
+  return tags_done(f);
+}
+
+/* A tag raised: its near copy dropped, then the fence or the next tag. */
+static xf__step bumped(xf__flow *f) {
+  const xf__ports *ports = &f->rt->ports;
+  if (ports->near)
+    ports->near->drop(ports->self, f->tag_key.data, f->tag_key.len);
+  if (f->cfg->write_fence) {
+    f->tag_fencing = 1;
+    return xf__flow_send(f, XF__BUMP);
+  }
+  f->tag_i++;
+  return bump_next(f);
+}
+
+/* The next tag raised (its key built), or the end. */
+static xf__step bump_next(xf__flow *f) {
+  if (f->tag_i >= tag_count(f))
+    return tags_done(f);
+  if (build_key(f, f->tag_i) != XF_OK)
+    return xf__flow_done(f, XF_ENOMEM);
+  return xf__flow_send(f, XF__BUMP);
+}
+
 xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
+  if (f->tag_fencing) { /* the PING after a raise: counted when it failed, not returned */
+    if (rc != XF_OK || (r && r->type == XF_REPLY_ERROR))
+      f->rt->stats.fence_failed++;
+    if (r)
+      xf__reply_free(r);
+    f->tag_fencing = 0;
+    f->tag_i++;
+    return bump_next(f);
+  }
+  if (rc == XF_OK && f->state == XF__TAGS && f->tag_plain && r->type == XF_REPLY_NIL) {
+    xf__reply_free(r); /* a tag never seen, or its key gone: made by the script */
+    f->tag_plain = 0;
+    return xf__flow_send(f, XF__TAGS);
+  }
   int64_t v = 0;
+  char digits[24];
+  size_t ndigits = 0;
   if (rc == XF_OK) {
     if (!parse_version(r, &v))
       rc = xf__rt_fail(f->rt, XF_EPROTO, "a tag's version is not decimal digits");
+    else
+      memcpy(digits, r->str, ndigits = r->len);
     xf__reply_free(r);
   }
   if (rc != XF_OK) {
@@ -194,11 +284,17 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
       return xf__flow_read_decide(f, rc, now_ms);
     return xf__flow_done(f, rc);
   }
-  if (f->state == XF__TAGS)
-    f->tag_versions[f->tag_i] = v;
-  if (++f->tag_i < tag_count(f))
-    return xf__flow_send(f, f->state);
-  return tags_done(f);
+  if (f->state == XF__TAGS && f->tag_plain && f->track.node) {
+    const xf__ports *ports = &f->rt->ports;
+    f->rt->stats.near_evictions += ports->near->put(
+        ports->self, &f->track, f->near_token, f->tag_key.data, f->tag_key.len, digits,
+        ndigits, 0, 0, f->sent_ms + TAG_NEAR_MS, 0);
+  }
+  if (f->state == XF__TAGS) {
+    f->tag_versions[f->tag_i++] = v;
+    return next_tag(f);
+  }
+  return bumped(f);
 }
 
 int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
