@@ -146,8 +146,9 @@ typedef struct xf_options {
   /* Non-zero: every entry this client's get-or-compute and set write carries
    * the tag of its namespace (its key_prefix: the key "<prefix>xf-ns"), so
    * that xf_clear_namespace invalidates all of them in O(1); each such call
-   * then reads that tag's version (one more round trip, as any tagged call;
-   * the near cache is skipped). Every client of the prefix must set it. */
+   * is then a tagged call (policy.tags): it reads that tag's version (one
+   * more round trip, none while the near cache keeps it) and its entry from
+   * Redis. Every client of the prefix must set it. */
   int namespace_tag;
 } xf_options;
 

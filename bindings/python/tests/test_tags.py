@@ -143,3 +143,29 @@ def test_a_tagged_hot_key_loads_once_per_episode(face, server, admin, prefix):
     face.run(cache.invalidate_tags(["hot"]))
     assert face.gather([caller() for _ in range(8)]) == ["hot"] * 8
     assert len(loads) == 2
+
+
+def test_near_cache_keeps_the_versions_and_a_fenced_invalidation_wins(face, server, admin,
+                                                                      prefix):
+    near = face.Cache(server.url, prefix=prefix, seed=10, near_cache_bytes=1 << 20)
+    writer = xfetch.Cache(server.url, prefix=prefix, write_fence=True)  # another process
+    try:
+        runs = []
+
+        def body():
+            runs.append(1)
+            return len(runs)
+        load = face.loader(body)
+        assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 1
+        for _ in range(5):
+            assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 1
+        before = admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        for _ in range(20):
+            assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 1
+        after = admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        assert after == before, "a tagged hit read its versions again"
+        writer.invalidate_tags(["b"])  # fenced: the near caches were told when it returns
+        assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 2
+        assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 2
+    finally:
+        writer.close()
