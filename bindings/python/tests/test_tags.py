@@ -169,3 +169,21 @@ def test_near_cache_keeps_the_versions_and_a_fenced_invalidation_wins(face, serv
         assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 2
     finally:
         writer.close()
+
+
+def test_get_many_with_tags(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=11)
+    runs = []
+
+    def body(key):
+        runs.append(key)
+        return f"{key}{len(runs)}"
+    load = face.loader(body)
+    keys = ["a", "b", "c"]
+    first = face.run(cache.get_many(keys, load, ttl=60, tags=["many"]))
+    assert first == {"a": "a1", "b": "b2", "c": "c3"}
+    assert face.run(cache.get_many(keys, load, ttl=60, tags=["many"])) == first
+    face.run(cache.invalidate_tags(["many"]))
+    again = face.run(cache.get_many(keys, load, ttl=60, tags=["many"]))
+    assert sorted(again.values()) == ["a4", "b5", "c6"]
+    assert len(runs) == 6
