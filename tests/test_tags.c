@@ -245,8 +245,11 @@ Test(tags, a_refused_entry_is_counted_and_told) {
 }
 
 /* One command per tag, whatever the number of entries: the tag's key only. */
+/* (on a server of its own: it counts the server's commands) */
 Test(tags, an_invalidation_is_one_command_per_tag) {
-  xf_client *c = xft_client(0);
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_client *c = xft_client_port(srv.port, 0);
   const char *tags[] = {"one:a", "one:b"};
   xf_policy p = XF_POLICY_INIT;
   p.tags = tags, p.ntags = 2;
@@ -258,16 +261,21 @@ Test(tags, an_invalidation_is_one_command_per_tag) {
     cr_assert_eq(xf_get_or_compute(c, key, strlen(key), &p, load_value, &loads, &v), XF_OK);
     xf_value_free(&v);
   }
-  redisContext *r = xft_redis();
+  const char *warm[] = {"one:warm"}; /* tag_bump.lua loaded (not preloaded) */
+  cr_assert_eq(xf_invalidate_tags(c, warm, 1), XF_OK);
+  redisContext *r = xft_redis_port(srv.port);
   freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
   cr_assert_eq(xf_invalidate_tags(c, tags, 2), XF_OK);
   long long scripts = xft_command_calls(r, "evalsha");
   cr_expect_eq(scripts, 2, "%lld scripts for 2 tags", scripts);
+  cr_expect_eq(xft_command_calls(r, "set"), 2, "one write per tag");
+  cr_expect_eq(xft_command_calls(r, "ping"), 2, "the fence: one PING per tag");
   cr_expect_eq(xft_command_calls(r, "scan") + xft_command_calls(r, "keys") +
                    xft_command_calls(r, "del"),
                0);
   redisFree(r);
   xf_client_close(c);
+  xft_server_stop(&srv);
 }
 
 Test(tags, bad_tags_are_refused_before_any_io) {
@@ -410,9 +418,9 @@ Test(tags, a_tagged_hot_key_loads_once_per_episode) {
 
 /* With a near cache a tagged call keeps its tags' versions there (Redis'
  * tracking drops them when a tag is raised) and reads only its entry: one
- * command per hit; the entry itself is never a near hit. A fenced
- * invalidation from another client (options.write_fence: acknowledged once
- * Redis has sent the invalidations) is seen by the next call. */
+ * command per hit; the entry itself is never a near hit. An invalidation from
+ * another client without a near cache (write_fence off) is fenced anyway
+ * (acknowledged once Redis has sent the invalidations): the next call sees it. */
 Test(tags, a_tagged_call_keeps_its_versions_in_the_near_cache) {
   near_env e;
   near_env_open(&e);
@@ -442,9 +450,9 @@ Test(tags, a_tagged_call_keeps_its_versions_in_the_near_cache) {
             HITS);
   cr_expect_eq(xft_command_calls(e.r, "evalsha") - evals, 0, "no tag script on a hit");
   cr_expect_eq(near_hits(e.c), before, "tagged calls served from the near cache");
-  xf_options o = XF_OPTIONS_INIT;
+  xf_options o =
+      XF_OPTIONS_INIT; /* no near cache: write_fence off, yet the raise is fenced */
   o.port = e.srv.port;
-  o.write_fence = XF_FENCE_ON;
   xf_client *writer;
   cr_assert_eq(xf_client_open(&writer, &o), XF_OK);
   cr_assert_eq(xf_invalidate_tags(writer, tags + 1, 1), XF_OK);

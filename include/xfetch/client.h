@@ -139,8 +139,10 @@ XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);
 
 /* Invalidates ntags tags (policy.tags' names; at most XF_MAX_TAGS): one
  * write of each tag's own key (a version, raised), whatever the number of
- * entries that carry it, never a scan. Once it returns XF_OK, no tagged call
- * of any client serves an entry loaded before it as fresh: each is a miss,
+ * entries that carry it, never a scan, each followed by a PING on its
+ * connection (the write fence, always: near caches keep versions). Once it
+ * returns XF_OK, no tagged call of any client serves an entry loaded before
+ * it as fresh: each is a miss,
  * loaded once per key again (stats.tag_invalidated). Returns XF_OK, XF_EINVAL
  * (a bad name), or Redis' error (XF_EIO, XF_ECONNECT, XF_EUNAVAILABLE...):
  * then some of the tags may be invalidated, and the call should be made

@@ -16,8 +16,9 @@
  * invalidation of the key overtook the read) and dropped by Redis' own
  * invalidation when the tag is raised anywhere, so a tagged call whose
  * versions are kept sends nothing for them. An invalidation drops its own
- * copies and, with options.write_fence, PINGs the tag's connection before it
- * goes on, as a write does (flow.c).
+ * copies and always PINGs the tag's connection before it goes on (the write
+ * fence, flow.c, whatever options.write_fence says): once it returns, Redis
+ * has sent the invalidation to every near cache of the fleet.
  *
  * The tag record: the number of tags (1 byte), a hash of their names in
  * order (4 bytes, FNV-1a), then each version (8 bytes, big-endian). */
@@ -234,12 +235,9 @@ static xf__step bumped(xf__flow *f) {
   const xf__ports *ports = &f->rt->ports;
   if (ports->near)
     ports->near->drop(ports->self, f->tag_key.data, f->tag_key.len);
-  if (f->cfg->write_fence) {
-    f->tag_fencing = 1;
-    return xf__flow_send(f, XF__BUMP);
-  }
-  f->tag_i++;
-  return bump_next(f);
+  f->tag_fencing =
+      1; /* always: an invalidation is rare, a near hit of an old version not */
+  return xf__flow_send(f, XF__BUMP);
 }
 
 /* The next tag raised (its key built), or the end. */
