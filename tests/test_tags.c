@@ -305,6 +305,29 @@ Test(tags, bad_tags_are_refused_before_any_io) {
   xf_client_close(c);
 }
 
+/* Redis down: a tagged get-or-compute fails open (the loader's value,
+ * uncached), as an untagged one does; an invalidation returns the error. */
+Test(tags, redis_down_fails_open_and_an_invalidation_fails) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nobody listens */
+  o.lazy_connect = 1;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  const char *tags[] = {"down"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  int loads = 0;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "tags:down", 9, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  cr_expect_eq(loads, 1);
+  xf_value_free(&v);
+  int rc = xf_invalidate_tags(c, tags, 1);
+  cr_expect(rc == XF_ECONNECT || rc == XF_EIO, "invalidate with Redis down: %s",
+            xf_strerror(rc));
+  xf_client_close(c);
+}
+
 /* ---- namespaces ---------------------------------------------------------------- */
 
 static xf_client *prefixed(const char *prefix, int namespace_tag) {
