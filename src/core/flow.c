@@ -72,8 +72,9 @@ static xf__step encode(xf__flow *f) {
   }
   /* A waiter re-reads to see the value the lease holder wrote: a replica
    * may not have it yet. */
-  f->cmd.on_master = f->state == XF__READ && f->round > 0;
-  f->cmd.clock_out = &f->clock; /* the transport says whose clock answered */
+  f->cmd.on_master = (f->state == XF__READ && f->round > 0) ||
+                     f->state == XF__TAGS; /* a replica may not have a raise yet */
+  f->cmd.clock_out = &f->clock;            /* the transport says whose clock answered */
   f->clock = NULL;
   f->cmd.asked_out = &f->asked; /* the router says whether an ASK led it */
   f->asked = 0;

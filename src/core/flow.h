@@ -127,7 +127,7 @@ typedef struct xf__flow {
   int tag_ns;
   size_t tag_i;
   int tag_next;
-  int tag_plain;   /* XF__TAGS: a GET kept in the near cache (else tag_read.lua) */
+  int tag_plain;   /* XF__TAGS: a GET (kept in the near cache), else tag_read.lua */
   int tag_fencing; /* XF__BUMP: the PING after a raise (the write fence) */
   xf__key tag_key;
   int64_t tag_versions[XF_MAX_TAGS];

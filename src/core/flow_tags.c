@@ -2,9 +2,10 @@
  *
  * Each tag has its own key, "<prefix>xf-tag:{<name>}" (the namespace's:
  * "<prefix>xf-ns"), holding its version: a tagged call reads the versions of
- * its tags first, one command per tag (lua/tag_read.lua: a tag's key is in
- * its own Cluster slot, never in the entry's script), so they are read before
- * its loader runs; the value it writes records them (the tag record, in the
+ * its tags first, one command per tag on its master (a GET; lua/tag_read.lua
+ * when the key is missing, to make it: a tag's key is in its own Cluster
+ * slot, never in the entry's script), so they are read before its loader
+ * runs; the value it writes records them (the tag record, in the
  * entry's header: entry_string.c), and an entry is served only while the
  * record it carries is the one the call built from the versions it read.
  * Invalidating a tag raises its version (lua/tag_bump.lua): one command,
@@ -142,9 +143,11 @@ void xf__flow_tags_encode(xf__flow *f) {
   }
   if (f->state == XF__TAGS && f->tag_plain) { /* kept if no invalidation overtakes it */
     xf__entry_get_cmd(&f->cmd, f->tag_key.data, f->tag_key.len);
-    f->near_token = near->token(f->rt->ports.self);
     f->track.node = NULL;
-    f->cmd.track_out = &f->track;
+    if (near) {
+      f->near_token = near->token(f->rt->ports.self);
+      f->cmd.track_out = &f->track;
+    }
     return;
   }
   int script = f->state == XF__BUMP ? XF_SCRIPT_TAG_BUMP : XF_SCRIPT_TAG_READ;
@@ -216,9 +219,9 @@ static xf__step next_tag(xf__flow *f) {
       return f->kind == XF_KIND_GET_OR_COMPUTE
                  ? xf__flow_read_decide(f, XF_ENOMEM, f->input_ms)
                  : xf__flow_done(f, XF_ENOMEM);
-    f->tag_plain = ports->near != NULL;
+    f->tag_plain = 1; /* a GET; the script only when the tag has no key yet */
     xf__port_hit h;
-    if (!f->tag_plain ||
+    if (!ports->near ||
         !ports->near->get(ports->self, f->tag_key.data, f->tag_key.len, f->input_ms, &h))
       return xf__flow_send(f, XF__TAGS);
     xf__reply kept = {.type = XF_REPLY_STRING, .str = h.data, .len = h.len};
