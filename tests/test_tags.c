@@ -440,25 +440,24 @@ Test(tags, a_tagged_hot_key_loads_once_per_episode) {
 /* ---- the near cache ------------------------------------------------------------- */
 
 /* With a near cache a tagged call keeps its tags' versions there (Redis'
- * tracking drops them when a tag is raised) and reads only its entry: one
- * command per hit; the entry itself is never a near hit. An invalidation from
- * another client without a near cache (write_fence off) is fenced anyway
- * (acknowledged once Redis has sent the invalidations): the next call sees it. */
-Test(tags, a_tagged_call_keeps_its_versions_in_the_near_cache) {
+ * tracking drops them when a tag is raised) and its entry with the entry's
+ * tag record: a warm tagged hit is a near hit, nothing sent, while the
+ * versions it recorded are the ones kept. An invalidation from another client
+ * without a near cache (write_fence off) is fenced anyway (acknowledged once
+ * Redis has sent the invalidations): the next call loads. */
+Test(tags, a_tagged_hit_is_a_near_hit_until_a_tag_is_raised) {
   near_env e;
   near_env_open(&e);
-  near_put(e.c, "tags:plain", "p");
-  near_warm(e.c, "tags:plain", "p"); /* the near cache serves untagged reads */
-  uint64_t before = near_hits(e.c);
   const char *tags[] = {"near", "near2"};
   xf_policy p = XF_POLICY_INIT;
   p.tags = tags, p.ntags = 2;
   int loads = 0;
   xf_value v;
-  for (int i = 0; i < 3; i++) { /* loaded, then the versions kept */
+  for (int i = 0; i < 3; i++) { /* loaded, then the versions and the entry kept */
     cr_assert_eq(xf_get_or_compute(e.c, "tags:near", 9, &p, load_value, &loads, &v), XF_OK);
     xf_value_free(&v);
   }
+  uint64_t before = near_hits(e.c);
   long long evals = xft_command_calls(e.r, "evalsha"), gets = xft_command_calls(e.r, "get");
   enum { HITS = 20 };
   for (int i = 0; i < HITS; i++) {
@@ -466,13 +465,13 @@ Test(tags, a_tagged_call_keeps_its_versions_in_the_near_cache) {
     cr_expect_eq(v.source, XF_SOURCE_CACHE);
     xf_value_free(&v);
   }
-  /* A version read again (an invalidation the tracker had still to read, a
-   * plain key's own churn) would only add commands: at most a few. */
+  /* A hit goes to Redis while the tracker has invalidations still to read
+   * (near_env.h): a few at most on a busy machine (3 GETs each). */
   long long more_gets = xft_command_calls(e.r, "get") - gets;
-  cr_expect(more_gets >= HITS && more_gets <= HITS + 4, "%lld GETs for %d hits", more_gets,
-            HITS);
+  uint64_t near = near_hits(e.c) - before;
+  cr_expect(more_gets <= 3 * 4, "%lld GETs for %d hits", more_gets, HITS);
+  cr_expect(near >= HITS - 4, "%llu near hits of %d", (unsigned long long)near, HITS);
   cr_expect_eq(xft_command_calls(e.r, "evalsha") - evals, 0, "no tag script on a hit");
-  cr_expect_eq(near_hits(e.c), before, "tagged calls served from the near cache");
   xf_options o =
       XF_OPTIONS_INIT; /* no near cache: write_fence off, yet the raise is fenced */
   o.port = e.srv.port;

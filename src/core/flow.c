@@ -212,7 +212,7 @@ xf__step xf__flow_begin(xf__flow *f, const char *key, size_t keylen, const xf_po
   xf__step step;
   if (rc == XF_OK && (p->ntags || cfg->namespace_tag) &&
       xf__flow_tags_first(f, XF__READ, &step))
-    return step; /* a tagged call skips the near cache */
+    return step; /* its versions first, then the near cache (flow_tags.c) */
   if (rc == XF_OK && rt->ports.near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
@@ -223,7 +223,7 @@ int xf__flow_begin_near(xf__flow *f, const char *key, size_t keylen, const xf_po
   const xf__config *cfg = f->cfg;
   xf__runtime *rt = f->rt;
   if (!rt->ports.near || rt->disabled || cfg->namespace_tag || (p && p->ntags))
-    return 0; /* a tagged call skips the near cache */
+    return 0; /* a tagged call needs its versions first: the call, not this path */
   xf__kind kind = p ? XF_KIND_GET_OR_COMPUTE : XF_KIND_GET;
   int rc = begin(f, kind, key, keylen, p, out, XF_OK, now_ms);
   f->near_count = count;
@@ -360,9 +360,9 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
   if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET_OR_COMPUTE)
-    xf__flow_tags_judge(f, &f->e);
-  else if (rc == XF_OK && f->rt->ports.near)
-    xf__flow_near_keep(f);
+    xf__flow_tags_judge(f, &f->e); /* a refused entry has no value: not kept */
+  if (rc == XF_OK && f->rt->ports.near)
+    xf__flow_near_keep(f); /* with its tag record */
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_read_decide(f, rc, now_ms);
   const xf__entry *e = &f->e;

@@ -207,6 +207,10 @@ static xf__step tags_done(xf__flow *f) {
     f->w.tags = f->tag_rec;
     f->w.tags_len = f->tag_rec_len;
   }
+  xf__step step; /* the entry kept with the versions just read: served */
+  if (f->kind == XF_KIND_GET_OR_COMPUTE && f->rt->ports.near &&
+      xf__flow_near_first(f, f->input_ms, &step))
+    return step;
   return xf__flow_send(f, f->tag_next);
 }
 
@@ -289,7 +293,7 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     const xf__ports *ports = &f->rt->ports;
     f->rt->stats.near_evictions += ports->near->put(
         ports->self, &f->track, f->near_token, f->tag_key.data, f->tag_key.len, digits,
-        ndigits, 0, 0, f->sent_ms + TAG_NEAR_MS, 0);
+        ndigits, NULL, 0, 0, 0, f->sent_ms + TAG_NEAR_MS, 0);
   }
   if (f->state == XF__TAGS) {
     f->tag_versions[f->tag_i++] = v;
