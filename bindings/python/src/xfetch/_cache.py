@@ -102,8 +102,8 @@ class Cache(LateSetup):
     namespace_tag: True = every entry this Cache writes carries the tag of its
            prefix, so that clear() invalidates all of them in O(1) (one write,
            in every process); each call then reads that tag's version (one
-           more round trip, unless the near cache keeps its version) and reads
-           its entry from Redis. Every Cache of the
+           more round trip, unless the near cache keeps its version). Every
+           Cache of the
            prefix must set it.
 
     Thread-safe: each concurrent caller borrows its own connection from the
@@ -239,7 +239,7 @@ class Cache(LateSetup):
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout,
                                      background_refresh, refresh_ahead))
-        if names:  # a tagged call's entry is never a near hit (C decides the same)
+        if names:  # its versions first: the C call asks the near cache after them
             return self._call(key, kb, loader, tagged(policy, names), lease)
         if self._near:
             value = self._near_serve(kb, policy)
@@ -313,9 +313,9 @@ class Cache(LateSetup):
         (1.5) and XFetch without. A finite number; else TypeError/ValueError.
         tags: names (str or bytes, at most 15) the value depends on:
         invalidate_tags(names) makes it a miss everywhere, in O(1). Give a
-        key the same tags on every call; a tagged call reads its entry from
-        Redis and each tag's version too (one round trip per tag), unless the
-        near cache keeps the versions.
+        key the same tags on every call; a tagged call reads each tag's
+        version from Redis (one round trip per tag) unless the near cache
+        keeps it (then a warm tagged hit sends nothing).
 
         An exception raised by loader propagates unchanged; nothing is cached
         and the lease is released. Library errors raise xfetch.Error

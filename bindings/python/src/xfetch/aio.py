@@ -263,7 +263,7 @@ class Cache(LateSetup):
     async def _run(self, key, loader, policy, lease):
         kb = self._start(key)
         check_loader(loader)
-        if self._near and self._enabled and not policy.ntags:  # tagged: C skips it too
+        if self._near and self._enabled and not policy.ntags:  # tagged: versions first (C)
             value = self._near_serve(kb, policy)
             if value is not NEAR_PASS:
                 return Fetched(value, None if value is None else "cache")
