@@ -492,6 +492,119 @@ Test(tags, a_tagged_hit_is_a_near_hit_until_a_tag_is_raised) {
   near_env_close(&e);
 }
 
+/* ---- the staleness harness ------------------------------------------------------ */
+
+/* Readers (threads, each its own client on one share with a near cache) call a
+ * tagged key whose loader returns the generation it reads; an invalidator
+ * raises the generation, then invalidates the tag; a killer cuts the
+ * connections (CLIENT KILL, the tracking ones too) or flushes everything (the
+ * tags' keys too) every 100 ms. A call that
+ * starts after the invalidation of generation g returned must never be served
+ * a value of a generation below g (loaded before the raise): 0 such reads.
+ * No timing in the verdict (the run's length only bounds how much it sees). */
+enum { STALE_READERS = 4, STALE_MS = 1500 };
+
+typedef struct stale_run {
+  int port;
+  xf_share *share;
+  long gen, done; /* the generation loaders read; the last one invalidated */
+  int stop;
+  long calls, near, wrong, errors;
+} stale_run;
+
+static int load_gen(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  char buf[32];
+  int n = snprintf(buf, sizeof buf, "%ld",
+                   __atomic_load_n(&((stale_run *)ud)->gen, __ATOMIC_ACQUIRE));
+  return xf_sink_set(sink, buf, (size_t)n);
+}
+
+static void *stale_reader(void *arg) {
+  stale_run *run = arg;
+  xf_client *c = near_client(run->port, run->share, NULL, NULL);
+  const char *tags[] = {"stale", "stale2"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  while (!__atomic_load_n(&run->stop, __ATOMIC_ACQUIRE)) {
+    long floor = __atomic_load_n(&run->done, __ATOMIC_ACQUIRE);
+    xf_value v;
+    int rc = xf_get_or_compute(c, "tags:stale", 10, &p, load_gen, run, &v);
+    __atomic_add_fetch(&run->calls, 1, __ATOMIC_RELAXED);
+    if (rc != XF_OK) {
+      __atomic_add_fetch(&run->errors, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    if (v.source != XF_SOURCE_UNCACHED && atol(v.data) < floor)
+      __atomic_add_fetch(&run->wrong, 1, __ATOMIC_RELAXED);
+    xf_value_free(&v);
+  }
+  xf_stats st;
+  xf_client_stats(c, &st);
+  __atomic_add_fetch(&run->near, (long)st.near_hits, __ATOMIC_RELAXED);
+  xf_client_close(c);
+  return NULL;
+}
+
+static void *stale_invalidator(void *arg) {
+  stale_run *run = arg;
+  xf_client *c = near_client(run->port, NULL, NULL, NULL); /* no near cache */
+  const char *tags[] = {"stale2"};
+  while (!__atomic_load_n(&run->stop, __ATOMIC_ACQUIRE)) {
+    long g = __atomic_add_fetch(&run->gen, 1, __ATOMIC_ACQ_REL);
+    if (xf_invalidate_tags(c, tags, 1) == XF_OK)
+      __atomic_store_n(&run->done, g, __ATOMIC_RELEASE);
+    xft_sleep_ms(5);
+  }
+  xf_client_close(c);
+  return NULL;
+}
+
+static void *stale_killer(void *arg) {
+  stale_run *run = arg;
+  redisContext *r = xft_redis_port(run->port);
+  for (int i = 0; !__atomic_load_n(&run->stop, __ATOMIC_ACQUIRE); i++) {
+    xft_sleep_ms(100);
+    static const char *const faults[] = {"CLIENT KILL TYPE normal SKIPME yes",
+                                         "CLIENT KILL TYPE pubsub", "FLUSHALL"};
+    freeReplyObject(xft_cmd(r, faults[i % 3]));
+  }
+  redisFree(r);
+  return NULL;
+}
+
+Test(tags, an_invalidated_entry_is_never_served_after_the_invalidation_returned) {
+  stale_run run = {0};
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_share_options so = {.near_cache_bytes = NEAR_BYTES};
+  cr_assert_eq(xf_share_open(&run.share, &so), XF_OK);
+  run.port = srv.port;
+  pthread_t readers[STALE_READERS], inv, killer;
+  for (int i = 0; i < STALE_READERS; i++)
+    pthread_create(&readers[i], NULL, stale_reader, &run);
+  pthread_create(&inv, NULL, stale_invalidator, &run);
+  pthread_create(&killer, NULL, stale_killer, &run);
+  xft_sleep_ms(STALE_MS);
+  __atomic_store_n(&run.stop, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < STALE_READERS; i++)
+    pthread_join(readers[i], NULL);
+  pthread_join(inv, NULL);
+  pthread_join(killer, NULL);
+  cr_expect_eq(run.wrong, 0,
+               "%ld of %ld calls served a value loaded before an invalidation "
+               "that had returned",
+               run.wrong, run.calls);
+  cr_expect_gt(run.done, 10, "%ld invalidations", run.done);
+  cr_expect_gt(run.calls, 100, "%ld calls", run.calls);
+  fprintf(stderr,
+          "tags staleness: %ld calls, %ld near hits, %ld invalidations, %ld errors, "
+          "%ld wrong\n",
+          run.calls, run.near, run.done, run.errors, run.wrong);
+  xf_share_close(run.share);
+  xft_server_stop(&srv);
+}
+
 /* ---- the entry on Redis ----------------------------------------------------------- */
 
 /* A tagged entry is version 4 (flag 64, its record last in the header), an

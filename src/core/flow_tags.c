@@ -242,8 +242,8 @@ static xf__step bumped(xf__flow *f) {
   const xf__ports *ports = &f->rt->ports;
   if (ports->near)
     ports->near->drop(ports->self, f->tag_key.data, f->tag_key.len);
-  f->tag_fencing =
-      1; /* always: an invalidation is rare, a near hit of an old version not */
+  /* always: an invalidation is rare, a near hit of an old version not */
+  f->tag_fencing = 1;
   return xf__flow_send(f, XF__BUMP);
 }
 
