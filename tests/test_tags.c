@@ -210,10 +210,15 @@ static int load_value(void *ud, const char *key, size_t keylen, xf_sink *sink) {
 }
 
 /* Stats and events of the blocking client: the refused entry is counted,
- * once, in tag_invalidated and misses, and told as tag_invalidated. */
+ * once, in tag_invalidated and misses, and told as tag_invalidated with its
+ * reason (a raised version; other tags). */
 static void count_events(const xf_event *ev, void *ud) {
-  if (ev->type == XF_EV_TAG_INVALIDATED)
-    __atomic_add_fetch((int *)ud, 1, __ATOMIC_ACQ_REL);
+  if (ev->type == XF_EV_TAG_INVALIDATED) /* 1 per raised version, 100 per other tags */
+    __atomic_add_fetch((int *)ud,
+                       ev->rc == XF_TAG_RAISED  ? 1
+                       : ev->rc == XF_TAG_OTHER ? 100
+                                                : 10000,
+                       __ATOMIC_ACQ_REL);
 }
 
 Test(tags, a_refused_entry_is_counted_and_told) {
@@ -239,7 +244,14 @@ Test(tags, a_refused_entry_is_counted_and_told) {
   cr_expect_eq(s.tag_invalidated, 1, "tag_invalidated %llu",
                (unsigned long long)s.tag_invalidated);
   cr_expect_eq(s.misses, 2, "misses %llu", (unsigned long long)s.misses);
-  cr_expect_eq(events, 1, "%d tag_invalidated events", events);
+  cr_expect_eq(events, 1, "events %d: one XF_TAG_RAISED", events);
+  /* the same key under other tags: refused as XF_TAG_OTHER */
+  const char *other[] = {"counted-other"};
+  p.tags = other;
+  cr_assert_eq(xf_get_or_compute(c, "tags:counted", 12, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  cr_expect_eq(events, 101, "events %d: then one XF_TAG_OTHER", events);
   cr_expect_str_eq(xf_event_name(XF_EV_TAG_INVALIDATED), "tag_invalidated");
   xf_client_close(c);
 }

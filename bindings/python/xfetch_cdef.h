@@ -167,6 +167,8 @@ int xf_delete(xf_client *c, const char *key, size_t keylen);
 int xf_invalidate_tags(xf_client *c, const char *const *tags, size_t ntags);
 int xf_clear_namespace(xf_client *c);
 
+typedef enum xf_tag_reason { XF_TAG_RAISED = 1, XF_TAG_OTHER = 2 } xf_tag_reason;
+
 typedef struct xf_stats {
   uint64_t hits;
   uint64_t misses;

@@ -306,9 +306,11 @@ int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
   if (!e->value ||
       (e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, f->tag_rec_len) == 0))
     return 1;
+  /* The same count and names' hash: a version was raised; else other tags. */
+  int raised = e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, 5) == 0;
   e->value = NULL; /* its reply still holds it: freed with the entry */
   e->invalidated = 1;
   f->rt->stats.tag_invalidated++;
-  xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, 0);
+  xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, raised ? XF_TAG_RAISED : XF_TAG_OTHER);
   return 0;
 }
