@@ -187,3 +187,26 @@ def test_get_many_with_tags(face, server, admin, prefix):
     again = face.run(cache.get_many(keys, load, ttl=60, tags=["many"]))
     assert sorted(again.values()) == ["a4", "b5", "c6"]
     assert len(runs) == 6
+
+
+def test_cached_many_with_tags(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=12)
+    runs = []
+
+    def body(ids):
+        runs.append(list(ids))
+        return {i: f"{i}-{len(runs)}" for i in ids}
+    if face.aio:
+        async def items(ids):
+            return body(ids)
+    else:
+        def items(ids):
+            return body(ids)
+    items = cache.cached_many(ttl=60, key="item:{}", tags=["items"])(items)
+    assert face.run(items([1, 2])) == {1: "1-1", 2: "2-1"}
+    assert face.run(items([1, 2])) == {1: "1-1", 2: "2-1"}
+    face.run(cache.invalidate_tags(["items"]))
+    assert face.run(items([1, 2])) == {1: "1-2", 2: "2-2"}
+    assert len(runs) == 2
+    with pytest.raises(TypeError):
+        cache.cached_many(ttl=60, key="item:{}", tags=lambda ids: ["x"])

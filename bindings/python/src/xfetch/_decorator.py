@@ -210,11 +210,19 @@ def cached_many(cache, ttl=None, key="{}", serializer=None, *, namespace=None, v
     is a key of the result, with the first of their results that is not None.
     The values go through the serializer (None: the Cache's). The
     wrapper has .key(id), .invalidate(*ids) and .original. On a method
-    (first parameter self or cls), self is passed through and not keyed."""
+    (first parameter self or cls), self is passed through and not keyed.
+    tags: a sequence of names every id's entry carries (one policy for the
+    batch: not a callable)."""
     face = face_of(cache)
     if serializer is not None:
         _serializer(serializer)  # checked at decoration
-    policy = dict(policy) if ttl is None else dict(policy, ttl=_ttl_seconds(ttl))
+    policy = dict(policy)
+    tags = policy.pop("tags", None)
+    if callable(tags):
+        raise TypeError("cached_many's tags must be a sequence of names (one for the batch)")
+    if tags is not None:
+        tags = tag_names(tags)  # checked at decoration
+    policy = policy if ttl is None else dict(policy, ttl=_ttl_seconds(ttl))
     _validate(**dict(policy, ttl=policy.get("ttl", 60.0)))
     if isinstance(key, str):
         if key.count("{}") != 1:
@@ -246,8 +254,10 @@ def cached_many(cache, ttl=None, key="{}", serializer=None, *, namespace=None, v
                 return {k: next((r for r in map(results.get, by_key[k]) if r is not None),
                                 None) for k in keys}
 
+            extra = {"tags": tags} if tags else {}
             got = await face.call("_get_many_with", cache._config.codecs.get(serializer),
-                                  list(by_key), face.loader(compute), batch=True, **policy)
+                                  list(by_key), face.loader(compute), batch=True, **policy,
+                                  **extra)
             return {i: got[k] for i, k in key_of.items()}
 
         async def invalidate(*ids):
