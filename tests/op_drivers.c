@@ -298,6 +298,23 @@ int xft_drv_delete(xft_drv *d, const char *key) {
   }
 }
 
+int xft_drv_invalidate_tags(xft_drv *d, const char *const *tags, size_t n) {
+  async_wait w = {.d = d};
+  xf_call *call = NULL;
+  switch (d->driver) {
+  case XFT_BLOCKING:
+    return keep_msg(d, xf_invalidate_tags(d->c, tags, n), xf_errmsg(d->c));
+  case XFT_POOL:
+    return keep_msg(d, xf_pool_invalidate_tags(d->pool, tags, n), xf_pool_errmsg());
+  case XFT_ASYNC:
+  case XFT_ASYNC_UV:
+    return async_run(d, &w, xf_async_invalidate_tags(d->ac, tags, n, on_code, &w), NULL);
+  default:
+    return call_run(d, xf_call_start_invalidate_tags(&call, d->c, tags, n, xft_now_ms()),
+                    &call, NULL, NULL);
+  }
+}
+
 int xft_drv_has_batch(int driver) { return driver == XFT_BLOCKING || driver == XFT_POOL; }
 
 int xft_drv_many(xft_drv *d, size_t n, const char *const *keys, const xf_policy *p,

@@ -39,6 +39,7 @@ int xft_drv_get_or_compute(xft_drv *d, const char *key, const xf_policy *p,
 int xft_drv_get(xft_drv *d, const char *key, xf_value *out);
 int xft_drv_set(xft_drv *d, const char *key, const char *value, const xf_policy *p);
 int xft_drv_delete(xft_drv *d, const char *key);
+int xft_drv_invalidate_tags(xft_drv *d, const char *const *tags, size_t n);
 
 /* The batch (xf_get_or_compute_many), on the drivers that have one. */
 int xft_drv_has_batch(int driver);
