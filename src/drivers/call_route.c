@@ -11,6 +11,7 @@
 #include "call.h"
 #include "client_io.h"
 #include "entry.h"
+#include "fleet.h"
 #include "reply.h"
 #include "script.h"
 
@@ -55,7 +56,7 @@ static int encode(xf_call *call, const char *host, int port, const xf__cmd *cons
 /* The seed in use (standalone), or the one tries seeds after it. */
 static int to_seed(xf_call *call, const xf__cmd *cmd, int tries) {
   xf_client *c = call->f.c;
-  const xf__conn *seed = &c->seeds[(c->server + tries) % c->nseeds];
+  const xf__conn *seed = &c->seeds[(c->fleet->server + tries) % c->nseeds];
   return encode(call, seed->host, seed->port, &cmd, 1);
 }
 
@@ -160,7 +161,7 @@ static int probed(xf_call *call, const xf__cmd *cmd, xf__reply *r, int rc, int64
                             : xf__route_take_map(r_, r, call->host, now_ms);
     xf__reply_free(r);
     if (rc == XF_OK && what == PROBE_MODE && c->nseeds > 0)
-      c->server = (c->server + call->tries) % c->nseeds; /* it answered */
+      c->fleet->server = (c->fleet->server + call->tries) % c->nseeds; /* it answered */
     if (rc == XF_OK)
       return route(call, cmd, now_ms);
     if (rc == XF_EINVAL)
@@ -188,7 +189,7 @@ int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, xf__reply **r, int r
     /* A seed that cannot be reached: the next one, for this command and the
      * calls after it (the blocking client's walk). */
     if (!*r && rc == XF_ECONNECT && !c->unix_path && ++call->tries < c->nseeds) {
-      c->server = (c->server + 1) % c->nseeds;
+      c->fleet->server = (c->fleet->server + 1) % c->nseeds;
       return to_seed(call, cmd, 0);
     }
     return *r ? XF__CALL_REPLY : rc;
