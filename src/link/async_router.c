@@ -18,6 +18,7 @@
 /* The question's command in flight: orphaned (cn NULL) by xf_async_close. */
 struct xf__aprobe {
   xf__aconn *cn;
+  const xf__cmd *q; /* the question */
 };
 
 /* ---- the fleet's connections ------------------------------------------------ */
@@ -33,7 +34,13 @@ static int is_up(const void *conn) {
   return cn->up && cn->link.live;
 }
 
-static const xf__fleet_ops async_ops = {open_conn, NULL, link_of, is_up, NULL};
+static int is_connected(const void *conn) {
+  const xf__aconn *cn = conn;
+  return cn->connected && cn->link.live;
+}
+
+static const xf__fleet_ops async_ops = {open_conn, NULL,         link_of,
+                                        is_up,     is_connected, NULL};
 
 /* ---- the seeds (standalone) --------------------------------------------------- */
 
@@ -107,7 +114,8 @@ static int ask(xf_async *ac, xf__aconn *cn) {
   if (!p)
     return xf__fail(ac->core, XF_ENOMEM, "out of memory for the cluster probe");
   p->cn = cn;
-  rc = xf__aconn_queue(cn, on_answer, p, xf__fleet_question(&ac->fleet));
+  p->q = xf__fleet_question(&ac->fleet);
+  rc = xf__aconn_queue(cn, on_answer, p, p->q);
   if (rc != XF_OK) {
     free(p);
     return rc;
@@ -136,6 +144,7 @@ static int ask_start(xf_async *ac, int avoid) {
 static void on_answer(xf__link *from, void *privdata, int rc, xf__reply **reply) {
   (void)from;
   xf__aconn *cn = ((struct xf__aprobe *)privdata)->cn;
+  const xf__cmd *q = ((struct xf__aprobe *)privdata)->q;
   free(privdata);
   if (!cn) /* the handle was closed */
     return;
@@ -146,7 +155,7 @@ static void on_answer(xf__link *from, void *privdata, int rc, xf__reply **reply)
   xf__async_enter(ac);
   if (rc != XF_OK)
     xf__fail(ac->core, rc, "%s", cn->link.why);
-  rc = xf__fleet_answer(&ac->fleet, cn, rc, *reply, xf__now_ms());
+  rc = xf__fleet_answer(&ac->fleet, cn, q, rc, *reply, xf__now_ms());
   if (rc == XF__FLEET_ASK) /* a cluster: now its map */
     rc = ask(ac, cn);
   if (rc != XF_OK && rc != XF_EINVAL)

@@ -22,7 +22,7 @@ int xf__fleet_init(xf__fleet *f, xf_client *c, const xf__fleet_ops *ops, void *u
   f->ud = ud;
   f->ask_avoid = -1;
   f->nseeds = nseeds;
-  if (ops && nseeds > 0) {
+  if (nseeds > 0) {
     if (!(f->seeds = malloc((size_t)nseeds * sizeof *f->seeds)))
       return XF_ENOMEM;
     memcpy(f->seeds, seeds, (size_t)nseeds * sizeof *f->seeds);
@@ -193,7 +193,12 @@ const xf__cmd *xf__fleet_question(const xf__fleet *f) {
 void xf__fleet_ask_begin(xf__fleet *f, int avoid, int64_t now_ms) {
   f->ask_tries = 0;
   f->ask_avoid = avoid;
-  xf__route_refreshing(f->routes, now_ms);
+  if (f->routes->mode != XF_ROUTE_UNKNOWN)
+    xf__route_refreshing(f->routes, now_ms);
+}
+
+int xf__fleet_ask_due(const xf__fleet *f, int64_t now_ms) {
+  return f->routes->mode == XF_ROUTE_UNKNOWN || xf__route_refresh_due(f->routes, now_ms);
 }
 
 /* The candidates in order: the nodes' connections, then the seeds from the
@@ -223,7 +228,7 @@ void *xf__fleet_ask_next(xf__fleet *f) {
   for (int pass = 0, at = 0; pass < 2; pass++)
     for (int i = 0; i < n; i++) {
       void *conn = candidate(f, i, avoid);
-      if ((pass == 0) == (f->ops->up(conn) != 0) && at++ == f->ask_tries) {
+      if ((pass == 0) == (f->ops->connected(conn) != 0) && at++ == f->ask_tries) {
         f->ask_tries++;
         return conn;
       }
@@ -246,23 +251,24 @@ int xf__fleet_ask_where(const xf__fleet *f, int i, int avoid, const char **host,
   return 1;
 }
 
-int xf__fleet_answer(xf__fleet *f, void *conn, int rc, const xf__reply *r, int64_t now_ms) {
+int xf__fleet_answer(xf__fleet *f, void *conn, const xf__cmd *q, int rc, const xf__reply *r,
+                     int64_t now_ms) {
   int seed = xf__fleet_seed_index(f, conn);
   xf__link *l = f->ops->link(conn);
   if (rc != XF_OK)
     return rc;
-  rc = xf__fleet_answer_from(f, seed, l->host, XF_OK, r, now_ms);
+  rc = xf__fleet_answer_from(f, seed, l->host, q, XF_OK, r, now_ms);
   if (rc == XF_OK && seed >= 0 && f->ops->retire && f->routes->mode == XF_ROUTE_CLUSTER)
     f->ops->retire(conn); /* the nodes' connections take over */
   return rc;
 }
 
-int xf__fleet_answer_from(xf__fleet *f, int seed, const char *host, int rc,
-                          const xf__reply *r, int64_t now_ms) {
+int xf__fleet_answer_from(xf__fleet *f, int seed, const char *host, const xf__cmd *q,
+                          int rc, const xf__reply *r, int64_t now_ms) {
   xf__routes *routes = f->routes;
   if (rc != XF_OK)
     return rc;
-  if (routes->mode == XF_ROUTE_CLUSTER)
+  if (q == &xf__route_map_cmd)
     return xf__route_take_map(routes, r, host, now_ms);
   if ((rc = xf__route_detect(routes, r)) != XF_OK)
     return rc;

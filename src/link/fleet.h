@@ -31,7 +31,8 @@ typedef struct xf__fleet_ops {
   void *(*open)(void *ud, const char *host, int port);
   void (*close)(void *ud, void *conn); /* NULL: the driver frees them itself */
   xf__link *(*link)(void *conn);       /* its engine */
-  int (*up)(const void *conn);         /* a stream is open (or opening) */
+  int (*up)(const void *conn);         /* a stream is open or opening: READONLY goes now */
+  int (*connected)(const void *conn);  /* its stream is open: asked first */
   void (*retire)(void *conn);          /* NULL, or: a seed the nodes' connections replace */
 } xf__fleet_ops;
 
@@ -70,7 +71,7 @@ typedef enum xf__fleet_do {
 } xf__fleet_do;
 
 /* Sets f up over c's routes and seeds (nseeds connections, copied), with a
- * driver's ops (NULL: no connection objects). XF_OK or XF_ENOMEM. */
+ * driver's ops. XF_OK or XF_ENOMEM. */
 int xf__fleet_init(xf__fleet *f, struct xf_client *c, const xf__fleet_ops *ops, void *ud,
                    void *const *seeds, int nseeds);
 
@@ -114,8 +115,9 @@ void xf__fleet_readonly_refused(xf__fleet *f, void *conn);
 extern const xf__cmd xf__fleet_readonly_cmd, xf__fleet_asking_cmd;
 
 /* A command's first act; the act after a WAIT or a map load; the act after
- * its node answered (reply NULL: the node could not be reached or did not
- * answer, rc XF_EIO / XF_ECONNECT). */
+ * its node answered: rc XF_OK with its reply, XF_EIO / XF_ECONNECT (the node
+ * could not be reached or did not answer), or another code the command
+ * ends with. */
 xf__fleet_do xf__fleet_start(xf__fleet *f, xf__trip *t, const xf__cmd *cmd, int64_t now_ms);
 xf__fleet_do xf__fleet_again(xf__fleet *f, xf__trip *t, const xf__cmd *cmd, int64_t now_ms);
 xf__fleet_do xf__fleet_answered(xf__fleet *f, xf__trip *t, const xf__cmd *cmd, int rc,
@@ -135,8 +137,12 @@ int xf__fleet_script_loaded(xf__fleet *f, const xf__cmd *cmd, int rc, xf__reply 
 const xf__cmd *xf__fleet_question(const xf__fleet *f);
 
 /* Starts a question, asked of no connection of node avoid (-1 = none): a
- * map load is marked as started (route.h's refresh period). */
+ * map's is marked as started (route.h's refresh period). */
 void xf__fleet_ask_begin(xf__fleet *f, int avoid, int64_t now_ms);
+
+/* Whether the question may be asked now: the mode always, the map when
+ * none was asked within route.h's refresh period (else one is on its way). */
+int xf__fleet_ask_due(const xf__fleet *f, int64_t now_ms);
 
 /* The next connection to ask (each at most once per question): the open
  * ones first, nodes before seeds; NULL when none is left. */
@@ -147,13 +153,15 @@ void *xf__fleet_ask_next(xf__fleet *f);
  * 0 when none is left. */
 int xf__fleet_ask_where(const xf__fleet *f, int i, int avoid, const char **host, int *port);
 
-/* The answer of conn (or of the seed at index seed, -1 for none, at host):
- * rc XF_OK with the reply, or the failure. XF_OK (the mode or the map is
- * known), XF__FLEET_ASK (a cluster: now ask it for the map), XF_EINVAL
- * (stop: a cluster and options.db), or another code: ask the next. */
-int xf__fleet_answer(xf__fleet *f, void *conn, int rc, const xf__reply *r, int64_t now_ms);
-int xf__fleet_answer_from(xf__fleet *f, int seed, const char *host, int rc,
-                          const xf__reply *r, int64_t now_ms);
+/* The answer of conn (or of the seed at index seed, -1 for none, at host)
+ * to question q (xf__fleet_question's when it was asked): rc XF_OK with the
+ * reply, or the failure. XF_OK (the mode or the map is known), XF__FLEET_ASK
+ * (a cluster: now ask it for the map), XF_EINVAL (stop: a cluster and
+ * options.db), or another code: ask the next. */
+int xf__fleet_answer(xf__fleet *f, void *conn, const xf__cmd *q, int rc, const xf__reply *r,
+                     int64_t now_ms);
+int xf__fleet_answer_from(xf__fleet *f, int seed, const char *host, const xf__cmd *q,
+                          int rc, const xf__reply *r, int64_t now_ms);
 
 /* Nobody answered (rc, the last failure; XF__FLEET_ASK: nobody was asked):
  * the code for the commands that waited, XF_OK when the map already held

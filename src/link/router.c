@@ -41,7 +41,8 @@ static xf__link *link_of(void *conn) { return &((xf__conn *)conn)->engine; }
 static int is_up(const void *conn) { return ((const xf__conn *)conn)->link != NULL; }
 static void retire(void *conn) { xf__conn_forget(conn); }
 
-static const xf__fleet_ops blocking_ops = {open_conn, close_conn, link_of, is_up, retire};
+static const xf__fleet_ops blocking_ops = {open_conn, close_conn, link_of,
+                                           is_up,     is_up,      retire};
 
 int xf__router_init(xf_client *c) {
   void **seeds = malloc((size_t)(c->nseeds ? c->nseeds : 1) * sizeof *seeds);
@@ -102,8 +103,9 @@ static int ask(xf_client *c, int avoid) {
   while ((k = xf__fleet_ask_next(f))) {
     do {
       xf__reply *reply = NULL;
-      rc = xf__conn_command(c, k, xf__fleet_question(f), 0, &reply);
-      rc = xf__fleet_answer(f, k, rc, reply, xf__now_ms());
+      const xf__cmd *q = xf__fleet_question(f);
+      rc = xf__conn_command(c, k, q, 0, &reply);
+      rc = xf__fleet_answer(f, k, q, rc, reply, xf__now_ms());
       if (reply)
         xf__reply_free(reply);
     } while (rc == XF__FLEET_ASK); /* a cluster: now its map */
