@@ -34,7 +34,7 @@ static void expect_script(const xf__flow *f, int script) {
 }
 
 /* value "old", 1000 ms left, delta 50 ms, no lease */
-#define HIT "*7\r\n$3\r\nold\r\n:50000\r\n:1000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n"
+#define HIT "*8\r\n$3\r\nold\r\n:50000\r\n:1000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n$0\r\n\r\n"
 #define WON "*2\r\n:1\r\n:1\r\n"
 
 static xf_policy background(void) {
@@ -164,8 +164,9 @@ Test(flow_refresh, a_miss_is_never_detachable) {
   xf__flow f;
   xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(
-      xf__flow_reply(&f, XF_OK,
-                     reply("*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n"), 0),
+      xf__flow_reply(
+          &f, XF_OK,
+          reply("*8\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n$0\r\n\r\n"), 0),
       XF_STEP_SEND);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(WON), 0), XF_STEP_LOAD);
   cr_expect(!xf__flow_detachable(&f, XF__OFF_PATH_READY), "someone has to wait for a miss");

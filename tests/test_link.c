@@ -249,6 +249,68 @@ Test(link, a_working_connection_the_peer_closed_resends_once) {
   xf_client_close(c);
 }
 
+/* A stream the server closed while its setup was on the way (a CLIENT KILL
+ * or a proxy's cut-off landing in the setup's round trip) says no more about
+ * the server than a working one it closed: the driver connects once more,
+ * the breaker closed, and the commands queued behind the setup go again;
+ * closed in its setup a second time in a row, the breaker trips. */
+Test(link, a_stream_the_peer_closed_during_its_setup_is_opened_once_more) {
+  xf_client *c = client(NULL, 0);
+  xf__link l;
+  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_RESEND), XF_OK);
+  cr_assert_eq(xf__link_start(&l, 100), XF_OK);
+  xf__link_connected(&l, -1, 100);
+  xf__cmd a;
+  plain(&a, "k");
+  done d = {0};
+  cr_assert_eq(xf__link_submit(&l, &a, 0, 100, record, &d), XF_OK);
+  take(&l); /* HELLO and the GET, unanswered */
+  uint64_t errors = c->stats.redis_errors;
+  xf__link_fail(&l, XF_EIO, XF__LINK_PEER_CLOSED, "closed in setup", 101);
+  cr_expect(xf__link_setup_again(&l), "the driver connects once more");
+  cr_expect_eq(xf__link_allows(&l, 101), XF_OK, "the breaker stays closed");
+  cr_assert_eq(d.n, 1);
+  cr_expect_eq(d.rc[0], XF__LINK_AGAIN, "the queued command goes again");
+  cr_expect_eq(c->stats.redis_errors, errors, "nothing counted");
+  /* Closed in the setup again: a server that will not let us in. */
+  cr_assert_eq(xf__link_start(&l, 102), XF_OK);
+  cr_expect(!xf__link_setup_again(&l));
+  xf__link_connected(&l, -1, 102);
+  cr_assert_eq(xf__link_submit(&l, &a, XF__LINK_RESENT, 102, record, &d), XF_OK);
+  take(&l);
+  xf__link_fail(&l, XF_EIO, XF__LINK_PEER_CLOSED, "closed in setup again", 103);
+  cr_expect(!xf__link_setup_again(&l));
+  cr_assert_eq(d.n, 2);
+  cr_expect_eq(d.rc[1], XF_EIO);
+  cr_expect_eq(xf__link_allows(&l, 104), XF_ECONNECT, "the breaker is open");
+  /* Once a setup was answered, the next stream's setup may be closed once
+   * more without tripping it. */
+  xf__breaker_close(&l.breaker);
+  cr_assert_eq(xf__link_start(&l, 200), XF_OK);
+  xf__link_connected(&l, -1, 200);
+  hello(&l);
+  xf__link_up(&l);
+  cr_assert_eq(xf__link_submit(&l, &a, 0, 200, record, &d), XF_OK);
+  take(&l);
+  xf__link_fail(&l, XF_EIO, XF__LINK_PEER_CLOSED, "idle cut", 201);
+  cr_expect_eq(d.rc[2], XF__LINK_AGAIN);
+  cr_expect(!xf__link_setup_again(&l), "a working stream: its commands go again");
+  cr_assert_eq(xf__link_start(&l, 202), XF_OK);
+  xf__link_connected(&l, -1, 202);
+  take(&l);
+  xf__link_fail(&l, XF_EIO, XF__LINK_PEER_CLOSED, "closed in setup", 203);
+  cr_expect(xf__link_setup_again(&l));
+  cr_expect_eq(xf__link_allows(&l, 204), XF_OK);
+  /* A timeout or a reset in the setup is a failed connect, as before. */
+  cr_assert_eq(xf__link_start(&l, 300), XF_OK);
+  xf__link_connected(&l, -1, 300);
+  xf__link_fail(&l, XF_EIO, XF__LINK_BROKEN, "reset in setup", 301);
+  cr_expect(!xf__link_setup_again(&l));
+  cr_expect_eq(xf__link_allows(&l, 302), XF_ECONNECT);
+  xf__link_free(&l);
+  xf_client_close(c);
+}
+
 Test(link, a_canceled_stream_fails_its_commands_and_leaves_the_breaker) {
   xf_client *c = client(NULL, 0);
   xf__link l;

@@ -1,11 +1,18 @@
 /* The connection setup as the drivers run it, on a real server: the blocking
  * client and the event-loop driver send the list xf_call_setup describes
- * (seen with MONITOR), and a setup command refused by a busy server is
- * "unavailable" (calls fail open), not an authentication failure. */
+ * (seen with MONITOR), a setup command refused by a busy server is
+ * "unavailable" (calls fail open), not an authentication failure, and a
+ * connection closed during its setup is opened once more, the breaker
+ * closed. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <xfetch_libuv.h>
 
 #include "fixture.h"
@@ -208,5 +215,159 @@ Test(setup_live, busy_at_select_is_unavailable_and_calls_fail_open) {
     cr_expect_eq(a.source[i], XF_SOURCE_UNCACHED, "async call %d", i);
   }
   xft_busy_stop(s.port, busy);
+  xft_server_stop(&s);
+}
+
+/* ---- a connection closed during its setup ------------------------------------- */
+
+/* A relay on loopback in front of the real server: it closes each of the
+ * first `cut` connections as soon as its first bytes (the setup) arrive, as
+ * a CLIENT KILL landing in the setup's round trip does, and passes the
+ * others through both ways. */
+#define RELAY_PAIRS 8
+typedef struct relay {
+  int lfd, port, target, cut;
+  int accepted; /* atomic: read by the test */
+  int stop;     /* atomic */
+  pthread_t thread;
+} relay;
+
+static int listen_loopback(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            listen(fd, 16) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+static int connect_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  return fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0 ? fd : -1;
+}
+
+static void *relay_run(void *arg) {
+  relay *r = arg;
+  struct pollfd fds[1 + 2 * RELAY_PAIRS];
+  int nfds = 1;
+  fds[0] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+  for (int i = 1; i < 1 + 2 * RELAY_PAIRS; i++)
+    fds[i] = (struct pollfd){.fd = -1};
+  while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+    if (poll(fds, (nfds_t)nfds, 50) <= 0)
+      continue;
+    if (fds[0].revents & POLLIN) {
+      int cfd = accept(r->lfd, NULL, NULL);
+      int n = __atomic_add_fetch(&r->accepted, 1, __ATOMIC_ACQ_REL);
+      if (cfd >= 0 && n <= r->cut) { /* the setup arrives, then the cut */
+        char buf[4096];
+        struct pollfd one = {.fd = cfd, .events = POLLIN};
+        if (poll(&one, 1, 10000) > 0)
+          (void)!read(cfd, buf, sizeof buf);
+        close(cfd);
+      } else if (cfd >= 0) {
+        int sfd = connect_loopback(r->target), i = 1;
+        while (i < nfds && fds[i].fd >= 0)
+          i += 2;
+        if (sfd < 0 || i >= 1 + 2 * RELAY_PAIRS) {
+          close(cfd);
+          if (sfd >= 0)
+            close(sfd);
+        } else {
+          fds[i] = (struct pollfd){.fd = cfd, .events = POLLIN};
+          fds[i + 1] = (struct pollfd){.fd = sfd, .events = POLLIN};
+          if (i + 2 > nfds)
+            nfds = i + 2;
+        }
+      }
+    }
+    for (int i = 1; i < nfds; i++) { /* i and its peer (i ^ 1 in 1-based pairs) */
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      int peer = i % 2 ? i + 1 : i - 1;
+      char buf[16384];
+      ssize_t got = read(fds[i].fd, buf, sizeof buf);
+      if (got <= 0 || write(fds[peer].fd, buf, (size_t)got) != got) {
+        close(fds[i].fd), close(fds[peer].fd);
+        fds[i].fd = fds[peer].fd = -1;
+      }
+    }
+  }
+  for (int i = 1; i < nfds; i++)
+    if (fds[i].fd >= 0)
+      close(fds[i].fd);
+  return NULL;
+}
+
+static void relay_start(relay *r, int target, int cut) {
+  *r = (relay){.target = target, .cut = cut};
+  r->lfd = listen_loopback(&r->port);
+  cr_assert_eq(pthread_create(&r->thread, NULL, relay_run, r), 0);
+}
+
+static void relay_stop(relay *r) {
+  __atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
+  pthread_join(r->thread, NULL);
+  close(r->lfd);
+}
+
+/* The blocking client and the pool (one connection code): the first
+ * connection is closed during its setup; the call is served by Redis all
+ * the same, on a second connection, and the breaker never opened. Closed
+ * during the setup twice in a row, the server is taken as down: the call
+ * fails open, the breaker open. */
+Test(setup_live, a_connection_closed_during_its_setup_is_opened_once_more) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  for (int pool = 0; pool < 2; pool++) {
+    for (int cut = 1; cut <= 2; cut++) {
+      relay r;
+      relay_start(&r, s.port, cut);
+      xf_options o = XF_OPTIONS_INIT;
+      o.port = r.port;
+      o.lazy_connect = 1;
+      o.cluster = XF_CLUSTER_OFF;
+      xf_client *c = NULL;
+      xf_pool *pl = NULL;
+      if (pool)
+        cr_assert_eq(xf_pool_open(&pl, &o, 1, 0), XF_OK);
+      else
+        cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+      xf_policy p = XF_POLICY_INIT;
+      xft_loader l = {.value = "v"};
+      xf_value v;
+      char key[32];
+      snprintf(key, sizeof key, "setup:cut:%d:%d", pool, cut);
+      int rc = pool ? xf_pool_get_or_compute(pl, key, strlen(key), &p, xft_load, &l, &v)
+                    : xf_get_or_compute(c, key, strlen(key), &p, xft_load, &l, &v);
+      const char *who = pool ? "pool" : "blocking";
+      cr_expect_eq(rc, XF_OK, "%s: %s", who, pool ? xf_pool_errmsg() : xf_errmsg(c));
+      xf_stats st;
+      if (pool) {
+        xf_pool_info info;
+        xf_pool_stats(pl, &info);
+        st = info.clients;
+      } else {
+        xf_client_stats(c, &st);
+      }
+      if (cut == 1) {
+        cr_expect_eq(v.source, XF_SOURCE_LOADER, "%s: cached, not failed open", who);
+        cr_expect_eq(st.redis_errors, 0, "%s", who);
+        cr_expect_eq(__atomic_load_n(&r.accepted, __ATOMIC_ACQUIRE), 2, "%s", who);
+      } else {
+        cr_expect_eq(v.source, XF_SOURCE_UNCACHED, "%s: two cuts in a row: down", who);
+        cr_expect_eq(__atomic_load_n(&r.accepted, __ATOMIC_ACQUIRE), 2, "%s", who);
+      }
+      if (rc == XF_OK)
+        xf_value_free(&v);
+      xf_pool_close(pl);
+      xf_client_close(c);
+      relay_stop(&r);
+    }
+  }
   xft_server_stop(&s);
 }

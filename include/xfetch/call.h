@@ -89,6 +89,12 @@ XF_EXPORT int xf_call_start_set(xf_call **out, xf_client *c, const char *key, si
                                 int64_t now_ms);
 XF_EXPORT int xf_call_start_delete(xf_call **out, xf_client *c, const char *key,
                                    size_t keylen, int64_t now_ms);
+/* The same for xf_invalidate_tags and xf_clear_namespace (tags copied): a
+ * call that only sends, one command per tag, and ends with their code. */
+XF_EXPORT int xf_call_start_invalidate_tags(xf_call **out, xf_client *c,
+                                            const char *const *tags, size_t ntags,
+                                            int64_t now_ms);
+XF_EXPORT int xf_call_start_clear_namespace(xf_call **out, xf_client *c, int64_t now_ms);
 
 /* The step the call waits on (XF_CALL_DONE for NULL). */
 XF_EXPORT xf_call_step xf_call_next(const xf_call *call);

@@ -48,8 +48,12 @@ typedef enum xf_event_type {
   XF_EV_BREAKER_CLOSED = 14, /* server's connection is back */
   XF_EV_RECONNECT = 15,      /* a connection to server was opened again */
   XF_EV_REDIRECT = 16,       /* Cluster MOVED / ASK followed (server: where to) */
-  XF_EV_INVALIDATION = 17    /* the near cache was told a key changed, or
+  XF_EV_INVALIDATION = 17,   /* the near cache was told a key changed, or
                                 dropped a server's entries: see below */
+  XF_EV_TAG_INVALIDATED = 18 /* an entry read was refused (rc: why,
+                                xf_tag_reason): a tag it carries was
+                                invalidated since it was loaded, or it carries
+                                other tags than the call's (or none) */
 } xf_event_type;
 
 /* Which driver ran the call. */
@@ -87,8 +91,17 @@ typedef struct xf_event {
                           LOCAL when the share answered), or -1 */
   int64_t duration_us; /* LOAD_DONE: the loader's time; WAIT: the wait's */
   int rc;              /* LOAD_DONE: 0 or the loader's code; FAIL_OPEN: the
-                          XF_E* that made Redis unusable; else 0 */
+                          XF_E* that made Redis unusable; TAG_INVALIDATED:
+                          an xf_tag_reason; else 0 */
 } xf_event;
+
+/* Why XF_EV_TAG_INVALIDATED refused an entry (its rc). */
+typedef enum xf_tag_reason {
+  XF_TAG_RAISED = 1, /* the same tags, a version raised since it was loaded */
+  XF_TAG_OTHER = 2   /* other tags than the call's, or none (written by a call
+                        of other tags, an untagged one or a client that knows
+                        no tags) */
+} xf_tag_reason;
 
 /* The hook (see xf_options.on_event in <xfetch/options.h>). */
 typedef void (*xf_event_fn)(const xf_event *ev, void *ud);

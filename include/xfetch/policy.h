@@ -86,10 +86,29 @@ typedef struct xf_policy {
    * one, so about one load per ttl at any request rate. < 0: XFetch: each
    * call draws (beta), which refreshes earlier the hotter the key. */
   double refresh_ahead;
+  /* Tags: ntags NUL-terminated names (at most XF_MAX_TAGS, each 1 to 200
+   * bytes), or NULL and 0. A get-or-compute or set reads each tag's version
+   * (its own key, "<prefix>xf-tag:{<name>}") before anything else, records
+   * them in the entry it writes, and serves an entry only while the versions
+   * it records are the current ones: xf_invalidate_tags makes every entry
+   * that carries a tag a miss, in O(1). An entry is judged by the tags of the
+   * call that reads it: give a key the same tags on every call. A tagged call
+   * reads each tag's version from Redis (one round trip per tag) unless the
+   * client's near cache keeps it; with every version kept, its entry may be a
+   * near hit too (nothing sent). Needs entry format 2 (XF_EINVAL with
+   * XF_ENTRY_HASH).
+   * Copied by the call: valid only for its duration. */
+  const char *const *tags;
+  size_t ntags;
 } xf_policy;
 
 #define XF_POLICY_INIT                                                                     \
-  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0 }
+  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0 }
+
+/* The most tags a call carries (its namespace's included). */
+#define XF_MAX_TAGS 15
+/* The longest tag name, in bytes. */
+#define XF_MAX_TAG_LEN 200
 
 /* The default refresh_ahead factor of the rate-aware rule. */
 #define XF_REFRESH_AHEAD_DEFAULT 1.5

@@ -38,7 +38,8 @@ typedef enum xf__kind {
   XF_KIND_GET_OR_COMPUTE, /* read, decide, lease, load, write (xf_get_or_compute) */
   XF_KIND_GET,            /* read only: a fresh value or XF_ENOTFOUND (xf_get) */
   XF_KIND_SET,            /* write a value (xf_set) */
-  XF_KIND_DELETE          /* delete, leaving a tombstone (xf_delete) */
+  XF_KIND_DELETE,         /* delete, leaving a tombstone (xf_delete) */
+  XF_KIND_INVALIDATE      /* raise tags' versions (xf_invalidate_tags) */
 } xf__kind;
 
 /* Why a LOAD runs: with the key's lease, after giving up waiting for another
@@ -118,6 +119,21 @@ typedef struct xf__flow {
   int fence_state;        /* FENCE: the state of the write it follows */
   xf__nest nest;          /* while its loader runs: this thread computes key */
   char msg[256];          /* the loader's message, kept across the release */
+  /* Tags (flow_tags.c): the names (policy.tags, or the invalidation's), the
+   * namespace's tag after them, which one is read (or raised) now, the state
+   * that follows, the versions read and the record written with a value. */
+  const char *const *tag_names;
+  char **tag_copy; /* the names, copied (flow_tags.c); NULL once read */
+  size_t tag_n;
+  int tag_ns;
+  size_t tag_i;
+  int tag_next;
+  int tag_plain;   /* XF__TAGS: a GET (kept in the near cache), else tag_read.lua */
+  int tag_fencing; /* XF__BUMP: the PING after a raise (the write fence) */
+  xf__key tag_key;
+  int64_t tag_versions[XF_MAX_TAGS];
+  unsigned char tag_rec[5 + 8 * XF_MAX_TAGS];
+  size_t tag_rec_len; /* 0: an untagged call */
 } xf__flow;
 
 /* Binds f to what it runs with: cfg (read only) and rt (its counters,
@@ -168,6 +184,19 @@ int xf__flow_begin_near(xf__flow *f, const char *key, size_t keylen, const xf_po
  * of the key is dropped. */
 xf__step xf__flow_begin_set(xf__flow *f, const char *key, size_t keylen, const void *data,
                             size_t len, const xf_policy *p, int64_t now_ms);
+
+/* Starts an invalidation of n tags (names kept by the driver until DONE),
+ * and of the client's namespace tag when ns is non-zero: XF_OK once each
+ * tag's version is raised; Redis' errors as they are, at the first. */
+xf__step xf__flow_begin_invalidate(xf__flow *f, const char *const *tags, size_t n, int ns,
+                                   int64_t now_ms);
+
+static inline xf__step xf__flow_start_invalidate(xf__flow *f, xf_client *c,
+                                                 const char *const *tags, size_t n, int ns,
+                                                 int64_t now_ms) {
+  xf__flow_rebind(f, c);
+  return xf__flow_begin_invalidate(f, tags, n, ns, now_ms);
+}
 
 /* Starts a delete (a tombstone for cfg->tombstone_ms): XF_OK
  * whether or not the entry existed; the share's copy dropped as for a set. */

@@ -159,7 +159,9 @@ static xf__write what_to_write(xf__flow *f) {
                  .data = f->sink.data,
                  .len = f->sink.len,
                  .delta_us = f->delta_us,
-                 .start_ms = f->start_ms};
+                 .start_ms = f->start_ms,
+                 .tags = f->tag_rec_len ? f->tag_rec : NULL,
+                 .tags_len = f->tag_rec_len};
   if (!f->sink.not_found && f->sink.ttl_set && f->sink.ttl_ms == 0) {
     w.ttl_ms = 0; /* xf_sink_ttl(sink, 0): returned, not cached */
   } else if (!f->sink.not_found) {
@@ -289,7 +291,7 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   /* A computation that starts after this read is dated by it, no later: a
    * value written since (an xf_set, a delete) is newer and must win. */
   f->start_ms = e->now_ms;
-  f->had_value = e->value != NULL || e->malformed;
+  f->had_value = e->value != NULL || e->malformed || e->invalidated;
   xf__entry_free(e);
   int64_t left_ms = f->give_up_ms - now_ms;
   if (left_ms <= 0) {
@@ -390,6 +392,10 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   if (won == XF_LEASE_NEWER) {
     xf__entry_free(&f->e);
     f->e = newer;
+    /* A newer value written with tag versions other than the call's: a
+     * miss again; the lease is asked for again, on what was just seen. */
+    if (f->tag_rec_len && !xf__flow_tags_judge(f, &f->e))
+      return xf__flow_send(f, XF__LEASE);
     return serve(f, XF_SOURCE_CACHE);
   }
   if (won == XF_LEASE_LOST) {
@@ -401,7 +407,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     return serve(f, XF_SOURCE_CACHE);
   }
   f->start_ms = lease_ms;
-  f->had_value = f->refresh || f->e.value != NULL || f->e.malformed;
+  f->had_value = f->refresh || f->e.value != NULL || f->e.malformed || f->e.invalidated;
   if (f->pending) /* the miss (and a wait) before the lease, in order */
     xf__flow_settle(f);
   xf__emit(f, XF_EV_LEASE_WON, -1, 0, 0);

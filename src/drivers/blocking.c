@@ -103,3 +103,20 @@ void xf__near_elect_move(xf_client *from, xf_client *to) {
   to->near_elect_delta_us = from->near_elect_delta_us;
   from->near_elect = 0;
 }
+
+int xf_invalidate_tags(xf_client *c, const char *const *tags, size_t ntags) {
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  xf__flow f;
+  return run(&f, xf__flow_start_invalidate(&f, c, tags, ntags, 0, xf__now_ms()), NULL,
+             NULL);
+}
+
+int xf_clear_namespace(xf_client *c) {
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  xf__flow f;
+  return run(&f, xf__flow_start_invalidate(&f, c, NULL, 0, 1, xf__now_ms()), NULL, NULL);
+}

@@ -187,6 +187,27 @@ int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t ke
                  now_ms);
 }
 
+int xf_call_start_invalidate_tags(xf_call **out, xf_client *c, const char *const *tags,
+                                  size_t ntags, int64_t now_ms) {
+  xf_call *call;
+  int rc = call_new(out, c, "", 0, &call);
+  if (rc != XF_OK)
+    return rc;
+  return started(out, call,
+                 AS_CALL(c, xf__flow_start_invalidate(&call->f, c, tags, ntags, 0, now_ms)),
+                 now_ms);
+}
+
+int xf_call_start_clear_namespace(xf_call **out, xf_client *c, int64_t now_ms) {
+  xf_call *call;
+  int rc = call_new(out, c, "", 0, &call);
+  if (rc != XF_OK)
+    return rc;
+  return started(out, call,
+                 AS_CALL(c, xf__flow_start_invalidate(&call->f, c, NULL, 0, 1, now_ms)),
+                 now_ms);
+}
+
 xf_call_step xf_call_next(const xf_call *call) {
   if (!call)
     return XF_CALL_DONE;

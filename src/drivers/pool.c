@@ -312,6 +312,12 @@ int xf_pool_delete(xf_pool *p, const char *key, size_t keylen) {
   WITH_CLIENT(p, refuse(key, keylen, 0, NULL), xf_delete(c, key, keylen));
 }
 
+int xf_pool_invalidate_tags(xf_pool *p, const char *const *tags, size_t ntags) {
+  WITH_CLIENT(p, XF_OK, xf_invalidate_tags(c, tags, ntags));
+}
+
+int xf_pool_clear_namespace(xf_pool *p) { WITH_CLIENT(p, XF_OK, xf_clear_namespace(c)); }
+
 int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out) {
   if (out)
     memset(out, 0, sizeof *out);

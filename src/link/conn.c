@@ -172,7 +172,7 @@ static int open_wire(xf_client *c, xf__conn *k, int ms) {
 /* Connects and runs the setup (the engine's: AUTH, SELECT, READONLY, the
  * near cache's tracking), its commands in one write. On failure the engine
  * trips the breaker (unless interrupted) and k is down. */
-static int connect_now(xf_client *c, xf__conn *k) {
+static int connect_once(xf_client *c, xf__conn *k) {
   xf__link *l = &k->engine;
   int ms = c->grace_ms && c->grace_ms < c->connect_timeout_ms ? c->grace_ms
                                                               : c->connect_timeout_ms;
@@ -183,7 +183,6 @@ static int connect_now(xf_client *c, xf__conn *k) {
     close_wire(k, 0);
     return rc;
   }
-  l->flags = (l->flags & ~XF_SETUP_REPLICA) | (k->readonly ? XF_SETUP_REPLICA : 0);
   int64_t now_ms = xf__now_ms();
   rc = xf__link_start(l, now_ms);
   xf__link_connected(l, k->link->s.fd, now_ms);
@@ -200,6 +199,15 @@ static int connect_now(xf_client *c, xf__conn *k) {
   }
   xf__link_up(l);
   return XF_OK;
+}
+
+/* connect_once, once more when the engine says the server closed the
+ * stream during its setup (the first time in a row). */
+static int connect_now(xf_client *c, xf__conn *k) {
+  int rc = connect_once(c, k);
+  if (rc != XF_OK && xf__link_setup_again(&k->engine))
+    rc = connect_once(c, k);
+  return rc;
 }
 
 int xf__conn_open(xf_client *c, xf__conn *k) {

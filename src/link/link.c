@@ -160,6 +160,12 @@ static void arm(xf__link *l, xf__setup *s) {
   }
 }
 
+/* The setup was answered (or there was none): the stream serves. */
+static void set_ready(xf__link *l) {
+  l->ready = 1;
+  l->setup_closes = 0;
+}
+
 static int queue_setup(xf__link *l, const xf__setup *s) {
   for (int i = 0; i < s->n; i++) {
     if (push(l, &s->cmd[i], SETUP + (int)s->kind[i], 0, NULL, NULL) != XF_OK)
@@ -171,6 +177,7 @@ static int queue_setup(xf__link *l, const xf__setup *s) {
 
 int xf__link_start(xf__link *l, int64_t now_ms) {
   reset(l, 1);
+  l->setup_again = 0;
   if (!(l->rd = xf__reader_create()))
     return xf__fail(l->c, XF_ENOMEM, "out of memory for a connection");
   l->live = 1;
@@ -184,7 +191,7 @@ int xf__link_start(xf__link *l, int64_t now_ms) {
   arm(l, &s);
   int rc = queue_setup(l, &s);
   if (rc == XF_OK && l->setup_left == 0)
-    l->ready = 1;
+    set_ready(l);
   return rc;
 }
 
@@ -311,7 +318,10 @@ static void trip(xf__link *l, int rc, int64_t now_ms) {
  * (c->grace_ms), says nothing about the server: the stream goes, the breaker
  * stays closed, nothing is counted. A failure before the setup was answered
  * is a failed connect: the breaker trips (a misconfiguration, XF_ETLS,
- * XF_EAUTH, XF_EINVAL, is repeated while it is open). The server closing a
+ * XF_EAUTH, XF_EINVAL, is repeated while it is open) — but with RESEND, the
+ * first stream in a row the server closed during its setup (a CLIENT KILL
+ * or a proxy's cut-off in the setup's round trip) is connected once more
+ * (xf__link_setup_again), its queued commands resent. The server closing a
  * working connection (its idle timeout, CLIENT KILL, a proxy's cut-off) is
  * no server that is down: with RESEND its unanswered commands go once more
  * on a new stream (every command xfetch sends is safe to repeat: reads are
@@ -322,6 +332,10 @@ void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms
   set_why(l, "%s", why);
   int resend = 0;
   if (how == XF__LINK_CANCELED || l->c->grace_ms) {
+  } else if (how == XF__LINK_PEER_CLOSED && (l->flags & XF__LINK_RESEND) && l->connected &&
+             !l->ready && l->setup_closes++ == 0) {
+    l->setup_again = 1;
+    resend = 1;
   } else if (how == XF__LINK_TIMEOUT || rc == XF_ETLS || !l->connected ||
              (!l->ready && !(l->flags & XF__LINK_QUIET_LOSS))) {
     trip(l, rc, now_ms);
@@ -361,7 +375,7 @@ static int on_setup(xf__link *l, xf__setup_kind kind, xf__reply *r, int64_t now_
     return XF__LINK_CLOSE;
   }
   if (l->setup_left == 0)
-    l->ready = 1;
+    set_ready(l);
   return XF_OK;
 }
 

@@ -155,6 +155,9 @@ struct xf__link {
                           an array of links growing); NULL when out of memory */
   xf__breaker breaker; /* no reconnect while open */
   int was_up;          /* it was connected once: a connect now is a reconnect */
+  int setup_closes;    /* streams in a row the peer closed during their setup */
+  int setup_again;     /* the last stream was one of them, the first: connect once
+                          more (xf__link_setup_again) */
   int refused_rc;      /* XF_EAUTH / XF_EINVAL / XF_ETLS: the last failure was a
                           misconfiguration, which the open breaker repeats */
   char why[256];       /* the last failure's reason */
@@ -219,6 +222,12 @@ int xf__link_feed(xf__link *l, const char *data, size_t len, int64_t now_ms);
  * engine decides the rest and runs every pending completion. The driver
  * closes the stream; the next stream starts with xf__link_start. */
 void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms);
+
+/* Whether the stream just failed was closed by the peer during its setup,
+ * the first in a row (a CLIENT KILL or a proxy's cut-off landing in the
+ * setup's round trip): the breaker stayed closed and the driver connects
+ * once more at once. A second one in a row trips the breaker. */
+static inline int xf__link_setup_again(const xf__link *l) { return l->setup_again; }
 
 /* The stream is about to close: what it tracked is invalidated no more (told
  * before the descriptor goes). */

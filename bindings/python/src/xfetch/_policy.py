@@ -1,6 +1,7 @@
 """Policy keyword arguments (seconds) -> xf_policy (milliseconds), validated
 in Python so that bad arguments raise before any I/O."""
 import math
+import weakref
 
 from ._native import ffi, lib
 from ._values import ttl_seconds
@@ -113,3 +114,52 @@ class PolicyCache:
                 self._cache.clear()
             self._cache[key] = p
         return p
+
+
+def tag_names(tags):
+    """tags (None, or a sequence of str/bytes; a single str is refused: it
+    would be a sequence of characters) -> a tuple of bytes, checked as C
+    checks them (at most XF_MAX_TAGS names of 1 to XF_MAX_TAG_LEN bytes, no
+    NUL). Raises TypeError / ValueError."""
+    if tags is None:
+        return ()
+    if isinstance(tags, (str, bytes)):
+        raise TypeError("tags must be a sequence of names, not a single "
+                        f"{type(tags).__name__}")
+    try:
+        names = tuple(t.encode() if isinstance(t, str) else t for t in tags)
+    except TypeError:
+        raise TypeError(f"tags must be a sequence of names, not {type(tags).__name__}") \
+            from None
+    if len(names) > lib.XF_MAX_TAGS:
+        raise ValueError(f"{len(names)} tags, above {lib.XF_MAX_TAGS}")
+    for t in names:
+        if type(t) is not bytes:
+            raise TypeError(f"a tag must be str or bytes, not {type(t).__name__}")
+        if not 0 < len(t) <= lib.XF_MAX_TAG_LEN or b"\0" in t:
+            raise ValueError(f"a tag must be 1 to {lib.XF_MAX_TAG_LEN} bytes without NUL, "
+                             f"not {t!r}")
+    return names
+
+
+def tag_array(names):
+    """A `const char *[]` of names (bytes) for C, and what keeps it alive."""
+    strings = [ffi.new("char[]", t) for t in names]
+    return ffi.new("const char *[]", strings), strings
+
+
+def tagged(policy, names):
+    """A copy of xf_policy cdata policy carrying names (a tag_names tuple);
+    the returned cdata keeps the names alive while it is referenced (C copies
+    them when the call starts)."""
+    if not names:
+        return policy
+    p = ffi.new("xf_policy *", policy[0])
+    array, strings = tag_array(names)
+    p.tags = array
+    p.ntags = len(names)
+    _KEEP[p] = (array, strings)
+    return p
+
+
+_KEEP = weakref.WeakKeyDictionary()  # a tagged policy -> its names' C strings
