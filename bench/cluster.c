@@ -245,7 +245,7 @@ static int hot_key(side *s, int threads, double seconds) {
 static void print(const side *sides, int nsides, int threads) {
   printf("\nhit_overhead: one client, %d warm keys (all hits)\n", HIT_KEYS);
   printf("  %-10s  %8s  %8s  %14s  %16s  %7s\n", "redis", "p50 us", "p99 us",
-         "redirects/1000", "round trips/hit", "errors");
+         "redirects/1000", "scripts/hit", "errors");
   for (int i = 0; i < nsides; i++)
     printf("  %-10s  %8.0f  %8.0f  %14.2f  %16.3f  %7llu\n", sides[i].name,
            sides[i].hit_p50, sides[i].hit_p99, sides[i].hit_redirects,

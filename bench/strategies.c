@@ -22,7 +22,8 @@ struct strat_ctx {
   arena *a;
   redisContext *rc;
   xf_client *xc;
-  xf_pool *pool; /* xfetch_bg: a pool (one connection) and its share's workers */
+  xf_pool *pool;   /* xfetch_bg: a pool (one connection) and its share's workers */
+  xf_share *share; /* xfetch: the worker process's share (its refresh workers) */
   xf_policy policy;
   pcg rng;
   char *value;
@@ -105,6 +106,14 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
   int raw_tls = spec->strat == ST_RAW_GET && t->tls_ca[0];
   if (spec->strat == ST_XFETCH || spec->strat == ST_XFETCH_BG || raw_tls) {
     xf_options o = target_options(t);
+    /* xfetch: a client as a process opens it, with the process's share, and
+     * the default policy: the rate-aware rule, early refreshes in the call. */
+    if (spec->strat == ST_XFETCH && xf_share_open(&c->share, NULL) != XF_OK) {
+      step_count(&a->errs, "a worker's xf_share_open", XF_ENOMEM, NULL);
+      strat_close(c);
+      return NULL;
+    }
+    o.share = c->share;
     int rc = spec->strat != ST_XFETCH_BG ? xf_client_open(&c->xc, &o)
                                          : xf_pool_open(&c->pool, &o, 1, 0);
     if (rc != XF_OK) {
@@ -119,7 +128,8 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
     p.ttl_ms = spec->ttl_ms;
     p.beta = spec->beta;
     p.jitter = spec->jitter;
-    p.background_refresh = spec->strat == ST_XFETCH_BG;
+    if (spec->strat == ST_XFETCH_BG)
+      p.background_refresh = XF_BACKGROUND_ON;
     c->policy = p;
     return c;
   }
@@ -137,6 +147,7 @@ void strat_close(strat_ctx *c) {
   if (c->xc && c->xc->tls) /* one per connection it made, for the tls scenario */
     __atomic_add_fetch(&c->a->handshakes, xf__tls_handshakes(c->xc->tls), __ATOMIC_RELAXED);
   xf_client_close(c->xc);
+  xf_share_close(c->share);
   xf_pool_close(c->pool);
   if (c->rc)
     redisFree(c->rc);
@@ -266,13 +277,17 @@ static int nolease(strat_ctx *c, unsigned *flags) {
                           now_us() - t0, jittered(&c->rng, c->spec, c->spec->ttl_ms));
 }
 
+/* The library: RQ_LOADED only when the loader ran in this request (a miss,
+ * or an early refresh run in the call), not for a refresh handed to the
+ * share's workers (which stats.loads counts too). */
 static int library(strat_ctx *c, unsigned *flags) {
   xf_stats before, after;
   xf_client_stats(c->xc, &before);
   xf_value v;
+  loaded_here = 0;
   int rc = xf_get_or_compute(c->xc, c->key, c->keylen, &c->policy, lib_loader, c, &v);
   xf_client_stats(c->xc, &after);
-  if (after.loads > before.loads)
+  if (loaded_here)
     *flags |= RQ_LOADED;
   if (after.waits > before.waits)
     *flags |= RQ_WAITED;

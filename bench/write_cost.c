@@ -1,7 +1,8 @@
 /* write_cost: what a write costs Redis, by value size (16 B, 1 KiB, 100 KiB,
  * 1 MiB, 8 MiB; --quick 16 B and 1 MiB), one connection, one key per size:
  *   set: xf_set (the write script alone);
- *   lease + write: xf_get_or_compute with beta = INFINITY on a warm entry
+ *   lease + write: xf_get_or_compute with XFetch (refresh_ahead < 0) and
+ *     beta = INFINITY on a warm entry
  *     (every call is elected early: a lease, the loader handing back a value
  *     of the same size, a write).
  * Server us per call: cmdstat_evalsha's usec over the pass (CONFIG RESETSTAT
@@ -60,6 +61,7 @@ static double pass(redisContext *ctl, xf_client *x, const char *key, wc_value *v
                    int lease, step_errors *errs) {
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 3600000;
+  p.refresh_ahead = -1; /* XFetch, whose beta = INFINITY recomputes every call */
   p.beta = INFINITY;
   int rc = xf_set(x, key, strlen(key), v->data, v->len, &p); /* warm, scripts loaded */
   if (rc != XF_OK)

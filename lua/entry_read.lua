@@ -10,8 +10,8 @@
 -- it is as xfetch writes it (d, e, s and the lease's deadline within bounds:
 -- d at most 2^40 us, e within 2^41 ms of now, s at most a day ahead of now
 -- (clock skew), the deadline at most 2^40 ms ahead; n "1"; e present with v;
--- format 2: magic, version 3, flags, the fields they announce all there and
--- a lease slot without a lease zero). A malformed entry (t.bad: an old
+-- format 2: magic, version 3 (4 with a tag record), flags, the fields they
+-- announce all there and a lease slot without a lease zero). A malformed entry (t.bad: an old
 -- writer, a manual fix, another tool) is a miss: t.v is false, its s is
 -- ignored and a malformed lease is dead, so the next computation overwrites
 -- it instead of being refused forever. A string that does not start with
@@ -23,9 +23,10 @@
 -- entry read without its value (header only) is true: entry_value(key, t)
 -- fetches it (t.hlen: its header's length).
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
--- negative, expiry_ms, nothing_ms}, or {false, 0, 0, lease_live, malformed,
--- now_ms, nothing_ms} when there is no value to serve (malformed 1: the entry
--- is malformed). remaining_ms is negative once the value is past its logical
+-- negative, expiry_ms, nothing_ms, tags}, or {false, 0, 0, lease_live,
+-- malformed, now_ms, nothing_ms, ''} when there is no value to serve
+-- (malformed 1: the entry is malformed); tags: the entry's tag record ('' for
+-- none), opaque here (the client writes and judges it: policy.tags). remaining_ms is negative once the value is past its logical
 -- expiry; the server's time is expiry_ms - remaining_ms (one field less to
 -- parse). nothing_ms is the marker f (0: none): when the last load that found
 -- nothing, not cached, ended (release.lua), so that a caller that waited on
@@ -54,13 +55,23 @@ end
 -- bytes or more is written with the slot, so that a lease rewrites only the
 -- header (SETRANGE); a smaller one gets it from its first lease (the string
 -- rewritten, its value copied: a few dozen bytes) and keeps it until its next
--- write. Another version (2: an unreleased 40-byte layout) is malformed.
-local FIXED, HEADER_MAX, SLOT_AT, NO_TOKEN = 14, 40, 256, string.rep('\0', 8)
+-- write. Flag 64 (version 4): a tag record follows, last: its length (1
+-- byte, at most 255) then its bytes, written by the client (the versions of
+-- the entry's tags as they were before its loader ran) and kept as is by
+-- every script until the next write; version 3 never has flag 64, version 4
+-- always has it, so a version-3 reader (a client that knows no tags) judges a
+-- tagged entry malformed: a miss, recomputed and overwritten untagged.
+-- Another version (2: an unreleased 40-byte layout) is malformed.
+local FIXED, HEADER_MAX, SLOT_AT, NO_TOKEN = 14, 40 + 256, 256, string.rep('\0', 8)
 local BIG_AT = 4096 -- set2 below: where it starts to pay (bench/README.md, "Write cost")
 
-local function header_len(flags)
+-- raw: the string's first bytes, for the tag record's length (nil past them).
+local function header_len(flags, raw)
   local has = function(bit) return math.floor(flags / bit) % 2 == 1 end
-  return FIXED + (has(8) and 6 or 0) + (has(16) and 6 or 0) + (has(32) and 14 or 0)
+  local n = FIXED + (has(8) and 6 or 0) + (has(16) and 6 or 0) + (has(32) and 14 or 0)
+  if not has(64) then return n end
+  local len = string.byte(raw, n + 1)
+  return len and n + 1 + len or nil
 end
 
 local function token_id(token)
@@ -79,13 +90,15 @@ local function entry2(key, now, with_value)
   if #raw < FIXED then return t end
   local _, version, flags, d, e = struct.unpack('>BBBI5I6', raw)
   local has = function(bit) return math.floor(flags / bit) % 2 == 1 end
-  local hlen = header_len(flags)
-  if version ~= 3 or flags >= 64 or #raw < hlen then return t end
+  local hlen = header_len(flags, raw)
+  local tagged = flags >= 64
+  if not hlen or version ~= (tagged and 4 or 3) or flags >= 128 or #raw < hlen then return t end
   local at, s, f, dl, tok = FIXED + 1, nil, nil, 0, NO_TOKEN
   if has(8) then s, at = struct.unpack('>I6', raw, at) end
   if has(16) then f, at = struct.unpack('>I6', raw, at) end
-  if has(32) then dl, tok = struct.unpack('>I6c8', raw, at) end
-  if (has(2) and not has(1)) or (has(4) and not has(32)) or (not has(1) and (d ~= 0 or e ~= 0)) or
+  if has(32) then dl, tok, at = struct.unpack('>I6c8', raw, at) end
+  if tagged then t.tags = string.sub(raw, at + 1, hlen) end
+  if (has(2) and not has(1)) or (tagged and not has(1)) or (has(4) and not has(32)) or (not has(1) and (d ~= 0 or e ~= 0)) or
      (not has(4) and (dl ~= 0 or tok ~= NO_TOKEN)) or
      (not has(1) and (with_value and #raw or redis.call('STRLEN', key)) > hlen) or (s and s > now + 86400000) or
      dl > now + 2^40 or (has(1) and (e > now + 2^41 or e <= now - 2^41)) then
@@ -155,15 +168,18 @@ end
 -- lease is held).
 local function pack2(t)
   local slot = t.slot or t.deadline ~= nil
+  local tags = t.v and t.tags and #t.tags > 0 and t.tags
   local flags = (t.v and 1 or 0) + (t.v and t.n == 1 and 2 or 0) + (t.deadline and 4 or 0) +
-                (t.s and 8 or 0) + (t.f and 16 or 0) + (slot and 32 or 0)
-  local h = struct.pack('>BBBI5I6', 248, 3, flags, t.v and math.min(t.d, 2^40 - 1) or 0, t.v and t.e or 0)
+                (t.s and 8 or 0) + (t.f and 16 or 0) + (slot and 32 or 0) + (tags and 64 or 0)
+  local h = struct.pack('>BBBI5I6', 248, tags and 4 or 3, flags, t.v and math.min(t.d, 2^40 - 1) or 0,
+                        t.v and t.e or 0)
   if t.s then h = h .. struct.pack('>I6', t.s) end
   if t.f then h = h .. struct.pack('>I6', t.f) end
   if slot then
     local tok = t.deadline and (t.kind == 'string' and t.tok or token_id(t.tok)) or NO_TOKEN
     h = h .. struct.pack('>I6c8', t.deadline or 0, tok)
   end
+  if tags then h = h .. string.char(#tags) .. tags end
   return h
 end
 
@@ -220,6 +236,6 @@ end
 local function read_entry(key, now)
   local t = entry(key, now, true)
   local f = t.f or 0
-  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f} end
-  return {t.v, t.d, t.e - now, t.live, t.n, t.e, f}
+  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f, ''} end
+  return {t.v, t.d, t.e - now, t.live, t.n, t.e, f, t.tags or ''}
 end

@@ -6,7 +6,7 @@
 -- or more is not copied: entry_read.lua).
 -- Returns {1, now_ms} won (also when the lease is already this token's: a
 -- retried request); {0, now_ms} lost (a live lease exists); {2, now_ms, value,
--- delta_us, remaining_ms, 0, negative, expiry_ms, nothing_ms} when a newer
+-- delta_us, remaining_ms, 0, negative, expiry_ms, nothing_ms, tags} when a newer
 -- valid value was written since the caller's read: use it, load nothing (the
 -- fields of read_entry, entry_read.lua); {3, now_ms} when a load that found
 -- nothing (not cached) ended after the caller's first read (field f,
@@ -18,7 +18,7 @@ local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = server_now()
 local t = entry(key, now)
 if t.v and t.e > now and t.e ~= tonumber(ARGV[3]) then
-  return {2, now, entry_value(key, t), t.d, t.e - now, 0, t.n, t.e, t.f or 0}
+  return {2, now, entry_value(key, t), t.d, t.e - now, 0, t.n, t.e, t.f or 0, t.tags or ''}
 end
 if lease_mine(t, token) then return {1, now} end
 local first_read = tonumber(ARGV[4])

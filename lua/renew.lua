@@ -4,7 +4,8 @@
 -- long (as lease.lua). Only the caller's own lease is renewed (guarded by its
 -- token, as write.lua is): one taken over or removed by a delete stays as it
 -- is. The entry keeps its format; a format-2 entry's header is rewritten in
--- place (a lease has its slot: entry_read.lua).
+-- place (a lease has its slot: entry_read.lua), every other field of it (the
+-- tags' record too) as it was.
 -- Returns 1 renewed, 0 when the lease is not the caller's.
 --#include entry_read.lua
 local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])

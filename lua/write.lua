@@ -8,7 +8,9 @@
 -- with s = start_ms stays for ARGV[4] ms, with the found-nothing marker f = now
 -- for the callers that waited on this load: see release.lua), ARGV[8] the
 -- format written ("1" a hash, "2" a string; an entry of the other format is
--- converted, another caller's live lease carried over).
+-- converted, another caller's live lease carried over), ARGV[9] the tag
+-- record of a value (format 2 only: at most 255 bytes, '' = none; the
+-- header's flag 64, entry_read.lua).
 -- Returns 1 written, 0 refused: the entry holds a newer computation (its s is
 -- later than start_ms, e.g. a delete's tombstone or an xf_set), or the caller's
 -- lease is no longer the entry's (a delete removed it, or another caller took
@@ -53,6 +55,7 @@ local delta = ARGV[3] ~= '' and tonumber(ARGV[3]) or t.d
 delta = (delta and delta > 0) and math.floor(math.min(delta, 2^40)) or 0
 if format == '2' then
   t.v, t.d, t.e, t.s, t.n = true, delta, now + ttl, start, kind == '1' and 1 or 0
+  t.tags = ARGV[9] ~= '' and string.sub(ARGV[9], 1, 255) or nil
   t.slot = #ARGV[2] >= SLOT_AT -- its leases then rewrite the header only (entry_read.lua)
   set2(key, t.kind, pack2(t), ARGV[2], ttl + tonumber(ARGV[5]))
   return 1

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The documentation's doc tests: its code blocks and the facts it states.
 
-The user docs are README.md, docs/*.md and bindings/python/README.md. Every
-fenced code block in them carries a marker on the line right above its fence:
+The user docs are README.md, docs/*.md, bindings/python/README.md and
+bench/README.md. Every fenced code block in them carries a marker on the line
+right above its fence:
 
     <!-- doc: c -->              a complete C program: compiled (-Wall -Wextra
                                  -Werror) against the library, run with a
@@ -48,7 +49,7 @@ FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 
 def doc_files(root=ROOT):
     """The user docs, relative to root."""
-    files = ["README.md", "bindings/python/README.md"]
+    files = ["README.md", "bindings/python/README.md", "bench/README.md"]
     files += sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "docs", "*.md")))
     return [f for f in files if os.path.exists(os.path.join(root, f))]
 

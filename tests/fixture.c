@@ -258,6 +258,8 @@ int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   __atomic_add_fetch(&l->calls, 1, __ATOMIC_SEQ_CST);
   if (l->sleep_ms)
     xft_sleep_ms(l->sleep_ms);
+  while (__atomic_load_n(&l->held, __ATOMIC_ACQUIRE))
+    xft_sleep_ms(1);
   if (l->fail_rc)
     return l->fail_rc;
   if (l->not_found) {
@@ -266,6 +268,8 @@ int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   }
   return xf_sink_set(sink, l->value, l->len ? l->len : strlen(l->value));
 }
+
+void xft_loader_release(xft_loader *l) { __atomic_store_n(&l->held, 0, __ATOMIC_RELEASE); }
 
 /* (fixture.h) Busy until the probe's PING says so: from then on the other
  * tests' commands are refused, not merely slow. */

@@ -103,9 +103,14 @@ typedef struct xft_loader {
   int fail_rc;
   int not_found;
   int calls; /* read with xft_loader_calls */
+  int held;  /* atomic: while non-zero the loader waits, after its sleep, for
+                xft_loader_release (a race's step placed without a timing) */
 } xft_loader;
 
 int xft_load(void *ud, const char *key, size_t keylen, xf_sink *sink);
+
+/* Lets a held loader (xft_loader.held) finish. */
+void xft_loader_release(xft_loader *l);
 
 /* How many times l ran, read atomically: a refresh worker may run it. */
 int xft_loader_calls(xft_loader *l);

@@ -7,16 +7,19 @@
 #include <string.h>
 #include <unistd.h>
 #include <xfetch_libevent.h>
+#include <xfetch_libuv.h>
 
-const char *const xft_driver_names[XFT_NDRIVERS] = {"blocking", "pool", "async", "call"};
+const char *const xft_driver_names[XFT_NDRIVERS] = {"blocking", "pool", "async", "call",
+                                                    "async-libuv"};
 
 struct xft_drv {
   int driver;
   xf_client *c; /* blocking, call */
   xf_pool *pool;
   xf_async *ac;
-  struct event_base *base;
-  redisContext *sock; /* the call's wire: only its descriptor is used */
+  struct event_base *base; /* async on libevent */
+  uv_loop_t *uv;           /* async on libuv */
+  redisContext *sock;      /* the call's wire: only its descriptor is used */
   xf_reader *rd;
   xf_async_load *pending; /* an async load its loader left for the test */
   xft_op_loader *pending_l;
@@ -36,6 +39,11 @@ xft_drv *xft_drv_open(int driver, const xf_options *o) {
     cr_assert_not_null(d->base = event_base_new());
     cr_assert_eq(xf_async_open_libevent(&d->ac, &co, d->base), XF_OK);
     break;
+  case XFT_ASYNC_UV:
+    cr_assert_not_null(d->uv = malloc(sizeof *d->uv));
+    cr_assert_eq(uv_loop_init(d->uv), 0);
+    cr_assert_eq(xf_async_open_libuv(&d->ac, &co, d->uv), XF_OK);
+    break;
   case XFT_CALL:
     co.lazy_connect = 1;
     d->sock = xft_redis_port(co.port);
@@ -51,6 +59,11 @@ void xft_drv_close(xft_drv *d) {
   xf_async_close(d->ac);
   if (d->base)
     event_base_free(d->base);
+  if (d->uv) { /* the handles xf_async_close closed, then the loop */
+    uv_run(d->uv, UV_RUN_DEFAULT);
+    cr_expect_eq(uv_loop_close(d->uv), 0);
+    free(d->uv);
+  }
   xf_pool_close(d->pool);
   xf_client_close(d->c);
   xf_reader_close(d->rd);
@@ -123,7 +136,10 @@ static int async_run(xft_drv *d, async_wait *w, int start_rc, xft_op_loader *l) 
   cr_assert_eq(start_rc, XF_OK, "%s", xf_async_errmsg(d->ac));
   while (!w->done) {
     if (!d->pending) {
-      event_base_loop(d->base, EVLOOP_ONCE);
+      if (d->uv)
+        uv_run(d->uv, UV_RUN_ONCE);
+      else
+        event_base_loop(d->base, EVLOOP_ONCE);
       continue;
     }
     xf_async_load *load = d->pending;
@@ -215,6 +231,7 @@ int xft_drv_get_or_compute(xft_drv *d, const char *key, const xf_policy *p,
                     xf_pool_get_or_compute(d->pool, key, len, p, run_sync_loader, &s, out),
                     xf_pool_errmsg());
   case XFT_ASYNC:
+  case XFT_ASYNC_UV:
     return async_run(
         d, &w, xf_async_get_or_compute(d->ac, key, len, p, async_loader, d, on_value, &w),
         l);
@@ -235,6 +252,7 @@ int xft_drv_get(xft_drv *d, const char *key, xf_value *out) {
   case XFT_POOL:
     return keep_msg(d, xf_pool_get(d->pool, key, len, out), xf_pool_errmsg());
   case XFT_ASYNC:
+  case XFT_ASYNC_UV:
     return async_run(d, &w, xf_async_get(d->ac, key, len, on_value, &w), NULL);
   default:
     return call_run(d, xf_call_start_get(&call, d->c, key, len, xft_now_ms()), &call, NULL,
@@ -252,6 +270,7 @@ int xft_drv_set(xft_drv *d, const char *key, const char *value, const xf_policy 
   case XFT_POOL:
     return keep_msg(d, xf_pool_set(d->pool, key, len, value, vlen, p), xf_pool_errmsg());
   case XFT_ASYNC:
+  case XFT_ASYNC_UV:
     return async_run(d, &w, xf_async_set(d->ac, key, len, value, vlen, p, on_code, &w),
                      NULL);
   default:
@@ -271,10 +290,28 @@ int xft_drv_delete(xft_drv *d, const char *key) {
   case XFT_POOL:
     return keep_msg(d, xf_pool_delete(d->pool, key, len), xf_pool_errmsg());
   case XFT_ASYNC:
+  case XFT_ASYNC_UV:
     return async_run(d, &w, xf_async_delete(d->ac, key, len, on_code, &w), NULL);
   default:
     return call_run(d, xf_call_start_delete(&call, d->c, key, len, xft_now_ms()), &call,
                     NULL, NULL);
+  }
+}
+
+int xft_drv_invalidate_tags(xft_drv *d, const char *const *tags, size_t n) {
+  async_wait w = {.d = d};
+  xf_call *call = NULL;
+  switch (d->driver) {
+  case XFT_BLOCKING:
+    return keep_msg(d, xf_invalidate_tags(d->c, tags, n), xf_errmsg(d->c));
+  case XFT_POOL:
+    return keep_msg(d, xf_pool_invalidate_tags(d->pool, tags, n), xf_pool_errmsg());
+  case XFT_ASYNC:
+  case XFT_ASYNC_UV:
+    return async_run(d, &w, xf_async_invalidate_tags(d->ac, tags, n, on_code, &w), NULL);
+  default:
+    return call_run(d, xf_call_start_invalidate_tags(&call, d->c, tags, n, xft_now_ms()),
+                    &call, NULL, NULL);
   }
 }
 

@@ -1,13 +1,17 @@
 /* Every driver behind one face, for tests that run the same assertions on
- * each: the blocking client, the pool, the event loop (xf_async on libevent)
- * and the sans-I/O call (driven here over a plain socket to the server).
+ * each: the blocking client, the pool, the event loop (xf_async on libevent
+ * and on libuv) and the sans-I/O call (driven here over a plain socket to
+ * the server).
  * Each operation runs to its end before it returns, whatever the driver. */
 #ifndef XFT_OP_DRIVERS_H
 #define XFT_OP_DRIVERS_H
 
 #include "fixture.h"
 
-enum { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL, XFT_NDRIVERS };
+enum { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL, XFT_ASYNC_UV, XFT_NDRIVERS };
+/* Every driver, for a parametrized test's array. */
+#define XFT_ALL_DRIVERS                                                                    \
+  { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL, XFT_ASYNC_UV }
 extern const char *const xft_driver_names[XFT_NDRIVERS];
 
 typedef struct xft_drv xft_drv;
@@ -35,6 +39,7 @@ int xft_drv_get_or_compute(xft_drv *d, const char *key, const xf_policy *p,
 int xft_drv_get(xft_drv *d, const char *key, xf_value *out);
 int xft_drv_set(xft_drv *d, const char *key, const char *value, const xf_policy *p);
 int xft_drv_delete(xft_drv *d, const char *key);
+int xft_drv_invalidate_tags(xft_drv *d, const char *const *tags, size_t n);
 
 /* The batch (xf_get_or_compute_many), on the drivers that have one. */
 int xft_drv_has_batch(int driver);

@@ -1,8 +1,9 @@
-/* Background refresh on the event-loop driver (xf_async) against a real
- * Redis: the call that wins an early refresh gets the current value in its
+/* Background refresh (XF_BACKGROUND_ON) on the event-loop driver (xf_async)
+ * against a real Redis: the call that wins an early refresh gets the current value in its
  * callback while the refresh's loader is still pending; the refresh runs on
  * the loop as a call of its own and its value lands; closing the handle
- * with a refresh pending cancels it (its load completes into nothing). */
+ * with a refresh pending cancels it (its load completes into nothing). By
+ * default the refresh runs in the call. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,7 +58,7 @@ static void open_ctx(ctx *x, const char *key) {
 
 static xf_policy background(void) {
   xf_policy p = XF_POLICY_INIT;
-  p.background_refresh = 1;
+  p.background_refresh = XF_BACKGROUND_ON;
   p.refresh_ahead = 1e9; /* due as soon as the value has a delta */
   return p;
 }
@@ -143,4 +144,62 @@ Test(async_refresh, closing_with_a_refresh_pending_cancels_it) {
   end(&x);                             /* the refresh is canceled with the handle */
   xf_async_load_done(held, "late", 4); /* completes into nothing */
   cr_expect(cached_is("async:bgclose", "v1"), "nothing written after close");
+}
+
+/* A request as a C program on a loop keeps it: the loader_ud and the
+ * callback's data at once, freed by the callback. The test keeps the memory
+ * and marks it gone there, counting a loader run that begins after. */
+typedef struct request {
+  ctx *x;
+  int gone, loads, touched_after;
+} request;
+
+static void request_loader(void *ud, const char *key, size_t keylen, xf_async_load *load) {
+  request *r = ud;
+  if (r->gone)
+    r->touched_after++;
+  r->loads++;
+  loader(r->x, key, keylen, load);
+}
+
+static void request_done(int rc, const xf_value *v, void *privdata) {
+  request *r = privdata;
+  on_done(rc, v, r->x);
+  r->gone = 1;
+}
+
+static void request_start(request *r, const xf_policy *p) {
+  ctx *x = r->x;
+  cr_assert_eq(xf_async_get_or_compute(x->ac, x->key, strlen(x->key), p, request_loader, r,
+                                       request_done, r),
+               XF_OK);
+}
+
+/* The default policy (background_refresh AUTO): the refresh runs in the
+ * call, whose callback gets the new value, though the loop could run it as a
+ * call of its own: the library cannot know that loader_ud outlives the
+ * callback (XF_BACKGROUND_ON says so). */
+Test(async_refresh, by_default_the_refresh_runs_in_the_call) {
+  ctx x;
+  open_ctx(&x, "async:bgdefault");
+  xf_policy p = XF_POLICY_INIT;
+  p.refresh_ahead = 1e9; /* due as soon as the value has a delta */
+  request cold = {.x = &x}, early = {.x = &x};
+  x.next = "v1";
+  request_start(&cold, &p);
+  run_until_fired(&x);
+  cr_assert_eq(x.source, XF_SOURCE_LOADER);
+  x.fired = 0;
+  x.next = "v2";
+  request_start(&early, &p);
+  run_until_fired(&x);
+  cr_expect_eq(x.rc, XF_OK);
+  cr_expect_eq(x.source, XF_SOURCE_LOADER, "refreshed in the call");
+  cr_expect_str_eq(x.value, "v2");
+  cr_expect_eq(early.loads, 1, "the loader ran before the callback");
+  cr_expect(cached_is(x.key, "v2"), "the call wrote");
+  end(&x); /* runs the loop out: anything still on it runs or is canceled */
+  cr_expect_eq(cold.touched_after, 0);
+  cr_expect_eq(early.touched_after, 0, "a loader_ud used after its callback");
+  cr_expect_eq(early.loads, 1, "one refresh");
 }

@@ -578,3 +578,54 @@ Test(batch, keys_stay_protected_until_their_turn_to_load) {
 Test(batch, two_batches_on_the_same_cold_keys_load_each_once) {
   keys_stay_protected("batch:turn2", 1);
 }
+
+/* "v<n>", n the loader's calls so far; each load takes 2 ms (a delta). */
+static int counting_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  int n = __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST);
+  xft_sleep_ms(2);
+  char v[16];
+  int len = snprintf(v, sizeof v, "v%d", n);
+  return xf_sink_set(sink, v, (size_t)len);
+}
+
+/* The default policy (background_refresh AUTO) with a per-key loader: a
+ * key's early refresh runs in the batch, on a client with a share as on a
+ * bare one (loader_ud may live in the caller's frame; XF_BACKGROUND_ON hands
+ * it to the share's workers). */
+Test(batch, by_default_an_early_refresh_runs_in_the_batch) {
+  for (int with_share = 0; with_share < 2; with_share++) {
+    xf_share *s = NULL;
+    if (with_share)
+      cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+    xf_options o = XF_OPTIONS_INIT;
+    o.port = xft_port();
+    o.share = s;
+    xf_client *c;
+    cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+    const char *key = with_share ? "batch:bgdefault:share" : "batch:bgdefault:bare";
+    size_t len = strlen(key);
+    xf_policy p = XF_POLICY_INIT;
+    p.refresh_ahead = 1e9; /* due as soon as the value has a delta */
+    int calls = 0, rc;
+    xf_value v;
+    cr_assert_eq(
+        xf_get_or_compute_many(c, 1, &key, &len, &p, counting_loader, &calls, &v, &rc),
+        XF_OK);
+    cr_expect_eq(v.source, XF_SOURCE_LOADER);
+    xf_value_free(&v);
+    cr_assert_eq(
+        xf_get_or_compute_many(c, 1, &key, &len, &p, counting_loader, &calls, &v, &rc),
+        XF_OK);
+    cr_expect_eq(rc, XF_OK);
+    cr_expect_eq(v.source, XF_SOURCE_LOADER, "share %d", with_share);
+    cr_expect_str_eq(v.data, "v2", "share %d", with_share);
+    xf_value_free(&v);
+    cr_expect_eq(__atomic_load_n(&calls, __ATOMIC_SEQ_CST), 2,
+                 "refreshed before the batch returned, share %d", with_share);
+    xf_client_close(c);
+    xf_share_close(s); /* waits for anything its workers still run */
+    cr_expect_eq(__atomic_load_n(&calls, __ATOMIC_SEQ_CST), 2, "one refresh, share %d",
+                 with_share);
+  }
+}

@@ -454,3 +454,27 @@ Test(call, background_refresh_is_handed_over_as_a_call_of_its_own) {
   close_wire(&w);
   xf_client_close(c);
 }
+
+/* The default policy (background_refresh AUTO) keeps an early refresh in the
+ * call here: a sans-I/O driver takes refreshes only when its policy says
+ * XF_BACKGROUND_ON (a refresh it never took would hold the key's lease). */
+Test(call, by_default_an_early_refresh_loads_in_the_call) {
+  xf_client *c = config_client();
+  xf_policy p = XF_POLICY_INIT;
+  p.refresh_ahead = 1e9; /* due as soon as the value has a delta */
+  wire w = open_wire(0);
+  script s = {.value = "v1"};
+  xf_value v;
+  cr_assert_eq(drive(&w, c, "call:bgdefault", &p, &s, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  s.value = "v2";
+  cr_assert_eq(drive(&w, c, "call:bgdefault", &p, &s, &v), XF_OK);
+  cr_expect_eq(s.loads, 2, "the early refresh was the call's LOAD");
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  cr_expect_str_eq(v.data, "v2");
+  xf_value_free(&v);
+  cr_expect(cached_is("call:bgdefault", "v2"));
+  close_wire(&w);
+  xf_client_close(c);
+}

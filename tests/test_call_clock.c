@@ -404,7 +404,7 @@ static void dead_lease_expires(const char *key, int64_t skew) {
   wire w = open_wire(srv.port, 1);
   w.skew_ms = skew;
   xf_policy p = XF_POLICY_INIT;
-  p.wait_ms = 5000;
+  p.wait_ms = 10000; /* a driver that misjudged the lease waits all of it, then fails */
   p.on_wait_timeout = XF_WAIT_FAIL;
   gen g = {0};
   xf_value v;
@@ -419,7 +419,8 @@ static void dead_lease_expires(const char *key, int64_t skew) {
   int64_t waited = xft_now_ms() - t0;
   cr_expect_eq(g.n, 2, "one load for the key");
   cr_expect_eq(v.source, XF_SOURCE_LOADER);
-  cr_expect(waited >= 200 && waited < 2000, "waited %lld ms for a 300 ms lease",
+  /* Up to 5 s: half the wait budget (2.2 s seen under ASan on a busy machine). */
+  cr_expect(waited >= 200 && waited < 5000, "waited %lld ms for a 300 ms lease",
             (long long)waited);
   xf_value_free(&v);
   close_wire(&w);

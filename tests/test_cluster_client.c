@@ -506,3 +506,61 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
   cr_expect_eq(st.redis_errors, 0);
   xf_client_close(c);
 }
+
+/* Tags whose keys ("xf-tag:{<name>}") sit in other slots, on other masters,
+ * than the entries: each tag's version is read on its own slot's master, and
+ * an invalidation from another client makes every tagged entry a miss, loaded
+ * once, the batch's included; no redirection once mapped. */
+Test(cluster_client, tags_in_other_slots_than_their_entries) {
+  if (xft_cluster_entry_format() == XF_ENTRY_HASH)
+    cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
+  xf_client *c = node_client(0), *other = node_client(5);
+  const char *tags[] = {"cc-a", "cc-b", "cc-c"}; /* slots of their own */
+  int slots[3];
+  for (int i = 0; i < 3; i++) {
+    char key[32];
+    int len = snprintf(key, sizeof key, "xf-tag:{%s}", tags[i]);
+    slots[i] = xf__cluster_keyslot(key, (size_t)len);
+  }
+  cr_assert(slots[0] != slots[1] || slots[1] != slots[2]);
+  xf_policy p = xft_long_ttl();
+  p.tags = tags, p.ntags = 3;
+  enum { N = 30 };
+  char buf[N][32];
+  const char *keys[N];
+  size_t lens[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(buf[i], sizeof buf[i], "cc:tagged:%d", i);
+    keys[i] = buf[i];
+    lens[i] = strlen(buf[i]);
+  }
+  int calls = 0;
+  xf_value v[N];
+  int rcs[N];
+  xf_source want[] = {XF_SOURCE_LOADER, XF_SOURCE_CACHE, XF_SOURCE_LOADER, XF_SOURCE_CACHE};
+  for (int round = 0; round < 4; round++) {
+    if (round == 2)
+      cr_assert_eq(xf_invalidate_tags(other, tags + 1, 1), XF_OK, "%s", xf_errmsg(other));
+    if (round % 2 == 0) { /* one key at a time */
+      for (int i = 0; i < N; i++)
+        rcs[i] = xf_get_or_compute(c, keys[i], lens[i], &p, xft_key_loader, &calls, &v[i]);
+    } else { /* the batch */
+      cr_assert_eq(
+          xf_get_or_compute_many(c, N, keys, lens, &p, xft_key_loader, &calls, v, rcs),
+          XF_OK);
+    }
+    for (int i = 0; i < N; i++) {
+      cr_expect_eq(rcs[i], XF_OK, "round %d key %d: %s", round, i, xf_strerror(rcs[i]));
+      cr_expect_eq(v[i].source, want[round], "round %d key %d: source %d", round, i,
+                   v[i].source);
+      xf_value_free(&v[i]);
+    }
+  }
+  cr_expect_eq(calls, 2 * N);
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_expect_eq(st.tag_invalidated, N);
+  cr_expect_eq(st.redirects, 0);
+  xf_client_close(c);
+  xf_client_close(other);
+}

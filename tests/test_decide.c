@@ -84,14 +84,17 @@ Test(decide, rate_aware_refreshes_within_its_margin_only) {
 
 Test(decide, refresh_factor_follows_the_policy) {
   xf_policy p = XF_POLICY_INIT;
-  cr_expect_eq(xf__refresh_factor(&p), 0, "XFetch by default");
-  p.background_refresh = 1;
+  cr_expect_eq(xf__refresh_factor(&p), XF_REFRESH_AHEAD_DEFAULT, "rate-aware by default");
+  p.background_refresh = XF_BACKGROUND_OFF;
+  cr_expect_eq(xf__refresh_factor(&p), XF_REFRESH_AHEAD_DEFAULT,
+               "rate-aware in the call too: the rule does not depend on where it runs");
+  p.background_refresh = XF_BACKGROUND_ON;
   cr_expect_eq(xf__refresh_factor(&p), XF_REFRESH_AHEAD_DEFAULT);
   p.refresh_ahead = -1;
   cr_expect_eq(xf__refresh_factor(&p), 0, "negative: XFetch even in the background");
   p.refresh_ahead = 3;
   cr_expect_eq(xf__refresh_factor(&p), 3);
-  p.background_refresh = 0;
+  p.background_refresh = XF_BACKGROUND_OFF;
   cr_expect_eq(xf__refresh_factor(&p), 3);
 }
 
@@ -136,7 +139,7 @@ static sim_out simulate(const xf_policy *p, double rate_per_s, int64_t delta_ms)
 Test(decide, rate_aware_makes_about_one_load_per_ttl_at_any_rate) {
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 1000;
-  p.background_refresh = 1;
+  p.background_refresh = XF_BACKGROUND_ON;
   double rates[] = {100, 1000, 10000, 100000};
   for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
     sim_out o = simulate(&p, rates[i], 100);
@@ -147,9 +150,19 @@ Test(decide, rate_aware_makes_about_one_load_per_ttl_at_any_rate) {
   }
 }
 
+Test(decide, default_policy_refreshes_a_hot_key_about_once_per_ttl) {
+  xf_policy p = XF_POLICY_INIT; /* nothing changed but the ttl */
+  p.ttl_ms = 1000;
+  sim_out hot = simulate(&p, 100000, 100);
+  cr_expect_leq(hot.loads_per_ttl, 1.2, "the defaults at 100k/s: %.3f loads per ttl",
+                hot.loads_per_ttl);
+  cr_expect_eq(hot.late, 0, "%ld calls found the value expired", hot.late);
+}
+
 Test(decide, xfetch_loads_more_the_hotter_the_key) {
   xf_policy p = XF_POLICY_INIT;
-  p.ttl_ms = 1000; /* beta 1, no background: pure XFetch */
+  p.ttl_ms = 1000; /* beta 1: pure XFetch */
+  p.refresh_ahead = -1;
   sim_out slow = simulate(&p, 100, 100), hot = simulate(&p, 100000, 100);
   cr_expect_gt(hot.loads_per_ttl, slow.loads_per_ttl + 0.2, "%.3f vs %.3f",
                hot.loads_per_ttl, slow.loads_per_ttl);

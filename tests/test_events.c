@@ -97,6 +97,7 @@ Test(events, early_refresh_and_a_failed_loader) {
   cr_assert_eq(xf_set(c, "events:early", 12, "old", 3, &p), XF_OK);
   cr_expect_eq(r.n, 0, "a set reports nothing: %s", types(&r));
   p.beta = INFINITY;
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   l.fail_rc = 7;
   cr_assert_eq(get(c, "events:early", &p, &l, &v), XF_OK);
   cr_expect_str_eq(v.data, "old");

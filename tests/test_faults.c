@@ -47,12 +47,16 @@ Test(faults, idle_timeout_reconnects_without_the_breaker) {
    * meet another case. */
   xft_sleep_ms(1000);
   for (int64_t until = xft_now_ms() + 20000;; xft_sleep_ms(50)) {
+    /* A probe that idled a second before its command (a busy machine) is
+     * cut too: asked again. */
     redisContext *probe = xft_redis_port(s.port);
-    redisReply *list = xft_cmd(probe, "CLIENT LIST TYPE normal");
+    redisReply *list = redisCommand(probe, "CLIENT LIST TYPE normal");
     int clients = 0;
-    for (const char *at = list->str; (at = strchr(at, '\n')) != NULL; at++)
+    for (const char *at = list && list->type == REDIS_REPLY_STRING ? list->str : "";
+         (at = strchr(at, '\n')) != NULL; at++)
       clients++;
-    freeReplyObject(list);
+    if (list)
+      freeReplyObject(list);
     redisFree(probe);
     if (clients == 1)
       break;
@@ -323,9 +327,20 @@ Test(faults, kill_9_then_restart_fails_open_then_hits) {
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "reloaded"};
   xf_value v;
+  /* The client's 200 ms command timeout may fail a call open while a busy
+   * machine (ASan) runs the new server slowly: asked again, up to 10 s,
+   * until one loads and caches; the next is a hit. */
+  int source = XF_SOURCE_UNCACHED;
+  for (int64_t until = xft_now_ms() + 10000;
+       source == XF_SOURCE_UNCACHED && xft_now_ms() < until; xft_sleep_ms(50)) {
+    cr_assert_eq(get(c, "faults:k", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
+    source = v.source;
+    xf_value_free(&v);
+  }
+  cr_expect_eq(source, XF_SOURCE_LOADER, "cached again in the new server");
   cr_assert_eq(get(c, "faults:k", &p, &l, &v), XF_OK, "%s", xf_errmsg(c));
-  cr_expect_eq(v.source, XF_SOURCE_LOADER, "cached again in the new server");
-  cr_expect_eq(xft_loader_calls(&l), 1);
+  cr_expect_eq(v.source, XF_SOURCE_CACHE, "then a hit");
+  cr_expect_str_eq(v.data, "reloaded");
   xf_value_free(&v);
   xf_client_close(c);
   xft_server_stop(&s);

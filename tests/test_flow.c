@@ -40,9 +40,9 @@ static int load_value(xf__flow *f, const char *value) {
   return xf_sink_set(&f->sink, value, strlen(value));
 }
 
-#define HIT "*7\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n"
-#define MISS "*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n"
-#define MISS_LEASED "*7\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010000\r\n:0\r\n"
+#define HIT "*8\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n$0\r\n\r\n"
+#define MISS "*8\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n$0\r\n\r\n"
+#define MISS_LEASED "*8\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010000\r\n:0\r\n$0\r\n\r\n"
 
 Test(flow, hit_is_one_read) {
   xf_policy p = XF_POLICY_INIT;
@@ -95,8 +95,10 @@ Test(flow, lease_is_twice_the_learned_delta_when_longer) {
     const char *lease_ms;
   } cases[] = {
       {MISS, "1000"}, /* no delta learned yet */
-      {"*7\r\n$3\r\nold\r\n:3000000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n:0\r\n", "6000"},
-      {"*7\r\n$3\r\nold\r\n:400000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n:0\r\n", "1000"},
+      {"*8\r\n$3\r\nold\r\n:3000000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n:0\r\n$0\r\n\r\n",
+       "6000"},
+      {"*8\r\n$3\r\nold\r\n:400000\r\n:-10\r\n:0\r\n:0\r\n:1000\r\n:0\r\n$0\r\n\r\n",
+       "1000"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     xf_value v;
@@ -212,8 +214,10 @@ Test(flow, a_waiter_shares_a_not_found_that_ended_after_its_first_read) {
     const char *reread;
     xf__step step;
   } cases[] = {
-      {"*7\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010030\r\n:1010020\r\n", XF_STEP_DONE},
-      {"*7\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010030\r\n:1010000\r\n", XF_STEP_WAIT},
+      {"*8\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010030\r\n:1010020\r\n$0\r\n\r\n",
+       XF_STEP_DONE},
+      {"*8\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1010030\r\n:1010000\r\n$0\r\n\r\n",
+       XF_STEP_WAIT},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     xf_value v;
@@ -266,6 +270,7 @@ Test(flow, unreachable_redis_fails_open) {
 Test(flow, failed_early_refresh_releases_and_serves_the_valid_value) {
   xf_policy p = XF_POLICY_INIT;
   p.beta = INFINITY;
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   xf_value v;
   xf__flow f;
   xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
@@ -288,11 +293,11 @@ Test(flow, every_read_reply_of_another_shape_is_eproto) {
       "$3\r\nabc\r\n",
       "*0\r\n",
       "*6\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n",
-      "*7\r\n:1\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
-      "*7\r\n$1\r\nv\r\n$1\r\n1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
-      "*7\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n$1\r\n0\r\n",
+      "*8\r\n:1\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$1\r\nv\r\n$1\r\n1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n$1\r\n0\r\n$0\r\n\r\n",
       "*8\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1\r\n",
-      "*7\r\n*0\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
+      "*8\r\n*0\r\n:1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n$0\r\n\r\n",
   };
   xf_policy p = XF_POLICY_INIT;
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -309,16 +314,16 @@ Test(flow, every_read_reply_of_another_shape_is_eproto) {
  * counted, whose lease is asked for; never an error that bricks the key. */
 Test(flow, every_read_reply_of_bad_values_is_a_malformed_miss) {
   static const char *bad[] = {
-      "*7\r\n$1\r\nv\r\n:-1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
-      "*7\r\n$1\r\nv\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:1\r\n:0\r\n",
-      "*7\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:-5\r\n:0\r\n",
-      "*7\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:0\r\n:50\r\n:0\r\n",
-      "*7\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:2\r\n:500\r\n:0\r\n",
-      "*7\r\n$1\r\nv\r\n:1\r\n:100\r\n:-1\r\n:0\r\n:500\r\n:0\r\n",
-      "*7\r\n$1\r\nv\r\n:1099511627777\r\n:100\r\n:0\r\n:0\r\n:500\r\n:0\r\n",
-      "*7\r\n$-1\r\n:1\r\n:0\r\n:0\r\n:0\r\n:500\r\n:0\r\n",
-      "*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:1\r\n:500\r\n:0\r\n",
-      "*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:500\r\n:-1\r\n",
+      "*8\r\n$1\r\nv\r\n:-1\r\n:1\r\n:0\r\n:0\r\n:1\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$1\r\nv\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:1\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$1\r\nv\r\n:1\r\n:1\r\n:0\r\n:0\r\n:-5\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:0\r\n:50\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$1\r\nv\r\n:1\r\n:100\r\n:0\r\n:2\r\n:500\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$1\r\nv\r\n:1\r\n:100\r\n:-1\r\n:0\r\n:500\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$1\r\nv\r\n:1099511627777\r\n:100\r\n:0\r\n:0\r\n:500\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$-1\r\n:1\r\n:0\r\n:0\r\n:0\r\n:500\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:1\r\n:500\r\n:0\r\n$0\r\n\r\n",
+      "*8\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:500\r\n:-1\r\n$0\r\n\r\n",
   };
   xf_policy p = XF_POLICY_INIT;
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

@@ -36,10 +36,11 @@ static void teardown(void) {
 
 TestSuite(flow_kinds, .init = setup, .fini = teardown);
 
-#define HIT "*7\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n"
-#define MISS "*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n"
-#define STALE "*7\r\n$3\r\nold\r\n:1000\r\n:-5\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n"
-#define NEGATIVE "*7\r\n$0\r\n\r\n:1000\r\n:50000\r\n:0\r\n:1\r\n:1060000\r\n:0\r\n"
+#define HIT "*8\r\n$3\r\nold\r\n:1000\r\n:50000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n$0\r\n\r\n"
+#define MISS "*8\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n$0\r\n\r\n"
+#define STALE "*8\r\n$3\r\nold\r\n:1000\r\n:-5\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n$0\r\n\r\n"
+#define NEGATIVE                                                                           \
+  "*8\r\n$0\r\n\r\n:1000\r\n:50000\r\n:0\r\n:1\r\n:1060000\r\n:0\r\n$0\r\n\r\n"
 
 enum { GET, SET, DELETE };
 static const int script_of_kind[] = {XF_SCRIPT_READ, XF_SCRIPT_WRITE, XF_SCRIPT_DELETE};

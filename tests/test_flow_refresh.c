@@ -34,12 +34,12 @@ static void expect_script(const xf__flow *f, int script) {
 }
 
 /* value "old", 1000 ms left, delta 50 ms, no lease */
-#define HIT "*7\r\n$3\r\nold\r\n:50000\r\n:1000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n"
+#define HIT "*8\r\n$3\r\nold\r\n:50000\r\n:1000\r\n:0\r\n:0\r\n:1060000\r\n:0\r\n$0\r\n\r\n"
 #define WON "*2\r\n:1\r\n:1\r\n"
 
 static xf_policy background(void) {
   xf_policy p = XF_POLICY_INIT;
-  p.background_refresh = 1;
+  p.background_refresh = XF_BACKGROUND_ON;
   p.refresh_ahead = 100; /* 100 x 50 ms > 1000 ms left: due */
   return p;
 }
@@ -57,7 +57,7 @@ Test(flow_refresh, detached_call_returns_the_current_value_and_the_refresh_write
   xf_value v, bgv;
   xf__flow f, bg;
   to_refresh_load(&f, &p, &v);
-  cr_assert(xf__flow_detachable(&f));
+  cr_assert(xf__flow_detachable(&f, XF__OFF_PATH_READY));
   char token[40];
   memcpy(token, f.token, sizeof token);
   cr_assert_eq(xf__flow_detach(&f, &bg, &bgp, "k", &bgv), XF_STEP_LOAD);
@@ -65,7 +65,8 @@ Test(flow_refresh, detached_call_returns_the_current_value_and_the_refresh_write
   cr_expect_str_eq(v.data, "old");
   cr_expect_eq(v.source, XF_SOURCE_CACHE);
   xf_value_free(&v);
-  cr_expect(!xf__flow_detachable(&bg), "a detached refresh is not detached again");
+  cr_expect(!xf__flow_detachable(&bg, XF__OFF_PATH_READY),
+            "a detached refresh is not detached again");
   cr_assert_eq(xf_sink_set(&bg.sink, "new", 3), XF_OK);
   cr_assert_eq(xf__flow_loaded(&bg, 0, 40000, 0), XF_STEP_SEND);
   expect_script(&bg, XF_SCRIPT_WRITE);
@@ -110,12 +111,51 @@ Test(flow_refresh, skipped_refresh_releases_and_serves_the_current_value) {
 
 Test(flow_refresh, without_background_refresh_nothing_is_detachable) {
   xf_policy p = background();
-  p.background_refresh = 0;
+  p.background_refresh = XF_BACKGROUND_OFF;
   xf_value v;
   xf__flow f;
   to_refresh_load(&f, &p, &v);
-  cr_expect(!xf__flow_detachable(&f));
+  cr_expect(!xf__flow_detachable(&f, XF__OFF_PATH_READY));
   xf__flow_abandon(&f);
+}
+
+/* The default (AUTO) keeps an early refresh in the call on every driver (the
+ * core cannot know that loader_ud outlives the call); ON sends it off the
+ * request path where the driver has somewhere to run it; OFF nowhere. */
+Test(flow_refresh, the_policy_and_the_driver_decide_where_a_refresh_runs) {
+  static const struct {
+    int background;
+    xf__off_path driver;
+    int detachable;
+  } rows[] = {
+      {XF_BACKGROUND_AUTO, XF__OFF_PATH_READY, 0},
+      {XF_BACKGROUND_AUTO, XF__OFF_PATH_NONE, 0},
+      {XF_BACKGROUND_ON, XF__OFF_PATH_READY, 1},
+      {XF_BACKGROUND_ON, XF__OFF_PATH_NONE, 0},
+      {XF_BACKGROUND_OFF, XF__OFF_PATH_READY, 0},
+      {XF_BACKGROUND_OFF, XF__OFF_PATH_NONE, 0},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    xf_policy p = background();
+    p.background_refresh = rows[i].background;
+    xf_value v;
+    xf__flow f;
+    to_refresh_load(&f, &p, &v);
+    cr_expect_eq(xf__flow_detachable(&f, rows[i].driver), rows[i].detachable,
+                 "background_refresh %d on a driver %d", rows[i].background,
+                 rows[i].driver);
+    xf__flow_abandon(&f);
+  }
+}
+
+Test(flow_refresh, a_background_refresh_outside_xf_background_is_einval) {
+  xf_policy p = background();
+  p.background_refresh = 3;
+  xf_value v;
+  xf__flow f;
+  cr_assert_eq(xf__flow_begin(bound(&f), "k", 1, &p, &v, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EINVAL);
+  cr_expect(strstr(rt.errstr, "background_refresh") != NULL, "%s", rt.errstr);
 }
 
 Test(flow_refresh, a_miss_is_never_detachable) {
@@ -124,11 +164,12 @@ Test(flow_refresh, a_miss_is_never_detachable) {
   xf__flow f;
   xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
   cr_assert_eq(
-      xf__flow_reply(&f, XF_OK,
-                     reply("*7\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n"), 0),
+      xf__flow_reply(
+          &f, XF_OK,
+          reply("*8\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1010000\r\n:0\r\n$0\r\n\r\n"), 0),
       XF_STEP_SEND);
   cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(WON), 0), XF_STEP_LOAD);
-  cr_expect(!xf__flow_detachable(&f), "someone has to wait for a miss");
+  cr_expect(!xf__flow_detachable(&f, XF__OFF_PATH_READY), "someone has to wait for a miss");
   xf__flow_abandon(&f);
 }
 

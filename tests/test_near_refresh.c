@@ -112,7 +112,11 @@ Test(near_refresh, an_election_kept_for_the_next_call) {
   xf_policy always = XF_POLICY_INIT, never = XF_POLICY_INIT;
   always.ttl_ms = never.ttl_ms = 60000;
   always.beta = __builtin_inf();
+  always.refresh_ahead = -1;                     /* XFetch: beta decides */
+  always.background_refresh = XF_BACKGROUND_OFF; /* in the call */
   never.beta = 0;
+  never.refresh_ahead = -1;                     /* XFetch: beta decides */
+  never.background_refresh = XF_BACKGROUND_OFF; /* in the call */
   xf_value v;
   cr_assert_eq(xf__near_serve(e.c, KEY, 3, &always, XF_DRIVER_BLOCKING, NULL, &v),
                XF__NEAR_PASS, "elected");

@@ -100,7 +100,11 @@ Test(near_serve, an_elected_draw_is_kept_for_the_next_call) {
   xf_policy p = XF_POLICY_INIT, never = XF_POLICY_INIT, always = XF_POLICY_INIT;
   p.ttl_ms = never.ttl_ms = always.ttl_ms = 60000;
   never.beta = 0;
+  never.refresh_ahead = -1;                     /* XFetch: beta decides */
+  never.background_refresh = XF_BACKGROUND_OFF; /* in the call */
   always.beta = __builtin_inf();
+  always.refresh_ahead = -1;                     /* XFetch: beta decides */
+  always.background_refresh = XF_BACKGROUND_OFF; /* in the call */
   xft_loader slow = {.value = "v1", .len = 2, .sleep_ms = 20};
   xf_value v;
   cr_assert_eq(xf_get_or_compute(c, "k", 1, &p, xft_load, &slow, &v), XF_OK);

@@ -1,7 +1,7 @@
 /* Every driver offers the same operations, each one flow kind: get-or-compute,
  * get, set and delete (and the batch where a driver has one) run the same
  * assertions on the blocking client, the pool, the event loop (xf_async on
- * libevent) and the sans-I/O call (op_drivers.h), against a real
+ * libevent and on libuv) and the sans-I/O call (op_drivers.h), against a real
  * redis-server. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -57,7 +57,7 @@ static void expect_goc(xft_drv *d, const char *what, const char *key, const xf_p
 }
 
 ParameterizedTestParameters(ops, get_or_compute) {
-  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
 }
 
@@ -78,7 +78,7 @@ ParameterizedTest(int *driver, ops, get_or_compute) {
 }
 
 ParameterizedTestParameters(ops, get) {
-  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
 }
 
@@ -113,7 +113,7 @@ ParameterizedTest(int *driver, ops, get) {
 }
 
 ParameterizedTestParameters(ops, set) {
-  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
 }
 
@@ -150,7 +150,7 @@ ParameterizedTest(int *driver, ops, set) {
 }
 
 ParameterizedTestParameters(ops, delete) {
-  static int drivers[] = {XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL};
+  static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
 }
 

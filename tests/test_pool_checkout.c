@@ -298,7 +298,9 @@ typedef struct elected_call {
 static void *call_elected(void *arg) {
   elected_call *e = arg;
   xf_policy p = XF_POLICY_INIT;
-  p.beta = __builtin_inf(); /* every draw elects an early refresh */
+  p.beta = __builtin_inf();                 /* every draw elects an early refresh */
+  p.refresh_ahead = -1;                     /* XFetch: beta decides */
+  p.background_refresh = XF_BACKGROUND_OFF; /* in the call */
   xf_value v;
   e->rc = xf_pool_get_or_compute(e->pool, "hot", 3, &p, xft_load, e->loader, &v);
   e->source = v.source;
@@ -322,7 +324,9 @@ Test(pool, a_near_hit_waits_for_no_client) {
   xf_pool *pool;
   cr_assert_eq(xf_pool_open(&pool, &o, 1, 10000), XF_OK);
   xf_policy p = XF_POLICY_INIT;
-  p.beta = 0; /* never elected: a hit */
+  p.beta = 0;                               /* never elected: a hit */
+  p.refresh_ahead = -1;                     /* XFetch: beta decides */
+  p.background_refresh = XF_BACKGROUND_OFF; /* in the call */
   cr_assert_eq(xf_pool_set(pool, "hot", 3, "v", 1, &p), XF_OK, "%s", xf_pool_errmsg());
   xft_loader never = {.value = "loaded", .len = 6};
   xf_pool_info info;

@@ -114,13 +114,17 @@ static void *run_call(void *arg) {
   return NULL;
 }
 
-static void start_call(pthread_t *t, background_call *b, const char *key, const char *value,
-                       int sleep_ms) {
+/* A call in its own thread whose loader sleeps sleep_ms, then, when held,
+ * waits for xft_loader_release: the race's other step lands during the load
+ * however slow the machine. */
+static void start_held_call(pthread_t *t, background_call *b, const char *key,
+                            const char *value, int sleep_ms, int held) {
   memset(b, 0, sizeof *b);
   b->key = key;
   b->p = (xf_policy)XF_POLICY_INIT;
   b->l.value = value;
   b->l.sleep_ms = sleep_ms;
+  b->l.held = held;
   pthread_create(t, NULL, run_call, b);
 }
 
@@ -135,9 +139,10 @@ Test(races, a_delete_during_a_load_wins) {
   xf_client *c = xft_client(1);
   pthread_t t;
   background_call b;
-  start_call(&t, &b, "races:delete", "before-delete", 300);
+  start_held_call(&t, &b, "races:delete", "before-delete", 0, 1); /* until the delete */
   wait_for_loader(&b.l);
   cr_assert_eq(xf_delete(c, "races:delete", 12), XF_OK);
+  xft_loader_release(&b.l);
   pthread_join(t, NULL);
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_str_eq(b.v.data, "before-delete", "the caller still gets what it computed");
@@ -189,13 +194,14 @@ Test(races, a_set_during_a_waiters_load_wins) {
   b.p = (xf_policy)XF_POLICY_INIT;
   b.p.wait_ms = 100;
   b.l.value = "waiter";
-  b.l.sleep_ms = 300;
+  b.l.held = 1; /* until the set */
   pthread_create(&t, NULL, run_call, &b);
   wait_for_loader(&b.l);
   xft_sleep_ms(5); /* dates are the server's ms: be a later one than its read */
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "races:waiter", 12, "set", 3, &p), XF_OK);
+  xft_loader_release(&b.l);
   pthread_join(t, NULL);
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_str_eq(b.v.data, "waiter");
@@ -228,7 +234,7 @@ Test(races, a_lease_taken_over_refuses_the_old_holders_write) {
   redisContext *r = xft_redis();
   pthread_t t;
   background_call b;
-  start_call(&t, &b, "races:takeover", "slow", 300);
+  start_held_call(&t, &b, "races:takeover", "slow", 0, 1); /* until the takeover */
   wait_for_loader(&b.l);
   /* The slow loader's lease is replaced by another holder's (as after its
    * lease_ms ran out and someone else took it): the entry in the default
@@ -243,6 +249,7 @@ Test(races, a_lease_taken_over_refuses_the_old_holders_write) {
       xft_entry_lease(other, "races:takeover", 14, 10000, 0, token, &now, &won, &newer),
       XF_OK);
   cr_assert_eq(won, XF_LEASE_WON);
+  xft_loader_release(&b.l);
   pthread_join(t, NULL);
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED);
@@ -263,7 +270,8 @@ Test(races, not_found_on_early_refresh_removes_the_cached_value) {
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   cr_assert_eq(xf_set(c, "races:gone", 10, "old", 3, &p), XF_OK);
-  p.beta = INFINITY; /* elect an early refresh */
+  p.beta = INFINITY;    /* elect an early refresh */
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   xft_loader gone = {.not_found = 1};
   xf_value v;
   cr_expect_eq(get(c, "races:gone", &p, &gone, &v), XF_ENOTFOUND);

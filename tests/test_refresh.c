@@ -1,10 +1,11 @@
-/* Background refresh (policy.background_refresh) against a real Redis,
+/* Background refresh (policy.background_refresh = XF_BACKGROUND_ON) against a real Redis,
  * through the pool and blocking drivers and their share's refresh workers: the call that
  * wins an early refresh returns the current value while the loader runs
  * elsewhere; a failed refresh keeps the value and releases the lease; close
  * does not wait for a refresh stuck in its loader; a forked child makes its
  * own workers. The loader here blocks until the test lets it go, so "while
- * the refresh runs" is a fact, not a timing. */
+ * the refresh runs" is a fact, not a timing. By default every C driver
+ * refreshes in the call: a loader_ud is never used after its call returned. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <pthread.h>
@@ -71,7 +72,7 @@ TestSuite(refresh, .init = reset);
 
 static xf_policy background(void) {
   xf_policy p = XF_POLICY_INIT;
-  p.background_refresh = 1;
+  p.background_refresh = XF_BACKGROUND_ON;
   p.refresh_ahead = 1e9; /* every hit with a delta is due: the test picks when */
   return p;
 }
@@ -399,4 +400,133 @@ Test(refresh, a_user_executor_gets_the_refresh_to_run_or_drop) {
   cr_expect_not_null(kept, "the next call refreshes");
   xf_refresh_drop(kept);
   close_handle(&h);
+}
+
+/* A loader_ud as a C caller keeps it: in the frame of the call, gone once
+ * the call returned. The test keeps the memory (a late touch is counted, not
+ * a crash) and marks it gone when the call returns. */
+typedef struct call_frame {
+  int gone;          /* the call returned */
+  int loads;         /* loader runs given this ud */
+  int touched_after; /* those that began after the call returned */
+  pthread_t caller;  /* the calling thread */
+  int in_caller;     /* loader runs on it (a load in the call; a refresh
+                        worker's are on its own thread, whenever it runs) */
+} call_frame;
+
+static int frame_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  call_frame *f = ud;
+  if (__atomic_load_n(&f->gone, __ATOMIC_SEQ_CST))
+    __atomic_add_fetch(&f->touched_after, 1, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&f->loads, 1, __ATOMIC_SEQ_CST);
+  if (pthread_equal(pthread_self(), f->caller))
+    __atomic_add_fetch(&f->in_caller, 1, __ATOMIC_SEQ_CST);
+  return gated_load(NULL, key, keylen, sink);
+}
+
+/* Where an early refresh runs, driver by driver. By default
+ * (background_refresh AUTO) in the call on every C driver, even where a
+ * share, a pool or an executor could run it elsewhere: the library cannot
+ * know that loader_ud outlives the call, so a default that ran the loader
+ * later would read a caller's stack after it returned. XF_BACKGROUND_ON (the
+ * caller's word that loader and loader_ud outlive the call) sends it off the
+ * call wherever there is somewhere to run it; a bare client has nowhere.
+ * The source tells: a refresh in the call returns its own value
+ * (XF_SOURCE_LOADER), one that left it the current value (XF_SOURCE_CACHE).
+ * The batch driver is xf_get_or_compute_many with one key. */
+typedef enum { WHERE_POOL, WHERE_BLOCKING, WHERE_BATCH } where_driver;
+
+typedef struct where_case {
+  where_driver d;
+  int share, executor, background, off_path;
+} where_case;
+
+ParameterizedTestParameters(refresh, where_an_early_refresh_runs) {
+  static where_case cases[] = {
+      {WHERE_POOL, 0, 0, XF_BACKGROUND_AUTO, 0},
+      {WHERE_BLOCKING, 1, 0, XF_BACKGROUND_AUTO, 0},
+      {WHERE_BLOCKING, 0, 1, XF_BACKGROUND_AUTO, 0},
+      {WHERE_BLOCKING, 0, 0, XF_BACKGROUND_AUTO, 0},
+      {WHERE_BATCH, 1, 0, XF_BACKGROUND_AUTO, 0},
+      {WHERE_BATCH, 0, 1, XF_BACKGROUND_AUTO, 0},
+      {WHERE_POOL, 0, 0, XF_BACKGROUND_ON, 1},
+      {WHERE_BLOCKING, 1, 0, XF_BACKGROUND_ON, 1},
+      {WHERE_BLOCKING, 0, 1, XF_BACKGROUND_ON, 1},
+      {WHERE_BLOCKING, 0, 0, XF_BACKGROUND_ON, 0},
+      {WHERE_BATCH, 1, 0, XF_BACKGROUND_ON, 1},
+      {WHERE_POOL, 0, 0, XF_BACKGROUND_OFF, 0},
+  };
+  return cr_make_param_array(where_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+static int where_call(handle *h, where_driver d, const char *key, const xf_policy *pol,
+                      call_frame *f, xf_value *v) {
+  size_t len = strlen(key);
+  if (d == WHERE_POOL)
+    return xf_pool_get_or_compute(h->pool, key, len, pol, frame_load, f, v);
+  if (d == WHERE_BLOCKING)
+    return xf_get_or_compute(h->client, key, len, pol, frame_load, f, v);
+  int key_rc = XF_OK;
+  int rc = xf_get_or_compute_many(h->client, 1, &key, &len, pol, frame_load, f, v, &key_rc);
+  return rc != XF_OK ? rc : key_rc;
+}
+
+ParameterizedTest(where_case *w, refresh, where_an_early_refresh_runs) {
+  xf_share *s = NULL;
+  if (w->share)
+    cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32], key[80];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
+  o.host = host;
+  o.share = s;
+  o.refresh_executor = w->executor ? keep_refresh : NULL;
+  kept = NULL;
+  handle h = {.d = w->d == WHERE_POOL ? DRIVER_POOL : DRIVER_BLOCKING};
+  if (w->d == WHERE_POOL)
+    cr_assert_eq(xf_pool_open(&h.pool, &o, 2, 0), XF_OK);
+  else
+    cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  snprintf(key, sizeof key, "refresh:where:%d%d%d%d", w->d, w->share, w->executor,
+           w->background);
+  xf_policy pol = XF_POLICY_INIT; /* background_refresh as the case says */
+  pol.background_refresh = w->background;
+  pol.refresh_ahead = 1e9; /* every hit with a delta is due: the test picks when */
+  call_frame cold = {.caller = pthread_self()}, early = {.caller = pthread_self()};
+  xf_value v;
+  cr_assert_eq(where_call(&h, w->d, key, &pol, &cold, &v), XF_OK);
+  __atomic_store_n(&cold.gone, 1, __ATOMIC_SEQ_CST);
+  cr_assert_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  cr_assert_eq(where_call(&h, w->d, key, &pol, &early, &v), XF_OK);
+  if (!w->off_path) /* the caller's frame ends here */
+    __atomic_store_n(&early.gone, 1, __ATOMIC_SEQ_CST);
+  /* loads on this thread so far: in the call (an executor's runs later) */
+  int loads_in_call = __atomic_load_n(&early.in_caller, __ATOMIC_SEQ_CST);
+  if (w->off_path) {
+    cr_expect_eq(v.source, XF_SOURCE_CACHE, "the winner returns the current value at once");
+    cr_expect_str_eq(v.data, "v1");
+    cr_expect_eq(loads_in_call, 0, "not run in the call");
+    if (w->executor) {
+      cr_assert_not_null(kept, "handed to the executor");
+      cr_expect_eq(xf_refresh_run(kept, NULL, NULL), XF_OK);
+      kept = NULL;
+    }
+    cr_expect(lands(key, "v2"), "the background refresh's value lands");
+  } else {
+    cr_expect_eq(v.source, XF_SOURCE_LOADER, "refreshed in the call");
+    cr_expect_str_eq(v.data, "v2");
+    cr_expect_eq(loads_in_call, 1, "the loader ran before the call returned");
+    cr_expect_null(kept, "nothing handed to the executor");
+    if (kept) /* what an executor would do with it later */
+      xf_refresh_run(kept, NULL, NULL);
+    kept = NULL;
+  }
+  xf_value_free(&v);
+  close_handle(&h); /* drains whatever a pool or share still runs */
+  xf_share_close(s);
+  cr_expect_eq(__atomic_load_n(&cold.touched_after, __ATOMIC_SEQ_CST), 0);
+  cr_expect_eq(__atomic_load_n(&early.touched_after, __ATOMIC_SEQ_CST), 0,
+               "a loader_ud used after its call returned");
+  cr_expect_eq(__atomic_load_n(&early.loads, __ATOMIC_SEQ_CST), 1, "one refresh");
 }

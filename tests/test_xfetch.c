@@ -58,6 +58,7 @@ Test(xfetch, beta_infinity_recomputes_every_time) {
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   p.beta = INFINITY;
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   xft_loader l = {.value = "v"};
   xf_value v;
   for (int i = 0; i < 3; i++) {
@@ -115,6 +116,7 @@ Test(xfetch, early_lease_loser_returns_the_current_value_at_once) {
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   p.beta = INFINITY;
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   xft_loader l = {.value = "new"};
   xf_value v;
   long long t0 = mono_ms();
@@ -300,6 +302,7 @@ Test(xfetch, loader_failure_on_early_refresh_serves_the_valid_value) {
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   p.beta = INFINITY;
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   xft_loader bad = {.fail_rc = 3};
   xf_value v;
   cr_assert_eq(get(c, "flow:early-fail", &p, &bad, &v), XF_OK);
@@ -545,6 +548,7 @@ Test(xfetch, a_live_lease_seen_by_the_read_costs_no_second_round_trip) {
   cr_expect_eq(v.source, XF_SOURCE_STALE);
   xf_value_free(&v);
   p.beta = INFINITY;
+  p.refresh_ahead = -1; /* XFetch: beta decides */
   cr_assert_eq(get(c, "flow:rt-early", &p, &l, &v), XF_OK);
   cr_expect_str_eq(v.data, "current");
   xf_value_free(&v);

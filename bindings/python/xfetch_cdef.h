@@ -52,8 +52,8 @@ typedef enum xf_event_type {
   XF_EV_NEAR = 5, XF_EV_LEASE_WON = 6, XF_EV_LEASE_LOST = 7, XF_EV_LOAD_START = 8,
   XF_EV_LOAD_DONE = 9, XF_EV_WAIT = 10, XF_EV_LOCAL = 11, XF_EV_SUPERSEDED = 12,
   XF_EV_BREAKER_OPEN = 13, XF_EV_BREAKER_CLOSED = 14, XF_EV_RECONNECT = 15,
-  XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17, XF_EV_LEASE_RENEWED = 18,
-  XF_EV_SOFT_TIMEOUT = 19, XF_EV_HARD_TIMEOUT = 20
+  XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17, XF_EV_TAG_INVALIDATED = 18,
+  XF_EV_LEASE_RENEWED = 19, XF_EV_SOFT_TIMEOUT = 20, XF_EV_HARD_TIMEOUT = 21
 } xf_event_type;
 typedef enum xf_driver {
   XF_DRIVER_BLOCKING = 0, XF_DRIVER_BATCH = 1, XF_DRIVER_POOL = 2, XF_DRIVER_ASYNC = 3,
@@ -101,9 +101,15 @@ typedef struct xf_options {
   xf_refresh_executor_fn refresh_executor;
   void *refresh_executor_ud;
   int write_fence;
+  int namespace_tag;
 } xf_options;
 
 typedef enum xf_on_wait_timeout { XF_WAIT_LOAD = 0, XF_WAIT_FAIL = 1 } xf_on_wait_timeout;
+typedef enum xf_background {
+  XF_BACKGROUND_AUTO = 0,
+  XF_BACKGROUND_ON = 1,
+  XF_BACKGROUND_OFF = 2
+} xf_background;
 
 typedef struct xf_policy {
   int64_t ttl_ms;
@@ -117,10 +123,14 @@ typedef struct xf_policy {
   xf_on_wait_timeout on_wait_timeout;
   int background_refresh;
   double refresh_ahead;
+  const char *const *tags;
+  size_t ntags;
   int64_t max_load_ms;
   int64_t soft_timeout_ms;
   int64_t hard_timeout_ms;
 } xf_policy;
+#define XF_MAX_TAGS 15
+#define XF_MAX_TAG_LEN 200
 
 typedef enum xf_source {
   XF_SOURCE_CACHE = 0,
@@ -163,6 +173,10 @@ int xf_set(xf_client *c, const char *key, size_t keylen, const void *data, size_
            const xf_policy *policy);
 int xf_ping(xf_client *c);
 int xf_delete(xf_client *c, const char *key, size_t keylen);
+int xf_invalidate_tags(xf_client *c, const char *const *tags, size_t ntags);
+int xf_clear_namespace(xf_client *c);
+
+typedef enum xf_tag_reason { XF_TAG_RAISED = 1, XF_TAG_OTHER = 2 } xf_tag_reason;
 
 typedef struct xf_stats {
   uint64_t hits;
@@ -185,6 +199,7 @@ typedef struct xf_stats {
   uint64_t near_hits;
   uint64_t near_evictions;
   uint64_t fence_failed;
+  uint64_t tag_invalidated;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 
@@ -221,6 +236,8 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
 int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data, size_t len,
                 const xf_policy *policy);
 int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
+int xf_pool_invalidate_tags(xf_pool *p, const char *const *tags, size_t ntags);
+int xf_pool_clear_namespace(xf_pool *p);
 int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out);
 int xf_pool_get_or_compute_many(xf_pool *p, size_t n, const char *const *keys,
                                 const size_t *keylens, const xf_policy *policy,
@@ -259,6 +276,9 @@ int xf_call_start_set(xf_call **out, xf_client *c, const char *key, size_t keyle
                       int64_t now_ms);
 int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t keylen,
                          int64_t now_ms);
+int xf_call_start_invalidate_tags(xf_call **out, xf_client *c, const char *const *tags,
+                                  size_t ntags, int64_t now_ms);
+int xf_call_start_clear_namespace(xf_call **out, xf_client *c, int64_t now_ms);
 xf_call_step xf_call_next(const xf_call *call);
 const char *xf_call_request(const xf_call *call, size_t *len);
 int xf_call_target(const xf_call *call, const char **host, int *port);

@@ -159,6 +159,14 @@ XF_EXPORT int xf_async_set(xf_async *ac, const char *key, size_t keylen, const v
 XF_EXPORT int xf_async_delete(xf_async *ac, const char *key, size_t keylen,
                               xf_async_done_fn callback, void *privdata);
 
+/* Starts xf_invalidate_tags / xf_clear_namespace on the loop: the same
+ * results, callback called once with the code when it is over (tags are
+ * copied). Returns as xf_async_set. */
+XF_EXPORT int xf_async_invalidate_tags(xf_async *ac, const char *const *tags, size_t ntags,
+                                       xf_async_done_fn callback, void *privdata);
+XF_EXPORT int xf_async_clear_namespace(xf_async *ac, xf_async_done_fn callback,
+                                       void *privdata);
+
 /* Completes load with the value (copied). Returns XF_OK, or XF_EINVAL (data
  * NULL with len > 0, len above max_value_len) / XF_ENOMEM, in which case the
  * load completes as a loader failure with that code. Either way load is used

@@ -89,6 +89,12 @@ XF_EXPORT int xf_call_start_set(xf_call **out, xf_client *c, const char *key, si
                                 int64_t now_ms);
 XF_EXPORT int xf_call_start_delete(xf_call **out, xf_client *c, const char *key,
                                    size_t keylen, int64_t now_ms);
+/* The same for xf_invalidate_tags and xf_clear_namespace (tags copied): a
+ * call that only sends, one command per tag, and ends with their code. */
+XF_EXPORT int xf_call_start_invalidate_tags(xf_call **out, xf_client *c,
+                                            const char *const *tags, size_t ntags,
+                                            int64_t now_ms);
+XF_EXPORT int xf_call_start_clear_namespace(xf_call **out, xf_client *c, int64_t now_ms);
 
 /* The step the call waits on (XF_CALL_DONE for NULL). */
 XF_EXPORT xf_call_step xf_call_next(const xf_call *call);
@@ -154,11 +160,12 @@ XF_EXPORT xf_call_step xf_call_woke(xf_call *call, int64_t now_ms);
 XF_EXPORT int xf_call_result(xf_call *call, xf_value *out);
 XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
 
-/* Background refresh (policy.background_refresh): a get-or-compute call that
- * won an early refresh ends at once (XF_CALL_DONE, the current value) and
- * hands the refresh over as a call of its own, already at XF_CALL_LOAD: run
- * its loader and drive it to XF_CALL_DONE like any call, off the request's
- * path (xf_call_result: XF_OK when its value was written, XF_ELOADER when the
+/* Background refresh (policy.background_refresh = XF_BACKGROUND_ON; by
+ * default the call runs it): a get-or-compute call that won an early
+ * refresh ends at once (XF_CALL_DONE, the current value) and hands the
+ * refresh over as a call of its own, already at XF_CALL_LOAD: run its loader
+ * and drive it to XF_CALL_DONE like any call, off the request's path
+ * (xf_call_result: XF_OK when its value was written, XF_ELOADER when the
  * loader failed and its lease was released; the cached value stays either
  * way; its value is not for a caller), then xf_call_free it. In
  * XF_CALL_DONE: the refresh (the caller owns it from then on), or NULL (none,

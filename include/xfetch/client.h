@@ -137,6 +137,24 @@ XF_EXPORT int xf_ping(xf_client *c);
  * the old value cached. XF_EUNAVAILABLE as for xf_set. */
 XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);
 
+/* Invalidates ntags tags (policy.tags' names; at most XF_MAX_TAGS): one
+ * write of each tag's own key (a version, raised), whatever the number of
+ * entries that carry it, never a scan, each followed by a PING on its
+ * connection (the write fence, always: near caches keep versions). Once it
+ * returns XF_OK, no tagged call of any client serves an entry loaded before
+ * it as fresh: each is a miss,
+ * loaded once per key again (stats.tag_invalidated). Returns XF_OK, XF_EINVAL
+ * (a bad name), or Redis' error (XF_EIO, XF_ECONNECT, XF_EUNAVAILABLE...):
+ * then some of the tags may be invalidated, and the call should be made
+ * again. */
+XF_EXPORT int xf_invalidate_tags(xf_client *c, const char *const *tags, size_t ntags);
+
+/* Invalidates every entry of the client's namespace (its key_prefix) in
+ * O(1): the tag all of them carry when the clients of the prefix set
+ * options.namespace_tag (XF_EINVAL on a client without it). Results as
+ * xf_invalidate_tags. */
+XF_EXPORT int xf_clear_namespace(xf_client *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -143,6 +143,13 @@ typedef struct xf_options {
    * caches of the fleet (docs/design.md, "The near cache"). 0 =
    * XF_FENCE_AUTO: on when the client's share has a near cache. */
   int write_fence;
+  /* Non-zero: every entry this client's get-or-compute and set write carries
+   * the tag of its namespace (its key_prefix: the key "<prefix>xf-ns"), so
+   * that xf_clear_namespace invalidates all of them in O(1); each such call
+   * is then a tagged call (policy.tags): it reads that tag's version (one
+   * more round trip, none while the near cache keeps it). Every client of
+   * the prefix must set it. */
+  int namespace_tag;
 } xf_options;
 
 /* options.write_fence. Redis writes a write's reply to the writer before the

@@ -18,12 +18,21 @@ typedef enum xf_on_wait_timeout {
   XF_WAIT_FAIL = 1  /* return XF_ETIMEDOUT */
 } xf_on_wait_timeout;
 
+/* policy.background_refresh. */
+typedef enum xf_background {
+  XF_BACKGROUND_AUTO = 0, /* the default: in the call (see xf_policy) */
+  XF_BACKGROUND_ON = 1,   /* off the request path where the driver can run
+                             it: loader and loader_ud outlive the call */
+  XF_BACKGROUND_OFF = 2   /* in the call */
+} xf_background;
+
 /* Caching policy for one call. Start from XF_POLICY_INIT and change fields.
  * Times are milliseconds. */
 typedef struct xf_policy {
   int64_t ttl_ms;            /* logical lifetime of a computed value; > 0 */
-  double beta;               /* XFetch eagerness: 0 = never early, 1 = the
-                                paper's optimum, INFINITY = always recompute */
+  double beta;               /* XFetch eagerness (refresh_ahead < 0): 0 =
+                                never early, 1 = the paper's optimum,
+                                INFINITY = always recompute */
   int64_t lease_ms;          /* how long a loader may hold the key's lease; > 0.
                                 The lease taken is twice the entry's delta
                                 (its last loader's time) when that is longer,
@@ -42,35 +51,55 @@ typedef struct xf_policy {
   double jitter;             /* 0..1: each write shortens ttl by up to this
                                 fraction, at random, to spread mass expiry */
   xf_on_wait_timeout on_wait_timeout;
-  /* Background refresh: non-zero = a caller that wins the lease of an
-   * *early* refresh (a value still within its ttl) returns that value at
-   * once, and the loader runs off the request path, on the share's refresh
-   * workers (xf_share_open; a pool has its own share), with the same lease,
-   * write and newer-wins rules; loader and loader_ud must then stay valid
-   * until the share (or pool) is closed, and may run on a worker thread. A
-   * pool's refresh writes through a pooled client; a blocking client's
-   * through one of its share's refresh clients, opened like it (options
-   * copied) and kept idle for the next refresh. A failed background refresh
-   * keeps the cached value, releases the lease (the next draw retries),
-   * counts load_errors (the pool's; a blocking client's in
-   * xf_share_refresh_stats' clients)
-   * and emits LOAD_DONE with its code; it never reaches a caller. When the
-   * queue is full, the refresh is skipped (lease released;
-   * xf_refresh_info.skipped). Misses and expired values still load in the
-   * call. The sans-I/O call hands the refresh to its driver
-   * (xf_call_take_refresh); the event-loop driver runs it on the loop as
-   * a call of its own (no callback; xf_async_close cancels it). The batch
-   * driver with a per-key loader (xf_get_or_compute_many) hands it on as
-   * the blocking driver does. A batch loader (xf_get_or_compute_many_batch),
-   * and a client with neither a share nor a refresh_executor, run the
-   * refresh in the call. */
+  /* Background refresh (xf_background): whether the caller that wins the
+   * lease of an *early* refresh (a value still within its ttl) returns that
+   * value at once while the loader runs off the request path, with the same
+   * lease, write and newer-wins rules. XF_BACKGROUND_AUTO (0, the default)
+   * and XF_BACKGROUND_OFF: in the call, on every driver (the rate-aware rule
+   * still refreshes about once per ttl); the library cannot know that
+   * loader_ud outlives the call, and a loader_ud in the caller's frame would
+   * be read after the call returned. XF_BACKGROUND_ON: the caller's word
+   * that loader and loader_ud stay valid until the share, pool or handle
+   * that runs the refresh is closed (the loader may then run on a worker
+   * thread, or on the loop after the call's callback), and the refresh runs
+   * wherever the driver has somewhere to run it: a pool's share's refresh
+   * workers, writing through a pooled client; a blocking client's (and the
+   * batch driver's with a per-key loader, xf_get_or_compute_many)
+   * options.refresh_executor, else its share's refresh workers, writing
+   * through one of the share's refresh clients (opened like it, options
+   * copied, kept idle for the next refresh); the event-loop driver's loop,
+   * as a call of its own (no callback; xf_async_close cancels it); the
+   * sans-I/O call's driver (xf_call_take_refresh). A blocking client with
+   * neither a share nor a refresh_executor, and a batch loader
+   * (xf_get_or_compute_many_batch), run it in the call, whatever this says.
+   * A failed background refresh keeps the cached value, releases the lease
+   * (the next due call retries), counts load_errors (the pool's; a blocking
+   * client's in xf_share_refresh_stats' clients) and emits LOAD_DONE with
+   * its code; it never reaches a caller. When the queue is full, the
+   * refresh is skipped (lease released; xf_refresh_info.skipped). Misses and
+   * expired values always load in the call. */
   int background_refresh;
-  /* When a fresh value is refreshed early. 0: rate-aware (refresh_ahead 1.5)
-   * with background_refresh, XFetch (beta) without. > 0: rate-aware: the
-   * first call that finds remaining ttl <= refresh_ahead x delta (the last
-   * loader's time) refreshes; the lease makes it the only one, so about one
-   * load per ttl at any request rate. < 0: XFetch (beta) always. */
+  /* When a fresh value is refreshed early. 0 (the default): the rate-aware
+   * rule with factor XF_REFRESH_AHEAD_DEFAULT. > 0: the rate-aware rule with
+   * this factor: the first call that finds remaining ttl <= refresh_ahead x
+   * delta (the last loader's time) refreshes; the lease makes it the only
+   * one, so about one load per ttl at any request rate. < 0: XFetch: each
+   * call draws (beta), which refreshes earlier the hotter the key. */
   double refresh_ahead;
+  /* Tags: ntags NUL-terminated names (at most XF_MAX_TAGS, each 1 to 200
+   * bytes), or NULL and 0. A get-or-compute or set reads each tag's version
+   * (its own key, "<prefix>xf-tag:{<name>}") before anything else, records
+   * them in the entry it writes, and serves an entry only while the versions
+   * it records are the current ones: xf_invalidate_tags makes every entry
+   * that carries a tag a miss, in O(1). An entry is judged by the tags of the
+   * call that reads it: give a key the same tags on every call. A tagged call
+   * reads each tag's version from Redis (one round trip per tag) unless the
+   * client's near cache keeps it; with every version kept, its entry may be a
+   * near hit too (nothing sent). Needs entry format 2 (XF_EINVAL with
+   * XF_ENTRY_HASH).
+   * Copied by the call: valid only for its duration. */
+  const char *const *tags;
+  size_t ntags;
   /* How long a loader keeps the key's lease by renewing it while it runs:
    * past a third of its lease, the lease is renewed (with its token: only
    * while it is still this loader's) every third of the lease, until
@@ -92,12 +121,23 @@ typedef struct xf_policy {
    *
    * The timeouts need somewhere for the load to go on: a driver that can
    * (the sans-I/O call, the Python faces) hands it over; see the C guide
-   * for the drivers whose loader runs on the caller's thread. */
+   * for the drivers whose loader runs on the caller's thread. Setting
+   * either timeout is the caller's word, as XF_BACKGROUND_ON is, that loader
+   * and loader_ud stay valid until the share, pool or handle that runs the
+   * load is closed. */
   int64_t hard_timeout_ms;
 } xf_policy;
 
 #define XF_POLICY_INIT                                                                     \
-  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, 0, 0.0, 0, 0, 0 }
+  {                                                                                        \
+    60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0,  \
+        0, 0, 0                                                                            \
+  }
+
+/* The most tags a call carries (its namespace's included). */
+#define XF_MAX_TAGS 15
+/* The longest tag name, in bytes. */
+#define XF_MAX_TAG_LEN 200
 
 /* policy.max_load_ms 0: how long a loader keeps renewing its lease. */
 #define XF_MAX_LOAD_DEFAULT_MS 60000

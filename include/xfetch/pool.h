@@ -57,6 +57,9 @@ XF_EXPORT int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *
 XF_EXPORT int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data,
                           size_t len, const xf_policy *policy);
 XF_EXPORT int xf_pool_delete(xf_pool *p, const char *key, size_t keylen);
+/* xf_invalidate_tags and xf_clear_namespace through the pool, as above. */
+XF_EXPORT int xf_pool_invalidate_tags(xf_pool *p, const char *const *tags, size_t ntags);
+XF_EXPORT int xf_pool_clear_namespace(xf_pool *p);
 
 /* xf_get_or_compute_many and xf_get_or_compute_many_batch (<xfetch/batch.h>)
  * through the pool: same arguments, results and contract, plus XF_EBUSY and

@@ -47,6 +47,9 @@ typedef struct xf_stats {
    * acknowledged write: the call succeeded, the fleet's near caches may be
    * told of the write later than it returned */
   uint64_t fence_failed;
+  /* entries read that a tagged call refused (also in misses): a tag they
+   * carry was invalidated since they were loaded (policy.tags) */
+  uint64_t tag_invalidated;
 } xf_stats;
 
 /* Copies the client's counters into *out. */

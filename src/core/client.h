@@ -15,18 +15,18 @@
 
 /* The transports' state, behind pointers: the core never looks inside. */
 struct xf__conn;
-struct xf__router;
+struct xf__fleet;
 struct xf__tls;
 
 struct xf_client {
   struct xf__conn *seeds; /* the servers options.host lists (most often one) */
   int nseeds;
-  int server;                /* standalone: the seed in use */
-  int cluster;               /* the xf_cluster_mode asked for */
-  int mode_known;            /* standalone or cluster is decided (blocking drivers) */
-  xf__routes routes;         /* mode, map, nodes: every driver's routing decisions */
-  struct xf__router *router; /* the blocking drivers' node connections; NULL standalone */
-  struct xf__tls *tls;       /* options.tls made ready (tls.h); NULL = plain TCP */
+  int cluster;             /* the xf_cluster_mode asked for */
+  int mode_known;          /* standalone or cluster is decided (blocking drivers) */
+  xf__routes routes;       /* mode, map, nodes: every driver's routing decisions */
+  struct xf__fleet *fleet; /* where the blocking drivers' commands go (the seed in
+                              use, a cluster's nodes' connections) */
+  struct xf__tls *tls;     /* options.tls made ready (tls.h); NULL = plain TCP */
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
   xf_share *share;                   /* borrowed; NULL = none */

@@ -28,7 +28,7 @@ int xf__refresh_due(int64_t remaining_ms, int64_t delta_us, double factor) {
 double xf__refresh_factor(const xf_policy *p) {
   if (p->refresh_ahead > 0)
     return p->refresh_ahead;
-  return p->refresh_ahead == 0 && p->background_refresh ? XF_REFRESH_AHEAD_DEFAULT : 0;
+  return p->refresh_ahead == 0 ? XF_REFRESH_AHEAD_DEFAULT : 0;
 }
 
 int xf__refresh_early(xf__pcg32 *rng, const xf_policy *p, int64_t remaining_ms,

@@ -20,8 +20,8 @@ int xf__recompute_early(xf__pcg32 *rng, int64_t remaining_ms, int64_t delta_us,
  * every caller in the window would refresh, and the key's lease lets one. */
 int xf__refresh_due(int64_t remaining_ms, int64_t delta_us, double factor);
 
-/* The refresh_ahead factor p's rule uses: > 0 rate-aware, 0 XFetch (see
- * xf_policy.refresh_ahead). */
+/* The factor of p's rate-aware rule (refresh_ahead; XF_REFRESH_AHEAD_DEFAULT
+ * for 0), or 0: XFetch (refresh_ahead < 0). See xf_policy.refresh_ahead. */
 double xf__refresh_factor(const xf_policy *p);
 
 /* p's decision for a fresh value: the rate-aware rule or XFetch's draw (the

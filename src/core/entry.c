@@ -57,11 +57,13 @@ void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf_
                         w->kind == XF_WRITE_GONE        ? "2"
                         : w->kind == XF_WRITE_NOT_FOUND ? "1"
                                                         : "0",
-                        format_arg(format)};
-  size_t lens[8];
+                        format_arg(format),
+                        w->tags ? (const char *)w->tags : ""};
+  size_t lens[9];
   for (int i = 0; i < 8; i++)
     lens[i] = i == 1 ? w->len : strlen(args[i]);
-  xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 8, args, lens);
+  lens[8] = w->tags ? w->tags_len : 0;
+  xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 9, args, lens);
 }
 
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
@@ -131,11 +133,12 @@ static int is_int(const xf__reply *r) { return r->type == XF_REPLY_INTEGER; }
 static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min || v > max; }
 
 /* How many fields read.lua's reply has (lua/entry_read.lua's read_entry). */
-#define READ_FIELDS 7
+#define READ_FIELDS 8
 
-/* Whether the seven fields at el, of the right types, are values read.lua
- * gives: {value, delta_us, remaining_ms, lease_live, negative, expiry_ms,
- * nothing_ms} or {nil, 0, 0, lease_live, malformed, now_ms, nothing_ms}. */
+/* Whether the fields at el, of the right types, are values read.lua gives:
+ * {value, delta_us, remaining_ms, lease_live, negative, expiry_ms,
+ * nothing_ms, tags} or {nil, 0, 0, lease_live, malformed, now_ms,
+ * nothing_ms, ""}. */
 static int in_range(xf__reply **el, int has_value) {
   if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
       out_of_range(el[6]->integer, 0, MAX_CLOCK_MS) ||
@@ -144,10 +147,10 @@ static int in_range(xf__reply **el, int has_value) {
       out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS) ||
       out_of_range(el[3]->integer, 0, 1) || out_of_range(el[4]->integer, 0, 1))
     return 0;
-  return has_value || (el[1]->integer | el[2]->integer) == 0;
+  return has_value || (el[1]->integer | el[2]->integer | (long long)el[7]->len) == 0;
 }
 
-/* Parses the seven fields starting at element `at` of r, taking ownership of r.
+/* Parses the fields starting at element `at` of r, taking ownership of r.
  * A reply of another shape is XF_EPROTO. A reply of the right shape whose
  * numbers are out of range, or read.lua's "malformed" miss, is a malformed
  * entry: a miss, never an error, so that an entry xfetch did not write
@@ -158,9 +161,11 @@ static int parse_entry(xf__runtime *rt, xf__reply *r, size_t at, xf__entry *out)
   if (r->type != XF_REPLY_ARRAY || r->elements != at + READ_FIELDS)
     return xf__rt_fail(rt, XF_EPROTO, "entry reply has an unexpected shape");
   xf__reply **el = r->element + at;
-  for (int i = 1; i < READ_FIELDS; i++)
+  for (int i = 1; i < READ_FIELDS - 1; i++)
     if (!is_int(el[i]))
       return xf__rt_fail(rt, XF_EPROTO, "entry reply field %d is not an integer", i);
+  if (el[READ_FIELDS - 1]->type != XF_REPLY_STRING)
+    return xf__rt_fail(rt, XF_EPROTO, "entry reply's tag record is not a string");
   int has_value = el[0]->type == XF_REPLY_STRING;
   if (!has_value && el[0]->type != XF_REPLY_NIL)
     return xf__rt_fail(rt, XF_EPROTO, "entry reply's value has an unexpected type");
@@ -182,6 +187,10 @@ static int parse_entry(xf__runtime *rt, xf__reply *r, size_t at, xf__entry *out)
   out->remaining_ms = el[2]->integer;
   out->negative = (int)el[4]->integer;
   out->expiry_ms = el[5]->integer;
+  if (el[7]->len) {
+    out->tags = (const unsigned char *)el[7]->str;
+    out->tags_len = el[7]->len;
+  }
   return XF_OK;
 }
 

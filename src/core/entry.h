@@ -26,7 +26,11 @@ typedef struct xf__entry {
                            cached) ended: lua/release.lua's marker f; 0 = none */
   int lease_live;
   int negative;
-  int malformed; /* the entry is not as xfetch writes it: a miss (value NULL) */
+  int malformed;             /* the entry is not as xfetch writes it: a miss (value NULL) */
+  const unsigned char *tags; /* its tag record (flow_tags.c), into reply; */
+  size_t tags_len;           /* NULL and 0: none */
+  int invalidated;           /* a tagged call refused it (value NULL): a tag it carries was
+                                invalidated since it was loaded (flow_tags.c) */
 } xf__entry;
 
 void xf__entry_free(xf__entry *e);
@@ -54,6 +58,8 @@ typedef struct xf__write {
   int64_t keep_ms;  /* how long past ttl_ms the entry stays */
   int64_t start_ms; /* server ms when the computation started; <0 = now */
   xf__write_kind kind;
+  const unsigned char *tags; /* the value's tag record (flow_tags.c), or NULL */
+  size_t tags_len;
 } xf__write;
 
 /* ---- encode: fill cmd (it keeps pointers to key, token and data) ---------- */

@@ -13,11 +13,14 @@
  *   14.. s (6, ms; flag 8)   f (6, ms; flag 16)   the lease slot (flag 32): deadline
  *   (6, ms) and token id (8)
  * flags: 1 value, 2 negative, 4 lease (held: the slot's fields are one), 8 s, 16 f,
- * 32 slot; a lease needs the slot, a slot without a lease is zero, d and e are zero
- * without a value, and only an entry with a value has bytes past the header. A plain
- * value's header is 20 bytes. A string whose first byte is not the magic is not an entry
- * at all: the call fails with XF_EWRONGTYPE and leaves it untouched, as for a list;
- * another version (2: the unreleased 40-byte layout) is malformed: a miss, rewritten. */
+ * 32 slot, 64 tags; a lease needs the slot, a slot without a lease is zero, d and e
+ * are zero without a value, and only an entry with a value has bytes past the header
+ * or a tag record. A plain value's header is 20 bytes. Version 4 is version 3 with
+ * flag 64: after the other fields, the tag record's length (1 byte) and the record
+ * (flow_tags.c; a version-3 reader judges it malformed). A string whose first byte is not
+ * the magic is not an entry at all: the call fails with XF_EWRONGTYPE and leaves it
+ * untouched, as for a list; another version (2: the unreleased 40-byte layout) is
+ * malformed: a miss, rewritten. */
 #include <string.h>
 
 #include "entry.h"
@@ -30,11 +33,13 @@ enum {
   F_S = 8,
   F_F = 16,
   F_SLOT = 32,
-  F_ALL = 63
+  F_TAGS = 64,
+  F_ALL = 127
 };
 
 #define MAGIC 0xF8
 #define VERSION 3
+#define VERSION_TAGS 4
 #define FIXED 14 /* magic, version, flags, d, e */
 #define MAX_SPAN_MS ((int64_t)1 << 41)
 #define DAY_MS 86400000
@@ -59,15 +64,28 @@ void xf__entry_mget_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
   cmd->more_lens = keylens;
 }
 
-/* How long a header with these flags is (unknown bits ignored). */
-static size_t header_len(int flags) {
-  return FIXED + (flags & F_S ? 6 : 0) + (flags & F_F ? 6 : 0) + (flags & F_SLOT ? 14 : 0);
+/* How long the header of the string src (len bytes) is, as its flags say
+ * (unknown bits ignored); 0 when it is shorter than that. */
+static size_t header_len(const unsigned char *src, size_t len) {
+  if (len < FIXED)
+    return 0;
+  int flags = src[2];
+  size_t n =
+      FIXED + (flags & F_S ? 6 : 0) + (flags & F_F ? 6 : 0) + (flags & F_SLOT ? 14 : 0);
+  if (flags & F_TAGS)
+    n = len > n ? n + 1 + src[n] : 0;
+  return len >= n ? n : 0;
+}
+
+static int version_ok(const unsigned char *h) {
+  return h[1] == ((h[2] & F_TAGS) ? VERSION_TAGS : VERSION);
 }
 
 long long xf__entry_string_copy(char *dst, const char *src, size_t len) {
   dst[len] = '\0';
-  size_t hlen = len >= FIXED ? header_len((unsigned char)src[2]) : 0;
-  if (!hlen || len < hlen || (unsigned char)src[0] != MAGIC || src[1] != VERSION) {
+  const unsigned char *u = (const unsigned char *)src;
+  size_t hlen = header_len(u, len);
+  if (!hlen || u[0] != MAGIC || !version_ok(u)) {
     memcpy(dst, src, len);
     return 0;
   }
@@ -97,9 +115,9 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
                      int64_t hi, xf__entry *out) {
   int flags = h[2];
   int has_value = flags & F_VALUE;
-  if (h[0] != MAGIC || h[1] != VERSION || (flags & ~F_ALL) ||
-      ((flags & F_NEGATIVE) && !has_value) || ((flags & F_LEASE) && !(flags & F_SLOT)) ||
-      (!has_value && len > hlen))
+  if (h[0] != MAGIC || !version_ok(h) || (flags & ~F_ALL) ||
+      ((flags & (F_NEGATIVE | F_TAGS)) && !has_value) ||
+      ((flags & F_LEASE) && !(flags & F_SLOT)) || (!has_value && len > hlen))
     return 0;
   int64_t d = be(h + 3, 5), e = be(h + 8, 6), s = 0, f = 0, deadline = 0;
   const unsigned char *at = h + FIXED;
@@ -109,8 +127,15 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
     f = be(at, 6), at += 6;
   if (flags & F_SLOT)
     deadline = be(at, 6);
+  const unsigned char *slot = at;
+  if (flags & F_SLOT)
+    at += 14;
+  if (flags & F_TAGS) {
+    out->tags_len = at[0];
+    out->tags = out->tags_len ? at + 1 : NULL;
+  }
   if ((!has_value && (d || e)) ||
-      ((flags & F_SLOT) && !(flags & F_LEASE) && (deadline || !all_zero(at + 6, 8))))
+      ((flags & F_SLOT) && !(flags & F_LEASE) && (deadline || !all_zero(slot + 6, 8))))
     return 0;
   if (s > hi + DAY_MS || deadline > hi + ((int64_t)1 << 40))
     return 0;
@@ -145,11 +170,13 @@ int xf__entry_parse_string(xf__runtime *rt, xf__reply *r, int64_t lo, int64_t hi
     return xf__rt_fail(rt, XF_EWRONGTYPE,
                        "WRONGTYPE the key holds a string that is not an xfetch entry");
   }
-  if (!rotated && r->len >= FIXED) /* an MGET's element, or not version 3 */
-    hlen = header_len(h[2]);
-  if (r->len < FIXED || r->len < hlen || !header_ok(h, hlen, r->len, lo, hi, out)) {
+  if (!rotated) /* an MGET's element, or not version 3 or 4 */
+    hlen = header_len(h, r->len);
+  if (!hlen || !header_ok(h, hlen, r->len, lo, hi, out)) {
     out->lease_live = out->delta_us = out->expiry_ms = out->negative = 0;
     out->nothing_ms = 0;
+    out->tags = NULL;
+    out->tags_len = 0;
     out->malformed = 1;
     rt->stats.malformed++;
     return XF_OK;

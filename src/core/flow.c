@@ -19,6 +19,18 @@ static const int script_of[] = {
     [XF__WRITE] = XF_SCRIPT_WRITE,   [XF__RELEASE] = XF_SCRIPT_RELEASE,
     [XF__DELETE] = XF_SCRIPT_DELETE, [XF__RENEW] = XF_SCRIPT_RENEW};
 
+/* The script the command of state runs. */
+static int script_for(int state) {
+  return state == XF__TAGS   ? XF_SCRIPT_TAG_READ
+         : state == XF__BUMP ? XF_SCRIPT_TAG_BUMP
+                             : script_of[state];
+}
+
+/* The key the command of f's state is on: a tag's, or the entry's. */
+static const xf__key *cmd_key(const xf__flow *f) {
+  return f->state == XF__TAGS || f->state == XF__BUMP ? &f->tag_key : &f->key;
+}
+
 /* ---- sending and ending ------------------------------------------------------- */
 
 /* Encodes the command of the current state (again, after a SCRIPT LOAD). */
@@ -49,6 +61,10 @@ static xf__step encode(xf__flow *f) {
   case XF__RENEW: /* lease_len_ms: this renewal's length */
     xf__entry_renew_cmd(&f->cmd, key, len, f->token, f->lease_len_ms);
     break;
+  case XF__TAGS:
+  case XF__BUMP:
+    xf__flow_tags_encode(f);
+    break;
   case XF__FENCE: /* on key: the router sends it where the write went */
     xf__cmd_begin(&f->cmd, key, len);
     f->cmd.argc = 1;
@@ -61,8 +77,9 @@ static xf__step encode(xf__flow *f) {
   }
   /* A waiter re-reads to see the value the lease holder wrote: a replica
    * may not have it yet. */
-  f->cmd.on_master = f->state == XF__READ && f->round > 0;
-  f->cmd.clock_out = &f->clock; /* the transport says whose clock answered */
+  f->cmd.on_master = (f->state == XF__READ && f->round > 0) ||
+                     f->state == XF__TAGS; /* a replica may not have a raise yet */
+  f->cmd.clock_out = &f->clock;            /* the transport says whose clock answered */
   f->clock = NULL;
   f->cmd.asked_out = &f->asked; /* the router says whether an ASK led it */
   f->asked = 0;
@@ -101,6 +118,8 @@ void xf__flow_abandon(xf__flow *f) {
   xf__entry_free(&f->e);
   xf__sink_clear(&f->sink);
   xf__key_free(&f->key);
+  if (f->tag_copy || f->tag_key.data) /* a tagged call's, before its tags were read */
+    xf__flow_tags_free(f);
 }
 
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source) {
@@ -168,6 +187,9 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->near_served = 0;
   f->near_count = NULL;
   f->start_ms = f->delta_us = f->first_read_ms = 0;
+  f->tag_copy = NULL; /* tag_names, tag_n, tag_ns: set by the kinds that read them */
+  f->tag_rec_len = 0;
+  f->tag_key.data = NULL;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(rt, p);
   return rc == XF_OK ? xf__key_build(cfg, rt, key, keylen, &f->key) : rc;
@@ -194,6 +216,9 @@ xf__step xf__flow_begin(xf__flow *f, const char *key, size_t keylen, const xf_po
   if (rc == XF_OK && rt->disabled)
     return xf__flow_bypass(f);
   xf__step step;
+  if (rc == XF_OK && (p->ntags || cfg->namespace_tag) &&
+      xf__flow_tags_first(f, XF__READ, &step))
+    return step; /* its versions first, then the near cache (flow_tags.c) */
   if (rc == XF_OK && rt->ports.near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
@@ -203,8 +228,8 @@ int xf__flow_begin_near(xf__flow *f, const char *key, size_t keylen, const xf_po
                         xf_value *out, uint64_t *count, int64_t now_ms) {
   const xf__config *cfg = f->cfg;
   xf__runtime *rt = f->rt;
-  if (!rt->ports.near || rt->disabled)
-    return 0;
+  if (!rt->ports.near || rt->disabled || cfg->namespace_tag || (p && p->ntags))
+    return 0; /* a tagged call needs its versions first: the call, not this path */
   xf__kind kind = p ? XF_KIND_GET_OR_COMPUTE : XF_KIND_GET;
   int rc = begin(f, kind, key, keylen, p, out, XF_OK, now_ms);
   f->near_count = count;
@@ -257,7 +282,31 @@ xf__step xf__flow_begin_set(xf__flow *f, const char *key, size_t keylen, const v
                      .keep_ms = xf__policy_keep_ms(p),
                      .start_ms = -1,
                      .kind = XF_WRITE_VALUE};
+  xf__step step;
+  if ((p->ntags || cfg->namespace_tag) && xf__flow_tags_first(f, XF__WRITE, &step))
+    return step;
   return xf__flow_send(f, XF__WRITE);
+}
+
+xf__step xf__flow_begin_invalidate(xf__flow *f, const char *const *tags, size_t n, int ns,
+                                   int64_t now_ms) {
+  xf__runtime *rt = f->rt;
+  int rc = begin(f, XF_KIND_INVALIDATE, "-", 1, NULL, NULL, XF_OK, now_ms);
+  if (rc != XF_OK)
+    return xf__flow_done(f, rc);
+  if (ns && !f->cfg->namespace_tag)
+    return xf__flow_done(f, xf__rt_fail(rt, XF_EINVAL,
+                                        "the client's entries carry no namespace tag "
+                                        "(options.namespace_tag)"));
+  if (rt->disabled)
+    return xf__flow_done(f, (rt->stats.bypassed++, XF_OK));
+  f->tag_names = tags;
+  f->tag_n = n;
+  f->tag_ns = ns;
+  xf__step step;
+  if (xf__flow_tags_first(f, XF__DONE, &step))
+    return step;
+  return xf__flow_done(f, XF_OK); /* no tag: nothing to do */
 }
 
 xf__step xf__flow_begin_delete(xf__flow *f, const char *key, size_t keylen,
@@ -328,8 +377,10 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     if (rc == XF_OK)
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
+  if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET_OR_COMPUTE)
+    xf__flow_tags_judge(f, &f->e); /* a refused entry has no value: not kept */
   if (rc == XF_OK && f->rt->ports.near)
-    xf__flow_near_keep(f);
+    xf__flow_near_keep(f); /* with its tag record */
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_read_decide(f, rc, now_ms);
   const xf__entry *e = &f->e;
@@ -434,11 +485,14 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   f->input_ms = now_ms;
   if (f->state == XF__FENCE) /* no script, and a cut wait ends as a failed fence */
     return fenced(f, rc, r);
+  const xf__key *key = cmd_key(f);
   if (rc == XF_ECANCELED) { /* the interrupt cut a reply wait short */
     f->script_loading = 0;
     return xf__flow_cancel(f);
   }
-  int script = script_of[f->state];
+  if (f->state == XF__BUMP && f->tag_fencing) /* a PING: no script */
+    return xf__flow_tags_reply(f, rc, r, now_ms);
+  int script = script_for(f->state);
   if (f->script_loading) { /* the reply to SCRIPT LOAD: resend the command */
     f->script_loading = 0;
     if (rc == XF_OK)
@@ -467,7 +521,7 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     if (kind == XF_REPLY_NOSCRIPT && !f->script_retried) {
       xf__reply_free(r);
       f->script_retried = f->script_loading = 1;
-      xf__script_load_cmd(&f->cmd, script, f->key.data, f->key.len);
+      xf__script_load_cmd(&f->cmd, script, key->data, key->len);
       return XF_STEP_SEND;
     }
     rc = xf__script_error(f->rt, script, r); /* unavailable, noperm, wrongtype... */
@@ -483,6 +537,9 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     return changed(f, rc, r);
   case XF__RENEW:
     return renewed(f, rc, r);
+  case XF__TAGS:
+  case XF__BUMP:
+    return xf__flow_tags_reply(f, rc, r, now_ms);
   default:
     return xf__flow_released(f, r);
   }

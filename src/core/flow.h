@@ -28,6 +28,7 @@
 #include "key.h"
 #include "near.h"
 #include "nest.h"
+#include "policy.h"
 #include "reply.h"
 #include "sink.h"
 
@@ -38,6 +39,7 @@ typedef enum xf__kind {
   XF_KIND_GET,            /* read only: a fresh value or XF_ENOTFOUND (xf_get) */
   XF_KIND_SET,            /* write a value (xf_set) */
   XF_KIND_DELETE,         /* delete, leaving a tombstone (xf_delete) */
+  XF_KIND_INVALIDATE,     /* raise tags' versions (xf_invalidate_tags) */
   XF_KIND_RENEW           /* renew a loader's lease (policy.max_load_ms) */
 } xf__kind;
 
@@ -122,6 +124,21 @@ typedef struct xf__flow {
   int fence_state;        /* FENCE: the state of the write it follows */
   xf__nest nest;          /* while its loader runs: this thread computes key */
   char msg[256];          /* the loader's message, kept across the release */
+  /* Tags (flow_tags.c): the names (policy.tags, or the invalidation's), the
+   * namespace's tag after them, which one is read (or raised) now, the state
+   * that follows, the versions read and the record written with a value. */
+  const char *const *tag_names;
+  char **tag_copy; /* the names, copied (flow_tags.c); NULL once read */
+  size_t tag_n;
+  int tag_ns;
+  size_t tag_i;
+  int tag_next;
+  int tag_plain;   /* XF__TAGS: a GET (kept in the near cache), else tag_read.lua */
+  int tag_fencing; /* XF__BUMP: the PING after a raise (the write fence) */
+  xf__key tag_key;
+  int64_t tag_versions[XF_MAX_TAGS];
+  unsigned char tag_rec[5 + 8 * XF_MAX_TAGS];
+  size_t tag_rec_len; /* 0: an untagged call */
 } xf__flow;
 
 /* Binds f to what it runs with: cfg (read only) and rt (its counters,
@@ -172,6 +189,19 @@ int xf__flow_begin_near(xf__flow *f, const char *key, size_t keylen, const xf_po
  * of the key is dropped. */
 xf__step xf__flow_begin_set(xf__flow *f, const char *key, size_t keylen, const void *data,
                             size_t len, const xf_policy *p, int64_t now_ms);
+
+/* Starts an invalidation of n tags (names kept by the driver until DONE),
+ * and of the client's namespace tag when ns is non-zero: XF_OK once each
+ * tag's version is raised; Redis' errors as they are, at the first. */
+xf__step xf__flow_begin_invalidate(xf__flow *f, const char *const *tags, size_t n, int ns,
+                                   int64_t now_ms);
+
+static inline xf__step xf__flow_start_invalidate(xf__flow *f, xf_client *c,
+                                                 const char *const *tags, size_t n, int ns,
+                                                 int64_t now_ms) {
+  xf__flow_rebind(f, c);
+  return xf__flow_begin_invalidate(f, tags, n, ns, now_ms);
+}
 
 /* Starts a delete (a tombstone for cfg->tombstone_ms): XF_OK
  * whether or not the entry existed; the share's copy dropped as for a set. */
@@ -269,7 +299,8 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
 
 /* Background refresh (policy.background_refresh). A LOAD step that is an
  * early refresh of a value still within its ttl, its lease won, is
- * detachable: a driver with somewhere to run it (refresh workers) may, in
+ * detachable when the policy lets it leave the request path on a driver
+ * that can run it as `driver` says (xf__policy_background): the driver may, in
  * place of running the loader,
  *   - move it off the call: xf__flow_detach(f, bg, p, user_key, out): bg
  *     takes the lease, the key and the rest of the work, at the LOAD step
@@ -283,7 +314,7 @@ xf__step xf__flow_local(xf__flow *f, int rc, char *data, size_t len);
  *     released (SEND), then DONE with the current value; stats.loads is
  *     given back.
  * A driver that does neither runs the loader as for any LOAD. */
-int xf__flow_detachable(const xf__flow *f);
+int xf__flow_detachable(const xf__flow *f, xf__off_path driver);
 xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
                          const char *user_key, xf_value *out);
 xf__step xf__flow_skip(xf__flow *f);

@@ -160,7 +160,9 @@ static xf__write what_to_write(xf__flow *f) {
                  .data = f->sink.data,
                  .len = f->sink.len,
                  .delta_us = f->delta_us,
-                 .start_ms = f->start_ms};
+                 .start_ms = f->start_ms,
+                 .tags = f->tag_rec_len ? f->tag_rec : NULL,
+                 .tags_len = f->tag_rec_len};
   if (!f->sink.not_found && f->sink.ttl_set && f->sink.ttl_ms == 0) {
     w.ttl_ms = 0; /* xf_sink_ttl(sink, 0): returned, not cached */
   } else if (!f->sink.not_found) {
@@ -296,7 +298,7 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   /* A computation that starts after this read is dated by it, no later: a
    * value written since (an xf_set, a delete) is newer and must win. */
   f->start_ms = e->now_ms;
-  f->had_value = e->value != NULL || e->malformed;
+  f->had_value = e->value != NULL || e->malformed || e->invalidated;
   xf__entry_free(e);
   int64_t left_ms = f->give_up_ms - now_ms;
   if (left_ms <= 0) {
@@ -398,6 +400,10 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   if (won == XF_LEASE_NEWER) {
     xf__entry_free(&f->e);
     f->e = newer;
+    /* A newer value written with tag versions other than the call's: a
+     * miss again; the lease is asked for again, on what was just seen. */
+    if (f->tag_rec_len && !xf__flow_tags_judge(f, &f->e))
+      return xf__flow_send(f, XF__LEASE);
     return serve(f, XF_SOURCE_CACHE);
   }
   if (won == XF_LEASE_LOST) {
@@ -410,7 +416,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   }
   f->start_ms = lease_ms;
   f->lease_len_ms = xf__flow_lease_ms(f);
-  f->had_value = f->refresh || f->e.value != NULL || f->e.malformed;
+  f->had_value = f->refresh || f->e.value != NULL || f->e.malformed || f->e.invalidated;
   if (f->pending) /* the miss (and a wait) before the lease, in order */
     xf__flow_settle(f);
   xf__emit(f, XF_EV_LEASE_WON, -1, 0, 0);
@@ -457,9 +463,9 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms) {
 
 /* ---- background refresh --------------------------------------------------------- */
 
-int xf__flow_detachable(const xf__flow *f) {
+int xf__flow_detachable(const xf__flow *f, xf__off_path driver) {
   return f->state == XF__LOAD && f->load == XF_LOAD_LEASED && f->refresh && !f->detached &&
-         f->p->background_refresh;
+         xf__policy_background(f->p, driver);
 }
 
 /* Moves f's LOAD (its lease, key, dates, sink) to bg, whose result goes to

@@ -25,11 +25,12 @@
   char *ns; /* where values come from: the servers (or unix path), db and user,            \
                NUL-separated (share slots, nested loads) */                                \
   size_t ns_len;                                                                           \
-  uint64_t id;      /* random client id: lease tokens are unique fleet-wide */             \
-  int entry_format; /* 1 a hash, 2 a string (options.entry_format): what the writes        \
-                       create, and the hit path's first read */                            \
-  int write_fence;  /* 1: a write that changes an entry is followed by a PING before       \
-                       it returns (options.write_fence, resolved) */                       \
+  uint64_t id;       /* random client id: lease tokens are unique fleet-wide */            \
+  int entry_format;  /* 1 a hash, 2 a string (options.entry_format): what the writes       \
+                        create, and the hit path's first read */                           \
+  int write_fence;   /* 1: a write that changes an entry is followed by a PING before      \
+                        it returns (options.write_fence, resolved) */                      \
+  int namespace_tag; /* every entry carries the prefix's tag (options.namespace_tag) */    \
   int64_t tombstone_ms;                                                                    \
   int read_from_replicas;                                                                  \
   xf_event_fn on_event; /* options.on_event (event.h); NULL = none */                      \

@@ -3,6 +3,7 @@
  * it before Redis, and a read's value is offered to it. The own writes'
  * drop is flow.c's (with the share's). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "client.h"
 #include "decide.h"
@@ -41,6 +42,11 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
   xf__port_hit h;
   if (!near->get(rt->ports.self, f->key.data, f->key.len, now_ms, &h))
     return 0;
+  if (f->tag_rec_len &&
+      (h.tags_len != f->tag_rec_len || memcmp(h.tags, f->tag_rec, f->tag_rec_len) != 0)) {
+    free(h.data); /* loaded under other versions: Redis judges (and counts) it */
+    return 0;
+  }
   if (f->kind == XF_KIND_GET_OR_COMPUTE && !elected &&
       xf__refresh_early(&rt->rng, f->p, h.remaining_ms, h.delta_us)) {
     elected = 1;
@@ -96,7 +102,8 @@ void xf__flow_near_keep(xf__flow *f) {
   if (e->remaining_ms <= drift_ms)
     return;
   const xf__ports *ports = &f->rt->ports;
-  f->rt->stats.near_evictions += ports->near->put(
-      ports->self, &f->track, f->near_token, f->key.data, f->key.len, e->value, e->len,
-      e->delta_us, e->expiry_ms, f->sent_ms + e->remaining_ms - drift_ms, e->negative);
+  f->rt->stats.near_evictions +=
+      ports->near->put(ports->self, &f->track, f->near_token, f->key.data, f->key.len,
+                       e->value, e->len, e->tags, e->tags_len, e->delta_us, e->expiry_ms,
+                       f->sent_ms + e->remaining_ms - drift_ms, e->negative);
 }

@@ -19,7 +19,9 @@ enum {
   XF__WAIT,
   XF__DONE,
   XF__FENCE, /* a PING after a write's reply (options.write_fence): no script */
-  XF__RENEW
+  XF__TAGS,  /* a tag's version read (tag_read.lua), before the call's first step */
+  XF__BUMP,  /* a tag invalidated (tag_bump.lua): xf_invalidate_tags */
+  XF__RENEW  /* a loader's lease renewed (renew.lua) */
 };
 
 /* Encodes and asks for the command of state. */
@@ -69,6 +71,22 @@ xf__step xf__flow_fence_cut(xf__flow *f);
 #define XF__PENDING_FAIL_OPEN 4
 #define XF__PENDING_LOAD_START 8
 void xf__flow_settle(xf__flow *f);
+
+/* flow_tags.c: whether the call carries tags (its policy's, its client's
+ * namespace); if so it reads their versions first (XF__TAGS), then goes on
+ * with the SEND of state next. *step: the SEND, or DONE with XF_EINVAL (bad
+ * tags). 0: untagged, nothing done. */
+int xf__flow_tags_first(xf__flow *f, int next, xf__step *step);
+/* Frees the flow's copy of the names and the tag key built last. */
+void xf__flow_tags_free(xf__flow *f);
+/* The command of XF__TAGS or XF__BUMP into f->cmd; its key. */
+void xf__flow_tags_encode(xf__flow *f);
+/* A reply to XF__TAGS or XF__BUMP (rc as xf__flow_reply's, r taken). */
+xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
+/* Judges e (just read) by the call's tag record: 1 when the entry carries
+ * the current versions; else it is refused (its value cleared, invalidated
+ * set, counted and told). */
+int xf__flow_tags_judge(xf__flow *f, xf__entry *e);
 
 /* A get-or-compute on a disabled client: straight to the loader, uncached. */
 xf__step xf__flow_bypass(xf__flow *f);

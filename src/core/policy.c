@@ -24,6 +24,9 @@ int xf__policy_check(xf__runtime *rt, const xf_policy *p) {
   if (p->on_wait_timeout != XF_WAIT_LOAD && p->on_wait_timeout != XF_WAIT_FAIL)
     return xf__rt_fail(rt, XF_EINVAL,
                        "policy on_wait_timeout is not an xf_on_wait_timeout");
+  if (p->background_refresh < XF_BACKGROUND_AUTO ||
+      p->background_refresh > XF_BACKGROUND_OFF)
+    return xf__rt_fail(rt, XF_EINVAL, "policy background_refresh is not an xf_background");
   int rc = check_time(rt, "ttl_ms", p->ttl_ms, 1);
   if (rc == XF_OK)
     rc = check_time(rt, "lease_ms", p->lease_ms, 1);
@@ -62,4 +65,8 @@ int64_t xf__policy_keep_ms(const xf_policy *p) {
 
 int64_t xf__policy_max_load_ms(const xf_policy *p) {
   return p->max_load_ms > 0 ? p->max_load_ms : XF_MAX_LOAD_DEFAULT_MS;
+}
+
+int xf__policy_background(const xf_policy *p, xf__off_path driver) {
+  return p->background_refresh == XF_BACKGROUND_ON && driver == XF__OFF_PATH_READY;
 }

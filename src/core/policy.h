@@ -24,4 +24,21 @@ int64_t xf__policy_keep_ms(const xf_policy *p);
  * 0: XF_MAX_LOAD_DEFAULT_MS). */
 int64_t xf__policy_max_load_ms(const xf_policy *p);
 
+/* Whether a driver has somewhere to run an early refresh off the request
+ * path. */
+typedef enum xf__off_path {
+  XF__OFF_PATH_NONE = 0, /* nowhere: a client with neither a share nor an
+                            executor, a batch loader */
+  XF__OFF_PATH_READY = 1 /* refresh workers, an executor, the event loop, the
+                            sans-I/O call's driver (xf_call_take_refresh) */
+} xf__off_path;
+
+/* Whether an early refresh p's call wins runs off the request path, on a
+ * driver that can run one there as `driver` says. Only with
+ * XF_BACKGROUND_ON: the caller's word that loader and loader_ud outlive the
+ * call. The default (AUTO) and OFF run it in the call: the library cannot
+ * know how long a loader_ud lives, and a C caller's often lives in the
+ * caller's frame. The one place this is decided. */
+int xf__policy_background(const xf_policy *p, xf__off_path driver);
+
 #endif

@@ -25,6 +25,8 @@ typedef struct xf__port_hit {
   int64_t redis_expiry_ms; /* the Redis entry's logical expiry (server ms): with
                               delta_us, which entry this is a copy of */
   int negative;
+  const unsigned char *tags; /* the entry's tag record (flow_tags.c), into data */
+  size_t tags_len;           /* past the value's NUL; NULL and 0: none */
 } xf__port_hit;
 
 /* The near cache of the client's share (near.h says what each promises). */
@@ -38,8 +40,9 @@ typedef struct xf__port_near {
    * driver ms expires_ms (unless overtaken since token): the entries evicted
    * to make room. */
   uint64_t (*put)(void *self, const xf__track *t, uint64_t token, const char *key,
-                  size_t keylen, const char *value, size_t len, int64_t delta_us,
-                  int64_t redis_expiry_ms, int64_t expires_ms, int negative);
+                  size_t keylen, const char *value, size_t len, const unsigned char *tags,
+                  size_t tags_len, int64_t delta_us, int64_t redis_expiry_ms,
+                  int64_t expires_ms, int negative);
   /* An own write or delete of key: its entries go, a read in flight is not
    * kept. */
   void (*drop)(void *self, const char *key, size_t keylen);

@@ -15,7 +15,7 @@ typedef struct xf__buf {
  * whose node must run it (Redis Cluster routes by its slot): the command's
  * key, or for a SCRIPT LOAD the key of the command it recovers; NULL = any
  * node. */
-#define XF_CMD_MAX_ARGS 12
+#define XF_CMD_MAX_ARGS 14
 typedef struct xf__cmd {
   const char *key;
   size_t keylen;

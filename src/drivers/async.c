@@ -46,7 +46,7 @@ void xf__acall_release(xf__acall *k) {
 void xf__async_defer(xf_async *ac, xf__acall *k, int rc) {
   k->deferred_rc = rc;
   k->attempts = 0;
-  k->route_act = XF_ROUTE_DONE;
+  k->trip.act = XF_ROUTE_DONE;
   k->next_deferred = NULL;
   if (ac->deferred_tail)
     ac->deferred_tail->next_deferred = k;
@@ -126,7 +126,7 @@ void xf__async_advance(xf__acall *k, xf__step step) {
       finish(ac, k);
       return;
     case XF_STEP_LOAD:
-      if (xf__flow_detachable(&k->f)) {
+      if (xf__flow_detachable(&k->f, XF__OFF_PATH_READY)) {
         xf__acall *r = detach(ac, k);
         if (!r) {
           step = xf__flow_skip(&k->f);

@@ -151,3 +151,28 @@ int xf_async_delete(xf_async *ac, const char *key, size_t keylen, xf_async_done_
   return xf__async_accept(
       ac, &d->k, xf__flow_start_delete(&d->k.f, ac->core, key, keylen, xf__now_ms()));
 }
+
+/* An invalidation's call (xf_async_invalidate_tags, xf_async_clear_namespace):
+ * the names are copied by the flow as it starts. */
+static int invalidate(xf_async *ac, const char *const *tags, size_t ntags, int ns,
+                      xf_async_done_fn callback, void *privdata) {
+  int rc = may_start(ac, callback != NULL);
+  if (rc != XF_OK)
+    return rc;
+  const char *key = "";
+  done_call *d = new_done_call(ac, &key, 0, NULL, 0, callback, privdata);
+  if (!d)
+    return XF_ENOMEM;
+  return xf__async_accept(
+      ac, &d->k,
+      xf__flow_start_invalidate(&d->k.f, ac->core, tags, ntags, ns, xf__now_ms()));
+}
+
+int xf_async_invalidate_tags(xf_async *ac, const char *const *tags, size_t ntags,
+                             xf_async_done_fn callback, void *privdata) {
+  return invalidate(ac, tags, ntags, 0, callback, privdata);
+}
+
+int xf_async_clear_namespace(xf_async *ac, xf_async_done_fn callback, void *privdata) {
+  return invalidate(ac, NULL, 0, 1, callback, privdata);
+}

@@ -174,7 +174,7 @@ static size_t load_all(batch *b, const batch_loaders *l) {
   for (size_t i = 0; i < b->n; i++) {
     if (b->steps[i] != XF_STEP_LOAD)
       continue;
-    if (l->one && xf__flow_detachable(&b->flows[i])) {
+    if (l->one && xf__flow_detachable(&b->flows[i], xf__blocking_off_path(b->flows[i].c))) {
       b->steps[i] = xf__blocking_refresh(&b->flows[i], l->one, l->ud);
     } else if (l->one) {
       int64_t t0 = xf__now_us();

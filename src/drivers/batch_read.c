@@ -15,6 +15,7 @@
 #include "client_io.h"
 #include "cluster.h"
 #include "entry.h"
+#include "flow_steps.h"
 #include "reply.h"
 #include "script.h"
 
@@ -46,8 +47,8 @@ static int by_slot(const void *pa, const void *pb) {
  * nothing to read, or no memory: the flows then send their own reads). */
 static size_t group(batch *b) {
   size_t k = 0;
-  for (size_t i = 0; i < b->n; i++)
-    if (b->steps[i] == XF_STEP_SEND)
+  for (size_t i = 0; i < b->n; i++) /* a tagged flow reads its tags first */
+    if (b->steps[i] == XF_STEP_SEND && b->flows[i].state == XF__READ)
       b->who[k++] = i;
   keyed *ks = NULL;
   if (k > 1 && one_slot_only(b->c)) {

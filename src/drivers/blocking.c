@@ -19,7 +19,8 @@ static int run(xf__flow *f, xf__step step, xf_loader_fn loader, void *ud) {
       step = xf__drive_send(f);
       break;
     case XF_STEP_LOAD:
-      step = xf__flow_detachable(f) ? xf__blocking_refresh(f, loader, ud)
+      step = xf__flow_detachable(f, xf__blocking_off_path(f->c))
+                 ? xf__blocking_refresh(f, loader, ud)
              : xf__flow_load_deadline(f) != INT64_MAX
                  ? xf__blocking_bounded_load(f, loader, ud)
                  : xf__flow_run_loader(f, loader, ud);
@@ -106,4 +107,21 @@ void xf__near_elect_move(xf_client *from, xf_client *to) {
   to->near_elect_expiry_ms = from->near_elect_expiry_ms;
   to->near_elect_delta_us = from->near_elect_delta_us;
   from->near_elect = 0;
+}
+
+int xf_invalidate_tags(xf_client *c, const char *const *tags, size_t ntags) {
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  xf__flow f;
+  return run(&f, xf__flow_start_invalidate(&f, c, tags, ntags, 0, xf__now_ms()), NULL,
+             NULL);
+}
+
+int xf_clear_namespace(xf_client *c) {
+  if (!c)
+    return XF_EINVAL;
+  c->errstr[0] = '\0';
+  xf__flow f;
+  return run(&f, xf__flow_start_invalidate(&f, c, NULL, 0, 1, xf__now_ms()), NULL, NULL);
 }

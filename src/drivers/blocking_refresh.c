@@ -40,6 +40,11 @@ static int run(xf_refresh *r) {
 
 static int run_job(xf__refresh_job *j) { return run((xf_refresh *)j); }
 
+xf__off_path xf__blocking_off_path(const xf_client *c) {
+  return c->opened_with->refresh_executor || c->share ? XF__OFF_PATH_READY
+                                                      : XF__OFF_PATH_NONE;
+}
+
 xf__step xf__blocking_refresh(xf__flow *f, xf_loader_fn loader, void *ud) {
   xf_client *c = f->c;
   const xf_options *mine = c->opened_with;

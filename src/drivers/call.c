@@ -62,7 +62,7 @@ static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
   case XF_STEP_LOAD:
     if (xf__call_share_joins(call)) /* Redis cannot be used: the share first */
       return advance(call, xf__call_share_join(call, now_ms), now_ms);
-    if (xf__flow_detachable(&call->f))
+    if (xf__flow_detachable(&call->f, XF__OFF_PATH_READY))
       return advance(call, detach(call), now_ms);
     xf__flow_settle(&call->f); /* the caller runs the loader: what it owes first */
     call->renewing = xf__flow_renewal(&call->f, &call->renew);
@@ -233,6 +233,27 @@ int xf_call_start_renew(xf_call **out, xf_call *loading, int64_t now_ms) {
   return started(out, call,
                  AS_CALL(c, xf__flow_start_renew(&call->f, c, call->key, keylen,
                                                  loading->renew.token, len, now_ms)),
+                 now_ms);
+}
+
+int xf_call_start_invalidate_tags(xf_call **out, xf_client *c, const char *const *tags,
+                                  size_t ntags, int64_t now_ms) {
+  xf_call *call;
+  int rc = call_new(out, c, "", 0, &call);
+  if (rc != XF_OK)
+    return rc;
+  return started(out, call,
+                 AS_CALL(c, xf__flow_start_invalidate(&call->f, c, tags, ntags, 0, now_ms)),
+                 now_ms);
+}
+
+int xf_call_start_clear_namespace(xf_call **out, xf_client *c, int64_t now_ms) {
+  xf_call *call;
+  int rc = call_new(out, c, "", 0, &call);
+  if (rc != XF_OK)
+    return rc;
+  return started(out, call,
+                 AS_CALL(c, xf__flow_start_invalidate(&call->f, c, NULL, 0, 1, now_ms)),
                  now_ms);
 }
 

@@ -1,12 +1,13 @@
 /* The public sans-I/O call's state, shared by call.c (the call's steps) and
- * call_route.c (where each SEND goes: the server, or a cluster node). */
+ * call_route.c (where each SEND goes, as the client's fleet says: the server,
+ * or a cluster node). */
 #ifndef XF_CALL_H
 #define XF_CALL_H
 
 #include "clock.h"
+#include "fleet.h"
 #include "flow.h"
 #include "reply.h"
-#include "route.h"
 
 /* What the SEND on the wire asks: the call's command, or what the router
  * needs before routing it. */
@@ -43,12 +44,12 @@ struct xf_call {
   /* Routing (call_route.c). */
   const char *host; /* where request goes (the client's strings); NULL = Unix */
   int port;
-  int replies;             /* how many replies request produces */
-  int probe;               /* PROBE_* */
-  int tries;               /* servers asked for the current probe or command */
-  xf__hop hop;             /* the command's way through a cluster */
-  xf__route_act route_act; /* XF_ROUTE_DONE: the next command is new */
-  int backoff;             /* the WAIT step is the router's, until wake_ms */
+  int replies;   /* how many replies request produces */
+  int probe;     /* PROBE_* */
+  int tries;     /* servers asked for the current probe or command */
+  xf__trip trip; /* the command's way (fleet.h); trip.act XF_ROUTE_DONE:
+                    the next command is new */
+  int backoff;   /* the WAIT step is the router's, until wake_ms */
   int64_t wake_ms;
   struct { /* a load while Redis cannot be used goes through the share (call_share.c) */
     int lead, polling, alone;

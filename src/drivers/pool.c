@@ -258,7 +258,7 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
       step = xf__drive_send(&f);
       continue;
     }
-    if (step == XF_STEP_LOAD && xf__flow_detachable(&f)) {
+    if (step == XF_STEP_LOAD && xf__flow_detachable(&f, XF__OFF_PATH_READY)) {
       step = refresh_in_background(p, &f, loader, ud);
       continue;
     }
@@ -315,6 +315,12 @@ int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data, si
 int xf_pool_delete(xf_pool *p, const char *key, size_t keylen) {
   WITH_CLIENT(p, refuse(key, keylen, 0, NULL), xf_delete(c, key, keylen));
 }
+
+int xf_pool_invalidate_tags(xf_pool *p, const char *const *tags, size_t ntags) {
+  WITH_CLIENT(p, XF_OK, xf_invalidate_tags(c, tags, ntags));
+}
+
+int xf_pool_clear_namespace(xf_pool *p) { WITH_CLIENT(p, XF_OK, xf_clear_namespace(c)); }
 
 int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out) {
   if (out)

@@ -42,6 +42,8 @@ xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
   if (c->opened_with && (d->renew_with = xf__options_helper(c->opened_with)))
     d->renew_with->share = NULL;
   d->policy = *f->p;
+  d->policy.tags = NULL; /* the caller's: read by then (the flow's tag record) */
+  d->policy.ntags = 0;
   d->key = key;
   d->keylen = f->user_keylen;
   memcpy(key, f->user_key, f->user_keylen);

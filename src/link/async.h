@@ -1,8 +1,8 @@
 /* The event-loop driver's internals, shared by async.c (calls, loads,
  * timers), async_conn.c (the connections' lives), async_wire.c (their bytes:
  * commands out, replies in, over the project's stream, plain or TLS) and
- * async_router.c (which connection a command goes to: the server, or a
- * cluster's nodes). */
+ * async_router.c (which connection a command goes to, as the fleet says: the
+ * server, or a cluster's nodes). */
 #ifndef XF_ASYNC_H
 #define XF_ASYNC_H
 
@@ -11,6 +11,7 @@
 
 #include "client.h"
 #include "client_io.h"
+#include "fleet.h"
 #include "flow.h"
 #include "link.h"
 #include "near.h"
@@ -84,15 +85,15 @@ struct xf__acall {
   int deferred_rc;   /* a SEND that could not go out: fed on the next tick */
   int deferred_done; /* served at start (a near hit): finished on the next tick */
   int64_t wake_ms;   /* WAIT (or, with resend, a cluster retry's backoff) */
-  /* Routing of the current command (async_router.c, async_seeds.c). */
-  xf__aconn *conn;         /* where it was sent */
-  xf__hop hop;             /* its way through a cluster (route.h) */
-  xf__route_act route_act; /* XF_ROUTE_DONE: the flow's next command starts afresh */
-  int attempts;            /* seeds tried for this command (standalone) */
-  int resend;              /* the heap wakes it to send again (a backoff) */
-  xf__acall *next_parked;  /* waiting for the cluster mode or map */
-  size_t heap_at;          /* index in the wait heap, SIZE_MAX when not waiting */
-  xf__acall *prev, *next;  /* every unfinished call */
+  /* Routing of the current command (async_router.c). */
+  xf__aconn *conn;        /* where it was sent */
+  xf__trip trip;          /* its way through the fleet (fleet.h); trip.act
+                             XF_ROUTE_DONE: the flow's next command starts afresh */
+  int attempts;           /* seeds tried for this command (standalone) */
+  int resend;             /* the heap wakes it to send again (a backoff) */
+  xf__acall *next_parked; /* waiting for the cluster mode or map */
+  size_t heap_at;         /* index in the wait heap, SIZE_MAX when not waiting */
+  xf__acall *prev, *next; /* every unfinished call */
   xf__acall *next_deferred;
   /* Fail-open loads (XF_LOAD_UNCACHED) of one key are shared: the first call's
    * loader runs, calls that need the same load meanwhile follow it. */
@@ -113,11 +114,7 @@ struct xf_async {
   /* The connections (async_conn.c) and where commands go (async_router.c). */
   xf__aconn **conns; /* conns[0..nseeds-1]: options.host's seeds; then cluster nodes */
   int nconns, conns_cap;
-  xf__aconn *main;           /* standalone: the server */
-  int probing;               /* an INFO cluster or CLUSTER SLOTS is on the wire */
-  int probe_at, probe_tries; /* which of conns is asked; how many were */
-  xf__aconn **node_conn;     /* core->routes.nodes[i]'s connection; NULL = none yet */
-  int node_conn_cap;
+  xf__fleet fleet;                 /* the seeds, the nodes' connections, the question */
   xf__acall *parked, *parked_tail; /* waiting for the probe (mode or map) */
   struct xf__aprobe *probe;        /* the probe's command on the wire */
 
@@ -254,15 +251,7 @@ void xf__awire_drop(xf__aconn *cn, int dying, int rc, int how, const char *why);
 /* Closes cn's stream after the engine was done with it (XF__LINK_CLOSE). */
 void xf__awire_close(xf__aconn *cn);
 
-/* ---- async_seeds.c: which seed a standalone handle talks to ---------------- */
-
-/* Connects the seed in use, else the next seed that takes it (xf_async_open).
- * XF_OK or the last seed's error. */
-int xf__aseeds_open(xf_async *ac);
-
-/* Queues the call's command on the seed in use, else on the next seed that
- * takes it (which is then the seed in use). XF_OK or the last seed's error. */
-int xf__aseeds_send(xf__acall *k);
+/* ---- async_router.c: where commands go --------------------------------------- */
 
 /* cn failed to come up: if it is the seed in use, the next one is. */
 void xf__aseeds_down(xf__aconn *cn);
@@ -271,8 +260,6 @@ void xf__aseeds_down(xf__aconn *cn);
  * and another seed is left to try for this command, sends it there and
  * returns 1; 0 when the reply stands. */
 int xf__aseeds_resend(xf__acall *k, xf__aconn *cn);
-
-/* ---- async_router.c ------------------------------------------------------- */
 
 /* Sets up where commands go from the options: the seeds' connections, the
  * mode (OFF or a Unix socket: standalone; ON: cluster; AUTO: asked on the

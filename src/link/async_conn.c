@@ -150,7 +150,7 @@ static void on_reply(xf__link *l, void *privdata, int rc, xf__reply **reply) {
     return;
   }
   k->attempts = 0; /* the flow's next command starts afresh */
-  k->route_act = XF_ROUTE_DONE;
+  k->trip.act = XF_ROUTE_DONE;
   xf__reply *r = *reply; /* the flow's now */
   *reply = NULL;
   xf__async_advance(k, xf__flow_reply(&k->f, rc, r, now_ms));

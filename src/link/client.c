@@ -49,9 +49,7 @@ unsigned long xf__fork_generation(void) {
  * connections, client id (the lease tokens' prefix) and XFetch stream, so it
  * can never release the parent's lease nor repeat its draws. */
 static void renew_after_fork(xf_client *c) {
-  for (int i = 0; i < c->nseeds; i++)
-    xf__conn_forget(&c->seeds[i]);
-  xf__router_forget(c->router);
+  xf__router_forget(c);
   pthread_once(&atfork_once, register_atfork);
   c->id = random_u64();
   c->lease_count = 0;
@@ -64,101 +62,28 @@ void xf__client_check_fork(xf_client *c) {
     renew_after_fork(c);
 }
 
-/* Connects to the first seed that answers (standalone: the server). */
-static int open_a_seed(xf_client *c) {
-  int rc = xf__conn_open(c, &c->seeds[c->server]);
-  for (int i = 0; rc == XF_ECONNECT && i < c->nseeds; i++)
-    if (i != c->server && (rc = xf__conn_open(c, &c->seeds[i])) == XF_OK)
-      c->server = i;
-  return rc;
-}
-
-/* Asks the connected seed whether it runs in cluster mode (the router
- * decides from the reply). */
-static int ask_cluster_enabled(xf_client *c) {
-  xf__reply *r;
-  int rc = xf__conn_command(c, &c->seeds[c->server], &xf__route_info_cmd, 0, &r);
-  if (rc != XF_OK)
-    return rc;
-  rc = xf__route_detect(&c->routes, r);
-  xf__reply_free(r);
-  return rc;
-}
-
-/* Standalone or cluster, decided once, on the first connection. */
-static int resolve_mode(xf_client *c) {
-  if (c->routes.mode == XF_ROUTE_UNKNOWN) {
-    int rc = open_a_seed(c);
-    if (rc == XF_OK)
-      rc = ask_cluster_enabled(c);
-    if (rc != XF_OK)
-      return rc;
-  }
-  int cluster = c->routes.mode == XF_ROUTE_CLUSTER;
-  if (cluster && c->db != 0)
-    return xf__fail(c, XF_EINVAL, "Redis Cluster has only db 0; options.db is %d", c->db);
-  if (cluster) {
-    int rc = xf__router_open(c, &c->router);
-    if (rc != XF_OK)
-      return rc;
-  }
-  c->mode_known = 1;
-  return XF_OK;
-}
-
-/* Standalone: the seed in use cannot be reached (connect failed, or its
- * breaker is open: the command was not sent), so the first of the others that
- * answers becomes the one in use. A lazy client (every pooled one) or one
- * whose seed went away gets here without open_a_seed having run. */
-static int next_seed(xf_client *c, int rc) {
-  if (rc != XF_ECONNECT || c->nseeds < 2 || open_a_seed(c) != XF_OK)
-    return 0;
-  return 1;
-}
-
 int xf__command(xf_client *c, const xf__cmd *cmd, xf__reply **reply) {
   *reply = NULL;
   xf__client_check_fork(c);
-  if (!c->mode_known) {
-    int rc = resolve_mode(c);
-    if (rc != XF_OK)
-      return rc;
-  }
-  if (c->router)
-    return xf__router_command(c, c->router, cmd, reply);
-  int rc = xf__conn_command(c, &c->seeds[c->server], cmd, 0, reply);
-  if (next_seed(c, rc))
-    rc = xf__conn_command(c, &c->seeds[c->server], cmd, 0, reply);
-  return rc;
+  return xf__router_command(c, cmd, reply);
 }
 
 int xf__command_many(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
                      xf__reply **replies) {
   memset(replies, 0, n * sizeof *replies);
   xf__client_check_fork(c);
-  int rc = c->mode_known ? XF_OK : resolve_mode(c);
-  if (rc != XF_OK) {
-    for (size_t i = 0; i < n; i++)
-      rcs[i] = rc;
-    return rc;
-  }
-  if (c->router)
-    return xf__router_pipeline(c, c->router, n, cmds, rcs, replies);
-  rc = xf__conn_pipeline(c, &c->seeds[c->server], n, cmds, rcs, replies);
-  if (next_seed(c, rc)) /* XF_ECONNECT: no command went */
-    rc = xf__conn_pipeline(c, &c->seeds[c->server], n, cmds, rcs, replies);
-  return rc;
+  return xf__router_pipeline(c, n, cmds, rcs, replies);
 }
 
 int xf__clocks_fresh(xf_client *c, int64_t now_ms) {
   if (!c->mode_known)
     return 0;
-  if (!c->router)
-    return xf__clock_fresh(c->seeds[c->server].clock, now_ms);
+  if (c->routes.mode != XF_ROUTE_CLUSTER)
+    return xf__clock_fresh(xf__router_seed(c)->clock, now_ms);
   int open = 0;
-  for (int i = 0; i < c->router->nconns; i++) {
-    const xf__conn *k = &c->router->conns[i];
-    if (!k->link)
+  for (int i = 0; i < c->fleet->node_cap; i++) {
+    const xf__conn *k = c->fleet->node[i];
+    if (!k || !k->link)
       continue;
     if (!xf__clock_fresh(k->clock, now_ms))
       return 0;
@@ -239,8 +164,9 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
     xf__pcg32_seed(&c->rng, random_u64(), c->id);
   pthread_once(&atfork_once, register_atfork);
   c->fork_generation = current_fork_generation();
-  if (!o->lazy_connect && !o->disabled)
-    rc = c->cluster == XF_CLUSTER_OFF || c->unix_path ? open_a_seed(c) : resolve_mode(c);
+  rc = xf__router_init(c);
+  if (rc == XF_OK && !o->lazy_connect && !o->disabled)
+    rc = xf__router_connect(c);
   if (rc != XF_OK)
     return open_failed(c, rc);
   *out = c;
@@ -254,7 +180,7 @@ void xf_client_close(xf_client *c) {
   for (int i = 0; i < c->nseeds; i++)
     xf__conn_free(&c->seeds[i]);
   free(c->seeds);
-  xf__router_free(c->router);
+  xf__router_free(c);
   xf__route_free(&c->routes);
   xf__tls_free(c->tls);
   free(c->host);
@@ -306,8 +232,5 @@ void xf_client_stats(const xf_client *c, xf_stats *out) {
     return;
   }
   *out = c->stats;
-  if (c->router)
-    out->connections = (uint64_t)xf__router_open_connections(c->router);
-  else
-    out->connections = c->nseeds > 0 && c->seeds[c->server].link != NULL;
+  out->connections = c->fleet ? (uint64_t)xf__router_open_connections(c) : 0;
 }

@@ -150,6 +150,7 @@ int xf__client_options_copy(xf_client *c, const xf_options *o) {
   c->interrupt_ud = o->interrupt_ud;
   c->tombstone_ms = o->tombstone_ms ? o->tombstone_ms : DEFAULT_TOMBSTONE_MS;
   c->entry_format = o->entry_format ? o->entry_format : XF_ENTRY_STRING;
+  c->namespace_tag = o->namespace_tag != 0;
   c->write_fence =
       o->write_fence == XF_FENCE_ON || (o->write_fence == XF_FENCE_AUTO && c->near);
   rc = make_tls(c, &o->tls);

@@ -183,7 +183,6 @@ static int connect_once(xf_client *c, xf__conn *k) {
     close_wire(k, 0);
     return rc;
   }
-  l->flags = (l->flags & ~XF_SETUP_REPLICA) | (k->readonly ? XF_SETUP_REPLICA : 0);
   int64_t now_ms = xf__now_ms();
   rc = xf__link_start(l, now_ms);
   xf__link_connected(l, k->link->s.fd, now_ms);

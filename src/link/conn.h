@@ -20,7 +20,6 @@ typedef struct xf__conn {
   char *host;            /* owned; NULL when unix_path is used */
   int port;              /* TCP */
   const char *unix_path; /* borrowed from the client; NULL = TCP */
-  int readonly;          /* a replica serving reads: READONLY after connect */
   xf__clock *clock;      /* the engine's estimate of the server's clock (on the
                             heap: a flow's pointer to it outlives the router's
                             array growing); forgotten on every connect */

@@ -1,11 +1,10 @@
-/* The blocking drivers' side of Redis Cluster routing: route.c decides, this
- * file performs over one blocking connection per node. A command, or a
- * pipeline, goes in rounds: every command due is sent (one pipeline per
- * node), every reply is handed to the router, and what it answers is done
- * for all of them together before the next round: one map load, one backoff
- * (the longest asked for), so that a batch refused by a slot mid-failover
- * waits as long as one command would. */
-#include <limits.h>
+/* The blocking drivers' side of the fleet (fleet.h decides, over route.c):
+ * the seeds' and the nodes' blocking connections, and the rounds that carry
+ * a command, or a pipeline, out. In a round every command due is sent (one
+ * pipeline per node), every reply is handed to the fleet, and what it
+ * answers is done for all of them together before the next round: one map
+ * load, one backoff (the longest asked for), so that a batch refused by a
+ * slot mid-failover waits as long as one command would. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,91 +13,136 @@
 #include "client_io.h"
 #include "reply.h"
 #include "router.h"
-#include "script.h"
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
   nanosleep(&ts, NULL);
 }
 
-/* ---- connections ------------------------------------------------------------ */
+/* ---- the fleet's connections ---------------------------------------------------- */
 
-/* The connection of node i (set up, not connected, on first use). */
-static xf__conn *conn_of(xf_client *c, xf__router *r, int i) {
-  if (i >= r->nconns) {
-    int n = c->routes.nnodes > i ? c->routes.nnodes : i + 1;
-    xf__conn *grown = realloc(r->conns, (size_t)n * sizeof *grown);
-    if (!grown)
-      return NULL;
-    memset(grown + r->nconns, 0, (size_t)(n - r->nconns) * sizeof *grown);
-    r->conns = grown;
-    r->nconns = n;
+static void *open_conn(void *ud, const char *host, int port) {
+  (void)ud;
+  xf__conn *k = calloc(1, sizeof *k);
+  if (k && xf__conn_init(k, host, port, NULL) != XF_OK) {
+    xf__conn_free(k);
+    free(k), k = NULL;
   }
-  xf__conn *k = &r->conns[i];
-  if (!k->host &&
-      xf__conn_init(k, c->routes.nodes[i].host, c->routes.nodes[i].port, NULL) != XF_OK)
-    return NULL;
   return k;
 }
 
-/* A read on a replica needs READONLY on its connection, or the replica
- * answers MOVED. A connection opened while its node was a master (before a
- * failover) lacks it: it is sent now, and by every reconnect (conn.c). */
-static int readonly(xf_client *c, xf__conn *k) {
-  static const xf__cmd cmd = {.argc = 1, .argv = {"READONLY"}, .lens = {8}};
-  if (k->readonly)
-    return XF_OK;
-  k->readonly = 1;
-  if (!k->link)
-    return XF_OK;
-  xf__reply *reply;
-  int rc = xf__conn_command(c, k, &cmd, 0, &reply);
-  if (rc == XF_OK && reply->type == XF_REPLY_ERROR)
-    rc = xf__fail(c, XF_EREDIS, "READONLY: %s", reply->str), k->readonly = 0;
-  if (reply)
-    xf__reply_free(reply);
+static void close_conn(void *ud, void *conn) {
+  (void)ud;
+  xf__conn_free(conn);
+  free(conn);
+}
+
+static xf__link *link_of(void *conn) { return &((xf__conn *)conn)->engine; }
+static int is_up(const void *conn) { return ((const xf__conn *)conn)->link != NULL; }
+static void retire(void *conn) { xf__conn_forget(conn); }
+
+static const xf__fleet_ops blocking_ops = {open_conn, close_conn, link_of,
+                                           is_up,     is_up,      retire};
+
+int xf__router_init(xf_client *c) {
+  void **seeds = malloc((size_t)(c->nseeds ? c->nseeds : 1) * sizeof *seeds);
+  c->fleet = calloc(1, sizeof *c->fleet);
+  int rc = seeds && c->fleet ? XF_OK : XF_ENOMEM;
+  for (int i = 0; rc == XF_OK && i < c->nseeds; i++)
+    seeds[i] = &c->seeds[i];
+  if (rc == XF_OK)
+    rc = xf__fleet_init(c->fleet, c, &blocking_ops, c, seeds, c->nseeds);
+  free(seeds);
   return rc;
 }
 
-/* ---- the map ------------------------------------------------------------------ */
-
-/* CLUSTER SLOTS through k into the client's routes. */
-static int load_map(xf_client *c, xf__conn *k) {
-  xf__reply *reply;
-  int rc = xf__conn_command(c, k, &xf__route_map_cmd, 0, &reply);
-  if (rc != XF_OK)
-    return rc;
-  rc = xf__route_take_map(&c->routes, reply, k->host, xf__now_ms());
-  xf__reply_free(reply);
-  return rc;
+void xf__router_free(xf_client *c) {
+  if (!c->fleet)
+    return;
+  xf__fleet_free(c->fleet);
+  free(c->fleet);
+  c->fleet = NULL;
 }
 
-/* Loads the map from the first node that answers: open connections first,
- * then the other nodes, then the seeds; never from node `avoid` (one that
- * just failed; -1 = none). */
-static int refresh(xf_client *c, xf__router *r, int avoid) {
-  int rc = XF_ECONNECT;
-  xf__route_refreshing(&c->routes, xf__now_ms());
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < r->nconns; i++)
-      if (i != avoid && r->conns[i].host && (pass == 1) == (r->conns[i].link == NULL) &&
-          (rc = load_map(c, &r->conns[i])) == XF_OK)
-        return XF_OK;
+void xf__router_forget(xf_client *c) {
   for (int i = 0; i < c->nseeds; i++)
-    if ((rc = load_map(c, &c->seeds[i])) == XF_OK) {
-      xf__conn_forget(&c->seeds[i]); /* routed connections take over */
-      return XF_OK;
-    }
+    xf__conn_forget(&c->seeds[i]);
+  for (int i = 0; c->fleet && i < c->fleet->node_cap; i++)
+    if (c->fleet->node[i])
+      xf__conn_forget(c->fleet->node[i]);
+}
+
+xf__conn *xf__router_seed(const xf_client *c) { return xf__fleet_seed(c->fleet, 0); }
+
+int xf__router_open_connections(const xf_client *c) {
+  if (c->routes.mode == XF_ROUTE_CLUSTER)
+    return xf__fleet_open_count(c->fleet);
+  return c->nseeds > 0 && xf__router_seed(c)->link != NULL;
+}
+
+/* ---- the seeds and the question ------------------------------------------------- */
+
+/* Connects to the seed in use, else the first of the others that answers. */
+static int open_a_seed(xf_client *c) {
+  int rc = XF_ECONNECT;
+  for (int i = 0; i < c->fleet->nseeds && rc == XF_ECONNECT; i++) {
+    xf__conn *k = xf__fleet_seed(c->fleet, i);
+    if ((rc = xf__conn_open(c, k)) == XF_OK)
+      xf__fleet_seed_took(c->fleet, k);
+  }
   return rc;
+}
+
+/* Asks the fleet's question (the mode, then a cluster's map; or a map
+ * refresh) until a connection answers; never of node avoid (-1 = none). */
+static int ask(xf_client *c, int avoid) {
+  xf__fleet *f = c->fleet;
+  xf__fleet_ask_begin(f, avoid, xf__now_ms());
+  int rc = XF__FLEET_ASK;
+  xf__conn *k;
+  while ((k = xf__fleet_ask_next(f))) {
+    do {
+      xf__reply *reply = NULL;
+      const xf__cmd *q = xf__fleet_question(f);
+      rc = xf__conn_command(c, k, q, 0, &reply);
+      rc = xf__fleet_answer(f, k, q, rc, reply, xf__now_ms());
+      if (reply)
+        xf__reply_free(reply);
+    } while (rc == XF__FLEET_ASK); /* a cluster: now its map */
+    if (rc == XF_OK || rc == XF_EINVAL)
+      return rc;
+  }
+  return xf__fleet_ask_failed(f, rc);
+}
+
+/* Standalone or cluster (and its map), found out on the first command. */
+static int ready(xf_client *c) {
+  if (c->mode_known)
+    return XF_OK;
+  int rc = xf__fleet_ready(c->fleet);
+  if (rc == XF__FLEET_ASK)
+    rc = ask(c, -1);
+  c->mode_known = rc == XF_OK;
+  return rc;
+}
+
+int xf__router_connect(xf_client *c) {
+  return c->routes.mode == XF_ROUTE_STANDALONE ? open_a_seed(c) : ready(c);
+}
+
+/* Standalone: the seed in use cannot be reached (connect failed, or its
+ * breaker is open: nothing was sent), so the first of the others that
+ * answers becomes the one in use. */
+static int next_seed(xf_client *c, int rc) {
+  return rc == XF_ECONNECT && c->nseeds >= 2 && open_a_seed(c) == XF_OK;
 }
 
 /* ---- rounds --------------------------------------------------------------------- */
 
 /* Where each command of a run is. */
 typedef struct pending {
-  xf__hop h;
-  xf__route_act act;
-  int arg;
+  xf__trip t;
+  xf__fleet_do go;
 } pending;
 
 /* The run's arrays: n of each (one command: on the stack). */
@@ -117,57 +161,72 @@ typedef struct run {
 /* What came back for command i (rc, reply) decides its next act. */
 static void answered(xf_client *c, run *u, size_t i, int rc, xf__reply *reply) {
   pending *p = &u->p[i];
-  int64_t now_ms = xf__now_ms();
-  if (rc == XF_EIO || rc == XF_ECONNECT) {
-    p->act = xf__route_io_error(&c->routes, u->cmds[i], &p->h, rc, now_ms, &p->arg);
-  } else if (rc != XF_OK) {
-    p->act = XF_ROUTE_FAIL, p->arg = rc;
-  } else {
-    p->act = xf__route_reply(&c->routes, u->cmds[i], &p->h, reply, now_ms, &p->arg);
-  }
-  if (p->act == XF_ROUTE_DONE) {
+  p->go = xf__fleet_answered(c->fleet, &p->t, u->cmds[i], rc, reply, xf__now_ms());
+  if (p->go == XF__FLEET_DONE) {
     u->rcs[i] = XF_OK;
     u->replies[i] = reply;
   } else if (reply) {
     xf__reply_free(reply);
   }
-  if (p->act == XF_ROUTE_FAIL)
-    u->rcs[i] = p->arg;
+  if (p->go == XF__FLEET_FAIL)
+    u->rcs[i] = p->t.arg;
 }
 
-/* A SCRIPT LOAD on the node that answered NOSCRIPT, then the command again. */
-static void load_script(xf_client *c, xf__router *r, run *u, size_t i) {
+/* A SCRIPT LOAD on the node that answered NOSCRIPT, before the command. */
+static void load_script(xf_client *c, run *u, size_t i) {
   pending *p = &u->p[i];
-  xf__conn *k = conn_of(c, r, p->h.node);
   xf__cmd load;
-  xf__reply *reply;
-  xf__route_script(u->cmds[i], &load);
+  if (!xf__fleet_load_script(&p->t, u->cmds[i], &load))
+    return;
+  xf__conn *k = xf__fleet_node(c->fleet, p->t.hop.node);
+  xf__reply *reply = NULL;
   int rc = k ? xf__conn_command(c, k, &load, 0, &reply) : XF_ENOMEM;
-  if (rc == XF_OK)
-    rc = xf__script_loaded(&c->rt, xf__route_script_of(u->cmds[i]), reply);
-  p->act = rc == XF_OK ? XF_ROUTE_SEND : XF_ROUTE_FAIL; /* busy, loading: fail open */
-  u->rcs[i] = p->arg = rc;
+  rc = xf__fleet_script_loaded(c->fleet, u->cmds[i], rc, reply);
+  p->t.act = XF_ROUTE_SEND;
+  if (rc != XF_OK) /* busy, loading: fail open */
+    p->go = XF__FLEET_FAIL, u->rcs[i] = p->t.arg = rc;
+}
+
+/* READONLY on k, when a replica's read goes there and it lacks it. */
+static int readonly(xf_client *c, xf__conn *k) {
+  if (!xf__fleet_readonly(c->fleet, k))
+    return XF_OK;
+  xf__reply *reply;
+  int rc = xf__conn_command(c, k, &xf__fleet_readonly_cmd, 0, &reply);
+  if (rc == XF_OK && reply->type == XF_REPLY_ERROR) {
+    rc = xf__fail(c, XF_EREDIS, "READONLY: %s", reply->str);
+    xf__fleet_readonly_refused(c->fleet, k);
+  }
+  if (reply)
+    xf__reply_free(reply);
+  return rc;
+}
+
+/* Whether command p goes out in this round's pipelines (a SCRIPT LOAD due
+ * first waits for the next round's). */
+static int sendable(const pending *p) {
+  return p->go == XF__FLEET_SEND && p->t.act != XF_ROUTE_LOAD_SCRIPT;
 }
 
 /* Sends every command due to node, in one pipeline (ASKING ones alone: the
  * ASKING must come right before its command). */
-static void send_to(xf_client *c, xf__router *r, run *u, int node) {
-  xf__conn *k = conn_of(c, r, node);
+static void send_to(xf_client *c, run *u, int node) {
+  xf__conn *k = xf__fleet_node(c->fleet, node);
   size_t m = 0;
   int replica = 0;
   for (size_t i = 0; i < u->n; i++) {
     pending *p = &u->p[i];
-    if (p->act != XF_ROUTE_SEND || p->h.node != node)
+    if (!sendable(p) || p->t.hop.node != node)
       continue;
-    p->act = XF_ROUTE_DONE; /* answered() sets the real one */
+    p->go = XF__FLEET_DONE; /* answered() sets the real one */
     if (!k) {
       answered(c, u, i, xf__fail(c, XF_ENOMEM, "out of memory for a connection"), NULL);
-    } else if (p->h.asking) {
+    } else if (p->t.hop.asking) {
       xf__reply *reply;
       int rc = xf__conn_command(c, k, u->cmds[i], 1, &reply);
       answered(c, u, i, rc, reply);
     } else {
-      replica |= p->h.replica;
+      replica |= p->t.hop.replica;
       u->who[m] = i;
       u->group[m++] = u->cmds[i];
     }
@@ -187,49 +246,49 @@ static void send_to(xf_client *c, xf__router *r, run *u, int node) {
 
 /* One round: waits and map loads first, then the sends. 0 when every
  * command is done. */
-static int round_trip(xf_client *c, xf__router *r, run *u) {
+static int round_trip(xf_client *c, run *u) {
+  xf__fleet *f = c->fleet;
   int delay = -1, avoid = -1, reload = 0, due = 0;
   for (size_t i = 0; i < u->n; i++)
-    if (u->p[i].act == XF_ROUTE_BACKOFF && u->p[i].arg > delay)
-      delay = u->p[i].arg;
+    if (u->p[i].go == XF__FLEET_WAIT && u->p[i].t.arg > delay)
+      delay = u->p[i].t.arg;
   if (delay >= 0)
     sleep_ms(delay);
   for (size_t i = 0; i < u->n; i++)
-    if (u->p[i].act == XF_ROUTE_BACKOFF)
-      u->p[i].act =
-          xf__route_next(&c->routes, u->cmds[i], &u->p[i].h, xf__now_ms(), &u->p[i].arg);
+    if (u->p[i].go == XF__FLEET_WAIT)
+      u->p[i].go = xf__fleet_again(f, &u->p[i].t, u->cmds[i], xf__now_ms());
   for (size_t i = 0; i < u->n; i++)
-    if (u->p[i].act == XF_ROUTE_REFRESH)
-      reload = 1, avoid = u->p[i].h.failed;
+    if (u->p[i].go == XF__FLEET_MAP)
+      reload = 1, avoid = u->p[i].t.hop.failed;
   if (reload)
-    refresh(c, r, avoid); /* failed: the map we have routes them, or they fail */
+    ask(c, avoid); /* failed: the map held routes them, or they fail */
   for (size_t i = 0; i < u->n; i++) {
     pending *p = &u->p[i];
-    if (p->act == XF_ROUTE_REFRESH)
-      p->act = xf__route_next(&c->routes, u->cmds[i], &p->h, xf__now_ms(), &p->arg);
-    if (p->act == XF_ROUTE_LOAD_SCRIPT)
-      load_script(c, r, u, i);
-    if (p->act == XF_ROUTE_FAIL)
-      u->rcs[i] = p->arg;
+    if (p->go == XF__FLEET_MAP)
+      p->go = xf__fleet_again(f, &p->t, u->cmds[i], xf__now_ms());
+    if (p->go == XF__FLEET_SEND)
+      load_script(c, u, i);
+    if (p->go == XF__FLEET_FAIL)
+      u->rcs[i] = p->t.arg;
   }
   for (size_t i = 0; i < u->n; i++)
-    if (u->p[i].act == XF_ROUTE_SEND) {
-      send_to(c, r, u, u->p[i].h.node);
+    if (sendable(&u->p[i])) {
+      send_to(c, u, u->p[i].t.hop.node);
       due = 1;
     }
   for (size_t i = 0; i < u->n; i++)
-    due |= u->p[i].act != XF_ROUTE_DONE && u->p[i].act != XF_ROUTE_FAIL;
+    due |= u->p[i].go != XF__FLEET_DONE && u->p[i].go != XF__FLEET_FAIL;
   return due;
 }
 
-static int finish(xf_client *c, xf__router *r, run *u) {
+static int finish(xf_client *c, run *u) {
   int64_t now_ms = xf__now_ms();
   memset(u->replies, 0, u->n * sizeof *u->replies);
   for (size_t i = 0; i < u->n; i++) {
     u->rcs[i] = XF_OK;
-    u->p[i].act = xf__route_start(&c->routes, u->cmds[i], &u->p[i].h, now_ms, &u->p[i].arg);
+    u->p[i].go = xf__fleet_start(c->fleet, &u->p[i].t, u->cmds[i], now_ms);
   }
-  while (round_trip(c, r, u))
+  while (round_trip(c, u))
     ;
   int all = XF_OK;
   for (size_t i = 0; i < u->n && all == XF_OK; i++)
@@ -237,18 +296,41 @@ static int finish(xf_client *c, xf__router *r, run *u) {
   return all;
 }
 
-int xf__router_command(xf_client *c, xf__router *r, const xf__cmd *cmd, xf__reply **reply) {
+static int cluster_command(xf_client *c, const xf__cmd *cmd, xf__reply **reply) {
   pending p;
   size_t who;
   const xf__cmd *group;
   int rc, grc;
   xf__reply *greply;
   run u = {1, &cmd, &rc, reply, &p, &who, &group, &grc, &greply};
-  return finish(c, r, &u);
+  return finish(c, &u);
 }
 
-int xf__router_pipeline(xf_client *c, xf__router *r, size_t n, const xf__cmd *const *cmds,
-                        int *rcs, xf__reply **replies) {
+int xf__router_command(xf_client *c, const xf__cmd *cmd, xf__reply **reply) {
+  int rc = ready(c);
+  if (rc != XF_OK)
+    return rc;
+  if (c->routes.mode == XF_ROUTE_CLUSTER)
+    return cluster_command(c, cmd, reply);
+  rc = xf__conn_command(c, xf__router_seed(c), cmd, 0, reply);
+  if (next_seed(c, rc))
+    rc = xf__conn_command(c, xf__router_seed(c), cmd, 0, reply);
+  return rc;
+}
+
+int xf__router_pipeline(xf_client *c, size_t n, const xf__cmd *const *cmds, int *rcs,
+                        xf__reply **replies) {
+  int all = ready(c);
+  for (size_t i = 0; all != XF_OK && i < n; i++)
+    rcs[i] = all;
+  if (all != XF_OK)
+    return all;
+  if (c->routes.mode != XF_ROUTE_CLUSTER) {
+    all = xf__conn_pipeline(c, xf__router_seed(c), n, cmds, rcs, replies);
+    if (next_seed(c, all)) /* XF_ECONNECT: no command went */
+      all = xf__conn_pipeline(c, xf__router_seed(c), n, cmds, rcs, replies);
+    return all;
+  }
   run u = {n,
            cmds,
            rcs,
@@ -258,52 +340,13 @@ int xf__router_pipeline(xf_client *c, xf__router *r, size_t n, const xf__cmd *co
            malloc(n * sizeof *u.group),
            malloc(n * sizeof *u.grcs),
            malloc(n * sizeof *u.greplies)};
-  int all = XF_OK;
   if (u.p && u.who && u.group && u.grcs && u.greplies) {
-    all = finish(c, r, &u);
+    all = finish(c, &u);
   } else { /* every command alone */
     for (size_t i = 0; i < n; i++)
-      if ((rcs[i] = xf__router_command(c, r, cmds[i], &replies[i])) != XF_OK &&
-          all == XF_OK)
+      if ((rcs[i] = cluster_command(c, cmds[i], &replies[i])) != XF_OK && all == XF_OK)
         all = rcs[i];
   }
   free(u.p), free(u.who), free(u.group), free(u.grcs), free(u.greplies);
   return all;
-}
-
-/* ---- life cycle ----------------------------------------------------------------- */
-
-int xf__router_open(xf_client *c, xf__router **out) {
-  *out = NULL;
-  xf__router *r = calloc(1, sizeof *r);
-  if (!r)
-    return xf__fail(c, XF_ENOMEM, "out of memory for the cluster router");
-  int rc = refresh(c, r, -1);
-  if (rc != XF_OK) {
-    xf__router_free(r);
-    return rc;
-  }
-  *out = r;
-  return XF_OK;
-}
-
-void xf__router_free(xf__router *r) {
-  if (!r)
-    return;
-  for (int i = 0; i < r->nconns; i++)
-    xf__conn_free(&r->conns[i]);
-  free(r->conns);
-  free(r);
-}
-
-void xf__router_forget(xf__router *r) {
-  for (int i = 0; r && i < r->nconns; i++)
-    xf__conn_forget(&r->conns[i]);
-}
-
-int xf__router_open_connections(const xf__router *r) {
-  int n = 0;
-  for (int i = 0; r && i < r->nconns; i++)
-    n += r->conns[i].link != NULL;
-  return n;
 }

@@ -49,7 +49,7 @@ int xf__near_open(struct xf__near **out, size_t max_bytes) {
     }
     n->shards[i].nbuckets = MIN_BUCKETS;
   }
-  xf__near_link_hooks(); /* the connections arm tracking through it */
+  xf__near_link_hooks();        /* the connections arm tracking through it */
   n->log = xf__near_log_open(); /* NULL: no events reported, the rest works */
   if (!(n->tracker = xf__tracker_open(n))) {
     xf__near_close(n);
@@ -181,9 +181,11 @@ int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_
     uint64_t reading = __atomic_load_n(&e->node->reading, __ATOMIC_ACQUIRE);
     if (reading & 1)
       break; /* the thread holds unapplied bytes of this node: go to Redis */
-    if ((hit->data = malloc(e->len + 1))) {
-      memcpy(hit->data, e->bytes + e->nslen + e->keylen, e->len + 1);
+    if ((hit->data = malloc(e->len + 1 + e->tags_len))) {
+      memcpy(hit->data, e->bytes + e->nslen + e->keylen, e->len + 1 + e->tags_len);
       hit->len = e->len;
+      hit->tags = e->tags_len ? (const unsigned char *)hit->data + e->len + 1 : NULL;
+      hit->tags_len = e->tags_len;
       hit->delta_us = e->delta_us;
       hit->remaining_ms = e->expires_ms - now_ms;
       hit->redis_expiry_ms = e->redis_expiry_ms;
@@ -247,13 +249,14 @@ static void grow(shard *s) {
 
 uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t,
                       uint64_t token, const char *key, size_t keylen, const char *value,
-                      size_t len, int64_t delta_us, int64_t redis_expiry_ms,
-                      int64_t expires_ms, int negative) {
+                      size_t len, const unsigned char *tags, size_t tags_len,
+                      int64_t delta_us, int64_t redis_expiry_ms, int64_t expires_ms,
+                      int negative) {
   if (!t->node || xf__track_stale(t))
     return 0;
   uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
-  size_t size = sizeof(entry) + c->ns_len + keylen + len + 1 + ENTRY_OVERHEAD;
+  size_t size = sizeof(entry) + c->ns_len + keylen + len + 1 + tags_len + ENTRY_OVERHEAD;
   if (size > s->max_bytes)
     return 0;
   entry *e = malloc(size - ENTRY_OVERHEAD);
@@ -270,11 +273,14 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
                .nslen = c->ns_len,
                .keylen = keylen,
                .len = len,
+               .tags_len = tags_len,
                .size = size};
   memcpy(e->bytes, c->ns, c->ns_len);
   memcpy(e->bytes + c->ns_len, key, keylen);
   memcpy(e->bytes + c->ns_len + keylen, value, len);
   e->bytes[c->ns_len + keylen + len] = '\0';
+  if (tags_len)
+    memcpy(e->bytes + c->ns_len + keylen + len + 1, tags, tags_len);
   if (xf__near_test_before_put)
     xf__near_test_before_put();
   uint64_t evicted = 0;

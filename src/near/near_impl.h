@@ -37,8 +37,9 @@ int xf__near_get(struct xf__near *n, const struct xf_client *c, const char *key,
  * connection. Returns the entries evicted to make room. */
 uint64_t xf__near_put(struct xf__near *n, const struct xf_client *c, const xf__track *t,
                       uint64_t token, const char *key, size_t keylen, const char *value,
-                      size_t len, int64_t delta_us, int64_t redis_expiry_ms,
-                      int64_t expires_ms, int negative);
+                      size_t len, const unsigned char *tags, size_t tags_len,
+                      int64_t delta_us, int64_t redis_expiry_ms, int64_t expires_ms,
+                      int negative);
 
 /* An own write or delete of key (acknowledged or not): its entries go now,
  * and a read of it in flight is not kept. */

@@ -13,11 +13,12 @@ static int get(void *self, const char *key, size_t keylen, int64_t now_ms,
 }
 
 static uint64_t put(void *self, const xf__track *t, uint64_t token, const char *key,
-                    size_t keylen, const char *value, size_t len, int64_t delta_us,
-                    int64_t redis_expiry_ms, int64_t expires_ms, int negative) {
+                    size_t keylen, const char *value, size_t len, const unsigned char *tags,
+                    size_t tags_len, int64_t delta_us, int64_t redis_expiry_ms,
+                    int64_t expires_ms, int negative) {
   const xf_client *c = self;
-  return xf__near_put(c->near, c, t, token, key, keylen, value, len, delta_us,
-                      redis_expiry_ms, expires_ms, negative);
+  return xf__near_put(c->near, c, t, token, key, keylen, value, len, tags, tags_len,
+                      delta_us, redis_expiry_ms, expires_ms, negative);
 }
 
 static void drop(void *self, const char *key, size_t keylen) {

@@ -40,8 +40,8 @@ typedef struct entry {
   int64_t redis_expiry_ms; /* the Redis entry's (server ms): xf__port_hit's */
   int negative;
   int data_fd; /* the socket of the connection that read it */
-  size_t nslen, keylen, len, size;
-  char bytes[]; /* namespace, key, value, NUL */
+  size_t nslen, keylen, len, tags_len, size;
+  char bytes[]; /* namespace, key, value, NUL, tag record (xf__port_hit's) */
 } entry;
 
 typedef struct shard {

@@ -87,6 +87,11 @@ void xf__idle_stats(xf__idle_clients *ic, xf_stats *out);
 /* s's set in this process, made if needed (NULL: out of memory). */
 xf__idle_clients *xf__refresh_share_idle(xf_share *s);
 
+/* Where the blocking driver (and the batch driver's per-key loader) can run
+ * c's early refreshes (blocking_refresh.c): READY with a refresh_executor or
+ * a share, else NONE. */
+xf__off_path xf__blocking_off_path(const xf_client *c);
+
 /* The blocking driver's detachable LOAD (blocking_refresh.c): to the
  * client's refresh_executor, else its share's workers, else in the call
  * (the LOAD run as any). */

@@ -47,11 +47,12 @@ static unsigned touch(const char *p, size_t len) {
   return sum;
 }
 
-/* Whether r's elements at.. have the read reply's shape: seven, the value a
- * bulk string or nil, the others integers. Whatever their values, such a
- * reply must parse (a malformed entry is a miss, never XF_EPROTO). */
+/* Whether r's elements at.. have the read reply's shape: eight, the value a
+ * bulk string or nil, six integers, the tag record a bulk string. Whatever
+ * their values, such a reply must parse (a malformed entry is a miss, never
+ * XF_EPROTO). */
 static int read_shaped(const xf__reply *r, size_t at) {
-  if (r->type != XF_REPLY_ARRAY || r->elements != at + 7)
+  if (r->type != XF_REPLY_ARRAY || r->elements != at + 8)
     return 0;
   int t = r->element[at]->type;
   if (t != XF_REPLY_STRING && t != XF_REPLY_NIL)
@@ -59,13 +60,14 @@ static int read_shaped(const xf__reply *r, size_t at) {
   for (size_t i = at + 1; i < at + 7; i++)
     if (r->element[i]->type != XF_REPLY_INTEGER)
       return 0;
-  return 1;
+  return r->element[at + 7]->type == XF_REPLY_STRING;
 }
 
 /* A malformed entry: a miss with nothing of the reply's numbers but the lease
  * flag and a clock in range. */
 static void check_malformed(const xf__reply *r, size_t at, const xf__entry *e) {
   FUZZ_CHECK(e->value == NULL && e->len == 0 && e->negative == 0);
+  FUZZ_CHECK(e->tags == NULL && e->tags_len == 0);
   FUZZ_CHECK(e->delta_us == 0 && e->remaining_ms == 0 && e->expiry_ms == 0);
   FUZZ_CHECK(in_range(e->now_ms, 0, MAX_CLOCK_MS));
   FUZZ_CHECK(in_range(e->nothing_ms, 0, MAX_CLOCK_MS));
@@ -88,11 +90,17 @@ static void check_entry(const xf__reply *r, size_t at, const xf__entry *e) {
     (void)touch(e->value, e->len);
     /* read.lua and lease.lua: remaining = e - now, exactly. */
     FUZZ_CHECK(e->expiry_ms - e->now_ms == e->remaining_ms);
+    /* The tag record: exactly the reply's last string, none when empty. */
+    const xf__reply *t = r->element[at + 7];
+    FUZZ_CHECK(e->tags_len == t->len);
+    FUZZ_CHECK(t->len ? e->tags == (const unsigned char *)t->str : e->tags == NULL);
+    (void)touch((const char *)e->tags, e->tags_len);
   } else {
     FUZZ_CHECK(v->type == XF_REPLY_NIL && e->len == 0);
     /* A miss is {false, 0, 0, live, 0, now} (1 in place of the 0: malformed). */
     FUZZ_CHECK(e->delta_us == 0 && e->remaining_ms == 0 && e->expiry_ms == 0);
     FUZZ_CHECK(e->negative == 0 && r->element[at + 4]->integer == 0);
+    FUZZ_CHECK(e->tags == NULL && r->element[at + 7]->len == 0); /* no record */
   }
   FUZZ_CHECK(in_range(e->delta_us, 0, MAX_DELTA_US));
   FUZZ_CHECK(in_range(e->remaining_ms, -MAX_SPAN_MS, MAX_SPAN_MS));

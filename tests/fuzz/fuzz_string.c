@@ -61,14 +61,25 @@ static void check(int rc, const xf__entry *e, const uint8_t *s, size_t len, int6
   if (!e->value) {
     FUZZ_CHECK(e->len == 0 && e->delta_us == 0 && e->expiry_ms == 0 &&
                e->remaining_ms == 0 && e->negative == 0);
+    FUZZ_CHECK(e->tags == NULL && e->tags_len == 0); /* a record needs a value */
     FUZZ_CHECK(!e->malformed || e->lease_live == 0);
     return;
   }
   FUZZ_CHECK(!e->malformed);
   const xf__reply *r = e->reply;
   FUZZ_CHECK(e->value >= r->str && e->value + e->len <= r->str + r->len);
-  FUZZ_CHECK(e->len <= len && len - e->len >= 14 && len - e->len <= 40);
-  FUZZ_CHECK(memcmp(e->value, s + (len - e->len), e->len) == 0);
+  /* 14 to 40 bytes, and a tag record's length byte and bytes (at most 255) */
+  size_t hlen = len - e->len;
+  FUZZ_CHECK(e->len <= len && hlen >= 14 && hlen <= 40 + 1 + 255);
+  FUZZ_CHECK(memcmp(e->value, s + hlen, e->len) == 0);
+  if (e->tags) { /* the header's last bytes, inside the reply */
+    FUZZ_CHECK(e->tags_len > 0 && e->tags_len < hlen && (s[2] & 64));
+    FUZZ_CHECK((const char *)e->tags >= r->str &&
+               (const char *)e->tags + e->tags_len <= r->str + r->len);
+    FUZZ_CHECK(memcmp(e->tags, s + hlen - e->tags_len, e->tags_len) == 0);
+  } else {
+    FUZZ_CHECK(e->tags_len == 0 && (hlen <= 40 || ((s[2] & 64) && s[hlen - 1] == 0)));
+  }
   (void)touch(e->value, e->len);
   FUZZ_CHECK(in_range(e->delta_us, 0, MAX_DELTA_US));
   FUZZ_CHECK(in_range(e->expiry_ms, lo - MAX_SPAN_MS, lo + MAX_SPAN_MS));
@@ -98,7 +109,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(got.malformed == mget.malformed && got.lease_live == mget.lease_live &&
                got.negative == mget.negative && got.delta_us == mget.delta_us &&
                got.expiry_ms == mget.expiry_ms && got.remaining_ms == mget.remaining_ms &&
-               got.len == mget.len && !got.value == !mget.value);
+               got.len == mget.len && !got.value == !mget.value &&
+               got.tags_len == mget.tags_len);
+    if (got.tags_len)
+      FUZZ_CHECK(memcmp(got.tags, mget.tags, got.tags_len) == 0);
     if (got.value) {
       FUZZ_CHECK(memcmp(got.value, mget.value, got.len) == 0);
       size_t n = got.len;

@@ -160,6 +160,9 @@ def capture():
     return seeds
 
 
+TAG_RECORD = b"\x01\x00\x00\x00\x07" + b"\x00" * 7 + b"\x05"  # 1 tag, its hash, version 5
+
+
 def handwritten_replies():
     big = 1 << 41
     return {
@@ -168,10 +171,10 @@ def handwritten_replies():
         "bug-write-2pow32": b":4294967296\r\n",
         "bug-lease-result-7": b"*2\r\n:7\r\n:1700000000000\r\n",
         "bug-lease-now-negative": b"*2\r\n:1\r\n:-5\r\n",
-        "bug-lease-newer-nil": b"*9\r\n:2\r\n:100\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:0\r\n:100\r\n",
-        "bug-read-lease-live-5": b"*7\r\n$1\r\nx\r\n:0\r\n:10\r\n:5\r\n:0\r\n:110\r\n:100\r\n",
+        "bug-lease-newer-nil": b"*10\r\n:2\r\n:100\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:0\r\n:100\r\n$0\r\n\r\n",
+        "bug-read-lease-live-5": b"*8\r\n$1\r\nx\r\n:0\r\n:10\r\n:5\r\n:0\r\n:110\r\n:100\r\n$0\r\n\r\n",
         "bug-read-remaining-disagrees":
-            b"*7\r\n$1\r\nx\r\n:0\r\n:999\r\n:0\r\n:0\r\n:110\r\n:100\r\n",
+            b"*8\r\n$1\r\nx\r\n:0\r\n:999\r\n:0\r\n:0\r\n:110\r\n:100\r\n$0\r\n\r\n",
         # Headers claiming more than arrived: a protocol error past what any
         # reply holds, else memory only for what came (src/link/reader.c).
         "bug-claim-724527565": b"*724527565\r\n",
@@ -182,16 +185,21 @@ def handwritten_replies():
         "bug-claim-max-partial": b"*1048576\r\n:1\r\n$3\r\nabc\r\n",
         "bug-bulk-512mb": b"$536870912\r\nabc",
         # Right shape, values no entry has: a malformed miss, never EPROTO.
-        "malformed-delta-negative": b"*7\r\n$1\r\nx\r\n:-1\r\n:10\r\n:0\r\n:0\r\n:110\r\n:0\r\n",
-        "malformed-expiry-negative": b"*7\r\n$1\r\nx\r\n:1\r\n:10\r\n:0\r\n:0\r\n:-1\r\n:0\r\n",
+        "malformed-delta-negative": b"*8\r\n$1\r\nx\r\n:-1\r\n:10\r\n:0\r\n:0\r\n:110\r\n:0\r\n$0\r\n\r\n",
+        "malformed-expiry-negative": b"*8\r\n$1\r\nx\r\n:1\r\n:10\r\n:0\r\n:0\r\n:-1\r\n:0\r\n$0\r\n\r\n",
         "malformed-remaining-int64-min":
-            b"*7\r\n$1\r\nx\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:5\r\n:0\r\n",
-        "malformed-live-7": b"*7\r\n$1\r\nx\r\n:1\r\n:10\r\n:7\r\n:0\r\n:110\r\n:0\r\n",
-        "malformed-negative-2": b"*7\r\n$1\r\nx\r\n:1\r\n:10\r\n:1\r\n:2\r\n:110\r\n:0\r\n",
-        "malformed-miss-with-times": b"*7\r\n$-1\r\n:5\r\n:10\r\n:0\r\n:0\r\n:110\r\n:0\r\n",
-        "malformed-miss-flagged": b"*7\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:1\r\n:110\r\n:0\r\n",
+            b"*8\r\n$1\r\nx\r\n:1\r\n:-9223372036854775808\r\n:0\r\n:0\r\n:5\r\n:0\r\n$0\r\n\r\n",
+        "malformed-live-7": b"*8\r\n$1\r\nx\r\n:1\r\n:10\r\n:7\r\n:0\r\n:110\r\n:0\r\n$0\r\n\r\n",
+        "malformed-negative-2": b"*8\r\n$1\r\nx\r\n:1\r\n:10\r\n:1\r\n:2\r\n:110\r\n:0\r\n$0\r\n\r\n",
+        "malformed-miss-with-times": b"*8\r\n$-1\r\n:5\r\n:10\r\n:0\r\n:0\r\n:110\r\n:0\r\n$0\r\n\r\n",
+        "malformed-miss-flagged": b"*8\r\n$-1\r\n:0\r\n:0\r\n:1\r\n:1\r\n:110\r\n:0\r\n$0\r\n\r\n",
+        # A tag record (the eighth field): an entry's versions, opaque here.
+        "read-tagged": b"*8\r\n$1\r\nx\r\n:0\r\n:10\r\n:0\r\n:0\r\n:110\r\n:0\r\n$13\r\n"
+                       + TAG_RECORD + b"\r\n",
+        "malformed-miss-with-tags": b"*8\r\n$-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:110\r\n:0\r\n$13\r\n"
+                                    + TAG_RECORD + b"\r\n",
         # Edges.
-        "edge-remaining-over": b"*7\r\n$1\r\nx\r\n:0\r\n:%d\r\n:0\r\n:0\r\n:%d\r\n:0\r\n"
+        "edge-remaining-over": b"*8\r\n$1\r\nx\r\n:0\r\n:%d\r\n:0\r\n:0\r\n:%d\r\n:0\r\n$0\r\n\r\n"
                                % (big + 1, big + 1),
         "edge-int64-min": b":-9223372036854775808\r\n",
         "edge-status": b"+OK\r\n",

@@ -4,8 +4,9 @@
 Many threads read the same key; computing it takes --load-time seconds and
 the cached value lives --ttl seconds. Naive cache-aside (GET; on a miss, load
 and SET PX) lets every thread that misses during the load run the loader too.
-xfetch lets one caller in the fleet recompute (a lease in the entry), and
-XFetch starts that early, so readers never see the miss.
+xfetch lets one caller in the fleet recompute (a lease in the entry), starts
+that shortly before expiry and runs it off the readers' path, so readers
+never see the miss.
 
     /usr/bin/python3 examples/stampede.py                # starts its own redis-server
     /usr/bin/python3 examples/stampede.py --url redis://127.0.0.1:6379/0

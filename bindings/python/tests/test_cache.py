@@ -79,7 +79,8 @@ def test_not_found_is_cached_for_negative_ttl(cache, counter):
 def test_beta_inf_always_recomputes(cache, counter):
     load = counter()
     cache.get_or_compute("k", load, ttl=60)
-    assert cache.fetch("k", load, ttl=60, beta=float("inf")) == (b"value", "loader")
+    assert cache.fetch("k", load, ttl=60, beta=float("inf"),  # XFetch, in the call
+                       background_refresh=False, refresh_ahead=-1) == (b"value", "loader")
     assert load.calls == 2
 
 
@@ -94,7 +95,7 @@ def test_stats_is_a_dict_of_counters(cache, counter):
                       "waits", "stale", "uncached", "redis_errors", "superseded",
                       "local", "connections", "redirects", "map_refreshes", "malformed",
                       "bypassed", "near_hits", "near_evictions", "fence_failed", "refused",
-                      "undecodable"}
+                      "undecodable", "tag_invalidated"}
     assert (s["hits"], s["misses"], s["loads"], s["load_errors"]) == (2, 1, 1, 0)
     assert s["connections"] == 1
 

@@ -64,8 +64,8 @@ def test_failed_early_refresh_serves_the_valid_value_and_logs(cache, counter, ca
     cache.get_or_compute("k", counter(b"old"), ttl=60)
     box = {}
     # beta=inf elects a refresh; it fails; the still-valid value is served.
-    assert cache.fetch("k", failing_loader(box), ttl=60, beta=float("inf")) == (b"old",
-                                                                                "cache")
+    assert cache.fetch("k", failing_loader(box), ttl=60, beta=float("inf"),  # XFetch,
+                       background_refresh=False, refresh_ahead=-1) == (b"old", "cache")
     assert box["calls"] == 1
     [record] = [r for r in caplog.records if r.name == "xfetch"]
     assert record.exc_info[1] is box["exc"]

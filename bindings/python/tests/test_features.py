@@ -202,12 +202,15 @@ def test_a_ttl_callable_or_condition_keeps_early_refresh_and_the_lease(cache, ad
     import math
     runs = []
 
-    @cache.cached(ttl=lambda r: 30, beta=math.inf, key="tc")
+    # XFetch in the call: beta decides, the caller sees the refresh
+    @cache.cached(ttl=lambda r: 30, beta=math.inf, key="tc", background_refresh=False,
+                  refresh_ahead=-1)
     def always_early():
         runs.append(1)
         return b"v%d" % len(runs)
 
-    @cache.cached(ttl=60, beta=math.inf, key="cond", condition=lambda r: r != b"skip")
+    @cache.cached(ttl=60, beta=math.inf, key="cond", condition=lambda r: r != b"skip",
+                  background_refresh=False, refresh_ahead=-1)
     def conditional():
         runs.append(2)
         return b"keep" if runs.count(2) == 1 else b"skip"

@@ -83,7 +83,8 @@ def test_an_elected_early_refresh_is_the_call_with_one_draw(face, server, prefix
     path's draw elects it, the call refreshes it (source "loader", counted
     early); a draw that elected is kept for the call: even beta=0 then
     refreshes (the call does not draw again)."""
-    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20)
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20,
+                      background_refresh=False, refresh_ahead=-1)  # XFetch, in the call
     n = []
     load = face.loader(lambda: n.append(1) or b"v%d" % len(n), delay=0.02)
     assert face.run(near.fetch("k", load, ttl=60)) == (b"v1", "loader")

@@ -22,7 +22,8 @@ def never():
 def test_a_near_hit_is_served_while_the_connections_are_held(face, server, prefix,
                                                               max_connections):
     near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20,
-                      max_connections=max_connections)
+                      max_connections=max_connections,
+                      background_refresh=False, refresh_ahead=-1)  # XFetch, in the call
     face.run(near.set("hot", b"v", ttl=60))
     until_near_hit(face, near, "hot", b"v")
     hot = ("hot", never, 60, 0.0)  # beta 0: never elected

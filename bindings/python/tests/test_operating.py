@@ -111,7 +111,8 @@ def test_breaker_cycle_logs_warning_once_and_info_once(face, tmp_path, caplog):
 
 
 def test_refresh_failures_warn_once_per_episode(face, server, admin, prefix, caplog):
-    cache = face.Cache(server.url, prefix=prefix)
+    cache = face.Cache(server.url, prefix=prefix, background_refresh=False,
+                       refresh_ahead=-1)  # XFetch in the call: beta=inf refreshes each
     face.run(cache.set("k", b"old", ttl=60))
 
     def fail():

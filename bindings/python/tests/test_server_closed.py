@@ -153,3 +153,41 @@ def test_losing_the_invalidation_connection_fails_no_call(face, server, admin, p
     errors = [w for w in wrong if isinstance(w, BaseException)]
     assert (len(wrong), len(errors), seen.loads, cache.stats()["local"] - local0,
             seen.trips) == (0, 0, 0, 0, 0), errors[:3]
+
+
+class _RefusingSocket:
+    """A connected socket whose next send fails as a reset connection does
+    (a master killed under the write): the rest is the real socket's."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def send(self, data):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def test_a_send_that_fails_on_the_fast_path_is_a_lost_connection(server, prefix):
+    """On the asyncio face a call's bytes go out at once and, the link idle,
+    its reply is read in the same step: a send refused there ends the
+    connection as any lost one (the call fails open or raises an xfetch
+    error), never AttributeError from reading the socket it just closed."""
+    from xfetch import aio
+
+    async def run():
+        c = aio.Cache(server.url, prefix=prefix, **TIMEOUTS)
+        try:
+            await c.set("fast", b"v", ttl=60)  # connected, idle
+            (link,) = c._links.by_name.values()
+            link.sock = _RefusingSocket(link.sock)
+            try:
+                await c.get("fast")
+            except xfetch.Error:
+                pass  # the connection lost: the breaker's answer
+            assert link.sock is None or not isinstance(link.sock, _RefusingSocket)
+        finally:
+            await c.close()
+
+    asyncio.run(run())

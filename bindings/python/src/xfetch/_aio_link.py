@@ -54,8 +54,9 @@ class Link:
         if lib.xf_link_wants_stream(self.l):
             self.open()
         elif self.sock is not None:
-            self.flush()
-            if not self.waiting and not self.pending and self.fast < self.FAST_LIMIT:
+            self.flush()  # may lose the socket (a send refused)
+            if (self.sock is not None and not self.waiting and not self.pending
+                    and self.fast < self.FAST_LIMIT):
                 self.readable()  # the reply may be there already
         if call in self.early:
             self.early.discard(call)

@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Mapping
 
 from ._core import key_bytes
+from ._policy import tag_names
 
 
 class _Batch:
@@ -62,10 +63,11 @@ async def get_many(cache, keys, loader, ttl, beta, batch, policy):
     ks = list(originals.values())
     if not ks:
         return {}
-    unknown = set(policy) - set(dict(_DEFAULTS))
+    unknown = set(policy) - set(dict(_DEFAULTS)) - {"tags"}
     if unknown:
         raise TypeError(f"unknown policy keyword(s): {', '.join(sorted(unknown))}")
     cache._policies.get((ttl, beta) + tuple(policy.get(n, d) for n, d in _DEFAULTS))  # checks
+    tag_names(policy.get("tags"))  # checks
     b = _Batch(loader, len(ks)) if batch else None
 
     async def one(k):

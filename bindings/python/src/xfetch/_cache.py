@@ -10,6 +10,7 @@ from ._core import (BYPASS, NEAR_PASS, Config, check_loader, check_value, disabl
 from ._errors import check, error_for
 from ._face import SyncFace, drive
 from ._native import ffi, lib
+from ._policy import tag_array, tag_names, tagged
 from ._pool import Pool
 from ._runtime import CallState
 from ._setup import LateSetup
@@ -82,8 +83,9 @@ class Cache(LateSetup):
     enabled: False = bypass: every call runs the loader and nothing is sent
            to Redis (no connection is made); see also disabled().
     background_refresh: the calls' default for background_refresh= (see
-           get_or_compute): an early refresh runs on the Cache's two
-           refresh threads while the winning call returns the current value.
+           get_or_compute): True (default) = an early refresh runs on the
+           Cache's two refresh threads while the winning call returns the
+           current value; False = in the winning call.
     refresh_ahead: the calls' default for refresh_ahead= (see get_or_compute;
            None: the C default).
     near_cache_bytes: 0 = off (default); N = keep up to N bytes of values
@@ -99,6 +101,12 @@ class Cache(LateSetup):
            cache of the fleet serves the old value once the write returned
            (one round trip more per write; docs/design.md, "The near cache"). Turn it on
            in a writer without a near cache whose readers have one.
+    namespace_tag: True = every entry this Cache writes carries the tag of its
+           prefix, so that clear() invalidates all of them in O(1) (one write,
+           in every process); each call then reads that tag's version (one
+           more round trip, unless the near cache keeps its version). Every
+           Cache of the
+           prefix must set it.
 
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a
@@ -120,10 +128,11 @@ class Cache(LateSetup):
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = False, near_cache_bytes: int = 0,
+                 background_refresh: bool = True, near_cache_bytes: int = 0,
                  refresh_ahead: float | None = None,
                  write_fence: bool | None = None, ttl: Any = None,
-                 serializer: Any = "pickle", secret: Any = None) -> None:
+                 serializer: Any = "pickle", secret: Any = None,
+                 namespace_tag: bool = False) -> None:
         options = dict(locals())
         del options["self"], options["url"]
         self._keep_options(url, options)
@@ -132,7 +141,7 @@ class Cache(LateSetup):
                  max_value_len, share, lazy_connect, max_connections, ssl_ca_certs,
                  ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_check_hostname, ssl_cert_reqs,
                  on_event, enabled, entry_format, background_refresh, near_cache_bytes,
-                 refresh_ahead, write_fence, ttl, serializer, secret):
+                 refresh_ahead, write_fence, ttl, serializer, secret, namespace_tag):
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
@@ -142,7 +151,7 @@ class Cache(LateSetup):
                         entry_format=entry_format, background_refresh=background_refresh,
                         near_cache_bytes=near_cache_bytes, refresh_ahead=refresh_ahead,
                         write_fence=write_fence, ttl=ttl, serializer=serializer,
-                        secret=secret)
+                        secret=secret, namespace_tag=namespace_tag)
         # Fail fast on a wrong URL, password or db (a check that reports no
         # events), unless the service must start without Redis.
         if not config.lazy_connect:
@@ -190,8 +199,8 @@ class Cache(LateSetup):
               stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
               jitter: float = _0, on_wait_timeout: str = _LOAD,
               background_refresh: bool | None = None,
-              refresh_ahead: float | None = None, max_load: float | None = None,
-              soft_timeout: float | None = None,
+              refresh_ahead: float | None = None, tags: Iterable[str] | None = None,
+              max_load: float | None = None, soft_timeout: float | None = None,
               hard_timeout: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
@@ -199,7 +208,7 @@ class Cache(LateSetup):
                                 negative_ttl=negative_ttl, jitter=jitter,
                                 on_wait_timeout=on_wait_timeout,
                                 background_refresh=background_refresh,
-                                refresh_ahead=refresh_ahead, max_load=max_load,
+                                refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
                                 soft_timeout=soft_timeout, hard_timeout=hard_timeout)
 
     def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
@@ -224,12 +233,13 @@ class Cache(LateSetup):
                    stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
                    jitter: float = _0, on_wait_timeout: str = _LOAD,
                    background_refresh: bool | None = None,
-                   refresh_ahead: float | None = None, max_load: float | None = None,
-              soft_timeout: float | None = None,
-              hard_timeout: float | None = None) -> Fetched:
+                   refresh_ahead: float | None = None, tags=None,
+                   max_load: float | None = None, soft_timeout: float | None = None,
+                   hard_timeout: float | None = None) -> Fetched:
         """fetch of the bytes C caches (loader returns them)."""
         kb = key_bytes(key)
         check_loader(loader)
+        names = tag_names(tags)
         if background_refresh is None:
             background_refresh = self._config.background_refresh
         if refresh_ahead is None:
@@ -238,6 +248,8 @@ class Cache(LateSetup):
                                      negative_ttl, jitter, on_wait_timeout,
                                      background_refresh, refresh_ahead, max_load,
                                      soft_timeout, hard_timeout))
+        if names:  # its versions first: the C call asks the near cache after them
+            return self._call(key, kb, loader, tagged(policy, names), lease)
         if self._near:
             value = self._near_serve(kb, policy)
             if value is not NEAR_PASS:
@@ -310,7 +322,8 @@ class Cache(LateSetup):
                        negative_ttl: float = _0, jitter: float = _0,
                        on_wait_timeout: str = _LOAD,
                        background_refresh: bool | None = None,
-                       refresh_ahead: float | None = None, max_load: float | None = None,
+                       refresh_ahead: float | None = None,
+                       tags: Iterable[str] | None = None, max_load: float | None = None,
                        soft_timeout: float | None = None,
                        hard_timeout: float | None = None) -> Any:
         """Returns the value cached under key, calling loader() to compute it
@@ -327,22 +340,28 @@ class Cache(LateSetup):
         key), wait (how long a miss waits for another caller's loader), stale
         (serve an expired value this long while one caller refreshes it),
         stale_if_error, negative_ttl; jitter in [0, 1) shortens each ttl at
-        random by up to that fraction; beta >= 0 is XFetch's eagerness (0 =
-        never early, math.inf = always). on_wait_timeout: "load" or "fail"
+        random by up to that fraction; beta >= 0 is XFetch's eagerness, used
+        with refresh_ahead < 0 (0 = never early, math.inf = always).
+        on_wait_timeout: "load" or "fail"
         (raise xfetch.TimeoutError).
 
-        background_refresh (None: the Cache's default): when this call wins
-        an early refresh of a still-valid value, it returns that value at
-        once and the loader runs on the Cache's refresh threads (the lease
-        keeps it the only one); the early window is then rate-aware (about
-        1.5 x the loader's time before expiry: about one load per ttl
-        however hot the key). A refresh that fails keeps the value, is
-        counted in stats()["load_errors"] and logged (WARNING, `xfetch`).
-        Misses and expired values are still loaded in the call.
+        background_refresh (None: the Cache's default, True): when this call
+        wins an early refresh of a still-valid value, it returns that value
+        at once and the loader runs on the Cache's refresh threads (the
+        lease keeps it the only one); False: the loader runs in this call. A
+        refresh that fails keeps the value, is counted in
+        stats()["load_errors"] and logged (WARNING, `xfetch`). Misses and
+        expired values are still loaded in the call.
         refresh_ahead (None: the Cache's default): the early-refresh rule
-        (C policy.refresh_ahead): > 0 rate-aware with this factor, < 0
-        XFetch (beta) always, 0 or None rate-aware with background_refresh
-        (1.5) and XFetch without. A finite number; else TypeError/ValueError.
+        (C policy.refresh_ahead): None or 0 rate-aware with factor 1.5 (about
+        1.5 x the loader's last time before expiry: about one load per ttl
+        however hot the key), > 0 rate-aware with this factor, < 0 XFetch
+        (beta) always. A finite number; else TypeError/ValueError.
+        tags: names (str or bytes, at most 15) the value depends on:
+        invalidate_tags(names) makes it a miss everywhere, in O(1). Give a
+        key the same tags on every call; a tagged call reads each tag's
+        version from Redis (one round trip per tag) unless the near cache
+        keeps it (then a warm tagged hit sends nothing).
 
         The loader under control (seconds; None: the default). max_load: a
         loader slower than its lease renews it (every third of the lease,
@@ -362,7 +381,7 @@ class Cache(LateSetup):
         """
         if (lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
-                and background_refresh is None and refresh_ahead is None
+                and background_refresh is None and refresh_ahead is None and tags is None
                 and max_load is None and soft_timeout is None and hard_timeout is None):
             # fetch's steps, without its call and bigger memo (a str key and a
             # callable loader inline: the checks' cost is the hit's)
@@ -387,7 +406,7 @@ class Cache(LateSetup):
                                 negative_ttl=negative_ttl, jitter=jitter,
                                 on_wait_timeout=on_wait_timeout,
                                 background_refresh=background_refresh,
-                                refresh_ahead=refresh_ahead, max_load=max_load,
+                                refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
                                 soft_timeout=soft_timeout, hard_timeout=hard_timeout)[0]
 
     def _near_serve(self, kb, policy):
@@ -442,25 +461,29 @@ class Cache(LateSetup):
                     slots.release()
 
     def set(self, key: Key, value: Any, ttl: Any = None, *, stale: float = 0.0,
-            jitter: float = 0.0) -> bool:
+            jitter: float = 0.0, tags: Iterable[str] | None = None) -> bool:
         """Writes value (encoded by the Cache's serializer; not None) for key
         as if a loader had produced it now (ttl None: the Cache's default).
         Returns True when written, False when the entry holds a value dated
         later than now (a newer write won, or the server's clock stepped back):
-        nothing is written then. Other failures raise xfetch.Error."""
-        return self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter)
+        nothing is written then. Other failures raise xfetch.Error. tags: as
+        get_or_compute's (the versions are read before the write)."""
+        return self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter,
+                              tags=tags)
 
-    def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0):
+    def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
         if value is None:
             raise TypeError("value must not be None (None is what a loader returns for "
                             "not found)")
         return self._set_raw(key, codec.encode(key_bytes(key), value), ttl, stale=stale,
-                             jitter=jitter)
+                             jitter=jitter, tags=tags)
 
-    def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0):
+    def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
         kb = key_bytes(key)
         buf = check_value(value)
+        names = tag_names(tags)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
+        policy = tagged(policy, names)
         conn, saved = self._pool.enter()
         try:
             rc = lib.xf_set(conn.ptr, kb, len(kb), buf, len(buf), policy)
@@ -483,6 +506,35 @@ class Cache(LateSetup):
         try:
             for kb in kbs:
                 check(lib.xf_delete(conn.ptr, kb, len(kb)), conn.ptr)
+        finally:
+            self._pool.exit(conn, saved)
+
+    def invalidate_tags(self, tags: Iterable[str]) -> None:
+        """Invalidates each tag (str or bytes, at most 15): one write of the
+        tag's own key, whatever the number of entries that carry it. Once it
+        returns, no call of any process serves an entry loaded before it as
+        fresh. Errors raise xfetch.Error (then call it again)."""
+        names = tag_names(tags)
+        if not names:
+            return
+        array, keep = tag_array(names)
+        conn, saved = self._pool.enter()
+        try:
+            check(lib.xf_invalidate_tags(conn.ptr, array, len(names)), conn.ptr)
+        finally:
+            del keep
+            self._pool.exit(conn, saved)
+
+    def clear(self) -> None:
+        """Invalidates every entry of this Cache's prefix in O(1) (one write),
+        in every process: needs setup(..., namespace_tag=True), which makes
+        every entry carry the prefix's tag (and each call read it: one more
+        round trip). Raises ValueError without it."""
+        if not self._config.namespace_tag:
+            raise ValueError("clear() needs setup(..., namespace_tag=True)")
+        conn, saved = self._pool.enter()
+        try:
+            check(lib.xf_clear_namespace(conn.ptr), conn.ptr)
         finally:
             self._pool.exit(conn, saved)
 
@@ -527,7 +579,8 @@ class Cache(LateSetup):
                  ttl: Any = None, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
                  stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                  jitter: float = 0.0, on_wait_timeout: str = "load", batch: bool = False,
-                 background_refresh: bool | None = None) -> dict[Key, Any]:
+                 background_refresh: bool | None = None,
+                 tags: Iterable[str] | None = None) -> dict[Key, Any]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
         and loader(key) runs for each key this caller must compute, its
@@ -540,12 +593,13 @@ class Cache(LateSetup):
         With Redis down, a key another thread is loading is waited for (the
         Cache's share), not loaded again. background_refresh is accepted
         and has no effect: the batch refreshes in the call. Values go
-        through the Cache's serializer; ones it refuses are computed again."""
+        through the Cache's serializer; ones it refuses are computed again.
+        tags: get_or_compute's, for every key."""
         return self._get_many_with(self._codec, keys, loader, ttl, beta, lease=lease,
                                    wait=wait, stale=stale, stale_if_error=stale_if_error,
                                    negative_ttl=negative_ttl, jitter=jitter,
                                    on_wait_timeout=on_wait_timeout, batch=batch,
-                                   background_refresh=background_refresh)
+                                   background_refresh=background_refresh, tags=tags)
 
     def _get_many_with(self, codec, keys, loader, ttl=None, beta=1.0, *, batch=False,
                        **policy):
@@ -555,13 +609,16 @@ class Cache(LateSetup):
 
     def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                       stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
-                      on_wait_timeout="load", batch=False, background_refresh=None):
+                      on_wait_timeout="load", batch=False, background_refresh=None,
+                      tags=None):
         originals = {}
         for k in keys:
             originals.setdefault(key_bytes(k), k)
         check_loader(loader)
+        # in the batch: the refresh threads run zero-argument loaders
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout))
+                                     negative_ttl, jitter, on_wait_timeout, False))
+        policy = tagged(policy, tag_names(tags))
         n = len(originals)
         if n == 0:
             return {}
@@ -618,7 +675,9 @@ class Cache(LateSetup):
         miss, recomputed), bypassed (calls made while disabled: enabled=False
         or disabled()), near_hits (hits served from the near cache, also in
         hits), near_evictions, fence_failed (write fences whose PING failed
-        after an acknowledged write: the write stood), refused (values whose
+        after an acknowledged write: the write stood), tag_invalidated (entries
+        a tagged call refused: a tag they carry was invalidated since they
+        were loaded; also misses), refused (values whose
         signature did not verify, secret=) and undecodable (values the
         serializer could not read: each a miss, recomputed), plus
         connections (clients open now)."""

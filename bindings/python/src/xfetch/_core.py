@@ -92,10 +92,13 @@ class Config:
 
     def __init__(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
-                 enabled=True, face="sync", entry_format=None, background_refresh=False,
+                 enabled=True, face="sync", entry_format=None, background_refresh=True,
                  near_cache_bytes=0, refresh_ahead=None, write_fence=None, ttl=None,
-                 serializer="pickle", secret=None):
+                 serializer="pickle", secret=None, namespace_tag=False):
         fields = parse_url(url)
+        if type(namespace_tag) is not bool:
+            raise TypeError(f"namespace_tag must be True or False, not {namespace_tag!r}")
+        self.namespace_tag = namespace_tag  # clear() needs it
         self.ttl = None  # the calls' default ttl, seconds
         if ttl is not None:
             self.ttl = ttl_seconds(ttl)
@@ -160,6 +163,7 @@ class Config:
             "disabled": 0 if enabled else 1, "entry_format": entry_format or 0,
             # xf_write_fence: None = auto (on with a near cache), True on, False off
             "write_fence": {None: 0, True: 1, False: 2}[write_fence],
+            "namespace_tag": 1 if namespace_tag else 0,
         })
         if tls is not None:  # rediss://: every connection over TLS
             for name in ("ca_file", "ca_dir", "cert_file", "key_file"):

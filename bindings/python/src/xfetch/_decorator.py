@@ -14,7 +14,7 @@ from ._events import NAMESPACE
 from ._face import face_of
 from ._keys import _first_param, _key_builder, _scope, _takes_self
 from ._method import _CachedMethod
-from ._policy import make_policy
+from ._policy import make_policy, tag_names
 from ._serializers import _serializer
 from ._values import ttl_seconds
 
@@ -56,6 +56,9 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
     entry the serializer (or the secret) refuses is a miss (recomputed and
     overwritten).
     condition: a callable taking the result; False = return it uncached.
+    tags: a sequence of names the results depend on (Cache.invalidate_tags),
+    or a callable taking the function's arguments (without self/cls, as key=)
+    and returning one.
     lease: at least twice the slowest run of the function seen in this
     process (a longer-running loader would lose the key mid-load).
 
@@ -66,6 +69,10 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
     takes it explicitly.
     """
     face = face_of(cache)
+    policy = dict(policy)
+    tags = policy.pop("tags", None)
+    if tags is not None and not callable(tags):
+        tags = tag_names(tags)  # checked at decoration
     if serializer is not None:
         _serializer(serializer)  # checked at decoration
     fixed_ttl = ttl is None or isinstance(ttl, (str, datetime.timedelta)) or not callable(ttl)
@@ -115,20 +122,28 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
                 return Timed(result, ttl_s if ttl_s and ttl_s > 0 else 0)  # <= 0: not cached
             return result
 
-        async def store(k, result):
+        def tags_of(args, kwargs):
+            """The call's tags (args without self)."""
+            return tags(*args, **kwargs) if callable(tags) else tags
+
+        async def store(k, result, t):
             if result is None:
                 return False
             ttl_s = _ttl_seconds(ttl, result)
             if not fixed_ttl and (ttl_s is None or ttl_s <= 0):  # "do not cache"
                 return False
             # False when a newer value won: ours is returned, not kept.
-            return await face.call("_set_with", codec(), k, result, ttl=ttl_s, **extra)
+            return await face.call("_set_with", codec(), k, result, ttl=ttl_s, tags=t, **extra)
 
         load = face.loader(compute)
 
         async def call(*args, **kwargs):
-            k = make_key(*(args[1:] if drop else args), **kwargs)
+            keyed = args[1:] if drop else args
+            k = make_key(*keyed, **kwargs)
             loader = functools.partial(load, args, kwargs)
+            if tags is not None:
+                return (await face.call("_fetch_with", codec(), k, loader,
+                                        tags=tags_of(keyed, kwargs), **leased[0]))[0]
             return (await face.call("_fetch_with", codec(), k, loader, **leased[0]))[0]
 
         async def refresh(*args, **kwargs):
@@ -136,14 +151,15 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
             Takes the function's own arguments (a method's self included)."""
             result = await face.result(func(*args, **kwargs))
             if condition is None or condition(result):
-                await store(make_key(*(args[1:] if drop else args), **kwargs), result)
+                keyed = args[1:] if drop else args
+                await store(make_key(*keyed, **kwargs), result, tags_of(keyed, kwargs))
             return result
 
         async def invalidate(*args, **kwargs):
             return await face.call("delete", make_key(*args, **kwargs))
 
         async def set_(value, *args, **kwargs):
-            return await store(make_key(*args, **kwargs), value)
+            return await store(make_key(*args, **kwargs), value, tags_of(args, kwargs))
 
         wrapper = face.expose(_labelled(call, namespace), like=func)
         wrapper.key = make_key
@@ -194,11 +210,19 @@ def cached_many(cache, ttl=None, key="{}", serializer=None, *, namespace=None, v
     is a key of the result, with the first of their results that is not None.
     The values go through the serializer (None: the Cache's). The
     wrapper has .key(id), .invalidate(*ids) and .original. On a method
-    (first parameter self or cls), self is passed through and not keyed."""
+    (first parameter self or cls), self is passed through and not keyed.
+    tags: a sequence of names every id's entry carries (one policy for the
+    batch: not a callable)."""
     face = face_of(cache)
     if serializer is not None:
         _serializer(serializer)  # checked at decoration
-    policy = dict(policy) if ttl is None else dict(policy, ttl=_ttl_seconds(ttl))
+    policy = dict(policy)
+    tags = policy.pop("tags", None)
+    if callable(tags):
+        raise TypeError("cached_many's tags must be a sequence of names (one for the batch)")
+    if tags is not None:
+        tags = tag_names(tags)  # checked at decoration
+    policy = policy if ttl is None else dict(policy, ttl=_ttl_seconds(ttl))
     _validate(**dict(policy, ttl=policy.get("ttl", 60.0)))
     if isinstance(key, str):
         if key.count("{}") != 1:
@@ -230,8 +254,10 @@ def cached_many(cache, ttl=None, key="{}", serializer=None, *, namespace=None, v
                 return {k: next((r for r in map(results.get, by_key[k]) if r is not None),
                                 None) for k in keys}
 
+            extra = {"tags": tags} if tags else {}
             got = await face.call("_get_many_with", cache._config.codecs.get(serializer),
-                                  list(by_key), face.loader(compute), batch=True, **policy)
+                                  list(by_key), face.loader(compute), batch=True, **policy,
+                                  **extra)
             return {i: got[k] for i, k in key_of.items()}
 
         async def invalidate(*ids):

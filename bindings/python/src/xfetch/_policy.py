@@ -1,6 +1,7 @@
 """Policy keyword arguments (seconds) -> xf_policy (milliseconds), validated
 in Python so that bad arguments raise before any I/O."""
 import math
+import weakref
 
 from ._native import ffi, lib
 from ._values import ttl_seconds
@@ -29,10 +30,10 @@ def _ms(name, seconds, min_ms):
 
 
 def check_refresh_ahead(refresh_ahead):
-    """None (the default: rate-aware, factor 1.5, with background_refresh,
-    XFetch without) -> 0.0; a finite number: > 0 the rate-aware factor
-    (refresh once remaining ttl <= refresh_ahead x the loader's time), < 0
-    pure XFetch (beta), 0 the default. Raises TypeError / ValueError."""
+    """None (the default: rate-aware, factor 1.5) -> 0.0; a finite number:
+    > 0 the rate-aware factor (refresh once remaining ttl <= refresh_ahead x
+    the loader's time), < 0 pure XFetch (beta), 0 the default. Raises
+    TypeError / ValueError."""
     if refresh_ahead is None:
         return 0.0
     if type(refresh_ahead) is bool or not isinstance(refresh_ahead, (int, float)):
@@ -49,11 +50,12 @@ def _optional_ms(name, seconds):
 
 
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
-                on_wait_timeout, background_refresh=False, refresh_ahead=None,
+                on_wait_timeout, background_refresh=True, refresh_ahead=None,
                 max_load=None, soft_timeout=None, hard_timeout=None):
     """Returns a new xf_policy cdata; raises TypeError / ValueError.
-    background_refresh: an early refresh this call wins runs off the call
-    (C policy.background_refresh, with the rate-aware early refresh).
+    background_refresh: True (None too: both faces take refreshes) = an
+    early refresh this call wins runs off the call (C XF_BACKGROUND_ON);
+    False = in the call (XF_BACKGROUND_OFF).
     refresh_ahead: C policy.refresh_ahead (check_refresh_ahead). max_load,
     soft_timeout, hard_timeout: seconds or None (C's 0: the default, none)."""
     if background_refresh is not None and type(background_refresh) is not bool:
@@ -82,7 +84,8 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "negative_ttl_ms": _ms("negative_ttl", negative_ttl, 0),
         "jitter": float(jitter),
         "on_wait_timeout": _ON_WAIT_TIMEOUT[on_wait_timeout],
-        "background_refresh": 1 if background_refresh else 0,
+        "background_refresh": (lib.XF_BACKGROUND_OFF if background_refresh is False
+                               else lib.XF_BACKGROUND_ON),
         "refresh_ahead": refresh_ahead,
         "max_load_ms": _optional_ms("max_load", max_load),
         "soft_timeout_ms": soft, "hard_timeout_ms": hard,
@@ -95,7 +98,7 @@ class PolicyCache:
 
     MAX = 256
 
-    def __init__(self, background_refresh=False, refresh_ahead=None, ttl=None):
+    def __init__(self, background_refresh=True, refresh_ahead=None, ttl=None):
         self._cache = {}
         self._defaults = (background_refresh, refresh_ahead)  # the Cache's
         self.ttl = ttl  # the Cache's default ttl (None: every call names one)
@@ -125,3 +128,52 @@ class PolicyCache:
                 self._cache.clear()
             self._cache[key] = p
         return p
+
+
+def tag_names(tags):
+    """tags (None, or a sequence of str/bytes; a single str is refused: it
+    would be a sequence of characters) -> a tuple of bytes, checked as C
+    checks them (at most XF_MAX_TAGS names of 1 to XF_MAX_TAG_LEN bytes, no
+    NUL). Raises TypeError / ValueError."""
+    if tags is None:
+        return ()
+    if isinstance(tags, (str, bytes)):
+        raise TypeError("tags must be a sequence of names, not a single "
+                        f"{type(tags).__name__}")
+    try:
+        names = tuple(t.encode() if isinstance(t, str) else t for t in tags)
+    except TypeError:
+        raise TypeError(f"tags must be a sequence of names, not {type(tags).__name__}") \
+            from None
+    if len(names) > lib.XF_MAX_TAGS:
+        raise ValueError(f"{len(names)} tags, above {lib.XF_MAX_TAGS}")
+    for t in names:
+        if type(t) is not bytes:
+            raise TypeError(f"a tag must be str or bytes, not {type(t).__name__}")
+        if not 0 < len(t) <= lib.XF_MAX_TAG_LEN or b"\0" in t:
+            raise ValueError(f"a tag must be 1 to {lib.XF_MAX_TAG_LEN} bytes without NUL, "
+                             f"not {t!r}")
+    return names
+
+
+def tag_array(names):
+    """A `const char *[]` of names (bytes) for C, and what keeps it alive."""
+    strings = [ffi.new("char[]", t) for t in names]
+    return ffi.new("const char *[]", strings), strings
+
+
+def tagged(policy, names):
+    """A copy of xf_policy cdata policy carrying names (a tag_names tuple);
+    the returned cdata keeps the names alive while it is referenced (C copies
+    them when the call starts)."""
+    if not names:
+        return policy
+    p = ffi.new("xf_policy *", policy[0])
+    array, strings = tag_array(names)
+    p.tags = array
+    p.ntags = len(names)
+    _KEEP[p] = (array, strings)
+    return p
+
+
+_KEEP = weakref.WeakKeyDictionary()  # a tagged policy -> its names' C strings

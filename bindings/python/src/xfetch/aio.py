@@ -29,6 +29,7 @@ from ._core import (NEAR_PASS, Config, call_error, check_loader, check_not_loadi
                     check_value, disabled, enabled_now, key_bytes, near_value, outcome,
                     stats_of, value_of, _loading)
 from ._errors import check
+from ._policy import tag_array, tag_names, tagged
 from ._face import AioFace
 from ._native import ffi, lib
 from ._setup import LateSetup
@@ -73,10 +74,11 @@ class Cache(LateSetup):
                  ssl_cert_reqs: str | None = None,
                  on_event: Callable[[Any], None] | None = None,
                  enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = False, near_cache_bytes: int = 0,
+                 background_refresh: bool = True, near_cache_bytes: int = 0,
                  refresh_ahead: float | None = None,
                  write_fence: bool | None = None, ttl: Any = None,
-                 serializer: Any = "pickle", secret: Any = None) -> None:
+                 serializer: Any = "pickle", secret: Any = None,
+                 namespace_tag: bool = False) -> None:
         options = dict(locals())
         del options["self"], options["url"]
         self._keep_options(url, options)
@@ -85,7 +87,7 @@ class Cache(LateSetup):
                  max_value_len, share, lazy_connect, max_connections, ssl_ca_certs,
                  ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_check_hostname, ssl_cert_reqs,
                  on_event, enabled, entry_format, background_refresh, near_cache_bytes,
-                 refresh_ahead, write_fence, ttl, serializer, secret):
+                 refresh_ahead, write_fence, ttl, serializer, secret, namespace_tag):
         ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
                    ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                    ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
@@ -94,7 +96,7 @@ class Cache(LateSetup):
                         enabled, "aio", entry_format=entry_format,
                         background_refresh=background_refresh, near_cache_bytes=near_cache_bytes,
                         refresh_ahead=refresh_ahead, write_fence=write_fence, ttl=ttl,
-                        serializer=serializer, secret=secret)
+                        serializer=serializer, secret=secret, namespace_tag=namespace_tag)
         fields = config.fields
         if not config.lazy_connect:
             config.check_now()
@@ -181,7 +183,8 @@ class Cache(LateSetup):
                     stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                     jitter: float = 0.0, on_wait_timeout: str = "load",
                     background_refresh: bool | None = None,
-                    refresh_ahead: float | None = None, max_load: float | None = None,
+                    refresh_ahead: float | None = None,
+                    tags: Iterable[str] | None = None, max_load: float | None = None,
                     soft_timeout: float | None = None,
                     hard_timeout: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
@@ -190,8 +193,9 @@ class Cache(LateSetup):
                                       negative_ttl=negative_ttl, jitter=jitter,
                                       on_wait_timeout=on_wait_timeout,
                                       background_refresh=background_refresh,
-                                      refresh_ahead=refresh_ahead, max_load=max_load,
-                                soft_timeout=soft_timeout, hard_timeout=hard_timeout)
+                                      refresh_ahead=refresh_ahead, tags=tags,
+                                      max_load=max_load, soft_timeout=soft_timeout,
+                                      hard_timeout=hard_timeout)
 
     async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer)."""
@@ -214,8 +218,9 @@ class Cache(LateSetup):
     async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                          stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
                          on_wait_timeout="load", background_refresh=None, refresh_ahead=None,
-                         max_load=None, soft_timeout=None, hard_timeout=None):
+                         tags=None, max_load=None, soft_timeout=None, hard_timeout=None):
         """fetch of the bytes C caches (loader returns them)."""
+        names = tag_names(tags)
         if background_refresh is None:
             background_refresh = self._config.background_refresh
         if refresh_ahead is None:
@@ -224,7 +229,7 @@ class Cache(LateSetup):
                                      negative_ttl, jitter, on_wait_timeout,
                                      background_refresh, refresh_ahead, max_load,
                                      soft_timeout, hard_timeout))
-        return await self._run(key, loader, policy, lease)
+        return await self._run(key, loader, tagged(policy, names), lease)
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: Any = None,
                              beta: float = 1.0, **policy: Any) -> Any:
@@ -263,7 +268,7 @@ class Cache(LateSetup):
     async def _run(self, key, loader, policy, lease):
         kb = self._start(key)
         check_loader(loader)
-        if self._near and self._enabled:
+        if self._near and self._enabled and not policy.ntags:  # tagged: versions first (C)
             value = self._near_serve(kb, policy)
             if value is not NEAR_PASS:
                 return Fetched(value, None if value is None else "cache")
@@ -271,7 +276,7 @@ class Cache(LateSetup):
         check(lib.xf_call_start(out, self._client, kb, len(kb), policy, now_ms()))
         call = out[0]
         exc, took = await steps(self, call, loader, key, kb)
-        if policy.background_refresh:  # an early refresh this call won, handed over
+        if policy.background_refresh == lib.XF_BACKGROUND_ON:  # a won refresh, handed over
             refresh = lib.xf_call_take_refresh(call)
             if refresh != ffi.NULL:
                 self._spawn_refresh(refresh, loader, key, kb)
@@ -379,26 +384,50 @@ class Cache(LateSetup):
         return (await self._oneshot(out[0]))[1]
 
     async def set(self, key: Key, value: Any, ttl: Any = None, *, stale: float = 0.0,
-                  jitter: float = 0.0) -> bool:
+                  jitter: float = 0.0, tags: Iterable[str] | None = None) -> bool:
         """xfetch.Cache.set, awaited (xf_call_start_set): True when written,
         False when a newer value or a delete holds the entry."""
-        return await self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter)
+        return await self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter,
+                                    tags=tags)
 
-    async def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0):
+    async def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0,
+                        tags=None):
         if value is None:
             raise TypeError("value must not be None (None is what a loader returns for "
                             "not found)")
         return await self._set_raw(key, codec.encode(key_bytes(key), value), ttl, stale=stale,
-                                   jitter=jitter)
+                                   jitter=jitter, tags=tags)
 
-    async def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0):
+    async def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
         kb = self._start(key)
         buf = check_value(value)
+        names = tag_names(tags)
         policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
+        policy = tagged(policy, names)
         out = ffi.new("xf_call **")
         check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy,
                                     now_ms()), self._client)
         return (await self._oneshot(out[0]))[0] != lib.XF_ESUPERSEDED
+
+    async def invalidate_tags(self, tags: Iterable[str]) -> None:
+        """xfetch.Cache.invalidate_tags, awaited (xf_call_start_invalidate_tags)."""
+        names = tag_names(tags)
+        if not names:
+            return
+        array, keep = tag_array(names)
+        out = ffi.new("xf_call **")
+        check(lib.xf_call_start_invalidate_tags(out, self._client, array, len(names),
+                                                now_ms()), self._client)
+        del keep  # copied by the call
+        await self._oneshot(out[0])
+
+    async def clear(self) -> None:
+        """xfetch.Cache.clear, awaited (xf_call_start_clear_namespace)."""
+        if not self._config.namespace_tag:
+            raise ValueError("clear() needs setup(..., namespace_tag=True)")
+        out = ffi.new("xf_call **")
+        check(lib.xf_call_start_clear_namespace(out, self._client, now_ms()), self._client)
+        await self._oneshot(out[0])
 
     async def delete(self, key: Key) -> None:
         """xfetch.Cache.delete, awaited (xf_call_start_delete)."""

@@ -1,0 +1,212 @@
+"""Tags and namespaces on both faces (the `face` fixture): tags= on
+get_or_compute, fetch, set and the decorators (a sequence or a callable of
+the arguments), invalidate_tags() and clear(); an entry loaded before an
+invalidation is never served fresh after it returns, and one whose load an
+invalidation overlapped neither; untagged entries and other tags are
+untouched; a tagged hot key loads once per episode."""
+import pytest
+
+import xfetch
+
+
+def test_invalidate_tags_makes_tagged_entries_misses(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=1)
+    loads = []
+
+    def body(name):
+        def load():
+            loads.append(name)
+            return f"{name}{len(loads)}"
+        return load
+
+    assert face.run(cache.get_or_compute("a", face.loader(body("a")), ttl=60,
+                                         tags=["user:1", "catalogue"])) == "a1"
+    assert face.run(cache.get_or_compute("b", face.loader(body("b")), ttl=60,
+                                         tags=("user:2",))) == "b2"
+    assert face.run(cache.get_or_compute("c", face.loader(body("c")), ttl=60)) == "c3"
+    got = face.run(cache.fetch("a", face.loader(body("a")), ttl=60,
+                               tags=["user:1", "catalogue"]))
+    assert got == ("a1", "cache")
+    face.run(cache.invalidate_tags(["catalogue"]))
+    got = face.run(cache.fetch("a", face.loader(body("a")), ttl=60,
+                               tags=["user:1", "catalogue"]))
+    assert got == ("a4", "loader"), "invalidated: loaded again"
+    assert face.run(cache.fetch("b", face.loader(body("b")), ttl=60,
+                                tags=("user:2",))) == ("b2", "cache"), "another tag"
+    assert face.run(cache.fetch("c", face.loader(body("c")), ttl=60)) == ("c3", "cache"), \
+        "untagged"
+    assert loads == ["a", "b", "c", "a"]
+    assert cache.stats()["tag_invalidated"] == 1
+
+
+def test_an_invalidation_during_the_load_wins(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=2)
+    other = xfetch.Cache(server.url, prefix=prefix)  # another process, as it were
+    try:
+        def during():
+            other.invalidate_tags(["t"])
+            return "old"
+        assert face.run(cache.get_or_compute("k", face.loader(during), ttl=60,
+                                             tags=["t"])) == "old"
+        got = face.run(cache.fetch("k", face.loader(lambda: "new"), ttl=60, tags=["t"]))
+        assert got == ("new", "loader"), "the value loaded across the invalidation is a miss"
+        got = face.run(cache.fetch("k", face.loader(lambda: "newer"), ttl=60, tags=["t"]))
+        assert got == ("new", "cache")
+    finally:
+        other.close()
+
+
+def test_a_tagged_set(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=3)
+    assert face.run(cache.set("k", "written", ttl=60, tags=["s"])) is True
+    assert face.run(cache.fetch("k", face.loader(lambda: "loaded"), ttl=60,
+                                tags=["s"])) == ("written", "cache")
+    face.run(cache.invalidate_tags(["s"]))
+    assert face.run(cache.fetch("k", face.loader(lambda: "loaded"), ttl=60,
+                                tags=["s"])) == ("loaded", "loader")
+
+
+def test_decorator_tags_fixed_and_from_the_arguments(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=4)
+    runs = []
+
+    def body(user_id):
+        runs.append(user_id)
+        return {"id": user_id, "run": len(runs)}
+    if face.aio:
+        async def profile(user_id):
+            return body(user_id)
+    else:
+        def profile(user_id):
+            return body(user_id)
+    profile = cache.cached(ttl=60, key="profile:{user_id}",
+                           tags=lambda user_id: [f"user:{user_id}"])(profile)
+
+    def listing():
+        runs.append("listing")
+        return len(runs)
+    listing = cache.cached(ttl=60, key="listing", tags=["catalogue"])(face.loader(listing))
+
+    assert face.run(profile(1))["run"] == 1
+    assert face.run(profile(2))["run"] == 2
+    assert face.run(listing()) == 3
+    assert face.run(profile(1))["run"] == 1
+    face.run(cache.invalidate_tags(["user:1"]))
+    assert face.run(profile(1))["run"] == 4
+    assert face.run(profile(2))["run"] == 2, "user:2 untouched"
+    assert face.run(listing()) == 3
+    face.run(cache.invalidate_tags(["catalogue"]))
+    assert face.run(listing()) == 5
+    assert runs == [1, 2, "listing", 1, "listing"]
+
+
+def test_clear_invalidates_the_prefix_only(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=5, namespace_tag=True)
+    neighbour = face.Cache(server.url, prefix=prefix + "n:", seed=6, namespace_tag=True)
+    plain = face.Cache(server.url, prefix=prefix, seed=7)
+    assert face.run(cache.get_or_compute("k", face.loader(lambda: "v1"), ttl=60)) == "v1"
+    assert face.run(neighbour.get_or_compute("k", face.loader(lambda: "n1"), ttl=60)) == "n1"
+    with pytest.raises(ValueError):
+        face.run(plain.clear())
+    face.run(cache.clear())
+    assert face.run(cache.fetch("k", face.loader(lambda: "v2"), ttl=60)) == ("v2", "loader")
+    assert face.run(neighbour.fetch("k", face.loader(lambda: "n2"), ttl=60)) == ("n1", "cache")
+
+
+def test_bad_tags_raise_before_any_io(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=8)
+    for bad, exc in (("one", TypeError), ([""], ValueError), ([1], TypeError),
+                     (["x"] * 16, ValueError), (["a\0b"], ValueError)):
+        with pytest.raises(exc):
+            face.run(cache.get_or_compute("k", face.loader(lambda: "v"), ttl=60, tags=bad))
+        with pytest.raises(exc):
+            face.run(cache.invalidate_tags(bad))
+    with pytest.raises(TypeError):
+        cache.cached(ttl=60, key="k", tags="one")
+
+
+def test_a_tagged_hot_key_loads_once_per_episode(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=9)
+    loads = []
+
+    def body():
+        loads.append(1)
+        return "hot"
+    # 0.2 s load, wait 10 s: every caller finds the lease taken, on a busy machine too
+    load = face.loader(body, delay=0.2)
+
+    def caller():
+        return lambda: cache.get_or_compute("hot", load, ttl=60, wait=10, lease=10,
+                                            tags=["hot"])
+    assert face.gather([caller() for _ in range(8)]) == ["hot"] * 8
+    assert len(loads) == 1
+    face.run(cache.invalidate_tags(["hot"]))
+    assert face.gather([caller() for _ in range(8)]) == ["hot"] * 8
+    assert len(loads) == 2
+
+
+def test_near_cache_keeps_the_versions_and_a_fenced_invalidation_wins(face, server, admin,
+                                                                      prefix):
+    near = face.Cache(server.url, prefix=prefix, seed=10, near_cache_bytes=1 << 20)
+    writer = xfetch.Cache(server.url, prefix=prefix)  # another process; no write_fence
+    try:
+        runs = []
+
+        def body():
+            runs.append(1)
+            return len(runs)
+        load = face.loader(body)
+        assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 1
+        for _ in range(5):
+            assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 1
+        before = admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        for _ in range(20):
+            assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 1
+        after = admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        assert after == before, "a tagged hit read its versions again"
+        writer.invalidate_tags(["b"])  # always fenced: the near caches were told when it returns
+        assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 2
+        assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 2
+    finally:
+        writer.close()
+
+
+def test_get_many_with_tags(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=11)
+    runs = []
+
+    def body(key):
+        runs.append(key)
+        return f"{key}{len(runs)}"
+    load = face.loader(body)
+    keys = ["a", "b", "c"]
+    first = face.run(cache.get_many(keys, load, ttl=60, tags=["many"]))
+    assert first == {"a": "a1", "b": "b2", "c": "c3"}
+    assert face.run(cache.get_many(keys, load, ttl=60, tags=["many"])) == first
+    face.run(cache.invalidate_tags(["many"]))
+    again = face.run(cache.get_many(keys, load, ttl=60, tags=["many"]))
+    assert sorted(again.values()) == ["a4", "b5", "c6"]
+    assert len(runs) == 6
+
+
+def test_cached_many_with_tags(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix, seed=12)
+    runs = []
+
+    def body(ids):
+        runs.append(list(ids))
+        return {i: f"{i}-{len(runs)}" for i in ids}
+    if face.aio:
+        async def items(ids):
+            return body(ids)
+    else:
+        def items(ids):
+            return body(ids)
+    items = cache.cached_many(ttl=60, key="item:{}", tags=["items"])(items)
+    assert face.run(items([1, 2])) == {1: "1-1", 2: "2-1"}
+    assert face.run(items([1, 2])) == {1: "1-1", 2: "2-1"}
+    face.run(cache.invalidate_tags(["items"]))
+    assert face.run(items([1, 2])) == {1: "1-2", 2: "2-2"}
+    assert len(runs) == 2
+    with pytest.raises(TypeError):
+        cache.cached_many(ttl=60, key="item:{}", tags=lambda ids: ["x"])

@@ -1,0 +1,316 @@
+/* Tags in the flow (policy.tags, options.namespace_tag, xf_invalidate_tags).
+ *
+ * Each tag has its own key, "<prefix>xf-tag:{<name>}" (the namespace's:
+ * "<prefix>xf-ns"), holding its version: a tagged call reads the versions of
+ * its tags first, one command per tag on its master (a GET; lua/tag_read.lua
+ * when the key is missing, to make it: a tag's key is in its own Cluster
+ * slot, never in the entry's script), so they are read before its loader
+ * runs; the value it writes records them (the tag record, in the
+ * entry's header: entry_string.c), and an entry is served only while the
+ * record it carries is the one the call built from the versions it read.
+ * Invalidating a tag raises its version (lua/tag_bump.lua): one command,
+ * whatever the number of entries that carry it, and every one of them is a
+ * miss for every call that reads the new version.
+ *
+ * With a near cache the versions live in it, under their tags' keys: read
+ * with a plain GET over a tracked connection, kept (near.h: unless an
+ * invalidation of the key overtook the read) and dropped by Redis' own
+ * invalidation when the tag is raised anywhere, so a tagged call whose
+ * versions are kept sends nothing for them. An invalidation drops its own
+ * copies and always PINGs the tag's connection before it goes on (the write
+ * fence, flow.c, whatever options.write_fence says): once it returns, Redis
+ * has sent the invalidation to every near cache of the fleet.
+ *
+ * The tag record: the number of tags (1 byte), a hash of their names in
+ * order (4 bytes, FNV-1a), then each version (8 bytes, big-endian). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "event.h"
+#include "flow_steps.h"
+#include "script.h"
+
+#define TAG_OPEN "xf-tag:{"
+#define NS_TAG "xf-ns"
+/* How long a version kept in the near cache is used (driver ms) before it is
+ * read again: tracking keeps it correct; this bounds what a lost
+ * invalidation the tracker could not notice would cost. */
+#define TAG_NEAR_MS 60000
+
+static size_t tag_count(const xf__flow *f) { return f->tag_n + (f->tag_ns ? 1 : 0); }
+
+/* Checks the names and the count; XF_OK or XF_EINVAL with the message. */
+static int check_names(xf__flow *f) {
+  if (tag_count(f) > XF_MAX_TAGS)
+    return xf__rt_fail(f->rt, XF_EINVAL, "%zu tags, above XF_MAX_TAGS (%d)", tag_count(f),
+                       XF_MAX_TAGS);
+  if (f->tag_n && !f->tag_names)
+    return xf__rt_fail(f->rt, XF_EINVAL, "tags is NULL");
+  for (size_t i = 0; i < f->tag_n; i++) {
+    const char *name = f->tag_names[i];
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len > XF_MAX_TAG_LEN)
+      return xf__rt_fail(f->rt, XF_EINVAL, "tag %zu is %s", i,
+                         name ? "empty or longer than XF_MAX_TAG_LEN" : "NULL");
+  }
+  return XF_OK;
+}
+
+/* The names copied into one block the flow owns (f->tag_copy) until they are
+ * all read: the caller's may be gone by then (a sans-I/O call, an event loop). */
+static int copy_names(xf__flow *f) {
+  size_t bytes = f->tag_n * sizeof(char *);
+  for (size_t i = 0; i < f->tag_n; i++)
+    bytes += strlen(f->tag_names[i]) + 1;
+  char **names = bytes ? malloc(bytes) : NULL;
+  if (bytes && !names)
+    return xf__rt_fail(f->rt, XF_ENOMEM, "out of memory for %zu tags", f->tag_n);
+  char *at = (char *)(names + f->tag_n);
+  for (size_t i = 0; i < f->tag_n; i++) {
+    size_t len = strlen(f->tag_names[i]) + 1;
+    names[i] = memcpy(at, f->tag_names[i], len);
+    at += len;
+  }
+  f->tag_copy = names;
+  f->tag_names = (const char *const *)names;
+  return XF_OK;
+}
+
+void xf__flow_tags_free(xf__flow *f) {
+  free(f->tag_copy);
+  f->tag_copy = NULL;
+  f->tag_names = NULL;
+  xf__key_free(&f->tag_key);
+}
+
+static xf__step next_tag(xf__flow *f);
+static xf__step bump_next(xf__flow *f);
+
+int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
+  if (f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_SET) {
+    f->tag_names = f->p->tags;
+    f->tag_n = f->p->ntags;
+    f->tag_ns = f->cfg->namespace_tag;
+  }
+  if (!tag_count(f))
+    return 0;
+  int rc = check_names(f);
+  if (rc == XF_OK)
+    rc = copy_names(f);
+  if (rc == XF_OK && f->kind != XF_KIND_INVALIDATE &&
+      f->cfg->entry_format != XF_ENTRY_STRING)
+    rc = xf__rt_fail(f->rt, XF_EINVAL, "tags need entry format 2 (XF_ENTRY_STRING)");
+  if (rc != XF_OK) {
+    *step = xf__flow_done(f, rc);
+    return 1;
+  }
+  f->tag_i = 0;
+  f->tag_next = next;
+  f->tag_fencing = 0;
+  *step = f->kind == XF_KIND_INVALIDATE ? bump_next(f) : next_tag(f);
+  return 1;
+}
+
+/* Builds tag i's key into f->tag_key. */
+static int build_key(xf__flow *f, size_t i) {
+  char buf[sizeof TAG_OPEN + XF_MAX_TAG_LEN + 1];
+  size_t len;
+  if (i < f->tag_n) {
+    size_t n = strlen(f->tag_names[i]);
+    memcpy(buf, TAG_OPEN, sizeof TAG_OPEN - 1);
+    memcpy(buf + sizeof TAG_OPEN - 1, f->tag_names[i], n);
+    len = sizeof TAG_OPEN - 1 + n;
+    buf[len++] = '}';
+  } else {
+    len = sizeof NS_TAG - 1;
+    memcpy(buf, NS_TAG, len);
+  }
+  xf__key_free(&f->tag_key);
+  xf__config cfg = *f->cfg; /* the tag's key may be longer than a user key */
+  cfg.max_key_len = sizeof buf;
+  return xf__key_build(&cfg, f->rt, buf, len, &f->tag_key);
+}
+
+void xf__flow_tags_encode(xf__flow *f) {
+  const xf__port_near *near = f->rt->ports.near;
+  if (f->tag_fencing) { /* on the tag's key: where its raise went */
+    xf__cmd_begin(&f->cmd, f->tag_key.data, f->tag_key.len);
+    f->cmd.argc = 1;
+    f->cmd.argv[0] = "PING";
+    f->cmd.lens[0] = 4;
+    return;
+  }
+  if (f->state == XF__TAGS && f->tag_plain) { /* kept if no invalidation overtakes it */
+    xf__entry_get_cmd(&f->cmd, f->tag_key.data, f->tag_key.len);
+    f->track.node = NULL;
+    if (near) {
+      f->near_token = near->token(f->rt->ports.self);
+      f->cmd.track_out = &f->track;
+    }
+    return;
+  }
+  int script = f->state == XF__BUMP ? XF_SCRIPT_TAG_BUMP : XF_SCRIPT_TAG_READ;
+  xf__script_cmd(&f->cmd, script, f->tag_key.data, f->tag_key.len, 0, NULL, NULL);
+}
+
+static uint32_t names_hash(const xf__flow *f) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < f->tag_n; i++)
+    for (const unsigned char *p = (const unsigned char *)f->tag_names[i];; p++) {
+      h = (h ^ *p) * 16777619u;
+      if (!*p)
+        break;
+    }
+  if (f->tag_ns)
+    h = (h ^ 0x01u) * 16777619u;
+  return h;
+}
+
+static void put_be(unsigned char *p, uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; i--, v >>= 8)
+    p[i] = (unsigned char)(v & 0xff);
+}
+
+/* The record of the versions read: what the call writes and judges by. */
+static void build_record(xf__flow *f) {
+  size_t n = tag_count(f);
+  unsigned char *p = f->tag_rec;
+  p[0] = (unsigned char)n;
+  put_be(p + 1, names_hash(f), 4);
+  for (size_t i = 0; i < n; i++)
+    put_be(p + 5 + 8 * i, (uint64_t)f->tag_versions[i], 8);
+  f->tag_rec_len = 5 + 8 * n;
+}
+
+/* A version as the scripts give it: decimal digits, as a bulk string. */
+static int parse_version(const xf__reply *r, int64_t *v) {
+  if (r->type != XF_REPLY_STRING || r->len == 0 || r->len > 18)
+    return 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < r->len; i++) {
+    if (r->str[i] < '0' || r->str[i] > '9')
+      return 0;
+    n = n * 10 + (r->str[i] - '0');
+  }
+  *v = n;
+  return 1;
+}
+
+/* Every tag read (or raised): on to the call's own steps. */
+static xf__step tags_done(xf__flow *f) {
+  if (f->kind == XF_KIND_INVALIDATE)
+    return xf__flow_done(f, XF_OK); /* frees the names */
+  build_record(f);
+  xf__flow_tags_free(f);
+  if (f->kind == XF_KIND_SET) {
+    f->w.tags = f->tag_rec;
+    f->w.tags_len = f->tag_rec_len;
+  }
+  xf__step step; /* the entry kept with the versions just read: served */
+  if (f->kind == XF_KIND_GET_OR_COMPUTE && f->rt->ports.near &&
+      xf__flow_near_first(f, f->input_ms, &step))
+    return step;
+  return xf__flow_send(f, f->tag_next);
+}
+
+/* The next tag whose version is not kept in the near cache is read (its key
+ * built, XF__TAGS); the kept ones are taken as they go; all known: on. */
+static xf__step next_tag(xf__flow *f) {
+  const xf__ports *ports = &f->rt->ports;
+  for (; f->tag_i < tag_count(f); f->tag_i++) {
+    if (build_key(f, f->tag_i) != XF_OK) /* out of memory */
+      return f->kind == XF_KIND_GET_OR_COMPUTE
+                 ? xf__flow_read_decide(f, XF_ENOMEM, f->input_ms)
+                 : xf__flow_done(f, XF_ENOMEM);
+    f->tag_plain = 1; /* a GET; the script only when the tag has no key yet */
+    xf__port_hit h;
+    if (!ports->near ||
+        !ports->near->get(ports->self, f->tag_key.data, f->tag_key.len, f->input_ms, &h))
+      return xf__flow_send(f, XF__TAGS);
+    xf__reply kept = {.type = XF_REPLY_STRING, .str = h.data, .len = h.len};
+    int ok = parse_version(&kept, &f->tag_versions[f->tag_i]);
+    free(h.data);
+    if (!ok) /* not a version of ours: read it again */
+      return xf__flow_send(f, XF__TAGS);
+  }
+  return tags_done(f);
+}
+
+/* A tag raised: its near copy dropped, then the fence or the next tag. */
+static xf__step bumped(xf__flow *f) {
+  const xf__ports *ports = &f->rt->ports;
+  if (ports->near)
+    ports->near->drop(ports->self, f->tag_key.data, f->tag_key.len);
+  /* always: an invalidation is rare, a near hit of an old version not */
+  f->tag_fencing = 1;
+  return xf__flow_send(f, XF__BUMP);
+}
+
+/* The next tag raised (its key built), or the end. */
+static xf__step bump_next(xf__flow *f) {
+  if (f->tag_i >= tag_count(f))
+    return tags_done(f);
+  if (build_key(f, f->tag_i) != XF_OK)
+    return xf__flow_done(f, XF_ENOMEM);
+  return xf__flow_send(f, XF__BUMP);
+}
+
+xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
+  if (f->tag_fencing) { /* the PING after a raise: counted when it failed, not returned */
+    if (rc != XF_OK || (r && r->type == XF_REPLY_ERROR))
+      f->rt->stats.fence_failed++;
+    if (r)
+      xf__reply_free(r);
+    f->tag_fencing = 0;
+    f->tag_i++;
+    return bump_next(f);
+  }
+  if (rc == XF_OK && f->state == XF__TAGS && f->tag_plain && r->type == XF_REPLY_NIL) {
+    xf__reply_free(r); /* a tag never seen, or its key gone: made by the script */
+    f->tag_plain = 0;
+    return xf__flow_send(f, XF__TAGS);
+  }
+  int64_t v = 0;
+  char digits[24];
+  size_t ndigits = 0;
+  if (rc == XF_OK) {
+    if (!parse_version(r, &v))
+      rc = xf__rt_fail(f->rt, XF_EPROTO, "a tag's version is not decimal digits");
+    else
+      memcpy(digits, r->str, ndigits = r->len);
+    xf__reply_free(r);
+  }
+  if (rc != XF_OK) {
+    xf__flow_tags_free(f);
+    /* A get-or-compute fails open as on an unreachable read; the others
+     * (set, invalidate) return what went wrong. */
+    if (f->kind == XF_KIND_GET_OR_COMPUTE)
+      return xf__flow_read_decide(f, rc, now_ms);
+    return xf__flow_done(f, rc);
+  }
+  if (f->state == XF__TAGS && f->tag_plain && f->track.node) {
+    const xf__ports *ports = &f->rt->ports;
+    f->rt->stats.near_evictions += ports->near->put(
+        ports->self, &f->track, f->near_token, f->tag_key.data, f->tag_key.len, digits,
+        ndigits, NULL, 0, 0, 0, f->sent_ms + TAG_NEAR_MS, 0);
+  }
+  if (f->state == XF__TAGS) {
+    f->tag_versions[f->tag_i++] = v;
+    return next_tag(f);
+  }
+  return bumped(f);
+}
+
+int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
+  if (!e->value ||
+      (e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, f->tag_rec_len) == 0))
+    return 1;
+  /* The same count and names' hash: a version was raised; else other tags. */
+  int raised = e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, 5) == 0;
+  e->value = NULL; /* its reply still holds it: freed with the entry */
+  e->invalidated = 1;
+  f->rt->stats.tag_invalidated++;
+  xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, raised ? XF_TAG_RAISED : XF_TAG_OTHER);
+  return 0;
+}

@@ -1,0 +1,664 @@
+/* Tags (policy.tags, xf_invalidate_tags) and namespaces (options.namespace_tag,
+ * xf_clear_namespace): an entry loaded before an invalidation is never served
+ * fresh after it returns, on every driver (op_drivers.h); an invalidation
+ * during a load wins; untagged entries and other tags are untouched; a tagged
+ * hot key loads once per episode; a tagged call skips the near cache; a
+ * version-3 reader (a client that knows no tags) judges a tagged entry
+ * malformed. Real redis-server. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xfetch_libevent.h>
+
+#include "near_env.h"
+#include "op_drivers.h"
+
+static xf_options options(void) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.seed = 31;
+  return o;
+}
+
+static void key_of(char *buf, size_t size, const char *test, int driver) {
+  snprintf(buf, size, "tags:%s:%s", test, xft_driver_names[driver]);
+}
+
+static void del(const char *key) {
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "DEL %s", key));
+  redisFree(r);
+}
+
+/* A get-or-compute of key with l: XF_OK with want from source. */
+static void expect_goc(xft_drv *d, const char *what, const char *key, const xf_policy *p,
+                       xft_op_loader *l, const char *want, xf_source source) {
+  xf_value v;
+  int rc = xft_drv_get_or_compute(d, key, p, l, &v);
+  cr_assert_eq(rc, XF_OK, "%s: get-or-compute %s: %s (%s)", what, key, xf_strerror(rc),
+               xft_drv_errmsg(d));
+  cr_expect_str_eq(v.data, want, "%s: get-or-compute %s", what, key);
+  cr_expect_eq(v.source, source, "%s: get-or-compute %s: source %d, want %d", what, key,
+               v.source, source);
+  xf_value_free(&v);
+}
+
+/* Invalidates tags with a client of its own (another process's, as it were). */
+static void invalidate(const char *const *tags, size_t n) {
+  xf_client *c = xft_client(0);
+  int rc = xf_invalidate_tags(c, tags, n);
+  cr_assert_eq(rc, XF_OK, "xf_invalidate_tags: %s (%s)", xf_strerror(rc), xf_errmsg(c));
+  xf_client_close(c);
+}
+
+ParameterizedTestParameters(tags, invalidate) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* A tagged entry is a hit until one of its tags is invalidated, then a miss
+ * loaded once; an untagged entry and an entry of another tag stay hits. */
+ParameterizedTest(int *driver, tags, invalidate) {
+  const char *what = xft_driver_names[*driver];
+  char key[64], plain[64], other[64], tag[64], tag2[64];
+  key_of(key, sizeof key, "tagged", *driver);
+  key_of(plain, sizeof plain, "untagged", *driver);
+  key_of(other, sizeof other, "other", *driver);
+  snprintf(tag, sizeof tag, "user:%s", what);
+  snprintf(tag2, sizeof tag2, "other:%s", what);
+  del(key), del(plain), del(other);
+  xf_options o = options();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {tag, "catalogue"}, *tags2[] = {tag2};
+  xf_policy p = XF_POLICY_INIT, q = XF_POLICY_INIT, u = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  q.tags = tags2, q.ntags = 1;
+  xft_op_loader l = {.value = "v1"}, lo = {.value = "o1"}, lu = {.value = "u1"};
+  expect_goc(d, what, key, &p, &l, "v1", XF_SOURCE_LOADER);
+  expect_goc(d, what, key, &p, &l, "v1", XF_SOURCE_CACHE);
+  expect_goc(d, what, other, &q, &lo, "o1", XF_SOURCE_LOADER);
+  expect_goc(d, what, plain, &u, &lu, "u1", XF_SOURCE_LOADER);
+  int rc = xft_drv_invalidate_tags(d, (const char *const[]){tag}, 1);
+  cr_assert_eq(rc, XF_OK, "%s: invalidate: %s (%s)", what, xf_strerror(rc),
+               xft_drv_errmsg(d));
+  l.value = "v2";
+  expect_goc(d, what, key, &p, &l, "v2", XF_SOURCE_LOADER);
+  expect_goc(d, what, key, &p, &l, "v2", XF_SOURCE_CACHE);
+  expect_goc(d, what, other, &q, &lo, "o1", XF_SOURCE_CACHE);
+  expect_goc(d, what, plain, &u, &lu, "u1", XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 2, "%s: %d loads of the tagged key", what, l.calls);
+  cr_expect_eq(lo.calls + lu.calls, 2, "%s: other tag, untagged: %d loads", what,
+               lo.calls + lu.calls);
+  xft_drv_close(d);
+}
+
+/* The loader's during hook: the tag invalidated while the load runs. */
+static void invalidate_during(xft_drv *d, void *arg) {
+  (void)d;
+  invalidate((const char *const[]){arg}, 1);
+}
+
+ParameterizedTestParameters(tags, an_invalidation_during_the_load_wins) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* The versions are read before the loader runs: the value of a load that an
+ * invalidation overlapped is written with the old ones, and not served. */
+ParameterizedTest(int *driver, tags, an_invalidation_during_the_load_wins) {
+  const char *what = xft_driver_names[*driver];
+  char key[64], tag[64];
+  key_of(key, sizeof key, "during", *driver);
+  snprintf(tag, sizeof tag, "during:%s", what);
+  del(key);
+  xf_options o = options();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {tag};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  xft_op_loader l = {.value = "old", .during = invalidate_during, .arg = tag};
+  expect_goc(d, what, key, &p, &l, "old", XF_SOURCE_LOADER);
+  l.during = NULL;
+  l.value = "new";
+  expect_goc(d, what, key, &p, &l, "new", XF_SOURCE_LOADER);
+  expect_goc(d, what, key, &p, &l, "new", XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 2, "%s: %d loads", what, l.calls);
+  xft_drv_close(d);
+}
+
+ParameterizedTestParameters(tags, a_tagged_set) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* A set records the versions too: a hit for a call of its tags, until one is
+ * invalidated. */
+ParameterizedTest(int *driver, tags, a_tagged_set) {
+  const char *what = xft_driver_names[*driver];
+  char key[64], tag[64];
+  key_of(key, sizeof key, "set", *driver);
+  snprintf(tag, sizeof tag, "set:%s", what);
+  del(key);
+  xf_options o = options();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {tag};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  int rc = xft_drv_set(d, key, "written", &p);
+  cr_assert_eq(rc, XF_OK, "%s: set: %s (%s)", what, xf_strerror(rc), xft_drv_errmsg(d));
+  xft_op_loader l = {.value = "loaded"};
+  expect_goc(d, what, key, &p, &l, "written", XF_SOURCE_CACHE);
+  invalidate(tags, 1);
+  expect_goc(d, what, key, &p, &l, "loaded", XF_SOURCE_LOADER);
+  cr_expect_eq(l.calls, 1, "%s: %d loads", what, l.calls);
+  xft_drv_close(d);
+}
+
+ParameterizedTestParameters(tags, a_tagged_batch) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* The batch: each key's tags read first, then the same judgment per key. */
+ParameterizedTest(int *driver, tags, a_tagged_batch) {
+  if (!xft_drv_has_batch(*driver))
+    cr_skip_test("no batch on %s", xft_driver_names[*driver]);
+  const char *what = xft_driver_names[*driver];
+  enum { N = 5 };
+  char names[N][64], tag[64];
+  const char *keys[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "tags:batch:%s:%d", what, i);
+    keys[i] = names[i];
+    del(keys[i]);
+  }
+  snprintf(tag, sizeof tag, "batch:%s", what);
+  xf_options o = options();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {tag};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  xft_op_loader l = {.value = "b"};
+  xf_value values[N];
+  int rcs[N];
+  xf_source want[] = {XF_SOURCE_LOADER, XF_SOURCE_CACHE, XF_SOURCE_LOADER};
+  for (int round = 0; round < 3; round++) {
+    if (round == 2)
+      invalidate(tags, 1);
+    cr_assert_eq(xft_drv_many(d, N, keys, &p, &l, values, rcs), XF_OK, "%s: %s", what,
+                 xft_drv_errmsg(d));
+    for (int i = 0; i < N; i++) {
+      cr_expect_eq(rcs[i], XF_OK, "%s round %d key %d: %s", what, round, i,
+                   xf_strerror(rcs[i]));
+      cr_expect_eq(values[i].source, want[round], "%s round %d key %d: source %d", what,
+                   round, i, values[i].source);
+      xf_value_free(&values[i]);
+    }
+  }
+  cr_expect_eq(l.calls, 2 * N, "%s: %d loads", what, l.calls);
+  xft_drv_close(d);
+}
+
+static int load_value(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  __atomic_add_fetch((int *)ud, 1, __ATOMIC_ACQ_REL);
+  xf_sink_set(sink, "v", 1);
+  return 0;
+}
+
+/* Stats and events of the blocking client: the refused entry is counted,
+ * once, in tag_invalidated and misses, and told as tag_invalidated with its
+ * reason (a raised version; other tags). */
+static void count_events(const xf_event *ev, void *ud) {
+  if (ev->type == XF_EV_TAG_INVALIDATED) /* 1 per raised version, 100 per other tags */
+    __atomic_add_fetch((int *)ud,
+                       ev->rc == XF_TAG_RAISED  ? 1
+                       : ev->rc == XF_TAG_OTHER ? 100
+                                                : 10000,
+                       __ATOMIC_ACQ_REL);
+}
+
+Test(tags, a_refused_entry_is_counted_and_told) {
+  del("tags:counted");
+  int events = 0, loads = 0;
+  xf_options o = options();
+  o.on_event = count_events;
+  o.on_event_ud = &events;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  const char *tags[] = {"counted"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "tags:counted", 12, &p, load_value, &loads, &v), XF_OK);
+  xf_value_free(&v);
+  cr_assert_eq(xf_invalidate_tags(c, tags, 1), XF_OK);
+  cr_assert_eq(xf_get_or_compute(c, "tags:counted", 12, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  xf_stats s;
+  xf_client_stats(c, &s);
+  cr_expect_eq(s.tag_invalidated, 1, "tag_invalidated %llu",
+               (unsigned long long)s.tag_invalidated);
+  cr_expect_eq(s.misses, 2, "misses %llu", (unsigned long long)s.misses);
+  cr_expect_eq(events, 1, "events %d: one XF_TAG_RAISED", events);
+  /* the same key under other tags: refused as XF_TAG_OTHER */
+  const char *other[] = {"counted-other"};
+  p.tags = other;
+  cr_assert_eq(xf_get_or_compute(c, "tags:counted", 12, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  xf_value_free(&v);
+  cr_expect_eq(events, 101, "events %d: then one XF_TAG_OTHER", events);
+  cr_expect_str_eq(xf_event_name(XF_EV_TAG_INVALIDATED), "tag_invalidated");
+  xf_client_close(c);
+}
+
+/* One command per tag, whatever the number of entries: the tag's key only. */
+/* (on a server of its own: it counts the server's commands) */
+Test(tags, an_invalidation_is_one_command_per_tag) {
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_client *c = xft_client_port(srv.port, 0);
+  const char *tags[] = {"one:a", "one:b"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  int loads = 0;
+  char key[32];
+  for (int i = 0; i < 50; i++) {
+    snprintf(key, sizeof key, "tags:one:%d", i);
+    xf_value v;
+    cr_assert_eq(xf_get_or_compute(c, key, strlen(key), &p, load_value, &loads, &v), XF_OK);
+    xf_value_free(&v);
+  }
+  const char *warm[] = {"one:warm"}; /* tag_bump.lua loaded (not preloaded) */
+  cr_assert_eq(xf_invalidate_tags(c, warm, 1), XF_OK);
+  redisContext *r = xft_redis_port(srv.port);
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  cr_assert_eq(xf_invalidate_tags(c, tags, 2), XF_OK);
+  long long scripts = xft_command_calls(r, "evalsha");
+  cr_expect_eq(scripts, 2, "%lld scripts for 2 tags", scripts);
+  cr_expect_eq(xft_command_calls(r, "set"), 2, "one write per tag");
+  cr_expect_eq(xft_command_calls(r, "ping"), 2, "the fence: one PING per tag");
+  cr_expect_eq(xft_command_calls(r, "scan") + xft_command_calls(r, "keys") +
+                   xft_command_calls(r, "del"),
+               0);
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&srv);
+}
+
+Test(tags, bad_tags_are_refused_before_any_io) {
+  xf_client *c = xft_client(0);
+  int loads = 0;
+  xf_value v;
+  const char *empty[] = {""}, *null[] = {NULL};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = empty, p.ntags = 1;
+  cr_expect_eq(xf_get_or_compute(c, "tags:bad", 8, &p, load_value, &loads, &v), XF_EINVAL);
+  p.tags = null;
+  cr_expect_eq(xf_get_or_compute(c, "tags:bad", 8, &p, load_value, &loads, &v), XF_EINVAL);
+  p.tags = NULL;
+  cr_expect_eq(xf_get_or_compute(c, "tags:bad", 8, &p, load_value, &loads, &v), XF_EINVAL);
+  const char *many[XF_MAX_TAGS + 1];
+  for (int i = 0; i <= XF_MAX_TAGS; i++)
+    many[i] = "t";
+  p.tags = many, p.ntags = XF_MAX_TAGS + 1;
+  cr_expect_eq(xf_get_or_compute(c, "tags:bad", 8, &p, load_value, &loads, &v), XF_EINVAL);
+  cr_expect_eq(xf_invalidate_tags(c, many, XF_MAX_TAGS + 1), XF_EINVAL);
+  cr_expect_eq(loads, 0);
+  xf_client_close(c);
+  /* format 1 has no room for the record */
+  c = xft_client_format(xft_port(), 0, XF_ENTRY_HASH);
+  p.tags = many, p.ntags = 1;
+  cr_expect_eq(xf_get_or_compute(c, "tags:bad", 8, &p, load_value, &loads, &v), XF_EINVAL);
+  xf_client_close(c);
+}
+
+/* Redis down: a tagged get-or-compute fails open (the loader's value,
+ * uncached), as an untagged one does; an invalidation returns the error. */
+Test(tags, redis_down_fails_open_and_an_invalidation_fails) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nobody listens */
+  o.lazy_connect = 1;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  const char *tags[] = {"down"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  int loads = 0;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "tags:down", 9, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  cr_expect_eq(loads, 1);
+  xf_value_free(&v);
+  int rc = xf_invalidate_tags(c, tags, 1);
+  cr_expect(rc == XF_ECONNECT || rc == XF_EIO, "invalidate with Redis down: %s",
+            xf_strerror(rc));
+  xf_client_close(c);
+}
+
+/* ---- namespaces ---------------------------------------------------------------- */
+
+static xf_client *prefixed(const char *prefix, int namespace_tag) {
+  xf_options o = options();
+  o.key_prefix = prefix;
+  o.namespace_tag = namespace_tag;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  return c;
+}
+
+/* xf_clear_namespace invalidates every entry of the prefix, and only them. */
+Test(tags, clear_namespace) {
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "DEL ns1:k ns2:k"));
+  redisFree(r);
+  xf_client *a = prefixed("ns1:", 1), *b = prefixed("ns2:", 1),
+            *plain = prefixed("ns1:", 0);
+  xf_policy p = XF_POLICY_INIT;
+  int la = 0, lb = 0;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(a, "k", 1, &p, load_value, &la, &v), XF_OK);
+  xf_value_free(&v);
+  cr_assert_eq(xf_get_or_compute(b, "k", 1, &p, load_value, &lb, &v), XF_OK);
+  xf_value_free(&v);
+  cr_expect_eq(xf_clear_namespace(plain), XF_EINVAL, "no namespace tag: refused");
+  cr_assert_eq(xf_clear_namespace(a), XF_OK, "%s", xf_errmsg(a));
+  cr_assert_eq(xf_get_or_compute(a, "k", 1, &p, load_value, &la, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER, "cleared: loaded again");
+  xf_value_free(&v);
+  cr_assert_eq(xf_get_or_compute(b, "k", 1, &p, load_value, &lb, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_CACHE, "another namespace: untouched");
+  xf_value_free(&v);
+  cr_expect_eq(la, 2);
+  cr_expect_eq(lb, 1);
+  xf_client_close(a), xf_client_close(b), xf_client_close(plain);
+}
+
+/* ---- a hot key ------------------------------------------------------------------ */
+
+enum { CALLERS = 8 };
+
+typedef struct hot {
+  const xf_policy *p;
+  int loads;
+  int start;
+  int rcs[CALLERS];
+} hot;
+
+static int slow_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  __atomic_add_fetch(&((hot *)ud)->loads, 1, __ATOMIC_ACQ_REL);
+  xft_sleep_ms(100); /* long enough for every caller to find the lease taken */
+  xf_sink_set(sink, "hot", 3);
+  return 0;
+}
+
+typedef struct caller {
+  hot *h;
+  int i;
+} caller;
+
+static void *call_hot(void *arg) {
+  caller *k = arg;
+  xf_client *c = xft_client(0);
+  while (!__atomic_load_n(&k->h->start, __ATOMIC_ACQUIRE))
+    xft_sleep_ms(1);
+  xf_value v;
+  k->h->rcs[k->i] = xf_get_or_compute(c, "tags:hot", 8, k->h->p, slow_load, k->h, &v);
+  xf_value_free(&v);
+  xf_client_close(c);
+  return NULL;
+}
+
+static void episode(hot *h) {
+  pthread_t t[CALLERS];
+  caller k[CALLERS];
+  __atomic_store_n(&h->start, 0, __ATOMIC_RELEASE);
+  for (int i = 0; i < CALLERS; i++) {
+    k[i] = (caller){h, i};
+    pthread_create(&t[i], NULL, call_hot, &k[i]);
+  }
+  __atomic_store_n(&h->start, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < CALLERS; i++) {
+    pthread_join(t[i], NULL);
+    cr_expect_eq(h->rcs[i], XF_OK, "caller %d: %s", i, xf_strerror(h->rcs[i]));
+  }
+}
+
+/* A tagged hot key loads once per episode: cold, then after an invalidation
+ * (wait_ms 10 s: far past the 100 ms load on a busy machine). */
+Test(tags, a_tagged_hot_key_loads_once_per_episode) {
+  del("tags:hot");
+  const char *tags[] = {"hot"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  p.wait_ms = 10000;
+  p.lease_ms = 10000;
+  hot h = {.p = &p};
+  episode(&h);
+  cr_expect_eq(__atomic_load_n(&h.loads, __ATOMIC_ACQUIRE), 1, "cold: %d loads", h.loads);
+  invalidate(tags, 1);
+  episode(&h);
+  cr_expect_eq(__atomic_load_n(&h.loads, __ATOMIC_ACQUIRE), 2, "invalidated: %d loads",
+               h.loads);
+  episode(&h);
+  cr_expect_eq(__atomic_load_n(&h.loads, __ATOMIC_ACQUIRE), 2, "hits: %d loads", h.loads);
+}
+
+/* ---- the near cache ------------------------------------------------------------- */
+
+/* With a near cache a tagged call keeps its tags' versions there (Redis'
+ * tracking drops them when a tag is raised) and its entry with the entry's
+ * tag record: a warm tagged hit is a near hit, nothing sent, while the
+ * versions it recorded are the ones kept. An invalidation from another client
+ * without a near cache (write_fence off) is fenced anyway (acknowledged once
+ * Redis has sent the invalidations): the next call loads. */
+Test(tags, a_tagged_hit_is_a_near_hit_until_a_tag_is_raised) {
+  near_env e;
+  near_env_open(&e);
+  const char *tags[] = {"near", "near2"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  int loads = 0;
+  xf_value v;
+  for (int i = 0; i < 3; i++) { /* loaded, then the versions and the entry kept */
+    cr_assert_eq(xf_get_or_compute(e.c, "tags:near", 9, &p, load_value, &loads, &v), XF_OK);
+    xf_value_free(&v);
+  }
+  uint64_t before = near_hits(e.c);
+  long long evals = xft_command_calls(e.r, "evalsha"), gets = xft_command_calls(e.r, "get");
+  enum { HITS = 20 };
+  for (int i = 0; i < HITS; i++) {
+    cr_assert_eq(xf_get_or_compute(e.c, "tags:near", 9, &p, load_value, &loads, &v), XF_OK);
+    cr_expect_eq(v.source, XF_SOURCE_CACHE);
+    xf_value_free(&v);
+  }
+  /* A hit goes to Redis while the tracker has invalidations still to read
+   * (near_env.h): a few at most on a busy machine (3 GETs each). */
+  long long more_gets = xft_command_calls(e.r, "get") - gets;
+  uint64_t near = near_hits(e.c) - before;
+  cr_expect(more_gets <= 3 * 4, "%lld GETs for %d hits", more_gets, HITS);
+  cr_expect(near >= HITS - 4, "%llu near hits of %d", (unsigned long long)near, HITS);
+  cr_expect_eq(xft_command_calls(e.r, "evalsha") - evals, 0, "no tag script on a hit");
+  xf_options o =
+      XF_OPTIONS_INIT; /* no near cache: write_fence off, yet the raise is fenced */
+  o.port = e.srv.port;
+  xf_client *writer;
+  cr_assert_eq(xf_client_open(&writer, &o), XF_OK);
+  cr_assert_eq(xf_invalidate_tags(writer, tags + 1, 1), XF_OK);
+  xf_stats s;
+  xf_client_stats(writer, &s);
+  cr_expect_eq(s.fence_failed, 0);
+  cr_assert_eq(xf_get_or_compute(e.c, "tags:near", 9, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOADER, "invalidated elsewhere, fenced: loaded again");
+  xf_value_free(&v);
+  cr_assert_eq(xf_get_or_compute(e.c, "tags:near", 9, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  xf_value_free(&v);
+  cr_expect_eq(loads, 2);
+  xf_client_close(writer);
+  near_env_close(&e);
+}
+
+/* ---- the staleness harness ------------------------------------------------------ */
+
+/* Readers (threads, each its own client on one share with a near cache) call a
+ * tagged key whose loader returns the generation it reads; an invalidator
+ * raises the generation, then invalidates the tag; a killer cuts the
+ * connections (CLIENT KILL, the tracking ones too) or flushes everything (the
+ * tags' keys too) every 100 ms. A call that
+ * starts after the invalidation of generation g returned must never be served
+ * a value of a generation below g (loaded before the raise): 0 such reads.
+ * No timing in the verdict (the run's length only bounds how much it sees). */
+enum { STALE_READERS = 4, STALE_MS = 1500 };
+
+typedef struct stale_run {
+  int port;
+  xf_share *share;
+  long gen, done; /* the generation loaders read; the last one invalidated */
+  int stop;
+  long calls, near, wrong, errors;
+} stale_run;
+
+static int load_gen(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  char buf[32];
+  int n = snprintf(buf, sizeof buf, "%ld",
+                   __atomic_load_n(&((stale_run *)ud)->gen, __ATOMIC_ACQUIRE));
+  return xf_sink_set(sink, buf, (size_t)n);
+}
+
+static void *stale_reader(void *arg) {
+  stale_run *run = arg;
+  xf_client *c = near_client(run->port, run->share, NULL, NULL);
+  const char *tags[] = {"stale", "stale2"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  while (!__atomic_load_n(&run->stop, __ATOMIC_ACQUIRE)) {
+    long floor = __atomic_load_n(&run->done, __ATOMIC_ACQUIRE);
+    xf_value v;
+    int rc = xf_get_or_compute(c, "tags:stale", 10, &p, load_gen, run, &v);
+    __atomic_add_fetch(&run->calls, 1, __ATOMIC_RELAXED);
+    if (rc != XF_OK) {
+      __atomic_add_fetch(&run->errors, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    if (v.source != XF_SOURCE_UNCACHED && atol(v.data) < floor)
+      __atomic_add_fetch(&run->wrong, 1, __ATOMIC_RELAXED);
+    xf_value_free(&v);
+  }
+  xf_stats st;
+  xf_client_stats(c, &st);
+  __atomic_add_fetch(&run->near, (long)st.near_hits, __ATOMIC_RELAXED);
+  xf_client_close(c);
+  return NULL;
+}
+
+static void *stale_invalidator(void *arg) {
+  stale_run *run = arg;
+  xf_client *c = near_client(run->port, NULL, NULL, NULL); /* no near cache */
+  const char *tags[] = {"stale2"};
+  while (!__atomic_load_n(&run->stop, __ATOMIC_ACQUIRE)) {
+    long g = __atomic_add_fetch(&run->gen, 1, __ATOMIC_ACQ_REL);
+    if (xf_invalidate_tags(c, tags, 1) == XF_OK)
+      __atomic_store_n(&run->done, g, __ATOMIC_RELEASE);
+    xft_sleep_ms(5);
+  }
+  xf_client_close(c);
+  return NULL;
+}
+
+static void *stale_killer(void *arg) {
+  stale_run *run = arg;
+  redisContext *r = xft_redis_port(run->port);
+  for (int i = 0; !__atomic_load_n(&run->stop, __ATOMIC_ACQUIRE); i++) {
+    xft_sleep_ms(100);
+    static const char *const faults[] = {"CLIENT KILL TYPE normal SKIPME yes",
+                                         "CLIENT KILL TYPE pubsub", "FLUSHALL"};
+    freeReplyObject(xft_cmd(r, faults[i % 3]));
+  }
+  redisFree(r);
+  return NULL;
+}
+
+Test(tags, an_invalidated_entry_is_never_served_after_the_invalidation_returned) {
+  stale_run run = {0};
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_share_options so = {.near_cache_bytes = NEAR_BYTES};
+  cr_assert_eq(xf_share_open(&run.share, &so), XF_OK);
+  run.port = srv.port;
+  pthread_t readers[STALE_READERS], inv, killer;
+  for (int i = 0; i < STALE_READERS; i++)
+    pthread_create(&readers[i], NULL, stale_reader, &run);
+  pthread_create(&inv, NULL, stale_invalidator, &run);
+  pthread_create(&killer, NULL, stale_killer, &run);
+  xft_sleep_ms(STALE_MS);
+  __atomic_store_n(&run.stop, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < STALE_READERS; i++)
+    pthread_join(readers[i], NULL);
+  pthread_join(inv, NULL);
+  pthread_join(killer, NULL);
+  cr_expect_eq(run.wrong, 0,
+               "%ld of %ld calls served a value loaded before an invalidation "
+               "that had returned",
+               run.wrong, run.calls);
+  cr_expect_gt(run.done, 10, "%ld invalidations", run.done);
+  cr_expect_gt(run.calls, 100, "%ld calls", run.calls);
+  fprintf(stderr,
+          "tags staleness: %ld calls, %ld near hits, %ld invalidations, %ld errors, "
+          "%ld wrong\n",
+          run.calls, run.near, run.done, run.errors, run.wrong);
+  xf_share_close(run.share);
+  xft_server_stop(&srv);
+}
+
+/* ---- the entry on Redis ----------------------------------------------------------- */
+
+/* A tagged entry is version 4 (flag 64, its record last in the header), an
+ * untagged one stays version 3; a version-3 reader (the read script of a
+ * client that knows no tags, kept in tests/data) judges the tagged entry
+ * malformed: a miss (its value not served), then recomputed. */
+Test(tags, a_version_3_reader_judges_a_tagged_entry_malformed) {
+  del("tags:v4"), del("tags:v3");
+  xf_client *c = xft_client(0);
+  const char *tags[] = {"v4"};
+  xf_policy p = XF_POLICY_INIT, u = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  int loads = 0;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "tags:v4", 7, &p, load_value, &loads, &v), XF_OK);
+  xf_value_free(&v);
+  cr_assert_eq(xf_get_or_compute(c, "tags:v3", 7, &u, load_value, &loads, &v), XF_OK);
+  xf_value_free(&v);
+  xf_client_close(c);
+  redisContext *r = xft_redis();
+  redisReply *t = xft_cmd(r, "GETRANGE tags:v4 0 2"),
+             *s = xft_cmd(r, "GETRANGE tags:v3 0 2");
+  cr_assert_eq(t->len, 3);
+  cr_expect_eq((unsigned char)t->str[1], 4, "tagged: version %d", t->str[1]);
+  cr_expect_eq((unsigned char)t->str[2] & 64, 64, "tagged: flag 64");
+  cr_expect_eq((unsigned char)s->str[1], 3, "untagged: version %d", s->str[1]);
+  freeReplyObject(t), freeReplyObject(s);
+  FILE *fp = fopen(XFT_DATA_DIR "/read_v3.lua", "rb");
+  cr_assert(fp, "tests/data/read_v3.lua");
+  static char src[16384];
+  size_t n = fread(src, 1, sizeof src - 1, fp);
+  fclose(fp);
+  src[n] = '\0';
+  redisReply *old = xft_cmd(r, "EVAL %s 1 tags:v4", src);
+  cr_assert_eq(old->type, REDIS_REPLY_ARRAY, "%s", old->str ? old->str : "");
+  cr_assert_eq(old->elements, 7);
+  cr_expect_eq(old->element[0]->type, REDIS_REPLY_NIL, "no value served");
+  cr_expect_eq(old->element[4]->integer, 1, "malformed");
+  freeReplyObject(old);
+  old = xft_cmd(r, "EVAL %s 1 tags:v3", src);
+  cr_assert_eq(old->type, REDIS_REPLY_ARRAY);
+  cr_expect_eq(old->element[0]->type, REDIS_REPLY_STRING, "an untagged entry: its value");
+  freeReplyObject(old);
+  redisFree(r);
+}
