@@ -198,3 +198,82 @@ Test(renew, a_killed_holder_frees_the_key_within_its_lease) {
   xf_client_close(c);
   close(ready[0]);
 }
+
+/* Counts the renewals a client reports (on its keeper's thread). */
+static void count_renewals(const xf_event *ev, void *ud) {
+  if (ev->type == XF_EV_LEASE_RENEWED && ev->rc == XF_OK)
+    __atomic_add_fetch((int *)ud, 1, __ATOMIC_ACQ_REL);
+}
+
+static void *load_tagged(void *arg) {
+  caller *k = arg;
+  k->rc = xf_get_or_compute(k->c, k->key, strlen(k->key), &k->p, xft_load, k->l, &k->v);
+  return NULL;
+}
+
+/* A renewal rewrites the entry's header: a tagged entry keeps its tags'
+ * record, so that a caller of the same tags still serves its stale value
+ * while the loader runs (with the record lost, the entry would be another
+ * tags' one: refused, a miss whose lease is taken, XF_ETIMEDOUT here). No
+ * timing: the loader is held until the second caller has read. */
+Test(renew, a_renewal_keeps_the_entrys_tags) {
+  if (xft_entry_format() == XF_ENTRY_HASH)
+    cr_skip_test("tags need entry format 2");
+  const char *key = "renew:tagged";
+  const char *tags[] = {"renew-tag"};
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "DEL %s", key));
+  redisFree(r);
+  xf_policy p = slow_load_policy(0);
+  p.tags = tags, p.ntags = 1;
+  p.stale_ms = 60000;
+  xf_policy short_ttl = p;
+  short_ttl.ttl_ms = 100;
+  xf_client *b = xft_client(0);
+  cr_assert_eq(xf_set(b, key, strlen(key), "old", 3, &short_ttl), XF_OK);
+  xft_sleep_ms(150); /* past its ttl: a stale value, within stale_ms */
+
+  int renewals = 0;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.entry_format = xft_entry_format();
+  o.on_event = count_renewals;
+  o.on_event_ud = &renewals;
+  xft_loader l = {.value = "new", .len = 3, .held = 1};
+  caller a = {.key = key, .p = p, .l = &l};
+  cr_assert_eq(xf_client_open(&a.c, &o), XF_OK);
+  pthread_t t;
+  pthread_create(&t, NULL, load_tagged, &a);
+  int64_t give_up = xft_now_ms() + 10000; /* the first renewal is due ~167 ms in */
+  while (__atomic_load_n(&renewals, __ATOMIC_ACQUIRE) < 1 && xft_now_ms() < give_up)
+    xft_sleep_ms(5);
+  cr_expect_geq(__atomic_load_n(&renewals, __ATOMIC_ACQUIRE), 1, "no renewal in 10 s");
+
+  xf_policy no_wait = p;
+  no_wait.wait_ms = 0;
+  no_wait.on_wait_timeout = XF_WAIT_FAIL;
+  xft_loader never = {.value = "x", .len = 1};
+  xf_value v;
+  int rc = xf_get_or_compute(b, key, strlen(key), &no_wait, xft_load, &never, &v);
+  cr_expect_eq(rc, XF_OK, "after a renewal: %s", xf_strerror(rc));
+  if (rc == XF_OK) {
+    cr_expect_eq(v.source, XF_SOURCE_STALE, "source %d", v.source);
+    cr_expect_str_eq(v.data, "old");
+  }
+  xf_value_free(&v);
+  cr_expect_eq(xft_loader_calls(&never), 0);
+
+  xft_loader_release(&l);
+  pthread_join(t, NULL);
+  cr_expect_eq(a.rc, XF_OK, "%s", xf_strerror(a.rc));
+  cr_expect_str_eq(a.v.data, "new");
+  xf_value_free(&a.v);
+  /* The loader's write (ttl 60 s) carries the tags too: a tagged hit. */
+  cr_assert_eq(xf_get_or_compute(b, key, strlen(key), &no_wait, xft_load, &never, &v),
+               XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_CACHE, "source %d", v.source);
+  cr_expect_str_eq(v.data, "new");
+  xf_value_free(&v);
+  xf_client_close(a.c);
+  xf_client_close(b);
+}
