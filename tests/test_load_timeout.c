@@ -184,7 +184,9 @@ static void *hold(void *arg) {
 }
 
 /* A caller waiting for another's load: no longer than its hard timeout
- * (a bound of the flow's: every driver, with a share or not). */
+ * (a bound of the flow's: every driver, with a share or not). The holder's
+ * loader sleeps 1 s from before the waiter starts: its value cannot end the
+ * wait before the 100 ms timeout, whatever the waiter's delay up to 900 ms. */
 Test(load_timeout, a_waiter_waits_no_longer_than_its_hard_timeout) {
   const char *key = "lt:waiter";
   xft_loader slow = {.value = "held", .len = 4, .sleep_ms = LOAD_MS};
