@@ -225,3 +225,52 @@ Test(load_timeout, without_a_share_the_call_waits_for_its_loader) {
   xf_value_free(&v);
   xf_client_close(c);
 }
+
+/* A tagged key's load that went on past the soft timeout writes the call's
+ * tags' record: a call of the same tags then hits it (refused, it would be
+ * a miss whose loader runs). Margins as above; the value lands within 4 s. */
+static void a_moved_load_keeps_the_calls_tags(int driver, const char *key) {
+  drv d = drv_open(driver);
+  const char *tags[] = {"lt-tag"};
+  xf_client *w = xft_client(0);
+  xf_policy p = timed_policy();
+  p.tags = tags, p.ntags = 1;
+  xf_policy short_ttl = p;
+  short_ttl.ttl_ms = 100;
+  cr_assert_eq(xf_set(w, key, strlen(key), "old", 3, &short_ttl), XF_OK);
+  xft_sleep_ms(200); /* past its ttl, within stale_ms */
+  xf_policy soft = p;
+  soft.soft_timeout_ms = TIMEOUT_MS;
+  xft_loader l = {.value = "new", .len = 3, .sleep_ms = LOAD_MS};
+  xf_value v;
+  cr_assert_eq(get_or_compute(&d, key, &soft, &l, &v), XF_OK);
+  cr_expect_str_eq(v.data, "old");
+  cr_expect_eq(v.source, XF_SOURCE_STALE);
+  xf_value_free(&v);
+  xf_policy no_wait = p;
+  no_wait.wait_ms = 0;
+  no_wait.on_wait_timeout = XF_WAIT_FAIL;
+  xft_loader never = {.value = "x", .len = 1};
+  int64_t t0 = xft_now_ms();
+  int hit = 0;
+  while (!hit && xft_now_ms() - t0 < LANDS_WITHIN_MS) {
+    int rc = xf_get_or_compute(w, key, strlen(key), &no_wait, xft_load, &never, &v);
+    hit = rc == XF_OK && v.source == XF_SOURCE_CACHE && strcmp(v.data, "new") == 0;
+    xf_value_free(&v);
+    if (!hit)
+      xft_sleep_ms(20);
+  }
+  cr_expect(hit, "%s: no tagged hit of the moved load's value", driver_names[driver]);
+  cr_expect_eq(xft_loader_calls(&never), 0, "%s: the tagged entry was refused",
+               driver_names[driver]);
+  cr_expect_eq(xft_loader_calls(&l), 1);
+  xf_client_close(w);
+  drv_close(&d);
+}
+
+Test(load_timeout, a_moved_load_keeps_the_calls_tags_blocking) {
+  a_moved_load_keeps_the_calls_tags(BLOCKING, "lt:tags:b");
+}
+Test(load_timeout, a_moved_load_keeps_the_calls_tags_pool) {
+  a_moved_load_keeps_the_calls_tags(POOL, "lt:tags:p");
+}

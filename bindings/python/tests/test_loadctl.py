@@ -176,6 +176,31 @@ def test_soft_timeout_returns_the_stale_value_and_the_load_lands(face, server, a
     assert runs == [1]
 
 
+def test_a_tagged_load_past_its_soft_timeout_writes_its_tags(face, server, admin, prefix):
+    # The load that went on writes the call's tags: a call of the same tags
+    # hits its value (a refused entry would be a miss that runs `never`).
+    cache = face.Cache(server.url, prefix=prefix)
+    face.run(cache.set("t", b"old", ttl=0.1, stale=60, tags=["lt"]))
+    time.sleep(0.2)  # past its ttl, within stale
+    got, _ = timed(face, lambda: cache.fetch("t", face.loader(lambda: b"new", delay=SLOW),
+                                             ttl=60, stale=60, soft_timeout=TIMEOUT,
+                                             tags=["lt"]))
+    assert got == (b"old", "stale")
+    never = []
+
+    def body():
+        never.append(1)
+        return b"x"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < LANDS_WITHIN:
+        got = face.run(cache.fetch("t", face.loader(body), ttl=60, stale=60, tags=["lt"]))
+        if got == (b"new", "cache"):
+            break
+        pause(face, 0.02)
+    assert got == (b"new", "cache")
+    assert never == []
+
+
 def test_hard_timeout_raises_and_the_load_is_cached(face, server, admin, prefix):
     cache = face.Cache(server.url, prefix=prefix)
     runs = []
@@ -263,3 +288,4 @@ def test_the_events_of_renewals_and_timeouts(face, server, admin, prefix):
 def lib_code(name):
     from xfetch._native import lib
     return getattr(lib, name)
+
