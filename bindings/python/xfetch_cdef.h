@@ -53,7 +53,8 @@ typedef enum xf_event_type {
   XF_EV_LOAD_DONE = 9, XF_EV_WAIT = 10, XF_EV_LOCAL = 11, XF_EV_SUPERSEDED = 12,
   XF_EV_BREAKER_OPEN = 13, XF_EV_BREAKER_CLOSED = 14, XF_EV_RECONNECT = 15,
   XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17, XF_EV_TAG_INVALIDATED = 18,
-  XF_EV_LEASE_RENEWED = 19, XF_EV_SOFT_TIMEOUT = 20, XF_EV_HARD_TIMEOUT = 21
+  XF_EV_LEASE_RENEWED = 19, XF_EV_SOFT_TIMEOUT = 20, XF_EV_HARD_TIMEOUT = 21,
+  XF_EV_FAILSAFE = 22
 } xf_event_type;
 typedef enum xf_driver {
   XF_DRIVER_BLOCKING = 0, XF_DRIVER_BATCH = 1, XF_DRIVER_POOL = 2, XF_DRIVER_ASYNC = 3,
@@ -128,6 +129,7 @@ typedef struct xf_policy {
   int64_t max_load_ms;
   int64_t soft_timeout_ms;
   int64_t hard_timeout_ms;
+  int64_t failsafe_throttle_ms;
 } xf_policy;
 #define XF_MAX_TAGS 15
 #define XF_MAX_TAG_LEN 200

@@ -61,10 +61,14 @@ typedef enum xf_event_type {
   XF_EV_SOFT_TIMEOUT = 20,    /* the call's load ran past soft_timeout_ms:
                                  the caller got the value it had (source)
                                  and the load goes on */
-  XF_EV_HARD_TIMEOUT = 21     /* the call's load, or its wait for another
+  XF_EV_HARD_TIMEOUT = 21,    /* the call's load, or its wait for another
                                  caller's, ran past hard_timeout_ms: the
                                  caller got XF_ETIMEDOUT (rc) or a stale
                                  value (source); its own load goes on */
+  XF_EV_FAILSAFE = 22         /* a load failed lately (the entry's fail-safe
+                                 mark, policy.failsafe_throttle_ms): the
+                                 caller got the last good value (source
+                                 stale), no load */
 } xf_event_type;
 
 /* Which driver ran the call. */

@@ -126,13 +126,21 @@ typedef struct xf_policy {
    * and loader_ud stay valid until the share, pool or handle that runs the
    * load is closed. */
   int64_t hard_timeout_ms;
+  /* Fail-safe across the fleet: after a failed load that served the entry's
+   * value (stale_if_error_ms, or an early refresh's current value), the entry
+   * carries a fail-safe mark for failsafe_throttle_ms (in its lease: clients
+   * that know no mark see a live lease). Meanwhile every caller whose policy
+   * sets it serves that value within stale_if_error_ms (XF_SOURCE_STALE,
+   * XF_EV_FAILSAFE) instead of running its loader; then the next caller
+   * loads. 0: none (the next caller retries at once). */
+  int64_t failsafe_throttle_ms;
 } xf_policy;
 
+/* clang-format off */
 #define XF_POLICY_INIT                                                                     \
-  {                                                                                        \
-    60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0,  \
-        0, 0, 0                                                                            \
-  }
+  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0,   \
+    0, 0, 0, 0 }
+/* clang-format on */
 
 /* The most tags a call carries (its namespace's included). */
 #define XF_MAX_TAGS 15

@@ -39,7 +39,8 @@ typedef enum {
   XF_LEASE_LOST = 0,
   XF_LEASE_WON = 1,
   XF_LEASE_NEWER = 2,
-  XF_LEASE_NOTHING = 3 /* a load that found nothing ended after the first read */
+  XF_LEASE_NOTHING = 3, /* a load that found nothing ended after the first read */
+  XF_LEASE_FAILSAFE = 4 /* lost to the fail-safe mark: a load failed lately */
 } xf__lease_result;
 
 /* What a write stores (write.lua's kinds). */
@@ -78,9 +79,11 @@ void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const cha
 void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w,
                          int format);
 /* nothing_keep_ms > 0: the load found nothing (not cached); leave the marker
- * that answers its waiters (lua/release.lua) for that long. */
+ * that answers its waiters (lua/release.lua) for that long. hold_ms > 0: the
+ * load failed and served the entry's value; the lease becomes the fail-safe
+ * mark for that long (policy.failsafe_throttle_ms). */
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
-                           int64_t nothing_keep_ms);
+                           int64_t nothing_keep_ms, int64_t hold_ms);
 /* The lease holder's renewal (lua/renew.lua): its deadline becomes the
  * server's now + lease_ms, if the lease is still token's. */
 void xf__entry_renew_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,

@@ -72,8 +72,8 @@ static xf__step encode(xf__flow *f) {
     f->cmd.lens[0] = 4;
     break;
   default:
-    xf__entry_release_cmd(&f->cmd, key, len, f->token,
-                          f->found_nothing ? f->p->wait_ms : 0);
+    xf__entry_release_cmd(&f->cmd, key, len, f->token, f->found_nothing ? f->p->wait_ms : 0,
+                          f->failsafe_hold_ms);
   }
   /* A waiter re-reads to see the value the lease holder wrote: a replica
    * may not have it yet. */
@@ -182,6 +182,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->state = XF__READ;
   f->script_loading = f->refresh = f->detached = f->round = f->had_value =
       f->found_nothing = 0;
+  f->failsafe_hold_ms = 0;
   f->near_elected = 0;
   f->near_expiry_ms = f->near_delta_us = 0;
   f->near_served = 0;

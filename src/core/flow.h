@@ -83,6 +83,7 @@ typedef struct xf__flow {
   int round;                          /* reads made while waiting */
   int had_value;                      /* a value (or a malformed entry) was read */
   int found_nothing;                  /* the release tells the waiters: not found */
+  int64_t failsafe_hold_ms;           /* the release leaves the fail-safe mark this long */
   int plain_read;                     /* the READ is plain: HMGET or GET (else the
                                          read script) */
   int read_format;                    /* which plain read: 1 HMGET, 2 GET */

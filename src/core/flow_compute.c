@@ -182,6 +182,11 @@ static xf__write what_to_write(xf__flow *f) {
   return w;
 }
 
+/* Whether e's value may be served when a load fails (stale_if_error_ms). */
+static int within_stale_if_error(const xf__flow *f, const xf__entry *e) {
+  return e->value && !e->negative && -e->remaining_ms <= f->p->stale_if_error_ms;
+}
+
 /* The loader failed: nothing is cached. An early refresh still serves the
  * valid value; a miss serves stale if stale-if-error allows. */
 static xf__step load_failed(xf__flow *f) {
@@ -193,8 +198,12 @@ static xf__step load_failed(xf__flow *f) {
     rc = XF_ELOADER;
   else if (f->refresh)
     rc = serve_entry(f, e, XF_SOURCE_CACHE);
-  else if (e->value && !e->negative && -e->remaining_ms <= f->p->stale_if_error_ms)
+  else if (within_stale_if_error(f, e))
     rc = serve_entry(f, e, XF_SOURCE_STALE);
+  /* The entry's value stands in for the loader's: the fleet keeps serving it
+   * for the throttle instead of loading again (lua/release.lua). */
+  if (f->detached || f->refresh || rc == XF_OK)
+    f->failsafe_hold_ms = f->p->failsafe_throttle_ms;
   return release_then_done(f, rc);
 }
 
@@ -335,8 +344,9 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
 static xf__step miss(xf__flow *f, int64_t now_ms) {
   /* Not when the read may come from a lagging replica: the lease script runs
    * on the master and says whether the lease is live there. */
-  if (f->e.lease_live && !f->cfg->read_from_replicas)
-    return lease_held_elsewhere(f, now_ms);
+  if (f->e.lease_live && !f->cfg->read_from_replicas &&
+      !(f->p->failsafe_throttle_ms > 0 && within_stale_if_error(f, &f->e)))
+    return lease_held_elsewhere(f, now_ms); /* (the fail-safe mark: the lease says) */
   xf__entry_token(f->cfg, f->rt, f->token);
   f->refresh = 0;
   return xf__flow_send(f, XF__LEASE);
@@ -406,7 +416,12 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
       return xf__flow_send(f, XF__LEASE);
     return serve(f, XF_SOURCE_CACHE);
   }
-  if (won == XF_LEASE_LOST) {
+  if (won == XF_LEASE_FAILSAFE && !f->refresh && within_stale_if_error(f, &f->e)) {
+    f->token[0] = '\0'; /* a load failed lately: its last good value, no load */
+    xf__emit(f, XF_EV_FAILSAFE, XF_SOURCE_STALE, 0, 0);
+    return serve(f, XF_SOURCE_STALE);
+  }
+  if (won == XF_LEASE_LOST || won == XF_LEASE_FAILSAFE) {
     f->token[0] = '\0';
     if (!f->refresh)
       return lease_held_elsewhere(f, now_ms);

@@ -44,6 +44,8 @@ int xf__policy_check(xf__runtime *rt, const xf_policy *p) {
     rc = check_time(rt, "soft_timeout_ms", p->soft_timeout_ms, 0);
   if (rc == XF_OK)
     rc = check_time(rt, "hard_timeout_ms", p->hard_timeout_ms, 0);
+  if (rc == XF_OK)
+    rc = check_time(rt, "failsafe_throttle_ms", p->failsafe_throttle_ms, 0);
   if (rc == XF_OK && p->soft_timeout_ms > 0 && p->hard_timeout_ms > 0 &&
       p->soft_timeout_ms > p->hard_timeout_ms)
     rc = xf__rt_fail(rt, XF_EINVAL,
