@@ -289,3 +289,44 @@ def lib_code(name):
     from xfetch._native import lib
     return getattr(lib, name)
 
+
+# ---- fail-safe across the fleet ---------------------------------------------------
+# A 2 s throttle: the second Cache's call comes right after the failure (a
+# busy machine may delay it by up to 2 s), the call after the throttle 2.2 s
+# after the failure (a lower bound only).
+THROTTLE = 2.0
+
+
+def test_failsafe_throttle_serves_the_last_good_value_fleet_wide(face, server, admin, prefix):
+    events = []
+    first = face.Cache(server.url, prefix=prefix)
+    second = face.Cache(server.url, prefix=prefix,
+                        on_event=lambda e: events.append(e.type) if e.type == "failsafe" else None)
+    face.run(first.set("fs", b"good", ttl=0.1, stale=60))
+    time.sleep(0.2)  # past its ttl
+    policy = dict(ttl=60, stale_if_error=60, failsafe_throttle=THROTTLE)
+
+    def broken():
+        raise RuntimeError("the database is down")
+    got = face.run(first.fetch("fs", face.loader(broken), **policy))
+    assert got == (b"good", "stale")
+    runs = []
+
+    def body():
+        runs.append(1)
+        return b"new"
+    got = face.run(second.fetch("fs", face.loader(body), **policy))
+    assert got == (b"good", "stale"), "the second Cache loaded within the throttle"
+    assert runs == []
+    assert events == ["failsafe"]
+    pause(face, THROTTLE + 0.2)
+    got = face.run(second.fetch("fs", face.loader(body), **policy))
+    assert got == (b"new", "loader")
+    assert runs == [1]
+
+
+@pytest.mark.parametrize("throttle", [-1.0, float("nan"), "2"])
+def test_failsafe_throttle_is_checked(face, server, prefix, throttle):
+    cache = face.Cache(server.url, prefix=prefix)
+    with pytest.raises((TypeError, ValueError)):
+        face.run(cache.get_or_compute("k", lambda: b"v", ttl=60, failsafe_throttle=throttle))

@@ -201,7 +201,8 @@ class Cache(LateSetup):
               background_refresh: bool | None = None,
               refresh_ahead: float | None = None, tags: Iterable[str] | None = None,
               max_load: float | None = None, soft_timeout: float | None = None,
-              hard_timeout: float | None = None) -> Fetched:
+              hard_timeout: float | None = None,
+              failsafe_throttle: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
                                 stale=stale, stale_if_error=stale_if_error,
@@ -209,7 +210,8 @@ class Cache(LateSetup):
                                 on_wait_timeout=on_wait_timeout,
                                 background_refresh=background_refresh,
                                 refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
-                                soft_timeout=soft_timeout, hard_timeout=hard_timeout)
+                                soft_timeout=soft_timeout, hard_timeout=hard_timeout,
+                                failsafe_throttle=failsafe_throttle)
 
     def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer)."""
@@ -235,7 +237,8 @@ class Cache(LateSetup):
                    background_refresh: bool | None = None,
                    refresh_ahead: float | None = None, tags=None,
                    max_load: float | None = None, soft_timeout: float | None = None,
-                   hard_timeout: float | None = None) -> Fetched:
+                   hard_timeout: float | None = None,
+                   failsafe_throttle: float | None = None) -> Fetched:
         """fetch of the bytes C caches (loader returns them)."""
         kb = key_bytes(key)
         check_loader(loader)
@@ -247,7 +250,7 @@ class Cache(LateSetup):
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout,
                                      background_refresh, refresh_ahead, max_load,
-                                     soft_timeout, hard_timeout))
+                                     soft_timeout, hard_timeout, failsafe_throttle))
         if names:  # its versions first: the C call asks the near cache after them
             return self._call(key, kb, loader, tagged(policy, names), lease)
         if self._near:
@@ -325,7 +328,8 @@ class Cache(LateSetup):
                        refresh_ahead: float | None = None,
                        tags: Iterable[str] | None = None, max_load: float | None = None,
                        soft_timeout: float | None = None,
-                       hard_timeout: float | None = None) -> Any:
+                       hard_timeout: float | None = None,
+                       failsafe_throttle: float | None = None) -> Any:
         """Returns the value cached under key, calling loader() to compute it
         when missing, expired or elected for early recomputation (XFetch).
         Across every client of the Redis server one caller at a time runs the
@@ -374,6 +378,10 @@ class Cache(LateSetup):
         hard_timeout: no call waits longer for a load: it raises
         xfetch.TimeoutError (or returns a stale value within
         stale_if_error); its own load goes on and is cached.
+        failsafe_throttle: after a failed load that returned the last good
+        value (stale_if_error), every client of the fleet that sets it returns
+        that value (source "stale", event "failsafe") for this long instead
+        of calling its loader; then one caller loads again.
 
         An exception raised by loader propagates unchanged; nothing is cached
         and the lease is released. Library errors raise xfetch.Error
@@ -382,7 +390,8 @@ class Cache(LateSetup):
         if (lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
                 and background_refresh is None and refresh_ahead is None and tags is None
-                and max_load is None and soft_timeout is None and hard_timeout is None):
+                and max_load is None and soft_timeout is None and hard_timeout is None
+                and failsafe_throttle is None):
             # fetch's steps, without its call and bigger memo (a str key and a
             # callable loader inline: the checks' cost is the hit's)
             kb = key.encode() if type(key) is str and key else key_bytes(key)
@@ -407,7 +416,8 @@ class Cache(LateSetup):
                                 on_wait_timeout=on_wait_timeout,
                                 background_refresh=background_refresh,
                                 refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
-                                soft_timeout=soft_timeout, hard_timeout=hard_timeout)[0]
+                                soft_timeout=soft_timeout, hard_timeout=hard_timeout,
+                                failsafe_throttle=failsafe_throttle)[0]
 
     def _near_serve(self, kb, policy):
         """C xf__near_serve on an idle connection of the pool (policy NULL: a

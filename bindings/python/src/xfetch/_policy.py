@@ -51,13 +51,14 @@ def _optional_ms(name, seconds):
 
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
                 on_wait_timeout, background_refresh=True, refresh_ahead=None,
-                max_load=None, soft_timeout=None, hard_timeout=None):
+                max_load=None, soft_timeout=None, hard_timeout=None, failsafe_throttle=None):
     """Returns a new xf_policy cdata; raises TypeError / ValueError.
     background_refresh: True (None too: both faces take refreshes) = an
     early refresh this call wins runs off the call (C XF_BACKGROUND_ON);
     False = in the call (XF_BACKGROUND_OFF).
     refresh_ahead: C policy.refresh_ahead (check_refresh_ahead). max_load,
-    soft_timeout, hard_timeout: seconds or None (C's 0: the default, none)."""
+    soft_timeout, hard_timeout, failsafe_throttle: seconds or None (C's 0: the
+    default, none)."""
     if background_refresh is not None and type(background_refresh) is not bool:
         raise TypeError(f"background_refresh must be True or False, not {background_refresh!r}")
     refresh_ahead = check_refresh_ahead(refresh_ahead)
@@ -89,6 +90,7 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "refresh_ahead": refresh_ahead,
         "max_load_ms": _optional_ms("max_load", max_load),
         "soft_timeout_ms": soft, "hard_timeout_ms": hard,
+        "failsafe_throttle_ms": _optional_ms("failsafe_throttle", failsafe_throttle),
     })
 
 

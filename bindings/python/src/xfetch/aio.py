@@ -186,7 +186,8 @@ class Cache(LateSetup):
                     refresh_ahead: float | None = None,
                     tags: Iterable[str] | None = None, max_load: float | None = None,
                     soft_timeout: float | None = None,
-                    hard_timeout: float | None = None) -> Fetched:
+                    hard_timeout: float | None = None,
+                    failsafe_throttle: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         return await self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease,
                                       wait=wait, stale=stale, stale_if_error=stale_if_error,
@@ -195,7 +196,8 @@ class Cache(LateSetup):
                                       background_refresh=background_refresh,
                                       refresh_ahead=refresh_ahead, tags=tags,
                                       max_load=max_load, soft_timeout=soft_timeout,
-                                      hard_timeout=hard_timeout)
+                                      hard_timeout=hard_timeout,
+                                      failsafe_throttle=failsafe_throttle)
 
     async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer)."""
@@ -218,7 +220,8 @@ class Cache(LateSetup):
     async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                          stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
                          on_wait_timeout="load", background_refresh=None, refresh_ahead=None,
-                         tags=None, max_load=None, soft_timeout=None, hard_timeout=None):
+                         tags=None, max_load=None, soft_timeout=None, hard_timeout=None,
+                         failsafe_throttle=None):
         """fetch of the bytes C caches (loader returns them)."""
         names = tag_names(tags)
         if background_refresh is None:
@@ -228,7 +231,7 @@ class Cache(LateSetup):
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
                                      negative_ttl, jitter, on_wait_timeout,
                                      background_refresh, refresh_ahead, max_load,
-                                     soft_timeout, hard_timeout))
+                                     soft_timeout, hard_timeout, failsafe_throttle))
         return await self._run(key, loader, tagged(policy, names), lease)
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: Any = None,
