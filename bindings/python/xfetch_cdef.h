@@ -336,9 +336,7 @@ int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t *len);
 void xf_reply_free(xf_reply *reply);
 void xf_reader_close(xf_reader *rd);
 
-/* Internal entry points (src/drivers/bindings.h, not xfetch.h): the faces'
- * near hit without the call, and its election moved to the call's client. */
-#define XF__NEAR_PASS 1
-int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
-                   xf_driver driver, uint64_t *count, xf_value *out);
-void xf__near_elect_move(xf_client *from, xf_client *to);
+#define XF_NEAR_NOT_SERVED 1
+int xf_near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *policy,
+                  xf_driver driver, uint64_t *near_hits, xf_value *out);
+void xf_near_move_refresh(xf_client *from, xf_client *to);

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime
 
-from ._core import (BYPASS, NEAR_PASS, Config, check_loader, check_value, disabled,
-                    key_bytes, outcome)
+from ._core import (BYPASS, NEAR_NOT_SERVED, Config, check_loader, check_value,
+                    disabled, key_bytes, outcome)
 from ._errors import check, error_for
 from ._face import SyncFace, drive
 from ._native import ffi, lib
@@ -244,7 +244,7 @@ class Cache(LateSetup):
             return self._call(key, kb, loader, tagged(policy, names), lease)
         if self._near:
             value = self._near_serve(kb, policy)
-            if value is not NEAR_PASS:
+            if value is not NEAR_NOT_SERVED:
                 return Fetched(value, None if value is None else "cache")
         return self._call(key, kb, loader, policy, lease)
 
@@ -335,8 +335,8 @@ class Cache(LateSetup):
             if p is None:
                 p = self._policies.common(ttl, beta)
             codec = self._codec
-            value = self._near_serve(kb, p) if self._near else NEAR_PASS
-            if value is NEAR_PASS:
+            value = self._near_serve(kb, p) if self._near else NEAR_NOT_SERVED
+            if value is NEAR_NOT_SERVED:
                 value = self._call(key, kb, codec.loader(kb, loader), p, _5)[0]
             if codec.raw or value is None:
                 return value
@@ -352,10 +352,10 @@ class Cache(LateSetup):
                                 refresh_ahead=refresh_ahead, tags=tags)[0]
 
     def _near_serve(self, kb, policy):
-        """C xf__near_serve on an idle connection of the pool (policy NULL: a
+        """C xf_near_serve on an idle connection of the pool (policy NULL: a
         get): the near hit's draw, counters and events as the call's, in
-        one C call; the value (None: a kept not-found), or NEAR_PASS: make the
-        call (the C client keeps a draw that elected an early refresh for
+        one C call; the value (None: a kept not-found), or NEAR_NOT_SERVED:
+        make the call (the C client keeps a draw that elected an early refresh for
         it, and the connection goes back to the pool's end: the call's). A
         near hit needs no connection: with none idle under a free slot, it
         is served on a spare client (Pool.near_client), never waited for. Not
@@ -363,7 +363,7 @@ class Cache(LateSetup):
         disabled()."""
         pool = self._pool
         if getattr(pool.tls, "conn", None) is not None or BYPASS.get():
-            return NEAR_PASS
+            return NEAR_NOT_SERVED
         slots = pool.slots
         conn = None
         if slots is None or slots.acquire(False):
@@ -380,17 +380,18 @@ class Cache(LateSetup):
             if not conn.enabled:
                 conn.switch(True)
             v = conn.value
-            rc = lib.xf__near_serve(conn.ptr, kb, len(kb), policy, _BLOCKING,
-                                    self._events.near_count(), v)
+            rc = lib.xf_near_serve(conn.ptr, kb, len(kb), policy, _BLOCKING,
+                                   self._events.near_count(), v)
             if rc != 0:
-                return NEAR_PASS if rc == NEAR_PASS else None  # None: a kept not-found
+                # None: a kept not-found
+                return NEAR_NOT_SERVED if rc == NEAR_NOT_SERVED else None
             try:
                 return ffi.unpack(v.data, v.len)
             finally:
                 lib.xf_value_free(v)
         finally:
             if spare:
-                if rc == NEAR_PASS:  # its draw's election: the call's (Pool.enter)
+                if rc == NEAR_NOT_SERVED:  # its draw's election: the call's (Pool.enter)
                     pool.tls.spare = conn
                 else:
                     pool.near_done(conn)
@@ -501,7 +502,7 @@ class Cache(LateSetup):
         kb = key_bytes(key)
         if self._near:
             value = self._near_serve(kb, ffi.NULL)
-            if value is not NEAR_PASS:
+            if value is not NEAR_NOT_SERVED:
                 return value
         conn, saved = self._pool.enter()
         v = conn.value

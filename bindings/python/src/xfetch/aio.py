@@ -25,7 +25,7 @@ from ._refresh import log_failure
 from ._aio_link import Links
 from ._aio_tls import context
 from ._aio_many import get_many
-from ._core import (NEAR_PASS, Config, call_error, check_loader, check_not_loading,
+from ._core import (NEAR_NOT_SERVED, Config, call_error, check_loader, check_not_loading,
                     check_value, disabled, enabled_now, key_bytes, near_value, outcome,
                     stats_of, value_of, _loading)
 from ._errors import check
@@ -252,20 +252,20 @@ class Cache(LateSetup):
                                         e))[0]
 
     def _near_serve(self, kb, policy):
-        """C xf__near_serve (policy NULL: a get), before anything is awaited:
-        the value of a near hit (None: a kept not-found), or NEAR_PASS: make
-        the call (a draw that elected an early refresh is kept for it)."""
+        """C xf_near_serve (policy NULL: a get), before anything is awaited:
+        the value of a near hit (None: a kept not-found), or NEAR_NOT_SERVED:
+        make the call (a draw that elected an early refresh is kept for it)."""
         v = self._value
-        rc = lib.xf__near_serve(self._client, kb, len(kb), policy, _CALL,
-                                self._config.events.near_count(), v)
-        return NEAR_PASS if rc == NEAR_PASS else near_value(rc, v)
+        rc = lib.xf_near_serve(self._client, kb, len(kb), policy, _CALL,
+                               self._config.events.near_count(), v)
+        return NEAR_NOT_SERVED if rc == NEAR_NOT_SERVED else near_value(rc, v)
 
     async def _run(self, key, loader, policy, lease):
         kb = self._start(key)
         check_loader(loader)
         if self._near and self._enabled and not policy.ntags:  # tagged: versions first (C)
             value = self._near_serve(kb, policy)
-            if value is not NEAR_PASS:
+            if value is not NEAR_NOT_SERVED:
                 return Fetched(value, None if value is None else "cache")
         out = self._callp
         check(lib.xf_call_start(out, self._client, kb, len(kb), policy, now_ms()))
@@ -366,7 +366,7 @@ class Cache(LateSetup):
         kb = self._start(key)
         if self._near and self._enabled:
             value = self._near_serve(kb, ffi.NULL)
-            if value is not NEAR_PASS:
+            if value is not NEAR_NOT_SERVED:
                 return value
         out = ffi.new("xf_call **")
         check(lib.xf_call_start_get(out, self._client, kb, len(kb), now_ms()))
