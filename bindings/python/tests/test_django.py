@@ -110,6 +110,36 @@ def test_get_or_set(dj):
     assert dj.get_or_set("none", lambda: None) is None and dj.has_key("none")
 
 
+class Unpicklable:
+    def __reduce__(self):
+        raise pickle.PickleError("no")
+
+
+def test_edges_django_documents(dj):
+    dj.set_many({"a": 1, "b": 2})
+    assert dj.get_many(iter(["a", "b", "absent"])) == {"a": 1, "b": 2}  # any iterable
+    dj.set("null", None)
+    with pytest.raises(TypeError):
+        dj.incr("null")  # None + 1
+    for call in (lambda: dj.set("u", Unpicklable()), lambda: dj.add("u", Unpicklable()),
+                 lambda: dj.set_many({"u": Unpicklable()})):
+        with pytest.raises(pickle.PickleError):
+            call()
+    assert not dj.has_key("u")
+    blob = bytes(range(256)) * 40
+    dj.set("blob", blob, 100.5)  # a float timeout
+    assert dj.get("blob") == blob
+    dj.set("Iñtërnâtiônàlizætiøn", "ünïcode")
+    assert dj.get("Iñtërnâtiônàlizætiøn") == "ünïcode"
+    dj.delete_many([])
+    assert dj.set_many({}) == []
+    with pytest.raises(TypeError):
+        dj.get_or_set("no default")  # default is required, as in BaseCache
+    dj.set_many({"x": 1, "y": 2}, timeout=1)
+    time.sleep(1.5)  # a 1 s timeout, read 0.5 s past it (a sleep never returns early)
+    assert dj.get_many(["x", "y"]) == {} and dj.add("x", "again") is True
+
+
 def test_touch(dj, admin):
     dj.set("k", "v", timeout=10)
     assert dj.touch("k", 100) is True

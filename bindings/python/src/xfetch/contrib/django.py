@@ -83,16 +83,17 @@ def _options(options: dict) -> tuple[dict, float | None]:
     return kw, refresh_ahead
 
 
-def _shared_cache(url: str, kw: dict) -> xfetch.Cache:
-    """One xfetch.Cache per LOCATION and OPTIONS in the process: Django makes
-    a backend per thread, and they share its connections, near cache and
-    single-flight. A closed one is replaced."""
+def _shared_cache(url: str, kw: dict) -> tuple[xfetch.Cache, ForeignKeys]:
+    """One xfetch.Cache (and one ForeignKeys) per LOCATION and OPTIONS in the
+    process: Django makes a backend per thread, and they share its
+    connections, near cache and single-flight. A closed one is replaced."""
     key = (url, tuple(sorted((k, repr(v)) for k, v in kw.items())))
     with _shared_lock:
-        cache = _shared.get(key)
-        if cache is None or getattr(cache, "_closed", True):
-            cache = _shared[key] = xfetch.Cache(url, **kw)
-        return cache
+        got = _shared.get(key)
+        if got is None or getattr(got[0], "_closed", True):
+            foreign = got[1] if got else ForeignKeys(url, {k: kw.get(k) for k in SSL_NAMES})
+            got = _shared[key] = (xfetch.Cache(url, **kw), foreign)
+        return got
 
 
 class XFetchCache(BaseCache):
@@ -108,14 +109,14 @@ class XFetchCache(BaseCache):
         self._url = location_url(server)
         self._kw, self._refresh_ahead = _options(params.get("OPTIONS") or {})
         self._namespace = bool(self._kw["namespace_tag"])
-        self._foreign = ForeignKeys(self._url, {k: self._kw.get(k) for k in SSL_NAMES})
-        self._xf = None
+        self._xf = self._foreign = None
 
     @property
     def xfetch(self) -> xfetch.Cache:
         xf = self._xf
         if xf is None or xf._closed:
-            xf = self._xf = _shared_cache(self._url, self._kw)
+            xf, self._foreign = _shared_cache(self._url, self._kw)
+            self._xf = xf
         return xf
 
     # ---- helpers ----------------------------------------------------------------
@@ -159,8 +160,14 @@ class XFetchCache(BaseCache):
         try:
             return write()
         except xfetch.WrongTypeError:
-            self._foreign.remove(k)
+            self._remove_foreign(k)
             return write()
+
+    def _remove_foreign(self, k):
+        """DEL of k, a key another program wrote (see _foreign)."""
+        if self._foreign is None or self._xf is None:
+            self.xfetch  # noqa: B018 - made with the xfetch.Cache it goes with
+        self._foreign.remove(k)
 
     @staticmethod
     def _value(data, default):
@@ -239,7 +246,7 @@ class XFetchCache(BaseCache):
         try:
             existed = self._read_strict(k) is not None
         except xfetch.WrongTypeError:
-            self._foreign.remove(k)
+            self._remove_foreign(k)
             return True
         self.xfetch.delete(k)
         return existed
