@@ -113,6 +113,15 @@ def test_clear_invalidates_the_prefix_only(face, server, admin, prefix):
     assert face.run(neighbour.fetch("k", face.loader(lambda: "n2"), ttl=60)) == ("n1", "cache")
 
 
+def test_an_invalidation_may_be_a_caches_first_call(face, server, admin, prefix):
+    """clear() and invalidate_tags() on a Cache that made no call yet (on
+    xfetch.aio: not yet on any event loop) work as any first call does."""
+    for first in (lambda c: c.clear(), lambda c: c.invalidate_tags(["t"])):
+        cache = face.Cache(server.url, prefix=prefix, namespace_tag=True)
+        face.run(first(cache))
+        assert face.run(cache.get_or_compute("k", face.loader(lambda: "v"), ttl=60)) == "v"
+
+
 def test_bad_tags_raise_before_any_io(face, server, admin, prefix):
     cache = face.Cache(server.url, prefix=prefix, seed=8)
     for bad, exc in (("one", TypeError), ([""], ValueError), ([1], TypeError),
