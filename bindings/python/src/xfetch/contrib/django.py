@@ -36,8 +36,8 @@ _shared: dict = {}
 _shared_lock = threading.Lock()
 
 
-def _not_found():
-    return None  # a read's loader: a miss computes nothing, caches nothing
+def _not_found(key):
+    return None  # get_many's loader: a miss computes nothing, caches nothing
 
 
 def location_url(location) -> str:
@@ -76,7 +76,7 @@ def _options(options: dict) -> tuple[dict, float | None]:
                                        "OPTIONS takes no serializer")
         kw[low] = value
     refresh_ahead = kw.pop("refresh_ahead", None)
-    kw["refresh_ahead"] = -1.0  # reads (get, get_many) never elect an early refresh
+    kw["refresh_ahead"] = -1.0  # get_many's reads never elect an early refresh
     kw.setdefault("namespace_tag", True)  # clear()
     kw.setdefault("background_refresh", False)  # the default callable runs in the call
     kw["serializer"] = "bytes"  # pickled here: None is a value to Django
@@ -145,15 +145,10 @@ class XFetchCache(BaseCache):
             return None
 
     def _read_strict(self, k):
-        """_read, raising WrongTypeError for a key another program wrote."""
-        xf = self.xfetch
-        if not self._namespace:
-            return xf.get(k)
-        # get ignores the namespace tag: a get-or-compute reads it, and its
-        # loader finds nothing (never elected early: beta 0; never waiting
-        # for another caller's load: wait 0)
-        return xf.get_or_compute(k, _not_found, 1.0, beta=0.0, wait=0.0, refresh_ahead=-1.0,
-                                 background_refresh=False)
+        """_read, raising WrongTypeError for a key another program wrote.
+        With namespace_tag, xfetch's get reads the namespace's version first
+        and misses an entry written before clear()."""
+        return self.xfetch.get(k)
 
     def _replacing(self, k, write):
         """write(), once more after removing k if another program wrote it."""
@@ -278,7 +273,10 @@ class XFetchCache(BaseCache):
         if not made:
             return {}
         try:
-            raw = self.xfetch.get_many(list(made), lambda k: None, 1.0, beta=0.0, wait=0.0,
+            # a get-or-compute per key whose loader finds nothing: never
+            # elected early (beta 0 and the Cache's refresh_ahead -1), never
+            # waiting for another caller's load (wait 0)
+            raw = self.xfetch.get_many(list(made), _not_found, 1.0, beta=0.0, wait=0.0,
                                        background_refresh=False)
         except xfetch.WrongTypeError:  # another program's key among them: one by one
             raw = {k: self._read(k) for k in made}
