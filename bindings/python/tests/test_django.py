@@ -143,7 +143,7 @@ def test_edges_django_documents(dj):
 def test_touch(dj, admin):
     dj.set("k", "v", timeout=10)
     assert dj.touch("k", 100) is True
-    assert 90_000 < admin.pttl("site:1:k") <= 100_000
+    assert 90_000 < admin.pttl("site:1:k") <= 100_000  # 10 s of margin for a stall
     assert dj.touch("absent", 100) is False
     assert dj.touch("k", 0) is True and dj.get("k") is None
 
@@ -152,7 +152,8 @@ def test_timeouts_have_djangos_meaning(server, admin):
     with configured(default={"LOCATION": server.url, "TIMEOUT": 30}):
         c = caches["default"]
         c.set("default", 1)
-        assert 25_000 < admin.pttl(":1:default") <= 30_000  # TIMEOUT
+        # TIMEOUT; the margin (10 s) covers a stall between the set and the PTTL
+        assert 20_000 < admin.pttl(":1:default") <= 30_000
         c.set("five", 1, timeout=5)
         assert 0 < admin.pttl(":1:five") <= 5_000
         c.set("forever", 1, timeout=None)

@@ -183,8 +183,8 @@ class XFetchCache(BaseCache):
 
     def set(self, key, value, timeout=DEFAULT_TIMEOUT, version=None):
         k, ttl = self._key(key, version), self._ttl(timeout)
-        if ttl is None:
-            self._delete(k)
+        if ttl is None:  # expire at once
+            self._replacing(k, lambda: self.xfetch.delete(k))
             return
         data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
         self._replacing(k, lambda: self.xfetch.set(k, data, ttl))
@@ -211,8 +211,8 @@ class XFetchCache(BaseCache):
             return pickle.dumps(default() if callable(default) else default,
                                 pickle.HIGHEST_PROTOCOL)
         if ttl is None:  # nothing is stored: computed for this caller
-            data = self._read(k)
-            return self._value(data, None) if data is not None else pickle.loads(load())
+            value = self._value(self._read(k), BaseCache._missing_key)
+            return pickle.loads(load()) if value is BaseCache._missing_key else value
         data = self._replacing(k, lambda: self.xfetch.get_or_compute(
             k, load, ttl, refresh_ahead=self._refresh_ahead))
         try:
