@@ -1,56 +1,18 @@
-"""xfetch.contrib.django.XFetchCache: Django's cache API (as Django 3.2
-documents it for BaseCache) on a real redis-server, a TLS server and a 3+3
-Redis Cluster; get_or_set stampede-safe across threads and processes; the
-migration from django-redis on the same Redis; cache_page, template fragment
-caching and cache sessions unchanged. Skipped when Django is not installed."""
-import os
+"""xfetch.contrib.django.XFetchCache on a real redis-server: Django's cache
+API as Django 3.2 documents it for BaseCache (values, timeouts, versions, key
+functions, OPTIONS), clear() (this backend's namespace only, in every
+process), and cache_page, template fragment caching and cache sessions on it
+unchanged. Skipped when Django is not installed. Stampedes, the migration
+from django-redis, TLS and Redis Cluster: test_django_fleet.py."""
 import pickle
-import subprocess
-import sys
-import textwrap
-import threading
 import time
-import uuid
 
 import pytest
-import redis
 
-django = pytest.importorskip("django")
-
-from django.conf import settings  # noqa: E402
-
-if not settings.configured:
-    settings.configure(
-        SECRET_KEY="xfetch-tests", ALLOWED_HOSTS=["testserver"], USE_TZ=True,
-        INSTALLED_APPS=["django.contrib.sessions"],
-        CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
-        SESSION_ENGINE="django.contrib.sessions.backends.cache",
-        TEMPLATES=[{"BACKEND": "django.template.backends.django.DjangoTemplates"}])
-    django.setup()
+from django_setup import configured, dj, django, _run_django  # noqa: F401 (dj: a fixture)
 
 from django.core.cache import caches  # noqa: E402
 from django.core.cache.backends.base import CacheKeyWarning  # noqa: E402
-from django.test import override_settings  # noqa: E402
-
-import xfetch  # noqa: E402
-import xfetch.testing  # noqa: E402
-from isolation import kept  # noqa: E402
-from test_tls import tls  # noqa: E402,F401  (the TLS servers' fixture)
-
-BACKEND = "xfetch.contrib.django.XFetchCache"
-
-
-def configured(**aliases):
-    """override_settings(CACHES=...) with each alias' settings; Django drops
-    its cache handlers on the change, so caches[alias] is made anew."""
-    return override_settings(CACHES={
-        alias: dict({"BACKEND": BACKEND}, **conf) for alias, conf in aliases.items()})
-
-
-@pytest.fixture
-def dj(server, admin):
-    with configured(default={"LOCATION": server.url, "KEY_PREFIX": "site"}):
-        yield caches["default"]
 
 
 # ---- the API -----------------------------------------------------------------------
@@ -245,158 +207,6 @@ def test_clear_reaches_another_process(server, admin):
         assert c.get("k") is None
 
 
-# ---- stampedes ---------------------------------------------------------------------
-
-
-def test_get_or_set_16_threads_on_a_cold_key_load_once(dj):
-    loads = []
-
-    def load():
-        loads.append(1)
-        time.sleep(0.3)
-        return {"v": 1}
-    barrier = threading.Barrier(16)
-    out = []
-
-    def one():
-        c = caches["default"]  # each thread its own backend, as Django makes them
-        barrier.wait()
-        out.append(c.get_or_set("cold", load, 60))
-    threads = [threading.Thread(target=one) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    # the waiters wait up to 5 s (xfetch's wait) for a 0.3 s load: 16x margin
-    assert out == [{"v": 1}] * 16 and len(loads) == 1
-
-
-def test_of_many_concurrent_adds_one_wins(dj):
-    barrier = threading.Barrier(8)
-    won = []
-
-    def one(i):
-        c = caches["default"]
-        barrier.wait()
-        won.append((c.add("slot", i), i))
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    winners = [i for ok, i in won if ok]
-    assert len(winners) == 1 and dj.get("slot") == winners[0]
-
-
-STAMPEDE = """
-    import threading, time, redis
-    from django.core.cache import caches
-    url, tag = sys.argv[1], sys.argv[2]
-    admin = redis.Redis.from_url(url)
-
-    def load():
-        admin.incr(tag + ":loads")
-        time.sleep(LOAD_S)
-        return {"v": 1}
-    out = []
-
-    def one():
-        c = caches["default"]
-        admin.incr(tag + ":ready")
-        while not admin.exists(tag + ":go"):
-            time.sleep(0.001)
-        out.append(c.get_or_set("cold", load, 60))
-    threads = [threading.Thread(target=one) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert out == [{"v": 1}] * 16, out
-"""
-
-
-def _run_django(url, body, backend=BACKEND, args=(), wait=True):
-    """A child interpreter with settings.configure(CACHES default = backend
-    on url) running body; argv[1] is url."""
-    script = textwrap.dedent("""
-        import sys, django
-        from django.conf import settings
-        settings.configure(CACHES={"default": {"BACKEND": %r, "LOCATION": sys.argv[1]}})
-        django.setup()
-    """ % backend) + textwrap.dedent(body)
-    proc = subprocess.Popen([sys.executable, "-c", script, url, *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if not wait:
-        return proc
-    out, err = proc.communicate(timeout=60)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def stampede(url, backend, load_s):
-    """16 threads in each of 2 processes call get_or_set on one cold key at
-    once (released together by a key on Redis); returns the loads counted."""
-    tag = f"stampede-{uuid.uuid4().hex[:8]}"
-    admin = redis.Redis.from_url(url)
-    body = STAMPEDE.replace("LOAD_S", repr(load_s))
-    procs = [_run_django(url, body, backend, (tag,), wait=False) for _ in range(2)]
-    deadline = time.monotonic() + 60
-    while int(admin.get(tag + ":ready") or 0) < 32 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    admin.set(tag + ":go", 1)
-    for p in procs:
-        out, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err
-    return int(admin.get(tag + ":loads") or 0)
-
-
-def test_get_or_set_is_one_load_across_two_processes(server, admin):
-    """xfetch: 1 load for 32 callers in 2 processes. The same harness on
-    django-redis' get_or_set (get, compute, add) loads more than once: the
-    32 callers are released together and a load takes 1 s, so every caller
-    that reads before the first add (1 s later) loads. xfetch's waiters wait
-    up to 5 s for a 0.3 s load (16x margin)."""
-    loads = stampede(server.url, BACKEND, 0.3)
-    print(f"\nget_or_set, 16 threads x 2 processes, one cold key: xfetch {loads} load(s)")
-    assert loads == 1
-    admin.flushall()
-    naive = stampede(server.url, "django_redis.cache.RedisCache", 1.0)
-    print(f"django-redis {naive} loads")
-    assert naive >= 2
-
-
-# ---- django-redis on the same Redis ------------------------------------------------
-
-
-def test_migrating_from_django_redis(server, admin):
-    pytest.importorskip("django_redis")
-    with configured(default={"LOCATION": server.url, "KEY_PREFIX": "site"},
-                    old={"BACKEND": "django_redis.cache.RedisCache",
-                         "LOCATION": server.url, "KEY_PREFIX": "site"}):
-        c, old = caches["default"], caches["old"]
-        old.set("obj", {"a": 1})
-        old.set("num", 5)  # django-redis stores ints unpickled
-        old.set("gone", "x")
-        old.set("added", "x")
-        old.set("computed", "x")
-        assert admin.exists("site:1:obj")  # the same names as ours
-        assert c.get("obj", "dflt") == "dflt" and c.get("num") is None
-        assert not c.has_key("obj") and c.get_many(["obj", "num"]) == {}
-        assert c.touch("obj", 10) is False
-        with pytest.raises(ValueError):
-            c.incr("num")
-        c.set("obj", {"a": 2})  # an explicit set replaces it
-        assert c.get("obj") == {"a": 2}
-        assert c.add("added", "mine") is True and c.get("added") == "mine"
-        assert c.get_or_set("computed", "ours") == "ours" and c.get("computed") == "ours"
-        assert c.delete("gone") is True and not admin.exists("site:1:gone")
-        old.set("m1", 1)
-        old.set("m2", 2)
-        c.set("m3", 3)
-        c.delete_many(["m1", "m2", "m3"])
-        assert not admin.exists("site:1:m1", "site:1:m2") and c.get("m3") is None
-        assert admin.get("site:1:num") == b"5"  # never touched by a read
-
-
 # ---- Django features on the backend ------------------------------------------------
 
 
@@ -440,57 +250,6 @@ def test_cache_sessions(dj):
     assert not s.exists(key) and SessionStore(s.session_key)["cart"] == [1, 2]
     s.flush()
     assert SessionStore(s.session_key).get("cart") is None
-
-
-# ---- TLS and Redis Cluster ---------------------------------------------------------
-
-
-def test_over_tls(tls):
-    d, ports = tls
-    url = f"rediss://127.0.0.1:{ports['tls']}/0"
-    side = redis.Redis(port=ports["tls"], ssl=True, ssl_ca_certs=f"{d}/ca.crt")
-    prefix = f"tls{uuid.uuid4().hex[:6]}"
-    side.set(f"{prefix}:1:foreign", "x")
-    with configured(default={"LOCATION": url, "KEY_PREFIX": prefix,
-                             "OPTIONS": {"ssl_ca_certs": f"{d}/ca.crt", "prefix": prefix}}):
-        c = caches["default"]
-        c.set("k", {"v": 1})
-        assert c.get("k") == {"v": 1} and c.get_or_set("g", "x") == "x"
-        assert c.get("foreign") is None
-        c.set("foreign", "mine")  # removed over TLS, then written
-        assert c.get("foreign") == "mine"
-        c.clear()
-        assert c.get_many(["k", "g", "foreign"]) == {}
-    side.close()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with kept(), xfetch.testing.RedisCluster(masters=3, replicas=1) as c:
-        yield c
-
-
-def test_on_a_redis_cluster_across_slots(cluster):
-    from redis.cluster import RedisCluster
-    seeds = [f"redis://127.0.0.1:{p}" for p in cluster.ports[:3]]
-    rc = RedisCluster(host="127.0.0.1", port=cluster.ports[0])
-    prefix = f"c{uuid.uuid4().hex[:6]}"
-    rc.set(f"{prefix}:1:foreign", "x")
-    with configured(default={"LOCATION": seeds, "KEY_PREFIX": prefix}):
-        c = caches["default"]
-        data = {f"k{i}": i for i in range(24)}
-        masters = {rc.get_node_from_key(f"{prefix}:1:{k}").name for k in data}
-        assert len(masters) == 3  # the keys span every master
-        c.set_many(data)
-        assert c.get_many(list(data) + ["foreign"]) == data
-        c.delete_many([f"k{i}" for i in range(12)] + ["foreign"])
-        assert c.get_many(list(data)) == {f"k{i}": i for i in range(12, 24)}
-        assert not rc.exists(f"{prefix}:1:foreign")
-        assert c.get_or_set("g", lambda: "computed") == "computed"
-        c.clear()
-        assert c.get_many(list(data) + ["g"]) == {}
-        assert c.add("k1", "again") is True
-    rc.close()
 
 
 def test_unreadable_values_are_misses(dj, admin):
