@@ -152,10 +152,14 @@ def test_options_reach_xfetch_and_close_keeps_it_usable(server, admin):
                                          "MAX_ENTRIES": 10}}):
         c = caches["default"]
         c.set("k", "v")
-        assert c.get("k") == "v" and c.get("k") == "v"
         c.close()  # Django's request_finished: the connections stay pooled
-        assert c.get("k") == "v"
-        assert c.xfetch.stats()["near_hits"] >= 1
+        # read until a near hit, within a bound: a hit goes to Redis while
+        # invalidations wait to be read (a loaded machine)
+        deadline = time.monotonic() + 5
+        while c.xfetch.stats()["near_hits"] == 0:
+            assert c.get("k") == "v"
+            assert time.monotonic() < deadline, "never a near hit"
+            time.sleep(0.001)
         assert "near" in {e.type for e in events}
 
 
