@@ -28,6 +28,20 @@ def test_values_round_trip_and_misses_return_the_default(dj, admin):
     assert "k" in dj and dj.has_key("k") and not dj.has_key("absent")
 
 
+def test_a_missed_read_writes_nothing(dj, admin):
+    """get, has_key and get_many of absent keys only read (no lease taken and
+    released per key as a get-or-compute would)."""
+    dj.get("warm")  # the namespace's version made
+    before = admin.info("commandstats")
+    for i in range(5):
+        assert dj.get(f"absent{i}") is None and not dj.has_key(f"absent{i}")
+    after = admin.info("commandstats")
+    writes = {k: after[k]["calls"] - before.get(k, {"calls": 0})["calls"] for k in after
+              if k.split("_", 1)[1].split("|")[0] in ("set", "del", "evalsha", "setrange")}
+    assert not any(writes.values()), writes
+    assert admin.keys("site:*") == []
+
+
 def test_add_stores_only_when_absent(dj):
     assert dj.add("k", "first") is True
     assert dj.add("k", "second") is False
