@@ -121,6 +121,8 @@ def test_touch(dj, admin):
     assert dj.touch("k", 100) is True
     assert 90_000 < admin.pttl("site:1:k") <= 100_000  # 10 s of margin for a stall
     assert dj.touch("absent", 100) is False
+    assert dj.touch("k", None) is True
+    assert admin.pttl("site:1:k") > 30 * 365 * 86400 * 1000  # None: forever (34 years)
     assert dj.touch("k", 0) is True and dj.get("k") is None
 
 
@@ -146,6 +148,20 @@ def test_timeouts_have_djangos_meaning(server, admin):
     with configured(default={"LOCATION": server.url, "TIMEOUT": None}):
         caches["default"].set("k", 1)
         assert admin.pttl(":1:k") > 30 * 365 * 86400 * 1000
+
+
+@pytest.mark.parametrize("where", ["unix", "list"])
+def test_locations(server, admin, where):
+    """LOCATION: a unix:// URL, or a list of seeds (here one server's); a key
+    another program wrote is replaced through the same place."""
+    location = server.unix_url if where == "unix" else [f"127.0.0.1:{server.port}"]
+    admin.set(":1:foreign", "x")
+    with configured(default={"LOCATION": location}):
+        c = caches["default"]
+        c.set("k", where)
+        assert c.get("k") == where and admin.exists(":1:k")
+        c.set("foreign", where)
+        assert c.get("foreign") == where
 
 
 def test_key_function_and_validation(server, admin):
