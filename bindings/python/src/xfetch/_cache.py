@@ -522,7 +522,7 @@ class Cache(LateSetup):
                  ttl: Any = None, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
                  stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                  jitter: float = 0.0, on_wait_timeout: str = "load", batch: bool = False,
-                 background_refresh: bool | None = None,
+                 background_refresh: bool | None = None, refresh_ahead: float | None = None,
                  tags: Iterable[str] | None = None) -> dict[Key, Any]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
@@ -537,12 +537,13 @@ class Cache(LateSetup):
         Cache's share), not loaded again. background_refresh is accepted
         and has no effect: the batch refreshes in the call. Values go
         through the Cache's serializer; ones it refuses are computed again.
-        tags: get_or_compute's, for every key."""
+        refresh_ahead, tags: get_or_compute's, for every key."""
         return self._get_many_with(self._codec, keys, loader, ttl, beta, lease=lease,
                                    wait=wait, stale=stale, stale_if_error=stale_if_error,
                                    negative_ttl=negative_ttl, jitter=jitter,
                                    on_wait_timeout=on_wait_timeout, batch=batch,
-                                   background_refresh=background_refresh, tags=tags)
+                                   background_refresh=background_refresh,
+                                   refresh_ahead=refresh_ahead, tags=tags)
 
     def _get_many_with(self, codec, keys, loader, ttl=None, beta=1.0, *, batch=False,
                        **policy):
@@ -553,14 +554,17 @@ class Cache(LateSetup):
     def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                       stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
                       on_wait_timeout="load", batch=False, background_refresh=None,
-                      tags=None):
+                      refresh_ahead=None, tags=None):
         originals = {}
         for k in keys:
             originals.setdefault(key_bytes(k), k)
         check_loader(loader)
         # in the batch: the refresh threads run zero-argument loaders
+        if refresh_ahead is None:
+            refresh_ahead = self._config.refresh_ahead
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout, False))
+                                     negative_ttl, jitter, on_wait_timeout, False,
+                                     refresh_ahead))
         policy = tagged(policy, tag_names(tags))
         n = len(originals)
         if n == 0:

@@ -166,15 +166,20 @@ class Cache(LateSetup):
     def _start(self, key):
         """The key's bytes, with the loop and own-key checks every call makes."""
         kb = key_bytes(key)
-        if self._links.loop is not asyncio.get_running_loop():
-            self._links.bind()
+        self._ready()
         if _loading.get():
             check_not_loading(self._config.namespace, kb, key)
+        return kb
+
+    def _ready(self):
+        """What every call checks first: the running loop (bound to it) and
+        the enabled switch (read by the C call as it starts)."""
+        if self._links.loop is not asyncio.get_running_loop():
+            self._links.bind()
         enabled = enabled_now(self._config)
-        if enabled is not self._enabled:  # read by the C call as it starts
+        if enabled is not self._enabled:
             self._enabled = enabled
             lib.xf_client_set_enabled(self._client, 1 if enabled else 0)
-        return kb
 
     # ---- get-or-compute -------------------------------------------------------
 
@@ -404,6 +409,7 @@ class Cache(LateSetup):
         if not names:
             return
         array, keep = tag_array(names)
+        self._ready()
         out = ffi.new("xf_call **")
         check(lib.xf_call_start_invalidate_tags(out, self._client, array, len(names),
                                                 now_ms()), self._client)
@@ -414,6 +420,7 @@ class Cache(LateSetup):
         """xfetch.Cache.clear, awaited (xf_call_start_clear_namespace)."""
         if not self._config.namespace_tag:
             raise ValueError("clear() needs setup(..., namespace_tag=True)")
+        self._ready()
         out = ffi.new("xf_call **")
         check(lib.xf_call_start_clear_namespace(out, self._client, now_ms()), self._client)
         await self._oneshot(out[0])
