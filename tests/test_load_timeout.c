@@ -103,6 +103,8 @@ static void soft_timeout_serves_stale(int driver, const char *key) {
   cr_expect_geq(took, TIMEOUT_MS);
   cr_expect_leq(took, CALL_BOUND_MS, "%s: the caller waited %lld ms", driver_names[driver],
                 (long long)took);
+  if (d.c) /* the loader still runs, on a worker of the share */
+    cr_expect_eq(xf_load_moved(d.c), 1);
   xf_value_free(&v);
   lands(key, "new");
   cr_expect_eq(xft_loader_calls(&l), 1);
@@ -158,6 +160,7 @@ Test(load_timeout, a_load_in_time_is_the_callers) {
   cr_assert_eq(get_or_compute(&d, "lt:quick", &p, &l, &v), XF_OK);
   cr_expect_str_eq(v.data, "quick");
   cr_expect_eq(v.source, XF_SOURCE_LOADER);
+  cr_expect_eq(xf_load_moved(d.c), 0);
   xf_value_free(&v);
   cr_assert_eq(get_or_compute(&d, "lt:quick", &p, &l, &v), XF_OK);
   cr_expect_eq(v.source, XF_SOURCE_CACHE);
