@@ -12,9 +12,9 @@ import pytest
 import xfetch
 
 # A lease and a loader twice as long. Renewals go every third of the lease
-# (~167 ms): one may come ~330 ms late on a busy machine before the lease
-# runs out.
-LEASE = 0.5
+# (~333 ms): one may come ~660 ms late on a busy machine before the lease
+# runs out (as test_renew.c: 500 ms leases lost a lease beside two CPU loops).
+LEASE = 1.0
 LOAD = 2 * LEASE
 
 
@@ -111,9 +111,9 @@ def test_a_killed_holder_frees_the_key_within_its_lease(face, server, admin, pre
     freed = time.monotonic() - killed
     assert got == (b"mine", "loader")
     # Within the lease (the last renewal came at most a third of it before
-    # the kill), plus the waiter's poll (50 ms at most) and 250 ms for a busy
+    # the kill), plus the waiter's poll (50 ms at most) and 650 ms for a busy
     # machine.
-    assert freed <= LEASE + 0.3, f"loaded again {freed:.3f} s after the kill"
+    assert freed <= LEASE + 0.7, f"loaded again {freed:.3f} s after the kill"
 
 
 @pytest.mark.parametrize("max_load", [-1.0, float("nan"), "1"])
