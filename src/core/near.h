@@ -41,10 +41,12 @@ typedef struct xf__track {
 
 /* The tags' versions (flow_tags.c) are kept as near entries of their own
  * keys, "<prefix>xf-tag:{<name>}" and "<prefix>xf-ns". The near cache
- * counts every invalidation or drop of such a key, and every node drop, in
- * its tag epoch: an entry whose tag record was found current under the
- * versions kept at epoch E (its stamp) is current while the epoch is still
- * E, so a warm tagged hit needs no lookup of its versions. */
+ * counts every invalidation or drop of such a key in its tag epoch: an
+ * entry whose tag record was found current under the versions kept at
+ * epoch E (its stamp) is current while the epoch is still E, so a warm
+ * tagged hit needs no lookup of its versions. A stamp is only made when
+ * every version is tracked on the entry's node, so a drop of that node
+ * (a flush, a lost connection) takes the entry with it. */
 #define XF__TAG_OPEN "xf-tag:{"
 #define XF__NS_TAG "xf-ns"
 

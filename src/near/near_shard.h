@@ -69,7 +69,7 @@ struct xf__near {
   size_t nnotify;  /* every invalidation; nnotify read __atomic first */
   uint64_t seq;    /* invalidations and drops so far (__atomic) */
   uint64_t invalidations, evictions;
-  uint64_t tag_epoch; /* tags' keys invalidated and nodes dropped (near.h), from 1
+  uint64_t tag_epoch; /* tags' keys invalidated or dropped (near.h), from 1
                          (__atomic) */
   struct xf__near_tracker *tracker;
   struct xf__near_log *log; /* XF_EV_INVALIDATION's (near_events.c) */

@@ -91,7 +91,6 @@ struct xf__near_log *xf__near_log(struct xf__near *n) {
 
 void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc) {
   xf__near_log_add(n->log, NULL, 0, node, rc);
-  __atomic_add_fetch(&n->tag_epoch, 1, __ATOMIC_ACQ_REL); /* every stamp: its versions */
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&node->drop_seq, seq, __ATOMIC_RELEASE);
   __atomic_store_n(&n->drop_seq, seq, __ATOMIC_RELEASE);
