@@ -2,10 +2,10 @@
  * Redis): a warm tagged hit sends nothing and checks the near cache's news
  * once, as an untagged hit does; an invalidation from another client is
  * seen by the next call; a tracking connection killed, or a FLUSHALL, makes
- * the versions read again; on every driver (op_drivers.h: the sans-I/O call
- * over the test's own socket is not tracked, so it keeps reading the
- * versions each call). The tag scripts are loaded with the others at
- * connection setup. Each test on a redis-server of its own. */
+ * the versions read again; on every driver (op_drivers.h); xf_near_serve
+ * serves a stamped tagged hit, never a namespace client's get. The tag
+ * scripts are loaded with the others at connection setup. Each test on a
+ * redis-server of its own. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
@@ -113,13 +113,13 @@ static xf_source call(env *e, const char *key, xft_op_loader *l, char *value, si
 
 /* Calls key until a call is served from the cache without a command
  * (bounded: BOUND_MS; the event loops arm tracking once their invalidation
- * connection is open). The drivers without tracking: until a cache hit. */
-static void warm(env *e, int driver, const char *key, xft_op_loader *l) {
+ * connection is open). */
+static void warm(env *e, const char *key, xft_op_loader *l) {
   int64_t until = xft_now_ms() + BOUND_MS;
   for (;;) {
     long long sent;
     xf_source s = call(e, key, l, NULL, 0, &sent);
-    if (s == XF_SOURCE_CACHE && (sent == 0 || driver == XFT_CALL))
+    if (s == XF_SOURCE_CACHE && sent == 0)
       return;
     cr_assert(xft_now_ms() < until, "%s: never a hit sending nothing", key);
   }
@@ -131,13 +131,12 @@ ParameterizedTestParameters(tags_near, a_warm_tagged_hit_sends_nothing) {
 }
 
 /* While tracking holds, a warm hit on a 2-tag entry sends no command: not
- * its entry's read, not its tags' versions. The sans-I/O call (its wire is
- * the test's, untracked) sends the versions' GETs and the entry's read. */
+ * its entry's read, not its tags' versions. */
 ParameterizedTest(int *driver, tags_near, a_warm_tagged_hit_sends_nothing) {
   env e;
   env_open(&e, *driver);
   xft_op_loader l = {0};
-  warm(&e, *driver, "tn:hit", &l);
+  warm(&e, "tn:hit", &l);
   int sent_some = 0;
   long long total = 0;
   for (int i = 0; i < HITS; i++) {
@@ -146,12 +145,8 @@ ParameterizedTest(int *driver, tags_near, a_warm_tagged_hit_sends_nothing) {
     sent_some += sent > 0;
     total += sent;
   }
-  if (*driver == XFT_CALL)
-    cr_expect_eq(sent_some, HITS, "%s: %d of %d hits read the versions",
-                 xft_driver_names[*driver], sent_some, HITS);
-  else
-    cr_expect(sent_some <= MAY_MISS, "%s: %d of %d hits sent commands (%lld)",
-              xft_driver_names[*driver], sent_some, HITS, total);
+  cr_expect(sent_some <= MAY_MISS, "%s: %d of %d hits sent commands (%lld)",
+            xft_driver_names[*driver], sent_some, HITS, total);
   cr_expect_eq(l.calls, 1, "loaded once");
   env_close(&e);
 }
@@ -169,7 +164,7 @@ ParameterizedTest(int *driver, tags_near, another_clients_invalidation_is_seen_a
   env e;
   env_open(&e, *driver);
   xft_op_loader l = {0};
-  warm(&e, *driver, "tn:inv", &l);
+  warm(&e, "tn:inv", &l);
   for (int round = 0; round < 3; round++) {
     cr_assert_eq(xf_invalidate_tags(e.other, TAGS + round % 2, 1), XF_OK, "%s",
                  xf_errmsg(e.other));
@@ -177,7 +172,7 @@ ParameterizedTest(int *driver, tags_near, another_clients_invalidation_is_seen_a
     cr_expect_eq(call(&e, "tn:inv", &l, value, sizeof value, NULL), XF_SOURCE_LOADER,
                  "%s: round %d: served %s after the invalidation returned",
                  xft_driver_names[*driver], round, value);
-    warm(&e, *driver, "tn:inv", &l);
+    warm(&e, "tn:inv", &l);
   }
   cr_expect_eq(l.calls, 4);
   env_close(&e);
@@ -193,8 +188,7 @@ ParameterizedTestParameters(tags_near, a_lost_tracking_connection_makes_the_vers
  * another client, which Redis can no longer tell this process: the next
  * call must not serve the entry (the versions are read again; a call on a
  * killed connection may fail open: a load too), and once tracking is set up
- * again (bounded) a warm hit sends nothing. The sans-I/O call's data
- * connection is the test's own: not killed. */
+ * again (bounded) a warm hit sends nothing. */
 ParameterizedTest(int *driver, tags_near,
                   a_lost_tracking_connection_makes_the_versions_read) {
   env e;
@@ -202,9 +196,8 @@ ParameterizedTest(int *driver, tags_near,
   xft_op_loader l = {0};
   static const char *const kills[] = {"CLIENT KILL TYPE pubsub",
                                       "CLIENT KILL TYPE normal SKIPME yes"};
-  int nkills = *driver == XFT_CALL ? 1 : 2; /* the call's wire is the test's own */
-  for (int k = 0; k < nkills; k++) {
-    warm(&e, *driver, "tn:kill", &l);
+  for (int k = 0; k < 2; k++) {
+    warm(&e, "tn:kill", &l);
     char before[16];
     cr_assert_eq(call(&e, "tn:kill", &l, before, sizeof before, NULL), XF_SOURCE_CACHE);
     freeReplyObject(xft_cmd(e.raw, kills[k]));
@@ -215,7 +208,7 @@ ParameterizedTest(int *driver, tags_near,
               "%s: %s: served %s (source %d) after the invalidation returned",
               xft_driver_names[*driver], kills[k], value, s);
   }
-  warm(&e, *driver, "tn:kill", &l);
+  warm(&e, "tn:kill", &l);
   env_close(&e);
 }
 
@@ -231,16 +224,16 @@ ParameterizedTest(int *driver, tags_near, a_flushall_makes_the_versions_read) {
   env e;
   env_open(&e, *driver);
   xft_op_loader l = {0};
-  warm(&e, *driver, "tn:flush", &l);
+  warm(&e, "tn:flush", &l);
   freeReplyObject(xft_cmd(e.raw, "FLUSHALL"));
   long long evals = xft_command_calls(e.raw, "evalsha");
   cr_expect_eq(call(&e, "tn:flush", &l, NULL, 0, NULL), XF_SOURCE_LOADER);
   cr_expect_geq(xft_command_calls(e.raw, "evalsha") - evals, 2,
                 "%s: both tags' keys made again", xft_driver_names[*driver]);
-  warm(&e, *driver, "tn:flush", &l);
+  warm(&e, "tn:flush", &l);
   cr_assert_eq(xf_invalidate_tags(e.other, TAGS, 1), XF_OK, "%s", xf_errmsg(e.other));
   cr_expect_eq(call(&e, "tn:flush", &l, NULL, 0, NULL), XF_SOURCE_LOADER);
-  warm(&e, *driver, "tn:flush", &l);
+  warm(&e, "tn:flush", &l);
   env_close(&e);
 }
 
@@ -256,7 +249,7 @@ Test(tags_near, a_warm_tagged_near_hit_checks_news_once) {
   env e;
   env_open(&e, XFT_BLOCKING);
   xft_op_loader l = {0};
-  warm(&e, XFT_BLOCKING, "tn:check", &l);
+  warm(&e, "tn:check", &l);
   xf__near_test_on_check = count_check;
   int once = 0;
   for (int i = 0; i < HITS; i++) {
@@ -304,4 +297,59 @@ Test(tags_near, the_tag_scripts_are_loaded_at_connection_setup) {
   xft_drv_close(d);
   redisFree(raw);
   xft_server_stop(&srv);
+}
+
+/* ---- xf_near_serve (a near hit without a call) ------------------------------------ */
+
+/* xf_near_serve serves a tagged get-or-compute whose entry is stamped (after
+ * one call, the versions all kept) and nothing after an invalidation from
+ * another client (fenced: no wait); a namespace client's get (policy NULL)
+ * never: its namespace's version is read by the call first. */
+Test(tags_near, xf_near_serve_serves_a_stamped_tagged_hit_and_no_namespace_get) {
+  env e;
+  env_open(&e, XFT_BLOCKING);
+  xft_op_loader l = {0};
+  warm(&e, "tn:serve", &l);
+  xf_client *served_on = near_client(e.srv.port, e.share, NULL, NULL);
+  xf_policy p = tagged();
+  xf_value v;
+  int rc = XF_NEAR_NOT_SERVED;
+  for (int i = 0; i < 3 && rc == XF_NEAR_NOT_SERVED; i++) /* MAY_MISS's reason */
+    rc = xf_near_serve(served_on, "tn:serve", 8, &p, XF_DRIVER_BLOCKING, NULL, &v);
+  cr_assert_eq(rc, XF_OK, "a stamped tagged hit not served: %d", rc);
+  xf_value_free(&v);
+  cr_assert_eq(xf_invalidate_tags(e.other, TAGS + 1, 1), XF_OK, "%s", xf_errmsg(e.other));
+  cr_expect_eq(xf_near_serve(served_on, "tn:serve", 8, &p, XF_DRIVER_BLOCKING, NULL, &v),
+               XF_NEAR_NOT_SERVED, "served after the invalidation returned");
+  xf_client_close(served_on);
+  env_close(&e);
+
+  /* a namespace client: its get kept, then the namespace cleared elsewhere */
+  env_open(&e, XFT_BLOCKING);
+  xf_options o = e.o;
+  o.namespace_tag = 1;
+  xf_client *ns, *ns_other;
+  cr_assert_eq(xf_client_open(&ns, &o), XF_OK);
+  o.share = NULL;
+  cr_assert_eq(xf_client_open(&ns_other, &o), XF_OK);
+  xf_policy q = XF_POLICY_INIT;
+  q.ttl_ms = 3600000;
+  cr_assert_eq(xf_set(ns, "tn:ns", 5, "v", 1, &q), XF_OK, "%s", xf_errmsg(ns));
+  int64_t until = xft_now_ms() + BOUND_MS;
+  uint64_t hits = 0;
+  while (hits == 0) { /* until a get is a near hit */
+    cr_assert_eq(xf_get(ns, "tn:ns", 5, &v), XF_OK, "%s", xf_errmsg(ns));
+    xf_value_free(&v);
+    xf_stats st;
+    xf_client_stats(ns, &st);
+    hits = st.near_hits;
+    cr_assert_lt(xft_now_ms(), until, "never a near hit");
+  }
+  cr_assert_eq(xf_clear_namespace(ns_other), XF_OK, "%s", xf_errmsg(ns_other));
+  cr_expect_eq(xf_near_serve(ns, "tn:ns", 5, NULL, XF_DRIVER_BLOCKING, NULL, &v),
+               XF_NEAR_NOT_SERVED, "a namespace client's get served without its version");
+  cr_expect_eq(xf_get(ns, "tn:ns", 5, &v), XF_ENOTFOUND, "cleared");
+  xf_client_close(ns);
+  xf_client_close(ns_other);
+  env_close(&e);
 }

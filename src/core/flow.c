@@ -226,11 +226,11 @@ int xf__flow_begin_near(xf__flow *f, const char *key, size_t keylen, const xf_po
                         xf_value *out, uint64_t *count, int64_t now_ms) {
   const xf__config *cfg = f->cfg;
   xf__runtime *rt = f->rt;
-  if (!rt->ports.near || rt->disabled)
-    return 0;
+  if (!rt->ports.near || rt->disabled || (!p && cfg->namespace_tag))
+    return 0; /* a namespace client's get reads its namespace's version first */
   /* A tagged call: only an entry stamped current for its tags (else its
-   * versions first: the call, not this path); a get has none. */
-  int tagged = p ? (cfg->namespace_tag || p->ntags) : 0;
+   * versions first: the call, not this path). */
+  int tagged = p && (cfg->namespace_tag || p->ntags);
   xf__kind kind = p ? XF_KIND_GET_OR_COMPUTE : XF_KIND_GET;
   int rc = begin(f, kind, key, keylen, p, out, XF_OK, now_ms);
   f->near_count = count;
