@@ -4,6 +4,7 @@ the arguments), invalidate_tags() and clear(); an entry loaded before an
 invalidation is never served fresh after it returns, and one whose load an
 invalidation overlapped neither; untagged entries and other tags are
 untouched; a tagged hot key loads once per episode."""
+import threading
 import time
 
 import pytest
@@ -256,6 +257,55 @@ def test_a_warm_tagged_near_hit_sends_nothing_until_tracking_is_lost(face, serve
         assert call() == 4
     finally:
         writer.close()
+
+
+def test_a_warm_tagged_near_hit_needs_no_connection(face, server, admin, prefix):
+    # max_connections=1, held by a load of another key (sync face): a warm
+    # tagged hit (its entry known current for its tags) is served at once,
+    # as an untagged one is; RELEASE_S bounds a failure (the hit then waits)
+    RELEASE_S = 10.0
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20, max_connections=1,
+                      background_refresh=False, refresh_ahead=-1)
+    tags = ["na", "nb"]
+    load = face.loader(lambda: b"v")
+
+    def hot():  # beta 0: never elected to refresh early
+        return face.run(near.get_or_compute("hot", load, ttl=60, beta=0.0, tags=tags))
+
+    deadline, in_a_row = time.monotonic() + 5, 0
+    while in_a_row < 2:  # the first near hit makes it known current, the next uses that
+        before = near.stats()["near_hits"]
+        assert hot() == b"v"
+        in_a_row = in_a_row + 1 if near.stats()["near_hits"] > before else 0
+        assert time.monotonic() < deadline, "never two tagged near hits in a row"
+    if face.aio:  # one client, no pool: served before anything is awaited
+        before = near.stats()["near_hits"]
+        assert hot() == b"v"
+        assert near.stats()["near_hits"] == before + 1
+        return
+    gate, started = threading.Event(), threading.Semaphore(0)
+    watchdog = threading.Timer(RELEASE_S, gate.set)
+    watchdog.start()
+
+    def held():
+        started.release()
+        gate.wait()
+        return b"slow"
+
+    def load_holding_the_connection():
+        with near.disabled():  # holds its connection, sends nothing
+            near.get_or_compute("slow", held, 60)
+    t = threading.Thread(target=load_holding_the_connection)
+    t.start()
+    assert started.acquire(timeout=RELEASE_S)
+    got = hot()
+    still_held = not gate.is_set()
+    gate.set()
+    watchdog.cancel()
+    t.join()
+    watchdog.join()
+    assert got == b"v"
+    assert still_held, f"the tagged near hit waited for a connection ({RELEASE_S} s)"
 
 
 def test_get_many_with_tags(face, server, admin, prefix):
