@@ -1,0 +1,2 @@
+"""Integrations of xfetch with web frameworks: xfetch.contrib.django (a Django cache
+backend)."""
