@@ -7,19 +7,22 @@ requests on a cold item."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import time
+from typing import Annotated
 
 import pytest
 
 pytest.importorskip("fastapi")
 
 import httpx  # noqa: E402
-from fastapi import BackgroundTasks, Depends, FastAPI, HTTPException, Request  # noqa: E402
+from fastapi import (BackgroundTasks, Depends, FastAPI, HTTPException, Request,  # noqa: E402
+                     Security)
 from fastapi.testclient import TestClient  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
@@ -137,6 +140,46 @@ def test_cached_keys_by_request_arguments_not_dependencies(server, admin, prefix
         asyncio_run_in(client, svc.item.invalidate(item_id=1, q="a"))  # a tombstone: a miss
         assert client.get("/items/1?q=a").json()["name"] == "item 1 a"
         assert svc.runs == 6
+
+
+class Color(str, enum.Enum):
+    red = "red"
+    blue = "blue"
+
+
+async def _colored(item_id: int, request: Request, color: Color = Color.red):
+    return {"id": item_id, "color": color}
+
+
+def test_fastapi_reads_the_endpoints_own_parameters(server, prefix):
+    # the wrapper shows FastAPI the endpoint's signature, its string
+    # annotations (Color) resolved in the endpoint's module
+    cache = xfetch.aio.Cache(ttl=60)
+    app = FastAPI()
+    install(app, cache, server.url, prefix=prefix)
+    app.get("/colored/{item_id}")(cached(cache)(_colored))
+    op = app.openapi()["paths"]["/colored/{item_id}"]["get"]
+    assert {(p["name"], p["in"]) for p in op["parameters"]} == {("item_id", "path"),
+                                                              ("color", "query")}
+    assert op["operationId"].startswith("_colored_")
+    with TestClient(app) as client:
+        assert client.get("/colored/2?color=blue").json() == {"id": 2, "color": "blue"}
+        assert client.get("/colored/2?color=green").status_code == 422
+
+
+def _db():
+    return object()
+
+
+async def _annotated_dependency(item_id: int, db: Annotated[object, Depends(_db)],
+                                key: Annotated[str, Security(_db)] = "x"):
+    return item_id
+
+
+def test_annotated_and_security_dependencies_are_not_keyed():
+    endpoint = cached(xfetch.aio.Cache(), ttl=60)(_annotated_dependency)
+    assert endpoint.key(item_id=1) == endpoint.key(item_id=1, db=object(), key="y") == \
+        "test_fastapi._annotated_dependency(item_id=1)"
 
 
 def asyncio_run_in(client, coro):
