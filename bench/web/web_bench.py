@@ -4,7 +4,8 @@ throwaway redis-server, loaded by wrk on one hot item across several ttl
 expiries. For each variant: requests/s, p50/p99 latency (wrk), and the
 item queries PostgreSQL ran (pg_stat_statements), in total and per ttl.
 Variants: the service without a cache (XFETCH_ENABLED=0), xfetch defaults,
-xfetch with the near cache, naive redis-py cache-aside (naive_service.py).
+xfetch with the near cache, and two baselines (baseline_service.py): naive
+redis-py cache-aside and Django's get_or_set on django-redis.
 Writes web.csv (queries over time) and web_queries.png (gnuplot) in --out.
 
 Run by `scripts/bench --web` (which installs what it needs)."""
@@ -35,6 +36,7 @@ VARIANTS = [  # name, path, environment
     ("xfetch defaults", "/items/1", {}),
     ("xfetch + near cache", "/items/1", {"XFETCH_NEAR_CACHE_BYTES": str(1 << 20)}),
     ("naive cache-aside", "/naive/items/1", {}),
+    ("django-redis get_or_set", "/django/items/1", {}),
 ]
 
 
@@ -46,7 +48,7 @@ def free_port():
 
 def start_service(env, port):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "naive_service:app", "--app-dir", HERE, "--host",
+        [sys.executable, "-m", "uvicorn", "baseline_service:app", "--app-dir", HERE, "--host",
          "127.0.0.1", "--port", str(port), "--workers", "2", "--log-level", "warning",
          "--no-access-log"],
         env=dict(os.environ, PYTHONPATH=EXAMPLES, **env),
@@ -146,7 +148,7 @@ def plot(results, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=int, default=12, help="wrk duration per variant")
+    ap.add_argument("--seconds", type=int, default=10, help="wrk duration per variant")
     ap.add_argument("--ttl", type=float, default=2.0, help="the item's ttl, seconds")
     ap.add_argument("--query-ms", type=float, default=50.0, help="the item query's time")
     ap.add_argument("--threads", type=int, default=2)
@@ -171,10 +173,10 @@ def main():
           f"{args.query_ms:g} ms (pg_sleep), ttl {args.ttl:g} s, wrk -t{args.threads} "
           f"-c{args.connections} -d{args.seconds}s on one hot item "
           f"({args.seconds / args.ttl:g} ttls)")
-    print(f"{'variant':<22}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'queries':>9}"
+    print(f"{'variant':<25}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'queries':>9}"
           f"{'per ttl':>9}{'non-2xx':>9}")
     for r in results:
-        print(f"{r['name']:<22}{r['rps']:>9.0f}{r['p50']:>9.2f}{r['p99']:>9.2f}"
+        print(f"{r['name']:<25}{r['rps']:>9.0f}{r['p50']:>9.2f}{r['p99']:>9.2f}"
               f"{r['queries']:>9}{r['per_ttl']:>9.2f}{r['errors']:>9}")
     by = {r["name"]: r for r in results}
     xf, naive = by["xfetch defaults"], by["naive cache-aside"]

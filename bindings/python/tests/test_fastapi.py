@@ -47,9 +47,10 @@ class Service:
         self.cache = xfetch.aio.Cache(ttl="1m")
         self.app = app = FastAPI()
         self.events = []
-        app.router.on_startup.append(lambda: self.events.append(("startup", self.cache.is_set_up)))
-        app.router.on_shutdown.append(lambda: self.events.append(("shutdown",
-                                                                  self.cache.stats()["connections"])))
+        app.router.on_startup.append(
+            lambda: self.events.append(("startup", self.cache.is_set_up)))
+        app.router.on_shutdown.append(
+            lambda: self.events.append(("shutdown", self.cache.stats()["connections"])))
         install(app, self.cache, url, prefix=prefix)
 
         def session(request: Request):
