@@ -112,6 +112,23 @@ def test_get_cache_hands_the_apps_cache_to_endpoints(server, admin, prefix):
     assert admin.exists(prefix + "seen")
 
 
+def test_install_works_on_a_starlette_app(server, admin, prefix):
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def home(request):
+        cache = get_cache(request)
+        return JSONResponse({"n": await cache.get_or_compute("n", lambda: 7)})
+
+    cache = xfetch.aio.Cache(ttl=60)
+    app = Starlette(routes=[Route("/", home)])
+    install(app, cache, server.url, prefix=prefix)
+    with TestClient(app) as client:
+        assert client.get("/").json() == {"n": 7}
+    assert admin.exists(prefix + "n") and cache.stats()["connections"] == 0
+
+
 def test_get_cache_without_install_says_so():
     app = FastAPI()
 
