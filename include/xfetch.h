@@ -37,6 +37,7 @@
 #include "xfetch/stats.h"
 #include "xfetch/refresh.h"
 #include "xfetch/call.h"
+#include "xfetch/near.h"
 #include "xfetch/pool.h"
 #include "xfetch/async.h"
 /* clang-format on */

@@ -9,6 +9,8 @@
 #include <xfetch_libevent.h>
 #include <xfetch_libuv.h>
 
+#include "link_net.h"
+
 const char *const xft_driver_names[XFT_NDRIVERS] = {"blocking", "pool", "async", "call",
                                                     "async-libuv"};
 
@@ -19,9 +21,8 @@ struct xft_drv {
   xf_async *ac;
   struct event_base *base; /* async on libevent */
   uv_loop_t *uv;           /* async on libuv */
-  redisContext *sock;      /* the call's wire: only its descriptor is used */
-  xf_reader *rd;
-  xf_async_load *pending; /* an async load its loader left for the test */
+  xft_net net;             /* the call's link and its socket */
+  xf_async_load *pending;  /* an async load its loader left for the test */
   xft_op_loader *pending_l;
   char errmsg[256];
 };
@@ -46,9 +47,9 @@ xft_drv *xft_drv_open(int driver, const xf_options *o) {
     break;
   case XFT_CALL:
     co.lazy_connect = 1;
-    d->sock = xft_redis_port(co.port);
-    cr_assert_eq(xf_reader_open(&d->rd), XF_OK);
-    /* fall through */
+    cr_assert_eq(xf_client_open(&d->c, &co), XF_OK);
+    d->net = xft_net_open(d->c, co.port, 0);
+    break;
   default:
     cr_assert_eq(xf_client_open(&d->c, &co), XF_OK);
   }
@@ -65,11 +66,22 @@ void xft_drv_close(xft_drv *d) {
     free(d->uv);
   }
   xf_pool_close(d->pool);
+  if (d->net.link)
+    xft_net_close(&d->net);
   xf_client_close(d->c);
-  xf_reader_close(d->rd);
-  if (d->sock)
-    redisFree(d->sock);
   free(d);
+}
+
+void xft_drv_stats(const xft_drv *d, xf_stats *out) {
+  if (d->pool) {
+    xf_pool_info info;
+    xf_pool_stats(d->pool, &info);
+    *out = info.clients;
+  } else if (d->ac) {
+    xf_async_stats(d->ac, out);
+  } else {
+    xf_client_stats(d->c, out);
+  }
 }
 
 const char *xft_drv_errmsg(const xft_drv *d) { return d->errmsg; }
@@ -156,32 +168,7 @@ static int async_run(xft_drv *d, async_wait *w, int start_rc, xft_op_loader *l) 
   return w->rc;
 }
 
-/* ---- the sans-I/O call over the test's socket --------------------------------- */
-
-/* Writes the call's request and reads its replies (xf_call_target says how
- * many): the last one, the others freed. */
-static xf_reply *exchange(xft_drv *d, const xf_call *call) {
-  int n = xf_call_target(call, NULL, NULL);
-  cr_assert_geq(n, 1);
-  size_t len;
-  const char *req = xf_call_request(call, &len);
-  cr_assert_not_null(req);
-  cr_assert_eq(write(d->sock->fd, req, len), (ssize_t)len);
-  xf_reply *reply = NULL;
-  for (int got = 0; got < n;) {
-    cr_assert_eq(xf_reader_next(d->rd, &reply), XF_OK);
-    if (reply) {
-      if (++got < n)
-        xf_reply_free(reply);
-      continue;
-    }
-    char buf[4096];
-    ssize_t r = read(d->sock->fd, buf, sizeof buf);
-    cr_assert_gt(r, 0);
-    cr_assert_eq(xf_reader_feed(d->rd, buf, (size_t)r), XF_OK);
-  }
-  return reply;
-}
+/* ---- the sans-I/O call on a link over the test's socket ----------------------- */
 
 /* Runs *callp (set by the start whose code is start_rc: an argument, so read
  * after the start) to its end; its code. */
@@ -191,7 +178,7 @@ static int call_run(xft_drv *d, int start_rc, xf_call **callp, xft_op_loader *l,
   xf_call *call = *callp;
   for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
     if (step == XF_CALL_SEND) {
-      step = xf_call_reply(call, exchange(d, call), xft_now_ms());
+      step = xft_net_exchange(&d->net, call);
     } else if (step == XF_CALL_LOAD) {
       cr_assert_not_null(l, "a load without a loader");
       l->calls++;

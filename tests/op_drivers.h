@@ -1,7 +1,7 @@
 /* Every driver behind one face, for tests that run the same assertions on
  * each: the blocking client, the pool, the event loop (xf_async on libevent
- * and on libuv) and the sans-I/O call (driven here over a plain socket to
- * the server).
+ * and on libuv) and the sans-I/O call (on a link, over a plain socket to the
+ * server: link_net.h).
  * Each operation runs to its end before it returns, whatever the driver. */
 #ifndef XFT_OP_DRIVERS_H
 #define XFT_OP_DRIVERS_H
@@ -45,6 +45,9 @@ int xft_drv_invalidate_tags(xft_drv *d, const char *const *tags, size_t n);
 int xft_drv_has_batch(int driver);
 int xft_drv_many(xft_drv *d, size_t n, const char *const *keys, const xf_policy *p,
                  xft_op_loader *l, xf_value *values, int *rcs);
+
+/* The handle's counters (the pool's: its clients' summed). */
+void xft_drv_stats(const xft_drv *d, xf_stats *out);
 
 /* The message of the handle's last failed operation. */
 const char *xft_drv_errmsg(const xft_drv *d);

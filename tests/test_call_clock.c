@@ -1,10 +1,10 @@
-/* GET-priced hits through the sans-I/O call (xf_call_conn_*, xf_call_use_conn):
- * a driver that keeps one estimate of the server's clock per connection
- * reads with one plain command (HMGET, GET) once it is fresh, and the
- * estimate's bounds hold when the driver's clock is an hour off or jumps
- * (test_clock.c's behaviours for the blocking driver, through the call). A
- * driver that does not say its connection keeps the read script. Each test
- * counts commands on a redis-server of its own (INFO commandstats). */
+/* GET-priced hits through the sans-I/O call on a link (xf_link_*): the link
+ * keeps the estimate of its server's clock, so a read is one plain command
+ * (HMGET, GET) once it is fresh, and the estimate's bounds hold when the
+ * driver's clock is an hour off or jumps (test_clock.c's behaviours for the
+ * blocking driver, through the call). A driver that answers calls by hand
+ * keeps the read script. Each test counts commands on a redis-server of its
+ * own (INFO commandstats). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
@@ -13,31 +13,37 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "link_net.h"
 
-/* A driver's connection: a socket, its reply parser and (opted in) its
- * estimate; skew_ms is added to every now_ms the driver gives. */
+/* A driver's connection: a link (net.link) or, answered by hand, a socket
+ * and its reply parser; net.skew_ms is added to every now_ms the driver
+ * gives. */
 typedef struct wire {
-  redisContext *sock; /* only its file descriptor is used */
+  xft_net net;
+  redisContext *sock; /* by hand: only its file descriptor is used */
   xf_reader *reader;
-  xf_call_conn *conn; /* NULL: the driver does not say its connection */
-  int64_t skew_ms;
 } wire;
 
-static wire open_wire(int port, int opted_in) {
-  wire w = {.sock = xft_redis_port(port)};
-  cr_assert_eq(xf_reader_open(&w.reader), XF_OK);
-  if (opted_in)
-    cr_assert_eq(xf_call_conn_open(&w.conn), XF_OK);
+static wire open_wire(xf_client *c, int port, int on_link) {
+  wire w = {.net = {.fd = -1}};
+  if (on_link) {
+    w.net = xft_net_open(c, port, 0);
+  } else {
+    w.sock = xft_redis_port(port);
+    cr_assert_eq(xf_reader_open(&w.reader), XF_OK);
+  }
   return w;
 }
 
 static void close_wire(wire *w) {
-  xf_call_conn_close(w->conn);
+  if (w->net.link)
+    xft_net_close(&w->net);
   xf_reader_close(w->reader);
-  redisFree(w->sock);
+  if (w->sock)
+    redisFree(w->sock);
 }
 
-static int64_t now(const wire *w) { return xft_now_ms() + w->skew_ms; }
+static int64_t now(const wire *w) { return xft_net_now(&w->net); }
 
 /* Writes the call's request and reads until its reply is complete. */
 static xf_reply *exchange(wire *w, const xf_call *call) {
@@ -55,10 +61,10 @@ static int drive(wire *w, xf_client *c, const char *key, const xf_policy *p, gen
   xf_call *call;
   cr_assert_eq(xf_call_start(&call, c, key, strlen(key), p, now(w)), XF_OK);
   for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
-    if (step == XF_CALL_SEND) {
+    if (step == XF_CALL_SEND && w->net.link) {
+      step = xft_net_exchange(&w->net, call);
+    } else if (step == XF_CALL_SEND) {
       cr_assert_eq(xf_call_target(call, NULL, NULL), 1);
-      if (w->conn)
-        cr_assert_eq(xf_call_use_conn(call, w->conn, now(w)), XF_OK);
       step = xf_call_reply(call, exchange(w, call), now(w));
     } else if (step == XF_CALL_LOAD) {
       int64_t t0 = xft_now_ms();
@@ -76,10 +82,10 @@ static int drive(wire *w, xf_client *c, const char *key, const xf_policy *p, gen
   return rc;
 }
 
-static xf_client *config_client(int format) {
+static xf_client *config_client(int port, int format) {
   xf_options o = XF_OPTIONS_INIT;
   o.lazy_connect = 1;
-  o.port = 1; /* never used for I/O: the wire goes to the test's server */
+  o.port = port; /* never used for I/O by the client: the wire's */
   o.seed = 3;
   o.entry_format = format;
   xf_client *c;
@@ -96,31 +102,24 @@ static counts count(redisContext *r, int format) {
                   xft_command_calls(r, format == XF_ENTRY_STRING ? "get" : "hmget")};
 }
 
-/* Whether the call's request holds cmd (its name, as a RESP bulk string). */
-static int sends(const xf_call *call, const char *cmd) {
-  size_t len;
-  const char *req = xf_call_request(call, &len);
-  return req && memmem(req, len, cmd, strlen(cmd)) != NULL;
-}
-
 /* ---- what a hit costs ----------------------------------------------------------- */
 
 #define HITS 200
 
-/* N hits through an opted-in connection cost ~N plain reads and a script
- * per refresh of the estimate (0.5 s); without it, N scripts (as before). */
+/* N hits through a link cost ~N plain reads and a script per refresh of the
+ * estimate (0.5 s); answered by hand, N scripts. */
 static void hits_cost_plain_reads(int format) {
   xft_server srv;
   cr_assert_eq(xft_server_start(&srv, NULL), 0);
   redisContext *r = xft_redis_port(srv.port);
-  xf_client *c = config_client(format);
+  xf_client *c = config_client(srv.port, format);
   xf_policy p = XF_POLICY_INIT;
   p.beta = 0;           /* no early refresh: every call after the first is a hit */
   long long inner = -1; /* plain reads each read script runs (commandstats counts them) */
-  for (int opted_in = 0; opted_in <= 1; opted_in++) {
-    wire w = open_wire(srv.port, opted_in);
+  for (int on_link = 0; on_link <= 1; on_link++) {
+    wire w = open_wire(c, srv.port, on_link);
     char key[32];
-    snprintf(key, sizeof key, "cc:hits:%d", opted_in);
+    snprintf(key, sizeof key, "cc:hits:%d", on_link);
     gen g = {0};
     xf_value v;
     cr_assert_eq(drive(&w, c, key, &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
@@ -136,13 +135,13 @@ static void hits_cost_plain_reads(int format) {
     long long refreshes = (xft_now_ms() - t0) / 500 + 2;
     counts after = count(r, format);
     long long scripts = after.scripts - before.scripts, plain = after.plain - before.plain;
-    if (opted_in) {
+    if (on_link) {
       plain -= scripts * inner; /* the driver's own */
       cr_expect_leq(scripts, refreshes, "%lld scripts for %d hits", scripts, HITS);
       cr_expect_geq(plain, HITS - refreshes, "%lld plain reads for %d hits", plain, HITS);
       cr_expect_eq(scripts + plain, HITS, "one command per hit");
     } else {
-      cr_assert_eq(scripts, HITS, "no connection said: the read script, every hit");
+      cr_assert_eq(scripts, HITS, "answered by hand: the read script, every hit");
       cr_assert_eq(plain % HITS, 0, "%lld plain reads, all in scripts", plain);
       inner = plain / HITS;
     }
@@ -159,166 +158,6 @@ Test(call_clock, hits_are_one_get_each_on_format_2) {
   hits_cost_plain_reads(XF_ENTRY_STRING);
 }
 
-/* The request changes with the connection said: the script on a connection
- * whose estimate is unknown (new, or reset: maybe another server), the plain
- * read on one whose estimate is fresh; a reply that comes in after the
- * estimate aged past use is not judged with it: the call asks the server. */
-Test(call_clock, the_request_follows_the_connections_estimate) {
-  xft_server srv;
-  cr_assert_eq(xft_server_start(&srv, NULL), 0);
-  xf_client *c = config_client(XF_ENTRY_HASH);
-  xf_policy p = XF_POLICY_INIT;
-  p.beta = 0;
-  wire w = open_wire(srv.port, 1);
-  gen g = {0};
-  xf_value v;
-  cr_assert_eq(drive(&w, c, "cc:req", &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
-  xf_value_free(&v);
-  xf_call *call;
-  cr_assert_eq(xf_call_start(&call, c, "cc:req", 6, &p, now(&w)), XF_OK);
-  cr_assert_eq(xf_call_next(call), XF_CALL_SEND);
-  cr_expect(sends(call, "EVALSHA_RO"), "no connection said yet: the script");
-  cr_assert_eq(xf_call_use_conn(call, w.conn, now(&w)), XF_OK);
-  cr_expect(sends(call, "HMGET"), "fresh: HMGET");
-  xf_call_conn *cold;
-  cr_assert_eq(xf_call_conn_open(&cold), XF_OK);
-  cr_assert_eq(xf_call_use_conn(call, cold, now(&w)), XF_OK);
-  cr_expect(sends(call, "EVALSHA_RO"),
-            "another connection, nothing known: the script again");
-  cr_assert_eq(xf_call_use_conn(call, w.conn, now(&w)), XF_OK);
-  xf_reply *reply = exchange(&w, call);
-  /* The reply read 1.5 s later (a stalled driver): the estimate is too old. */
-  cr_assert_eq(xf_call_reply(call, reply, now(&w) + 1500), XF_CALL_SEND);
-  cr_expect(sends(call, "EVALSHA_RO"), "asked again with the script");
-  cr_assert_eq(xf_call_use_conn(call, w.conn, now(&w) + 1500), XF_OK);
-  cr_expect(sends(call, "EVALSHA_RO"));
-  cr_assert_eq(xf_call_reply(call, exchange(&w, call), now(&w) + 1500), XF_CALL_DONE);
-  cr_assert_eq(xf_call_result(call, &v), XF_OK, "%s", xf_call_errmsg(call));
-  cr_expect_str_eq(v.data, "g1");
-  cr_expect_eq(v.source, XF_SOURCE_CACHE);
-  xf_value_free(&v);
-  xf_call_free(call);
-  xf_call_conn_reset(w.conn); /* reconnected: the next read asks again */
-  cr_assert_eq(xf_call_start(&call, c, "cc:req", 6, &p, now(&w)), XF_OK);
-  cr_assert_eq(xf_call_use_conn(call, w.conn, now(&w)), XF_OK);
-  cr_expect(sends(call, "EVALSHA_RO"));
-  xf_call_free(call);
-  xf_call_conn_close(cold);
-  close_wire(&w);
-  xf_client_close(c);
-  xft_server_stop(&srv);
-}
-
-/* Reads one reply from the wire (its bytes already written). */
-static xf_reply *next_reply(wire *w) {
-  for (;;) {
-    xf_reply *reply;
-    cr_assert_eq(xf_reader_next(w->reader, &reply), XF_OK);
-    if (reply)
-      return reply;
-    char buf[4096];
-    ssize_t n = read(w->sock->fd, buf, sizeof buf);
-    cr_assert_gt(n, 0);
-    cr_assert_eq(xf_reader_feed(w->reader, buf, (size_t)n), XF_OK);
-  }
-}
-
-#define PIPELINED 10
-
-/* Calls pipelined on a connection whose estimate is unknown: the first read
- * is the script, the ones behind it plain (its reply, fed first, teaches the
- * clock). Fed out of order, a plain read's reply finds no estimate yet: its
- * call asks again with the script, and serves right. */
-Test(call_clock, one_script_per_connection_per_refresh_however_many_in_flight) {
-  xft_server srv;
-  cr_assert_eq(xft_server_start(&srv, NULL), 0);
-  redisContext *r = xft_redis_port(srv.port);
-  xf_client *c = config_client(XF_ENTRY_HASH);
-  xf_policy p = XF_POLICY_INIT;
-  p.beta = 0;
-  wire w = open_wire(srv.port, 1);
-  gen g = {0};
-  xf_value v;
-  cr_assert_eq(drive(&w, c, "cc:pipe", &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
-  xf_value_free(&v);
-  for (int reversed = 0; reversed < 2; reversed++) {
-    xf_call_conn_reset(w.conn); /* reconnected: nothing known */
-    counts before = count(r, XF_ENTRY_HASH);
-    int n = reversed ? 2 : PIPELINED;
-    xf_call *calls[PIPELINED];
-    xf_reply *replies[PIPELINED];
-    for (int i = 0; i < n; i++) {
-      cr_assert_eq(xf_call_start(&calls[i], c, "cc:pipe", 7, &p, now(&w)), XF_OK);
-      cr_assert_eq(xf_call_use_conn(calls[i], w.conn, now(&w)), XF_OK);
-      cr_expect(sends(calls[i], i == 0 ? "EVALSHA_RO" : "HMGET"), "call %d", i);
-      size_t len;
-      const char *req = xf_call_request(calls[i], &len);
-      cr_assert_eq(write(w.sock->fd, req, len), (ssize_t)len);
-    }
-    for (int i = 0; i < n; i++)
-      replies[i] = next_reply(&w);
-    for (int k = 0; k < n; k++) {
-      int i = reversed ? n - 1 - k : k;
-      xf_call_step step = xf_call_reply(calls[i], replies[i], now(&w));
-      if (reversed && i == 1) { /* judged before the script taught the clock */
-        cr_assert_eq(step, XF_CALL_SEND);
-        cr_expect(sends(calls[i], "EVALSHA_RO"), "asked again with the script");
-        continue;
-      }
-      cr_assert_eq(step, XF_CALL_DONE, "call %d", i);
-    }
-    if (reversed) { /* the re-asked call, the estimate now fresh */
-      cr_assert_eq(xf_call_use_conn(calls[1], w.conn, now(&w)), XF_OK);
-      size_t len;
-      const char *req = xf_call_request(calls[1], &len);
-      cr_assert_eq(write(w.sock->fd, req, len), (ssize_t)len);
-      cr_assert_eq(xf_call_reply(calls[1], next_reply(&w), now(&w)), XF_CALL_DONE);
-    }
-    for (int i = 0; i < n; i++) {
-      cr_assert_eq(xf_call_result(calls[i], &v), XF_OK, "%s", xf_call_errmsg(calls[i]));
-      cr_expect_str_eq(v.data, "g1");
-      cr_expect_eq(v.source, XF_SOURCE_CACHE);
-      xf_value_free(&v);
-      xf_call_free(calls[i]);
-    }
-    counts after = count(r, XF_ENTRY_HASH);
-    if (!reversed)
-      cr_expect_eq(after.scripts - before.scripts, 1, "one script for %d reads", n);
-  }
-  close_wire(&w);
-  xf_client_close(c);
-  redisFree(r);
-  xft_server_stop(&srv);
-}
-
-Test(call_clock, use_conn_refuses_what_it_cannot_use) {
-  xf_client *c = config_client(XF_ENTRY_HASH);
-  xf_call_conn *conn;
-  cr_assert_eq(xf_call_conn_open(&conn), XF_OK);
-  cr_expect_eq(xf_call_conn_open(NULL), XF_EINVAL);
-  xf_call *call;
-  xf_policy p = XF_POLICY_INIT;
-  cr_assert_eq(xf_call_start(&call, c, "cc:bad", 6, &p, xft_now_ms()), XF_OK);
-  cr_expect_eq(xf_call_use_conn(NULL, conn, 0), XF_EINVAL);
-  cr_expect_eq(xf_call_use_conn(call, NULL, 0), XF_EINVAL);
-  xf_call_free(call);
-  /* A write's bytes are the same on any connection. */
-  cr_assert_eq(xf_call_start_set(&call, c, "cc:bad", 6, "v", 1, &p, xft_now_ms()), XF_OK);
-  size_t len, len2;
-  const char *before = xf_call_request(call, &len);
-  char *copy = malloc(len);
-  memcpy(copy, before, len);
-  cr_expect_eq(xf_call_use_conn(call, conn, xft_now_ms()), XF_OK);
-  const char *after = xf_call_request(call, &len2);
-  cr_expect(len2 == len && memcmp(copy, after, len) == 0);
-  free(copy);
-  xf_call_free(call);
-  xf_call_conn_reset(NULL);
-  xf_call_conn_close(conn);
-  xf_call_conn_close(NULL);
-  xf_client_close(c);
-}
-
 /* ---- a driver whose clock is off, or jumps ---------------------------------------- */
 
 #define MAX_GEN 4096
@@ -332,8 +171,8 @@ static void hammer(const char *key, int ms, const int64_t *skews, int nskews) {
   xft_server srv;
   cr_assert_eq(xft_server_start(&srv, NULL), 0);
   redisContext *r = xft_redis_port(srv.port);
-  xf_client *c = config_client(XF_ENTRY_HASH);
-  wire w = open_wire(srv.port, 1);
+  xf_client *c = config_client(srv.port, XF_ENTRY_HASH);
+  wire w = open_wire(c, srv.port, 1);
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 200;
   p.stale_ms = 0;
@@ -345,7 +184,7 @@ static void hammer(const char *key, int ms, const int64_t *skews, int nskews) {
   counts before = count(r, XF_ENTRY_HASH);
   int64_t start = xft_now_ms();
   for (int64_t t = start; t - start < ms; t = xft_now_ms()) {
-    w.skew_ms = skews[(t - start) * nskews / ms];
+    w.net.skew_ms = skews[(t - start) * nskews / ms];
     xf_value v;
     int64_t called = xft_now_ms();
     cr_assert_eq(drive(&w, c, key, &p, &g, &v), XF_OK, "%s", xf_errmsg(c));
@@ -400,9 +239,9 @@ static void dead_lease_expires(const char *key, int64_t skew) {
   xft_server srv;
   cr_assert_eq(xft_server_start(&srv, NULL), 0);
   redisContext *r = xft_redis_port(srv.port);
-  xf_client *c = config_client(XF_ENTRY_HASH);
-  wire w = open_wire(srv.port, 1);
-  w.skew_ms = skew;
+  xf_client *c = config_client(srv.port, XF_ENTRY_HASH);
+  wire w = open_wire(c, srv.port, 1);
+  w.net.skew_ms = skew;
   xf_policy p = XF_POLICY_INIT;
   p.wait_ms = 10000; /* a driver that misjudged the lease waits all of it, then fails */
   p.on_wait_timeout = XF_WAIT_FAIL;

@@ -14,6 +14,7 @@
 #include "cluster.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
+#include "link_net.h"
 #include "xfetch.h"
 
 #define HOST "127.0.0.1"
@@ -23,7 +24,7 @@ typedef struct wire {
   int port;
   redisContext *sock; /* only its file descriptor is used */
   xf_reader *reader;
-  xf_call_conn *conn; /* with use_conns: the estimate of its node's clock */
+  xft_net net; /* with links_of: a link, which keeps its node's clock estimate */
 } wire;
 
 /* The driver's clock: every call input carries it. */
@@ -35,7 +36,7 @@ static int64_t driver_ms(void) {
 
 static wire wires[MAX_WIRES];
 static int nwires, writes[MAX_WIRES];
-static int use_conns; /* the driver names each SEND's connection (xf_call_use_conn) */
+static xf_client *links_of; /* non-NULL: each server's wire is a link of this client */
 
 /* The driver's connection to host:port, opened on first use. */
 static wire *wire_to(const char *host, int port) {
@@ -48,20 +49,19 @@ static wire *wire_to(const char *host, int port) {
   w->port = port;
   w->sock = xft_cluster_redis(port);
   cr_assert_eq(xf_reader_open(&w->reader), XF_OK);
-  w->conn = NULL;
-  if (use_conns)
-    cr_assert_eq(xf_call_conn_open(&w->conn), XF_OK);
+  w->net = links_of ? xft_net_open(links_of, port, 0) : (xft_net){.fd = -1};
   return w;
 }
 
 static void close_wires(void) {
   for (int i = 0; i < nwires; i++) {
     xf_reader_close(wires[i].reader);
-    xf_call_conn_close(wires[i].conn);
+    if (wires[i].net.link)
+      xft_net_close(&wires[i].net);
     redisFree(wires[i].sock);
   }
   nwires = 0;
-  use_conns = 0;
+  links_of = NULL;
   memset(writes, 0, sizeof writes);
 }
 
@@ -86,8 +86,8 @@ static xf_call_step send_step(xf_call *call) {
   cr_assert_geq(n, 1);
   wire *w = wire_to(host, port);
   writes[w - wires]++;
-  if (w->conn)
-    cr_assert_eq(xf_call_use_conn(call, w->conn, driver_ms()), XF_OK);
+  if (w->net.link)
+    return xft_net_exchange(&w->net, call);
   size_t len;
   const char *req = xf_call_request(call, &len);
   cr_assert_eq(write(w->sock->fd, req, len), (ssize_t)len);
@@ -263,13 +263,12 @@ Test(call_cluster, replica_reads_go_to_the_replicas) {
   xf_client_close(w);
 }
 
-/* A driver that names each node's connection (xf_call_use_conn) reads a hit
- * with one plain read (GET; format 1: HMGET) on the key's master once that
- * connection's estimate of its node's clock is fresh; the first reads (the loads' misses)
- * taught it. */
-Test(call_cluster, hits_are_plain_reads_on_each_nodes_connection) {
-  use_conns = 1;
+/* A driver with one link per node reads a hit with one plain read (GET;
+ * format 1: HMGET) on the key's master once that link's estimate of its
+ * node's clock is fresh; the first reads (the loads' misses) taught it. */
+Test(call_cluster, hits_are_plain_reads_on_each_nodes_link) {
   xf_client *c = config_client(1, 0);
+  links_of = c;
   loads = 0;
   char key[32];
   for (int i = 0; i < 60; i++) {

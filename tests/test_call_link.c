@@ -4,83 +4,13 @@
  * resend after the server closed a working connection; the driver only
  * connects, moves bytes and says when the socket failed. */
 #include <criterion/criterion.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "entry_peek.h"
 #include "fixture.h"
+#include "link_net.h"
 #include "near_env.h"
-
-/* One link and its socket (-1: none). */
-typedef struct net {
-  xf_link *link;
-  int fd;
-  int connects; /* sockets opened */
-} net;
-
-static int dial(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static void drop_socket(net *n) {
-  if (n->fd >= 0)
-    close(n->fd);
-  n->fd = -1;
-}
-
-/* Moves bytes until a call is ready; returns it. */
-static xf_call *pump(net *n, int port) {
-  for (;;) {
-    xf_call *ready = xf_link_ready(n->link);
-    if (ready)
-      return ready;
-    if (xf_link_wants_stream(n->link)) {
-      drop_socket(n);
-      if (xf_link_start(n->link, xft_now_ms()) != XF_OK)
-        continue; /* the breaker: the calls moved */
-      n->connects++;
-      if ((n->fd = dial(port)) < 0) {
-        xf_link_failed(n->link, XF_LINK_BROKEN, "connect refused", xft_now_ms());
-        continue;
-      }
-      xf_link_connected(n->link, n->fd, xft_now_ms());
-    }
-    cr_assert_geq(n->fd, 0, "a call waits on a link without a stream");
-    size_t len;
-    const char *out = xf_link_output(n->link, &len);
-    if (len) {
-      ssize_t w = send(n->fd, out, len, MSG_NOSIGNAL);
-      if (w < 0) {
-        xf_link_failed(n->link, XF_LINK_CLOSED, "broken pipe", xft_now_ms());
-        drop_socket(n);
-        continue;
-      }
-      xf_link_written(n->link, (size_t)w);
-      continue;
-    }
-    struct pollfd p = {.fd = n->fd, .events = POLLIN};
-    cr_assert_eq(poll(&p, 1, 5000), 1, "no reply in 5 s");
-    char buf[4096];
-    ssize_t got = recv(n->fd, buf, sizeof buf, 0);
-    if (got <= 0) {
-      xf_link_failed(n->link, XF_LINK_CLOSED, got ? "reset" : "closed", xft_now_ms());
-      drop_socket(n);
-    } else if (xf_link_feed(n->link, buf, (size_t)got, xft_now_ms()) != XF_OK) {
-      drop_socket(n);
-    }
-  }
-}
 
 typedef struct script {
   const char *value; /* the loader's */
@@ -88,12 +18,10 @@ typedef struct script {
 } script;
 
 /* Runs a call to the end on n; returns its code. */
-static int drive(net *n, int port, xf_call *call, script *s, xf_value *out) {
+static int drive(xft_net *n, xf_call *call, script *s, xf_value *out) {
   for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
     if (step == XF_CALL_SEND) {
-      cr_assert_eq(xf_call_send(call, n->link, xft_now_ms()), XF_OK);
-      cr_assert_eq(pump(n, port), call);
-      step = xf_call_received(call, xft_now_ms());
+      step = xft_net_exchange(n, call);
     } else if (step == XF_CALL_LOAD) {
       s->loads++;
       step = xf_call_loaded(call, s->value, strlen(s->value), 1000, xft_now_ms());
@@ -107,12 +35,12 @@ static int drive(net *n, int port, xf_call *call, script *s, xf_value *out) {
   return rc;
 }
 
-static int fetch(net *n, int port, xf_client *c, const char *key, script *s, xf_value *v) {
+static int fetch(xft_net *n, xf_client *c, const char *key, script *s, xf_value *v) {
   xf_policy p = XF_POLICY_INIT;
   p.beta = 0;
   xf_call *call;
   cr_assert_eq(xf_call_start(&call, c, key, strlen(key), &p, xft_now_ms()), XF_OK);
-  return drive(n, port, call, s, v);
+  return drive(n, call, s, v);
 }
 
 static xf_client *lazy_client(int port, const char *password, xf_share *share) {
@@ -128,17 +56,6 @@ static xf_client *lazy_client(int port, const char *password, xf_share *share) {
   return c;
 }
 
-static net open_net(xf_client *c, int port) {
-  net n = {.fd = -1};
-  cr_assert_eq(xf_link_open(&n.link, c, "127.0.0.1", port, 0), XF_OK);
-  return n;
-}
-
-static void close_net(net *n) {
-  xf_link_close(n->link);
-  drop_socket(n);
-}
-
 static uint64_t stat_of(xf_client *c, size_t offset) {
   xf_stats st;
   xf_client_stats(c, &st);
@@ -151,17 +68,17 @@ Test(call_link, a_miss_loads_then_hits_are_plain_reads) {
   cr_assert_eq(xft_server_start(&srv, NULL), 0);
   int port = srv.port;
   xf_client *c = lazy_client(port, NULL, NULL);
-  net n = open_net(c, port);
+  xft_net n = xft_net_open(c, port, 0);
   redisContext *r = xft_redis_port(port);
   script s = {.value = "computed"};
   xf_value v;
-  cr_assert_eq(fetch(&n, port, c, "link:miss", &s, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_assert_eq(fetch(&n, c, "link:miss", &s, &v), XF_OK, "%s", xf_errmsg(c));
   cr_expect_str_eq(v.data, "computed");
   cr_expect_eq(v.source, XF_SOURCE_LOADER);
   xf_value_free(&v);
   long long scripts = xft_command_calls(r, "evalsha_ro") + xft_command_calls(r, "evalsha");
   for (int i = 0; i < 5; i++) {
-    cr_assert_eq(fetch(&n, port, c, "link:miss", &s, &v), XF_OK, "%s", xf_errmsg(c));
+    cr_assert_eq(fetch(&n, c, "link:miss", &s, &v), XF_OK, "%s", xf_errmsg(c));
     cr_expect_str_eq(v.data, "computed");
     cr_expect_eq(v.source, XF_SOURCE_CACHE);
     xf_value_free(&v);
@@ -173,7 +90,7 @@ Test(call_link, a_miss_loads_then_hits_are_plain_reads) {
   cr_expect_leq(more - scripts, 1, "%lld read scripts for 5 hits", more - scripts);
   cr_expect_eq(n.connects, 1);
   redisFree(r);
-  close_net(&n);
+  xft_net_close(&n);
   xf_client_close(c);
   xft_server_stop(&srv);
 }
@@ -182,14 +99,14 @@ Test(call_link, a_connection_the_server_closed_is_resent_once) {
   xft_server srv; /* its own: CLIENT KILL would cut the other tests' too */
   cr_assert_eq(xft_server_start(&srv, NULL), 0);
   xf_client *c = lazy_client(srv.port, NULL, NULL);
-  net n = open_net(c, srv.port);
+  xft_net n = xft_net_open(c, srv.port, 0);
   redisContext *r = xft_redis_port(srv.port);
   script s = {.value = "v1"};
   xf_value v;
-  cr_assert_eq(fetch(&n, srv.port, c, "link:kill", &s, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_assert_eq(fetch(&n, c, "link:kill", &s, &v), XF_OK, "%s", xf_errmsg(c));
   xf_value_free(&v);
   cr_assert_eq(xft_int(r, "CLIENT KILL TYPE normal SKIPME yes"), 1);
-  cr_assert_eq(fetch(&n, srv.port, c, "link:kill", &s, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_assert_eq(fetch(&n, c, "link:kill", &s, &v), XF_OK, "%s", xf_errmsg(c));
   cr_expect_str_eq(v.data, "v1");
   cr_expect_eq(v.source, XF_SOURCE_CACHE, "resent on a new stream, not failed open");
   xf_value_free(&v);
@@ -199,13 +116,13 @@ Test(call_link, a_connection_the_server_closed_is_resent_once) {
   /* The server going away for good: the resent command fails, the call
    * fails open (resent once, not twice). */
   xft_server_stop(&srv);
-  cr_assert_eq(fetch(&n, srv.port, c, "link:kill", &s, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_assert_eq(fetch(&n, c, "link:kill", &s, &v), XF_OK, "%s", xf_errmsg(c));
   cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
   xf_value_free(&v);
   cr_expect_eq(n.connects, 3);
   cr_expect_eq(STAT(c, redis_errors), 1);
   redisFree(r);
-  close_net(&n);
+  xft_net_close(&n);
   xf_client_close(c);
 }
 
@@ -214,21 +131,21 @@ Test(call_link, auth_runs_inside_the_link) {
   const char *const extra[] = {"--requirepass", "s3cret", NULL};
   cr_assert_eq(xft_server_start(&srv, extra), 0);
   xf_client *c = lazy_client(srv.port, "s3cret", NULL);
-  net n = open_net(c, srv.port);
+  xft_net n = xft_net_open(c, srv.port, 0);
   script s = {.value = "authed"};
   xf_value v;
-  cr_assert_eq(fetch(&n, srv.port, c, "link:auth", &s, &v), XF_OK, "%s", xf_errmsg(c));
+  cr_assert_eq(fetch(&n, c, "link:auth", &s, &v), XF_OK, "%s", xf_errmsg(c));
   cr_expect_eq(v.source, XF_SOURCE_LOADER);
   xf_value_free(&v);
-  close_net(&n);
+  xft_net_close(&n);
   xf_client_close(c);
   /* A wrong password: the call gets the link's refusal, no fail-open. */
   xf_client *bad = lazy_client(srv.port, "wrong", NULL);
-  net m = open_net(bad, srv.port);
+  xft_net m = xft_net_open(bad, srv.port, 0);
   xf_call *call;
   cr_assert_eq(xf_call_start_get(&call, bad, "link:auth", 9, xft_now_ms()), XF_OK);
-  cr_expect_eq(drive(&m, srv.port, call, &s, &v), XF_EAUTH, "%s", xf_errmsg(bad));
-  close_net(&m);
+  cr_expect_eq(drive(&m, call, &s, &v), XF_EAUTH, "%s", xf_errmsg(bad));
+  xft_net_close(&m);
   xf_client_close(bad);
   xft_server_stop(&srv);
 }
@@ -237,7 +154,7 @@ Test(call_link, a_near_cache_is_tracked_inside_the_link) {
   near_env e;
   near_env_open(&e);
   xf_client *c = lazy_client(e.srv.port, NULL, e.share);
-  net n = open_net(c, e.srv.port);
+  xft_net n = xft_net_open(c, e.srv.port, 0);
   near_put(e.other, "link:near", "one");
   /* The first reads go untracked while the tracker opens the invalidation
    * connection (a background thread), then one fills the near cache. */
@@ -245,7 +162,7 @@ Test(call_link, a_near_cache_is_tracked_inside_the_link) {
   script s = {.value = "never"};
   int64_t until = xft_now_ms() + BOUND_MS;
   while (STAT(c, near_hits) == 0 && xft_now_ms() < until) {
-    cr_assert_eq(fetch(&n, e.srv.port, c, "link:near", &s, &v), XF_OK, "%s", xf_errmsg(c));
+    cr_assert_eq(fetch(&n, c, "link:near", &s, &v), XF_OK, "%s", xf_errmsg(c));
     cr_assert_str_eq(v.data, "one");
     xf_value_free(&v);
     xft_sleep_ms(5);
@@ -257,14 +174,14 @@ Test(call_link, a_near_cache_is_tracked_inside_the_link) {
   until = xft_now_ms() + BOUND_MS;
   char got[16] = "";
   while (strcmp(got, "two") != 0 && xft_now_ms() < until) {
-    cr_assert_eq(fetch(&n, e.srv.port, c, "link:near", &s, &v), XF_OK, "%s", xf_errmsg(c));
+    cr_assert_eq(fetch(&n, c, "link:near", &s, &v), XF_OK, "%s", xf_errmsg(c));
     snprintf(got, sizeof got, "%.*s", (int)v.len, v.data);
     xf_value_free(&v);
   }
   cr_expect_str_eq(got, "two");
   cr_expect_eq(s.loads, 0);
   cr_expect_eq(n.connects, 1, "tracking armed on the one stream");
-  close_net(&n);
+  xft_net_close(&n);
   xf_client_close(c);
   near_env_close(&e);
 }
@@ -308,8 +225,7 @@ Test(call_link, a_cold_link_sends_one_read_script_however_many_reads_wait) {
     cr_assert_eq(xf_set(writer, key, strlen(key), "v", 1, &p), XF_OK);
   }
   xf_client_close(writer);
-  net n = {.fd = -1}; /* the scripts preloaded: no NOSCRIPT in the count */
-  cr_assert_eq(xf_link_open(&n.link, c, "127.0.0.1", port, XF_SETUP_SCRIPTS), XF_OK);
+  xft_net n = xft_net_open(c, port, XF_SETUP_SCRIPTS); /* no NOSCRIPT in the count */
   long long scripts = xft_command_calls(r, "evalsha_ro");
   xf_call *calls[20];
   for (int i = 0; i < 20; i++) {
@@ -318,7 +234,7 @@ Test(call_link, a_cold_link_sends_one_read_script_however_many_reads_wait) {
     cr_assert_eq(xf_call_send(calls[i], n.link, xft_now_ms()), XF_OK);
   }
   for (int done = 0; done < 20;) {
-    xf_call *moved = pump(&n, port);
+    xf_call *moved = xft_net_pump(&n);
     if (xf_call_received(moved, xft_now_ms()) == XF_CALL_SEND) /* a read asked again */
       cr_assert_eq(xf_call_send(moved, n.link, xft_now_ms()), XF_OK);
     else
@@ -336,7 +252,7 @@ Test(call_link, a_cold_link_sends_one_read_script_however_many_reads_wait) {
   long long sent = xft_command_calls(r, "evalsha_ro") - scripts;
   cr_expect_eq(sent, 1, "%lld read scripts", sent);
   redisFree(r);
-  close_net(&n);
+  xft_net_close(&n);
   xf_client_close(c);
   xft_server_stop(&srv);
 }

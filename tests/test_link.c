@@ -217,7 +217,7 @@ Test(link, a_plain_read_is_the_read_script_until_the_clock_is_fresh) {
 Test(link, a_working_connection_the_peer_closed_resends_once) {
   xf_client *c = client(NULL, 0);
   xf__link l;
-  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_RESEND), XF_OK);
+  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, 0), XF_OK);
   cr_assert_eq(xf__link_start(&l, 100), XF_OK);
   xf__link_connected(&l, -1, 100);
   hello(&l);
@@ -249,6 +249,25 @@ Test(link, a_working_connection_the_peer_closed_resends_once) {
   xf_client_close(c);
 }
 
+/* An idle stream the server closed (an event loop sees it go at once): no
+ * command lost, nothing counted, the breaker closed. */
+Test(link, an_idle_stream_the_peer_closed_is_simply_gone) {
+  xf_client *c = client(NULL, 0);
+  xf__link l;
+  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, 0), XF_OK);
+  cr_assert_eq(xf__link_start(&l, 100), XF_OK);
+  xf__link_connected(&l, -1, 100);
+  hello(&l);
+  xf__link_up(&l);
+  uint64_t errors = c->stats.redis_errors;
+  xf__link_fail(&l, XF_EIO, XF__LINK_PEER_CLOSED, "closed", 101);
+  cr_expect_eq(xf__link_allows(&l, 101), XF_OK, "the breaker stays closed");
+  cr_expect_eq(c->stats.redis_errors, errors, "nothing counted");
+  cr_expect_not(l.live);
+  xf__link_free(&l);
+  xf_client_close(c);
+}
+
 /* A stream the server closed while its setup was on the way (a CLIENT KILL
  * or a proxy's cut-off landing in the setup's round trip) says no more about
  * the server than a working one it closed: the driver connects once more,
@@ -257,7 +276,7 @@ Test(link, a_working_connection_the_peer_closed_resends_once) {
 Test(link, a_stream_the_peer_closed_during_its_setup_is_opened_once_more) {
   xf_client *c = client(NULL, 0);
   xf__link l;
-  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_RESEND), XF_OK);
+  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, 0), XF_OK);
   cr_assert_eq(xf__link_start(&l, 100), XF_OK);
   xf__link_connected(&l, -1, 100);
   xf__cmd a;
@@ -314,7 +333,7 @@ Test(link, a_stream_the_peer_closed_during_its_setup_is_opened_once_more) {
 Test(link, a_canceled_stream_fails_its_commands_and_leaves_the_breaker) {
   xf_client *c = client(NULL, 0);
   xf__link l;
-  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_RESEND), XF_OK);
+  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, 0), XF_OK);
   cr_assert_eq(xf__link_start(&l, 100), XF_OK);
   xf__link_connected(&l, -1, 100);
   xf__cmd a;
@@ -325,25 +344,24 @@ Test(link, a_canceled_stream_fails_its_commands_and_leaves_the_breaker) {
   cr_assert_eq(d.n, 1);
   cr_expect_eq(d.rc[0], XF_ECANCELED);
   cr_expect_eq(xf__link_allows(&l, 101), XF_OK);
-  /* A lost event-loop connection: counted, its commands fail, no breaker;
-   * a failed connect trips it. */
-  xf__link q;
-  cr_assert_eq(xf__link_init(&q, c, "h", 6379, NULL, XF__LINK_QUIET_LOSS), XF_OK);
+  /* A stream otherwise lost (a reset) trips the breaker, its commands
+   * failed, and so does a failed connect: on every driver's link. */
+  xf__link q, r;
+  cr_assert_eq(xf__link_init(&q, c, "h", 6379, NULL, 0), XF_OK);
   cr_assert_eq(xf__link_start(&q, 100), XF_OK);
   cr_assert_eq(xf__link_submit(&q, &a, 0, 100, record, &d), XF_OK);
   xf__link_connected(&q, -1, 100);
-  uint64_t errors = c->stats.redis_errors;
-  xf__link_fail(&q, XF_EIO, XF__LINK_PEER_CLOSED, "reset", 101);
+  xf__link_fail(&q, XF_EIO, XF__LINK_BROKEN, "reset", 101);
   cr_expect_eq(d.rc[1], XF_EIO);
-  cr_expect_eq(c->stats.redis_errors, errors + 1);
-  cr_expect_eq(xf__link_allows(&q, 101), XF_OK);
-  cr_expect_str_eq(q.why, "connection lost: reset");
-  cr_assert_eq(xf__link_start(&q, 200), XF_OK);
-  cr_assert_eq(xf__link_submit(&q, &a, 0, 200, record, &d), XF_OK);
-  xf__link_fail(&q, XF_EIO, XF__LINK_BROKEN, "refused", 201);
+  cr_expect_eq(xf__link_allows(&q, 101), XF_ECONNECT, "a reset: the breaker trips");
+  cr_assert_eq(xf__link_init(&r, c, "h", 6380, NULL, 0), XF_OK);
+  cr_assert_eq(xf__link_start(&r, 200), XF_OK);
+  cr_assert_eq(xf__link_submit(&r, &a, 0, 200, record, &d), XF_OK);
+  xf__link_fail(&r, XF_EIO, XF__LINK_BROKEN, "refused", 201);
   cr_expect_eq(d.rc[2], XF_EIO);
-  cr_expect_eq(xf__link_allows(&q, 202), XF_ECONNECT, "never connected: the breaker trips");
-  cr_expect_gt(xf__link_deadline(&q, 0, 10, 10), 0);
+  cr_expect_eq(xf__link_allows(&r, 202), XF_ECONNECT, "never connected: the breaker trips");
+  cr_expect_gt(xf__link_deadline(&r, 0, 10, 10), 0);
+  xf__link_free(&r);
   xf__link_free(&q);
   xf__link_free(&l);
   xf_client_close(c);
@@ -406,7 +424,7 @@ Test(link, tracking_is_armed_last_in_the_setup_and_kept_once_it_said_ok) {
 Test(link, a_batch_the_peer_cut_midway_is_not_resent_and_garbage_ends_the_stream) {
   xf_client *c = client(NULL, 0);
   xf__link l;
-  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_RESEND), XF_OK);
+  cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, 0), XF_OK);
   cr_assert_eq(xf__link_start(&l, 100), XF_OK);
   xf__link_connected(&l, -1, 100);
   hello(&l);

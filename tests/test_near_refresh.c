@@ -10,7 +10,6 @@
 #include <string.h>
 #include <xfetch_libuv.h>
 
-#include "bindings.h"
 #include "entry_io.h"
 #include "fixture.h"
 #include "near_env.h"
@@ -102,7 +101,7 @@ Test(near_refresh, blocking) {
   check_value(&e, rc, &v, &l);
 }
 
-/* The fast path's draw (xf__near_serve, the bindings' near hit) elects with
+/* The fast path's draw (xf_near_serve: a near hit without a call) elects with
  * beta = inf and leaves the election to the client's next call, made under
  * beta = 0: still decided on what Redis holds. */
 Test(near_refresh, an_election_kept_for_the_next_call) {
@@ -118,8 +117,8 @@ Test(near_refresh, an_election_kept_for_the_next_call) {
   never.refresh_ahead = -1;                     /* XFetch: beta decides */
   never.background_refresh = XF_BACKGROUND_OFF; /* in the call */
   xf_value v;
-  cr_assert_eq(xf__near_serve(e.c, KEY, 3, &always, XF_DRIVER_BLOCKING, NULL, &v),
-               XF__NEAR_PASS, "elected");
+  cr_assert_eq(xf_near_serve(e.c, KEY, 3, &always, XF_DRIVER_BLOCKING, NULL, &v),
+               XF_NEAR_NOT_SERVED, "elected");
   xf__near_test_after_hit = write_newer;
   xft_loader l = {.value = "loaded", .len = 6};
   int rc = xf_get_or_compute(e.c, KEY, 3, &never, xft_load, &l, &v);

@@ -145,31 +145,43 @@ static int drive(xf_call *call, int fd, xf_reader *rd) {
   return rc;
 }
 
-/* The setup a driver runs first says XF_EAUTH (HELLO, when no other command
- * is sent); a driver that skipped it still gets XF_EAUTH from each call,
- * the set's long request (refused as "unauthenticated multibulk length") too. */
-Test(noauth, the_call_setup_and_each_call_are_eauth) {
+/* The setup a link runs first says XF_EAUTH (HELLO, when no other command
+ * is sent); a driver that answers calls by hand, with no setup, still gets
+ * XF_EAUTH from each call, the set's long request (refused as
+ * "unauthenticated multibulk length") too. */
+Test(noauth, the_link_setup_and_each_call_are_eauth) {
   xf_options o = options(&ways[1], 1); /* no INFO cluster first: the calls' own commands */
+  xf_client *lc;
+  cr_assert_eq(xf_client_open(&lc, &o), XF_OK);
+  xf_link *link;
+  cr_assert_eq(xf_link_open(&link, lc, "127.0.0.1", srv.port, 0), XF_OK);
+  redisContext *sock = xft_redis_port(srv.port);
+  cr_assert_eq(xf_link_start(link, xft_now_ms()), XF_OK);
+  xf_link_connected(link, sock->fd, xft_now_ms());
+  size_t len;
+  const char *req = xf_link_output(link, &len);
+  cr_assert(len > 0 && strncmp(req, "*1\r\n$5\r\nHELLO\r\n", len) == 0, "a HELLO: %.*s",
+            (int)len, req);
+  cr_assert_eq(write(sock->fd, req, len), (ssize_t)len);
+  xf_link_written(link, len);
+  int rc = XF_OK;
+  while (rc == XF_OK) {
+    char buf[512];
+    ssize_t got = read(sock->fd, buf, sizeof buf);
+    cr_assert_gt(got, 0);
+    rc = xf_link_feed(link, buf, (size_t)got, xft_now_ms());
+  }
+  cr_expect_eq(rc, XF_EAUTH);
+  expect_reason(xf_errmsg(lc), &ways[0]);
+  xf_link_close(link);
+  xf_client_close(lc);
+  redisFree(sock);
+
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  int n = xf_call_setup_count(c, 0);
-  cr_assert_eq(n, 1, "a HELLO");
-  redisContext *sock = xft_redis_port(srv.port);
+  sock = xft_redis_port(srv.port);
   xf_reader *rd;
   cr_assert_eq(xf_reader_open(&rd), XF_OK);
-  size_t len;
-  const char *req = xf_call_setup(c, 0, 0, &len);
-  cr_assert_eq(write(sock->fd, req, len), (ssize_t)len);
-  xf_reply *reply = NULL;
-  while (reply == NULL) {
-    cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
-    char buf[512];
-    ssize_t got = reply ? 0 : read(sock->fd, buf, sizeof buf);
-    cr_assert_geq(got, 0);
-    cr_assert_eq(xf_reader_feed(rd, buf, (size_t)got), XF_OK);
-  }
-  cr_expect_eq(xf_call_setup_reply(c, 0, 0, reply), XF_EAUTH);
-  expect_reason(xf_errmsg(c), &ways[0]);
 
   xf_policy p = XF_POLICY_INIT;
   xf_call *call;

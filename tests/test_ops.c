@@ -380,3 +380,40 @@ Test(ops, an_async_calls_events_name_its_key_after_its_buffer_is_reused) {
   xf_async_close(ac);
   event_base_free(base);
 }
+
+ParameterizedTestParameters(ops, a_connection_the_server_closed_is_resent) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* The server closing a working connection (CLIENT KILL, as an idle timeout
+ * or a proxy's cut-off would) is no server down, on every driver: the next
+ * call's command goes once more on a new connection and is a hit; nothing
+ * is counted as a Redis error, the breaker stays closed. */
+ParameterizedTest(int *driver, ops, a_connection_the_server_closed_is_resent) {
+  xft_server srv; /* its own: the kill must reach no other test's connection */
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = srv.port;
+  o.entry_format = xft_entry_format();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *what = xft_driver_names[*driver], *key = "ops:killed";
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 60000;
+  p.beta = 0; /* no early refresh: the second call is a hit */
+  xft_op_loader l = {.value = "v1"};
+  expect_goc(d, what, key, &p, &l, "v1", XF_SOURCE_LOADER);
+  redisContext *r = xft_redis_port(srv.port);
+  cr_assert_geq(xft_int(r, "CLIENT KILL TYPE normal SKIPME yes"), 1, "%s: killed none",
+                what);
+  expect_goc(d, what, key, &p, &l, "v1", XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 1, "%s: loaded once", what);
+  xf_stats st;
+  xft_drv_stats(d, &st);
+  cr_expect_eq(st.redis_errors, 0, "%s: %llu Redis errors", what,
+               (unsigned long long)st.redis_errors);
+  expect_goc(d, what, key, &p, &l, "v1", XF_SOURCE_CACHE);
+  redisFree(r);
+  xft_drv_close(d);
+  xft_server_stop(&srv);
+}

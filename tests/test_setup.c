@@ -1,6 +1,6 @@
-/* The connection setup (setup.c) and its public face (xf_call_setup*): the
- * list built from the options and the role, and the judgement of replies,
- * scripted and from a real server. */
+/* The connection setup (setup.c): the list built from the options and the
+ * role, its bytes, and the judgement of replies, scripted and from a real
+ * server over a plain socket. */
 #include <criterion/criterion.h>
 #include <string.h>
 #include <unistd.h>
@@ -125,32 +125,39 @@ Test(setup, replies_are_judged_auth_is_eauth_busy_and_loading_unavailable) {
   xf_client_close(c);
 }
 
-/* ---- the public face, over a plain socket ------------------------------------- */
+/* ---- over a plain socket ----------------------------------------------------- */
 
-Test(setup, the_public_bytes_are_the_list_in_resp) {
+static int setup_count(xf_client *c, int flags) {
+  xf__setup s;
+  xf__setup_build(c, flags, &s);
+  return s.n;
+}
+
+/* Command i of c's setup for flags, in RESP, into b (emptied first). */
+static void setup_bytes(xf_client *c, int flags, int i, xf__buf *b) {
+  xf__setup s;
+  xf__setup_build(c, flags, &s);
+  cr_assert_lt(i, s.n);
+  b->len = 0;
+  cr_assert_eq(xf__resp_append_cmd(b, &s.cmd[i]), 0);
+}
+
+Test(setup, the_bytes_are_the_list_in_resp) {
   xf_client *c = configured("xfuser", "pw", 3);
-  cr_assert_eq(xf_call_setup_count(c, 0), 2);
-  cr_expect_eq(xf_call_setup_count(c, XF_SETUP_REPLICA), 3);
-  cr_expect_eq(xf_call_setup_count(c, XF_SETUP_SCRIPTS), 2 + 5);
-  cr_expect_eq(xf_call_setup_count(NULL, 0), XF_EINVAL);
+  cr_assert_eq(setup_count(c, 0), 2);
+  cr_expect_eq(setup_count(c, XF_SETUP_REPLICA), 3);
+  cr_expect_eq(setup_count(c, XF_SETUP_SCRIPTS), 2 + 5);
   static const char *const want[] = {"*3\r\n$4\r\nAUTH\r\n$6\r\nxfuser\r\n$2\r\npw\r\n",
                                      "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n",
                                      "*1\r\n$8\r\nREADONLY\r\n"};
+  xf__buf b = {0};
   for (int i = 0; i < 3; i++) {
-    size_t len = 99;
-    const char *data = xf_call_setup(c, XF_SETUP_REPLICA, i, &len);
-    cr_assert_not_null(data, "command %d", i);
-    cr_expect_eq(len, strlen(want[i]), "command %d", i);
-    cr_expect_eq(memcmp(data, want[i], len), 0, "command %d: %.*s", i, (int)len, data);
+    setup_bytes(c, XF_SETUP_REPLICA, i, &b);
+    cr_expect_eq(b.len, strlen(want[i]), "command %d", i);
+    cr_expect_eq(memcmp(b.data, want[i], b.len), 0, "command %d: %.*s", i, (int)b.len,
+                 b.data);
   }
-  size_t len = 99;
-  cr_expect_null(xf_call_setup(c, 0, 2, &len));
-  cr_expect_eq(len, 0);
-  cr_expect_null(xf_call_setup(c, 0, -1, &len));
-  cr_expect_null(xf_call_setup(NULL, 0, 0, &len));
-  cr_expect_eq(xf_call_setup_reply(c, 0, 2, NULL), XF_EINVAL);
-  cr_expect_eq(xf_call_setup_reply(c, 0, 0, NULL), XF_EIO);
-  cr_expect_eq(xf_call_setup_reply(NULL, 0, 0, NULL), XF_EINVAL);
+  xf__buf_free(&b);
   xf_client_close(c);
 }
 
@@ -160,12 +167,15 @@ static int run_setup(xf_client *c, int port, int flags) {
   redisContext *sock = xft_redis_port(port);
   xf_reader *rd;
   cr_assert_eq(xf_reader_open(&rd), XF_OK);
-  int n = xf_call_setup_count(c, flags), first = XF_OK;
+  int n = setup_count(c, flags), first = XF_OK;
+  xf__buf b = {0};
   for (int i = 0; i < n; i++) { /* pipelined: every command, then every reply */
-    size_t len;
-    const char *data = xf_call_setup(c, flags, i, &len);
-    cr_assert_eq(write(sock->fd, data, len), (ssize_t)len);
+    setup_bytes(c, flags, i, &b);
+    cr_assert_eq(write(sock->fd, b.data, b.len), (ssize_t)b.len);
   }
+  xf__buf_free(&b);
+  xf__setup s;
+  xf__setup_build(c, flags, &s);
   for (int i = 0; i < n; i++) {
     xf_reply *reply = NULL;
     for (;;) {
@@ -177,7 +187,8 @@ static int run_setup(xf_client *c, int port, int flags) {
       cr_assert_gt(got, 0);
       cr_assert_eq(xf_reader_feed(rd, buf, (size_t)got), XF_OK);
     }
-    int rc = xf_call_setup_reply(c, flags, i, reply);
+    int rc = xf__setup_judge(c, s.kind[i], (const struct xf_reply *)reply);
+    xf_reply_free(reply);
     if (first == XF_OK)
       first = rc;
   }

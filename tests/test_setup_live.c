@@ -1,5 +1,5 @@
 /* The connection setup as the drivers run it, on a real server: the blocking
- * client and the event-loop driver send the list xf_call_setup describes
+ * client and the event-loop driver send the list setup.c builds
  * (seen with MONITOR), a setup command refused by a busy server is
  * "unavailable" (calls fail open), not an authentication failure, and a
  * connection closed during its setup is opened once more, the breaker
@@ -16,6 +16,7 @@
 #include <xfetch_libuv.h>
 
 #include "fixture.h"
+#include "setup.h"
 
 /* ---- the event-loop driver: n calls on one loop ------------------------------- */
 
@@ -106,9 +107,11 @@ static int monitor_until_echo(redisContext *m, conn_log *logs, int max) {
 /* How MONITOR shows setup command i: its quoted arguments, AUTH's redacted,
  * a SCRIPT LOAD's source left out. */
 static void as_monitored(xf_client *c, int flags, int i, char *out, size_t cap) {
-  size_t len;
-  const char *p = xf_call_setup(c, flags, i, &len);
-  cr_assert_not_null(p);
+  xf__setup s;
+  xf__setup_build(c, flags, &s);
+  xf__buf b = {0};
+  cr_assert_eq(xf__resp_append_cmd(&b, &s.cmd[i]), 0);
+  const char *p = b.data;
   int argc = atoi(p + 1);
   p = strchr(p, '\n') + 1;
   size_t used = 0;
@@ -123,11 +126,14 @@ static void as_monitored(xf_client *c, int flags, int i, char *out, size_t cap) 
                              auth && a ? 10 : n, auth && a ? "(redacted)" : p);
     p += n + 2;
   }
+  xf__buf_free(&b);
 }
 
 /* The first commands of log are the setup for flags, then the call's. */
 static void expect_setup(const conn_log *log, xf_client *c, int flags, const char *who) {
-  int n = xf_call_setup_count(c, flags);
+  xf__setup s;
+  xf__setup_build(c, flags, &s);
+  int n = s.n;
   cr_assert_gt(log->n, n, "%s sent %d commands", who, log->n);
   for (int i = 0; i < n; i++) {
     char want[160];

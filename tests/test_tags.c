@@ -378,6 +378,46 @@ Test(tags, clear_namespace) {
   xf_client_close(a), xf_client_close(b), xf_client_close(plain);
 }
 
+ParameterizedTestParameters(tags, a_get_judges_the_namespace) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* A namespace client's get serves its entries until the namespace is cleared
+ * (by another client of the prefix), then finds nothing, leaving no key
+ * behind; a value written after the clear is served. */
+ParameterizedTest(int *driver, tags, a_get_judges_the_namespace) {
+  const char *what = xft_driver_names[*driver];
+  char prefix[64], full[80];
+  snprintf(prefix, sizeof prefix, "nsget:%s:", what);
+  snprintf(full, sizeof full, "%sk", prefix);
+  del(full);
+  xf_options o = options();
+  o.key_prefix = prefix;
+  o.namespace_tag = 1;
+  xft_drv *d = xft_drv_open(*driver, &o);
+  xf_policy p = XF_POLICY_INIT;
+  xf_value v;
+  cr_assert_eq(xft_drv_set(d, "k", "v1", &p), XF_OK, "%s: %s", what, xft_drv_errmsg(d));
+  int rc = xft_drv_get(d, "k", &v);
+  cr_assert_eq(rc, XF_OK, "%s: get: %s (%s)", what, xf_strerror(rc), xft_drv_errmsg(d));
+  cr_expect_str_eq(v.data, "v1", "%s", what);
+  xf_value_free(&v);
+  xf_client *other = prefixed(prefix, 1);
+  cr_assert_eq(xf_clear_namespace(other), XF_OK, "%s", xf_errmsg(other));
+  rc = xft_drv_get(d, "k", &v);
+  cr_expect_eq(rc, XF_ENOTFOUND, "%s: a get after the clear: %s", what, xf_strerror(rc));
+  if (rc == XF_OK)
+    xf_value_free(&v);
+  cr_assert_eq(xft_drv_set(d, "k", "v2", &p), XF_OK, "%s: %s", what, xft_drv_errmsg(d));
+  rc = xft_drv_get(d, "k", &v);
+  cr_assert_eq(rc, XF_OK, "%s: get: %s (%s)", what, xf_strerror(rc), xft_drv_errmsg(d));
+  cr_expect_str_eq(v.data, "v2", "%s", what);
+  xf_value_free(&v);
+  xf_client_close(other);
+  xft_drv_close(d);
+}
+
 /* ---- a hot key ------------------------------------------------------------------ */
 
 enum { CALLERS = 8 };

@@ -161,19 +161,8 @@ prefix = os.environ.get("XFETCH_PREFIX")
 ffibuilder = FFI()
 with open(os.path.join(HERE, "xfetch_cdef.h")) as f:
     ffibuilder.cdef(f.read())
-# The library's internal entry points the binding calls (xfetch_cdef.h's
-# last block): declared by src/drivers/bindings.h, which an installed prefix
-# does not have (its libxfetch.a has the functions), so repeated here; a
-# source build includes the header too, and the compiler checks they agree.
-INTERNAL = """
-#define XF__NEAR_PASS 1
-int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
-                   xf_driver driver, uint64_t *count, xf_value *out);
-void xf__near_elect_move(xf_client *from, xf_client *to);
-"""
 ffibuilder.set_source("xfetch._native",
-                      "#include <xfetch.h>\n" + ("" if prefix else '#include "bindings.h"\n')
-                      + INTERNAL,
+                      "#include <xfetch.h>\n",
                       **(_from_prefix(prefix) if prefix else _from_sources()))
 
 if __name__ == "__main__":  # an in-place build, for development

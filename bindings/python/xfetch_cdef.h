@@ -278,11 +278,6 @@ int xf_call_start_clear_namespace(xf_call **out, xf_client *c, int64_t now_ms);
 xf_call_step xf_call_next(const xf_call *call);
 const char *xf_call_request(const xf_call *call, size_t *len);
 int xf_call_target(const xf_call *call, const char **host, int *port);
-typedef struct xf_call_conn xf_call_conn;
-int xf_call_conn_open(xf_call_conn **out);
-void xf_call_conn_reset(xf_call_conn *conn);
-void xf_call_conn_close(xf_call_conn *conn);
-int xf_call_use_conn(xf_call *call, xf_call_conn *conn, int64_t now_ms);
 xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms);
 xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms);
 xf_call_step xf_call_loaded(xf_call *call, const void *data, size_t len,
@@ -302,9 +297,6 @@ typedef enum xf_setup_flags {
   XF_SETUP_REPLICA = 1,
   XF_SETUP_SCRIPTS = 2
 } xf_setup_flags;
-int xf_call_setup_count(const xf_client *c, int flags);
-const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
-int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
 int xf_call_wake_open(xf_client *c, int *fd);
 void xf_call_wake_close(xf_client *c, int fd);
 int xf_call_woken(const xf_call *call);
@@ -336,9 +328,7 @@ int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t *len);
 void xf_reply_free(xf_reply *reply);
 void xf_reader_close(xf_reader *rd);
 
-/* Internal entry points (src/drivers/bindings.h, not xfetch.h): the faces'
- * near hit without the call, and its election moved to the call's client. */
-#define XF__NEAR_PASS 1
-int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
-                   xf_driver driver, uint64_t *count, xf_value *out);
-void xf__near_elect_move(xf_client *from, xf_client *to);
+#define XF_NEAR_NOT_SERVED 1
+int xf_near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *policy,
+                  xf_driver driver, uint64_t *near_hits, xf_value *out);
+void xf_near_move_refresh(xf_client *from, xf_client *to);

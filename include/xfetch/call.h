@@ -326,66 +326,6 @@ XF_EXPORT int xf_reply_is_error(const xf_reply *reply, const char **msg, size_t 
 XF_EXPORT void xf_reply_free(xf_reply *reply);
 XF_EXPORT void xf_reader_close(xf_reader *rd);
 
-/* ---- Deprecated: the per-call connection details ------------------------------
- *
- * Superseded by xf_link, which does all of it inside; kept for drivers
- * written against them, to be removed before 1.0. */
-
-/* The clock estimate of a connection the driver answers by hand (xf_link
- * keeps it itself). A read is one plain command (HMGET of a format-1 entry,
- * GET of a format-2 one) on a connection whose estimate of its server's
- * clock is fresh, as on the library's own drivers; else the read script
- * (EVALSHA_RO: Lua and TIME), whose reply refreshes the estimate (every
- * 0.5 s at most, per connection). The estimate is the driver's to keep, one
- * xf_call_conn per connection: open it with the connection
- * (xf_call_conn_open: XF_OK, XF_EINVAL, XF_ENOMEM), reset it whenever the
- * connection is opened again (maybe to another server: a failover), close it
- * after its last call. In XF_CALL_SEND, after xf_call_target and before
- * xf_call_request, xf_call_use_conn(call, conn, now_ms) says the request
- * goes on conn's connection: the request may change (the read script or
- * the plain read, whichever conn's estimate allows at now_ms), and the reply,
- * fed with xf_call_reply(.., now_ms) once read, teaches conn. Say it again
- * for each SEND. One read script per connection per refresh: the reads
- * sent on it behind that script go plain, judged once its reply taught the
- * estimate, so feed a connection's replies in the order they came (one fed
- * out of order is not wrong, its call asks again). Returns XF_OK, XF_EINVAL (call not in
- * XF_CALL_SEND, or a NULL argument) or XF_ENOMEM (the request stays as it was: send it). A
- * driver that never says it keeps the read script on every read. The
- * estimate's bounds are conservative (the request's time as the call was
- * told it, no later than the write; the reply's, no earlier than the read;
- * 1,000 ppm drift): a skewed driver clock moves nothing, only the server's
- * clock judges expiry. Like the calls, one thread; a conn serves any number
- * of calls pipelined on its connection. */
-typedef struct xf_call_conn xf_call_conn;
-XF_EXPORT int xf_call_conn_open(xf_call_conn **out);
-XF_EXPORT void xf_call_conn_reset(xf_call_conn *conn);
-XF_EXPORT void xf_call_conn_close(xf_call_conn *conn);
-XF_EXPORT int xf_call_use_conn(xf_call *call, xf_call_conn *conn, int64_t now_ms);
-
-/* The setup a fresh connection runs before any call's request, the one every
- * xfetch transport runs: AUTH [username] password (options.password set),
- * SELECT db (options.db != 0), then READONLY and the SCRIPT LOADs as flags
- * ask; HELLO when none of these is sent (a server that needs a password
- * answers it NOAUTH). xf_call_setup_count: how many commands (at least 1; XF_EINVAL for a
- * NULL c). xf_call_setup: the RESP bytes of command i (0 <= i < count), owned by c
- * and valid until the next call on c; NULL (and *len 0) for an i out of range
- * or out of memory. The commands may be pipelined, and the calls' requests
- * after them: Redis runs them in order. */
-XF_EXPORT int xf_call_setup_count(const xf_client *c, int flags);
-XF_EXPORT const char *xf_call_setup(xf_client *c, int flags, int i, size_t *len);
-
-/* Judges the reply to setup command i (same flags) and frees it; NULL = the
- * connection failed before it came. Returns XF_OK, or, with the message in
- * xf_errmsg(c), the code the connection's calls get (close it):
- * XF_EAUTH (AUTH refused: WRONGPASS, ...; NOAUTH to any of them, the server
- * needing a password; SELECT refused), XF_EINVAL
- * (SELECT on a Redis Cluster: db 0 only), XF_EUNAVAILABLE (BUSY, LOADING: the
- * server cannot serve now; calls fail open, as on XF_EIO), XF_EREDIS
- * (READONLY refused), XF_EIO (no reply), XF_EINVAL (c NULL, i out of range).
- * A SCRIPT LOAD's other errors are XF_OK (the call that needs the script
- * loads it), and so are HELLO's (a server without it). */
-XF_EXPORT int xf_call_setup_reply(xf_client *c, int flags, int i, xf_reply *reply);
-
 #ifdef __cplusplus
 }
 #endif

@@ -247,6 +247,13 @@ xf__step xf__flow_begin_get(xf__flow *f, const char *key, size_t keylen, xf_valu
     rc = xf__rt_fail(rt, XF_ENOTFOUND, "the client is disabled (bypass): nothing is read");
   }
   xf__step step;
+  if (rc == XF_OK && f->cfg->namespace_tag) { /* the namespace's version first */
+    f->tag_names = NULL;
+    f->tag_n = 0;
+    f->tag_ns = 1;
+    if (xf__flow_tags_first(f, XF__READ, &step))
+      return step; /* then the near cache (flow_tags.c) */
+  }
   if (rc == XF_OK && rt->ports.near && xf__flow_near_first(f, now_ms, &step))
     return step;
   return rc == XF_OK ? xf__flow_send(f, XF__READ) : xf__flow_done(f, rc);
@@ -361,6 +368,8 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   }
   if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET_OR_COMPUTE)
     xf__flow_tags_judge(f, &f->e); /* a refused entry has no value: not kept */
+  else if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET)
+    xf__flow_tags_judge_namespace(f, &f->e);
   if (rc == XF_OK && f->rt->ports.near)
     xf__flow_near_keep(f); /* with its tag record */
   if (f->kind == XF_KIND_GET_OR_COMPUTE)

@@ -166,7 +166,7 @@ xf__step xf__flow_begin(xf__flow *f, const char *key, size_t keylen, const xf_po
 xf__step xf__flow_begin_get(xf__flow *f, const char *key, size_t keylen, xf_value *out,
                             int64_t now_ms);
 
-/* The near cache's fast path (the bindings' near hit, bindings.h): starts a
+/* The near cache's fast path (xf_near_serve: a near hit without a call): starts a
  * get-or-compute (p non-NULL) or a get (p NULL) that only ends when the near
  * cache serves it: 1 when it did (f->rc the call's result, as xf__flow_start
  * or xf__flow_start_get would have ended), 0 when the call must be made as

@@ -78,6 +78,9 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
  * the current versions; else it is refused (its value cleared, invalidated
  * set, counted and told). */
 int xf__flow_tags_judge(xf__flow *f, xf__entry *e);
+/* xf__flow_tags_judge for a get of a namespace client: by the namespace's
+ * version alone (the record's last; a get names no tags of its own). */
+int xf__flow_tags_judge_namespace(xf__flow *f, xf__entry *e);
 
 /* A get-or-compute on a disabled client: straight to the loader, uncached. */
 xf__step xf__flow_bypass(xf__flow *f);

@@ -208,7 +208,7 @@ static xf__step tags_done(xf__flow *f) {
     f->w.tags_len = f->tag_rec_len;
   }
   xf__step step; /* the entry kept with the versions just read: served */
-  if (f->kind == XF_KIND_GET_OR_COMPUTE && f->rt->ports.near &&
+  if ((f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_GET) && f->rt->ports.near &&
       xf__flow_near_first(f, f->input_ms, &step))
     return step;
   return xf__flow_send(f, f->tag_next);
@@ -302,15 +302,31 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   return bumped(f);
 }
 
-int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
-  if (!e->value ||
-      (e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, f->tag_rec_len) == 0))
-    return 1;
-  /* The same count and names' hash: a version was raised; else other tags. */
-  int raised = e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, 5) == 0;
+/* e refused as invalidated (raised: a version of its tags was raised, else it
+ * carries other tags): its value cleared, counted and told; 0. */
+static int refuse(xf__flow *f, xf__entry *e, int raised) {
   e->value = NULL; /* its reply still holds it: freed with the entry */
   e->invalidated = 1;
   f->rt->stats.tag_invalidated++;
   xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, raised ? XF_TAG_RAISED : XF_TAG_OTHER);
   return 0;
+}
+
+int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
+  if (!e->value ||
+      (e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, f->tag_rec_len) == 0))
+    return 1;
+  /* The same count and names' hash: a version was raised; else other tags. */
+  return refuse(f, e, e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, 5) == 0);
+}
+
+int xf__flow_tags_judge_namespace(xf__flow *f, xf__entry *e) {
+  /* Every entry of a namespace client carries the namespace's version last;
+   * one without a record was written by a client without it: refused, as a
+   * get-or-compute refuses it. */
+  if (!e->value ||
+      (e->tags_len >= 13 && f->tag_rec_len >= 13 &&
+       memcmp(e->tags + e->tags_len - 8, f->tag_rec + f->tag_rec_len - 8, 8) == 0))
+    return 1;
+  return refuse(f, e, e->tags_len >= 13);
 }

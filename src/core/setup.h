@@ -1,10 +1,9 @@
 /* One connection setup for every transport: the commands a fresh connection
  * runs before any call's (AUTH, SELECT, READONLY, the scripts' SCRIPT LOAD),
  * built from the client's options and the connection's role, and the one
- * judgement of their replies. No socket here: the blocking connection
- * (conn.c), the event-loop one (async_conn.c) and the sans-I/O face
- * (xf_call_setup, for xfetch.aio) each send the list and feed the replies
- * back, so they cannot drift apart. */
+ * judgement of their replies. No socket here: the connection engine
+ * (src/link, for every driver) and the near cache's invalidation connection
+ * send the list and feed the replies back, so they cannot drift apart. */
 #ifndef XF_SETUP_H
 #define XF_SETUP_H
 

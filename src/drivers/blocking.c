@@ -1,10 +1,8 @@
 /* The blocking driver: today's API, each call a loop around the flow
- * (flow.h) on the client's one connection, sleeping through waits; and the
- * bindings' near hit without the call (bindings.h). */
+ * (flow.h) on the client's one connection, sleeping through waits. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "bindings.h"
 #include "client_io.h"
 #include "drive.h"
 #include "refresh.h"
@@ -77,31 +75,6 @@ int xf_delete(xf_client *c, const char *key, size_t keylen) {
   c->errstr[0] = '\0';
   xf__flow f;
   return run(&f, xf__flow_start_delete(&f, c, key, keylen, xf__now_ms()), NULL, NULL);
-}
-
-int xf__near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *p,
-                   xf_driver driver, uint64_t *count, xf_value *out) {
-  if (!c || !out)
-    return XF__NEAR_PASS;
-  c->errstr[0] = '\0';
-  c->loader_rc = 0;
-  xf_driver own = c->driver;
-  c->driver = driver; /* the flow's events name the driver the call would have */
-  xf__flow f;
-  int served = xf__flow_start_near(&f, c, key, keylen, p, out, count, xf__now_ms());
-  c->driver = own;
-  return served ? f.rc : XF__NEAR_PASS;
-}
-
-void xf__near_elect_move(xf_client *from, xf_client *to) {
-  if (!from->near_elect)
-    return;
-  to->near_elect = 1;
-  to->near_elect_hash = from->near_elect_hash;
-  to->near_elect_len = from->near_elect_len;
-  to->near_elect_expiry_ms = from->near_elect_expiry_ms;
-  to->near_elect_delta_us = from->near_elect_delta_us;
-  from->near_elect = 0;
 }
 
 int xf_invalidate_tags(xf_client *c, const char *const *tags, size_t ntags) {

@@ -246,8 +246,6 @@ xf_call_step xf_call_reply(xf_call *call, xf_reply *reply, int64_t now_ms) {
   int rc = xf__call_route_reply(call, &call->f.cmd, &r, r ? XF_OK : XF_EIO, now_ms);
   if (rc != XF__CALL_REPLY)
     return routed(call, rc, now_ms);
-  if (call->conn && call->f.cmd.clock_out) /* the reply tells of its server's clock */
-    *call->f.cmd.clock_out = &call->conn->clock;
   return advance(call, xf__flow_reply(&call->f, r ? XF_OK : XF_EIO, r, now_ms), now_ms);
 }
 

@@ -25,8 +25,6 @@ struct xf_call {
   xf_value out;
   struct xf_call *refresh; /* background refresh detached at DONE (xf_call_take_refresh) */
   xf__buf request;         /* the RESP bytes of the SEND step */
-  size_t cmd_at;           /* where its last command (the flow's or a probe's) starts */
-  struct xf_call_conn *conn; /* the SEND's connection (xf_call_use_conn); NULL = not said */
   /* The SEND's commands, for a link (call_link.c): the command and what goes
    * before it (PRE_*). */
   const xf__cmd *send_cmd;
@@ -54,13 +52,6 @@ struct xf_call {
     unsigned long seen; /* the flight found in progress (xf__share_try) */
     int64_t from_ms, give_up_ms;
   } share;
-};
-
-/* A driver's connection (xf_call_conn_*: call_conn.c): the estimate of its
- * server's clock, as the replies of the calls sent on it taught it. */
-struct xf_call_conn {
-  xf__clock clock;
-  int64_t asked_ms; /* when a read script last went to refresh it (-1: none) */
 };
 
 /* Outcomes of call_route.c's functions, beside an error code (< 0) for the

@@ -123,8 +123,7 @@ int xf_link_open(xf_link **out, xf_client *c, const char *host, int port, int fl
   }
   k->c = c;
   /* each reply is judged as it is fed (its call moves in its completion) */
-  flags = (flags & (XF_SETUP_REPLICA | XF_SETUP_SCRIPTS)) | XF__LINK_RESEND |
-          XF__LINK_ONE_SCRIPT;
+  flags = (flags & (XF_SETUP_REPLICA | XF_SETUP_SCRIPTS)) | XF__LINK_ONE_SCRIPT;
   if (xf__link_init(&k->l, c, k->host, port, c->unix_path, flags) != XF_OK) {
     xf_link_close(k);
     return XF_ENOMEM;

@@ -19,13 +19,12 @@
 static xf__fleet *fleet_of(xf_call *call) { return call->f.c->fleet; }
 
 /* The n commands, for host:port. A plain read (the flow's HMGET or GET) goes
- * as the read script until the driver names a connection whose estimate of
- * its server's clock is fresh (xf_call_use_conn: call_conn.c). */
+ * as the read script: a call answered by hand has no clock estimate (a link
+ * encodes the command again for its own: call_link.c). */
 static int encode(xf_call *call, const char *host, int port, const xf__cmd *const *cmds,
                   int n) {
   xf__cmd script;
   call->request.len = 0;
-  call->conn = NULL; /* said again for each SEND */
   call->pre = 0;
   call->send_cmd = cmds[n - 1];
   for (int i = 0; i < n; i++) {
@@ -34,10 +33,8 @@ static int encode(xf_call *call, const char *host, int port, const xf__cmd *cons
       call->pre |= cmd == &xf__fleet_readonly_cmd ? PRE_READONLY
                    : cmd == &xf__fleet_asking_cmd ? PRE_ASKING
                                                   : PRE_LOAD;
-    if (i == n - 1) {
-      call->cmd_at = call->request.len;
+    if (i == n - 1)
       cmd = xf__entry_read_as(cmd, NULL, 0, &script); /* no clock known yet */
-    }
     if (xf__resp_append_cmd(&call->request, cmd) != 0)
       return xf__fail(call->f.c, XF_ENOMEM, "out of memory for a %d-argument command",
                       cmd->argc);

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "bindings.h"
 #include "client_io.h"
 #include "drive.h"
 #include "refresh.h"
@@ -239,14 +238,14 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
   if (rc == XF_EBUSY && p->spares) {
     int served = xf__spares_near_serve(p->spares, key, keylen, policy, out, &spare,
                                        last_error, sizeof last_error);
-    if (served != XF__NEAR_PASS)
+    if (served != XF_NEAR_NOT_SERVED)
       return served;
   }
   if (rc == XF_EBUSY)
     rc = checkout(p, p->checkout_timeout_ms, &c);
   if (spare) { /* an early refresh its draw elected is the call's */
     if (rc == XF_OK)
-      xf__near_elect_move(spare, c);
+      xf_near_move_refresh(spare, c);
     xf__spares_give(p->spares, spare);
   }
   if (rc != XF_OK)

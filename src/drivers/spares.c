@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bindings.h"
-
 struct xf__spares {
   pthread_mutex_t lock;
   const xf_options *opts;
@@ -68,13 +66,13 @@ int xf__spares_near_serve(xf__spares *s, const char *key, size_t keylen,
   *elected = NULL;
   xf_client *c = xf__spares_take(s);
   if (!c)
-    return XF__NEAR_PASS;
-  int rc = xf__near_serve(c, key, keylen, policy, XF_DRIVER_POOL, NULL, out);
-  if (rc == XF__NEAR_PASS && c->near_elect) {
+    return XF_NEAR_NOT_SERVED;
+  int rc = xf_near_serve(c, key, keylen, policy, XF_DRIVER_POOL, NULL, out);
+  if (rc == XF_NEAR_NOT_SERVED && c->near_elect) {
     *elected = c;
     return rc;
   }
-  if (rc != XF__NEAR_PASS)
+  if (rc != XF_NEAR_NOT_SERVED)
     snprintf(msg, cap, "%s", rc == XF_OK ? "" : c->errstr);
   xf__spares_give(s, c);
   return rc;

@@ -1,6 +1,6 @@
 /* A pool's spare clients, for near hits: a near hit needs no connection,
  * so one that finds every pooled client busy is served on a spare instead
- * of waiting. A spare serves near hits only (xf__near_serve): it never
+ * of waiting. A spare serves near hits only (xf_near_serve): it never
  * connects and holds no slot of max_connections. At most max exist; each is
  * used by one thread at a time. */
 #ifndef XF_SPARES_H
@@ -21,11 +21,11 @@ xf__spares *xf__spares_open(const xf_options *opts, size_t max);
 xf_client *xf__spares_take(xf__spares *s);
 
 /* Every pooled client is busy: a near hit needs none, so the near cache is
- * asked on a free spare (xf__near_serve, as the call would on that hit):
+ * asked on a free spare (xf_near_serve, as the call would on that hit):
  * its answer (msg, cap bytes: "" or the error's message), or XF__NEAR_PASS:
  * make the call on a pooled client. *elected is then the spare, still
  * taken, whose draw elected an early refresh: move it to the call's client
- * (xf__near_elect_move) before giving the spare back; else NULL. */
+ * (xf_near_move_refresh) before giving the spare back; else NULL. */
 int xf__spares_near_serve(xf__spares *s, const char *key, size_t keylen,
                           const xf_policy *policy, xf_value *out, xf_client **elected,
                           char *msg, size_t cap);

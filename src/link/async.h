@@ -90,7 +90,9 @@ struct xf__acall {
   xf__trip trip;          /* its way through the fleet (fleet.h); trip.act
                              XF_ROUTE_DONE: the flow's next command starts afresh */
   int attempts;           /* seeds tried for this command (standalone) */
-  int resend;             /* the heap wakes it to send again (a backoff) */
+  int resend;             /* the heap wakes it to send again (a backoff, or
+                             the engine's XF__LINK_AGAIN) */
+  int again;              /* its command goes once more (XF__LINK_RESENT) */
   xf__acall *next_parked; /* waiting for the cluster mode or map */
   size_t heap_at;         /* index in the wait heap, SIZE_MAX when not waiting */
   xf__acall *prev, *next; /* every unfinished call */

@@ -40,8 +40,7 @@ xf__aconn *xf__aconn_at(xf_async *ac, const char *host, int port) {
   xf__aconn *cn = calloc(1, sizeof *cn);
   if (!cn || (host && !(cn->host = strdup(host))) ||
       xf__link_init(&cn->link, ac->core, cn->host, port, ac->core->unix_path,
-                    XF_SETUP_SCRIPTS | XF__LINK_QUIET_LOSS | XF__LINK_ONE_SCRIPT) !=
-          XF_OK) {
+                    XF_SETUP_SCRIPTS | XF__LINK_ONE_SCRIPT) != XF_OK) {
     if (cn)
       free(cn->link.clock), free(cn->host);
     free(cn);
@@ -138,7 +137,14 @@ static void on_reply(xf__link *l, void *privdata, int rc, xf__reply **reply) {
   }
   int64_t now_ms = xf__now_ms();
   if (ac->closing)
-    return; /* the close cancels the call */
+    return;                   /* the close cancels the call */
+  if (rc == XF__LINK_AGAIN) { /* the engine's: once more, on a new stream (next tick) */
+    k->again = k->resend = 1;
+    k->wake_ms = now_ms;
+    xf__aheap_push(ac, k);
+    return;
+  }
+  k->again = 0;
   if (rc != XF_OK && xf__aseeds_resend(k, cn))
     return;                           /* never written: it went to the next seed */
   if (rc != XF_OK && rc != XF_EPROTO) /* an ASKING refused says so itself */
@@ -160,8 +166,9 @@ static void on_reply(xf__link *l, void *privdata, int rc, xf__reply **reply) {
 int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
   int rc = xf__aconn_open(cn);
   if (rc == XF_OK)
-    rc = xf__link_submit(&cn->link, &k->f.cmd, asking ? XF__LINK_ASKING : 0, xf__now_ms(),
-                         on_reply, k);
+    rc = xf__link_submit(&cn->link, &k->f.cmd,
+                         (asking ? XF__LINK_ASKING : 0) | (k->again ? XF__LINK_RESENT : 0),
+                         xf__now_ms(), on_reply, k);
   if (rc == XF_OK) {
     xf__awire_rewatch(cn);
     k->sent = 1;

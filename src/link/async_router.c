@@ -153,6 +153,8 @@ static void on_answer(xf__link *from, void *privdata, int rc, xf__reply **reply)
   if (ac->closing)
     return;
   xf__async_enter(ac);
+  if (rc == XF__LINK_AGAIN) /* asked again below, as after a failure */
+    rc = XF_EIO;
   if (rc != XF_OK)
     xf__fail(ac->core, rc, "%s", cn->link.why);
   rc = xf__fleet_answer(&ac->fleet, cn, q, rc, *reply, xf__now_ms());

@@ -29,8 +29,7 @@ int xf__conn_init(xf__conn *k, const char *host, int port, const char *unix_path
   k->unix_path = host ? NULL : unix_path;
   if (host && !(k->host = strdup(host)))
     return XF_ENOMEM;
-  int rc = xf__link_init(&k->engine, NULL, k->host, port, k->unix_path,
-                         XF__LINK_ARM_WAIT | XF__LINK_RESEND);
+  int rc = xf__link_init(&k->engine, NULL, k->host, port, k->unix_path, XF__LINK_ARM_WAIT);
   k->clock = k->engine.clock;
   return rc;
 }

@@ -318,33 +318,30 @@ static void trip(xf__link *l, int rc, int64_t now_ms) {
  * (c->grace_ms), says nothing about the server: the stream goes, the breaker
  * stays closed, nothing is counted. A failure before the setup was answered
  * is a failed connect: the breaker trips (a misconfiguration, XF_ETLS,
- * XF_EAUTH, XF_EINVAL, is repeated while it is open) — but with RESEND, the
- * first stream in a row the server closed during its setup (a CLIENT KILL
- * or a proxy's cut-off in the setup's round trip) is connected once more
+ * XF_EAUTH, XF_EINVAL, is repeated while it is open) — but the first stream
+ * in a row the server closed during its setup (a CLIENT KILL or a proxy's
+ * cut-off in the setup's round trip) is connected once more
  * (xf__link_setup_again), its queued commands resent. The server closing a
  * working connection (its idle timeout, CLIENT KILL, a proxy's cut-off) is
- * no server that is down: with RESEND its unanswered commands go once more
- * on a new stream (every command xfetch sends is safe to repeat: reads are
+ * no server that is down: its unanswered commands go once more on a new
+ * stream (every command xfetch sends is safe to repeat: reads are
  * read-only, a lease answers "won" again to its own token, a write applied
  * is refused the second time, release, delete and SCRIPT LOAD are
- * idempotent); a TLS failure after the handshake is a misconfiguration. */
+ * idempotent), and an idle one (an event loop sees it go) is simply gone;
+ * a TLS failure after the handshake is a misconfiguration.
+ * Every driver's connections take this one decision: a driver only sends
+ * XF__LINK_AGAIN's commands once more, on a new stream. */
 void xf__link_fail(xf__link *l, int rc, int how, const char *why, int64_t now_ms) {
   set_why(l, "%s", why);
   int resend = 0;
   if (how == XF__LINK_CANCELED || l->c->grace_ms) {
-  } else if (how == XF__LINK_PEER_CLOSED && (l->flags & XF__LINK_RESEND) && l->connected &&
-             !l->ready && l->setup_closes++ == 0) {
+  } else if (how == XF__LINK_PEER_CLOSED && l->connected && !l->ready &&
+             l->setup_closes++ == 0) {
     l->setup_again = 1;
     resend = 1;
-  } else if (how == XF__LINK_TIMEOUT || rc == XF_ETLS || !l->connected ||
-             (!l->ready && !(l->flags & XF__LINK_QUIET_LOSS))) {
-    trip(l, rc, now_ms);
-  } else if (how == XF__LINK_PEER_CLOSED && (l->flags & XF__LINK_RESEND) &&
-             l->answered == 0 && resendable(l)) {
-    resend = 1;
-  } else if (l->flags & XF__LINK_QUIET_LOSS) {
-    set_why(l, "connection lost: %.200s", why[0] ? why : "closed");
-    l->c->stats.redis_errors++;
+  } else if (how == XF__LINK_PEER_CLOSED && rc != XF_ETLS && l->connected && l->ready &&
+             (l->fifo_len == 0 || (l->answered == 0 && resendable(l)))) {
+    resend = l->fifo_len > 0; /* an idle stream: nothing lost, the next command opens one */
   } else {
     trip(l, rc, now_ms);
   }

@@ -83,18 +83,14 @@ typedef void xf__link_fn(xf__link *l, void *ud, int rc, xf__reply **reply);
 /* How the engine runs (xf__link_init's flags, with XF_SETUP_REPLICA and
  * XF_SETUP_SCRIPTS for the setup). */
 enum {
-  XF__LINK_ARM_WAIT = 1 << 8,    /* tracking: wait for the invalidation connection
-                                    (else the connection serves untracked until it
-                                    is open, then arms before a later command) */
-  XF__LINK_RESEND = 1 << 9,      /* a working connection the peer closed: its
-                                    unanswered commands are XF__LINK_AGAIN, once */
-  XF__LINK_QUIET_LOSS = 1 << 10, /* a working connection lost otherwise: counted,
-                                    its commands fail, the breaker stays closed */
-  XF__LINK_ONE_SCRIPT = 1 << 11  /* each reply is judged before the next is fed
-                                   (an event loop): a plain read queued behind a
-                                   read script on its way goes plain, one script
-                                   per refresh; else (a pipeline judged after all
-                                   its replies) each goes as the clock says */
+  XF__LINK_ARM_WAIT = 1 << 8,   /* tracking: wait for the invalidation connection
+                                   (else the connection serves untracked until it
+                                   is open, then arms before a later command) */
+  XF__LINK_ONE_SCRIPT = 1 << 11 /* each reply is judged before the next is fed
+                                  (an event loop): a plain read queued behind a
+                                  read script on its way goes plain, one script
+                                  per refresh; else (a pipeline judged after all
+                                  its replies) each goes as the clock says */
 };
 
 /* xf__link_submit's opts. */

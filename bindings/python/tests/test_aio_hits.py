@@ -1,5 +1,5 @@
 """GET-priced asyncio hits (issue 19): each stream of xfetch.aio keeps an
-estimate of its server's clock (C xf_call_conn), so a hit is one plain read
+estimate of its server's clock (C xf_link), so a hit is one plain read
 (HMGET of a format-1 entry, GET of a format-2 one) once it is fresh, and
 the read script (EVALSHA_RO: Lua, TIME) goes only to refresh it, every
 0.5 s at most per connection. Counted with INFO commandstats on the

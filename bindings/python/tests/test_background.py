@@ -330,3 +330,23 @@ def test_get_many_refreshes_a_key_with_its_loader_by_default(face, server, prefi
         face.run(cache.get_many(["a"], load, ttl=1.0))
         assert until(face, lambda: calls == ["a", "a"]), calls
     assert not [r for r in caplog.records if "failed" in r.getMessage()], caplog.text
+
+
+def test_get_many_takes_refresh_ahead_and_the_caches_default(face, server, prefix):
+    """get_many's early-refresh rule is the call's refresh_ahead=, else the
+    Cache's, as for fetch. A 0.2 s load with a 60 s ttl: a factor of 1000
+    (200 s) makes every later read due whatever the machine's speed; < 0 with
+    beta 0 (XFetch, never early) makes none due."""
+    calls = []
+    load = face.loader(lambda k: calls.append(k) or b"v%d" % len(calls), delay=0.2)
+    eager = face.Cache(server.url, prefix=prefix, refresh_ahead=1000.0,
+                       background_refresh=False)
+    assert face.run(eager.get_many(["a"], load, ttl=60)) == {"a": b"v1"}
+    assert face.run(eager.get_many(["a"], load, ttl=60)) == {"a": b"v2"}  # due: the Cache's
+    assert face.run(eager.get_many(["a"], load, ttl=60, beta=0.0,
+                                   refresh_ahead=-1)) == {"a": b"v2"}  # the call's: never
+    never = face.Cache(server.url, prefix=prefix, refresh_ahead=-1, background_refresh=False)
+    assert face.run(never.get_many(["a"], load, ttl=60, beta=0.0)) == {"a": b"v2"}
+    assert face.run(never.get_many(["a"], load, ttl=60, beta=0.0,
+                                   refresh_ahead=1000.0)) == {"a": b"v3"}
+    assert calls == ["a", "a", "a"]

@@ -163,7 +163,7 @@ def test_the_near_cache_across_the_cluster(cluster, face, fault):
 
 def test_asyncio_hits_are_plain_reads_on_every_node(cluster):
     """Each node's stream keeps its own estimate of that node's clock (C
-    xf_call_conn): once the misses taught them, a hit on any master is one
+    xf_link): once the misses taught them, a hit on any master is one
     HMGET (INFO commandstats: a read script's own HMGET counts too)."""
     import asyncio
     import time

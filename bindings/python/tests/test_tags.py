@@ -113,6 +113,33 @@ def test_clear_invalidates_the_prefix_only(face, server, admin, prefix):
     assert face.run(neighbour.fetch("k", face.loader(lambda: "n2"), ttl=60)) == ("n1", "cache")
 
 
+def test_an_invalidation_may_be_a_caches_first_call(face, server, admin, prefix):
+    """clear() and invalidate_tags() on a Cache that made no call yet (on
+    xfetch.aio: not yet on any event loop) work as any first call does."""
+    for first in (lambda c: c.clear(), lambda c: c.invalidate_tags(["t"])):
+        cache = face.Cache(server.url, prefix=prefix, namespace_tag=True)
+        face.run(first(cache))
+        assert face.run(cache.get_or_compute("k", face.loader(lambda: "v"), ttl=60)) == "v"
+
+
+@pytest.mark.parametrize("near", [0, 1 << 20])
+def test_get_after_clear_is_a_miss(face, server, admin, prefix, near):
+    """get reads the namespace's version as every call of a namespace_tag
+    Cache does: an entry written before clear() is not returned (another
+    Cache of the prefix clears: another process), nothing is written by the
+    read, and a value set after it is."""
+    cache = face.Cache(server.url, prefix=prefix, namespace_tag=True, near_cache_bytes=near)
+    other = face.Cache(server.url, prefix=prefix, namespace_tag=True)
+    face.run(cache.set("k", "v1", ttl=60))
+    assert face.run(cache.get("k")) == "v1" and face.run(cache.get("k")) == "v1"
+    face.run(other.clear())
+    keys = set(admin.keys("*"))
+    assert face.run(cache.get("k")) is None
+    assert set(admin.keys("*")) == keys
+    assert face.run(cache.get_many(["k"], face.loader(lambda k: "v2"), ttl=60)) == {"k": "v2"}
+    assert face.run(cache.get("k")) == "v2"
+
+
 def test_bad_tags_raise_before_any_io(face, server, admin, prefix):
     cache = face.Cache(server.url, prefix=prefix, seed=8)
     for bad, exc in (("one", TypeError), ([""], ValueError), ([1], TypeError),

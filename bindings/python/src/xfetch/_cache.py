@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime
 
-from ._core import (BYPASS, NEAR_PASS, Config, check_loader, check_value, disabled,
-                    key_bytes, outcome)
+from ._core import (BYPASS, NEAR_NOT_SERVED, Config, check_loader, check_value,
+                    disabled, key_bytes, outcome)
 from ._errors import check, error_for
 from ._face import SyncFace, drive
 from ._native import ffi, lib
@@ -244,7 +244,7 @@ class Cache(LateSetup):
             return self._call(key, kb, loader, tagged(policy, names), lease)
         if self._near:
             value = self._near_serve(kb, policy)
-            if value is not NEAR_PASS:
+            if value is not NEAR_NOT_SERVED:
                 return Fetched(value, None if value is None else "cache")
         return self._call(key, kb, loader, policy, lease)
 
@@ -335,8 +335,8 @@ class Cache(LateSetup):
             if p is None:
                 p = self._policies.common(ttl, beta)
             codec = self._codec
-            value = self._near_serve(kb, p) if self._near else NEAR_PASS
-            if value is NEAR_PASS:
+            value = self._near_serve(kb, p) if self._near else NEAR_NOT_SERVED
+            if value is NEAR_NOT_SERVED:
                 value = self._call(key, kb, codec.loader(kb, loader), p, _5)[0]
             if codec.raw or value is None:
                 return value
@@ -352,10 +352,10 @@ class Cache(LateSetup):
                                 refresh_ahead=refresh_ahead, tags=tags)[0]
 
     def _near_serve(self, kb, policy):
-        """C xf__near_serve on an idle connection of the pool (policy NULL: a
+        """C xf_near_serve on an idle connection of the pool (policy NULL: a
         get): the near hit's draw, counters and events as the call's, in
-        one C call; the value (None: a kept not-found), or NEAR_PASS: make the
-        call (the C client keeps a draw that elected an early refresh for
+        one C call; the value (None: a kept not-found), or NEAR_NOT_SERVED:
+        make the call (the C client keeps a draw that elected an early refresh for
         it, and the connection goes back to the pool's end: the call's). A
         near hit needs no connection: with none idle under a free slot, it
         is served on a spare client (Pool.near_client), never waited for. Not
@@ -363,7 +363,7 @@ class Cache(LateSetup):
         disabled()."""
         pool = self._pool
         if getattr(pool.tls, "conn", None) is not None or BYPASS.get():
-            return NEAR_PASS
+            return NEAR_NOT_SERVED
         slots = pool.slots
         conn = None
         if slots is None or slots.acquire(False):
@@ -380,17 +380,18 @@ class Cache(LateSetup):
             if not conn.enabled:
                 conn.switch(True)
             v = conn.value
-            rc = lib.xf__near_serve(conn.ptr, kb, len(kb), policy, _BLOCKING,
-                                    self._events.near_count(), v)
+            rc = lib.xf_near_serve(conn.ptr, kb, len(kb), policy, _BLOCKING,
+                                   self._events.near_count(), v)
             if rc != 0:
-                return NEAR_PASS if rc == NEAR_PASS else None  # None: a kept not-found
+                # None: a kept not-found
+                return NEAR_NOT_SERVED if rc == NEAR_NOT_SERVED else None
             try:
                 return ffi.unpack(v.data, v.len)
             finally:
                 lib.xf_value_free(v)
         finally:
             if spare:
-                if rc == NEAR_PASS:  # its draw's election: the call's (Pool.enter)
+                if rc == NEAR_NOT_SERVED:  # its draw's election: the call's (Pool.enter)
                     pool.tls.spare = conn
                 else:
                     pool.near_done(conn)
@@ -501,7 +502,7 @@ class Cache(LateSetup):
         kb = key_bytes(key)
         if self._near:
             value = self._near_serve(kb, ffi.NULL)
-            if value is not NEAR_PASS:
+            if value is not NEAR_NOT_SERVED:
                 return value
         conn, saved = self._pool.enter()
         v = conn.value
@@ -521,7 +522,7 @@ class Cache(LateSetup):
                  ttl: Any = None, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
                  stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
                  jitter: float = 0.0, on_wait_timeout: str = "load", batch: bool = False,
-                 background_refresh: bool | None = None,
+                 background_refresh: bool | None = None, refresh_ahead: float | None = None,
                  tags: Iterable[str] | None = None) -> dict[Key, Any]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
@@ -536,12 +537,13 @@ class Cache(LateSetup):
         Cache's share), not loaded again. background_refresh is accepted
         and has no effect: the batch refreshes in the call. Values go
         through the Cache's serializer; ones it refuses are computed again.
-        tags: get_or_compute's, for every key."""
+        refresh_ahead, tags: get_or_compute's, for every key."""
         return self._get_many_with(self._codec, keys, loader, ttl, beta, lease=lease,
                                    wait=wait, stale=stale, stale_if_error=stale_if_error,
                                    negative_ttl=negative_ttl, jitter=jitter,
                                    on_wait_timeout=on_wait_timeout, batch=batch,
-                                   background_refresh=background_refresh, tags=tags)
+                                   background_refresh=background_refresh,
+                                   refresh_ahead=refresh_ahead, tags=tags)
 
     def _get_many_with(self, codec, keys, loader, ttl=None, beta=1.0, *, batch=False,
                        **policy):
@@ -552,14 +554,17 @@ class Cache(LateSetup):
     def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                       stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
                       on_wait_timeout="load", batch=False, background_refresh=None,
-                      tags=None):
+                      refresh_ahead=None, tags=None):
         originals = {}
         for k in keys:
             originals.setdefault(key_bytes(k), k)
         check_loader(loader)
         # in the batch: the refresh threads run zero-argument loaders
+        if refresh_ahead is None:
+            refresh_ahead = self._config.refresh_ahead
         policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout, False))
+                                     negative_ttl, jitter, on_wait_timeout, False,
+                                     refresh_ahead))
         policy = tagged(policy, tag_names(tags))
         n = len(originals)
         if n == 0:

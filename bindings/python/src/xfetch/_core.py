@@ -226,11 +226,11 @@ def value_of(v):
         lib.xf_value_free(v)
 
 
-NEAR_PASS = lib.XF__NEAR_PASS  # xf__near_serve: not served, make the call
+NEAR_NOT_SERVED = lib.XF_NEAR_NOT_SERVED  # xf_near_serve: not served, make the call
 
 
 def near_value(rc, v):
-    """The value a near hit xf__near_serve served: rc XF_OK, bytes (v
+    """The value a near hit xf_near_serve served: rc XF_OK, bytes (v
     freed); XF_ENOTFOUND, None (a kept not-found)."""
     if rc != 0:
         return None

@@ -122,7 +122,7 @@ class Events:
                 and not log.isEnabledFor(logging.DEBUG))
 
     def near_count(self):
-        """Where C xf__near_serve counts a near hit's result (this call's
+        """Where C xf_near_serve counts a near hit's result (this call's
         namespace's uint64_t, read by snapshot) when the hook would only
         count it, else NULL (the event goes through the hook)."""
         if (self.callback is not None or self.failing_open

@@ -172,7 +172,7 @@ class Pool:
         spare = getattr(self.tls, "spare", None)
         if spare is not None:  # a near hit passed to this call: its election too
             self.tls.spare = None
-            lib.xf__near_elect_move(spare.ptr, conn.ptr)
+            lib.xf_near_move_refresh(spare.ptr, conn.ptr)
             self.near_done(spare)
         conn.switch(enabled_now(self.config))
         return conn, None

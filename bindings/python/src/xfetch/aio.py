@@ -25,7 +25,7 @@ from ._refresh import log_failure
 from ._aio_link import Links
 from ._aio_tls import context
 from ._aio_many import get_many
-from ._core import (NEAR_PASS, Config, call_error, check_loader, check_not_loading,
+from ._core import (NEAR_NOT_SERVED, Config, call_error, check_loader, check_not_loading,
                     check_value, disabled, enabled_now, key_bytes, near_value, outcome,
                     stats_of, value_of, _loading)
 from ._errors import check
@@ -166,15 +166,20 @@ class Cache(LateSetup):
     def _start(self, key):
         """The key's bytes, with the loop and own-key checks every call makes."""
         kb = key_bytes(key)
-        if self._links.loop is not asyncio.get_running_loop():
-            self._links.bind()
+        self._ready()
         if _loading.get():
             check_not_loading(self._config.namespace, kb, key)
+        return kb
+
+    def _ready(self):
+        """What every call checks first: the running loop (bound to it) and
+        the enabled switch (read by the C call as it starts)."""
+        if self._links.loop is not asyncio.get_running_loop():
+            self._links.bind()
         enabled = enabled_now(self._config)
-        if enabled is not self._enabled:  # read by the C call as it starts
+        if enabled is not self._enabled:
             self._enabled = enabled
             lib.xf_client_set_enabled(self._client, 1 if enabled else 0)
-        return kb
 
     # ---- get-or-compute -------------------------------------------------------
 
@@ -252,20 +257,20 @@ class Cache(LateSetup):
                                         e))[0]
 
     def _near_serve(self, kb, policy):
-        """C xf__near_serve (policy NULL: a get), before anything is awaited:
-        the value of a near hit (None: a kept not-found), or NEAR_PASS: make
-        the call (a draw that elected an early refresh is kept for it)."""
+        """C xf_near_serve (policy NULL: a get), before anything is awaited:
+        the value of a near hit (None: a kept not-found), or NEAR_NOT_SERVED:
+        make the call (a draw that elected an early refresh is kept for it)."""
         v = self._value
-        rc = lib.xf__near_serve(self._client, kb, len(kb), policy, _CALL,
-                                self._config.events.near_count(), v)
-        return NEAR_PASS if rc == NEAR_PASS else near_value(rc, v)
+        rc = lib.xf_near_serve(self._client, kb, len(kb), policy, _CALL,
+                               self._config.events.near_count(), v)
+        return NEAR_NOT_SERVED if rc == NEAR_NOT_SERVED else near_value(rc, v)
 
     async def _run(self, key, loader, policy, lease):
         kb = self._start(key)
         check_loader(loader)
         if self._near and self._enabled and not policy.ntags:  # tagged: versions first (C)
             value = self._near_serve(kb, policy)
-            if value is not NEAR_PASS:
+            if value is not NEAR_NOT_SERVED:
                 return Fetched(value, None if value is None else "cache")
         out = self._callp
         check(lib.xf_call_start(out, self._client, kb, len(kb), policy, now_ms()))
@@ -366,7 +371,7 @@ class Cache(LateSetup):
         kb = self._start(key)
         if self._near and self._enabled:
             value = self._near_serve(kb, ffi.NULL)
-            if value is not NEAR_PASS:
+            if value is not NEAR_NOT_SERVED:
                 return value
         out = ffi.new("xf_call **")
         check(lib.xf_call_start_get(out, self._client, kb, len(kb), now_ms()))
@@ -404,6 +409,7 @@ class Cache(LateSetup):
         if not names:
             return
         array, keep = tag_array(names)
+        self._ready()
         out = ffi.new("xf_call **")
         check(lib.xf_call_start_invalidate_tags(out, self._client, array, len(names),
                                                 now_ms()), self._client)
@@ -414,6 +420,7 @@ class Cache(LateSetup):
         """xfetch.Cache.clear, awaited (xf_call_start_clear_namespace)."""
         if not self._config.namespace_tag:
             raise ValueError("clear() needs setup(..., namespace_tag=True)")
+        self._ready()
         out = ffi.new("xf_call **")
         check(lib.xf_call_start_clear_namespace(out, self._client, now_ms()), self._client)
         await self._oneshot(out[0])
