@@ -206,6 +206,89 @@ Test(near_cluster, a_nodes_flushall_drops_its_entries) {
   fault_on_owner("{nc-flush}k", "FLUSHALL");
 }
 
+/* ---- tags whose keys sit on other masters than their entry ---- */
+
+static long long reads_everywhere(void) {
+  return xft_total_calls("get") + xft_total_calls("evalsha") +
+         xft_total_calls("evalsha_ro");
+}
+
+/* One tagged get-or-compute of key: its value (the loader's runs so far);
+ * *sent the reads the cluster ran for it. */
+static int tagged_call(xf_client *c, const char *key, const char *const *tags, int *calls,
+                       long long *sent) {
+  xf_policy p = xft_long_ttl();
+  p.tags = tags, p.ntags = 2;
+  long long before = reads_everywhere();
+  xf_value v;
+  int rc = xf_get_or_compute(c, key, strlen(key), &p, xft_key_loader, calls, &v);
+  cr_assert_eq(rc, XF_OK, "%s: %s", key, xf_errmsg(c));
+  if (sent)
+    *sent = reads_everywhere() - before;
+  int source = v.source;
+  xf_value_free(&v);
+  return source;
+}
+
+/* Calls until a call reads nothing anywhere (bounded). */
+static void tagged_warm(xf_client *c, const char *key, const char *const *tags,
+                        int *calls) {
+  int64_t until = mono_ms() + BOUND_MS;
+  long long sent = 1;
+  while (tagged_call(c, key, tags, calls, &sent) != XF_SOURCE_CACHE || sent != 0)
+    cr_assert_lt(mono_ms(), until, "%s: never a tagged hit reading nothing", key);
+}
+
+/* An entry on one master, its 2 tags' keys on the others (their slots'
+ * masters): a warm tagged hit reads nothing on any node (the versions kept,
+ * each tracked on its own node: at most 2 of 20 hits go to Redis, a hit
+ * does while the tracker holds bytes it has not applied); another client's
+ * invalidation of a tag is seen by the next call; the invalidation
+ * connection of a tag's master killed, then an invalidation that master can
+ * no longer tell: the next call loads; then it is kept again. */
+Test(near_cluster, tags_on_other_masters_are_kept_and_their_invalidations_seen) {
+  const char *key = "{nct-e}k";
+  xft_node owner, unused;
+  xft_masters_of(xf__cluster_keyslot(key, strlen(key)), &owner, &unused);
+  static char names[2][16];
+  const char *tags[2];
+  xft_node tag_owner[2];
+  int found = 0;
+  for (int i = 0; found < 2 && i < 200; i++) { /* tags on other masters */
+    char tag_key[40];
+    snprintf(names[found], sizeof names[found], "nct-%d", i);
+    int len = snprintf(tag_key, sizeof tag_key, "xf-tag:{%s}", names[found]);
+    xft_masters_of(xf__cluster_keyslot(tag_key, (size_t)len), &tag_owner[found], &unused);
+    if (tag_owner[found].port != owner.port)
+      tags[found] = names[found], found++;
+  }
+  cr_assert_eq(found, 2);
+  xf_share *s = near_share();
+  xf_client *c = open_client(s), *other = open_client(NULL);
+  int calls = 0;
+  tagged_warm(c, key, tags, &calls);
+  int sent_some = 0;
+  for (int i = 0; i < 20; i++) {
+    long long sent;
+    cr_assert_eq(tagged_call(c, key, tags, &calls, &sent), XF_SOURCE_CACHE);
+    sent_some += sent > 0;
+  }
+  cr_expect_leq(sent_some, 2, "%d of 20 warm tagged hits read", sent_some);
+  cr_assert_eq(xf_invalidate_tags(other, tags + 1, 1), XF_OK, "%s", xf_errmsg(other));
+  cr_expect_eq(tagged_call(c, key, tags, &calls, NULL), XF_SOURCE_LOADER);
+  tagged_warm(c, key, tags, &calls);
+  redisContext *raw = xft_cluster_redis(tag_owner[0].port);
+  freeReplyObject(xft_cluster_cmd(raw, "CLIENT KILL TYPE pubsub"));
+  redisFree(raw);
+  cr_assert_eq(xf_invalidate_tags(other, tags, 1), XF_OK, "%s", xf_errmsg(other));
+  cr_expect_eq(tagged_call(c, key, tags, &calls, NULL), XF_SOURCE_LOADER);
+  tagged_warm(c, key, tags, &calls);
+  cr_expect_eq(calls, 3);
+  xf_client_close(other);
+  xf_client_close(c);
+  xf_share_close(s);
+}
+
 /* The slot moves to another master: the key's deletion on the old one
  * invalidates it; reads follow MOVED and are tracked on the new one. */
 Test(near_cluster, a_slot_move_drops_and_tracks_on_the_new_node) {

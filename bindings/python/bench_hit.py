@@ -142,6 +142,8 @@ def main():
     ap.add_argument("--batch", type=int, default=100, help="keys per get_many")
     ap.add_argument("--entry-format", type=int, choices=(1, 2), default=None,
                     help="the entries xfetch writes (default: the library's, 2)")
+    ap.add_argument("--timeout", type=float, default=1.0,
+                    help="the Caches' command timeout in seconds (default 1.0, the Cache's)")
     args = ap.parse_args()
     server = None if args.url else xfetch.testing.RedisServer()
     url = args.url or server.url
@@ -157,7 +159,7 @@ def run(args, url):
     n, nb = args.n, max(1, args.n // args.batch)  # batch calls per round
     r = redis.Redis.from_url(url)
     r.set("bench:get", value)
-    cache = xfetch.Cache(url, entry_format=args.entry_format)
+    cache = xfetch.Cache(url, entry_format=args.entry_format, timeout=args.timeout)
     cache.set("bench:hit", value, ttl=TTL)
     keys = [f"bench:many:{i}".encode() for i in range(args.batch)]
     for k in keys:
@@ -182,7 +184,7 @@ def run(args, url):
         add("dogpile.cache get_or_create", lambda: region.get_or_create("bench:dogpile", never))
     add("xfetch get_or_compute (sync)", sync_hit)
     try:  # issue 20: the near cache (a hit sends nothing), where the build has it
-        near = xfetch.Cache(url, near_cache_bytes=64 << 20)
+        near = xfetch.Cache(url, near_cache_bytes=64 << 20, timeout=args.timeout)
     except TypeError:
         near = None
     if near is not None:
@@ -199,7 +201,7 @@ def run(args, url):
     acache = anear = None
     if xfetch_aio:
         async def open_aio(**kw):
-            c = xfetch_aio.Cache(url, entry_format=args.entry_format, **kw)
+            c = xfetch_aio.Cache(url, entry_format=args.entry_format, timeout=args.timeout, **kw)
             if inspect.isawaitable(c):
                 c = await c
             return c

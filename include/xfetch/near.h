@@ -49,8 +49,13 @@ extern "C" {
  *                       on c. So when c's share has no near cache, the key
  *                       is not kept, an argument is one the call refuses
  *                       (the call says why), the call is a nested call for
- *                       the key c's loader is computing, or this call's
- *                       draw elected it to refresh the value early: c's next
+ *                       the key c's loader is computing, the call is
+ *                       tagged (policy.tags, options.namespace_tag) and
+ *                       its kept entry is not known current for its tags
+ *                       (the call looks their versions up; a namespace
+ *                       client's get always makes the call), or this
+ *                       call's draw elected it to refresh the value early:
+ *                       c's next
  *                       get-or-compute of key then refreshes it without
  *                       drawing again (xf_near_move_refresh hands that over
  *                       to another client);

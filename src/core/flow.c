@@ -190,6 +190,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   f->tag_copy = NULL; /* tag_names, tag_n, tag_ns: set by the kinds that read them */
   f->tag_rec_len = 0;
+  f->tag_fast = f->tag_kept_all = 0;
   f->tag_key.data = NULL;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(rt, p);
@@ -217,6 +218,9 @@ xf__step xf__flow_begin(xf__flow *f, const char *key, size_t keylen, const xf_po
   if (rc == XF_OK && rt->disabled)
     return xf__flow_bypass(f);
   xf__step step;
+  if (rc == XF_OK && (p->ntags || cfg->namespace_tag) && rt->ports.near &&
+      xf__flow_tags_near_fast(f, &step))
+    return step; /* a near entry stamped current for its tags (flow_tags.c) */
   if (rc == XF_OK && (p->ntags || cfg->namespace_tag) &&
       xf__flow_tags_first(f, XF__READ, &step))
     return step; /* its versions first, then the near cache (flow_tags.c) */
@@ -229,14 +233,17 @@ int xf__flow_begin_near(xf__flow *f, const char *key, size_t keylen, const xf_po
                         xf_value *out, uint64_t *count, int64_t now_ms) {
   const xf__config *cfg = f->cfg;
   xf__runtime *rt = f->rt;
-  if (!rt->ports.near || rt->disabled || cfg->namespace_tag || (p && p->ntags))
-    return 0; /* a tagged call needs its versions first: the call, not this path */
+  if (!rt->ports.near || rt->disabled || (!p && cfg->namespace_tag))
+    return 0; /* a namespace client's get reads its namespace's version first */
+  /* A tagged call: only an entry stamped current for its tags (else its
+   * versions first: the call, not this path). */
+  int tagged = p && (cfg->namespace_tag || p->ntags);
   xf__kind kind = p ? XF_KIND_GET_OR_COMPUTE : XF_KIND_GET;
   int rc = begin(f, kind, key, keylen, p, out, XF_OK, now_ms);
   f->near_count = count;
   xf__step step;
   if (rc == XF_OK && !(p && loading(cfg, rt, &f->key)) &&
-      xf__flow_near_first(f, now_ms, &step))
+      (tagged ? xf__flow_tags_near_fast(f, &step) : xf__flow_near_first(f, now_ms, &step)))
     return 1;
   if (f->near_elected)
     xf__flow_near_elect(f);

@@ -140,6 +140,15 @@ typedef struct xf__flow {
   int64_t tag_versions[XF_MAX_TAGS];
   unsigned char tag_rec[5 + 8 * XF_MAX_TAGS];
   size_t tag_rec_len; /* 0: an untagged call */
+  /* With a near cache: the names' hash (a stamp's: near.h), whether the
+   * near cache is asked for a stamped entry only (xf__flow_tags_near_fast),
+   * and what the versions looked up in it say, for the entry's stamp:
+   * stamp.nfds counts every version's connection, tag_kept_all is 0 once a
+   * version came from Redis or from another node. */
+  uint64_t tag_names64;
+  int tag_fast;
+  int tag_kept_all;
+  xf__near_stamp tag_stamp;
 } xf__flow;
 
 /* Binds f to what it runs with: cfg (read only) and rt (its counters,

@@ -29,6 +29,13 @@ static void near_event(xf__flow *f) {
 int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
   xf__runtime *rt = f->rt;
   const xf__port_near *near = rt->ports.near;
+  xf__port_hit h;
+  int got = near->get(rt->ports.self, f->key.data, f->key.len, now_ms, &h);
+  if (f->tag_fast && (!got || h.stamp_names != f->tag_names64)) {
+    if (got) /* not stamped for these tags: the call reads its versions */
+      free(h.data);
+    return 0;
+  }
   if (__builtin_expect(f->cfg->on_event != NULL, 0))
     near->report(rt->ports.self, f->driver);
   int elected = 0; /* a mark left by the fast path's draw: taken by this call */
@@ -39,8 +46,7 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
     f->near_expiry_ms = rt->near_elect_expiry_ms;
     f->near_delta_us = rt->near_elect_delta_us;
   }
-  xf__port_hit h;
-  if (!near->get(rt->ports.self, f->key.data, f->key.len, now_ms, &h))
+  if (!got)
     return 0;
   if (f->tag_rec_len &&
       (h.tags_len != f->tag_rec_len || memcmp(h.tags, f->tag_rec, f->tag_rec_len) != 0)) {
@@ -77,6 +83,9 @@ int xf__flow_near_first(xf__flow *f, int64_t now_ms, xf__step *step) {
     f->out->len = h.len;
     f->out->source = XF_SOURCE_CACHE;
   }
+  if (f->tag_kept_all) /* every version kept: the next hit needs none (flow_tags.c) */
+    near->stamp(rt->ports.self, f->key.data, f->key.len, f->tag_rec, f->tag_rec_len,
+                &f->tag_stamp);
   f->near_served = 1;
   *step = xf__flow_done(f, rc);
   return 1;

@@ -77,6 +77,13 @@ void xf__flow_settle(xf__flow *f);
  * with the SEND of state next. *step: the SEND, or DONE with XF_EINVAL (bad
  * tags). 0: untagged, nothing done. */
 int xf__flow_tags_first(xf__flow *f, int next, xf__step *step);
+
+/* A tagged get-or-compute with a near cache asks it first for an entry
+ * stamped current for its tags (near.h): 1 when served (*step DONE), as
+ * xf__flow_near_first; 0, nothing taken (an early refresh's mark left for
+ * the call's own look-up), when there is none or the names are not valid
+ * (xf__flow_tags_first says why). */
+int xf__flow_tags_near_fast(xf__flow *f, xf__step *step);
 /* Frees the flow's copy of the names and the tag key built last. */
 void xf__flow_tags_free(xf__flow *f);
 /* The command of XF__TAGS or XF__BUMP into f->cmd; its key. */

@@ -29,10 +29,11 @@
 #include "client.h"
 #include "event.h"
 #include "flow_steps.h"
+#include "near.h"
 #include "script.h"
 
-#define TAG_OPEN "xf-tag:{"
-#define NS_TAG "xf-ns"
+#define TAG_OPEN XF__TAG_OPEN
+#define NS_TAG XF__NS_TAG
 /* How long a version kept in the near cache is used (driver ms) before it is
  * read again: tracking keeps it correct; this bounds what a lost
  * invalidation the tracker could not notice would cost. */
@@ -87,6 +88,38 @@ void xf__flow_tags_free(xf__flow *f) {
 static xf__step next_tag(xf__flow *f);
 static xf__step bump_next(xf__flow *f);
 
+/* The names in order and the namespace's mark, hashed (64-bit FNV-1a; never
+ * 0): what an entry's stamp is for (near.h). */
+static uint64_t names_hash64(const char *const *names, size_t n, int ns) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++)
+    for (const unsigned char *p = (const unsigned char *)names[i];; p++) {
+      h = (h ^ *p) * 1099511628211ull;
+      if (!*p)
+        break;
+    }
+  h = (h ^ (ns ? 2u : 1u)) * 1099511628211ull;
+  return h ? h : 1;
+}
+
+int xf__flow_tags_near_fast(xf__flow *f, xf__step *step) {
+  const xf_policy *p = f->p;
+  int ns = f->cfg->namespace_tag != 0;
+  if (f->cfg->entry_format != XF_ENTRY_STRING || p->ntags + (size_t)ns > XF_MAX_TAGS ||
+      (p->ntags && !p->tags))
+    return 0; /* xf__flow_tags_first says why */
+  for (size_t i = 0; i < p->ntags; i++) {
+    size_t len = p->tags[i] ? strlen(p->tags[i]) : 0;
+    if (len == 0 || len > XF_MAX_TAG_LEN)
+      return 0;
+  }
+  f->tag_names64 = names_hash64(p->tags, p->ntags, ns);
+  f->tag_fast = 1;
+  int served = xf__flow_near_first(f, f->input_ms, step);
+  f->tag_fast = 0;
+  return served;
+}
+
 int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   if (f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_SET) {
     f->tag_names = f->p->tags;
@@ -108,6 +141,14 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   f->tag_i = 0;
   f->tag_next = next;
   f->tag_fencing = 0;
+  const xf__ports *ports = &f->rt->ports;
+  f->tag_kept_all = f->kind == XF_KIND_GET_OR_COMPUTE && ports->near != NULL;
+  if (f->tag_kept_all) { /* the epoch before any version is looked up */
+    f->tag_names64 = names_hash64(f->tag_names, f->tag_n, f->tag_ns);
+    f->tag_stamp = (xf__near_stamp){.epoch = ports->near->tag_epoch(ports->self),
+                                    .names = f->tag_names64,
+                                    .until_ms = INT64_MAX};
+  }
   *step = f->kind == XF_KIND_INVALIDATE ? bump_next(f) : next_tag(f);
   return 1;
 }
@@ -208,10 +249,25 @@ static xf__step tags_done(xf__flow *f) {
     f->w.tags_len = f->tag_rec_len;
   }
   xf__step step; /* the entry kept with the versions just read: served */
-  if ((f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_GET) && f->rt->ports.near &&
-      xf__flow_near_first(f, f->input_ms, &step))
-    return step;
+  const xf__ports *ports = &f->rt->ports;
+  if ((f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_GET) && ports->near &&
+      !f->near_elected && xf__flow_near_first(f, f->input_ms, &step))
+    return step; /* stamped there when every version was kept */
   return xf__flow_send(f, f->tag_next);
+}
+
+/* A version taken from the near cache, for the entry's stamp: all on one
+ * node (the entry's, near.c checks), each one's connection, the shortest
+ * life. */
+static void note_kept(xf__flow *f, const xf__port_hit *h) {
+  xf__near_stamp *st = &f->tag_stamp;
+  if (st->nfds == 0)
+    st->node = h->node;
+  else if (st->node != h->node)
+    f->tag_kept_all = 0;
+  st->fds[st->nfds++] = h->fd;
+  if (f->input_ms + h->remaining_ms < st->until_ms)
+    st->until_ms = f->input_ms + h->remaining_ms;
 }
 
 /* The next tag whose version is not kept in the near cache is read (its key
@@ -226,13 +282,19 @@ static xf__step next_tag(xf__flow *f) {
     f->tag_plain = 1; /* a GET; the script only when the tag has no key yet */
     xf__port_hit h;
     if (!ports->near ||
-        !ports->near->get(ports->self, f->tag_key.data, f->tag_key.len, f->input_ms, &h))
+        !ports->near->get(ports->self, f->tag_key.data, f->tag_key.len, f->input_ms, &h)) {
+      f->tag_kept_all = 0;
       return xf__flow_send(f, XF__TAGS);
+    }
     xf__reply kept = {.type = XF_REPLY_STRING, .str = h.data, .len = h.len};
     int ok = parse_version(&kept, &f->tag_versions[f->tag_i]);
     free(h.data);
-    if (!ok) /* not a version of ours: read it again */
+    if (!ok) { /* not a version of ours: read it again */
+      f->tag_kept_all = 0;
       return xf__flow_send(f, XF__TAGS);
+    }
+    if (f->tag_kept_all) /* where it is tracked, and for how long it is used */
+      note_kept(f, &h);
   }
   return tags_done(f);
 }

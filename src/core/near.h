@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "xfetch.h"
 
@@ -37,5 +38,42 @@ typedef struct xf__track {
   uint64_t gen;
   int fd; /* the data connection's descriptor, watched for its loss */
 } xf__track;
+
+/* The tags' versions (flow_tags.c) are kept as near entries of their own
+ * keys, "<prefix>xf-tag:{<name>}" and "<prefix>xf-ns". The near cache
+ * counts every invalidation or drop of such a key in its tag epoch: an
+ * entry whose tag record was found current under the versions kept at
+ * epoch E (its stamp) is current while the epoch is still E, so a warm
+ * tagged hit needs no lookup of its versions. A stamp is only made when
+ * every version is tracked on the entry's node, so a drop of that node
+ * (a flush, a lost connection) takes the entry with it. */
+#define XF__TAG_OPEN "xf-tag:{"
+#define XF__NS_TAG "xf-ns"
+
+/* Whether key (a Redis key) may be a tag's: a user key that looks like one
+ * only costs its stamps. */
+static inline int xf__near_is_tag_key(const char *key, size_t keylen) {
+  for (size_t i = 0; i + 5 <= keylen; i++)
+    if (key[i] == 'x' && key[i + 1] == 'f' && key[i + 2] == '-' &&
+        (memcmp(key + i + 3, "ns", 2) == 0 ||
+         (i + 8 <= keylen && memcmp(key + i + 3, "tag:{", 5) == 0)))
+      return 1;
+  return 0;
+}
+
+/* What an entry's stamp says (xf__port_near.stamp): its tag record matched
+ * the versions kept when the tag epoch was `epoch`, for the tags whose names
+ * hash to `names` (never 0), until driver ms until_ms (the versions' own
+ * life); the versions were read over the connections of fds (those other
+ * than the entry's own: a hit polls them for their loss as it polls the
+ * entry's), all tracked under the entry's node. */
+#define XF__STAMP_FDS 2
+typedef struct xf__near_stamp {
+  uint64_t epoch, names;
+  int64_t until_ms;
+  const struct xf__near_node *node;
+  int fds[XF_MAX_TAGS];
+  size_t nfds;
+} xf__near_stamp;
 
 #endif

@@ -27,6 +27,10 @@ typedef struct xf__port_hit {
   int negative;
   const unsigned char *tags; /* the entry's tag record (flow_tags.c), into data */
   size_t tags_len;           /* past the value's NUL; NULL and 0: none */
+  uint64_t stamp_names;      /* its stamp's names (near.h) while current, checked with
+                                the hit; else 0 */
+  const struct xf__near_node *node; /* the node it is tracked on */
+  int fd;                           /* the connection it was read over */
 } xf__port_hit;
 
 /* The near cache of the client's share (near.h says what each promises). */
@@ -43,6 +47,14 @@ typedef struct xf__port_near {
                   size_t keylen, const char *value, size_t len, const unsigned char *tags,
                   size_t tags_len, int64_t delta_us, int64_t redis_expiry_ms,
                   int64_t expires_ms, int negative);
+  /* The tag epoch (near.h), to be taken before a call looks its versions
+   * up. */
+  uint64_t (*tag_epoch)(void *self);
+  /* Stamps the entry of key (st->node's) whose tag record is tags: unless
+   * it is another entry by now, the epoch moved past st->epoch, or the
+   * versions were read over more connections than a hit polls. */
+  void (*stamp)(void *self, const char *key, size_t keylen, const unsigned char *tags,
+                size_t tags_len, const xf__near_stamp *st);
   /* An own write or delete of key: its entries go, a read in flight is not
    * kept. */
   void (*drop)(void *self, const char *key, size_t keylen);

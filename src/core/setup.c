@@ -37,8 +37,9 @@ void xf__setup_build(const xf_client *c, int flags, xf__setup *s) {
   /* A fresh server would otherwise answer each concurrent call's first
    * EVALSHA with NOSCRIPT, and each would load the script itself. read_many
    * is left out: only the blocking batch driver sends it. */
-  for (int i = XF_SCRIPT_READ; (flags & XF_SETUP_SCRIPTS) && i <= XF_SCRIPT_DELETE; i++)
-    xf__script_load_cmd(next(s, XF__SETUP_SCRIPT), i, NULL, 0);
+  for (int i = XF_SCRIPT_READ; (flags & XF_SETUP_SCRIPTS) && i < XF_SCRIPT_COUNT; i++)
+    if (i != XF_SCRIPT_READ_MANY)
+      xf__script_load_cmd(next(s, XF__SETUP_SCRIPT), i, NULL, 0);
   /* A server that needs a password refuses every command of a client that
    * sent none with NOAUTH: the setup asks it once, so that the connection
    * fails at connect time with XF_EAUTH (as a wrong password does) instead of

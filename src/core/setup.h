@@ -27,7 +27,7 @@ typedef enum xf__setup_kind {
 } xf__setup_kind;
 
 /* The role flags are the public XF_SETUP_REPLICA / XF_SETUP_SCRIPTS. */
-#define XF__SETUP_MAX (5 + XF_SCRIPT_DELETE + 1)
+#define XF__SETUP_MAX (5 + XF_SCRIPT_COUNT)
 
 /* The list, in the order it is sent. The commands point into the client
  * (username, password) and into the list itself (db's digits): not movable,

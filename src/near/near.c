@@ -38,6 +38,7 @@ int xf__near_open(struct xf__near **out, size_t max_bytes) {
     return XF_ENOMEM;
   memset(n, 0, sizeof *n);
   pthread_mutex_init(&n->notify_mu, NULL);
+  n->tag_epoch = 1; /* a stamp's 0: none */
   n->nshards = NSHARDS;
   while (n->nshards > MIN_SHARDS && max_bytes / n->nshards < MIN_SHARD_BYTES)
     n->nshards /= 2;
@@ -151,10 +152,15 @@ static int alive(const entry *e, int64_t now_ms) {
  * milliseconds: the hit then goes to Redis instead of serving what may be
  * stale. One poll(), one fence. */
 static int news_pending(const struct xf__near_node *node, uint64_t reading, int inval_fd,
-                        int data_fd) {
-  struct pollfd pf[2] = {{.fd = inval_fd, .events = POLLIN},
-                         {.fd = data_fd, .events = POLLRDHUP}};
-  if (poll(pf, 2, 0) != 0)
+                        int data_fd, const int stamp_fds[XF__STAMP_FDS]) {
+  /* a stamped hit's versions' connections too (poll() skips a -1) */
+  struct pollfd pf[2 + XF__STAMP_FDS] = {{.fd = inval_fd, .events = POLLIN},
+                                         {.fd = data_fd, .events = POLLRDHUP}};
+  nfds_t npf = 2;
+  for (int i = 0; i < XF__STAMP_FDS; i++)
+    if (stamp_fds[i] >= 0)
+      pf[npf++] = (struct pollfd){.fd = stamp_fds[i], .events = POLLRDHUP};
+  if (poll(pf, npf, 0) != 0)
     return 1;
   /* The thread makes the sequence odd (and fences) before it takes bytes off
    * the socket: a poll that found them gone is followed by a load that sees
@@ -181,6 +187,11 @@ int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_
     uint64_t reading = __atomic_load_n(&e->node->reading, __ATOMIC_ACQUIRE);
     if (reading & 1)
       break; /* the thread holds unapplied bytes of this node: go to Redis */
+    /* After the sequence (acquire): a tag's invalidation the thread applied
+     * before it made the sequence even again has moved the epoch. */
+    int stamped = e->stamp_epoch &&
+                  e->stamp_epoch == __atomic_load_n(&n->tag_epoch, __ATOMIC_ACQUIRE) &&
+                  e->stamp_until_ms > now_ms;
     if ((hit->data = malloc(e->len + 1 + e->tags_len))) {
       memcpy(hit->data, e->bytes + e->nslen + e->keylen, e->len + 1 + e->tags_len);
       hit->len = e->len;
@@ -190,11 +201,16 @@ int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_
       hit->remaining_ms = e->expires_ms - now_ms;
       hit->redis_expiry_ms = e->redis_expiry_ms;
       hit->negative = e->negative;
+      hit->stamp_names = stamped ? e->stamp_names : 0;
+      hit->node = e->node;
+      hit->fd = e->data_fd;
       *seen =
           (xf__near_seen){.node = e->node,
                           .reading = reading,
                           .inval_fd = __atomic_load_n(&e->node->inval_fd, __ATOMIC_ACQUIRE),
                           .data_fd = e->data_fd};
+      for (int i = 0; i < XF__STAMP_FDS; i++)
+        seen->stamp_fds[i] = stamped ? e->stamp_fds[i] : -1;
       move_front(s, e);
       found = 1;
     }
@@ -214,7 +230,7 @@ static int near_lookup(struct xf__near *n, const xf_client *c, const char *key,
     return 0;
   if (xf__near_test_on_check)
     xf__near_test_on_check();
-  if (news_pending(seen.node, seen.reading, seen.inval_fd, seen.data_fd)) {
+  if (news_pending(seen.node, seen.reading, seen.inval_fd, seen.data_fd, seen.stamp_fds)) {
     free(hit->data);
     return 0;
   }
@@ -264,6 +280,7 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
     return 0;
   *e = (entry){.hash = h,
                .token = token,
+               .stamp_fds = {-1, -1},
                .node = t->node,
                .expires_ms = expires_ms,
                .delta_us = delta_us,
@@ -312,6 +329,53 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
   if (evicted)
     __atomic_add_fetch(&n->evictions, evicted, __ATOMIC_RELAXED);
   return evicted;
+}
+
+uint64_t xf__near_tag_epoch(struct xf__near *n) {
+  return __atomic_load_n(&n->tag_epoch, __ATOMIC_ACQUIRE);
+}
+
+/* The versions' connections other than the entry's own, into fds: 0 when
+ * more than a hit polls. */
+static int other_fds(const entry *e, const xf__near_stamp *st, int fds[XF__STAMP_FDS]) {
+  int n = 0;
+  for (size_t i = 0; i < st->nfds; i++) {
+    int fd = st->fds[i], seen = fd == e->data_fd;
+    for (int j = 0; j < n; j++)
+      seen |= fds[j] == fd;
+    if (seen)
+      continue;
+    if (n == XF__STAMP_FDS)
+      return 0;
+    fds[n++] = fd;
+  }
+  for (int j = n; j < XF__STAMP_FDS; j++)
+    fds[j] = -1;
+  return 1;
+}
+
+void xf__near_stamp_entry(struct xf__near *n, const xf_client *c, const char *key,
+                          size_t keylen, const unsigned char *tags, size_t tags_len,
+                          const xf__near_stamp *st) {
+  uint64_t h = xf__key_hash(key, keylen);
+  shard *s = shard_of(n, h);
+  pthread_mutex_lock(&s->mu);
+  for (entry *e = *bucket_of(s, h); e; e = e->hnext) {
+    if (!same(e, h, c, key, keylen))
+      continue;
+    int fds[XF__STAMP_FDS];
+    if (e->node == st->node && e->tags_len == tags_len &&
+        memcmp(e->bytes + e->nslen + e->keylen + e->len + 1, tags, tags_len) == 0 &&
+        st->epoch == __atomic_load_n(&n->tag_epoch, __ATOMIC_ACQUIRE) &&
+        other_fds(e, st, fds)) {
+      e->stamp_epoch = st->epoch;
+      e->stamp_names = st->names;
+      e->stamp_until_ms = st->until_ms;
+      memcpy(e->stamp_fds, fds, sizeof fds);
+    }
+    break;
+  }
+  pthread_mutex_unlock(&s->mu);
 }
 
 struct xf__near_tracker *xf__near_tracker(struct xf__near *n) {

@@ -137,6 +137,8 @@ void xf__near_batch_begin(struct xf__near *n, xf_client *c, size_t count,
                 ? note(&k, &seen)
                 : -1;
     b->found[i] = at[i] >= 0;
+    if (b->found[i]) /* a batch's check polls no stamp's connections */
+      b->hits[i].stamp_names = 0;
   }
   free(buf);
   if (xf__near_test_batch_looked_up)

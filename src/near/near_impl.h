@@ -45,6 +45,13 @@ uint64_t xf__near_put(struct xf__near *n, const struct xf_client *c, const xf__t
  * and a read of it in flight is not kept. */
 void xf__near_drop(struct xf__near *n, const char *key, size_t keylen);
 
+/* The tag epoch, and an entry's stamp (near.h; ports.h says what each
+ * promises). */
+uint64_t xf__near_tag_epoch(struct xf__near *n);
+void xf__near_stamp_entry(struct xf__near *n, const struct xf_client *c, const char *key,
+                          size_t keylen, const unsigned char *tags, size_t tags_len,
+                          const xf__near_stamp *st);
+
 /* XF_EV_INVALIDATION: reports through c's hook (c->on_event set) what the
  * near cache was told since the last report by any client of the share
  * (near_events.c). On the calling thread, no lock held. */
@@ -147,6 +154,7 @@ typedef struct xf__near_seen {
   const struct xf__near_node *node;
   uint64_t reading;
   int inval_fd, data_fd;
+  int stamp_fds[XF__STAMP_FDS]; /* a current stamp's (hit->stamp_names): -1 none */
 } xf__near_seen;
 
 /* xf__near_get's lookup without its check of news (near.c): 1 with *hit

@@ -21,6 +21,16 @@ static uint64_t put(void *self, const xf__track *t, uint64_t token, const char *
                       delta_us, redis_expiry_ms, expires_ms, negative);
 }
 
+static uint64_t tag_epoch(void *self) {
+  return xf__near_tag_epoch(((xf_client *)self)->near);
+}
+
+static void stamp(void *self, const char *key, size_t keylen, const unsigned char *tags,
+                  size_t tags_len, const xf__near_stamp *st) {
+  const xf_client *c = self;
+  xf__near_stamp_entry(c->near, c, key, keylen, tags, tags_len, st);
+}
+
 static void drop(void *self, const char *key, size_t keylen) {
   xf__near_drop(((xf_client *)self)->near, key, keylen);
 }
@@ -58,6 +68,8 @@ static void batch_end(void *self) { xf__near_batch_end(self); }
 const xf__port_near xf__near_port_impl = {.token = token,
                                           .get = get,
                                           .put = put,
+                                          .tag_epoch = tag_epoch,
+                                          .stamp = stamp,
                                           .drop = drop,
                                           .report = report,
                                           .wait = wait,

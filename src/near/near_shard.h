@@ -40,6 +40,12 @@ typedef struct entry {
   int64_t redis_expiry_ms; /* the Redis entry's (server ms): xf__port_hit's */
   int negative;
   int data_fd; /* the socket of the connection that read it */
+  /* Its stamp (near.h), under its shard's lock: current while stamp_epoch
+   * is the near cache's tag epoch (0: none) and until stamp_until_ms; the
+   * versions' other connections, polled by a hit (-1: none). */
+  uint64_t stamp_epoch, stamp_names;
+  int64_t stamp_until_ms;
+  int stamp_fds[XF__STAMP_FDS];
   size_t nslen, keylen, len, tags_len, size;
   char bytes[]; /* namespace, key, value, NUL, tag record (xf__port_hit's) */
 } entry;
@@ -63,6 +69,8 @@ struct xf__near {
   size_t nnotify;  /* every invalidation; nnotify read __atomic first */
   uint64_t seq;    /* invalidations and drops so far (__atomic) */
   uint64_t invalidations, evictions;
+  uint64_t tag_epoch; /* tags' keys invalidated or dropped (near.h), from 1
+                         (__atomic) */
   struct xf__near_tracker *tracker;
   struct xf__near_log *log; /* XF_EV_INVALIDATION's (near_events.c) */
 };

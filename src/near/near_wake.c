@@ -63,6 +63,8 @@ int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_
 void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
   uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
+  if (xf__near_is_tag_key(key, keylen)) /* its version may be kept or stamped */
+    __atomic_add_fetch(&n->tag_epoch, 1, __ATOMIC_ACQ_REL);
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   pthread_mutex_lock(&s->mu);
   s->pending[slot_of(h)] = seq;

@@ -4,6 +4,9 @@ the arguments), invalidate_tags() and clear(); an entry loaded before an
 invalidation is never served fresh after it returns, and one whose load an
 invalidation overlapped neither; untagged entries and other tags are
 untouched; a tagged hot key loads once per episode."""
+import threading
+import time
+
 import pytest
 
 import xfetch
@@ -196,6 +199,113 @@ def test_near_cache_keeps_the_versions_and_a_fenced_invalidation_wins(face, serv
         assert face.run(near.get_or_compute("k", load, ttl=60, tags=["a", "b"])) == 2
     finally:
         writer.close()
+
+
+def _data_calls(admin):
+    """The data commands Redis has run: all but setup, liveness and questions."""
+    skip = ("info", "ping", "client", "hello", "script", "select", "subscribe")
+    return sum(v["calls"] for k, v in admin.info("commandstats").items()
+               if not k.replace("cmdstat_", "").startswith(skip))
+
+
+def test_a_warm_tagged_near_hit_sends_nothing_until_tracking_is_lost(face, server, admin,
+                                                                     prefix):
+    near = face.Cache(server.url, prefix=prefix, seed=12, near_cache_bytes=1 << 20)
+    writer = xfetch.Cache(server.url, prefix=prefix)  # another process
+    runs = []
+
+    def body():
+        runs.append(1)
+        return len(runs)
+    load = face.loader(body)
+
+    def call():
+        return face.run(near.get_or_compute("w", load, ttl=60, tags=["a", "b"]))
+
+    def warm():
+        # until a hit sends nothing (bounded: 5 s; the event loop arms its
+        # tracking once its invalidation connection is open)
+        deadline = time.monotonic() + 5
+        while True:
+            before = _data_calls(admin)
+            value = call()
+            if _data_calls(admin) == before:
+                return value
+            assert time.monotonic() < deadline, "never a hit sending nothing"
+
+    try:
+        assert warm() == 1
+        # 20 hits: at most 2 may go to Redis (a hit does while the tracker
+        # thread holds bytes it has not applied: rare, even on a busy machine)
+        sent = 0
+        for _ in range(20):
+            before = _data_calls(admin)
+            assert call() == 1
+            sent += _data_calls(admin) > before
+        assert sent <= 2, f"{sent} of 20 warm tagged hits sent commands"
+        # the tracking connections killed, then an invalidation Redis cannot
+        # tell this process about: the next call reads the versions again
+        admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        writer.invalidate_tags(["b"])
+        assert call() == 2
+        assert warm() == 2
+        # FLUSHALL: the tags' keys are gone too; read again, made anew
+        admin.flushall()
+        assert call() == 3
+        assert warm() == 3
+        writer.invalidate_tags(["a"])
+        assert call() == 4
+    finally:
+        writer.close()
+
+
+def test_a_warm_tagged_near_hit_needs_no_connection(face, server, admin, prefix):
+    # max_connections=1, held by a load of another key (sync face): a warm
+    # tagged hit (its entry known current for its tags) is served at once,
+    # as an untagged one is; RELEASE_S bounds a failure (the hit then waits)
+    RELEASE_S = 10.0
+    near = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20, max_connections=1,
+                      background_refresh=False, refresh_ahead=-1)
+    tags = ["na", "nb"]
+    load = face.loader(lambda: b"v")
+
+    def hot():  # beta 0: never elected to refresh early
+        return face.run(near.get_or_compute("hot", load, ttl=60, beta=0.0, tags=tags))
+
+    deadline, in_a_row = time.monotonic() + 5, 0
+    while in_a_row < 2:  # the first near hit makes it known current, the next uses that
+        before = near.stats()["near_hits"]
+        assert hot() == b"v"
+        in_a_row = in_a_row + 1 if near.stats()["near_hits"] > before else 0
+        assert time.monotonic() < deadline, "never two tagged near hits in a row"
+    if face.aio:  # one client, no pool: served before anything is awaited
+        before = near.stats()["near_hits"]
+        assert hot() == b"v"
+        assert near.stats()["near_hits"] == before + 1
+        return
+    gate, started = threading.Event(), threading.Semaphore(0)
+    watchdog = threading.Timer(RELEASE_S, gate.set)
+    watchdog.start()
+
+    def held():
+        started.release()
+        gate.wait()
+        return b"slow"
+
+    def load_holding_the_connection():
+        with near.disabled():  # holds its connection, sends nothing
+            near.get_or_compute("slow", held, 60)
+    t = threading.Thread(target=load_holding_the_connection)
+    t.start()
+    assert started.acquire(timeout=RELEASE_S)
+    got = hot()
+    still_held = not gate.is_set()
+    gate.set()
+    watchdog.cancel()
+    t.join()
+    watchdog.join()
+    assert got == b"v"
+    assert still_held, f"the tagged near hit waited for a connection ({RELEASE_S} s)"
 
 
 def test_get_many_with_tags(face, server, admin, prefix):

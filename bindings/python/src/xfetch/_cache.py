@@ -251,8 +251,8 @@ class Cache(LateSetup):
                                      negative_ttl, jitter, on_wait_timeout,
                                      background_refresh, refresh_ahead, max_load,
                                      soft_timeout, hard_timeout, failsafe_throttle))
-        if names:  # its versions first: the C call asks the near cache after them
-            return self._call(key, kb, loader, tagged(policy, names), lease)
+        if names:  # served near only when C knows its entry current for its tags
+            policy = tagged(policy, names)
         if self._near:
             value = self._near_serve(kb, policy)
             if value is not NEAR_NOT_SERVED:
@@ -389,7 +389,7 @@ class Cache(LateSetup):
         """
         if (lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
-                and background_refresh is None and refresh_ahead is None and tags is None
+                and background_refresh is None and refresh_ahead is None
                 and max_load is None and soft_timeout is None and hard_timeout is None
                 and failsafe_throttle is None):
             # fetch's steps, without its call and bigger memo (a str key and a
@@ -400,6 +400,9 @@ class Cache(LateSetup):
             p = self._commons.get((ttl, beta, type(ttl), type(beta)))
             if p is None:
                 p = self._policies.common(ttl, beta)
+            if tags is not None:  # C serves it near once it knows it current for its tags
+                tags = tag_names(tags)
+                p = tagged(p, tags)
             codec = self._codec
             value = self._near_serve(kb, p) if self._near else NEAR_NOT_SERVED
             if value is NEAR_NOT_SERVED:
@@ -409,7 +412,8 @@ class Cache(LateSetup):
             try:
                 return codec.decode(kb, value)
             except Unreadable as e:
-                return self._recover(codec, key, kb, loader, {"ttl": ttl, "beta": beta}, e)[0]
+                return self._recover(codec, key, kb, loader,
+                                     {"ttl": ttl, "beta": beta, "tags": tags}, e)[0]
         return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
                                 stale=stale, stale_if_error=stale_if_error,
                                 negative_ttl=negative_ttl, jitter=jitter,

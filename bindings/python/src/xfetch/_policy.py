@@ -143,7 +143,18 @@ def tag_names(tags):
         raise TypeError("tags must be a sequence of names, not a single "
                         f"{type(tags).__name__}")
     try:
-        names = tuple(t.encode() if isinstance(t, str) else t for t in tags)
+        given = tuple(tags)  # once: tags may be an iterator
+    except TypeError:
+        raise TypeError(f"tags must be a sequence of names, not {type(tags).__name__}") \
+            from None
+    try:
+        names = _NAMES.get(given)
+    except TypeError:  # an unhashable name: refused below
+        names = None
+    if names is not None:
+        return names
+    try:
+        names = tuple(t.encode() if isinstance(t, str) else t for t in given)
     except TypeError:
         raise TypeError(f"tags must be a sequence of names, not {type(tags).__name__}") \
             from None
@@ -155,7 +166,13 @@ def tag_names(tags):
         if not 0 < len(t) <= lib.XF_MAX_TAG_LEN or b"\0" in t:
             raise ValueError(f"a tag must be 1 to {lib.XF_MAX_TAG_LEN} bytes without NUL, "
                              f"not {t!r}")
+    if len(_NAMES) >= _TAGGED_MAX:
+        _NAMES.clear()
+    _NAMES[given] = names
     return names
+
+
+_NAMES = {}  # names as given (a tuple) -> checked, as bytes
 
 
 def tag_array(names):
@@ -167,15 +184,26 @@ def tag_array(names):
 def tagged(policy, names):
     """A copy of xf_policy cdata policy carrying names (a tag_names tuple);
     the returned cdata keeps the names alive while it is referenced (C copies
-    them when the call starts)."""
+    them when the call starts). The same policy and names give the same
+    copy (a memo of up to _TAGGED_MAX, emptied when full): a tagged near hit
+    costs no allocation."""
     if not names:
         return policy
+    memo = (policy, names)
+    p = _TAGGED.get(memo)
+    if p is not None:
+        return p
     p = ffi.new("xf_policy *", policy[0])
     array, strings = tag_array(names)
     p.tags = array
     p.ntags = len(names)
     _KEEP[p] = (array, strings)
+    if len(_TAGGED) >= _TAGGED_MAX:
+        _TAGGED.clear()
+    _TAGGED[memo] = p
     return p
 
 
+_TAGGED = {}  # (a memoized policy, names) -> its tagged copy
+_TAGGED_MAX = 1024
 _KEEP = weakref.WeakKeyDictionary()  # a tagged policy -> its names' C strings

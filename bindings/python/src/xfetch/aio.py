@@ -276,7 +276,7 @@ class Cache(LateSetup):
     async def _run(self, key, loader, policy, lease):
         kb = self._start(key)
         check_loader(loader)
-        if self._near and self._enabled and not policy.ntags:  # tagged: versions first (C)
+        if self._near and self._enabled:  # tagged: only when C knows it current for its tags
             value = self._near_serve(kb, policy)
             if value is not NEAR_NOT_SERVED:
                 return Fetched(value, None if value is None else "cache")

@@ -1,2 +1,3 @@
 """Integrations of xfetch with web frameworks: xfetch.contrib.django (a Django cache
-backend)."""
+backend), xfetch.contrib.fastapi (FastAPI and Starlette: the asyncio face in the lifespan,
+a dependency, an endpoint decorator)."""
