@@ -166,21 +166,14 @@ class Cache(LateSetup):
                                 refresh_ahead=refresh_ahead, tags=tags)
 
     def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
-        """fetch with codec (the Cache's, or a decorator's serializer)."""
+        """fetch with codec (the Cache's, or a decorator's serializer); a
+        value codec refuses is recomputed (_values.recover)."""
         kb = key_bytes(key)
         check_loader(loader)
         got = self._fetch_raw(key, codec.loader(kb, loader), ttl, beta, **policy)
-        if codec.raw or got[0] is None:
-            return got
-        try:
-            return Fetched(codec.decode(kb, got[0]), got[1])
-        except Unreadable as e:
-            return self._recover(codec, key, kb, loader, dict(policy, ttl=ttl, beta=beta), e)
-
-    def _recover(self, codec, key, kb, loader, policy, e):
-        """An entry codec refused: counted, then recomputed (_values.recover)."""
-        self._config.codecs.count(key, e)
-        return drive(recover(SyncFace(self), codec, key, kb, loader, policy))
+        return (self._config.codecs.fetched(codec, key, kb, got)
+                or drive(recover(SyncFace(self), codec, key, kb, loader,
+                                 dict(policy, ttl=ttl, beta=beta))))
 
     def _fetch_raw(self, key: Key, loader: Callable[[], Any], ttl: Any = None,
                    beta: float = 1.0, *, lease: float = _5, wait: float = _5,
@@ -289,8 +282,9 @@ class Cache(LateSetup):
             try:
                 return codec.decode(kb, value)
             except Unreadable as e:
-                return self._recover(codec, key, kb, loader,
-                                     {"ttl": ttl, "beta": beta, "tags": tags}, e)[0]
+                self._config.codecs.count(key, e)
+                return drive(recover(SyncFace(self), codec, key, kb, loader,
+                                     {"ttl": ttl, "beta": beta, "tags": tags}))[0]
         return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
                                 stale=stale, stale_if_error=stale_if_error,
                                 negative_ttl=negative_ttl, jitter=jitter,

@@ -231,6 +231,17 @@ class Codecs:
     def counters(self):
         return {"refused": self.refused, "undecodable": self.undecodable}
 
+    def fetched(self, codec, key, kb, got):
+        """got (a Fetched of bytes) decoded by codec; None when codec refuses
+        its value (counted): the caller recomputes it (recover)."""
+        if codec.raw or got[0] is None:
+            return got
+        try:
+            return Fetched(codec.decode(kb, got[0]), got[1])
+        except Unreadable as e:
+            self.count(key, e)
+            return None
+
     def read(self, codec, key, data):
         """A get's value: data (None: not found) decoded by codec; a value
         codec refuses is counted and reads as None."""

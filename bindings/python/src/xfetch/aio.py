@@ -160,22 +160,14 @@ class Cache(LateSetup):
                                       refresh_ahead=refresh_ahead, tags=tags)
 
     async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
-        """fetch with codec (the Cache's, or a decorator's serializer)."""
+        """fetch with codec (the Cache's, or a decorator's serializer); a
+        value codec refuses is recomputed (_values.recover)."""
         kb = key_bytes(key)
         check_loader(loader)
         got = await self._fetch_raw(key, codec.async_loader(kb, loader), ttl, beta, **policy)
-        if codec.raw or got[0] is None:
-            return got
-        try:
-            return Fetched(codec.decode(kb, got[0]), got[1])
-        except Unreadable as e:
-            return await self._recover(codec, key, kb, loader, dict(policy, ttl=ttl, beta=beta),
-                                       e)
-
-    async def _recover(self, codec, key, kb, loader, policy, e):
-        """An entry codec refused: counted, then recomputed (_values.recover)."""
-        self._config.codecs.count(key, e)
-        return await recover(AioFace(self), codec, key, kb, loader, policy)
+        return (self._config.codecs.fetched(codec, key, kb, got)
+                or await recover(AioFace(self), codec, key, kb, loader,
+                                 dict(policy, ttl=ttl, beta=beta)))
 
     async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                          stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
@@ -209,8 +201,9 @@ class Cache(LateSetup):
         try:
             return codec.decode(kb, value)
         except Unreadable as e:
-            return (await self._recover(codec, key, kb, loader, {"ttl": ttl, "beta": beta},
-                                        e))[0]
+            self._config.codecs.count(key, e)
+            return (await recover(AioFace(self), codec, key, kb, loader,
+                                  {"ttl": ttl, "beta": beta}))[0]
 
     def _near_serve(self, kb, policy):
         """C xf_near_serve (policy NULL: a get), before anything is awaited:
