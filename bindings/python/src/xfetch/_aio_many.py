@@ -9,7 +9,7 @@ import asyncio
 import inspect
 from collections.abc import Mapping
 
-from ._core import key_bytes
+from ._core import unique_keys
 from ._policy import check_call_keywords
 
 
@@ -58,10 +58,7 @@ class _Batch:
 
 async def get_many(policies, fetch, keys, loader, ttl, beta, batch, policy):
     """fetch (the Cache's bytes-level one) for each key, concurrently."""
-    originals = {}
-    for k in keys:
-        originals.setdefault(key_bytes(k), k)
-    ks = list(originals.values())
+    ks = list(unique_keys(keys).values())
     if not ks:
         return {}
     check_call_keywords(policy)

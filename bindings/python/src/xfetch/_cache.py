@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from ._core import (BYPASS, NEAR_NOT_SERVED, Config, check_loader, check_value, key_bytes,
-                    outcome)
+                    outcome, unique_keys)
 from ._errors import check, error_for
 from ._face import SyncFace, drive
 from ._native import ffi, lib
@@ -484,9 +484,7 @@ class Cache(LateSetup):
                       stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
                       on_wait_timeout="load", batch=False, background_refresh=None,
                       refresh_ahead=None, tags=None):
-        originals = {}
-        for k in keys:
-            originals.setdefault(key_bytes(k), k)
+        originals = unique_keys(keys)
         check_loader(loader)
         # in the batch: the refresh threads run zero-argument loaders
         if refresh_ahead is None:

@@ -42,6 +42,15 @@ def key_bytes(key):
     return key
 
 
+def unique_keys(keys):
+    """get_many's keys: their bytes -> the key as first given (in order,
+    duplicates once)."""
+    originals = {}
+    for k in keys:
+        originals.setdefault(key_bytes(k), k)
+    return originals
+
+
 def check_loader(loader):
     if not callable(loader):
         raise TypeError(f"loader must be callable, not {type(loader).__name__}")
