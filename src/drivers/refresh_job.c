@@ -80,12 +80,13 @@ int xf__detached_load(xf__detached *d) {
   xf__gate_leave(d->gate);
   xf__flow *f = &d->f;
   int64_t t0 = xf__now_us();
-  xf__keeper *keeper = xf__keeper_start(f, d->renew_with, NULL);
+  d->keeper = xf__keeper_start(f, d->renew_with, NULL);
   xf__nest_push_ns(&f->nest, d->ns, d->ns_len, f->key.data, f->key.len);
   int lrc = d->loader(d->ud, d->key, d->keylen, &f->sink);
   xf__nest_pop(&f->nest);
   int64_t t1 = xf__now_us();
-  xf__keeper_stop(keeper);
+  xf__keeper_stop(d->keeper);
+  d->keeper = NULL;
   if (!xf__gate_enter(d->gate, 0)) /* closed past its drain time: drop it */
     return xf__detached_abandon(d), 0;
   d->loader_rc = lrc;

@@ -116,6 +116,9 @@ typedef struct xf__detached {
   void *ud;
   struct xf_options *renew_with; /* the caller's options, for the lease's renewals
                                     while the loader runs (lease_keeper.h) */
+  struct xf__keeper *keeper;     /* those renewals' thread while the loader runs: held
+                                    here, not on the worker's stack, so a child forked
+                                    meanwhile still reaches it */
   xf_policy policy;
   xf__flow f;
   xf_value out;
