@@ -535,17 +535,18 @@ static void *second_client(void *arg) {
 }
 
 /* TURNS cold keys whose loads (150 ms each) take longer together than the
- * lease (1.5 s): a lease taken for every key up front runs out after ten
+ * lease (2.5 s): a lease taken for every key up front runs out after sixteen
  * loads, before the later keys' turn, and the second client then loads them
  * too. Margin: a lease taken at its key's turn must outlive that one load
- * and its write, 150 ms of sleep: 1.35 s of slack for a thread starved by a
- * busy machine (under valgrind, 225 ms of slack was once not enough). */
+ * and its write, 150 ms of sleep: 2.35 s of slack for a thread starved by a
+ * busy machine (under valgrind beside two CPU loops, 1.35 s was once not
+ * enough: 'key 4 loaded 2 times'). */
 static void keys_stay_protected(const char *prefix, int second_batch) {
   xf_client *c = xft_client(1);
   keys k;
   make_keys(&k, prefix, TURNS);
   xf_policy p = XF_POLICY_INIT;
-  p.lease_ms = 1500; /* 24 loads of 150 ms take 3.6 s: leases taken up front run out */
+  p.lease_ms = 2500; /* 24 loads of 150 ms take 3.6 s: leases taken up front run out */
   p.wait_ms = 20000; /* a loaded machine: never give up waiting in this test */
   turns t = {.sleep_ms = 150};
   second s = {.t = &t, .k = &k, .p = &p, .batch = second_batch};
