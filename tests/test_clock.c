@@ -186,7 +186,12 @@ static xf_stats hammer(const char *key, int ms, const int64_t *skews, int nskews
   __atomic_store_n(&xf__test_clock_skew_ms, 0, __ATOMIC_SEQ_CST);
   xf_client_stats(c, &st);
   cr_expect_gt(st.early, 0, "XFetch refreshed early");
-  cr_expect_gt(st.hits, st.loads * 10, "most calls were hits");
+  /* A client that misjudged the clock by the skew would load on (nearly)
+   * every call: hits ~0. A 200 ms life with a 10 ms loader gives ~20 hits
+   * per load on a quiet machine; under ASan on a busy one a call can take
+   * tens of ms (fewer than 10 hits per load seen): 2 per load holds there. */
+  cr_expect_gt(st.hits, st.loads * 2, "most calls were hits (%llu hits, %llu loads)",
+               (unsigned long long)st.hits, (unsigned long long)st.loads);
   xf_client_close(c);
   return st;
 }
