@@ -9,7 +9,9 @@
  *
  * Each connection is a uv_poll_t on its socket, watched for reading while it
  * is open: the loop stays alive while a connection is open, so
- * uv_run(UV_RUN_DEFAULT) returns after xf_async_close (or uv_stop). Under a
+ * uv_run(UV_RUN_DEFAULT) returns after xf_async_close (or uv_stop). A
+ * uv_run(UV_RUN_ONCE) turn that ran a call's callback returns, as one whose
+ * I/O did (the adapter wakes the loop's poll after its timer ran). Under a
  * strict -std=c11, <uv.h> needs _DEFAULT_SOURCE (or _GNU_SOURCE) defined. */
 #ifndef XFETCH_LIBUV_H
 #define XFETCH_LIBUV_H
@@ -19,10 +21,13 @@
 
 #include "xfetch.h"
 
-/* The adapter's state: the loop and the handle's one timer. */
+/* The adapter's state: the loop, the handle's one timer and the wake of
+ * the loop's poll (unreferenced: it keeps no loop alive). */
 typedef struct xf_libuv {
   uv_loop_t *loop;
   uv_timer_t timer;
+  uv_async_t kick;
+  int open_handles; /* the state goes when both are closed */
   xf_async *ac;
 } xf_libuv;
 
@@ -75,10 +80,19 @@ static inline void xf_libuv_unwatch(void *data, void *watch) {
   uv_close((uv_handle_t *)&w->poll, xf_libuv_unwatched);
 }
 
-/* The timer's callback: hands the event to the driver. */
+/* The kick's callback: nothing; being called ends the poll. */
+static inline void xf_libuv_kicked(uv_async_t *kick) { (void)kick; }
+
+/* The timer's callback: hands the event to the driver, which may have ended
+ * a call (a near hit, an error served on the next tick, a wait's end).
+ * libuv (1.44) runs the timers that are due when uv_run(UV_RUN_ONCE) starts
+ * before it polls, and that poll then waits for I/O (with no timer armed,
+ * for ever) although the turn ran the callback: the kick makes it return. */
 static inline void xf_libuv_fired(uv_timer_t *timer) {
   xf_libuv *u = (xf_libuv *)timer->data;
   xf_async_timer_fired(u->ac);
+  if (!uv_is_closing((uv_handle_t *)&u->kick)) /* a callback may close the handle */
+    uv_async_send(&u->kick);
 }
 
 /* Arms the timer (uv_timer_start replaces an earlier arming). */
@@ -92,13 +106,19 @@ static inline void xf_libuv_timer_stop(void *data) {
   uv_timer_stop(&((xf_libuv *)data)->timer);
 }
 
-/* Frees the state once libuv has closed the timer. */
-static inline void xf_libuv_closed(uv_handle_t *handle) { free(handle->data); }
+/* Frees the state once libuv has closed its last handle. */
+static inline void xf_libuv_closed(uv_handle_t *handle) {
+  xf_libuv *u = (xf_libuv *)handle->data;
+  if (--u->open_handles == 0)
+    free(u);
+}
 
-/* Closes the timer; the state goes with it on the loop's next turn. */
+/* Closes the timer and the kick; the state goes with them on the loop's
+ * next turn. */
 static inline void xf_libuv_cleanup(void *data) {
   xf_libuv *u = (xf_libuv *)data;
   uv_close((uv_handle_t *)&u->timer, xf_libuv_closed);
+  uv_close((uv_handle_t *)&u->kick, xf_libuv_closed);
 }
 
 /* Opens an xf_async handle (see xf_async_open) whose connection and timer
@@ -119,6 +139,14 @@ static inline int xf_async_open_libuv(xf_async **out, const xf_options *opts,
     return XF_ENOMEM;
   }
   u->timer.data = u;
+  u->open_handles = 1;
+  if (uv_async_init(loop, &u->kick, xf_libuv_kicked) != 0) {
+    uv_close((uv_handle_t *)&u->timer, xf_libuv_closed);
+    return XF_ENOMEM;
+  }
+  u->kick.data = u;
+  u->open_handles = 2;
+  uv_unref((uv_handle_t *)&u->kick);
   xf_async_loop hooks = {u,
                          xf_libuv_watch_fd,
                          xf_libuv_unwatch,

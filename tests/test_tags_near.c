@@ -16,12 +16,10 @@
 #include "near_impl.h"
 #include "op_drivers.h"
 
-/* Every driver but the event loop on libuv (the one on libevent stands for
- * it): op_drivers' turns of a libuv loop (UV_RUN_ONCE) with a near cache
- * never see a call's first reply (the call waits forever, tagged or not). */
+/* Every driver (the event loop on libevent and on libuv). */
 #define DRIVERS                                                                            \
-  { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL }
-#define NDRIVERS 4
+  { XFT_BLOCKING, XFT_POOL, XFT_ASYNC, XFT_CALL, XFT_ASYNC_UV }
+#define NDRIVERS 5
 
 /* How many of HITS warm hits may still go to Redis: a hit goes there while
  * the tracker thread holds bytes it has not applied (near.c), which on a
