@@ -133,7 +133,9 @@ class RedisCluster:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    def _wait(self, ready, timeout=30):
+    def _wait(self, ready, timeout=90):
+        # 90 s for every node of one step: six nodes starting, creating and
+        # syncing beside a memcheck run and two CPU loops missed 30 s once
         deadline = time.monotonic() + timeout
         for port in self.ports:
             while not ready(port):
