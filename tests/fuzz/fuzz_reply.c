@@ -150,7 +150,8 @@ static void parse_lease(xf_client *c, xf__reply *r) {
     return;
   }
   FUZZ_CHECK(result == XF_LEASE_LOST || result == XF_LEASE_WON ||
-             result == XF_LEASE_NEWER || result == XF_LEASE_NOTHING);
+             result == XF_LEASE_NEWER || result == XF_LEASE_NOTHING ||
+             result == XF_LEASE_FAILSAFE);
   FUZZ_CHECK(in_range(now_ms, 0, MAX_CLOCK_MS));
   if (result != XF_LEASE_NEWER) {
     FUZZ_CHECK(newer.reply == NULL && newer.value == NULL);
