@@ -250,8 +250,14 @@ def test_a_warm_tagged_near_hit_sends_nothing_until_tracking_is_lost(face, serve
         assert call() == 2
         assert warm() == 2
         # FLUSHALL: the tags' keys are gone too; read again, made anew
+        # Redis may write its reply to the FLUSHALL before the invalidation to
+        # this process (nothing fences another client's FLUSHALL): on a busy
+        # machine one call may still be a near hit; it is seen within 5 s
         admin.flushall()
-        assert call() == 3
+        deadline = time.monotonic() + 5
+        while (got := call()) != 3:
+            assert got == 2 and time.monotonic() < deadline, f"still {got} after FLUSHALL"
+            time.sleep(0.001)
         assert warm() == 3
         writer.invalidate_tags(["a"])
         assert call() == 4
