@@ -76,7 +76,7 @@ class Cache(LateSetup):
         self._client = ffi.gc(out[0], lib.xf_client_close)
         tls = config.tls and (context(config.tls), bool(config.tls["cert_file"]))
         self._links = Links(self._client, fields, config.connect_timeout_ms / 1000,
-                            tls or None, config.near, config.share)
+                            tls or None, config.share)
         self._enabled = config.enabled  # the C client's bypass switch, as last set
         self._commons = self._policies.commons
         self._near = config.near  # the near hit's fast path
