@@ -148,18 +148,20 @@ class Link:
             return self.fail(lib.XF_LINK_TLS, self.tls.closed_early().message)
         self.fail(how, str(e) if e is not None else "closed")
 
-    def drop(self, why):
-        """Drops the stream (the Cache closed, or moved loops)."""
+    def drop(self, why, unbind=True):
+        """Drops the stream (the Cache closed, or moved loops); unbind: the
+        timer and the wake pipe's reader too (else the parked calls' waits
+        still end on this loop)."""
         if self.opening is not None:
             try:
                 self.opening.cancel()
             except RuntimeError:  # its loop is closed
                 pass
             self.opening = None
-        if self.timer is not None:
+        if self.timer is not None and unbind:
             self.timer.cancel()
             self.timer = None
-        loop = self.links.watched.pop(self.wake_fd, None)
+        loop = self.links.watched.pop(self.wake_fd, None) if unbind else None
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self.wake_fd)
         self.fail(lib.XF_LINK_CANCELED, why)
@@ -337,11 +339,11 @@ class Links:
         self.drop("opened by another event loop")
         self.loop = loop
 
-    def drop(self, why):
+    def drop(self, why, unbind=True):
         if self.watched.get("closed"):  # finalized (a cycle's collection): nothing left
             return
         for link in list(self.by_name.values()):
-            link.drop(why)
+            link.drop(why, unbind)
 
     def connected(self):
         return sum(1 for link in self.by_name.values() if link.sock is not None)

@@ -116,7 +116,7 @@ class Cache(LateSetup):
                     await asyncio.wait(late, timeout=0.1)
         finally:
             self._closing = False
-            self._links.drop("closed")
+            self._links.drop("closed", unbind=False)  # calls waiting still end
 
     async def __aenter__(self):
         return self
