@@ -335,7 +335,7 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
                      (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
                       f->driver == XF_DRIVER_BATCH ||
                       ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
-                       (f->rt->near_wake_fd > 0 || f->rt->near_link_wakes > 0)));
+                       (f->rt->near_wake_fd > 0 || f->rt->link_wakes > 0)));
   f->wake_ms = now_ms + (f->wake_on_write && WAIT_POLL_NEAR_MS < left_ms
                              ? WAIT_POLL_NEAR_MS
                              : poll_interval_ms(now_ms - f->waited_from_ms, left_ms));

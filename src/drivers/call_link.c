@@ -139,7 +139,7 @@ static int wake_open(xf_link *k) {
   }
   k->wake_rd = p[0];
   k->wake_wr = p[1];
-  k->c->near_link_wakes++;
+  k->c->link_wakes++;
   return XF_OK;
 }
 
@@ -149,7 +149,7 @@ static void wake_close(xf_link *k) {
   xf__near_notify_remove(k->c->near, k->wake_wr);
   close(k->wake_wr), close(k->wake_rd);
   k->wake_rd = k->wake_wr = -1;
-  k->c->near_link_wakes--;
+  k->c->link_wakes--;
 }
 
 int xf_link_open(xf_link **out, xf_client *c, const char *host, int port, int flags) {
