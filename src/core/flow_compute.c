@@ -327,14 +327,15 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   }
   /* With a near cache, the blocking, pool and batch drivers end the wait
    * when the key is invalidated (its value written: drive.c, batch_wait.c),
-   * and so does a sans-I/O driver with a wake pipe (xf_call_wake_open), and
+   * and so does a sans-I/O driver with a wake pipe (xf_call_wake_open, or
+   * its links' own: xf_link_wake_fd), and
    * xf_async, whose loop watches that pipe (async_wake.c); the poll is the
    * fallback. */
   f->wake_on_write = f->rt->ports.near &&
                      (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
                       f->driver == XF_DRIVER_BATCH ||
                       ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
-                       f->rt->near_wake_fd > 0));
+                       (f->rt->near_wake_fd > 0 || f->rt->link_wakes > 0)));
   f->wake_ms = now_ms + (f->wake_on_write && WAIT_POLL_NEAR_MS < left_ms
                              ? WAIT_POLL_NEAR_MS
                              : poll_interval_ms(now_ms - f->waited_from_ms, left_ms));
