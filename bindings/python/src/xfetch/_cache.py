@@ -490,13 +490,17 @@ class Cache(LateSetup):
         expired, a cached not-found, or a value the serializer or secret=
         refuses: counted). Computes nothing, takes no lease; one round trip
         for a hit. Errors raise (there is no loader to fail open to)."""
-        return self._get_with(self._codec, key)
+        data = self._get_raw(key)
+        codec = self._codec
+        if codec.raw or data is None:  # _get_with's steps inline: the hit's cost
+            return data
+        return self._config.codecs.read(codec, key, data)
 
     def _get_with(self, codec, key):
         return self._config.codecs.read(codec, key, self._get_raw(key))
 
     def _get_raw(self, key):
-        kb = key_bytes(key)
+        kb = key.encode() if type(key) is str and key else key_bytes(key)
         if self._near:
             value = self._near_serve(kb, ffi.NULL)
             if value is not NEAR_NOT_SERVED:
