@@ -30,9 +30,10 @@ enum {
   FAULT_MS = 100,  /* between two faults */
   WRITE_EVERY = 4, /* one writer step per 4 reads */
   /* How long the children may take past their run: a call cut by a fault
-   * waits its command timeout (1 s) at most, a driver's open and close a few;
-   * 20 s leaves a busy machine (2 cores, 8 builds) ample room. */
-  EXIT_MS = 20000,
+   * waits its command timeout (1 s) at most, a driver's close a few ms;
+   * 10 s leaves a busy machine (2 cores, 8 builds) ample room, and bounds a
+   * run at 2.5 + 10 s (Criterion's timeout: 20 s). An idle run takes 3 s. */
+  EXIT_MS = 10000,
 };
 
 typedef struct stale_log {
@@ -153,7 +154,7 @@ ParameterizedTestParameters(tags_stale, processes) {
   return cr_make_param_array(int, near, 2);
 }
 
-ParameterizedTest(int *near, tags_stale, processes, .timeout = 60) {
+ParameterizedTest(int *near, tags_stale, processes, .timeout = 20) {
   run = mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   cr_assert_neq(run, MAP_FAILED);
   memset(run, 0, sizeof *run);
