@@ -9,8 +9,8 @@ import asyncio
 import inspect
 from collections.abc import Mapping
 
-from ._core import key_bytes
-from ._policy import tag_names
+from ._core import unique_keys
+from ._policy import check_call_keywords
 
 
 class _Batch:
@@ -56,23 +56,18 @@ class _Batch:
                 fut.set_result(values.get(k))  # a key left out is "not found"
 
 
-async def get_many(cache, keys, loader, ttl, beta, batch, policy):
-    originals = {}
-    for k in keys:
-        originals.setdefault(key_bytes(k), k)
-    ks = list(originals.values())
+async def get_many(policies, fetch, keys, loader, ttl, beta, batch, policy):
+    """fetch (the Cache's bytes-level one) for each key, concurrently."""
+    ks = list(unique_keys(keys).values())
     if not ks:
         return {}
-    unknown = set(policy) - set(dict(_DEFAULTS)) - {"tags"}
-    if unknown:
-        raise TypeError(f"unknown policy keyword(s): {', '.join(sorted(unknown))}")
-    cache._policies.get((ttl, beta) + tuple(policy.get(n, d) for n, d in _DEFAULTS))  # checks
-    tag_names(policy.get("tags"))  # checks
+    check_call_keywords(policy)
+    policies.of_call(ttl, beta, **policy)  # checks them before any I/O
     b = _Batch(loader, len(ks)) if batch else None
 
     async def one(k):
         try:
-            return await cache.fetch(k, (lambda: b.load_one(k)) if batch else (lambda: loader(k)),
+            return await fetch(k, (lambda: b.load_one(k)) if batch else (lambda: loader(k)),
                                      ttl, beta, **policy)
         finally:
             if b is not None:
@@ -91,7 +86,3 @@ async def get_many(cache, keys, loader, ttl, beta, batch, policy):
         raise first_error
     return out
 
-
-_DEFAULTS = (("lease", 5.0), ("wait", 5.0), ("stale", 0.0), ("stale_if_error", 0.0),
-             ("negative_ttl", 0.0), ("jitter", 0.0), ("on_wait_timeout", "load"),
-             ("background_refresh", None), ("refresh_ahead", None))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime
 
-from ._core import (BYPASS, NEAR_NOT_SERVED, Config, check_loader, check_value,
-                    disabled, key_bytes, outcome)
+from ._core import (BYPASS, NEAR_NOT_SERVED, Config, check_loader, check_value, key_bytes,
+                    outcome, unique_keys)
 from ._errors import check, error_for
 from ._face import SyncFace, drive
 from ._native import ffi, lib
@@ -14,7 +14,7 @@ from ._policy import tag_array, tag_names, tagged
 from ._pool import Pool
 from ._setup import LateSetup
 from ._types import Fetched  # a typed NamedTuple
-from ._values import Unreadable, recover, values_of_many
+from ._values import Codecs, Unreadable, recover, values_of_many
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union  # noqa: E402
 
@@ -116,45 +116,10 @@ class Cache(LateSetup):
 
     _is_async = False  # for the decorators' face (_face)
 
-    def __init__(self, url: str | None = None, prefix: str | bytes = "",
-                 timeout: float = 1.0, connect_timeout: float | None = None,
-                 breaker: float = 1.0, seed: int | None = None,
-                 max_key_len: int | None = None, max_value_len: int | None = None,
-                 share: bool = True, lazy_connect: bool = False,
-                 max_connections: int | None = None, ssl_ca_certs: str | None = None,
-                 ssl_ca_path: str | None = None, ssl_certfile: str | None = None,
-                 ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
-                 ssl_cert_reqs: str | None = None,
-                 on_event: Callable[[Any], None] | None = None,
-                 enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = True, near_cache_bytes: int = 0,
-                 refresh_ahead: float | None = None,
-                 write_fence: bool | None = None, ttl: Any = None,
-                 serializer: Any = "pickle", secret: Any = None,
-                 namespace_tag: bool = False) -> None:
-        options = dict(locals())
-        del options["self"], options["url"]
-        self._keep_options(url, options)
-
-    def _connect(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
-                 max_value_len, share, lazy_connect, max_connections, ssl_ca_certs,
-                 ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_check_hostname, ssl_cert_reqs,
-                 on_event, enabled, entry_format, background_refresh, near_cache_bytes,
-                 refresh_ahead, write_fence, ttl, serializer, secret, namespace_tag):
-        ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
-                   ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-                   ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
-        config = Config(url, prefix, timeout, connect_timeout, breaker, seed,
-                        max_key_len, max_value_len, share, lazy_connect,
-                        max_connections, ssl, on_event, enabled, "sync",
-                        entry_format=entry_format, background_refresh=background_refresh,
-                        near_cache_bytes=near_cache_bytes, refresh_ahead=refresh_ahead,
-                        write_fence=write_fence, ttl=ttl, serializer=serializer,
-                        secret=secret, namespace_tag=namespace_tag)
-        # Fail fast on a wrong URL, password or db (a check that reports no
+    def _connect(self, url, **options):
+        # Fails fast on a wrong URL, password or db (a check that reports no
         # events), unless the service must start without Redis.
-        if not config.lazy_connect:
-            config.check_now()
+        config = Config.of(url, "sync", options)
         pool = Pool(config)
         self._closed = False
         self._config = config
@@ -162,7 +127,7 @@ class Cache(LateSetup):
         self._codec = config.codecs.default
         self._policies = self._config.policies
         self._commons = self._policies.commons
-        self._near = self._config.near and enabled  # the near hit's fast path
+        self._near = config.near and config.enabled  # the near hit's fast path
         self._events = self._config.events
 
     def close(self, timeout: float = 2.0) -> None:
@@ -177,12 +142,6 @@ class Cache(LateSetup):
         self._closed = True
         pool.refresher.close(timeout)
         pool.close()
-
-    def __repr__(self):  # never shows the password
-        config = self.__dict__.get("_config")
-        if config is None:
-            return "<xfetch.Cache not set up>"
-        return f"<xfetch.Cache {config.where} prefix={config.prefix!r}>"
 
     def __enter__(self):
         return self
@@ -207,21 +166,14 @@ class Cache(LateSetup):
                                 refresh_ahead=refresh_ahead, tags=tags)
 
     def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
-        """fetch with codec (the Cache's, or a decorator's serializer)."""
+        """fetch with codec (the Cache's, or a decorator's serializer); a
+        value codec refuses is recomputed (_values.recover)."""
         kb = key_bytes(key)
         check_loader(loader)
         got = self._fetch_raw(key, codec.loader(kb, loader), ttl, beta, **policy)
-        if codec.raw or got[0] is None:
-            return got
-        try:
-            return Fetched(codec.decode(kb, got[0]), got[1])
-        except Unreadable as e:
-            return self._recover(codec, key, kb, loader, dict(policy, ttl=ttl, beta=beta), e)
-
-    def _recover(self, codec, key, kb, loader, policy, e):
-        """An entry codec refused: counted, then recomputed (_values.recover)."""
-        self._config.codecs.count(key, e)
-        return drive(recover(SyncFace(self), codec, key, kb, loader, policy))
+        return (self._config.codecs.fetched(codec, key, kb, got)
+                or drive(recover(SyncFace(self), codec, key, kb, loader,
+                                 dict(policy, ttl=ttl, beta=beta))))
 
     def _fetch_raw(self, key: Key, loader: Callable[[], Any], ttl: Any = None,
                    beta: float = 1.0, *, lease: float = _5, wait: float = _5,
@@ -232,17 +184,10 @@ class Cache(LateSetup):
         """fetch of the bytes C caches (loader returns them)."""
         kb = key_bytes(key)
         check_loader(loader)
-        names = tag_names(tags)
-        if background_refresh is None:
-            background_refresh = self._config.background_refresh
-        if refresh_ahead is None:
-            refresh_ahead = self._config.refresh_ahead
-        policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout,
-                                     background_refresh, refresh_ahead))
-        if names:  # served near only when C knows its entry current for its tags
-            policy = tagged(policy, names)
-        if self._near:
+        policy = self._policies.of_call(ttl, beta, lease, wait, stale, stale_if_error,
+                                        negative_ttl, jitter, on_wait_timeout,
+                                        background_refresh, refresh_ahead, tags)
+        if self._near:  # a tagged hit: served when C knows it current for its tags
             value = self._near_serve(kb, policy)
             if value is not NEAR_NOT_SERVED:
                 return Fetched(value, None if value is None else "cache")
@@ -259,17 +204,8 @@ class Cache(LateSetup):
             rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
                                        conn.handle, v)
             exc, st.exc, st.loader = st.exc, None, None
-            result = outcome(rc, v, exc, key, kb, st.failures,
-                             lambda: error_for(rc, conn.ptr), self._config.events)
-            if st.load_s > lease and result.source == "uncached":
-                # Its lease ran out and another caller took the key over (so
-                # loaded it too): the write was refused. The lease is twice
-                # the entry's last load time once one is cached, so this is a
-                # key's first slow load (or Redis was down).
-                self._config.events.slow_load(key, st.load_s, lease)
-            elif st.load_s:
-                self._config.events.load_fit(key)
-            return result
+            return outcome(rc, v, exc, key, kb, st.failures, lambda: error_for(rc, conn.ptr),
+                           self._config.events, st.load_s, lease)
         finally:
             exc = None
             self._pool.exit(conn, saved)
@@ -346,8 +282,9 @@ class Cache(LateSetup):
             try:
                 return codec.decode(kb, value)
             except Unreadable as e:
-                return self._recover(codec, key, kb, loader,
-                                     {"ttl": ttl, "beta": beta, "tags": tags}, e)[0]
+                self._config.codecs.count(key, e)
+                return drive(recover(SyncFace(self), codec, key, kb, loader,
+                                     {"ttl": ttl, "beta": beta, "tags": tags}))[0]
         return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
                                 stale=stale, stale_if_error=stale_if_error,
                                 negative_ttl=negative_ttl, jitter=jitter,
@@ -419,18 +356,13 @@ class Cache(LateSetup):
                               tags=tags)
 
     def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
-        if value is None:
-            raise TypeError("value must not be None (None is what a loader returns for "
-                            "not found)")
-        return self._set_raw(key, codec.encode(key_bytes(key), value), ttl, stale=stale,
-                             jitter=jitter, tags=tags)
+        return self._set_raw(key, Codecs.for_set(codec, key, value), ttl,
+                             stale=stale, jitter=jitter, tags=tags)
 
     def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
         kb = key_bytes(key)
         buf = check_value(value)
-        names = tag_names(tags)
-        policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
-        policy = tagged(policy, names)
+        policy = self._policies.of_set(ttl, stale, jitter, tags)
         conn, saved = self._pool.enter()
         try:
             rc = lib.xf_set(conn.ptr, kb, len(kb), buf, len(buf), policy)
@@ -493,14 +425,7 @@ class Cache(LateSetup):
         return self._get_with(self._codec, key)
 
     def _get_with(self, codec, key):
-        value = self._get_raw(key)
-        if codec.raw or value is None:
-            return value
-        try:
-            return codec.decode(key_bytes(key), value)
-        except Unreadable as e:
-            self._config.codecs.count(key, e)
-            return None
+        return self._config.codecs.read(codec, key, self._get_raw(key))
 
     def _get_raw(self, key):
         kb = key_bytes(key)
@@ -559,9 +484,7 @@ class Cache(LateSetup):
                       stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
                       on_wait_timeout="load", batch=False, background_refresh=None,
                       refresh_ahead=None, tags=None):
-        originals = {}
-        for k in keys:
-            originals.setdefault(key_bytes(k), k)
+        originals = unique_keys(keys)
         check_loader(loader)
         # in the batch: the refresh threads run zero-argument loaders
         if refresh_ahead is None:
@@ -611,12 +534,6 @@ class Cache(LateSetup):
                 lib.xf_value_free(ffi.addressof(values, i))
             exc = None
             self._pool.exit(conn, saved)
-
-    def disabled(self):
-        """Context manager: within the block (this thread only), calls on
-        this Cache run the loader every time and send nothing to Redis
-        (a context variable; asyncio tasks started inside inherit it)."""
-        return disabled(self._config)
 
     def stats(self) -> dict[str, int]:
         """Counters of this Cache in this process (a fork child starts at 0):

@@ -42,6 +42,15 @@ def key_bytes(key):
     return key
 
 
+def unique_keys(keys):
+    """get_many's keys: their bytes -> the key as first given (in order,
+    duplicates once)."""
+    originals = {}
+    for k in keys:
+        originals.setdefault(key_bytes(k), k)
+    return originals
+
+
 def check_loader(loader):
     if not callable(loader):
         raise TypeError(f"loader must be callable, not {type(loader).__name__}")
@@ -198,6 +207,20 @@ class Config:
         # where the values come from, as the C share and nest checks key it
         self.namespace = (self.where, fields["username"], prefix)
 
+    _SSL = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile",
+            "ssl_check_hostname", "ssl_cert_reqs")
+
+    @classmethod
+    def of(cls, url, face, options):
+        """A face's Config from its constructor's keywords (LateSetup), with
+        the URL, password and db checked now unless lazy_connect."""
+        options = dict(options)
+        ssl = {name: options.pop(name) for name in cls._SSL}
+        config = cls(url, ssl=ssl, face=face, **options)
+        if not config.lazy_connect:
+            config.check_now()
+        return config
+
     def check_now(self):
         """Connects once now, so that a wrong host, password or db raises here
         (xfetch.ConnectionError, xfetch.AuthError): both faces' constructors,
@@ -240,10 +263,24 @@ def near_value(rc, v):
         lib.xf_value_free(v)
 
 
-def outcome(rc, v, exc, key, kb, failures, error, events=None):
+def outcome(rc, v, exc, key, kb, failures, error, events=None, took=0.0, lease=5.0):
     """The result of a get-or-compute: rc and the value C gave, exc the
     loader's exception (if it ran and failed), error() the library error
-    for rc. Returns Fetched or raises, the same on both faces."""
+    for rc, took the seconds its loader ran (0: it did not) under a lease
+    of lease seconds. Returns Fetched or raises, the same on both faces."""
+    result = _outcome(rc, v, exc, key, kb, failures, error, events)
+    if took > lease and result.source == "uncached":
+        # Its lease ran out and another caller took the key over (so loaded
+        # it too): the write was refused. The lease is twice the entry's
+        # last load time once one is cached, so this is a key's first slow
+        # load (or Redis was down).
+        events.slow_load(key, took, lease)
+    elif took:
+        events.load_fit(key)
+    return result
+
+
+def _outcome(rc, v, exc, key, kb, failures, error, events):
     if exc is not None and not isinstance(exc, Exception):
         lib.xf_value_free(v)
         raise exc  # KeyboardInterrupt, SystemExit, CancelledError: whatever C did

@@ -78,6 +78,18 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
     })
 
 
+CALL_KEYWORDS = frozenset(("lease", "wait", "stale", "stale_if_error", "negative_ttl",
+                           "jitter", "on_wait_timeout", "background_refresh", "refresh_ahead",
+                           "tags"))  # PolicyCache.of_call's, after ttl and beta
+
+
+def check_call_keywords(policy):
+    """Refuses a keyword get_or_compute does not take (a mapping's keys)."""
+    unknown = set(policy) - CALL_KEYWORDS
+    if unknown:
+        raise TypeError(f"unknown policy keyword(s): {', '.join(sorted(unknown))}")
+
+
 class PolicyCache:
     """Memoizes make_policy per argument tuple: the hot path pays one dict
     lookup. Keys carry each argument's type, so True never hits the entry of 1."""
@@ -99,6 +111,26 @@ class PolicyCache:
             self.commons.clear()
         self.commons[(ttl, beta, type(ttl), type(beta))] = p
         return p
+
+    def of_call(self, ttl, beta=1.0, lease=5.0, wait=5.0, stale=0.0, stale_if_error=0.0,
+                negative_ttl=0.0, jitter=0.0, on_wait_timeout="load", background_refresh=None,
+                refresh_ahead=None, tags=None):
+        """A get-or-compute's policy, the same on both faces: its keywords
+        (background_refresh and refresh_ahead None: the Cache's), tagged
+        with tags (tag_names)."""
+        names = tag_names(tags)
+        if background_refresh is None:
+            background_refresh = self._defaults[0]
+        if refresh_ahead is None:
+            refresh_ahead = self._defaults[1]
+        return tagged(self.get((ttl, beta, lease, wait, stale, stale_if_error, negative_ttl,
+                                jitter, on_wait_timeout, background_refresh, refresh_ahead)),
+                      names)
+
+    def of_set(self, ttl, stale, jitter, tags):
+        """A set's policy (its value written as if a loader returned it now)."""
+        names = tag_names(tags)
+        return tagged(self.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load")), names)
 
     def get(self, args):
         key = args + tuple(map(type, args))

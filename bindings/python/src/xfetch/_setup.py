@@ -5,21 +5,48 @@ connection raises NotSetUpError: the attributes a set-up Cache has are
 missing, so the lookup falls through to __getattr__ (no cost once set up)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+from ._core import disabled
 from ._errors import InvalidArgumentError, NotSetUpError
 from ._native import lib
 
 
 class LateSetup:
-    """The setup() half of xfetch.Cache and xfetch.aio.Cache. A face
+    """The constructor and setup() of xfetch.Cache and xfetch.aio.Cache
+    (the same keywords on both faces: xfetch.Cache's docstring). A face
     defines _connect(url, **options), which sets the attributes its calls
-    use (among them _config)."""
+    use (among them _config), and _label, its name in repr."""
 
-    def _keep_options(self, url, options):
+    _label = "xfetch.Cache"
+
+    def __init__(self, url: str | None = None, prefix: str | bytes = "",
+                 timeout: float = 1.0, connect_timeout: float | None = None,
+                 breaker: float = 1.0, seed: int | None = None,
+                 max_key_len: int | None = None, max_value_len: int | None = None,
+                 share: bool = True, lazy_connect: bool = False,
+                 max_connections: int | None = None, ssl_ca_certs: str | None = None,
+                 ssl_ca_path: str | None = None, ssl_certfile: str | None = None,
+                 ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
+                 ssl_cert_reqs: str | None = None,
+                 on_event: Callable[[Any], None] | None = None,
+                 enabled: bool = True, entry_format: int | None = None,
+                 background_refresh: bool = True, near_cache_bytes: int = 0,
+                 refresh_ahead: float | None = None,
+                 write_fence: bool | None = None, ttl: Any = None,
+                 serializer: Any = "pickle", secret: Any = None,
+                 namespace_tag: bool = False) -> None:
+        options = dict(locals())
+        del options["self"], options["url"]
         self.__dict__["_options"] = options
         if url is not None:
             self._connect(url, **options)
+
+    def __repr__(self):  # never shows the password
+        config = self.__dict__.get("_config")
+        if config is None:
+            return f"<{self._label} not set up>"
+        return f"<{self._label} {config.where} prefix={config.prefix!r}>"
 
     def setup(self, url: str, **options: Any) -> None:
         """Connects a Cache made without a URL: url and the constructor's
@@ -36,6 +63,12 @@ class LateSetup:
             raise InvalidArgumentError(lib.XF_EINVAL, f"this Cache is set up already "
                                        f"({self._config.where}): close() it first")
         self._connect(url, **dict(self._options, **options))
+
+    def disabled(self):
+        """Context manager: within the block (this thread, or this asyncio
+        task and the tasks it starts), calls on this Cache run the loader
+        every time and send nothing to Redis (a context variable)."""
+        return disabled(self._config)
 
     @property
     def is_set_up(self) -> bool:

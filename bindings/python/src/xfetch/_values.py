@@ -231,6 +231,39 @@ class Codecs:
     def counters(self):
         return {"refused": self.refused, "undecodable": self.undecodable}
 
+    def fetched(self, codec, key, kb, got):
+        """got (a Fetched of bytes) decoded by codec; None when codec refuses
+        its value (counted): the caller recomputes it (recover)."""
+        if codec.raw or got[0] is None:
+            return got
+        try:
+            return Fetched(codec.decode(kb, got[0]), got[1])
+        except Unreadable as e:
+            self.count(key, e)
+            return None
+
+    def read(self, codec, key, data):
+        """A get's value: data (None: not found) decoded by codec; a value
+        codec refuses is counted and reads as None."""
+        if codec.raw or data is None:
+            return data
+        from ._core import key_bytes
+        try:
+            return codec.decode(key_bytes(key), data)
+        except Unreadable as e:
+            self.count(key, e)
+            return None
+
+    @staticmethod
+    def for_set(codec, key, value):
+        """set()'s bytes for value (not None: what a loader returns for not
+        found)."""
+        if value is None:
+            raise TypeError("value must not be None (None is what a loader returns for "
+                            "not found)")
+        from ._core import key_bytes
+        return codec.encode(key_bytes(key), value)
+
 
 # ---- an entry the codec refuses: a miss, recomputed under the lease ---------------
 

@@ -26,15 +26,15 @@ from ._aio_link import Links
 from ._aio_tls import context
 from ._aio_many import get_many
 from ._core import (NEAR_NOT_SERVED, Config, call_error, check_loader, check_not_loading,
-                    check_value, disabled, enabled_now, key_bytes, near_value, outcome,
+                    check_value, enabled_now, key_bytes, near_value, outcome,
                     stats_of, value_of, _loading)
 from ._errors import check
-from ._policy import tag_array, tag_names, tagged
+from ._policy import tag_array, tag_names
 from ._face import AioFace
 from ._native import ffi, lib
 from ._setup import LateSetup
 from ._types import Fetched
-from ._values import Unreadable, recover, values_of_many
+from ._values import Codecs, Unreadable, recover, values_of_many
 
 _CALL = lib.XF_DRIVER_CALL  # the driver a near hit's events name (as the call's)
 
@@ -62,44 +62,11 @@ class Cache(LateSetup):
     one running event loop at a time."""
 
     _is_async = True  # for the decorators' face (_face)
+    _label = "xfetch.aio.Cache"
 
-    def __init__(self, url: str | None = None, prefix: str | bytes = "",
-                 timeout: float = 1.0, connect_timeout: float | None = None,
-                 breaker: float = 1.0, seed: int | None = None,
-                 max_key_len: int | None = None, max_value_len: int | None = None,
-                 share: bool = True, lazy_connect: bool = False,
-                 max_connections: int | None = None, ssl_ca_certs: str | None = None,
-                 ssl_ca_path: str | None = None, ssl_certfile: str | None = None,
-                 ssl_keyfile: str | None = None, ssl_check_hostname: bool | None = None,
-                 ssl_cert_reqs: str | None = None,
-                 on_event: Callable[[Any], None] | None = None,
-                 enabled: bool = True, entry_format: int | None = None,
-                 background_refresh: bool = True, near_cache_bytes: int = 0,
-                 refresh_ahead: float | None = None,
-                 write_fence: bool | None = None, ttl: Any = None,
-                 serializer: Any = "pickle", secret: Any = None,
-                 namespace_tag: bool = False) -> None:
-        options = dict(locals())
-        del options["self"], options["url"]
-        self._keep_options(url, options)
-
-    def _connect(self, url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
-                 max_value_len, share, lazy_connect, max_connections, ssl_ca_certs,
-                 ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_check_hostname, ssl_cert_reqs,
-                 on_event, enabled, entry_format, background_refresh, near_cache_bytes,
-                 refresh_ahead, write_fence, ttl, serializer, secret, namespace_tag):
-        ssl = dict(ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path,
-                   ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-                   ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs)
-        config = Config(url, prefix, timeout, connect_timeout, breaker, seed, max_key_len,
-                        max_value_len, share, lazy_connect, max_connections, ssl, on_event,
-                        enabled, "aio", entry_format=entry_format,
-                        background_refresh=background_refresh, near_cache_bytes=near_cache_bytes,
-                        refresh_ahead=refresh_ahead, write_fence=write_fence, ttl=ttl,
-                        serializer=serializer, secret=secret, namespace_tag=namespace_tag)
+    def _connect(self, url, **options):
+        config = Config.of(url, "aio", options)
         fields = config.fields
-        if not config.lazy_connect:
-            config.check_now()
         self._codec = config.codecs.default
         self._policies = config.policies
         opts = ffi.new("xf_options *", config.opts[0])
@@ -128,12 +95,6 @@ class Cache(LateSetup):
         links = self.__dict__.get("_links")
         if links is not None:
             links.drop("the Cache was dropped")
-
-    def __repr__(self):
-        config = self.__dict__.get("_config")
-        if config is None:
-            return "<xfetch.aio.Cache not set up>"
-        return f"<xfetch.aio.Cache {config.where} prefix={config.prefix!r}>"
 
     async def close(self, timeout: float = 2.0) -> None:
         """Closes the streams; calls made afterwards open new ones. Background
@@ -199,37 +160,24 @@ class Cache(LateSetup):
                                       refresh_ahead=refresh_ahead, tags=tags)
 
     async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
-        """fetch with codec (the Cache's, or a decorator's serializer)."""
+        """fetch with codec (the Cache's, or a decorator's serializer); a
+        value codec refuses is recomputed (_values.recover)."""
         kb = key_bytes(key)
         check_loader(loader)
         got = await self._fetch_raw(key, codec.async_loader(kb, loader), ttl, beta, **policy)
-        if codec.raw or got[0] is None:
-            return got
-        try:
-            return Fetched(codec.decode(kb, got[0]), got[1])
-        except Unreadable as e:
-            return await self._recover(codec, key, kb, loader, dict(policy, ttl=ttl, beta=beta),
-                                       e)
-
-    async def _recover(self, codec, key, kb, loader, policy, e):
-        """An entry codec refused: counted, then recomputed (_values.recover)."""
-        self._config.codecs.count(key, e)
-        return await recover(AioFace(self), codec, key, kb, loader, policy)
+        return (self._config.codecs.fetched(codec, key, kb, got)
+                or await recover(AioFace(self), codec, key, kb, loader,
+                                 dict(policy, ttl=ttl, beta=beta)))
 
     async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                          stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
                          on_wait_timeout="load", background_refresh=None, refresh_ahead=None,
                          tags=None):
         """fetch of the bytes C caches (loader returns them)."""
-        names = tag_names(tags)
-        if background_refresh is None:
-            background_refresh = self._config.background_refresh
-        if refresh_ahead is None:
-            refresh_ahead = self._config.refresh_ahead
-        policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout,
-                                     background_refresh, refresh_ahead))
-        return await self._run(key, loader, tagged(policy, names), lease)
+        policy = self._policies.of_call(ttl, beta, lease, wait, stale, stale_if_error,
+                                        negative_ttl, jitter, on_wait_timeout,
+                                        background_refresh, refresh_ahead, tags)
+        return await self._run(key, loader, policy, lease)
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: Any = None,
                              beta: float = 1.0, **policy: Any) -> Any:
@@ -253,8 +201,9 @@ class Cache(LateSetup):
         try:
             return codec.decode(kb, value)
         except Unreadable as e:
-            return (await self._recover(codec, key, kb, loader, {"ttl": ttl, "beta": beta},
-                                        e))[0]
+            self._config.codecs.count(key, e)
+            return (await recover(AioFace(self), codec, key, kb, loader,
+                                  {"ttl": ttl, "beta": beta}))[0]
 
     def _near_serve(self, kb, policy):
         """C xf_near_serve (policy NULL: a get), before anything is awaited:
@@ -285,13 +234,8 @@ class Cache(LateSetup):
             rc = lib.xf_call_result(call, value)
             if rc == 0 and exc is None:  # the hot path
                 return value_of(value)
-            result = outcome(rc, value, exc, key, kb, self._config.failures,
-                             lambda: call_error(rc, call), self._config.events)
-            if took > lease and result.source == "uncached":
-                self._config.events.slow_load(key, took, lease)
-            elif took:
-                self._config.events.load_fit(key)
-            return result
+            return outcome(rc, value, exc, key, kb, self._config.failures,
+                           lambda: call_error(rc, call), self._config.events, took, lease)
         finally:
             exc = None
             lib.xf_call_free(call)
@@ -333,14 +277,19 @@ class Cache(LateSetup):
                                     dict(policy, ttl=ttl, beta=beta))
 
     async def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, batch=False, **policy):
-        return await get_many(_Raw(self), keys, loader, ttl, beta, batch, policy)
+        return await get_many(self._policies, self._fetch_raw, keys, loader, ttl, beta, batch,
+                              policy)
 
     # ---- reads and writes -------------------------------------------------------
 
-    async def _oneshot(self, call):
-        """Runs a get, set or delete call (SEND steps only) to its end;
-        returns (rc, value or None); errors other than not found and
-        superseded raise (there is nothing to fall back to)."""
+    async def _oneshot(self, start, *args, detail=True):
+        """Starts a get, set or delete call (start: its xf_call_start_*, with
+        args; detail: a refusal names the client's message) and runs it
+        (SEND steps only) to its end; returns (rc, value or None); errors
+        other than not found and superseded raise (nothing to fall back to)."""
+        out = ffi.new("xf_call **")
+        check(start(out, self._client, *args, now_ms()), self._client if detail else ffi.NULL)
+        call = out[0]
         await steps(self, call)
         try:
             rc = lib.xf_call_result(call, self._value)
@@ -358,14 +307,7 @@ class Cache(LateSetup):
         return await self._get_with(self._codec, key)
 
     async def _get_with(self, codec, key):
-        value = await self._get_raw(key)
-        if codec.raw or value is None:
-            return value
-        try:
-            return codec.decode(key_bytes(key), value)
-        except Unreadable as e:
-            self._config.codecs.count(key, e)
-            return None
+        return self._config.codecs.read(codec, key, await self._get_raw(key))
 
     async def _get_raw(self, key):
         kb = self._start(key)
@@ -373,9 +315,7 @@ class Cache(LateSetup):
             value = self._near_serve(kb, ffi.NULL)
             if value is not NEAR_NOT_SERVED:
                 return value
-        out = ffi.new("xf_call **")
-        check(lib.xf_call_start_get(out, self._client, kb, len(kb), now_ms()))
-        return (await self._oneshot(out[0]))[1]
+        return (await self._oneshot(lib.xf_call_start_get, kb, len(kb), detail=False))[1]
 
     async def set(self, key: Key, value: Any, ttl: Any = None, *, stale: float = 0.0,
                   jitter: float = 0.0, tags: Iterable[str] | None = None) -> bool:
@@ -386,22 +326,15 @@ class Cache(LateSetup):
 
     async def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0,
                         tags=None):
-        if value is None:
-            raise TypeError("value must not be None (None is what a loader returns for "
-                            "not found)")
-        return await self._set_raw(key, codec.encode(key_bytes(key), value), ttl, stale=stale,
-                                   jitter=jitter, tags=tags)
+        return await self._set_raw(key, Codecs.for_set(codec, key, value), ttl,
+                                   stale=stale, jitter=jitter, tags=tags)
 
     async def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
         kb = self._start(key)
         buf = check_value(value)
-        names = tag_names(tags)
-        policy = self._policies.get((ttl, 1.0, 5.0, 5.0, stale, 0.0, 0.0, jitter, "load"))
-        policy = tagged(policy, names)
-        out = ffi.new("xf_call **")
-        check(lib.xf_call_start_set(out, self._client, kb, len(kb), buf, len(buf), policy,
-                                    now_ms()), self._client)
-        return (await self._oneshot(out[0]))[0] != lib.XF_ESUPERSEDED
+        policy = self._policies.of_set(ttl, stale, jitter, tags)
+        rc, _ = await self._oneshot(lib.xf_call_start_set, kb, len(kb), buf, len(buf), policy)
+        return rc != lib.XF_ESUPERSEDED
 
     async def invalidate_tags(self, tags: Iterable[str]) -> None:
         """xfetch.Cache.invalidate_tags, awaited (xf_call_start_invalidate_tags)."""
@@ -410,39 +343,26 @@ class Cache(LateSetup):
             return
         array, keep = tag_array(names)
         self._ready()
-        out = ffi.new("xf_call **")
-        check(lib.xf_call_start_invalidate_tags(out, self._client, array, len(names),
-                                                now_ms()), self._client)
-        del keep  # copied by the call
-        await self._oneshot(out[0])
+        await self._oneshot(lib.xf_call_start_invalidate_tags, array, len(names))
+        del keep  # copied by the call as it started
 
     async def clear(self) -> None:
         """xfetch.Cache.clear, awaited (xf_call_start_clear_namespace)."""
         if not self._config.namespace_tag:
             raise ValueError("clear() needs setup(..., namespace_tag=True)")
         self._ready()
-        out = ffi.new("xf_call **")
-        check(lib.xf_call_start_clear_namespace(out, self._client, now_ms()), self._client)
-        await self._oneshot(out[0])
+        await self._oneshot(lib.xf_call_start_clear_namespace)
 
     async def delete(self, key: Key) -> None:
         """xfetch.Cache.delete, awaited (xf_call_start_delete)."""
         kb = self._start(key)
-        out = ffi.new("xf_call **")
-        check(lib.xf_call_start_delete(out, self._client, kb, len(kb), now_ms()))
-        await self._oneshot(out[0])
+        await self._oneshot(lib.xf_call_start_delete, kb, len(kb), detail=False)
 
     async def delete_many(self, keys: Iterable[Key]) -> None:
         """Removes each key's entry, the deletes pipelined on the stream."""
         await asyncio.gather(*[self.delete(k) for k in keys])
 
     # ---- stats and decorators -----------------------------------------------------
-
-    def disabled(self):
-        """Context manager: within the block (this asyncio task, and the
-        tasks it starts), calls on this Cache run the loader every time and
-        send nothing to Redis (a context variable)."""
-        return disabled(self._config)
 
     def stats(self) -> dict[str, int]:
         """xfetch.Cache.stats's counters (the C call's and link's)."""
@@ -468,13 +388,4 @@ class Cache(LateSetup):
         from ._decorator import cached_many
         return cached_many(self, ttl, key, serializer=serializer, namespace=namespace,
                            version=version, **policy)
-
-
-class _Raw:
-    """A Cache as _aio_many sees it: fetch is the Cache's bytes-level one
-    (the values are encoded and decoded around it, _values)."""
-
-    def __init__(self, cache):
-        self._policies = cache._policies
-        self.fetch = cache._fetch_raw
 
