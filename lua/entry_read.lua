@@ -63,6 +63,10 @@ end
 -- tagged entry malformed: a miss, recomputed and overwritten untagged.
 -- Another version (2: an unreleased 40-byte layout) is malformed.
 local FIXED, HEADER_MAX, SLOT_AT, NO_TOKEN = 14, 40 + 256, 256, string.rep('\0', 8)
+-- The token of the fail-safe mark (release.lua): a lease no caller holds,
+-- taken by a failed load's release for policy.failsafe_throttle_ms; callers'
+-- tokens are random and never this.
+local FAILSAFE = 'xf:failsafe'
 local BIG_AT = 4096 -- set2 below: where it starts to pay (bench/README.md, "Write cost")
 
 -- raw: the string's first bytes, for the tag record's length (nil past them).

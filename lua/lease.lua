@@ -11,7 +11,9 @@
 -- fields of read_entry, entry_read.lua); {3, now_ms} when a load that found
 -- nothing (not cached) ended after the caller's first read (field f,
 -- release.lua / write.lua): the caller came during that load, its answer is
--- that not-found, even when another caller has taken the lease since. The
+-- that not-found, even when another caller has taken the lease since; {4,
+-- now_ms} lost to the fail-safe mark (release.lua): a load failed lately,
+-- serve the last good value rather than wait or load. The
 -- entry is judged as the read script judges it (a malformed lease is dead).
 --#include entry_read.lua
 local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
@@ -23,7 +25,7 @@ end
 if lease_mine(t, token) then return {1, now} end
 local first_read = tonumber(ARGV[4])
 if t.f and first_read and first_read > 0 and t.f > first_read then return {3, now} end
-if t.live == 1 then return {0, now} end
+if t.live == 1 then return {lease_mine(t, FAILSAFE) and 4 or 0, now} end
 -- The entry must outlive the lease, or it would vanish with the lease mid-load
 -- and let a second caller in. A lease-only entry gets exactly the lease's TTL.
 local only_lease

@@ -4,13 +4,31 @@
 -- not) for the marker f = the server's time now, which tells the callers
 -- whose first read came before it (they waited on this lease) that the answer
 -- is not-found (lease.lua); an entry holding only the marker expires after
--- keep_ms. The entry keeps its format (entry_read.lua).
+-- keep_ms. ARGV[3] hold_ms ("0": none): a failed load that served the
+-- entry's last good value turns its lease into the fail-safe mark (its token
+-- FAILSAFE, entry_read.lua) for hold_ms instead (policy.failsafe_throttle_ms):
+-- lease.lua answers 4 to every caller until it ends, so no one in the fleet
+-- loads meanwhile; then the next caller takes the lease as usual. The rest
+-- of the entry (value, tags' record) stays as it is. The entry keeps its
+-- format (entry_read.lua).
 -- Returns 1 released, 0 when the lease was not the caller's (expired, taken).
 --#include entry_read.lua
 local key, token, keep = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = server_now()
 local t = entry(key, now)
 if not lease_mine(t, token) then return 0 end
+local hold = tonumber(ARGV[3]) or 0
+if hold > 0 and t.v then
+  if t.kind == 'string' then
+    t.tok, t.deadline = token_id(FAILSAFE), now + hold
+    put2(key, t)
+  else
+    redis.call('HSET', key, 'l', FAILSAFE .. ':' .. string.format('%d', now + hold))
+  end
+  local pttl = redis.call('PTTL', key)
+  if pttl >= 0 and pttl < hold then redis.call('PEXPIRE', key, hold) end
+  return 1
+end
 t.tok, t.deadline = nil, nil
 if keep and keep > 0 then t.f = now end
 if t.kind == 'string' then

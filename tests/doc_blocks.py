@@ -295,11 +295,10 @@ def check_options(root=ROOT):
                                 ("xf_share_options", "include/xfetch/share.h", "xf_share_options")]:
         errors += check_table("docs/c-guide.md", tag, struct,
                               c_struct_fields(header, struct, root), root)
-    sync = python_params("bindings/python/src/xfetch/_cache.py", "Cache", "__init__", root)
-    aio = python_params("bindings/python/src/xfetch/aio.py", "Cache", "__init__", root)
-    errors += [f"xfetch.aio.Cache vs xfetch.Cache: {e}" for e in compare("keywords", aio, sync)]
+    # Both faces' constructor (and setup()) is LateSetup's: one keyword list.
+    both = python_params("bindings/python/src/xfetch/_setup.py", "LateSetup", "__init__", root)
     errors += check_table("bindings/python/README.md", "python-cache", "Cache(...) keywords",
-                          sync, root)
+                          both, root)
     call = python_params("bindings/python/src/xfetch/_cache.py", "Cache", "get_or_compute", root)
     errors += check_table("bindings/python/README.md", "python-policy",
                           "get_or_compute keywords", call, root)

@@ -51,7 +51,7 @@ int xft_entry_release(xf_client *c, const char *key, size_t keylen, const char *
   xf__cmd cmd;
   xf__reply *r;
   int released;
-  xf__entry_release_cmd(&cmd, key, keylen, token, 0);
+  xf__entry_release_cmd(&cmd, key, keylen, token, 0, 0);
   int rc = run(c, XF_SCRIPT_RELEASE, &cmd, &r);
   return rc == XF_OK ? xf__entry_parse_int(&c->rt, r, "release", &released) : rc;
 }

@@ -104,6 +104,8 @@ static int run_sync_loader(void *ud, const char *key, size_t keylen, xf_sink *si
   s->l->calls++;
   if (s->l->during)
     s->l->during(s->d, s->l->arg);
+  if (s->l->fail)
+    return s->l->fail;
   if (!s->l->value) {
     xf_sink_not_found(sink);
     return 0;
@@ -160,7 +162,9 @@ static int async_run(xft_drv *d, async_wait *w, int start_rc, xft_op_loader *l) 
     l->calls++;
     if (l->during)
       l->during(d, l->arg);
-    if (l->value)
+    if (l->fail)
+      xf_async_load_fail(load, l->fail);
+    else if (l->value)
       cr_assert_eq(xf_async_load_done(load, l->value, strlen(l->value)), XF_OK);
     else
       xf_async_load_not_found(load);
@@ -186,7 +190,8 @@ static int call_run(xft_drv *d, int start_rc, xf_call **callp, xft_op_loader *l,
       if (l->during)
         l->during(d, l->arg);
       int64_t took_us = (xft_now_ms() - t0) * 1000;
-      step = l->value
+      step = l->fail ? xf_call_load_failed(call, l->fail, xft_now_ms())
+             : l->value
                  ? xf_call_loaded(call, l->value, strlen(l->value), took_us, xft_now_ms())
                  : xf_call_not_found(call, took_us, xft_now_ms());
     } else {

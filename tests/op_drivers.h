@@ -16,12 +16,14 @@ extern const char *const xft_driver_names[XFT_NDRIVERS];
 
 typedef struct xft_drv xft_drv;
 
-/* A loader every driver runs: it hands over value (NULL: "not found") and
+/* A loader every driver runs: it hands over value (NULL: "not found"), or
+ * fails with fail, and
  * counts its runs. during (NULL: nothing) runs while the load is under way,
  * after the loader started and before its result is handed over, on the
  * test's thread: e.g. another call of the same driver. */
 typedef struct xft_op_loader {
   const char *value;
+  int fail; /* non-zero: the loader fails with this code (value unused) */
   int calls;
   void (*during)(xft_drv *d, void *arg);
   void *arg;

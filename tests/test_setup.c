@@ -27,7 +27,8 @@ Test(setup, the_list_follows_the_options_and_the_role) {
   xf_client *c = configured("xfuser", "pw", 3);
   xf__setup s;
   xf__setup_build(c, XF_SETUP_REPLICA | XF_SETUP_SCRIPTS, &s);
-  cr_assert_eq(s.n, 3 + 7, "AUTH, SELECT, READONLY, read..delete, tag_read, tag_bump");
+  cr_assert_eq(s.n, 3 + 8,
+               "AUTH, SELECT, READONLY, read..delete, tag_read, tag_bump, renew");
   cr_expect_eq(s.kind[0], XF__SETUP_AUTH);
   cr_expect_eq(s.cmd[0].argc, 3);
   cr_expect_str_eq(s.cmd[0].argv[1], "xfuser");
@@ -37,9 +38,10 @@ Test(setup, the_list_follows_the_options_and_the_role) {
   cr_expect_eq(s.cmd[1].lens[1], 1);
   cr_expect_eq(s.kind[2], XF__SETUP_READONLY);
   cr_expect_eq(s.cmd[2].argc, 1);
-  static const int preloaded[] = {XF_SCRIPT_READ,    XF_SCRIPT_LEASE,  XF_SCRIPT_WRITE,
-                                  XF_SCRIPT_RELEASE, XF_SCRIPT_DELETE, XF_SCRIPT_TAG_READ,
-                                  XF_SCRIPT_TAG_BUMP}; /* not read_many: the batch's */
+  static const int preloaded[] = {
+      XF_SCRIPT_READ,     XF_SCRIPT_LEASE,  XF_SCRIPT_WRITE,
+      XF_SCRIPT_RELEASE,  XF_SCRIPT_DELETE, XF_SCRIPT_TAG_READ,
+      XF_SCRIPT_TAG_BUMP, XF_SCRIPT_RENEW}; /* not read_many: the batch's */
   for (int i = 3; i < s.n; i++) {
     cr_expect_eq(s.kind[i], XF__SETUP_SCRIPT);
     cr_expect_str_eq(s.cmd[i].argv[0], "SCRIPT");
@@ -59,7 +61,7 @@ Test(setup, the_list_follows_the_options_and_the_role) {
   cr_expect_eq(s.kind[0], XF__SETUP_PROBE);
   cr_expect_str_eq(s.cmd[0].argv[0], "HELLO");
   xf__setup_build(c, XF_SETUP_SCRIPTS, &s);
-  cr_expect_eq(s.n, 7, "the SCRIPT LOADs ask it: no HELLO");
+  cr_expect_eq(s.n, 8, "the SCRIPT LOADs ask it: no HELLO");
   xf_client_close(c);
 }
 
@@ -149,7 +151,7 @@ Test(setup, the_bytes_are_the_list_in_resp) {
   xf_client *c = configured("xfuser", "pw", 3);
   cr_assert_eq(setup_count(c, 0), 2);
   cr_expect_eq(setup_count(c, XF_SETUP_REPLICA), 3);
-  cr_expect_eq(setup_count(c, XF_SETUP_SCRIPTS), 2 + 7);
+  cr_expect_eq(setup_count(c, XF_SETUP_SCRIPTS), 2 + 8);
   static const char *const want[] = {"*3\r\n$4\r\nAUTH\r\n$6\r\nxfuser\r\n$2\r\npw\r\n",
                                      "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n",
                                      "*1\r\n$8\r\nREADONLY\r\n"};

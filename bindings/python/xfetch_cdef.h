@@ -52,7 +52,9 @@ typedef enum xf_event_type {
   XF_EV_NEAR = 5, XF_EV_LEASE_WON = 6, XF_EV_LEASE_LOST = 7, XF_EV_LOAD_START = 8,
   XF_EV_LOAD_DONE = 9, XF_EV_WAIT = 10, XF_EV_LOCAL = 11, XF_EV_SUPERSEDED = 12,
   XF_EV_BREAKER_OPEN = 13, XF_EV_BREAKER_CLOSED = 14, XF_EV_RECONNECT = 15,
-  XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17, XF_EV_TAG_INVALIDATED = 18
+  XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17, XF_EV_TAG_INVALIDATED = 18,
+  XF_EV_LEASE_RENEWED = 19, XF_EV_SOFT_TIMEOUT = 20, XF_EV_HARD_TIMEOUT = 21,
+  XF_EV_FAILSAFE = 22
 } xf_event_type;
 typedef enum xf_driver {
   XF_DRIVER_BLOCKING = 0, XF_DRIVER_BATCH = 1, XF_DRIVER_POOL = 2, XF_DRIVER_ASYNC = 3,
@@ -124,6 +126,10 @@ typedef struct xf_policy {
   double refresh_ahead;
   const char *const *tags;
   size_t ntags;
+  int64_t max_load_ms;
+  int64_t soft_timeout_ms;
+  int64_t hard_timeout_ms;
+  int64_t failsafe_throttle_ms;
 } xf_policy;
 #define XF_MAX_TAGS 15
 #define XF_MAX_TAG_LEN 200
@@ -150,6 +156,7 @@ void xf_client_close(xf_client *c);
 void xf_client_set_enabled(xf_client *c, int enabled);
 const char *xf_errmsg(const xf_client *c);
 int xf_loader_error(const xf_client *c);
+int xf_load_moved(const xf_client *c);
 
 typedef struct xf_sink xf_sink;
 int xf_sink_set(xf_sink *sink, const void *data, size_t len);
@@ -293,6 +300,10 @@ int xf_call_result(xf_call *call, xf_value *out);
 const char *xf_call_errmsg(const xf_call *call);
 void xf_call_free(xf_call *call);
 xf_call *xf_call_take_refresh(xf_call *call);
+int64_t xf_call_renew_at(const xf_call *call);
+int64_t xf_call_load_deadline(const xf_call *call);
+xf_call_step xf_call_load_timeout(xf_call *call, int64_t now_ms);
+int xf_call_start_renew(xf_call **out, xf_call *loading, int64_t now_ms);
 typedef enum xf_setup_flags {
   XF_SETUP_REPLICA = 1,
   XF_SETUP_SCRIPTS = 2

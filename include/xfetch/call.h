@@ -173,6 +173,38 @@ XF_EXPORT const char *xf_call_errmsg(const xf_call *call);
  * expires after the policy's lease_ms. */
 XF_EXPORT xf_call *xf_call_take_refresh(xf_call *call);
 
+/* Load timeouts (policy.soft_timeout_ms, hard_timeout_ms): in XF_CALL_LOAD,
+ * xf_call_load_deadline says until when (the driver's ms; INT64_MAX: no
+ * bound) the caller waits for its loader. A driver whose loader is still
+ * running then calls xf_call_load_timeout: the call ends (XF_CALL_DONE)
+ * with the value it had (soft: the early refresh's current value or a
+ * stale one), or XF_ETIMEDOUT (hard; a value within stale_if_error_ms is
+ * served instead), and the load goes on as a call of its own, at
+ * XF_CALL_LOAD, taken with xf_call_take_refresh: feed it the loader's
+ * outcome (its own xf_call_sink, xf_call_load_done...) and drive it to its
+ * end like a background refresh (its write, or the release of its lease;
+ * renew its lease meanwhile with xf_call_renew_at). Returns the call's
+ * step (XF_CALL_LOAD unchanged when there was no memory to move the load:
+ * the call then waits for its loader). A driver that cannot run a loader
+ * off the call ignores the deadline. */
+XF_EXPORT int64_t xf_call_load_deadline(const xf_call *call);
+XF_EXPORT xf_call_step xf_call_load_timeout(xf_call *call, int64_t now_ms);
+
+/* Lease renewal (policy.max_load_ms): a call in XF_CALL_LOAD whose loader
+ * outlives a third of its lease keeps the key's lease by renewing it while
+ * the loader runs. xf_call_renew_at: when the next renewal is due (the
+ * driver's ms), INT64_MAX for none (no lease held, max_load_ms reached, not
+ * in XF_CALL_LOAD). At or past it, xf_call_start_renew starts *out, a call
+ * of its own that renews the loading call's lease: drive it as a set's
+ * (XF_CALL_SEND until XF_CALL_DONE; xf_call_result: XF_OK renewed,
+ * XF_ESUPERSEDED when the lease is not the loading call's any more, or
+ * Redis' error), then free it; it may outlive the loading call. Returns
+ * XF_OK (*out NULL: nothing due now), XF_EINVAL (loading not in
+ * XF_CALL_LOAD) or XF_ENOMEM. A driver that never renews lets the lease
+ * run out after lease_ms, as before. */
+XF_EXPORT int64_t xf_call_renew_at(const xf_call *call);
+XF_EXPORT int xf_call_start_renew(xf_call **out, xf_call *loading, int64_t now_ms);
+
 /* Frees the call at any step (NULL-safe). A call abandoned before
  * XF_CALL_DONE may leave its lease, which expires after policy.lease_ms. */
 XF_EXPORT void xf_call_free(xf_call *call);

@@ -57,6 +57,12 @@ XF_EXPORT const char *xf_errmsg(const xf_client *c);
  * (0 otherwise). */
 XF_EXPORT int xf_loader_error(const xf_client *c);
 
+/* Whether c's last xf_get_or_compute returned while its loader still ran
+ * (policy.soft_timeout_ms or hard_timeout_ms, on a client with a share): the
+ * loader and its loader_ud are then in use, on a worker of the share, until
+ * the loader returns. 0 otherwise, and for c NULL. */
+XF_EXPORT int xf_load_moved(const xf_client *c);
+
 /* Where a loader puts its result. */
 typedef struct xf_sink xf_sink;
 

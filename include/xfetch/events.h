@@ -25,35 +25,50 @@ extern "C" {
  * with a near cache, XF_EV_NEAR); the others say what happened on
  * the way. For metrics, count calls by result from those five. */
 typedef enum xf_event_type {
-  XF_EV_HIT = 0,             /* result: a fresh value served from Redis */
-  XF_EV_MISS = 1,            /* result: no usable value; this call loaded, waited
-                                for another's load, or failed */
-  XF_EV_EARLY = 2,           /* result: XFetch elected this call to refresh a
-                                fresh value early (it still serves a value) */
-  XF_EV_STALE = 3,           /* result: a value past its ttl was served (stale_ms
-                                while another refreshes, stale_if_error_ms) */
-  XF_EV_FAIL_OPEN = 4,       /* result: Redis could not be used (rc: why); the
-                                loader runs uncached, or the share answers
-                                (source XF_SOURCE_LOCAL: no loader runs) */
-  XF_EV_NEAR = 5,            /* result: served from the share's near cache */
-  XF_EV_LEASE_WON = 6,       /* this call holds the key's lease */
-  XF_EV_LEASE_LOST = 7,      /* another caller holds it */
-  XF_EV_LOAD_START = 8,      /* the loader is about to run (then LOAD_DONE) */
-  XF_EV_LOAD_DONE = 9,       /* it ran: duration_us, rc 0 or its non-zero code */
-  XF_EV_WAIT = 10,           /* a wait for another caller's load ended:
-                                duration_us from its start to the last wake-up */
-  XF_EV_LOCAL = 11,          /* the share answered instead of the loader */
-  XF_EV_SUPERSEDED = 12,     /* a write was refused: a newer value or a delete won */
-  XF_EV_BREAKER_OPEN = 13,   /* server's connection failed: calls skip it */
-  XF_EV_BREAKER_CLOSED = 14, /* server's connection is back */
-  XF_EV_RECONNECT = 15,      /* a connection to server was opened again */
-  XF_EV_REDIRECT = 16,       /* Cluster MOVED / ASK followed (server: where to) */
-  XF_EV_INVALIDATION = 17,   /* the near cache was told a key changed, or
-                                dropped a server's entries: see below */
-  XF_EV_TAG_INVALIDATED = 18 /* an entry read was refused (rc: why,
-                                xf_tag_reason): a tag it carries was
-                                invalidated since it was loaded, or it carries
-                                other tags than the call's (or none) */
+  XF_EV_HIT = 0,              /* result: a fresh value served from Redis */
+  XF_EV_MISS = 1,             /* result: no usable value; this call loaded, waited
+                                 for another's load, or failed */
+  XF_EV_EARLY = 2,            /* result: XFetch elected this call to refresh a
+                                 fresh value early (it still serves a value) */
+  XF_EV_STALE = 3,            /* result: a value past its ttl was served (stale_ms
+                                 while another refreshes, stale_if_error_ms) */
+  XF_EV_FAIL_OPEN = 4,        /* result: Redis could not be used (rc: why); the
+                                 loader runs uncached, or the share answers
+                                 (source XF_SOURCE_LOCAL: no loader runs) */
+  XF_EV_NEAR = 5,             /* result: served from the share's near cache */
+  XF_EV_LEASE_WON = 6,        /* this call holds the key's lease */
+  XF_EV_LEASE_LOST = 7,       /* another caller holds it */
+  XF_EV_LOAD_START = 8,       /* the loader is about to run (then LOAD_DONE) */
+  XF_EV_LOAD_DONE = 9,        /* it ran: duration_us, rc 0 or its non-zero code */
+  XF_EV_WAIT = 10,            /* a wait for another caller's load ended:
+                                 duration_us from its start to the last wake-up */
+  XF_EV_LOCAL = 11,           /* the share answered instead of the loader */
+  XF_EV_SUPERSEDED = 12,      /* a write was refused: a newer value or a delete won */
+  XF_EV_BREAKER_OPEN = 13,    /* server's connection failed: calls skip it */
+  XF_EV_BREAKER_CLOSED = 14,  /* server's connection is back */
+  XF_EV_RECONNECT = 15,       /* a connection to server was opened again */
+  XF_EV_REDIRECT = 16,        /* Cluster MOVED / ASK followed (server: where to) */
+  XF_EV_INVALIDATION = 17,    /* the near cache was told a key changed, or
+                                 dropped a server's entries: see below */
+  XF_EV_TAG_INVALIDATED = 18, /* an entry read was refused (rc: why,
+                                 xf_tag_reason): a tag it carries was
+                                 invalidated since it was loaded, or it carries
+                                 other tags than the call's (or none) */
+  XF_EV_LEASE_RENEWED = 19,   /* a loader's lease was renewed while it ran
+                                 (policy.max_load_ms; rc 0, or XF_ESUPERSEDED:
+                                 it is not the loader's any more), reported
+                                 on the thread (or loop) that renewed it */
+  XF_EV_SOFT_TIMEOUT = 20,    /* the call's load ran past soft_timeout_ms:
+                                 the caller got the value it had (source)
+                                 and the load goes on */
+  XF_EV_HARD_TIMEOUT = 21,    /* the call's load, or its wait for another
+                                 caller's, ran past hard_timeout_ms: the
+                                 caller got XF_ETIMEDOUT (rc) or a stale
+                                 value (source); its own load goes on */
+  XF_EV_FAILSAFE = 22         /* a load failed lately (the entry's fail-safe
+                                 mark, policy.failsafe_throttle_ms): the
+                                 caller got the last good value (source
+                                 stale), no load */
 } xf_event_type;
 
 /* Which driver ran the call. */

@@ -100,15 +100,55 @@ typedef struct xf_policy {
    * Copied by the call: valid only for its duration. */
   const char *const *tags;
   size_t ntags;
+  /* How long a loader keeps the key's lease by renewing it while it runs:
+   * past a third of its lease, the lease is renewed (with its token: only
+   * while it is still this loader's) every third of the lease, until
+   * max_load_ms after the load started; a loader that dies stops renewing,
+   * so its key is free again within the lease. 0: 60 s; at most the lease
+   * (e.g. 1): no renewal. Renewals go from another thread on a client
+   * opened like the caller's (blocking, pool, batch, refresh workers), or
+   * from the driver's loop (the sans-I/O call: xf_call_renew_at). */
+  int64_t max_load_ms;
+  /* Soft timeout: a caller that has a value to give (an early refresh's
+   * current value, a stale value within stale_ms or stale_if_error_ms)
+   * and whose load runs longer gets that value after soft_timeout_ms; the
+   * load goes on off the request path and writes as usual. 0: none. */
+  int64_t soft_timeout_ms;
+  /* Hard timeout: no caller waits longer for a load (its own or another
+   * caller's): it gets XF_ETIMEDOUT, or a stale value within
+   * stale_if_error_ms; its own load goes on off the request path and is
+   * cached. 0: none.
+   *
+   * The timeouts need somewhere for the load to go on: a driver that can
+   * (the sans-I/O call, the Python faces) hands it over; see the C guide
+   * for the drivers whose loader runs on the caller's thread. Setting
+   * either timeout is the caller's word, as XF_BACKGROUND_ON is, that loader
+   * and loader_ud stay valid until the share, pool or handle that runs the
+   * load is closed. */
+  int64_t hard_timeout_ms;
+  /* Fail-safe across the fleet: after a failed load that served the entry's
+   * value (stale_if_error_ms, or an early refresh's current value), the entry
+   * carries a fail-safe mark for failsafe_throttle_ms (in its lease: clients
+   * that know no mark see a live lease). Meanwhile every caller whose policy
+   * sets it serves that value within stale_if_error_ms (XF_SOURCE_STALE,
+   * XF_EV_FAILSAFE) instead of running its loader; then the next caller
+   * loads. 0: none (the next caller retries at once). */
+  int64_t failsafe_throttle_ms;
 } xf_policy;
 
+/* clang-format off */
 #define XF_POLICY_INIT                                                                     \
-  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0 }
+  { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0,   \
+    0, 0, 0, 0 }
+/* clang-format on */
 
 /* The most tags a call carries (its namespace's included). */
 #define XF_MAX_TAGS 15
 /* The longest tag name, in bytes. */
 #define XF_MAX_TAG_LEN 200
+
+/* policy.max_load_ms 0: how long a loader keeps renewing its lease. */
+#define XF_MAX_LOAD_DEFAULT_MS 60000
 
 /* The default refresh_ahead factor of the rate-aware rule. */
 #define XF_REFRESH_AHEAD_DEFAULT 1.5

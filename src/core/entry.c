@@ -67,9 +67,16 @@ void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf_
 }
 
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
-                           int64_t nothing_keep_ms) {
-  const char *args[] = {token, number(cmd, 0, nothing_keep_ms > 0 ? nothing_keep_ms : 0)};
-  script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, 2, args);
+                           int64_t nothing_keep_ms, int64_t hold_ms) {
+  const char *args[] = {token, number(cmd, 0, nothing_keep_ms > 0 ? nothing_keep_ms : 0),
+                        number(cmd, 1, hold_ms > 0 ? hold_ms : 0)};
+  script_cmd(cmd, XF_SCRIPT_RELEASE, key, keylen, 3, args);
+}
+
+void xf__entry_renew_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                         int64_t lease_ms) {
+  const char *args[] = {token, number(cmd, 0, lease_ms)};
+  script_cmd(cmd, XF_SCRIPT_RENEW, key, keylen, 2, args);
 }
 
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
@@ -224,9 +231,9 @@ int xf__entry_split_read_many(xf__runtime *rt, xf__reply *r, size_t nkeys,
 int xf__entry_parse_lease(xf__runtime *rt, xf__reply *r, int64_t *now_ms,
                           xf__lease_result *result, xf__entry *newer) {
   memset(newer, 0, sizeof *newer);
-  /* lease.lua: {0|1|3, now} or {2, now, the read's fields}. */
+  /* lease.lua: {0|1|3|4, now} or {2, now, the read's fields}. */
   if (r->type != XF_REPLY_ARRAY || r->elements < 2 || !is_int(r->element[0]) ||
-      !is_int(r->element[1]) || out_of_range(r->element[0]->integer, 0, 3) ||
+      !is_int(r->element[1]) || out_of_range(r->element[0]->integer, 0, 4) ||
       out_of_range(r->element[1]->integer, 0, MAX_CLOCK_MS) ||
       r->elements != (r->element[0]->integer == XF_LEASE_NEWER ? 2u + READ_FIELDS : 2u)) {
     xf__reply_free(r);

@@ -39,7 +39,8 @@ typedef enum {
   XF_LEASE_LOST = 0,
   XF_LEASE_WON = 1,
   XF_LEASE_NEWER = 2,
-  XF_LEASE_NOTHING = 3 /* a load that found nothing ended after the first read */
+  XF_LEASE_NOTHING = 3, /* a load that found nothing ended after the first read */
+  XF_LEASE_FAILSAFE = 4 /* lost to the fail-safe mark: a load failed lately */
 } xf__lease_result;
 
 /* What a write stores (write.lua's kinds). */
@@ -78,9 +79,15 @@ void xf__entry_lease_cmd(xf__cmd *cmd, const char *key, size_t keylen, const cha
 void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__write *w,
                          int format);
 /* nothing_keep_ms > 0: the load found nothing (not cached); leave the marker
- * that answers its waiters (lua/release.lua) for that long. */
+ * that answers its waiters (lua/release.lua) for that long. hold_ms > 0: the
+ * load failed and served the entry's value; the lease becomes the fail-safe
+ * mark for that long (policy.failsafe_throttle_ms). */
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
-                           int64_t nothing_keep_ms);
+                           int64_t nothing_keep_ms, int64_t hold_ms);
+/* The lease holder's renewal (lua/renew.lua): its deadline becomes the
+ * server's now + lease_ms, if the lease is still token's. */
+void xf__entry_renew_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
+                         int64_t lease_ms);
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
                           int64_t tombstone_ms, int format);
 /* The reads of nkeys keys in one call (read_many.lua; in Redis Cluster all in
@@ -152,7 +159,8 @@ int xf__entry_parse_lease(xf__runtime *rt, xf__reply *r, int64_t *now_ms,
 int xf__entry_split_read_many(xf__runtime *rt, xf__reply *r, size_t nkeys,
                               xf__reply **parts);
 
-/* The integer reply of write (1 written, 0 refused), release or delete. */
+/* The integer reply of write (1 written, 0 refused), release, renew or
+ * delete. */
 int xf__entry_parse_int(xf__runtime *rt, xf__reply *r, const char *what, int *value);
 
 /* The entry's value as a malloc'd NUL-terminated buffer of e->len bytes,

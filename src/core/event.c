@@ -3,10 +3,11 @@
 #include "flow.h"
 
 static const char *const type_names[] = {
-    "hit",       "miss",      "early",        "stale",          "fail_open",
-    "near",      "lease_won", "lease_lost",   "load_start",     "load_done",
-    "wait",      "local",     "superseded",   "breaker_opened", "breaker_closed",
-    "reconnect", "redirect",  "invalidation", "tag_invalidated"};
+    "hit",          "miss",         "early",        "stale",           "fail_open",
+    "near",         "lease_won",    "lease_lost",   "load_start",      "load_done",
+    "wait",         "local",        "superseded",   "breaker_opened",  "breaker_closed",
+    "reconnect",    "redirect",     "invalidation", "tag_invalidated", "lease_renewed",
+    "soft_timeout", "hard_timeout", "failsafe"};
 
 static const char *const driver_names[] = {"blocking", "batch", "pool", "async", "call"};
 

@@ -14,8 +14,10 @@
 #include "policy.h"
 #include "script.h"
 
-static const int script_of[] = {XF_SCRIPT_READ, XF_SCRIPT_LEASE, XF_SCRIPT_WRITE,
-                                XF_SCRIPT_RELEASE, XF_SCRIPT_DELETE};
+static const int script_of[] = {
+    [XF__READ] = XF_SCRIPT_READ,     [XF__LEASE] = XF_SCRIPT_LEASE,
+    [XF__WRITE] = XF_SCRIPT_WRITE,   [XF__RELEASE] = XF_SCRIPT_RELEASE,
+    [XF__DELETE] = XF_SCRIPT_DELETE, [XF__RENEW] = XF_SCRIPT_RENEW};
 
 /* The script the command of state runs. */
 static int script_for(int state) {
@@ -56,6 +58,9 @@ static xf__step encode(xf__flow *f) {
   case XF__DELETE:
     xf__entry_delete_cmd(&f->cmd, key, len, f->cfg->tombstone_ms, f->cfg->entry_format);
     break;
+  case XF__RENEW: /* lease_len_ms: this renewal's length */
+    xf__entry_renew_cmd(&f->cmd, key, len, f->token, f->lease_len_ms);
+    break;
   case XF__TAGS:
   case XF__BUMP:
     xf__flow_tags_encode(f);
@@ -67,8 +72,8 @@ static xf__step encode(xf__flow *f) {
     f->cmd.lens[0] = 4;
     break;
   default:
-    xf__entry_release_cmd(&f->cmd, key, len, f->token,
-                          f->found_nothing ? f->p->wait_ms : 0);
+    xf__entry_release_cmd(&f->cmd, key, len, f->token, f->found_nothing ? f->p->wait_ms : 0,
+                          f->failsafe_hold_ms);
   }
   /* A waiter re-reads to see the value the lease holder wrote: a replica
    * may not have it yet. */
@@ -156,6 +161,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   xf__runtime *rt = f->rt;
   f->kind = kind;
   f->input_ms = now_ms;
+  f->began_ms = now_ms;
   f->clock = NULL;
   f->driver = rt->driver;
   f->pending = 0;
@@ -176,6 +182,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->state = XF__READ;
   f->script_loading = f->refresh = f->detached = f->round = f->had_value =
       f->found_nothing = 0;
+  f->failsafe_hold_ms = 0;
   f->near_elected = 0;
   f->near_expiry_ms = f->near_delta_us = 0;
   f->near_served = 0;
@@ -326,6 +333,18 @@ xf__step xf__flow_begin_delete(xf__flow *f, const char *key, size_t keylen,
   return rc == XF_OK ? xf__flow_send(f, XF__DELETE) : xf__flow_done(f, rc);
 }
 
+xf__step xf__flow_begin_renew(xf__flow *f, const char *key, size_t keylen,
+                              const char *token, int64_t lease_ms, int64_t now_ms) {
+  int rc = begin(f, XF_KIND_RENEW, key, keylen, NULL, NULL, XF_OK, now_ms);
+  if (rc != XF_OK)
+    return xf__flow_done(f, rc);
+  size_t n = strnlen(token, sizeof f->token - 1);
+  memcpy(f->token, token, n);
+  f->token[n] = '\0';
+  f->lease_len_ms = lease_ms;
+  return xf__flow_send(f, XF__RENEW);
+}
+
 /* ---- outcomes ----------------------------------------------------------------- */
 
 /* The read again, by the read script, on the very node that answered (an
@@ -459,6 +478,18 @@ xf__step xf__flow_fence_shared(xf__flow *f, int ok, int64_t now_ms) {
   return fenced(f, ok ? XF_OK : XF_EIO, NULL);
 }
 
+/* A renewal's reply: 1 renewed, 0 the lease is not the loader's any more. */
+static xf__step renewed(xf__flow *f, int rc, xf__reply *r) {
+  int applied = 0;
+  if (rc == XF_OK)
+    rc = xf__entry_parse_int(f->rt, r, "renew", &applied);
+  if (rc == XF_OK && !applied)
+    rc = xf__rt_fail(f->rt, XF_ESUPERSEDED, "the lease is not the loader's any more");
+  f->token[0] = '\0'; /* nothing to release */
+  xf__emit(f, XF_EV_LEASE_RENEWED, -1, 0, rc);
+  return xf__flow_done(f, rc);
+}
+
 /* ---- inputs ------------------------------------------------------------------- */
 
 void xf__flow_learn_clock(xf__flow *f, int64_t server_ms, int64_t now_ms) {
@@ -521,6 +552,8 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   case XF__WRITE:
   case XF__DELETE:
     return changed(f, rc, r);
+  case XF__RENEW:
+    return renewed(f, rc, r);
   case XF__TAGS:
   case XF__BUMP:
     return xf__flow_tags_reply(f, rc, r, now_ms);

@@ -39,7 +39,8 @@ typedef enum xf__kind {
   XF_KIND_GET,            /* read only: a fresh value or XF_ENOTFOUND (xf_get) */
   XF_KIND_SET,            /* write a value (xf_set) */
   XF_KIND_DELETE,         /* delete, leaving a tombstone (xf_delete) */
-  XF_KIND_INVALIDATE      /* raise tags' versions (xf_invalidate_tags) */
+  XF_KIND_INVALIDATE,     /* raise tags' versions (xf_invalidate_tags) */
+  XF_KIND_RENEW           /* renew a loader's lease (policy.max_load_ms) */
 } xf__kind;
 
 /* Why a LOAD runs: with the key's lease, after giving up waiting for another
@@ -82,6 +83,7 @@ typedef struct xf__flow {
   int round;                          /* reads made while waiting */
   int had_value;                      /* a value (or a malformed entry) was read */
   int found_nothing;                  /* the release tells the waiters: not found */
+  int64_t failsafe_hold_ms;           /* the release leaves the fail-safe mark this long */
   int plain_read;                     /* the READ is plain: HMGET or GET (else the
                                          read script) */
   int read_format;                    /* which plain read: 1 HMGET, 2 GET */
@@ -98,10 +100,14 @@ typedef struct xf__flow {
   int64_t start_ms;                   /* server time the computation is dated by */
   int64_t waited_from_ms, give_up_ms; /* the driver's clock */
   int64_t delta_us;
-  xf_driver driver; /* for events: the client's when the call started */
-  int pending;      /* events owed when the outcome is known (flow_compute.c) */
-  int fail_open_rc; /* why Redis could not be used, for a fail-open result owed */
-  int64_t woke_ms;  /* the driver's clock at the last wake-up of a wait */
+  int64_t lease_len_ms;  /* the lease held: its length (xf__flow_lease_ms) */
+  int64_t load_start_ms; /* LOAD: the driver's ms when it was asked for */
+  int64_t began_ms;      /* the driver's ms at the call's start */
+  int hard_wait;         /* WAIT: its end is hard_timeout_ms's, not wait_ms's */
+  xf_driver driver;      /* for events: the client's when the call started */
+  int pending;           /* events owed when the outcome is known (flow_compute.c) */
+  int fail_open_rc;      /* why Redis could not be used, for a fail-open result owed */
+  int64_t woke_ms;       /* the driver's clock at the last wake-up of a wait */
   xf__write w;
   uint64_t near_token;    /* the near cache's pending marker of the last READ */
   xf__track track;        /* whose tracking the last READ's reply came under */
@@ -211,6 +217,42 @@ static inline xf__step xf__flow_start_invalidate(xf__flow *f, xf_client *c,
  * whether or not the entry existed; the share's copy dropped as for a set. */
 xf__step xf__flow_begin_delete(xf__flow *f, const char *key, size_t keylen, int64_t now_ms);
 
+/* A leased load's renewals (policy.max_load_ms): while the loader runs,
+ * a driver that can send meanwhile (another thread, its loop) renews the
+ * lease at next_ms, for the length xf__renewal_take gives, through a renew
+ * flow of its own (xf__flow_begin_renew on a client of the same servers,
+ * db and prefix), and feeds its outcome to xf__renewal_done. The times are
+ * the driver's ms. */
+typedef struct xf__renewal {
+  char token[40];
+  int64_t lease_ms;    /* each renewal's length */
+  int64_t next_ms;     /* the next renewal; INT64_MAX: none */
+  int64_t until_ms;    /* the load keeps its lease until then, no later */
+  int64_t deadline_ms; /* the lease's deadline as of the last renewal */
+} xf__renewal;
+
+/* Whether f, at its LOAD step, holds a lease to renew while its loader
+ * runs; 1 with *rn set (the first renewal a third of the lease after the
+ * LOAD was asked for), else 0 (no lease, or max_load_ms not past it). */
+int xf__flow_renewal(const xf__flow *f, xf__renewal *rn);
+
+/* At now_ms, past rn->next_ms: the length of the renewal to send now, and
+ * the next one scheduled; 0: no renewal now nor later (max_load_ms
+ * reached: the lease runs out by itself). */
+int64_t xf__renewal_take(xf__renewal *rn, int64_t now_ms);
+
+/* A renew flow ended with rc: XF_ESUPERSEDED (the lease is not the
+ * loader's any more) stops the renewals; another failure waits for the
+ * next. */
+void xf__renewal_done(xf__renewal *rn, int rc);
+
+/* Starts a renew flow: the lease of token on key (the user's key, as the
+ * loading call got it) for lease_ms. One SEND, then DONE: XF_OK renewed,
+ * XF_ESUPERSEDED the lease is not token's, or Redis' error. Emits
+ * XF_EV_LEASE_RENEWED with its code. */
+xf__step xf__flow_begin_renew(xf__flow *f, const char *key, size_t keylen,
+                              const char *token, int64_t lease_ms, int64_t now_ms);
+
 /* The same on a client (xf__flow_rebind, then the start). */
 static inline xf__step xf__flow_start(xf__flow *f, xf_client *c, const char *key,
                                       size_t keylen, const xf_policy *p, xf_value *out,
@@ -237,6 +279,13 @@ static inline xf__step xf__flow_start_set(xf__flow *f, xf_client *c, const char 
                                           const xf_policy *p, int64_t now_ms) {
   xf__flow_rebind(f, c);
   return xf__flow_begin_set(f, key, keylen, data, len, p, now_ms);
+}
+
+static inline xf__step xf__flow_start_renew(xf__flow *f, xf_client *c, const char *key,
+                                            size_t keylen, const char *token,
+                                            int64_t lease_ms, int64_t now_ms) {
+  xf__flow_rebind(f, c);
+  return xf__flow_begin_renew(f, key, keylen, token, lease_ms, now_ms);
 }
 
 static inline xf__step xf__flow_start_delete(xf__flow *f, xf_client *c, const char *key,
@@ -279,6 +328,25 @@ int xf__flow_detachable(const xf__flow *f, xf__off_path driver);
 xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
                          const char *user_key, xf_value *out);
 xf__step xf__flow_skip(xf__flow *f);
+
+/* Load timeouts (policy.soft_timeout_ms, hard_timeout_ms). At a LOAD step
+ * (a leased load, or one after giving up a wait), the caller waits for its
+ * loader until xf__flow_load_deadline (the driver's ms; INT64_MAX: no
+ * bound): the call's start + soft_timeout_ms when it has a value to give
+ * (an early refresh's current value, a stale value within stale_ms), else
+ * + hard_timeout_ms. A driver whose loader still runs then calls
+ * xf__flow_time_out(f, bg, p, user_key, out, now_ms): the load moves to bg
+ * as with xf__flow_detach (bg at its LOAD: the driver feeds it the
+ * loader's outcome and runs it to DONE: the write, or the release; p,
+ * user_key, out: the driver's copies, valid until then), and f is DONE
+ * with the value it had (soft: XF_SOURCE_CACHE or XF_SOURCE_STALE; hard: a
+ * value within stale_ms or stale_if_error_ms, as XF_SOURCE_STALE), or
+ * XF_ETIMEDOUT (hard, none to give). Emits XF_EV_SOFT_TIMEOUT or
+ * XF_EV_HARD_TIMEOUT. A driver that cannot move a running loader off the
+ * call ignores the deadline (the call waits for its loader, as before). */
+int64_t xf__flow_load_deadline(const xf__flow *f);
+xf__step xf__flow_time_out(xf__flow *f, xf__flow *bg, const xf_policy *p,
+                           const char *user_key, xf_value *out, int64_t now_ms);
 
 /* Frees what a flow abandoned before DONE holds (the machine has no abort
  * input: a driver that drops a call mid-way calls this). */

@@ -121,6 +121,7 @@ static xf__step load(xf__flow *f, xf__load_kind kind) {
     xf__entry_free(&f->e);
   f->load = kind;
   f->state = XF__LOAD;
+  f->load_start_ms = f->input_ms;
   xf__sink_init(&f->sink, f->cfg->max_value_len);
   f->rt->stats.loads++;
   if (f->pending)
@@ -181,6 +182,11 @@ static xf__write what_to_write(xf__flow *f) {
   return w;
 }
 
+/* Whether e's value may be served when a load fails (stale_if_error_ms). */
+static int within_stale_if_error(const xf__flow *f, const xf__entry *e) {
+  return e->value && !e->negative && -e->remaining_ms <= f->p->stale_if_error_ms;
+}
+
 /* The loader failed: nothing is cached. An early refresh still serves the
  * valid value; a miss serves stale if stale-if-error allows. */
 static xf__step load_failed(xf__flow *f) {
@@ -192,8 +198,12 @@ static xf__step load_failed(xf__flow *f) {
     rc = XF_ELOADER;
   else if (f->refresh)
     rc = serve_entry(f, e, XF_SOURCE_CACHE);
-  else if (e->value && !e->negative && -e->remaining_ms <= f->p->stale_if_error_ms)
+  else if (within_stale_if_error(f, e))
     rc = serve_entry(f, e, XF_SOURCE_STALE);
+  /* The entry's value stands in for the loader's: the fleet keeps serving it
+   * for the throttle instead of loading again (lua/release.lua). */
+  if (f->detached || f->refresh || rc == XF_OK)
+    f->failsafe_hold_ms = f->p->failsafe_throttle_ms;
   return release_then_done(f, rc);
 }
 
@@ -285,9 +295,15 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
      * miss's lease request back while its earlier keys load (batch.c). */
     f->waited_from_ms = now_ms;
     f->give_up_ms = now_ms + f->p->wait_ms;
+    int64_t hard_ms = f->p->hard_timeout_ms;
+    f->hard_wait = hard_ms > 0 && f->began_ms + hard_ms < f->give_up_ms;
+    if (f->hard_wait) /* no caller waits past its hard timeout */
+      f->give_up_ms = f->began_ms + hard_ms;
   }
   if (e->value && -e->remaining_ms <= f->p->stale_ms)
     return serve(f, XF_SOURCE_STALE);
+  if (f->hard_wait && now_ms >= f->give_up_ms)
+    return xf__flow_hard_timeout(f);
   /* A computation that starts after this read is dated by it, no later: a
    * value written since (an xf_set, a delete) is newer and must win. */
   f->start_ms = e->now_ms;
@@ -328,8 +344,9 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
 static xf__step miss(xf__flow *f, int64_t now_ms) {
   /* Not when the read may come from a lagging replica: the lease script runs
    * on the master and says whether the lease is live there. */
-  if (f->e.lease_live && !f->cfg->read_from_replicas)
-    return lease_held_elsewhere(f, now_ms);
+  if (f->e.lease_live && !f->cfg->read_from_replicas &&
+      !(f->p->failsafe_throttle_ms > 0 && within_stale_if_error(f, &f->e)))
+    return lease_held_elsewhere(f, now_ms); /* (the fail-safe mark: the lease says) */
   xf__entry_token(f->cfg, f->rt, f->token);
   f->refresh = 0;
   return xf__flow_send(f, XF__LEASE);
@@ -349,8 +366,9 @@ xf__step xf__flow_cancel(xf__flow *f) {
   if (xf__flow_canceled(f)) /* that release failed too: the lease expires */
     return xf__flow_done(f, XF_ECANCELED);
   int rc = xf__rt_fail(f->rt, XF_ECANCELED, "interrupted (options.interrupt)");
-  return f->token[0] && f->state != XF__DONE ? release_then_done(f, rc)
-                                             : xf__flow_done(f, rc);
+  return f->token[0] && f->state != XF__DONE && f->kind != XF_KIND_RENEW
+             ? release_then_done(f, rc)
+             : xf__flow_done(f, rc);
 }
 
 /* ---- early refresh ------------------------------------------------------------- */
@@ -398,7 +416,12 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
       return xf__flow_send(f, XF__LEASE);
     return serve(f, XF_SOURCE_CACHE);
   }
-  if (won == XF_LEASE_LOST) {
+  if (won == XF_LEASE_FAILSAFE && !f->refresh && within_stale_if_error(f, &f->e)) {
+    f->token[0] = '\0'; /* a load failed lately: its last good value, no load */
+    xf__emit(f, XF_EV_FAILSAFE, XF_SOURCE_STALE, 0, 0);
+    return serve(f, XF_SOURCE_STALE);
+  }
+  if (won == XF_LEASE_LOST || won == XF_LEASE_FAILSAFE) {
     f->token[0] = '\0';
     if (!f->refresh)
       return lease_held_elsewhere(f, now_ms);
@@ -407,6 +430,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     return serve(f, XF_SOURCE_CACHE);
   }
   f->start_ms = lease_ms;
+  f->lease_len_ms = xf__flow_lease_ms(f);
   f->had_value = f->refresh || f->e.value != NULL || f->e.malformed || f->e.invalidated;
   if (f->pending) /* the miss (and a wait) before the lease, in order */
     xf__flow_settle(f);
@@ -459,10 +483,11 @@ int xf__flow_detachable(const xf__flow *f, xf__off_path driver) {
          xf__policy_background(f->p, driver);
 }
 
-xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
-                         const char *user_key, xf_value *out) {
-  int rc = serve_entry(f, &f->e, XF_SOURCE_CACHE);
-  *bg = *f; /* the lease, the key, the dates: the refresh's own from here on */
+/* Moves f's LOAD (its lease, key, dates, sink) to bg, whose result goes to
+ * out; f keeps only the entry it read (freed when it is DONE). */
+void xf__flow_move_load(xf__flow *f, xf__flow *bg, const xf_policy *p, const char *user_key,
+                        xf_value *out) {
+  *bg = *f; /* the lease, the key, the dates: the load's own from here on */
   bg->p = p;
   bg->user_key = user_key;
   bg->out = out;
@@ -471,12 +496,17 @@ xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
     bg->key.data = bg->key.inline_buf;
   bg->detached = 1;
   bg->pending = 0;
-  xf__entry_free(&bg->e); /* its value went to f's caller; had_value is kept */
-  f->key.data = NULL;     /* moved to bg */
+  memset(&bg->e, 0, sizeof bg->e); /* the entry read stays f's; had_value is kept */
+  f->key.data = NULL;              /* moved to bg */
   f->key.len = 0;
-  memset(&f->e, 0, sizeof f->e);
   memset(&f->sink, 0, sizeof f->sink);
   f->token[0] = '\0';
+}
+
+xf__step xf__flow_detach(xf__flow *f, xf__flow *bg, const xf_policy *p,
+                         const char *user_key, xf_value *out) {
+  int rc = serve_entry(f, &f->e, XF_SOURCE_CACHE);
+  xf__flow_move_load(f, bg, p, user_key, out);
   xf__flow_done(f, rc);
   return XF_STEP_LOAD;
 }

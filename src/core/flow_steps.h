@@ -20,7 +20,8 @@ enum {
   XF__DONE,
   XF__FENCE, /* a PING after a write's reply (options.write_fence): no script */
   XF__TAGS,  /* a tag's version read (tag_read.lua), before the call's first step */
-  XF__BUMP   /* a tag invalidated (tag_bump.lua): xf_invalidate_tags */
+  XF__BUMP,  /* a tag invalidated (tag_bump.lua): xf_invalidate_tags */
+  XF__RENEW  /* a loader's lease renewed (renew.lua) */
 };
 
 /* Encodes and asks for the command of state. */
@@ -48,6 +49,14 @@ xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms);
 xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
 xf__step xf__flow_written(xf__flow *f, int ok);
 xf__step xf__flow_released(xf__flow *f, xf__reply *r);
+
+/* flow_timeout.c: a waiter's hard timeout (its wait ended at
+ * hard_timeout_ms): a value within stale_if_error_ms (f->e), or
+ * XF_ETIMEDOUT. */
+xf__step xf__flow_hard_timeout(xf__flow *f);
+/* flow_compute.c: f's LOAD moved to bg (xf__flow_detach's move). */
+void xf__flow_move_load(xf__flow *f, xf__flow *bg, const xf_policy *p, const char *user_key,
+                        xf_value *out);
 
 /* A FENCE cut short by the interrupt (xf__flow_cancel): the write it
  * follows was acknowledged, so the call ends as the write did. */

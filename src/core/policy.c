@@ -38,6 +38,19 @@ int xf__policy_check(xf__runtime *rt, const xf_policy *p) {
     rc = check_time(rt, "stale_if_error_ms", p->stale_if_error_ms, 0);
   if (rc == XF_OK)
     rc = check_time(rt, "negative_ttl_ms", p->negative_ttl_ms, 0);
+  if (rc == XF_OK)
+    rc = check_time(rt, "max_load_ms", p->max_load_ms, 0);
+  if (rc == XF_OK)
+    rc = check_time(rt, "soft_timeout_ms", p->soft_timeout_ms, 0);
+  if (rc == XF_OK)
+    rc = check_time(rt, "hard_timeout_ms", p->hard_timeout_ms, 0);
+  if (rc == XF_OK)
+    rc = check_time(rt, "failsafe_throttle_ms", p->failsafe_throttle_ms, 0);
+  if (rc == XF_OK && p->soft_timeout_ms > 0 && p->hard_timeout_ms > 0 &&
+      p->soft_timeout_ms > p->hard_timeout_ms)
+    rc = xf__rt_fail(rt, XF_EINVAL,
+                     "policy soft_timeout_ms (%lld) is past hard_timeout_ms (%lld)",
+                     (long long)p->soft_timeout_ms, (long long)p->hard_timeout_ms);
   return rc;
 }
 
@@ -50,6 +63,10 @@ int64_t xf__policy_ttl(xf__runtime *rt, const xf_policy *p) {
 
 int64_t xf__policy_keep_ms(const xf_policy *p) {
   return p->stale_ms > p->stale_if_error_ms ? p->stale_ms : p->stale_if_error_ms;
+}
+
+int64_t xf__policy_max_load_ms(const xf_policy *p) {
+  return p->max_load_ms > 0 ? p->max_load_ms : XF_MAX_LOAD_DEFAULT_MS;
 }
 
 int xf__policy_background(const xf_policy *p, xf__off_path driver) {

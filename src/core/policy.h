@@ -20,6 +20,10 @@ int64_t xf__policy_ttl(xf__runtime *rt, const xf_policy *p);
  * stale-if-error windows, so each works without the other. */
 int64_t xf__policy_keep_ms(const xf_policy *p);
 
+/* How long after its start a load keeps renewing its lease (max_load_ms;
+ * 0: XF_MAX_LOAD_DEFAULT_MS). */
+int64_t xf__policy_max_load_ms(const xf_policy *p);
+
 /* Whether a driver has somewhere to run an early refresh off the request
  * path. */
 typedef enum xf__off_path {

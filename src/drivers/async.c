@@ -78,7 +78,7 @@ static void refresh_done(int rc, const xf_value *v, void *privdata) {
  * becomes a call of its own on the loop, with no callback of the user's
  * (closing the handle cancels it as any call), and k ends with the current
  * value. NULL: no memory for it. */
-static xf__acall *detach(xf_async *ac, xf__acall *k) {
+xf__acall *xf__async_spawn(xf_async *ac, const xf__acall *k) {
   xf__acall *r = calloc(1, sizeof *r);
   char *key = malloc(k->keylen ? k->keylen : 1);
   if (!r || !key || xf__aheap_reserve(ac, ac->ncalls + 1) != 0) {
@@ -95,9 +95,16 @@ static xf__acall *detach(xf_async *ac, xf__acall *k) {
   r->ud = k->ud;
   r->cb = refresh_done;
   r->heap_at = SIZE_MAX;
-  xf__flow_detach(&k->f, &r->f, &r->p, r->key, &r->out);
+  r->load_deadline = INT64_MAX;
   link_call(ac, r);
   ac->ncalls++;
+  return r;
+}
+
+static xf__acall *detach(xf_async *ac, xf__acall *k) {
+  xf__acall *r = xf__async_spawn(ac, k);
+  if (r)
+    xf__flow_detach(&k->f, &r->f, &r->p, r->key, &r->out);
   return r;
 }
 
@@ -206,7 +213,9 @@ static void run_deferred(xf_async *ac, int64_t now_ms) {
 static void wake_due(xf_async *ac, int64_t now_ms) {
   while (!ac->closing && ac->heap_len && ac->heap[0]->wake_ms <= now_ms) {
     xf__acall *k = xf__aheap_pop(ac);
-    if (k->resend) /* a cluster retry's backoff is over */
+    if (k->loading) /* a renewal or a timeout of its load (async_bound.c) */
+      xf__async_load_woke(ac, k, now_ms);
+    else if (k->resend) /* a cluster retry's backoff is over */
       k->resend = 0, xf__async_advance(k, XF_STEP_SEND);
     else
       xf__async_advance(k, xf__flow_woke(&k->f, now_ms));

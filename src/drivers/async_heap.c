@@ -39,6 +39,34 @@ xf__acall *xf__aheap_pop(xf_async *ac) {
   return top;
 }
 
+void xf__aheap_remove(xf_async *ac, xf__acall *k) {
+  size_t i = k->heap_at, n = --ac->heap_len;
+  if (i == SIZE_MAX) {
+    ac->heap_len++;
+    return;
+  }
+  xf__acall *last = ac->heap[n];
+  k->heap_at = SIZE_MAX;
+  if (last == k)
+    return;
+  while (i > 0 && ac->heap[(i - 1) / 2]->wake_ms > last->wake_ms) { /* up */
+    heap_set(ac, i, ac->heap[(i - 1) / 2]);
+    i = (i - 1) / 2;
+  }
+  for (;;) { /* down */
+    size_t child = 2 * i + 1;
+    if (child >= n)
+      break;
+    if (child + 1 < n && ac->heap[child + 1]->wake_ms < ac->heap[child]->wake_ms)
+      child++;
+    if (ac->heap[child]->wake_ms >= last->wake_ms)
+      break;
+    heap_set(ac, i, ac->heap[child]);
+    i = child;
+  }
+  heap_set(ac, i, last);
+}
+
 int xf__aheap_reserve(xf_async *ac, size_t need) {
   if (need <= ac->heap_cap)
     return 0;

@@ -89,6 +89,8 @@ int xf__async_load(xf_async *ac, xf__acall *k, xf__step *step) {
   if (!run_loader(k)) {
     if (k->f.load == XF_LOAD_UNCACHED)
       lead(ac, k);
+    else
+      xf__async_load_bounds(ac, k); /* its renewals, its timeout */
     return 0;
   }
   *step = loaded(k);
@@ -101,6 +103,14 @@ static void complete_load(xf_async_load *load, int loader_rc) {
   xf__acall *k = load ? load->call : NULL;
   if (!k || !k->loading)
     return;
+  if (k->moved) { /* timed out: its load went on as k->moved */
+    xf__acall *left = k;
+    k = k->moved;
+    left->loading = 0;
+    xf__acall_release(left); /* load (in it) is not used after this */
+    if (!k->loading)
+      return;
+  }
   k->loading = 0;
   k->loader_rc = loader_rc;
   xf_async *ac = k->ac;
@@ -108,6 +118,7 @@ static void complete_load(xf_async_load *load, int loader_rc) {
     xf__acall_release(k);
     return;
   }
+  xf__async_load_unbound(ac, k);
   if (k->in_loader) { /* xf__async_advance carries on */
     k->loaded = 1;
     return;
@@ -128,6 +139,7 @@ int xf_async_load_done(xf_async_load *load, const void *data, size_t len) {
   xf__acall *k = load ? load->call : NULL;
   if (!k || !k->loading)
     return XF_EINVAL;
+  k = xf__async_load_owner(k);
   int rc = k->ac ? xf_sink_set(&k->f.sink, data, len) : XF_OK;
   complete_load(load, rc);
   return rc;
@@ -137,6 +149,7 @@ void xf_async_load_not_found(xf_async_load *load) {
   xf__acall *k = load ? load->call : NULL;
   if (!k || !k->loading)
     return;
+  k = xf__async_load_owner(k);
   if (k->ac)
     xf_sink_not_found(&k->f.sink);
   complete_load(load, 0);

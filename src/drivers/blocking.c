@@ -19,6 +19,8 @@ static int run(xf__flow *f, xf__step step, xf_loader_fn loader, void *ud) {
     case XF_STEP_LOAD:
       step = xf__flow_detachable(f, xf__blocking_off_path(f->c))
                  ? xf__blocking_refresh(f, loader, ud)
+             : xf__flow_load_deadline(f) != INT64_MAX
+                 ? xf__blocking_bounded_load(f, loader, ud)
                  : xf__flow_run_loader(f, loader, ud);
       break;
     case XF_STEP_WAIT:
@@ -39,6 +41,7 @@ int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_pol
     return XF_EINVAL;
   c->errstr[0] = '\0';
   c->loader_rc = 0;
+  c->load_moved = 0;
   if (!out)
     return xf__fail(c, XF_EINVAL, "out is NULL");
   if (!loader)

@@ -1,6 +1,6 @@
 /* The blocking driver's background refresh (refresh.h): the client is the
  * calling thread's, so the refresh writes through a client opened like it
- * (options copied: xf__options_dup, the per-call fields cleared), taken from
+ * (options copied: xf__options_helper), taken from
  * the share's idle refresh clients and given back to them (refresh_clients.c:
  * a connect only when none opened alike is idle; without a share, one per
  * refresh), on the share's workers or on a user's executor
@@ -9,6 +9,7 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "lease_keeper.h"
 #include "refresh.h"
 
 struct xf_refresh {
@@ -51,7 +52,7 @@ xf__step xf__blocking_refresh(xf__flow *f, xf_loader_fn loader, void *ud) {
   if (!executor && !c->share) /* nowhere else to run it */
     return xf__flow_run_loader(f, loader, ud);
   xf__refresh_gate *gate = executor ? NULL : xf__refresh_share_gate(c->share);
-  xf_options *o = xf__options_dup(mine);
+  xf_options *o = xf__options_helper(mine);
   xf_refresh *r = NULL;
   if (o && (executor || gate))
     r = (xf_refresh *)xf__detached_new(f, sizeof *r, gate, run_job, loader, ud);
@@ -59,12 +60,6 @@ xf__step xf__blocking_refresh(xf__flow *f, xf_loader_fn loader, void *ud) {
     free(o);
     return xf__flow_run_loader(f, loader, ud);
   }
-  o->lazy_connect = 1;
-  o->interrupt = NULL; /* the per-call fields: clients opened alike match */
-  o->interrupt_ud = NULL;
-  o->seed = 0;
-  o->refresh_executor = NULL;
-  o->refresh_executor_ud = NULL;
   r->opts = o;
   if (!executor)
     xf__detached_submit(&r->d, c->share, c);

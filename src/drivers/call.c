@@ -29,6 +29,7 @@ static xf__step detach(xf_call *call) {
   r->policy = call->policy;
   xf__flow_detach(&call->f, &r->f, &r->policy, r->key, &r->out);
   r->step = XF_STEP_LOAD;
+  r->renewing = xf__flow_renewal(&r->f, &r->renew);
   call->refresh = r;
   return XF_STEP_DONE;
 }
@@ -64,6 +65,7 @@ static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
     if (xf__flow_detachable(&call->f, XF__OFF_PATH_READY))
       return advance(call, detach(call), now_ms);
     xf__flow_settle(&call->f); /* the caller runs the loader: what it owes first */
+    call->renewing = xf__flow_renewal(&call->f, &call->renew);
     return XF_CALL_LOAD;
   case XF_STEP_WAIT:
     return XF_CALL_WAIT;
@@ -184,6 +186,53 @@ int xf_call_start_delete(xf_call **out, xf_client *c, const char *key, size_t ke
     return rc;
   return started(out, call,
                  AS_CALL(c, xf__flow_start_delete(&call->f, c, call->key, keylen, now_ms)),
+                 now_ms);
+}
+
+int64_t xf_call_load_deadline(const xf_call *call) {
+  return call && call->step == XF_STEP_LOAD ? xf__flow_load_deadline(&call->f) : INT64_MAX;
+}
+
+xf_call_step xf_call_load_timeout(xf_call *call, int64_t now_ms) {
+  if (!call || call->step != XF_STEP_LOAD || call->refresh)
+    return xf_call_next(call);
+  xf_call *r = NULL, *unused;
+  if (call_new(&unused, call->f.c, call->key, call->f.user_keylen, &r) != XF_OK)
+    return XF_CALL_LOAD; /* no memory to move it: the call waits for its loader */
+  r->policy = call->policy;
+  xf__flow_time_out(&call->f, &r->f, &r->policy, r->key, &r->out, now_ms);
+  r->step = XF_STEP_LOAD;
+  r->renew = call->renew; /* the renewals' schedule goes with the lease */
+  r->renewing = call->renewing;
+  call->renewing = 0;
+  call->refresh = r;
+  return advance(call, XF_STEP_DONE, now_ms);
+}
+
+int64_t xf_call_renew_at(const xf_call *call) {
+  return call && call->step == XF_STEP_LOAD && call->renewing ? call->renew.next_ms
+                                                              : INT64_MAX;
+}
+
+int xf_call_start_renew(xf_call **out, xf_call *loading, int64_t now_ms) {
+  if (out)
+    *out = NULL;
+  if (!out || !loading || loading->step != XF_STEP_LOAD)
+    return XF_EINVAL;
+  if (!loading->renewing || now_ms < loading->renew.next_ms)
+    return XF_OK;
+  int64_t len = xf__renewal_take(&loading->renew, now_ms);
+  if (len <= 0)
+    return XF_OK;
+  xf_client *c = loading->f.c;
+  size_t keylen = loading->f.user_keylen;
+  xf_call *call;
+  int rc = call_new(out, c, loading->key, keylen, &call);
+  if (rc != XF_OK)
+    return rc;
+  return started(out, call,
+                 AS_CALL(c, xf__flow_start_renew(&call->f, c, call->key, keylen,
+                                                 loading->renew.token, len, now_ms)),
                  now_ms);
 }
 

@@ -24,6 +24,8 @@ struct xf_call {
   char *data;       /* likewise: a set's value */
   xf_value out;
   struct xf_call *refresh; /* background refresh detached at DONE (xf_call_take_refresh) */
+  xf__renewal renew;       /* LOAD: its lease's renewals (xf_call_renew_at) */
+  int renewing;            /* renew is set */
   xf__buf request;         /* the RESP bytes of the SEND step */
   /* The SEND's commands, for a link (call_link.c): the command and what goes
    * before it (PRE_*). */

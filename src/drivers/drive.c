@@ -6,6 +6,7 @@
 #include "client_io.h"
 #include "drive.h"
 #include "flow_steps.h"
+#include "lease_keeper.h"
 #include "nesting.h"
 #include "reply.h"
 
@@ -42,10 +43,13 @@ void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader,
   }
   xf__flow_settle(f); /* the loader runs: a fail-open's result and load_start */
   int64_t t0 = xf__now_us();
+  const xf_client *like = sc ? sc : f->c; /* its lease, renewed while it runs */
+  xf__keeper *keeper = xf__keeper_start(f, like->opened_with, like->share);
   xf__nest_push(&f->nest, sc ? sc : f->c, f->key.data, f->key.len);
   out->loader_rc = loader(ud, f->user_key, f->user_keylen, &f->sink);
   xf__nest_pop(&f->nest);
   int64_t t1 = xf__now_us();
+  xf__keeper_stop(keeper);
   if (role == XF_SHARE_LEAD)
     xf__flow_share_end(f, sc, out->loader_rc, t1 / 1000);
   out->delta_us = t1 - t0;

@@ -261,6 +261,10 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
       step = refresh_in_background(p, &f, loader, ud);
       continue;
     }
+    if (step == XF_STEP_LOAD && xf__flow_load_deadline(&f) != INT64_MAX) {
+      step = xf__blocking_bounded_load(&f, loader, ud); /* the client stays the call's */
+      continue;
+    }
     /* A load or a wait: the client goes back to the pool meanwhile. */
     checkin(p, c);
     xf__loaded l;

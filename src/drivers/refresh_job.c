@@ -6,11 +6,13 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "lease_keeper.h"
 #include "nesting.h"
 #include "refresh.h"
 
 int xf__detached_abandon(xf__detached *d) {
   xf__flow_abandon(&d->f);
+  free(d->renew_with);
   xf__gate_release(d->gate);
   free(d->key);
   free(d);
@@ -35,6 +37,10 @@ xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
   d->gate = gate;
   d->loader = loader;
   d->ud = ud;
+  /* Without the share: it may be closed while the loader runs (a refresh
+   * left running past the close's drain time). */
+  if (c->opened_with && (d->renew_with = xf__options_helper(c->opened_with)))
+    d->renew_with->share = NULL;
   d->policy = *f->p;
   d->policy.tags = NULL; /* the caller's: read by then (the flow's tag record) */
   d->policy.ntags = 0;
@@ -63,6 +69,7 @@ void xf__detached_skip(xf__detached *d, xf_client *c) {
     step = xf__drive_send(&d->f);
   xf_value_free(&d->out);
   xf__gate_release(d->gate);
+  free(d->renew_with);
   free(d->key);
   free(d);
 }
@@ -73,10 +80,12 @@ int xf__detached_load(xf__detached *d) {
   xf__gate_leave(d->gate);
   xf__flow *f = &d->f;
   int64_t t0 = xf__now_us();
+  xf__keeper *keeper = xf__keeper_start(f, d->renew_with, NULL);
   xf__nest_push_ns(&f->nest, d->ns, d->ns_len, f->key.data, f->key.len);
   int lrc = d->loader(d->ud, d->key, d->keylen, &f->sink);
   xf__nest_pop(&f->nest);
   int64_t t1 = xf__now_us();
+  xf__keeper_stop(keeper);
   if (!xf__gate_enter(d->gate, 0)) /* closed past its drain time: drop it */
     return xf__detached_abandon(d), 0;
   d->loader_rc = lrc;
@@ -97,6 +106,7 @@ int xf__detached_finish(xf__detached *d) {
 void xf__detached_end(xf__detached *d) {
   xf__gate_leave(d->gate);
   xf__gate_release(d->gate);
+  free(d->renew_with);
   free(d->key);
   free(d);
 }

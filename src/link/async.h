@@ -101,6 +101,12 @@ struct xf__acall {
    * loader runs, calls that need the same load meanwhile follow it. */
   xf__acall *followers, *next_follower; /* a leader's; a follower's link */
   xf__acall *next_leader;               /* in xf_async.leaders */
+  /* A load that outlives its loader's return (async_bound.c): its lease's
+   * renewals and its soft or hard timeout, on the wait heap (k->loading). */
+  xf__renewal renew;
+  int renewing;
+  int64_t load_deadline; /* INT64_MAX: none */
+  xf__acall *moved;      /* timed out: the call its load went on as */
 };
 
 struct xf_async {
@@ -140,6 +146,19 @@ void xf__async_advance(xf__acall *k, xf__step step);
  * completed at once, 0 when k resumes later. */
 int xf__async_load(xf_async *ac, xf__acall *k, xf__step *step);
 
+/* async_bound.c: k's loader returned without completing: its renewals and
+ * timeout go on the wait heap (nothing when it has neither); the heap's
+ * wake-up of a loading call (xf__async_load_woke); the call that owns the
+ * load a completion is for (a timed-out call's load went on as another);
+ * k's load completed: off the heap. */
+void xf__async_load_bounds(xf_async *ac, xf__acall *k);
+/* A call of k's key, policy and loader, with no callback of the user's,
+ * linked (its flow not started); NULL: no memory. */
+xf__acall *xf__async_spawn(xf_async *ac, const xf__acall *k);
+void xf__async_load_woke(xf_async *ac, xf__acall *k, int64_t now_ms);
+xf__acall *xf__async_load_owner(xf__acall *k);
+void xf__async_load_unbound(xf_async *ac, xf__acall *k);
+
 /* Frees the call once nothing holds it any more. */
 void xf__acall_release(xf__acall *k);
 
@@ -149,7 +168,8 @@ void xf__acall_release(xf__acall *k);
  * never fails). 0, or -1 when out of memory. */
 int xf__aheap_reserve(xf_async *ac, size_t need);
 void xf__aheap_push(xf_async *ac, xf__acall *k);
-xf__acall *xf__aheap_pop(xf_async *ac); /* the earliest; the heap is not empty */
+xf__acall *xf__aheap_pop(xf_async *ac);            /* the earliest; the heap is not empty */
+void xf__aheap_remove(xf_async *ac, xf__acall *k); /* k, if it is on the heap */
 
 /* ---- async_wake.c: wake-on-write (a share's near cache) ----------------------- */
 

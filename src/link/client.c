@@ -219,6 +219,8 @@ const char *xf_errmsg(const xf_client *c) {
 
 int xf_loader_error(const xf_client *c) { return c ? c->loader_rc : 0; }
 
+int xf_load_moved(const xf_client *c) { return c && c->load_moved; }
+
 void xf_client_set_enabled(xf_client *c, int enabled) {
   if (c)
     c->disabled = !enabled;

@@ -97,6 +97,12 @@ xf__off_path xf__blocking_off_path(const xf_client *c);
  * (the LOAD run as any). */
 xf__step xf__blocking_refresh(xf__flow *f, xf_loader_fn loader, void *ud);
 
+/* The blocking driver's LOAD under a soft or hard timeout
+ * (xf__flow_load_deadline; blocking_timeout.c): its loader on the share's
+ * workers, the caller waiting until the deadline; without a share (or a
+ * worker), the LOAD runs as any (the timeout does not apply). */
+xf__step xf__blocking_bounded_load(xf__flow *f, xf_loader_fn loader, void *ud);
+
 /* ---- a detached refresh as a job (refresh_job.c) --------------------------------- */
 
 /* What every driver's detached refresh holds: its own copies of what the
@@ -108,6 +114,8 @@ typedef struct xf__detached {
   xf__refresh_gate *gate;
   xf_loader_fn loader;
   void *ud;
+  struct xf_options *renew_with; /* the caller's options, for the lease's renewals
+                                    while the loader runs (lease_keeper.h) */
   xf_policy policy;
   xf__flow f;
   xf_value out;

@@ -302,6 +302,9 @@ def test_none_with_a_serializer_is_not_found_and_follows_negative_ttl(cache, adm
 
 
 def test_a_loader_slower_than_its_lease_is_logged(cache, caplog):
+    """Without renewals (max_load at most the lease), a loader slower than
+    its lease loses it: logged. (With them, the default, it keeps it:
+    test_loadctl.py.)"""
     loads = []
 
     def slow():
@@ -311,7 +314,8 @@ def test_a_loader_slower_than_its_lease_is_logged(cache, caplog):
 
     with caplog.at_level(logging.WARNING, logger="xfetch"):
         threads = [threading.Thread(target=cache.get_or_compute, args=("slow", slow),
-                                    kwargs=dict(ttl=60, lease=0.1, wait=2)) for _ in range(8)]
+                                    kwargs=dict(ttl=60, lease=0.1, wait=2, max_load=0.1))
+                   for _ in range(8)]
         for t in threads:
             t.start()
         for t in threads:
@@ -348,11 +352,12 @@ def test_helpers_of_a_bound_method_bind_self(cache):
 
 def test_a_decorated_function_slower_than_its_lease_gets_a_longer_lease(cache, caplog):
     """The decorator learns how long its function runs and leases for at least
-    twice that: the first cold load ran out of its lease (loads > 1, logged),
-    the next one is loaded once by 8 callers."""
+    twice that: without renewals (max_load at most the lease), the first cold
+    load ran out of its lease (loads > 1, logged), the next one is loaded once
+    by 8 callers."""
     loads = []
 
-    @cache.cached(ttl=60, key="slow:{n}", lease=0.1, wait=2)
+    @cache.cached(ttl=60, key="slow:{n}", lease=0.1, wait=2, max_load=0.1)
     def slow(n):
         loads.append(n)
         time.sleep(0.3)

@@ -18,6 +18,7 @@ from ._runtime import sink_value
 # steps() compares with these literals (no attribute lookups on the hot path)
 assert (lib.XF_CALL_SEND, lib.XF_CALL_LOAD, lib.XF_CALL_DONE) == (0, 1, 3)
 _monotonic = time.monotonic
+_NEVER = (1 << 63) - 1  # xf_call_renew_at: no renewal
 
 
 async def steps(cache, call, loader=None, key=None, kb=None):
@@ -40,7 +41,10 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 step = lib.xf_call_received(call, now_ms())  # in this task: its events
             elif step == 1:  # XF_CALL_LOAD
                 t0 = _monotonic()
-                step, exc = await _load(cache, call, loader, kb)
+                if lib.xf_call_load_deadline(call) == _NEVER:
+                    step, exc = await _load(cache, call, loader, kb)
+                else:  # soft_timeout, hard_timeout
+                    step, exc = await _load_bounded(cache, call, loader, kb, key)
                 took = _monotonic() - t0
             else:  # XF_CALL_WAIT: another caller's lease, or its load in the share
                 seconds = lib.xf_call_wait_ms(call, now_ms()) / 1000
@@ -76,19 +80,126 @@ async def _load(cache, call, loader, kb):
     """Runs the loader into the call's sink (C xf_sink: bytes, None for not
     found, a result with its own ttl; a wrong type or size raises as on the
     sync face). Returns (next step, the loader's Exception or None)."""
+    keeper = None
+    if lib.xf_call_renew_at(call) != _NEVER:  # the loop renews its lease meanwhile
+        keeper = asyncio.get_running_loop().create_task(_keep_lease(cache, call))
+    try:
+        got = await _value(cache, loader, kb)
+    finally:
+        if keeper is not None:  # cancelled before the call moves on: it never sees it again
+            keeper.cancel()
+    return _feed(cache, call, kb, *got)
+
+
+async def _value(cache, loader, kb):
+    """Runs the loader: (its value, its Exception or None, its time in us)."""
     token = enter_load(cache._config.namespace, kb)
     t0 = _monotonic()
     try:
         value = loader()
         if inspect.isawaitable(value):
             value = await value
-        sink_value(value, lib.xf_call_sink(call))
+        return value, None, int((_monotonic() - t0) * 1e6)
     except Exception as e:  # nothing is cached; raised (or logged) at the end
-        cache._config.failures.record(kb, e)  # for the share's followers
-        return lib.xf_call_load_done(call, -1, int((_monotonic() - t0) * 1e6), now_ms()), e
+        return None, e, int((_monotonic() - t0) * 1e6)
     finally:
         leave_load(token)
-    return lib.xf_call_load_done(call, 0, int((_monotonic() - t0) * 1e6), now_ms()), None
+
+
+def _feed(cache, call, kb, value, exc, took_us):
+    """The loader's outcome into call (in XF_CALL_LOAD): (next step, the
+    Exception or None)."""
+    if exc is None:
+        try:
+            sink_value(value, lib.xf_call_sink(call))
+        except Exception as e:  # noqa: B902 - a wrong type or size: the loader's failure
+            exc = e
+    if exc is not None:
+        cache._config.failures.record(kb, exc)  # for the share's followers
+        return lib.xf_call_load_done(call, -1, took_us, now_ms()), exc
+    return lib.xf_call_load_done(call, 0, took_us, now_ms()), None
+
+
+async def _load_bounded(cache, call, loader, kb, key):
+    """_load under a soft or hard timeout (C xf_call_load_deadline): the
+    loader runs as a task; past the deadline the call ends with what it had
+    (xf_call_load_timeout) and the load goes on as a task the Cache tracks,
+    fed into the call it moved to and driven to its write. A plain (not
+    async) loader runs on the loop: it cannot be timed out."""
+    loop = asyncio.get_running_loop()
+    work = loop.create_task(_value(cache, loader, kb))
+    keeper = None
+    if lib.xf_call_renew_at(call) != _NEVER:
+        keeper = loop.create_task(_keep_lease(cache, call))
+    try:
+        left = (lib.xf_call_load_deadline(call) - now_ms()) / 1000
+        if left > 0:
+            await asyncio.wait((work,), timeout=left)
+        if not work.done():
+            step = lib.xf_call_load_timeout(call, now_ms())
+            if step == 3:  # XF_CALL_DONE: the load moved to a call of its own
+                moved = lib.xf_call_take_refresh(call)
+                cache._track(_finish_moved(cache, moved, work, kb, key))
+                return step, None
+            await work  # no memory to move it: wait for it
+    except BaseException:
+        work.cancel()
+        raise
+    finally:
+        if keeper is not None:
+            keeper.cancel()
+    return _feed(cache, call, kb, *work.result())
+
+
+async def _finish_moved(cache, call, work, kb, key):
+    """A load a timed-out call left (work, its loader's task): renews its
+    lease until the loader returns, then feeds it and drives its write."""
+    keeper = None
+    if lib.xf_call_renew_at(call) != _NEVER:
+        keeper = asyncio.get_running_loop().create_task(_keep_lease(cache, call))
+    try:
+        got = await work
+    except BaseException:  # closing: the lease is released, the load dropped
+        work.cancel()
+        abandoned(cache._links, call)
+        raise
+    finally:
+        if keeper is not None:
+            keeper.cancel()
+    _, exc = _feed(cache, call, kb, *got)
+    await steps(cache, call)  # cancelled: abandoned there
+    try:
+        rc = lib.xf_call_result(call, ffi.NULL)
+        if exc is not None or (rc != 0 and rc != lib.XF_ENOTFOUND):
+            from ._core import call_error
+            from ._refresh import log_failure
+            log_failure(key, exc if exc is not None else call_error(rc, call))
+    finally:
+        exc = None
+        lib.xf_call_free(call)
+
+
+async def _keep_lease(cache, call):
+    """Renews the lease of call, in XF_CALL_LOAD, while its loader is awaited
+    (C xf_call_renew_at, xf_call_start_renew: every third of the lease, up to
+    max_load_ms); cancelled once the loader returned. A renewal's failure
+    waits for the next one."""
+    out = ffi.new("xf_call **")
+    while True:
+        at = lib.xf_call_renew_at(call)
+        if at == _NEVER:
+            return
+        delay = (at - now_ms()) / 1000
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if lib.xf_call_start_renew(out, call, now_ms()) != 0:
+            return
+        renew = out[0]
+        if renew == ffi.NULL:
+            continue
+        await steps(cache, renew)  # cancelled: finished in the background there
+        lib.xf_call_result(renew, ffi.NULL)
+        lib.xf_call_free(renew)
 
 
 def abandoned(links, call):

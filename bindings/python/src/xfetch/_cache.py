@@ -12,6 +12,7 @@ from ._face import SyncFace, drive
 from ._native import ffi, lib
 from ._policy import tag_array, tag_names, tagged
 from ._pool import Pool
+from ._runtime import CallState
 from ._setup import LateSetup
 from ._types import Fetched  # a typed NamedTuple
 from ._values import Codecs, Unreadable, recover, values_of_many
@@ -129,6 +130,7 @@ class Cache(LateSetup):
         self._commons = self._policies.commons
         self._near = config.near and config.enabled  # the near hit's fast path
         self._events = self._config.events
+        self._moved = set()  # the handles of loads a timed-out call left running
 
     def close(self, timeout: float = 2.0) -> None:
         """Closes the idle connections; ones in use close when their call ends.
@@ -156,14 +158,19 @@ class Cache(LateSetup):
               stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
               jitter: float = _0, on_wait_timeout: str = _LOAD,
               background_refresh: bool | None = None,
-              refresh_ahead: float | None = None, tags: Iterable[str] | None = None) -> Fetched:
+              refresh_ahead: float | None = None, tags: Iterable[str] | None = None,
+              max_load: float | None = None, soft_timeout: float | None = None,
+              hard_timeout: float | None = None,
+              failsafe_throttle: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
                                 stale=stale, stale_if_error=stale_if_error,
                                 negative_ttl=negative_ttl, jitter=jitter,
                                 on_wait_timeout=on_wait_timeout,
                                 background_refresh=background_refresh,
-                                refresh_ahead=refresh_ahead, tags=tags)
+                                refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
+                                soft_timeout=soft_timeout, hard_timeout=hard_timeout,
+                                failsafe_throttle=failsafe_throttle)
 
     def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer); a
@@ -180,13 +187,17 @@ class Cache(LateSetup):
                    stale: float = _0, stale_if_error: float = _0, negative_ttl: float = _0,
                    jitter: float = _0, on_wait_timeout: str = _LOAD,
                    background_refresh: bool | None = None,
-                   refresh_ahead: float | None = None, tags=None) -> Fetched:
+                   refresh_ahead: float | None = None, tags=None,
+                   max_load: float | None = None, soft_timeout: float | None = None,
+                   hard_timeout: float | None = None,
+                   failsafe_throttle: float | None = None) -> Fetched:
         """fetch of the bytes C caches (loader returns them)."""
         kb = key_bytes(key)
         check_loader(loader)
         policy = self._policies.of_call(ttl, beta, lease, wait, stale, stale_if_error,
                                         negative_ttl, jitter, on_wait_timeout,
-                                        background_refresh, refresh_ahead, tags)
+                                        background_refresh, refresh_ahead, tags, max_load,
+                                        soft_timeout, hard_timeout, failsafe_throttle)
         if self._near:  # a tagged hit: served when C knows it current for its tags
             value = self._near_serve(kb, policy)
             if value is not NEAR_NOT_SERVED:
@@ -195,6 +206,8 @@ class Cache(LateSetup):
 
     def _call(self, key, kb, loader, policy, lease):
         """The get-or-compute on a connection of the pool (C xf_get_or_compute)."""
+        if policy.soft_timeout_ms or policy.hard_timeout_ms:
+            return self._call_bounded(key, kb, loader, policy)
         conn, saved = self._pool.enter()
         st = conn.state
         st.loader = loader
@@ -210,6 +223,38 @@ class Cache(LateSetup):
             exc = None
             self._pool.exit(conn, saved)
 
+    def _call_bounded(self, key, kb, loader, policy):
+        """_call under a soft or hard timeout: the loader runs on a worker of
+        the C share and may go on after the call returned (C xf_load_moved),
+        so it gets user data of its own, kept (self._moved) until it returns."""
+        conn, saved = self._pool.enter()
+        st = CallState(conn.state.failures)
+        handle = ffi.new_handle(st)
+        moved = self._moved
+        moved.add(handle)
+
+        def load():
+            try:
+                return loader()
+            finally:
+                moved.discard(handle)
+        st.loader = load
+        try:
+            v = conn.value
+            rc = lib.xf_get_or_compute(conn.ptr, kb, len(kb), policy, lib._xf_py_loader,
+                                       handle, v)
+            exc = None
+            if lib.xf_load_moved(conn.ptr):  # its outcome is the worker's, not this call's
+                st = CallState(conn.state.failures)
+            else:
+                moved.discard(handle)
+                exc = st.exc
+            return outcome(rc, v, exc, key, kb, st.failures, lambda: error_for(rc, conn.ptr),
+                           self._config.events)
+        finally:
+            exc = None
+            self._pool.exit(conn, saved)
+
     def get_or_compute(self, key: Key, loader: Callable[[], Any], ttl: Any = None,
                        beta: float = 1.0, *, lease: float = _5, wait: float = _5,
                        stale: float = _0, stale_if_error: float = _0,
@@ -217,7 +262,10 @@ class Cache(LateSetup):
                        on_wait_timeout: str = _LOAD,
                        background_refresh: bool | None = None,
                        refresh_ahead: float | None = None,
-                       tags: Iterable[str] | None = None) -> Any:
+                       tags: Iterable[str] | None = None, max_load: float | None = None,
+                       soft_timeout: float | None = None,
+                       hard_timeout: float | None = None,
+                       failsafe_throttle: float | None = None) -> Any:
         """Returns the value cached under key, calling loader() to compute it
         when missing, expired or elected for early recomputation (XFetch).
         Across every client of the Redis server one caller at a time runs the
@@ -255,13 +303,31 @@ class Cache(LateSetup):
         version from Redis (one round trip per tag) unless the near cache
         keeps it (then a warm tagged hit sends nothing).
 
+        The loader under control (seconds; None: the default). max_load: a
+        loader slower than its lease renews it (every third of the lease,
+        from another thread) for up to this long (None: 60 s; at most the
+        lease: never), so no second caller loads the key meanwhile; a
+        process that dies stops renewing and the key is free again within
+        the lease. soft_timeout: a call that has a value to give (an early
+        refresh, a stale value) returns it once its load has run this long;
+        the load goes on, on the Cache's refresh threads, and is cached.
+        hard_timeout: no call waits longer for a load: it raises
+        xfetch.TimeoutError (or returns a stale value within
+        stale_if_error); its own load goes on and is cached.
+        failsafe_throttle: after a failed load that returned the last good
+        value (stale_if_error), every client of the fleet that sets it returns
+        that value (source "stale", event "failsafe") for this long instead
+        of calling its loader; then one caller loads again.
+
         An exception raised by loader propagates unchanged; nothing is cached
         and the lease is released. Library errors raise xfetch.Error
         subclasses; bad arguments raise TypeError/ValueError before any I/O.
         """
         if (lease is _5 and wait is _5 and stale is _0 and stale_if_error is _0
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
-                and background_refresh is None and refresh_ahead is None):
+                and background_refresh is None and refresh_ahead is None
+                and max_load is None and soft_timeout is None and hard_timeout is None
+                and failsafe_throttle is None):
             # fetch's steps, without its call and bigger memo (a str key and a
             # callable loader inline: the checks' cost is the hit's)
             kb = key.encode() if type(key) is str and key else key_bytes(key)
@@ -290,7 +356,9 @@ class Cache(LateSetup):
                                 negative_ttl=negative_ttl, jitter=jitter,
                                 on_wait_timeout=on_wait_timeout,
                                 background_refresh=background_refresh,
-                                refresh_ahead=refresh_ahead, tags=tags)[0]
+                                refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
+                                soft_timeout=soft_timeout, hard_timeout=hard_timeout,
+                                failsafe_throttle=failsafe_throttle)[0]
 
     def _near_serve(self, kb, policy):
         """C xf_near_serve on an idle connection of the pool (policy NULL: a

@@ -19,7 +19,7 @@ from ._native import ffi, lib
 log = logging.getLogger("xfetch")
 
 NAMESPACE = contextvars.ContextVar("xfetch_namespace", default="")
-TYPES = [ffi.string(lib.xf_event_name(i)).decode() for i in range(lib.XF_EV_INVALIDATION + 1)]
+TYPES = [ffi.string(lib.xf_event_name(i)).decode() for i in range(lib.XF_EV_FAILSAFE + 1)]
 DRIVERS = [ffi.string(lib.xf_driver_name(i)).decode() for i in range(lib.XF_DRIVER_CALL + 1)]
 SOURCES = {0: "cache", 1: "loader", 2: "stale", 3: "uncached", 4: "local"}
 # The one result each get-or-compute reports, as xfetch_calls_total's label.
@@ -38,7 +38,12 @@ class Event(NamedTuple):
     "early", "stale", "fail_open", "near" (one of these per get-or-compute:
     its result), "lease_won", "lease_lost", "load_start", "load_done",
     "wait", "local", "superseded", "breaker_opened", "breaker_closed",
-    "reconnect", "redirect", "invalidation". key: the key's bytes (without
+    "reconnect", "redirect", "invalidation", "lease_renewed" (a slow
+    loader's lease renewed; error 0, or XF_ESUPERSEDED when it was not the
+    loader's any more), "soft_timeout", "hard_timeout" (the caller stopped
+    waiting for a load: source the value it got, or error XF_ETIMEDOUT; the
+    load goes on), "failsafe" (a load failed lately: the last good value,
+    no load; policy failsafe_throttle). key: the key's bytes (without
     the prefix), None for a server's events; for "invalidation" (near cache):
     the Redis key Redis invalidated (prefix included), or None when the near
     cache dropped what it kept from server (error 0: a flush; XF_EIO: a lost

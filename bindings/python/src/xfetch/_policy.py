@@ -44,13 +44,21 @@ def check_refresh_ahead(refresh_ahead):
     return float(refresh_ahead)
 
 
+def _optional_ms(name, seconds):
+    """None -> 0 (the C default); else seconds as _ms (at least 1 ms)."""
+    return 0 if seconds is None else _ms(name, seconds, 1)
+
+
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
-                on_wait_timeout, background_refresh=True, refresh_ahead=None):
+                on_wait_timeout, background_refresh=True, refresh_ahead=None,
+                max_load=None, soft_timeout=None, hard_timeout=None, failsafe_throttle=None):
     """Returns a new xf_policy cdata; raises TypeError / ValueError.
     background_refresh: True (None too: both faces take refreshes) = an
     early refresh this call wins runs off the call (C XF_BACKGROUND_ON);
     False = in the call (XF_BACKGROUND_OFF).
-    refresh_ahead: C policy.refresh_ahead (check_refresh_ahead)."""
+    refresh_ahead: C policy.refresh_ahead (check_refresh_ahead). max_load,
+    soft_timeout, hard_timeout, failsafe_throttle: seconds or None (C's 0: the
+    default, none)."""
     if background_refresh is not None and type(background_refresh) is not bool:
         raise TypeError(f"background_refresh must be True or False, not {background_refresh!r}")
     refresh_ahead = check_refresh_ahead(refresh_ahead)
@@ -60,6 +68,11 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
     jitter = _number("jitter", jitter)
     if not 0 <= jitter < 1:
         raise ValueError(f"jitter must be in [0, 1), not {jitter!r}")
+    soft = _optional_ms("soft_timeout", soft_timeout)
+    hard = _optional_ms("hard_timeout", hard_timeout)
+    if soft and hard and soft > hard:
+        raise ValueError(f"soft_timeout ({soft_timeout!r} s) must not exceed hard_timeout "
+                         f"({hard_timeout!r} s)")
     if on_wait_timeout not in _ON_WAIT_TIMEOUT:
         raise ValueError(f"on_wait_timeout must be 'load' or 'fail', not {on_wait_timeout!r}")
     return ffi.new("xf_policy *", {
@@ -75,6 +88,9 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "background_refresh": (lib.XF_BACKGROUND_OFF if background_refresh is False
                                else lib.XF_BACKGROUND_ON),
         "refresh_ahead": refresh_ahead,
+        "max_load_ms": _optional_ms("max_load", max_load),
+        "soft_timeout_ms": soft, "hard_timeout_ms": hard,
+        "failsafe_throttle_ms": _optional_ms("failsafe_throttle", failsafe_throttle),
     })
 
 
@@ -114,7 +130,8 @@ class PolicyCache:
 
     def of_call(self, ttl, beta=1.0, lease=5.0, wait=5.0, stale=0.0, stale_if_error=0.0,
                 negative_ttl=0.0, jitter=0.0, on_wait_timeout="load", background_refresh=None,
-                refresh_ahead=None, tags=None):
+                refresh_ahead=None, tags=None, max_load=None, soft_timeout=None,
+                hard_timeout=None, failsafe_throttle=None):
         """A get-or-compute's policy, the same on both faces: its keywords
         (background_refresh and refresh_ahead None: the Cache's), tagged
         with tags (tag_names)."""
@@ -124,7 +141,8 @@ class PolicyCache:
         if refresh_ahead is None:
             refresh_ahead = self._defaults[1]
         return tagged(self.get((ttl, beta, lease, wait, stale, stale_if_error, negative_ttl,
-                                jitter, on_wait_timeout, background_refresh, refresh_ahead)),
+                                jitter, on_wait_timeout, background_refresh, refresh_ahead,
+                                max_load, soft_timeout, hard_timeout, failsafe_throttle)),
                       names)
 
     def of_set(self, ttl, stale, jitter, tags):

@@ -150,14 +150,20 @@ class Cache(LateSetup):
                     jitter: float = 0.0, on_wait_timeout: str = "load",
                     background_refresh: bool | None = None,
                     refresh_ahead: float | None = None,
-                    tags: Iterable[str] | None = None) -> Fetched:
+                    tags: Iterable[str] | None = None, max_load: float | None = None,
+                    soft_timeout: float | None = None,
+                    hard_timeout: float | None = None,
+                    failsafe_throttle: float | None = None) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         return await self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease,
                                       wait=wait, stale=stale, stale_if_error=stale_if_error,
                                       negative_ttl=negative_ttl, jitter=jitter,
                                       on_wait_timeout=on_wait_timeout,
                                       background_refresh=background_refresh,
-                                      refresh_ahead=refresh_ahead, tags=tags)
+                                      refresh_ahead=refresh_ahead, tags=tags,
+                                      max_load=max_load, soft_timeout=soft_timeout,
+                                      hard_timeout=hard_timeout,
+                                      failsafe_throttle=failsafe_throttle)
 
     async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer); a
@@ -172,11 +178,13 @@ class Cache(LateSetup):
     async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
                          stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
                          on_wait_timeout="load", background_refresh=None, refresh_ahead=None,
-                         tags=None):
+                         tags=None, max_load=None, soft_timeout=None, hard_timeout=None,
+                         failsafe_throttle=None):
         """fetch of the bytes C caches (loader returns them)."""
         policy = self._policies.of_call(ttl, beta, lease, wait, stale, stale_if_error,
                                         negative_ttl, jitter, on_wait_timeout,
-                                        background_refresh, refresh_ahead, tags)
+                                        background_refresh, refresh_ahead, tags, max_load,
+                                        soft_timeout, hard_timeout, failsafe_throttle)
         return await self._run(key, loader, policy, lease)
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: Any = None,
@@ -239,6 +247,12 @@ class Cache(LateSetup):
         finally:
             exc = None
             lib.xf_call_free(call)
+
+    def _track(self, coro):
+        """Runs coro as a task close() drains (a load a timed-out call left)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
 
     def _spawn_refresh(self, call, loader, key, kb):
         """Runs C refresh call as a task the Cache tracks (close() drains it);
