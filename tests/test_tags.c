@@ -157,6 +157,49 @@ ParameterizedTest(int *driver, tags, a_tagged_set) {
   xft_drv_close(d);
 }
 
+ParameterizedTestParameters(tags, after_an_old_clients_overwrite) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* A client that knows no tags judges a tagged entry malformed, recomputes it
+ * and writes it back as version 3 without a record (the bytes an untagged
+ * xf_set writes: written here by another client). A tagged call then
+ * refuses that entry as invalidated (counted), loads once, and hits after. */
+ParameterizedTest(int *driver, tags, after_an_old_clients_overwrite) {
+  const char *what = xft_driver_names[*driver];
+  char key[64], tag[64];
+  key_of(key, sizeof key, "old", *driver);
+  snprintf(tag, sizeof tag, "old:%s", what);
+  del(key);
+  xf_options o = options();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {tag};
+  xf_policy p = XF_POLICY_INIT, u = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  xft_op_loader l = {.value = "tagged"};
+  expect_goc(d, what, key, &p, &l, "tagged", XF_SOURCE_LOADER);
+  xf_client *old = xft_client(0);
+  cr_assert_eq(xf_set(old, key, strlen(key), "old", 3, &u), XF_OK, "%s", xf_errmsg(old));
+  xf_client_close(old);
+  redisContext *r = xft_redis();
+  redisReply *h = xft_cmd(r, "GETRANGE %s 0 2", key);
+  cr_assert_eq(h->len, 3);
+  cr_expect_eq((unsigned char)h->str[1], 3, "the old client's write: version %d",
+               h->str[1]);
+  freeReplyObject(h);
+  redisFree(r);
+  xf_stats before, after;
+  xft_drv_stats(d, &before);
+  expect_goc(d, what, key, &p, &l, "tagged", XF_SOURCE_LOADER);
+  xft_drv_stats(d, &after);
+  cr_expect_eq(after.tag_invalidated - before.tag_invalidated, 1,
+               "%s: the record-less entry refused as invalidated", what);
+  expect_goc(d, what, key, &p, &l, "tagged", XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 2, "%s: %d loads", what, l.calls);
+  xft_drv_close(d);
+}
+
 ParameterizedTestParameters(tags, a_tagged_batch) {
   static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
