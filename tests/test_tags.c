@@ -753,3 +753,111 @@ Test(tags, a_version_3_reader_judges_a_tagged_entry_malformed) {
   freeReplyObject(old);
   redisFree(r);
 }
+
+/* Every command the server ran since its last CONFIG RESETSTAT, but the
+ * test's own (INFO, CONFIG). */
+static long long commands_run(redisContext *r) {
+  redisReply *rep = xft_cmd(r, "INFO commandstats");
+  long long n = 0;
+  for (const char *at = rep->str; (at = strstr(at, "cmdstat_")) != NULL; at++) {
+    const char *calls = strstr(at, ":calls=");
+    if (calls && strncmp(at, "cmdstat_info:", 13) != 0 &&
+        strncmp(at, "cmdstat_config", 14) != 0)
+      n += atoll(calls + 7);
+  }
+  freeReplyObject(rep);
+  return n;
+}
+
+ParameterizedTestParameters(tags, a_tagged_hit_without_a_near_cache_is_one_command) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* Without a near cache to keep the versions, a hit on standalone Redis reads
+ * its tags' versions with the entry: one command per hit (the read carries
+ * the tags' keys), not one more per tag. On a server of its own (it counts
+ * the server's commands), a namespace client (the namespace's tag too). */
+ParameterizedTest(int *driver, tags, a_tagged_hit_without_a_near_cache_is_one_command) {
+  const char *what = xft_driver_names[*driver];
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_options o = options();
+  o.port = srv.port;
+  o.key_prefix = "ns1:";
+  o.namespace_tag = 1;
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {"hit:a", "hit:b"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  xft_op_loader l = {.value = "h"};
+  expect_goc(d, what, "tags:hit", &p, &l, "h", XF_SOURCE_LOADER);
+  expect_goc(d, what, "tags:hit", &p, &l, "h", XF_SOURCE_CACHE); /* the clock learnt */
+  redisContext *r = xft_redis_port(srv.port);
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  enum { HITS = 5 };
+  for (int i = 0; i < HITS; i++)
+    expect_goc(d, what, "tags:hit", &p, &l, "h", XF_SOURCE_CACHE);
+  long long ran = commands_run(r);
+  cr_expect_eq(ran, HITS, "%s: %lld commands for %d hits with 3 tags", what, ran, HITS);
+  /* and a get of the namespace client, its namespace's version with it */
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  xf_value v;
+  cr_expect_eq(xft_drv_get(d, "tags:hit", &v), XF_OK, "%s: get: %s", what,
+               xft_drv_errmsg(d));
+  xf_value_free(&v);
+  ran = commands_run(r);
+  cr_expect_eq(ran, 1, "%s: %lld commands for a get of a namespace client", what, ran);
+  cr_expect_eq(l.calls, 1, "%s: %d loads", what, l.calls);
+  redisFree(r);
+  xft_drv_close(d);
+  xft_server_stop(&srv);
+}
+
+ParameterizedTestParameters(tags, a_tagged_batch_reads_each_key_with_its_tags) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* The batch's hits without a near cache: each key's read carries its tags'
+ * keys (one command a key, all in one round trip), none read apart. */
+ParameterizedTest(int *driver, tags, a_tagged_batch_reads_each_key_with_its_tags) {
+  if (!xft_drv_has_batch(*driver))
+    cr_skip_test("no batch on %s", xft_driver_names[*driver]);
+  const char *what = xft_driver_names[*driver];
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_options o = options();
+  o.port = srv.port;
+  xft_drv *d = xft_drv_open(*driver, &o);
+  enum { N = 4 };
+  const char *keys[N] = {"tags:bk:0", "tags:bk:1", "tags:bk:2", "tags:bk:3"};
+  const char *tags[] = {"bk:a", "bk:b"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  xft_op_loader l = {.value = "b"};
+  xf_value values[N];
+  int rcs[N];
+  redisContext *r = xft_redis_port(srv.port);
+  for (int round = 0; round < 3; round++) { /* loads, the clock learnt, hits */
+    if (round == 2)
+      freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+    cr_assert_eq(xft_drv_many(d, N, keys, &p, &l, values, rcs), XF_OK, "%s: %s", what,
+                 xft_drv_errmsg(d));
+    for (int i = 0; i < N; i++) {
+      cr_expect_eq(rcs[i], XF_OK, "%s round %d key %d", what, round, i);
+      if (round == 2)
+        cr_expect_eq(values[i].source, XF_SOURCE_CACHE, "%s key %d: source %d", what, i,
+                     values[i].source);
+      if (rcs[i] == XF_OK)
+        xf_value_free(&values[i]);
+    }
+  }
+  long long ran = commands_run(r);
+  cr_expect_eq(ran, N, "%s: %lld commands for %d tagged hits", what, ran, N);
+  cr_expect_eq(xft_command_calls(r, "get"), 0, "%s: no tag read apart", what);
+  cr_expect_eq(l.calls, N, "%s: %d loads", what, l.calls);
+  redisFree(r);
+  xft_drv_close(d);
+  xft_server_stop(&srv);
+}

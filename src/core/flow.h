@@ -145,6 +145,13 @@ typedef struct xf__flow {
    * and what the versions looked up in it say, for the entry's stamp:
    * stamp.nfds counts every version's connection, tag_kept_all is 0 once a
    * version came from Redis or from another node. */
+  /* Without a near cache, on one node (rt->one_node): the first READ
+   * carries the tags' keys after the entry's (an MGET, or the read script's
+   * KEYS), so their versions come with the entry (flow_tags.c). The keys
+   * (the entry's first) and their lengths, in one block the flow owns. */
+  int tag_in_read;
+  const char **tag_read_keys;
+  size_t *tag_read_lens;
   uint64_t tag_names64;
   int tag_fast;
   int tag_kept_all;

@@ -47,8 +47,9 @@ static int by_slot(const void *pa, const void *pb) {
  * nothing to read, or no memory: the flows then send their own reads). */
 static size_t group(batch *b) {
   size_t k = 0;
-  for (size_t i = 0; i < b->n; i++) /* a tagged flow reads its tags first */
-    if (b->steps[i] == XF_STEP_SEND && b->flows[i].state == XF__READ)
+  for (size_t i = 0; i < b->n; i++) /* a tagged flow reads its tags first, or with */
+    if (b->steps[i] == XF_STEP_SEND && b->flows[i].state == XF__READ && /* its entry */
+        !b->flows[i].tag_in_read) /* (its own command, in the same round trip) */
       b->who[k++] = i;
   keyed *ks = NULL;
   if (k > 1 && one_slot_only(b->c)) {
