@@ -167,6 +167,15 @@ static int build_read_keys(xf__flow *f) {
   return XF_OK;
 }
 
+size_t xf__flow_tags_in_read(const xf__flow *f, const char *const **keys,
+                             const size_t **lens) {
+  if (f->state != XF__READ || !f->tag_in_read)
+    return 0;
+  *keys = f->tag_read_keys + 1;
+  *lens = f->tag_read_lens + 1;
+  return tag_count(f);
+}
+
 void xf__flow_tags_read_cmd(xf__flow *f) {
   size_t n = tag_count(f) + 1;
   if (f->plain_read) { /* the transport sends the script where the clock is stale */
