@@ -380,7 +380,13 @@ def test_namespace_hits_read_the_namespace_with_each_entry(face, server, admin, 
     got = face.run(cache.get_many(keys, face.loader(lambda k: "loaded"), ttl=60))
     assert got == {k: f"v{k}" for k in keys}, "hits"
     reads = _reads(admin)
-    assert reads["get"] == 0 and sum(reads.values()) == (len(keys) if face.aio else 1), reads
+    # sync: one MGET; or, where the connection's clock estimate aged past use
+    # (1 s: a stall of the busy machine), each read the read script with the
+    # namespace's key (read_many takes entries only): one per key
+    assert reads["get"] == 0, reads
+    assert sum(reads.values()) == len(keys) if face.aio else (
+        sum(reads.values()) == 1 or reads["evalsha_ro"] == sum(reads.values()) == len(keys)), \
+        reads
     admin.config_resetstat()
     assert face.run(cache.get("k0")) == "vk0"
     assert face.run(cache.get_or_compute("t", face.loader(lambda: "x"), ttl=60,
