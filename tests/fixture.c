@@ -29,6 +29,21 @@ void xft_sleep_ms(int ms) {
     ;
 }
 
+int xft_wait_child(pid_t pid, int timeout_s) {
+  int status = 0;
+  for (int waited_ms = 0; waited_ms < timeout_s * 1000; waited_ms += 10) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+      return status;
+    if (r < 0)
+      return -1;
+    xft_sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

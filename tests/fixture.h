@@ -23,12 +23,38 @@
 #define XFT_TSAN 0
 #endif
 
-/* Skips the test under TSan, saying why: for what TSan cannot run (a thread
- * started in the child of a multi-threaded fork), never to hide a report. */
+/* XFT_ASAN: 1 when built with -fsanitize=address (GCC or clang). */
+#if defined(__SANITIZE_ADDRESS__)
+#define XFT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define XFT_ASAN 1
+#endif
+#endif
+#ifndef XFT_ASAN
+#define XFT_ASAN 0
+#endif
+
+/* Skips the test under TSan, saying why: for what TSan cannot run, never to
+ * hide a report. */
 #define XFT_SKIP_UNDER_TSAN(why)                                                           \
   do {                                                                                     \
     if (XFT_TSAN)                                                                          \
       cr_skip_test("not run under ThreadSanitizer: %s", why);                              \
+  } while (0)
+
+/* Skips a test whose child, forked while the parent's threads run, starts
+ * threads or allocates, under either sanitizer: TSan cannot run threads in
+ * such a child, and the ASan allocator of GCC 12 is not locked across fork,
+ * so the child's first allocation may wait forever for a lock a parent
+ * thread held at the fork (seen: a child's new thread stuck in calloc).
+ * glibc's malloc is locked across fork, so the release build and valgrind
+ * run these tests. */
+#define XFT_SKIP_THREADED_FORK()                                                           \
+  do {                                                                                     \
+    if (XFT_TSAN || XFT_ASAN)                                                              \
+      cr_skip_test("not run under a sanitizer: a child forked while the parent's "         \
+                   "threads run starts threads or allocates");                             \
   } while (0)
 
 typedef struct xft_server {
@@ -116,6 +142,11 @@ void xft_loader_release(xft_loader *l);
 int xft_loader_calls(xft_loader *l);
 
 void xft_sleep_ms(int ms);
+
+/* Waits for the child pid for at most timeout_s seconds and returns its
+ * wait status; a child still running then is killed (SIGKILL) and -1 is
+ * returned, so a child that hangs fails its test by name. */
+int xft_wait_child(pid_t pid, int timeout_s);
 
 /* Non-zero when the test runs under valgrind (20-50 times slower): where a
  * bound on a latency stops telling a behaviour from its fallback. */

@@ -270,7 +270,7 @@ ParameterizedTest(driver *d, refresh,
 }
 
 ParameterizedTest(driver *d, refresh, a_forked_child_refreshes_on_workers_of_its_own) {
-  XFT_SKIP_UNDER_TSAN("threads started in the child of a multi-threaded fork");
+  XFT_SKIP_THREADED_FORK();
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   handle h = open_on(*d, s);
@@ -293,8 +293,8 @@ ParameterizedTest(driver *d, refresh, a_forked_child_refreshes_on_workers_of_its
     close_handle(&q);
     _exit(ok ? 0 : 1);
   }
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  int status = xft_wait_child(pid, 60); /* a child alone takes < 5 s */
+  cr_assert_neq(status, -1, "the child ended within 60 s");
   cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's refresh landed");
   close_handle(p);
   xf_share_close(s);
@@ -317,7 +317,7 @@ ParameterizedTestParameters(refresh, a_child_forked_during_the_parents_refresh) 
 }
 
 ParameterizedTest(driver *d, refresh, a_child_forked_during_the_parents_refresh) {
-  XFT_SKIP_UNDER_TSAN("threads started in the child of a multi-threaded fork");
+  XFT_SKIP_THREADED_FORK();
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   handle h = open_on(*d, s);
@@ -338,8 +338,8 @@ ParameterizedTest(driver *d, refresh, a_child_forked_during_the_parents_refresh)
     close_handle(&q);
     _exit(ok ? 0 : 1);
   }
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  int status = xft_wait_child(pid, 60); /* a child alone takes < 5 s */
+  cr_assert_neq(status, -1, "the child ended within 60 s");
   cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
             "the child refreshed on its own workers (status %d)", status);
   gate_set(1);

@@ -157,7 +157,7 @@ static int hang(void *ud, const char *key, size_t keylen, xf_sink *sink) {
 /* A holder killed mid-load: its renewals stop, and the key is free again
  * within its lease of the kill. */
 Test(renew, a_killed_holder_frees_the_key_within_its_lease) {
-  XFT_SKIP_UNDER_TSAN("a thread started in the child of a multi-threaded fork");
+  XFT_SKIP_THREADED_FORK();
   const char *key = "renew:killed";
   int ready[2];
   cr_assert_eq(pipe(ready), 0);
