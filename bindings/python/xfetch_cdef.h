@@ -207,6 +207,7 @@ typedef struct xf_stats {
   uint64_t near_evictions;
   uint64_t fence_failed;
   uint64_t tag_invalidated;
+  uint64_t failsafe;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 
