@@ -27,8 +27,8 @@ Test(setup, the_list_follows_the_options_and_the_role) {
   xf_client *c = configured("xfuser", "pw", 3);
   xf__setup s;
   xf__setup_build(c, XF_SETUP_REPLICA | XF_SETUP_SCRIPTS, &s);
-  cr_assert_eq(s.n, 3 + 8,
-               "AUTH, SELECT, READONLY, read..delete, tag_read, tag_bump, renew");
+  cr_assert_eq(s.n, 3 + 9,
+               "AUTH, SELECT, READONLY, read..delete, tag_read, tag_bump, renew, touch");
   cr_expect_eq(s.kind[0], XF__SETUP_AUTH);
   cr_expect_eq(s.cmd[0].argc, 3);
   cr_expect_str_eq(s.cmd[0].argv[1], "xfuser");
@@ -151,7 +151,7 @@ Test(setup, the_bytes_are_the_list_in_resp) {
   xf_client *c = configured("xfuser", "pw", 3);
   cr_assert_eq(setup_count(c, 0), 2);
   cr_expect_eq(setup_count(c, XF_SETUP_REPLICA), 3);
-  cr_expect_eq(setup_count(c, XF_SETUP_SCRIPTS), 2 + 8);
+  cr_expect_eq(setup_count(c, XF_SETUP_SCRIPTS), 2 + 9);
   static const char *const want[] = {"*3\r\n$4\r\nAUTH\r\n$6\r\nxfuser\r\n$2\r\npw\r\n",
                                      "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n",
                                      "*1\r\n$8\r\nREADONLY\r\n"};
