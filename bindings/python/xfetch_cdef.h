@@ -130,6 +130,7 @@ typedef struct xf_policy {
   int64_t soft_timeout_ms;
   int64_t hard_timeout_ms;
   int64_t failsafe_throttle_ms;
+  size_t compress_min_bytes;
 } xf_policy;
 #define XF_MAX_TAGS 15
 #define XF_MAX_TAG_LEN 200

@@ -134,12 +134,19 @@ typedef struct xf_policy {
    * XF_EV_FAILSAFE) instead of running its loader; then the next caller
    * loads. 0: none (the next caller retries at once). */
   int64_t failsafe_throttle_ms;
+  /* Compressed values: a value of at least compress_min_bytes is written
+   * compressed with zstd when that makes it smaller (format 2 entries only).
+   * Every client of this version reads compressed and plain values alike;
+   * a client of the previous version judges a compressed entry malformed
+   * (a miss, reloaded), so turn it on once the whole fleet reads it.
+   * 0: off (the default). */
+  size_t compress_min_bytes;
 } xf_policy;
 
 /* clang-format off */
 #define XF_POLICY_INIT                                                                     \
   { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0,   \
-    0, 0, 0, 0 }
+    0, 0, 0, 0, 0 }
 /* clang-format on */
 
 /* The most tags a call carries (its namespace's included). */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "codec.h"
 #include "event.h"
 #include "flow_steps.h"
 #include "near.h"
@@ -115,11 +116,28 @@ xf__step xf__flow_done(xf__flow *f, int rc) {
 }
 
 void xf__flow_abandon(xf__flow *f) {
+  if (f->packed) {
+    free(f->packed);
+    f->packed = NULL;
+  }
   xf__entry_free(&f->e);
   xf__sink_clear(&f->sink);
   xf__key_free(&f->key);
   if (f->tag_copy || f->tag_key.data) /* a tagged call's, before its tags were read */
     xf__flow_tags_free(f);
+}
+
+void xf__flow_pack(xf__flow *f) {
+  size_t min = f->p->compress_min_bytes;
+  if (!min || f->w.kind != XF_WRITE_VALUE || f->w.len < min ||
+      f->cfg->entry_format != XF_ENTRY_STRING)
+    return;
+  size_t len;
+  if (xf__codec_pack(f->w.data, f->w.len, &f->packed, &len)) {
+    f->w.data = f->packed;
+    f->w.len = len;
+    f->w.zstd = 1;
+  }
 }
 
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source) {
@@ -192,6 +210,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->tag_rec_len = 0;
   f->tag_fast = f->tag_kept_all = 0;
   f->tag_key.data = NULL;
+  f->packed = NULL;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(rt, p);
   return rc == XF_OK ? xf__key_build(cfg, rt, key, keylen, &f->key) : rc;
@@ -297,6 +316,7 @@ xf__step xf__flow_begin_set(xf__flow *f, const char *key, size_t keylen, const v
                      .keep_ms = xf__policy_keep_ms(p),
                      .start_ms = -1,
                      .kind = XF_WRITE_VALUE};
+  xf__flow_pack(f);
   xf__step step;
   if ((p->ntags || cfg->namespace_tag) && xf__flow_tags_first(f, XF__WRITE, &step))
     return step;
@@ -392,6 +412,8 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     if (rc == XF_OK)
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
+  if (rc == XF_OK && f->e.zstd) /* before the near cache keeps it: decoded once */
+    rc = xf__entry_decode(f->rt, &f->e, f->cfg->max_value_len);
   if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET_OR_COMPUTE)
     xf__flow_tags_judge(f, &f->e); /* a refused entry has no value: not kept */
   else if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET)
