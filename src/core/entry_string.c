@@ -82,11 +82,11 @@ static size_t header_len(const unsigned char *src, size_t len) {
   return len >= n ? n : 0;
 }
 
-static int version_ok(const unsigned char *h) {
-  return h[1] == ((h[2] & F_ZSTD)   ? VERSION_ZSTD
-                  : (h[2] & F_TAGS) ? VERSION_TAGS
-                                    : VERSION);
-}
+/* The version a header's flags 64 and 128 call for, by flags >> 6. */
+static const unsigned char VERSION_OF[4] = {VERSION, VERSION_TAGS, VERSION_ZSTD,
+                                            VERSION_ZSTD};
+
+static int version_ok(const unsigned char *h) { return h[1] == VERSION_OF[h[2] >> 6]; }
 
 long long xf__entry_string_copy(char *dst, const char *src, size_t len) {
   dst[len] = '\0';
@@ -124,7 +124,7 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   int has_value = flags & F_VALUE;
   if (h[0] != MAGIC || !version_ok(h) || (flags & ~F_ALL) ||
       ((flags & (F_NEGATIVE | F_TAGS | F_ZSTD)) && !has_value) ||
-      ((flags & F_ZSTD) && (flags & F_NEGATIVE)) ||
+      (flags & (F_ZSTD | F_NEGATIVE)) == (F_ZSTD | F_NEGATIVE) ||
       ((flags & F_LEASE) && !(flags & F_SLOT)) || (!has_value && len > hlen))
     return 0;
   int64_t d = be(h + 3, 5), e = be(h + 8, 6), s = 0, f = 0, deadline = 0;
@@ -154,7 +154,8 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   out->expiry_ms = e;
   out->negative = (flags & F_NEGATIVE) != 0;
   out->nothing_ms = f;
-  out->zstd = (flags & F_ZSTD) != 0;
+  if (flags & F_ZSTD)
+    out->zstd = 1;
   return 1;
 }
 

@@ -116,10 +116,6 @@ xf__step xf__flow_done(xf__flow *f, int rc) {
 }
 
 void xf__flow_abandon(xf__flow *f) {
-  if (f->packed) {
-    free(f->packed);
-    f->packed = NULL;
-  }
   xf__entry_free(&f->e);
   xf__sink_clear(&f->sink);
   xf__key_free(&f->key);
@@ -132,12 +128,32 @@ void xf__flow_pack(xf__flow *f) {
   if (!min || f->w.kind != XF_WRITE_VALUE || f->w.len < min ||
       f->cfg->entry_format != XF_ENTRY_STRING)
     return;
-  size_t len;
-  if (xf__codec_pack(f->w.data, f->w.len, &f->packed, &len)) {
-    f->w.data = f->packed;
-    f->w.len = len;
-    f->w.zstd = 1;
+  char *frame;
+  size_t n, len = f->w.len;
+  if (!xf__codec_pack(f->w.data, len, &frame, &n))
+    return;
+  /* The frame lives in the sink's buffer, freed with it (no field for a hit
+   * to clear): past the loader's value and its NUL, or, for xf_set, whose
+   * sink holds nothing, as that buffer. */
+  if (f->w.data == f->sink.data) {
+    char *grown = realloc(f->sink.data, len + 1 + n);
+    if (!grown) {
+      free(frame);
+      return;
+    }
+    memcpy(grown + len + 1, frame, n);
+    free(frame);
+    f->sink.data = grown;
+    frame = grown + len + 1;
+  } else if (!f->sink.data) {
+    f->sink.data = frame;
+  } else {
+    free(frame);
+    return;
   }
+  f->w.data = frame;
+  f->w.len = n;
+  f->w.zstd = 1;
 }
 
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source) {
@@ -210,7 +226,6 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->tag_rec_len = 0;
   f->tag_fast = f->tag_kept_all = 0;
   f->tag_key.data = NULL;
-  f->packed = NULL;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(rt, p);
   return rc == XF_OK ? xf__key_build(cfg, rt, key, keylen, &f->key) : rc;
@@ -412,7 +427,7 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     if (rc == XF_OK)
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
-  if (rc == XF_OK && f->e.zstd) /* before the near cache keeps it: decoded once */
+  if (f->e.zstd) /* set by a parse that succeeded; before the near cache keeps it */
     rc = xf__entry_decode(f->rt, &f->e, f->cfg->max_value_len);
   if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET_OR_COMPUTE)
     xf__flow_tags_judge(f, &f->e); /* a refused entry has no value: not kept */

@@ -109,7 +109,6 @@ typedef struct xf__flow {
   int fail_open_rc;      /* why Redis could not be used, for a fail-open result owed */
   int64_t woke_ms;       /* the driver's clock at the last wake-up of a wait */
   xf__write w;
-  char *packed;           /* w's data when compressed (xf__flow_pack); NULL = none */
   uint64_t near_token;    /* the near cache's pending marker of the last READ */
   xf__track track;        /* whose tracking the last READ's reply came under */
   int near_elected;       /* a near hit's draw elected an early refresh of the */

@@ -507,7 +507,6 @@ void xf__flow_move_load(xf__flow *f, xf__flow *bg, const xf_policy *p, const cha
   bg->pending = 0;
   memset(&bg->e, 0, sizeof bg->e); /* the entry read stays f's; had_value is kept */
   f->key.data = NULL;              /* moved to bg */
-  f->packed = NULL;
   f->key.len = 0;
   memset(&f->sink, 0, sizeof f->sink);
   f->token[0] = '\0';
