@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fleet.h"
 #include "op_drivers.h"
 
 #define BIG (200 * 1024)
@@ -248,4 +249,28 @@ ParameterizedTest(int *driver, compress, a_corrupt_frame_is_a_malformed_miss_rec
     expect_big(xft_drv_get(d, key, &v), &v, "rewritten");
     xft_drv_close(d);
   }
+}
+
+/* ---- a fleet on one hot key -------------------------------------------------- */
+
+static size_t every_other_compresses(int i) { return i % 2 ? 0 : 1024; }
+
+static xf_client *fleet_client(int i, void *ud) {
+  (void)i, (void)ud;
+  return xft_client(0);
+}
+
+static const char *fleet_label(int i) {
+  return i % 2 ? "plain writer" : "compressing writer";
+}
+
+/* Members that compress and members that do not (a fleet turning it on)
+ * share one hot key of a 200 KiB value: each reads what the other wrote,
+ * and the fleet still loads once per episode (fleet.h). */
+Test(compress, a_mixed_fleet_on_one_hot_key_loads_once_per_episode, .timeout = 60) {
+  if (xft_entry_format() == XF_ENTRY_HASH)
+    cr_skip_test("format 2 only");
+  del("z:fleet");
+  xft_fleet_value(big_json(), strlen(big_json()), every_other_compresses);
+  xft_fleet_run("z:fleet", 6, 1500, 3, fleet_client, NULL, fleet_label);
 }
