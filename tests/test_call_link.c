@@ -4,6 +4,7 @@
  * resend after the server closed a working connection; the driver only
  * connects, moves bytes and says when the socket failed. */
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include "fixture.h"
 #include "link_net.h"
 #include "near_env.h"
+#include "near_impl.h"
+#include "share.h"
 
 typedef struct script {
   const char *value; /* the loader's */
@@ -255,4 +258,147 @@ Test(call_link, a_cold_link_sends_one_read_script_however_many_reads_wait) {
   xft_net_close(&n);
   xf_client_close(c);
   xft_server_stop(&srv);
+}
+
+/* Drives call (on n's link) until it reaches step want. */
+static void drive_to(xft_net *n, xf_call *call, xf_call_step want) {
+  xf_call_step step = xf_call_next(call);
+  for (int i = 0; step != want && step == XF_CALL_SEND && i < 10; i++)
+    step = xft_net_exchange(n, call);
+  cr_assert_eq(step, want, "%s", xf_call_errmsg(call));
+}
+
+/* a holds the key's lease (in XF_CALL_LOAD); b waits for it (XF_CALL_WAIT). */
+static void lease_holder_and_waiter(xft_net *n, xf_client *c, const char *key, xf_call **a,
+                                    xf_call **b) {
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  cr_assert_eq(xf_call_start(a, c, key, strlen(key), &p, xft_now_ms()), XF_OK);
+  drive_to(n, *a, XF_CALL_LOAD);
+  cr_assert_eq(xf_call_start(b, c, key, strlen(key), &p, xft_now_ms()), XF_OK);
+  drive_to(n, *b, XF_CALL_WAIT);
+}
+
+/* a's load lands; b, woken, reads it. */
+static void both_end_with(xft_net *n, xf_call *a, xf_call *b, const char *value) {
+  cr_assert_eq(xf_call_loaded(a, value, strlen(value), 1000, xft_now_ms()), XF_CALL_SEND);
+  drive_to(n, a, XF_CALL_DONE);
+  xf_call_free(a);
+  xf_call_step step = xf_call_next(b);
+  for (int i = 0; step != XF_CALL_DONE && i < 50; i++) {
+    if (step == XF_CALL_SEND) {
+      step = xft_net_exchange(n, b);
+    } else { /* a wait again: parked, woken at its time */
+      cr_assert_eq(step, XF_CALL_WAIT);
+      cr_assert_eq(xf_call_park(b, n->link, xft_now_ms()), XF_OK);
+      xft_sleep_ms(xf_call_wait_ms(b, xft_now_ms()) + 1);
+      xf_link_tick(n->link, xft_now_ms());
+      cr_assert_eq(xf_link_ready(n->link), b);
+      step = xf_call_received(b, xft_now_ms());
+    }
+  }
+  xf_value v;
+  cr_assert_eq(xf_call_result(b, &v), XF_OK, "%s", xf_call_errmsg(b));
+  cr_expect_eq(v.source, XF_SOURCE_CACHE);
+  cr_expect_eq(v.len, strlen(value));
+  cr_expect(memcmp(v.data, value, v.len) == 0);
+  xf_value_free(&v);
+  xf_call_free(b);
+}
+
+Test(call_link, a_parked_wait_ends_at_its_time) {
+  xf_client *c = lazy_client(xft_port(), NULL, NULL);
+  xft_net n = xft_net_open(c, xft_port(), 0);
+  xf_call *a, *b;
+  lease_holder_and_waiter(&n, c, "link:park:time", &a, &b);
+  /* The link's clock is what the driver says: no sleep needed. */
+  int64_t t = xft_now_ms(), wait = xf_call_wait_ms(b, t);
+  cr_assert_gt(wait, 1, "a poll of %lld ms", (long long)wait);
+  cr_assert_eq(xf_call_park(b, n.link, t), XF_OK);
+  cr_expect_eq(xf_call_park(b, n.link, t), XF_EINVAL, "parked already");
+  cr_expect_eq(xf_call_send(b, n.link, t), XF_EINVAL, "not a SEND");
+  cr_expect_eq(xf_link_deadline(n.link), t + wait, "the link's timer covers the wait");
+  cr_expect_eq(xf_link_wake_fd(n.link), -1, "no near cache: no wake pipe");
+  cr_expect_eq(xf_link_tick(n.link, t + wait - 2), 0);
+  cr_expect_null(xf_link_ready(n.link), "woken before its time");
+  cr_expect_eq(xf_link_tick(n.link, t + wait), 0, "the stream is idle: no timeout");
+  cr_assert_eq(xf_link_ready(n.link), b);
+  cr_expect_eq(xf_link_deadline(n.link), INT64_MAX);
+  cr_expect_eq(xf_call_received(b, t + wait), XF_CALL_SEND, "read again");
+  both_end_with(&n, a, b, "landed");
+  xft_net_close(&n);
+  xf_client_close(c);
+}
+
+Test(call_link, a_parked_wait_ends_when_its_key_is_written) {
+  near_env e;
+  near_env_open(&e);
+  xf_client *c = lazy_client(e.srv.port, NULL, e.share);
+  xft_net n = xft_net_open(c, e.srv.port, 0);
+  int fd = xf_link_wake_fd(n.link);
+  cr_assert_geq(fd, 0, "a near cache: the link's wake pipe");
+  /* Tracking up first (the tracker's connection opens in the background). */
+  near_put(e.other, "link:park:warm", "w");
+  script s = {.value = "never"};
+  xf_value v;
+  int64_t until = xft_now_ms() + BOUND_MS;
+  while (STAT(c, near_hits) == 0 && xft_now_ms() < until) {
+    cr_assert_eq(fetch(&n, c, "link:park:warm", &s, &v), XF_OK, "%s", xf_errmsg(c));
+    xf_value_free(&v);
+    xft_sleep_ms(5);
+  }
+  cr_assert_gt(STAT(c, near_hits), 0, "never a near hit");
+  uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  xf_call *a, *b;
+  lease_holder_and_waiter(&n, c, "link:park:near", &a, &b);
+  near_await_invalidations(e.share, seen); /* the lease's own, before b parks */
+  /* The driver's clock stands still at t: only the write can end the wait. */
+  int64_t t = xft_now_ms();
+  cr_assert_eq(xf_call_park(b, n.link, t), XF_OK);
+  xf_link_tick(n.link, t);
+  cr_assert_null(xf_link_ready(n.link), "woken before the write");
+  cr_assert_eq(xf_call_loaded(a, "fresh", 5, 1000, t), XF_CALL_SEND);
+  drive_to(&n, a, XF_CALL_DONE);
+  xf_call_free(a);
+  xf_call *woken = NULL;
+  until = xft_now_ms() + BOUND_MS;
+  while (!woken && xft_now_ms() < until) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    poll(&p, 1, 100);
+    xf_link_tick(n.link, t);
+    woken = xf_link_ready(n.link);
+  }
+  cr_assert_eq(woken, b, "the write never ended the wait");
+  char buf[8];
+  cr_expect_eq(read(fd, buf, sizeof buf), -1, "the tick drained the pipe");
+  cr_expect_eq(xf_call_received(b, t), XF_CALL_SEND, "read again");
+  drive_to(&n, b, XF_CALL_DONE);
+  cr_assert_eq(xf_call_result(b, &v), XF_OK, "%s", xf_call_errmsg(b));
+  cr_expect_eq(v.len, 5);
+  cr_expect(memcmp(v.data, "fresh", 5) == 0);
+  xf_value_free(&v);
+  xf_call_free(b);
+  xft_net_close(&n);
+  xf_client_close(c);
+  near_env_close(&e);
+}
+
+Test(call_link, a_parked_call_freed_or_left_at_close) {
+  xf_client *c = lazy_client(xft_port(), NULL, NULL);
+  xft_net n = xft_net_open(c, xft_port(), 0);
+  xf_call *a, *b;
+  lease_holder_and_waiter(&n, c, "link:park:free", &a, &b);
+  cr_assert_eq(xf_call_park(b, n.link, xft_now_ms()), XF_OK);
+  xf_call_free(b); /* forgotten by the link */
+  cr_expect_eq(xf_link_deadline(n.link), INT64_MAX);
+  xf_call *a2, *b2;
+  lease_holder_and_waiter(&n, c, "link:park:free2", &a2, &b2);
+  cr_assert_eq(xf_call_park(b2, n.link, xft_now_ms()), XF_OK);
+  xf_call_free(a);
+  xf_call_free(a2);
+  xft_net_close(&n); /* b2 stays in its wait */
+  cr_expect_eq(xf_call_next(b2), XF_CALL_WAIT);
+  cr_expect_eq(xf_call_woke(b2, xft_now_ms()), XF_CALL_SEND, "woken by hand");
+  xf_call_free(b2);
+  xf_client_close(c);
 }

@@ -10,6 +10,7 @@
  * failure ended (a lower bound only). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "op_drivers.h"
@@ -165,5 +166,217 @@ Test(failsafe, a_caller_without_the_throttle_sees_a_live_lease) {
   cr_expect_eq(rc, XF_ETIMEDOUT, "%s", xf_strerror(rc));
   xf_value_free(&v);
   cr_expect_eq(ok.calls, 0);
+  xft_drv_close(d);
+}
+
+/* Callers racing a loader that keeps failing, each on its own client (as
+ * processes of a fleet would be), with a last good value within
+ * stale_if_error_ms: every call is served that value, none gets the
+ * loader's error, with and without the throttle. */
+typedef struct racer {
+  const char *key;
+  xf_policy p;
+  int calls, errors, stale, loads; /* atomics */
+  int64_t slowest_ms;              /* atomic */
+} racer;
+
+static int slow_failing_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen, (void)sink;
+  __atomic_add_fetch(&((racer *)ud)->loads, 1, __ATOMIC_ACQ_REL);
+  xft_sleep_ms(20);
+  return -1;
+}
+
+static void *race(void *arg) {
+  racer *r = arg;
+  xf_client *c = xft_client(0);
+  for (int i = 0; i < 20; i++) {
+    xf_value v;
+    int64_t t0 = xft_now_ms();
+    int rc = xf_get_or_compute(c, r->key, strlen(r->key), &r->p, slow_failing_load, r, &v);
+    int64_t took = xft_now_ms() - t0,
+            was = __atomic_load_n(&r->slowest_ms, __ATOMIC_ACQUIRE);
+    while (took > was && !__atomic_compare_exchange_n(&r->slowest_ms, &was, took, 0,
+                                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      ;
+    __atomic_add_fetch(&r->calls, 1, __ATOMIC_ACQ_REL);
+    if (rc != XF_OK)
+      __atomic_add_fetch(&r->errors, 1, __ATOMIC_ACQ_REL);
+    else if (v.source == XF_SOURCE_STALE)
+      __atomic_add_fetch(&r->stale, 1, __ATOMIC_ACQ_REL);
+    xf_value_free(&v);
+    xft_sleep_ms(2);
+  }
+  xf_client_close(c);
+  return NULL;
+}
+
+ParameterizedTestParameters(failsafe,
+                            callers_racing_a_failing_loader_get_the_last_good_value) {
+  static int64_t throttles[] = {0, THROTTLE_MS};
+  return cr_make_param_array(int64_t, throttles, 2);
+}
+
+ParameterizedTest(int64_t *throttle, failsafe,
+                  callers_racing_a_failing_loader_get_the_last_good_value) {
+  racer r = {.p = failsafe_policy(*throttle)};
+  char key[64];
+  snprintf(key, sizeof key, "fs:race:%lld", (long long)*throttle);
+  r.key = key;
+  a_stale_good_value(key, &r.p);
+  pthread_t t[8];
+  for (int i = 0; i < 8; i++)
+    cr_assert_eq(pthread_create(&t[i], NULL, race, &r), 0);
+  for (int i = 0; i < 8; i++)
+    pthread_join(t[i], NULL);
+  int calls = __atomic_load_n(&r.calls, __ATOMIC_ACQUIRE);
+  cr_log_info("throttle %lld: %d calls, %d stale, %d errors, %d loads, the slowest %lld ms",
+              (long long)*throttle, calls, r.stale, r.errors, r.loads,
+              (long long)r.slowest_ms);
+  cr_expect_eq(__atomic_load_n(&r.errors, __ATOMIC_ACQUIRE), 0,
+               "throttle %lld: %d of %d calls got the loader's error", (long long)*throttle,
+               r.errors, calls);
+  cr_expect_eq(__atomic_load_n(&r.stale, __ATOMIC_ACQUIRE), calls,
+               "throttle %lld: %d of %d calls served stale", (long long)*throttle, r.stale,
+               calls);
+}
+
+/* A holder (another process, as it were: its own client on a thread) whose
+ * load fails once the test lets it go. */
+typedef struct holder {
+  const char *key;
+  xf_policy p;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int started, go; /* under mu */
+  int rc;
+  pthread_t t;
+} holder;
+
+static void holder_set(holder *h, int *field) {
+  pthread_mutex_lock(&h->mu);
+  *field = 1;
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* Waits up to 20 s (a busy machine's margin; a step takes milliseconds). */
+static int holder_wait(holder *h, const int *field) {
+  pthread_mutex_lock(&h->mu);
+  for (int i = 0; i < 200 && !*field; i++) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 100000000L;
+    if (until.tv_nsec >= 1000000000L)
+      until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&h->cv, &h->mu, &until);
+  }
+  int set = *field;
+  pthread_mutex_unlock(&h->mu);
+  return set;
+}
+
+static int held_then_failing_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen, (void)sink;
+  holder *h = ud;
+  holder_set(h, &h->started);
+  holder_wait(h, &h->go);
+  return -1;
+}
+
+static void *hold(void *arg) {
+  holder *h = arg;
+  xf_client *c = xft_client(0);
+  xf_value v;
+  h->rc =
+      xf_get_or_compute(c, h->key, strlen(h->key), &h->p, held_then_failing_load, h, &v);
+  xf_value_free(&v);
+  xf_client_close(c);
+  return NULL;
+}
+
+static void holder_start(holder *h, const char *key, const xf_policy *p) {
+  *h = (holder){.key = key, .p = *p};
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, NULL);
+  cr_assert_eq(pthread_create(&h->t, NULL, hold, h), 0);
+  cr_assert(holder_wait(h, &h->started), "the holder's loader runs");
+}
+
+static void holder_end(holder *h) {
+  holder_set(h, &h->go);
+  pthread_join(h->t, NULL);
+  cr_expect_eq(h->rc, XF_OK, "the holder is served the last good value: %s",
+               xf_strerror(h->rc));
+}
+
+static void go_when_waiting(const xf_event *ev, void *ud) {
+  if (ev->type == XF_EV_LEASE_LOST)
+    holder_set(ud, &((holder *)ud)->go);
+}
+
+ParameterizedTestParameters(
+    failsafe, a_caller_that_waited_on_a_failed_load_gets_the_last_good_value) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* The load a caller waited on failed: the caller is served the last good
+ * value (stale_if_error_ms), as the loading caller is, without running its
+ * own loader; callers that waited on a failing load do not retry it one
+ * after another. */
+ParameterizedTest(int *driver, failsafe,
+                  a_caller_that_waited_on_a_failed_load_gets_the_last_good_value) {
+  char key[64];
+  snprintf(key, sizeof key, "fs:waited:%s", xft_driver_names[*driver]);
+  xf_policy p = failsafe_policy(0);
+  a_stale_good_value(key, &p);
+  holder h;
+  holder_start(&h, key, &p);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.entry_format = xft_entry_format();
+  o.on_event = go_when_waiting; /* the holder fails once this call waits */
+  o.on_event_ud = &h;
+  xft_drv *d = xft_drv_open(*driver, &o);
+  xft_op_loader mine = {.fail = 5};
+  xf_value v;
+  int rc = xft_drv_get_or_compute(d, key, &p, &mine, &v);
+  expect_value(rc, &v, "good", XF_SOURCE_STALE, xft_driver_names[*driver]);
+  cr_expect_eq(mine.calls, 0, "%s: the waiter ran its loader %d times",
+               xft_driver_names[*driver], mine.calls);
+  holder_end(&h);
+  xft_drv_close(d);
+}
+
+ParameterizedTestParameters(failsafe,
+                            a_caller_that_gave_up_waiting_gets_the_last_good_value) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* A caller that gave up waiting (wait_ms) loads itself; when that load
+ * fails it is served the last good value, as a leased load is. */
+ParameterizedTest(int *driver, failsafe,
+                  a_caller_that_gave_up_waiting_gets_the_last_good_value) {
+  char key[64];
+  snprintf(key, sizeof key, "fs:gave-up:%s", xft_driver_names[*driver]);
+  xf_policy p = failsafe_policy(0);
+  a_stale_good_value(key, &p);
+  holder h;
+  holder_start(&h, key, &p); /* held until this call ended */
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.entry_format = xft_entry_format();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  xf_policy impatient = p;
+  impatient.wait_ms = 50;
+  xft_op_loader mine = {.fail = 5};
+  xf_value v;
+  int rc = xft_drv_get_or_compute(d, key, &impatient, &mine, &v);
+  expect_value(rc, &v, "good", XF_SOURCE_STALE, xft_driver_names[*driver]);
+  cr_expect_eq(mine.calls, 1, "%s: the caller that gave up loads",
+               xft_driver_names[*driver]);
+  holder_end(&h);
   xft_drv_close(d);
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Cache-hit cost, side by side on one throwaway redis-server: redis-py GET,
 dogpile.cache (its redis backend), xfetch get_or_compute (sync), redis-py's
-asyncio GET, xfetch.aio (asyncio, when built), and a 100-key get_many against
-100 single gets (and redis-py MGET / GETs for reference).
+asyncio GET, xfetch.aio (asyncio, when built), and a 100-key get_many (sync and
+asyncio) against 100 single gets (and redis-py MGET / GETs for reference).
 
     /usr/bin/python3 bench_hit.py [--url redis://...] [-n 3000] [--rounds 15] [--size 100]
                                   [--entry-format 1|2]
@@ -244,6 +244,13 @@ def run(args, url):
              (Series(f"redis-py MGET({args.batch})", args.batch), lambda: r.mget(mget_keys)),
              (Series(f"{args.batch} x redis-py GET", args.batch),
               lambda: [r.get(k) for k in mget_keys])]
+    if acache is not None:  # the asyncio face's get_many, on its loop
+        async def aio_many():
+            got = await acache.get_many(keys, never, ttl=TTL)
+            return [got[k] for k in keys]
+
+        batch.append((Series(f"xfetch.aio get_many({args.batch})", args.batch),
+                      lambda: loop.run_until_complete(aio_many())))
 
     # every contender returns the value; then a warm-up round
     for s, fn, afn in contenders:

@@ -245,8 +245,13 @@ XF_EXPORT void xf_call_free(xf_call *call);
  *   end of stream, error, xf_link_deadline passed ->
  *     xf_link_failed(link, XF_LINK_CLOSED / _BROKEN / _TIMEOUT, why, now),
  *     close the socket;
+ *   a call in XF_CALL_WAIT: xf_call_park(call, link, now) (any link: the one
+ *     of its last SEND);
+ *   xf_link_deadline passed, or xf_link_wake_fd readable ->
+ *     xf_link_tick(link, now) (non-zero: the stream timed out, as above);
  *   while ((call = xf_link_ready(link))) step = xf_call_received(call, now);
- *     (in the order they came: a reply behind a read script is judged after it) */
+ *     (in the order they came: a reply behind a read script is judged after it;
+ *     a parked call's wait has ended) */
 typedef struct xf_link xf_link;
 
 /* What a connection is for, in xf_link_open's flags. */
@@ -305,9 +310,9 @@ typedef enum xf_link_how {
 XF_EXPORT void xf_link_failed(xf_link *link, xf_link_how how, const char *why,
                               int64_t now_ms);
 
-/* When the stream is to be given up (xf_link_failed with XF_LINK_TIMEOUT):
- * the connect or command timeout from the last sign of life, on now_ms's
- * clock; INT64_MAX while nothing is awaited. */
+/* When to call xf_link_tick next, on now_ms's clock: the stream is to be
+ * given up then (the connect or command timeout from the last sign of life),
+ * or a parked call's wait ends; INT64_MAX while nothing is awaited. */
 XF_EXPORT int64_t xf_link_deadline(const xf_link *link);
 
 /* The next call that moved since it was sent (its reply fed, or the link
@@ -315,9 +320,10 @@ XF_EXPORT int64_t xf_link_deadline(const xf_link *link);
  * before anything else, in this order. */
 XF_EXPORT xf_call *xf_link_ready(xf_link *link);
 
-/* A call out of xf_link_ready takes in its reply (or its link's failure):
- * returns its next step (another XF_CALL_SEND after a redirection, the
- * router's question, a read asked again). For any other call: xf_call_next. */
+/* A call out of xf_link_ready takes in its reply (or its link's failure),
+ * or ends its parked wait (as xf_call_woke): returns its next step (another
+ * XF_CALL_SEND after a redirection, the router's question, a read asked
+ * again). For any other call: xf_call_next. */
 XF_EXPORT xf_call_step xf_call_received(xf_call *call, int64_t now_ms);
 
 /* Sends call (in XF_CALL_SEND, for this link's server) on the link: its
@@ -327,7 +333,29 @@ XF_EXPORT xf_call_step xf_call_received(xf_call *call, int64_t now_ms);
  * XF_EINVAL (not in XF_CALL_SEND, already sent, NULL) or XF_ENOMEM. */
 XF_EXPORT int xf_call_send(xf_call *call, xf_link *link, int64_t now_ms);
 
-/* Closes the link (NULL-safe), the socket the driver's. Calls still on it
+/* Parks call (in XF_CALL_WAIT) on link instead of sleeping: it comes out
+ * of xf_link_ready once its wait ends — its time came (xf_link_deadline
+ * counts it; xf_link_tick moves it) or, with a near cache, its key was
+ * written or a connection lost (the link's wake pipe) — and
+ * xf_call_received ends the wait. It may come out at once (a wait of 0 ms).
+ * Returns XF_OK, XF_EINVAL (not in XF_CALL_WAIT, on a link already, NULL) or
+ * XF_ENOMEM. */
+XF_EXPORT int xf_call_park(xf_call *call, xf_link *link, int64_t now_ms);
+
+/* The time is now_ms (xf_link_deadline passed), or xf_link_wake_fd was
+ * readable (its bytes are drained here): the parked calls whose wait ended
+ * move (xf_link_ready). Returns non-zero when the stream's own deadline
+ * passed: fail it with XF_LINK_TIMEOUT (a driver whose connect has its own
+ * timeout ignores it while connecting). */
+XF_EXPORT int xf_link_tick(xf_link *link, int64_t now_ms);
+
+/* With a near cache, a pipe's read end (non-blocking, the link's) that
+ * becomes readable whenever a key is invalidated: watch it while calls are
+ * parked and call xf_link_tick when it is; -1 without a near cache. */
+XF_EXPORT int xf_link_wake_fd(const xf_link *link);
+
+/* Closes the link (NULL-safe), the socket the driver's. Parked calls stay
+ * in XF_CALL_WAIT (wake them with xf_call_woke). Calls still on it
  * fail as on XF_LINK_CANCELED (received) and are not reported: look at
  * xf_call_next. */
 XF_EXPORT void xf_link_close(xf_link *link);

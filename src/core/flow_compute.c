@@ -188,9 +188,10 @@ static int within_stale_if_error(const xf__flow *f, const xf__entry *e) {
 }
 
 /* The loader failed: nothing is cached. An early refresh still serves the
- * valid value; a miss serves stale if stale-if-error allows. */
+ * valid value; a miss serves stale if stale-if-error allows, whether it
+ * held the lease or gave up waiting for it. */
 static xf__step load_failed(xf__flow *f) {
-  if (f->load != XF_LOAD_LEASED)
+  if (f->load != XF_LOAD_LEASED && f->load != XF_LOAD_GAVE_UP)
     return xf__flow_done(f, XF_ELOADER);
   const xf__entry *e = &f->e;
   int rc = XF_ELOADER;
@@ -200,6 +201,8 @@ static xf__step load_failed(xf__flow *f) {
     rc = serve_entry(f, e, XF_SOURCE_CACHE);
   else if (within_stale_if_error(f, e))
     rc = serve_entry(f, e, XF_SOURCE_STALE);
+  if (f->load == XF_LOAD_GAVE_UP) /* no lease of its own to release or mark */
+    return xf__flow_done(f, rc);
   /* The entry's value stands in for the loader's: the fleet keeps serving it
    * for the throttle instead of loading again (lua/release.lua). */
   if (f->detached || f->refresh || rc == XF_OK)
@@ -310,15 +313,15 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
    * value written since (an xf_set, a delete) is newer and must win. */
   f->start_ms = e->now_ms;
   f->had_value = e->value != NULL || e->malformed || e->invalidated;
-  xf__entry_free(e);
   int64_t left_ms = f->give_up_ms - now_ms;
   if (left_ms <= 0) {
     if (f->p->on_wait_timeout == XF_WAIT_FAIL)
       return xf__flow_done(f, xf__rt_fail(f->rt, XF_ETIMEDOUT,
                                           "waited %lld ms for another caller's loader",
                                           (long long)f->p->wait_ms));
-    return load(f, XF_LOAD_GAVE_UP);
+    return load(f, XF_LOAD_GAVE_UP); /* e kept: served if this load fails */
   }
+  xf__entry_free(e); /* read again when the wait ends */
   if (f->round == 0) {
     f->rt->stats.waits++;
     f->pending |= XF__PENDING_WAIT;
@@ -326,14 +329,15 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
   }
   /* With a near cache, the blocking, pool and batch drivers end the wait
    * when the key is invalidated (its value written: drive.c, batch_wait.c),
-   * and so does a sans-I/O driver with a wake pipe (xf_call_wake_open), and
+   * and so does a sans-I/O driver with a wake pipe (xf_call_wake_open, or
+   * its links' own: xf_link_wake_fd), and
    * xf_async, whose loop watches that pipe (async_wake.c); the poll is the
    * fallback. */
   f->wake_on_write = f->rt->ports.near &&
                      (f->driver == XF_DRIVER_BLOCKING || f->driver == XF_DRIVER_POOL ||
                       f->driver == XF_DRIVER_BATCH ||
                       ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
-                       f->rt->near_wake_fd > 0));
+                       (f->rt->near_wake_fd > 0 || f->rt->link_wakes > 0)));
   f->wake_ms = now_ms + (f->wake_on_write && WAIT_POLL_NEAR_MS < left_ms
                              ? WAIT_POLL_NEAR_MS
                              : poll_interval_ms(now_ms - f->waited_from_ms, left_ms));
@@ -344,6 +348,12 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
 /* The value is missing or expired. A lease the read already saw live is not
  * asked for: that round trip could only lose. */
 static xf__step miss(xf__flow *f, int64_t now_ms) {
+  /* This call waited on another caller's load, and the lease ended without
+   * a value (that loader failed, or its holder died): the last good value,
+   * as that caller was served, rather than a load of its own; callers that
+   * waited on a failing load do not retry it one after another. */
+  if (f->round > 0 && !f->e.lease_live && within_stale_if_error(f, &f->e))
+    return serve(f, XF_SOURCE_STALE);
   /* Not when the read may come from a lagging replica: the lease script runs
    * on the master and says whether the lease is live there. */
   if (f->e.lease_live && !f->cfg->read_from_replicas &&

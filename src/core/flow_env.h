@@ -54,6 +54,8 @@
                        call's) */                                                          \
   int near_wake_fd; /* > 0: the write end of an event loop's wake pipe                     \
                        (xf_call_wake_open): its waits end on a write */                    \
+  int link_wakes;   /* links with a wake pipe (xf_link_open): their parked                 \
+                       calls' waits end on a write */                                      \
   uint64_t near_elect_hash;     /* near_elect: a near hit's draw elected an early */       \
   size_t near_elect_len;        /* refresh of the key of this hash and length that */      \
   int near_elect;               /* the next call takes up (xf__flow_near_elect) */         \

@@ -4,16 +4,24 @@
  * answers them in order; a call whose reply came (or whose stream failed)
  * moves on at once and is listed for the driver (xf_link_ready); a call the
  * engine allows to go once more waits for the next stream. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "call.h"
 #include "client.h"
 #include "link.h"
+#include "near_impl.h"
 
-/* Where a call sent on a link is (xf_call.on_link). */
-enum { ON_NONE, ON_WIRE, ON_WAIT, ON_READY };
+/* Where a call sent on a link is (xf_call.on_link): on the wire, waiting for
+ * a stream, moved (listed for xf_link_ready), or parked in its XF_CALL_WAIT. */
+enum { ON_NONE, ON_WIRE, ON_WAIT, ON_READY, ON_PARKED };
+
+/* What xf_call_received takes in (xf_call.got_set): a reply or the link's
+ * failure, or the end of a parked call's wait. */
+enum { GOT_NONE, GOT_REPLY, GOT_WAKE };
 
 typedef struct calls {
   xf_call **at;
@@ -29,6 +37,9 @@ struct xf_link {
   calls waiting;   /* for a stream */
   calls ready;     /* moved, oldest first from ready_at */
   size_t ready_at;
+  calls parked; /* in XF_CALL_WAIT (xf_call_park) */
+  int wake_rd;  /* the wake pipe (with a near cache; else -1): a byte on */
+  int wake_wr;  /* every invalidation */
 };
 
 static const xf__cmd readonly_cmd = {.argc = 1, .argv = {"READONLY"}, .lens = {8}};
@@ -55,7 +66,7 @@ static void moved(xf_link *k, xf_call *call, xf__reply *r, int rc) {
   k->ready.at[k->ready.len++] = call;
   call->got = r;
   call->got_rc = rc;
-  call->got_set = 1;
+  call->got_set = GOT_REPLY;
   if (!r)
     snprintf(call->errstr, sizeof call->errstr, "%s",
              k->l.why[0] ? k->l.why : "the connection failed");
@@ -64,9 +75,13 @@ static void moved(xf_link *k, xf_call *call, xf__reply *r, int rc) {
 xf_call_step xf_call_received(xf_call *call, int64_t now_ms) {
   if (!call || !call->got_set || call->on_link != ON_NONE)
     return xf_call_next(call);
+  if (call->got_set == GOT_WAKE) {
+    call->got_set = GOT_NONE;
+    return xf_call_woke(call, now_ms);
+  }
   xf__reply *r = call->got;
   call->got = NULL;
-  call->got_set = 0;
+  call->got_set = GOT_NONE;
   if (!r)
     xf__fail(call->f.c, call->got_rc, "%s", call->errstr);
   return xf__call_on_reply(call, r, call->got_rc, now_ms);
@@ -110,6 +125,33 @@ static int submit(xf_link *k, xf_call *call, int64_t now_ms) {
   return rc;
 }
 
+/* The link's wake pipe, on its client's near cache: a byte on every
+ * invalidation, so that its parked calls' waits end on a write. */
+static int wake_open(xf_link *k) {
+  int p[2];
+  if (pipe(p) != 0)
+    return XF_ENOMEM;
+  for (int i = 0; i < 2; i++)
+    fcntl(p[i], F_SETFL, O_NONBLOCK), fcntl(p[i], F_SETFD, FD_CLOEXEC);
+  if (xf__near_notify_add(k->c->near, p[1]) != XF_OK) {
+    close(p[0]), close(p[1]);
+    return XF_ENOMEM;
+  }
+  k->wake_rd = p[0];
+  k->wake_wr = p[1];
+  k->c->link_wakes++;
+  return XF_OK;
+}
+
+static void wake_close(xf_link *k) {
+  if (k->wake_wr < 0)
+    return;
+  xf__near_notify_remove(k->c->near, k->wake_wr);
+  close(k->wake_wr), close(k->wake_rd);
+  k->wake_rd = k->wake_wr = -1;
+  k->c->link_wakes--;
+}
+
 int xf_link_open(xf_link **out, xf_client *c, const char *host, int port, int flags) {
   if (!out)
     return XF_EINVAL;
@@ -122,9 +164,14 @@ int xf_link_open(xf_link **out, xf_client *c, const char *host, int port, int fl
     return XF_ENOMEM;
   }
   k->c = c;
+  k->wake_rd = k->wake_wr = -1;
   /* each reply is judged as it is fed (its call moves in its completion) */
   flags = (flags & (XF_SETUP_REPLICA | XF_SETUP_SCRIPTS)) | XF__LINK_ONE_SCRIPT;
   if (xf__link_init(&k->l, c, k->host, port, c->unix_path, flags) != XF_OK) {
+    xf_link_close(k);
+    return XF_ENOMEM;
+  }
+  if (c->near && wake_open(k) != XF_OK) {
     xf_link_close(k);
     return XF_ENOMEM;
   }
@@ -212,12 +259,69 @@ void xf_link_failed(xf_link *k, xf_link_how how, const char *why, int64_t now_ms
     flush_waiting(k, rc, now_ms);
 }
 
-int64_t xf_link_deadline(const xf_link *k) {
-  if (!k)
-    return INT64_MAX;
+static int64_t stream_deadline(const xf_link *k) {
   return xf__link_deadline(&k->l, k->l.connected, k->c->connect_timeout_ms,
                            k->c->command_timeout_ms);
 }
+
+/* When a parked call's wait ends, on the driver's clock. */
+static int64_t wait_end(const xf_call *call) {
+  return call->backoff ? call->wake_ms : call->f.wake_ms;
+}
+
+int64_t xf_link_deadline(const xf_link *k) {
+  if (!k)
+    return INT64_MAX;
+  int64_t at = stream_deadline(k);
+  for (size_t i = 0; i < k->parked.len; i++)
+    if (wait_end(k->parked.at[i]) < at)
+      at = wait_end(k->parked.at[i]);
+  return at;
+}
+
+int xf_call_park(xf_call *call, xf_link *k, int64_t now_ms) {
+  if (!call || !k || call->step != XF_STEP_WAIT || call->on_link != ON_NONE ||
+      call->got_set)
+    return XF_EINVAL;
+  if (reserve(&k->ready, k->ready.len + k->attached + 1) != XF_OK ||
+      reserve(&k->parked, k->attached + 1) != XF_OK)
+    return XF_ENOMEM;
+  call->link = k;
+  call->on_link = ON_PARKED;
+  k->attached++;
+  k->parked.at[k->parked.len++] = call;
+  xf_link_tick(k, now_ms); /* a wait of 0 ms, a key written already */
+  return XF_OK;
+}
+
+/* Drains the wake pipe: its bytes only say "look again". */
+static void wake_drain(xf_link *k) {
+  char buf[256];
+  while (k->wake_rd >= 0 && read(k->wake_rd, buf, sizeof buf) > 0)
+    ;
+}
+
+int xf_link_tick(xf_link *k, int64_t now_ms) {
+  if (!k)
+    return 0;
+  wake_drain(k);
+  size_t kept = 0;
+  for (size_t i = 0; i < k->parked.len; i++) {
+    xf_call *call = k->parked.at[i];
+    /* within 1 ms: a driver's timer rounds its time */
+    if (wait_end(call) <= now_ms + 1 || xf_call_woken(call)) {
+      call->on_link = ON_READY;
+      call->got_set = GOT_WAKE;
+      k->ready.at[k->ready.len++] = call;
+    } else {
+      k->parked.at[kept++] = call;
+    }
+  }
+  k->parked.len = kept;
+  return stream_deadline(k) <= now_ms + 1;
+}
+
+int xf_link_wake_fd(const xf_link *k) { return k ? k->wake_rd : -1; }
 
 xf_call *xf_link_ready(xf_link *k) {
   while (k && k->ready_at < k->ready.len) {
@@ -285,6 +389,8 @@ void xf__call_link_forget(xf_call *call) {
     drop(&k->waiting, 0, call, 1);
   else if (call->on_link == ON_READY)
     drop(&k->ready, k->ready_at, call, 0);
+  else if (call->on_link == ON_PARKED)
+    drop(&k->parked, 0, call, 1);
   call->link = NULL;
   call->on_link = ON_NONE;
   k->attached--;
@@ -301,9 +407,18 @@ void xf_link_close(xf_link *k) {
     k->waiting.len = 0;
     xf_call *call;
     while ((call = xf_link_ready(k)))
-      xf_call_received(call, 0);
+      if (call->got_set == GOT_WAKE) /* stays in XF_CALL_WAIT */
+        call->got_set = GOT_NONE;
+      else
+        xf_call_received(call, 0);
   }
+  for (size_t i = 0; i < k->parked.len; i++) { /* they stay in XF_CALL_WAIT */
+    k->parked.at[i]->link = NULL;
+    k->parked.at[i]->on_link = ON_NONE;
+  }
+  wake_close(k);
   xf__link_free(&k->l);
+  free(k->parked.at);
   free(k->waiting.at);
   free(k->ready.at);
   free(k->host);

@@ -389,3 +389,30 @@ def test_a_call_cancelled_while_its_lease_request_is_in_flight_releases_it(serve
             return time.monotonic() - t0, loads
     took, loads = run(main())
     assert took < 2.5 and loads == [1]  # a lease left behind: a 5 s wait; half that
+
+
+@pytest.mark.parametrize("near", [0, 1 << 20], ids=["plain", "near"])
+def test_a_call_waiting_for_a_load_ends_after_close(server, prefix, near):
+    """close() while a caller waits for another client's load: the waiter's
+    wait still ends (the load's value, by a poll or a write's wake), on the
+    same loop, with nothing else running on its Cache."""
+    async def main():
+        cache = xfetch.aio.Cache(server.url, prefix=prefix, near_cache_bytes=near)
+        other = xfetch.aio.Cache(server.url, prefix=prefix)
+
+        async def load():
+            await asyncio.sleep(0.3)
+            return b"loaded"
+
+        leader = asyncio.ensure_future(other.get_or_compute("closing", load, ttl=60))
+        await asyncio.sleep(0.1)  # the leader holds the lease (its load runs 300 ms)
+        waiter = asyncio.ensure_future(cache.get_or_compute("closing", load, ttl=60))
+        await asyncio.sleep(0.05)  # waiting (a poll, or a write's wake)
+        await cache.close()
+        # 10 s: the 300 ms load plus polls, with margin for a busy machine;
+        # a wait that never ends fails here
+        done = await asyncio.wait_for(asyncio.gather(leader, waiter), 10)
+        assert done == [b"loaded", b"loaded"]
+        await cache.close()
+        await other.close()
+    run(main())

@@ -337,3 +337,56 @@ def test_failsafe_throttle_is_checked(face, server, prefix, throttle):
     cache = face.Cache(server.url, prefix=prefix)
     with pytest.raises((TypeError, ValueError)):
         face.run(cache.get_or_compute("k", lambda: b"v", ttl=60, failsafe_throttle=throttle))
+
+
+def test_a_caller_that_waited_on_a_failed_load_gets_the_last_good_value(face, server, admin,
+                                                                         prefix):
+    """The load a caller waited on fails: the caller is served the last good
+    value (stale_if_error), as the loading caller is, without running its own
+    loader. The holder's loader fails only once the waiter is seen waiting
+    (its lease_lost event), up to 20 s: no timing margin."""
+    waiting = []
+    holder = face.Cache(server.url, prefix=prefix)
+    waiter = face.Cache(server.url, prefix=prefix,
+                        on_event=lambda e: waiting.append(1) if e.type == "lease_lost" else None)
+    face.run(holder.set("fw", b"good", ttl=0.1, stale=60))
+    time.sleep(0.2)  # past its ttl
+    policy = dict(ttl=60, stale_if_error=60)
+
+    if face.aio:
+        async def held(*args):
+            import asyncio
+            for _ in range(2000):
+                if waiting:
+                    break
+                await asyncio.sleep(0.01)
+            raise RuntimeError("the database is down")
+    else:
+        def held(*args):
+            for _ in range(2000):
+                if waiting:
+                    break
+                time.sleep(0.01)
+            raise RuntimeError("the database is down")
+    runs = []
+
+    def body():
+        runs.append(1)
+        raise RuntimeError("the database is still down")
+
+    def call(cache, loader, after):
+        if face.aio:
+            async def one():
+                import asyncio
+                await asyncio.sleep(after)
+                return await cache.fetch("fw", loader, **policy)
+        else:
+            def one():
+                time.sleep(after)
+                return cache.fetch("fw", loader, **policy)
+        return one
+    face.run(waiter.get("warm"))  # connected: its first call is a wait, not a connect
+    out = face.gather([call(holder, held, 0.0), call(waiter, face.loader(body), 0.2)])
+    assert out == [(b"good", "stale"), (b"good", "stale")]
+    assert waiting, "the waiter waited"
+    assert runs == [], "the waiter ran its own loader"

@@ -1,6 +1,7 @@
 """Running one C sans-I/O call (xf_call_*) for xfetch.aio: each SEND goes on
 the link of the server the call names (xf_call_target, xf_call_send:
-_aio_link), its loader is awaited, its waits are asyncio sleeps. A call its
+_aio_link), its loader is awaited, each WAIT is parked on its last link
+(xf_call_park: the link ends it, at its time or on a write). A call its
 task leaves (cancelled, interrupted) is finished in the background without a
 loader: a lease it holds, or is about to be granted, is released at once
 instead of being left for `lease` seconds."""
@@ -28,52 +29,39 @@ async def steps(cache, call, loader=None, key=None, kb=None):
     touched again; else the caller takes its result and frees it."""
     links = cache._links
     hostp, portp = cache._hostp, cache._portp
-    exc, took, moving = None, 0.0, None
+    exc, took, moving, link = None, 0.0, None, None
     try:
         step = lib.xf_call_next(call)
         while step != 3:  # XF_CALL_DONE
-            if step == 0:  # XF_CALL_SEND: on the link of the server it names
-                lib.xf_call_target(call, hostp, portp)
-                moving = links.get(hostp[0], portp[0]).send(call)
+            if step != 1:  # XF_CALL_SEND: on the link of the server it names; WAIT: parked
+                if step == 0:
+                    lib.xf_call_target(call, hostp, portp)
+                    link = links.get(hostp[0], portp[0])
+                    moving = link.send(call)
+                else:
+                    link = link or links.get(ffi.NULL, 0)
+                    moving = link.park(call)
                 if moving is not None:
                     await moving
                     moving = None
                 step = lib.xf_call_received(call, now_ms())  # in this task: its events
-            elif step == 1:  # XF_CALL_LOAD
+            else:  # XF_CALL_LOAD
                 t0 = _monotonic()
                 if lib.xf_call_load_deadline(call) == _NEVER:
                     step, exc = await _load(cache, call, loader, kb)
                 else:  # soft_timeout, hard_timeout
                     step, exc = await _load_bounded(cache, call, loader, kb, key)
                 took = _monotonic() - t0
-            else:  # XF_CALL_WAIT: another caller's lease, or its load in the share
-                seconds = lib.xf_call_wait_ms(call, now_ms()) / 1000
-                if links.wake_event is not None:  # near cache: woken by the write
-                    await _wait_woken(links, call, seconds)
-                else:
-                    await asyncio.sleep(seconds)
-                step = lib.xf_call_woke(call, now_ms())
     except BaseException:
         if moving is not None and not moving.done():
             moving.cancel()
-        if moving is None or not moving.cancelled():
+        if step == 2:  # XF_CALL_WAIT: forgotten by its link at once
+            link.waiting.pop(call, None)
+            lib.xf_call_free(call)
+        elif moving is None or not moving.cancelled():
             abandoned(links, call)  # else the link does, once it moved
         raise
     return exc, took
-
-
-async def _wait_woken(links, call, seconds):
-    """Waits up to seconds, less when the call's key is invalidated meanwhile
-    (xf_call_woken: its value written, or a connection lost)."""
-    deadline = _monotonic() + seconds
-    while not lib.xf_call_woken(call):
-        left = deadline - _monotonic()
-        if left <= 0:
-            return
-        try:
-            await asyncio.wait_for(links.wake_event.wait(), left)
-        except asyncio.TimeoutError:
-            return
 
 
 async def _load(cache, call, loader, kb):

@@ -3,12 +3,11 @@ call names (xf_call_target: the seed in use, or each cluster node). A Link
 is the C link (xf_link: the setup, tracking, clock estimate, breaker and
 resend are decided there) and a non-blocking socket on the Cache's event
 loop (over TLS for rediss://, _aio_tls): this module only connects, moves
-bytes both ways, says when the socket failed or timed out, and wakes the
-calls that moved."""
+bytes both ways, says when the socket failed or the time came (the link's
+deadline, its wake pipe), and wakes the calls that moved."""
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import time
 import weakref
@@ -42,7 +41,9 @@ class Link:
         check(lib.xf_link_open(out, links.client, host, fields["port"] or 0, 0))
         self.l = out[0]
         links.opened.append(self.l)  # closed before the client (Links' finalizer)
+        self.wake_fd = lib.xf_link_wake_fd(self.l)  # -1: no near cache
         self.sock = self.tls = self.opening = self.timer = None
+        self.timer_at = _NO_DEADLINE
         self.pending = bytearray()  # bytes the socket did not take yet
         self.waiting, self.early, self.fast = {}, set(), 0
         self.size = ffi.new("size_t *")
@@ -58,6 +59,19 @@ class Link:
             if (self.sock is not None and not self.waiting and not self.pending
                     and self.fast < self.FAST_LIMIT):
                 self.readable()  # the reply may be there already
+        return self.moved(call)
+
+    def park(self, call):
+        """Parks call (in XF_CALL_WAIT) on the link: as send's, until its wait
+        ends (its time, or a write of its key: the wake pipe)."""
+        check(lib.xf_call_park(call, self.l, now_ms()))
+        if self.wake_fd >= 0 and self.links.watched.get(self.wake_fd) is not self.links.loop:
+            self.links.loop.add_reader(self.wake_fd, self.tick)
+            self.links.watched[self.wake_fd] = self.links.loop
+        self.drain()
+        return self.moved(call)
+
+    def moved(self, call):
         if call in self.early:
             self.early.discard(call)
             self.fast += 1
@@ -134,17 +148,22 @@ class Link:
             return self.fail(lib.XF_LINK_TLS, self.tls.closed_early().message)
         self.fail(how, str(e) if e is not None else "closed")
 
-    def drop(self, why):
-        """Drops the stream (the Cache closed, or moved loops)."""
+    def drop(self, why, unbind=True):
+        """Drops the stream (the Cache closed, or moved loops); unbind: the
+        timer and the wake pipe's reader too (else the parked calls' waits
+        still end on this loop)."""
         if self.opening is not None:
             try:
                 self.opening.cancel()
             except RuntimeError:  # its loop is closed
                 pass
             self.opening = None
-        if self.timer is not None:
+        if self.timer is not None and unbind:
             self.timer.cancel()
             self.timer = None
+        loop = self.links.watched.pop(self.wake_fd, None) if unbind else None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self.wake_fd)
         self.fail(lib.XF_LINK_CANCELED, why)
 
     # ---- bytes --------------------------------------------------------------
@@ -221,17 +240,28 @@ class Link:
         self.flush()
 
     def arm(self):
-        if self.timer is None:
-            deadline = lib.xf_link_deadline(self.l)
-            if deadline != _NO_DEADLINE:
-                self.timer = self.links.loop.call_at(deadline / 1000, self.expire)
+        """The timer for the link's deadline (the stream's, a parked wait's);
+        a passed one while connecting is the connect's own timeout's."""
+        deadline = lib.xf_link_deadline(self.l)
+        if self.timer is not None:
+            if self.timer_at <= deadline:
+                return
+            self.timer.cancel()
+        self.timer = None
+        if deadline != _NO_DEADLINE and (self.opening is None or deadline > now_ms()):
+            self.timer_at = deadline
+            self.timer = self.links.loop.call_at(deadline / 1000, self.expire)
 
     def expire(self):
         self.timer = None
-        if self.opening is not None:  # the connect's own timeout covers the handshake
-            return
-        if lib.xf_link_deadline(self.l) <= now_ms() + 1:
+        self.tick()
+
+    def tick(self):
+        """The time came, or the wake pipe was readable: the C link moves the
+        parked calls whose wait ended and says whether the stream timed out."""
+        if lib.xf_link_tick(self.l, now_ms()) and self.opening is None:
             self.fail(lib.XF_LINK_TIMEOUT, None)
+        self.drain()
         self.arm()
 
 
@@ -271,17 +301,15 @@ class Links:
     refuses while it runs in another thread (the C client and the sockets
     are one thread's)."""
 
-    def __init__(self, client, fields, connect_timeout, tls=None, near=False, share=None):
+    def __init__(self, client, fields, connect_timeout, tls=None, share=None):
         self.client, self.unix_path = client, fields["unix_path"]
-        self.connect_timeout, self.tls, self.near = connect_timeout, tls, near
-        self.wake_fd = None  # the C wake pipe's read end (xf_call_wake_open), once bound
-        self.wake_event = None  # set (then replaced) when a key is invalidated
-        self._wake = {"loop": None}  # for the finalizer: the loop its reader is on
+        self.connect_timeout, self.tls = connect_timeout, tls
         self.by_target = {}  # (host as the C client's char *, port) -> Link: the hot path
         self.by_name = {}  # (host, port) -> Link: one per server
         self.loop = None
         self.opened = []  # the C links, closed before the client and share
-        weakref.finalize(self, _close, client, self.opened, self._wake, share)
+        self.watched = {}  # a link's wake pipe -> the loop its reader is on
+        weakref.finalize(self, _close, self.opened, self.watched, share)
 
     def get(self, host, port):
         """The Link for xf_call_target's host (a char * the C client owns:
@@ -310,53 +338,26 @@ class Links:
                 f"open one xfetch.aio.Cache per event loop")
         self.drop("opened by another event loop")
         self.loop = loop
-        if self.near:
-            self._bind_wake(old, loop)
 
-    def _bind_wake(self, old, loop):
-        """Wake-on-write: the C near cache writes a byte on the pipe whenever a
-        key is invalidated; the waiting calls whose key it was read at once."""
-        if self.wake_fd is None:
-            fd = ffi.new("int *")
-            if lib.xf_call_wake_open(self.client, fd) != 0 or fd[0] < 0:
-                return
-            self.wake_fd = self._wake["fd"] = fd[0]
-        elif old is not None and not old.is_closed():
-            old.remove_reader(self.wake_fd)
-        loop.add_reader(self.wake_fd, self._woke)
-        self._wake["loop"] = loop
-        self.wake_event = asyncio.Event()
-
-    def _woke(self):
-        try:
-            while os.read(self.wake_fd, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-        event, self.wake_event = self.wake_event, asyncio.Event()
-        event.set()
-
-    def drop(self, why):
-        if self._wake.get("closed"):  # finalized (a cycle's collection): nothing left
+    def drop(self, why, unbind=True):
+        if self.watched.get("closed"):  # finalized (a cycle's collection): nothing left
             return
         for link in list(self.by_name.values()):
-            link.drop(why)
+            link.drop(why, unbind)
 
     def connected(self):
         return sum(1 for link in self.by_name.values() if link.sock is not None)
 
 
-def _close(client, opened, wake, share):
-    """The Links are gone: the C links, then the wake pipe (off its loop);
-    the client and the share (held here) outlive both."""
-    wake["closed"] = True
-    for link in opened:
-        lib.xf_link_close(link)
-    fd, loop = wake.get("fd"), wake["loop"]
-    if fd is not None:
-        if loop is not None and not loop.is_closed():
+def _close(opened, watched, share):
+    """The Links are gone: the wake pipes' readers off their loops, then the C
+    links; the client and the share (held here) outlive them."""
+    for fd, loop in list(watched.items()):
+        if not loop.is_closed():
             try:
                 loop.remove_reader(fd)
             except Exception:  # its loop is being torn down
                 pass
-        lib.xf_call_wake_close(client, fd)
+    watched["closed"] = True
+    for link in opened:
+        lib.xf_link_close(link)

@@ -34,7 +34,7 @@ from ._face import AioFace
 from ._native import ffi, lib
 from ._setup import LateSetup
 from ._types import Fetched
-from ._values import Codecs, Unreadable, recover, values_of_many
+from ._values import Codecs, recover, values_of_many
 
 _CALL = lib.XF_DRIVER_CALL  # the driver a near hit's events name (as the call's)
 
@@ -76,7 +76,7 @@ class Cache(LateSetup):
         self._client = ffi.gc(out[0], lib.xf_client_close)
         tls = config.tls and (context(config.tls), bool(config.tls["cert_file"]))
         self._links = Links(self._client, fields, config.connect_timeout_ms / 1000,
-                            tls or None, config.near, config.share)
+                            tls or None, config.share)
         self._enabled = config.enabled  # the C client's bypass switch, as last set
         self._commons = self._policies.commons
         self._near = config.near  # the near hit's fast path
@@ -116,7 +116,7 @@ class Cache(LateSetup):
                     await asyncio.wait(late, timeout=0.1)
         finally:
             self._closing = False
-            self._links.drop("closed")
+            self._links.drop("closed", unbind=False)  # calls waiting still end
 
     async def __aenter__(self):
         return self
@@ -203,15 +203,10 @@ class Cache(LateSetup):
         if codec.raw:
             return (await self._run(key, loader, p, 5.0))[0]
         kb = key_bytes(key)
-        value = (await self._run(key, codec.async_loader(kb, loader), p, 5.0))[0]
-        if value is None:
-            return None
-        try:
-            return codec.decode(kb, value)
-        except Unreadable as e:
-            self._config.codecs.count(key, e)
-            return (await recover(AioFace(self), codec, key, kb, loader,
-                                  {"ttl": ttl, "beta": beta}))[0]
+        got = await self._run(key, codec.async_loader(kb, loader), p, 5.0)
+        return (self._config.codecs.fetched(codec, key, kb, got)
+                or await recover(AioFace(self), codec, key, kb, loader,
+                                 {"ttl": ttl, "beta": beta}))[0]
 
     def _near_serve(self, kb, policy):
         """C xf_near_serve (policy NULL: a get), before anything is awaited:
@@ -260,9 +255,7 @@ class Cache(LateSetup):
         if self._closing:
             lib.xf_call_free(call)
             return
-        task = asyncio.get_running_loop().create_task(self._refresh(call, loader, key, kb))
-        self._refreshes.add(task)
-        task.add_done_callback(self._refreshes.discard)
+        self._track(self._refresh(call, loader, key, kb))
 
     async def _refresh(self, call, loader, key, kb):
         exc, _ = await steps(self, call, loader, key, kb)  # cancelled: abandoned there
