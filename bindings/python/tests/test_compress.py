@@ -3,7 +3,6 @@ fixture): a large value is stored as a zstd frame (entry header version 5,
 flag 128) and read back as it was, also by a Cache that does not compress; a
 small value stays a plain entry."""
 import json
-import pickle
 import random
 
 import pytest
@@ -56,19 +55,3 @@ def test_a_small_or_incompressible_value_stays_plain(face, server, admin, prefix
 def test_compress_min_bytes_is_checked(face, server):
     with pytest.raises(ValueError, match="compress_min_bytes"):
         face.Cache(server.url, compress_min_bytes=-1)
-
-
-def test_a_serializer_change_never_decodes_old_bytes(face, server, admin, prefix):
-    """The entry names its serializer: a Cache with another one reads a miss
-    (counted undecodable) and recomputes, even when its loads() would accept
-    the bytes."""
-    class Text:  # accepts any bytes
-        dumps = staticmethod(lambda v: str(v).encode("latin-1"))
-        loads = staticmethod(lambda b: b.decode("latin-1"))
-    old = face.Cache(server.url, prefix=prefix, serializer="pickle")
-    assert face.run(old.get_or_compute("k", face.loader(lambda: {"a": 1}), ttl=60)) == {"a": 1}
-    assert admin.get(prefix + "k").endswith(
-        b"\xa6\x06pickle" + pickle.dumps({"a": 1}, protocol=pickle.HIGHEST_PROTOCOL))
-    new = face.Cache(server.url, prefix=prefix, serializer=Text())
-    assert face.run(new.get_or_compute("k", face.loader(lambda: "new"), ttl=60)) == "new"
-    assert new.stats()["undecodable"] == 1

@@ -30,10 +30,6 @@ log = logging.getLogger("xfetch")
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _SIGNED = b"\xa5"  # a signed value: this byte, the 32-byte HMAC, the serializer's bytes
-# An unsigned value of a serializer (not "bytes"): this byte, the serializer's name's
-# length (1 byte) and name, the serializer's bytes. A signed value binds the name in
-# its HMAC instead. A value without either (an older client's) is decoded as before.
-_NAMED = b"\xa6"
 _MAC_LEN = 32
 
 
@@ -106,8 +102,6 @@ class Codec:
         self.raw = self.dumps is None and not keys  # bytes as they are: nothing to do
         self._label = f"serializer={serializer!r}" if isinstance(serializer, str) else (
             f"serializer={self.name}")
-        name = self.name.encode("utf-8")[:255]
-        self._tag = _NAMED + bytes((len(name),)) + name  # unsigned, not raw: data's head
 
     # -- encode
 
@@ -144,8 +138,6 @@ class Codec:
                                 f"{type(data).__name__}")
         if self.keys:
             data = _SIGNED + self._mac(kb, bytes(data), self.keys[0]) + bytes(data)
-        elif self.dumps is not None:
-            data = self._tag + bytes(data)
         return data
 
     def loader(self, kb, loader):
@@ -179,10 +171,6 @@ class Codec:
             mac, data = data[1:1 + _MAC_LEN], data[1 + _MAC_LEN:]
             if not any(hmac.compare_digest(mac, self._mac(kb, data, s)) for s in self.keys):
                 raise Unreadable(True)
-        elif data[:1] == _NAMED:  # written by a serializer that says its name
-            if not data.startswith(self._tag):
-                raise Unreadable(False)  # another serializer's: never decoded by this one
-            data = data[len(self._tag):]
         if self.loads is None:
             return data
         try:
