@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "fleet.h"
+#include "near_env.h"
 #include "op_drivers.h"
 
 #define BIG (200 * 1024)
@@ -273,4 +274,39 @@ Test(compress, a_mixed_fleet_on_one_hot_key_loads_once_per_episode, .timeout = 6
   del("z:fleet");
   xft_fleet_value(big_json(), strlen(big_json()), every_other_compresses);
   xft_fleet_run("z:fleet", 6, 1500, 3, fleet_client, NULL, fleet_label);
+}
+
+/* The near cache keeps the decoded value: its hits serve the value's bytes
+ * (a near hit sends nothing and decodes nothing: decoding is done on a reply
+ * from Redis, before the near cache keeps it). 16 KiB of the document: an
+ * entry must fit a shard of the near cache's 1 MiB. */
+Test(compress, the_near_cache_serves_the_decoded_value) {
+  if (xft_entry_format() == XF_ENTRY_HASH)
+    cr_skip_test("format 2 only");
+  near_env e;
+  near_env_open(&e);
+  xf_policy p = compressing();
+  const size_t len = 16 * 1024;
+  cr_assert_eq(xf_set(e.other, "z:near", 6, big_json(), len, &p), XF_OK);
+  redisReply *h = xft_cmd(e.r, "GETRANGE z:near 1 1");
+  cr_expect_eq(h->str[0], 5, "compressed: version %d", h->str[0]);
+  freeReplyObject(h);
+  int64_t until = xft_now_ms() + BOUND_MS; /* the first reads fill the cache */
+  while (near_hits(e.c) == 0 && xft_now_ms() < until) {
+    xf_value v;
+    cr_assert_eq(xf_get(e.c, "z:near", 6, &v), XF_OK);
+    cr_expect(v.len == len && memcmp(v.data, big_json(), len) == 0, "a read's bytes");
+    xf_value_free(&v);
+  }
+  cr_assert_gt(near_hits(e.c), 0, "no near hit within %d ms", BOUND_MS);
+  uint64_t before = near_hits(e.c);
+  for (int i = 0; i < 5; i++) {
+    xf_value v;
+    cr_assert_eq(xf_get(e.c, "z:near", 6, &v), XF_OK);
+    cr_expect(v.len == len && memcmp(v.data, big_json(), len) == 0, "a near hit's bytes");
+    xf_value_free(&v);
+  }
+  cr_expect_eq(near_hits(e.c), before + 5, "near hits %llu",
+               (unsigned long long)(near_hits(e.c) - before));
+  near_env_close(&e);
 }
