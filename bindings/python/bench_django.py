@@ -8,7 +8,9 @@ with OPTIONS namespace_tag=False (one round trip), and with a near cache.
 
 Each contender reads the same pickled ~130-byte dict through caches[alias].get,
 one call at a time in one process; rounds alternate between the contenders so
-drift hits them alike; the figure is the median over rounds of the mean call.
+drift hits them alike; the figure is the median over rounds of the mean call,
+in wall time and in this thread's CPU time (the client's own cost: on a busy
+machine the wall time mostly tells the scheduler's delays).
 Needs python3-django and python3-django-redis.
 """
 import argparse
@@ -49,18 +51,23 @@ def main():
         caches[name].set("hot", value, 3600)
         assert caches[name].get("hot") == value
     means = {name: [] for name in names}
+    cpus = {name: [] for name in names}
     for _ in range(args.rounds):
         for name in names:
             get = caches[name].get
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             for _ in range(args.n):
                 get("hot")
+            cpus[name].append((time.thread_time() - c) / args.n * 1e6)
             means[name].append((time.perf_counter() - t) / args.n * 1e6)
     base = statistics.median(means["django-redis"])
+    cpu_base = statistics.median(cpus["django-redis"])
     print(f"cache.get hit, {args.n} calls x {args.rounds} rounds (median of round means)")
+    print(f"  {'':28s} {'wall':>7s}               {'CPU':>7s}")
     for name in names:
-        m = statistics.median(means[name])
-        print(f"  {name:28s} {m:7.1f} us  {m / base:4.2f} x django-redis")
+        m, c = statistics.median(means[name]), statistics.median(cpus[name])
+        print(f"  {name:28s} {m:7.1f} us  {m / base:4.2f} x dr  {c:7.1f} us  "
+              f"{c / cpu_base:4.2f} x dr")
     if server:
         server.stop()
 

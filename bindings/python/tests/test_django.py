@@ -175,6 +175,33 @@ def test_key_function_and_validation(server, admin):
             c.set("a key with spaces", 1)
 
 
+@pytest.mark.parametrize("key, warns", [
+    ("plain:key-1", False), ("Iñtërnâtiônàlizætiøn", False), ("\u2028line", False),
+    ("x" * 240, False), ("x" * 251, True), ("a space", True), ("tab\there", True),
+    ("del\x7f", True), ("nul\x00", True)])
+def test_keys_warn_as_djangos_validate_key_says(dj, key, warns):
+    """The backend skips Django's per-character check for a key it cannot
+    warn about, and warns (CacheKeyWarning) for every key Django's does."""
+    import warnings
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        dj.set(key, 1)
+        assert dj.get(key) == 1
+    assert any(issubclass(w.category, CacheKeyWarning) for w in got) == warns
+
+
+def test_a_subclass_validate_key_is_called_for_every_key(server):
+    from xfetch.contrib.django import XFetchCache
+    seen = []
+
+    class Strict(XFetchCache):
+        def validate_key(self, key):
+            seen.append(key)
+    c = Strict(server.url, {"KEY_PREFIX": "strict"})
+    c.set("k", 1)
+    assert c.get("k") == 1 and seen == ["strict:1:k", "strict:1:k"]
+
+
 def test_options_reach_xfetch_and_close_keeps_it_usable(server, admin):
     events = []
     with configured(default={"LOCATION": server.url,

@@ -90,6 +90,47 @@ def test_install_sets_up_in_the_lifespan_and_closes(server, admin, prefix):
     assert svc.runs == 1
 
 
+def _user_lifespan(cache, seen):
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        seen.append(("enter", cache.is_set_up, await cache.get("k")))
+        yield
+        seen.append(("exit", cache.stats()["connections"] >= 1))
+    return lifespan
+
+
+def test_install_wraps_a_lifespan_given_to_the_router(server, prefix):
+    """The app's own lifespan (Starlette's router.lifespan_context, what
+    FastAPI(lifespan=) sets from 0.93 on) runs inside install()'s: the
+    Cache is set up before it enters and closed after it exits."""
+    cache, seen = xfetch.aio.Cache(ttl="1m"), []
+    app = FastAPI()
+    app.router.lifespan_context = _user_lifespan(cache, seen)
+    install(app, cache, server.url, prefix=prefix)
+    with TestClient(app):
+        assert seen == [("enter", True, None)]
+    assert seen[1] == ("exit", True) and cache.stats()["connections"] == 0
+
+
+def test_fastapi_lifespan_keyword(server, prefix):
+    """FastAPI(lifespan=...): wrapped by install() where FastAPI takes it
+    (0.93+); where it drops it silently (0.92), install() warns."""
+    cache, seen = xfetch.aio.Cache(ttl="1m"), []
+    app = FastAPI(lifespan=_user_lifespan(cache, seen))
+    if "lifespan" in app.extra:  # dropped by this FastAPI
+        with pytest.warns(RuntimeWarning, match="0.93"):
+            install(app, cache, server.url, prefix=prefix)
+        with TestClient(app):
+            assert seen == [] and cache.is_set_up
+        return
+    install(app, cache, server.url, prefix=prefix)
+    with TestClient(app):
+        assert seen == [("enter", True, None)]
+    assert seen[1] == ("exit", True) and cache.stats()["connections"] == 0
+
+
 def test_install_takes_only_the_asyncio_face(server):
     with pytest.raises(TypeError, match="xfetch.aio.Cache"):
         install(FastAPI(), xfetch.Cache(lazy_connect=True))

@@ -339,6 +339,70 @@ def test_failsafe_throttle_is_checked(face, server, prefix, throttle):
         face.run(cache.get_or_compute("k", lambda: b"v", ttl=60, failsafe_throttle=throttle))
 
 
+# ---- get_many takes get_or_compute's keywords ----------------------------------------
+
+# Each keyword get_or_compute takes, at a value that is not its default.
+CALL_POLICY = dict(lease=4.0, wait=4.0, stale=30.0, stale_if_error=30.0, negative_ttl=5.0,
+                   jitter=0.1, on_wait_timeout="fail", background_refresh=False,
+                   refresh_ahead=2.0, tags=["many"], max_load=20.0, soft_timeout=3.0,
+                   hard_timeout=4.0, failsafe_throttle=1.0)
+
+
+def test_every_get_or_compute_keyword_is_listed_here():
+    import inspect
+    for get_or_compute in (xfetch.Cache.get_or_compute, xfetch.Cache.fetch):
+        named = set(inspect.signature(get_or_compute).parameters) - {
+            "self", "key", "loader", "ttl", "beta"}
+        assert named == set(CALL_POLICY)
+
+
+@pytest.mark.parametrize("name", sorted(CALL_POLICY))
+@pytest.mark.parametrize("batch", [False, True])
+def test_get_many_takes_each_get_or_compute_keyword(face, server, prefix, name, batch):
+    cache = face.Cache(server.url, prefix=prefix)
+    one = face.loader(lambda k: b"v-" + k.encode())
+    load = face.loader(lambda ks: {k: b"v-" + k.encode() for k in ks}) if batch else one
+    got = face.run(cache.get_many(["a", "b"], load, ttl=60, batch=batch,
+                                  **{name: CALL_POLICY[name]}))
+    assert got == {"a": b"v-a", "b": b"v-b"}
+    assert face.run(cache.get_many(["a", "b"], load, ttl=60, batch=batch,
+                                   **{name: CALL_POLICY[name]})) == got
+
+
+def test_get_many_refuses_what_get_or_compute_refuses(face, server, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+    with pytest.raises(TypeError):
+        face.run(cache.get_many(["a"], lambda k: b"v", ttl=60, no_such_keyword=1))
+    with pytest.raises((TypeError, ValueError)):
+        face.run(cache.get_many(["a"], lambda k: b"v", ttl=60, soft_timeout=2.0,
+                                hard_timeout=1.0))
+
+
+def test_get_many_soft_timeout_returns_the_stale_values(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+    face.run(cache.set("s1", b"old1", ttl=0.1, stale=60))
+    face.run(cache.set("s2", b"old2", ttl=0.1, stale=60))
+    time.sleep(0.2)  # past their ttl, within stale
+    slow = face.loader(lambda k: b"new-" + k.encode(), delay=SLOW)
+    got, took = timed(face, lambda: cache.get_many(["s1", "s2"], slow, ttl=60, stale=60,
+                                                   soft_timeout=TIMEOUT))
+    assert got == {"s1": b"old1", "s2": b"old2"}
+    # the two keys' calls, one after the other on the sync face: twice the bound
+    assert took <= 2 * CALL_BOUND, f"returned after {took:.3f} s"
+    lands(face, cache, "s1", b"new-s1")
+    lands(face, cache, "s2", b"new-s2")
+
+
+def test_get_many_hard_timeout_raises(face, server, admin, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+    slow = face.loader(lambda k: b"new", delay=SLOW)
+    got, took = timed(face, lambda: cache.get_many(["cold"], slow, ttl=60,
+                                                   hard_timeout=TIMEOUT))
+    assert isinstance(got, xfetch.TimeoutError), got
+    assert took <= CALL_BOUND, f"raised after {took:.3f} s"
+    lands(face, cache, "cold", b"new")
+
+
 def test_a_caller_that_waited_on_a_failed_load_gets_the_last_good_value(face, server, admin,
                                                                          prefix):
     """The load a caller waited on fails: the caller is served the last good

@@ -10,7 +10,6 @@ import inspect
 from collections.abc import Mapping
 
 from ._core import unique_keys
-from ._policy import check_call_keywords
 
 
 class _Batch:
@@ -61,8 +60,7 @@ async def get_many(policies, fetch, keys, loader, ttl, beta, batch, policy):
     ks = list(unique_keys(keys).values())
     if not ks:
         return {}
-    check_call_keywords(policy)
-    policies.of_call(ttl, beta, **policy)  # checks them before any I/O
+    policies.of_many(ttl, beta, policy)  # checks them before any I/O
     b = _Batch(loader, len(ks)) if batch else None
 
     async def one(k):

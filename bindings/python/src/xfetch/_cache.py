@@ -4,6 +4,7 @@ core's (_core); this face waits and does I/O on a pool of C blocking clients
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 
 from ._core import (BYPASS, NEAR_NOT_SERVED, Config, check_loader, check_value, key_bytes,
                     outcome, unique_keys)
@@ -496,13 +497,17 @@ class Cache(LateSetup):
         expired, a cached not-found, or a value the serializer or secret=
         refuses: counted). Computes nothing, takes no lease; one round trip
         for a hit. Errors raise (there is no loader to fail open to)."""
-        return self._get_with(self._codec, key)
+        data = self._get_raw(key)
+        codec = self._codec
+        if codec.raw or data is None:  # _get_with's steps inline: the hit's cost
+            return data
+        return self._config.codecs.read(codec, key, data)
 
     def _get_with(self, codec, key):
         return self._config.codecs.read(codec, key, self._get_raw(key))
 
     def _get_raw(self, key):
-        kb = key_bytes(key)
+        kb = key.encode() if type(key) is str and key else key_bytes(key)
         if self._near:
             value = self._near_serve(kb, ffi.NULL)
             if value is not NEAR_NOT_SERVED:
@@ -522,11 +527,8 @@ class Cache(LateSetup):
             self._pool.exit(conn, saved)
 
     def get_many(self, keys: Iterable[Key], loader: Callable[[Any], Any],
-                 ttl: Any = None, beta: float = 1.0, *, lease: float = 5.0, wait: float = 5.0,
-                 stale: float = 0.0, stale_if_error: float = 0.0, negative_ttl: float = 0.0,
-                 jitter: float = 0.0, on_wait_timeout: str = "load", batch: bool = False,
-                 background_refresh: bool | None = None, refresh_ahead: float | None = None,
-                 tags: Iterable[str] | None = None) -> dict[Key, Any]:
+                 ttl: Any = None, beta: float = 1.0, *, batch: bool = False,
+                 **policy: Any) -> dict[Key, Any]:
         """get_or_compute for many keys at once on the C batch driver: the
         reads travel in one round trip (one script per Redis Cluster slot),
         and loader(key) runs for each key this caller must compute, its
@@ -537,16 +539,14 @@ class Cache(LateSetup):
         key this caller must compute, and returns a mapping key -> bytes or
         None (a key left out is "not found"); an exception fails them all.
         With Redis down, a key another thread is loading is waited for (the
-        Cache's share), not loaded again. background_refresh is accepted
-        and has no effect: the batch refreshes in the call. Values go
-        through the Cache's serializer; ones it refuses are computed again.
-        refresh_ahead, tags: get_or_compute's, for every key."""
-        return self._get_many_with(self._codec, keys, loader, ttl, beta, lease=lease,
-                                   wait=wait, stale=stale, stale_if_error=stale_if_error,
-                                   negative_ttl=negative_ttl, jitter=jitter,
-                                   on_wait_timeout=on_wait_timeout, batch=batch,
-                                   background_refresh=background_refresh,
-                                   refresh_ahead=refresh_ahead, tags=tags)
+        Cache's share), not loaded again. Values go through the Cache's
+        serializer; ones it refuses are computed again. **policy: every
+        keyword of get_or_compute, for every key; background_refresh has no
+        effect (the batch refreshes in the call); with max_load,
+        soft_timeout or hard_timeout the keys go through a get_or_compute
+        each, one after the other (with batch=True, loader([key]) per key)."""
+        return self._get_many_with(self._codec, keys, loader, ttl, beta, batch=batch,
+                                   **policy)
 
     def _get_many_with(self, codec, keys, loader, ttl=None, beta=1.0, *, batch=False,
                        **policy):
@@ -554,22 +554,15 @@ class Cache(LateSetup):
         return drive(values_of_many(SyncFace(self), codec, keys, loader, batch,
                                     dict(policy, ttl=ttl, beta=beta)))
 
-    def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
-                      stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
-                      on_wait_timeout="load", batch=False, background_refresh=None,
-                      refresh_ahead=None, tags=None):
+    def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, batch=False, **options):
         originals = unique_keys(keys)
         check_loader(loader)
-        # in the batch: the refresh threads run zero-argument loaders
-        if refresh_ahead is None:
-            refresh_ahead = self._config.refresh_ahead
-        policy = self._policies.get((ttl, beta, lease, wait, stale, stale_if_error,
-                                     negative_ttl, jitter, on_wait_timeout, False,
-                                     refresh_ahead))
-        policy = tagged(policy, tag_names(tags))
+        policy, per_key = self._policies.of_many(ttl, beta, options)
         n = len(originals)
         if n == 0:
             return {}
+        if per_key:
+            return self._get_many_per_key(originals, loader, ttl, beta, batch, options)
         kbs = list(originals)
         cbufs = [ffi.from_buffer(kb) for kb in kbs]
         ckeys = ffi.new("const char *[]", [ffi.cast("const char *", b) for b in cbufs])
@@ -608,6 +601,29 @@ class Cache(LateSetup):
                 lib.xf_value_free(ffi.addressof(values, i))
             exc = None
             self._pool.exit(conn, saved)
+
+    def _get_many_per_key(self, originals, loader, ttl, beta, batch, policy):
+        """_get_many_raw with a get-or-compute per key (PolicyCache.PER_KEY)."""
+        out, first_error = {}, None
+        for key in originals.values():
+            if batch:
+                def load(key=key):
+                    values = loader([key])
+                    if not isinstance(values, Mapping):
+                        raise TypeError(f"a batch loader must return a mapping of key to "
+                                        f"bytes or None, not {type(values).__name__}")
+                    return values.get(key)  # a key left out is "not found"
+            else:
+                def load(key=key):
+                    return loader(key)
+            try:
+                out[key] = self._fetch_raw(key, load, ttl, beta,
+                                           **dict(policy, background_refresh=False))[0]
+            except Exception as e:  # the first is raised once every key is done
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return out
 
     def stats(self) -> dict[str, int]:
         """Counters of this Cache in this process (a fork child starts at 0):

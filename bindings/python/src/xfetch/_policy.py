@@ -1,5 +1,6 @@
 """Policy keyword arguments (seconds) -> xf_policy (milliseconds), validated
 in Python so that bad arguments raise before any I/O."""
+import inspect
 import math
 import weakref
 
@@ -97,11 +98,6 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
     })
 
 
-CALL_KEYWORDS = frozenset(("lease", "wait", "stale", "stale_if_error", "negative_ttl",
-                           "jitter", "on_wait_timeout", "background_refresh", "refresh_ahead",
-                           "tags"))  # PolicyCache.of_call's, after ttl and beta
-
-
 def check_call_keywords(policy):
     """Refuses a keyword get_or_compute does not take (a mapping's keys)."""
     unknown = set(policy) - CALL_KEYWORDS
@@ -150,6 +146,22 @@ class PolicyCache:
                                 max_load, soft_timeout, hard_timeout, failsafe_throttle)),
                       names)
 
+    # The keywords whose loads need a get-or-compute per key: the batch driver
+    # runs its loads in the calling thread one after the other, with no
+    # worker to hand a load to at a soft or hard timeout and no renewals.
+    PER_KEY = ("max_load", "soft_timeout", "hard_timeout")
+
+    def of_many(self, ttl, beta, policy):
+        """get_many's policy, the same on both faces: policy (a mapping) holds
+        get_or_compute's keywords, checked as of_call checks them, before any
+        I/O. Returns (the batch driver's policy: background_refresh off, as
+        the batch refreshes in the call; per_key: True when a PER_KEY keyword
+        is set, so the keys go through a get-or-compute each)."""
+        check_call_keywords(policy)
+        self.of_call(ttl, beta, **policy)
+        per_key = any(policy.get(name) is not None for name in self.PER_KEY)
+        return self.of_call(ttl, beta, **dict(policy, background_refresh=False)), per_key
+
     def of_set(self, ttl, stale, jitter, tags):
         """A set's policy (its value written as if a loader returned it now)."""
         names = tag_names(tags)
@@ -169,6 +181,11 @@ class PolicyCache:
                 self._cache.clear()
             self._cache[key] = p
         return p
+
+
+# get_or_compute's keywords after ttl and beta: of_call's, so they cannot drift
+CALL_KEYWORDS = frozenset(inspect.signature(PolicyCache.of_call).parameters) - {
+    "self", "ttl", "beta"}
 
 
 def tag_names(tags):

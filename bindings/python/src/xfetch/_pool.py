@@ -8,7 +8,7 @@ import os
 import threading
 import weakref
 
-from ._core import STAT_FIELDS, enabled_now, stats_of
+from ._core import BYPASS, STAT_FIELDS, enabled_now, stats_of
 from ._errors import check, error_for
 from ._native import ffi, lib
 from ._refresh import Refresher
@@ -160,21 +160,29 @@ class Pool:
             outer.value = ffi.new("xf_value *")
             outer.switch(enabled_now(self.config))
             return outer, saved
-        if self.slots is not None:
-            self.slots.acquire()
+        slots = self.slots
+        if slots is not None:
+            slots.acquire()
         try:
-            conn = self._acquire()
-        except BaseException:
-            if self.slots is not None:
-                self.slots.release()
-            raise
-        self.tls.conn = conn
-        spare = getattr(self.tls, "spare", None)
+            conn = self.idle.pop()  # _acquire's common case, inline
+        except IndexError:
+            try:
+                conn = self._acquire()
+            except BaseException:
+                if slots is not None:
+                    slots.release()
+                raise
+        tls = self.tls
+        tls.conn = conn
+        spare = getattr(tls, "spare", None)
         if spare is not None:  # a near hit passed to this call: its election too
-            self.tls.spare = None
+            tls.spare = None
             lib.xf_near_move_refresh(spare.ptr, conn.ptr)
             self.near_done(spare)
-        conn.switch(enabled_now(self.config))
+        config = self.config
+        enabled = config.enabled and config not in BYPASS.get()  # enabled_now, inline
+        if conn.enabled is not enabled:
+            conn.switch(enabled)
         return conn, None
 
     def exit(self, conn, saved):
@@ -186,7 +194,10 @@ class Pool:
             st.loader, st.exc, st.load_s, st.keys, conn.value = saved
         else:
             self.tls.conn = None
-            self._release(conn)
+            if conn.gen == self.gen and not self.closed:
+                self.idle.append(conn)  # _release's common case, inline
+            else:
+                self._release(conn)
             if self.slots is not None:
                 self.slots.release()
         if exc is not None and not isinstance(exc, Exception):

@@ -273,7 +273,8 @@ class Cache(LateSetup):
         """xfetch.Cache.get_many, awaited: the keys' calls pipelined on the
         stream (one round trip for the reads), loader(key) awaited for each
         key this caller must compute, or with batch=True loader(list of keys)
-        once per round with every such key, returning a mapping."""
+        once per round with every such key, returning a mapping. **policy:
+        every keyword of get_or_compute, for every key."""
         return await self._get_many_with(self._codec, keys, loader, ttl, beta, batch=batch,
                                          **policy)
 

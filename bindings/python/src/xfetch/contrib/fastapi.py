@@ -29,6 +29,7 @@ import contextlib
 import functools
 import inspect
 import typing
+import warnings
 from typing import Any, Callable, TypeVar
 
 from fastapi import BackgroundTasks, params
@@ -55,10 +56,15 @@ def install(app: Any, cache: Any, url: str | None = None, **options: Any) -> Non
     before the app's own lifespan or startup handlers run, so they may use
     it; at shutdown, after them, await cache.close(). Works on a FastAPI or
     Starlette app, whatever lifespan it was given (FastAPI(lifespan=...),
-    on_startup/on_shutdown, none)."""
+    on_startup/on_shutdown, none); FastAPI before 0.93 drops lifespan=
+    (warned here): set app.router.lifespan_context instead."""
     if not getattr(cache, "_is_async", False):
         raise TypeError("install() takes an xfetch.aio.Cache (the asyncio face), "
                         f"not {type(cache).__name__}")
+    if "lifespan" in (getattr(app, "extra", None) or {}):
+        warnings.warn("this FastAPI ignores FastAPI(lifespan=...) (it takes it from 0.93 on): "
+                      "set app.router.lifespan_context = lifespan before install()",
+                      RuntimeWarning, stacklevel=2)
     app_lifespan = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
