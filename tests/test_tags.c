@@ -157,6 +157,49 @@ ParameterizedTest(int *driver, tags, a_tagged_set) {
   xft_drv_close(d);
 }
 
+ParameterizedTestParameters(tags, after_an_old_clients_overwrite) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* A client that knows no tags judges a tagged entry malformed, recomputes it
+ * and writes it back as version 3 without a record (the bytes an untagged
+ * xf_set writes: written here by another client). A tagged call then
+ * refuses that entry as invalidated (counted), loads once, and hits after. */
+ParameterizedTest(int *driver, tags, after_an_old_clients_overwrite) {
+  const char *what = xft_driver_names[*driver];
+  char key[64], tag[64];
+  key_of(key, sizeof key, "old", *driver);
+  snprintf(tag, sizeof tag, "old:%s", what);
+  del(key);
+  xf_options o = options();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {tag};
+  xf_policy p = XF_POLICY_INIT, u = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  xft_op_loader l = {.value = "tagged"};
+  expect_goc(d, what, key, &p, &l, "tagged", XF_SOURCE_LOADER);
+  xf_client *old = xft_client(0);
+  cr_assert_eq(xf_set(old, key, strlen(key), "old", 3, &u), XF_OK, "%s", xf_errmsg(old));
+  xf_client_close(old);
+  redisContext *r = xft_redis();
+  redisReply *h = xft_cmd(r, "GETRANGE %s 0 2", key);
+  cr_assert_eq(h->len, 3);
+  cr_expect_eq((unsigned char)h->str[1], 3, "the old client's write: version %d",
+               h->str[1]);
+  freeReplyObject(h);
+  redisFree(r);
+  xf_stats before, after;
+  xft_drv_stats(d, &before);
+  expect_goc(d, what, key, &p, &l, "tagged", XF_SOURCE_LOADER);
+  xft_drv_stats(d, &after);
+  cr_expect_eq(after.tag_invalidated - before.tag_invalidated, 1,
+               "%s: the record-less entry refused as invalidated", what);
+  expect_goc(d, what, key, &p, &l, "tagged", XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 2, "%s: %d loads", what, l.calls);
+  xft_drv_close(d);
+}
+
 ParameterizedTestParameters(tags, a_tagged_batch) {
   static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
@@ -709,4 +752,119 @@ Test(tags, a_version_3_reader_judges_a_tagged_entry_malformed) {
   cr_expect_eq(old->element[0]->type, REDIS_REPLY_STRING, "an untagged entry: its value");
   freeReplyObject(old);
   redisFree(r);
+}
+
+/* Every command the server ran since its last CONFIG RESETSTAT, but the
+ * test's own (INFO, CONFIG). */
+static long long commands_run(redisContext *r) {
+  redisReply *rep = xft_cmd(r, "INFO commandstats");
+  long long n = 0;
+  for (const char *at = rep->str; (at = strstr(at, "cmdstat_")) != NULL; at++) {
+    const char *calls = strstr(at, ":calls=");
+    if (calls && strncmp(at, "cmdstat_info:", 13) != 0 &&
+        strncmp(at, "cmdstat_config", 14) != 0)
+      n += atoll(calls + 7);
+  }
+  freeReplyObject(rep);
+  return n;
+}
+
+ParameterizedTestParameters(tags, a_tagged_hit_without_a_near_cache_is_one_command) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* Without a near cache to keep the versions, a hit on standalone Redis reads
+ * its tags' versions with the entry: one command per hit (the read carries
+ * the tags' keys), not one more per tag. On a server of its own (it counts
+ * the server's commands), a namespace client (the namespace's tag too). */
+ParameterizedTest(int *driver, tags, a_tagged_hit_without_a_near_cache_is_one_command) {
+  const char *what = xft_driver_names[*driver];
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_options o = options();
+  o.port = srv.port;
+  o.key_prefix = "ns1:";
+  o.namespace_tag = 1;
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {"hit:a", "hit:b"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  xft_op_loader l = {.value = "h"};
+  expect_goc(d, what, "tags:hit", &p, &l, "h", XF_SOURCE_LOADER);
+  expect_goc(d, what, "tags:hit", &p, &l, "h", XF_SOURCE_CACHE); /* the clock learnt */
+  redisContext *r = xft_redis_port(srv.port);
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  enum { HITS = 5 };
+  for (int i = 0; i < HITS; i++)
+    expect_goc(d, what, "tags:hit", &p, &l, "h", XF_SOURCE_CACHE);
+  long long ran = commands_run(r);
+  cr_expect_eq(ran, HITS, "%s: %lld commands for %d hits with 3 tags", what, ran, HITS);
+  /* and a get of the namespace client, its namespace's version with it */
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  xf_value v;
+  cr_expect_eq(xft_drv_get(d, "tags:hit", &v), XF_OK, "%s: get: %s", what,
+               xft_drv_errmsg(d));
+  xf_value_free(&v);
+  ran = commands_run(r);
+  cr_expect_eq(ran, 1, "%s: %lld commands for a get of a namespace client", what, ran);
+  cr_expect_eq(l.calls, 1, "%s: %d loads", what, l.calls);
+  redisFree(r);
+  xft_drv_close(d);
+  xft_server_stop(&srv);
+}
+
+ParameterizedTestParameters(tags, a_tagged_batchs_hits_are_one_mget) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* The batch's hits without a near cache: one MGET of every entry and of the
+ * tags they carry (each once), none read apart. */
+ParameterizedTest(int *driver, tags, a_tagged_batchs_hits_are_one_mget) {
+  if (!xft_drv_has_batch(*driver))
+    cr_skip_test("no batch on %s", xft_driver_names[*driver]);
+  const char *what = xft_driver_names[*driver];
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_options o = options();
+  o.port = srv.port;
+  xft_drv *d = xft_drv_open(*driver, &o);
+  enum { N = 4 };
+  const char *keys[N] = {"tags:bk:0", "tags:bk:1", "tags:bk:2", "tags:bk:3"};
+  const char *tags[] = {"bk:a", "bk:b"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 2;
+  xft_op_loader l = {.value = "b"};
+  xf_value values[N];
+  int rcs[N];
+  redisContext *r = xft_redis_port(srv.port);
+  for (int round = 0; round < 3; round++) { /* loads, the clock learnt, hits */
+    if (round == 2)
+      freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+    cr_assert_eq(xft_drv_many(d, N, keys, &p, &l, values, rcs), XF_OK, "%s: %s", what,
+                 xft_drv_errmsg(d));
+    for (int i = 0; i < N; i++) {
+      cr_expect_eq(rcs[i], XF_OK, "%s round %d key %d", what, round, i);
+      if (round == 2)
+        cr_expect_eq(values[i].source, XF_SOURCE_CACHE, "%s key %d: source %d", what, i,
+                     values[i].source);
+      if (rcs[i] == XF_OK)
+        xf_value_free(&values[i]);
+    }
+  }
+  long long ran = commands_run(r);
+  /* One MGET; or, where the connection's clock estimate aged past use (1 s:
+   * a stall of the busy machine between two rounds), each read is the read
+   * script with its tags' keys (read_many takes entries only): N. */
+  long long mget = xft_command_calls(r, "mget"),
+            scripts = xft_command_calls(r, "evalsha_ro");
+  cr_expect((ran == 1 && mget == 1) || (ran == N && scripts == N),
+            "%s: %lld commands (%lld MGET, %lld scripts) for %d tagged hits", what, ran,
+            mget, scripts, N);
+  cr_expect_eq(xft_command_calls(r, "get"), 0, "%s: no tag read apart", what);
+  cr_expect_eq(l.calls, N, "%s: %d loads", what, l.calls);
+  redisFree(r);
+  xft_drv_close(d);
+  xft_server_stop(&srv);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Django's cache.get hit, side by side on one throwaway redis-server (or
 --url): django-redis' RedisCache and xfetch.contrib.django.XFetchCache as
-configured by default (each read checks the namespace's version for clear()),
-with OPTIONS namespace_tag=False (one round trip), and with a near cache.
+configured by default (each read checks the namespace's version for clear():
+with the entry on standalone Redis), with OPTIONS namespace_tag=False, and
+with a near cache.
 
     /usr/bin/python3 bench_django.py [--url redis://...] [-n 5000] [--rounds 7]
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Cache-hit cost, side by side on one throwaway redis-server: redis-py GET,
-dogpile.cache (its redis backend), xfetch get_or_compute (sync), redis-py's
-asyncio GET, xfetch.aio (asyncio, when built), and a 100-key get_many (sync and
-asyncio) against 100 single gets (and redis-py MGET / GETs for reference).
+dogpile.cache (its redis backend), xfetch get_or_compute (sync; and with 2
+tags, no near cache), redis-py's asyncio GET, xfetch.aio (asyncio, when
+built; and with 2 tags), and a 100-key get_many (sync and asyncio) against 100
+single gets (and redis-py MGET / GETs for reference).
 
     /usr/bin/python3 bench_hit.py [--url redis://...] [-n 3000] [--rounds 15] [--size 100]
                                   [--entry-format 1|2]
@@ -183,6 +184,10 @@ def run(args, url):
         region.set("bench:dogpile", value)
         add("dogpile.cache get_or_create", lambda: region.get_or_create("bench:dogpile", never))
     add("xfetch get_or_compute (sync)", sync_hit)
+    tags = ["bench:a", "bench:b"]  # a tagged hit without a near cache
+    cache.set("bench:tagged", value, ttl=TTL, tags=tags)
+    add("xfetch get_or_compute, 2 tags (sync)",
+        lambda: cache.get_or_compute("bench:tagged", never, ttl=TTL, tags=tags))
     try:  # issue 20: the near cache (a hit sends nothing), where the build has it
         near = xfetch.Cache(url, near_cache_bytes=64 << 20, timeout=args.timeout)
     except TypeError:
@@ -212,6 +217,11 @@ def run(args, url):
             return await acache.get_or_compute("bench:hit", never, ttl=TTL)
 
         add("xfetch.aio get_or_compute", afn=aio_hit)
+
+        async def aio_tagged_hit():
+            return await acache.get_or_compute("bench:tagged", never, ttl=TTL, tags=tags)
+
+        add("xfetch.aio get_or_compute, 2 tags", afn=aio_tagged_hit)
         if near is not None:  # its near hit: served before anything is awaited
             anear = loop.run_until_complete(open_aio(near_cache_bytes=64 << 20))
 

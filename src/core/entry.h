@@ -112,9 +112,10 @@ void xf__entry_mget_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
 
 /* What a transport puts on a connection whose clock estimate is k, at driver
  * ms now_ms, for cmd: cmd itself, unless it is a plain read (cmd->plain_out)
- * and k is not fresh (xf__clock_fresh): then the read script on its key,
- * filled into *script (routed as cmd: same clock_out, ask_node, asked_out).
- * Sets *cmd->plain_out to which it is. */
+ * and k is not fresh (xf__clock_fresh): then the read script on its key
+ * (on every key of a plain MGET, the entry's first: read.lua gives the
+ * others' values after the entry's fields), filled into *script (routed as cmd: same
+ * clock_out, ask_node, asked_out). Sets *cmd->plain_out to which it is. */
 struct xf__clock;
 const xf__cmd *xf__entry_read_as(const xf__cmd *cmd, const struct xf__clock *k,
                                  int64_t now_ms, xf__cmd *script);

@@ -9,6 +9,7 @@
 #include "clock.h"
 #include "entry.h"
 #include "reply.h"
+#include "script.h"
 
 static const char *const fields[] = {"v", "d", "e", "s", "l", "n", "f"};
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
@@ -34,7 +35,11 @@ const xf__cmd *xf__entry_read_as(const xf__cmd *cmd, const xf__clock *k, int64_t
     *cmd->plain_out = 1;
     return cmd;
   }
-  xf__entry_read_cmd(script, cmd->key, cmd->keylen);
+  if (cmd->more_argc) /* an MGET of the entry and other keys: the script on them all */
+    xf__script_cmd_keys(script, XF_SCRIPT_READ, cmd->more_argc, cmd->more_argv,
+                        cmd->more_lens);
+  else
+    xf__entry_read_cmd(script, cmd->key, cmd->keylen);
   script->on_master = cmd->on_master;
   script->clock_out = cmd->clock_out;
   script->ask_node = cmd->ask_node;

@@ -40,7 +40,9 @@ static xf__step encode(xf__flow *f) {
   size_t len = f->key.len;
   switch (f->state) {
   case XF__READ:
-    if (f->plain_read) { /* the transport sends the script where the clock is stale */
+    if (f->tag_in_read) /* its tags' keys with the entry's (flow_tags.c) */
+      xf__flow_tags_read_cmd(f);
+    else if (f->plain_read) { /* the transport sends the script where the clock is stale */
       if (f->read_format == XF_ENTRY_STRING)
         xf__entry_get_cmd(&f->cmd, key, len);
       else
@@ -78,7 +80,7 @@ static xf__step encode(xf__flow *f) {
   }
   /* A waiter re-reads to see the value the lease holder wrote: a replica
    * may not have it yet. */
-  f->cmd.on_master = (f->state == XF__READ && f->round > 0) ||
+  f->cmd.on_master = (f->state == XF__READ && (f->round > 0 || f->tag_in_read)) ||
                      f->state == XF__TAGS; /* a replica may not have a raise yet */
   f->cmd.clock_out = &f->clock;            /* the transport says whose clock answered */
   f->clock = NULL;
@@ -119,7 +121,8 @@ void xf__flow_abandon(xf__flow *f) {
   xf__entry_free(&f->e);
   xf__sink_clear(&f->sink);
   xf__key_free(&f->key);
-  if (f->tag_copy || f->tag_key.data) /* a tagged call's, before its tags were read */
+  if (f->tag_copy || f->tag_key.data || f->tag_read_keys) /* a tagged call's, before its
+                                                              tags were read */
     xf__flow_tags_free(f);
 }
 
@@ -224,8 +227,9 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   f->tag_copy = NULL; /* tag_names, tag_n, tag_ns: set by the kinds that read them */
   f->tag_rec_len = 0;
-  f->tag_fast = f->tag_kept_all = 0;
+  f->tag_fast = f->tag_kept_all = f->tag_in_read = 0;
   f->tag_key.data = NULL;
+  f->tag_read_keys = NULL;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))
     rc = xf__policy_check(rt, p);
   return rc == XF_OK ? xf__key_build(cfg, rt, key, keylen, &f->key) : rc;
@@ -408,6 +412,9 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       xf__reply_free(r);
       return read_by_script(f);
     }
+    xf__step step;
+    if (f->tag_in_read && !xf__flow_tags_split_read(f, &r, &step))
+      return step;
     rc = f->read_format == XF_ENTRY_STRING
              ? xf__entry_parse_string(f->rt, r, lo, hi, &f->e)
              : xf__entry_parse_fields(f->rt, r, lo, hi, &f->e);
@@ -423,12 +430,19 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
       return read_by_script(f);
     }
   } else if (rc == XF_OK) {
+    xf__step step;
+    if (f->tag_in_read && !xf__flow_tags_split_read(f, &r, &step))
+      return step;
     rc = xf__entry_parse_read(f->rt, r, &f->e);
     if (rc == XF_OK)
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
   if (f->e.zstd) /* set by a parse that succeeded; before the near cache keeps it */
     rc = xf__entry_decode(f->rt, &f->e, f->cfg->max_value_len);
+  if (rc != XF_OK && f->tag_in_read) { /* no versions read: as a failed tag read */
+    f->tag_in_read = 0;
+    xf__flow_tags_free(f);
+  }
   if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET_OR_COMPUTE)
     xf__flow_tags_judge(f, &f->e); /* a refused entry has no value: not kept */
   else if (rc == XF_OK && f->tag_rec_len && f->kind == XF_KIND_GET)

@@ -145,6 +145,13 @@ typedef struct xf__flow {
    * and what the versions looked up in it say, for the entry's stamp:
    * stamp.nfds counts every version's connection, tag_kept_all is 0 once a
    * version came from Redis or from another node. */
+  /* Without a near cache, on one node (rt->one_node): the first READ
+   * carries the tags' keys after the entry's (an MGET, or the read script's
+   * KEYS), so their versions come with the entry (flow_tags.c). The keys
+   * (the entry's first) and their lengths, in one block the flow owns. */
+  int tag_in_read;
+  const char **tag_read_keys;
+  size_t *tag_read_lens;
   uint64_t tag_names64;
   int tag_fast;
   int tag_kept_all;
@@ -360,6 +367,15 @@ void xf__flow_abandon(xf__flow *f);
  * with its outcome (ok: answered, not an error). */
 int xf__flow_fencing(const xf__flow *f);
 xf__step xf__flow_fence_shared(xf__flow *f, int ok, int64_t now_ms);
+
+/* Whether the SEND step is a first READ that carries the tags' keys after
+ * the entry's (a tagged call without a near cache on one node): how many
+ * (0: it is not), with *keys and *lens theirs. A driver that reads several
+ * flows' entries in one MGET (batch_read.c) may put them in it too and feed
+ * the flow, as its reply, an array of the entry's reply then each tag's
+ * value in this order (plain_read set: what the flow's own MGET gets). */
+size_t xf__flow_tags_in_read(const xf__flow *f, const char *const **keys,
+                             const size_t **lens);
 
 /* Whether the SEND step asks for the key's lease (a driver may hold it back
  * until the key's turn to load comes: see batch.c). */

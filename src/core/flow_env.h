@@ -52,6 +52,8 @@
                        not fresh (xf__entry_read_as, by the transport); 0: always the      \
                        read script (a transport that keeps no estimate: the sans-I/O       \
                        call's) */                                                          \
+  int one_node;     /* every key on one server (standalone): a command may read any        \
+                       keys together (a tagged read its tags': flow_tags.c) */             \
   int near_wake_fd; /* > 0: the write end of an event loop's wake pipe                     \
                        (xf_call_wake_open): its waits end on a write */                    \
   int link_wakes;   /* links with a wake pipe (xf_link_open): their parked                 \

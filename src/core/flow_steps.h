@@ -88,6 +88,15 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step);
  * the call's own look-up), when there is none or the names are not valid
  * (xf__flow_tags_first says why). */
 int xf__flow_tags_near_fast(xf__flow *f, xf__step *step);
+/* The command of a READ that carries the tags' keys (f->tag_in_read) into
+ * f->cmd: an MGET of the entry and the tags (plain), else the read script
+ * on them all. */
+void xf__flow_tags_read_cmd(xf__flow *f);
+/* The reply *r (not an error) to such a READ: 1 with *r the entry's own
+ * part (as a read without the tags' keys gets it) and the versions recorded;
+ * 0 with *step when the tags are read on their own first (a tag without a
+ * key yet: tag_read.lua makes it), then the entry again (*r freed). */
+int xf__flow_tags_split_read(xf__flow *f, xf__reply **r, xf__step *step);
 /* Frees the flow's copy of the names and the tag key built last. */
 void xf__flow_tags_free(xf__flow *f);
 /* The command of XF__TAGS or XF__BUMP into f->cmd; its key. */

@@ -5,7 +5,12 @@
  * its tags first, one command per tag on its master (a GET; lua/tag_read.lua
  * when the key is missing, to make it: a tag's key is in its own Cluster
  * slot, never in the entry's script), so they are read before its loader
- * runs; the value it writes records them (the tag record, in the
+ * runs. Without a near cache, where one command may read any keys
+ * (standalone Redis), the call's first read carries its tags' keys after
+ * the entry's instead (an MGET; the read script's KEYS where the clock asks
+ * for the script), so a tagged hit costs the one command of an untagged one;
+ * a tag without a key yet sends the call the way above. The value it
+ * writes records them (the tag record, in the
  * entry's header: entry_string.c), and an entry is served only while the
  * record it carries is the one the call built from the versions it read.
  * Invalidating a tag raises its version (lua/tag_bump.lua): one command,
@@ -79,6 +84,10 @@ static int copy_names(xf__flow *f) {
 }
 
 void xf__flow_tags_free(xf__flow *f) {
+  free(f->tag_read_keys); /* one block with the lengths and the tags' keys */
+  f->tag_read_keys = NULL;
+  f->tag_read_lens = NULL;
+  f->tag_in_read = 0;
   free(f->tag_copy);
   f->tag_copy = NULL;
   f->tag_names = NULL;
@@ -120,6 +129,62 @@ int xf__flow_tags_near_fast(xf__flow *f, xf__step *step) {
   return served;
 }
 
+static int build_key(xf__flow *f, size_t i);
+
+/* Whether the versions are read with the entry (the first READ carries the
+ * tags' keys): a read without a near cache to keep them, where one command
+ * may read them all (one node: standalone Redis). In Redis Cluster each
+ * tag's key is in a slot of its own: they are read apart. */
+static int read_with_entry(const xf__flow *f) {
+  return (f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_GET) &&
+         f->tag_next == XF__READ && !f->rt->ports.near && f->rt->one_node;
+}
+
+/* The keys of that READ, the entry's first, into one block
+ * (f->tag_read_keys); XF_ENOMEM (the tags are then read apart). */
+static int build_read_keys(xf__flow *f) {
+  size_t n = tag_count(f) + 1;
+  size_t most = f->cfg->prefix_len + sizeof TAG_OPEN + XF_MAX_TAG_LEN + 1;
+  char *block = malloc(n * (sizeof(char *) + sizeof(size_t)) + (n - 1) * most);
+  if (!block)
+    return XF_ENOMEM;
+  const char **keys = (const char **)(void *)block;
+  size_t *lens = (size_t *)(void *)(keys + n);
+  char *at = (char *)(lens + n);
+  keys[0] = f->key.data, lens[0] = f->key.len;
+  for (size_t i = 1; i < n; i++) {
+    if (build_key(f, i - 1) != XF_OK) {
+      free(block);
+      return XF_ENOMEM;
+    }
+    lens[i] = f->tag_key.len;
+    keys[i] = memcpy(at, f->tag_key.data, lens[i]);
+    at += lens[i];
+  }
+  xf__key_free(&f->tag_key);
+  f->tag_read_keys = keys;
+  f->tag_read_lens = lens;
+  return XF_OK;
+}
+
+size_t xf__flow_tags_in_read(const xf__flow *f, const char *const **keys,
+                             const size_t **lens) {
+  if (f->state != XF__READ || !f->tag_in_read)
+    return 0;
+  *keys = f->tag_read_keys + 1;
+  *lens = f->tag_read_lens + 1;
+  return tag_count(f);
+}
+
+void xf__flow_tags_read_cmd(xf__flow *f) {
+  size_t n = tag_count(f) + 1;
+  if (f->plain_read) { /* the transport sends the script where the clock is stale */
+    xf__entry_mget_cmd(&f->cmd, n, f->tag_read_keys, f->tag_read_lens);
+    f->cmd.plain_out = &f->plain_read;
+  } else
+    xf__script_cmd_keys(&f->cmd, XF_SCRIPT_READ, n, f->tag_read_keys, f->tag_read_lens);
+}
+
 int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   if (f->kind == XF_KIND_GET_OR_COMPUTE || f->kind == XF_KIND_SET) {
     f->tag_names = f->p->tags;
@@ -141,6 +206,11 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   f->tag_i = 0;
   f->tag_next = next;
   f->tag_fencing = 0;
+  if (read_with_entry(f) && build_read_keys(f) == XF_OK) {
+    f->tag_in_read = 1; /* the versions come with the entry (xf__flow_tags_split_read) */
+    *step = xf__flow_send(f, XF__READ);
+    return 1;
+  }
   const xf__ports *ports = &f->rt->ports;
   f->tag_kept_all = f->kind == XF_KIND_GET_OR_COMPUTE && ports->near != NULL;
   if (f->tag_kept_all) { /* the epoch before any version is looked up */
@@ -297,6 +367,42 @@ static xf__step next_tag(xf__flow *f) {
       note_kept(f, &h);
   }
   return tags_done(f);
+}
+
+int xf__flow_tags_split_read(xf__flow *f, xf__reply **r, xf__step *step) {
+  size_t n = tag_count(f);
+  xf__reply *all = *r;
+  /* the tags' values last: after the MGET's entry, or the script's fields */
+  int ok = all->type == XF_REPLY_ARRAY && all->elements > n &&
+           (!f->plain_read || all->elements == n + 1);
+  for (size_t i = 0; ok && i < n; i++) {
+    const xf__reply *v = all->element[all->elements - n + i];
+    ok = v && parse_version(v, &f->tag_versions[i]);
+  }
+  free(f->tag_read_keys);
+  f->tag_read_keys = NULL;
+  f->tag_in_read = 0;
+  if (!ok) { /* a tag without a key (never seen, evicted, flushed): each read
+                apart (tag_read.lua makes it), then the entry again */
+    xf__reply_free(all);
+    *r = NULL;
+    f->tag_i = 0;
+    *step = next_tag(f);
+    return 0;
+  }
+  for (size_t i = all->elements - n; i < all->elements; i++) {
+    xf__reply_free(all->element[i]);
+    all->element[i] = NULL;
+  }
+  all->elements -= n;
+  if (f->plain_read) { /* the GET's reply, as a read of the entry alone gets it */
+    *r = all->element[0];
+    all->element[0] = NULL;
+    xf__reply_free(all);
+  }
+  build_record(f);
+  xf__flow_tags_free(f);
+  return 1;
 }
 
 /* A tag raised: its near copy dropped, then the fence or the next tag. */

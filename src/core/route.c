@@ -49,6 +49,7 @@ void xf__route_init(xf__routes *r, xf_client *c) {
   r->mode = c->cluster == XF_CLUSTER_ON                    ? XF_ROUTE_CLUSTER
             : c->cluster == XF_CLUSTER_OFF || c->unix_path ? XF_ROUTE_STANDALONE
                                                            : XF_ROUTE_UNKNOWN;
+  c->one_node = r->mode == XF_ROUTE_STANDALONE;
 }
 
 void xf__route_free(xf__routes *r) {
@@ -104,6 +105,7 @@ int xf__route_detect(xf__routes *r, const xf__reply *info) {
   if (on < 0)
     return xf__fail(r->c, XF_EPROTO, "INFO cluster: no cluster_enabled field");
   r->mode = on ? XF_ROUTE_CLUSTER : XF_ROUTE_STANDALONE;
+  r->c->one_node = !on;
   return on && r->c->db != 0 ? only_db0(r) : XF_OK;
 }
 

@@ -53,6 +53,9 @@ static void batch_close(batch *b) {
   free(b->fence_ok);
   free(b->groups);
   free(b->many);
+  free(b->read_keys);
+  free(b->read_lens);
+  free(b->tag_at);
   free(b->order);
   free(b->roles);
 }

@@ -21,6 +21,7 @@ typedef struct xf__batch_group {
   struct xf__clock *clock; /* whose server answered (cmd->clock_out): each flow's */
   xf__track track;         /* whose tracking it came under (cmd->track_out): each
                               flow's, so its read fills the near cache */
+  size_t extra;            /* an MGET's: the tags' keys after the entries' */
 } xf__batch_group;
 
 typedef struct batch {
@@ -38,6 +39,10 @@ typedef struct batch {
   xf__reply **parts;       /* read_many's reply, split per key */
   xf__batch_group *groups; /* the first round (lazily) */
   xf__cmd *many;           /* the first round's read_many calls (lazily) */
+  const char **read_keys;  /* the first round's MGETs' keys, entries' then tags' */
+  size_t *read_lens;       /* (lazily, when a flow's read carries tags) */
+  size_t *tag_at;          /* who[j]'s tag t is its MGET's reply's element
+                              tag_at[j * (XF_MAX_TAGS + 1) + t] */
   int64_t lease_ms;        /* the policy's */
   size_t loaded;           /* per-key loads run so far, and their time */
   int64_t load_us;

@@ -42,13 +42,37 @@ static int by_slot(const void *pa, const void *pb) {
   return a->flow < b->flow ? -1 : a->flow > b->flow;
 }
 
+/* How many keys a flow's read may carry: its entry's, its tags'. */
+#define TAG_SLOTS (XF_MAX_TAGS + 1)
+
+/* Whether flow i's read goes in a group's command: any first read but one
+ * that carries its tags' keys, which goes in a plain MGET on one node only
+ * (read_many takes entries only, and in Redis Cluster a tag's key is in a
+ * slot of its own): else it sends its own, in the same round trip. */
+static int groupable(batch *b, size_t i, int plain) {
+  const char *const *keys;
+  const size_t *lens;
+  if (b->steps[i] != XF_STEP_SEND || b->flows[i].state != XF__READ)
+    return 0; /* a tagged flow that reads its tags apart reads them first */
+  if (!xf__flow_tags_in_read(&b->flows[i], &keys, &lens))
+    return 1;
+  if (!plain || one_slot_only(b->c))
+    return 0;
+  if (!b->read_keys) {
+    b->read_keys = malloc(b->n * (TAG_SLOTS + 1) * sizeof *b->read_keys);
+    b->read_lens = malloc(b->n * (TAG_SLOTS + 1) * sizeof *b->read_lens);
+    b->tag_at = malloc(b->n * TAG_SLOTS * sizeof *b->tag_at);
+  }
+  return b->read_keys && b->read_lens && b->tag_at;
+}
+
 /* Puts the flows at their first read in b->who, by slot when a call must
  * keep to one, and cuts them into groups. Returns the number of groups (0:
  * nothing to read, or no memory: the flows then send their own reads). */
-static size_t group(batch *b) {
+static size_t group(batch *b, int plain) {
   size_t k = 0;
-  for (size_t i = 0; i < b->n; i++) /* a tagged flow reads its tags first */
-    if (b->steps[i] == XF_STEP_SEND && b->flows[i].state == XF__READ)
+  for (size_t i = 0; i < b->n; i++)
+    if (groupable(b, i, plain))
       b->who[k++] = i;
   keyed *ks = NULL;
   if (k > 1 && one_slot_only(b->c)) {
@@ -67,30 +91,66 @@ static size_t group(batch *b) {
     for (e = s + 1; e < k && e - s < READ_MANY_MAX_KEYS; e++)
       if (ks && ks[e].slot != ks[s].slot)
         break;
-    b->groups[ng++] = (xf__batch_group){s, e - s, NULL, 0, NULL, {0}};
+    b->groups[ng++] = (xf__batch_group){s, e - s, NULL, 0, NULL, {0}, 0};
   }
   free(ks);
   return ng;
 }
 
+/* How far a tag's key is looked for among the group's (past that it is
+ * read twice: a batch's keys rarely carry so many different tags). */
+#define TAG_DEDUP 64
+
+/* After the group's entries' keys (keys, lens), the tags' keys its flows'
+ * reads carry, each once (b->tag_at says where each flow's are). Returns how
+ * many keys in all. */
+static size_t add_tags(batch *b, const xf__batch_group *grp, const char **keys,
+                       size_t *lens) {
+  size_t nk = grp->count;
+  for (size_t j = grp->first; j < grp->first + grp->count; j++) {
+    const char *const *tk;
+    const size_t *tl;
+    size_t nt = xf__flow_tags_in_read(&b->flows[b->who[j]], &tk, &tl);
+    for (size_t t = 0; t < nt; t++) {
+      size_t k = grp->count;
+      while (k < nk && k < grp->count + TAG_DEDUP &&
+             !(lens[k] == tl[t] && memcmp(keys[k], tk[t], tl[t]) == 0))
+        k++;
+      if (k == nk || k == grp->count + TAG_DEDUP) {
+        k = nk++;
+        keys[k] = tk[t], lens[k] = tl[t];
+      }
+      b->tag_at[j * TAG_SLOTS + t] = k;
+    }
+  }
+  return nk;
+}
+
 /* The command of each group: the flow's own read when alone, else a
- * read_many on the group's keys (plain: an MGET of them). */
+ * read_many on the group's keys (plain: an MGET of them, and of the tags'
+ * keys the flows' reads carry). */
 static void encode(batch *b, size_t ng, int plain) {
-  size_t nm = 0;
+  size_t nm = 0, at = 0;
   for (size_t g = 0; g < ng; g++) {
     xf__batch_group *grp = &b->groups[g];
     if (grp->count == 1) {
       grp->cmd = &b->flows[b->who[grp->first]].cmd;
     } else {
-      for (size_t j = grp->first; j < grp->first + grp->count; j++) {
-        b->keys[j] = b->flows[b->who[j]].key.data;
-        b->lens[j] = b->flows[b->who[j]].key.len;
+      const char **keys = b->keys + grp->first;
+      size_t *lens = b->lens + grp->first;
+      if (plain && b->read_keys) /* room for the tags' keys after the entries' */
+        keys = b->read_keys + at, lens = b->read_lens + at;
+      for (size_t j = 0; j < grp->count; j++) {
+        keys[j] = b->flows[b->who[grp->first + j]].key.data;
+        lens[j] = b->flows[b->who[grp->first + j]].key.len;
       }
       grp->cmd = &b->many[nm++];
-      if (plain)
-        xf__entry_mget_cmd(grp->cmd, grp->count, b->keys + grp->first,
-                           b->lens + grp->first);
-      else
+      if (plain) {
+        size_t nk = b->read_keys ? add_tags(b, grp, keys, lens) : grp->count;
+        grp->extra = nk - grp->count;
+        at += nk;
+        xf__entry_mget_cmd(grp->cmd, nk, keys, lens);
+      } else
         xf__entry_read_many_cmd(grp->cmd, grp->count, b->keys + grp->first,
                                 b->lens + grp->first);
       grp->cmd->clock_out = &grp->clock; /* the flows learn the server's clock */
@@ -115,6 +175,52 @@ static int refused_for_some_keys(const xf__reply *r) {
   return 0;
 }
 
+/* An MGET's reply r of the group's entries then grp->extra tags' values,
+ * split into each flow's part: the entry's reply, or for a flow whose read
+ * carries tags the array of it and its tags' values (copies: a tag may be
+ * several flows'), as its own MGET gets it. r is freed. */
+static int split_with_tags(batch *b, const xf__batch_group *grp, xf__reply *r,
+                           xf__reply **parts) {
+  size_t total = grp->count + grp->extra;
+  int ok = r->type == XF_REPLY_ARRAY && r->elements == total;
+  for (size_t k = 0; ok && k < total; k++)
+    ok = r->element[k] != NULL;
+  memset(parts, 0, grp->count * sizeof *parts);
+  int rc =
+      ok ? XF_OK : xf__rt_fail(&b->c->rt, XF_EPROTO, "MGET reply: not %zu replies", total);
+  for (size_t j = 0; rc == XF_OK && j < grp->count; j++) {
+    const char *const *tk;
+    const size_t *tl;
+    size_t nt = xf__flow_tags_in_read(&b->flows[b->who[grp->first + j]], &tk, &tl);
+    if (nt == 0) {
+      parts[j] = r->element[j];
+      r->element[j] = NULL;
+      continue;
+    }
+    xf__reply *arr = calloc(1, sizeof *arr);
+    if (arr && (arr->element = calloc(nt + 1, sizeof *arr->element)) != NULL) {
+      arr->type = XF_REPLY_ARRAY;
+      arr->elements = nt + 1;
+      arr->element[0] = r->element[j];
+      r->element[j] = NULL;
+      for (size_t t = 0; t < nt && arr; t++)
+        if (!(arr->element[1 + t] =
+                  xf__reply_copy(r->element[b->tag_at[(grp->first + j) * TAG_SLOTS + t]])))
+          xf__reply_free(arr), arr = NULL;
+    } else {
+      free(arr);
+      arr = NULL;
+    }
+    if (!(parts[j] = arr))
+      rc = xf__rt_fail(&b->c->rt, XF_ENOMEM, "out of memory for a read's tags");
+  }
+  if (rc != XF_OK)
+    for (size_t j = 0; j < grp->count; j++)
+      xf__reply_free(parts[j]), parts[j] = NULL;
+  xf__reply_free(r);
+  return rc;
+}
+
 /* Feeds each flow of grp its part of read_many's outcome (rc, r): its own
  * read reply, or the error the whole call met. */
 static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
@@ -127,7 +233,9 @@ static void hand_out(batch *b, const xf__batch_group *grp, int rc, xf__reply *r,
     rc = xf__script_error(&b->c->rt, XF_SCRIPT_READ_MANY, r);
   }
   xf__reply **parts = b->parts + grp->first;
-  if (rc == XF_OK)
+  if (rc == XF_OK && grp->extra)
+    rc = split_with_tags(b, grp, r, parts);
+  else if (rc == XF_OK)
     rc = xf__entry_split_read_many(&b->c->rt, r, grp->count, parts);
   for (size_t j = 0; j < grp->count; j++) {
     size_t i = b->who[grp->first + j];
@@ -185,7 +293,7 @@ void xf__batch_read_all(batch *b) {
   if (plain && b->c->entry_format != XF_ENTRY_STRING)
     return; /* plain HMGETs: send_all pipelines them, one write per node (any
                to a server whose clock is not fresh goes as the read script) */
-  size_t ng = group(b);
+  size_t ng = group(b, plain);
   if (ng == 0)
     return;
   encode(b, ng, plain);

@@ -353,3 +353,43 @@ def test_cached_many_with_tags(face, server, admin, prefix):
     assert len(runs) == 2
     with pytest.raises(TypeError):
         cache.cached_many(ttl=60, key="item:{}", tags=lambda ids: ["x"])
+
+
+def _reads(admin):
+    """The reads the server ran (a read script's own GETs not counted apart:
+    EVALSHA_RO is one)."""
+    st = admin.info("commandstats")
+    return {c: st.get(f"cmdstat_{c}", {}).get("calls", 0)
+            for c in ("get", "mget", "hmget", "evalsha_ro")}
+
+
+def test_namespace_hits_read_the_namespace_with_each_entry(face, server, admin, prefix):
+    """Without a near cache, a namespace Cache's hit reads the namespace's
+    version with its entry (standalone Redis: one command), so get_many's
+    hits are one MGET of the entries and the namespace on the sync face (the
+    C batch), one read per key on xfetch.aio (its calls pipelined), and no
+    GET of the namespace apart; a get and a tagged get_or_compute hit are one
+    command each."""
+    cache = face.Cache(server.url, prefix=prefix, seed=11, namespace_tag=True)
+    keys = [f"k{i}" for i in range(8)]
+    for _ in range(2):  # loads, then hits (the connection's clock learnt)
+        got = face.run(cache.get_many(keys, face.loader(lambda k: f"v{k}"), ttl=60))
+        assert got == {k: f"v{k}" for k in keys}
+    face.run(cache.get_or_compute("t", face.loader(lambda: "tv"), ttl=60, tags=["a", "b"]))
+    admin.config_resetstat()
+    got = face.run(cache.get_many(keys, face.loader(lambda k: "loaded"), ttl=60))
+    assert got == {k: f"v{k}" for k in keys}, "hits"
+    reads = _reads(admin)
+    # sync: one MGET; or, where the connection's clock estimate aged past use
+    # (1 s: a stall of the busy machine), each read the read script with the
+    # namespace's key (read_many takes entries only): one per key
+    assert reads["get"] == 0, reads
+    assert sum(reads.values()) == len(keys) if face.aio else (
+        sum(reads.values()) == 1 or reads["evalsha_ro"] == sum(reads.values()) == len(keys)), \
+        reads
+    admin.config_resetstat()
+    assert face.run(cache.get("k0")) == "vk0"
+    assert face.run(cache.get_or_compute("t", face.loader(lambda: "x"), ttl=60,
+                                         tags=["a", "b"])) == "tv"
+    reads = _reads(admin)
+    assert reads["get"] == 0 and sum(reads.values()) == 2, reads

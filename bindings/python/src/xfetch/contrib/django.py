@@ -154,8 +154,9 @@ class XFetchCache(BaseCache):
 
     def _read_strict(self, k):
         """_read, raising WrongTypeError for a key another program wrote.
-        With namespace_tag, xfetch's get reads the namespace's version first
-        and misses an entry written before clear()."""
+        With namespace_tag, xfetch's get reads the namespace's version too
+        (with the entry on standalone Redis) and misses an entry written
+        before clear()."""
         return self.xfetch.get(k)
 
     def _replacing(self, k, write):
