@@ -31,6 +31,7 @@ struct strat_ctx {
   size_t keylen, locklen;
   uint32_t cur_key;
   uint64_t ntoken;
+  int refs; /* the worker's own, and one per refresh that uses it as loader_ud */
 };
 
 const char *strategy_name(strategy s) {
@@ -60,6 +61,21 @@ static void load(strat_ctx *c, int32_t remaining_ms) {
 /* Whether the loader ran on this thread: a request that refreshed inside
  * itself, not on a refresh worker. */
 static _Thread_local int loaded_here;
+
+/* The context as a background refresh's loader_ud: counted, freed with the
+ * last reference. */
+static void *ctx_keep(void *ud) {
+  __atomic_add_fetch(&((strat_ctx *)ud)->refs, 1, __ATOMIC_ACQ_REL);
+  return ud;
+}
+
+static void ctx_drop(void *ud) {
+  strat_ctx *c = ud;
+  if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
+    return;
+  free(c->value);
+  free(c);
+}
 
 static int lib_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key, (void)keylen;
@@ -91,6 +107,8 @@ static int reconnect(strat_ctx *c) {
 
 strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worker) {
   strat_ctx *c = calloc(1, sizeof *c);
+  if (c)
+    c->refs = 1;
   if (!c) {
     step_count(&a->errs, "a worker's setup", XF_ENOMEM, NULL);
     return NULL;
@@ -107,7 +125,8 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
   if (spec->strat == ST_XFETCH || spec->strat == ST_XFETCH_BG || raw_tls) {
     xf_options o = target_options(t);
     /* xfetch: a client as a process opens it, with the process's share, and
-     * the default policy: the rate-aware rule, early refreshes in the call. */
+     * the default policy with the loader_ud's lifetime (a reference per
+     * refresh): the rate-aware rule, early refreshes on the share's workers. */
     if (spec->strat == ST_XFETCH && xf_share_open(&c->share, NULL) != XF_OK) {
       step_count(&a->errs, "a worker's xf_share_open", XF_ENOMEM, NULL);
       strat_close(c);
@@ -130,6 +149,8 @@ strat_ctx *strat_open(const target *t, const run_spec *spec, arena *a, int worke
     p.jitter = spec->jitter;
     if (spec->strat == ST_XFETCH_BG)
       p.background_refresh = XF_BACKGROUND_ON;
+    else
+      p.loader_ud_keep = ctx_keep, p.loader_ud_drop = ctx_drop;
     c->policy = p;
     return c;
   }
@@ -151,8 +172,7 @@ void strat_close(strat_ctx *c) {
   xf_pool_close(c->pool);
   if (c->rc)
     redisFree(c->rc);
-  free(c->value);
-  free(c);
+  ctx_drop(c); /* a refresh left running past the share's close holds its own */
 }
 
 /* GET key: 1 hit, 0 miss, -1 error. */

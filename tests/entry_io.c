@@ -47,6 +47,15 @@ int xft_entry_write(xf_client *c, const char *key, size_t keylen, const xf__writ
   return rc == XF_OK ? xf__entry_parse_int(&c->rt, r, "write", written) : rc;
 }
 
+int xft_entry_touch(xf_client *c, const char *key, size_t keylen, const xf__touch *t,
+                    int *touched) {
+  xf__cmd cmd;
+  xf__reply *r;
+  xf__entry_touch_cmd(&cmd, key, keylen, t);
+  int rc = run(c, XF_SCRIPT_TOUCH, &cmd, &r);
+  return rc == XF_OK ? xf__entry_parse_int(&c->rt, r, "touch", touched) : rc;
+}
+
 int xft_entry_release(xf_client *c, const char *key, size_t keylen, const char *token) {
   xf__cmd cmd;
   xf__reply *r;

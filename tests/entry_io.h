@@ -17,6 +17,10 @@ int xft_entry_lease(xf_client *c, const char *key, size_t keylen, int64_t lease_
 int xft_entry_write(xf_client *c, const char *key, size_t keylen, const xf__write *w,
                     int *written);
 
+/* Touches the entry (lua/touch.lua); *touched is 0 when it was refused. */
+int xft_entry_touch(xf_client *c, const char *key, size_t keylen, const xf__touch *t,
+                    int *touched);
+
 int xft_entry_release(xf_client *c, const char *key, size_t keylen, const char *token);
 
 #endif

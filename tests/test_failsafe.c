@@ -59,7 +59,7 @@ static void expect_value(int rc, xf_value *v, const char *want, xf_source source
 /* A failed load on one handle, then a call on another (another process's,
  * as it were): how many times the second one's loader ran. */
 static int second_callers_loads(int driver, const char *key, int64_t throttle_ms,
-                                int *failsafe_events) {
+                                int *failsafe_events, xf_stats *second_stats) {
   xf_policy p = failsafe_policy(throttle_ms);
   a_stale_good_value(key, &p);
   xf_options o = XF_OPTIONS_INIT;
@@ -77,6 +77,7 @@ static int second_callers_loads(int driver, const char *key, int64_t throttle_ms
   xft_op_loader ok = {.value = "new"};
   rc = xft_drv_get_or_compute(second, key, &p, &ok, &v);
   int loads = ok.calls;
+  xft_drv_stats(second, second_stats); /* its one call's counters */
   if (throttle_ms > 0) {
     expect_value(rc, &v, "good", XF_SOURCE_STALE, "within the throttle");
     /* The throttle over: one caller loads again. */
@@ -101,20 +102,28 @@ ParameterizedTest(int *driver, failsafe, a_failed_load_is_not_retried_within_the
   char key[64];
   snprintf(key, sizeof key, "fs:%s", xft_driver_names[*driver]);
   int events = 0;
-  int loads = second_callers_loads(*driver, key, THROTTLE_MS, &events);
+  xf_stats st;
+  int loads = second_callers_loads(*driver, key, THROTTLE_MS, &events, &st);
   cr_log_info("%s: second client's loads within the throttle: %d",
               xft_driver_names[*driver], loads);
   cr_expect_eq(loads, 0, "%s: the second client loaded within the throttle",
                xft_driver_names[*driver]);
   cr_expect_eq(__atomic_load_n(&events, __ATOMIC_ACQUIRE), 1, "%s: failsafe events",
                xft_driver_names[*driver]);
+  /* The serve under the fail-safe is counted once, and is a stale serve too. */
+  cr_expect_eq(st.failsafe, 1, "%s: stats.failsafe %llu", xft_driver_names[*driver],
+               (unsigned long long)st.failsafe);
+  cr_expect_eq(st.stale, 1, "%s: stats.stale %llu", xft_driver_names[*driver],
+               (unsigned long long)st.stale);
 }
 
 /* Without a throttle (0, the default), the next caller retries at once. */
 Test(failsafe, without_a_throttle_the_next_caller_loads) {
   int events = 0;
-  cr_expect_eq(second_callers_loads(XFT_BLOCKING, "fs:off", 0, &events), 1);
+  xf_stats st;
+  cr_expect_eq(second_callers_loads(XFT_BLOCKING, "fs:off", 0, &events, &st), 1);
   cr_expect_eq(__atomic_load_n(&events, __ATOMIC_ACQUIRE), 0);
+  cr_expect_eq(st.failsafe, 0);
 }
 
 /* The batch (xf_get_or_compute_many) serves the last good value too. */
@@ -136,6 +145,10 @@ Test(failsafe, the_batch_serves_the_last_good_value) {
   cr_assert_eq(xft_drv_many(first, 1, &key, &p, &ok, values, rcs), XF_OK);
   expect_value(rcs[0], &values[0], "good", XF_SOURCE_STALE, "the batch");
   cr_expect_eq(ok.calls, 0, "the batch loaded within the throttle");
+  xf_stats st;
+  xft_drv_stats(first, &st);
+  cr_expect_eq(st.failsafe, 1, "the batch's serve under the fail-safe: %llu",
+               (unsigned long long)st.failsafe);
   xft_drv_close(first);
 }
 

@@ -111,6 +111,8 @@ typedef enum xf_background {
   XF_BACKGROUND_ON = 1,
   XF_BACKGROUND_OFF = 2
 } xf_background;
+typedef void *(*xf_ud_keep_fn)(void *loader_ud);
+typedef void (*xf_ud_drop_fn)(void *kept_ud);
 
 typedef struct xf_policy {
   int64_t ttl_ms;
@@ -130,6 +132,8 @@ typedef struct xf_policy {
   int64_t soft_timeout_ms;
   int64_t hard_timeout_ms;
   int64_t failsafe_throttle_ms;
+  xf_ud_keep_fn loader_ud_keep;
+  xf_ud_drop_fn loader_ud_drop;
   size_t compress_min_bytes;
 } xf_policy;
 #define XF_MAX_TAGS 15
@@ -204,6 +208,7 @@ typedef struct xf_stats {
   uint64_t near_evictions;
   uint64_t fence_failed;
   uint64_t tag_invalidated;
+  uint64_t failsafe;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 

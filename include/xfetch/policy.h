@@ -20,11 +20,28 @@ typedef enum xf_on_wait_timeout {
 
 /* policy.background_refresh. */
 typedef enum xf_background {
-  XF_BACKGROUND_AUTO = 0, /* the default: in the call (see xf_policy) */
+  XF_BACKGROUND_AUTO = 0, /* the default: off the request path where the
+                             driver can run it and the policy says how long
+                             loader_ud lives (loader_ud_keep), else in the call */
   XF_BACKGROUND_ON = 1,   /* off the request path where the driver can run
                              it: loader and loader_ud outlive the call */
   XF_BACKGROUND_OFF = 2   /* in the call */
 } xf_background;
+
+/* policy.loader_ud_keep: called when an early refresh leaves the request
+ * path, on the calling thread, before the call returns. Returns the
+ * loader_ud the refresh's loader gets, valid until loader_ud_drop: loader_ud
+ * itself with a reference taken, or a copy of it. NULL for a non-NULL
+ * loader_ud: it cannot be kept (the refresh then runs in the call, or is
+ * skipped: its lease released, the next due call refreshes). */
+typedef void *(*xf_ud_keep_fn)(void *loader_ud);
+
+/* policy.loader_ud_drop: called exactly once for each kept loader_ud, with
+ * what loader_ud_keep returned, when its refresh is over: run, failed,
+ * skipped, or abandoned (its client, pool, share or handle closed); on
+ * whichever thread ends it. A refresh under way when the process forks
+ * stays the parent's: the child never runs nor drops it. */
+typedef void (*xf_ud_drop_fn)(void *kept_ud);
 
 /* Caching policy for one call. Start from XF_POLICY_INIT and change fields.
  * Times are milliseconds. */
@@ -54,30 +71,34 @@ typedef struct xf_policy {
   /* Background refresh (xf_background): whether the caller that wins the
    * lease of an *early* refresh (a value still within its ttl) returns that
    * value at once while the loader runs off the request path, with the same
-   * lease, write and newer-wins rules. XF_BACKGROUND_AUTO (0, the default)
-   * and XF_BACKGROUND_OFF: in the call, on every driver (the rate-aware rule
-   * still refreshes about once per ttl); the library cannot know that
-   * loader_ud outlives the call, and a loader_ud in the caller's frame would
-   * be read after the call returned. XF_BACKGROUND_ON: the caller's word
-   * that loader and loader_ud stay valid until the share, pool or handle
-   * that runs the refresh is closed (the loader may then run on a worker
-   * thread, or on the loop after the call's callback), and the refresh runs
-   * wherever the driver has somewhere to run it: a pool's share's refresh
-   * workers, writing through a pooled client; a blocking client's (and the
-   * batch driver's with a per-key loader, xf_get_or_compute_many)
+   * lease, write and newer-wins rules. Off the request path is where the
+   * driver has somewhere to run it: a pool's share's refresh workers,
+   * writing through a pooled client; a blocking client's (and the batch
+   * driver's with a per-key loader, xf_get_or_compute_many)
    * options.refresh_executor, else its share's refresh workers, writing
    * through one of the share's refresh clients (opened like it, options
    * copied, kept idle for the next refresh); the event-loop driver's loop,
-   * as a call of its own (no callback; xf_async_close cancels it); the
-   * sans-I/O call's driver (xf_call_take_refresh). A blocking client with
-   * neither a share nor a refresh_executor, and a batch loader
-   * (xf_get_or_compute_many_batch), run it in the call, whatever this says.
-   * A failed background refresh keeps the cached value, releases the lease
-   * (the next due call retries), counts load_errors (the pool's; a blocking
-   * client's in xf_share_refresh_stats' clients) and emits LOAD_DONE with
-   * its code; it never reaches a caller. When the queue is full, the
-   * refresh is skipped (lease released; xf_refresh_info.skipped). Misses and
-   * expired values always load in the call. */
+   * as a call of its own (no callback; xf_async_close cancels it). A
+   * blocking client with neither a share nor a refresh_executor, and a
+   * batch loader (xf_get_or_compute_many_batch), run it in the call,
+   * whatever this says.
+   * XF_BACKGROUND_AUTO (0, the default): off the request path when the
+   * policy says how long loader_ud lives (loader_ud_keep and _drop below),
+   * else in the call (the rate-aware rule still refreshes about once per
+   * ttl): a loader_ud in the caller's frame must not be read after the call
+   * returned. XF_BACKGROUND_ON: the caller's word that loader and loader_ud
+   * stay valid until the share, pool or handle that runs the refresh is
+   * closed (keep and drop are still called when given). The sans-I/O call
+   * has no loader_ud: its driver runs the loader, and takes a refresh
+   * (xf_call_take_refresh) only with XF_BACKGROUND_ON.
+   * Off the request path, the loader may run on a worker thread, or on the
+   * loop after the call's callback. A failed background refresh keeps the
+   * cached value, releases the lease (the next due call retries), counts
+   * load_errors (the pool's; a blocking client's in xf_share_refresh_stats'
+   * clients) and emits LOAD_DONE with its code; it never reaches a caller.
+   * When the queue is full, the refresh is skipped (lease released;
+   * xf_refresh_info.skipped). Misses and expired values always load in the
+   * call. */
   int background_refresh;
   /* When a fresh value is refreshed early. 0 (the default): the rate-aware
    * rule with factor XF_REFRESH_AHEAD_DEFAULT. > 0: the rate-aware rule with
@@ -134,6 +155,14 @@ typedef struct xf_policy {
    * XF_EV_FAILSAFE) instead of running its loader; then the next caller
    * loads. 0: none (the next caller retries at once). */
   int64_t failsafe_throttle_ms;
+  /* How loader_ud outlives the call when an early refresh runs off the
+   * request path (xf_ud_keep_fn, xf_ud_drop_fn): both or neither (NULL).
+   * With both, the default XF_BACKGROUND_AUTO refreshes off the request
+   * path. E.g. a reference count: keep increments it and returns loader_ud,
+   * drop decrements it; or a copy: keep returns a malloc'd copy, drop frees
+   * it. Not called for loads a soft or hard timeout moves off the call. */
+  xf_ud_keep_fn loader_ud_keep;
+  xf_ud_drop_fn loader_ud_drop;
   /* Compressed values: a value of at least compress_min_bytes is written
    * compressed with zstd when that makes it smaller (format 2 entries only).
    * Every client of this version reads compressed and plain values alike;
@@ -146,7 +175,7 @@ typedef struct xf_policy {
 /* clang-format off */
 #define XF_POLICY_INIT                                                                     \
   { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0,   \
-    0, 0, 0, 0, 0 }
+    0, 0, 0, 0, NULL, NULL, 0 }
 /* clang-format on */
 
 /* The most tags a call carries (its namespace's included). */

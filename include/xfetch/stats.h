@@ -50,6 +50,10 @@ typedef struct xf_stats {
   /* entries read that a tagged call refused (also in misses): a tag they
    * carry was invalidated since they were loaded (policy.tags) */
   uint64_t tag_invalidated;
+  /* stale values served under the fleet-wide fail-safe (also in stale): a
+   * load of the key failed lately (policy.failsafe_throttle_ms), so its last
+   * good value was served without running the loader (XF_EV_FAILSAFE) */
+  uint64_t failsafe;
 } xf_stats;
 
 /* Copies the client's counters into *out. */

@@ -82,6 +82,20 @@ void xf__entry_renew_cmd(xf__cmd *cmd, const char *key, size_t keylen, const cha
   script_cmd(cmd, XF_SCRIPT_RENEW, key, keylen, 2, args);
 }
 
+void xf__entry_touch_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__touch *t) {
+  const char *args[] = {t->token,
+                        number(cmd, 0, t->seen_e_ms),
+                        number(cmd, 1, t->ttl_ms),
+                        number(cmd, 2, t->keep_ms),
+                        t->start_ms < 0 ? "" : number(cmd, 3, t->start_ms),
+                        t->tags ? (const char *)t->tags : ""};
+  size_t lens[6];
+  for (int i = 0; i < 5; i++)
+    lens[i] = strlen(args[i]);
+  lens[5] = t->tags ? t->tags_len : 0;
+  xf__script_cmd(cmd, XF_SCRIPT_TOUCH, key, keylen, 6, args, lens);
+}
+
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
                           int64_t tombstone_ms, int format) {
   const char *args[] = {number(cmd, 0, tombstone_ms), format_arg(format)};

@@ -91,6 +91,23 @@ void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const c
  * server's now + lease_ms, if the lease is still token's. */
 void xf__entry_renew_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
                          int64_t lease_ms);
+/* What a touch keeps (lua/touch.lua): the loader found the value it was
+ * given unchanged; the entry's life is extended as a write's, its value and
+ * its delta (a full load's time) kept, its value not rewritten. */
+typedef struct xf__touch {
+  const char *token; /* "" = no lease held */
+  int64_t seen_e_ms; /* the expiry of the entry whose value the loader judged */
+  int64_t ttl_ms;
+  int64_t keep_ms;  /* how long past ttl_ms the entry stays */
+  int64_t start_ms; /* server ms when the computation started; <0 = now */
+  const unsigned char
+      *tags; /* the call's tag record (format 2), or NULL: keep the entry's */
+  size_t tags_len;
+} xf__touch;
+
+/* Returns (parse_int) 1 touched, 0 refused: the entry no longer holds that
+ * value (a write or a delete since) or the lease is not token's. */
+void xf__entry_touch_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf__touch *t);
 void xf__entry_delete_cmd(xf__cmd *cmd, const char *key, size_t keylen,
                           int64_t tombstone_ms, int format);
 /* The reads of nkeys keys in one call (read_many.lua; in Redis Cluster all in

@@ -437,6 +437,7 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   }
   if (won == XF_LEASE_FAILSAFE && !f->refresh && within_stale_if_error(f, &f->e)) {
     f->token[0] = '\0'; /* a load failed lately: its last good value, no load */
+    f->rt->stats.failsafe++;
     xf__emit(f, XF_EV_FAILSAFE, XF_SOURCE_STALE, 0, 0);
     return serve(f, XF_SOURCE_STALE);
   }

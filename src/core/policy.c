@@ -27,6 +27,9 @@ int xf__policy_check(xf__runtime *rt, const xf_policy *p) {
   if (p->background_refresh < XF_BACKGROUND_AUTO ||
       p->background_refresh > XF_BACKGROUND_OFF)
     return xf__rt_fail(rt, XF_EINVAL, "policy background_refresh is not an xf_background");
+  if (!p->loader_ud_keep != !p->loader_ud_drop)
+    return xf__rt_fail(rt, XF_EINVAL, "policy loader_ud_%s is NULL: give both or neither",
+                       p->loader_ud_keep ? "drop" : "keep");
   int rc = check_time(rt, "ttl_ms", p->ttl_ms, 1);
   if (rc == XF_OK)
     rc = check_time(rt, "lease_ms", p->lease_ms, 1);
@@ -70,5 +73,23 @@ int64_t xf__policy_max_load_ms(const xf_policy *p) {
 }
 
 int xf__policy_background(const xf_policy *p, xf__off_path driver) {
-  return p->background_refresh == XF_BACKGROUND_ON && driver == XF__OFF_PATH_READY;
+  if (driver == XF__OFF_PATH_NONE)
+    return 0;
+  if (p->background_refresh == XF_BACKGROUND_ON)
+    return 1;
+  return p->background_refresh == XF_BACKGROUND_AUTO && driver == XF__OFF_PATH_READY &&
+         p->loader_ud_keep;
+}
+
+int xf__policy_keep_ud(const xf_policy *p, void *ud, void **kept) {
+  *kept = ud;
+  if (!p->loader_ud_keep)
+    return 1;
+  *kept = p->loader_ud_keep(ud);
+  return *kept || !ud;
+}
+
+void xf__policy_drop_ud(const xf_policy *p, void *kept) {
+  if (p->loader_ud_drop)
+    p->loader_ud_drop(kept);
 }

@@ -27,18 +27,29 @@ int64_t xf__policy_max_load_ms(const xf_policy *p);
 /* Whether a driver has somewhere to run an early refresh off the request
  * path. */
 typedef enum xf__off_path {
-  XF__OFF_PATH_NONE = 0, /* nowhere: a client with neither a share nor an
-                            executor, a batch loader */
-  XF__OFF_PATH_READY = 1 /* refresh workers, an executor, the event loop, the
-                            sans-I/O call's driver (xf_call_take_refresh) */
+  XF__OFF_PATH_NONE = 0,  /* nowhere: a client with neither a share nor an
+                             executor, a batch loader */
+  XF__OFF_PATH_READY = 1, /* refresh workers, an executor, the event loop: the
+                             library runs the loader with loader_ud */
+  XF__OFF_PATH_DRIVER = 2 /* the sans-I/O call's driver (xf_call_take_refresh):
+                             it runs the loader, there is no loader_ud */
 } xf__off_path;
 
 /* Whether an early refresh p's call wins runs off the request path, on a
- * driver that can run one there as `driver` says. Only with
- * XF_BACKGROUND_ON: the caller's word that loader and loader_ud outlive the
- * call. The default (AUTO) and OFF run it in the call: the library cannot
- * know how long a loader_ud lives, and a C caller's often lives in the
- * caller's frame. The one place this is decided. */
+ * driver that can run one there as `driver` says: with XF_BACKGROUND_ON
+ * (the caller's word that loader and loader_ud outlive the call); with
+ * XF_BACKGROUND_AUTO when the policy says how long loader_ud lives
+ * (loader_ud_keep and _drop) and the library runs the loader. Otherwise in
+ * the call: a C caller's loader_ud often lives in the caller's frame. The
+ * one place this is decided. */
 int xf__policy_background(const xf_policy *p, xf__off_path driver);
+
+/* A refresh leaves the request path with ud: *kept is the ud its loader gets
+ * (loader_ud_keep's, else ud). 0: it could not be kept (keep returned NULL
+ * for a non-NULL ud): the refresh must not leave. */
+int xf__policy_keep_ud(const xf_policy *p, void *ud, void **kept);
+
+/* The refresh that kept `kept` is over: loader_ud_drop, if any. */
+void xf__policy_drop_ud(const xf_policy *p, void *kept);
 
 #endif

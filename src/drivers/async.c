@@ -35,6 +35,8 @@ static void unlink_call(xf_async *ac, xf__acall *k) {
 void xf__acall_release(xf__acall *k) {
   if (!k->finished || k->sent || k->loading)
     return;
+  if (k->ud_kept) /* a refresh off the request path: its loader_ud's end */
+    xf__policy_drop_ud(&k->p, k->ud);
   free(k->key);
   free(k);
 }
@@ -102,9 +104,17 @@ xf__acall *xf__async_spawn(xf_async *ac, const xf__acall *k) {
 }
 
 static xf__acall *detach(xf_async *ac, xf__acall *k) {
+  void *kept;
+  if (!xf__policy_keep_ud(&k->p, k->ud, &kept))
+    return NULL;
   xf__acall *r = xf__async_spawn(ac, k);
-  if (r)
-    xf__flow_detach(&k->f, &r->f, &r->p, r->key, &r->out);
+  if (!r) {
+    xf__policy_drop_ud(&k->p, kept);
+    return NULL;
+  }
+  r->ud = kept;
+  r->ud_kept = 1;
+  xf__flow_detach(&k->f, &r->f, &r->p, r->key, &r->out);
   return r;
 }
 

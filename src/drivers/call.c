@@ -62,7 +62,7 @@ static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
   case XF_STEP_LOAD:
     if (xf__call_share_joins(call)) /* Redis cannot be used: the share first */
       return advance(call, xf__call_share_join(call, now_ms), now_ms);
-    if (xf__flow_detachable(&call->f, XF__OFF_PATH_READY))
+    if (xf__flow_detachable(&call->f, XF__OFF_PATH_DRIVER))
       return advance(call, detach(call), now_ms);
     xf__flow_settle(&call->f); /* the caller runs the loader: what it owes first */
     call->renewing = xf__flow_renewal(&call->f, &call->renew);

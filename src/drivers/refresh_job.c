@@ -10,12 +10,18 @@
 #include "nesting.h"
 #include "refresh.h"
 
-int xf__detached_abandon(xf__detached *d) {
-  xf__flow_abandon(&d->f);
-  free(d->renew_with);
+/* What every end of d frees, the kept loader_ud dropped first. */
+static void free_detached(xf__detached *d) {
+  xf__policy_drop_ud(&d->policy, d->kept_ud);
   xf__gate_release(d->gate);
+  free(d->renew_with);
   free(d->key);
   free(d);
+}
+
+int xf__detached_abandon(xf__detached *d) {
+  xf__flow_abandon(&d->f);
+  free_detached(d);
   return XF_REFRESH_ABANDONED;
 }
 
@@ -27,7 +33,8 @@ xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
   const xf_client *c = f->c;
   xf__detached *d = calloc(1, size);
   char *key = malloc(f->user_keylen + c->ns_len + 1);
-  if (!d || !key) {
+  void *kept = NULL;
+  if (!d || !key || !xf__policy_keep_ud(f->p, ud, &kept)) {
     free(d);
     free(key);
     return NULL;
@@ -36,7 +43,8 @@ xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
   d->job.drop = drop;
   d->gate = gate;
   d->loader = loader;
-  d->ud = ud;
+  d->ud = kept;
+  d->kept_ud = kept;
   /* Without the share: it may be closed while the loader runs (a refresh
    * left running past the close's drain time). */
   if (c->opened_with && (d->renew_with = xf__options_helper(c->opened_with)))
@@ -68,10 +76,7 @@ void xf__detached_skip(xf__detached *d, xf_client *c) {
   while (step == XF_STEP_SEND)
     step = xf__drive_send(&d->f);
   xf_value_free(&d->out);
-  xf__gate_release(d->gate);
-  free(d->renew_with);
-  free(d->key);
-  free(d);
+  free_detached(d);
 }
 
 int xf__detached_load(xf__detached *d) {
@@ -106,8 +111,5 @@ int xf__detached_finish(xf__detached *d) {
 
 void xf__detached_end(xf__detached *d) {
   xf__gate_leave(d->gate);
-  xf__gate_release(d->gate);
-  free(d->renew_with);
-  free(d->key);
-  free(d);
+  free_detached(d);
 }

@@ -72,6 +72,7 @@ struct xf__acall {
   xf_value out;
   xf_async_loader_fn loader;
   void *ud;
+  int ud_kept; /* ud is policy.loader_ud_keep's: dropped when the call is freed */
   xf_async_callback_fn cb;
   void *privdata;
   xf_async_load load;

@@ -113,7 +113,8 @@ typedef struct xf__detached {
   xf__refresh_job job;
   xf__refresh_gate *gate;
   xf_loader_fn loader;
-  void *ud;
+  void *ud;                      /* the loader's: kept_ud, or an executor's own */
+  void *kept_ud;                 /* policy.loader_ud_keep's, dropped when d is freed */
   struct xf_options *renew_with; /* the caller's options, for the lease's renewals
                                     while the loader runs (lease_keeper.h) */
   struct xf__keeper *keeper;     /* those renewals' thread while the loader runs: held
@@ -130,8 +131,10 @@ typedef struct xf__detached {
 
 /* Detaches f's refresh (xf__flow_detachable) into a new job of size bytes
  * (>= sizeof(xf__detached): a driver's struct that starts with one), run by
- * run, answering to gate (held; NULL: none, a user's executor runs it). f
- * is DONE with the current value. NULL (f untouched): out of memory. */
+ * run, answering to gate (held; NULL: none, a user's executor runs it), its
+ * loader_ud kept (policy.loader_ud_keep; dropped when the job is freed,
+ * however it ends). f is DONE with the current value. NULL (f untouched):
+ * out of memory, or the loader_ud could not be kept. */
 xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
                                int (*run)(xf__refresh_job *), xf_loader_fn loader,
                                void *ud);

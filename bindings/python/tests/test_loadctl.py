@@ -8,8 +8,10 @@ import textwrap
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 import xfetch
+import xfetch.metrics
 
 # A lease and a loader twice as long. Renewals go every third of the lease
 # (~333 ms): one may come ~660 ms late on a busy machine before the lease
@@ -326,6 +328,12 @@ def test_failsafe_throttle_serves_the_last_good_value_fleet_wide(face, server, a
     assert got == (b"good", "stale"), "the second Cache loaded within the throttle"
     assert runs == []
     assert events == ["failsafe"]
+    # Counted once: in stats (also a stale serve) and in the metrics.
+    assert (second.stats()["failsafe"], second.stats()["stale"]) == (1, 1)
+    assert first.stats()["failsafe"] == 0
+    registry = CollectorRegistry()
+    registry.register(xfetch.metrics.Collector(second))
+    assert registry.get_sample_value("xfetch_failsafe_serves_total", {"namespace": ""}) == 1
     pause(face, THROTTLE + 0.2)
     got = face.run(second.fetch("fs", face.loader(body), **policy))
     assert got == (b"new", "loader")

@@ -635,7 +635,8 @@ class Cache(LateSetup):
         hits), near_evictions, fence_failed (write fences whose PING failed
         after an acknowledged write: the write stood), tag_invalidated (entries
         a tagged call refused: a tag they carry was invalidated since they
-        were loaded; also misses), refused (values whose
+        were loaded; also misses), failsafe (stale values served because a
+        load of the key failed lately, failsafe_throttle; also stale), refused (values whose
         signature did not verify, secret=) and undecodable (values the
         serializer could not read: each a miss, recomputed), plus
         connections (clients open now)."""

@@ -81,6 +81,7 @@ class Events:
         self.load_hist = {}  # namespace -> [bucket counts..., +Inf count, sum]
         self.waits = {}  # namespace -> [n, seconds]
         self.invalidations = {}  # "key" | "flush" | "lost" -> n (near cache)
+        self.failsafe = {}  # namespace -> n: stale values served under the fail-safe
         self.open_servers = set()  # breakers open now
         self.failing_open = False  # a fail-open episode was logged
         self.refresh_failed = {}  # key -> True: logged, until a load of it succeeds
@@ -116,7 +117,7 @@ class Events:
             return (calls, dict(self.loads),
                     {ns: list(h) for ns, h in self.load_hist.items()},
                     {ns: list(w) for ns, w in self.waits.items()}, len(self.open_servers),
-                    dict(self.invalidations))
+                    dict(self.invalidations), dict(self.failsafe))
 
     # ---- events -----------------------------------------------------------------
 
@@ -175,6 +176,8 @@ class Events:
                 w = self.waits.setdefault(ns, [0, 0.0])
                 w[0] += 1
                 w[1] += duration_us / 1e6
+        elif t == lib.XF_EV_FAILSAFE:
+            self._count(self.failsafe, ns)
         elif t == lib.XF_EV_INVALIDATION:
             reason = "key" if key is not None else "flush" if rc == 0 and server else "lost"
             self._count(self.invalidations, reason)

@@ -16,6 +16,9 @@ never a key. Families (base units, _total counters):
         alert on it rising, it means refreshes are failing or slow.
     xfetch_loads_total{namespace,outcome}       loader runs: ok, error
     xfetch_load_duration_seconds{namespace}     histogram of loader runs
+    xfetch_failsafe_serves_total{namespace}     stale values served because a
+        load of the key failed lately (failsafe_throttle), without a load;
+        also in xfetch_calls_total{result="stale"}
     xfetch_waits_total{namespace}               calls that waited for another
                                                 caller's load
     xfetch_wait_seconds_total{namespace}        time spent so waiting
@@ -57,12 +60,14 @@ class Collector:
         return []  # unchecked collector: families appear as they are collected
 
     def collect(self):
-        calls, loads, hist, waits, invalidations = {}, {}, {}, {}, {}
+        calls, loads, hist, waits, invalidations, failsafe = {}, {}, {}, {}, {}, {}
         breaker_open = connections = 0
         for cache in self._caches:
             if not cache.is_set_up:  # made at import time, set up later
                 continue
-            c, lo, h, w, opened, inv = cache._config.events.snapshot()
+            c, lo, h, w, opened, inv, fs = cache._config.events.snapshot()
+            for ns, n in fs.items():
+                failsafe[ns] = failsafe.get(ns, 0) + n
             for k, n in inv.items():
                 invalidations[k] = invalidations.get(k, 0) + n
             for k, n in c.items():
@@ -97,6 +102,12 @@ class Collector:
                 cumulative += n
                 buckets.append((_le(bound), cumulative))
             f.add_metric([ns], buckets, sum_value=counts[-1])
+        yield f
+        f = CounterMetricFamily("xfetch_failsafe_serves", "stale values served because a "
+                                "load of the key failed lately (fail-safe), without a load",
+                                labels=["namespace"])
+        for ns, n in sorted(failsafe.items()):
+            f.add_metric([ns], n)
         yield f
         f = CounterMetricFamily("xfetch_waits", "calls that waited for another caller's load",
                                 labels=["namespace"])

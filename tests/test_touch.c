@@ -1,0 +1,204 @@
+/* The touch (lua/touch.lua): a loader found the value it was given
+ * unchanged; the entry's life is extended as a write's and its lease
+ * cleared, its value (never rewritten) and delta kept, guarded as a write is:
+ * the caller's lease, and the entry the loader judged (its expiry e): a write
+ * or a delete since refuses it. Both entry formats; real redis-server.
+ *
+ * Timing margins: expiries are compared with a 60 s ttl against a 1 s one,
+ * far beyond any delay of a busy machine; the cost figure is logged, and
+ * asserted only at 1/4 of a rewrite (the measured ratio is far below). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "entry.h"
+#include "entry_io.h"
+#include "entry_peek.h"
+#include "fixture.h"
+
+#define BIG (1 << 20)
+
+static char *pattern(size_t n, int salt) {
+  char *v = malloc(n);
+  for (size_t i = 0; i < n; i++)
+    v[i] = (char)(i * 7 + (size_t)salt);
+  return v;
+}
+
+/* key holds v (n bytes) for 1 s, delta 5 ms; its expiry in *e_ms. */
+static void a_value(xf_client *c, redisContext *r, const char *key, const char *v, size_t n,
+                    int64_t *e_ms) {
+  freeReplyObject(xft_cmd(r, "DEL %s", key));
+  xf__write w = {.token = "",
+                 .data = v,
+                 .len = n,
+                 .delta_us = 5000,
+                 .ttl_ms = 1000,
+                 .keep_ms = 1000,
+                 .start_ms = -1,
+                 .kind = XF_WRITE_VALUE};
+  int written = 0;
+  cr_assert_eq(xft_entry_write(c, key, strlen(key), &w, &written), XF_OK);
+  cr_assert_eq(written, 1);
+  xft_peek pk;
+  xft_peek_read(r, key, "", &pk);
+  *e_ms = pk.e;
+  xft_peek_free(&pk);
+}
+
+static void take_lease(xf_client *c, const char *key, int64_t e_ms, char token[40]) {
+  int64_t now;
+  xf__lease_result won;
+  xf__entry newer = {0};
+  cr_assert_eq(xft_entry_lease(c, key, strlen(key), 30000, e_ms, token, &now, &won, &newer),
+               XF_OK);
+  cr_assert_eq(won, XF_LEASE_WON);
+  xf__entry_free(&newer);
+}
+
+static int touch(xf_client *c, const char *key, const char *token, int64_t seen_e) {
+  xf__touch t = {.token = token,
+                 .seen_e_ms = seen_e,
+                 .ttl_ms = 60000,
+                 .keep_ms = 1000,
+                 .start_ms = -1};
+  int touched = -1;
+  cr_assert_eq(xft_entry_touch(c, key, strlen(key), &t, &touched), XF_OK);
+  return touched;
+}
+
+ParameterizedTestParameters(touch, an_unchanged_value_lives_on_as_it_was) {
+  static int formats[] = {XF_ENTRY_HASH, XF_ENTRY_STRING};
+  return cr_make_param_array(int, formats, 2);
+}
+
+ParameterizedTest(int *format, touch, an_unchanged_value_lives_on_as_it_was) {
+  xf_client *c = xft_client_format(xft_port(), 1, *format);
+  redisContext *r = xft_redis();
+  char key[32], token[40];
+  snprintf(key, sizeof key, "touch:ok:%d", *format);
+  char *v = pattern(BIG, *format);
+  int64_t e;
+  a_value(c, r, key, v, BIG, &e);
+  take_lease(c, key, e, token);
+  cr_expect_eq(touch(c, key, token, e), 1, "format %d", *format);
+  xft_peek pk;
+  xft_peek_read(r, key, token, &pk);
+  cr_expect(pk.vlen == BIG && memcmp(pk.v, v, BIG) == 0, "format %d: the value kept",
+            *format);
+  cr_expect_eq(pk.d, 5000, "format %d: the delta kept", *format);
+  cr_expect(pk.e > e + 50000, "format %d: e %lld, was %lld", *format, pk.e, (long long)e);
+  cr_expect(!pk.live && pk.deadline == -1, "format %d: the lease cleared", *format);
+  xft_peek_free(&pk);
+  long long pttl = xft_int(r, "PTTL %s", key);
+  cr_expect(pttl > 55000, "format %d: PTTL %lld", *format, pttl);
+  free(v);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+ParameterizedTestParameters(touch, a_write_or_delete_since_refuses_it) {
+  static int formats[] = {XF_ENTRY_HASH, XF_ENTRY_STRING};
+  return cr_make_param_array(int, formats, 2);
+}
+
+ParameterizedTest(int *format, touch, a_write_or_delete_since_refuses_it) {
+  xf_client *c = xft_client_format(xft_port(), 1, *format);
+  redisContext *r = xft_redis();
+  char key[32], token[40];
+  snprintf(key, sizeof key, "touch:newer:%d", *format);
+  int64_t e;
+  a_value(c, r, key, "old", 3, &e);
+  take_lease(c, key, e, token);
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 2000;
+  cr_assert_eq(xf_set(c, key, strlen(key), "new", 3, &p), XF_OK); /* written meanwhile */
+  cr_expect_eq(touch(c, key, token, e), 0, "format %d: touched over a newer write",
+               *format);
+  xft_peek pk;
+  xft_peek_read(r, key, token, &pk);
+  cr_expect(pk.v && strcmp(pk.v, "new") == 0, "format %d: the newer value", *format);
+  cr_expect(pk.e < e + 50000, "format %d: its expiry kept", *format);
+  xft_peek_free(&pk);
+  /* A delete since: nothing comes back to life. */
+  a_value(c, r, key, "old", 3, &e);
+  take_lease(c, key, e, token);
+  cr_assert_eq(xf_delete(c, key, strlen(key)), XF_OK);
+  cr_expect_eq(touch(c, key, token, e), 0, "format %d: touched over a delete", *format);
+  xft_peek_read(r, key, "", &pk);
+  cr_expect_null(pk.v, "format %d: a deleted value came back", *format);
+  xft_peek_free(&pk);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+/* Another caller's lease (its own taken over, or none asked for while one is
+ * live with a token given) refuses the touch, as it refuses a write. */
+Test(touch, another_callers_lease_refuses_it) {
+  xf_client *c = xft_client_format(xft_port(), 1, XF_ENTRY_STRING);
+  redisContext *r = xft_redis();
+  const char *key = "touch:lease";
+  char token[40];
+  int64_t e;
+  a_value(c, r, key, "old", 3, &e);
+  take_lease(c, key, e, token);
+  cr_expect_eq(touch(c, key, "not-the-holder", e), 0);
+  xft_peek pk;
+  xft_peek_read(r, key, token, &pk);
+  cr_expect(pk.mine && pk.live, "the holder's lease kept");
+  cr_expect_eq(pk.e, e, "the expiry kept");
+  xft_peek_free(&pk);
+  redisFree(r);
+  xf_client_close(c);
+}
+
+static long long evalsha_usec(redisContext *r) {
+  redisReply *rep = xft_cmd(r, "INFO commandstats");
+  const char *at = strstr(rep->str, "cmdstat_evalsha:");
+  long long usec = at ? strtoll(strstr(at, "usec=") + 5, NULL, 10) : -1;
+  freeReplyObject(rep);
+  return usec;
+}
+
+/* The figure: Redis server time of a touch of a 1 MiB value against its
+ * rewrite (write.lua), INFO commandstats on a server of its own. A format-1
+ * touch reads the hash's value into Lua (entry_read.lua's entry() does, for
+ * every script): logged, asserted for format 2 only. */
+ParameterizedTestParameters(touch, a_touch_costs_the_server_a_fraction_of_a_rewrite) {
+  static int formats[] = {XF_ENTRY_HASH, XF_ENTRY_STRING};
+  return cr_make_param_array(int, formats, 2);
+}
+
+ParameterizedTest(int *format, touch, a_touch_costs_the_server_a_fraction_of_a_rewrite) {
+  xft_server own;
+  cr_assert_eq(xft_server_start(&own, NULL), 0);
+  xf_client *c = xft_client_format(own.port, 1, *format);
+  redisContext *r = xft_redis_port(own.port);
+  char *v = pattern(BIG, 9);
+  int64_t e;
+  a_value(c, r, "touch:cost", v, BIG, &e); /* loads both scripts' neighbours */
+  enum { N = 50 };
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  for (int i = 0; i < N; i++)
+    a_value(c, r, "touch:cost", v, BIG, &e); /* DEL + write: the write's share dominates */
+  long long rewrite = evalsha_usec(r);
+  touch(c, "touch:cost", "", e); /* the script loaded */
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  for (int i = 0; i < N; i++) {
+    xft_peek pk;
+    xft_peek_read(r, "touch:cost", "", &pk); /* the expiry to judge (not counted: EVAL) */
+    cr_assert_eq(touch(c, "touch:cost", "", pk.e), 1);
+    xft_peek_free(&pk);
+  }
+  long long touched = evalsha_usec(r);
+  cr_log_info("format %d, 1 MiB, %d each: rewrite %lld us, touch %lld us (%.3fx)", *format,
+              N, rewrite, touched, (double)touched / (double)rewrite);
+  if (*format == XF_ENTRY_STRING)
+    cr_expect(touched * 4 < rewrite, "touch %lld us, rewrite %lld us", touched, rewrite);
+  free(v);
+  redisFree(r);
+  xf_client_close(c);
+  xft_server_stop(&own);
+}
