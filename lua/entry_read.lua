@@ -61,6 +61,10 @@ end
 -- every script until the next write; version 3 never has flag 64, version 4
 -- always has it, so a version-3 reader (a client that knows no tags) judges a
 -- tagged entry malformed: a miss, recomputed and overwritten untagged.
+-- Flag 128 (version 5, tagged or not): the value is a zstd frame (the
+-- client's src/core/codec.c; scripts never look inside it), never with flag
+-- 2; a reader of versions 3 and 4 judges it malformed, never serves the frame
+-- as a value. read_entry's fifth field says so: 2.
 -- Another version (2: an unreleased 40-byte layout) is malformed.
 local FIXED, HEADER_MAX, SLOT_AT, NO_TOKEN = 14, 40 + 256, 256, string.rep('\0', 8)
 -- The token of the fail-safe mark (release.lua): a lease no caller holds,
@@ -95,14 +99,14 @@ local function entry2(key, now, with_value)
   local _, version, flags, d, e = struct.unpack('>BBBI5I6', raw)
   local has = function(bit) return math.floor(flags / bit) % 2 == 1 end
   local hlen = header_len(flags, raw)
-  local tagged = flags >= 64
-  if not hlen or version ~= (tagged and 4 or 3) or flags >= 128 or #raw < hlen then return t end
+  local tagged, zstd = has(64), has(128)
+  if not hlen or version ~= (zstd and 5 or tagged and 4 or 3) or #raw < hlen then return t end
   local at, s, f, dl, tok = FIXED + 1, nil, nil, 0, NO_TOKEN
   if has(8) then s, at = struct.unpack('>I6', raw, at) end
   if has(16) then f, at = struct.unpack('>I6', raw, at) end
   if has(32) then dl, tok, at = struct.unpack('>I6c8', raw, at) end
   if tagged then t.tags = string.sub(raw, at + 1, hlen) end
-  if (has(2) and not has(1)) or (tagged and not has(1)) or (has(4) and not has(32)) or (not has(1) and (d ~= 0 or e ~= 0)) or
+  if (has(2) and not has(1)) or (tagged and not has(1)) or (zstd and (has(2) or not has(1))) or (has(4) and not has(32)) or (not has(1) and (d ~= 0 or e ~= 0)) or
      (not has(4) and (dl ~= 0 or tok ~= NO_TOKEN)) or
      (not has(1) and (with_value and #raw or redis.call('STRLEN', key)) > hlen) or (s and s > now + 86400000) or
      dl > now + 2^40 or (has(1) and (e > now + 2^41 or e <= now - 2^41)) then
@@ -115,7 +119,7 @@ local function entry2(key, now, with_value)
   end
   t.s, t.f = s, f
   if has(1) then
-    t.v, t.d, t.e, t.n = true, d, e, has(2) and 1 or 0
+    t.v, t.d, t.e, t.n, t.z = true, d, e, has(2) and 1 or 0, zstd
     if with_value then t.v = string.sub(raw, hlen + 1) end
   end
   return t
@@ -173,9 +177,11 @@ end
 local function pack2(t)
   local slot = t.slot or t.deadline ~= nil
   local tags = t.v and t.tags and #t.tags > 0 and t.tags
+  local zstd = t.v and t.z
   local flags = (t.v and 1 or 0) + (t.v and t.n == 1 and 2 or 0) + (t.deadline and 4 or 0) +
-                (t.s and 8 or 0) + (t.f and 16 or 0) + (slot and 32 or 0) + (tags and 64 or 0)
-  local h = struct.pack('>BBBI5I6', 248, tags and 4 or 3, flags, t.v and math.min(t.d, 2^40 - 1) or 0,
+                (t.s and 8 or 0) + (t.f and 16 or 0) + (slot and 32 or 0) + (tags and 64 or 0) +
+                (zstd and 128 or 0)
+  local h = struct.pack('>BBBI5I6', 248, zstd and 5 or tags and 4 or 3, flags, t.v and math.min(t.d, 2^40 - 1) or 0,
                         t.v and t.e or 0)
   if t.s then h = h .. struct.pack('>I6', t.s) end
   if t.f then h = h .. struct.pack('>I6', t.f) end
@@ -241,5 +247,5 @@ local function read_entry(key, now)
   local t = entry(key, now, true)
   local f = t.f or 0
   if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f, ''} end
-  return {t.v, t.d, t.e - now, t.live, t.n, t.e, f, t.tags or ''}
+  return {t.v, t.d, t.e - now, t.live, t.z and 2 or t.n, t.e, f, t.tags or ''}
 end

@@ -20,7 +20,7 @@ local key, token, lease_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = server_now()
 local t = entry(key, now)
 if t.v and t.e > now and t.e ~= tonumber(ARGV[3]) then
-  return {2, now, entry_value(key, t), t.d, t.e - now, 0, t.n, t.e, t.f or 0, t.tags or ''}
+  return {2, now, entry_value(key, t), t.d, t.e - now, 0, t.z and 2 or t.n, t.e, t.f or 0, t.tags or ''}
 end
 if lease_mine(t, token) then return {1, now} end
 local first_read = tonumber(ARGV[4])

@@ -3,7 +3,8 @@
 -- ARGV[3] delta_us ("" = keep the entry's, e.g. for a write-through),
 -- ARGV[4] ttl_ms, ARGV[5] keep_ms (how long past ttl the entry stays: the
 -- larger of the stale and stale-if-error windows), ARGV[6] start_ms ("" = now),
--- ARGV[7] kind: "0" a value, "1" a cached not-found, "2" gone (the loader found
+-- ARGV[7] kind: "0" a value, "3" a value that is a zstd frame (format 2
+-- only: the header's flag 128, entry_read.lua), "1" a cached not-found, "2" gone (the loader found
 -- nothing and not-found is not cached: the old value is removed and a tombstone
 -- with s = start_ms stays for ARGV[4] ms, with the found-nothing marker f = now
 -- for the callers that waited on this load: see release.lua), ARGV[8] the
@@ -54,12 +55,13 @@ end
 local delta = ARGV[3] ~= '' and tonumber(ARGV[3]) or t.d
 delta = (delta and delta > 0) and math.floor(math.min(delta, 2^40)) or 0
 if format == '2' then
-  t.v, t.d, t.e, t.s, t.n = true, delta, now + ttl, start, kind == '1' and 1 or 0
+  t.v, t.d, t.e, t.s, t.n, t.z = true, delta, now + ttl, start, kind == '1' and 1 or 0, kind == '3'
   t.tags = ARGV[9] ~= '' and string.sub(ARGV[9], 1, 255) or nil
   t.slot = #ARGV[2] >= SLOT_AT -- its leases then rewrite the header only (entry_read.lua)
   set2(key, t.kind, pack2(t), ARGV[2], ttl + tonumber(ARGV[5]))
   return 1
 end
+if kind == '3' then return redis.error_reply('ERR a compressed value is written in format 2 only') end
 local l, f = t.kind ~= 'hash' and lease1(t), t.kind ~= 'hash' and t.f
 if t.kind == 'string' then redis.call('DEL', key) end
 redis.call('HSET', key, 'v', ARGV[2], 'd', string.format('%d', delta),

@@ -6,7 +6,7 @@ pkgs=(cmake make gcc g++ pkg-config libhiredis-dev libcriterion-dev redis-server
       libpcg-cpp-dev python3 python3-cffi python3-pytest python3-redis python3-setuptools
       python3-wheel python3-pip python3-dev python3-dogpile.cache python3-prometheus-client python3-django python3-django-redis
       gnuplot-nox valgrind clang
-      libclang-rt-14-dev libuv1-dev libevent-dev mypy libssl-dev openssl
+      libclang-rt-14-dev libuv1-dev libevent-dev mypy libssl-dev openssl libzstd-dev
       python3-fastapi python3-uvicorn python3-asyncpg python3-httpx
       "$@")
 missing=()

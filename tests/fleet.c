@@ -21,7 +21,20 @@ typedef struct fleet {
   const char *key;
 } fleet;
 
+/* The value the loads write, and each member's policy.compress_min_bytes
+ * (xft_fleet_value; default "v", none). */
+static const char *value_data = "v";
+static size_t value_len = 1;
+static size_t (*value_compress)(int i);
+
+void xft_fleet_value(const char *data, size_t len, size_t (*compress)(int i)) {
+  value_data = data;
+  value_len = len;
+  value_compress = compress;
+}
+
 typedef struct member {
+  int i;
   fleet *f;
   xf_client *c;
   uint64_t hits;
@@ -44,7 +57,7 @@ static int load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   f->start[i] = t0;
   f->end[i] = real_ms();
   pthread_mutex_unlock(&f->mu);
-  return xf_sink_set(sink, "v", 1);
+  return xf_sink_set(sink, value_data, value_len);
 }
 
 /* Whether the run goes on: until until_ms and min_loads loads, whichever is
@@ -65,11 +78,13 @@ static void *run_member(void *arg) {
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 600;
   p.stale_ms = 1000; /* waiters serve stale: an episode is the refresh alone */
+  p.compress_min_bytes = value_compress ? value_compress(m->i) : 0;
   while (running(m->f)) {
     xf_value v;
     int rc = xf_get_or_compute(m->c, m->f->key, strlen(m->f->key), &p, load, m, &v);
     cr_assert_eq(rc, XF_OK, "%s", xf_errmsg(m->c));
-    cr_assert_str_eq(v.data, "v");
+    cr_assert(v.len == value_len && memcmp(v.data, value_data, value_len) == 0,
+              "member %d: a value of %zu bytes", m->i, v.len);
     xf_value_free(&v);
   }
   xf_stats st;
@@ -85,7 +100,7 @@ void xft_fleet_run(const char *key, int members, int duration_ms, int min_loads,
   pthread_t t[MAX_MEMBERS];
   member m[MAX_MEMBERS];
   for (int i = 0; i < members; i++)
-    m[i] = (member){.f = &f, .c = open(i, ud)};
+    m[i] = (member){.i = i, .f = &f, .c = open(i, ud)};
   int64_t start_ms = real_ms();
   f.until_ms = start_ms + duration_ms;
   f.give_up_ms = start_ms + 10 * duration_ms;

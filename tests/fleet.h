@@ -19,4 +19,8 @@ typedef xf_client *(*xft_fleet_open)(int i, void *ud);
 void xft_fleet_run(const char *key, int members, int duration_ms, int min_loads,
                    xft_fleet_open open, void *ud, const char *(*label)(int i));
 
+/* The value the next runs' loads write (data must outlive them) and each
+ * member's policy.compress_min_bytes (compress NULL: 0); by default "v". */
+void xft_fleet_value(const char *data, size_t len, size_t (*compress)(int i));
+
 #endif

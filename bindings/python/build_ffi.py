@@ -2,7 +2,7 @@
 
 By default the extension compiles the C library's own sources, so
 `pip install bindings/python` is the whole install (build needs a C compiler,
-libhiredis-dev, and cmake when building from a git checkout):
+libhiredis-dev, libzstd-dev, and cmake when building from a git checkout):
 
 - in a git checkout (../../CMakeLists.txt), csrc/ is refreshed from it first:
   the .c files of XF_<LAYER>_SOURCES lists there
@@ -17,7 +17,7 @@ libhiredis-dev, and cmake when building from a git checkout):
 XFETCH_SOURCE_DIR=<repo root> names the checkout explicitly. XFETCH_PREFIX=<a
 `cmake --install --prefix` tree> links that tree's libxfetch.a instead and
 compiles no library source. Either way the extension needs only the system's
-libhiredis at run time.
+libhiredis, libssl and libzstd at run time.
 """
 import os
 import re
@@ -126,7 +126,7 @@ def _from_prefix(prefix):
         if os.path.exists(archive):
             return dict(include_dirs=[os.path.join(prefix, "include")],
                         extra_objects=[archive],
-                        libraries=["hiredis", "ssl", "crypto", "m"],
+                        libraries=["hiredis", "ssl", "crypto", "zstd", "m"],
                         depends=[archive, os.path.join(prefix, "include", "xfetch.h")])
     raise SystemExit(f"build_ffi: no libxfetch.a under XFETCH_PREFIX={prefix}")
 
@@ -151,7 +151,7 @@ def _from_sources():
     # warning must not break a user's install (the CMake build has -Werror,
     # and tests/test_install.py checks that this build warns about nothing).
     return dict(sources=sources, include_dirs=[rel("include"), rel("src")],
-                libraries=["hiredis", "ssl", "crypto", "m"],  # ssl, crypto: TLS (stream_tls.c)
+                libraries=["hiredis", "ssl", "crypto", "zstd", "m"],  # ssl, crypto: TLS (stream_tls.c)
                 define_macros=[("_GNU_SOURCE", None)],
                 extra_compile_args=["-std=c11", "-fvisibility=hidden"],
                 depends=headers + [rel("include", "xfetch.h")])

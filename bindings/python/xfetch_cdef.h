@@ -134,6 +134,7 @@ typedef struct xf_policy {
   int64_t failsafe_throttle_ms;
   xf_ud_keep_fn loader_ud_keep;
   xf_ud_drop_fn loader_ud_drop;
+  size_t compress_min_bytes;
 } xf_policy;
 #define XF_MAX_TAGS 15
 #define XF_MAX_TAG_LEN 200

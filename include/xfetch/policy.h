@@ -163,12 +163,19 @@ typedef struct xf_policy {
    * it. Not called for loads a soft or hard timeout moves off the call. */
   xf_ud_keep_fn loader_ud_keep;
   xf_ud_drop_fn loader_ud_drop;
+  /* Compressed values: a value of at least compress_min_bytes is written
+   * compressed with zstd when that makes it smaller (format 2 entries only).
+   * Every client of this version reads compressed and plain values alike;
+   * a client of the previous version judges a compressed entry malformed
+   * (a miss, reloaded), so turn it on once the whole fleet reads it.
+   * 0: off (the default). */
+  size_t compress_min_bytes;
 } xf_policy;
 
 /* clang-format off */
 #define XF_POLICY_INIT                                                                     \
   { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0,   \
-    0, 0, 0, 0, NULL, NULL }
+    0, 0, 0, 0, NULL, NULL, 0 }
 /* clang-format on */
 
 /* The most tags a call carries (its namespace's included). */

@@ -2,8 +2,10 @@
  * replies parsed here. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "entry.h"
 #include "reply.h"
 #include "script.h"
@@ -56,6 +58,7 @@ void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf_
                         w->start_ms >= 0 ? number(cmd, 3, w->start_ms) : "",
                         w->kind == XF_WRITE_GONE        ? "2"
                         : w->kind == XF_WRITE_NOT_FOUND ? "1"
+                        : w->zstd                       ? "3"
                                                         : "0",
                         format_arg(format),
                         w->tags ? (const char *)w->tags : ""};
@@ -151,8 +154,8 @@ static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min ||
 #define READ_FIELDS 8
 
 /* Whether the fields at el, of the right types, are values read.lua gives:
- * {value, delta_us, remaining_ms, lease_live, negative, expiry_ms,
- * nothing_ms, tags} or {nil, 0, 0, lease_live, malformed, now_ms,
+ * {value, delta_us, remaining_ms, lease_live, negative (2: the value is a
+ * zstd frame), expiry_ms, nothing_ms, tags} or {nil, 0, 0, lease_live, malformed, now_ms,
  * nothing_ms, ""}. */
 static int in_range(xf__reply **el, int has_value) {
   if (out_of_range(el[1]->integer, 0, MAX_DELTA_US) ||
@@ -160,7 +163,8 @@ static int in_range(xf__reply **el, int has_value) {
       out_of_range(el[2]->integer, -MAX_SPAN_MS, MAX_SPAN_MS) ||
       out_of_range(el[5]->integer, 0, MAX_CLOCK_MS) ||
       out_of_range(el[5]->integer - el[2]->integer, 0, MAX_CLOCK_MS) ||
-      out_of_range(el[3]->integer, 0, 1) || out_of_range(el[4]->integer, 0, 1))
+      out_of_range(el[3]->integer, 0, 1) ||
+      out_of_range(el[4]->integer, 0, has_value ? 2 : 1))
     return 0;
   return has_value || (el[1]->integer | el[2]->integer | (long long)el[7]->len) == 0;
 }
@@ -200,7 +204,8 @@ static int parse_entry(xf__runtime *rt, xf__reply *r, size_t at, xf__entry *out)
   out->len = el[0]->len;
   out->delta_us = el[1]->integer;
   out->remaining_ms = el[2]->integer;
-  out->negative = (int)el[4]->integer;
+  out->negative = el[4]->integer == 1;
+  out->zstd = el[4]->integer == 2;
   out->expiry_ms = el[5]->integer;
   if (el[7]->len) {
     out->tags = (const unsigned char *)el[7]->str;
@@ -277,4 +282,42 @@ int xf__entry_parse_int(xf__runtime *rt, xf__reply *r, const char *what, int *va
     rc = xf__rt_fail(rt, XF_EPROTO, "%s reply is not 0 or 1", what);
   xf__reply_free(r);
   return rc;
+}
+
+int xf__entry_decode(xf__runtime *rt, xf__entry *e, size_t cap) {
+  if (!e->zstd || !e->value)
+    return XF_OK;
+  xf__reply *s = e->reply ? holder(e->reply, e->value) : NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  int rc = s ? xf__codec_unpack(rt, e->value, e->len, cap, e->tags_len, &buf, &len)
+             : xf__rt_fail(rt, XF_EPROTO, "compressed value: not in its reply");
+  e->zstd = 0;
+  if (rc == XF_ENOMEM)
+    return rc;
+  if (rc != XF_OK) { /* a frame we cannot trust: a malformed entry, recomputed */
+    /* Its expiry stays: the lease script, which cannot look inside the frame,
+     * then takes the lease instead of answering with this value as newer. */
+    e->value = NULL;
+    e->len = 0;
+    e->negative = 0;
+    e->tags = NULL;
+    e->tags_len = 0;
+    e->malformed = 1;
+    rt->stats.malformed++;
+    return XF_OK;
+  }
+  /* The value first (xf__entry_take_value hands the buffer over as is), its
+   * tag record past its NUL: the old string held both. */
+  if (e->tags_len) {
+    memcpy(buf + len + 1, e->tags, e->tags_len);
+    e->tags = (const unsigned char *)buf + len + 1;
+  }
+  free(s->str);
+  s->str = buf;
+  s->len = len;
+  s->integer = 0;
+  e->value = buf;
+  e->len = len;
+  return XF_OK;
 }

@@ -31,6 +31,8 @@ typedef struct xf__entry {
   size_t tags_len;           /* NULL and 0: none */
   int invalidated;           /* a tagged call refused it (value NULL): a tag it carries was
                                 invalidated since it was loaded (flow_tags.c) */
+  int zstd;                  /* value is still a zstd frame (header flag 128):
+                                xf__entry_decode makes it the value */
 } xf__entry;
 
 void xf__entry_free(xf__entry *e);
@@ -61,6 +63,7 @@ typedef struct xf__write {
   xf__write_kind kind;
   const unsigned char *tags; /* the value's tag record (flow_tags.c), or NULL */
   size_t tags_len;
+  int zstd; /* XF_WRITE_VALUE: data is the value's zstd frame (format 2 only) */
 } xf__write;
 
 /* ---- encode: fill cmd (it keeps pointers to key, token and data) ---------- */
@@ -176,6 +179,13 @@ int xf__entry_parse_lease(xf__runtime *rt, xf__reply *r, int64_t *now_ms,
  * is not an array of nkeys replies (every part NULL, r freed). */
 int xf__entry_split_read_many(xf__runtime *rt, xf__reply *r, size_t nkeys,
                               xf__reply **parts);
+
+/* When e's value is a zstd frame (e->zstd), makes it the value it encodes,
+ * at most cap bytes (max_value_len), in a buffer that replaces the reply
+ * string that held the frame (e->tags kept valid). A frame that cannot be
+ * decoded within cap makes e a malformed entry (a miss, counted in
+ * stats.malformed; the reason on rt): XF_OK; XF_ENOMEM. */
+int xf__entry_decode(xf__runtime *rt, xf__entry *e, size_t cap);
 
 /* The integer reply of write (1 written, 0 refused), release, renew or
  * delete. */

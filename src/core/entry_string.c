@@ -17,7 +17,10 @@
  * are zero without a value, and only an entry with a value has bytes past the header
  * or a tag record. A plain value's header is 20 bytes. Version 4 is version 3 with
  * flag 64: after the other fields, the tag record's length (1 byte) and the record
- * (flow_tags.c; a version-3 reader judges it malformed). A string whose first byte is not
+ * (flow_tags.c; a version-3 reader judges it malformed). Version 5 is version 3 or 4
+ * with flag 128: the value is a zstd frame (codec.h), never with flag 2; a reader
+ * of versions 3 and 4 only judges it malformed (a miss), never serves the frame
+ * as the value. A string whose first byte is not
  * the magic is not an entry at all: the call fails with XF_EWRONGTYPE and leaves it
  * untouched, as for a list; another version (2: the unreleased 40-byte layout) is
  * malformed: a miss, rewritten. */
@@ -34,12 +37,14 @@ enum {
   F_F = 16,
   F_SLOT = 32,
   F_TAGS = 64,
-  F_ALL = 127
+  F_ZSTD = 128,
+  F_ALL = 255
 };
 
 #define MAGIC 0xF8
 #define VERSION 3
 #define VERSION_TAGS 4
+#define VERSION_ZSTD 5
 #define FIXED 14 /* magic, version, flags, d, e */
 #define MAX_SPAN_MS ((int64_t)1 << 41)
 #define DAY_MS 86400000
@@ -77,9 +82,11 @@ static size_t header_len(const unsigned char *src, size_t len) {
   return len >= n ? n : 0;
 }
 
-static int version_ok(const unsigned char *h) {
-  return h[1] == ((h[2] & F_TAGS) ? VERSION_TAGS : VERSION);
-}
+/* The version a header's flags 64 and 128 call for, by flags >> 6. */
+static const unsigned char VERSION_OF[4] = {VERSION, VERSION_TAGS, VERSION_ZSTD,
+                                            VERSION_ZSTD};
+
+static int version_ok(const unsigned char *h) { return h[1] == VERSION_OF[h[2] >> 6]; }
 
 long long xf__entry_string_copy(char *dst, const char *src, size_t len) {
   dst[len] = '\0';
@@ -116,7 +123,8 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   int flags = h[2];
   int has_value = flags & F_VALUE;
   if (h[0] != MAGIC || !version_ok(h) || (flags & ~F_ALL) ||
-      ((flags & (F_NEGATIVE | F_TAGS)) && !has_value) ||
+      ((flags & (F_NEGATIVE | F_TAGS | F_ZSTD)) && !has_value) ||
+      (flags & (F_ZSTD | F_NEGATIVE)) == (F_ZSTD | F_NEGATIVE) ||
       ((flags & F_LEASE) && !(flags & F_SLOT)) || (!has_value && len > hlen))
     return 0;
   int64_t d = be(h + 3, 5), e = be(h + 8, 6), s = 0, f = 0, deadline = 0;
@@ -146,6 +154,8 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   out->expiry_ms = e;
   out->negative = (flags & F_NEGATIVE) != 0;
   out->nothing_ms = f;
+  if (flags & F_ZSTD)
+    out->zstd = 1;
   return 1;
 }
 
@@ -174,7 +184,7 @@ int xf__entry_parse_string(xf__runtime *rt, xf__reply *r, int64_t lo, int64_t hi
     hlen = header_len(h, r->len);
   if (!hlen || !header_ok(h, hlen, r->len, lo, hi, out)) {
     out->lease_live = out->delta_us = out->expiry_ms = out->negative = 0;
-    out->nothing_ms = 0;
+    out->nothing_ms = out->zstd = 0;
     out->tags = NULL;
     out->tags_len = 0;
     out->malformed = 1;

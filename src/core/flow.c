@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "codec.h"
 #include "event.h"
 #include "flow_steps.h"
 #include "near.h"
@@ -123,6 +124,39 @@ void xf__flow_abandon(xf__flow *f) {
   if (f->tag_copy || f->tag_key.data || f->tag_read_keys) /* a tagged call's, before its
                                                               tags were read */
     xf__flow_tags_free(f);
+}
+
+void xf__flow_pack(xf__flow *f) {
+  size_t min = f->p->compress_min_bytes;
+  if (!min || f->w.kind != XF_WRITE_VALUE || f->w.len < min ||
+      f->cfg->entry_format != XF_ENTRY_STRING)
+    return;
+  char *frame;
+  size_t n, len = f->w.len;
+  if (!xf__codec_pack(f->w.data, len, &frame, &n))
+    return;
+  /* The frame lives in the sink's buffer, freed with it (no field for a hit
+   * to clear): past the loader's value and its NUL, or, for xf_set, whose
+   * sink holds nothing, as that buffer. */
+  if (f->w.data == f->sink.data) {
+    char *grown = realloc(f->sink.data, len + 1 + n);
+    if (!grown) {
+      free(frame);
+      return;
+    }
+    memcpy(grown + len + 1, frame, n);
+    free(frame);
+    f->sink.data = grown;
+    frame = grown + len + 1;
+  } else if (!f->sink.data) {
+    f->sink.data = frame;
+  } else {
+    free(frame);
+    return;
+  }
+  f->w.data = frame;
+  f->w.len = n;
+  f->w.zstd = 1;
 }
 
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source) {
@@ -301,6 +335,7 @@ xf__step xf__flow_begin_set(xf__flow *f, const char *key, size_t keylen, const v
                      .keep_ms = xf__policy_keep_ms(p),
                      .start_ms = -1,
                      .kind = XF_WRITE_VALUE};
+  xf__flow_pack(f);
   xf__step step;
   if ((p->ntags || cfg->namespace_tag) && xf__flow_tags_first(f, XF__WRITE, &step))
     return step;
@@ -402,6 +437,8 @@ static xf__step read_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     if (rc == XF_OK)
       xf__flow_learn_clock(f, f->e.now_ms, now_ms);
   }
+  if (f->e.zstd) /* set by a parse that succeeded; before the near cache keeps it */
+    rc = xf__entry_decode(f->rt, &f->e, f->cfg->max_value_len);
   if (rc != XF_OK && f->tag_in_read) { /* no versions read: as a failed tag read */
     f->tag_in_read = 0;
     xf__flow_tags_free(f);

@@ -230,8 +230,10 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
     return xf__flow_done(f, serve_sink(f, XF_SOURCE_UNCACHED));
   f->delta_us = delta_us;
   f->w = what_to_write(f);
-  if (f->w.ttl_ms > 0)
+  if (f->w.ttl_ms > 0) {
+    xf__flow_pack(f);
     return xf__flow_send(f, XF__WRITE);
+  }
   /* A not-found not to cache (the release tells the callers that waited on
    * this lease), or a value the loader said not to cache. */
   f->found_nothing = f->sink.not_found;
@@ -405,6 +407,13 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   xf__entry newer;
   if (rc == XF_OK)
     rc = xf__entry_parse_lease(f->rt, r, &lease_ms, &won, &newer);
+  if (rc == XF_OK && won == XF_LEASE_NEWER && newer.zstd) {
+    rc = xf__entry_decode(f->rt, &newer, f->cfg->max_value_len);
+    if (rc == XF_OK && !newer.value) /* a corrupt frame written since the read */
+      rc = XF_EPROTO;
+    if (rc != XF_OK)
+      xf__entry_free(&newer);
+  }
   if (rc == XF_OK)
     xf__flow_learn_clock(f, lease_ms, now_ms);
   if (rc != XF_OK) { /* the lease cannot be taken: degrade, never block */

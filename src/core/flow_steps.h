@@ -29,6 +29,10 @@ xf__step xf__flow_send(xf__flow *f, int state);
 
 /* Ends the call with rc, freeing what the flow holds. */
 xf__step xf__flow_done(xf__flow *f, int rc);
+/* Compresses f->w's value (policy.compress_min_bytes, format 2 entries) when
+ * that makes it smaller: f->w then writes the frame, kept in f->sink's
+ * buffer. */
+void xf__flow_pack(xf__flow *f);
 
 /* A copy of data (NUL-terminated) as the call's value, from source. */
 int xf__flow_serve_bytes(xf__flow *f, const char *data, size_t len, xf_source source);

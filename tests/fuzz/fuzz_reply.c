@@ -113,7 +113,9 @@ static void check_entry(const xf__reply *r, size_t at, const xf__entry *e) {
   FUZZ_CHECK(e->negative == 0 || e->negative == 1);
   /* Booleans are 0 or 1 in the reply, never "anything non-zero". */
   FUZZ_CHECK(r->element[at + 3]->integer == e->lease_live);
-  FUZZ_CHECK(!e->value || r->element[at + 4]->integer == e->negative);
+  /* A value's fifth field: 1 negative, 2 a zstd frame (never both). */
+  FUZZ_CHECK(!e->value || r->element[at + 4]->integer == (e->zstd ? 2 : e->negative));
+  FUZZ_CHECK(!(e->zstd && e->negative));
 }
 
 static void check_failed(xf_client *c, int rc, const xf__entry *e) {

@@ -8,7 +8,9 @@
  * bytes); an accepted value is exactly the bytes past a header that starts
  * with the magic, within the reply (every byte read, so ASan sees a stray
  * pointer); times in the scripts' bounds; a header-only entry or a malformed
- * one has no times; xf__entry_take_value hands over the value's bytes. */
+ * one has no times; xf__entry_take_value hands over the value's bytes. A
+ * compressed value (flag 128) goes through xf__entry_decode with a 1 MiB cap:
+ * a value of at most that many bytes, or a malformed miss, never a crash. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 
 #define MAX_DELTA_US ((int64_t)1 << 40)
 #define MAX_SPAN_MS ((int64_t)1 << 41)
+#define DECODE_CAP ((size_t)1 << 20)
 
 static int in_range(int64_t v, int64_t min, int64_t max) { return v >= min && v <= max; }
 
@@ -86,6 +89,23 @@ static void check(int rc, const xf__entry *e, const uint8_t *s, size_t len, int6
   FUZZ_CHECK(e->remaining_ms == e->expiry_ms - hi);
   FUZZ_CHECK(e->lease_live == 0 || e->lease_live == 1);
   FUZZ_CHECK(e->negative == 0 || e->negative == 1);
+  FUZZ_CHECK(!e->zstd || ((s[2] & 128) && s[1] == 5 && !e->negative));
+}
+
+/* The decoded value of a compressed entry: within the cap, or a miss. */
+static void check_decode(xf__runtime *rt, xf__entry *e) {
+  int was = e->zstd;
+  int rc = xf__entry_decode(rt, e, DECODE_CAP);
+  FUZZ_CHECK(rc == XF_OK || rc == XF_ENOMEM);
+  FUZZ_CHECK(e->zstd == 0);
+  if (rc == XF_OK && was && e->value) {
+    FUZZ_CHECK(e->len <= DECODE_CAP && e->value[e->len] == '\0');
+    (void)touch(e->value, e->len);
+    if (e->tags)
+      (void)touch((const char *)e->tags, e->tags_len);
+  } else if (rc == XF_OK && was) {
+    FUZZ_CHECK(e->malformed == 1 && e->len == 0);
+  }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -110,10 +130,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                got.negative == mget.negative && got.delta_us == mget.delta_us &&
                got.expiry_ms == mget.expiry_ms && got.remaining_ms == mget.remaining_ms &&
                got.len == mget.len && !got.value == !mget.value &&
-               got.tags_len == mget.tags_len);
+               got.tags_len == mget.tags_len && got.zstd == mget.zstd);
     if (got.tags_len)
       FUZZ_CHECK(memcmp(got.tags, mget.tags, got.tags_len) == 0);
-    if (got.value) {
+    if (got.zstd) {
+      check_decode(&c->rt, &got);
+      check_decode(&c->rt, &mget);
+      FUZZ_CHECK(got.len == mget.len && !got.value == !mget.value);
+      if (got.value)
+        FUZZ_CHECK(memcmp(got.value, mget.value, got.len) == 0);
+      if (got.value) {
+        size_t n = got.len;
+        char *v = xf__entry_take_value(&got);
+        FUZZ_CHECK(v && v[n] == '\0');
+        free(v);
+      }
+    } else if (got.value) {
       FUZZ_CHECK(memcmp(got.value, mget.value, got.len) == 0);
       size_t n = got.len;
       char *v = xf__entry_take_value(&got);

@@ -108,6 +108,12 @@ class Cache(LateSetup):
            more round trip, unless the near cache keeps its version). Every
            Cache of the
            prefix must set it.
+    compress_min_bytes: values of at least this many bytes (as the serializer
+           wrote them) are stored zstd-compressed when that makes them smaller;
+           0 (default) = off. Every client of this version reads compressed
+           entries; an older one reloads them, so turn it on once the whole
+           fleet runs this version. 1024 is a good value: small values stay
+           as they are, large JSON or pickles shrink 3-10x.
 
     Thread-safe: each concurrent caller borrows its own connection from the
     Cache's pool (connections are opened on demand and kept). Fork-safe: a

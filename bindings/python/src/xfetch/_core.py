@@ -103,8 +103,11 @@ class Config:
                  max_value_len, share, lazy_connect, max_connections, ssl=None, on_event=None,
                  enabled=True, face="sync", entry_format=None, background_refresh=True,
                  near_cache_bytes=0, refresh_ahead=None, write_fence=None, ttl=None,
-                 serializer="pickle", secret=None, namespace_tag=False):
+                 serializer="pickle", secret=None, namespace_tag=False, compress_min_bytes=0):
         fields = parse_url(url)
+        if type(compress_min_bytes) is not int or compress_min_bytes < 0:
+            raise ValueError(f"compress_min_bytes must be an int >= 0 (0: off), "
+                             f"not {compress_min_bytes!r}")
         if type(namespace_tag) is not bool:
             raise TypeError(f"namespace_tag must be True or False, not {namespace_tag!r}")
         self.namespace_tag = namespace_tag  # clear() needs it
@@ -203,7 +206,8 @@ class Config:
             check(lib.xf_share_open(out, share_opts))
             self.share = ffi.gc(out[0], lib.xf_share_close)
         self.opts.share = self.share
-        self.policies = PolicyCache(background_refresh, refresh_ahead, self.ttl)
+        self.policies = PolicyCache(background_refresh, refresh_ahead, self.ttl,
+                                    compress_min_bytes)
         # where the values come from, as the C share and nest checks key it
         self.namespace = (self.where, fields["username"], prefix)
 

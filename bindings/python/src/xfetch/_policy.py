@@ -52,8 +52,10 @@ def _optional_ms(name, seconds):
 
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
                 on_wait_timeout, background_refresh=True, refresh_ahead=None,
-                max_load=None, soft_timeout=None, hard_timeout=None, failsafe_throttle=None):
+                max_load=None, soft_timeout=None, hard_timeout=None, failsafe_throttle=None,
+                compress_min_bytes=0):
     """Returns a new xf_policy cdata; raises TypeError / ValueError.
+    compress_min_bytes: C policy.compress_min_bytes (the Cache's; 0 off).
     background_refresh: True (None too: both faces take refreshes) = an
     early refresh this call wins runs off the call (C XF_BACKGROUND_ON);
     False = in the call (XF_BACKGROUND_OFF).
@@ -92,6 +94,7 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "max_load_ms": _optional_ms("max_load", max_load),
         "soft_timeout_ms": soft, "hard_timeout_ms": hard,
         "failsafe_throttle_ms": _optional_ms("failsafe_throttle", failsafe_throttle),
+        "compress_min_bytes": compress_min_bytes,
     })
 
 
@@ -108,8 +111,10 @@ class PolicyCache:
 
     MAX = 256
 
-    def __init__(self, background_refresh=True, refresh_ahead=None, ttl=None):
+    def __init__(self, background_refresh=True, refresh_ahead=None, ttl=None,
+                 compress_min_bytes=0):
         self._cache = {}
+        self.compress_min_bytes = compress_min_bytes  # every policy's (the Cache's)
         self._defaults = (background_refresh, refresh_ahead)  # the Cache's
         self.ttl = ttl  # the Cache's default ttl (None: every call names one)
         self.commons = {}  # (ttl, beta, type(ttl), type(beta)) -> policy
@@ -171,7 +176,7 @@ class PolicyCache:
                     raise TypeError("ttl is required: pass ttl= or give the Cache a default "
                                     "(Cache(ttl=...) or cache.setup(url, ttl=...))")
                 args = (self.ttl,) + args[1:]
-            p = make_policy(*args)
+            p = make_policy(*args, compress_min_bytes=self.compress_min_bytes)
             if len(self._cache) >= self.MAX:
                 self._cache.clear()
             self._cache[key] = p

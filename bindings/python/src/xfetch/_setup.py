@@ -35,7 +35,7 @@ class LateSetup:
                  refresh_ahead: float | None = None,
                  write_fence: bool | None = None, ttl: Any = None,
                  serializer: Any = "pickle", secret: Any = None,
-                 namespace_tag: bool = False) -> None:
+                 namespace_tag: bool = False, compress_min_bytes: int = 0) -> None:
         options = dict(locals())
         del options["self"], options["url"]
         self.__dict__["_options"] = options
