@@ -39,9 +39,9 @@ Test(setup, the_list_follows_the_options_and_the_role) {
   cr_expect_eq(s.kind[2], XF__SETUP_READONLY);
   cr_expect_eq(s.cmd[2].argc, 1);
   static const int preloaded[] = {
-      XF_SCRIPT_READ,     XF_SCRIPT_LEASE,  XF_SCRIPT_WRITE,
-      XF_SCRIPT_RELEASE,  XF_SCRIPT_DELETE, XF_SCRIPT_TAG_READ,
-      XF_SCRIPT_TAG_BUMP, XF_SCRIPT_RENEW}; /* not read_many: the batch's */
+      XF_SCRIPT_READ,   XF_SCRIPT_LEASE,    XF_SCRIPT_WRITE,    XF_SCRIPT_RELEASE,
+      XF_SCRIPT_DELETE, XF_SCRIPT_TAG_READ, XF_SCRIPT_TAG_BUMP, XF_SCRIPT_RENEW,
+      XF_SCRIPT_TOUCH}; /* not read_many: the batch's */
   for (int i = 3; i < s.n; i++) {
     cr_expect_eq(s.kind[i], XF__SETUP_SCRIPT);
     cr_expect_str_eq(s.cmd[i].argv[0], "SCRIPT");
@@ -61,7 +61,7 @@ Test(setup, the_list_follows_the_options_and_the_role) {
   cr_expect_eq(s.kind[0], XF__SETUP_PROBE);
   cr_expect_str_eq(s.cmd[0].argv[0], "HELLO");
   xf__setup_build(c, XF_SETUP_SCRIPTS, &s);
-  cr_expect_eq(s.n, 8, "the SCRIPT LOADs ask it: no HELLO");
+  cr_expect_eq(s.n, 9, "the SCRIPT LOADs ask it: no HELLO");
   xf_client_close(c);
 }
 

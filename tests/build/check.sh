@@ -8,8 +8,8 @@
 set -eu
 src=$1 work=$2
 rm -rf "$work" && mkdir -p "$work/pc"
-# pkg-config sees hiredis and OpenSSL (and what they require), not Criterion.
-for m in hiredis openssl libssl libcrypto; do
+# pkg-config sees hiredis, OpenSSL and zstd (and what they require), not Criterion.
+for m in hiredis openssl libssl libcrypto libzstd; do
   f=$(pkg-config --variable=pcfiledir "$m")/$m.pc
   [ -f "$f" ] && ln -s "$f" "$work/pc/$m.pc"
 done
