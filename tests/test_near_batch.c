@@ -376,7 +376,10 @@ ParameterizedTest(int *format, near_batch,
               "the last write",
               *format, n, (long long)lag_ms);
   cr_assert_leq(n, 2 * 10 + 12, "%lld commands: the waits polled", n);
-  if (!xft_under_valgrind()) /* as in waiters_are_woken_by_the_write */
+  /* Natively only: under ASan on a busy machine a woken batch came back 195 ms
+   * after the write, as late as the fallback poll (200 ms); there and under
+   * valgrind the commands counted above are the check. */
+  if (!xft_under_valgrind() && !XFT_ASAN && !XFT_TSAN)
     cr_assert_lt(lag_ms, 150, "back %lld ms after the last write", (long long)lag_ms);
   xf_client_close(third);
   env_close(&e);

@@ -66,10 +66,13 @@ def test_aio_loop_runs_while_the_invalidation_connection_opens(server, admin, pr
             while await near.get("k") != b"v3":
                 assert loop.time() < deadline, "the write from elsewhere was never seen"
                 await asyncio.sleep(0.001)
+            # Kept again once the write's invalidation has come (the tracker's
+            # thread may be late on a busy machine: the deadline is the bound).
             hits = near.stats()["near_hits"]
-            for _ in range(20):
+            while near.stats()["near_hits"] == hits:
                 assert await near.get("k") == b"v3"
-            assert near.stats()["near_hits"] > hits, "no near hits after the write"
+                assert loop.time() < deadline, "no near hits after the write"
+                await asyncio.sleep(0.001)
         finally:
             stop.set()
             await tick
