@@ -349,9 +349,18 @@ Test(call_link, a_parked_wait_ends_when_its_key_is_written) {
   }
   cr_assert_gt(STAT(c, near_hits), 0, "never a near hit");
   uint64_t seen = xf__near_invalidations(xf__share_near(e.share));
+  /* The lease's own invalidation is awaited before b reads: one that came
+   * after b's read would say the key changed since, and wake b (under TSan on
+   * a busy machine the tracker's thread was that late once in four runs). */
   xf_call *a, *b;
-  lease_holder_and_waiter(&n, c, "link:park:near", &a, &b);
-  near_await_invalidations(e.share, seen); /* the lease's own, before b parks */
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  const char *key = "link:park:near";
+  cr_assert_eq(xf_call_start(&a, c, key, strlen(key), &p, xft_now_ms()), XF_OK);
+  drive_to(&n, a, XF_CALL_LOAD);
+  near_await_invalidations(e.share, seen);
+  cr_assert_eq(xf_call_start(&b, c, key, strlen(key), &p, xft_now_ms()), XF_OK);
+  drive_to(&n, b, XF_CALL_WAIT);
   /* The driver's clock stands still at t: only the write can end the wait. */
   int64_t t = xft_now_ms();
   cr_assert_eq(xf_call_park(b, n.link, t), XF_OK);
