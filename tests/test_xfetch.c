@@ -228,7 +228,10 @@ Test(xfetch, abandoned_lease_is_taken_once_lease_ms_has_passed) {
   xf_value v;
   cr_assert_eq(get(c, "flow:abandoned", &p, &l, &v), XF_OK);
   long long took = mono_ms() - t0;
-  cr_expect(took >= 250 && took < 2000, "took %lld ms for a 300 ms lease", took);
+  /* Taken after the lease, well before wait_ms (5 s: the waiter would then
+   * give up and load anyway); 4.5 s leaves room for a busy machine (under
+   * ASan beside two CPU loops it took 2,168 ms). */
+  cr_expect(took >= 250 && took < 4500, "took %lld ms for a 300 ms lease", took);
   cr_expect_str_eq(v.data, "recomputed");
   cr_expect_eq(v.source, XF_SOURCE_LOADER);
   cr_expect_eq(xft_loader_calls(&l), 1);
@@ -552,7 +555,11 @@ Test(xfetch, a_live_lease_seen_by_the_read_costs_no_second_round_trip) {
   cr_assert_eq(get(c, "flow:rt-early", &p, &l, &v), XF_OK);
   cr_expect_str_eq(v.data, "current");
   xf_value_free(&v);
-  cr_expect_eq(xft_read_calls(r), 2, "one read each");
+  /* One read each; a call made once the client's clock estimate is over 1 s
+   * old (a busy machine) reads once more to learn it (with a 1.1 s pause:
+   * 2 HMGET and 1 read.lua). */
+  long long reads = xft_read_calls(r);
+  cr_expect(reads == 2 || reads == 3, "one read each (%lld reads)", reads);
   cr_expect_eq(xft_command_calls(r, "evalsha"), 0, "no lease attempt that could only lose");
   cr_expect_eq(xft_loader_calls(&l), 0);
   redisFree(r);
