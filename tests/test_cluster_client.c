@@ -467,8 +467,10 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
   int rcs[N], calls = 0;
   long long plain_reads = 0, plain_scripts = 0;
   int format1 = xft_cluster_entry_format() == XF_ENTRY_HASH;
+  int64_t began_ms = mono_ms(), fresh_ms = 0;
   for (int round = 0; round < 3; round++) { /* loads; plain hits; scripts */
     if (round == 2) { /* the estimates are old: the reads are scripts again */
+      fresh_ms = mono_ms() - began_ms;
       plain_reads = format1 ? xft_total_calls("hmget")
                             : xft_total_calls("mget") + xft_total_calls("get");
       plain_scripts = xft_total_calls("evalsha_ro");
@@ -490,9 +492,17 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
     }
   }
   cr_expect_eq(calls, N);
-  cr_expect_eq(plain_reads, format1 ? N : slots, "one %s while the clocks are known",
-               format1 ? "HMGET per key" : "MGET per slot (a GET for a key alone)");
-  cr_expect_eq(plain_scripts, 0, "no script for those hits");
+  /* The estimates learned in round 0 are fresh for XF_CLOCK_REFRESH_MS / 2
+   * (clock.c): on a busy machine the first two rounds may outlast that, and
+   * the hits then read by script again (a busy run's release stage). */
+  if (fresh_ms < XF_CLOCK_REFRESH_MS / 2) {
+    cr_expect_eq(plain_reads, format1 ? N : slots, "one %s while the clocks are known",
+                 format1 ? "HMGET per key" : "MGET per slot (a GET for a key alone)");
+    cr_expect_eq(plain_scripts, 0, "no script for those hits");
+  } else {
+    cr_log_info("rounds 0 and 1 took %lld ms: the plain reads are not judged",
+                (long long)fresh_ms);
+  }
   long long reads = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++)
     reads += xft_calls_of(xft_cluster_port(i), "evalsha_ro");
