@@ -383,6 +383,37 @@ Test(tags, redis_down_fails_open_and_an_invalidation_fails) {
   xf_client_close(c);
 }
 
+/* Redis down with a share: the value a tagged call loaded is kept in the
+ * process's fallback cache and served (XF_SOURCE_LOCAL) to the next call of
+ * the key whatever its tags: the fallback keeps no tag record, and an
+ * invalidation cannot reach it (it fails while Redis is down). */
+Test(tags, redis_down_a_shares_local_value_is_served_whatever_the_tags) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nobody listens */
+  o.lazy_connect = 1;
+  o.share = s;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  const char *tags[] = {"down-a"}, *other[] = {"down-b"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  int loads = 0;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "tags:local", 10, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+  cr_expect_neq(xf_invalidate_tags(c, tags, 1), XF_OK, "Redis is down");
+  p.tags = other;
+  cr_assert_eq(xf_get_or_compute(c, "tags:local", 10, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOCAL, "the first call's value, kept by the share");
+  cr_expect_eq(loads, 1);
+  xf_value_free(&v);
+  xf_client_close(c);
+  xf_share_close(s);
+}
+
 /* ---- namespaces ---------------------------------------------------------------- */
 
 static xf_client *prefixed(const char *prefix, int namespace_tag) {
