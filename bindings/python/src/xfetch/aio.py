@@ -285,8 +285,8 @@ class Cache(LateSetup):
                                     dict(policy, ttl=ttl, beta=beta))
 
     async def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, batch=False, **policy):
-        return await get_many(self._policies, self._fetch_raw, keys, loader, ttl, beta, batch,
-                              policy)
+        return await get_many(self._policies, self._links, self._fetch_raw, keys, loader, ttl,
+                              beta, batch, policy)
 
     # ---- reads and writes -------------------------------------------------------
 
