@@ -163,17 +163,11 @@ class Cache(LateSetup):
                 or await recover(AioFace(self), codec, key, kb, loader,
                                  dict(policy, ttl=ttl, beta=beta)))
 
-    async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
-                         stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
-                         on_wait_timeout="load", background_refresh=None, refresh_ahead=None,
-                         tags=None, max_load=None, soft_timeout=None, hard_timeout=None,
-                         failsafe_throttle=None):
-        """fetch of the bytes C caches (loader returns them)."""
-        policy = self._policies.of_call(ttl, beta, lease, wait, stale, stale_if_error,
-                                        negative_ttl, jitter, on_wait_timeout,
-                                        background_refresh, refresh_ahead, tags, max_load,
-                                        soft_timeout, hard_timeout, failsafe_throttle)
-        return await self._run(key, loader, policy, lease)
+    async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, **policy):
+        """fetch of the bytes C caches (loader returns them); the keywords are
+        the sync face's, checked by the one policy builder (_policy)."""
+        return await self._run(key, loader, self._policies.of_call(ttl, beta, **policy),
+                               policy.get("lease", 5.0))
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: Any = None,
                              beta: float = 1.0, **policy: Any) -> Any:
