@@ -387,7 +387,8 @@ static long long mono_ms(void) {
 
 /* A caller waiting on another's lease asks options.interrupt every poll and
  * stops with XF_ECANCELED when it says so: no load, the other's lease kept
- * (before: no hook, the wait ran its whole wait_ms). */
+ * (before: no hook, the wait ran its whole wait_ms). It ends within half its
+ * 5 s wait: the third poll comes within ms of the start on a quiet machine. */
 Test(races, interrupt_ends_a_wait_on_another_callers_lease) {
   redisContext *r = xft_redis();
   char lease[64];
@@ -408,7 +409,7 @@ Test(races, interrupt_ends_a_wait_on_another_callers_lease) {
   long long t0 = mono_ms();
   cr_expect_eq(get(c, "races:intr", &p, &l, &v), XF_ECANCELED, "%s", xf_errmsg(c));
   long long took = mono_ms() - t0;
-  cr_expect_lt(took, 1000, "took %lld ms", took);
+  cr_expect_lt(took, 2500, "took %lld ms", took);
   cr_expect_eq(checks, 3);
   cr_expect_eq(l.calls, 0);
   expect_field(r, "races:intr", "l", lease); /* not this caller's: untouched */
