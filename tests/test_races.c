@@ -400,8 +400,14 @@ Test(races, interrupt_ends_a_wait_on_another_callers_lease) {
   o.port = xft_port();
   o.interrupt = stop_at_third_check;
   o.interrupt_ud = &checks;
-  xf_client *c;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  /* 10 s to connect and for each reply: under valgrind on a busy machine the
+   * open took longer than the default 1 s (1 of 3 runs beside two CPU
+   * loops); the interrupt, not a timeout, is what ends the call */
+  o.connect_timeout_ms = 10000;
+  o.command_timeout_ms = 10000;
+  xf_client *c = NULL;
+  int opened = xf_client_open(&c, &o);
+  cr_assert_eq(opened, XF_OK, "xf_client_open: %s", xf_strerror(opened));
   xf_policy p = XF_POLICY_INIT;
   p.wait_ms = 5000;
   xft_loader l = {.value = "v"};
