@@ -2,8 +2,10 @@
 API as Django 3.2 documents it for BaseCache (values, timeouts, versions, key
 functions, OPTIONS), clear() (this backend's namespace only, in every
 process), and cache_page, template fragment caching and cache sessions on it
-unchanged. Skipped when Django is not installed. Stampedes, the migration
-from django-redis, TLS and Redis Cluster: test_django_fleet.py."""
+unchanged. Skipped when Django is not installed. Stampedes and TLS:
+test_django_fleet.py; the migration from django-redis and Redis Cluster:
+test_django_runner.py."""
+import asyncio
 import pickle
 import time
 
@@ -228,10 +230,29 @@ def test_a_serializer_option_is_refused(server):
 
 
 def test_django_32_has_no_async_methods():
-    """Django 4 added aget, aset, ...: where it has them, they are BaseCache's."""
+    """Django 4 added aget, aset, ...: where it has them, they are BaseCache's
+    (but aget_or_set, below)."""
     from django.core.cache.backends.base import BaseCache
     if django.VERSION < (4, 0):
         assert not hasattr(BaseCache, "aget")
+
+
+def test_aget_or_set_by_16_tasks_on_a_cold_key_loads_once(dj):
+    """BaseCache.aget_or_set (Django 4+) is aget, default(), aadd: every
+    caller that misses loads. The backend's is its get_or_set, run in a
+    thread: one load."""
+    loads = []
+
+    def load():
+        loads.append(1)
+        time.sleep(0.3)
+        return {"v": 1}
+
+    async def main():
+        return await asyncio.gather(*(dj.aget_or_set("cold", load, 60) for _ in range(16)))
+    # the waiters wait up to 5 s (xfetch's wait) for a 0.3 s load: 16x margin
+    assert asyncio.run(main()) == [{"v": 1}] * 16 and len(loads) == 1
+    assert asyncio.run(dj.aget_or_set("cold", "other")) == {"v": 1}
 
 
 # ---- clear -------------------------------------------------------------------------

@@ -1,22 +1,19 @@
 """xfetch.contrib.django.XFetchCache in a fleet: get_or_set and add under
 concurrency (threads, and two processes: one load for 32 callers where
-django-redis loads for each), the migration from django-redis on the same
-Redis (its keys read as misses, a write replaces them), and the backend over
-TLS and on a 3+3 Redis Cluster (many keys across slots, clear). Skipped when
-Django is not installed."""
+django-redis loads for each), and the backend over TLS. The migration from
+django-redis and the backend on a 3+3 Redis Cluster run under Django's test
+runner (test_django_runner.py: djangoproject/tests_migration.py,
+tests_cluster.py). Skipped when Django is not installed."""
 import threading
 import time
 import uuid
 
-import pytest
 import redis
 
 from django_setup import BACKEND, configured, dj, _run_django  # noqa: F401 (dj: a fixture)
 
 from django.core.cache import caches  # noqa: E402
 
-import xfetch.testing  # noqa: E402
-from isolation import kept  # noqa: E402
 from test_tls import tls  # noqa: E402,F401  (the TLS servers' fixture)
 
 
@@ -122,40 +119,7 @@ def test_get_or_set_is_one_load_across_two_processes(server, admin):
     assert naive >= 2
 
 
-# ---- django-redis on the same Redis ------------------------------------------------
-
-
-def test_migrating_from_django_redis(server, admin):
-    pytest.importorskip("django_redis")
-    with configured(default={"LOCATION": server.url, "KEY_PREFIX": "site"},
-                    old={"BACKEND": "django_redis.cache.RedisCache",
-                         "LOCATION": server.url, "KEY_PREFIX": "site"}):
-        c, old = caches["default"], caches["old"]
-        old.set("obj", {"a": 1})
-        old.set("num", 5)  # django-redis stores ints unpickled
-        old.set("gone", "x")
-        old.set("added", "x")
-        old.set("computed", "x")
-        assert admin.exists("site:1:obj")  # the same names as ours
-        assert c.get("obj", "dflt") == "dflt" and c.get("num") is None
-        assert not c.has_key("obj") and c.get_many(["obj", "num"]) == {}
-        assert c.touch("obj", 10) is False
-        with pytest.raises(ValueError):
-            c.incr("num")
-        c.set("obj", {"a": 2})  # an explicit set replaces it
-        assert c.get("obj") == {"a": 2}
-        assert c.add("added", "mine") is True and c.get("added") == "mine"
-        assert c.get_or_set("computed", "ours") == "ours" and c.get("computed") == "ours"
-        assert c.delete("gone") is True and not admin.exists("site:1:gone")
-        old.set("m1", 1)
-        old.set("m2", 2)
-        c.set("m3", 3)
-        c.delete_many(["m1", "m2", "m3"])
-        assert not admin.exists("site:1:m1", "site:1:m2") and c.get("m3") is None
-        assert admin.get("site:1:num") == b"5"  # never touched by a read
-
-
-# ---- TLS and Redis Cluster ---------------------------------------------------------
+# ---- TLS ---------------------------------------------------------------------------
 
 
 def test_over_tls(tls):
@@ -175,32 +139,3 @@ def test_over_tls(tls):
         c.clear()
         assert c.get_many(["k", "g", "foreign"]) == {}
     side.close()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with kept(), xfetch.testing.RedisCluster(masters=3, replicas=1) as c:
-        yield c
-
-
-def test_on_a_redis_cluster_across_slots(cluster):
-    from redis.cluster import RedisCluster
-    seeds = [f"redis://127.0.0.1:{p}" for p in cluster.ports[:3]]
-    rc = RedisCluster(host="127.0.0.1", port=cluster.ports[0])
-    prefix = f"c{uuid.uuid4().hex[:6]}"
-    rc.set(f"{prefix}:1:foreign", "x")
-    with configured(default={"LOCATION": seeds, "KEY_PREFIX": prefix}):
-        c = caches["default"]
-        data = {f"k{i}": i for i in range(24)}
-        masters = {rc.get_node_from_key(f"{prefix}:1:{k}").name for k in data}
-        assert len(masters) == 3  # the keys span every master
-        c.set_many(data)
-        assert c.get_many(list(data) + ["foreign"]) == data
-        c.delete_many([f"k{i}" for i in range(12)] + ["foreign"])
-        assert c.get_many(list(data)) == {f"k{i}": i for i in range(12, 24)}
-        assert not rc.exists(f"{prefix}:1:foreign")
-        assert c.get_or_set("g", lambda: "computed") == "computed"
-        c.clear()
-        assert c.get_many(list(data) + ["g"]) == {}
-        assert c.add("k1", "again") is True
-    rc.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import pickle
 import threading
 
+from asgiref.sync import sync_to_async
 from django.core.cache.backends.base import (DEFAULT_TIMEOUT, MEMCACHE_MAX_KEY_LENGTH,
                                              BaseCache)
 from django.core.exceptions import ImproperlyConfigured
@@ -243,6 +244,13 @@ class XFetchCache(BaseCache):
             data = load()
             self._replacing(k, lambda: self.xfetch.set(k, data, ttl))
             return pickle.loads(data)
+
+    async def aget_or_set(self, key, default, timeout=DEFAULT_TIMEOUT, version=None):
+        """get_or_set, awaited: run in a thread of asgiref's pool, so one
+        caller in the fleet runs default() while the others wait (Django 4's
+        BaseCache.aget_or_set would call it in every caller that misses)."""
+        return await sync_to_async(self.get_or_set, thread_sensitive=False)(
+            key, default, timeout, version)
 
     def touch(self, key, timeout=DEFAULT_TIMEOUT, version=None):
         """Gives the key a new timeout (a read and a write, not atomic)."""
