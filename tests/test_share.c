@@ -115,7 +115,10 @@ Test(share, values_expire_with_their_ttl) {
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   xf_client *c = down_client(s);
   xf_policy p = XF_POLICY_INIT;
-  p.ttl_ms = 50;
+  /* The second call is a hit if it comes within the ttl of the first: 1 s
+   * for what takes microseconds (50 ms was a scheduler's slice on a busy
+   * machine); the sleep starts after it, so the third is past the ttl. */
+  p.ttl_ms = 1000;
   xft_loader l = {.value = "v"};
   xf_value v;
   for (int i = 0; i < 2; i++) {
@@ -123,7 +126,7 @@ Test(share, values_expire_with_their_ttl) {
     xf_value_free(&v);
   }
   cr_expect_eq(xft_loader_calls(&l), 1);
-  xft_sleep_ms(80);
+  xft_sleep_ms(1100);
   cr_assert_eq(get(c, "share:ttl", &p, &l, &v), XF_OK);
   cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
   cr_expect_eq(xft_loader_calls(&l), 2);

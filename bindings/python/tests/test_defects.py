@@ -493,12 +493,14 @@ def test_a_loader_slower_than_its_lease_keeps_protection_once_its_time_is_known(
     """The lease taken is twice the entry's delta (the last load time) when
     that is longer than lease=: once a slow load is cached, 8 callers of the
     expired key load it once (the lease of 0.1 s alone would let a waiter
-    take the key over every 0.1 s of the 0.3 s load)."""
+    take the key over every 0.1 s of the 1 s load). Margins for a busy
+    machine: the 2 s lease leaves the load 1 s to be written, the 3 s wait
+    leaves the waiters 2 s to read it (a 0.3 s load left 0.3 s)."""
     loads = []
 
     def slow():
         loads.append(1)
-        time.sleep(0.3)
+        time.sleep(1.0)
         return b"v"
 
     # stale_if_error keeps the expired entry, and its delta, on Redis.

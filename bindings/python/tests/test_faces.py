@@ -50,7 +50,10 @@ def test_redis_down_concurrent_callers_share_in_flight_loads(face):
 def test_stalled_redis_the_breaker_makes_later_calls_fast(face, tmp_path):
     srv = xfetch.testing.RedisServer(str(tmp_path))
     try:
-        cache = face.Cache(srv.url, timeout=0.2, breaker=5.0)
+        # a 1 s command timeout: a call the breaker does not serve takes that
+        # long, one it serves is asserted under half of it (a busy machine's
+        # margin for a call that sends nothing)
+        cache = face.Cache(srv.url, timeout=1.0, breaker=5.0)
         assert face.run(cache.get_or_compute("k", lambda: b"v", ttl=60)) == b"v"
         os.kill(srv.proc.pid, signal.SIGSTOP)
         try:
@@ -62,8 +65,8 @@ def test_stalled_redis_the_breaker_makes_later_calls_fast(face, tmp_path):
                 assert got == (b"direct", "uncached")
         finally:
             os.kill(srv.proc.pid, signal.SIGCONT)
-        assert took[0] >= 0.15, took  # the command timeout, once
-        assert max(took[1:]) < 0.1, f"the breaker did not open: {took}"
+        assert took[0] >= 0.9, took  # the command timeout, once
+        assert max(took[1:]) < 0.5, f"the breaker did not open: {took}"
     finally:
         srv.stop()
 

@@ -16,7 +16,8 @@ def _refused(call, key=None):
     elapsed = time.monotonic() - t0
     want = f"{key} asked for {key} itself" if key else "itself (a recursion: it would wait on its own lease)"
     assert want in str(e.value)
-    assert elapsed < 1.0, f"took {elapsed:.2f} s: the nested call waited on its own lease"
+    # the nested call would wait out `wait` (5 s): half that, for a busy machine
+    assert elapsed < 2.5, f"took {elapsed:.2f} s: the nested call waited on its own lease"
     return e.value
 
 

@@ -79,7 +79,9 @@ def test_ctrl_c_propagates_at_once_and_the_lease_is_released(server, admin, pref
     finally:
         child.kill()
         _, err = child.communicate()
-    assert took < 1.0, (took, err.decode())
+    # a wait not interrupted runs past child.wait's 3 s (a 60 s lease): 2 s
+    # leaves a busy machine 1 s more than it needed quiet
+    assert took < 2.0, (took, err.decode())
     assert b"KeyboardInterrupt" in err, err.decode()
     assert b"Exception ignored" not in err and b"LoaderError" not in err, err.decode()
     assert child.returncode != 0
@@ -153,7 +155,7 @@ def test_ctrl_c_while_redis_does_not_answer(tmp_path, prefix, call):
             child.kill()
             _, err = child.communicate()
             pytest.fail(f"{line!r}: {err.decode()}")
-        assert took < 1.0, took
+        assert took < 2.5, took  # not the 5 s command timeout: half of it
         child.stdin.write(b"go\n")
         child.stdin.flush()
         out, err = child.communicate(timeout=10)
@@ -180,14 +182,16 @@ def test_get_many_stops_at_keyboard_interrupt(cache, admin, prefix):
         calls.append(key)
         if len(calls) == 1:
             raise KeyboardInterrupt
-        time.sleep(0.05)
+        time.sleep(0.2)
         return b"v"
 
     keys = [f"k{i}" for i in range(40)]
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         cache.get_many(keys, loader, ttl=60)
-    assert time.monotonic() - t0 < 1.0
+    # going on would load 39 more keys, 0.2 s each (7.8 s): 3 s leaves a busy
+    # machine room for the leases taken and released
+    assert time.monotonic() - t0 < 3.0
     assert calls == ["k0"]
     assert admin.keys(prefix + "*") == []  # nothing cached, every lease released
 

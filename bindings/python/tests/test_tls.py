@@ -145,8 +145,9 @@ def test_plain_redis_to_a_tls_port_errors_quickly(tls, face):
     _, ports = tls
     t0 = time.monotonic()
     with pytest.raises(xfetch.ConnectionError, match="rediss://"):
-        face.Cache(f"redis://127.0.0.1:{ports['tls']}")
-    assert time.monotonic() - t0 < 1.0
+        face.Cache(f"redis://127.0.0.1:{ports['tls']}", timeout=5.0, connect_timeout=5.0)
+    # quickly: not by a 5 s timeout; half of it leaves a busy machine room
+    assert time.monotonic() - t0 < 2.5
 
 
 def test_tls_to_a_plain_port_is_a_tls_error(server, face):
