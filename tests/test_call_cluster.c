@@ -291,3 +291,61 @@ Test(call_cluster, hits_are_plain_reads_on_each_nodes_link) {
   cr_expect_eq(stats(c).redirects, 0);
   xf_client_close(c);
 }
+
+/* Hits sent together on each node's link read with one MGET per slot (keys
+ * in three slots, by hash tag: three MGETs), each call its own value. */
+Test(call_cluster, hits_sent_together_read_with_one_mget_per_slot) {
+  xf_client *c = config_client(1, 0);
+  links_of = c;
+  loads = 0;
+  static const char *const tags[] = {"{callc:a}", "{callc:b}", "{callc:c}"};
+  char keys[30][32];
+  for (int i = 0; i < 30; i++) {
+    snprintf(keys[i], sizeof keys[i], "%s:many:%d", tags[i % 3], i);
+    expect(c, keys[i], XF_SOURCE_LOADER); /* warm; each link's clock learned */
+  }
+  if (xft_cluster_entry_format() == XF_ENTRY_HASH)
+    return; /* format 1: plain HMGETs, pipelined, no MGET */
+  xft_reset_stats();
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 3600 * 1000;
+  p.beta = 0;
+  xf_call *calls[30];
+  wire *on[30];
+  for (int i = 0; i < 30; i++) {
+    cr_assert_eq(xf_call_start(&calls[i], c, keys[i], strlen(keys[i]), &p, driver_ms()),
+                 XF_OK);
+    cr_assert_eq(xf_call_next(calls[i]), XF_CALL_SEND);
+    const char *host;
+    int port;
+    cr_assert_geq(xf_call_target(calls[i], &host, &port), 1);
+    on[i] = wire_to(host, port);
+  }
+  for (int w = 0; w < nwires; w++) { /* each node's calls at once */
+    xf_call *batch[30];
+    size_t n = 0;
+    for (int i = 0; i < 30; i++)
+      if (on[i] == &wires[w])
+        batch[n++] = calls[i];
+    cr_assert_eq(xf_call_send_many(batch, n, wires[w].net.link, driver_ms()), XF_OK);
+    for (size_t done = 0; done < n; done++)
+      cr_assert_eq(xf_call_received(xft_net_pump(&wires[w].net), driver_ms()),
+                   XF_CALL_DONE);
+  }
+  for (int i = 0; i < 30; i++) {
+    xf_value v;
+    cr_expect_eq(xf_call_result(calls[i], &v), XF_OK, "%s", xf_call_errmsg(calls[i]));
+    cr_expect_eq(v.source, XF_SOURCE_CACHE);
+    char want[40];
+    snprintf(want, sizeof want, "v-%.30s", keys[i]);
+    cr_expect_str_eq(v.data, want);
+    xf_value_free(&v);
+    xf_call_free(calls[i]);
+  }
+  /* the clocks were learned a moment ago: fresh (a refresh would send the
+   * first of a node's reads as the read script, the rest still one MGET) */
+  cr_expect_eq(xft_total_calls("mget"), 3);
+  cr_expect_eq(xft_total_calls("get"), 0);
+  cr_expect_eq(loads, 30);
+  xf_client_close(c);
+}

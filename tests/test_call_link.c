@@ -413,3 +413,65 @@ Test(call_link, a_parked_call_freed_or_left_at_close) {
   xf_call_free(b2);
   xf_client_close(c);
 }
+
+/* Ten warm keys' calls sent together on a connected link: their reads go as
+ * one MGET (the batch's one command, as xf_get_many's), each call served its
+ * own value; a cold key's call among them goes on to its lease and load. */
+Test(call_link, calls_sent_together_read_with_one_mget) {
+  xft_server srv; /* its own: the commands counted are this test's alone */
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  int port = srv.port;
+  xf_client *c = lazy_client(port, NULL, NULL);
+  redisContext *r = xft_redis_port(port);
+  xft_net n = xft_net_open(c, port, XF_SETUP_SCRIPTS);
+  script s = {.value = "computed"};
+  xf_value v;
+  char key[32];
+  for (int i = 0; i < 10; i++) { /* warm, and the link's clock learned */
+    snprintf(key, sizeof key, "link:many:%d", i);
+    cr_assert_eq(fetch(&n, c, key, &s, &v), XF_OK, "%s", xf_errmsg(c));
+    xf_value_free(&v);
+  }
+  if (xft_entry_format() == XF_ENTRY_HASH)
+    goto out; /* format 1: plain HMGETs, pipelined, no MGET */
+  long long reads = xft_read_calls(r), mgets = xft_command_calls(r, "mget");
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = 0;
+  xf_call *calls[11]; /* and one cold key: its call goes on to its lease */
+  for (int i = 0; i < 11; i++) {
+    snprintf(key, sizeof key, i < 10 ? "link:many:%d" : "link:many:cold", i);
+    cr_assert_eq(xf_call_start(&calls[i], c, key, strlen(key), &p, xft_now_ms()), XF_OK);
+  }
+  cr_assert_eq(xf_call_send_many(calls, 11, n.link, xft_now_ms()), XF_OK);
+  for (int done = 0; done < 11;) {
+    xf_call *moved = xft_net_pump(&n);
+    xf_call_step step = xf_call_received(moved, xft_now_ms());
+    while (step == XF_CALL_LOAD) { /* the cold key's */
+      s.loads++;
+      step = xf_call_loaded(moved, "computed", 8, 1000, xft_now_ms());
+    }
+    if (step == XF_CALL_SEND) /* a read asked again, the lease, the write */
+      cr_assert_eq(xf_call_send(moved, n.link, xft_now_ms()), XF_OK);
+    else
+      done++;
+  }
+  for (int i = 0; i < 11; i++) {
+    cr_expect_eq(xf_call_next(calls[i]), XF_CALL_DONE);
+    cr_expect_eq(xf_call_result(calls[i], &v), XF_OK, "%s", xf_call_errmsg(calls[i]));
+    cr_expect_eq(v.source, i < 10 ? XF_SOURCE_CACHE : XF_SOURCE_LOADER);
+    cr_expect_str_eq(v.data, "computed");
+    xf_value_free(&v);
+    xf_call_free(calls[i]);
+  }
+  /* the clock was learned by the fetches a moment ago (fresh for 250 ms at
+   * least; a refresh in between would add one read script: allowed) */
+  cr_expect_eq(s.loads, 11);
+  cr_expect_eq(xft_command_calls(r, "mget") - mgets, 1);
+  long long sent = xft_read_calls(r) - reads;
+  cr_expect_leq(sent, 3, "%lld reads for 10 warm keys and a cold one", sent);
+out:
+  redisFree(r);
+  xft_net_close(&n);
+  xf_client_close(c);
+  xft_server_stop(&srv);
+}

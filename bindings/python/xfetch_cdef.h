@@ -337,6 +337,7 @@ int64_t xf_link_deadline(const xf_link *link);
 xf_call *xf_link_ready(xf_link *link);
 xf_call_step xf_call_received(xf_call *call, int64_t now_ms);
 int xf_call_send(xf_call *call, xf_link *link, int64_t now_ms);
+int xf_call_send_many(xf_call *const *calls, size_t n, xf_link *link, int64_t now_ms);
 void xf_link_close(xf_link *link);
 int xf_call_park(xf_call *call, xf_link *link, int64_t now_ms);
 int xf_link_tick(xf_link *link, int64_t now_ms);

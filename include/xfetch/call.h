@@ -333,6 +333,16 @@ XF_EXPORT xf_call_step xf_call_received(xf_call *call, int64_t now_ms);
  * XF_EINVAL (not in XF_CALL_SEND, already sent, NULL) or XF_ENOMEM. */
 XF_EXPORT int xf_call_send(xf_call *call, xf_link *link, int64_t now_ms);
 
+/* Sends calls[0..n) (each in XF_CALL_SEND, for this link's server) on the
+ * link as xf_call_send does each, except that the first reads of entries
+ * among them (plain reads: the link's clock estimate fresh, or being
+ * refreshed by the first one's read script) go as one MGET (one per slot
+ * in a Redis Cluster): a batch of hits costs one command, as xf_get_many's.
+ * Each call then moves as if its own read had answered. Returns XF_OK, or
+ * the first error (XF_EINVAL, XF_ENOMEM): the calls after it are not sent. */
+XF_EXPORT int xf_call_send_many(xf_call *const *calls, size_t n, xf_link *link,
+                                int64_t now_ms);
+
 /* Parks call (in XF_CALL_WAIT) on link instead of sleeping: it comes out
  * of xf_link_ready once its wait ends — its time came (xf_link_deadline
  * counts it; xf_link_tick moves it) or, with a near cache, its key was

@@ -31,11 +31,12 @@ struct xf_call {
    * before it (PRE_*). */
   const xf__cmd *send_cmd;
   int pre;
-  struct xf_link *link; /* the link it was sent on, until it moved */
-  int on_link;          /* ON_* (call_link.c) */
-  int resend;           /* the server closed the stream it went on: once more */
-  int got_set;          /* it moved on its link: xf_call_received takes it in */
-  int got_rc;           /* its reply's outcome: XF_OK with got, or the link's failure */
+  struct xf_link *link;  /* the link it was sent on, until it moved */
+  int on_link;           /* ON_* (call_link.c) */
+  int resend;            /* the server closed the stream it went on: once more */
+  struct xf__many *many; /* on the wire in a shared MGET (xf_call_send_many) */
+  int got_set;           /* it moved on its link: xf_call_received takes it in */
+  int got_rc;            /* its reply's outcome: XF_OK with got, or the link's failure */
   xf__reply *got;
   int taken;        /* xf_call_result moved the value out */
   char errstr[256]; /* the client's message when the call ended in error */

@@ -190,3 +190,23 @@ def test_asyncio_hits_are_plain_reads_on_every_node(cluster):
             assert scripts <= refreshes, f"{scripts} read scripts for 60 hits"
             assert get == 60, "one GET per hit (format 2, the default): plain, or a script's own"
     asyncio.run(main())
+
+
+def test_get_many_of_warm_keys_sends_one_mget_per_slot(cluster, face):
+    """A get_many of warm keys in three slots (hash tags) and five keys alone
+    in theirs: one MGET per slot of several keys, a GET for each key alone
+    (the connections' clock estimates learned by the warm-up a moment ago;
+    a refresh in between sends a node's first read as the read script)."""
+    def total(cmd):
+        return sum(redis.Redis(port=p).info("commandstats").get(f"cmdstat_{cmd}", {})
+                   .get("calls", 0) for p in cluster.ports)
+    cache = face.Cache(cluster.url, prefix="manyslot:")
+    keys = [f"{{t{i % 3}}}:k{i}" for i in range(30)] + [f"alone{i}" for i in range(5)]
+    load = face.loader(lambda k: k.encode())
+    for _ in range(2):  # warm; each node's clock learned
+        assert face.run(cache.get_many(keys, load, ttl=600)) == {k: k.encode() for k in keys}
+    before = {c: total(c) for c in ("mget", "get", "evalsha_ro")}
+    assert face.run(cache.get_many(keys, load, ttl=600)) == {k: k.encode() for k in keys}
+    sent = {c: total(c) - before[c] for c in before}
+    assert sent["mget"] == 3, sent
+    assert sent["get"] - sent["evalsha_ro"] <= 5, sent

@@ -151,6 +151,27 @@ def test_get_and_get_many(face, server, prefix):
     assert batches == [["c", "d"]]
 
 
+def test_get_many_of_warm_keys_sends_one_mget(face, server, admin, prefix):
+    """A get_many of N warm keys on standalone reads them with one MGET, on
+    both faces (INFO commandstats of the session's server; the connection's
+    clock estimate was learned by the warm-up a moment ago: fresh for 250 ms
+    at least, and a refresh in between adds one read script, allowed)."""
+    def count(cmd):
+        st = admin.info("commandstats").get(f"cmdstat_{cmd}", {})
+        return st.get("calls", 0)
+    cache = face.Cache(server.url, prefix=prefix)
+    keys = [f"warm{i}" for i in range(10)]
+    load = face.loader(lambda k: k.encode())
+    assert face.run(cache.get_many(keys, load, ttl=600)) == {k: k.encode() for k in keys}
+    face.run(cache.get_many(keys, load, ttl=600))  # the connection's clock, fresh
+    before = {c: count(c) for c in ("mget", "get", "evalsha_ro", "hmget")}
+    assert face.run(cache.get_many(keys, load, ttl=600)) == {k: k.encode() for k in keys}
+    sent = {c: count(c) - before[c] for c in before}
+    assert sent["mget"] == 1, sent
+    assert sent["get"] + sent["hmget"] == 0, sent
+    assert sent["evalsha_ro"] <= 1, sent
+
+
 def test_cached_many(face, server, prefix):
     cache = face.Cache(server.url, prefix=prefix)
     calls = []

@@ -46,11 +46,20 @@ class Link:
         self.timer_at = _NO_DEADLINE
         self.pending = bytearray()  # bytes the socket did not take yet
         self.waiting, self.early, self.fast = {}, set(), 0
+        self.corked = []  # calls to send together (C xf_call_send_many: one MGET)
         self.size = ffi.new("size_t *")
 
     def send(self, call):
         """Puts call (in XF_CALL_SEND) on the link; None when it moved at
-        once (its reply was there already), else a future set once it moved."""
+        once (its reply was there already), else a future set once it moved.
+        While the Links are corked (a get_many starting) it goes with the
+        others sent meanwhile (send_corked)."""
+        if self.links.corked is not None:
+            if not self.corked:
+                self.links.corked.append(self)
+            self.corked.append(call)
+            fut = self.waiting[call] = self.links.loop.create_future()
+            return fut
         check(lib.xf_call_send(call, self.l, now_ms()))
         if lib.xf_link_wants_stream(self.l):
             self.open()
@@ -60,6 +69,17 @@ class Link:
                     and self.fast < self.FAST_LIMIT):
                 self.readable()  # the reply may be there already
         return self.moved(call)
+
+    def send_corked(self):
+        calls, self.corked = self.corked, []
+        if lib.xf_call_send_many(ffi.new("xf_call *[]", calls), len(calls), self.l,
+                                 now_ms()) != 0:
+            for call in calls:  # out of memory: one at a time (a sent one refuses)
+                lib.xf_call_send(call, self.l, now_ms())
+        if lib.xf_link_wants_stream(self.l):
+            self.open()
+        self.flush()
+        self.arm()
 
     def park(self, call):
         """Parks call (in XF_CALL_WAIT) on the link: as send's, until its wait
@@ -309,6 +329,7 @@ class Links:
         self.loop = None
         self.opened = []  # the C links, closed before the client and share
         self.watched = {}  # a link's wake pipe -> the loop its reader is on
+        self.corked = None  # a list while sends wait to go together: its Links
         weakref.finalize(self, _close, self.opened, self.watched, share)
 
     def get(self, host, port):
@@ -325,6 +346,17 @@ class Links:
                 link = self.by_name[name] = Link(self, fields)
             self.by_target[(host, port)] = link
         return link
+
+    def cork(self):
+        """The calls sent from now on wait for uncork, then go together on
+        each link (their hits: one MGET per node and slot)."""
+        if self.corked is None:
+            self.corked = []
+
+    def uncork(self):
+        links, self.corked = self.corked, None
+        for link in links or ():
+            link.send_corked()
 
     def bind(self):
         loop = asyncio.get_running_loop()

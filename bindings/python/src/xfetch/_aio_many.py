@@ -55,8 +55,9 @@ class _Batch:
                 fut.set_result(values.get(k))  # a key left out is "not found"
 
 
-async def get_many(policies, fetch, keys, loader, ttl, beta, batch, policy):
-    """fetch (the Cache's bytes-level one) for each key, concurrently."""
+async def get_many(policies, links, fetch, keys, loader, ttl, beta, batch, policy):
+    """fetch (the Cache's bytes-level one) for each key, concurrently, their
+    first sends corked: the reads go together (C xf_call_send_many)."""
     ks = list(unique_keys(keys).values())
     if not ks:
         return {}
@@ -71,7 +72,12 @@ async def get_many(policies, fetch, keys, loader, ttl, beta, batch, policy):
             if b is not None:
                 b.done_one()
 
-    results = await asyncio.gather(*[one(k) for k in ks], return_exceptions=True)
+    links.cork()  # every task's first send waits until all have made theirs
+    try:
+        pending = asyncio.gather(*[one(k) for k in ks], return_exceptions=True)
+    finally:
+        asyncio.get_running_loop().call_soon(links.uncork)
+    results = await pending
     out, first_error = {}, None
     for k, r in zip(ks, results):
         if isinstance(r, BaseException):

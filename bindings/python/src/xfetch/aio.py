@@ -18,6 +18,7 @@ The event loop is never blocked: no call waits on a thread."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 from ._aio_call import steps
 from ._aio_link import now_ms
@@ -25,6 +26,7 @@ from ._refresh import log_failure
 from ._aio_link import Links
 from ._aio_tls import context
 from ._aio_many import get_many
+from ._cache import Cache as SyncCache
 from ._core import (NEAR_NOT_SERVED, Config, call_error, check_loader, check_not_loading,
                     check_value, enabled_now, key_bytes, near_value, outcome,
                     stats_of, value_of, _loading)
@@ -144,26 +146,12 @@ class Cache(LateSetup):
 
     # ---- get-or-compute -------------------------------------------------------
 
-    async def fetch(self, key: Key, loader: Loader, ttl: Any = None, beta: float = 1.0, *,
-                    lease: float = 5.0, wait: float = 5.0, stale: float = 0.0,
-                    stale_if_error: float = 0.0, negative_ttl: float = 0.0,
-                    jitter: float = 0.0, on_wait_timeout: str = "load",
-                    background_refresh: bool | None = None,
-                    refresh_ahead: float | None = None,
-                    tags: Iterable[str] | None = None, max_load: float | None = None,
-                    soft_timeout: float | None = None,
-                    hard_timeout: float | None = None,
-                    failsafe_throttle: float | None = None) -> Fetched:
+    async def fetch(self, key: Key, loader: Loader, ttl: Any = None, beta: float = 1.0,
+                    **policy: Any) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
-        return await self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease,
-                                      wait=wait, stale=stale, stale_if_error=stale_if_error,
-                                      negative_ttl=negative_ttl, jitter=jitter,
-                                      on_wait_timeout=on_wait_timeout,
-                                      background_refresh=background_refresh,
-                                      refresh_ahead=refresh_ahead, tags=tags,
-                                      max_load=max_load, soft_timeout=soft_timeout,
-                                      hard_timeout=hard_timeout,
-                                      failsafe_throttle=failsafe_throttle)
+        return await self._fetch_with(self._codec, key, loader, ttl, beta, **policy)
+
+    fetch.__signature__ = inspect.signature(SyncCache.fetch)  # its keywords, checked there
 
     async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer); a
@@ -175,17 +163,11 @@ class Cache(LateSetup):
                 or await recover(AioFace(self), codec, key, kb, loader,
                                  dict(policy, ttl=ttl, beta=beta)))
 
-    async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, *, lease=5.0, wait=5.0,
-                         stale=0.0, stale_if_error=0.0, negative_ttl=0.0, jitter=0.0,
-                         on_wait_timeout="load", background_refresh=None, refresh_ahead=None,
-                         tags=None, max_load=None, soft_timeout=None, hard_timeout=None,
-                         failsafe_throttle=None):
-        """fetch of the bytes C caches (loader returns them)."""
-        policy = self._policies.of_call(ttl, beta, lease, wait, stale, stale_if_error,
-                                        negative_ttl, jitter, on_wait_timeout,
-                                        background_refresh, refresh_ahead, tags, max_load,
-                                        soft_timeout, hard_timeout, failsafe_throttle)
-        return await self._run(key, loader, policy, lease)
+    async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, **policy):
+        """fetch of the bytes C caches (loader returns them); the keywords are
+        the sync face's, checked by the one policy builder (_policy)."""
+        return await self._run(key, loader, self._policies.of_call(ttl, beta, **policy),
+                               policy.get("lease", 5.0))
 
     async def get_or_compute(self, key: Key, loader: Loader, ttl: Any = None,
                              beta: float = 1.0, **policy: Any) -> Any:
@@ -285,8 +267,8 @@ class Cache(LateSetup):
                                     dict(policy, ttl=ttl, beta=beta))
 
     async def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, batch=False, **policy):
-        return await get_many(self._policies, self._fetch_raw, keys, loader, ttl, beta, batch,
-                              policy)
+        return await get_many(self._policies, self._links, self._fetch_raw, keys, loader, ttl,
+                              beta, batch, policy)
 
     # ---- reads and writes -------------------------------------------------------
 
