@@ -137,7 +137,7 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* Reads for dur seconds; faults: CLIENT KILL / FLUSHALL every 100 ms. */
-static int stale_pass(const bench_env *e, xf_client *c, struct xf__near *near,
+static int stale_pass(const bench_env *e, xf_client *c, struct xf__ncache *near,
                       const char *key, shared_log *log, double dur, int faults,
                       nb_stale *out, step_errors *errs) {
   memset(out, 0, sizeof *out);

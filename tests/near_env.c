@@ -74,7 +74,7 @@ void near_warm(xf_client *c, const char *key, const char *want) {
 }
 
 void near_await_invalidations(xf_share *s, uint64_t seen) {
-  struct xf__near *n = xf__share_near(s);
+  struct xf__ncache *n = xf__share_near(s);
   int64_t until = xft_now_ms() + BOUND_MS;
   while ((xf__near_invalidations(n) <= seen || xf__near_news_waiting(n)) &&
          xft_now_ms() < until)
@@ -87,7 +87,7 @@ int near_opening(xf_share *s, int port) {
   struct xf__near_tracker *t = xf__near_tracker(xf__share_near(s));
   int opening = 0;
   pthread_mutex_lock(&t->mu);
-  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+  for (struct xf__track_node *node = t->nodes; node; node = node->next)
     opening |= node->port == port && (node->want || node->opening);
   pthread_mutex_unlock(&t->mu);
   return opening;
@@ -97,7 +97,7 @@ int near_openers_unjoined(xf_share *s) {
   struct xf__near_tracker *t = xf__near_tracker(xf__share_near(s));
   int unjoined = 0;
   pthread_mutex_lock(&t->mu);
-  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+  for (struct xf__track_node *node = t->nodes; node; node = node->next)
     unjoined += node->has_opener;
   pthread_mutex_unlock(&t->mu);
   return unjoined;

@@ -2,6 +2,7 @@
  * never called; nothing cached is touched. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -223,4 +224,67 @@ Test(bad_input, bad_input_leaves_the_cached_value_alone) {
             e.kind);
   xft_peek_free(&e);
   redisFree(r);
+}
+
+/* Every field's check, each just past its bound and at the int64 extremes:
+ * the valid-policy pass and the message's checks must agree on every one. */
+Test(bad_input, each_policy_field_is_refused_past_its_bound) {
+  static const struct {
+    const char *name;
+    size_t off;
+    int64_t min;
+  } times[] = {
+      {"ttl_ms", offsetof(xf_policy, ttl_ms), 1},
+      {"lease_ms", offsetof(xf_policy, lease_ms), 1},
+      {"wait_ms", offsetof(xf_policy, wait_ms), 0},
+      {"stale_ms", offsetof(xf_policy, stale_ms), 0},
+      {"stale_if_error_ms", offsetof(xf_policy, stale_if_error_ms), 0},
+      {"negative_ttl_ms", offsetof(xf_policy, negative_ttl_ms), 0},
+      {"max_load_ms", offsetof(xf_policy, max_load_ms), 0},
+      {"soft_timeout_ms", offsetof(xf_policy, soft_timeout_ms), 0},
+      {"hard_timeout_ms", offsetof(xf_policy, hard_timeout_ms), 0},
+      {"failsafe_throttle_ms", offsetof(xf_policy, failsafe_throttle_ms), 0},
+  };
+  for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
+    const int64_t bad[] = {times[i].min - 1, ((int64_t)1 << 40) + 1, INT64_MIN, INT64_MAX};
+    for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+      xf_policy p = XF_POLICY_INIT;
+      memcpy((char *)&p + times[i].off, &bad[j], sizeof bad[j]);
+      expect_policy_einval(p, times[i].name);
+    }
+  }
+  xf_policy p = XF_POLICY_INIT;
+  p.refresh_ahead = INFINITY;
+  expect_policy_einval(p, "refresh_ahead");
+  p = (xf_policy)XF_POLICY_INIT;
+  p.jitter = -0.1;
+  expect_policy_einval(p, "jitter");
+  p = (xf_policy)XF_POLICY_INIT;
+  p.on_wait_timeout = (xf_on_wait_timeout)7;
+  expect_policy_einval(p, "on_wait_timeout");
+  p = (xf_policy)XF_POLICY_INIT;
+  p.background_refresh = (xf_background)-1;
+  expect_policy_einval(p, "background_refresh");
+  p = (xf_policy)XF_POLICY_INIT;
+  p.background_refresh = (xf_background)3;
+  expect_policy_einval(p, "background_refresh");
+  p = (xf_policy)XF_POLICY_INIT;
+  p.soft_timeout_ms = 200;
+  p.hard_timeout_ms = 100;
+  expect_policy_einval(p, "soft_timeout_ms");
+}
+
+/* The bounds themselves are valid. */
+Test(bad_input, a_policy_at_its_bounds_is_accepted) {
+  xf_policy p = XF_POLICY_INIT;
+  p.beta = INFINITY;
+  p.jitter = 0.999;
+  p.ttl_ms = 1;
+  p.wait_ms = p.stale_ms = p.negative_ttl_ms = p.max_load_ms = 0;
+  p.soft_timeout_ms = p.hard_timeout_ms = 100;
+  p.background_refresh = XF_BACKGROUND_OFF;
+  xf_value v = {0};
+  cr_assert_eq(xf_get_or_compute(c, "bounds", 6, &p, xft_load, &loader, &v), XF_OK, "%s",
+               xf_errmsg(c));
+  xf_value_free(&v);
 }

@@ -370,8 +370,8 @@ Test(link, a_canceled_stream_fails_its_commands_and_leaves_the_breaker) {
 /* ---- tracking, through the hooks a near cache fills -------------------------------- */
 
 static int arms, watched, lost;
-static struct xf__near_node *fake_node = (struct xf__near_node *)&arms;
-static int fake_arm(struct xf__near *n, struct xf_client *c, const char *host, int port,
+static struct xf__track_node *fake_node = (struct xf__track_node *)&arms;
+static int fake_arm(struct xf__ncache *n, struct xf_client *c, const char *host, int port,
                     const char *unix_path, int wait, long long *id, xf__track *t) {
   (void)n, (void)c, (void)host, (void)port, (void)unix_path, (void)wait;
   arms++;
@@ -380,7 +380,7 @@ static int fake_arm(struct xf__near *n, struct xf_client *c, const char *host, i
   t->gen = 1;
   return XF_OK;
 }
-static int fake_due(struct xf__near_node *node) { return node != NULL; }
+static int fake_due(struct xf__track_node *node) { return node != NULL; }
 static void fake_watch(xf__track *t, int fd) { watched++, t->fd = fd; }
 static void fake_lost(const xf__track *t, int fd) { (void)t, (void)fd, lost++; }
 static int fake_stale(const xf__track *t) { return t->gen != 1; }
@@ -390,8 +390,8 @@ static const xf__link_tracking fake = {fake_arm, fake_due, fake_watch, fake_lost
 Test(link, tracking_is_armed_last_in_the_setup_and_kept_once_it_said_ok) {
   xf_client *c = client(NULL, 0);
   xf__link_set_tracking(&fake);
-  struct xf__near *near = c->near;
-  c->near = (struct xf__near *)&arms; /* any: the hooks are the stub's */
+  struct xf__ncache *near = c->near;
+  c->near = (struct xf__ncache *)&arms; /* any: the hooks are the stub's */
   xf__link l;
   cr_assert_eq(xf__link_init(&l, c, "h", 6379, NULL, XF__LINK_ARM_WAIT), XF_OK);
   cr_assert_eq(xf__link_start(&l, 100), XF_OK);

@@ -89,7 +89,7 @@ static void expect_near_hit(xf_client *c, const char *key, const char *want) {
 /* Until the tracker has seen more than `seen` invalidations and applied all
  * it read: near_env.c's near_await_invalidations. */
 static void await_invalidations(xf_share *s, uint64_t seen) {
-  struct xf__near *n = xf__share_near(s);
+  struct xf__ncache *n = xf__share_near(s);
   int64_t until = mono_ms() + BOUND_MS;
   while ((xf__near_invalidations(n) <= seen || xf__near_news_waiting(n)) &&
          mono_ms() < until)

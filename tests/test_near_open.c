@@ -82,7 +82,7 @@ static void close_two(two *w) {
 Test(near_open, a_slow_open_does_not_stall_the_other_nodes_invalidations) {
   two w;
   open_two(&w);
-  struct xf__near *n = xf__share_near(w.share);
+  struct xf__ncache *n = xf__share_near(w.share);
   uint64_t seen = xf__near_invalidations(n);
   int64_t t0 = xft_now_ms();
   near_put(w.other_b, "b:k", "v2");

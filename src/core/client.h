@@ -29,11 +29,11 @@ struct xf_client {
   struct xf__tls *tls;     /* options.tls made ready (tls.h); NULL = plain TCP */
   char *host, *unix_path, *username, *password; /* host, port: the first seed */
   int port, db, connect_timeout_ms, command_timeout_ms, breaker_ms;
-  xf_share *share;                   /* borrowed; NULL = none */
-  xf_options *opened_with;           /* a copy of the options (xf__options_dup): a
-                                        background refresh opens a client like it */
-  struct xf__near *near;             /* the share's near cache (near.h); NULL = none */
-  struct xf__near_batch *near_batch; /* a batch's near hits, checked together
+  xf_share *share;                     /* borrowed; NULL = none */
+  xf_options *opened_with;             /* a copy of the options (xf__options_dup): a
+                                          background refresh opens a client like it */
+  struct xf__ncache *near;             /* the share's near cache (near.h); NULL = none */
+  struct xf__ncache_batch *near_batch; /* a batch's near hits, checked together
                                         (near_impl.h); NULL = none */
   int grace_ms;    /* > 0 while a driver sends the release of a call the interrupt
                       ended: interrupt not asked, connect and each reply bounded

@@ -159,7 +159,7 @@ typedef struct xf__flow {
   uint64_t tag_names64;
   int tag_fast;
   int tag_kept_all;
-  xf__near_stamp tag_stamp;
+  xf__tag_stamp tag_stamp;
 } xf__flow;
 
 /* Binds f to what it runs with: cfg (read only) and rt (its counters,

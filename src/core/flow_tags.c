@@ -226,9 +226,9 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   f->tag_kept_all = f->kind == XF_KIND_GET_OR_COMPUTE && ports->near != NULL;
   if (f->tag_kept_all) { /* the epoch before any version is looked up */
     f->tag_names64 = names_hash64(f->tag_names, f->tag_n, f->tag_ns);
-    f->tag_stamp = (xf__near_stamp){.epoch = ports->near->tag_epoch(ports->self),
-                                    .names = f->tag_names64,
-                                    .until_ms = INT64_MAX};
+    f->tag_stamp = (xf__tag_stamp){.epoch = ports->near->tag_epoch(ports->self),
+                                   .names = f->tag_names64,
+                                   .until_ms = INT64_MAX};
   }
   *step = f->kind == XF_KIND_INVALIDATE ? bump_next(f) : next_tag(f);
   return 1;
@@ -345,7 +345,7 @@ static xf__step tags_done(xf__flow *f) {
  * node (the entry's, near.c checks), each one's connection, the shortest
  * life. */
 static void note_kept(xf__flow *f, const xf__port_hit *h) {
-  xf__near_stamp *st = &f->tag_stamp;
+  xf__tag_stamp *st = &f->tag_stamp;
   if (st->nfds == 0)
     st->node = h->node;
   else if (st->node != h->node)

@@ -28,13 +28,13 @@
 
 #include "xfetch.h"
 
-struct xf__near_node;
+struct xf__track_node;
 
 /* What a data connection's tracking is redirected to: its node and the
  * generation of that node's invalidation connection it was armed under.
  * node NULL = not tracked (the read is never kept). */
 typedef struct xf__track {
-  struct xf__near_node *node;
+  struct xf__track_node *node;
   uint64_t gen;
   int fd; /* the data connection's descriptor, watched for its loss */
 } xf__track;
@@ -52,7 +52,7 @@ typedef struct xf__track {
 
 /* Whether key (a Redis key) may be a tag's: a user key that looks like one
  * only costs its stamps. */
-static inline int xf__near_is_tag_key(const char *key, size_t keylen) {
+static inline int xf__is_tag_key(const char *key, size_t keylen) {
   for (size_t i = 0; i + 5 <= keylen; i++)
     if (key[i] == 'x' && key[i + 1] == 'f' && key[i + 2] == '-' &&
         (memcmp(key + i + 3, "ns", 2) == 0 ||
@@ -68,12 +68,12 @@ static inline int xf__near_is_tag_key(const char *key, size_t keylen) {
  * than the entry's own: a hit polls them for their loss as it polls the
  * entry's), all tracked under the entry's node. */
 #define XF__STAMP_FDS 2
-typedef struct xf__near_stamp {
+typedef struct xf__tag_stamp {
   uint64_t epoch, names;
   int64_t until_ms;
-  const struct xf__near_node *node;
+  const struct xf__track_node *node;
   int fds[XF_MAX_TAGS];
   size_t nfds;
-} xf__near_stamp;
+} xf__tag_stamp;
 
 #endif

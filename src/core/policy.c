@@ -1,5 +1,6 @@
 /* The caching policy of a call: validation and the times derived from it. */
 #include <math.h>
+#include <stdint.h>
 
 #include "flow_env.h"
 #include "policy.h"
@@ -11,9 +12,36 @@ static int check_time(xf__runtime *rt, const char *name, int64_t v, int64_t min)
   return XF_OK;
 }
 
+/* Whether v is outside [min, XF_MAX_TIME_MS]: one unsigned compare. */
+static inline int time_out(int64_t v, int64_t min) {
+  return (uint64_t)v - (uint64_t)min > (uint64_t)(XF_MAX_TIME_MS - min);
+}
+
+/* Whether p passes every check below, each field judged without a branch
+ * or a message: a call checks its policy every time, and a valid one costs
+ * this only. */
+static inline int policy_valid(const xf_policy *p) {
+  int bad = !(p->beta >= 0) | !(p->jitter >= 0) | !(p->jitter < 1) |
+            !isfinite(p->refresh_ahead) |
+            (p->on_wait_timeout != XF_WAIT_LOAD && p->on_wait_timeout != XF_WAIT_FAIL) |
+            ((unsigned)p->background_refresh - XF_BACKGROUND_AUTO >
+             (unsigned)(XF_BACKGROUND_OFF - XF_BACKGROUND_AUTO)) |
+            (!p->loader_ud_keep != !p->loader_ud_drop) | time_out(p->ttl_ms, 1) |
+            time_out(p->lease_ms, 1) | time_out(p->wait_ms, 0) | time_out(p->stale_ms, 0) |
+            time_out(p->stale_if_error_ms, 0) | time_out(p->negative_ttl_ms, 0) |
+            time_out(p->max_load_ms, 0) | time_out(p->soft_timeout_ms, 0) |
+            time_out(p->hard_timeout_ms, 0) | time_out(p->failsafe_throttle_ms, 0) |
+            (p->soft_timeout_ms > 0 && p->hard_timeout_ms > 0 &&
+             p->soft_timeout_ms > p->hard_timeout_ms);
+  return !bad;
+}
+
 int xf__policy_check(xf__runtime *rt, const xf_policy *p) {
   if (!p)
     return xf__rt_fail(rt, XF_EINVAL, "policy is NULL");
+  if (policy_valid(p))
+    return XF_OK;
+  /* Invalid: find the first check it fails, for its message. */
   if (isnan(p->beta) || p->beta < 0)
     return xf__rt_fail(rt, XF_EINVAL,
                        "policy beta must be >= 0 (INFINITY allowed), not NaN");

@@ -29,8 +29,8 @@ typedef struct xf__port_hit {
   size_t tags_len;           /* past the value's NUL; NULL and 0: none */
   uint64_t stamp_names;      /* its stamp's names (near.h) while current, checked with
                                 the hit; else 0 */
-  const struct xf__near_node *node; /* the node it is tracked on */
-  int fd;                           /* the connection it was read over */
+  const struct xf__track_node *node; /* the node it is tracked on */
+  int fd;                            /* the connection it was read over */
 } xf__port_hit;
 
 /* The near cache of the client's share (near.h says what each promises). */
@@ -54,7 +54,7 @@ typedef struct xf__port_near {
    * it is another entry by now, the epoch moved past st->epoch, or the
    * versions were read over more connections than a hit polls. */
   void (*stamp)(void *self, const char *key, size_t keylen, const unsigned char *tags,
-                size_t tags_len, const xf__near_stamp *st);
+                size_t tags_len, const xf__tag_stamp *st);
   /* An own write or delete of key: its entries go, a read in flight is not
    * kept. */
   void (*drop)(void *self, const char *key, size_t keylen);

@@ -51,7 +51,7 @@ void xf__share_drop(const xf_client *c, const char *key, size_t keylen);
 
 /* The share's near cache (xf_share_options.near_cache_bytes; near.h), NULL
  * when off. */
-struct xf__near *xf__share_near(const xf_share *s);
+struct xf__ncache *xf__share_near(const xf_share *s);
 
 /* A client opened with the share holds a reference to it (xf_client_open),
  * dropped by xf_client_close: the share is freed with its last reference,

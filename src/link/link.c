@@ -8,6 +8,7 @@
 #include "client.h"
 #include "entry.h"
 #include "event.h"
+#include "fleet.h"
 #include "link.h"
 #include "reader.h"
 #include "setup.h"
@@ -232,12 +233,11 @@ static int rearm(xf__link *l) {
 
 int xf__link_submit(xf__link *l, const xf__cmd *cmd, int opts, int64_t now_ms,
                     xf__link_fn *fn, void *ud) {
-  static const xf__cmd asking_cmd = {.argc = 1, .argv = {"ASKING"}, .lens = {6}};
   int rc = XF_OK;
   if (!(l->flags & XF__LINK_ARM_WAIT) && (l->track.node || l->arm_later))
     rc = rearm(l);
   if (rc == XF_OK && (opts & XF__LINK_ASKING))
-    rc = push(l, &asking_cmd, ASKING, 0, NULL, NULL);
+    rc = push(l, &xf__fleet_asking_cmd, ASKING, 0, NULL, NULL);
   xf__cmd script; /* a plain read where the clock is not fresh: the read script */
   const xf__cmd *sent = cmd;
   if (cmd->plain_out && (l->flags & XF__LINK_ONE_SCRIPT) &&

@@ -45,8 +45,8 @@
 #include "resp.h"
 
 struct xf_client;
-struct xf__near;
-struct xf__near_node;
+struct xf__ncache;
+struct xf__track_node;
 typedef struct xf__link xf__link;
 
 /* ---- the near cache's tracking, as hooks the near cache fills ---------------- */
@@ -61,9 +61,9 @@ typedef struct xf__link_tracking {
    * XF__LINK_ARM_LATER (without wait) when the node's invalidation
    * connection is not open yet (t->node set: ask again once due); or an
    * XF_E* code (the connection serves untracked). */
-  int (*arm)(struct xf__near *n, struct xf_client *c, const char *host, int port,
+  int (*arm)(struct xf__ncache *n, struct xf_client *c, const char *host, int port,
              const char *unix_path, int wait, long long *redirect_id, xf__track *t);
-  int (*due)(struct xf__near_node *node);   /* arm again now? */
+  int (*due)(struct xf__track_node *node);  /* arm again now? */
   void (*watch)(xf__track *t, int fd);      /* tracked: watch fd */
   void (*lost)(const xf__track *t, int fd); /* the connection goes */
   int (*stale)(const xf__track *t);         /* armed under a lost one */
@@ -160,8 +160,8 @@ struct xf__link {
   char *why_to;        /* also written there (256 bytes) when not NULL */
   /* The near cache's tracking (node NULL: not tracked). */
   xf__track track;
-  xf__track arming;                /* the CLIENT TRACKING awaiting its reply */
-  struct xf__near_node *arm_later; /* arm before a later command once due */
+  xf__track arming;                 /* the CLIENT TRACKING awaiting its reply */
+  struct xf__track_node *arm_later; /* arm before a later command once due */
 };
 
 /* Sets l up for host:port (or unix_path when host is NULL; both borrowed) of

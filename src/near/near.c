@@ -32,8 +32,8 @@ static void init_shard(shard *s, size_t max_bytes) {
   s->max_bytes = max_bytes;
 }
 
-int xf__near_open(struct xf__near **out, size_t max_bytes) {
-  struct xf__near *n;
+int xf__near_open(struct xf__ncache **out, size_t max_bytes) {
+  struct xf__ncache *n;
   if (posix_memalign((void **)&n, 64, sizeof *n) != 0)
     return XF_ENOMEM;
   memset(n, 0, sizeof *n);
@@ -83,7 +83,7 @@ static void clear_shard(shard *s) {
     xf__near_unlink(s, s->head);
 }
 
-void xf__near_close(struct xf__near *n) {
+void xf__near_close(struct xf__ncache *n) {
   if (!n)
     return;
   if (n->tracker)
@@ -102,7 +102,7 @@ void xf__near_close(struct xf__near *n) {
   free(n);
 }
 
-uint64_t xf__near_token(struct xf__near *n) {
+uint64_t xf__near_token(struct xf__ncache *n) {
   return __atomic_load_n(&n->seq, __ATOMIC_ACQUIRE);
 }
 
@@ -151,7 +151,7 @@ static int alive(const entry *e, int64_t now_ms) {
  * unless the machine is so loaded that it is not scheduled for
  * milliseconds: the hit then goes to Redis instead of serving what may be
  * stale. One poll(), one fence. */
-static int news_pending(const struct xf__near_node *node, uint64_t reading, int inval_fd,
+static int news_pending(const struct xf__track_node *node, uint64_t reading, int inval_fd,
                         int data_fd, const int stamp_fds[XF__STAMP_FDS]) {
   /* a stamped hit's versions' connections too (poll() skips a -1) */
   struct pollfd pf[2 + XF__STAMP_FDS] = {{.fd = inval_fd, .events = POLLIN},
@@ -169,7 +169,7 @@ static int news_pending(const struct xf__near_node *node, uint64_t reading, int 
   return __atomic_load_n(&node->reading, __ATOMIC_RELAXED) != reading;
 }
 
-int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
+int xf__near_find(struct xf__ncache *n, const xf_client *c, const char *key, size_t keylen,
                   int64_t now_ms, xf__port_hit *hit, xf__near_seen *seen) {
   uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
@@ -220,7 +220,7 @@ int xf__near_find(struct xf__near *n, const xf_client *c, const char *key, size_
   return found;
 }
 
-static int near_lookup(struct xf__near *n, const xf_client *c, const char *key,
+static int near_lookup(struct xf__ncache *n, const xf_client *c, const char *key,
                        size_t keylen, int64_t now_ms, xf__port_hit *hit) {
   int got = c->near_batch ? xf__near_batch_take(c->near_batch, c, key, keylen, hit) : -1;
   if (got >= 0) /* a batch's key: looked up and checked with the batch's others */
@@ -237,7 +237,7 @@ static int near_lookup(struct xf__near *n, const xf_client *c, const char *key,
   return 1;
 }
 
-int xf__near_get(struct xf__near *n, const xf_client *c, const char *key, size_t keylen,
+int xf__near_get(struct xf__ncache *n, const xf_client *c, const char *key, size_t keylen,
                  int64_t now_ms, xf__port_hit *hit) {
   int got = near_lookup(n, c, key, keylen, now_ms, hit);
   if (got && xf__near_test_after_hit)
@@ -263,7 +263,7 @@ static void grow(shard *s) {
   s->nbuckets = nb;
 }
 
-uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t,
+uint64_t xf__near_put(struct xf__ncache *n, const xf_client *c, const xf__track *t,
                       uint64_t token, const char *key, size_t keylen, const char *value,
                       size_t len, const unsigned char *tags, size_t tags_len,
                       int64_t delta_us, int64_t redis_expiry_ms, int64_t expires_ms,
@@ -331,13 +331,13 @@ uint64_t xf__near_put(struct xf__near *n, const xf_client *c, const xf__track *t
   return evicted;
 }
 
-uint64_t xf__near_tag_epoch(struct xf__near *n) {
+uint64_t xf__near_tag_epoch(struct xf__ncache *n) {
   return __atomic_load_n(&n->tag_epoch, __ATOMIC_ACQUIRE);
 }
 
 /* The versions' connections other than the entry's own, into fds: 0 when
  * more than a hit polls. */
-static int other_fds(const entry *e, const xf__near_stamp *st, int fds[XF__STAMP_FDS]) {
+static int other_fds(const entry *e, const xf__tag_stamp *st, int fds[XF__STAMP_FDS]) {
   int n = 0;
   for (size_t i = 0; i < st->nfds; i++) {
     int fd = st->fds[i], seen = fd == e->data_fd;
@@ -354,9 +354,9 @@ static int other_fds(const entry *e, const xf__near_stamp *st, int fds[XF__STAMP
   return 1;
 }
 
-void xf__near_stamp_entry(struct xf__near *n, const xf_client *c, const char *key,
+void xf__near_stamp_entry(struct xf__ncache *n, const xf_client *c, const char *key,
                           size_t keylen, const unsigned char *tags, size_t tags_len,
-                          const xf__near_stamp *st) {
+                          const xf__tag_stamp *st) {
   uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
   pthread_mutex_lock(&s->mu);
@@ -378,19 +378,19 @@ void xf__near_stamp_entry(struct xf__near *n, const xf_client *c, const char *ke
   pthread_mutex_unlock(&s->mu);
 }
 
-struct xf__near_tracker *xf__near_tracker(struct xf__near *n) {
+struct xf__near_tracker *xf__near_tracker(struct xf__ncache *n) {
   return n->tracker;
 }
 
-uint64_t xf__near_invalidations(const struct xf__near *n) {
+uint64_t xf__near_invalidations(const struct xf__ncache *n) {
   return __atomic_load_n(&n->invalidations, __ATOMIC_RELAXED);
 }
 
-uint64_t xf__near_evictions(const struct xf__near *n) {
+uint64_t xf__near_evictions(const struct xf__ncache *n) {
   return __atomic_load_n(&n->evictions, __ATOMIC_RELAXED);
 }
 
-void xf__near_before_fork(struct xf__near *n) {
+void xf__near_before_fork(struct xf__ncache *n) {
   xf__tracker_before_fork(n->tracker);
   pthread_mutex_lock(&n->notify_mu);
   for (int i = 0; i < NSHARDS; i++)
@@ -398,7 +398,7 @@ void xf__near_before_fork(struct xf__near *n) {
   xf__near_log_fork(n->log, 0);
 }
 
-void xf__near_after_fork(struct xf__near *n, int child) {
+void xf__near_after_fork(struct xf__ncache *n, int child) {
   xf__near_log_fork(n->log, child ? 2 : 1);
   for (int i = 0; i < NSHARDS; i++) {
     shard *s = &n->shards[i];

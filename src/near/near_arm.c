@@ -21,13 +21,13 @@
 #include "near_track.h"
 #include "stream.h"
 
-static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *host,
-                                       int port, const char *unix_path) {
-  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+static struct xf__track_node *find_node(struct xf__near_tracker *t, const char *host,
+                                        int port, const char *unix_path) {
+  for (struct xf__track_node *node = t->nodes; node; node = node->next)
     if (host ? node->host && node->port == port && strcmp(node->host, host) == 0
              : node->unix_path && strcmp(node->unix_path, unix_path) == 0)
       return node;
-  struct xf__near_node *node = calloc(1, sizeof *node);
+  struct xf__track_node *node = calloc(1, sizeof *node);
   if (!node)
     return NULL;
   node->tracker = t;
@@ -45,7 +45,7 @@ static struct xf__near_node *find_node(struct xf__near_tracker *t, const char *h
 /* What an open found, under t->mu: node's connection (the tracker's poll
  * set takes it), or the failure logged and the next background ask put
  * off (100 ms, doubling to 5 s); the arms waiting are told. */
-static void opened(struct xf__near_tracker *t, struct xf__near_node *node, int rc,
+static void opened(struct xf__near_tracker *t, struct xf__track_node *node, int rc,
                    xf__inval *v, long long id, const char *why) {
   node->opening = 0;
   __atomic_store_n(&node->asked, 0, __ATOMIC_RELEASE);
@@ -74,7 +74,7 @@ static void opened(struct xf__near_tracker *t, struct xf__near_node *node, int r
  * the tracker shuts it down, so the open ends without waiting for its
  * timeouts; published under t->mu so its number is never a reused one's. */
 static void on_fd(void *ud, int fd) {
-  struct xf__near_node *node = ud;
+  struct xf__track_node *node = ud;
   struct xf__near_tracker *t = node->tracker;
   pthread_mutex_lock(&t->mu);
   node->open_fd = fd;
@@ -86,7 +86,7 @@ static void on_fd(void *ud, int fd) {
 /* The blocking open of one node's invalidation connection, on its own
  * thread: a slow one (a stalled server, a slow handshake) holds up no other
  * node's invalidations. */
-static void open_node(struct xf__near_node *node) {
+static void open_node(struct xf__track_node *node) {
   struct xf__near_tracker *t = node->tracker;
   xf__inval *v;
   long long id = 0;
@@ -107,7 +107,7 @@ static void *opener(void *arg) {
 
 int xf__tracker_open_wanted(struct xf__near_tracker *t) {
   int started = 0;
-  for (struct xf__near_node *node = t->nodes; node && !t->stopping; node = node->next) {
+  for (struct xf__track_node *node = t->nodes; node && !t->stopping; node = node->next) {
     if (node->has_opener && !node->opening) { /* done: it returns without the lock */
       pthread_join(node->opener, NULL);
       node->has_opener = 0;
@@ -131,7 +131,7 @@ int xf__tracker_open_wanted(struct xf__near_tracker *t) {
 
 /* Asks the thread to open node's invalidation connection as c (started
  * if it is not running). XF_OK, or XF_ENOMEM. Under t->mu. */
-static int ask(struct xf__near_tracker *t, xf_client *c, struct xf__near_node *node) {
+static int ask(struct xf__near_tracker *t, xf_client *c, struct xf__track_node *node) {
   if (!t->running && !(t->running = xf__tracker_start(t)))
     return XF_ENOMEM;
   if (node->want || node->opening)
@@ -143,12 +143,12 @@ static int ask(struct xf__near_tracker *t, xf_client *c, struct xf__near_node *n
   return XF_OK;
 }
 
-static int arm(struct xf__near *n, xf_client *c, const char *host, int port,
+static int arm(struct xf__ncache *n, xf_client *c, const char *host, int port,
                const char *unix_path, long long *redirect_id, xf__track *tk, int later) {
   struct xf__near_tracker *t = xf__near_tracker(n);
   int rc = XF_OK;
   pthread_mutex_lock(&t->mu);
-  struct xf__near_node *node = find_node(t, host, port, unix_path);
+  struct xf__track_node *node = find_node(t, host, port, unix_path);
   if (!node) {
     rc = XF_ENOMEM;
   } else if (!node->ctx && later) { /* asked in the background, after a backoff */
@@ -176,17 +176,17 @@ static int arm(struct xf__near *n, xf_client *c, const char *host, int port,
   return rc;
 }
 
-int xf__near_arm(struct xf__near *n, xf_client *c, const char *host, int port,
+int xf__near_arm(struct xf__ncache *n, xf_client *c, const char *host, int port,
                  const char *unix_path, long long *redirect_id, xf__track *tk) {
   return arm(n, c, host, port, unix_path, redirect_id, tk, 0);
 }
 
-int xf__near_arm_later(struct xf__near *n, xf_client *c, const char *host, int port,
+int xf__near_arm_later(struct xf__ncache *n, xf_client *c, const char *host, int port,
                        const char *unix_path, long long *redirect_id, xf__track *tk) {
   return arm(n, c, host, port, unix_path, redirect_id, tk, 1);
 }
 
-int xf__near_arm_due(struct xf__near_node *node) {
+int xf__near_arm_due(struct xf__track_node *node) {
   return __atomic_load_n(&node->inval_fd, __ATOMIC_ACQUIRE) >= 0 ||
          (!__atomic_load_n(&node->asked, __ATOMIC_ACQUIRE) &&
           xf__stream_now_ms() >= __atomic_load_n(&node->retry_ms, __ATOMIC_ACQUIRE));
@@ -194,7 +194,7 @@ int xf__near_arm_due(struct xf__near_node *node) {
 
 /* ---- the link layer's hooks (link.h) ------------------------------------------------- */
 
-static int link_arm(struct xf__near *n, struct xf_client *c, const char *host, int port,
+static int link_arm(struct xf__ncache *n, struct xf_client *c, const char *host, int port,
                     const char *unix_path, int wait, long long *redirect_id, xf__track *t) {
   return wait ? xf__near_arm(n, c, host, port, unix_path, redirect_id, t)
               : xf__near_arm_later(n, c, host, port, unix_path, redirect_id, t);

@@ -21,7 +21,7 @@
 
 void (*xf__near_test_batch_looked_up)(void);
 
-struct xf__near_batch {
+struct xf__ncache_batch {
   size_t count, next;
   const char *const *keys; /* the user's: c's prefix not included */
   const size_t *lens;
@@ -30,7 +30,7 @@ struct xf__near_batch {
 };
 
 typedef struct seen_node {
-  const struct xf__near_node *node;
+  const struct xf__track_node *node;
   uint64_t reading; /* when its first entry was found */
   int bad;          /* news: its hits go to Redis */
 } seen_node;
@@ -98,7 +98,7 @@ static size_t full_key(const xf_client *c, const char *key, size_t len, char **b
   return need;
 }
 
-static void batch_free(struct xf__near_batch *b) {
+static void batch_free(struct xf__ncache_batch *b) {
   if (!b)
     return;
   for (size_t i = 0; b->found && i < b->count; i++)
@@ -109,15 +109,15 @@ static void batch_free(struct xf__near_batch *b) {
   free(b);
 }
 
-void xf__near_batch_begin(struct xf__near *n, xf_client *c, size_t count,
+void xf__near_batch_begin(struct xf__ncache *n, xf_client *c, size_t count,
                           const char *const *keys, const size_t *lens, int64_t now_ms) {
-  struct xf__near_batch *b = calloc(1, sizeof *b);
+  struct xf__ncache_batch *b = calloc(1, sizeof *b);
   check k = {0};
   long *at = NULL;  /* each key's node in k, -1: none */
   char *buf = NULL; /* a key with c's prefix */
   size_t cap = 0;
   if (b) {
-    *b = (struct xf__near_batch){.count = count, .keys = keys, .lens = lens};
+    *b = (struct xf__ncache_batch){.count = count, .keys = keys, .lens = lens};
     b->hits = malloc(count * sizeof *b->hits);
     b->found = calloc(count, 1);
     k.nodes = malloc(count * sizeof *k.nodes);
@@ -163,7 +163,7 @@ void xf__near_batch_end(xf_client *c) {
   c->near_batch = NULL;
 }
 
-int xf__near_batch_take(struct xf__near_batch *b, const xf_client *c, const char *key,
+int xf__near_batch_take(struct xf__ncache_batch *b, const xf_client *c, const char *key,
                         size_t keylen, xf__port_hit *hit) {
   if (keylen < c->prefix_len)
     return -1;

@@ -65,7 +65,7 @@ void xf__near_log_fork(struct xf__near_log *l, int phase) {
 }
 
 void xf__near_log_add(struct xf__near_log *l, const char *key, size_t keylen,
-                      const struct xf__near_node *node, int rc) {
+                      const struct xf__track_node *node, int rc) {
   if (!l)
     return;
   char *copy = key ? malloc(keylen + 1) : NULL;
@@ -85,7 +85,7 @@ void xf__near_log_add(struct xf__near_log *l, const char *key, size_t keylen,
   pthread_mutex_unlock(&l->mu);
 }
 
-void xf__near_report(struct xf__near *n, const xf_client *c, xf_driver driver) {
+void xf__near_report(struct xf__ncache *n, const xf_client *c, xf_driver driver) {
   struct xf__near_log *l = xf__near_log(n);
   if (!l || __atomic_load_n(&l->pending, __ATOMIC_ACQUIRE) ==
                 __atomic_load_n(&l->reported, __ATOMIC_ACQUIRE))

@@ -13,21 +13,21 @@
 #include "ports.h"
 
 struct xf_client;
-struct xf__near;
+struct xf__ncache;
 struct xf_reply;
 struct xf__near_tracker;
-struct xf__near_batch;
+struct xf__ncache_batch;
 typedef struct xf__inval xf__inval;         /* an invalidation connection (near_inval.c) */
 typedef struct xf__inval_who xf__inval_who; /* whom it is opened as (near_inval.c) */
 
 /* The near cache's side of its port (ports.h, filled by near_port.c). */
 /* The pending marker of a read about to be sent. */
-uint64_t xf__near_token(struct xf__near *n);
+uint64_t xf__near_token(struct xf__ncache *n);
 
 /* The entry of c's namespace and key, when kept and within its life at
  * now_ms: 1 with *hit filled (hit->data the caller's), 0 else (or out of
  * memory). */
-int xf__near_get(struct xf__near *n, const struct xf_client *c, const char *key,
+int xf__near_get(struct xf__ncache *n, const struct xf_client *c, const char *key,
                  size_t keylen, int64_t now_ms, xf__port_hit *hit);
 
 /* Keeps what a read sent with token saw (the Redis entry expiring at server
@@ -35,7 +35,7 @@ int xf__near_get(struct xf__near *n, const struct xf_client *c, const char *key,
  * expires_ms: unless the key was invalidated or t's node dropped
  * since token, or t is not tracked under its node's current invalidation
  * connection. Returns the entries evicted to make room. */
-uint64_t xf__near_put(struct xf__near *n, const struct xf_client *c, const xf__track *t,
+uint64_t xf__near_put(struct xf__ncache *n, const struct xf_client *c, const xf__track *t,
                       uint64_t token, const char *key, size_t keylen, const char *value,
                       size_t len, const unsigned char *tags, size_t tags_len,
                       int64_t delta_us, int64_t redis_expiry_ms, int64_t expires_ms,
@@ -43,19 +43,19 @@ uint64_t xf__near_put(struct xf__near *n, const struct xf_client *c, const xf__t
 
 /* An own write or delete of key (acknowledged or not): its entries go now,
  * and a read of it in flight is not kept. */
-void xf__near_drop(struct xf__near *n, const char *key, size_t keylen);
+void xf__near_drop(struct xf__ncache *n, const char *key, size_t keylen);
 
 /* The tag epoch, and an entry's stamp (near.h; ports.h says what each
  * promises). */
-uint64_t xf__near_tag_epoch(struct xf__near *n);
-void xf__near_stamp_entry(struct xf__near *n, const struct xf_client *c, const char *key,
+uint64_t xf__near_tag_epoch(struct xf__ncache *n);
+void xf__near_stamp_entry(struct xf__ncache *n, const struct xf_client *c, const char *key,
                           size_t keylen, const unsigned char *tags, size_t tags_len,
-                          const xf__near_stamp *st);
+                          const xf__tag_stamp *st);
 
 /* XF_EV_INVALIDATION: reports through c's hook (c->on_event set) what the
  * near cache was told since the last report by any client of the share
  * (near_events.c). On the calling thread, no lock held. */
-void xf__near_report(struct xf__near *n, const struct xf_client *c, xf_driver driver);
+void xf__near_report(struct xf__ncache *n, const struct xf_client *c, xf_driver driver);
 
 /* The port above, each function given the client (ports.h). */
 extern const xf__port_near xf__near_port_impl;
@@ -63,8 +63,8 @@ extern const xf__port_near xf__near_port_impl;
 /* One Redis node (by address) whose invalidations the process receives. The
  * nodes live as long as the near cache; ctx and id are the tracker's (under
  * its lock); gen and drop_seq are read without it (__atomic). */
-struct xf__near_node {
-  struct xf__near_node *next;
+struct xf__track_node {
+  struct xf__track_node *next;
   struct xf__near_tracker *tracker;
   char *host; /* NULL: unix_path */
   int port;
@@ -114,44 +114,44 @@ extern int xf__near_fence_dummy;
 
 /* ---- the cache (near.c) ---- */
 
-int xf__near_open(struct xf__near **out, size_t max_bytes);
-void xf__near_close(struct xf__near *n);
+int xf__near_open(struct xf__ncache **out, size_t max_bytes);
+void xf__near_close(struct xf__ncache *n);
 
 /* An invalidation of key from Redis (any node): as xf__near_drop, counted. */
-void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen);
+void xf__near_invalidate(struct xf__ncache *n, const char *key, size_t keylen);
 
 /* Everything kept from node goes (rc XF_EIO: its invalidation connection,
  * or a tracked data connection, was lost; 0: a FLUSHALL / FLUSHDB). */
-void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc);
+void xf__near_drop_node(struct xf__ncache *n, struct xf__track_node *node, int rc);
 
 /* Waits until driver ms until_ms, or until key is invalidated (or a node
  * dropped) after token was taken: 1 then, 0 when the time ran out. */
-int xf__near_wait(struct xf__near *n, const char *key, size_t keylen, uint64_t token,
+int xf__near_wait(struct xf__ncache *n, const char *key, size_t keylen, uint64_t token,
                   int64_t until_ms);
 
-struct xf__near_tracker *xf__near_tracker(struct xf__near *n);
+struct xf__near_tracker *xf__near_tracker(struct xf__ncache *n);
 
 /* Wake pipes of event loops (xf_call_wake_open): fd, a pipe's write end,
  * gets a byte on every invalidation and node drop. */
-int xf__near_notify_add(struct xf__near *n, int fd);
-void xf__near_notify_remove(struct xf__near *n, int fd);
+int xf__near_notify_add(struct xf__ncache *n, int fd);
+void xf__near_notify_remove(struct xf__ncache *n, int fd);
 
 /* Whether key was invalidated (or a node dropped) since token: no wait. */
-int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_t token);
+int xf__near_changed(struct xf__ncache *n, const char *key, size_t keylen, uint64_t token);
 
 /* Totals since open (tests, bench). */
-uint64_t xf__near_invalidations(const struct xf__near *n);
-uint64_t xf__near_evictions(const struct xf__near *n);
+uint64_t xf__near_invalidations(const struct xf__ncache *n);
+uint64_t xf__near_evictions(const struct xf__ncache *n);
 
 /* fork(): taken by the share's before-fork hook, released in both
  * processes; the child's near cache starts empty and without connections. */
-void xf__near_before_fork(struct xf__near *n);
-void xf__near_after_fork(struct xf__near *n, int child);
+void xf__near_before_fork(struct xf__ncache *n);
+void xf__near_after_fork(struct xf__ncache *n, int child);
 
 /* What a lookup found besides its copy: the entry's node, the node's
  * sequence when found (even), and the sockets a check of news polls. */
 typedef struct xf__near_seen {
-  const struct xf__near_node *node;
+  const struct xf__track_node *node;
   uint64_t reading;
   int inval_fd, data_fd;
   int stamp_fds[XF__STAMP_FDS]; /* a current stamp's (hit->stamp_names): -1 none */
@@ -162,7 +162,7 @@ typedef struct xf__near_seen {
  * node's sequence odd, out of memory). The hit is only servable once a
  * check made after it finds no news for seen->node (xf__near_get's, or a
  * batch's: near_batch.c). */
-int xf__near_find(struct xf__near *n, const struct xf_client *c, const char *key,
+int xf__near_find(struct xf__ncache *n, const struct xf_client *c, const char *key,
                   size_t keylen, int64_t now_ms, xf__port_hit *hit, xf__near_seen *seen);
 
 /* ---- a batch's near hits (near_batch.c) ---- */
@@ -176,14 +176,14 @@ int xf__near_find(struct xf__near *n, const struct xf_client *c, const char *key
  * Until xf__near_batch_end(c), c's xf__near_get of one of those keys (in
  * order; a key may be skipped) takes its result from the batch. Nothing
  * (the calls then check one by one) when out of memory. */
-void xf__near_batch_begin(struct xf__near *n, struct xf_client *c, size_t count,
+void xf__near_batch_begin(struct xf__ncache *n, struct xf_client *c, size_t count,
                           const char *const *keys, const size_t *lens, int64_t now_ms);
 void xf__near_batch_end(struct xf_client *c);
 
 /* The batch's result for key (c's prefix included) if it is one of its keys
  * not taken yet: 1 with *hit (the caller's), 0 (no hit); -1: not a key of
  * the batch (look it up alone). */
-int xf__near_batch_take(struct xf__near_batch *b, const struct xf_client *c,
+int xf__near_batch_take(struct xf__ncache_batch *b, const struct xf_client *c,
                         const char *key, size_t keylen, xf__port_hit *hit);
 
 /* For tests: called at each check of news a near hit makes (one per hit
@@ -210,7 +210,7 @@ extern void (*xf__near_test_before_apply)(void);
 
 struct xf__near_log *xf__near_log_open(void);
 void xf__near_log_close(struct xf__near_log *l);
-struct xf__near_log *xf__near_log(struct xf__near *n); /* NULL: none (no memory) */
+struct xf__near_log *xf__near_log(struct xf__ncache *n); /* NULL: none (no memory) */
 
 /* fork(): phase 0 before (the log's lock taken, last: nothing is taken
  * under it), 1 after in the parent, 2 after in the child (the parent's
@@ -220,11 +220,11 @@ void xf__near_log_fork(struct xf__near_log *l, int phase);
 /* Logs an invalidation of key, or (key NULL) node's drop for rc, to be
  * reported by the next call with a hook (xf__near_report). Any thread. */
 void xf__near_log_add(struct xf__near_log *l, const char *key, size_t keylen,
-                      const struct xf__near_node *node, int rc);
+                      const struct xf__track_node *node, int rc);
 
 /* ---- the tracker (near_track.c) ---- */
 
-struct xf__near_tracker *xf__tracker_open(struct xf__near *n);
+struct xf__near_tracker *xf__tracker_open(struct xf__ncache *n);
 void xf__tracker_close(struct xf__near_tracker *t);
 void xf__tracker_before_fork(struct xf__near_tracker *t);
 void xf__tracker_after_fork(struct xf__near_tracker *t, int child);
@@ -240,10 +240,11 @@ void xf__tracker_after_fork(struct xf__near_tracker *t, int child);
  * once xf__near_arm_due(t->node). XF_OK, or an XF_E* code (the connection
  * is then set up without tracking: its reads are never kept). */
 #define XF__NEAR_LATER 1 /* link.h's XF__LINK_ARM_LATER */
-int xf__near_arm(struct xf__near *n, struct xf_client *c, const char *host, int port,
+int xf__near_arm(struct xf__ncache *n, struct xf_client *c, const char *host, int port,
                  const char *unix_path, long long *redirect_id, xf__track *t);
-int xf__near_arm_later(struct xf__near *n, struct xf_client *c, const char *host, int port,
-                       const char *unix_path, long long *redirect_id, xf__track *t);
+int xf__near_arm_later(struct xf__ncache *n, struct xf_client *c, const char *host,
+                       int port, const char *unix_path, long long *redirect_id,
+                       xf__track *t);
 
 /* Registers the link layer's tracking hooks (link.h) as these functions:
  * done when a near cache is opened. */
@@ -252,7 +253,7 @@ void xf__near_link_hooks(void);
 /* Whether a connection told XF__NEAR_LATER for node should arm again now:
  * its invalidation connection is open, or a failed open's backoff is over
  * (the next arm asks again). No lock: one atomic load or two. */
-int xf__near_arm_due(struct xf__near_node *node);
+int xf__near_arm_due(struct xf__track_node *node);
 
 /* For tests: each open of an invalidation connection sleeps this long
  * first (a slow server: xf__inval_open); 0 = none. */
@@ -277,7 +278,7 @@ static inline int xf__track_stale(const xf__track *t) {
  * applied yet: bytes waiting on an invalidation connection, or read by the
  * tracker and not yet applied (the bench's classification of stale reads;
  * no lock taken). */
-int xf__near_news_waiting(struct xf__near *n);
+int xf__near_news_waiting(struct xf__ncache *n);
 
 /* ---- an invalidation connection (near_inval.c) ---- */
 

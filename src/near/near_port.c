@@ -26,7 +26,7 @@ static uint64_t tag_epoch(void *self) {
 }
 
 static void stamp(void *self, const char *key, size_t keylen, const unsigned char *tags,
-                  size_t tags_len, const xf__near_stamp *st) {
+                  size_t tags_len, const xf__tag_stamp *st) {
   const xf_client *c = self;
   xf__near_stamp_entry(c->near, c, key, keylen, tags, tags_len, st);
 }

@@ -35,7 +35,7 @@ typedef struct entry {
   struct entry *hnext;       /* bucket chain */
   struct entry *prev, *next; /* LRU, most recent first */
   uint64_t hash, token;
-  struct xf__near_node *node;
+  struct xf__track_node *node;
   int64_t expires_ms, delta_us;
   int64_t redis_expiry_ms; /* the Redis entry's (server ms): xf__port_hit's */
   int negative;
@@ -60,7 +60,7 @@ typedef struct shard {
   uint64_t pending[PENDING_SLOTS];
 } __attribute__((aligned(64))) shard;
 
-struct xf__near {
+struct xf__ncache {
   shard shards[NSHARDS];
   unsigned nshards;  /* a power of two */
   uint64_t drop_seq; /* the sequence of the last node drop (__atomic) */
@@ -75,7 +75,7 @@ struct xf__near {
   struct xf__near_log *log; /* XF_EV_INVALIDATION's (near_events.c) */
 };
 
-static inline shard *shard_of(struct xf__near *n, uint64_t h) {
+static inline shard *shard_of(struct xf__ncache *n, uint64_t h) {
   return &n->shards[h & (n->nshards - 1)];
 }
 static inline size_t slot_of(uint64_t h) { return (h / NSHARDS) % PENDING_SLOTS; }

@@ -41,7 +41,7 @@ static int open_pipe(int fds[2]) {
   return 0;
 }
 
-struct xf__near_tracker *xf__tracker_open(struct xf__near *n) {
+struct xf__near_tracker *xf__tracker_open(struct xf__ncache *n) {
   struct xf__near_tracker *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
@@ -63,7 +63,7 @@ void xf__tracker_wake(struct xf__near_tracker *t) {
 
 /* The node's invalidation connection is gone (or broke): its entries go,
  * and tracking armed under it is stale. Under t->mu. */
-static void lose(struct xf__near_tracker *t, struct xf__near_node *node) {
+static void lose(struct xf__near_tracker *t, struct xf__track_node *node) {
   __atomic_add_fetch(&node->gen, 1, __ATOMIC_ACQ_REL);
   xf__near_drop_node(t->near, node, XF_EIO); /* before its socket closes (a hit polls it) */
   __atomic_store_n(&node->inval_fd, -1, __ATOMIC_RELEASE);
@@ -75,13 +75,13 @@ void (*xf__near_test_before_apply)(void);
 
 typedef struct reading { /* what on_message is told */
   struct xf__near_tracker *t;
-  struct xf__near_node *node;
+  struct xf__track_node *node;
 } reading;
 
 /* One message from node's invalidation connection. */
 static void on_message(void *ud, const xf__reply *r) {
   struct xf__near_tracker *t = ((reading *)ud)->t;
-  struct xf__near_node *node = ((reading *)ud)->node;
+  struct xf__track_node *node = ((reading *)ud)->node;
   if (r->type != XF_REPLY_ARRAY || r->elements < 3 ||
       r->element[0]->type != XF_REPLY_STRING || strcmp(r->element[0]->str, "message"))
     return; /* the subscription's confirmation */
@@ -103,7 +103,7 @@ static void on_message(void *ud, const xf__reply *r) {
  * message's start is held waiting for its rest. A near hit that sees it
  * even and unchanged across its lookup and its poll of the socket saw
  * either the bytes still there or their effect (near.c). Under t->mu. */
-static void read_node(struct xf__near_tracker *t, struct xf__near_node *node) {
+static void read_node(struct xf__near_tracker *t, struct xf__track_node *node) {
   uint64_t seq = __atomic_load_n(&node->reading, __ATOMIC_RELAXED);
   if (!(seq & 1)) {
     __atomic_store_n(&node->reading, ++seq, __ATOMIC_RELAXED);
@@ -119,7 +119,7 @@ static void read_node(struct xf__near_tracker *t, struct xf__near_node *node) {
 
 /* A watched data connection's socket hung up: drop its node. Under t->mu;
  * the watch goes (the connection is closed by its owner later). */
-static void hung_up(struct xf__near_tracker *t, int fd, struct xf__near_node *node) {
+static void hung_up(struct xf__near_tracker *t, int fd, struct xf__track_node *node) {
   for (watch **at = &t->watches; *at; at = &(*at)->next)
     if ((*at)->fd == fd && (*at)->node == node) {
       watch *w = *at;
@@ -137,7 +137,7 @@ static int fit(poll_set *ps, size_t need) {
   struct pollfd *pf = realloc(ps->pf, cap * sizeof *pf);
   if (pf)
     ps->pf = pf;
-  struct xf__near_node **who = realloc(ps->who, cap * sizeof *who);
+  struct xf__track_node **who = realloc(ps->who, cap * sizeof *who);
   if (who)
     ps->who = who;
   xf__inval **ctxs = realloc(ps->ctxs, cap * sizeof *ctxs);
@@ -149,7 +149,7 @@ static int fit(poll_set *ps, size_t need) {
   return 1;
 }
 
-static int add(poll_set *ps, int fd, short events, struct xf__near_node *who,
+static int add(poll_set *ps, int fd, short events, struct xf__track_node *who,
                xf__inval *ctx) {
   if (!fit(ps, ps->n + 1))
     return 0;
@@ -164,7 +164,7 @@ static int add(poll_set *ps, int fd, short events, struct xf__near_node *who,
 static void build(struct xf__near_tracker *t, poll_set *ps) {
   ps->n = 0;
   add(ps, t->wake[0], POLLIN, NULL, NULL);
-  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+  for (struct xf__track_node *node = t->nodes; node; node = node->next)
     if (node->ctx && !add(ps, xf__inval_fd(node->ctx), POLLIN, node, node->ctx))
       xf__near_drop_node(t->near, node, XF_EIO);
   for (watch *w = t->watches; w; w = w->next)
@@ -223,9 +223,9 @@ int xf__tracker_start(struct xf__near_tracker *t) {
   return xf__tracker_spawn(&t->thread, run, t);
 }
 
-int xf__near_news_waiting(struct xf__near *n) {
+int xf__near_news_waiting(struct xf__ncache *n) {
   struct xf__near_tracker *t = xf__near_tracker(n);
-  for (struct xf__near_node *node = __atomic_load_n(&t->nodes, __ATOMIC_ACQUIRE); node;
+  for (struct xf__track_node *node = __atomic_load_n(&t->nodes, __ATOMIC_ACQUIRE); node;
        node = node->next) {
     struct pollfd pf = {.fd = __atomic_load_n(&node->inval_fd, __ATOMIC_ACQUIRE),
                         .events = POLLIN};
@@ -271,18 +271,18 @@ void xf__near_lost(const xf__track *tk, int fd) {
 void xf__tracker_close(struct xf__near_tracker *t) {
   pthread_mutex_lock(&t->mu);
   t->stopping = 1;
-  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+  for (struct xf__track_node *node = t->nodes; node; node = node->next)
     if (node->open_fd >= 0)
       shutdown(node->open_fd, SHUT_RDWR);
   xf__tracker_wake(t);
   pthread_mutex_unlock(&t->mu);
   if (t->running)
     pthread_join(t->thread, NULL);
-  for (struct xf__near_node *node = t->nodes; node; node = node->next)
+  for (struct xf__track_node *node = t->nodes; node; node = node->next)
     if (node->has_opener)
       pthread_join(node->opener, NULL);
   while (t->nodes) {
-    struct xf__near_node *node = t->nodes;
+    struct xf__track_node *node = t->nodes;
     t->nodes = node->next;
     xf__inval_close(node->ctx);
     xf__inval_who_free(node->want);
@@ -310,7 +310,7 @@ void xf__tracker_before_fork(struct xf__near_tracker *t) { pthread_mutex_lock(&t
  * move on, so connections the child makes arm anew. */
 void xf__tracker_after_fork(struct xf__near_tracker *t, int child) {
   if (child) {
-    for (struct xf__near_node *node = t->nodes; node; node = node->next) {
+    for (struct xf__track_node *node = t->nodes; node; node = node->next) {
       xf__inval_forget(node->ctx); /* the child's copy closes, nothing sent */
       node->ctx = NULL;
       node->inval_fd = -1;

@@ -11,23 +11,23 @@
 typedef struct watch { /* a tracked data connection's socket */
   struct watch *next;
   int fd;
-  struct xf__near_node *node;
+  struct xf__track_node *node;
 } watch;
 
 /* What one poll() watches: the wake pipe, every node's invalidation
  * connection, every tracked data connection; grown as they come. */
 typedef struct poll_set {
   struct pollfd *pf;
-  struct xf__near_node **who;
+  struct xf__track_node **who;
   xf__inval **ctxs; /* the invalidation connection polled; NULL: a watched one */
   size_t n, cap;
 } poll_set;
 
 struct xf__near_tracker {
-  struct xf__near *near;
+  struct xf__ncache *near;
   pthread_mutex_t mu;
   pthread_cond_t opened; /* a node's open was tried (xf__near_arm waits) */
-  struct xf__near_node *nodes;
+  struct xf__track_node *nodes;
   watch *watches;
   int wake[2]; /* a byte: the thread rebuilds its poll set */
   pthread_t thread;

@@ -16,7 +16,7 @@
 #include "near_shard.h"
 
 /* A byte on every wake pipe: an event loop's waiting calls look again. */
-static void notify(struct xf__near *n) {
+static void notify(struct xf__ncache *n) {
   if (!__atomic_load_n(&n->nnotify, __ATOMIC_ACQUIRE))
     return;
   pthread_mutex_lock(&n->notify_mu);
@@ -27,7 +27,7 @@ static void notify(struct xf__near *n) {
   pthread_mutex_unlock(&n->notify_mu);
 }
 
-int xf__near_notify_add(struct xf__near *n, int fd) {
+int xf__near_notify_add(struct xf__ncache *n, int fd) {
   pthread_mutex_lock(&n->notify_mu);
   int *fds = realloc(n->notify_fds, (n->nnotify + 1) * sizeof *fds);
   if (fds) {
@@ -39,7 +39,7 @@ int xf__near_notify_add(struct xf__near *n, int fd) {
   return fds ? XF_OK : XF_ENOMEM;
 }
 
-void xf__near_notify_remove(struct xf__near *n, int fd) {
+void xf__near_notify_remove(struct xf__ncache *n, int fd) {
   pthread_mutex_lock(&n->notify_mu);
   for (size_t i = 0; i < n->nnotify; i++)
     if (n->notify_fds[i] == fd) {
@@ -50,7 +50,7 @@ void xf__near_notify_remove(struct xf__near *n, int fd) {
   pthread_mutex_unlock(&n->notify_mu);
 }
 
-int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_t token) {
+int xf__near_changed(struct xf__ncache *n, const char *key, size_t keylen, uint64_t token) {
   uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
   pthread_mutex_lock(&s->mu);
@@ -60,10 +60,10 @@ int xf__near_changed(struct xf__near *n, const char *key, size_t keylen, uint64_
   return changed;
 }
 
-void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
+void xf__near_drop(struct xf__ncache *n, const char *key, size_t keylen) {
   uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);
-  if (xf__near_is_tag_key(key, keylen)) /* its version may be kept or stamped */
+  if (xf__is_tag_key(key, keylen)) /* its version may be kept or stamped */
     __atomic_add_fetch(&n->tag_epoch, 1, __ATOMIC_ACQ_REL);
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   pthread_mutex_lock(&s->mu);
@@ -79,17 +79,17 @@ void xf__near_drop(struct xf__near *n, const char *key, size_t keylen) {
   notify(n);
 }
 
-void xf__near_invalidate(struct xf__near *n, const char *key, size_t keylen) {
+void xf__near_invalidate(struct xf__ncache *n, const char *key, size_t keylen) {
   __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELAXED);
   xf__near_drop(n, key, keylen);
   xf__near_log_add(n->log, key, keylen, NULL, 0);
 }
 
-struct xf__near_log *xf__near_log(struct xf__near *n) {
+struct xf__near_log *xf__near_log(struct xf__ncache *n) {
   return n->log;
 }
 
-void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc) {
+void xf__near_drop_node(struct xf__ncache *n, struct xf__track_node *node, int rc) {
   xf__near_log_add(n->log, NULL, 0, node, rc);
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&node->drop_seq, seq, __ATOMIC_RELEASE);
@@ -105,7 +105,7 @@ void xf__near_drop_node(struct xf__near *n, struct xf__near_node *node, int rc) 
   notify(n);
 }
 
-int xf__near_wait(struct xf__near *n, const char *key, size_t keylen, uint64_t token,
+int xf__near_wait(struct xf__ncache *n, const char *key, size_t keylen, uint64_t token,
                   int64_t until_ms) {
   uint64_t h = xf__key_hash(key, keylen);
   shard *s = shard_of(n, h);

@@ -41,7 +41,7 @@ struct xf_share {
   slot *head, *tail;
   struct xf_share *next_open;        /* in the list of open shares (fork) */
   struct xf__refreshers *refreshers; /* background refresh (refresh.h) */
-  struct xf__near *near;             /* NULL: no near cache */
+  struct xf__ncache *near;           /* NULL: no near cache */
   int refs; /* the owner's (until xf_share_close) + one per client opened with it */
 };
 
@@ -412,6 +412,6 @@ void xf__share_drop(const xf_client *c, const char *key, size_t keylen) {
   pthread_mutex_unlock(&s->mu);
 }
 
-struct xf__near *xf__share_near(const xf_share *s) {
+struct xf__ncache *xf__share_near(const xf_share *s) {
   return s ? s->near : NULL;
 }
