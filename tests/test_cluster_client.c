@@ -574,3 +574,125 @@ Test(cluster_client, tags_in_other_slots_than_their_entries) {
   xf_client_close(c);
   xf_client_close(other);
 }
+
+/* Every command a node ran since the last CONFIG RESETSTAT, but the INFO and
+ * CONFIG the tests themselves send. */
+static long long node_commands(int port) {
+  redisContext *r = xft_cluster_redis(port);
+  redisReply *rep = xft_cluster_cmd(r, "INFO commandstats");
+  long long n = 0;
+  for (const char *at = rep->str; (at = strstr(at, "cmdstat_")) != NULL; at++) {
+    const char *calls = strstr(at, ":calls=");
+    if (calls && strncmp(at, "cmdstat_info:", 13) != 0 &&
+        strncmp(at, "cmdstat_config|", 15) != 0)
+      n += atoll(calls + 7);
+  }
+  freeReplyObject(rep);
+  redisFree(r);
+  return n;
+}
+
+/* What a tagged hit without a near cache costs per node: 6 tags on the 3
+ * masters (2 each, in slots of their own), the entry on a 4th slot. Logged:
+ * the commands each node ran for 10 hits. The bound that holds today is one
+ * command per tag plus the entry's read; the reads of one node's tags cannot
+ * be one MGET (next test). */
+Test(cluster_client, a_tagged_hit_reads_each_tag_on_its_master) {
+  if (xft_cluster_entry_format() == XF_ENTRY_HASH)
+    cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
+  xf_client *c = node_client(0);
+  const char *tags[] = {"pn-a", "pn-b", "pn-c", "pn-d", "pn-e", "pn-f"};
+  enum { NT = 6, HITS = 10 };
+  xf_policy p = xft_long_ttl();
+  p.tags = tags, p.ntags = NT;
+  int calls = 0;
+  xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_LOADER);
+  xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_CACHE); /* clocks learned */
+  xft_reset_stats();
+  for (int i = 0; i < HITS; i++)
+    xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_CACHE);
+  long long total = 0;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    long long n = node_commands(xft_cluster_port(i));
+    cr_log_info("node %d (port %d): %lld commands for %d hits with %d tags", i,
+                xft_cluster_port(i), n, HITS, NT);
+    total += n;
+  }
+  cr_log_info("total: %lld commands per hit", total / HITS);
+  /* the clocks' refresh may add a script's read now and then */
+  cr_expect_leq(total, (long long)HITS * (NT + 1) + 6, "%lld commands", total);
+  cr_expect_eq(calls, 1);
+  xf_client_close(c);
+}
+
+/* Why tags' keys on one node are not read with one MGET: Redis Cluster
+ * refuses a multi-key command whose keys are in different slots, on one node
+ * as on several (CROSSSLOT). */
+Test(cluster_client, one_mget_cannot_span_two_slots_of_one_node) {
+  const char *a = "xf-tag:{pn-a}";
+  int port = owner_port(a);
+  cr_assert_geq(port, 0);
+  char b[64];
+  for (int i = 0;; i++) { /* another tag's key, another slot, the same master */
+    snprintf(b, sizeof b, "xf-tag:{pn-%d}", i);
+    if (xf__cluster_keyslot(b, strlen(b)) != xf__cluster_keyslot(a, strlen(a)) &&
+        owner_port(b) == port)
+      break;
+  }
+  redisContext *r = xft_cluster_redis(port);
+  redisReply *rep = xft_cluster_cmd(r, "MGET %s %s", a, b);
+  cr_expect_eq(rep->type, REDIS_REPLY_ERROR);
+  cr_expect(rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "CROSSSLOT", 9) == 0, "%s",
+            rep->str ? rep->str : "(no error)");
+  freeReplyObject(rep);
+  redisFree(r);
+}
+
+/* With read_from_replicas a tagged hit reads its entry on a replica, as an
+ * untagged hit does, and its tag's version on the tag's master: a replica may
+ * not have a raise yet, and an old version would serve an invalidated entry
+ * as fresh after xf_invalidate_tags returned. */
+Test(cluster_client, replica_reads_of_a_tagged_entry_read_the_tag_on_its_master) {
+  if (xft_cluster_entry_format() == XF_ENTRY_HASH)
+    cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
+  const char *tags[] = {"rp-a"};
+  xf_policy p = xft_long_ttl();
+  p.tags = tags, p.ntags = 1;
+  xf_client *w = node_client(2);
+  int calls = 0;
+  xft_expect_get(w, "cc:replica-tagged", &p, &calls, XF_SOURCE_LOADER);
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) { /* the replicas have caught up */
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    freeReplyObject(xft_cluster_cmd(r, "WAIT 1 2000"));
+    redisFree(r);
+  }
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
+  xf_client *c = open_client(host, XF_CLUSTER_AUTO, 1);
+  xft_expect_get(c, "cc:replica-tagged", &p, &calls,
+                 XF_SOURCE_CACHE); /* connections made */
+  enum { HITS = 20 };
+  xft_reset_stats();
+  for (int i = 0; i < HITS; i++)
+    xft_expect_get(c, "cc:replica-tagged", &p, &calls, XF_SOURCE_CACHE);
+  long long on_replicas = 0, on_masters = 0;
+  for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
+    redisContext *r = xft_cluster_redis(xft_cluster_port(i));
+    redisReply *role = xft_cluster_cmd(r, "ROLE");
+    long long ran = xft_calls_of(xft_cluster_port(i), "get") +
+                    xft_calls_of(xft_cluster_port(i), "evalsha_ro");
+    if (strcmp(role->element[0]->str, "slave") == 0)
+      on_replicas += ran;
+    else
+      on_masters += ran;
+    freeReplyObject(role);
+    redisFree(r);
+  }
+  cr_log_info("%d tagged hits: %lld reads on replicas, %lld on masters", HITS, on_replicas,
+              on_masters);
+  cr_expect_eq(on_replicas, HITS, "each entry read on a replica");
+  cr_expect_eq(on_masters, HITS, "each tag's version on its master");
+  cr_expect_eq(calls, 1);
+  xf_client_close(c);
+  xf_client_close(w);
+}

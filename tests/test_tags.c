@@ -383,6 +383,37 @@ Test(tags, redis_down_fails_open_and_an_invalidation_fails) {
   xf_client_close(c);
 }
 
+/* Redis down with a share: the value a tagged call loaded is kept in the
+ * process's fallback cache and served (XF_SOURCE_LOCAL) to the next call of
+ * the key whatever its tags: the fallback keeps no tag record, and an
+ * invalidation cannot reach it (it fails while Redis is down). */
+Test(tags, redis_down_a_shares_local_value_is_served_whatever_the_tags) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = 1; /* nobody listens */
+  o.lazy_connect = 1;
+  o.share = s;
+  xf_client *c;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  const char *tags[] = {"down-a"}, *other[] = {"down-b"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  int loads = 0;
+  xf_value v;
+  cr_assert_eq(xf_get_or_compute(c, "tags:local", 10, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_UNCACHED);
+  xf_value_free(&v);
+  cr_expect_neq(xf_invalidate_tags(c, tags, 1), XF_OK, "Redis is down");
+  p.tags = other;
+  cr_assert_eq(xf_get_or_compute(c, "tags:local", 10, &p, load_value, &loads, &v), XF_OK);
+  cr_expect_eq(v.source, XF_SOURCE_LOCAL, "the first call's value, kept by the share");
+  cr_expect_eq(loads, 1);
+  xf_value_free(&v);
+  xf_client_close(c);
+  xf_share_close(s);
+}
+
 /* ---- namespaces ---------------------------------------------------------------- */
 
 static xf_client *prefixed(const char *prefix, int namespace_tag) {
@@ -864,6 +895,52 @@ ParameterizedTest(int *driver, tags, a_tagged_batchs_hits_are_one_mget) {
             mget, scripts, N);
   cr_expect_eq(xft_command_calls(r, "get"), 0, "%s: no tag read apart", what);
   cr_expect_eq(l.calls, N, "%s: %d loads", what, l.calls);
+  redisFree(r);
+  xft_drv_close(d);
+  xft_server_stop(&srv);
+}
+
+ParameterizedTestParameters(tags, a_tagged_set_reads_its_versions_in_one_command) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* Without a near cache, on standalone Redis, a set reads every version of its
+ * tags (the namespace's too) with one MGET before its write: two round trips,
+ * not one more per tag. On a server of its own (it counts its commands). */
+ParameterizedTest(int *driver, tags, a_tagged_set_reads_its_versions_in_one_command) {
+  const char *what = xft_driver_names[*driver];
+  xft_server srv;
+  cr_assert_eq(xft_server_start(&srv, NULL), 0);
+  xf_options o = options();
+  o.port = srv.port;
+  o.key_prefix = "ns1:";
+  o.namespace_tag = 1;
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {"set1:a", "set1:b", "set1:c"};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 3;
+  int rc = xft_drv_set(d, "tags:set1", "first", &p); /* the tags' keys made */
+  cr_assert_eq(rc, XF_OK, "%s: set: %s (%s)", what, xf_strerror(rc), xft_drv_errmsg(d));
+  redisContext *r = xft_redis_port(srv.port);
+  freeReplyObject(xft_cmd(r, "CONFIG RESETSTAT"));
+  enum { SETS = 5 };
+  for (int i = 0; i < SETS; i++) {
+    rc = xft_drv_set(d, "tags:set1", "written", &p);
+    cr_assert_eq(rc, XF_OK, "%s: set: %s (%s)", what, xf_strerror(rc), xft_drv_errmsg(d));
+  }
+  /* the write is a script: the commands it runs inside are counted too */
+  long long reads = xft_command_calls(r, "get") + xft_command_calls(r, "mget") +
+                    xft_command_calls(r, "evalsha_ro");
+  long long writes = xft_command_calls(r, "evalsha");
+  cr_expect_eq(reads, SETS, "%s: %lld reads for %d sets with 4 tags", what, reads, SETS);
+  cr_expect_eq(writes, SETS, "%s: %lld writes for %d sets", what, writes, SETS);
+  xft_op_loader l = {.value = "loaded"};
+  expect_goc(d, what, "tags:set1", &p, &l, "written", XF_SOURCE_CACHE);
+  const char *one[] = {"set1:b"};
+  cr_assert_eq(xft_drv_invalidate_tags(d, one, 1), XF_OK);
+  expect_goc(d, what, "tags:set1", &p, &l, "loaded", XF_SOURCE_LOADER);
+  cr_expect_eq(l.calls, 1, "%s: %d loads", what, l.calls);
   redisFree(r);
   xft_drv_close(d);
   xft_server_stop(&srv);

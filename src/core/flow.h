@@ -150,6 +150,10 @@ typedef struct xf__flow {
    * KEYS), so their versions come with the entry (flow_tags.c). The keys
    * (the entry's first) and their lengths, in one block the flow owns. */
   int tag_in_read;
+  /* Else, on one node without a near cache (a set, a call whose read could
+   * not carry them): every version read with one MGET of the tags' keys
+   * (XF__TAGS), from the same block. */
+  int tag_all_at_once;
   const char **tag_read_keys;
   size_t *tag_read_lens;
   uint64_t tag_names64;

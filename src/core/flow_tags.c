@@ -9,7 +9,12 @@
  * (standalone Redis), the call's first read carries its tags' keys after
  * the entry's instead (an MGET; the read script's KEYS where the clock asks
  * for the script), so a tagged hit costs the one command of an untagged one;
- * a tag without a key yet sends the call the way above. The value it
+ * a tag without a key yet sends the call the way above. Where the read
+ * cannot carry them (a set; a call on one node without a near cache whose
+ * read does not), one MGET of the tags' keys reads every version at once. In
+ * Redis Cluster a multi-key command must keep to one slot (CROSSSLOT, on one
+ * node as on several) and each tag's key is in a slot of its own: the
+ * versions are read one command per tag there. The value it
  * writes records them (the tag record, in the
  * entry's header: entry_string.c), and an entry is served only while the
  * record it carries is the one the call built from the versions it read.
@@ -87,7 +92,7 @@ void xf__flow_tags_free(xf__flow *f) {
   free(f->tag_read_keys); /* one block with the lengths and the tags' keys */
   f->tag_read_keys = NULL;
   f->tag_read_lens = NULL;
-  f->tag_in_read = 0;
+  f->tag_in_read = f->tag_all_at_once = 0;
   free(f->tag_copy);
   f->tag_copy = NULL;
   f->tag_names = NULL;
@@ -212,6 +217,12 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
     return 1;
   }
   const xf__ports *ports = &f->rt->ports;
+  if (f->kind != XF_KIND_INVALIDATE && !ports->near && f->rt->one_node &&
+      build_read_keys(f) == XF_OK) {
+    f->tag_all_at_once = 1; /* one MGET (xf__flow_tags_encode, read_all_at_once) */
+    *step = xf__flow_send(f, XF__TAGS);
+    return 1;
+  }
   f->tag_kept_all = f->kind == XF_KIND_GET_OR_COMPUTE && ports->near != NULL;
   if (f->tag_kept_all) { /* the epoch before any version is looked up */
     f->tag_names64 = names_hash64(f->tag_names, f->tag_n, f->tag_ns);
@@ -250,6 +261,10 @@ void xf__flow_tags_encode(xf__flow *f) {
     f->cmd.argc = 1;
     f->cmd.argv[0] = "PING";
     f->cmd.lens[0] = 4;
+    return;
+  }
+  if (f->state == XF__TAGS && f->tag_all_at_once) { /* the keys after the entry's */
+    xf__entry_mget_cmd(&f->cmd, tag_count(f), f->tag_read_keys + 1, f->tag_read_lens + 1);
     return;
   }
   if (f->state == XF__TAGS && f->tag_plain) { /* kept if no invalidation overtakes it */
@@ -424,7 +439,26 @@ static xf__step bump_next(xf__flow *f) {
   return xf__flow_send(f, XF__BUMP);
 }
 
+/* The MGET of every tag's key: the versions, then on; a key missing (a tag
+ * never seen, evicted, flushed): each read apart (tag_read.lua makes it). */
+static xf__step read_all_at_once(xf__flow *f, xf__reply *r) {
+  size_t n = tag_count(f);
+  int ok = r->type == XF_REPLY_ARRAY && r->elements == n;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = r->element[i] && parse_version(r->element[i], &f->tag_versions[i]);
+  xf__reply_free(r);
+  free(f->tag_read_keys);
+  f->tag_read_keys = NULL;
+  f->tag_all_at_once = 0;
+  if (ok)
+    return tags_done(f);
+  f->tag_i = 0;
+  return next_tag(f);
+}
+
 xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
+  if (rc == XF_OK && f->state == XF__TAGS && f->tag_all_at_once)
+    return read_all_at_once(f, r);
   if (f->tag_fencing) { /* the PING after a raise: counted when it failed, not returned */
     if (rc != XF_OK || (r && r->type == XF_REPLY_ERROR))
       f->rt->stats.fence_failed++;

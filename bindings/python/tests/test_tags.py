@@ -393,3 +393,20 @@ def test_namespace_hits_read_the_namespace_with_each_entry(face, server, admin, 
                                          tags=["a", "b"])) == "tv"
     reads = _reads(admin)
     assert reads["get"] == 0 and sum(reads.values()) == 2, reads
+
+
+def test_a_tagged_set_reads_its_versions_in_one_mget(face, server, admin, prefix):
+    """Without a near cache, on standalone Redis, set(tags=) reads every
+    version of its tags (the namespace's too) with one MGET before its write,
+    not one GET per tag."""
+    cache = face.Cache(server.url, prefix=prefix, seed=12, namespace_tag=True)
+    tags = ["sa", "sb", "sc"]
+    assert face.run(cache.set("k", "first", ttl=60, tags=tags)) is True  # the tags' keys made
+    admin.config_resetstat()
+    for _ in range(3):
+        assert face.run(cache.set("k", "written", ttl=60, tags=tags)) is True
+    reads = _reads(admin)
+    assert reads["get"] == 0 and reads["mget"] == 3, reads
+    face.run(cache.invalidate_tags(["sb"]))
+    assert face.run(cache.fetch("k", face.loader(lambda: "loaded"), ttl=60,
+                                tags=tags)) == ("loaded", "loader")
