@@ -453,6 +453,50 @@ Test(refresh, a_late_refresh_counts_its_wait_in_the_entrys_delta) {
   close_handle(&h);
 }
 
+/* The same through the share's workers (both busy with refreshes blocked in
+ * their loaders, so the hot key's refresh queues behind them for 200 ms).
+ * Margin: as above, the wait is a sleep of 200 ms and the loader ~2 ms.
+ * The share runs 2 workers (XF_REFRESH_THREADS); with more, b3... would be
+ * needed to keep them busy. */
+ParameterizedTestParameters(refresh, a_queued_refresh_counts_its_wait_in_the_entrys_delta) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+ParameterizedTest(driver *d, refresh,
+                  a_queued_refresh_counts_its_wait_in_the_entrys_delta) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  handle h = open_on(*d, s);
+  char hot[64], b1[64], b2[64], v[32];
+  snprintf(hot, sizeof hot, "%s", key_of("queued-hot", *d));
+  snprintf(b1, sizeof b1, "%s", key_of("queued-b1", *d));
+  snprintf(b2, sizeof b2, "%s", key_of("queued-b2", *d));
+  cr_assert_eq(get(&h, b1, v, sizeof v), XF_SOURCE_LOADER);  /* v1 */
+  cr_assert_eq(get(&h, b2, v, sizeof v), XF_SOURCE_LOADER);  /* v2 */
+  cr_assert_eq(get(&h, hot, v, sizeof v), XF_SOURCE_LOADER); /* v3 */
+  gate_set(0);
+  cr_assert_eq(get(&h, b1, v, sizeof v), XF_SOURCE_CACHE);
+  wait_calls(4); /* a worker blocked in b1's refresh */
+  cr_assert_eq(get(&h, b2, v, sizeof v), XF_SOURCE_CACHE);
+  wait_calls(5); /* the other in b2's */
+  cr_assert_eq(get(&h, hot, v, sizeof v), XF_SOURCE_CACHE, "its refresh is queued");
+  xft_sleep_ms(200); /* the workers are late */
+  cr_expect_eq(calls(), 5, "the hot key's refresh waited for a worker");
+  gate_set(1);
+  cr_assert(lands(hot, "v6"), "landed: %s", landed);
+  redisContext *rc = xft_redis();
+  xft_peek e;
+  xft_peek_read(rc, hot, "", &e);
+  cr_expect_geq(e.d, 200000, "delta %lld us: the 200 ms wait for a worker is not counted",
+                e.d);
+  xft_peek_free(&e);
+  freeReplyObject(xft_cmd(rc, "DEL %s %s %s", hot, b1, b2));
+  redisFree(rc);
+  info_when(s, 3);
+  close_handle(&h);
+  xf_share_close(s);
+}
+
 /* A loader_ud as a C caller keeps it: in the frame of the call, gone once
  * the call returned. The test keeps the memory (a late touch is counted, not
  * a crash) and marks it gone when the call returns. */
