@@ -231,6 +231,26 @@ static void dump_loads(const run_spec *s, const load_event *ev, size_t n) {
     fclose(f);
 }
 
+/* XFETCH_BENCH_DUMP=dir: every run's calls of 50 ms or more (start, latency,
+ * flags: 1 loaded, 2 waited, 4 stale, 8 error), for digging. */
+static void dump_slow(const run_spec *s, const arena *a) {
+  const char *dir = getenv("XFETCH_BENCH_DUMP");
+  if (!dir)
+    return;
+  char path[512];
+  snprintf(path, sizeof path, "%s/%sslow.txt", dir, s->prefix);
+  for (char *p = path + strlen(dir) + 1; *p; p++)
+    *p = *p == ':' ? '_' : *p;
+  FILE *f = fopen(path, "w");
+  size_t n = a->nsamples < a->cap_samples ? a->nsamples : a->cap_samples;
+  for (size_t i = 0; f && i < n; i++)
+    if (a->samples[i].lat_us >= 50000)
+      fprintf(f, "%.3f %.3f %u\n", a->samples[i].t_us / 1e3,
+              a->samples[i].lat_us / 1e3, (unsigned)a->samples[i].flags);
+  if (f)
+    fclose(f);
+}
+
 void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent,
              int all_cold, result *r) {
   (void)wall_s;
@@ -241,6 +261,7 @@ void analyze(const run_spec *s, const arena *a, double wall_s, int cold_absent,
   memcpy(ev, a->loads, sizeof *ev * n);
   qsort(ev, n, sizeof *ev, cmp_load);
   dump_loads(s, ev, n);
+  dump_slow(s, a);
   spans win = {malloc(sizeof(span) * (n + 1)), 0},
         cold = {malloc(sizeof(span) * (n + 1)), 0};
   episodes(s, ev, n, cold_absent, r, &win, &cold);

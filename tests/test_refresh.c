@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "entry_peek.h"
 #include "fixture.h"
 
 typedef struct gated {
@@ -413,6 +414,87 @@ Test(refresh, a_user_executor_gets_the_refresh_to_run_or_drop) {
   cr_expect_not_null(kept, "the next call refreshes");
   xf_refresh_drop(kept);
   close_handle(&h);
+}
+
+/* A refresh that waits for its executor (a busy worker) before its loader
+ * runs: the entry's delta is the time from the call that found it due to the
+ * loader's return, waiting included, so the next refresh is due that much
+ * earlier (refresh_ahead x delta) and still lands before the value expires
+ * while workers run as late as they did. Margin: the executor waits 200 ms
+ * (a sleep, at least that long on any machine) and the loader ~2 ms; the
+ * delta must be at least 200 ms, whatever the machine adds. */
+Test(refresh, a_late_refresh_counts_its_wait_in_the_entrys_delta) {
+  xf_options o = XF_OPTIONS_INIT;
+  char host[32];
+  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
+  o.host = host;
+  o.refresh_executor = keep_refresh;
+  handle h = {.d = DRIVER_BLOCKING};
+  cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  const char *key = "refresh:late";
+  char v[32];
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_LOADER);
+  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  cr_assert_not_null(kept, "the executor took the refresh");
+  xft_sleep_ms(200); /* the worker is late */
+  cr_assert_eq(xf_refresh_run(kept, NULL, NULL), XF_OK);
+  kept = NULL;
+  cr_assert(lands(key, "v2"), "landed: %s", landed);
+  redisContext *rc = xft_redis();
+  xft_peek e;
+  char full[64];
+  snprintf(full, sizeof full, "%s", key);
+  xft_peek_read(rc, full, "", &e);
+  cr_expect_geq(e.d, 200000, "delta %lld us: the 200 ms wait for a worker is not counted",
+                e.d);
+  xft_peek_free(&e);
+  freeReplyObject(xft_cmd(rc, "DEL %s", key));
+  redisFree(rc);
+  close_handle(&h);
+}
+
+/* The same through the share's workers (both busy with refreshes blocked in
+ * their loaders, so the hot key's refresh queues behind them for 200 ms).
+ * Margin: as above, the wait is a sleep of 200 ms and the loader ~2 ms.
+ * The share runs 2 workers (XF_REFRESH_THREADS); with more, b3... would be
+ * needed to keep them busy. */
+ParameterizedTestParameters(refresh, a_queued_refresh_counts_its_wait_in_the_entrys_delta) {
+  static driver drivers[] = {DRIVER_POOL, DRIVER_BLOCKING};
+  return cr_make_param_array(driver, drivers, 2);
+}
+ParameterizedTest(driver *d, refresh,
+                  a_queued_refresh_counts_its_wait_in_the_entrys_delta) {
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  handle h = open_on(*d, s);
+  char hot[64], b1[64], b2[64], v[32];
+  snprintf(hot, sizeof hot, "%s", key_of("queued-hot", *d));
+  snprintf(b1, sizeof b1, "%s", key_of("queued-b1", *d));
+  snprintf(b2, sizeof b2, "%s", key_of("queued-b2", *d));
+  cr_assert_eq(get(&h, b1, v, sizeof v), XF_SOURCE_LOADER);  /* v1 */
+  cr_assert_eq(get(&h, b2, v, sizeof v), XF_SOURCE_LOADER);  /* v2 */
+  cr_assert_eq(get(&h, hot, v, sizeof v), XF_SOURCE_LOADER); /* v3 */
+  gate_set(0);
+  cr_assert_eq(get(&h, b1, v, sizeof v), XF_SOURCE_CACHE);
+  wait_calls(4); /* a worker blocked in b1's refresh */
+  cr_assert_eq(get(&h, b2, v, sizeof v), XF_SOURCE_CACHE);
+  wait_calls(5); /* the other in b2's */
+  cr_assert_eq(get(&h, hot, v, sizeof v), XF_SOURCE_CACHE, "its refresh is queued");
+  xft_sleep_ms(200); /* the workers are late */
+  cr_expect_eq(calls(), 5, "the hot key's refresh waited for a worker");
+  gate_set(1);
+  cr_assert(lands(hot, "v6"), "landed: %s", landed);
+  redisContext *rc = xft_redis();
+  xft_peek e;
+  xft_peek_read(rc, hot, "", &e);
+  cr_expect_geq(e.d, 200000, "delta %lld us: the 200 ms wait for a worker is not counted",
+                e.d);
+  xft_peek_free(&e);
+  freeReplyObject(xft_cmd(rc, "DEL %s %s %s", hot, b1, b2));
+  redisFree(rc);
+  info_when(s, 3);
+  close_handle(&h);
+  xf_share_close(s);
 }
 
 /* A loader_ud as a C caller keeps it: in the frame of the call, gone once

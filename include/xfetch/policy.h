@@ -103,7 +103,8 @@ typedef struct xf_policy {
   /* When a fresh value is refreshed early. 0 (the default): the rate-aware
    * rule with factor XF_REFRESH_AHEAD_DEFAULT. > 0: the rate-aware rule with
    * this factor: the first call that finds remaining ttl <= refresh_ahead x
-   * delta (the last loader's time) refreshes; the lease makes it the only
+   * delta (the last loader's time; for a background refresh, with its wait
+   * for a worker) refreshes; the lease makes it the only
    * one, so about one load per ttl at any request rate. < 0: XFetch: each
    * call draws (beta), which refreshes earlier the hotter the key. */
   double refresh_ahead;

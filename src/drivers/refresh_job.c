@@ -39,6 +39,7 @@ xf__detached *xf__detached_new(xf__flow *f, size_t size, xf__refresh_gate *gate,
     free(key);
     return NULL;
   }
+  d->due_us = xf__now_us();
   d->job.run = run;
   d->job.drop = drop;
   d->gate = gate;
@@ -85,6 +86,10 @@ int xf__detached_load(xf__detached *d) {
   xf__gate_leave(d->gate);
   xf__flow *f = &d->f;
   int64_t t0 = xf__now_us();
+  /* The wait for a worker, counted in delta up to a quarter of the ttl: an
+   * executor that ran it much later must not make every hit due. */
+  int64_t waited_us = t0 - d->due_us, most_us = d->policy.ttl_ms * 250;
+  waited_us = waited_us < 0 ? 0 : waited_us > most_us ? most_us : waited_us;
   d->keeper = xf__keeper_start(f, d->renew_with, NULL);
   xf__nest_push_ns(&f->nest, d->ns, d->ns_len, f->key.data, f->key.len);
   int lrc = d->loader(d->ud, d->key, d->keylen, &f->sink);
@@ -95,7 +100,7 @@ int xf__detached_load(xf__detached *d) {
   if (!xf__gate_enter(d->gate, 0)) /* closed past its drain time: drop it */
     return xf__detached_abandon(d), 0;
   d->loader_rc = lrc;
-  d->delta_us = t1 - t0;
+  d->delta_us = waited_us + (t1 - t0);
   d->end_ms = t1 / 1000;
   return 1;
 }

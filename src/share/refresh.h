@@ -125,7 +125,12 @@ typedef struct xf__detached {
   xf_value out;
   char *key, *ns;
   size_t keylen, ns_len;
-  int loader_rc; /* the loader's outcome, from xf__detached_load */
+  int loader_rc;  /* the loader's outcome, from xf__detached_load */
+  int64_t due_us; /* when the call found the refresh due and took its lease */
+  /* The loader's time plus the wait for a worker since due_us (up to a
+   * quarter of the ttl), so the next refresh is due early enough
+   * (refresh_ahead x delta) to land before the value expires while workers
+   * run as late as this one did. */
   int64_t delta_us, end_ms;
 } xf__detached;
 
