@@ -92,24 +92,23 @@ class RedisCluster:
         self.dir = tempfile.mkdtemp(prefix="xfetch-cluster.")
         self.procs = []
         n = masters * (1 + replicas)
-        # Each node's bus port is its port + 10000: both must be free.
         base = 20000 + (os.getpid() * 7) % 9000
-        while not all(_port_free(p) and _port_free(p + 10000) for p in range(base, base + n)):
-            base = 20000 + (base + n - 20000) % 9000
-        self.ports = list(range(base, base + n))
         try:
-            for port in self.ports:
-                d = os.path.join(self.dir, str(port))
-                os.mkdir(d)
-                self.procs.append(subprocess.Popen(
-                    ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
-                     "--cluster-enabled", "yes", "--cluster-node-timeout", "3000",
-                     "--save", "", "--appendonly", "no", "--loglevel", "warning",
-                     # replicas sync at once (else 5 s late: no failover before)
-                     # and are pinged every second (CLUSTER SLOTS lists them)
-                     "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            self._wait(lambda p: self._info(p, "PING").startswith("+PONG"))
+            # A port found free can be taken before its node binds it (other
+            # test processes start servers too): a node that exits at once is
+            # started again on other ports, up to five times.
+            for attempt in range(5):
+                # Each node's bus port is its port + 10000: both must be free.
+                while not all(_port_free(p) and _port_free(p + 10000)
+                              for p in range(base, base + n)):
+                    base = 20000 + (base + n - 20000) % 9000
+                self.ports = list(range(base, base + n))
+                if self._start_nodes():
+                    break
+                self._stop_nodes()
+                base = 20000 + (base + n - 20000) % 9000
+            else:
+                raise RuntimeError(f"cluster nodes exited at start (logs in {self.dir})")
             subprocess.run(["redis-cli", "--cluster", "create",
                             *[f"127.0.0.1:{p}" for p in self.ports],
                             "--cluster-replicas", str(replicas), "--cluster-yes"],
@@ -123,6 +122,44 @@ class RedisCluster:
             raise
         self.url = f"redis://127.0.0.1:{self.ports[0]}/0"
         self.seeds_url = "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.ports) + "/0"
+
+    def _start_nodes(self):
+        """Starts a node on each of self.ports; False if one exited before
+        it answered PING (its port was taken meanwhile)."""
+        self.procs = []
+        for port in self.ports:
+            d = os.path.join(self.dir, str(port))
+            os.makedirs(d, exist_ok=True)
+            self.procs.append(subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
+                 "--cluster-enabled", "yes", "--cluster-node-timeout", "3000",
+                 "--save", "", "--appendonly", "no", "--loglevel", "warning",
+                 # replicas sync at once (else 5 s late: no failover before)
+                 # and are pinged every second (CLUSTER SLOTS lists them)
+                 "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        exited = []
+
+        def answers(port):
+            proc = self.procs[self.ports.index(port)]
+            if proc.poll() is not None:
+                exited.append(port)
+                return True  # judged below
+            return self._info(port, "PING").startswith("+PONG")
+        self._wait(answers)
+        return not exited
+
+    def _stop_nodes(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
 
     @staticmethod
     def _info(port, command):
