@@ -537,21 +537,22 @@ static void *second_client(void *arg) {
   return NULL;
 }
 
-/* TURNS cold keys whose loads (150 ms each) take longer together than the
- * lease (2.5 s): a lease taken for every key up front runs out after sixteen
+/* TURNS cold keys whose loads (250 ms each) take longer together than the
+ * lease (5 s): a lease taken for every key up front runs out after twenty
  * loads, before the later keys' turn, and the second client then loads them
- * too. Margin: a lease taken at its key's turn must outlive that one load
- * and its write, 150 ms of sleep: 2.35 s of slack for a thread starved by a
- * busy machine (under valgrind beside two CPU loops, 1.35 s was once not
- * enough: 'key 4 loaded 2 times'). */
+ * too. Margin: the batch leases a group of keys that the loads seen so far say
+ * will be loaded within half a lease, so a group's last lease must outlive
+ * the group's loads by 2.5 s for a thread starved by a busy machine (with a
+ * 2.5 s lease, 1.25 s was not enough under ASan on a busy run: 'key 8 loaded
+ * 2 times'). */
 static void keys_stay_protected(const char *prefix, int second_batch) {
   xf_client *c = xft_client(1);
   keys k;
   make_keys(&k, prefix, TURNS);
   xf_policy p = XF_POLICY_INIT;
-  p.lease_ms = 2500; /* 24 loads of 150 ms take 3.6 s: leases taken up front run out */
-  p.wait_ms = 20000; /* a loaded machine: never give up waiting in this test */
-  turns t = {.sleep_ms = 150};
+  p.lease_ms = 5000; /* 24 loads of 250 ms take 6 s: leases taken up front run out */
+  p.wait_ms = 30000; /* a loaded machine: never give up waiting in this test */
+  turns t = {.sleep_ms = 250};
   second s = {.t = &t, .k = &k, .p = &p, .batch = second_batch};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, second_client, &s), 0);
