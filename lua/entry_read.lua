@@ -19,9 +19,10 @@
 -- it does on a list or a set, and leaves it untouched; so does a hash that
 -- holds any field but v d e s l n f (one with none of them among it: another
 -- program's hash). A hash whose fields are all among them is an entry,
--- malformed or not. t.v of a format-2
--- entry read without its value (header only) is true: entry_value(key, t)
--- fetches it (t.hlen: its header's length).
+-- malformed or not. t.v of an entry read without its value (header only:
+-- format 2's GETRANGE of the header, format 1's HMGET of the other fields)
+-- is true: entry_value(key, t) fetches it (t.hlen: a format-2 header's
+-- length), so a script that does not need the value never copies it.
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
 -- negative, expiry_ms, nothing_ms, tags}, or {false, 0, 0, lease_live,
 -- malformed, now_ms, nothing_ms, ''} when there is no value to serve
@@ -128,7 +129,13 @@ end
 local function entry(key, now, with_value)
   local kind = redis.call('TYPE', key).ok
   if kind == 'string' then return entry2(key, now, with_value) end
-  local f = redis.call('HMGET', key, 'v', 'd', 'e', 's', 'l', 'n', 'f')
+  local f
+  if with_value then
+    f = redis.call('HMGET', key, 'v', 'd', 'e', 's', 'l', 'n', 'f')
+  else -- the header fields only: v's bytes stay on the server (entry_value)
+    f = redis.call('HMGET', key, 'd', 'e', 's', 'l', 'n', 'f')
+    table.insert(f, 1, redis.call('HEXISTS', key, 'v') == 1)
+  end
   if kind == 'hash' then -- a field xfetch never writes: not an entry, left untouched
     local ours = 0
     for i = 1, 7 do if f[i] then ours = ours + 1 end end
@@ -157,8 +164,9 @@ local function entry(key, now, with_value)
 end
 
 local function entry_value(key, t)
-  if t.v == true then return redis.call('GETRANGE', key, t.hlen, -1) end
-  return t.v
+  if t.v ~= true then return t.v end
+  if t.kind == 'hash' then return redis.call('HGET', key, 'v') end
+  return redis.call('GETRANGE', key, t.hlen, -1)
 end
 
 -- Whether the entry's lease is the one token took (a format-1 lease carried
