@@ -24,14 +24,16 @@
 -- is true: entry_value(key, t) fetches it (t.hlen: a format-2 header's
 -- length), so a script that does not need the value never copies it.
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
--- negative, expiry_ms, nothing_ms, tags}, or {false, 0, 0, lease_live,
--- malformed, now_ms, nothing_ms, ''} when there is no value to serve
+-- negative, expiry_ms, nothing_ms, tags, start_ms}, or {false, 0, 0, lease_live,
+-- malformed, now_ms, nothing_ms, '', 0} when there is no value to serve
 -- (malformed 1: the entry is malformed); tags: the entry's tag record ('' for
 -- none), opaque here (the client writes and judges it: policy.tags). remaining_ms is negative once the value is past its logical
 -- expiry; the server's time is expiry_ms - remaining_ms (one field less to
 -- parse). nothing_ms is the marker f (0: none): when the last load that found
 -- nothing, not cached, ended (release.lua), so that a caller that waited on
 -- it and reads again knows its answer, whoever holds the lease by then.
+-- start_ms is the entry's s (0: none): when the computation (or the
+-- revalidation: touch.lua) of its value started, for the value's age.
 local function server_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -254,6 +256,6 @@ end
 local function read_entry(key, now)
   local t = entry(key, now, true)
   local f = t.f or 0
-  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f, ''} end
-  return {t.v, t.d, t.e - now, t.live, t.z and 2 or t.n, t.e, f, t.tags or ''}
+  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f, '', 0} end
+  return {t.v, t.d, t.e - now, t.live, t.z and 2 or t.n, t.e, f, t.tags or '', t.s or 0}
 end

@@ -150,7 +150,8 @@ static int is_int(const xf__reply *r) { return r->type == XF_REPLY_INTEGER; }
 
 static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min || v > max; }
 
-/* How many fields read.lua's reply has (lua/entry_read.lua's read_entry). */
+/* How many fields read.lua's reply has (lua/entry_read.lua's read_entry):
+ * a ninth, the entry's s, may follow (lease.lua's newer value has none). */
 #define READ_FIELDS 8
 
 /* Whether the fields at el, of the right types, are values read.lua gives:
@@ -177,9 +178,13 @@ static int in_range(xf__reply **el, int has_value) {
 static int parse_entry(xf__runtime *rt, xf__reply *r, size_t at, xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
-  if (r->type != XF_REPLY_ARRAY || r->elements != at + READ_FIELDS)
+  if (r->type != XF_REPLY_ARRAY ||
+      (r->elements != at + READ_FIELDS && r->elements != at + READ_FIELDS + 1))
     return xf__rt_fail(rt, XF_EPROTO, "entry reply has an unexpected shape");
   xf__reply **el = r->element + at;
+  int with_s = r->elements == at + READ_FIELDS + 1;
+  if (with_s && !is_int(el[READ_FIELDS]))
+    return xf__rt_fail(rt, XF_EPROTO, "entry reply's start is not an integer");
   for (int i = 1; i < READ_FIELDS - 1; i++)
     if (!is_int(el[i]))
       return xf__rt_fail(rt, XF_EPROTO, "entry reply field %d is not an integer", i);
@@ -207,6 +212,8 @@ static int parse_entry(xf__runtime *rt, xf__reply *r, size_t at, xf__entry *out)
   out->negative = el[4]->integer == 1;
   out->zstd = el[4]->integer == 2;
   out->expiry_ms = el[5]->integer;
+  if (with_s && !out_of_range(el[READ_FIELDS]->integer, 0, MAX_CLOCK_MS))
+    out->start_ms = el[READ_FIELDS]->integer;
   if (el[7]->len) {
     out->tags = (const unsigned char *)el[7]->str;
     out->tags_len = el[7]->len;

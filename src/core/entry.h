@@ -33,6 +33,8 @@ typedef struct xf__entry {
                                 invalidated since it was loaded (flow_tags.c) */
   int zstd;                  /* value is still a zstd frame (header flag 128):
                                 xf__entry_decode makes it the value */
+  int64_t start_ms;          /* server ms its computation (or revalidation)
+                                started: the entry's s; 0 = not read */
 } xf__entry;
 
 void xf__entry_free(xf__entry *e);

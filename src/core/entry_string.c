@@ -157,6 +157,7 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   out->expiry_ms = e;
   out->negative = (flags & F_NEGATIVE) != 0;
   out->nothing_ms = f;
+  out->start_ms = s;
   if (flags & F_ZSTD)
     out->zstd = 1;
   return 1;
