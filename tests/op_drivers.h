@@ -27,6 +27,14 @@ typedef struct xft_op_loader {
   int calls;
   void (*during)(xft_drv *d, void *arg);
   void *arg;
+  /* Conditional refresh: unchanged answers "unchanged" when the load has a
+   * previous value (else hands over value). Every run records what it was
+   * given: had_previous, the previous value (its first bytes, NUL-ended)
+   * and its age. */
+  int unchanged;
+  int had_previous;
+  char previous[64];
+  int64_t previous_age_ms;
 } xft_op_loader;
 
 /* A handle of driver on the server o names (o is copied; the call driver's
