@@ -9,8 +9,14 @@
  *     format 2, HGET e in format 1, not counted).
  * Server time per call: cmdstat_evalsha's usec_per_call over each pass (CONFIG
  * RESETSTAT before it), and touch / rewrite.
+ * Then the same through xf_get_or_compute: every call elected for an early
+ * refresh (XFetch, beta infinite) of the warm entry, its loader answering
+ * "unchanged" (xf_sink_unchanged: read, lease, touch) or handing back the
+ * same bytes (read, lease, write): server us per call of every command (the
+ * plain read's GET of the value included) and of the scripts alone.
  *
  *   revalidate [N] [--len BYTES] [--port P] */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +115,73 @@ static int measure(const target *t, redisContext *r, int format, const char *val
   return 0;
 }
 
+typedef struct flow_loader {
+  const char *value;
+  size_t len;
+  int unchanged;
+} flow_loader;
+
+static int same_or_unchanged(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  const flow_loader *l = ud;
+  if (l->unchanged && xf_sink_previous(sink, NULL, NULL, NULL))
+    return xf_sink_unchanged(sink);
+  return xf_sink_set(sink, l->value, l->len);
+}
+
+/* Through the library: N calls of xf_get_or_compute elected for an early
+ * refresh every time (XFetch, beta infinite) on a warm entry, the loader
+ * answering "unchanged" or handing back the same bytes (lease + touch, or
+ * lease + write). Server us per call: every command's (the plain reads'
+ * GETs too) and the scripts' alone. */
+static int measure_flow(const target *t, redisContext *r, int format, const char *value,
+                        size_t len, int n, int unchanged, double *all_us,
+                        double *scripts_us) {
+  target tf = *t;
+  tf.entry_format = format;
+  xf_options o = target_options(&tf);
+  xf_client *c = NULL;
+  if (xf_client_open(&c, &o) != XF_OK)
+    return 1;
+  char key[32];
+  snprintf(key, sizeof key, "rvf:%d", format);
+  xf_policy p = XF_POLICY_INIT;
+  p.ttl_ms = 3600000;
+  p.refresh_ahead = -1;
+  p.beta = INFINITY;
+  p.background_refresh = XF_BACKGROUND_OFF;
+  flow_loader l = {value, len, unchanged};
+  int rc = xf_set(c, key, strlen(key), value, len, &p);
+  xf_value v;
+  for (int i = 0; i < 3 && rc == XF_OK; i++) { /* scripts loaded, the clock known */
+    rc = xf_get_or_compute(c, key, strlen(key), &p, same_or_unchanged, &l, &v);
+    xf_value_free(&v);
+  }
+  xf_stats before, after;
+  xf_client_stats(c, &before);
+  if (rc == XF_OK && reset_stats(r) == 0)
+    for (int i = 0; i < n && rc == XF_OK; i++) {
+      rc = xf_get_or_compute(c, key, strlen(key), &p, same_or_unchanged, &l, &v);
+      if (rc == XF_OK && (v.source != XF_SOURCE_LOADER || v.len != len))
+        rc = XF_EPROTO;
+      xf_value_free(&v);
+    }
+  xf_client_stats(c, &after);
+  double calls = 0, usec = 0, all_calls = 0;
+  *scripts_us = rc == XF_OK ? evalsha_usec_per_call(r, &calls) * calls / n : -1;
+  if (rc == XF_OK && target_commandstats(r, &usec, &all_calls) == 0)
+    *all_us = usec / n;
+  else
+    rc = XF_EPROTO;
+  if (rc == XF_OK && unchanged && after.revalidated - before.revalidated != (uint64_t)n)
+    rc = XF_EPROTO;
+  if (rc != XF_OK)
+    fprintf(stderr, "revalidate: format %d flow (%s): %s\n", format,
+            unchanged ? "unchanged" : "rewrite", xf_errmsg(c));
+  xf_client_close(c);
+  return rc != XF_OK;
+}
+
 int main(int argc, char **argv) {
   int n = 200, port = 0;
   size_t len = 1 << 20;
@@ -144,6 +217,17 @@ int main(int argc, char **argv) {
     bad = measure(&t, r, FORMATS[f].format, value, len, n, &rw, &tu);
     if (!bad)
       printf("%-18s %10.2f %10.2f %10.4f\n", FORMATS[f].name, rw, tu, tu / rw);
+  }
+  printf("\nthrough xf_get_or_compute (an early refresh every call: read, lease, then "
+         "touch or write), server us per call: all commands / the scripts alone\n");
+  printf("%-18s %19s %19s %10s\n", "format", "lease+write", "lease+touch", "all ratio");
+  for (int f = 0; f < 2 && !bad; f++) {
+    double rw_all, rw_scripts, tu_all, tu_scripts;
+    bad = measure_flow(&t, r, FORMATS[f].format, value, len, n, 0, &rw_all, &rw_scripts) ||
+          measure_flow(&t, r, FORMATS[f].format, value, len, n, 1, &tu_all, &tu_scripts);
+    if (!bad)
+      printf("%-18s %9.2f / %7.2f %9.2f / %7.2f %10.4f\n", FORMATS[f].name, rw_all,
+             rw_scripts, tu_all, tu_scripts, tu_all / rw_all);
   }
   free(value);
   if (r)
