@@ -98,6 +98,16 @@ typedef struct sync_load {
   xft_op_loader *l;
 } sync_load;
 
+/* Records the previous validator the load was given. */
+static void seen_validator(xft_op_loader *l, int has, const void *data, size_t len) {
+  size_t n =
+      has ? (len < sizeof l->previous_validator ? len : sizeof l->previous_validator - 1)
+          : 0;
+  if (n)
+    memcpy(l->previous_validator, data, n);
+  l->previous_validator[n] = '\0';
+}
+
 /* Records the previous value the load was given (data, len: has). */
 static void seen_previous(xft_op_loader *l, int has, const void *data, size_t len,
                           int64_t age_ms) {
@@ -118,6 +128,11 @@ static int run_sync_loader(void *ud, const char *key, size_t keylen, xf_sink *si
   int64_t age_ms;
   int has = xf_sink_previous(sink, &prev, &prev_len, &age_ms);
   seen_previous(s->l, has, prev, prev_len, age_ms);
+  has = xf_sink_previous_validator(sink, &prev, &prev_len);
+  seen_validator(s->l, has, prev, prev_len);
+  has = s->l->had_previous;
+  if (s->l->validator)
+    cr_assert_eq(xf_sink_validator(sink, s->l->validator, strlen(s->l->validator)), XF_OK);
   if (s->l->during)
     s->l->during(s->d, s->l->arg);
   if (s->l->fail)
@@ -183,6 +198,12 @@ static int async_run(xft_drv *d, async_wait *w, int start_rc, xft_op_loader *l) 
     int64_t age_ms;
     int has = xf_async_load_previous(load, &prev, &prev_len, &age_ms);
     seen_previous(l, has, prev, prev_len, age_ms);
+    has = xf_async_load_previous_validator(load, &prev, &prev_len);
+    seen_validator(l, has, prev, prev_len);
+    has = l->had_previous;
+    if (l->validator)
+      cr_assert_eq(xf_async_load_validator(load, l->validator, strlen(l->validator)),
+                   XF_OK);
     if (l->during)
       l->during(d, l->arg);
     if (l->fail)
@@ -218,6 +239,11 @@ static int call_run(xft_drv *d, int start_rc, xf_call **callp, xft_op_loader *l,
       xf_sink *sink = xf_call_sink(call);
       int has = xf_sink_previous(sink, &prev, &prev_len, &age_ms);
       seen_previous(l, has, prev, prev_len, age_ms);
+      has = xf_sink_previous_validator(sink, &prev, &prev_len);
+      seen_validator(l, has, prev, prev_len);
+      has = l->had_previous;
+      if (l->validator)
+        cr_assert_eq(xf_sink_validator(sink, l->validator, strlen(l->validator)), XF_OK);
       if (l->during)
         l->during(d, l->arg);
       int64_t took_us = (xft_now_ms() - t0) * 1000;

@@ -35,6 +35,8 @@ typedef struct xft_op_loader {
   int had_previous;
   char previous[64];
   int64_t previous_age_ms;
+  const char *validator;       /* stored with value (NULL: none) */
+  char previous_validator[64]; /* the previous value's ("" none) */
 } xft_op_loader;
 
 /* A handle of driver on the server o names (o is copied; the call driver's

@@ -7,10 +7,12 @@
  * Timing margins: the value is set with a 100 ms ttl and read 300 ms later
  * (past its ttl, within a 60 s stale window); the extended life is 60 s,
  * checked against a bound of 30 s, far beyond any delay of a busy machine.
- * The age is checked against 100 ms, below the 300 ms sleep. */
+ * The age is checked against 100 ms, below the 300 ms sleep. The validator
+ * is stored with a 100 ms ttl and read 300 ms later, twice. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "op_drivers.h"
@@ -246,4 +248,106 @@ ParameterizedTest(int *driver, revalidate, a_loader_failure_is_not_cached) {
 
 Test(revalidate, the_event_has_a_name) {
   cr_expect_str_eq(xf_event_name(XF_EV_REVALIDATED), "revalidated");
+}
+
+/* The validator a loader stores with its value comes back to the next
+ * refresh's loader with the previous value, and an "unchanged" answer keeps
+ * it (format 2; a format-1 entry keeps none). */
+ParameterizedTestParameters(revalidate, the_validator_round_trips) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+ParameterizedTest(int *driver, revalidate, the_validator_round_trips) {
+  const char *name = xft_driver_names[*driver];
+  int kept = xft_entry_format() != XF_ENTRY_HASH;
+  char key[48];
+  snprintf(key, sizeof key, "rv:validator:%s", name);
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "DEL %s", key));
+  int events = 0;
+  xft_drv *d = open_driver(*driver, &events);
+  xf_policy p = revalidate_policy();
+  p.ttl_ms = 100;
+  xft_op_loader first = {.value = "v1", .validator = "etag-1"};
+  xf_value v;
+  int rc = xft_drv_get_or_compute(d, key, &p, &first, &v);
+  cr_expect_eq(rc, XF_OK, "%s: %s", name, xft_drv_errmsg(d));
+  xf_value_free(&v);
+  if (kept) {
+    redisReply *raw = xft_cmd(r, "GETRANGE %s 1 1", key);
+    cr_expect_eq(raw->str[0], 6, "%s: version %d", name, raw->str[0]);
+    freeReplyObject(raw);
+  }
+  xft_sleep_ms(300); /* past its ttl */
+  for (int round = 0; round < 2; round++) {
+    xft_op_loader again = {.value = "v2", .unchanged = 1};
+    rc = xft_drv_get_or_compute(d, key, &p, &again, &v);
+    cr_expect_eq(rc, XF_OK, "%s: %s", name, xft_drv_errmsg(d));
+    if (rc == XF_OK)
+      cr_expect_str_eq(v.data, "v1", "%s round %d", name, round);
+    xf_value_free(&v);
+    cr_expect_str_eq(again.previous_validator, kept ? "etag-1" : "",
+                     "%s round %d: the previous value's validator", name, round);
+    xft_sleep_ms(300); /* past its ttl again: the touch kept the validator */
+  }
+  cr_expect_eq(__atomic_load_n(&events, __ATOMIC_ACQUIRE), 2, "%s", name);
+  xft_drv_close(d);
+  redisFree(r);
+}
+
+static char *read_file(const char *path) {
+  FILE *fp = fopen(path, "rb");
+  cr_assert(fp, "%s", path);
+  static char src[32768];
+  size_t n = fread(src, 1, sizeof src - 1, fp);
+  fclose(fp);
+  src[n] = '\0';
+  return src;
+}
+
+/* The previous version's reader (its read script, kept in tests/data) judges
+ * an entry with a validator malformed: a miss, never a wrong value; an entry
+ * without one it reads as before. */
+Test(revalidate, the_previous_versions_reader_sees_a_validated_entry_as_a_miss) {
+  if (xft_entry_format() == XF_ENTRY_HASH)
+    cr_skip_test("format 1 keeps no validator");
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.entry_format = XF_ENTRY_STRING;
+  xft_drv *d = xft_drv_open(XFT_BLOCKING, &o);
+  xf_policy p = revalidate_policy();
+  xft_op_loader with = {.value = "v1", .validator = "etag-1"};
+  xft_op_loader without = {.value = "v0"};
+  xf_value v;
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "DEL rv:v6 rv:v3"));
+  cr_assert_eq(xft_drv_get_or_compute(d, "rv:v6", &p, &with, &v), XF_OK);
+  xf_value_free(&v);
+  cr_assert_eq(xft_drv_get_or_compute(d, "rv:v3", &p, &without, &v), XF_OK);
+  xf_value_free(&v);
+  redisReply *raw = xft_cmd(r, "GETRANGE rv:v6 1 1");
+  cr_expect_eq(raw->str[0], 6, "version %d", raw->str[0]);
+  freeReplyObject(raw);
+  const char *src = read_file(XFT_DATA_DIR "/read_v5.lua");
+  redisReply *old = xft_cmd(r, "EVAL %s 1 rv:v6", src);
+  cr_assert_eq(old->type, REDIS_REPLY_ARRAY, "%s", old->str ? old->str : "");
+  cr_expect_eq(old->element[0]->type, REDIS_REPLY_NIL, "a value served");
+  cr_expect_eq(old->element[4]->integer, 1, "not malformed");
+  freeReplyObject(old);
+  old = xft_cmd(r, "EVAL %s 1 rv:v3", src);
+  cr_assert_eq(old->type, REDIS_REPLY_ARRAY);
+  cr_expect_eq(old->element[0]->type, REDIS_REPLY_STRING,
+               "an entry without one: its value");
+  freeReplyObject(old);
+  /* This version reads it (the plain GET and the read script alike). */
+  xf_value got;
+  xf_client *c = xft_client(0);
+  cr_expect_eq(xf_get(c, "rv:v6", 5, &got), XF_OK);
+  if (got.data)
+    cr_expect_str_eq(got.data, "v1");
+  xf_value_free(&got);
+  xf_client_close(c);
+  redisFree(r);
+  xft_drv_close(d);
 }

@@ -170,6 +170,8 @@ void xf_sink_not_found(xf_sink *sink);
 int xf_sink_ttl(xf_sink *sink, int64_t ttl_ms);
 int xf_sink_previous(const xf_sink *sink, const void **data, size_t *len, int64_t *age_ms);
 int xf_sink_unchanged(xf_sink *sink);
+int xf_sink_validator(xf_sink *sink, const void *data, size_t len);
+int xf_sink_previous_validator(const xf_sink *sink, const void **data, size_t *len);
 
 typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *sink);
 int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_policy *policy,

@@ -178,6 +178,13 @@ XF_EXPORT int xf_async_load_done(xf_async_load *load, const void *data, size_t l
 XF_EXPORT int xf_async_load_previous(const xf_async_load *load, const void **data,
                                      size_t *len, int64_t *age_ms);
 
+/* The validator stored with the previous value, and the one to store with
+ * the value load completes with (before completing it), as
+ * xf_sink_previous_validator and xf_sink_validator give and take them. */
+XF_EXPORT int xf_async_load_previous_validator(const xf_async_load *load, const void **data,
+                                               size_t *len);
+XF_EXPORT int xf_async_load_validator(xf_async_load *load, const void *data, size_t len);
+
 /* Completes load with "unchanged" (see xf_sink_unchanged): XF_OK, or
  * XF_EINVAL when there is no previous value (load is then not used up). */
 XF_EXPORT int xf_async_load_unchanged(xf_async_load *load);

@@ -106,6 +106,21 @@ XF_EXPORT int xf_sink_previous(const xf_sink *sink, const void **data, size_t *l
  * wins. */
 XF_EXPORT int xf_sink_unchanged(xf_sink *sink);
 
+/* Stores an opaque validator (e.g. the source's ETag or version, 1 to
+ * XF_MAX_VALIDATOR bytes, copied; len 0: none) with the value the loader
+ * hands over; a later refresh's loader gets it back with the previous value
+ * (xf_sink_previous_validator) to ask its source whether the value changed.
+ * Kept by entries of format 2 (options.entry_format, the default); format-1
+ * entries keep none. Returns XF_OK or XF_EINVAL (sink NULL, data NULL with
+ * len > 0, len above XF_MAX_VALIDATOR). */
+#define XF_MAX_VALIDATOR 255
+XF_EXPORT int xf_sink_validator(xf_sink *sink, const void *data, size_t len);
+
+/* The validator stored with the previous value (xf_sink_previous): 1 with
+ * *data and *len (valid until the loader returns), 0 when there is none. */
+XF_EXPORT int xf_sink_previous_validator(const xf_sink *sink, const void **data,
+                                         size_t *len);
+
 /* The loader: computes the value for key and hands it to sink. Returns 0 on
  * success; any other value is a failure, nothing is cached and the code is
  * kept (xf_loader_error). */

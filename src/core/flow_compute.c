@@ -130,6 +130,9 @@ static void give_previous(xf__flow *f) {
   s->prev = e->value;
   s->prev_len = e->len;
   s->prev_expiry_ms = e->expiry_ms;
+  s->prev_validator_len = e->validator_len <= XF_MAX_VALIDATOR ? e->validator_len : 0;
+  if (s->prev_validator_len)
+    memcpy(s->prev_validator, e->validator, s->prev_validator_len);
   s->prev_age_ms = e->start_ms > 0 ? e->now_late_ms - e->start_ms : -1;
   if (s->prev_age_ms < -1)
     s->prev_age_ms = 0; /* dated a little ahead by another clock */
@@ -184,7 +187,9 @@ static xf__write what_to_write(xf__flow *f) {
                  .delta_us = f->delta_us,
                  .start_ms = f->start_ms,
                  .tags = f->tag_rec_len ? f->tag_rec : NULL,
-                 .tags_len = f->tag_rec_len};
+                 .tags_len = f->tag_rec_len,
+                 .validator = f->sink.validator_len ? f->sink.validator : NULL,
+                 .validator_len = f->sink.validator_len};
   if (!f->sink.not_found && f->sink.ttl_set && f->sink.ttl_ms == 0) {
     w.ttl_ms = 0; /* xf_sink_ttl(sink, 0): returned, not cached */
   } else if (!f->sink.not_found) {

@@ -58,6 +58,24 @@ int xf_sink_previous(const xf_sink *sink, const void **data, size_t *len, int64_
   return has;
 }
 
+int xf_sink_validator(xf_sink *sink, const void *data, size_t len) {
+  if (!sink || (!data && len > 0) || len > XF_MAX_VALIDATOR)
+    return XF_EINVAL;
+  if (len)
+    memcpy(sink->validator, data, len);
+  sink->validator_len = len;
+  return XF_OK;
+}
+
+int xf_sink_previous_validator(const xf_sink *sink, const void **data, size_t *len) {
+  int has = sink && sink->has_prev && sink->prev_validator_len > 0;
+  if (data)
+    *data = has ? sink->prev_validator : NULL;
+  if (len)
+    *len = has ? sink->prev_validator_len : 0;
+  return has;
+}
+
 int xf_sink_unchanged(xf_sink *sink) {
   if (!sink || !sink->has_prev)
     return XF_EINVAL;

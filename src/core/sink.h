@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xfetch.h"
+
 struct xf_sink {
   char *data; /* malloc'd, NUL-terminated; NULL until set */
   size_t len;
@@ -23,6 +25,12 @@ struct xf_sink {
   size_t prev_len;
   int64_t prev_age_ms;    /* -1: unknown */
   int64_t prev_expiry_ms; /* the entry's expiry e, as read: touch.lua's guard */
+  /* The validator the previous value was stored with, and the one the
+   * loader stores with its value (xf_sink_validator); lengths 0: none. */
+  unsigned char prev_validator[XF_MAX_VALIDATOR];
+  size_t prev_validator_len;
+  unsigned char validator[XF_MAX_VALIDATOR];
+  size_t validator_len;
 };
 
 void xf__sink_init(struct xf_sink *sink, size_t max_len);
