@@ -176,15 +176,25 @@ xf_client *xft_client_port(int port, uint64_t seed) {
   return xft_client_format(port, seed, xft_entry_format());
 }
 
-xf_client *xft_client_format(int port, uint64_t seed, int format) {
+static xf_client *client_with(int port, uint64_t seed, int format, int timeout_ms) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.seed = seed;
   o.entry_format = format;
+  if (timeout_ms)
+    o.connect_timeout_ms = o.command_timeout_ms = timeout_ms;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
-  cr_assert_eq(rc, XF_OK, "xf_client_open: %s", xf_strerror(rc));
+  cr_assert_eq(rc, XF_OK, "xf_client_open: %s (%s)", xf_strerror(rc), xf_errmsg(NULL));
   return c;
+}
+
+xf_client *xft_client_format(int port, uint64_t seed, int format) {
+  return client_with(port, seed, format, 0);
+}
+
+xf_client *xft_client_patient(int port, uint64_t seed) {
+  return client_with(port, seed, xft_entry_format(), 10000);
 }
 
 int xft_listen_loopback(int backlog, int *port) {

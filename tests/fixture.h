@@ -85,6 +85,10 @@ xf_client *xft_client_port(int port, uint64_t seed);
 /* A client of the server on port writing entries of format (xf_entry_format):
  * for the tests of one format (its layout, its read path). */
 xf_client *xft_client_format(int port, uint64_t seed, int format);
+/* As xft_client_port, with 10 s connect and command timeouts: for a test that
+ * is not about a timeout and sends big or many commands (a busy machine under
+ * a sanitizer can take past the 1 s default). */
+xf_client *xft_client_patient(int port, uint64_t seed);
 
 /* A socket listening on a free loopback port (written to port) that
  * nobody accepts from: the kernel's backlog completes connects, nothing

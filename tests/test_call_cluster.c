@@ -303,12 +303,15 @@ Test(call_cluster, hits_sent_together_read_with_one_mget_per_slot) {
   loads = 0;
   static const char *const tags[] = {"{callc:a}", "{callc:b}", "{callc:c}"};
   char keys[30][32];
+  int64_t warmed_from = driver_ms();
   for (int i = 0; i < 30; i++) {
     snprintf(keys[i], sizeof keys[i], "%s:many:%d", tags[i % 3], i);
     expect(c, keys[i], XF_SOURCE_LOADER); /* warm; each link's clock learned */
   }
-  if (xft_cluster_entry_format() == XF_ENTRY_HASH)
+  if (xft_cluster_entry_format() == XF_ENTRY_HASH) {
+    xf_client_close(c);
     return; /* format 1: plain HMGETs, pipelined, no MGET */
+  }
   xft_reset_stats();
   xf_policy p = XF_POLICY_INIT;
   p.ttl_ms = 3600 * 1000;
@@ -345,10 +348,18 @@ Test(call_cluster, hits_sent_together_read_with_one_mget_per_slot) {
     xf_value_free(&v);
     xf_call_free(calls[i]);
   }
-  /* the clocks were learned a moment ago: fresh (a refresh would send the
-   * first of a node's reads as the read script, the rest still one MGET) */
-  cr_expect_eq(xft_total_calls("mget"), 3);
-  cr_expect_eq(xft_total_calls("get"), 0);
+  /* The clocks were learned during the warm-up: fresh while it and the sends
+   * took less than half the estimate's refresh period (500 ms; a refresh
+   * sends a node's first read as the read script, the rest still one MGET).
+   * Judged exactly then; on a busy machine, that no call read alone. */
+  long long mgets = xft_total_calls("mget"), gets = xft_total_calls("get");
+  if (driver_ms() - warmed_from < 500) {
+    cr_expect_eq(mgets, 3);
+    cr_expect_eq(gets, 0);
+  } else {
+    cr_expect_leq(mgets, 3, "%lld MGETs", mgets);
+    cr_expect_leq(gets, 3, "%lld GETs: one read script per node at most", gets);
+  }
   cr_expect_eq(loads, 30);
   xf_client_close(c);
 }

@@ -215,17 +215,26 @@ Test(faults, a_read_only_replica_serves_hits_and_fails_open_on_misses) {
   xft_server_stop(&master);
 }
 
-/* A client with short timeouts on its own server, a value cached. */
+/* A client with short timeouts on its own server, a value cached. The server
+ * is healthy here, but a busy machine can make its setup or the set miss the
+ * 200 ms command timeout (an open failed so in a busy run): each is tried
+ * again, past the breaker, for up to 20 s. */
 static xf_client *short_client(int port) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.command_timeout_ms = 200;
   o.breaker_ms = 300;
   o.seed = 1;
-  xf_client *c;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  xf_client *c = NULL;
+  int64_t until = xft_now_ms() + 20000;
+  int rc;
+  while ((rc = xf_client_open(&c, &o)) != XF_OK && xft_now_ms() < until)
+    xft_sleep_ms(400);
+  cr_assert_eq(rc, XF_OK, "%s", xf_errmsg(NULL));
   xf_policy p = XF_POLICY_INIT;
-  cr_assert_eq(xf_set(c, "faults:k", 8, "cached", 6, &p), XF_OK);
+  while ((rc = xf_set(c, "faults:k", 8, "cached", 6, &p)) != XF_OK && xft_now_ms() < until)
+    xft_sleep_ms(400);
+  cr_assert_eq(rc, XF_OK, "%s", xf_errmsg(c));
   return c;
 }
 
