@@ -19,18 +19,22 @@
 -- it does on a list or a set, and leaves it untouched; so does a hash that
 -- holds any field but v d e s l n f (one with none of them among it: another
 -- program's hash). A hash whose fields are all among them is an entry,
--- malformed or not. t.v of a format-2
--- entry read without its value (header only) is true: entry_value(key, t)
--- fetches it (t.hlen: its header's length).
+-- malformed or not. t.v of an entry read without its value (header only:
+-- format 2's GETRANGE of the header, format 1's HMGET of the other fields)
+-- is true: entry_value(key, t) fetches it (t.hlen: a format-2 header's
+-- length), so a script that does not need the value never copies it.
 -- read_entry(key, now) returns {value, delta_us, remaining_ms, lease_live,
--- negative, expiry_ms, nothing_ms, tags}, or {false, 0, 0, lease_live,
--- malformed, now_ms, nothing_ms, ''} when there is no value to serve
+-- negative, expiry_ms, nothing_ms, tags, start_ms, validator}, or {false, 0, 0,
+-- lease_live, malformed, now_ms, nothing_ms, '', 0, ''} when there is no value to serve
 -- (malformed 1: the entry is malformed); tags: the entry's tag record ('' for
 -- none), opaque here (the client writes and judges it: policy.tags). remaining_ms is negative once the value is past its logical
 -- expiry; the server's time is expiry_ms - remaining_ms (one field less to
 -- parse). nothing_ms is the marker f (0: none): when the last load that found
 -- nothing, not cached, ended (release.lua), so that a caller that waited on
 -- it and reads again knows its answer, whoever holds the lease by then.
+-- start_ms is the entry's s (0: none): when the computation (or the
+-- revalidation: touch.lua) of its value started, for the value's age;
+-- validator: the entry's validator record ('' for none).
 local function server_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -65,21 +69,32 @@ end
 -- client's src/core/codec.c; scripts never look inside it), never with flag
 -- 2; a reader of versions 3 and 4 judges it malformed, never serves the frame
 -- as a value. read_entry's fifth field says so: 2.
+-- Versions 6, 7 and 8 are versions 3, 4 and 5 with a validator record last
+-- (after the tag record): its length (1 byte, 1 to 255) then its bytes, opaque
+-- (a loader's, e.g. an ETag: xf_sink_validator), only with a value, kept by
+-- every script but write.lua (which writes the new one); a reader of versions
+-- 3 to 5 judges it malformed: a miss, never a wrong value.
 -- Another version (2: an unreleased 40-byte layout) is malformed.
-local FIXED, HEADER_MAX, SLOT_AT, NO_TOKEN = 14, 40 + 256, 256, string.rep('\0', 8)
+local FIXED, HEADER_MAX, SLOT_AT, NO_TOKEN = 14, 40 + 256 + 256, 256, string.rep('\0', 8)
 -- The token of the fail-safe mark (release.lua): a lease no caller holds,
 -- taken by a failed load's release for policy.failsafe_throttle_ms; callers'
 -- tokens are random and never this.
 local FAILSAFE = 'xf:failsafe'
 local BIG_AT = 4096 -- set2 below: where it starts to pay (bench/README.md, "Write cost")
 
--- raw: the string's first bytes, for the tag record's length (nil past them).
-local function header_len(flags, raw)
+-- raw: the string's first bytes, for the tag and validator records' lengths
+-- (nil past them); validated: the header has a validator record.
+local function header_len(flags, raw, validated)
   local has = function(bit) return math.floor(flags / bit) % 2 == 1 end
   local n = FIXED + (has(8) and 6 or 0) + (has(16) and 6 or 0) + (has(32) and 14 or 0)
-  if not has(64) then return n end
-  local len = string.byte(raw, n + 1)
-  return len and n + 1 + len or nil
+  for _, here in ipairs({has(64), validated}) do
+    if here then
+      local len = string.byte(raw, n + 1)
+      if not len then return nil end
+      n = n + 1 + len
+    end
+  end
+  return n
 end
 
 local function token_id(token)
@@ -98,15 +113,21 @@ local function entry2(key, now, with_value)
   if #raw < FIXED then return t end
   local _, version, flags, d, e = struct.unpack('>BBBI5I6', raw)
   local has = function(bit) return math.floor(flags / bit) % 2 == 1 end
-  local hlen = header_len(flags, raw)
   local tagged, zstd = has(64), has(128)
-  if not hlen or version ~= (zstd and 5 or tagged and 4 or 3) or #raw < hlen then return t end
+  local base = zstd and 5 or tagged and 4 or 3
+  local validated = version == base + 3
+  local hlen = header_len(flags, raw, validated)
+  if not hlen or (version ~= base and not validated) or #raw < hlen then return t end
   local at, s, f, dl, tok = FIXED + 1, nil, nil, 0, NO_TOKEN
   if has(8) then s, at = struct.unpack('>I6', raw, at) end
   if has(16) then f, at = struct.unpack('>I6', raw, at) end
   if has(32) then dl, tok, at = struct.unpack('>I6c8', raw, at) end
-  if tagged then t.tags = string.sub(raw, at + 1, hlen) end
-  if (has(2) and not has(1)) or (tagged and not has(1)) or (zstd and (has(2) or not has(1))) or (has(4) and not has(32)) or (not has(1) and (d ~= 0 or e ~= 0)) or
+  if tagged then
+    local len = string.byte(raw, at)
+    t.tags, at = string.sub(raw, at + 1, at + len), at + 1 + len
+  end
+  if validated then t.x = string.sub(raw, at + 1, hlen) end
+  if (validated and (not has(1) or #t.x == 0)) or (has(2) and not has(1)) or (tagged and not has(1)) or (zstd and (has(2) or not has(1))) or (has(4) and not has(32)) or (not has(1) and (d ~= 0 or e ~= 0)) or
      (not has(4) and (dl ~= 0 or tok ~= NO_TOKEN)) or
      (not has(1) and (with_value and #raw or redis.call('STRLEN', key)) > hlen) or (s and s > now + 86400000) or
      dl > now + 2^40 or (has(1) and (e > now + 2^41 or e <= now - 2^41)) then
@@ -128,7 +149,13 @@ end
 local function entry(key, now, with_value)
   local kind = redis.call('TYPE', key).ok
   if kind == 'string' then return entry2(key, now, with_value) end
-  local f = redis.call('HMGET', key, 'v', 'd', 'e', 's', 'l', 'n', 'f')
+  local f
+  if with_value then
+    f = redis.call('HMGET', key, 'v', 'd', 'e', 's', 'l', 'n', 'f')
+  else -- the header fields only: v's bytes stay on the server (entry_value)
+    f = redis.call('HMGET', key, 'd', 'e', 's', 'l', 'n', 'f')
+    table.insert(f, 1, redis.call('HEXISTS', key, 'v') == 1)
+  end
   if kind == 'hash' then -- a field xfetch never writes: not an entry, left untouched
     local ours = 0
     for i = 1, 7 do if f[i] then ours = ours + 1 end end
@@ -157,8 +184,9 @@ local function entry(key, now, with_value)
 end
 
 local function entry_value(key, t)
-  if t.v == true then return redis.call('GETRANGE', key, t.hlen, -1) end
-  return t.v
+  if t.v ~= true then return t.v end
+  if t.kind == 'hash' then return redis.call('HGET', key, 'v') end
+  return redis.call('GETRANGE', key, t.hlen, -1)
 end
 
 -- Whether the entry's lease is the one token took (a format-1 lease carried
@@ -178,10 +206,12 @@ local function pack2(t)
   local slot = t.slot or t.deadline ~= nil
   local tags = t.v and t.tags and #t.tags > 0 and t.tags
   local zstd = t.v and t.z
+  local x = t.v and t.x and #t.x > 0 and t.x
   local flags = (t.v and 1 or 0) + (t.v and t.n == 1 and 2 or 0) + (t.deadline and 4 or 0) +
                 (t.s and 8 or 0) + (t.f and 16 or 0) + (slot and 32 or 0) + (tags and 64 or 0) +
                 (zstd and 128 or 0)
-  local h = struct.pack('>BBBI5I6', 248, zstd and 5 or tags and 4 or 3, flags, t.v and math.min(t.d, 2^40 - 1) or 0,
+  local version = (zstd and 5 or tags and 4 or 3) + (x and 3 or 0)
+  local h = struct.pack('>BBBI5I6', 248, version, flags, t.v and math.min(t.d, 2^40 - 1) or 0,
                         t.v and t.e or 0)
   if t.s then h = h .. struct.pack('>I6', t.s) end
   if t.f then h = h .. struct.pack('>I6', t.f) end
@@ -190,6 +220,7 @@ local function pack2(t)
     h = h .. struct.pack('>I6c8', t.deadline or 0, tok)
   end
   if tags then h = h .. string.char(#tags) .. tags end
+  if x then h = h .. string.char(#x) .. x end
   return h
 end
 
@@ -246,6 +277,6 @@ end
 local function read_entry(key, now)
   local t = entry(key, now, true)
   local f = t.f or 0
-  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f, ''} end
-  return {t.v, t.d, t.e - now, t.live, t.z and 2 or t.n, t.e, f, t.tags or ''}
+  if not t.v then return {false, 0, 0, t.live, t.bad and 1 or 0, now, f, '', 0, ''} end
+  return {t.v, t.d, t.e - now, t.live, t.z and 2 or t.n, t.e, f, t.tags or '', t.s or 0, t.x or ''}
 end

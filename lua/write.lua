@@ -11,7 +11,9 @@
 -- format written ("1" a hash, "2" a string; an entry of the other format is
 -- converted, another caller's live lease carried over), ARGV[9] the tag
 -- record of a value (format 2 only: at most 255 bytes, '' = none; the
--- header's flag 64, entry_read.lua).
+-- header's flag 64, entry_read.lua), ARGV[10] the value's validator (format
+-- 2 only: at most 255 bytes, '' or absent = none; entry_read.lua's versions 6
+-- to 8).
 -- Returns 1 written, 0 refused: the entry holds a newer computation (its s is
 -- later than start_ms, e.g. a delete's tombstone or an xf_set), or the caller's
 -- lease is no longer the entry's (a delete removed it, or another caller took
@@ -57,6 +59,7 @@ delta = (delta and delta > 0) and math.floor(math.min(delta, 2^40)) or 0
 if format == '2' then
   t.v, t.d, t.e, t.s, t.n, t.z = true, delta, now + ttl, start, kind == '1' and 1 or 0, kind == '3'
   t.tags = ARGV[9] ~= '' and string.sub(ARGV[9], 1, 255) or nil
+  t.x = ARGV[10] and ARGV[10] ~= '' and string.sub(ARGV[10], 1, 255) or nil
   t.slot = #ARGV[2] >= SLOT_AT -- its leases then rewrite the header only (entry_read.lua)
   set2(key, t.kind, pack2(t), ARGV[2], ttl + tonumber(ARGV[5]))
   return 1

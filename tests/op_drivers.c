@@ -98,14 +98,47 @@ typedef struct sync_load {
   xft_op_loader *l;
 } sync_load;
 
+/* Records the previous validator the load was given. */
+static void seen_validator(xft_op_loader *l, int has, const void *data, size_t len) {
+  size_t n =
+      has ? (len < sizeof l->previous_validator ? len : sizeof l->previous_validator - 1)
+          : 0;
+  if (n)
+    memcpy(l->previous_validator, data, n);
+  l->previous_validator[n] = '\0';
+}
+
+/* Records the previous value the load was given (data, len: has). */
+static void seen_previous(xft_op_loader *l, int has, const void *data, size_t len,
+                          int64_t age_ms) {
+  l->had_previous = has;
+  l->previous_age_ms = age_ms;
+  size_t n = has && len < sizeof l->previous ? len : has ? sizeof l->previous - 1 : 0;
+  if (n)
+    memcpy(l->previous, data, n);
+  l->previous[n] = '\0';
+}
+
 static int run_sync_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key, (void)keylen;
   sync_load *s = ud;
   s->l->calls++;
+  const void *prev;
+  size_t prev_len;
+  int64_t age_ms;
+  int has = xf_sink_previous(sink, &prev, &prev_len, &age_ms);
+  seen_previous(s->l, has, prev, prev_len, age_ms);
+  has = xf_sink_previous_validator(sink, &prev, &prev_len);
+  seen_validator(s->l, has, prev, prev_len);
+  has = s->l->had_previous;
+  if (s->l->validator)
+    cr_assert_eq(xf_sink_validator(sink, s->l->validator, strlen(s->l->validator)), XF_OK);
   if (s->l->during)
     s->l->during(s->d, s->l->arg);
   if (s->l->fail)
     return s->l->fail;
+  if (s->l->unchanged && has)
+    return xf_sink_unchanged(sink);
   if (!s->l->value) {
     xf_sink_not_found(sink);
     return 0;
@@ -160,10 +193,23 @@ static int async_run(xft_drv *d, async_wait *w, int start_rc, xft_op_loader *l) 
     d->pending = NULL;
     cr_assert_not_null(l, "a load without a loader");
     l->calls++;
+    const void *prev;
+    size_t prev_len;
+    int64_t age_ms;
+    int has = xf_async_load_previous(load, &prev, &prev_len, &age_ms);
+    seen_previous(l, has, prev, prev_len, age_ms);
+    has = xf_async_load_previous_validator(load, &prev, &prev_len);
+    seen_validator(l, has, prev, prev_len);
+    has = l->had_previous;
+    if (l->validator)
+      cr_assert_eq(xf_async_load_validator(load, l->validator, strlen(l->validator)),
+                   XF_OK);
     if (l->during)
       l->during(d, l->arg);
     if (l->fail)
       xf_async_load_fail(load, l->fail);
+    else if (l->unchanged && has)
+      cr_assert_eq(xf_async_load_unchanged(load), XF_OK);
     else if (l->value)
       cr_assert_eq(xf_async_load_done(load, l->value, strlen(l->value)), XF_OK);
     else
@@ -187,9 +233,25 @@ static int call_run(xft_drv *d, int start_rc, xf_call **callp, xft_op_loader *l,
       cr_assert_not_null(l, "a load without a loader");
       l->calls++;
       int64_t t0 = xft_now_ms();
+      const void *prev;
+      size_t prev_len;
+      int64_t age_ms;
+      xf_sink *sink = xf_call_sink(call);
+      int has = xf_sink_previous(sink, &prev, &prev_len, &age_ms);
+      seen_previous(l, has, prev, prev_len, age_ms);
+      has = xf_sink_previous_validator(sink, &prev, &prev_len);
+      seen_validator(l, has, prev, prev_len);
+      has = l->had_previous;
+      if (l->validator)
+        cr_assert_eq(xf_sink_validator(sink, l->validator, strlen(l->validator)), XF_OK);
       if (l->during)
         l->during(d, l->arg);
       int64_t took_us = (xft_now_ms() - t0) * 1000;
+      if (!l->fail && l->unchanged && has) {
+        cr_assert_eq(xf_sink_unchanged(sink), XF_OK);
+        step = xf_call_load_done(call, 0, took_us, xft_now_ms());
+        continue;
+      }
       step = l->fail ? xf_call_load_failed(call, l->fail, xft_now_ms())
              : l->value
                  ? xf_call_loaded(call, l->value, strlen(l->value), took_us, xft_now_ms())

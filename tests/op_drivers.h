@@ -27,6 +27,16 @@ typedef struct xft_op_loader {
   int calls;
   void (*during)(xft_drv *d, void *arg);
   void *arg;
+  /* Conditional refresh: unchanged answers "unchanged" when the load has a
+   * previous value (else hands over value). Every run records what it was
+   * given: had_previous, the previous value (its first bytes, NUL-ended)
+   * and its age. */
+  int unchanged;
+  int had_previous;
+  char previous[64];
+  int64_t previous_age_ms;
+  const char *validator;       /* stored with value (NULL: none) */
+  char previous_validator[64]; /* the previous value's ("" none) */
 } xft_op_loader;
 
 /* A handle of driver on the server o names (o is copied; the call driver's

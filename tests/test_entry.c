@@ -123,8 +123,8 @@ Test(entry, write_keeps_a_newer_computation) {
   xf_client *c = hash_client();
   redisContext *r = xft_redis();
   long long now = xft_server_ms(r);
-  xf__write newer = {"", "new", 3, 10, 60000, 0, now, 0, NULL, 0, 0};
-  xf__write older = {"", "old", 3, 10, 60000, 0, now - 1000, 0, NULL, 0, 0};
+  xf__write newer = {"", "new", 3, 10, 60000, 0, now, 0, NULL, 0, 0, NULL, 0};
+  xf__write older = {"", "old", 3, 10, 60000, 0, now - 1000, 0, NULL, 0, 0, NULL, 0};
   int written;
   cr_assert_eq(xft_entry_write(c, "entry:newer", 11, &newer, &written), XF_OK);
   cr_expect_eq(written, 1);

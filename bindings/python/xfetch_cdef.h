@@ -54,7 +54,8 @@ typedef enum xf_event_type {
   XF_EV_BREAKER_OPEN = 13, XF_EV_BREAKER_CLOSED = 14, XF_EV_RECONNECT = 15,
   XF_EV_REDIRECT = 16, XF_EV_INVALIDATION = 17, XF_EV_TAG_INVALIDATED = 18,
   XF_EV_LEASE_RENEWED = 19, XF_EV_SOFT_TIMEOUT = 20, XF_EV_HARD_TIMEOUT = 21,
-  XF_EV_FAILSAFE = 22
+  XF_EV_FAILSAFE = 22,
+  XF_EV_REVALIDATED = 23
 } xf_event_type;
 typedef enum xf_driver {
   XF_DRIVER_BLOCKING = 0, XF_DRIVER_BATCH = 1, XF_DRIVER_POOL = 2, XF_DRIVER_ASYNC = 3,
@@ -167,6 +168,10 @@ typedef struct xf_sink xf_sink;
 int xf_sink_set(xf_sink *sink, const void *data, size_t len);
 void xf_sink_not_found(xf_sink *sink);
 int xf_sink_ttl(xf_sink *sink, int64_t ttl_ms);
+int xf_sink_previous(const xf_sink *sink, const void **data, size_t *len, int64_t *age_ms);
+int xf_sink_unchanged(xf_sink *sink);
+int xf_sink_validator(xf_sink *sink, const void *data, size_t len);
+int xf_sink_previous_validator(const xf_sink *sink, const void **data, size_t *len);
 
 typedef int (*xf_loader_fn)(void *ud, const char *key, size_t keylen, xf_sink *sink);
 int xf_get_or_compute(xf_client *c, const char *key, size_t keylen, const xf_policy *policy,
@@ -209,6 +214,7 @@ typedef struct xf_stats {
   uint64_t fence_failed;
   uint64_t tag_invalidated;
   uint64_t failsafe;
+  uint64_t revalidated;
 } xf_stats;
 void xf_client_stats(const xf_client *c, xf_stats *out);
 

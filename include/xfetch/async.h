@@ -173,6 +173,22 @@ XF_EXPORT int xf_async_clear_namespace(xf_async *ac, xf_async_done_fn callback,
  * up; it may be completed inside the loader or later, once. */
 XF_EXPORT int xf_async_load_done(xf_async_load *load, const void *data, size_t len);
 
+/* The value load refreshes, as xf_sink_previous (<xfetch/client.h>) gives
+ * it: valid until load is completed. */
+XF_EXPORT int xf_async_load_previous(const xf_async_load *load, const void **data,
+                                     size_t *len, int64_t *age_ms);
+
+/* The validator stored with the previous value, and the one to store with
+ * the value load completes with (before completing it), as
+ * xf_sink_previous_validator and xf_sink_validator give and take them. */
+XF_EXPORT int xf_async_load_previous_validator(const xf_async_load *load, const void **data,
+                                               size_t *len);
+XF_EXPORT int xf_async_load_validator(xf_async_load *load, const void *data, size_t len);
+
+/* Completes load with "unchanged" (see xf_sink_unchanged): XF_OK, or
+ * XF_EINVAL when there is no previous value (load is then not used up). */
+XF_EXPORT int xf_async_load_unchanged(xf_async_load *load);
+
 /* Completes load with "not found" (see xf_sink_not_found in <xfetch/client.h>). */
 XF_EXPORT void xf_async_load_not_found(xf_async_load *load);
 

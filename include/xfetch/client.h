@@ -86,6 +86,41 @@ XF_EXPORT void xf_sink_not_found(xf_sink *sink);
  * outside [0, 2^40]). */
 XF_EXPORT int xf_sink_ttl(xf_sink *sink, int64_t ttl_ms);
 
+/* Conditional refresh. When the loader refreshes a value the cache holds (an
+ * early or background refresh, or a value past its ttl that Redis still
+ * keeps), the sink holds that value: xf_sink_previous gives it (*data, *len:
+ * valid until the loader returns) and its age (*age_ms: ms since the load
+ * that wrote it, or since its last revalidation, started; -1 when unknown),
+ * and returns 1; 0 when there is none (a miss: *data NULL). Any out pointer
+ * may be NULL. */
+XF_EXPORT int xf_sink_previous(const xf_sink *sink, const void **data, size_t *len,
+                               int64_t *age_ms);
+
+/* The loader's answer "the value at the source is the previous one": the
+ * entry keeps its value (not rewritten) and its delta, its life is extended
+ * as a write's would be (policy.ttl_ms, or xf_sink_ttl's), and the caller
+ * gets the value. A write or delete of the key since it was read wins: the
+ * value is then returned uncached. Returns XF_OK, or XF_EINVAL when the
+ * sink holds no previous value (xf_sink_previous returned 0). A later
+ * xf_sink_set or xf_sink_not_found replaces the answer, as the last call
+ * wins. */
+XF_EXPORT int xf_sink_unchanged(xf_sink *sink);
+
+/* Stores an opaque validator (e.g. the source's ETag or version, 1 to
+ * XF_MAX_VALIDATOR bytes, copied; len 0: none) with the value the loader
+ * hands over; a later refresh's loader gets it back with the previous value
+ * (xf_sink_previous_validator) to ask its source whether the value changed.
+ * Kept by entries of format 2 (options.entry_format, the default); format-1
+ * entries keep none. Returns XF_OK or XF_EINVAL (sink NULL, data NULL with
+ * len > 0, len above XF_MAX_VALIDATOR). */
+#define XF_MAX_VALIDATOR 255
+XF_EXPORT int xf_sink_validator(xf_sink *sink, const void *data, size_t len);
+
+/* The validator stored with the previous value (xf_sink_previous): 1 with
+ * *data and *len (valid until the loader returns), 0 when there is none. */
+XF_EXPORT int xf_sink_previous_validator(const xf_sink *sink, const void **data,
+                                         size_t *len);
+
 /* The loader: computes the value for key and hands it to sink. Returns 0 on
  * success; any other value is a failure, nothing is cached and the code is
  * kept (xf_loader_error). */

@@ -65,10 +65,13 @@ typedef enum xf_event_type {
                                  caller's, ran past hard_timeout_ms: the
                                  caller got XF_ETIMEDOUT (rc) or a stale
                                  value (source); its own load goes on */
-  XF_EV_FAILSAFE = 22         /* a load failed lately (the entry's fail-safe
+  XF_EV_FAILSAFE = 22,        /* a load failed lately (the entry's fail-safe
                                  mark, policy.failsafe_throttle_ms): the
                                  caller got the last good value (source
                                  stale), no load */
+  XF_EV_REVALIDATED = 23      /* the loader answered "unchanged"
+                                 (xf_sink_unchanged): the entry's life was
+                                 extended, its value not rewritten */
 } xf_event_type;
 
 /* Which driver ran the call. */

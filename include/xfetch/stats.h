@@ -54,6 +54,9 @@ typedef struct xf_stats {
    * load of the key failed lately (policy.failsafe_throttle_ms), so its last
    * good value was served without running the loader (XF_EV_FAILSAFE) */
   uint64_t failsafe;
+  /* loads answered "unchanged" (xf_sink_unchanged) whose entry was extended
+   * without rewriting its value (XF_EV_REVALIDATED; also in loads) */
+  uint64_t revalidated;
 } xf_stats;
 
 /* Copies the client's counters into *out. */

@@ -61,12 +61,14 @@ void xf__entry_write_cmd(xf__cmd *cmd, const char *key, size_t keylen, const xf_
                         : w->zstd                       ? "3"
                                                         : "0",
                         format_arg(format),
-                        w->tags ? (const char *)w->tags : ""};
-  size_t lens[9];
+                        w->tags ? (const char *)w->tags : "",
+                        w->validator ? (const char *)w->validator : ""};
+  size_t lens[10];
   for (int i = 0; i < 8; i++)
     lens[i] = i == 1 ? w->len : strlen(args[i]);
   lens[8] = w->tags ? w->tags_len : 0;
-  xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 9, args, lens);
+  lens[9] = w->validator ? w->validator_len : 0;
+  xf__script_cmd(cmd, XF_SCRIPT_WRITE, key, keylen, 10, args, lens);
 }
 
 void xf__entry_release_cmd(xf__cmd *cmd, const char *key, size_t keylen, const char *token,
@@ -150,7 +152,9 @@ static int is_int(const xf__reply *r) { return r->type == XF_REPLY_INTEGER; }
 
 static int out_of_range(int64_t v, int64_t min, int64_t max) { return v < min || v > max; }
 
-/* How many fields read.lua's reply has (lua/entry_read.lua's read_entry). */
+/* How many fields read.lua's reply has (lua/entry_read.lua's read_entry):
+ * a ninth, the entry's s, and a tenth, its validator, may follow (lease.lua's
+ * newer value has neither). */
 #define READ_FIELDS 8
 
 /* Whether the fields at el, of the right types, are values read.lua gives:
@@ -177,9 +181,15 @@ static int in_range(xf__reply **el, int has_value) {
 static int parse_entry(xf__runtime *rt, xf__reply *r, size_t at, xf__entry *out) {
   memset(out, 0, sizeof *out);
   out->reply = r;
-  if (r->type != XF_REPLY_ARRAY || r->elements != at + READ_FIELDS)
+  if (r->type != XF_REPLY_ARRAY || r->elements < at + READ_FIELDS ||
+      r->elements > at + READ_FIELDS + 2)
     return xf__rt_fail(rt, XF_EPROTO, "entry reply has an unexpected shape");
   xf__reply **el = r->element + at;
+  int with_s = r->elements > at + READ_FIELDS, with_x = r->elements > at + READ_FIELDS + 1;
+  if (with_s && !is_int(el[READ_FIELDS]))
+    return xf__rt_fail(rt, XF_EPROTO, "entry reply's start is not an integer");
+  if (with_x && el[READ_FIELDS + 1]->type != XF_REPLY_STRING)
+    return xf__rt_fail(rt, XF_EPROTO, "entry reply's validator is not a string");
   for (int i = 1; i < READ_FIELDS - 1; i++)
     if (!is_int(el[i]))
       return xf__rt_fail(rt, XF_EPROTO, "entry reply field %d is not an integer", i);
@@ -207,6 +217,12 @@ static int parse_entry(xf__runtime *rt, xf__reply *r, size_t at, xf__entry *out)
   out->negative = el[4]->integer == 1;
   out->zstd = el[4]->integer == 2;
   out->expiry_ms = el[5]->integer;
+  if (with_s && !out_of_range(el[READ_FIELDS]->integer, 0, MAX_CLOCK_MS))
+    out->start_ms = el[READ_FIELDS]->integer;
+  if (with_x && el[READ_FIELDS + 1]->len) {
+    out->validator = (const unsigned char *)el[READ_FIELDS + 1]->str;
+    out->validator_len = el[READ_FIELDS + 1]->len;
+  }
   if (el[7]->len) {
     out->tags = (const unsigned char *)el[7]->str;
     out->tags_len = el[7]->len;
@@ -290,7 +306,8 @@ int xf__entry_decode(xf__runtime *rt, xf__entry *e, size_t cap) {
   xf__reply *s = e->reply ? holder(e->reply, e->value) : NULL;
   char *buf = NULL;
   size_t len = 0;
-  int rc = s ? xf__codec_unpack(rt, e->value, e->len, cap, e->tags_len, &buf, &len)
+  int rc = s ? xf__codec_unpack(rt, e->value, e->len, cap, e->tags_len + e->validator_len,
+                                &buf, &len)
              : xf__rt_fail(rt, XF_EPROTO, "compressed value: not in its reply");
   e->zstd = 0;
   if (rc == XF_ENOMEM)
@@ -303,15 +320,21 @@ int xf__entry_decode(xf__runtime *rt, xf__entry *e, size_t cap) {
     e->negative = 0;
     e->tags = NULL;
     e->tags_len = 0;
+    e->validator = NULL;
+    e->validator_len = 0;
     e->malformed = 1;
     rt->stats.malformed++;
     return XF_OK;
   }
   /* The value first (xf__entry_take_value hands the buffer over as is), its
-   * tag record past its NUL: the old string held both. */
+   * tag record and validator past its NUL: the old string held them all. */
   if (e->tags_len) {
     memcpy(buf + len + 1, e->tags, e->tags_len);
     e->tags = (const unsigned char *)buf + len + 1;
+  }
+  if (e->validator_len) {
+    memcpy(buf + len + 1 + e->tags_len, e->validator, e->validator_len);
+    e->validator = (const unsigned char *)buf + len + 1 + e->tags_len;
   }
   free(s->str);
   s->str = buf;

@@ -33,6 +33,10 @@ typedef struct xf__entry {
                                 invalidated since it was loaded (flow_tags.c) */
   int zstd;                  /* value is still a zstd frame (header flag 128):
                                 xf__entry_decode makes it the value */
+  int64_t start_ms;          /* server ms its computation (or revalidation)
+                                started: the entry's s; 0 = not read */
+  const unsigned char *validator; /* its validator (format 2: xf_sink_validator), */
+  size_t validator_len;           /* into reply; NULL and 0: none */
 } xf__entry;
 
 void xf__entry_free(xf__entry *e);
@@ -64,6 +68,8 @@ typedef struct xf__write {
   const unsigned char *tags; /* the value's tag record (flow_tags.c), or NULL */
   size_t tags_len;
   int zstd; /* XF_WRITE_VALUE: data is the value's zstd frame (format 2 only) */
+  const unsigned char *validator; /* the value's validator (format 2 only), or NULL */
+  size_t validator_len;
 } xf__write;
 
 /* ---- encode: fill cmd (it keeps pointers to key, token and data) ---------- */

@@ -98,7 +98,9 @@ int xf__entry_parse_fields(xf__runtime *rt, xf__reply *r, int64_t lo, int64_t hi
       return xf__rt_fail(rt, XF_EPROTO, "HMGET of an entry: field %s of an unexpected type",
                          fields[i]);
     }
-  int bad = judge_uint(f[3], hi + DAY_MS) == -2;
+  int64_t s = judge_uint(f[3], hi + DAY_MS);
+  int bad = s == -2;
+  out->start_ms = s > 0 ? s : 0;
   if (f[4]->type == XF_REPLY_STRING) {
     int64_t deadline = lease_deadline(f[4], hi + ((int64_t)1 << 40));
     bad |= deadline < 0;

@@ -20,7 +20,10 @@
  * (flow_tags.c; a version-3 reader judges it malformed). Version 5 is version 3 or 4
  * with flag 128: the value is a zstd frame (codec.h), never with flag 2; a reader
  * of versions 3 and 4 only judges it malformed (a miss), never serves the frame
- * as the value. A string whose first byte is not
+ * as the value. Versions 6, 7 and 8 are versions 3, 4 and 5 with a validator
+ * record last (after the tag record), only with a value: its length (1 byte,
+ * 1 to 255) and its bytes (xf_sink_validator); a reader of versions 3 to 5
+ * judges it malformed (a miss). A string whose first byte is not
  * the magic is not an entry at all: the call fails with XF_EWRONGTYPE and leaves it
  * untouched, as for a list; another version (2: the unreleased 40-byte layout) is
  * malformed: a miss, rewritten. */
@@ -45,7 +48,8 @@ enum {
 #define VERSION 3
 #define VERSION_TAGS 4
 #define VERSION_ZSTD 5
-#define FIXED 14 /* magic, version, flags, d, e */
+#define VALIDATED 3 /* a version plus this: the same with a validator record */
+#define FIXED 14    /* magic, version, flags, d, e */
 #define MAX_SPAN_MS ((int64_t)1 << 41)
 #define DAY_MS 86400000
 
@@ -69,8 +73,19 @@ void xf__entry_mget_cmd(xf__cmd *cmd, size_t nkeys, const char *const *keys,
   cmd->more_lens = keylens;
 }
 
-/* How long the header of the string src (len bytes) is, as its flags say
- * (unknown bits ignored); 0 when it is shorter than that. */
+/* The version a header's flags 64 and 128 call for, by flags >> 6. */
+static const unsigned char VERSION_OF[4] = {VERSION, VERSION_TAGS, VERSION_ZSTD,
+                                            VERSION_ZSTD};
+
+static int version_ok(const unsigned char *h) {
+  return h[1] == VERSION_OF[h[2] >> 6] || h[1] == VERSION_OF[h[2] >> 6] + VALIDATED;
+}
+
+/* Whether the header h (of a version_ok) has a validator record. */
+static int validated(const unsigned char *h) { return h[1] > VERSION_ZSTD; }
+
+/* How long the header of the string src (len bytes) is, as its flags and
+ * version say (unknown bits ignored); 0 when it is shorter than that. */
 static size_t header_len(const unsigned char *src, size_t len) {
   if (len < FIXED)
     return 0;
@@ -79,14 +94,10 @@ static size_t header_len(const unsigned char *src, size_t len) {
       FIXED + (flags & F_S ? 6 : 0) + (flags & F_F ? 6 : 0) + (flags & F_SLOT ? 14 : 0);
   if (flags & F_TAGS)
     n = len > n ? n + 1 + src[n] : 0;
+  if (n && validated(src))
+    n = len > n ? n + 1 + src[n] : 0;
   return len >= n ? n : 0;
 }
-
-/* The version a header's flags 64 and 128 call for, by flags >> 6. */
-static const unsigned char VERSION_OF[4] = {VERSION, VERSION_TAGS, VERSION_ZSTD,
-                                            VERSION_ZSTD};
-
-static int version_ok(const unsigned char *h) { return h[1] == VERSION_OF[h[2] >> 6]; }
 
 long long xf__entry_string_copy(char *dst, const char *src, size_t len) {
   dst[len] = '\0';
@@ -144,6 +155,13 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   if (flags & F_TAGS) {
     out->tags_len = at[0];
     out->tags = out->tags_len ? at + 1 : NULL;
+    at += 1 + at[0];
+  }
+  if (validated(h)) {
+    if (!has_value || !at[0])
+      return 0;
+    out->validator_len = at[0];
+    out->validator = at + 1;
   }
   if ((!has_value && (d || e)) ||
       ((flags & F_SLOT) && !(flags & F_LEASE) && (deadline || !all_zero(slot + 6, 8))))
@@ -157,6 +175,7 @@ static int header_ok(const unsigned char *h, size_t hlen, size_t len, int64_t lo
   out->expiry_ms = e;
   out->negative = (flags & F_NEGATIVE) != 0;
   out->nothing_ms = f;
+  out->start_ms = s;
   if (flags & F_ZSTD)
     out->zstd = 1;
   return 1;
@@ -190,6 +209,8 @@ int xf__entry_parse_string(xf__runtime *rt, xf__reply *r, int64_t lo, int64_t hi
     out->nothing_ms = out->zstd = 0;
     out->tags = NULL;
     out->tags_len = 0;
+    out->validator = NULL;
+    out->validator_len = 0;
     out->malformed = 1;
     rt->stats.malformed++;
     return XF_OK;

@@ -7,7 +7,7 @@ static const char *const type_names[] = {
     "near",         "lease_won",    "lease_lost",   "load_start",      "load_done",
     "wait",         "local",        "superseded",   "breaker_opened",  "breaker_closed",
     "reconnect",    "redirect",     "invalidation", "tag_invalidated", "lease_renewed",
-    "soft_timeout", "hard_timeout", "failsafe"};
+    "soft_timeout", "hard_timeout", "failsafe",     "revalidated"};
 
 static const char *const driver_names[] = {"blocking", "batch", "pool", "async", "call"};
 

@@ -18,7 +18,8 @@
 static const int script_of[] = {
     [XF__READ] = XF_SCRIPT_READ,     [XF__LEASE] = XF_SCRIPT_LEASE,
     [XF__WRITE] = XF_SCRIPT_WRITE,   [XF__RELEASE] = XF_SCRIPT_RELEASE,
-    [XF__DELETE] = XF_SCRIPT_DELETE, [XF__RENEW] = XF_SCRIPT_RENEW};
+    [XF__DELETE] = XF_SCRIPT_DELETE, [XF__RENEW] = XF_SCRIPT_RENEW,
+    [XF__TOUCH] = XF_SCRIPT_TOUCH};
 
 /* The script the command of state runs. */
 static int script_for(int state) {
@@ -61,6 +62,17 @@ static xf__step encode(xf__flow *f) {
   case XF__DELETE:
     xf__entry_delete_cmd(&f->cmd, key, len, f->cfg->tombstone_ms, f->cfg->entry_format);
     break;
+  case XF__TOUCH: {
+    xf__touch t = {.token = f->w.token,
+                   .seen_e_ms = f->sink.prev_expiry_ms,
+                   .ttl_ms = f->w.ttl_ms,
+                   .keep_ms = f->w.keep_ms,
+                   .start_ms = f->w.start_ms,
+                   .tags = f->w.tags,
+                   .tags_len = f->w.tags_len};
+    xf__entry_touch_cmd(&f->cmd, key, len, &t);
+    break;
+  }
   case XF__RENEW: /* lease_len_ms: this renewal's length */
     xf__entry_renew_cmd(&f->cmd, key, len, f->token, f->lease_len_ms);
     break;
@@ -473,6 +485,9 @@ static xf__step change_done(xf__flow *f, int deleting, int rc, int applied) {
   if (rc == XF_OK && !applied) {
     f->rt->stats.superseded++;
     xf__emit(f, XF_EV_SUPERSEDED, -1, 0, 0);
+  } else if (rc == XF_OK && f->state == XF__TOUCH) {
+    f->rt->stats.revalidated++;
+    xf__emit(f, XF_EV_REVALIDATED, -1, 0, 0);
   }
   if (f->kind == XF_KIND_GET_OR_COMPUTE)
     return xf__flow_written(f, rc == XF_OK && applied);
@@ -497,7 +512,11 @@ static xf__step changed(xf__flow *f, int rc, xf__reply *r) {
   if (ports->near)
     ports->near->drop(ports->self, f->key.data, f->key.len);
   if (rc == XF_OK)
-    rc = xf__entry_parse_int(f->rt, r, deleting ? "delete" : "write", &applied);
+    rc = xf__entry_parse_int(f->rt, r,
+                             deleting                ? "delete"
+                             : f->state == XF__TOUCH ? "touch"
+                                                     : "write",
+                             &applied);
   if (!f->cfg->write_fence || rc != XF_OK || !(deleting || applied))
     return change_done(f, deleting, rc, applied);
   f->fence_rc = rc;
@@ -601,6 +620,7 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   case XF__LEASE:
     return xf__flow_lease_done(f, rc, r, now_ms);
   case XF__WRITE:
+  case XF__TOUCH:
   case XF__DELETE:
     return changed(f, rc, r);
   case XF__RENEW:

@@ -116,6 +116,29 @@ xf__step xf__flow_released(xf__flow *f, xf__reply *r) {
 
 /* ---- load ---------------------------------------------------------------------- */
 
+/* A load that refreshes a value the entry holds (an early or background
+ * refresh, a value past its ttl that Redis keeps) gives its loader that
+ * value (xf_sink_previous): a copy the sink owns, since the load may leave
+ * the call (a background refresh, a timeout) while the call serves the
+ * entry's. Without memory for it, the loader sees none. */
+static void give_previous(xf__flow *f) {
+  const xf__entry *e = &f->e;
+  if (!e->value || e->negative)
+    return;
+  struct xf_sink *s = &f->sink;
+  s->has_prev = 1;
+  s->prev = e->value;
+  s->prev_len = e->len;
+  s->prev_expiry_ms = e->expiry_ms;
+  s->prev_validator_len = e->validator_len <= XF_MAX_VALIDATOR ? e->validator_len : 0;
+  if (s->prev_validator_len)
+    memcpy(s->prev_validator, e->validator, s->prev_validator_len);
+  s->prev_age_ms = e->start_ms > 0 ? e->now_late_ms - e->start_ms : -1;
+  if (s->prev_age_ms < -1)
+    s->prev_age_ms = 0; /* dated a little ahead by another clock */
+  xf__sink_own_previous(s);
+}
+
 static xf__step load(xf__flow *f, xf__load_kind kind) {
   if (kind == XF_LOAD_UNCACHED)
     xf__entry_free(&f->e);
@@ -123,6 +146,8 @@ static xf__step load(xf__flow *f, xf__load_kind kind) {
   f->state = XF__LOAD;
   f->load_start_ms = f->input_ms;
   xf__sink_init(&f->sink, f->cfg->max_value_len);
+  if (kind == XF_LOAD_LEASED || kind == XF_LOAD_GAVE_UP)
+    give_previous(f);
   f->rt->stats.loads++;
   if (f->pending)
     xf__flow_settle(f);
@@ -162,7 +187,9 @@ static xf__write what_to_write(xf__flow *f) {
                  .delta_us = f->delta_us,
                  .start_ms = f->start_ms,
                  .tags = f->tag_rec_len ? f->tag_rec : NULL,
-                 .tags_len = f->tag_rec_len};
+                 .tags_len = f->tag_rec_len,
+                 .validator = f->sink.validator_len ? f->sink.validator : NULL,
+                 .validator_len = f->sink.validator_len};
   if (!f->sink.not_found && f->sink.ttl_set && f->sink.ttl_ms == 0) {
     w.ttl_ms = 0; /* xf_sink_ttl(sink, 0): returned, not cached */
   } else if (!f->sink.not_found) {
@@ -210,10 +237,32 @@ static xf__step load_failed(xf__flow *f) {
   return release_then_done(f, rc);
 }
 
+/* The loader answered "unchanged": its previous value becomes its result,
+ * and the entry it came from is touched (lua/touch.lua: its life extended as
+ * a write's, under the same lease and newer-wins guards; its value and delta
+ * kept), unless the value is not to be cached (xf_sink_ttl 0). */
+static xf__step revalidate(xf__flow *f) {
+  struct xf_sink *s = &f->sink;
+  if (xf__sink_own_previous(s) != XF_OK) {
+    xf__rt_fail(f->rt, XF_ENOMEM, "no memory for the previous value");
+    return f->token[0] ? release_then_done(f, XF_ENOMEM) : xf__flow_done(f, XF_ENOMEM);
+  }
+  s->data = s->prev_own;
+  s->len = s->prev_len;
+  s->prev_own = NULL;
+  s->prev = s->data;
+  s->is_set = 1;
+  f->w = what_to_write(f);
+  if (f->w.ttl_ms > 0)
+    return xf__flow_send(f, XF__TOUCH);
+  int rc = serve_sink(f, XF_SOURCE_UNCACHED);
+  return f->token[0] ? release_then_done(f, rc) : xf__flow_done(f, rc);
+}
+
 xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms) {
   f->input_ms = now_ms;
   xf__runtime *rt = f->rt;
-  if (lrc == 0 && !f->sink.is_set && !f->sink.not_found)
+  if (lrc == 0 && !f->sink.is_set && !f->sink.not_found && !f->sink.unchanged)
     lrc = -1, xf__rt_fail(rt, XF_ELOADER, "loader returned 0 without xf_sink_set");
   else if (lrc != 0)
     xf__rt_fail(rt, XF_ELOADER, "loader returned %d", lrc);
@@ -229,6 +278,8 @@ xf__step xf__flow_loaded(xf__flow *f, int lrc, int64_t delta_us, int64_t now_ms)
   if (f->load == XF_LOAD_UNCACHED || f->load == XF_LOAD_BYPASS)
     return xf__flow_done(f, serve_sink(f, XF_SOURCE_UNCACHED));
   f->delta_us = delta_us;
+  if (f->sink.unchanged) /* the previous value is the result */
+    return revalidate(f);
   f->w = what_to_write(f);
   if (f->w.ttl_ms > 0) {
     xf__flow_pack(f);

@@ -21,7 +21,8 @@ enum {
   XF__FENCE, /* a PING after a write's reply (options.write_fence): no script */
   XF__TAGS,  /* a tag's version read (tag_read.lua), before the call's first step */
   XF__BUMP,  /* a tag invalidated (tag_bump.lua): xf_invalidate_tags */
-  XF__RENEW  /* a loader's lease renewed (renew.lua) */
+  XF__RENEW, /* a loader's lease renewed (renew.lua) */
+  XF__TOUCH  /* a value the loader found unchanged: its entry extended (touch.lua) */
 };
 
 /* Encodes and asks for the command of state. */

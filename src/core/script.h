@@ -33,7 +33,7 @@ enum {
   XF_SCRIPT_COUNT
 };
 
-#define XF_SCRIPT_MAX_ARGS 9
+#define XF_SCRIPT_MAX_ARGS 10
 
 struct xf_reply;
 

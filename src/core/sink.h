@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xfetch.h"
+
 struct xf_sink {
   char *data; /* malloc'd, NUL-terminated; NULL until set */
   size_t len;
@@ -13,6 +15,22 @@ struct xf_sink {
   int not_found;
   int ttl_set;    /* xf_sink_ttl was called (0: the policy's ttl) */
   int64_t ttl_ms; /* its ttl */
+  int unchanged;  /* xf_sink_unchanged: the previous value stands */
+  /* The value the cache held, for a conditional refresh (xf_sink_previous):
+   * prev points into the flow's entry read, or at prev_own (a copy the sink
+   * owns: a load moved off its call). has_prev: there is one. */
+  int has_prev;
+  const char *prev;
+  char *prev_own;
+  size_t prev_len;
+  int64_t prev_age_ms;    /* -1: unknown */
+  int64_t prev_expiry_ms; /* the entry's expiry e, as read: touch.lua's guard */
+  /* The validator the previous value was stored with, and the one the
+   * loader stores with its value (xf_sink_validator); lengths 0: none. */
+  unsigned char prev_validator[XF_MAX_VALIDATOR];
+  size_t prev_validator_len;
+  unsigned char validator[XF_MAX_VALIDATOR];
+  size_t validator_len;
 };
 
 void xf__sink_init(struct xf_sink *sink, size_t max_len);
@@ -20,7 +38,12 @@ void xf__sink_init(struct xf_sink *sink, size_t max_len);
 /* Moves the data out (caller frees) and resets the sink. */
 char *xf__sink_take(struct xf_sink *sink, size_t *len);
 
-/* Frees and forgets the data (keeps ttl_ms: a sink is reset by init). */
+/* Frees and forgets the data and the previous value (keeps ttl_ms: a sink
+ * is reset by init). */
 void xf__sink_clear(struct xf_sink *sink);
+
+/* Makes the previous value the sink's own copy (a load moved off the call
+ * whose entry holds it); XF_ENOMEM: then there is none. */
+int xf__sink_own_previous(struct xf_sink *sink);
 
 #endif

@@ -145,6 +145,43 @@ int xf_async_load_done(xf_async_load *load, const void *data, size_t len) {
   return rc;
 }
 
+int xf_async_load_previous(const xf_async_load *load, const void **data, size_t *len,
+                           int64_t *age_ms) {
+  xf__acall *k = load ? load->call : NULL;
+  if (k && k->loading)
+    k = xf__async_load_owner(k);
+  return xf_sink_previous(k && k->loading && k->ac ? &k->f.sink : NULL, data, len, age_ms);
+}
+
+/* The sink of load's call while it loads, else NULL. */
+static xf_sink *load_sink(const xf_async_load *load) {
+  xf__acall *k = load ? load->call : NULL;
+  if (!k || !k->loading)
+    return NULL;
+  k = xf__async_load_owner(k);
+  return k->loading && k->ac ? &k->f.sink : NULL;
+}
+
+int xf_async_load_previous_validator(const xf_async_load *load, const void **data,
+                                     size_t *len) {
+  return xf_sink_previous_validator(load_sink(load), data, len);
+}
+
+int xf_async_load_validator(xf_async_load *load, const void *data, size_t len) {
+  return xf_sink_validator(load_sink(load), data, len);
+}
+
+int xf_async_load_unchanged(xf_async_load *load) {
+  xf__acall *k = load ? load->call : NULL;
+  if (!k || !k->loading)
+    return XF_EINVAL;
+  k = xf__async_load_owner(k);
+  if (k->ac && xf_sink_unchanged(&k->f.sink) != XF_OK)
+    return XF_EINVAL;
+  complete_load(load, 0);
+  return XF_OK;
+}
+
 void xf_async_load_not_found(xf_async_load *load) {
   xf__acall *k = load ? load->call : NULL;
   if (!k || !k->loading)

@@ -159,7 +159,8 @@ static bounded *bounded_new(xf__flow *f, xf_loader_fn loader, void *ud) {
   b->loader = loader;
   b->ud = ud;
   b->share = c->share;
-  b->sink = f->sink; /* initialized by the LOAD step, empty */
+  b->sink = f->sink;       /* initialized by the LOAD step: at most the previous value */
+  f->sink.prev_own = NULL; /* which b owns until the outcome goes back to a flow */
   pthread_mutex_init(&b->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -195,6 +196,7 @@ xf__step xf__blocking_bounded_load(xf__flow *f, xf_loader_fn loader, void *ud) {
   if (xf__refresh_submit(f->c->share, &b->job) != XF_OK) { /* no worker: in the call */
     xf__keeper_stop(b->keeper);
     b->keeper = NULL;
+    f->sink = b->sink; /* the previous value back to the call */
     b->sink = (struct xf_sink){0};
     pthread_mutex_lock(&b->mu);
     b->refs = 1;

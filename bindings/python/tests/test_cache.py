@@ -95,7 +95,7 @@ def test_stats_is_a_dict_of_counters(cache, counter):
                       "waits", "stale", "uncached", "redis_errors", "superseded",
                       "local", "connections", "redirects", "map_refreshes", "malformed",
                       "bypassed", "near_hits", "near_evictions", "fence_failed", "refused",
-                      "undecodable", "tag_invalidated", "failsafe"}
+                      "undecodable", "tag_invalidated", "failsafe", "revalidated"}
     assert (s["hits"], s["misses"], s["loads"], s["load_errors"]) == (2, 1, 1, 0)
     assert s["connections"] == 1
 

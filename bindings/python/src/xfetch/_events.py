@@ -19,7 +19,7 @@ from ._native import ffi, lib
 log = logging.getLogger("xfetch")
 
 NAMESPACE = contextvars.ContextVar("xfetch_namespace", default="")
-TYPES = [ffi.string(lib.xf_event_name(i)).decode() for i in range(lib.XF_EV_FAILSAFE + 1)]
+TYPES = [ffi.string(lib.xf_event_name(i)).decode() for i in range(lib.XF_EV_REVALIDATED + 1)]
 DRIVERS = [ffi.string(lib.xf_driver_name(i)).decode() for i in range(lib.XF_DRIVER_CALL + 1)]
 SOURCES = {0: "cache", 1: "loader", 2: "stale", 3: "uncached", 4: "local"}
 # The one result each get-or-compute reports, as xfetch_calls_total's label.
