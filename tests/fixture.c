@@ -176,13 +176,12 @@ xf_client *xft_client_port(int port, uint64_t seed) {
   return xft_client_format(port, seed, xft_entry_format());
 }
 
-static xf_client *client_with(int port, uint64_t seed, int format, int timeout_ms) {
+static xf_client *client_with(int port, uint64_t seed, int format) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.seed = seed;
   o.entry_format = format;
-  if (timeout_ms)
-    o.connect_timeout_ms = o.command_timeout_ms = timeout_ms;
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_PATIENT_MS;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   cr_assert_eq(rc, XF_OK, "xf_client_open: %s (%s)", xf_strerror(rc), xf_errmsg(NULL));
@@ -190,11 +189,11 @@ static xf_client *client_with(int port, uint64_t seed, int format, int timeout_m
 }
 
 xf_client *xft_client_format(int port, uint64_t seed, int format) {
-  return client_with(port, seed, format, 0);
+  return client_with(port, seed, format);
 }
 
 xf_client *xft_client_patient(int port, uint64_t seed) {
-  return client_with(port, seed, xft_entry_format(), 10000);
+  return client_with(port, seed, xft_entry_format());
 }
 
 int xft_listen_loopback(int backlog, int *port) {
