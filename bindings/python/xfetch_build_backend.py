@@ -1,23 +1,59 @@
 """The build backend pyproject.toml names: setuptools' (build_meta), taken
-from the machine when it has setuptools, wheel and cffi, so that
+from the machine when it has setuptools and cffi, so that
 `pip install bindings/python` downloads nothing (pip's build isolation
-would otherwise fetch them from an index: offline, it fails). On a machine
-without them, the build asks pip for them (get_requires_for_build_*), as a
+would otherwise fetch them from an index: offline, it fails). Without the
+`wheel` package (which setuptools before 70.1 needs to write a wheel, and
+which a plain Python often lacks) the wheel is written here, from a
+`setup.py build` (wheel_writer.py). On a machine without setuptools >= 61 or
+cffi, the build asks pip for what is missing (get_requires_for_build_*), as a
 plain setuptools project does."""
 import site
 import sys
 
-REQUIRES = ["setuptools>=61", "wheel", "cffi>=1.15"]
+SETUPTOOLS, WHEEL, CFFI = "setuptools>=61", "wheel", "cffi>=1.15"
 
 
-def _importable():
+def _missing():
+    """What the build needs that this interpreter cannot import: setuptools
+    new enough to read pyproject.toml's [project], cffi, and `wheel` when
+    setuptools has no bdist_wheel of its own and no wheel can be written here."""
+    out = []
+    try:
+        import setuptools
+        import setuptools.build_meta  # noqa: F401
+        if int(setuptools.__version__.split(".")[0]) < 61:
+            out.append(SETUPTOOLS)
+    except ImportError:
+        out.append(SETUPTOOLS)
     try:
         import cffi  # noqa: F401
-        import setuptools.build_meta  # noqa: F401
+    except ImportError:
+        out.append(CFFI)
+    if not _has_bdist_wheel() and not _can_write_wheel():
+        out.append(WHEEL)
+    return out
+
+
+def _has_bdist_wheel():
+    try:
         import wheel  # noqa: F401
         return True
     except ImportError:
+        pass
+    try:
+        import setuptools.command.bdist_wheel  # noqa: F401  (setuptools >= 70.1)
+        return True
+    except ImportError:
         return False
+
+
+def _can_write_wheel():
+    import wheel_writer
+    return wheel_writer.tag() is not None
+
+
+def _importable():
+    return not _missing()
 
 
 def _machine_packages():
@@ -34,7 +70,8 @@ def _machine_packages():
             pass
     added = [p for p in dict.fromkeys(paths) if p not in sys.path]
     sys.path.extend(added)
-    for name in [m for m in sys.modules if m.split(".")[0] in ("setuptools", "wheel", "cffi")]:
+    for name in [m for m in sys.modules if m.split(".")[0] in ("setuptools", "wheel", "cffi",
+                                                               "_distutils_hack", "pkg_resources")]:
         del sys.modules[name]  # a failed import's leftovers
     if _importable():
         return True
@@ -51,24 +88,38 @@ def _meta():
     return build_meta
 
 
+def _requires():
+    """Nothing when the machine has it all; else the whole set, for pip to
+    install into the isolated build (what is missing first: pip's error
+    names the first it cannot find)."""
+    if _HAVE:
+        return []
+    missing = _missing()
+    return missing + [r for r in (SETUPTOOLS, CFFI, WHEEL) if r not in missing]
+
+
 def get_requires_for_build_wheel(config_settings=None):
-    return [] if _HAVE else list(REQUIRES)
+    return _requires()
 
 
 def get_requires_for_build_sdist(config_settings=None):
-    return [] if _HAVE else list(REQUIRES)
+    return [r for r in _requires() if r != WHEEL]
 
 
 def get_requires_for_build_editable(config_settings=None):
-    return [] if _HAVE else list(REQUIRES)
-
-
-def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    return _meta().prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+    return _requires() + ([] if _has_bdist_wheel() else [WHEEL])
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    if not _has_bdist_wheel():
+        import wheel_writer
+        return wheel_writer.build_wheel(wheel_directory)
     return _meta().build_wheel(wheel_directory, config_settings, metadata_directory)
+
+
+if _has_bdist_wheel():  # else pip takes the metadata from the wheel build_wheel writes
+    def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+        return _meta().prepare_metadata_for_build_wheel(metadata_directory, config_settings)
 
 
 def build_sdist(sdist_directory, config_settings=None):
