@@ -4,25 +4,23 @@ from the machine when it has setuptools and cffi, so that
 would otherwise fetch them from an index: offline, it fails). Without the
 `wheel` package (which setuptools before 70.1 needs to write a wheel, and
 which a plain Python often lacks) the wheel is written here, from a
-`setup.py build` (wheel_writer.py). On a machine without setuptools >= 61 or
+`setup.py build` (wheel_writer.py). The metadata is in setup.cfg, which every
+setuptools with a PEP 517 backend reads. On a machine without setuptools or
 cffi, the build asks pip for what is missing (get_requires_for_build_*), as a
 plain setuptools project does."""
 import site
 import sys
 
-SETUPTOOLS, WHEEL, CFFI = "setuptools>=61", "wheel", "cffi>=1.15"
+SETUPTOOLS, WHEEL, CFFI = "setuptools>=40.8", "wheel", "cffi>=1.15"
 
 
 def _missing():
     """What the build needs that this interpreter cannot import: setuptools
-    new enough to read pyproject.toml's [project], cffi, and `wheel` when
+    with a PEP 517 backend (it reads setup.cfg), cffi, and `wheel` when
     setuptools has no bdist_wheel of its own and no wheel can be written here."""
     out = []
     try:
-        import setuptools
         import setuptools.build_meta  # noqa: F401
-        if int(setuptools.__version__.split(".")[0]) < 61:
-            out.append(SETUPTOOLS)
     except ImportError:
         out.append(SETUPTOOLS)
     try:
