@@ -3,7 +3,8 @@
 only: no csrc/, build/ or C library install), into a fresh venv, offline;
 then get_or_compute against the fixture's redis-server from that venv. And a
 wheel built once, installed where there are no sources. And the same install
-with every other Python here that lacks the `wheel` package."""
+with every other Python here that lacks the `wheel` package, and with a
+setuptools older than 61 (it reads no pyproject.toml metadata)."""
 import glob
 import os
 import shutil
@@ -70,9 +71,34 @@ def test_pip_install_needs_no_wheel_package(tmp_path, server, python):
     pip_install_and_fetch(python, tmp_path, server)
 
 
-def pip_install_and_fetch(python, tmp_path, server):
+def oldest_setuptools_wheel():
+    """The oldest setuptools wheel on this machine (Pythons bundle one for
+    ensurepip) that has a PEP 517 backend (40.8+) and predates pyproject.toml
+    metadata (61), or None."""
+    found = glob.glob(os.path.join(os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv")),
+                                   "versions", "*", "lib", "python3*", "ensurepip", "_bundled",
+                                   "setuptools-*-py3-none-any.whl"))
+    found += glob.glob("/usr/share/python-wheels/setuptools-*-py3-none-any.whl")
+    versions = {}
+    for path in found:
+        v = tuple(int(x) for x in os.path.basename(path).split("-")[1].split(".")[:2])
+        if (40, 8) <= v < (61, 0):
+            versions.setdefault(v, path)
+    return versions[min(versions)] if versions else None
+
+
+OLD_SETUPTOOLS = oldest_setuptools_wheel()
+
+
+@pytest.mark.skipif(OLD_SETUPTOOLS is None, reason="no setuptools wheel of 40.8 to 60 here")
+def test_pip_install_with_a_setuptools_older_than_61(tmp_path, server):
+    pip_install_and_fetch(sys.executable, tmp_path, server, setuptools_wheel=OLD_SETUPTOOLS)
+
+
+def pip_install_and_fetch(python, tmp_path, server, setuptools_wheel=None):
     """`pip install xfetch/bindings/python` with python's pip into a venv of
-    it, offline; then two calls through the installed package."""
+    it (with setuptools_wheel installed in it first, when given), offline;
+    then two calls through the installed package."""
     clean_copy(str(tmp_path / "xfetch"))
     assert not (tmp_path / "xfetch" / "bindings" / "python" / "csrc").exists()
     venv = tmp_path / "venv"
@@ -82,6 +108,12 @@ def pip_install_and_fetch(python, tmp_path, server):
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("XFETCH_PREFIX", None)
     env.pop("XFETCH_SOURCE_DIR", None)
+    if setuptools_wheel:
+        subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", setuptools_wheel],
+                       env=env, check=True)
+        version = subprocess.run([py, "-c", "import setuptools; print(setuptools.__version__)"],
+                                 env=env, capture_output=True, text=True).stdout.strip()
+        assert os.path.basename(setuptools_wheel).startswith(f"setuptools-{version}-")
     pip = subprocess.run([py, "-m", "pip", "install", "-v", "xfetch/bindings/python"],
                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
