@@ -55,9 +55,10 @@ def _importable():
 
 
 def _machine_packages():
-    """Whether the machine's setuptools, wheel and cffi can be used: pip's
-    isolated build hides the interpreter's site-packages from sys.path;
-    they are put back (at the end: the build's own packages come first)."""
+    """Whether the build has all it needs, with the machine's setuptools,
+    wheel and cffi: pip's isolated build hides the interpreter's
+    site-packages from sys.path; they are put back (at the end: the build's
+    own packages come first)."""
     if _importable():
         return True
     paths = []
@@ -71,11 +72,7 @@ def _machine_packages():
     for name in [m for m in sys.modules if m.split(".")[0] in ("setuptools", "wheel", "cffi",
                                                                "_distutils_hack", "pkg_resources")]:
         del sys.modules[name]  # a failed import's leftovers
-    if _importable():
-        return True
-    for p in added:
-        sys.path.remove(p)
-    return False
+    return _importable()  # if not, pip installs what is missing beside them
 
 
 _HAVE = _machine_packages()
@@ -87,13 +84,10 @@ def _meta():
 
 
 def _requires():
-    """Nothing when the machine has it all; else the whole set, for pip to
-    install into the isolated build (what is missing first: pip's error
-    names the first it cannot find)."""
-    if _HAVE:
-        return []
-    missing = _missing()
-    return missing + [r for r in (SETUPTOOLS, CFFI, WHEEL) if r not in missing]
+    """What pip must install into the isolated build: what neither it nor the
+    machine has (the machine's site-packages stay on sys.path, after the
+    build's own), so pip's error offline names just that."""
+    return [] if _HAVE else _missing()
 
 
 def get_requires_for_build_wheel(config_settings=None):
@@ -105,7 +99,8 @@ def get_requires_for_build_sdist(config_settings=None):
 
 
 def get_requires_for_build_editable(config_settings=None):
-    return _requires() + ([] if _has_bdist_wheel() else [WHEEL])
+    needed = _requires()  # an editable install needs bdist_wheel itself
+    return needed + ([] if _has_bdist_wheel() or WHEEL in needed else [WHEEL])
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
