@@ -584,6 +584,129 @@ Test(batch, two_batches_on_the_same_cold_keys_load_each_once) {
   keys_stay_protected("batch:turn2", 1);
 }
 
+/* ---- leases held while another key of the batch stalls ------------------- */
+
+enum { STALLED = 4, STALL_LEASE_MS = 3000, STALL_MS = 6500 };
+
+/* Keys "<prefix>:<i>", i < STALLED: loads take 1 ms, except key `stall`'s
+ * (the per-key loader) or the whole call's (the batch loader): STALL_MS,
+ * more than twice the lease. */
+typedef struct stall {
+  int loads[STALLED];
+  int stalled; /* set once the stalled load began */
+  int stall;   /* which key stalls (the per-key loader) */
+} stall;
+
+static int stall_value(stall *st, const char *key, size_t keylen, xf_sink *sink) {
+  int i = turn_of(key, keylen);
+  if (i < 0 || i >= STALLED)
+    return -1;
+  __atomic_add_fetch(&st->loads[i], 1, __ATOMIC_SEQ_CST);
+  char v[64];
+  int len = snprintf(v, sizeof v, "v-%.*s", (int)keylen, key);
+  return xf_sink_set(sink, v, (size_t)len);
+}
+
+static int stalling_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  stall *st = ud;
+  if (turn_of(key, keylen) == st->stall) {
+    __atomic_store_n(&st->stalled, 1, __ATOMIC_SEQ_CST);
+    xft_sleep_ms(STALL_MS);
+  } else {
+    xft_sleep_ms(1);
+  }
+  return stall_value(st, key, keylen, sink);
+}
+
+static int stalling_batch_loader(void *ud, size_t n, const char *const *keys,
+                                 const size_t *keylens, xf_sink *const *sinks) {
+  stall *st = ud;
+  __atomic_store_n(&st->stalled, 1, __ATOMIC_SEQ_CST);
+  xft_sleep_ms(STALL_MS);
+  for (size_t i = 0; i < n; i++)
+    if (stall_value(st, keys[i], keylens[i], sinks[i]) != XF_OK)
+      return -1;
+  return XF_OK;
+}
+
+typedef struct stall_batch {
+  stall st;
+  keys k;
+  xf_policy p;
+  int use_batch_loader;
+  int rc;
+} stall_batch;
+
+static void *run_stalled_batch(void *arg) {
+  stall_batch *sb = arg;
+  xf_client *c = xft_client(1);
+  xf_value v[STALLED];
+  int rcs[STALLED];
+  sb->rc = sb->use_batch_loader
+               ? xf_get_or_compute_many_batch(c, STALLED, sb->k.ptr, sb->k.len, &sb->p,
+                                              stalling_batch_loader, &sb->st, v, rcs)
+               : xf_get_or_compute_many(c, STALLED, sb->k.ptr, sb->k.len, &sb->p,
+                                        stalling_loader, &sb->st, v, rcs);
+  for (size_t i = 0; i < STALLED && sb->rc == XF_OK; i++)
+    if (rcs[i] != XF_OK)
+      sb->rc = rcs[i];
+  free_values(v, STALLED);
+  xf_client_close(c);
+  return NULL;
+}
+
+/* A batch's load stalls for more than twice the lease: every key the batch
+ * leased and has not loaded yet stays leased meanwhile (renewed with the
+ * load's own), so another client that asks for them after the lease's
+ * length waits for the batch's values instead of loading them again.
+ * key_asked is a key leased with the stalled one that waits its turn (the
+ * per-key loader: the batch leases keys 2 and 3 together once keys 0 and 1
+ * loaded fast, key 2 stalls), or one of the batch loader's call. Margins:
+ * renewals come every lease/3 = 1 s, so a renewal thread starved for up to
+ * 2 s keeps the key; the other client asks 3.5 s after the stall began
+ * (the lease's 3 s + 0.5 s) and 3 s before it ends, so without renewals
+ * its lease has run out by then (it then loads the key: 2 loads). */
+static void stalled_batch_keeps_its_leases(const char *prefix, int use_batch_loader,
+                                           int key_asked) {
+  stall_batch sb = {.use_batch_loader = use_batch_loader};
+  sb.st.stall = 2;
+  make_keys(&sb.k, prefix, STALLED);
+  sb.p = (xf_policy)XF_POLICY_INIT;
+  sb.p.lease_ms = STALL_LEASE_MS;
+  sb.p.wait_ms = 60000; /* the other client waits for the batch's value */
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, run_stalled_batch, &sb), 0);
+  while (!__atomic_load_n(&sb.st.stalled, __ATOMIC_SEQ_CST))
+    xft_sleep_ms(1);
+  xft_sleep_ms(STALL_LEASE_MS + 500);
+  xf_client *other = xft_client_patient(xft_port(), 2);
+  xf_value v;
+  int rc = xf_get_or_compute(other, sb.k.ptr[key_asked], sb.k.len[key_asked], &sb.p,
+                             stalling_loader, &sb.st, &v);
+  pthread_join(th, NULL);
+  cr_expect_eq(sb.rc, XF_OK, "the batch: %s", xf_strerror(sb.rc));
+  cr_expect_eq(rc, XF_OK, "the other client: %s", xf_strerror(rc));
+  char want[64];
+  snprintf(want, sizeof want, "v-%s", sb.k.buf[key_asked]);
+  cr_expect(rc == XF_OK && v.data && strcmp(v.data, want) == 0, "the other client read %s",
+            rc == XF_OK && v.data ? v.data : "(null)");
+  for (int i = 0; i < STALLED; i++) {
+    int n = __atomic_load_n(&sb.st.loads[i], __ATOMIC_SEQ_CST);
+    cr_expect_eq(n, 1, "key %d loaded %d times", i, n);
+  }
+  if (rc == XF_OK)
+    xf_value_free(&v);
+  xf_client_close(other);
+}
+
+Test(batch, keys_leased_with_a_stalled_load_stay_leased) {
+  stalled_batch_keeps_its_leases("batch:stall:one", 0, 3);
+}
+
+Test(batch, a_stalled_batch_loader_keeps_its_keys_leased) {
+  stalled_batch_keeps_its_leases("batch:stall:many", 1, 1);
+}
+
 /* "v<n>", n the loader's calls so far; each load takes 2 ms (a delta). */
 static int counting_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key, (void)keylen;

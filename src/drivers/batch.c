@@ -10,6 +10,7 @@
 #include "batch.h"
 #include "client_io.h"
 #include "cluster.h"
+#include "lease_keeper.h"
 #include "refresh.h"
 
 static int batch_open(batch *b, xf_client *c, size_t n) {
@@ -29,9 +30,10 @@ static int batch_open(batch *b, xf_client *c, size_t n) {
   b->fence_of = calloc(n ? n : 1, sizeof *b->fence_of);
   b->fence_at = malloc(n * sizeof *b->fence_at);
   b->fence_ok = malloc(n * sizeof *b->fence_ok);
+  b->waiting = malloc(n * sizeof *b->waiting);
   return b->flows && b->steps && b->cmds && b->who && b->rcs && b->replies && b->keys &&
                  b->lens && b->sinks && b->parts && b->fence_of && b->fence_at &&
-                 b->fence_ok
+                 b->fence_ok && b->waiting
              ? XF_OK
              : XF_ENOMEM;
 }
@@ -51,6 +53,7 @@ static void batch_close(batch *b) {
   free(b->fence_of);
   free(b->fence_at);
   free(b->fence_ok);
+  free(b->waiting);
   free(b->groups);
   free(b->many);
   free(b->read_keys);
@@ -167,16 +170,33 @@ static size_t send_all(batch *b, const batch_loaders *l) {
   return k;
 }
 
+/* Keeps the leases of every flow at its LOAD renewed while the batch's
+ * loads run: the per-key loader loads them one after the other, so a key
+ * waiting for its turn would lose its lease to another caller when an
+ * earlier key's load stalls (the batch leases only as many keys as the loads
+ * seen say fit in half a lease); the batch loader's one call may outlast
+ * the lease as a single key's loader may. NULL: none to renew. */
+static xf__keeper *keep_leases(batch *b) {
+  size_t m = 0;
+  for (size_t i = 0; i < b->n; i++)
+    if (b->steps[i] == XF_STEP_LOAD && b->flows[i].load == XF_LOAD_LEASED)
+      b->waiting[m++] = &b->flows[i];
+  return m ? xf__keeper_start_many(b->waiting, m, b->c->opened_with, b->c->share) : NULL;
+}
+
 /* Every flow waiting for its loader: one after the other with the per-key
  * loader, or all in one call of the batch loader (batch_load.c). A per-key
  * early refresh with background_refresh is handed to the share's refresh
  * workers (or options.refresh_executor) as the blocking driver's is
  * (blocking_refresh.c): the key is served its current value now. */
 static size_t load_all(batch *b, const batch_loaders *l) {
+  xf__keeper *keeper = keep_leases(b);
   size_t k = 0;
   for (size_t i = 0; i < b->n; i++) {
     if (b->steps[i] != XF_STEP_LOAD)
       continue;
+    if (l->one)
+      xf__keeper_drop(keeper, &b->flows[i]); /* its loader's own keeper renews it */
     if (l->one && xf__flow_detachable(&b->flows[i], xf__blocking_off_path(b->flows[i].c))) {
       b->steps[i] = xf__blocking_refresh(&b->flows[i], l->one, l->ud);
     } else if (l->one) {
@@ -191,6 +211,7 @@ static size_t load_all(batch *b, const batch_loaders *l) {
   }
   if (k && !l->one)
     xf__batch_load_many(b, l, k);
+  xf__keeper_stop(keeper);
   return k;
 }
 

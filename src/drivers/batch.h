@@ -53,6 +53,7 @@ typedef struct batch {
                            own or none): one per connection and round (send_all) */
   size_t *fence_at;     /* where in the round the PINGs sent are */
   int *fence_ok;        /* whether the round's j-th command, a PING, was answered */
+  xf__flow **waiting;   /* the leased flows whose loads are due (load_all) */
 } batch;
 
 /* The first round: the read of every flow still at its first SEND, in one

@@ -2,7 +2,8 @@
  * pool, batch and the refresh workers: flow.h's xf__renewal): a thread of
  * the load's own sleeps until each renewal is due and sends it on a client
  * opened like the caller's (one of its share's idle refresh clients: no
- * connect when one is idle; without a share, one opened for the load). */
+ * connect when one is idle; without a share, one opened for the load). A
+ * batch's keeper renews every key it leased and has not loaded yet. */
 #ifndef XF_LEASE_KEEPER_H
 #define XF_LEASE_KEEPER_H
 
@@ -18,6 +19,17 @@ typedef struct xf__keeper xf__keeper;
  * NULL: nothing to renew (xf__flow_renewal), or no memory or thread for it
  * (the lease then runs out as without renewals). */
 xf__keeper *xf__keeper_start(const xf__flow *f, const xf_options *like, xf_share *share);
+
+/* xf__keeper_start for the leases of several flows at once (a batch: the
+ * keys it leased together, each waiting for its turn to load, keep their
+ * leases while another key's loader runs). Flows with nothing to renew are
+ * left out; NULL when none is left. */
+xf__keeper *xf__keeper_start_many(xf__flow *const *flows, size_t n, const xf_options *like,
+                                  xf_share *share);
+
+/* Stops renewing f's lease (one of those started with; its loader is about
+ * to run with a keeper of its own, or has run). NULL-safe. */
+void xf__keeper_drop(xf__keeper *k, const xf__flow *f);
 
 /* The loader returned: no renewal after this returns (one on the wire is
  * waited for). NULL-safe. */
