@@ -9,10 +9,21 @@ right above its fence:
                                  -Werror) against the library, run with a
                                  throwaway redis-server's port as argv[1]; it
                                  must exit 0
+    <!-- doc: c-top -->          C declarations or functions (a signature, a
+                                 loader, an event handler): compiled against the
+                                 public headers after FRAGMENT_PRELUDE (the
+                                 application names the docs' fragments use)
+    <!-- doc: c-body -->         C statements: compiled as a function's body
+                                 after FRAGMENT_PRELUDE, with BODY_LOCALS (the
+                                 variables the docs' programs name) in scope
     <!-- doc: python -->         a complete Python script: run (by the Python
                                  tests, bindings/python/tests/test_docs.py) with
                                  a throwaway redis-server's URL as argv[1]; it
                                  must exit 0
+    <!-- doc: sh -->             a shell script that changes nothing outside its
+                                 working directory (a venv, a pip install): run
+                                 (by test_docs.py, like the python blocks) with
+                                 `sh -e` in a clean copy of the checkout, offline
     <!-- doc: skip: REASON -->   not runnable (a shell transcript, a fragment
                                  of a program shown whole elsewhere, a picture),
                                  and why
@@ -29,7 +40,8 @@ Commands:
                                  Quick start
     doc_blocks.py run-c --cc CC --include DIR --lib LIB [--libs "A;B"]
                         --with-redis SCRIPT
-                                 compiles and runs every `c` block
+                                 compiles and runs every `c` block, and
+                                 compiles every `c-top` and `c-body` block
 Standard library only.
 """
 import argparse
@@ -43,7 +55,7 @@ import tempfile
 
 ROOT = os.environ.get("XFETCH_DOC_ROOT") or os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-MARKER = re.compile(r"^\s*<!-- doc: (c|python|skip)(?:: (.*?))? -->\s*$")
+MARKER = re.compile(r"^\s*<!-- doc: (c-top|c-body|c|python|sh|skip)(?:: (.*?))? -->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 
 
@@ -106,8 +118,10 @@ def check_markers(root=ROOT):
                           "(<!-- doc: c|python|skip: reason --> on the line above its fence)")
         elif b.kind == "skip" and not (b.reason or "").strip():
             errors.append(f"{b.where}: `skip` needs a reason")
-        elif b.kind == "c" and b.lang != "c":
-            errors.append(f"{b.where}: a `c` marker on a ```{b.lang} block")
+        elif b.kind in ("c", "c-top", "c-body") and b.lang != "c":
+            errors.append(f"{b.where}: a `{b.kind}` marker on a ```{b.lang} block")
+        elif b.kind == "sh" and b.lang != "sh":
+            errors.append(f"{b.where}: a `sh` marker on a ```{b.lang} block")
         elif b.kind == "python" and b.lang != "python":
             errors.append(f"{b.where}: a `python` marker on a ```{b.lang} block")
     return errors
@@ -387,6 +401,69 @@ def check_facts(root=ROOT):
 # --- running the C blocks ------------------------------------------------------
 
 
+# What the fragments (c-top, c-body) use that the application would define.
+FRAGMENT_PRELUDE = """#include <stdatomic.h>
+#include <stdint.h>
+#include <xfetch.h>
+struct histogram;
+struct my_metrics {
+  atomic_long calls[64], loads[2];
+  struct histogram *load_seconds;
+};
+void histogram_observe(struct histogram **h, double seconds);
+void log_warning(const char *fmt, ...);
+void log_info(const char *fmt, ...);
+int source_changed_since(void *source, const char *key, int64_t age_ms);
+int fetch_report(void *source, const char *key, size_t keylen, xf_sink *sink);
+"""
+# The variables the docs' programs name, in scope of a c-body block.
+BODY_LOCALS = """  xf_client *client = NULL;
+  const char *key = "k";
+  size_t keylen = 1;
+  xf_policy policy = XF_POLICY_INIT, p = XF_POLICY_INIT;
+  xf_loader_fn loader = NULL;
+  void *loader_data = NULL;
+  xf_value value;
+  xf_options opts = XF_OPTIONS_INIT;
+  int rc;
+  void *ud = NULL;
+  size_t n = 0;
+  const char *const *keys = NULL;
+  const size_t *keylens = NULL;
+  xf_value *values = NULL;
+  int *rcs = NULL;
+  xf_pool_info info;
+"""
+
+
+def fragment_source(b):
+    """The translation unit a c-top or c-body block is compiled in."""
+    text = f'#line 1 "{b.where}"\n' + b.text
+    if b.kind == "c-top":
+        return FRAGMENT_PRELUDE + text
+    return (FRAGMENT_PRELUDE + "void doc_fragment(void);\nvoid doc_fragment(void) {\n"
+            + BODY_LOCALS + text + "}\n")
+
+
+def compile_fragments(args, tmp):
+    """Compiles (-fsyntax-only) every c-top and c-body block; the count failed."""
+    failed = 0
+    for n, b in enumerate(b for b in all_blocks() if b.kind in ("c-top", "c-body")):
+        src = os.path.join(tmp, f"fragment{n}.c")
+        with open(src, "w") as f:
+            f.write(fragment_source(b))
+        cc = [args.cc, "-std=c11", "-D_DEFAULT_SOURCE", "-Wall", "-Wextra", "-Werror",
+              "-Wno-unused-function", "-Wno-unused-variable", "-Wno-unused-but-set-variable",
+              "-fsyntax-only", "-I", args.include, src]
+        r = subprocess.run(cc, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"FAIL {b.where}: does not compile\n{r.stderr}")
+            failed += 1
+        else:
+            print(f"ok   {b.where}: compiled (a {b.kind} block)")
+    return failed
+
+
 def run_c(args):
     cblocks = [b for b in all_blocks() if b.kind == "c"]
     if not cblocks:
@@ -396,6 +473,7 @@ def run_c(args):
             for x in (args.libs or "").split(";") if x]
     failed = 0
     with tempfile.TemporaryDirectory(prefix="xfetch-doc-c.") as tmp:
+        failed += compile_fragments(args, tmp)
         for n, b in enumerate(cblocks):
             src = os.path.join(tmp, f"block{n}.c")
             exe = os.path.join(tmp, f"block{n}")
@@ -416,7 +494,8 @@ def run_c(args):
             else:
                 shown = " | ".join(r.stdout.split("\n"))[:160]
                 print(f"ok   {b.where}: compiled and ran: {shown}")
-    print(f"{len(cblocks) - failed} passed, {failed} failed")
+    total = len([b for b in all_blocks() if b.kind in ("c", "c-top", "c-body")])
+    print(f"{total - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

@@ -1,4 +1,4 @@
-# setuptools reads the metadata from pyproject.toml; only cffi_modules needs setup().
+# setuptools reads the metadata from setup.cfg; only cffi_modules needs setup().
 from setuptools import setup
 
 setup(cffi_modules=["build_ffi.py:ffibuilder"])

@@ -10,6 +10,7 @@ import uuid
 
 import redis
 
+from django_races import get_or_set_from_threads
 from django_setup import BACKEND, configured, dj, _run_django  # noqa: F401 (dj: a fixture)
 
 from django.core.cache import caches  # noqa: E402
@@ -21,24 +22,7 @@ from test_tls import tls  # noqa: E402,F401  (the TLS servers' fixture)
 
 
 def test_get_or_set_16_threads_on_a_cold_key_load_once(dj):
-    loads = []
-
-    def load():
-        loads.append(1)
-        time.sleep(0.3)
-        return {"v": 1}
-    barrier = threading.Barrier(16)
-    out = []
-
-    def one():
-        c = caches["default"]  # each thread its own backend, as Django makes them
-        barrier.wait()
-        out.append(c.get_or_set("cold", load, 60))
-    threads = [threading.Thread(target=one) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    out, loads = get_or_set_from_threads(lambda: caches["default"], "cold")
     # the waiters wait up to 5 s (xfetch's wait) for a 0.3 s load: 16x margin
     assert out == [{"v": 1}] * 16 and len(loads) == 1
 

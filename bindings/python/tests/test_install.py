@@ -2,7 +2,10 @@
 (pip's build isolation on) from a clean copy of the checkout (git's files
 only: no csrc/, build/ or C library install), into a fresh venv, offline;
 then get_or_compute against the fixture's redis-server from that venv. And a
-wheel built once, installed where there are no sources."""
+wheel built once, installed where there are no sources. And the same install
+with every other Python here that lacks the `wheel` package, and with a
+setuptools older than 61 (it reads no pyproject.toml metadata)."""
+import glob
 import os
 import shutil
 import subprocess
@@ -29,16 +32,88 @@ def clean_copy(dest):
             shutil.copy2(os.path.join(REPO, rel), os.path.join(dest, rel))
 
 
+PROBE = """
+import setuptools.build_meta, cffi
+try:
+    import wheel
+except ImportError:
+    wheel = None
+import sys
+print(wheel is None, sys.executable)
+"""
+
+
+def pythons_without_wheel():
+    """The machine's other Pythons (pyenv's, PATH's) that have setuptools and
+    cffi but not the `wheel` package, as a plain Python often is."""
+    found = glob.glob(os.path.join(os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv")),
+                                   "versions", "*", "bin", "python3"))
+    found += [os.path.join(d, "python3") for d in os.environ.get("PATH", "").split(os.pathsep)]
+    out = {}
+    for py in found:
+        if not os.access(py, os.X_OK):
+            continue
+        fits, _, real = subprocess.run([py, "-c", PROBE], capture_output=True,
+                                       text=True).stdout.strip().partition(" ")
+        if fits == "True":
+            out.setdefault(os.path.realpath(real), py)  # pyenv's shims run one of these
+    return sorted(out.values())
+
+
 def test_pip_install_builds_the_c_library_and_caches(tmp_path, server):
+    pip_install_and_fetch(sys.executable, tmp_path, server)
+
+
+@pytest.mark.parametrize("python", pythons_without_wheel() or [
+    pytest.param(None, marks=pytest.mark.skip(reason="no Python with setuptools and cffi "
+                                              "but without wheel on this machine"))])
+def test_pip_install_needs_no_wheel_package(tmp_path, server, python):
+    pip_install_and_fetch(python, tmp_path, server)
+
+
+def oldest_setuptools_wheel():
+    """The oldest setuptools wheel on this machine (Pythons bundle one for
+    ensurepip) that has a PEP 517 backend (40.8+) and predates pyproject.toml
+    metadata (61), or None."""
+    found = glob.glob(os.path.join(os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv")),
+                                   "versions", "*", "lib", "python3*", "ensurepip", "_bundled",
+                                   "setuptools-*-py3-none-any.whl"))
+    found += glob.glob("/usr/share/python-wheels/setuptools-*-py3-none-any.whl")
+    versions = {}
+    for path in found:
+        v = tuple(int(x) for x in os.path.basename(path).split("-")[1].split(".")[:2])
+        if (40, 8) <= v < (61, 0):
+            versions.setdefault(v, path)
+    return versions[min(versions)] if versions else None
+
+
+OLD_SETUPTOOLS = oldest_setuptools_wheel()
+
+
+@pytest.mark.skipif(OLD_SETUPTOOLS is None, reason="no setuptools wheel of 40.8 to 60 here")
+def test_pip_install_with_a_setuptools_older_than_61(tmp_path, server):
+    pip_install_and_fetch(sys.executable, tmp_path, server, setuptools_wheel=OLD_SETUPTOOLS)
+
+
+def pip_install_and_fetch(python, tmp_path, server, setuptools_wheel=None):
+    """`pip install xfetch/bindings/python` with python's pip into a venv of
+    it (with setuptools_wheel installed in it first, when given), offline;
+    then two calls through the installed package."""
     clean_copy(str(tmp_path / "xfetch"))
     assert not (tmp_path / "xfetch" / "bindings" / "python" / "csrc").exists()
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+    subprocess.run([python, "-m", "venv", "--system-site-packages", "--without-pip",
                     str(venv)], check=True)
     py = str(venv / "bin" / "python")
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("XFETCH_PREFIX", None)
     env.pop("XFETCH_SOURCE_DIR", None)
+    if setuptools_wheel:
+        subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", setuptools_wheel],
+                       env=env, check=True)
+        version = subprocess.run([py, "-c", "import setuptools; print(setuptools.__version__)"],
+                                 env=env, capture_output=True, text=True).stdout.strip()
+        assert os.path.basename(setuptools_wheel).startswith(f"setuptools-{version}-")
     pip = subprocess.run([py, "-m", "pip", "install", "-v", "xfetch/bindings/python"],
                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
@@ -54,14 +129,14 @@ calls = []
 def load():
     calls.append(1)
     return b"computed"
-c = xfetch.Cache(sys.argv[1], prefix="install-test:")
+c = xfetch.Cache(sys.argv[1], prefix=sys.argv[2])
 a = c.fetch("k", load, ttl=60)
 b = c.fetch("k", load, ttl=60)
 print(xfetch.__file__)
 print(a.value.decode(), a.source, b.value.decode(), b.source, len(calls))
 """
-    out = subprocess.run([py, "-c", script, server.url], cwd=str(tmp_path), env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run([py, "-c", script, server.url, f"install-test:{tmp_path.name}:"],
+                         cwd=str(tmp_path), env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     where, result = out.stdout.splitlines()
     assert where.startswith(str(venv))

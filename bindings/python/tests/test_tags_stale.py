@@ -31,6 +31,61 @@ def _tags_of(k):
     return [f"t{k % TAGS}", f"t{(k + 1) % TAGS}"]
 
 
+def _step(rnd, counts, gen, done, lock, loader):
+    """One step of a process's run, for both faces: a generator that yields
+    the cache call to make (a function of the cache) and is sent its result,
+    or thrown its xfetch.Error. counts: calls, cache, wrong, errors,
+    invalidations."""
+    k = rnd.randrange(KEYS)
+    tags = _tags_of(k)
+    if rnd.randrange(WRITE_EVERY) == 0:  # the writer: data first, then the tag
+        t = rnd.randrange(TAGS)
+        with lock:
+            gen[t] += 1
+            g = gen[t]
+        try:
+            yield lambda cache: cache.invalidate_tags([f"t{t}"])
+        except xfetch.Error:
+            counts[3] += 1
+            return
+        with lock:
+            done[t] = max(done[t], g)
+        counts[4] += 1
+        return
+    before = [done[int(t[1:])] for t in tags]  # invalidations returned so far
+    try:
+        value, source = yield lambda cache: cache.fetch(f"k{k}", loader(gen, tags), ttl=60,
+                                                        tags=tags)
+    except xfetch.Error:
+        counts[3] += 1
+        return
+    counts[0] += 1
+    if source == "cache":
+        counts[1] += 1
+        if any(v < b for v, b in zip(value, before)):
+            counts[2] += 1
+
+
+def _finish(step, result=None, error=None):
+    """Hands the call's result (or error) to the step, which then ends."""
+    try:
+        step.throw(error) if error is not None else step.send(result)
+    except StopIteration:
+        pass
+
+
+def _loader(gen, tags):
+    def load():
+        return [gen[int(t[1:])] for t in tags]
+    return load
+
+
+def _aloader(gen, tags):
+    async def load():
+        return [gen[int(t[1:])] for t in tags]
+    return load
+
+
 def _child(kind, url, prefix, near, gen, done, lock, out, seed):
     """One process's run: its counts into out (calls, cache, wrong, errors,
     invalidations)."""
@@ -40,89 +95,35 @@ def _child(kind, url, prefix, near, gen, done, lock, out, seed):
     if near:
         kw["near_cache_bytes"] = 1 << 20
 
-    def load_for(k):
-        def load():
-            return [gen[int(t[1:])] for t in _tags_of(k)]
-        return load
-
-    def step(cache, call):
-        k = rnd.randrange(KEYS)
-        tags = _tags_of(k)
-        if rnd.randrange(WRITE_EVERY) == 0:  # the writer: data first, then the tag
-            t = rnd.randrange(TAGS)
-            with lock:
-                gen[t] += 1
-                g = gen[t]
-            try:
-                call(cache.invalidate_tags([f"t{t}"]))
-            except xfetch.Error:
-                counts[3] += 1
-                return
-            with lock:
-                done[t] = max(done[t], g)
-            counts[4] += 1
-            return
-        before = [done[int(t[1:])] for t in tags]  # invalidations returned so far
-        try:
-            value, source = call(cache.fetch(f"k{k}", load_for(k), ttl=60, tags=tags))
-        except xfetch.Error:
-            counts[3] += 1
-            return
-        counts[0] += 1
-        if source == "cache":
-            counts[1] += 1
-            if any(v < b for v, b in zip(value, before)):
-                counts[2] += 1
-
     if kind == "sync":
         cache = xfetch.Cache(url, **kw)
         end = time.monotonic() + RUN_S
         while time.monotonic() < end:
-            step(cache, lambda x: x)
+            step = _step(rnd, counts, gen, done, lock, _loader)
+            call = next(step)
+            try:
+                result = call(cache)
+            except xfetch.Error as e:
+                _finish(step, error=e)
+            else:
+                _finish(step, result)
         cache.close()
     else:
         async def main():
             cache = xfetch.aio.Cache(url, **kw)
             end = time.monotonic() + RUN_S
             while time.monotonic() < end:  # each call awaited in turn
-                await _astep(cache, (rnd, counts, gen, done, lock))
+                step = _step(rnd, counts, gen, done, lock, _aloader)
+                call = next(step)
+                try:
+                    result = await call(cache)
+                except xfetch.Error as e:
+                    _finish(step, error=e)
+                else:
+                    _finish(step, result)
             await cache.close()
         asyncio.run(main())
     out.put(counts)
-
-
-async def _astep(cache, step_args):
-    rnd, counts, gen, done, lock = step_args
-    k = rnd.randrange(KEYS)
-    tags = _tags_of(k)
-    if rnd.randrange(WRITE_EVERY) == 0:
-        t = rnd.randrange(TAGS)
-        with lock:
-            gen[t] += 1
-            g = gen[t]
-        try:
-            await cache.invalidate_tags([f"t{t}"])
-        except xfetch.Error:
-            counts[3] += 1
-            return
-        with lock:
-            done[t] = max(done[t], g)
-        counts[4] += 1
-        return
-    before = [done[int(t[1:])] for t in tags]
-
-    async def load():
-        return [gen[int(t[1:])] for t in tags]
-    try:
-        value, source = await cache.fetch(f"k{k}", load, ttl=60, tags=tags)
-    except xfetch.Error:
-        counts[3] += 1
-        return
-    counts[0] += 1
-    if source == "cache":
-        counts[1] += 1
-        if any(v < b for v, b in zip(value, before)):
-            counts[2] += 1
 
 
 @pytest.mark.parametrize("near", [False, True], ids=["near_off", "near_on"])

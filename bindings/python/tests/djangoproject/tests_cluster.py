@@ -4,8 +4,6 @@ runner beside tests.py's BaseCache tests: each key operation on keys of
 every master, the many-key operations and clear() on keys spread over every
 master, one load for 16 threads, and cache_page, template fragments and
 cache sessions whose entries land on every master."""
-import threading
-import time
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -18,6 +16,8 @@ from django.template import Context, Template
 from django.test import RequestFactory, SimpleTestCase
 from django.views.decorators.cache import cache_page
 from redis.cluster import ClusterNode, RedisCluster
+
+from django_races import get_or_set_from_threads  # tests/ is on the runner's PYTHONPATH
 
 
 class OnTheCluster(SimpleTestCase):
@@ -89,23 +89,7 @@ class KeyOperationsTests(OnTheCluster):
             self.assertEqual(calls, [1])
 
     def test_get_or_set_by_16_threads_on_a_cold_key_loads_once(self):
-        loads = []
-
-        def load():
-            loads.append(1)
-            time.sleep(0.3)
-            return {"v": 1}
-        barrier = threading.Barrier(16)
-        out = []
-
-        def one():
-            barrier.wait()
-            out.append(cache.get_or_set("cold", load, 60))
-        threads = [threading.Thread(target=one) for _ in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        out, loads = get_or_set_from_threads(lambda: cache, "cold")
         # the waiters wait up to 5 s (xfetch's wait) for a 0.3 s load: 16x margin
         self.assertEqual(out, [{"v": 1}] * 16)
         self.assertEqual(len(loads), 1)
