@@ -16,7 +16,6 @@
 #include "entry.h"
 #include "flow_steps.h"
 #include "link.h"
-#include "near_impl.h"
 
 /* Where a call sent on a link is (xf_call.on_link): on the wire, waiting for
  * a stream, moved (listed for xf_link_ready), or parked in its XF_CALL_WAIT. */
@@ -148,7 +147,7 @@ static int wake_open(xf_link *k) {
     return XF_ENOMEM;
   for (int i = 0; i < 2; i++)
     fcntl(p[i], F_SETFL, O_NONBLOCK), fcntl(p[i], F_SETFD, FD_CLOEXEC);
-  if (xf__near_notify_add(k->c->near, p[1]) != XF_OK) {
+  if (k->c->ports.near->notify_add(k->c->ports.self, p[1]) != XF_OK) {
     close(p[0]), close(p[1]);
     return XF_ENOMEM;
   }
@@ -161,7 +160,7 @@ static int wake_open(xf_link *k) {
 static void wake_close(xf_link *k) {
   if (k->wake_wr < 0)
     return;
-  xf__near_notify_remove(k->c->near, k->wake_wr);
+  k->c->ports.near->notify_remove(k->c->ports.self, k->wake_wr);
   close(k->wake_wr), close(k->wake_rd);
   k->wake_rd = k->wake_wr = -1;
   k->c->link_wakes--;

@@ -9,7 +9,6 @@
 #include "call.h"
 #include "client.h"
 #include "flow_steps.h"
-#include "near_impl.h"
 
 int xf_call_wake_open(xf_client *c, int *fd) {
   if (!c || !fd)
@@ -22,7 +21,7 @@ int xf_call_wake_open(xf_client *c, int *fd) {
     return xf__fail(c, XF_ENOMEM, "no pipe for the near cache's wakes");
   for (int i = 0; i < 2; i++)
     fcntl(p[i], F_SETFL, O_NONBLOCK), fcntl(p[i], F_SETFD, FD_CLOEXEC);
-  if (xf__near_notify_add(c->near, p[1]) != XF_OK) {
+  if (c->ports.near->notify_add(c->ports.self, p[1]) != XF_OK) {
     close(p[0]), close(p[1]);
     return XF_ENOMEM;
   }
@@ -34,7 +33,7 @@ int xf_call_wake_open(xf_client *c, int *fd) {
 void xf_call_wake_close(xf_client *c, int fd) {
   if (!c || c->near_wake_fd <= 0)
     return;
-  xf__near_notify_remove(c->near, c->near_wake_fd);
+  c->ports.near->notify_remove(c->ports.self, c->near_wake_fd);
   close(c->near_wake_fd);
   c->near_wake_fd = 0;
   if (fd >= 0)
@@ -45,5 +44,6 @@ int xf_call_woken(const xf_call *call) {
   const xf__flow *f = call ? &call->f : NULL;
   return f && call->step == XF_STEP_WAIT && !call->backoff && f->wake_on_write &&
          f->state == XF__WAIT &&
-         xf__near_changed(f->c->near, f->key.data, f->key.len, f->near_token);
+         f->c->ports.near->changed(f->c->ports.self, f->key.data, f->key.len,
+                                   f->near_token);
 }
