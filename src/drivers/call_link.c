@@ -4,7 +4,6 @@
  * answers them in order; a call whose reply came (or whose stream failed)
  * moves on at once and is listed for the driver (xf_link_ready); a call the
  * engine allows to go once more waits for the next stream. */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include "client.h"
 #include "flow_steps.h"
 #include "link.h"
+#include "wake_pipe.h"
 
 static const xf__cmd readonly_cmd = {.argc = 1, .argv = {"READONLY"}, .lens = {8}};
 
@@ -100,14 +100,8 @@ static int submit(xf_link *k, xf_call *call, int64_t now_ms) {
  * invalidation, so that its parked calls' waits end on a write. */
 static int wake_open(xf_link *k) {
   int p[2];
-  if (pipe(p) != 0)
+  if (xf__wake_pipe_open(k->c, p) != XF_OK)
     return XF_ENOMEM;
-  for (int i = 0; i < 2; i++)
-    fcntl(p[i], F_SETFL, O_NONBLOCK), fcntl(p[i], F_SETFD, FD_CLOEXEC);
-  if (k->c->ports.near->notify_add(k->c->ports.self, p[1]) != XF_OK) {
-    close(p[0]), close(p[1]);
-    return XF_ENOMEM;
-  }
   k->wake_rd = p[0];
   k->wake_wr = p[1];
   k->c->link_wakes++;
@@ -117,8 +111,7 @@ static int wake_open(xf_link *k) {
 static void wake_close(xf_link *k) {
   if (k->wake_wr < 0)
     return;
-  k->c->ports.near->notify_remove(k->c->ports.self, k->wake_wr);
-  close(k->wake_wr), close(k->wake_rd);
+  xf__wake_pipe_close(k->c, k->wake_rd, k->wake_wr);
   k->wake_rd = k->wake_wr = -1;
   k->c->link_wakes--;
 }
