@@ -7,11 +7,10 @@
 #include "flow_steps.h"
 #include "policy.h"
 
-/* What every kind starts with: only what a step may read before writing it
- * (the flow is ~1 KiB, and a hit should not pay for clearing it), then the
- * checks (p: the policy to check, NULL = none). */
-/* Sets the flow up and builds its key, unless rc already failed the call (a
- * bad argument of the kind's own: nothing of the key is read then). */
+/* What every kind starts with: sets up only what a step may read before
+ * writing it (the flow is ~1 KiB, and a hit should not pay for clearing it),
+ * checks p (NULL = none) and builds the key, unless rc already failed the
+ * call (a bad argument of the kind's own: nothing of the key is read then). */
 static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kind,
                                                        const char *key, size_t keylen,
                                                        const xf_policy *p, xf_value *out,
