@@ -63,6 +63,7 @@ static void load_once_then_hit(int format, const char *cmd, long long reads) {
   int calls = 0;
   xf_value v[N];
   int rcs[N];
+  int64_t t0 = xft_now_ms(); /* the clock estimate is learned after this */
   cr_assert_eq(xf_get_or_compute_many(c, N, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
                XF_OK);
   expect_values(&k, N, v, rcs, XF_SOURCE_LOADER);
@@ -75,9 +76,18 @@ static void load_once_then_hit(int format, const char *cmd, long long reads) {
                  XF_OK);
     expect_values(&k, N, v, rcs, XF_SOURCE_CACHE);
     cr_expect_eq(calls, N, "no loader call for hits");
-    if (round == 1) { /* plain reads (the clock estimate is fresh), one write */
-      cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, 0, "no script for hits");
-      cr_expect_eq(xft_command_calls(r, cmd) - hm, reads, "%lld %s a batch", reads, cmd);
+    /* Round 1 reads plainly while the clock estimate learned since t0 is
+     * younger than half its refresh period (500 ms): judged exactly when
+     * the load and both rounds took less than that; on a busy machine, the
+     * estimate may be old and the batch's read goes as one read script. */
+    long long scripts = xft_command_calls(r, "evalsha_ro") - ro,
+              plain = xft_command_calls(r, cmd) - hm;
+    if (round == 1 && xft_now_ms() - t0 < 500) {
+      cr_expect_eq(scripts, 0, "no script for hits");
+      cr_expect_eq(plain, reads, "%lld %s a batch", reads, cmd);
+    } else if (round == 1) {
+      cr_expect_leq(scripts, 1, "%lld read scripts: one at most (one node)", scripts);
+      cr_expect_leq(plain, reads, "%lld %s, at most %lld", plain, cmd, reads);
     }
     cr_expect_eq(xft_command_calls(r, "evalsha") - rw, 0, "no lease or write for hits");
     free_values(v, N);
