@@ -116,3 +116,17 @@ def _wait(face, done, limit=10.0):
         else:
             time.sleep(0.02)
     assert done(), "the refresh off the request path answered unchanged"
+
+
+def test_format_1_entries_keep_no_validator_but_take_unchanged(face, server, prefix):
+    cache = face.Cache(server.url, prefix=prefix, entry_format=1)
+    given = []
+
+    def body(previous):
+        given.append(previous)
+        return xfetch.Validated("h1", "etag") if previous is None else xfetch.UNCHANGED
+    load = face.loader(body)
+    assert face.run(cache.get_or_compute("h", load, ttl=60, previous=True)) == "h1"
+    assert face.run(cache.get_or_compute("h", load, ttl=60, previous=True, **REFRESH)) == "h1"
+    assert given[1].value == "h1" and given[1].validator is None
+    assert cache.stats()["revalidated"] == 1
