@@ -76,6 +76,7 @@ Test(entry2, a_hit_is_one_get_and_a_batch_one_mget) {
   size_t lens[] = {8, 8, 8};
   xf_value v[3];
   int rcs[3];
+  int64_t t0 = xft_now_ms();                /* the clock estimate is learned after this */
   for (int round = 0; round < 3; round++) { /* load; learn the clock; plain */
     long long gets = xft_command_calls(r, "get"), mgets = xft_command_calls(r, "mget"),
               scripts =
@@ -87,12 +88,24 @@ Test(entry2, a_hit_is_one_get_and_a_batch_one_mget) {
       cr_expect_eq(rcs[i], XF_OK);
       xf_value_free(&v[i]);
     }
-    if (round == 2) {
-      cr_expect_eq(xft_command_calls(r, "get") - gets, 1, "the hit: one GET");
-      cr_expect_eq(xft_command_calls(r, "mget") - mgets, 1, "the batch: one MGET");
-      cr_expect_eq(xft_command_calls(r, "evalsha_ro") + xft_command_calls(r, "evalsha") -
-                       scripts,
-                   0, "no script");
+    /* Round 2 reads plainly while the clock estimate learned since t0 is
+     * younger than half its refresh period (500 ms): judged exactly when
+     * the three rounds took less than that; on a busy machine, the estimate
+     * may be old and a read goes as the read script (once each at most). */
+    long long get = xft_command_calls(r, "get") - gets,
+              mget = xft_command_calls(r, "mget") - mgets,
+              script = xft_command_calls(r, "evalsha_ro") +
+                       xft_command_calls(r, "evalsha") - scripts;
+    if (round == 2 && xft_now_ms() - t0 < 500) {
+      cr_expect_eq(get, 1, "the hit: one GET");
+      cr_expect_eq(mget, 1, "the batch: one MGET");
+      cr_expect_eq(script, 0, "no script");
+    } else if (round == 2) {
+      cr_expect_leq(get, 1, "the hit: %lld GETs", get);
+      cr_expect_leq(mget, 1, "the batch: %lld MGETs", mget);
+      cr_expect_leq(script, 2, "%lld scripts: a read script each at most", script);
+      cr_expect_eq(get + mget + script >= 2, 1, "each read sent: %lld",
+                   get + mget + script);
     }
   }
   cr_expect_eq(xft_loader_calls(&l), 4);

@@ -154,6 +154,87 @@ def test_get_and_get_many(face, server, prefix):
     assert batches == [["c", "d"]]
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["per_key", "batch_loader"])
+def test_get_many_keys_leased_with_a_stalled_load_stay_leased(face, server, prefix, batch):
+    """A get_many whose load stalls for more than twice the lease: the keys
+    it leased together and has not stored yet keep their leases, so another
+    client asking for one after the lease's length waits for the get_many's
+    value instead of loading it again (each key loaded once). The per-key
+    loader: s0 and s1 load fast, so s2 and s3 are leased together and s2
+    stalls while s3 waits its turn; the batch loader: its one call stalls.
+    Margins: renewals come every lease/3 = 1 s, so a renewal starved for up
+    to 2 s keeps the key; the other client asks 3.5 s after the stall began
+    (the 3 s lease + 0.5 s) and 3 s before it ends, so without renewals the
+    lease has run out by then and it loads the key too (2 loads)."""
+    lease, stall = 3.0, 6.5
+    keys = ["s0", "s1", "s2", "s3"]
+    asked = "s1" if batch else "s3"
+    loads = {k: 0 for k in keys}
+    stalled = []
+
+    def slow(key):
+        if key == "s2" or batch:
+            stalled.append(key)
+            return stall
+        return 0.001
+
+    def store(key):
+        loads[key] += 1
+        return f"v-{key}".encode()
+    if face.aio:
+        import asyncio
+
+        async def one(key):
+            await asyncio.sleep(slow(key))
+            return store(key)
+
+        async def many(ks):
+            await asyncio.sleep(slow(None))
+            return {k: store(k) for k in ks}
+    else:
+        def one(key):
+            time.sleep(slow(key))
+            return store(key)
+
+        def many(ks):
+            time.sleep(slow(None))
+            return {k: store(k) for k in ks}
+    cache = face.Cache(server.url, prefix=prefix)
+    other = face.Cache(server.url, prefix=prefix)
+    policy = dict(ttl=60, lease=lease, wait=60)
+    got, err = {}, []
+    if face.aio:
+        async def main():
+            task = asyncio.ensure_future(
+                cache.get_many(keys, many if batch else one, batch=batch, **policy))
+            while not stalled:
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(lease + 0.5)
+            value = await other.get_or_compute(asked, lambda: store(asked), **policy)
+            got.update(await task)
+            return value
+        value = face.run(main())
+    else:
+        import threading
+
+        def run():
+            try:
+                got.update(cache.get_many(keys, many if batch else one, batch=batch, **policy))
+            except Exception as e:  # noqa: B902 - asserted below
+                err.append(e)
+        th = threading.Thread(target=run)
+        th.start()
+        while not stalled:
+            time.sleep(0.001)
+        time.sleep(lease + 0.5)
+        value = other.get_or_compute(asked, lambda: store(asked), **policy)
+        th.join()
+    assert not err, err
+    assert got == {k: f"v-{k}".encode() for k in keys}
+    assert value == f"v-{asked}".encode()
+    assert loads == {k: 1 for k in keys}, loads
+
+
 def test_get_many_of_warm_keys_sends_one_mget(face, server, admin, prefix):
     """A get_many of N warm keys on standalone reads them with one MGET, on
     both faces (INFO commandstats of the session's server; the connection's
