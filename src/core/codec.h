@@ -1,6 +1,6 @@
 /* Compressed values: the zstd codec of an entry's value (entry header flag
- * 128, entry_string.c). No I/O; the only state is one
- * decompression context per thread (freed when the thread ends). */
+ * 128, entry_string.c). No I/O; the only state is a decompression context
+ * kept on the runtime (its calls run one at a time). */
 #ifndef XF_CODEC_H
 #define XF_CODEC_H
 
@@ -22,5 +22,8 @@ int xf__codec_pack(const char *src, size_t len, char **out, size_t *outlen);
  * as is any corrupt frame; XF_ENOMEM; else XF_OK. */
 int xf__codec_unpack(xf__runtime *rt, const char *src, size_t len, size_t cap, size_t extra,
                      char **out, size_t *outlen);
+
+/* Frees the runtime's decompression context (its client closes). */
+void xf__codec_release(xf__runtime *rt);
 
 #endif

@@ -64,7 +64,8 @@
   int64_t near_elect_expiry_ms; /* near_elect: the entry drawn on (its Redis */            \
   int64_t near_elect_delta_us;  /* expiry and delta) */                                    \
   xf__ports ports; /* what the flow calls of the near cache, the share and the loads in    \
-                      progress (ports.h) */
+                      progress (ports.h) */                                                \
+  void *dctx;      /* the zstd decompression context of its decodes (codec.c), or NULL */
 
 typedef struct xf__config {
   XF__CONFIG_FIELDS

@@ -14,6 +14,7 @@
 
 #include "client.h"
 #include "client_io.h"
+#include "codec.h"
 #include "reply.h"
 #include "script.h"
 #include "share.h"
@@ -191,6 +192,7 @@ void xf_client_close(xf_client *c) {
   free(c->ns);
   free(c->opened_with);
   xf__buf_free(&c->request);
+  xf__codec_release(&c->rt);
   xf__share_unref(c->share); /* after its connections: they report to its near cache */
   free(c);
 }

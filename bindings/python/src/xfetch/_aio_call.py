@@ -48,10 +48,7 @@ async def steps(cache, call, loader=None, key=None, kb=None):
                 step = lib.xf_call_received(call, now_ms())  # in this task: its events
             else:  # XF_CALL_LOAD
                 t0 = _monotonic()
-                if lib.xf_call_load_deadline(call) == _NEVER:
-                    step, exc = await _load(cache, call, loader, kb)
-                else:  # soft_timeout, hard_timeout
-                    step, exc = await _load_bounded(cache, call, loader, kb, key)
+                step, exc = await _load(cache, call, loader, kb, key)
                 took = _monotonic() - t0
     except BaseException:
         if moving is not None and not moving.done():
@@ -65,19 +62,60 @@ async def steps(cache, call, loader=None, key=None, kb=None):
     return exc, took
 
 
-async def _load(cache, call, loader, kb):
+async def _load(cache, call, loader, kb, key):
     """Runs the loader into the call's sink (C xf_sink: bytes, None for not
     found, a result with its own ttl; a wrong type or size raises as on the
-    sync face). Returns (next step, the loader's Exception or None)."""
-    keeper = None
-    if lib.xf_call_renew_at(call) != _NEVER:  # the loop renews its lease meanwhile
-        keeper = asyncio.get_running_loop().create_task(_keep_lease(cache, call))
+    sync face). Returns (next step, the loader's Exception or None). While
+    it runs, the call's times (C xf_call_load_deadline, xf_call_renew_at)
+    are kept by _watch: then the loader runs as a task."""
+    sink = lib.xf_call_sink(call)
+    if lib.xf_call_load_deadline(call) == _NEVER and lib.xf_call_renew_at(call) == _NEVER:
+        return _feed(cache, call, kb, *await _value(cache, loader, kb, sink))
+    work = asyncio.get_running_loop().create_task(_value(cache, loader, kb, sink))
     try:
-        got = await _value(cache, loader, kb, lib.xf_call_sink(call))
-    finally:
-        if keeper is not None:  # cancelled before the call moves on: it never sees it again
-            keeper.cancel()
-    return _feed(cache, call, kb, *got)
+        if await _watch(cache, call, work, True):  # timed out: the load moved to a call
+            moved = lib.xf_call_take_refresh(call)
+            cache._track(_finish_moved(cache, moved, work, kb, key))
+            return 3, None  # XF_CALL_DONE
+    except BaseException:
+        work.cancel()
+        raise
+    return _feed(cache, call, kb, *work.result())
+
+
+async def _watch(cache, call, work, bounded):
+    """Awaits work (call's loader, in XF_CALL_LOAD) doing what the C call
+    asks at its times: a lease renewal (xf_call_renew_at,
+    xf_call_start_renew: a call of its own, driven as a task) and, bounded,
+    the timeout (xf_call_load_deadline, xf_call_load_timeout: a soft or hard
+    timeout; a plain loader runs on the loop, it cannot be timed out).
+    Returns True when the call timed out (ended: its load moved)."""
+    out = ffi.new("xf_call **")
+    while not work.done():
+        deadline = lib.xf_call_load_deadline(call) if bounded else _NEVER
+        at = min(deadline, lib.xf_call_renew_at(call))
+        left = None if at == _NEVER else (at - now_ms()) / 1000
+        if left is None or left > 0:
+            await asyncio.wait((work,), timeout=left)
+        if work.done():
+            break
+        now = now_ms()
+        if now >= deadline:
+            if lib.xf_call_load_timeout(call, now) == 3:  # XF_CALL_DONE
+                return True
+            bounded = False  # no memory to move the load: wait for it
+        elif lib.xf_call_start_renew(out, call, now) != 0:
+            await work  # nothing more to renew
+        elif out[0] != ffi.NULL:
+            cache._track(_renew(cache, out[0]))
+    return False
+
+
+async def _renew(cache, renew):
+    """Drives a lease renewal to its end (its failure waits for the next)."""
+    await steps(cache, renew)  # cancelled: finished in the background there
+    lib.xf_call_result(renew, ffi.NULL)
+    lib.xf_call_free(renew)
 
 
 async def _value(cache, loader, kb, sink):
@@ -110,52 +148,16 @@ def _feed(cache, call, kb, value, exc, took_us):
     return lib.xf_call_load_done(call, 0, took_us, now_ms()), None
 
 
-async def _load_bounded(cache, call, loader, kb, key):
-    """_load under a soft or hard timeout (C xf_call_load_deadline): the
-    loader runs as a task; past the deadline the call ends with what it had
-    (xf_call_load_timeout) and the load goes on as a task the Cache tracks,
-    fed into the call it moved to and driven to its write. A plain (not
-    async) loader runs on the loop: it cannot be timed out."""
-    loop = asyncio.get_running_loop()
-    work = loop.create_task(_value(cache, loader, kb, lib.xf_call_sink(call)))
-    keeper = None
-    if lib.xf_call_renew_at(call) != _NEVER:
-        keeper = loop.create_task(_keep_lease(cache, call))
-    try:
-        left = (lib.xf_call_load_deadline(call) - now_ms()) / 1000
-        if left > 0:
-            await asyncio.wait((work,), timeout=left)
-        if not work.done():
-            step = lib.xf_call_load_timeout(call, now_ms())
-            if step == 3:  # XF_CALL_DONE: the load moved to a call of its own
-                moved = lib.xf_call_take_refresh(call)
-                cache._track(_finish_moved(cache, moved, work, kb, key))
-                return step, None
-            await work  # no memory to move it: wait for it
-    except BaseException:
-        work.cancel()
-        raise
-    finally:
-        if keeper is not None:
-            keeper.cancel()
-    return _feed(cache, call, kb, *work.result())
-
-
 async def _finish_moved(cache, call, work, kb, key):
     """A load a timed-out call left (work, its loader's task): renews its
     lease until the loader returns, then feeds it and drives its write."""
-    keeper = None
-    if lib.xf_call_renew_at(call) != _NEVER:
-        keeper = asyncio.get_running_loop().create_task(_keep_lease(cache, call))
     try:
+        await _watch(cache, call, work, False)
         got = await work
     except BaseException:  # closing: the lease is released, the load dropped
         work.cancel()
         abandoned(cache._links, call)
         raise
-    finally:
-        if keeper is not None:
-            keeper.cancel()
     _, exc = _feed(cache, call, kb, *got)
     await steps(cache, call)  # cancelled: abandoned there
     try:
@@ -167,29 +169,6 @@ async def _finish_moved(cache, call, work, kb, key):
     finally:
         exc = None
         lib.xf_call_free(call)
-
-
-async def _keep_lease(cache, call):
-    """Renews the lease of call, in XF_CALL_LOAD, while its loader is awaited
-    (C xf_call_renew_at, xf_call_start_renew: every third of the lease, up to
-    max_load_ms); cancelled once the loader returned. A renewal's failure
-    waits for the next one."""
-    out = ffi.new("xf_call **")
-    while True:
-        at = lib.xf_call_renew_at(call)
-        if at == _NEVER:
-            return
-        delay = (at - now_ms()) / 1000
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if lib.xf_call_start_renew(out, call, now_ms()) != 0:
-            return
-        renew = out[0]
-        if renew == ffi.NULL:
-            continue
-        await steps(cache, renew)  # cancelled: finished in the background there
-        lib.xf_call_result(renew, ffi.NULL)
-        lib.xf_call_free(renew)
 
 
 def abandoned(links, call):
