@@ -63,6 +63,7 @@ static void load_once_then_hit(int format, const char *cmd, long long reads) {
   int calls = 0;
   xf_value v[N];
   int rcs[N];
+  int64_t learning = xft_now_ms(); /* the loads' scripts teach the clock after it */
   cr_assert_eq(xf_get_or_compute_many(c, N, k.ptr, k.len, &p, key_loader, &calls, v, rcs),
                XF_OK);
   expect_values(&k, N, v, rcs, XF_SOURCE_LOADER);
@@ -75,9 +76,21 @@ static void load_once_then_hit(int format, const char *cmd, long long reads) {
                  XF_OK);
     expect_values(&k, N, v, rcs, XF_SOURCE_CACHE);
     cr_expect_eq(calls, N, "no loader call for hits");
-    if (round == 1) { /* plain reads (the clock estimate is fresh), one write */
-      cr_expect_eq(xft_command_calls(r, "evalsha_ro") - ro, 0, "no script for hits");
-      cr_expect_eq(xft_command_calls(r, cmd) - hm, reads, "%lld %s a batch", reads, cmd);
+    long long scripts = xft_command_calls(r, "evalsha_ro") - ro,
+              plain = xft_command_calls(r, cmd) - hm;
+    /* Hits are plain reads while the clock estimate is fresh: younger than
+     * half its refresh period (XF_CLOCK_REFRESH_MS / 2, 500 ms). It was
+     * learned after `learning`, so it is fresh through this round if the
+     * loads and both rounds took less than that (12-30 ms on a quiet
+     * machine: a 15x margin). Judged exactly then; past it (a busy machine),
+     * round 1 may refresh the estimate: one read script for the batch (its
+     * own reads counted too), never more reads of cmd than a fresh round. */
+    if (round == 1 && xft_now_ms() - learning < XF_CLOCK_REFRESH_MS / 2) {
+      cr_expect_eq(scripts, 0, "no script for hits");
+      cr_expect_eq(plain, reads, "%lld %s a batch", reads, cmd);
+    } else if (round == 1) {
+      cr_expect_leq(scripts, 1, "%lld read scripts: one refresh at most", scripts);
+      cr_expect_leq(plain, reads, "%lld %s, want %lld at most", plain, cmd, reads);
     }
     cr_expect_eq(xft_command_calls(r, "evalsha") - rw, 0, "no lease or write for hits");
     free_values(v, N);

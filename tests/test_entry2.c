@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "entry.h"
 #include "entry2_util.h"
 #include "entry_io.h"
@@ -76,10 +77,10 @@ Test(entry2, a_hit_is_one_get_and_a_batch_one_mget) {
   size_t lens[] = {8, 8, 8};
   xf_value v[3];
   int rcs[3];
+  int64_t learning = xft_now_ms();          /* the clock is learned after it */
   for (int round = 0; round < 3; round++) { /* load; learn the clock; plain */
     long long gets = xft_command_calls(r, "get"), mgets = xft_command_calls(r, "mget"),
-              scripts =
-                  xft_command_calls(r, "evalsha_ro") + xft_command_calls(r, "evalsha");
+              ro = xft_command_calls(r, "evalsha_ro"), rw = xft_command_calls(r, "evalsha");
     cr_assert_eq(xf_get_or_compute(c, "e2:hit", 6, &p, xft_load, &l, v), XF_OK);
     xf_value_free(v);
     cr_assert_eq(xf_get_or_compute_many(c, 3, keys, lens, &p, xft_load, &l, v, rcs), XF_OK);
@@ -87,13 +88,27 @@ Test(entry2, a_hit_is_one_get_and_a_batch_one_mget) {
       cr_expect_eq(rcs[i], XF_OK);
       xf_value_free(&v[i]);
     }
-    if (round == 2) {
-      cr_expect_eq(xft_command_calls(r, "get") - gets, 1, "the hit: one GET");
-      cr_expect_eq(xft_command_calls(r, "mget") - mgets, 1, "the batch: one MGET");
-      cr_expect_eq(xft_command_calls(r, "evalsha_ro") + xft_command_calls(r, "evalsha") -
-                       scripts,
-                   0, "no script");
+    if (round < 2)
+      continue;
+    gets = xft_command_calls(r, "get") - gets;
+    mgets = xft_command_calls(r, "mget") - mgets;
+    ro = xft_command_calls(r, "evalsha_ro") - ro;
+    rw = xft_command_calls(r, "evalsha") - rw;
+    /* Round 2 reads plainly while the clock estimate learned since `learning`
+     * is fresh: younger than XF_CLOCK_REFRESH_MS / 2 (500 ms); the three
+     * rounds took 2-30 ms on a quiet machine (a 15x margin). Judged exactly
+     * then; past it (a busy machine) each call may refresh the estimate with
+     * one read script (whose own read counts too), and nothing is written. */
+    if (xft_now_ms() - learning < XF_CLOCK_REFRESH_MS / 2) {
+      cr_expect_eq(gets, 1, "the hit: one GET");
+      cr_expect_eq(mgets, 1, "the batch: one MGET");
+      cr_expect_eq(ro, 0, "no read script");
+    } else {
+      cr_expect_leq(gets, 1, "%lld GETs for the hit", gets);
+      cr_expect_leq(mgets, 1, "%lld MGETs for the batch", mgets);
+      cr_expect_leq(ro, 2, "%lld read scripts: one per call at most", ro);
     }
+    cr_expect_eq(rw, 0, "no lease or write for hits");
   }
   cr_expect_eq(xft_loader_calls(&l), 4);
   redisFree(r);
