@@ -17,6 +17,8 @@ xf_client *near_client(int port, xf_share *share, const char *user, const char *
   o.password = password;
   o.seed = 7;
   o.entry_format = xft_entry_format(); /* XFT_ENTRY_FORMAT, as the fixture's clients */
+  /* Patient, as the fixture's clients: no near-cache test is about a timeout */
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_PATIENT_MS;
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
 #include "entry.h"
 #include "entry2_util.h"
 #include "entry_io.h"
@@ -77,10 +76,11 @@ Test(entry2, a_hit_is_one_get_and_a_batch_one_mget) {
   size_t lens[] = {8, 8, 8};
   xf_value v[3];
   int rcs[3];
-  int64_t learning = xft_now_ms();          /* the clock is learned after it */
+  int64_t t0 = xft_now_ms();                /* the clock estimate is learned after this */
   for (int round = 0; round < 3; round++) { /* load; learn the clock; plain */
     long long gets = xft_command_calls(r, "get"), mgets = xft_command_calls(r, "mget"),
-              ro = xft_command_calls(r, "evalsha_ro"), rw = xft_command_calls(r, "evalsha");
+              scripts =
+                  xft_command_calls(r, "evalsha_ro") + xft_command_calls(r, "evalsha");
     cr_assert_eq(xf_get_or_compute(c, "e2:hit", 6, &p, xft_load, &l, v), XF_OK);
     xf_value_free(v);
     cr_assert_eq(xf_get_or_compute_many(c, 3, keys, lens, &p, xft_load, &l, v, rcs), XF_OK);
@@ -88,27 +88,25 @@ Test(entry2, a_hit_is_one_get_and_a_batch_one_mget) {
       cr_expect_eq(rcs[i], XF_OK);
       xf_value_free(&v[i]);
     }
-    if (round < 2)
-      continue;
-    gets = xft_command_calls(r, "get") - gets;
-    mgets = xft_command_calls(r, "mget") - mgets;
-    ro = xft_command_calls(r, "evalsha_ro") - ro;
-    rw = xft_command_calls(r, "evalsha") - rw;
-    /* Round 2 reads plainly while the clock estimate learned since `learning`
-     * is fresh: younger than XF_CLOCK_REFRESH_MS / 2 (500 ms); the three
-     * rounds took 2-30 ms on a quiet machine (a 15x margin). Judged exactly
-     * then; past it (a busy machine) each call may refresh the estimate with
-     * one read script (whose own read counts too), and nothing is written. */
-    if (xft_now_ms() - learning < XF_CLOCK_REFRESH_MS / 2) {
-      cr_expect_eq(gets, 1, "the hit: one GET");
-      cr_expect_eq(mgets, 1, "the batch: one MGET");
-      cr_expect_eq(ro, 0, "no read script");
-    } else {
-      cr_expect_leq(gets, 1, "%lld GETs for the hit", gets);
-      cr_expect_leq(mgets, 1, "%lld MGETs for the batch", mgets);
-      cr_expect_leq(ro, 2, "%lld read scripts: one per call at most", ro);
+    /* Round 2 reads plainly while the clock estimate learned since t0 is
+     * younger than half its refresh period (500 ms): judged exactly when
+     * the three rounds took less than that; on a busy machine, the estimate
+     * may be old and a read goes as the read script (once each at most). */
+    long long get = xft_command_calls(r, "get") - gets,
+              mget = xft_command_calls(r, "mget") - mgets,
+              script = xft_command_calls(r, "evalsha_ro") +
+                       xft_command_calls(r, "evalsha") - scripts;
+    if (round == 2 && xft_now_ms() - t0 < 500) {
+      cr_expect_eq(get, 1, "the hit: one GET");
+      cr_expect_eq(mget, 1, "the batch: one MGET");
+      cr_expect_eq(script, 0, "no script");
+    } else if (round == 2) {
+      cr_expect_leq(get, 1, "the hit: %lld GETs", get);
+      cr_expect_leq(mget, 1, "the batch: %lld MGETs", mget);
+      cr_expect_leq(script, 2, "%lld scripts: a read script each at most", script);
+      cr_expect_eq(get + mget + script >= 2, 1, "each read sent: %lld",
+                   get + mget + script);
     }
-    cr_expect_eq(rw, 0, "no lease or write for hits");
   }
   cr_expect_eq(xft_loader_calls(&l), 4);
   redisFree(r);

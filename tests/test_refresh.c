@@ -375,18 +375,33 @@ static int keep_refresh(xf_refresh *r, void *ud) {
   return 0;
 }
 
-Test(refresh, a_user_executor_gets_the_refresh_to_run_or_drop) {
-  xf_options o = XF_OPTIONS_INIT;
-  char host[32];
-  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
-  o.host = host;
-  o.refresh_executor = keep_refresh;
+/* Options of a client of the fixture's server whose refreshes go to
+ * keep_refresh (host: the caller's buffer, as long as o is used). */
+static void executor_options(xf_options *o, char *host, size_t hostlen) {
+  *o = (xf_options)XF_OPTIONS_INIT;
+  snprintf(host, hostlen, "127.0.0.1:%d", xft_port());
+  o->host = host;
+  o->refresh_executor = keep_refresh;
+}
+
+/* A blocking client opened with o that loads key, then finds it due: its
+ * refresh goes to the executor (kept, unless refused). */
+static handle executor_handle_due(const xf_options *o, const char *key) {
   handle h = {.d = DRIVER_BLOCKING};
-  cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
-  const char *key = "refresh:executor";
+  cr_assert_eq(xf_client_open(&h.client, o), XF_OK);
   char v[32];
   cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_LOADER);
   cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  return h;
+}
+
+Test(refresh, a_user_executor_gets_the_refresh_to_run_or_drop) {
+  xf_options o;
+  char host[32];
+  executor_options(&o, host, sizeof host);
+  const char *key = "refresh:executor";
+  handle h = executor_handle_due(&o, key);
+  char v[32];
   cr_assert_not_null(kept, "the executor took it");
   cr_expect_eq(calls(), 1, "not run in the call");
   size_t len;
@@ -424,17 +439,11 @@ Test(refresh, a_user_executor_gets_the_refresh_to_run_or_drop) {
  * (a sleep, at least that long on any machine) and the loader ~2 ms; the
  * delta must be at least 200 ms, whatever the machine adds. */
 Test(refresh, a_late_refresh_counts_its_wait_in_the_entrys_delta) {
-  xf_options o = XF_OPTIONS_INIT;
+  xf_options o;
   char host[32];
-  snprintf(host, sizeof host, "127.0.0.1:%d", xft_port());
-  o.host = host;
-  o.refresh_executor = keep_refresh;
-  handle h = {.d = DRIVER_BLOCKING};
-  cr_assert_eq(xf_client_open(&h.client, &o), XF_OK);
+  executor_options(&o, host, sizeof host);
   const char *key = "refresh:late";
-  char v[32];
-  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_LOADER);
-  cr_assert_eq(get(&h, key, v, sizeof v), XF_SOURCE_CACHE);
+  handle h = executor_handle_due(&o, key);
   cr_assert_not_null(kept, "the executor took the refresh");
   xft_sleep_ms(200); /* the worker is late */
   cr_assert_eq(xf_refresh_run(kept, NULL, NULL), XF_OK);

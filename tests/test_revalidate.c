@@ -351,3 +351,108 @@ Test(revalidate, the_previous_versions_reader_sees_a_validated_entry_as_a_miss) 
   redisFree(r);
   xft_drv_close(d);
 }
+
+/* Off the request path: a background refresh (the share's refresh workers)
+ * and a load that ran past its soft timeout (it goes on on the share's
+ * workers) answer "unchanged": the entry is touched, not rewritten. On the
+ * drivers whose loads run there: a pool and a blocking client, each with a
+ * share. The loader sleeps 300 ms on the soft-timeout path (soft timeout
+ * 50 ms); the outcome is polled for up to 10 s, far above that on a busy
+ * machine. */
+typedef struct off_path_case {
+  int pool;         /* 0: a blocking client */
+  int soft_timeout; /* 0: background_refresh */
+} off_path_case;
+
+typedef struct off_path_loader {
+  int delay_ms;
+  int calls;        /* atomic: the loader runs on a worker */
+  int had_previous; /* atomic */
+} off_path_loader;
+
+static int unchanged_off_path(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  off_path_loader *l = ud;
+  __atomic_add_fetch(&l->calls, 1, __ATOMIC_ACQ_REL);
+  if (l->delay_ms)
+    xft_sleep_ms(l->delay_ms);
+  const void *prev = NULL;
+  size_t n = 0;
+  if (!xf_sink_previous(sink, &prev, &n, NULL))
+    return xf_sink_set(sink, "fresh", 5) == XF_OK ? 0 : -1;
+  __atomic_store_n(&l->had_previous, 1, __ATOMIC_RELEASE);
+  return xf_sink_unchanged(sink) == XF_OK ? 0 : -1;
+}
+
+ParameterizedTestParameters(revalidate, a_load_off_the_request_path_answers_unchanged) {
+  static off_path_case cases[] = {{0, 0}, {1, 0}, {0, 1}, {1, 1}};
+  return cr_make_param_array(off_path_case, cases, 4);
+}
+
+ParameterizedTest(off_path_case *c, revalidate,
+                  a_load_off_the_request_path_answers_unchanged) {
+  const char *name = c->soft_timeout ? "soft_timeout" : "background";
+  char key[64];
+  snprintf(key, sizeof key, "rv:off:%s:%s", name, c->pool ? "pool" : "blocking");
+  redisContext *r = xft_redis();
+  freeReplyObject(xft_cmd(r, "DEL %s", key));
+  xf_client *w = xft_client(0);
+  xf_policy set = revalidate_policy();
+  cr_assert_eq(xf_set(w, key, strlen(key), "o1", 2, &set), XF_OK);
+  xf_client_close(w);
+  freeReplyObject(xft_cmd(r, "PEXPIRE %s 5000", key)); /* so the extension shows */
+
+  xf_share *s;
+  cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
+  int events = 0;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.entry_format = xft_entry_format();
+  o.on_event = count_revalidated;
+  o.on_event_ud = &events;
+  o.share = s;
+  xf_pool *pool = NULL;
+  xf_client *client = NULL;
+  if (c->pool)
+    cr_assert_eq(xf_pool_open(&pool, &o, 2, 0), XF_OK);
+  else
+    cr_assert_eq(xf_client_open(&client, &o), XF_OK);
+
+  xf_policy p = revalidate_policy();
+  p.refresh_ahead = -1; /* XFetch, beta infinite: every call is elected */
+  p.beta = INFINITY;
+  off_path_loader l = {0};
+  if (c->soft_timeout) {
+    p.background_refresh = XF_BACKGROUND_OFF;
+    p.soft_timeout_ms = 50;
+    l.delay_ms = 300;
+  } else {
+    p.background_refresh = XF_BACKGROUND_ON;
+  }
+  xf_value v;
+  int rc =
+      pool ? xf_pool_get_or_compute(pool, key, strlen(key), &p, unchanged_off_path, &l, &v)
+           : xf_get_or_compute(client, key, strlen(key), &p, unchanged_off_path, &l, &v);
+  cr_assert_eq(rc, XF_OK, "%s: rc %d", name, rc);
+  cr_expect_str_eq(v.data, "o1", "%s: the current value, at once", name);
+  xf_value_free(&v);
+  for (int i = 0; i < 1000 && __atomic_load_n(&events, __ATOMIC_ACQUIRE) < 1; i++)
+    xft_sleep_ms(10);
+  cr_expect_eq(__atomic_load_n(&events, __ATOMIC_ACQUIRE), 1, "%s: XF_EV_REVALIDATED",
+               name);
+  cr_expect_eq(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1, "%s: loads", name);
+  cr_expect(__atomic_load_n(&l.had_previous, __ATOMIC_ACQUIRE),
+            "%s: the loader was given no previous value", name);
+  long long ms = pttl(key);
+  cr_expect(ms > 30000, "%s: PTTL %lld: the entry's life not extended", name, ms);
+  xf_client *g = xft_client(0);
+  cr_expect_eq(xf_get(g, key, strlen(key), &v), XF_OK);
+  if (v.data)
+    cr_expect_str_eq(v.data, "o1", "%s: the kept value", name);
+  xf_value_free(&v);
+  xf_client_close(g);
+  xf_pool_close(pool);
+  xf_client_close(client);
+  xf_share_close(s);
+  redisFree(r);
+}

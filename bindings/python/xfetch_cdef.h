@@ -139,6 +139,7 @@ typedef struct xf_policy {
 } xf_policy;
 #define XF_MAX_TAGS 15
 #define XF_MAX_TAG_LEN 200
+#define XF_MAX_VALIDATOR 255
 
 typedef enum xf_source {
   XF_SOURCE_CACHE = 0,

@@ -25,8 +25,21 @@ enum {
   XF__TOUCH  /* a value the loader found unchanged: its entry extended (touch.lua) */
 };
 
-/* Encodes and asks for the command of state. */
-xf__step xf__flow_send(xf__flow *f, int state);
+/* Encodes the command of the current state (again, after a SCRIPT LOAD). */
+xf__step xf__flow_encode(xf__flow *f);
+
+/* Encodes and asks for the command of state. Inline: a hit's start sends
+ * its read without a call. */
+static inline xf__step xf__flow_send(xf__flow *f, int state) {
+  f->state = state;
+  if (state == XF__READ) { /* plain, unless the transport keeps no clock estimate */
+    f->plain_read = f->rt->plain_hits;
+    f->read_format = f->cfg->entry_format; /* the format this client writes */
+    f->format_switched = 0;
+  }
+  f->script_retried = 0;
+  return xf__flow_encode(f);
+}
 
 /* Ends the call with rc, freeing what the flow holds. */
 xf__step xf__flow_done(xf__flow *f, int rc);

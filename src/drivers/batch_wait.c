@@ -8,12 +8,12 @@
  * sleep on a wake pipe the near cache writes a byte to on every
  * invalidation (as xf_call_wake_open's), opened for the batch's first such
  * wait and closed with the batch. */
-#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
 #include "batch.h"
 #include "flow_steps.h"
+#include "wake_pipe.h"
 
 #define SLICE_MS 50 /* how often a sleeping batch asks options.interrupt */
 
@@ -41,13 +41,8 @@ static int open_pipe(batch *b) {
   if (b->wake_rd > 0)
     return 1;
   int p[2];
-  if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0)
+  if (xf__wake_pipe_open(b->c, p) != XF_OK)
     return 0;
-  if (b->c->ports.near->notify_add(b->c->ports.self, p[1]) != XF_OK) {
-    close(p[0]);
-    close(p[1]);
-    return 0;
-  }
   b->wake_rd = p[0];
   b->wake_wr = p[1];
   return 1;
@@ -56,9 +51,7 @@ static int open_pipe(batch *b) {
 void xf__batch_wake_close(batch *b) {
   if (b->wake_rd <= 0)
     return;
-  b->c->ports.near->notify_remove(b->c->ports.self, b->wake_wr);
-  close(b->wake_wr);
-  close(b->wake_rd);
+  xf__wake_pipe_close(b->c, b->wake_rd, b->wake_wr);
   b->wake_rd = b->wake_wr = 0;
 }
 

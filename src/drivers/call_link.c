@@ -4,64 +4,21 @@
  * answers them in order; a call whose reply came (or whose stream failed)
  * moves on at once and is listed for the driver (xf_link_ready); a call the
  * engine allows to go once more waits for the next stream. */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "call.h"
+#include "call_link.h"
 #include "client.h"
-#include "cluster.h"
-#include "entry.h"
 #include "flow_steps.h"
 #include "link.h"
-#include "near_impl.h"
-
-/* Where a call sent on a link is (xf_call.on_link): on the wire, waiting for
- * a stream, moved (listed for xf_link_ready), or parked in its XF_CALL_WAIT. */
-enum { ON_NONE, ON_WIRE, ON_WAIT, ON_READY, ON_PARKED };
-
-/* What xf_call_received takes in (xf_call.got_set): a reply or the link's
- * failure, or the end of a parked call's wait. */
-enum { GOT_NONE, GOT_REPLY, GOT_WAKE };
-
-typedef struct calls {
-  xf_call **at;
-  size_t len, cap;
-} calls;
-
-struct xf_link {
-  xf__link l;
-  xf_client *c;
-  char *host;
-  int64_t now_ms;  /* the input being handled: the completions' time */
-  size_t attached; /* calls sent and not yet taken out */
-  calls waiting;   /* for a stream */
-  calls ready;     /* moved, oldest first from ready_at */
-  size_t ready_at;
-  calls parked; /* in XF_CALL_WAIT (xf_call_park) */
-  int wake_rd;  /* the wake pipe (with a near cache; else -1): a byte on */
-  int wake_wr;  /* every invalidation */
-};
-
-/* The calls whose first reads go as one MGET: the command and who is in it. */
-typedef struct xf__many {
-  xf_link *k;
-  size_t n;
-  xf_call **calls; /* NULL where a call was freed meanwhile */
-  const char **keys;
-  size_t *lens;
-  xf__cmd cmd;
-  xf__clock *clock; /* whose server answered: each call's */
-  xf__track track;  /* whose tracking it came under: each call's */
-} xf__many;
+#include "wake_pipe.h"
 
 static const xf__cmd readonly_cmd = {.argc = 1, .argv = {"READONLY"}, .lens = {8}};
 
-/* Room in both lists for every call attached: the engine's completions
- * never allocate. */
-static int reserve(calls *v, size_t n) {
+int xf__calls_reserve(calls *v, size_t n) {
   if (v->cap >= n)
     return XF_OK;
   size_t cap = v->cap ? 2 * v->cap : 16;
@@ -75,8 +32,7 @@ static int reserve(calls *v, size_t n) {
   return XF_OK;
 }
 
-/* The call moved: rc XF_OK with r, or the link's failure rc. */
-static void moved(xf_link *k, xf_call *call, xf__reply *r, int rc) {
+void xf__link_moved(xf_link *k, xf_call *call, xf__reply *r, int rc) {
   call->on_link = ON_READY;
   k->ready.at[k->ready.len++] = call;
   call->got = r;
@@ -117,7 +73,7 @@ static void on_reply(xf__link *l, void *ud, int rc, xf__reply **reply) {
     r = *reply;
     *reply = NULL;
   }
-  moved(k, call, r, r || rc != XF_OK ? rc : XF_EIO);
+  xf__link_moved(k, call, r, r || rc != XF_OK ? rc : XF_EIO);
 }
 
 /* Puts the call's commands on the live stream. */
@@ -144,14 +100,8 @@ static int submit(xf_link *k, xf_call *call, int64_t now_ms) {
  * invalidation, so that its parked calls' waits end on a write. */
 static int wake_open(xf_link *k) {
   int p[2];
-  if (pipe(p) != 0)
+  if (xf__wake_pipe_open(k->c, p) != XF_OK)
     return XF_ENOMEM;
-  for (int i = 0; i < 2; i++)
-    fcntl(p[i], F_SETFL, O_NONBLOCK), fcntl(p[i], F_SETFD, FD_CLOEXEC);
-  if (xf__near_notify_add(k->c->near, p[1]) != XF_OK) {
-    close(p[0]), close(p[1]);
-    return XF_ENOMEM;
-  }
   k->wake_rd = p[0];
   k->wake_wr = p[1];
   k->c->link_wakes++;
@@ -161,8 +111,7 @@ static int wake_open(xf_link *k) {
 static void wake_close(xf_link *k) {
   if (k->wake_wr < 0)
     return;
-  xf__near_notify_remove(k->c->near, k->wake_wr);
-  close(k->wake_wr), close(k->wake_rd);
+  xf__wake_pipe_close(k->c, k->wake_rd, k->wake_wr);
   k->wake_rd = k->wake_wr = -1;
   k->c->link_wakes--;
 }
@@ -205,7 +154,7 @@ static void flush_waiting(xf_link *k, int rc, int64_t now_ms) {
     xf_call *call = k->waiting.at[i];
     int sent = rc == XF_OK ? submit(k, call, now_ms) : rc;
     if (sent != XF_OK)
-      moved(k, call, NULL, sent);
+      xf__link_moved(k, call, NULL, sent);
   }
 }
 
@@ -298,8 +247,8 @@ int xf_call_park(xf_call *call, xf_link *k, int64_t now_ms) {
   if (!call || !k || call->step != XF_STEP_WAIT || call->on_link != ON_NONE ||
       call->got_set)
     return XF_EINVAL;
-  if (reserve(&k->ready, k->ready.len + k->attached + 1) != XF_OK ||
-      reserve(&k->parked, k->attached + 1) != XF_OK)
+  if (xf__calls_reserve(&k->ready, k->ready.len + k->attached + 1) != XF_OK ||
+      xf__calls_reserve(&k->parked, k->attached + 1) != XF_OK)
     return XF_ENOMEM;
   call->link = k;
   call->on_link = ON_PARKED;
@@ -357,8 +306,8 @@ int xf_call_send(xf_call *call, xf_link *k, int64_t now_ms) {
   if (!call || !k || call->step != XF_STEP_SEND || call->on_link != ON_NONE ||
       call->got_set || !call->send_cmd)
     return XF_EINVAL;
-  if (reserve(&k->ready, k->ready.len + k->attached + 1) != XF_OK ||
-      reserve(&k->waiting, k->attached + 1) != XF_OK)
+  if (xf__calls_reserve(&k->ready, k->ready.len + k->attached + 1) != XF_OK ||
+      xf__calls_reserve(&k->waiting, k->attached + 1) != XF_OK)
     return XF_ENOMEM;
   k->now_ms = now_ms;
   call->link = k;
@@ -423,7 +372,7 @@ void xf_link_close(xf_link *k) {
     k->now_ms = 0;
     xf__link_fail(&k->l, XF_EIO, XF__LINK_CANCELED, "the link was closed", 0);
     for (size_t i = 0; i < k->waiting.len; i++)
-      moved(k, k->waiting.at[i], NULL, XF_EIO);
+      xf__link_moved(k, k->waiting.at[i], NULL, XF_EIO);
     k->waiting.len = 0;
     xf_call *call;
     while ((call = xf_link_ready(k)))
@@ -443,168 +392,4 @@ void xf_link_close(xf_link *k) {
   free(k->ready.at);
   free(k->host);
   free(k);
-}
-
-/* ---- several calls' reads in one MGET (xf_call_send_many) --------------------- */
-
-static void many_free(xf__many *m) {
-  free(m->calls);
-  free(m->keys);
-  free(m->lens);
-  free(m);
-}
-
-/* The MGET's outcome: each call gets its own part as if its own GET had
- * answered (an error reply: each a copy, to follow as its own: MOVED,
- * TRYAGAIN...), or the link's failure; resent ones go once more alone. */
-static void on_many(xf__link *l, void *ud, int rc, xf__reply **reply) {
-  (void)l;
-  xf__many *m = ud;
-  xf_link *k = m->k;
-  xf__reply *r = rc == XF_OK ? *reply : NULL;
-  if (r)
-    *reply = NULL;
-  xf__reply **parts = NULL;
-  if (r && r->type != XF_REPLY_ERROR) {
-    if (!(parts = calloc(m->n, sizeof *parts)))
-      rc = XF_ENOMEM;
-    else if ((rc = xf__entry_split_read_many(&k->c->rt, r, m->n, parts)) != XF_OK)
-      free(parts), parts = NULL;
-    r = NULL; /* taken */
-  }
-  for (size_t i = 0; i < m->n; i++) {
-    xf_call *call = m->calls[i];
-    if (!call) {
-      if (parts)
-        xf__reply_free(parts[i]);
-      continue;
-    }
-    call->many = NULL;
-    if (rc == XF__LINK_AGAIN) {
-      call->resend = 1;
-      call->on_link = ON_WAIT;
-      k->waiting.at[k->waiting.len++] = call;
-    } else if (parts) {
-      call->f.clock = m->clock;
-      call->f.track = m->track; /* its read offers its value to the near cache */
-      call->f.plain_read = 1;
-      moved(k, call, parts[i], XF_OK);
-    } else if (r) {
-      xf__reply *copy = xf__reply_copy(r);
-      moved(k, call, copy, copy ? XF_OK : XF_ENOMEM);
-    } else {
-      moved(k, call, NULL, rc != XF_OK ? rc : XF_EIO);
-    }
-  }
-  if (r)
-    xf__reply_free(r);
-  free(parts);
-  many_free(m);
-}
-
-/* Whether call's command is a first plain GET of an entry with nothing
- * before it (plain_out: a plain read, whatever the route encoded for a
- * driver without a clock): it may share an MGET. */
-static int mgettable(const xf_call *call) {
-  return call->send_cmd == &call->f.cmd && call->pre == 0 && call->f.state == XF__READ &&
-         call->f.cmd.plain_out && call->f.read_format == XF_ENTRY_STRING &&
-         !call->f.tag_in_read && call->f.cmd.argc == 2;
-}
-
-static int slot_of(const xf_call *call) {
-  return xf__cluster_keyslot(call->f.cmd.argv[1], call->f.cmd.lens[1]);
-}
-
-/* Sends calls[0..n) (mgettable, one slot) as one MGET on k's live stream. */
-static int send_mget(xf_link *k, xf_call **calls, size_t n, int64_t now_ms) {
-  xf__many *m = calloc(1, sizeof *m);
-  if (!m || !(m->calls = malloc(n * sizeof *m->calls)) ||
-      !(m->keys = malloc(n * sizeof *m->keys)) ||
-      !(m->lens = malloc(n * sizeof *m->lens))) {
-    if (m)
-      many_free(m);
-    return XF_ENOMEM;
-  }
-  m->k = k;
-  m->n = n;
-  for (size_t i = 0; i < n; i++) {
-    m->calls[i] = calls[i];
-    m->keys[i] = calls[i]->f.cmd.argv[1];
-    m->lens[i] = calls[i]->f.cmd.lens[1];
-  }
-  xf__entry_mget_cmd(&m->cmd, n, m->keys, m->lens);
-  m->cmd.clock_out = &m->clock;
-  if (k->c->near)
-    m->cmd.track_out = &m->track;
-  int rc = xf__link_submit(&k->l, &m->cmd, 0, now_ms, on_many, m);
-  if (rc != XF_OK) {
-    many_free(m);
-    return rc;
-  }
-  for (size_t i = 0; i < n; i++) {
-    calls[i]->many = m;
-    calls[i]->on_link = ON_WIRE;
-  }
-  return XF_OK;
-}
-
-/* Most keys one MGET carries: bound how long it keeps Redis from others. */
-#define MANY_MAX_KEYS 512
-
-static int by_slot(const void *pa, const void *pb) {
-  int a = slot_of(*(xf_call *const *)pa), b = slot_of(*(xf_call *const *)pb);
-  return (a > b) - (a < b);
-}
-
-int xf_call_send_many(xf_call *const *calls, size_t n, xf_link *k, int64_t now_ms) {
-  if (!k || (n && !calls))
-    return XF_EINVAL;
-  xf_call **group = malloc((n ? n : 1) * sizeof *group);
-  if (!group)
-    return XF_ENOMEM;
-  size_t ng = 0;
-  int rc = XF_OK;
-  for (size_t i = 0; i < n && rc == XF_OK; i++) {
-    xf_call *call = calls[i];
-    int first_plain = k->l.connected && call && mgettable(call) &&
-                      call->step == XF_STEP_SEND && call->on_link == ON_NONE &&
-                      !call->got_set;
-    /* a plain read goes as one where the clock is fresh, or behind the read
-     * script that refreshes it (the first call's, sent alone) */
-    if (first_plain && ng == 0 && !xf__clock_fresh(k->l.clock, now_ms) &&
-        !xf__clock_refreshing(k->l.clock ? k->l.clock : &(xf__clock){0}, k->l.refresh_ms,
-                              now_ms))
-      first_plain = 0;
-    if (first_plain)
-      group[ng++] = call;
-    else
-      rc = xf_call_send(call, k, now_ms);
-  }
-  if (rc == XF_OK && ng > 1 && k->c->routes.mode != XF_ROUTE_STANDALONE)
-    qsort(group, ng, sizeof *group, by_slot);
-  for (size_t s = 0, e; rc == XF_OK && s < ng; s = e) {
-    int slot = k->c->routes.mode != XF_ROUTE_STANDALONE ? slot_of(group[s]) : -1;
-    for (e = s + 1; e < ng && e - s < MANY_MAX_KEYS; e++)
-      if (slot >= 0 && slot_of(group[e]) != slot)
-        break;
-    if (e - s == 1) {
-      rc = xf_call_send(group[s], k, now_ms);
-      continue;
-    }
-    if (reserve(&k->ready, k->ready.len + k->attached + (e - s)) != XF_OK ||
-        reserve(&k->waiting, k->attached + (e - s)) != XF_OK) {
-      rc = XF_ENOMEM;
-      break;
-    }
-    k->now_ms = now_ms;
-    if ((rc = send_mget(k, group + s, e - s, now_ms)) != XF_OK)
-      break;
-    for (size_t j = s; j < e; j++) {
-      group[j]->link = k;
-      group[j]->resend = 0;
-    }
-    k->attached += e - s;
-  }
-  free(group);
-  return rc;
 }

@@ -2,14 +2,11 @@
  * near cache writes to whenever a key is invalidated, and which waiting
  * call's key it was. The tracking of the driver's connections is its
  * links' (call_link.c). */
-#include <fcntl.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include "call.h"
 #include "client.h"
 #include "flow_steps.h"
-#include "near_impl.h"
+#include "wake_pipe.h"
 
 int xf_call_wake_open(xf_client *c, int *fd) {
   if (!c || !fd)
@@ -18,14 +15,8 @@ int xf_call_wake_open(xf_client *c, int *fd) {
   if (!c->near || c->near_wake_fd > 0)
     return c && c->near_wake_fd > 0 ? XF_EINVAL : XF_OK;
   int p[2];
-  if (pipe(p) != 0)
+  if (xf__wake_pipe_open(c, p) != XF_OK)
     return xf__fail(c, XF_ENOMEM, "no pipe for the near cache's wakes");
-  for (int i = 0; i < 2; i++)
-    fcntl(p[i], F_SETFL, O_NONBLOCK), fcntl(p[i], F_SETFD, FD_CLOEXEC);
-  if (xf__near_notify_add(c->near, p[1]) != XF_OK) {
-    close(p[0]), close(p[1]);
-    return XF_ENOMEM;
-  }
   c->near_wake_fd = p[1];
   *fd = p[0];
   return XF_OK;
@@ -34,16 +25,14 @@ int xf_call_wake_open(xf_client *c, int *fd) {
 void xf_call_wake_close(xf_client *c, int fd) {
   if (!c || c->near_wake_fd <= 0)
     return;
-  xf__near_notify_remove(c->near, c->near_wake_fd);
-  close(c->near_wake_fd);
+  xf__wake_pipe_close(c, fd, c->near_wake_fd);
   c->near_wake_fd = 0;
-  if (fd >= 0)
-    close(fd);
 }
 
 int xf_call_woken(const xf_call *call) {
   const xf__flow *f = call ? &call->f : NULL;
   return f && call->step == XF_STEP_WAIT && !call->backoff && f->wake_on_write &&
          f->state == XF__WAIT &&
-         xf__near_changed(f->c->near, f->key.data, f->key.len, f->near_token);
+         f->c->ports.near->changed(f->c->ports.self, f->key.data, f->key.len,
+                                   f->near_token);
 }

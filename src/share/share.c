@@ -293,6 +293,18 @@ static int wait_flight(xf_share *s, slot *e, unsigned long flight, int64_t deadl
   return 0;
 }
 
+/* Ends a begin or a try, under the lock: the slot served or led goes to the
+ * front, the share is evicted down to its size, and the lock is released. */
+static xf__share_role unlock_after(xf_share *s, slot *e, xf__share_role role) {
+  if (role != XF_SHARE_ALONE) {
+    unlink_slot(s, e);
+    push_front(s, e);
+  }
+  evict(s);
+  pthread_mutex_unlock(&s->mu);
+  return role;
+}
+
 xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keylen,
                                int64_t now_ms, int64_t deadline_ms, char **data,
                                size_t *len, int *rc) {
@@ -330,13 +342,7 @@ xf__share_role xf__share_begin(const xf_client *c, const char *key, size_t keyle
     }
     e->loading = 1;
   }
-  if (role != XF_SHARE_ALONE) {
-    unlink_slot(s, e);
-    push_front(s, e);
-  }
-  evict(s);
-  pthread_mutex_unlock(&s->mu);
-  return role;
+  return unlock_after(s, e, role);
 }
 
 xf__share_role xf__share_try(const xf_client *c, const char *key, size_t keylen,
@@ -363,13 +369,7 @@ xf__share_role xf__share_try(const xf_client *c, const char *key, size_t keylen,
   } else {
     e->loading = 1;
   }
-  if (role != XF_SHARE_ALONE) {
-    unlink_slot(s, e);
-    push_front(s, e);
-  }
-  evict(s);
-  pthread_mutex_unlock(&s->mu);
-  return role;
+  return unlock_after(s, e, role);
 }
 
 void xf__share_end(const xf_client *c, const char *key, size_t keylen, int rc,

@@ -3,13 +3,10 @@ xfetch.Cache and on xfetch.aio.Cache (the `face` fixture, conftest.Face):
 the share and the breaker with Redis down or stalled, the same errors, the
 same decorator options, get/get_many/cached_many, and a loader asking for
 its own key."""
-import asyncio
 import datetime
-import functools
 import os
 import pickle
 import signal
-import threading
 import time
 
 import pytest
@@ -157,6 +154,87 @@ def test_get_and_get_many(face, server, prefix):
     assert batches == [["c", "d"]]
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["per_key", "batch_loader"])
+def test_get_many_keys_leased_with_a_stalled_load_stay_leased(face, server, prefix, batch):
+    """A get_many whose load stalls for more than twice the lease: the keys
+    it leased together and has not stored yet keep their leases, so another
+    client asking for one after the lease's length waits for the get_many's
+    value instead of loading it again (each key loaded once). The per-key
+    loader: s0 and s1 load fast, so s2 and s3 are leased together and s2
+    stalls while s3 waits its turn; the batch loader: its one call stalls.
+    Margins: renewals come every lease/3 = 1 s, so a renewal starved for up
+    to 2 s keeps the key; the other client asks 3.5 s after the stall began
+    (the 3 s lease + 0.5 s) and 3 s before it ends, so without renewals the
+    lease has run out by then and it loads the key too (2 loads)."""
+    lease, stall = 3.0, 6.5
+    keys = ["s0", "s1", "s2", "s3"]
+    asked = "s1" if batch else "s3"
+    loads = {k: 0 for k in keys}
+    stalled = []
+
+    def slow(key):
+        if key == "s2" or batch:
+            stalled.append(key)
+            return stall
+        return 0.001
+
+    def store(key):
+        loads[key] += 1
+        return f"v-{key}".encode()
+    if face.aio:
+        import asyncio
+
+        async def one(key):
+            await asyncio.sleep(slow(key))
+            return store(key)
+
+        async def many(ks):
+            await asyncio.sleep(slow(None))
+            return {k: store(k) for k in ks}
+    else:
+        def one(key):
+            time.sleep(slow(key))
+            return store(key)
+
+        def many(ks):
+            time.sleep(slow(None))
+            return {k: store(k) for k in ks}
+    cache = face.Cache(server.url, prefix=prefix)
+    other = face.Cache(server.url, prefix=prefix)
+    policy = dict(ttl=60, lease=lease, wait=60)
+    got, err = {}, []
+    if face.aio:
+        async def main():
+            task = asyncio.ensure_future(
+                cache.get_many(keys, many if batch else one, batch=batch, **policy))
+            while not stalled:
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(lease + 0.5)
+            value = await other.get_or_compute(asked, lambda: store(asked), **policy)
+            got.update(await task)
+            return value
+        value = face.run(main())
+    else:
+        import threading
+
+        def run():
+            try:
+                got.update(cache.get_many(keys, many if batch else one, batch=batch, **policy))
+            except Exception as e:  # noqa: B902 - asserted below
+                err.append(e)
+        th = threading.Thread(target=run)
+        th.start()
+        while not stalled:
+            time.sleep(0.001)
+        time.sleep(lease + 0.5)
+        value = other.get_or_compute(asked, lambda: store(asked), **policy)
+        th.join()
+    assert not err, err
+    assert got == {k: f"v-{k}".encode() for k in keys}
+    assert value == f"v-{asked}".encode()
+    assert loads == {k: 1 for k in keys}, loads
+
+
 def test_get_many_of_warm_keys_sends_one_mget(face, server, admin, prefix):
     """A get_many of N warm keys on standalone reads them with one MGET, on
     both faces (INFO commandstats of the session's server), while the
@@ -189,59 +267,6 @@ def test_get_many_of_warm_keys_sends_one_mget(face, server, admin, prefix):
         assert sent["mget"] <= 1, sent
         assert sent["evalsha_ro"] <= 1, sent
         assert sent["get"] + sent["hmget"] <= (len(keys) if sent["evalsha_ro"] else 0), sent
-
-
-def test_keys_waiting_for_a_stalled_load_stay_leased(face, server, prefix):
-    """A get_many of 4 cold keys under a 3 s lease whose load of key 2
-    stalls 6.5 s (more than twice the lease): the keys still to load keep
-    their leases, so another client asking key 3 (leased with key 2 and
-    waiting its turn, on the sync face's C batch) or key 2 itself, 3.5 s
-    after the stall began (the lease's 3 s + 0.5 s; 3 s before the stall
-    ends), waits for the get_many's value instead of loading it. Margins:
-    leases are renewed every lease/3 = 1 s, so a renewal starved for up to
-    2 s keeps the key; without renewals the lease has run out 0.5 s before
-    the ask, and the asker loads the key (2 loads)."""
-    cache, other = face.Cache(server.url, prefix=prefix), face.Cache(server.url, prefix=prefix)
-    keys = [f"stall:{i}" for i in range(4)]
-    loads, counting = {k: 0 for k in keys}, threading.Lock()
-    stalled = threading.Event()
-
-    def value(key):
-        with counting:
-            loads[key] += 1
-        return b"v-" + key.encode()
-
-    if face.aio:
-        async def load(key):
-            if key == keys[2]:
-                stalled.set()
-                await asyncio.sleep(6.5)
-            return value(key)
-
-        async def ask(key):
-            while not stalled.is_set():
-                await asyncio.sleep(0.005)
-            await asyncio.sleep(3.5)
-            return await other.get_or_compute(key, functools.partial(load, key), ttl=60,
-                                              lease=3, wait=60)
-    else:
-        def load(key):
-            if key == keys[2]:
-                stalled.set()
-                time.sleep(6.5)
-            return value(key)
-
-        def ask(key):
-            stalled.wait()
-            time.sleep(3.5)
-            return other.get_or_compute(key, functools.partial(load, key), ttl=60, lease=3,
-                                        wait=60)
-    got = face.gather([lambda: cache.get_many(keys, load, ttl=60, lease=3, wait=60),
-                       lambda: ask(keys[3]), lambda: ask(keys[2])])
-    assert got[0] == {k: b"v-" + k.encode() for k in keys}
-    assert got[1:] == [b"v-" + keys[3].encode(), b"v-" + keys[2].encode()]
-    with counting:
-        assert loads == {k: 1 for k in keys}
 
 
 def test_cached_many(face, server, prefix):

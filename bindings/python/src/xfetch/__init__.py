@@ -21,6 +21,7 @@ from ._errors import (AuthError, CanceledError, ConnectionError, ConnectionLostE
                       TimeoutError, UnavailableError,
                       WrongTypeError, check)
 from ._native import ffi, lib
+from ._revalidate import UNCHANGED, Previous, Validated
 
 try:  # the decorators' types (ParamSpec: Python 3.10+; on 3.9 for type checkers only)
     from ._types import (AsyncCachedFunction, AsyncCachedMethod, CachedFunction,
@@ -30,7 +31,7 @@ except ImportError:  # pragma: no cover
 
 __version__ = "0.1.0"
 
-__all__ = ["Cache", "Fetched", "Event", "CachedFunction", "CachedMethod", "AsyncCachedFunction",
+__all__ = ["Cache", "Fetched", "Event", "UNCHANGED", "Previous", "Validated", "CachedFunction", "CachedMethod", "AsyncCachedFunction",
            "AsyncCachedMethod", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",

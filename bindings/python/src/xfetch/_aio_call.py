@@ -14,6 +14,7 @@ import time
 from ._aio_link import now_ms
 from ._core import enter_load, leave_load
 from ._native import ffi, lib
+from ._revalidate import call_loader
 from ._runtime import sink_value
 
 # steps() compares with these literals (no attribute lookups on the hot path)
@@ -72,19 +73,20 @@ async def _load(cache, call, loader, kb):
     if lib.xf_call_renew_at(call) != _NEVER:  # the loop renews its lease meanwhile
         keeper = asyncio.get_running_loop().create_task(_keep_lease(cache, call))
     try:
-        got = await _value(cache, loader, kb)
+        got = await _value(cache, loader, kb, lib.xf_call_sink(call))
     finally:
         if keeper is not None:  # cancelled before the call moves on: it never sees it again
             keeper.cancel()
     return _feed(cache, call, kb, *got)
 
 
-async def _value(cache, loader, kb):
-    """Runs the loader: (its value, its Exception or None, its time in us)."""
+async def _value(cache, loader, kb, sink):
+    """Runs the loader (given sink's previous value when it asked for it):
+    (its value, its Exception or None, its time in us)."""
     token = enter_load(cache._config.namespace, kb)
     t0 = _monotonic()
     try:
-        value = loader()
+        value = call_loader(loader, sink)
         if inspect.isawaitable(value):
             value = await value
         return value, None, int((_monotonic() - t0) * 1e6)
@@ -115,7 +117,7 @@ async def _load_bounded(cache, call, loader, kb, key):
     fed into the call it moved to and driven to its write. A plain (not
     async) loader runs on the loop: it cannot be timed out."""
     loop = asyncio.get_running_loop()
-    work = loop.create_task(_value(cache, loader, kb))
+    work = loop.create_task(_value(cache, loader, kb, lib.xf_call_sink(call)))
     keeper = None
     if lib.xf_call_renew_at(call) != _NEVER:
         keeper = loop.create_task(_keep_lease(cache, call))

@@ -168,9 +168,10 @@ class Cache(LateSetup):
               refresh_ahead: float | None = None, tags: Iterable[str] | None = None,
               max_load: float | None = None, soft_timeout: float | None = None,
               hard_timeout: float | None = None,
-              failsafe_throttle: float | None = None) -> Fetched:
+              failsafe_throttle: float | None = None, previous: bool = False) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
-        return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
+        return self._fetch_with(self._codec, key, loader, ttl, beta, previous=previous,
+                                lease=lease, wait=wait,
                                 stale=stale, stale_if_error=stale_if_error,
                                 negative_ttl=negative_ttl, jitter=jitter,
                                 on_wait_timeout=on_wait_timeout,
@@ -179,15 +180,15 @@ class Cache(LateSetup):
                                 soft_timeout=soft_timeout, hard_timeout=hard_timeout,
                                 failsafe_throttle=failsafe_throttle)
 
-    def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
+    def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, previous=False, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer); a
         value codec refuses is recomputed (_values.recover)."""
         kb = key_bytes(key)
         check_loader(loader)
-        got = self._fetch_raw(key, codec.loader(kb, loader), ttl, beta, **policy)
+        got = self._fetch_raw(key, codec.loader(kb, loader, previous), ttl, beta, **policy)
         return (self._config.codecs.fetched(codec, key, kb, got)
                 or drive(recover(SyncFace(self), codec, key, kb, loader,
-                                 dict(policy, ttl=ttl, beta=beta))))
+                                 dict(policy, ttl=ttl, beta=beta, previous=previous))))
 
     def _fetch_raw(self, key: Key, loader: Callable[[], Any], ttl: Any = None,
                    beta: float = 1.0, *, lease: float = _5, wait: float = _5,
@@ -240,11 +241,12 @@ class Cache(LateSetup):
         moved = self._moved
         moved.add(handle)
 
-        def load():
+        def load(*previous):
             try:
-                return loader()
+                return loader(*previous)
             finally:
                 moved.discard(handle)
+        load.wants_previous = getattr(loader, "wants_previous", False)
         st.loader = load
         try:
             v = conn.value
@@ -272,7 +274,8 @@ class Cache(LateSetup):
                        tags: Iterable[str] | None = None, max_load: float | None = None,
                        soft_timeout: float | None = None,
                        hard_timeout: float | None = None,
-                       failsafe_throttle: float | None = None) -> Any:
+                       failsafe_throttle: float | None = None,
+                       previous: bool = False) -> Any:
         """Returns the value cached under key, calling loader() to compute it
         when missing, expired or elected for early recomputation (XFetch).
         Across every client of the Redis server one caller at a time runs the
@@ -321,6 +324,12 @@ class Cache(LateSetup):
         hard_timeout: no call waits longer for a load: it raises
         xfetch.TimeoutError (or returns a stale value within
         stale_if_error); its own load goes on and is cached.
+        previous=True (conditional refresh): loader is called with one
+        argument, an xfetch.Previous(value, validator, age) when the cache
+        holds a value for the key (a refresh), else None; it may return
+        xfetch.UNCHANGED (the entry keeps its value, not rewritten, and its
+        life is extended as a write's would be) or xfetch.Validated(value,
+        validator) to store a validator (e.g. an ETag) with the value.
         failsafe_throttle: after a failed load that returned the last good
         value (stale_if_error), every client of the fleet that sets it returns
         that value (source "stale", event "failsafe") for this long instead
@@ -334,7 +343,7 @@ class Cache(LateSetup):
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
                 and background_refresh is None and refresh_ahead is None
                 and max_load is None and soft_timeout is None and hard_timeout is None
-                and failsafe_throttle is None):
+                and failsafe_throttle is None and not previous):
             # fetch's steps, without its call and bigger memo (a str key and a
             # callable loader inline: the checks' cost is the hit's)
             kb = key.encode() if type(key) is str and key else key_bytes(key)
@@ -358,7 +367,8 @@ class Cache(LateSetup):
                 self._config.codecs.count(key, e)
                 return drive(recover(SyncFace(self), codec, key, kb, loader,
                                      {"ttl": ttl, "beta": beta, "tags": tags}))[0]
-        return self._fetch_with(self._codec, key, loader, ttl, beta, lease=lease, wait=wait,
+        return self._fetch_with(self._codec, key, loader, ttl, beta, previous=previous,
+                                lease=lease, wait=wait,
                                 stale=stale, stale_if_error=stale_if_error,
                                 negative_ttl=negative_ttl, jitter=jitter,
                                 on_wait_timeout=on_wait_timeout,

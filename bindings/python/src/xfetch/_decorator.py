@@ -9,6 +9,7 @@ import logging
 import math
 import time
 
+from ._revalidate import UNCHANGED, Validated
 from ._runtime import Timed
 from ._events import NAMESPACE
 from ._face import face_of
@@ -35,7 +36,7 @@ def _ttl_seconds(ttl, result=None):
 
 
 def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, version=None,
-           condition=None, **policy):
+           condition=None, previous=False, **policy):
     """Decorator factory behind Cache.cached (both faces).
 
     ttl: seconds, a datetime.timedelta, a string such as "10m", None (the
@@ -56,6 +57,11 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
     entry the serializer (or the secret) refuses is a miss (recomputed and
     overwritten).
     condition: a callable taking the result; False = return it uncached.
+    previous=True (conditional refresh): the function is also called with
+    previous= (keyword): an xfetch.Previous(value, validator, age) when the
+    cache holds a value for the call (a refresh), else None; it may return
+    xfetch.UNCHANGED or xfetch.Validated(value, validator), as a
+    get_or_compute loader with previous=True.
     tags: a sequence of names the results depend on (Cache.invalidate_tags),
     or a callable taking the function's arguments (without self/cls, as key=)
     and returning one.
@@ -104,14 +110,27 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
         leased = [policy]
         extra = {n: v for n, v in policy.items() if n in ("stale", "jitter")}  # for set
 
-        async def compute(args, kwargs):
+        async def compute(args, kwargs, *prev):
             """The loader: the function's encoded result; with its own ttl
             (C xf_sink_ttl) when ttl is a callable, or 0 (returned, not
             cached) when condition= refuses it: the lease holder's write
             carries it, so waiters and XFetch's early refreshes work as with
             a fixed ttl."""
             t0 = time.monotonic()
+            if previous:
+                kwargs = dict(kwargs, previous=prev[0] if prev else None)
             result = await face.result(func(*args, **kwargs))
+            if result is UNCHANGED:
+                return result
+            if type(result) is Validated:  # condition and ttl see the value
+                validator, result = result.validator, result.value
+                answer = await compute_answer(result, t0)
+                return (Timed(Validated(answer.value, validator), answer.ttl)
+                        if type(answer) is Timed else Validated(answer, validator))
+            return await compute_answer(result, t0)
+
+        async def compute_answer(result, t0):
+            """The function's result with its own ttl (see compute)."""
             lease = math.ceil((time.monotonic() - t0) * 20) / 10  # 2x, rounded up to 0.1 s
             if lease > leased[0].get("lease", 5.0) and lease < 2**31 / 1000:
                 leased[0] = dict(policy, lease=lease)
@@ -142,14 +161,18 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
             k = make_key(*keyed, **kwargs)
             loader = functools.partial(load, args, kwargs)
             if tags is not None:
-                return (await face.call("_fetch_with", codec(), k, loader,
+                return (await face.call("_fetch_with", codec(), k, loader, previous=previous,
                                         tags=tags_of(keyed, kwargs), **leased[0]))[0]
-            return (await face.call("_fetch_with", codec(), k, loader, **leased[0]))[0]
+            return (await face.call("_fetch_with", codec(), k, loader, previous=previous,
+                                    **leased[0]))[0]
 
         async def refresh(*args, **kwargs):
             """Computes the value now and overwrites the entry; returns it.
             Takes the function's own arguments (a method's self included)."""
-            result = await face.result(func(*args, **kwargs))
+            called = dict(kwargs, previous=None) if previous else kwargs
+            result = await face.result(func(*args, **called))
+            if type(result) is Validated:
+                result = result.value
             if condition is None or condition(result):
                 keyed = args[1:] if drop else args
                 await store(make_key(*keyed, **kwargs), result, tags_of(keyed, kwargs))

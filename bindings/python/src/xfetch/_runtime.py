@@ -15,6 +15,7 @@ import time
 
 from ._errors import InvalidArgumentError, check, error_for
 from ._native import ffi, lib
+from ._revalidate import UNCHANGED, call_loader, sink_answer
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
@@ -134,13 +135,17 @@ class Timed:
 
 
 def sink_value(value, sink):
-    """Hands a loader's result to the C sink; raises for a wrong type or size."""
+    """Hands a loader's result to the C sink (a Timed's ttl, UNCHANGED, a
+    Validated's validator); raises for a wrong type or size."""
     if type(value) is Timed:
         ttl = value.ttl
         if type(ttl) is bool or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40 / 1000:
             raise ValueError(f"a ttl must be a number of seconds >= 0, not {ttl!r}")
         check(lib.xf_sink_ttl(sink, max(1, round(ttl * 1000)) if ttl > 0 else 0))
         value = value.value
+    value = sink_answer(value, sink)
+    if value is UNCHANGED:
+        return
     if value is None:
         lib.xf_sink_not_found(sink)
         return
@@ -160,7 +165,7 @@ def _xf_py_loader(ud, key, keylen, sink):
     state = ffi.from_handle(ud)
     t0 = time.monotonic()
     try:
-        value = state.loader()
+        value = call_loader(state.loader, sink)
         state.load_s = time.monotonic() - t0
         sink_value(value, sink)
         return 0

@@ -22,6 +22,7 @@ import threading
 import time
 
 from ._errors import Error
+from ._revalidate import UNCHANGED, Previous, Validated
 from ._runtime import Timed
 from ._serializers import _serializer
 from ._types import Fetched
@@ -115,7 +116,9 @@ class Codec:
         encode."""
         if type(value) is Timed:
             return Timed(self.encode(kb, value.value), value.ttl)
-        if value is None or self.raw:
+        if type(value) is Validated:
+            return Validated(self.encode(kb, value.value), value.validator)
+        if value is None or value is UNCHANGED or self.raw:
             return value
         if type(value) is memoryview or type(value) is bytearray:
             value = bytes(value)  # bytes-like loaders' values come back as bytes
@@ -140,15 +143,32 @@ class Codec:
             data = _SIGNED + self._mac(kb, bytes(data), self.keys[0]) + bytes(data)
         return data
 
-    def loader(self, kb, loader):
-        """loader wrapped to return encoded bytes (sync: a plain callable)."""
+    def previous(self, kb, raw):
+        """The Previous a loader is given for previous_of's (bytes,
+        validator, age), or None (none, or a value this codec refuses)."""
+        if raw is None:
+            return None
+        try:
+            return Previous(self.decode(kb, raw[0]), raw[1], raw[2])
+        except Unreadable:
+            return None
+
+    def loader(self, kb, loader, previous=False):
+        """loader wrapped to return encoded bytes (sync: a plain callable);
+        previous=True: called with the sink's previous value (previous_of)
+        and calling loader(Previous or None)."""
+        if previous:
+            def wanting(raw=None):
+                return self.encode(kb, loader(self.previous(kb, raw)))
+            wanting.wants_previous = True
+            return wanting
         if self.raw:
             return loader
         return lambda *args: self.encode(kb, loader(*args))
 
-    def async_loader(self, kb, loader):
+    def async_loader(self, kb, loader, previous=False):
         """loader (plain or async def) wrapped for xfetch.aio."""
-        if self.raw:
+        if self.raw and not previous:
             return loader
 
         async def encoded(*args):
@@ -156,7 +176,13 @@ class Codec:
             if inspect.isawaitable(value):
                 value = await value
             return self.encode(kb, value)
-        return encoded
+        if not previous:
+            return encoded
+
+        async def wanting(raw=None):
+            return await encoded(self.previous(kb, raw))
+        wanting.wants_previous = True
+        return wanting
 
     # -- decode
 
@@ -276,7 +302,9 @@ async def recover(face, codec, key, kb, loader, policy, source=None):
     (its result not encoded); returns Fetched."""
     forced = dict(policy, beta=math.inf, background_refresh=False, refresh_ahead=-1.0)
     deadline = time.monotonic() + policy.get("wait", 5.0)
-    wrapped = (codec.async_loader if face.is_async else codec.loader)(kb, loader)
+    previous = policy.pop("previous", False)
+    forced.pop("previous", None)
+    wrapped = (codec.async_loader if face.is_async else codec.loader)(kb, loader, previous)
     for _ in range(3):  # again after the entry expired meanwhile; bounded
         value, source = await face.call("_fetch_raw", key, wrapped, **forced)
         if value is None:
@@ -297,7 +325,7 @@ async def recover(face, codec, key, kb, loader, policy, source=None):
                 break
         else:
             break
-    result = loader()  # the refresher is slower: compute it here
+    result = loader(None) if previous else loader()  # the refresher is slower: compute it here
     if inspect.isawaitable(result):
         result = await result
     ttl = None
@@ -305,6 +333,11 @@ async def recover(face, codec, key, kb, loader, policy, source=None):
         result, ttl = result.value, result.ttl
         if not ttl:
             return Fetched(result, "uncached" if result is not None else None)
+    if type(result) is Validated:
+        result = result.value
+    if result is UNCHANGED:
+        raise ValueError("the loader returned xfetch.UNCHANGED but the cache holds no "
+                         "readable previous value for the key (Previous was None)")
     if result is None:
         return Fetched(None, None)
     data = codec.encode(kb, result)

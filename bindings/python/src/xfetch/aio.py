@@ -153,15 +153,17 @@ class Cache(LateSetup):
 
     fetch.__signature__ = inspect.signature(SyncCache.fetch)  # its keywords, checked there
 
-    async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, **policy):
+    async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, previous=False,
+                          **policy):
         """fetch with codec (the Cache's, or a decorator's serializer); a
         value codec refuses is recomputed (_values.recover)."""
         kb = key_bytes(key)
         check_loader(loader)
-        got = await self._fetch_raw(key, codec.async_loader(kb, loader), ttl, beta, **policy)
+        got = await self._fetch_raw(key, codec.async_loader(kb, loader, previous), ttl, beta,
+                                    **policy)
         return (self._config.codecs.fetched(codec, key, kb, got)
                 or await recover(AioFace(self), codec, key, kb, loader,
-                                 dict(policy, ttl=ttl, beta=beta)))
+                                 dict(policy, ttl=ttl, beta=beta, previous=previous)))
 
     async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, **policy):
         """fetch of the bytes C caches (loader returns them); the keywords are
