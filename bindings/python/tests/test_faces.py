@@ -241,8 +241,8 @@ def test_get_many_of_warm_keys_sends_one_mget(face, server, admin, prefix):
     connection's clock estimate is fresh: younger than 0.5 s (half its
     refresh period). It was learned after `learning` (by the warm-up's
     scripts), so it is fresh through the counted get_many if everything took
-    under 0.49 s (0.01 s for the ms the C side rounds down; 10-40 ms on a
-    quiet machine: a 10x margin). Judged exactly then; past it (a busy
+    under 0.49 s (0.01 s for the ms the C side rounds down; 2-3 ms on a
+    quiet machine: a 100x margin). Judged exactly then; past it (a busy
     machine) the counted get_many may refresh the estimate with one read
     script for all keys (its own reads count too), and reads no key alone
     besides."""
