@@ -1,5 +1,6 @@
 /* Compressed values: the zstd codec of an entry's value (entry header flag
- * 128, entry_string.c). Pure functions: no I/O, no state. */
+ * 128, entry_string.c). No I/O; the only state is one
+ * decompression context per thread (freed when the thread ends). */
 #ifndef XF_CODEC_H
 #define XF_CODEC_H
 

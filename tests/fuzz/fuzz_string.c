@@ -71,17 +71,31 @@ static void check(int rc, const xf__entry *e, const uint8_t *s, size_t len, int6
   FUZZ_CHECK(!e->malformed);
   const xf__reply *r = e->reply;
   FUZZ_CHECK(e->value >= r->str && e->value + e->len <= r->str + r->len);
-  /* 14 to 40 bytes, and a tag record's length byte and bytes (at most 255) */
+  /* 14 to 40 bytes, a tag record's length byte and bytes (at most 255), and
+   * (versions 6 to 8) a validator record's, last */
   size_t hlen = len - e->len;
-  FUZZ_CHECK(e->len <= len && hlen >= 14 && hlen <= 40 + 1 + 255);
+  FUZZ_CHECK(e->len <= len && hlen >= 14 && hlen <= 40 + 2 * (1 + 255));
   FUZZ_CHECK(memcmp(e->value, s + hlen, e->len) == 0);
-  if (e->tags) { /* the header's last bytes, inside the reply */
-    FUZZ_CHECK(e->tags_len > 0 && e->tags_len < hlen && (s[2] & 64));
+  size_t vrec = 0; /* the validator record's bytes */
+  if (e->validator) {
+    vrec = 1 + e->validator_len;
+    FUZZ_CHECK(s[1] >= 6 && s[1] <= 8 && e->validator_len > 0 && vrec < hlen);
+    FUZZ_CHECK((const char *)e->validator >= r->str &&
+               (const char *)e->validator + e->validator_len <= r->str + r->len);
+    FUZZ_CHECK(s[hlen - vrec] == e->validator_len &&
+               memcmp(e->validator, s + hlen - e->validator_len, e->validator_len) == 0);
+  } else {
+    FUZZ_CHECK(e->validator_len == 0 && s[1] < 6);
+  }
+  size_t tags_end = hlen - vrec;
+  if (e->tags) { /* the header's last bytes before the validator, inside the reply */
+    FUZZ_CHECK(e->tags_len > 0 && e->tags_len < tags_end && (s[2] & 64));
     FUZZ_CHECK((const char *)e->tags >= r->str &&
                (const char *)e->tags + e->tags_len <= r->str + r->len);
-    FUZZ_CHECK(memcmp(e->tags, s + hlen - e->tags_len, e->tags_len) == 0);
+    FUZZ_CHECK(memcmp(e->tags, s + tags_end - e->tags_len, e->tags_len) == 0);
   } else {
-    FUZZ_CHECK(e->tags_len == 0 && (hlen <= 40 || ((s[2] & 64) && s[hlen - 1] == 0)));
+    FUZZ_CHECK(e->tags_len == 0 &&
+               (tags_end <= 40 || ((s[2] & 64) && s[tags_end - 1] == 0)));
   }
   (void)touch(e->value, e->len);
   FUZZ_CHECK(in_range(e->delta_us, 0, MAX_DELTA_US));
@@ -89,7 +103,7 @@ static void check(int rc, const xf__entry *e, const uint8_t *s, size_t len, int6
   FUZZ_CHECK(e->remaining_ms == e->expiry_ms - hi);
   FUZZ_CHECK(e->lease_live == 0 || e->lease_live == 1);
   FUZZ_CHECK(e->negative == 0 || e->negative == 1);
-  FUZZ_CHECK(!e->zstd || ((s[2] & 128) && s[1] == 5 && !e->negative));
+  FUZZ_CHECK(!e->zstd || ((s[2] & 128) && (s[1] == 5 || s[1] == 8) && !e->negative));
 }
 
 /* The decoded value of a compressed entry: within the cap, or a miss. */

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections.abc
 import datetime
+import hashlib
 import hmac
 import inspect
 import logging
@@ -32,6 +33,12 @@ log = logging.getLogger("xfetch")
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _SIGNED = b"\xa5"  # a signed value: this byte, the 32-byte HMAC, the serializer's bytes
 _MAC_LEN = 32
+# A serializer's bytes end with its name tag: 4 bytes of BLAKE2s of its name,
+# then this mark (0xF7 is never in UTF-8 text; pickle ignores what follows its
+# STOP, so older pickle readers still read a tagged value). A reader decodes
+# only its own tag; serializer="bytes" writes no tag (the bytes C shares).
+_TAG_MARK = b"\xf7XS\x01"
+_TAG_LEN = 8
 
 
 # ---- ttl --------------------------------------------------------------------------
@@ -64,8 +71,9 @@ class Unreadable(Exception):
     """A cached value the codec will not return: refused (its signature does
     not verify) or undecodable (the serializer cannot read it)."""
 
-    def __init__(self, refused):
+    def __init__(self, refused, foreign=False):
         self.refused = refused
+        self.foreign = foreign  # written by another serializer (its name tag)
 
 
 def _secrets(secret):
@@ -100,7 +108,11 @@ class Codec:
         self.dumps, self.loads = _serializer(serializer)
         self.keys = keys
         self.prefix = prefix  # the Redis key is what a signature binds
-        self.raw = self.dumps is None and not keys  # bytes as they are: nothing to do
+        # bytes are never decoded, but a bytes reader still refuses another
+        # serializer's tagged value: nothing is "raw" (returned unchecked)
+        self.raw = False
+        self.tag = hashlib.blake2s(self.name.encode(), digest_size=4).digest() + _TAG_MARK
+        self.pickle = serializer == "pickle"  # pickle.loads stops before the tag
         self._label = f"serializer={serializer!r}" if isinstance(serializer, str) else (
             f"serializer={self.name}")
 
@@ -139,6 +151,7 @@ class Codec:
             if not isinstance(data, _BYTES_LIKE):
                 raise TypeError(f"{self._label}: dumps() must return bytes, not "
                                 f"{type(data).__name__}")
+            data = bytes(data) + self.tag
         if self.keys:
             data = _SIGNED + self._mac(kb, bytes(data), self.keys[0]) + bytes(data)
         return data
@@ -197,8 +210,14 @@ class Codec:
             mac, data = data[1:1 + _MAC_LEN], data[1 + _MAC_LEN:]
             if not any(hmac.compare_digest(mac, self._mac(kb, data, s)) for s in self.keys):
                 raise Unreadable(True)
-        if self.loads is None:
+        if data[-4:] == _TAG_MARK and len(data) >= _TAG_LEN:
+            if self.loads is None or data[-_TAG_LEN:] != self.tag:
+                raise Unreadable(False, foreign=True)
+            if not self.pickle:
+                data = data[:-_TAG_LEN]
+        elif self.loads is None:
             return data
+        # an untagged value (older versions, C, serializer="bytes") is read as before
         try:
             return self.loads(data)
         except Exception:
@@ -248,7 +267,10 @@ class Codecs:
                 self._logged.add(key)
         if not first:
             return
-        if e.refused:
+        if e.foreign:
+            log.warning("cached value for %r could not be decoded: written by another "
+                        "serializer than this Cache's (never decoded); recomputing", key)
+        elif e.refused:
             log.warning("cached value for %r is not signed with this Cache's secret: "
                         "refused (never decoded), recomputing", key)
         else:
