@@ -609,8 +609,10 @@ Test(cluster_client, a_tagged_hit_reads_each_tag_on_its_master) {
   xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_LOADER);
   xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_CACHE); /* clocks learned */
   xft_reset_stats();
+  int64_t t0 = mono_ms();
   for (int i = 0; i < HITS; i++)
     xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_CACHE);
+  long long periods = 1 + (mono_ms() - t0) / (XF_CLOCK_REFRESH_MS / 2);
   long long total = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
     long long n = node_commands(xft_cluster_port(i));
@@ -619,8 +621,13 @@ Test(cluster_client, a_tagged_hit_reads_each_tag_on_its_master) {
     total += n;
   }
   cr_log_info("total: %lld commands per hit", total / HITS);
-  /* the clocks' refresh may add a script's read now and then */
-  cr_expect_leq(total, (long long)HITS * (NT + 1) + 6, "%lld commands", total);
+  /* Besides: the replication's own commands (2 per replica, 6 measured) and
+   * the clocks' refreshes, at most one per master per half refresh period
+   * (XF_CLOCK_REFRESH_MS / 2) the hits took, each a script and its own reads
+   * (three 600 ms pauses among the hits added 15 commands: 5 per period, 6
+   * allowed): a busy machine's slower hits find the estimates old more often. */
+  cr_expect_leq(total, (long long)HITS * (NT + 1) + 6 + 6 * periods,
+                "%lld commands in %lld half refresh periods", total, periods);
   cr_expect_eq(calls, 1);
   xf_client_close(c);
 }

@@ -5,7 +5,9 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "clock.h"
 #include "cluster_calls.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
@@ -22,6 +24,13 @@ static xf_client *open2(int node, int format, int replicas) {
   xf_client *c = NULL;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;
+}
+
+/* The driver's clock (CLOCK_MONOTONIC, ms), which the clock estimate ages on. */
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void batch(xf_client *c, const char *fmt, int n, int round, int *calls) {
@@ -53,12 +62,30 @@ static void batch(xf_client *c, const char *fmt, int n, int round, int *calls) {
 Test(cluster_entry2, a_batch_reads_one_mget_per_slot) {
   xf_client *c = open2(1, XF_ENTRY_STRING, 0);
   int calls = 0;
+  int64_t learning = now_ms(); /* the slot's master's clock is learned after it */
   for (int round = 0; round < 3; round++) /* load; learn the clocks; plain */
     batch(c, "{e2tag}:%d", 50, round, &calls);
-  long long mgets = xft_total_calls("mget"), gets = xft_total_calls("get");
+  long long mgets = xft_total_calls("mget"), gets = xft_total_calls("get"),
+            scripts = xft_total_calls("evalsha_ro");
   batch(c, "{e2tag}:%d", 50, 1, &calls);
-  cr_expect_eq(xft_total_calls("mget") - mgets, 1, "one slot: one MGET");
-  cr_expect_eq(xft_total_calls("get") - gets, 0);
+  mgets = xft_total_calls("mget") - mgets;
+  gets = xft_total_calls("get") - gets;
+  scripts = xft_total_calls("evalsha_ro") - scripts;
+  /* Plain reads while the master's clock estimate is fresh: younger than
+   * XF_CLOCK_REFRESH_MS / 2 (500 ms), so while the loads and the four
+   * batches took less than that (69 ms on a quiet machine: a 7x margin).
+   * Judged exactly then; past it (a busy machine) the batch may refresh the
+   * estimate with one read script for its keys (whose own GETs count too)
+   * instead of the MGET. */
+  if (now_ms() - learning < XF_CLOCK_REFRESH_MS / 2) {
+    cr_expect_eq(mgets, 1, "one slot: one MGET");
+    cr_expect_eq(gets, 0);
+    cr_expect_eq(scripts, 0);
+  } else {
+    cr_expect_leq(mgets, 1, "%lld MGETs for one slot", mgets);
+    cr_expect_leq(scripts, 1, "%lld read scripts: one refresh at most", scripts);
+    cr_expect_leq(gets, scripts ? 50 : 0, "%lld GETs, %lld read scripts", gets, scripts);
+  }
   for (int round = 0; round < 3; round++) /* across every master */
     batch(c, "e2:spread:%d", 100, round, &calls);
   cr_expect_eq(calls, 150);

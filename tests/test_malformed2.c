@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "entry.h"
 #include "entry2_util.h"
 #include "entry_io.h"
@@ -165,6 +166,7 @@ static void check_get_or_compute(int warm) {
     p.beta = 0; /* a well-formed entry would be a plain hit */
     xft_loader l = {.value = "fresh", .len = 5};
     xf_value v;
+    int64_t learning = xft_now_ms(); /* the warm-up teaches the clock after it */
     if (warm) {
       cr_assert_eq(xf_get_or_compute(c, "malformed2:warm", 15, &p, xft_load, &l, &v),
                    XF_OK);
@@ -182,8 +184,17 @@ static void check_get_or_compute(int warm) {
     cr_expect_eq(xft_loader_calls(&l), 1, "%s", cases[i].name);
     cr_expect_eq(malformed(c), before + 1, "%s counted", cases[i].name);
     long long ran = xft_command_calls(r, "evalsha_ro") - scripts; /* a NOSCRIPT too */
-    cr_expect(warm ? ran == 0 : ran >= 1, "%s: read by %s (%lld read scripts)",
-              cases[i].name, warm ? "GET" : "the script", ran);
+    /* Warm, the read is a plain GET while the clock estimate is fresh:
+     * younger than XF_CLOCK_REFRESH_MS / 2 (500 ms), so while the warm-up,
+     * the SET and the call took less than that (0-4 ms on a quiet machine).
+     * Past it (a busy machine) the read refreshes the estimate: the script
+     * (twice on a NOSCRIPT), and the script judges the entry instead. */
+    int plain = warm && xft_now_ms() - learning < XF_CLOCK_REFRESH_MS / 2;
+    cr_expect(plain  ? ran == 0
+              : warm ? ran <= 2
+                     : ran >= 1,
+              "%s: read by %s (%lld read scripts)", cases[i].name,
+              plain ? "GET" : "the script", ran);
     xf_value_free(&v);
     expect_rewritten(r, key);
     cr_assert_eq(xf_get_or_compute(c, key, strlen(key), &p, xft_load, &l, &v), XF_OK);

@@ -4,6 +4,8 @@ does a seed list; keys follow their slot when it moves (MOVED). The C call
 routes (xf_call_target), so xfetch.aio reaches every node as xfetch.Cache
 does. The chaos tests (a resharding, a master killed) are in
 test_cluster_chaos.py."""
+import time
+
 import pytest
 import redis
 
@@ -194,19 +196,32 @@ def test_asyncio_hits_are_plain_reads_on_every_node(cluster):
 
 def test_get_many_of_warm_keys_sends_one_mget_per_slot(cluster, face):
     """A get_many of warm keys in three slots (hash tags) and five keys alone
-    in theirs: one MGET per slot of several keys, a GET for each key alone
-    (the connections' clock estimates learned by the warm-up a moment ago;
-    a refresh in between sends a node's first read as the read script)."""
+    in theirs: one MGET per slot of several keys, a GET for each key alone,
+    while the connections' clock estimates are fresh: younger than 0.5 s
+    (half their refresh period). They were learned after `learning` (by the
+    warm-up), so they are fresh through the counted get_many if everything
+    took under 0.49 s (0.01 s for the ms the C side rounds down). Judged
+    exactly then (7-15 ms on a quiet machine: a 30x margin); past it (a busy
+    machine) reads may go as the read script (the sync face's batch: one per
+    slot, 8 measured with a 0.6 s pause; asyncio: a node's first read, 3),
+    and every key is still read once (a script's own GETs count)."""
     def total(cmd):
         return sum(redis.Redis(port=p).info("commandstats").get(f"cmdstat_{cmd}", {})
                    .get("calls", 0) for p in cluster.ports)
     cache = face.Cache(cluster.url, prefix="manyslot:")
     keys = [f"{{t{i % 3}}}:k{i}" for i in range(30)] + [f"alone{i}" for i in range(5)]
     load = face.loader(lambda k: k.encode())
+    learning = time.monotonic()
     for _ in range(2):  # warm; each node's clock learned
         assert face.run(cache.get_many(keys, load, ttl=600)) == {k: k.encode() for k in keys}
     before = {c: total(c) for c in ("mget", "get", "evalsha_ro")}
     assert face.run(cache.get_many(keys, load, ttl=600)) == {k: k.encode() for k in keys}
+    fresh = time.monotonic() - learning < 0.49
     sent = {c: total(c) - before[c] for c in before}
-    assert sent["mget"] == 3, sent
-    assert sent["get"] - sent["evalsha_ro"] <= 5, sent
+    if fresh:
+        assert sent["mget"] == 3, sent
+        assert sent["get"] - sent["evalsha_ro"] <= 5, sent
+    else:
+        assert sent["mget"] <= 3, sent
+        assert sent["evalsha_ro"] <= 3 + 5, sent  # one per slot at most
+        assert sent["get"] <= len(keys), sent

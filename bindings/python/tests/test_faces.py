@@ -237,23 +237,36 @@ def test_get_many_keys_leased_with_a_stalled_load_stay_leased(face, server, pref
 
 def test_get_many_of_warm_keys_sends_one_mget(face, server, admin, prefix):
     """A get_many of N warm keys on standalone reads them with one MGET, on
-    both faces (INFO commandstats of the session's server; the connection's
-    clock estimate was learned by the warm-up a moment ago: fresh for 250 ms
-    at least, and a refresh in between adds one read script, allowed)."""
+    both faces (INFO commandstats of the session's server), while the
+    connection's clock estimate is fresh: younger than 0.5 s (half its
+    refresh period). It was learned after `learning` (by the warm-up's
+    scripts), so it is fresh through the counted get_many if everything took
+    under 0.49 s (0.01 s for the ms the C side rounds down; 2-3 ms on a
+    quiet machine: a 100x margin). Judged exactly then; past it (a busy
+    machine) the counted get_many may refresh the estimate with one read
+    script for all keys (its own reads count too), and reads no key alone
+    besides."""
     def count(cmd):
         st = admin.info("commandstats").get(f"cmdstat_{cmd}", {})
         return st.get("calls", 0)
     cache = face.Cache(server.url, prefix=prefix)
     keys = [f"warm{i}" for i in range(10)]
     load = face.loader(lambda k: k.encode())
+    learning = time.monotonic()
     assert face.run(cache.get_many(keys, load, ttl=600)) == {k: k.encode() for k in keys}
     face.run(cache.get_many(keys, load, ttl=600))  # the connection's clock, fresh
     before = {c: count(c) for c in ("mget", "get", "evalsha_ro", "hmget")}
     assert face.run(cache.get_many(keys, load, ttl=600)) == {k: k.encode() for k in keys}
+    fresh = time.monotonic() - learning < 0.49
     sent = {c: count(c) - before[c] for c in before}
-    assert sent["mget"] == 1, sent
-    assert sent["get"] + sent["hmget"] == 0, sent
-    assert sent["evalsha_ro"] <= 1, sent
+    if fresh:
+        assert sent["mget"] == 1, sent
+        assert sent["get"] + sent["hmget"] == 0, sent
+        assert sent["evalsha_ro"] == 0, sent
+    else:
+        assert sent["mget"] <= 1, sent
+        assert sent["evalsha_ro"] <= 1, sent
+        assert sent["get"] + sent["hmget"] <= (len(keys) if sent["evalsha_ro"] else 0), sent
 
 
 def test_cached_many(face, server, prefix):
