@@ -31,7 +31,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->interrupt_ud = cfg->interrupt_ud;
   if (out)
     memset(out, 0, sizeof *out);
-  memset(&f->sink, 0, sizeof f->sink);
+  xf__sink_reset(&f->sink);
   memset(&f->e, 0, sizeof f->e);
   f->key.data = NULL;
   f->token[0] = '\0';

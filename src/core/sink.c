@@ -1,12 +1,17 @@
 /* Where a loader hands over its result. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sink.h"
 #include "xfetch.h"
 
+void xf__sink_reset(struct xf_sink *sink) {
+  memset(sink, 0, offsetof(struct xf_sink, prev_validator));
+}
+
 void xf__sink_init(struct xf_sink *sink, size_t max_len) {
-  memset(sink, 0, sizeof *sink);
+  xf__sink_reset(sink);
   sink->max_len = max_len;
 }
 

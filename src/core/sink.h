@@ -26,12 +26,18 @@ struct xf_sink {
   int64_t prev_age_ms;    /* -1: unknown */
   int64_t prev_expiry_ms; /* the entry's expiry e, as read: touch.lua's guard */
   /* The validator the previous value was stored with, and the one the
-   * loader stores with its value (xf_sink_validator); lengths 0: none. */
-  unsigned char prev_validator[XF_MAX_VALIDATOR];
+   * loader stores with its value (xf_sink_validator); lengths 0: none. The
+   * bytes come last: xf__sink_reset leaves them as they are (a hit zeroes
+   * no 510 bytes it never reads). */
   size_t prev_validator_len;
-  unsigned char validator[XF_MAX_VALIDATOR];
   size_t validator_len;
+  unsigned char prev_validator[XF_MAX_VALIDATOR];
+  unsigned char validator[XF_MAX_VALIDATOR];
 };
+
+/* An empty sink: every field zero but the validators' bytes (their lengths
+ * are zero). */
+void xf__sink_reset(struct xf_sink *sink);
 
 void xf__sink_init(struct xf_sink *sink, size_t max_len);
 
