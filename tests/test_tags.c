@@ -801,6 +801,17 @@ static long long commands_run(redisContext *r) {
   return n;
 }
 
+/* A driver's namespace client ("ns1:", its namespace tag on) of a server of
+ * its own, started in srv: a test that counts the server's commands. */
+static xft_drv *open_counted(int driver, xft_server *srv) {
+  cr_assert_eq(xft_server_start(srv, NULL), 0);
+  xf_options o = options();
+  o.port = srv->port;
+  o.key_prefix = "ns1:";
+  o.namespace_tag = 1;
+  return xft_drv_open(driver, &o);
+}
+
 ParameterizedTestParameters(tags, a_tagged_hit_without_a_near_cache_is_one_command) {
   static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
@@ -813,12 +824,7 @@ ParameterizedTestParameters(tags, a_tagged_hit_without_a_near_cache_is_one_comma
 ParameterizedTest(int *driver, tags, a_tagged_hit_without_a_near_cache_is_one_command) {
   const char *what = xft_driver_names[*driver];
   xft_server srv;
-  cr_assert_eq(xft_server_start(&srv, NULL), 0);
-  xf_options o = options();
-  o.port = srv.port;
-  o.key_prefix = "ns1:";
-  o.namespace_tag = 1;
-  xft_drv *d = xft_drv_open(*driver, &o);
+  xft_drv *d = open_counted(*driver, &srv);
   const char *tags[] = {"hit:a", "hit:b"};
   xf_policy p = XF_POLICY_INIT;
   p.tags = tags, p.ntags = 2;
@@ -929,12 +935,7 @@ ParameterizedTestParameters(tags, a_tagged_set_reads_its_versions_in_one_command
 ParameterizedTest(int *driver, tags, a_tagged_set_reads_its_versions_in_one_command) {
   const char *what = xft_driver_names[*driver];
   xft_server srv;
-  cr_assert_eq(xft_server_start(&srv, NULL), 0);
-  xf_options o = options();
-  o.port = srv.port;
-  o.key_prefix = "ns1:";
-  o.namespace_tag = 1;
-  xft_drv *d = xft_drv_open(*driver, &o);
+  xft_drv *d = open_counted(*driver, &srv);
   const char *tags[] = {"set1:a", "set1:b", "set1:c"};
   xf_policy p = XF_POLICY_INIT;
   p.tags = tags, p.ntags = 3;
