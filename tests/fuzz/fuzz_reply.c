@@ -48,11 +48,12 @@ static unsigned touch(const char *p, size_t len) {
 }
 
 /* Whether r's elements at.. have the read reply's shape: eight, the value a
- * bulk string or nil, six integers, the tag record a bulk string. Whatever
- * their values, such a reply must parse (a malformed entry is a miss, never
- * XF_EPROTO). */
+ * bulk string or nil, six integers, the tag record a bulk string; then
+ * optionally the entry's start s (an integer) and after it its validator (a
+ * bulk string). Whatever their values, such a reply must parse (a malformed
+ * entry is a miss, never XF_EPROTO). */
 static int read_shaped(const xf__reply *r, size_t at) {
-  if (r->type != XF_REPLY_ARRAY || r->elements != at + 8)
+  if (r->type != XF_REPLY_ARRAY || r->elements < at + 8 || r->elements > at + 10)
     return 0;
   int t = r->element[at]->type;
   if (t != XF_REPLY_STRING && t != XF_REPLY_NIL)
@@ -60,6 +61,10 @@ static int read_shaped(const xf__reply *r, size_t at) {
   for (size_t i = at + 1; i < at + 7; i++)
     if (r->element[i]->type != XF_REPLY_INTEGER)
       return 0;
+  if (r->elements > at + 8 && r->element[at + 8]->type != XF_REPLY_INTEGER)
+    return 0;
+  if (r->elements > at + 9 && r->element[at + 9]->type != XF_REPLY_STRING)
+    return 0;
   return r->element[at + 7]->type == XF_REPLY_STRING;
 }
 
@@ -95,6 +100,11 @@ static void check_entry(const xf__reply *r, size_t at, const xf__entry *e) {
     FUZZ_CHECK(e->tags_len == t->len);
     FUZZ_CHECK(t->len ? e->tags == (const unsigned char *)t->str : e->tags == NULL);
     (void)touch((const char *)e->tags, e->tags_len);
+    /* The validator: the tenth string when not empty, else none. */
+    const xf__reply *x = r->elements > at + 9 ? r->element[at + 9] : NULL;
+    FUZZ_CHECK(x && x->len ? e->validator == (const unsigned char *)x->str &&
+                                 e->validator_len == x->len
+                           : e->validator == NULL && e->validator_len == 0);
   } else {
     FUZZ_CHECK(v->type == XF_REPLY_NIL && e->len == 0);
     /* A miss is {false, 0, 0, live, 0, now} (1 in place of the 0: malformed). */
