@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "fixture.h"
+#include "now.h"
 
 #define N 100
 
@@ -510,8 +511,74 @@ static int slow_key_loader(void *ud, const char *key, size_t keylen, xf_sink *si
   return xf_sink_set(sink, v, (size_t)len);
 }
 
+/* What both clients' leases did, in time order: printed for a key loaded
+ * twice, so a failure on a busy machine says why. */
+enum { TIMELINE = 512 };
+typedef struct timeline {
+  pthread_mutex_t mu;
+  int64_t t0_ms;
+  size_t n;
+  struct {
+    int64_t ms;
+    int who, type, rc, turn;
+  } ev[TIMELINE];
+} timeline;
+
+typedef struct witness {
+  timeline *tl;
+  int who; /* 1: the batch, 2: the second client */
+} witness;
+
+static void note_event(const xf_event *ev, void *ud) {
+  const witness *w = ud;
+  switch (ev->type) {
+  case XF_EV_LEASE_WON:
+  case XF_EV_LEASE_LOST:
+  case XF_EV_LEASE_RENEWED:
+  case XF_EV_LOAD_START:
+  case XF_EV_FAIL_OPEN:
+  case XF_EV_SUPERSEDED:
+  case XF_EV_RECONNECT:
+  case XF_EV_BREAKER_OPEN:
+  case XF_EV_WAIT:
+    break;
+  default:
+    return;
+  }
+  timeline *tl = w->tl;
+  pthread_mutex_lock(&tl->mu);
+  if (tl->n < TIMELINE)
+    tl->ev[tl->n++] =
+        (__typeof__(tl->ev[0])){xf__now_ms() - tl->t0_ms, w->who, ev->type, ev->rc,
+                                ev->key ? turn_of(ev->key, ev->keylen) : -1};
+  pthread_mutex_unlock(&tl->mu);
+}
+
+static void print_timeline(timeline *tl, int turn) {
+  pthread_mutex_lock(&tl->mu);
+  for (size_t j = 0; j < tl->n; j++)
+    if (tl->ev[j].turn == turn || tl->ev[j].turn < 0)
+      cr_log_warn("key %d: +%lld ms client %d %s rc %d", turn, (long long)tl->ev[j].ms,
+                  tl->ev[j].who, xf_event_name(tl->ev[j].type), tl->ev[j].rc);
+  pthread_mutex_unlock(&tl->mu);
+}
+
+static xf_client *witnessed_client(witness *w) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.seed = (uint64_t)w->who;
+  o.entry_format = xft_entry_format();
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_PATIENT_MS;
+  o.on_event = note_event;
+  o.on_event_ud = w;
+  xf_client *c = NULL;
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK, "%s", xf_errmsg(NULL));
+  return c;
+}
+
 typedef struct second {
   turns *t;
+  witness *w;
   const keys *k;
   const xf_policy *p;
   int batch; /* the second client runs a batch too, else one call per key */
@@ -523,7 +590,7 @@ static void *second_client(void *arg) {
   second *s = arg;
   while (!__atomic_load_n(&s->t->started, __ATOMIC_SEQ_CST))
     xft_sleep_ms(1);
-  xf_client *c = xft_client(2);
+  xf_client *c = witnessed_client(s->w);
   xf_value v[TURNS];
   int rcs[TURNS];
   if (s->batch) {
@@ -556,14 +623,16 @@ static void *second_client(void *arg) {
  * 2.5 s lease, 1.25 s was not enough under ASan on a busy run: 'key 8 loaded
  * 2 times'). */
 static void keys_stay_protected(const char *prefix, int second_batch) {
-  xf_client *c = xft_client(1);
+  timeline tl = {.mu = PTHREAD_MUTEX_INITIALIZER, .t0_ms = xf__now_ms()};
+  witness batch_w = {&tl, 1}, second_w = {&tl, 2};
+  xf_client *c = witnessed_client(&batch_w);
   keys k;
   make_keys(&k, prefix, TURNS);
   xf_policy p = XF_POLICY_INIT;
   p.lease_ms = 5000; /* 24 loads of 250 ms take 6 s: leases taken up front run out */
   p.wait_ms = 30000; /* a loaded machine: never give up waiting in this test */
   turns t = {.sleep_ms = 250};
-  second s = {.t = &t, .k = &k, .p = &p, .batch = second_batch};
+  second s = {.t = &t, .w = &second_w, .k = &k, .p = &p, .batch = second_batch};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, second_client, &s), 0);
   xf_value v[TURNS];
@@ -578,6 +647,8 @@ static void keys_stay_protected(const char *prefix, int second_batch) {
     uncached += v[i].source == XF_SOURCE_UNCACHED;
     int n = __atomic_load_n(&t.loads[i], __ATOMIC_SEQ_CST);
     cr_expect_eq(n, 1, "key %zu loaded %d times", i, n);
+    if (n != 1 || v[i].source == XF_SOURCE_UNCACHED)
+      print_timeline(&tl, (int)i);
   }
   cr_expect_eq(uncached, 0, "the batch's writes refused");
   cr_expect_eq(s.uncached, 0, "the second client's writes refused");
@@ -693,17 +764,18 @@ static void *run_stalled_batch(void *arg) {
  * leased and has not loaded yet stays leased meanwhile (renewed with the
  * load's own), so another client that asks for them after the lease's
  * length waits for the batch's values instead of loading them again.
- * key_asked is a key leased with the stalled one that waits its turn (the
- * per-key loader: the batch leases keys 2 and 3 together once keys 0 and 1
- * loaded fast, key 2 stalls), or one of the batch loader's call. Margins:
+ * key_asked is a key leased with the stalled one (the per-key loader: the
+ * batch leases keys 2 and 3 together once keys 0 and 1 loaded fast): the
+ * key waiting its turn, or the key loaded before the stalled one, waiting
+ * for the group's writes; or one of the batch loader's call. Margins:
  * renewals come every lease/3 = 1 s, so a renewal thread starved for up to
  * 2 s keeps the key; the other client asks 3.5 s after the stall began
  * (the lease's 3 s + 0.5 s) and 3 s before it ends, so without renewals
  * its lease has run out by then (it then loads the key: 2 loads). */
 static void stalled_batch_keeps_its_leases(const char *prefix, int use_pool,
-                                           int use_batch_loader, int key_asked) {
+                                           int use_batch_loader, int stall, int key_asked) {
   stall_batch sb = {.use_batch_loader = use_batch_loader, .use_pool = use_pool};
-  sb.st.stall = 2;
+  sb.st.stall = stall;
   make_keys(&sb.k, prefix, STALLED);
   sb.p = (xf_policy)XF_POLICY_INIT;
   sb.p.lease_ms = STALL_LEASE_MS;
@@ -734,20 +806,32 @@ static void stalled_batch_keeps_its_leases(const char *prefix, int use_pool,
 }
 
 Test(batch, keys_leased_with_a_stalled_load_stay_leased) {
-  stalled_batch_keeps_its_leases("batch:stall:one", 0, 0, 3);
+  stalled_batch_keeps_its_leases("batch:stall:one", 0, 0, 2, 3);
 }
 
 Test(batch, a_stalled_batch_loader_keeps_its_keys_leased) {
-  stalled_batch_keeps_its_leases("batch:stall:many", 0, 1, 1);
+  stalled_batch_keeps_its_leases("batch:stall:many", 0, 1, 2, 1);
+}
+
+/* A key loaded before the stalled one of its group waits for the group's
+ * writes (they go together once every load of the group ended): its lease
+ * stays renewed until then, or another client loads it again (key 2 loads
+ * at once, key 3 stalls; the other client asks for key 2). */
+Test(batch, a_key_loaded_before_a_stalled_one_stays_leased_until_written) {
+  stalled_batch_keeps_its_leases("batch:stall:done", 0, 0, 3, 2);
+}
+
+Test(batch, pool_a_key_loaded_before_a_stalled_one_stays_leased_until_written) {
+  stalled_batch_keeps_its_leases("batch:stall:pool:done", 1, 0, 3, 2);
 }
 
 /* The same on the pool's batches (a client lent for the whole batch). */
 Test(batch, pool_keys_leased_with_a_stalled_load_stay_leased) {
-  stalled_batch_keeps_its_leases("batch:stall:pool:one", 1, 0, 3);
+  stalled_batch_keeps_its_leases("batch:stall:pool:one", 1, 0, 2, 3);
 }
 
 Test(batch, pool_a_stalled_batch_loader_keeps_its_keys_leased) {
-  stalled_batch_keeps_its_leases("batch:stall:pool:many", 1, 1, 1);
+  stalled_batch_keeps_its_leases("batch:stall:pool:many", 1, 1, 2, 1);
 }
 
 /* "v<n>", n the loader's calls so far; each load takes 2 ms (a delta). */

@@ -102,6 +102,9 @@ typedef struct xf__flow {
   int64_t delta_us;
   int64_t lease_len_ms;  /* the lease held: its length (xf__flow_lease_ms) */
   int64_t load_start_ms; /* LOAD: the driver's ms when it was asked for */
+  int lease_kept;        /* the driver renews the lease until the write (a
+                            batch's keeper for its group): no renewals of
+                            the flow's own (xf__flow_renewal) */
   int64_t began_ms;      /* the driver's ms at the call's start */
   int hard_wait;         /* WAIT: its end is hard_timeout_ms's, not wait_ms's */
   xf_driver driver;      /* for events: the client's when the call started */

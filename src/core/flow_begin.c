@@ -39,7 +39,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->rc = XF_OK;
   f->state = XF__READ;
   f->script_loading = f->refresh = f->detached = f->round = f->had_value =
-      f->found_nothing = 0;
+      f->found_nothing = f->lease_kept = 0;
   f->failsafe_hold_ms = 0;
   f->near_elected = 0;
   f->near_expiry_ms = f->near_delta_us = 0;

@@ -9,7 +9,7 @@
 
 int xf__flow_renewal(const xf__flow *f, xf__renewal *rn) {
   if (f->state != XF__LOAD || f->load != XF_LOAD_LEASED || !f->token[0] ||
-      f->lease_len_ms <= 0)
+      f->lease_len_ms <= 0 || f->lease_kept)
     return 0;
   int64_t until_ms = f->load_start_ms + xf__policy_max_load_ms(f->p);
   int64_t deadline_ms = f->load_start_ms + f->lease_len_ms;

@@ -171,17 +171,23 @@ static size_t send_all(batch *b, const batch_loaders *l) {
 }
 
 /* Keeps the leases of every flow at its LOAD renewed while the batch's
- * loads run: the per-key loader loads them one after the other, so a key
- * waiting for its turn would lose its lease to another caller when an
- * earlier key's load stalls (the batch leases only as many keys as the loads
- * seen say fit in half a lease); the batch loader's one call may outlast
- * the lease as a single key's loader may. NULL: none to renew. */
+ * loads run, until their writes go (right after the last load): the per-key
+ * loader loads them one after the other, so a key waiting for its turn, or
+ * loaded and waiting for the group's writes, would lose its lease to another
+ * caller when another key's load stalls (the batch leases only as many keys
+ * as the loads seen say fit in half a lease); the batch loader's one call
+ * may outlast the lease as a single key's loader may. Those flows' loads
+ * start no keeper of their own. NULL: none to renew. */
 static xf__keeper *keep_leases(batch *b) {
   size_t m = 0;
   for (size_t i = 0; i < b->n; i++)
     if (b->steps[i] == XF_STEP_LOAD && b->flows[i].load == XF_LOAD_LEASED)
       b->waiting[m++] = &b->flows[i];
-  return m ? xf__keeper_start_many(b->waiting, m, b->c->opened_with, b->c->share) : NULL;
+  xf__keeper *keeper =
+      m ? xf__keeper_start_many(b->waiting, m, b->c->opened_with, b->c->share) : NULL;
+  for (size_t j = 0; keeper && j < m; j++)
+    b->waiting[j]->lease_kept = 1;
+  return keeper;
 }
 
 /* Every flow waiting for its loader: one after the other with the per-key
@@ -195,9 +201,9 @@ static size_t load_all(batch *b, const batch_loaders *l) {
   for (size_t i = 0; i < b->n; i++) {
     if (b->steps[i] != XF_STEP_LOAD)
       continue;
-    if (l->one)
-      xf__keeper_drop(keeper, &b->flows[i]); /* its loader's own keeper renews it */
     if (l->one && xf__flow_detachable(&b->flows[i], xf__blocking_off_path(b->flows[i].c))) {
+      b->flows[i].lease_kept = 0; /* the refresh's own keeper renews it */
+      xf__keeper_drop(keeper, &b->flows[i]);
       b->steps[i] = xf__blocking_refresh(&b->flows[i], l->one, l->ud);
     } else if (l->one) {
       int64_t t0 = xf__now_us();
@@ -212,6 +218,8 @@ static size_t load_all(batch *b, const batch_loaders *l) {
   if (k && !l->one)
     xf__batch_load_many(b, l, k);
   xf__keeper_stop(keeper);
+  for (size_t i = 0; i < b->n; i++)
+    b->flows[i].lease_kept = 0;
   return k;
 }
 
