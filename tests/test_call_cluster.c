@@ -157,7 +157,7 @@ static xf_client *config_client(int i, int replicas) {
   o.entry_format = xft_cluster_entry_format();
   /* No test here is about a timeout: a command answered after the default
    * 1 s (under ASan on a busy machine) would be sent again and counted twice. */
-  o.connect_timeout_ms = o.command_timeout_ms = 10000;
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_CLUSTER_PATIENT_MS;
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;

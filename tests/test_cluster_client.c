@@ -26,6 +26,7 @@ static xf_client *open_client(const char *host, int cluster, int replicas) {
   o.read_from_replicas = replicas;
   o.seed = 7;
   o.entry_format = xft_cluster_entry_format();
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_CLUSTER_PATIENT_MS;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));

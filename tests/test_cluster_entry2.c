@@ -21,6 +21,7 @@ static xf_client *open2(int node, int format, int replicas) {
   o.read_from_replicas = replicas;
   o.seed = 7;
   o.entry_format = format;
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_CLUSTER_PATIENT_MS;
   xf_client *c = NULL;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;

@@ -33,6 +33,7 @@ static xf_client *open_client(xf_share *share) {
   o.host = host;
   o.share = share;
   o.seed = 3;
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_CLUSTER_PATIENT_MS;
   xf_client *c;
   cr_assert_eq(xf_client_open(&c, &o), XF_OK);
   return c;

@@ -26,12 +26,6 @@
 #include <xfetch_libuv.h>
 #endif
 
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#else
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #define NKEYS 200
 
 /* ---- the binary's TLS cluster ------------------------------------------- */
@@ -118,7 +112,7 @@ static xf_options tls_opts(char *seed, size_t n, int node, const char *ca) {
   o.host = seed;
   o.cluster = XF_CLUSTER_ON;
   o.seed = 7;
-  o.connect_timeout_ms = o.command_timeout_ms = RUNNING_ON_VALGRIND ? 10000 : 2000;
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_CLUSTER_PATIENT_MS;
   o.tls.enable = 1;
   o.tls.ca_file = cert(ca);
   return o;

@@ -20,6 +20,24 @@ import xfetch.testing
 
 pytest_plugins = ["isolation"]  # what a test leaves behind is undone (isolation.py)
 
+# Every Cache a test opens without a timeout of its own gets PATIENT_S, not
+# the library's 1 s: no such test is about a timeout, and a busy machine
+# (a sanitizer build beside it, valgrind) can take past 1 s to answer an open
+# or a big command. A test about a timeout passes timeout= (or connect_timeout=).
+PATIENT_S = 10.0
+
+
+def _patient(init):
+    def __init__(self, *args, **kw):
+        if len(args) < 3 and "timeout" not in kw and "connect_timeout" not in kw:
+            kw["timeout"] = PATIENT_S
+        init(self, *args, **kw)
+    return __init__
+
+
+for _face in (xfetch.Cache, xfetch.aio.Cache):
+    _face.__init__ = _patient(_face.__init__)
+
 ACL_USER, ACL_PASS = "alice", "s3cret:p@ss"  # ':' and '@' exercise URL quoting
 
 
