@@ -14,6 +14,7 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "now.h"
 #include "pool_impl.h"
 #include "refresh.h"
 #include "reply.h"
@@ -258,11 +259,7 @@ int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
     rc = xf_share_open(&p->own_share, NULL);
   if (rc == XF_OK && !p->opts.share)
     p->opts.share = p->own_share;
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&p->freed, &attr);
-  pthread_condattr_destroy(&attr);
+  xf__cond_init_monotonic(&p->freed);
   pthread_mutex_init(&p->lock, NULL);
   if (rc == XF_OK && !(p->gate = xf__gate_open()))
     rc = XF_ENOMEM;
