@@ -61,10 +61,22 @@ int xf__flow_serve_entry(xf__flow *f, xf_source source);
 void xf__flow_learn_clock(xf__flow *f, int64_t server_ms, int64_t now_ms);
 
 /* flow_compute.c's side of get-or-compute: the lease asked for; what a read
- * (parsed: rc), a lease, a write (ok: written) and a release lead to. */
+ * (parsed: rc) and a lease lead to; the value read (f->e) handed to the
+ * caller; whether it may be served when a load fails (stale_if_error_ms). */
 int64_t xf__flow_lease_ms(const xf__flow *f);
 xf__step xf__flow_read_decide(xf__flow *f, int rc, int64_t now_ms);
 xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
+int xf__flow_serve_read(xf__flow *f, xf_source source);
+int xf__flow_within_stale_if_error(const xf__flow *f, const xf__entry *e);
+
+/* flow_load.c: a LOAD of kind begins (the loader gets the value it
+ * refreshes); Redis cannot be used (rc): the loader runs uncached; what the
+ * write will be; the outcome decided (rc), the lease released first; what a
+ * write (ok: written) and a release lead to. */
+xf__step xf__flow_load(xf__flow *f, xf__load_kind kind);
+xf__step xf__flow_fail_open(xf__flow *f, int rc);
+xf__write xf__flow_what_to_write(xf__flow *f);
+xf__step xf__flow_release_then_done(xf__flow *f, int rc);
 xf__step xf__flow_written(xf__flow *f, int ok);
 xf__step xf__flow_released(xf__flow *f, xf__reply *r);
 

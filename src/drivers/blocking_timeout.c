@@ -162,11 +162,7 @@ static bounded *bounded_new(xf__flow *f, xf_loader_fn loader, void *ud) {
   b->sink = f->sink;       /* initialized by the LOAD step: at most the previous value */
   f->sink.prev_own = NULL; /* which b owns until the outcome goes back to a flow */
   pthread_mutex_init(&b->mu, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&b->landed, &attr);
-  pthread_condattr_destroy(&attr);
+  xf__cond_init_monotonic(&b->landed);
   xf__gate_hold(b->gate);
   return b;
 }

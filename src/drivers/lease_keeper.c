@@ -102,14 +102,6 @@ static void *keep(void *arg) {
   return NULL;
 }
 
-static void cond_init_monotonic(pthread_cond_t *cv) {
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(cv, &attr);
-  pthread_condattr_destroy(&attr);
-}
-
 xf__keeper *xf__keeper_start_many(xf__flow *const *flows, size_t n, const xf_options *like,
                                   xf_share *share) {
   if (!like)
@@ -139,7 +131,7 @@ xf__keeper *xf__keeper_start_many(xf__flow *const *flows, size_t n, const xf_opt
   k->like = like;
   k->share = share;
   pthread_mutex_init(&k->mu, NULL);
-  cond_init_monotonic(&k->stopped);
+  xf__cond_init_monotonic(&k->stopped);
   if (pthread_create(&k->thread, NULL, keep, k) != 0) {
     pthread_cond_destroy(&k->stopped);
     pthread_mutex_destroy(&k->mu);

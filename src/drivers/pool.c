@@ -14,157 +14,14 @@
 
 #include "client_io.h"
 #include "drive.h"
+#include "now.h"
+#include "pool_impl.h"
 #include "refresh.h"
 #include "reply.h"
 #include "share.h"
 #include "spares.h"
 
 #define DEFAULT_CHECKOUT_TIMEOUT_MS 1000
-#define INTERRUPT_SLICE_MS 50 /* how often a waiting call asks options.interrupt */
-
-struct xf_pool {
-  pthread_mutex_t lock;
-  pthread_cond_t freed;
-  xf_options opts; /* for new clients: lazy_connect, share set, own strings */
-  char *strings[10];
-  xf_share *own_share;
-  size_t max, made, nidle;
-  size_t opening;   /* clients being opened (outside the lock) */
-  xf_client **idle; /* a stack of the idle clients */
-  xf_client **all;  /* every client made, for close */
-  xf_stats *seen;   /* all[i]'s stats already added to totals */
-  int checkout_timeout_ms;
-  xf_stats totals; /* the clients' counters, as of their last check-in */
-  uint64_t waited, timed_out;
-  xf__refresh_gate *gate; /* background refreshes (refresh.h) */
-  xf__spares *spares;     /* for near hits; NULL without a near cache */
-};
-
-/* The calling thread's last error message (xf_pool_errmsg). */
-static _Thread_local char last_error[256];
-
-static int index_of(const xf_pool *p, const xf_client *c) {
-  for (size_t i = 0; i < p->made; i++)
-    if (p->all[i] == c)
-      return (int)i;
-  return -1;
-}
-
-/* Adds what c counted since its last check-in to the totals (lock held). */
-static void collect(xf_pool *p, xf_client *c) {
-  int i = index_of(p, c);
-  const uint64_t *now = (const uint64_t *)&c->stats;
-  uint64_t *seen = (uint64_t *)&p->seen[i], *sum = (uint64_t *)&p->totals;
-  for (size_t f = 0; f < sizeof(xf_stats) / sizeof(uint64_t); f++) {
-    sum[f] += now[f] - seen[f];
-    seen[f] = now[f];
-  }
-}
-
-/* One wait for a client checked in, until *until, at most 50 ms long when
- * options.interrupt is set: asked (without the lock: it may run a signal
- * handler) after each slice. The lock is held on return. 0, ETIMEDOUT (at
- * *until) or XF_ECANCELED. */
-static int wait_slice(xf_pool *p, const struct timespec *until) {
-  if (!p->opts.interrupt)
-    return pthread_cond_timedwait(&p->freed, &p->lock, until);
-  struct timespec slice = xf__deadline_in(INTERRUPT_SLICE_MS);
-  int last = slice.tv_sec > until->tv_sec ||
-             (slice.tv_sec == until->tv_sec && slice.tv_nsec >= until->tv_nsec);
-  int rc = pthread_cond_timedwait(&p->freed, &p->lock, last ? until : &slice);
-  if (rc != ETIMEDOUT || last)
-    return rc;
-  pthread_mutex_unlock(&p->lock);
-  int stop = p->opts.interrupt(p->opts.interrupt_ud);
-  pthread_mutex_lock(&p->lock);
-  return stop ? XF_ECANCELED : 0;
-}
-
-/* A client for this thread: an idle one, a new one while fewer than max
- * exist or are being opened, or the next one checked in. wait_ms < 0 is for a
- * call that already began (so at least one client exists): it waits for an
- * idle one as long as it takes (every holder gives its client back after one
- * command) and never fails; wait_ms 0 is a try: XF_EBUSY at once (not
- * counted, no message) where it would wait. XF_OK, XF_EBUSY on timeout, or
- * the error of a client that could not be made (XF_ENOMEM), with the reason
- * in last_error. */
-static int checkout(xf_pool *p, int wait_ms, xf_client **out) {
-  struct timespec until = xf__deadline_in(wait_ms > 0 ? wait_ms : 0);
-  pthread_mutex_lock(&p->lock);
-  int waited = 0;
-  while (p->nidle == 0 && (p->made + p->opening == p->max || wait_ms < 0)) {
-    if (wait_ms == 0) {
-      pthread_mutex_unlock(&p->lock);
-      return XF_EBUSY;
-    }
-    waited = 1;
-    int rc = wait_ms < 0 ? pthread_cond_wait(&p->freed, &p->lock) : wait_slice(p, &until);
-    if (rc == XF_ECANCELED) {
-      pthread_mutex_unlock(&p->lock);
-      snprintf(last_error, sizeof last_error,
-               "interrupted (options.interrupt) waiting for a pooled client");
-      return XF_ECANCELED;
-    }
-    if (rc == ETIMEDOUT && p->nidle == 0 && p->made + p->opening == p->max) {
-      p->timed_out++;
-      pthread_mutex_unlock(&p->lock);
-      snprintf(last_error, sizeof last_error,
-               "no pooled client free within %d ms (max_connections %zu)", wait_ms, p->max);
-      return XF_EBUSY;
-    }
-  }
-  p->waited += waited;
-  xf_client *c = NULL;
-  if (p->nidle > 0) {
-    c = p->idle[--p->nidle];
-  } else { /* open outside the lock (lazy: no I/O) */
-    /* Only a count is reserved, not a slot: other threads' opens finish in
-     * any order, so a client takes the next slot once it exists and a failed
-     * open has nothing to give back but its count. all[0..made) is always
-     * made of open clients. */
-    p->opening++;
-    pthread_mutex_unlock(&p->lock);
-    int rc = xf_client_open(&c, &p->opts);
-    if (rc == XF_OK)
-      c->driver = XF_DRIVER_POOL;
-    pthread_mutex_lock(&p->lock);
-    p->opening--;
-    if (rc != XF_OK) {
-      pthread_cond_signal(&p->freed); /* a waiter may open one in our place */
-      pthread_mutex_unlock(&p->lock);
-      snprintf(last_error, sizeof last_error, "opening a pooled client: %s",
-               xf_strerror(rc));
-      return rc;
-    }
-    p->all[p->made] = c;
-    memset(&p->seen[p->made], 0, sizeof p->seen[p->made]);
-    p->made++;
-  }
-  pthread_mutex_unlock(&p->lock);
-  c->errstr[0] = '\0';
-  c->loader_rc = 0;
-  *out = c;
-  return XF_OK;
-}
-
-static void checkin(xf_pool *p, xf_client *c) {
-  pthread_mutex_lock(&p->lock);
-  collect(p, c);
-  p->idle[p->nidle++] = c;
-  pthread_cond_signal(&p->freed);
-  pthread_mutex_unlock(&p->lock);
-}
-
-/* Checks c in, keeping its message as this thread's; a success clears it
- * (a loader's nested pool call may have failed meanwhile on this thread). */
-static int finish(xf_pool *p, xf_client *c, int rc) {
-  if (rc != XF_OK)
-    snprintf(last_error, sizeof last_error, "%s", c->errstr);
-  else
-    last_error[0] = '\0';
-  checkin(p, c);
-  return rc;
-}
 
 /* Arguments that are wrong whatever the client: refused before checking one
  * out, so a bad call never waits for a busy pool nor reports XF_EBUSY. The
@@ -176,7 +33,7 @@ static int refuse(const char *key, size_t keylen, int check_policy,
                     : !check_policy ? NULL
                     : !policy       ? "policy is NULL"
                                     : NULL;
-  snprintf(last_error, sizeof last_error, "%s", why ? why : "");
+  snprintf(xf__pool_error, sizeof xf__pool_error, "%s", why ? why : "");
   return why ? XF_EINVAL : XF_OK;
 }
 
@@ -195,10 +52,10 @@ static int refresh_run(xf__refresh_job *j) {
     return XF_REFRESH_ABANDONED;
   xf_pool *p = r->pool;
   xf_client *c = NULL;
-  checkout(p, -1, &c);
+  xf__pool_checkout(p, -1, &c);
   xf__flow_rebind(&r->d.f, c);
   int outcome = xf__detached_finish(&r->d);
-  checkin(p, c); /* inside the gate: the pool is not closed under it */
+  xf__pool_checkin(p, c); /* inside the gate: the pool is not closed under it */
   xf__detached_end(&r->d);
   return outcome;
 }
@@ -223,9 +80,9 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
                            xf_value *out) {
   if (out)
     memset(out, 0, sizeof *out);
-  last_error[0] = '\0';
+  xf__pool_error[0] = '\0';
   if (!p || !out || !loader) {
-    snprintf(last_error, sizeof last_error, "%s is NULL",
+    snprintf(xf__pool_error, sizeof xf__pool_error, "%s is NULL",
              !p     ? "pool"
              : !out ? "out"
                     : "loader");
@@ -234,15 +91,15 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
   if (refuse(key, keylen, 1, policy) != XF_OK)
     return XF_EINVAL;
   xf_client *c = NULL, *spare = NULL;
-  int rc = checkout(p, 0, &c);
+  int rc = xf__pool_checkout(p, 0, &c);
   if (rc == XF_EBUSY && p->spares) {
     int served = xf__spares_near_serve(p->spares, key, keylen, policy, out, &spare,
-                                       last_error, sizeof last_error);
+                                       xf__pool_error, sizeof xf__pool_error);
     if (served != XF_NEAR_NOT_SERVED)
       return served;
   }
   if (rc == XF_EBUSY)
-    rc = checkout(p, p->checkout_timeout_ms, &c);
+    rc = xf__pool_checkout(p, p->checkout_timeout_ms, &c);
   if (spare) { /* an early refresh its draw elected is the call's */
     if (rc == XF_OK)
       xf_near_move_refresh(spare, c);
@@ -266,7 +123,7 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
       continue;
     }
     /* A load or a wait: the client goes back to the pool meanwhile. */
-    checkin(p, c);
+    xf__pool_checkin(p, c);
     xf__loaded l;
     int stop = 0;
     if (step == XF_STEP_LOAD) /* c only for its share and namespace (see share.h) */
@@ -275,13 +132,13 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
       stop = xf__drive_sleep(&f, f.wake_ms);
     /* Never fails: it waits for a client (every holder gives its own back
      * after one command), which the call needs to end, even interrupted. */
-    checkout(p, -1, &c);
+    xf__pool_checkout(p, -1, &c);
     xf__flow_rebind(&f, c);
     step = step == XF_STEP_LOAD ? xf__flow_feed_loaded(&f, &l)
            : stop               ? xf__flow_cancel(&f)
                                 : xf__flow_woke(&f, xf__now_ms());
   }
-  return finish(p, c, f.rc);
+  return xf__pool_finish(p, c, f.rc);
 }
 
 /* Runs fn on a checked-out client with the caller's own message kept; bad:
@@ -289,23 +146,23 @@ int xf_pool_get_or_compute(xf_pool *p, const char *key, size_t keylen,
 #define WITH_CLIENT(p, bad, call)                                                          \
   do {                                                                                     \
     if (!(p)) {                                                                            \
-      snprintf(last_error, sizeof last_error, "pool is NULL");                             \
+      snprintf(xf__pool_error, sizeof xf__pool_error, "pool is NULL");                     \
       return XF_EINVAL;                                                                    \
     }                                                                                      \
     if ((bad) != XF_OK)                                                                    \
       return XF_EINVAL;                                                                    \
     xf_client *c = NULL;                                                                   \
-    int out_rc = checkout((p), (p)->checkout_timeout_ms, &c);                              \
+    int out_rc = xf__pool_checkout((p), (p)->checkout_timeout_ms, &c);                     \
     if (out_rc != XF_OK)                                                                   \
       return out_rc;                                                                       \
-    return finish((p), c, (call));                                                         \
+    return xf__pool_finish((p), c, (call));                                                \
   } while (0)
 
 int xf_pool_set(xf_pool *p, const char *key, size_t keylen, const void *data, size_t len,
                 const xf_policy *policy) {
   int bad = refuse(key, keylen, 1, policy);
   if (bad == XF_OK && !data && len > 0) {
-    snprintf(last_error, sizeof last_error, "data is NULL");
+    snprintf(xf__pool_error, sizeof xf__pool_error, "data is NULL");
     bad = XF_EINVAL;
   }
   WITH_CLIENT(p, bad, xf_set(c, key, keylen, data, len, policy));
@@ -326,7 +183,7 @@ int xf_pool_get(xf_pool *p, const char *key, size_t keylen, xf_value *out) {
     memset(out, 0, sizeof *out);
   int bad = refuse(key, keylen, 0, NULL);
   if (bad == XF_OK && !out) {
-    snprintf(last_error, sizeof last_error, "out is NULL");
+    snprintf(xf__pool_error, sizeof xf__pool_error, "out is NULL");
     bad = XF_EINVAL;
   }
   WITH_CLIENT(p, bad, xf_get(c, key, keylen, out));
@@ -342,7 +199,7 @@ static int refuse_many(size_t n, const char *const *keys, const size_t *keylens,
                     : n > 0 && (!values || !rcs) ? "values or rcs is NULL"
                     : !has_loader                ? "loader is NULL"
                                                  : NULL;
-  snprintf(last_error, sizeof last_error, "%s", why ? why : "");
+  snprintf(xf__pool_error, sizeof xf__pool_error, "%s", why ? why : "");
   return why ? XF_EINVAL : XF_OK;
 }
 
@@ -366,31 +223,6 @@ int xf_pool_get_or_compute_many_batch(xf_pool *p, size_t n, const char *const *k
   WITH_CLIENT(
       p, bad,
       xf_get_or_compute_many_batch(c, n, keys, keylens, policy, loader, ud, values, rcs));
-}
-
-const char *xf_pool_errmsg(void) { return last_error; }
-
-void xf_pool_stats(xf_pool *p, xf_pool_info *out) {
-  if (!out)
-    return;
-  memset(out, 0, sizeof *out);
-  if (!p)
-    return;
-  pthread_mutex_lock(&p->lock);
-  out->clients = p->totals;
-  if (p->spares)
-    xf__spares_add_stats(p->spares, &out->clients);
-  out->clients.connections = 0;
-  for (size_t i = 0; i < p->nidle; i++) { /* idle clients: no other thread writes them */
-    xf_stats st;
-    xf_client_stats(p->idle[i], &st);
-    out->clients.connections += st.connections;
-  }
-  out->open = p->made;
-  out->idle = p->nidle;
-  out->waited = p->waited;
-  out->timed_out = p->timed_out;
-  pthread_mutex_unlock(&p->lock);
 }
 
 int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
@@ -427,11 +259,7 @@ int xf_pool_open(xf_pool **out, const xf_options *opts, size_t max_connections,
     rc = xf_share_open(&p->own_share, NULL);
   if (rc == XF_OK && !p->opts.share)
     p->opts.share = p->own_share;
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&p->freed, &attr);
-  pthread_condattr_destroy(&attr);
+  xf__cond_init_monotonic(&p->freed);
   pthread_mutex_init(&p->lock, NULL);
   if (rc == XF_OK && !(p->gate = xf__gate_open()))
     rc = XF_ENOMEM;

@@ -14,6 +14,7 @@
 #include "client_io.h"
 #include "near_impl.h"
 #include "near_shard.h"
+#include "now.h"
 
 void (*xf__near_test_before_put)(void);
 void (*xf__near_test_on_check)(void);
@@ -23,12 +24,8 @@ int xf__near_fence_dummy;
 #endif
 
 static void init_shard(shard *s, size_t max_bytes) {
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
   pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->changed, &a);
-  pthread_condattr_destroy(&a);
+  xf__cond_init_monotonic(&s->changed);
   s->max_bytes = max_bytes;
 }
 
@@ -404,11 +401,7 @@ void xf__near_after_fork(struct xf__ncache *n, int child) {
     shard *s = &n->shards[i];
     if (child) { /* the parent's waiters are not here; its entries not ours */
       clear_shard(s);
-      pthread_condattr_t a;
-      pthread_condattr_init(&a);
-      pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-      pthread_cond_init(&s->changed, &a);
-      pthread_condattr_destroy(&a);
+      xf__cond_init_monotonic(&s->changed);
     }
     pthread_mutex_unlock(&s->mu);
   }

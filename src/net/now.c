@@ -35,3 +35,11 @@ struct timespec xf__deadline_in(int ms) {
   }
   return ts;
 }
+
+void xf__cond_init_monotonic(pthread_cond_t *cv) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+}

@@ -4,6 +4,7 @@
 #ifndef XF_NOW_H
 #define XF_NOW_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -18,6 +19,9 @@ void xf__sleep_until_ms(int64_t wake_ms);
  * a condition made with that clock (the pool's checkout, the refresh workers'
  * drain). */
 struct timespec xf__deadline_in(int ms);
+
+/* Initializes cv to wait on CLOCK_MONOTONIC (deadlines of xf__deadline_in). */
+void xf__cond_init_monotonic(pthread_cond_t *cv);
 
 /* Tests only: added to the drivers' clock (xf__now_ms, xf__now_us), so a
  * test can give the client a clock that is off, or that jumps (set it

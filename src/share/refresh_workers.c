@@ -52,14 +52,6 @@ static void make_unlock(void) { pthread_mutex_unlock(&make_mu); }
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void) { pthread_atfork(make_lock, make_unlock, make_unlock); }
 
-static void cond_init_monotonic(pthread_cond_t *cv) {
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(cv, &attr);
-  pthread_condattr_destroy(&attr);
-}
-
 static void unref(struct xf__refreshers *w) { /* lock held; unlocks */
   int last = --w->refs == 0;
   pthread_mutex_unlock(&w->mu);
@@ -233,7 +225,7 @@ xf__refresh_gate *xf__gate_open(void) {
   if (!g)
     return NULL;
   pthread_mutex_init(&g->mu, NULL);
-  cond_init_monotonic(&g->changed);
+  xf__cond_init_monotonic(&g->changed);
   g->refs = 1;
   return g;
 }
