@@ -36,7 +36,9 @@ GOALS_OF = {"hit_overhead": ["p50_1conn", "throughput_50conn"],
             "batch": ["batch_vs_mget", "batch_vs_sequential"],
             "tls": ["tls_p50_1conn", "tls_throughput_50conn", "tls_handshakes_per_conn"],
             "near": ["near_hit_vs_redis_hit", "near_cmds_per_10k", "near_stale_p99_ms",
-                     "near_stale_over_1ms_faults", "near_wake_max_ms"]}
+                     "near_stale_over_1ms_faults", "near_wake_max_ms"],
+            "tags": ["tags_hit_vs_untagged", "tags_hit_vs_untagged_near",
+                     "tags_near_extra_cmds_per_hit", "tags_invalidate_p50_ms"]}
 TLS_RATIOS = ["xfetch_over_raw_get_tls_p50_1conn", "xfetch_over_raw_get_tls_rps_1conn",
               "xfetch_over_raw_get_tls_p50_50conn", "xfetch_over_raw_get_tls_rps_50conn",
               "tls_over_plain_p50_1conn", "tls_over_plain_rps_1conn",

@@ -59,6 +59,14 @@ static goal GOALS[] = {
      "reads stale by > 1 ms under CLIENT KILL + FLUSHALL", 0, 0, NAN},
     {"near_wake_max_ms", "near", "waiters of a 200 ms load: ms after the write (max)", 0, 5,
      NAN},
+    /* Tags (bench/tags_bench.c): a hit on an entry with 2 tags, and the
+     * invalidation of a tag (1,000,000 entries carry it; 10,000 in --quick). */
+    {"tags_hit_vs_untagged", "tags", "hit with 2 tags / untagged hit (p50)", 0, 1.1, NAN},
+    {"tags_hit_vs_untagged_near", "tags", "near hit with 2 tags / untagged (mean)", 0, 1.1,
+     NAN},
+    {"tags_near_extra_cmds_per_hit", "tags", "extra Redis commands per tagged near hit", 0,
+     0, NAN},
+    {"tags_invalidate_p50_ms", "tags", "invalidating a tag, p50 (ms)", 0, 1, NAN},
 };
 #define NGOALS (sizeof GOALS / sizeof GOALS[0])
 

@@ -40,10 +40,11 @@ static const struct {
                  {"tls", sc_tls}, /* its own TLS redis-server */
                  {"near", sc_near},
                  {"write_cost", sc_write_cost},
+                 {"tags", sc_tags},
                  /* Last: on a throwaway server it flushes the db between its
                   * memory measurements. */
                  {"hit_cost", sc_hit_cost}};
-#define NSCENARIOS 11
+#define NSCENARIOS 12
 
 static void usage(FILE *f) {
   fprintf(
@@ -57,7 +58,7 @@ static void usage(FILE *f) {
       "  --no-plots          skip gnuplot\n"
       "  --scenarios LIST    comma-separated subset of hot_key,cold_start,mass_expiry,\n"
       "                      hit_overhead,beta_sweep,batch,async,tls,near,\n"
-      "                      write_cost,hit_cost\n"
+      "                      write_cost,tags,hit_cost\n"
       "                      (default: all)\n"
       "  --clients N         hot_key clients (default 32, quick 16)\n"
       "  --hot-ttl-ms MS     hot_key ttl (default 2000, quick 1200)\n"

@@ -40,5 +40,8 @@ int sc_write_cost(const bench_env *e, scenario_out *out);
 /* bench/tls_bench.c: the TLS hit's p50 and throughput against a raw GET over
  * TLS, and its handshakes. */
 int sc_tls(const bench_env *e, scenario_out *out);
+/* bench/tags_bench.c: a tagged hit against an untagged one (near cache off and
+ * on) and the invalidation of a tag many entries carry. */
+int sc_tags(const bench_env *e, scenario_out *out);
 
 #endif
