@@ -37,6 +37,8 @@ typedef struct ctx {
   uv_timer_t later; /* the second call, 100 ms after the first */
   const char *key;
   xf_policy p;
+  int unchanged;    /* the held loads answer "unchanged" */
+  int previous_old; /* and were given the previous value "old" */
 } ctx;
 
 static void on_done(int rc, const xf_value *v, void *privdata) {
@@ -62,7 +64,16 @@ static void freed(uv_handle_t *h) { free(h->data); }
 static void completes(uv_timer_t *t) {
   held *h = t->data;
   h->x->completed++;
-  xf_async_load_done(h->load, "new", 3);
+  if (h->x->unchanged) { /* read after the call was served its stale value */
+    const void *prev = NULL;
+    size_t n = 0;
+    h->x->previous_old = xf_async_load_previous(h->load, &prev, &n, NULL) == 1 && n == 3 &&
+                         !memcmp(prev, "old", 3);
+    if (xf_async_load_unchanged(h->load) != XF_OK)
+      xf_async_load_fail(h->load, 0);
+  } else {
+    xf_async_load_done(h->load, "new", 3);
+  }
   uv_close((uv_handle_t *)t, freed);
 }
 
@@ -213,6 +224,48 @@ Test(async_loadctl, soft_timeout_serves_stale) {
   char *got = cached(x.key);
   cr_expect_str_eq(got, "new");
   free(got);
+  end(&x);
+}
+
+/* A load that ran past its soft timeout answers "unchanged" once the call
+ * was served its stale value: it is given that value (read then, after the
+ * call ended), and the entry's life is extended with the value kept (a
+ * fresh hit on another client within LANDS_WITHIN_MS). */
+Test(async_loadctl, a_load_past_its_soft_timeout_answers_unchanged) {
+  ctx x;
+  open_ctx(&x, "aload:soft:unchanged");
+  x.unchanged = 1;
+  xf_client *w = xft_client(0);
+  xf_policy p = x.p;
+  p.ttl_ms = 100;
+  cr_assert_eq(xf_set(w, x.key, strlen(x.key), "old", 3, &p), XF_OK);
+  xft_sleep_ms(200); /* past its ttl, within stale_ms */
+  x.p.soft_timeout_ms = 100;
+  x.p.ttl_ms = 60000;
+  call(&x, 0);
+  while (!x.callers[0].fired)
+    uv_run(&x.loop, UV_RUN_ONCE);
+  cr_expect_eq(x.callers[0].rc, XF_OK);
+  cr_expect_str_eq(x.callers[0].value, "old");
+  cr_expect_eq(x.callers[0].source, XF_SOURCE_STALE);
+  while (x.completed < x.loads)
+    uv_run(&x.loop, UV_RUN_ONCE);
+  cr_expect(x.previous_old, "the loader was not given the previous value \"old\"");
+  int64_t give_up = xft_now_ms() + LANDS_WITHIN_MS;
+  uv_timer_start(&x.later, tick, 20, 20); /* the loop wakes to send the touch */
+  xf_value v = {0};
+  int rc = XF_ENOTFOUND;
+  while (rc != XF_OK && xft_now_ms() < give_up) {
+    uv_run(&x.loop, UV_RUN_ONCE);
+    xf_value_free(&v);
+    rc = xf_get(w, x.key, strlen(x.key), &v);
+  }
+  uv_timer_stop(&x.later);
+  cr_expect_eq(rc, XF_OK, "the entry's life was not extended: %s", xf_strerror(rc));
+  cr_expect(rc != XF_OK || (v.len == 3 && !memcmp(v.data, "old", 3)), "the value kept");
+  xf_value_free(&v);
+  xf_client_close(w);
+  cr_expect_eq(x.loads, 1);
   end(&x);
 }
 

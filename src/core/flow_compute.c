@@ -333,6 +333,7 @@ int xf__flow_detachable(const xf__flow *f, xf__off_path driver) {
  * out; f keeps only the entry it read (freed when it is DONE). */
 void xf__flow_move_load(xf__flow *f, xf__flow *bg, const xf_policy *p, const char *user_key,
                         xf_value *out) {
+  xf__sink_own_previous(&f->sink); /* f's entry, and its value, stay f's */
   *bg = *f; /* the lease, the key, the dates: the load's own from here on */
   bg->p = p;
   bg->user_key = user_key;

@@ -41,9 +41,10 @@ xf__step xf__flow_released(xf__flow *f, xf__reply *r) {
 
 /* A load that refreshes a value the entry holds (an early or background
  * refresh, a value past its ttl that Redis keeps) gives its loader that
- * value (xf_sink_previous): a copy the sink owns, since the load may leave
- * the call (a background refresh, a timeout) while the call serves the
- * entry's. Without memory for it, the loader sees none. */
+ * value (xf_sink_previous): the entry's own bytes, not copied while the load
+ * stays in the call. A load that leaves it (a background refresh, a timeout:
+ * the call serves the entry's value meanwhile) takes a copy then
+ * (xf__sink_own_previous); without memory for it, the loader sees none. */
 static void give_previous(xf__flow *f) {
   const xf__entry *e = &f->e;
   if (!e->value || e->negative)
@@ -59,7 +60,6 @@ static void give_previous(xf__flow *f) {
   s->prev_age_ms = e->start_ms > 0 ? e->now_late_ms - e->start_ms : -1;
   if (s->prev_age_ms < -1)
     s->prev_age_ms = 0; /* dated a little ahead by another clock */
-  xf__sink_own_previous(s);
 }
 
 xf__step xf__flow_load(xf__flow *f, xf__load_kind kind) {

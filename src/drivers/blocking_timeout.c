@@ -159,8 +159,9 @@ static bounded *bounded_new(xf__flow *f, xf_loader_fn loader, void *ud) {
   b->loader = loader;
   b->ud = ud;
   b->share = c->share;
-  b->sink = f->sink;       /* initialized by the LOAD step: at most the previous value */
-  f->sink.prev_own = NULL; /* which b owns until the outcome goes back to a flow */
+  xf__sink_own_previous(&f->sink); /* the call may serve its entry's value meanwhile */
+  b->sink = f->sink;        /* initialized by the LOAD step: at most the previous value */
+  xf__sink_reset(&f->sink); /* b's until the outcome goes back to a flow */
   pthread_mutex_init(&b->mu, NULL);
   xf__cond_init_monotonic(&b->landed);
   xf__gate_hold(b->gate);
