@@ -238,6 +238,7 @@ typedef struct xf_refresh_info {
   uint64_t failed;
   uint64_t skipped;
   uint64_t abandoned;
+  xf_stats clients;
 } xf_refresh_info;
 void xf_share_refresh_stats(xf_share *s, xf_refresh_info *out);
 /* The event hook (xf_options.on_event): _events.py. */

@@ -102,6 +102,7 @@ def test_a_refresh_off_the_request_path_answers_unchanged(face, server, admin, p
     assert face.run(cache.get_or_compute("k", slow, ttl=60, previous=True, **policy)) == "first"
     _wait(face, lambda: seen == ["revalidated"])
     assert given[1].value == "first"
+    assert cache.stats()["revalidated"] == 1, "counted once, off the call as in it"
     assert admin.pttl(prefix + "k") > 30000, "the entry's life was extended (ttl 60 s)"
     assert face.run(cache.get("k")) == "first"
 

@@ -237,6 +237,16 @@ class Pool:
                     break
                 self._retire(conn)
 
+    def _share_revalidated(self):
+        """Revalidations done off the calls, on the share's refresh clients
+        (a background refresh, a load past its soft timeout): this Cache's
+        own share, so they are its own."""
+        if self.config.share == ffi.NULL:
+            return 0
+        info = ffi.new("xf_refresh_info *")
+        lib.xf_share_refresh_stats(self.config.share, info)
+        return info.clients.revalidated
+
     def stats(self):
         with self.lock:
             retired = dict(self.retired)
@@ -244,5 +254,6 @@ class Pool:
             spares = list(self.all_spares)
         total = stats_of([c.ptr for c in conns + spares], retired)
         total["load_errors"] += self.refresher.load_errors  # background refreshes'
+        total["revalidated"] += self._share_revalidated()
         total["connections"] = len(conns)
         return total
