@@ -203,23 +203,30 @@ Test(async_loadctl, hard_timeout_on_a_cold_key) {
   end(&x);
 }
 
+/* x's key holds "old" past its ttl (within stale_ms); a call with a 100 ms
+ * soft timeout is served it, stale, within CALL_BOUND_MS while its load
+ * goes on. */
+static void served_stale_past_the_soft_timeout(ctx *x) {
+  xf_client *w = xft_client(0);
+  xf_policy p = x->p;
+  p.ttl_ms = 100;
+  cr_assert_eq(xf_set(w, x->key, strlen(x->key), "old", 3, &p), XF_OK);
+  xf_client_close(w);
+  xft_sleep_ms(200); /* past its ttl, within stale_ms */
+  x->p.soft_timeout_ms = 100;
+  call(x, 0);
+  while (!x->callers[0].fired)
+    uv_run(&x->loop, UV_RUN_ONCE);
+  cr_expect_eq(x->callers[0].rc, XF_OK);
+  cr_expect_str_eq(x->callers[0].value, "old");
+  cr_expect_eq(x->callers[0].source, XF_SOURCE_STALE);
+  cr_expect_leq(x->callers[0].took_ms, CALL_BOUND_MS);
+}
+
 Test(async_loadctl, soft_timeout_serves_stale) {
   ctx x;
   open_ctx(&x, "aload:soft");
-  xf_client *w = xft_client(0);
-  xf_policy p = x.p;
-  p.ttl_ms = 100;
-  cr_assert_eq(xf_set(w, x.key, strlen(x.key), "old", 3, &p), XF_OK);
-  xf_client_close(w);
-  xft_sleep_ms(200); /* past its ttl, within stale_ms */
-  x.p.soft_timeout_ms = 100;
-  call(&x, 0);
-  while (!x.callers[0].fired)
-    uv_run(&x.loop, UV_RUN_ONCE);
-  cr_expect_eq(x.callers[0].rc, XF_OK);
-  cr_expect_str_eq(x.callers[0].value, "old");
-  cr_expect_eq(x.callers[0].source, XF_SOURCE_STALE);
-  cr_expect_leq(x.callers[0].took_ms, CALL_BOUND_MS);
+  served_stale_past_the_soft_timeout(&x);
   run_past_the_load(&x);
   char *got = cached(x.key);
   cr_expect_str_eq(got, "new");
@@ -235,19 +242,9 @@ Test(async_loadctl, a_load_past_its_soft_timeout_answers_unchanged) {
   ctx x;
   open_ctx(&x, "aload:soft:unchanged");
   x.unchanged = 1;
+  x.p.ttl_ms = 60000; /* the touch's: the entry's life extended by it */
+  served_stale_past_the_soft_timeout(&x);
   xf_client *w = xft_client(0);
-  xf_policy p = x.p;
-  p.ttl_ms = 100;
-  cr_assert_eq(xf_set(w, x.key, strlen(x.key), "old", 3, &p), XF_OK);
-  xft_sleep_ms(200); /* past its ttl, within stale_ms */
-  x.p.soft_timeout_ms = 100;
-  x.p.ttl_ms = 60000;
-  call(&x, 0);
-  while (!x.callers[0].fired)
-    uv_run(&x.loop, UV_RUN_ONCE);
-  cr_expect_eq(x.callers[0].rc, XF_OK);
-  cr_expect_str_eq(x.callers[0].value, "old");
-  cr_expect_eq(x.callers[0].source, XF_SOURCE_STALE);
   while (x.completed < x.loads)
     uv_run(&x.loop, UV_RUN_ONCE);
   cr_expect(x.previous_old, "the loader was not given the previous value \"old\"");
