@@ -129,6 +129,19 @@ void xf__flow_tags_free(xf__flow *f);
 void xf__flow_tags_encode(xf__flow *f);
 /* A reply to XF__TAGS or XF__BUMP (rc as xf__flow_reply's, r taken). */
 xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
+
+/* flow_tag_record.c: how many tags the call carries (the namespace's
+ * last); the record of the versions read (f->tag_versions into f->tag_rec);
+ * a version as the scripts give it (decimal digits, a bulk string): 1 with
+ * *v, else 0. */
+static inline size_t xf__flow_tag_count(const xf__flow *f) {
+  return f->tag_n + (f->tag_ns ? 1 : 0);
+}
+void xf__flow_tags_record(xf__flow *f);
+/* The names in order and the namespace's mark, hashed (64-bit, never 0):
+ * what an entry's stamp is for (near.h). */
+uint64_t xf__flow_tags_names_hash64(const char *const *names, size_t n, int ns);
+int xf__flow_tags_version(const xf__reply *r, int64_t *v);
 /* Judges e (just read) by the call's tag record: 1 when the entry carries
  * the current versions; else it is refused (its value cleared, invalidated
  * set, counted and told). */

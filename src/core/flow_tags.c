@@ -31,8 +31,7 @@
  * fence, flow.c, whatever options.write_fence says): once it returns, Redis
  * has sent the invalidation to every near cache of the fleet.
  *
- * The tag record: the number of tags (1 byte), a hash of their names in
- * order (4 bytes, FNV-1a), then each version (8 bytes, big-endian). */
+ * The tag record, and an entry judged by it: flow_tag_record.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,13 +48,11 @@
  * invalidation the tracker could not notice would cost. */
 #define TAG_NEAR_MS 60000
 
-static size_t tag_count(const xf__flow *f) { return f->tag_n + (f->tag_ns ? 1 : 0); }
-
 /* Checks the names and the count; XF_OK or XF_EINVAL with the message. */
 static int check_names(xf__flow *f) {
-  if (tag_count(f) > XF_MAX_TAGS)
-    return xf__rt_fail(f->rt, XF_EINVAL, "%zu tags, above XF_MAX_TAGS (%d)", tag_count(f),
-                       XF_MAX_TAGS);
+  if (xf__flow_tag_count(f) > XF_MAX_TAGS)
+    return xf__rt_fail(f->rt, XF_EINVAL, "%zu tags, above XF_MAX_TAGS (%d)",
+                       xf__flow_tag_count(f), XF_MAX_TAGS);
   if (f->tag_n && !f->tag_names)
     return xf__rt_fail(f->rt, XF_EINVAL, "tags is NULL");
   for (size_t i = 0; i < f->tag_n; i++) {
@@ -102,20 +99,6 @@ void xf__flow_tags_free(xf__flow *f) {
 static xf__step next_tag(xf__flow *f);
 static xf__step bump_next(xf__flow *f);
 
-/* The names in order and the namespace's mark, hashed (64-bit FNV-1a; never
- * 0): what an entry's stamp is for (near.h). */
-static uint64_t names_hash64(const char *const *names, size_t n, int ns) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++)
-    for (const unsigned char *p = (const unsigned char *)names[i];; p++) {
-      h = (h ^ *p) * 1099511628211ull;
-      if (!*p)
-        break;
-    }
-  h = (h ^ (ns ? 2u : 1u)) * 1099511628211ull;
-  return h ? h : 1;
-}
-
 int xf__flow_tags_near_fast(xf__flow *f, xf__step *step) {
   const xf_policy *p = f->p;
   int ns = f->cfg->namespace_tag != 0;
@@ -127,7 +110,7 @@ int xf__flow_tags_near_fast(xf__flow *f, xf__step *step) {
     if (len == 0 || len > XF_MAX_TAG_LEN)
       return 0;
   }
-  f->tag_names64 = names_hash64(p->tags, p->ntags, ns);
+  f->tag_names64 = xf__flow_tags_names_hash64(p->tags, p->ntags, ns);
   f->tag_fast = 1;
   int served = xf__flow_near_first(f, f->input_ms, step);
   f->tag_fast = 0;
@@ -148,7 +131,7 @@ static int read_with_entry(const xf__flow *f) {
 /* The keys of that READ, the entry's first, into one block
  * (f->tag_read_keys); XF_ENOMEM (the tags are then read apart). */
 static int build_read_keys(xf__flow *f) {
-  size_t n = tag_count(f) + 1;
+  size_t n = xf__flow_tag_count(f) + 1;
   size_t most = f->cfg->prefix_len + sizeof TAG_OPEN + XF_MAX_TAG_LEN + 1;
   char *block = malloc(n * (sizeof(char *) + sizeof(size_t)) + (n - 1) * most);
   if (!block)
@@ -178,11 +161,11 @@ size_t xf__flow_tags_in_read(const xf__flow *f, const char *const **keys,
     return 0;
   *keys = f->tag_read_keys + 1;
   *lens = f->tag_read_lens + 1;
-  return tag_count(f);
+  return xf__flow_tag_count(f);
 }
 
 void xf__flow_tags_read_cmd(xf__flow *f) {
-  size_t n = tag_count(f) + 1;
+  size_t n = xf__flow_tag_count(f) + 1;
   if (f->plain_read) { /* the transport sends the script where the clock is stale */
     xf__entry_mget_cmd(&f->cmd, n, f->tag_read_keys, f->tag_read_lens);
     f->cmd.plain_out = &f->plain_read;
@@ -196,7 +179,7 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
     f->tag_n = f->p->ntags;
     f->tag_ns = f->cfg->namespace_tag;
   }
-  if (!tag_count(f))
+  if (!xf__flow_tag_count(f))
     return 0;
   int rc = check_names(f);
   if (rc == XF_OK)
@@ -225,7 +208,7 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   }
   f->tag_kept_all = f->kind == XF_KIND_GET_OR_COMPUTE && ports->near != NULL;
   if (f->tag_kept_all) { /* the epoch before any version is looked up */
-    f->tag_names64 = names_hash64(f->tag_names, f->tag_n, f->tag_ns);
+    f->tag_names64 = xf__flow_tags_names_hash64(f->tag_names, f->tag_n, f->tag_ns);
     f->tag_stamp = (xf__tag_stamp){.epoch = ports->near->tag_epoch(ports->self),
                                    .names = f->tag_names64,
                                    .until_ms = INT64_MAX};
@@ -264,7 +247,8 @@ void xf__flow_tags_encode(xf__flow *f) {
     return;
   }
   if (f->state == XF__TAGS && f->tag_all_at_once) { /* the keys after the entry's */
-    xf__entry_mget_cmd(&f->cmd, tag_count(f), f->tag_read_keys + 1, f->tag_read_lens + 1);
+    xf__entry_mget_cmd(&f->cmd, xf__flow_tag_count(f), f->tag_read_keys + 1,
+                       f->tag_read_lens + 1);
     return;
   }
   if (f->state == XF__TAGS && f->tag_plain) { /* kept if no invalidation overtakes it */
@@ -280,54 +264,11 @@ void xf__flow_tags_encode(xf__flow *f) {
   xf__script_cmd(&f->cmd, script, f->tag_key.data, f->tag_key.len, 0, NULL, NULL);
 }
 
-static uint32_t names_hash(const xf__flow *f) {
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < f->tag_n; i++)
-    for (const unsigned char *p = (const unsigned char *)f->tag_names[i];; p++) {
-      h = (h ^ *p) * 16777619u;
-      if (!*p)
-        break;
-    }
-  if (f->tag_ns)
-    h = (h ^ 0x01u) * 16777619u;
-  return h;
-}
-
-static void put_be(unsigned char *p, uint64_t v, int n) {
-  for (int i = n - 1; i >= 0; i--, v >>= 8)
-    p[i] = (unsigned char)(v & 0xff);
-}
-
-/* The record of the versions read: what the call writes and judges by. */
-static void build_record(xf__flow *f) {
-  size_t n = tag_count(f);
-  unsigned char *p = f->tag_rec;
-  p[0] = (unsigned char)n;
-  put_be(p + 1, names_hash(f), 4);
-  for (size_t i = 0; i < n; i++)
-    put_be(p + 5 + 8 * i, (uint64_t)f->tag_versions[i], 8);
-  f->tag_rec_len = 5 + 8 * n;
-}
-
-/* A version as the scripts give it: decimal digits, as a bulk string. */
-static int parse_version(const xf__reply *r, int64_t *v) {
-  if (r->type != XF_REPLY_STRING || r->len == 0 || r->len > 18)
-    return 0;
-  int64_t n = 0;
-  for (size_t i = 0; i < r->len; i++) {
-    if (r->str[i] < '0' || r->str[i] > '9')
-      return 0;
-    n = n * 10 + (r->str[i] - '0');
-  }
-  *v = n;
-  return 1;
-}
-
 /* Every tag read (or raised): on to the call's own steps. */
 static xf__step tags_done(xf__flow *f) {
   if (f->kind == XF_KIND_INVALIDATE)
     return xf__flow_done(f, XF_OK); /* frees the names */
-  build_record(f);
+  xf__flow_tags_record(f);
   xf__flow_tags_free(f);
   if (f->kind == XF_KIND_SET) {
     f->w.tags = f->tag_rec;
@@ -359,7 +300,7 @@ static void note_kept(xf__flow *f, const xf__port_hit *h) {
  * built, XF__TAGS); the kept ones are taken as they go; all known: on. */
 static xf__step next_tag(xf__flow *f) {
   const xf__ports *ports = &f->rt->ports;
-  for (; f->tag_i < tag_count(f); f->tag_i++) {
+  for (; f->tag_i < xf__flow_tag_count(f); f->tag_i++) {
     if (build_key(f, f->tag_i) != XF_OK) /* out of memory */
       return f->kind == XF_KIND_GET_OR_COMPUTE
                  ? xf__flow_read_decide(f, XF_ENOMEM, f->input_ms)
@@ -372,7 +313,7 @@ static xf__step next_tag(xf__flow *f) {
       return xf__flow_send(f, XF__TAGS);
     }
     xf__reply kept = {.type = XF_REPLY_STRING, .str = h.data, .len = h.len};
-    int ok = parse_version(&kept, &f->tag_versions[f->tag_i]);
+    int ok = xf__flow_tags_version(&kept, &f->tag_versions[f->tag_i]);
     free(h.data);
     if (!ok) { /* not a version of ours: read it again */
       f->tag_kept_all = 0;
@@ -385,14 +326,14 @@ static xf__step next_tag(xf__flow *f) {
 }
 
 int xf__flow_tags_split_read(xf__flow *f, xf__reply **r, xf__step *step) {
-  size_t n = tag_count(f);
+  size_t n = xf__flow_tag_count(f);
   xf__reply *all = *r;
   /* the tags' values last: after the MGET's entry, or the script's fields */
   int ok = all->type == XF_REPLY_ARRAY && all->elements > n &&
            (!f->plain_read || all->elements == n + 1);
   for (size_t i = 0; ok && i < n; i++) {
     const xf__reply *v = all->element[all->elements - n + i];
-    ok = v && parse_version(v, &f->tag_versions[i]);
+    ok = v && xf__flow_tags_version(v, &f->tag_versions[i]);
   }
   free(f->tag_read_keys);
   f->tag_read_keys = NULL;
@@ -415,7 +356,7 @@ int xf__flow_tags_split_read(xf__flow *f, xf__reply **r, xf__step *step) {
     all->element[0] = NULL;
     xf__reply_free(all);
   }
-  build_record(f);
+  xf__flow_tags_record(f);
   xf__flow_tags_free(f);
   return 1;
 }
@@ -432,7 +373,7 @@ static xf__step bumped(xf__flow *f) {
 
 /* The next tag raised (its key built), or the end. */
 static xf__step bump_next(xf__flow *f) {
-  if (f->tag_i >= tag_count(f))
+  if (f->tag_i >= xf__flow_tag_count(f))
     return tags_done(f);
   if (build_key(f, f->tag_i) != XF_OK)
     return xf__flow_done(f, XF_ENOMEM);
@@ -442,10 +383,10 @@ static xf__step bump_next(xf__flow *f) {
 /* The MGET of every tag's key: the versions, then on; a key missing (a tag
  * never seen, evicted, flushed): each read apart (tag_read.lua makes it). */
 static xf__step read_all_at_once(xf__flow *f, xf__reply *r) {
-  size_t n = tag_count(f);
+  size_t n = xf__flow_tag_count(f);
   int ok = r->type == XF_REPLY_ARRAY && r->elements == n;
   for (size_t i = 0; ok && i < n; i++)
-    ok = r->element[i] && parse_version(r->element[i], &f->tag_versions[i]);
+    ok = r->element[i] && xf__flow_tags_version(r->element[i], &f->tag_versions[i]);
   xf__reply_free(r);
   free(f->tag_read_keys);
   f->tag_read_keys = NULL;
@@ -477,7 +418,7 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
   char digits[24];
   size_t ndigits = 0;
   if (rc == XF_OK) {
-    if (!parse_version(r, &v))
+    if (!xf__flow_tags_version(r, &v))
       rc = xf__rt_fail(f->rt, XF_EPROTO, "a tag's version is not decimal digits");
     else
       memcpy(digits, r->str, ndigits = r->len);
@@ -502,33 +443,4 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     return next_tag(f);
   }
   return bumped(f);
-}
-
-/* e refused as invalidated (raised: a version of its tags was raised, else it
- * carries other tags): its value cleared, counted and told; 0. */
-static int refuse(xf__flow *f, xf__entry *e, int raised) {
-  e->value = NULL; /* its reply still holds it: freed with the entry */
-  e->invalidated = 1;
-  f->rt->stats.tag_invalidated++;
-  xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, raised ? XF_TAG_RAISED : XF_TAG_OTHER);
-  return 0;
-}
-
-int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
-  if (!e->value ||
-      (e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, f->tag_rec_len) == 0))
-    return 1;
-  /* The same count and names' hash: a version was raised; else other tags. */
-  return refuse(f, e, e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, 5) == 0);
-}
-
-int xf__flow_tags_judge_namespace(xf__flow *f, xf__entry *e) {
-  /* Every entry of a namespace client carries the namespace's version last;
-   * one without a record was written by a client without it: refused, as a
-   * get-or-compute refuses it. */
-  if (!e->value ||
-      (e->tags_len >= 13 && f->tag_rec_len >= 13 &&
-       memcmp(e->tags + e->tags_len - 8, f->tag_rec + f->tag_rec_len - 8, 8) == 0))
-    return 1;
-  return refuse(f, e, e->tags_len >= 13);
 }
