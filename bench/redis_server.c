@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #endif
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -44,24 +45,32 @@ int target_parse_url(target *t, const char *url) {
   return 0;
 }
 
+/* A loopback port that was free a moment ago, drawn below the kernel's
+ * ephemeral range (32768 and up on Linux), where an outgoing connection may
+ * take a port before the server binds it. */
 int target_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-    port = ntohs(sa.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
+  static unsigned seed;
+  if (!seed)
+    seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+  for (int attempt = 0; attempt < 100; attempt++) {
+    int port = 10000 + (int)(rand_r(&seed) % 22000);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+      close(fd);
+    if (ok)
+      return port;
+  }
+  return -1;
 }
 
 static int spawn(target *t, const char *const *extra) {
-  char port[16], log[300];
+  char port[16], log[300], sock[300];
   snprintf(port, sizeof port, "%d", t->port);
   snprintf(log, sizeof log, "%s/redis.log", t->dir);
+  snprintf(sock, sizeof sock, "%s/redis.sock", t->dir);
   pid_t pid = fork();
   if (pid == 0) {
     int null = open("/dev/null", O_RDWR);
@@ -86,8 +95,12 @@ static int spawn(target *t, const char *const *extra) {
                             "--daemonize",
                             "no",
                             "--maxclients",
-                            "4000"};
-    int n = 17;
+                            "4000",
+                            "--unixsocket",
+                            sock,
+                            "--unixsocketperm",
+                            "700"};
+    int n = 21;
     for (; extra && *extra && n < 47; extra++)
       argv[n++] = *extra;
     argv[n] = NULL;
@@ -98,14 +111,18 @@ static int spawn(target *t, const char *const *extra) {
   return pid;
 }
 
-/* Waits until the server answers PING; 0 when it does. */
+/* Waits until the server answers PING on its own Unix socket (another
+ * server that took the port would answer on TCP; redis-server opens its Unix
+ * socket after its TCP and TLS ports); 0 when it does. */
 static int await_ready(target *t) {
+  char sock[300];
+  snprintf(sock, sizeof sock, "%s/redis.sock", t->dir);
   for (int i = 0; i < 250; i++) {
     int status;
     if (waitpid(t->pid, &status, WNOHANG) == t->pid)
       return -1; /* exited: port taken, or no redis-server */
     struct timeval tv = {0, 200000};
-    redisContext *c = redisConnectWithTimeout(t->host, t->port, tv);
+    redisContext *c = redisConnectUnixWithTimeout(sock, tv);
     if (c && !c->err) {
       redisReply *r = redisCommand(c, "PING");
       int ok = r && r->type == REDIS_REPLY_STATUS;

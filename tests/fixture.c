@@ -44,20 +44,36 @@ int xft_wait_child(pid_t pid, int timeout_s) {
   return -1;
 }
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-    return -1;
-  close(fd);
-  return ntohs(a.sin_port);
+/* A port that was free a moment ago, drawn at random below the kernel's
+ * ephemeral range (32768 and up on Linux): a port bind() picks comes from
+ * that range, where any outgoing connection may take it before the server
+ * binds it, and two test binaries asking at once may be given the same one. */
+int xft_free_port(void) {
+  static unsigned seed;
+  if (!seed)
+    seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+  for (int attempt = 0; attempt < 100; attempt++) {
+    int port = 10000 + (int)(rand_r(&seed) % 22000);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+      close(fd);
+    if (ok)
+      return port;
+  }
+  return -1;
 }
 
-static int answers_ping(int port) {
+/* Whether this server answers PING (NOAUTH counts) on its own Unix socket:
+ * a TCP port may be answered by another test's server that took it (this
+ * one then exits), and redis-server opens its Unix socket only after every
+ * TCP and TLS port it was given. */
+static int answers_ping(const xft_server *s) {
   struct timeval tv = {0, 200000};
-  redisContext *r = redisConnectWithTimeout("127.0.0.1", port, tv);
+  redisContext *r = redisConnectUnixWithTimeout(s->unix_path, tv);
   int ok = 0;
   if (r && !r->err) {
     redisReply *rep = redisCommand(r, "PING");
@@ -82,7 +98,7 @@ int xft_server_start_on(xft_server *s, int fixed_port, const char *const *extra)
     return -1;
   snprintf(s->unix_path, sizeof s->unix_path, "%s/redis.sock", s->dir);
   for (int attempt = 0; attempt < 5; attempt++) {
-    s->port = fixed_port ? fixed_port : free_port();
+    s->port = fixed_port ? fixed_port : xft_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", s->port);
     const char *argv[64] = {"redis-server",
@@ -117,7 +133,7 @@ int xft_server_start_on(xft_server *s, int fixed_port, const char *const *extra)
       _exit(127);
     }
     for (int i = 0; i < 200; i++) {
-      if (answers_ping(s->port))
+      if (answers_ping(s))
         return 0;
       if (waitpid(s->pid, NULL, WNOHANG) == s->pid)
         break; /* died: port taken, try another */

@@ -68,6 +68,8 @@ typedef struct xft_server {
  * and waits until it answers PING. Returns 0 or -1. */
 int xft_server_start(xft_server *s, const char *const *extra);
 void xft_server_stop(xft_server *s);
+/* A loopback port that was free a moment ago (not from the ephemeral range). */
+int xft_free_port(void);
 /* The same on a given port (e.g. to bring a stopped server back). */
 int xft_server_start_on(xft_server *s, int port, const char *const *extra);
 

@@ -11,19 +11,6 @@
 
 #include "tls_fixture.h"
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
-}
-
 int xft_tls_server_start(xft_server *s, int *tls_port, const char *certdir,
                          const char *cert, int auth_clients) {
   char port[16], crt[300], key[300], ca[300];
@@ -32,7 +19,7 @@ int xft_tls_server_start(xft_server *s, int *tls_port, const char *certdir,
   snprintf(ca, sizeof ca, "%s/ca.crt", certdir);
   /* A TLS port someone took meanwhile kills the server: another port then. */
   for (int attempt = 0; attempt < 5; attempt++) {
-    *tls_port = free_port();
+    *tls_port = xft_free_port();
     snprintf(port, sizeof port, "%d", *tls_port);
     const char *extra[] = {"--tls-port",
                            port,

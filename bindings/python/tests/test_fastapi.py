@@ -10,7 +10,6 @@ import asyncio
 import enum
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 import xfetch.aio  # noqa: E402
+import xfetch.testing  # noqa: E402
 from xfetch.contrib.fastapi import cached, get_cache, install  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -328,14 +328,8 @@ def postgres():
     pg.stop()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_example_service_queries_once_for_50_cold_requests(server, admin, postgres):
-    port = _free_port()
+    port = xfetch.testing.free_port()
     env = dict(os.environ, DATABASE_URL=postgres.url, XFETCH_URL=server.url, ITEM_TTL="60",
                SLOW_QUERY_SECONDS="0.3")
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "fastapi_service:app",

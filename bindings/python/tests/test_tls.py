@@ -10,6 +10,7 @@ import time
 import pytest
 
 import xfetch
+import xfetch.testing
 from xfetch._url import parse_url, tls_options
 
 pytestmark = pytest.mark.skipif(not shutil.which("openssl") or not shutil.which("redis-server"),
@@ -30,10 +31,23 @@ def _cert(d, name, ca, san, cn):
          "-out", f"{name}.crt", cwd=d)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _tls_server(sdir, certs, auth):
+    """A redis-server with a TLS port on certs' server certificate; another
+    port when the one drawn was taken meanwhile (the server exits)."""
+    os.mkdir(sdir)
+    for _ in range(5):
+        port = xfetch.testing.free_port()
+        try:
+            srv = xfetch.testing.RedisServer(sdir, extra_args=(
+                "--bind", "127.0.0.1", "127.0.0.2",  # 127.0.0.2: a name the certificate lacks
+                "--tls-port", str(port), "--tls-cert-file", f"{certs}/server.crt",
+                "--tls-key-file", f"{certs}/server.key", "--tls-ca-cert-file",
+                f"{certs}/ca.crt", "--tls-auth-clients", auth))
+        except RuntimeError:
+            continue
+        srv.tls_port = port
+        return srv
+    raise RuntimeError("no TLS redis-server started (5 ports tried)")
 
 
 @pytest.fixture(scope="module")
@@ -46,24 +60,11 @@ def tls(tmp_path_factory):
     _cert(d, "client", "ca", "DNS:client", "client")
     servers, ports = [], {}
     for kind, auth in (("tls", "no"), ("mtls", "yes")):
-        port = _free_port()
-        servers.append(subprocess.Popen(
-            ["redis-server", "--port", "0", "--tls-port", str(port), "--tls-cert-file",
-             f"{d}/server.crt", "--tls-key-file", f"{d}/server.key", "--tls-ca-cert-file",
-             f"{d}/ca.crt", "--tls-auth-clients", auth, "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        ports[kind] = port
-    for port in ports.values():
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.1).close()
-                break
-            except OSError:
-                time.sleep(0.02)
+        servers.append(_tls_server(os.path.join(d, kind), d, auth))
+        ports[kind] = servers[-1].tls_port
     yield d, ports
     for s in servers:
-        s.terminate()
-        s.wait()
+        s.stop()
 
 
 def test_rediss_miss_then_hit(tls, face):

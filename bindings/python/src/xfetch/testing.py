@@ -5,6 +5,7 @@ loopback port and a Unix socket in a temp dir, no persistence.
         cache = xfetch.Cache(srv.url)
 """
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -12,11 +13,18 @@ import tempfile
 import time
 
 
+_ports = random.SystemRandom()  # no state: neither random.seed() nor fork() repeats its ports
+
+
 def free_port():
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port that was free on 127.0.0.1 a moment ago, drawn below the
+    kernel's ephemeral range (32768 and up on Linux), where any outgoing
+    connection could take it before a server binds it."""
+    for _ in range(100):
+        port = _ports.randrange(10000, 32000)
+        if _port_free(port):
+            return port
+    raise RuntimeError("no free loopback port in 10000-32000")
 
 
 class RedisServer:
@@ -29,25 +37,37 @@ class RedisServer:
             raise FileNotFoundError("redis-server is not on PATH")
         self._own_dir = tmpdir is None
         self.dir = tempfile.mkdtemp(prefix="xfetch-redis.") if tmpdir is None else tmpdir
-        self.port = free_port()
         self.unix_path = os.path.join(self.dir, "redis.sock")
-        self.url = f"redis://127.0.0.1:{self.port}/0"
         self.unix_url = f"unix://{self.unix_path}"
-        self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--unixsocket", self.unix_path,
-             "--unixsocketperm", "700", "--loglevel", "warning", *extra_args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not self._answers():
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.01)
+        # A port another process took meanwhile makes the server exit: the
+        # next attempt draws another.
+        for _ in range(5):
+            self.port = free_port()
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+            self.proc = subprocess.Popen(
+                [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                 "--save", "", "--appendonly", "no", "--unixsocket", self.unix_path,
+                 "--unixsocketperm", "700", "--loglevel", "warning", *extra_args],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 20
+            while not self._answers() and self.proc.poll() is None:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("redis-server did not answer within 20 s")
+                time.sleep(0.01)
+            if self.proc.poll() is None:
+                return
+        self.stop()
+        raise RuntimeError("redis-server did not start (5 ports tried)")
 
     def _answers(self):
+        """Whether this server answers PING on its own Unix socket (another
+        server that took the TCP port would answer there; redis-server
+        opens its Unix socket after its TCP port)."""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(1)
+                s.connect(self.unix_path)
                 s.sendall(b"PING\r\n")
                 return s.recv(16).startswith(b"+PONG")
         except OSError:
