@@ -196,17 +196,21 @@ redisReply *xft_cluster_node_cmd(const xft_cluster *c, int port, const char *fmt
   return reply;
 }
 
-/* 1 when the node answers PING. */
-static int answers(const xft_cluster *c, int port) {
-  redisReply *rep = node_cmd(c, port, 0, "PING");
-  int ok = rep && rep->type == REDIS_REPLY_STATUS;
+/* 1 when node i answers, as itself: its INFO names its process (another
+ * test's server that took the port would answer too, while node i exits). */
+static int answers(const xft_cluster *c, int i) {
+  redisReply *rep = node_cmd(c, c->port[i], 0, "INFO server");
+  char mine[32];
+  snprintf(mine, sizeof mine, "process_id:%d\r", (int)c->pid[i]);
+  int ok = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, mine);
   freeReplyObject(rep);
   return ok;
 }
 
 /* 1 when the node says cluster_state:ok and its CLUSTER SLOTS shows all
  * slots served by 3 masters with one replica each. */
-static int node_ready(const xft_cluster *c, int port) {
+static int node_ready(const xft_cluster *c, int i) {
+  int port = c->port[i];
   redisReply *info = node_cmd(c, port, 0, "CLUSTER INFO");
   int ok = info && info->type == REDIS_REPLY_STRING &&
            strstr(info->str, "cluster_state:ok") &&
@@ -262,10 +266,10 @@ static int create(xft_cluster *c, double deadline) {
   return pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static int wait_all(xft_cluster *c, int (*ready)(const xft_cluster *, int),
+static int wait_all(xft_cluster *c, int (*ready)(const xft_cluster *, int i),
                     double deadline) {
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
-    while (!ready(c, c->port[i])) {
+    while (!ready(c, i)) {
       if (now_s() > deadline || waitpid(c->pid[i], NULL, WNOHANG) == c->pid[i])
         return -1;
       xft_cluster_sleep_ms(20);

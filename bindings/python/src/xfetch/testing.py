@@ -145,7 +145,7 @@ class RedisCluster:
 
     def _start_nodes(self):
         """Starts a node on each of self.ports; False if one exited before
-        it answered PING (its port was taken meanwhile)."""
+        it answered (its port was taken meanwhile)."""
         self.procs = []
         for port in self.ports:
             d = os.path.join(self.dir, str(port))
@@ -165,7 +165,8 @@ class RedisCluster:
             if proc.poll() is not None:
                 exited.append(port)
                 return True  # judged below
-            return self._info(port, "PING").startswith("+PONG")
+            # as itself: a server that took the port would answer too
+            return f"process_id:{proc.pid}\n" in self._info(port, "INFO server")
         self._wait(answers)
         return not exited
 
