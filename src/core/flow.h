@@ -159,6 +159,16 @@ typedef struct xf__flow {
   int tag_all_at_once;
   const char **tag_read_keys;
   size_t *tag_read_lens;
+  /* Else, in Redis Cluster without a near cache: one command per node
+   * (XF__TAGS: lua/tag_read.lua on the first tag unread, with the others
+   * the slot map puts on its master as ARGV), from the same block: the
+   * tags unread (a bit each), those the command reads, and their keys. */
+  int tag_by_node;
+  uint32_t tag_unread;
+  size_t tag_nsent;
+  unsigned char tag_sent[XF_MAX_TAGS];
+  const char *tag_sent_keys[XF_MAX_TAGS];
+  size_t tag_sent_lens[XF_MAX_TAGS];
   uint64_t tag_names64;
   int tag_fast;
   int tag_kept_all;

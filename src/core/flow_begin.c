@@ -48,7 +48,7 @@ static inline __attribute__((always_inline)) int begin(xf__flow *f, xf__kind kin
   f->start_ms = f->delta_us = f->first_read_ms = 0;
   f->tag_copy = NULL; /* tag_names, tag_n, tag_ns: set by the kinds that read them */
   f->tag_rec_len = 0;
-  f->tag_fast = f->tag_kept_all = f->tag_in_read = f->tag_all_at_once = 0;
+  f->tag_fast = f->tag_kept_all = f->tag_in_read = f->tag_all_at_once = f->tag_by_node = 0;
   f->tag_key.data = NULL;
   f->tag_read_keys = NULL;
   if (rc == XF_OK && (kind == XF_KIND_GET_OR_COMPUTE || kind == XF_KIND_SET))

@@ -54,6 +54,9 @@
                        call's) */                                                          \
   int one_node;     /* every key on one server (standalone): a command may read any        \
                        keys together (a tagged read its tags': flow_tags.c) */             \
+  const struct xf__cluster_map *slot_map; /* the router's (route.c), read on the       \
+                       driver's thread: which master a tag's key is on (flow_tags.c);  \
+                       NULL: unknown */                                                    \
   int near_wake_fd; /* > 0: the write end of an event loop's wake pipe                     \
                        (xf_call_wake_open): its waits end on a write */                    \
   int link_wakes;   /* links with a wake pipe (xf_link_open): their parked                 \

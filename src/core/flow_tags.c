@@ -13,8 +13,13 @@
  * cannot carry them (a set; a call on one node without a near cache whose
  * read does not), one MGET of the tags' keys reads every version at once. In
  * Redis Cluster a multi-key command must keep to one slot (CROSSSLOT, on one
- * node as on several) and each tag's key is in a slot of its own: the
- * versions are read one command per tag there. The value it
+ * node as on several) and each tag's key is in a slot of its own: there,
+ * without a near cache, tag_read.lua runs on the first tag left with the
+ * others as its ARGV and reads each one its node holds (a script may touch
+ * undeclared keys of other slots of its node), with as ARGV the others the
+ * router's slot map puts on the same master: one command per node holding
+ * tags (a key the map placed wrong is left for the next command, which
+ * goes where the first one unread is). The value it
  * writes records them (the tag record, in the
  * entry's header: entry_string.c), and an entry is served only while the
  * record it carries is the one the call built from the versions it read.
@@ -36,6 +41,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "cluster.h"
 #include "event.h"
 #include "flow_steps.h"
 #include "near.h"
@@ -89,7 +95,7 @@ void xf__flow_tags_free(xf__flow *f) {
   free(f->tag_read_keys); /* one block with the lengths and the tags' keys */
   f->tag_read_keys = NULL;
   f->tag_read_lens = NULL;
-  f->tag_in_read = f->tag_all_at_once = 0;
+  f->tag_in_read = f->tag_all_at_once = f->tag_by_node = 0;
   free(f->tag_copy);
   f->tag_copy = NULL;
   f->tag_names = NULL;
@@ -98,6 +104,7 @@ void xf__flow_tags_free(xf__flow *f) {
 
 static xf__step next_tag(xf__flow *f);
 static xf__step bump_next(xf__flow *f);
+static xf__step by_node_send(xf__flow *f);
 
 int xf__flow_tags_near_fast(xf__flow *f, xf__step *step) {
   const xf_policy *p = f->p;
@@ -206,6 +213,13 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
     *step = xf__flow_send(f, XF__TAGS);
     return 1;
   }
+  if (f->kind != XF_KIND_INVALIDATE && !ports->near && !f->rt->one_node &&
+      xf__flow_tag_count(f) > 1 && build_read_keys(f) == XF_OK) {
+    f->tag_by_node = 1; /* one command per node (by_node_send, read_by_node) */
+    f->tag_unread = (uint32_t)((1u << xf__flow_tag_count(f)) - 1);
+    *step = by_node_send(f);
+    return 1;
+  }
   f->tag_kept_all = f->kind == XF_KIND_GET_OR_COMPUTE && ports->near != NULL;
   if (f->tag_kept_all) { /* the epoch before any version is looked up */
     f->tag_names64 = xf__flow_tags_names_hash64(f->tag_names, f->tag_n, f->tag_ns);
@@ -249,6 +263,14 @@ void xf__flow_tags_encode(xf__flow *f) {
   if (f->state == XF__TAGS && f->tag_all_at_once) { /* the keys after the entry's */
     xf__entry_mget_cmd(&f->cmd, xf__flow_tag_count(f), f->tag_read_keys + 1,
                        f->tag_read_lens + 1);
+    return;
+  }
+  if (f->state == XF__TAGS && f->tag_by_node) { /* the first left: where it goes */
+    xf__script_cmd(&f->cmd, XF_SCRIPT_TAG_READ, f->tag_key.data, f->tag_key.len, 0, NULL,
+                   NULL);
+    f->cmd.more_argc = f->tag_nsent - 1;
+    f->cmd.more_argv = f->tag_sent_keys + 1;
+    f->cmd.more_lens = f->tag_sent_lens + 1;
     return;
   }
   if (f->state == XF__TAGS && f->tag_plain) { /* kept if no invalidation overtakes it */
@@ -296,15 +318,20 @@ static void note_kept(xf__flow *f, const xf__port_hit *h) {
     st->until_ms = f->input_ms + h->remaining_ms;
 }
 
+/* A tag's key could not be built: a get-or-compute fails open as on an
+ * unreachable read, a set returns it. */
+static xf__step out_of_memory(xf__flow *f) {
+  return f->kind == XF_KIND_GET_OR_COMPUTE ? xf__flow_read_decide(f, XF_ENOMEM, f->input_ms)
+                                           : xf__flow_done(f, XF_ENOMEM);
+}
+
 /* The next tag whose version is not kept in the near cache is read (its key
  * built, XF__TAGS); the kept ones are taken as they go; all known: on. */
 static xf__step next_tag(xf__flow *f) {
   const xf__ports *ports = &f->rt->ports;
   for (; f->tag_i < xf__flow_tag_count(f); f->tag_i++) {
-    if (build_key(f, f->tag_i) != XF_OK) /* out of memory */
-      return f->kind == XF_KIND_GET_OR_COMPUTE
-                 ? xf__flow_read_decide(f, XF_ENOMEM, f->input_ms)
-                 : xf__flow_done(f, XF_ENOMEM);
+    if (build_key(f, f->tag_i) != XF_OK)
+      return out_of_memory(f);
     f->tag_plain = 1; /* a GET; the script only when the tag has no key yet */
     xf__port_hit h;
     if (!ports->near ||
@@ -380,6 +407,59 @@ static xf__step bump_next(xf__flow *f) {
   return xf__flow_send(f, XF__BUMP);
 }
 
+/* The master the router's slot map puts tag i's key on, or -1 (no map). */
+static int master_of(const xf__flow *f, size_t i) {
+  const char *key = f->tag_read_keys[1 + i];
+  size_t len = f->tag_read_lens[1 + i];
+  return f->rt->slot_map
+             ? xf__cluster_map_master(f->rt->slot_map, xf__cluster_keyslot(key, len))
+             : -1;
+}
+
+/* The command of the first tag unread (tag_read.lua: its key as KEYS[1],
+ * where the command is routed) and of the others its master holds (ARGV). */
+static xf__step by_node_send(xf__flow *f) {
+  size_t first = 0, n = 0;
+  while (!(f->tag_unread & (1u << first)))
+    first++;
+  if (build_key(f, first) != XF_OK)
+    return out_of_memory(f);
+  int node = master_of(f, first);
+  for (size_t i = first; i < xf__flow_tag_count(f); i++) {
+    if (!(f->tag_unread & (1u << i)) ||
+        (i != first && (node < 0 || master_of(f, i) != node)))
+      continue;
+    f->tag_sent[n] = (unsigned char)i;
+    f->tag_sent_keys[n] = f->tag_read_keys[1 + i];
+    f->tag_sent_lens[n++] = f->tag_read_lens[1 + i];
+  }
+  f->tag_nsent = n;
+  return xf__flow_send(f, XF__TAGS);
+}
+
+/* Its reply: the first tag's version (alone, or first of an array), then
+ * each other's, or 0 where its key was not on that node after all (a map
+ * behind a resharding): unread still. A reply of another shape (an
+ * error): each tag read apart. */
+static xf__step read_by_node(xf__flow *f, xf__reply *r) {
+  size_t n = f->tag_nsent;
+  int ok = n == 1 || (r->type == XF_REPLY_ARRAY && r->elements == n);
+  for (size_t i = 0; ok && i < n; i++) {
+    const xf__reply *v = n == 1 ? r : r->element[i];
+    if (i > 0 && v && v->type == XF_REPLY_INTEGER && v->integer == 0)
+      continue;
+    ok = v && xf__flow_tags_version(v, &f->tag_versions[f->tag_sent[i]]);
+    f->tag_unread &= ~(1u << f->tag_sent[i]);
+  }
+  xf__reply_free(r);
+  if (!ok) {
+    f->tag_by_node = 0;
+    f->tag_i = 0;
+    return next_tag(f);
+  }
+  return f->tag_unread ? by_node_send(f) : tags_done(f);
+}
+
 /* The MGET of every tag's key: the versions, then on; a key missing (a tag
  * never seen, evicted, flushed): each read apart (tag_read.lua makes it). */
 static xf__step read_all_at_once(xf__flow *f, xf__reply *r) {
@@ -400,6 +480,8 @@ static xf__step read_all_at_once(xf__flow *f, xf__reply *r) {
 xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
   if (rc == XF_OK && f->state == XF__TAGS && f->tag_all_at_once)
     return read_all_at_once(f, r);
+  if (rc == XF_OK && f->state == XF__TAGS && f->tag_by_node)
+    return read_by_node(f, r);
   if (f->tag_fencing) { /* the PING after a raise: counted when it failed, not returned */
     if (rc != XF_OK || (r && r->type == XF_REPLY_ERROR))
       f->rt->stats.fence_failed++;

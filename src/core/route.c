@@ -50,6 +50,7 @@ void xf__route_init(xf__routes *r, xf_client *c) {
             : c->cluster == XF_CLUSTER_OFF || c->unix_path ? XF_ROUTE_STANDALONE
                                                            : XF_ROUTE_UNKNOWN;
   c->one_node = r->mode == XF_ROUTE_STANDALONE;
+  c->slot_map = &r->map;
 }
 
 void xf__route_free(xf__routes *r) {
