@@ -86,9 +86,10 @@ def _aloader(gen, tags):
     return load
 
 
-def _child(kind, url, prefix, near, gen, done, lock, out, seed):
+def _child(kind, url, prefix, near, gen, done, lock, out, seed, opened):
     """One process's run: its counts into out (calls, cache, wrong, errors,
-    invalidations)."""
+    invalidations). Its Cache opens (a connection check, which a fault
+    would cut) before the faults begin: opened, a barrier with the test."""
     rnd = random.Random(seed)
     counts = [0, 0, 0, 0, 0]
     kw = dict(prefix=prefix, seed=seed, timeout=1.0)
@@ -97,6 +98,7 @@ def _child(kind, url, prefix, near, gen, done, lock, out, seed):
 
     if kind == "sync":
         cache = xfetch.Cache(url, **kw)
+        opened.wait()
         end = time.monotonic() + RUN_S
         while time.monotonic() < end:
             step = _step(rnd, counts, gen, done, lock, _loader)
@@ -111,6 +113,7 @@ def _child(kind, url, prefix, near, gen, done, lock, out, seed):
     else:
         async def main():
             cache = xfetch.aio.Cache(url, **kw)
+            opened.wait()
             end = time.monotonic() + RUN_S
             while time.monotonic() < end:  # each call awaited in turn
                 step = _step(rnd, counts, gen, done, lock, _aloader)
@@ -132,11 +135,13 @@ def test_no_invalidated_entry_is_served_fresh_across_processes(kind, near, serve
     ctx = multiprocessing.get_context("fork")
     gen, done = ctx.Array("q", TAGS), ctx.Array("q", TAGS)
     lock, out = ctx.Lock(), ctx.Queue()
-    procs = [ctx.Process(target=_child,
-                         args=(kind, server.url, prefix, near, gen, done, lock, out, 100 + i))
+    opened = ctx.Barrier(PROCS + 1, timeout=60)  # a start on a busy machine, not a margin
+    procs = [ctx.Process(target=_child, args=(kind, server.url, prefix, near, gen, done, lock,
+                                              out, 100 + i, opened))
              for i in range(PROCS)]
     for p in procs:
         p.start()
+    opened.wait()  # every Cache open: the faults cut calls, not the opens
     admin = redis.Redis.from_url(server.url)
     faults = 0
     try:
