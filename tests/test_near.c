@@ -266,11 +266,12 @@ Test(near, waiters_are_woken_by_the_write) {
   long long sent = xft_read_calls(e.r) + xft_command_calls(e.r, "evalsha") - before;
   cr_assert_leq(sent, allowed, "%lld commands (%lld allowed): the waiters polled", sent,
                 allowed);
-  /* Woken: back within 80 ms of the write natively and under the
-   * sanitizers; left to the fallback poll (every 200 ms), up to 200 ms.
-   * Under valgrind a woken waiter can take as long as a poll (test_near_batch
-   * saw 155 ms at load average 14): there the commands counted are the check. */
-  if (!xft_under_valgrind())
+  /* Woken: back within 80 ms of the write natively; left to the fallback
+   * poll (every 200 ms), up to 200 ms. Under valgrind a woken waiter can take
+   * as long as a poll (test_near_batch saw 155 ms at load average 14), and
+   * under ASan on a busy machine 143 ms was seen: there the commands counted
+   * are the check, as in test_near_batch. */
+  if (!xft_under_valgrind() && !XFT_ASAN && !XFT_TSAN)
     cr_assert_lt(lag_ms, 80, "a waiter came back %lld ms after the write: not woken by it",
                  (long long)lag_ms);
   cr_log_info("wake-on-write: %lld commands, the last waiter %lld ms after the write", sent,
