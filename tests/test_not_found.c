@@ -248,9 +248,9 @@ static void waiters_open(waiters *w, int driver, const char *key) {
   w->key = key;
   w->p = (xf_policy)XF_POLICY_INIT;
   /* A waiter's budget runs from its first read to its answer: the time the
-   * test takes to see every waiter waiting, plus the pause below and a
-   * round trip; 10 s leaves more than 9 s for the first, on a busy machine. */
-  w->p.wait_ms = 10000;
+   * test takes to see every waiter waiting, twice (the pause below is that
+   * long and PAUSE_MS more), and a round trip; half the hang guard. */
+  w->p.wait_ms = GUARD_MS / 2;
   w->o = (xf_options)XF_OPTIONS_INIT;
   w->o.port = xft_port();
   w->o.entry_format = xft_entry_format();
@@ -283,13 +283,16 @@ ParameterizedTestParameters(not_found, callers_during_a_load_that_finds_nothing_
  * loads: one load for WAITERS + 1 calls, though the next caller holds the
  * lease by the time they read again (before: they waited on that caller's
  * load, and the next, until wait_ms, then loaded). Nothing here depends on
- * timing but the hang guards and this: the waiters' reads before the load
- * ends came at least PAUSE_MS earlier than its end, so that a clock estimate
- * (the latest a plain read may have been: its reply's arrival plus the
- * estimate's error, a round trip) dates them before it with a margin of
- * PAUSE_MS; and by then a waiter re-reads every 50 ms, not every 2 ms, so
- * that before the fix they were sure to read while the next caller held the
- * lease (the next caller takes it within a round trip or two of the end). */
+ * timing but the hang guards and this: a waiter's first read is dated by
+ * its client's clock estimate no later than its reply's arrival plus the
+ * estimate's error, the round trip of the sample it was learned from. Both
+ * fall between the waiters' opening and the moment all of them wait (the
+ * window), so the load ends after that date once the test has paused for
+ * the window's length: it pauses PAUSE_MS longer (a round trip under
+ * valgrind took more than the 300 ms this once was, in all). By then a
+ * waiter re-reads every 50 ms, not every 2 ms, so that before the fix they
+ * were sure to read while the next caller held the lease (the next caller
+ * takes it within a round trip or two of the end). */
 #define PAUSE_MS 300
 
 ParameterizedTest(int *driver, not_found,
@@ -301,10 +304,12 @@ ParameterizedTest(int *driver, not_found,
   pthread_create(&lt, NULL, lead, &l);
   await_count(&l.first.entered, 1, "the leader's load");
   waiters w;
+  int64_t window_ms = xft_now_ms();
   waiters_open(&w, *driver, key);
   pthread_create(&wt, NULL, run_waiters, &w);
   await_count(&w.lease_lost, WAITERS, "callers waiting on the leader's lease");
-  xft_sleep_ms(PAUSE_MS);
+  window_ms = xft_now_ms() - window_ms;
+  xft_sleep_ms((int)window_ms + PAUSE_MS);
   __atomic_store_n(&l.first.open, 1, __ATOMIC_RELEASE); /* it finds nothing */
   await_count(&l.next.entered, 1, "the next caller's load");
   await_count(&w.done, WAITERS, "the waiters' answers");

@@ -380,7 +380,7 @@ struct xf__near_tracker *xf__near_tracker(struct xf__ncache *n) {
 }
 
 uint64_t xf__near_invalidations(const struct xf__ncache *n) {
-  return __atomic_load_n(&n->invalidations, __ATOMIC_RELAXED);
+  return __atomic_load_n(&n->invalidations, __ATOMIC_ACQUIRE);
 }
 
 uint64_t xf__near_evictions(const struct xf__ncache *n) {

@@ -79,10 +79,11 @@ void xf__near_drop(struct xf__ncache *n, const char *key, size_t keylen) {
   notify(n);
 }
 
+/* Counted last: once the count shows it, the next call reports it. */
 void xf__near_invalidate(struct xf__ncache *n, const char *key, size_t keylen) {
-  __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELAXED);
   xf__near_drop(n, key, keylen);
   xf__near_log_add(n->log, key, keylen, NULL, 0);
+  __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELEASE);
 }
 
 struct xf__near_log *xf__near_log(struct xf__ncache *n) {
@@ -94,7 +95,6 @@ void xf__near_drop_node(struct xf__ncache *n, struct xf__track_node *node, int r
   uint64_t seq = __atomic_add_fetch(&n->seq, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&node->drop_seq, seq, __ATOMIC_RELEASE);
   __atomic_store_n(&n->drop_seq, seq, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < NSHARDS; i++) { /* the entries go lazily: never served */
     shard *s = &n->shards[i];
     pthread_mutex_lock(&s->mu);
@@ -102,6 +102,7 @@ void xf__near_drop_node(struct xf__ncache *n, struct xf__track_node *node, int r
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->mu);
   }
+  __atomic_add_fetch(&n->invalidations, 1, __ATOMIC_RELEASE);
   notify(n);
 }
 

@@ -238,12 +238,16 @@ def test_a_dropped_cache_closes_its_sockets(server, admin, prefix, face):
 
 WAITERS = 8
 GUARD = 60.0  # hang guards only: no outcome depends on them
-# Before the load ends, the waiters' reads are PAUSE old: a plain read's
-# date (its reply's arrival plus the clock estimate's error, a round trip)
-# falls before the load's end with that margin; and by then each re-reads
-# every 50 ms, so that before the fix one was sure to read while the next
-# caller held the lease (it takes it within a round trip or two).
+# A waiter's first read is dated no later than its reply's arrival plus its
+# clock estimate's error, the round trip of the sample it was learned from;
+# both fall between the waiters' Cache opening and the moment all of them
+# wait (the window). The test lets the load end the window's length plus
+# PAUSE after that, so the load ends after every first read's date; and by
+# then each re-reads every 50 ms, so that before the fix one was sure to
+# read while the next caller held the lease (it takes it within a round
+# trip or two). The waiters' wait covers twice the window and a round trip.
 PAUSE = 0.3
+WAIT = GUARD / 2
 
 
 def _gated(entered, go):
@@ -285,12 +289,13 @@ def test_not_found_is_shared_with_its_waiters(server, admin, prefix, face):
         def await_waiting(cache):
             return cache.stats()["lease_lost"] >= WAITERS
 
+        window = time.monotonic()
         if face == "sync":
             cache = xfetch.Cache(server.url, prefix=prefix)
             results = [0] * WAITERS
 
             def call(i):
-                results[i] = cache.get_or_compute("hot", follower_loader, ttl=60, wait=10)
+                results[i] = cache.get_or_compute("hot", follower_loader, ttl=60, wait=WAIT)
             followers = [threading.Thread(target=call, args=(i,)) for i in range(WAITERS)]
             for t in followers:
                 t.start()
@@ -298,7 +303,7 @@ def test_not_found_is_shared_with_its_waiters(server, admin, prefix, face):
             while not await_waiting(cache):
                 assert time.monotonic() < deadline, cache.stats()
                 time.sleep(0.005)
-            time.sleep(PAUSE)
+            time.sleep(time.monotonic() - window + PAUSE)
             first_go.set()
             assert nxt.wait(GUARD), "the next caller never loaded"
             for t in followers:
@@ -309,13 +314,13 @@ def test_not_found_is_shared_with_its_waiters(server, admin, prefix, face):
             async def main():
                 cache = xfetch.aio.Cache(server.url, prefix=prefix)
                 calls = [asyncio.ensure_future(
-                    cache.get_or_compute("hot", follower_loader, ttl=60, wait=10))
+                    cache.get_or_compute("hot", follower_loader, ttl=60, wait=WAIT))
                     for _ in range(WAITERS)]
                 deadline = time.monotonic() + GUARD
                 while not await_waiting(cache):
                     assert time.monotonic() < deadline, cache.stats()
                     await asyncio.sleep(0.005)
-                await asyncio.sleep(PAUSE)
+                await asyncio.sleep(time.monotonic() - window + PAUSE)
                 first_go.set()
                 while not nxt.is_set():  # the loop keeps running the waiters meanwhile
                     assert time.monotonic() < deadline, "the next caller never loaded"
