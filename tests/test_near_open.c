@@ -174,3 +174,42 @@ Test(near_open, an_opener_is_joined_once_its_open_is_done) {
   cr_assert_eq(near_openers_unjoined(e.share), 0, "an opener's thread is left unjoined");
   near_env_close(&e);
 }
+
+/* A connection set up while its node's invalidation connection could not be
+ * opened (the server refused it: maxclients) serves untracked; once that
+ * connection can be opened, a later call arms it again, and its reads are
+ * kept: near hits, with no reconnect (before: untracked until the data
+ * connection was lost, for the blocking drivers). */
+Test(near_open, a_refused_invalidation_connection_is_asked_for_again) {
+  xft_server s;
+  cr_assert_eq(xft_server_start(&s, NULL), 0);
+  redisContext *r = xft_redis_port(s.port);
+  freeReplyObject(xft_cmd(r, "CONFIG SET maxclients 2")); /* r and the data connection */
+  xf_share_options so = {.near_cache_bytes = NEAR_BYTES};
+  xf_share *share;
+  cr_assert_eq(xf_share_open(&share, &so), XF_OK);
+  xf_client *c = near_client(s.port, share, NULL, NULL);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "k", 1, "v", 1, &p), XF_OK);
+  xf_value v;
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(xf_get(c, "k", 1, &v), XF_OK, "%s", xf_errmsg(c));
+    xf_value_free(&v);
+  }
+  xf_stats st;
+  xf_client_stats(c, &st);
+  cr_assert_eq(st.near_hits, 0, "untracked while the server refuses the connection");
+  freeReplyObject(xft_cmd(r, "CONFIG SET maxclients 10000"));
+  int64_t until = xft_now_ms() + BOUND_MS; /* the open's backoff: 100 ms to 5 s */
+  do {
+    cr_assert_lt(xft_now_ms(), until, "never a near hit");
+    cr_assert_eq(xf_get(c, "k", 1, &v), XF_OK, "%s", xf_errmsg(c));
+    xf_value_free(&v);
+    xft_sleep_ms(10);
+    xf_client_stats(c, &st);
+  } while (st.near_hits == 0);
+  xf_client_close(c);
+  xf_share_close(share);
+  redisFree(r);
+  xft_server_stop(&s);
+}

@@ -139,21 +139,22 @@ static inline xf__link_pending pop(xf__link *l) {
 /* ---- setup ------------------------------------------------------------------------ */
 
 /* With a near cache: CLIENT TRACKING on REDIRECT to the node's invalidation
- * connection, appended to s. Without ARM_WAIT that connection is opened on
- * the tracker's thread: until it is, the connection serves untracked (its
- * reads are never kept) and arms before a later command once it is due. */
-static void arm(xf__link *l, xf__setup *s) {
+ * connection, appended to s. Without wait that connection is opened on the
+ * tracker's thread: until it is, the connection serves untracked (its reads
+ * are never kept) and arms before a later command once it is due. So does
+ * a connection whose wait ended in a failed open (the server refused it, a
+ * timeout): it asks again, without waiting, once the open's backoff ends. */
+static void arm(xf__link *l, xf__setup *s, int wait) {
   struct xf_client *c = l->c;
   const xf__link_tracking *h = hooks();
   l->arming.node = l->arm_later = NULL;
   if (!c->near || !h)
     return;
   long long id;
-  int rc = h->arm(c->near, c, l->host, l->port, l->unix_path, l->flags & XF__LINK_ARM_WAIT,
-                  &id, &l->arming);
+  int rc = h->arm(c->near, c, l->host, l->port, l->unix_path, wait, &id, &l->arming);
   if (rc == XF_OK)
     xf__setup_add_tracking(s, id);
-  else if (rc == XF__LINK_ARM_LATER)
+  else if (rc == XF__LINK_ARM_LATER || wait)
     l->arm_later = l->arming.node;
   if (rc != XF_OK) { /* an untracked connection is no failure */
     l->arming.node = NULL;
@@ -189,7 +190,7 @@ int xf__link_start(xf__link *l, int64_t now_ms) {
     xf__clock_reset(l->clock);
   xf__setup s;
   xf__setup_build(l->c, l->flags & (XF_SETUP_REPLICA | XF_SETUP_SCRIPTS), &s);
-  arm(l, &s);
+  arm(l, &s, l->flags & XF__LINK_ARM_WAIT);
   int rc = queue_setup(l, &s);
   if (rc == XF_OK && l->setup_left == 0)
     set_ready(l);
@@ -215,26 +216,28 @@ int xf__link_track_stale_hook(const xf__link *l) {
   return h && h->stale(&l->track);
 }
 
-/* Without ARM_WAIT: the tracking armed again before a command when its
- * invalidation connection was lost (Redis takes a new REDIRECT on the same
- * connection), or is open now where it was not at the setup. */
+/* The tracking armed again before a command when its invalidation
+ * connection was lost (without ARM_WAIT: Redis takes a new REDIRECT on the
+ * same connection; with it, the blocking connection is closed and set up
+ * again), or is open now (or due to be asked for) where it was not at the
+ * setup. Never waits for the open. */
 static int rearm(xf__link *l) {
   const xf__link_tracking *h = hooks();
-  int stale = xf__link_track_stale(l);
+  int stale = !(l->flags & XF__LINK_ARM_WAIT) && xf__link_track_stale(l);
   if (!stale && !(l->arm_later && h && h->due(l->arm_later)))
     return XF_OK;
   if (stale)
     h->lost(&l->track, l->fd);
   l->track.node = NULL;
   xf__setup s = {0};
-  arm(l, &s);
+  arm(l, &s, 0);
   return queue_setup(l, &s);
 }
 
 int xf__link_submit(xf__link *l, const xf__cmd *cmd, int opts, int64_t now_ms,
                     xf__link_fn *fn, void *ud) {
   int rc = XF_OK;
-  if (!(l->flags & XF__LINK_ARM_WAIT) && (l->track.node || l->arm_later))
+  if (l->arm_later || (!(l->flags & XF__LINK_ARM_WAIT) && l->track.node))
     rc = rearm(l);
   if (rc == XF_OK && (opts & XF__LINK_ASKING))
     rc = push(l, &xf__fleet_asking_cmd, ASKING, 0, NULL, NULL);

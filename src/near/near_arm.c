@@ -163,8 +163,10 @@ static int arm(struct xf__ncache *n, xf_client *c, const char *host, int port,
     rc = ask(t, c, node);
     while (rc == XF_OK && node->opens == opens && !node->ctx)
       pthread_cond_wait(&t->opened, &t->mu);
-    if (rc == XF_OK && !node->ctx)
+    if (rc == XF_OK && !node->ctx) {
       rc = xf__fail(c, node->open_rc, "%s", node->why);
+      tk->node = node; /* to arm before a later command, once due */
+    }
   }
   if (rc == XF_OK) { /* open: so the thread runs */
     *redirect_id = node->id;
