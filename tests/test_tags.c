@@ -642,6 +642,11 @@ enum { STALE_READERS = 4, STALE_MS = 1500 };
 typedef struct stale_run {
   int port;
   xf_share *share;
+  /* Opened before the killer starts: a connection cut during its setup
+   * fails the open, and a thread must not assert (Criterion's asserts
+   * belong to the test's own thread). */
+  xf_client *reader_clients[STALE_READERS], *invalidator_client;
+  int next_reader;
   long gen, done; /* the generation loaders read; the last one invalidated */
   int stop;
   long calls, near, wrong, errors;
@@ -657,7 +662,8 @@ static int load_gen(void *ud, const char *key, size_t keylen, xf_sink *sink) {
 
 static void *stale_reader(void *arg) {
   stale_run *run = arg;
-  xf_client *c = near_client(run->port, run->share, NULL, NULL);
+  xf_client *c =
+      run->reader_clients[__atomic_fetch_add(&run->next_reader, 1, __ATOMIC_RELAXED)];
   const char *tags[] = {"stale", "stale2"};
   xf_policy p = XF_POLICY_INIT;
   p.tags = tags, p.ntags = 2;
@@ -683,7 +689,7 @@ static void *stale_reader(void *arg) {
 
 static void *stale_invalidator(void *arg) {
   stale_run *run = arg;
-  xf_client *c = near_client(run->port, NULL, NULL, NULL); /* no near cache */
+  xf_client *c = run->invalidator_client;
   const char *tags[] = {"stale2"};
   while (!__atomic_load_n(&run->stop, __ATOMIC_ACQUIRE)) {
     long g = __atomic_add_fetch(&run->gen, 1, __ATOMIC_ACQ_REL);
@@ -715,6 +721,9 @@ Test(tags, an_invalidated_entry_is_never_served_after_the_invalidation_returned)
   xf_share_options so = {.near_cache_bytes = NEAR_BYTES};
   cr_assert_eq(xf_share_open(&run.share, &so), XF_OK);
   run.port = srv.port;
+  for (int i = 0; i < STALE_READERS; i++)
+    run.reader_clients[i] = near_client(srv.port, run.share, NULL, NULL);
+  run.invalidator_client = near_client(srv.port, NULL, NULL, NULL); /* no near cache */
   pthread_t readers[STALE_READERS], inv, killer;
   for (int i = 0; i < STALE_READERS; i++)
     pthread_create(&readers[i], NULL, stale_reader, &run);
