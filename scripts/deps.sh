@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages xfetch needs to build, test and benchmark.
 # Skips what is already installed; runs apt-get update at most once.
 set -euo pipefail
-pkgs=(cmake make gcc g++ pkg-config libhiredis-dev libcriterion-dev redis-server redis-tools
+pkgs=(cmake make ninja-build gcc g++ pkg-config libhiredis-dev libcriterion-dev redis-server redis-tools
       libpcg-cpp-dev python3 python3-cffi python3-pytest python3-pytest-xdist python3-redis python3-setuptools
       python3-wheel python3-pip python3-dev python3-dogpile.cache python3-prometheus-client python3-django python3-django-redis
       gnuplot-nox valgrind clang
