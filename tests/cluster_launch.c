@@ -17,6 +17,7 @@
 
 #include "cluster.h"
 #include "cluster_fixture.h"
+#include "port_free.h"
 #include "reader.h"
 #include "reply.h"
 #include "stream.h"
@@ -40,24 +41,13 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int port_free(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-  if (fd >= 0)
-    close(fd);
-  return ok;
-}
-
 /* A base port whose 6 client ports and 6 bus ports are all free now. */
 static int pick_base(unsigned *seed) {
   for (int attempt = 0; attempt < 200; attempt++) {
     int base = PORT_LOW + (int)(rand_r(seed) % (PORT_HIGH - PORT_LOW));
     int ok = 1;
     for (int i = 0; ok && i < XFT_CLUSTER_NODES; i++)
-      ok = port_free(base + i) && port_free(base + i + BUS_OFFSET);
+      ok = xft_port_free(base + i) && xft_port_free(base + i + BUS_OFFSET);
     if (ok)
       return base;
   }

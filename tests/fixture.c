@@ -20,6 +20,7 @@
 #endif
 
 #include "fixture.h"
+#include "port_free.h"
 
 static xft_server shared;
 
@@ -54,14 +55,7 @@ int xft_free_port(void) {
     seed = (unsigned)getpid() ^ (unsigned)time(NULL);
   for (int attempt = 0; attempt < 100; attempt++) {
     int port = 10000 + (int)(rand_r(&seed) % 22000);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    if (fd >= 0)
-      close(fd);
-    if (ok)
+    if (xft_port_free(port))
       return port;
   }
   return -1;

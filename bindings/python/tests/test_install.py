@@ -1,10 +1,12 @@
 """The one-step install users run: `pip install bindings/python` as written
 (pip's build isolation on) from a clean copy of the checkout (git's files
 only: no csrc/, build/ or C library install), into a fresh venv, offline;
-then get_or_compute against the fixture's redis-server from that venv. And a
-wheel built once, installed where there are no sources. And the same install
-with every other Python here that lacks the `wheel` package, and with a
-setuptools older than 61 (it reads no pyproject.toml metadata)."""
+then get_or_compute against the fixture's redis-server from that venv: with
+every other Python here that lacks the `wheel` package, and with a
+setuptools older than 61 (it reads no pyproject.toml metadata). The
+machine's own Python and setuptools run it in the Python guide's install
+block (test_docs.py) and build a wheel here, installed where there are no
+sources. Each of these compiles the C library."""
 import glob
 import os
 import shutil
@@ -58,10 +60,6 @@ def pythons_without_wheel():
         if fits == "True":
             out.setdefault(os.path.realpath(real), py)  # pyenv's shims run one of these
     return sorted(out.values())
-
-
-def test_pip_install_builds_the_c_library_and_caches(tmp_path, server):
-    pip_install_and_fetch(sys.executable, tmp_path, server)
 
 
 @pytest.mark.parametrize("python", pythons_without_wheel() or [
@@ -118,10 +116,7 @@ def pip_install_and_fetch(python, tmp_path, server, setuptools_wheel=None):
                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     assert pip.returncode == 0, pip.stdout[-5000:]
-    # every library source was compiled into the extension, without a warning
-    for name in ("flow", "blocking", "batch", "share", "scripts_gen"):
-        assert f"{name}.c -o " in pip.stdout, name
-    assert [ln for ln in pip.stdout.splitlines() if "csrc/" in ln and "warning:" in ln] == []
+    compiled_every_source_without_a_warning(pip.stdout)
 
     script = """
 import sys, xfetch
@@ -141,8 +136,18 @@ print(a.value.decode(), a.source, b.value.decode(), b.source, len(calls))
     where, result = out.stdout.splitlines()
     assert where.startswith(str(venv))
     assert result == "computed loader computed cache 1"
-    # the extension links no xfetch library: only hiredis, OpenSSL (and libc/libm)
-    ext = [os.path.join(os.path.dirname(where), f) for f in os.listdir(os.path.dirname(where))
+    links_no_xfetch_library(os.path.dirname(where))
+
+
+def compiled_every_source_without_a_warning(pip_output):
+    for name in ("flow", "blocking", "batch", "share", "scripts_gen"):
+        assert f"{name}.c -o " in pip_output, name
+    assert [ln for ln in pip_output.splitlines() if "csrc/" in ln and "warning:" in ln] == []
+
+
+def links_no_xfetch_library(package_dir):
+    """The extension links hiredis, OpenSSL (and libc/libm), no libxfetch."""
+    ext = [os.path.join(package_dir, f) for f in os.listdir(package_dir)
            if f.startswith("_native") and f.endswith(".so")]
     needed = subprocess.run(["ldd", ext[0]], capture_output=True, text=True).stdout
     assert "libhiredis" in needed and "libxfetch" not in needed
@@ -154,10 +159,11 @@ def test_a_wheel_installs_without_the_sources(tmp_path, server):
     env.pop("XFETCH_PREFIX", None)
     env.pop("XFETCH_SOURCE_DIR", None)
     dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist),
-                            "xfetch/bindings/python"], cwd=str(tmp_path), env=env,
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w",
+                            str(dist), "xfetch/bindings/python"], cwd=str(tmp_path), env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert built.returncode == 0, built.stdout[-5000:]
+    compiled_every_source_without_a_warning(built.stdout)
     [wheel] = list(dist.glob("xfetch-*.whl"))
     shutil.rmtree(tmp_path / "xfetch")  # no sources, no build tree left
     import zipfile
@@ -178,3 +184,4 @@ def test_a_wheel_installs_without_the_sources(tmp_path, server):
     assert out.returncode == 0, out.stderr
     where, value = out.stdout.split(" ", 1)
     assert where.startswith(str(venv)) and value.strip() == "{'a': 1}"
+    links_no_xfetch_library(os.path.dirname(where))
