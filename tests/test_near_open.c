@@ -122,7 +122,7 @@ static int child_warm(xf_client *c, const char *key, const char *want) {
  * opener is waited for), serves B's key near again; valgrind (scripts/test
  * memcheck, --trace-children) sees what the child leaves. */
 Test(near_open, a_fork_during_a_slow_open) {
-  XFT_SKIP_UNDER_TSAN("fork() while holding more than 64 locks");
+  XFT_SKIP_THREADED_FORK(); /* the parent's opener and call threads have just started */
   two w;
   open_two(&w);
   xf_policy p = XF_POLICY_INIT;
