@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "flow.h"
 
 /* The lease and a loader twice as long. Renewals go every third of the
  * lease (~333 ms): a renewal may come up to ~660 ms late on a busy machine
@@ -277,4 +278,24 @@ Test(renew, a_renewal_keeps_the_entrys_tags) {
   xf_value_free(&v);
   xf_client_close(a.c);
   xf_client_close(b);
+}
+
+/* A renewal that failed extended nothing: the next one is still sent while
+ * it would extend the lease Redis holds (before: the failed one's deadline
+ * was taken as the lease's, and the renewals stopped up to a lease early,
+ * so a second caller could load the key meanwhile). The renewal's clock
+ * alone (no server): lease 3 s, max_load_ms 10 s, the renewal sent at
+ * 6.5 s renewed. */
+Test(renew, a_failed_renewal_extends_nothing) {
+  xf__renewal rn = {.lease_ms = 3000,
+                    .until_ms = 10000,
+                    .deadline_ms = 9500,
+                    .sent_ms = 9500,
+                    .next_ms = 7500};
+  cr_assert_eq(xf__renewal_take(&rn, 7500), 2500); /* asks for 10 s */
+  xf__renewal_done(&rn, XF_EIO);                   /* and fails */
+  cr_assert_eq(xf__renewal_take(&rn, 8500), 1500, "the lease Redis holds ends at 9.5 s");
+  xf__renewal_done(&rn, XF_OK); /* now it holds until 10 s: nothing left to extend */
+  cr_assert_eq(xf__renewal_take(&rn, 9500), 0);
+  cr_assert_eq(rn.next_ms, INT64_MAX);
 }

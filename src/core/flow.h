@@ -252,7 +252,9 @@ typedef struct xf__renewal {
   int64_t lease_ms;    /* each renewal's length */
   int64_t next_ms;     /* the next renewal; INT64_MAX: none */
   int64_t until_ms;    /* the load keeps its lease until then, no later */
-  int64_t deadline_ms; /* the lease's deadline as of the last renewal */
+  int64_t deadline_ms; /* the lease's deadline as of the last renewal known
+                          to have succeeded (xf__renewal_done) */
+  int64_t sent_ms;     /* the deadline the renewal last taken asks for */
 } xf__renewal;
 
 /* Whether f, at its LOAD step, holds a lease to renew while its loader
@@ -265,9 +267,11 @@ int xf__flow_renewal(const xf__flow *f, xf__renewal *rn);
  * reached: the lease runs out by itself). */
 int64_t xf__renewal_take(xf__renewal *rn, int64_t now_ms);
 
-/* A renew flow ended with rc: XF_ESUPERSEDED (the lease is not the
- * loader's any more) stops the renewals; another failure waits for the
- * next. */
+/* A renew flow ended with rc: XF_OK moves the deadline to what it asked
+ * for; XF_ESUPERSEDED (the lease is not the loader's any more) stops the
+ * renewals; another failure waits for the next (the deadline stays: a
+ * renewal that failed extended nothing). A driver that does not report
+ * renews until max_load_ms, as if every renewal had failed. */
 void xf__renewal_done(xf__renewal *rn, int rc);
 
 /* Starts a renew flow: the lease of token on key (the user's key, as the

@@ -18,7 +18,7 @@ int xf__flow_renewal(const xf__flow *f, xf__renewal *rn) {
   memcpy(rn->token, f->token, sizeof rn->token);
   rn->lease_ms = f->lease_len_ms;
   rn->until_ms = until_ms;
-  rn->deadline_ms = deadline_ms;
+  rn->deadline_ms = rn->sent_ms = deadline_ms;
   /* A third of the lease: two renewals may fail (a reconnect, a stall)
    * before it runs out. */
   rn->next_ms = f->load_start_ms + (f->lease_len_ms / 3 > 0 ? f->lease_len_ms / 3 : 1);
@@ -35,12 +35,14 @@ int64_t xf__renewal_take(xf__renewal *rn, int64_t now_ms) {
     rn->next_ms = INT64_MAX;
     return 0;
   }
-  rn->deadline_ms = now_ms + len;
+  rn->sent_ms = now_ms + len;
   rn->next_ms = now_ms + (rn->lease_ms / 3 > 0 ? rn->lease_ms / 3 : 1);
   return len;
 }
 
 void xf__renewal_done(xf__renewal *rn, int rc) {
-  if (rc == XF_ESUPERSEDED) /* taken over, or deleted: nothing left to keep */
+  if (rc == XF_OK && rn->sent_ms > rn->deadline_ms)
+    rn->deadline_ms = rn->sent_ms;
+  else if (rc == XF_ESUPERSEDED) /* taken over, or deleted: nothing left to keep */
     rn->next_ms = INT64_MAX;
 }
