@@ -38,5 +38,8 @@ def test_bench_hit_script(server):
     assert re.search(r"xfetch\.aio get_or_compute(" + row + r"| +n/a \(xfetch\.aio not built\))",
                      out)
     assert re.search(r"dogpile\.cache get_or_create(" + row + r"| +n/a \(dogpile)", out)
+    faces = ("sync", "sync, near") + (() if "xfetch.aio not built" in out else ("aio", "aio, near"))
+    for face in faces:  # the tags goal, each face, near cache off and on
+        assert re.search(r"2 tags / untagged, " + face + r" +: p50 +\d+\.\d+, mean", out), face
     assert re.search(r"sync hit p50 / redis-py GET p50 +:\s+\d+\.\d+  \(goal <= 1\.2: ", out)
     assert re.search(r"100 x get / get_many\(100\), p50 +:\s+\d+\.\dx", out)
