@@ -2,8 +2,7 @@
  * xf_clear_namespace): an entry loaded before an invalidation is never served
  * fresh after it returns, on every driver (op_drivers.h); an invalidation
  * during a load wins; untagged entries and other tags are untouched; a tagged
- * hot key loads once per episode; a tagged call skips the near cache; a
- * version-3 reader (a client that knows no tags) judges a tagged entry
+ * hot key loads once per episode; a version-3 reader (a client that knows no tags) judges a tagged entry
  * malformed. Real redis-server. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>

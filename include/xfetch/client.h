@@ -149,8 +149,9 @@ XF_EXPORT int xf_get_or_compute(xf_client *c, const char *key, size_t keylen,
  * within its ttl; XF_ENOTFOUND when the entry is absent, past its ttl (a
  * stale value is not returned) or a cached not-found. Takes no lease, never
  * waits. One round trip (the same read as a hit's); on a client with
- * options.namespace_tag the namespace's version is read first (none while the
- * near cache keeps it), and an entry written before xf_clear_namespace is
+ * options.namespace_tag the namespace's version is read too (with the entry on
+ * standalone Redis, by one more command first on Redis Cluster, not at all
+ * while the near cache keeps it), and an entry written before xf_clear_namespace is
  * XF_ENOTFOUND. An entry not as xfetch writes it (stats.malformed) is
  * XF_ENOTFOUND. Errors: XF_EINVAL, XF_ECONNECT, XF_EIO, XF_EAUTH,
  * XF_EUNAVAILABLE (BUSY, LOADING...: to the read or its SCRIPT LOAD),

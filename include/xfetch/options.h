@@ -147,7 +147,8 @@ typedef struct xf_options {
    * the tag of its namespace (its key_prefix: the key "<prefix>xf-ns"), so
    * that xf_clear_namespace invalidates all of them in O(1); each such call,
    * and xf_get, is then a tagged call (policy.tags): it reads that tag's
-   * version (one more round trip, none while the near cache keeps it). Every
+   * version (with the entry on standalone Redis; one more command on Redis
+   * Cluster; none while the near cache keeps it). Every
    * client of the prefix must set it. */
   int namespace_tag;
 } xf_options;

@@ -115,9 +115,10 @@ typedef struct xf_policy {
    * it records are the current ones: xf_invalidate_tags makes every entry
    * that carries a tag a miss, in O(1). An entry is judged by the tags of the
    * call that reads it: give a key the same tags on every call. A tagged call
-   * reads each tag's version from Redis (one round trip per tag) unless the
-   * client's near cache keeps it; with every version kept, its entry may be a
-   * near hit too (nothing sent). Needs entry format 2 (XF_EINVAL with
+   * reads its tags' versions from Redis unless the client's near cache keeps
+   * them: with the entry on standalone Redis (a hit is still one command), on
+   * Redis Cluster with one more command per master that holds some of them;
+   * with every version kept, its entry may be a near hit too (nothing sent). Needs entry format 2 (XF_EINVAL with
    * XF_ENTRY_HASH).
    * Copied by the call: valid only for its duration. */
   const char *const *tags;

@@ -42,6 +42,24 @@ def test_invalidate_tags_makes_tagged_entries_misses(face, server, admin, prefix
     assert cache.stats()["tag_invalidated"] == 1
 
 
+def test_a_refused_entry_is_told_with_its_reason(face, server, admin, prefix):
+    """The "tag_invalidated" event: error 1 (XF_TAG_RAISED) for an entry
+    whose tag was invalidated, 2 (XF_TAG_OTHER) for one written under other
+    tags than the call's."""
+    seen = []
+    cache = face.Cache(server.url, prefix=prefix, seed=9,
+                       on_event=lambda e: seen.append(e) if e.type == "tag_invalidated" else None)
+    face.run(cache.set("k", "v1", ttl=60, tags=["t"]))
+    face.run(cache.invalidate_tags(["t"]))
+    assert face.run(cache.fetch("k", face.loader(lambda: "v2"), ttl=60,
+                                tags=["t"])) == ("v2", "loader")
+    assert [(e.key, e.error, e.face) for e in seen] == [(b"k", 1, face.kind)]
+    assert face.run(cache.fetch("k", face.loader(lambda: "v3"), ttl=60,
+                                tags=["u"])) == ("v3", "loader")
+    assert [(e.key, e.error) for e in seen[1:]] == [(b"k", 2)]
+    assert cache.stats()["tag_invalidated"] == 2
+
+
 def test_an_invalidation_during_the_load_wins(face, server, admin, prefix):
     cache = face.Cache(server.url, prefix=prefix, seed=2)
     other = xfetch.Cache(server.url, prefix=prefix)  # another process, as it were

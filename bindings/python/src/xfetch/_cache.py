@@ -104,10 +104,10 @@ class Cache(LateSetup):
            in a writer without a near cache whose readers have one.
     namespace_tag: True = every entry this Cache writes carries the tag of its
            prefix, so that clear() invalidates all of them in O(1) (one write,
-           in every process); each call then reads that tag's version (one
-           more round trip, unless the near cache keeps its version). Every
-           Cache of the
-           prefix must set it.
+           in every process); each call then reads that tag's version (with
+           the entry on standalone Redis, one more command on Redis Cluster,
+           none while the near cache keeps it). Every Cache of the prefix
+           must set it.
     compress_min_bytes: values of at least this many bytes (as the serializer
            wrote them) are stored zstd-compressed when that makes them smaller;
            0 (default) = off. Every client of this version reads compressed
@@ -309,9 +309,11 @@ class Cache(LateSetup):
         (beta) always. A finite number; else TypeError/ValueError.
         tags: names (str or bytes, at most 15) the value depends on:
         invalidate_tags(names) makes it a miss everywhere, in O(1). Give a
-        key the same tags on every call; a tagged call reads each tag's
-        version from Redis (one round trip per tag) unless the near cache
-        keeps it (then a warm tagged hit sends nothing).
+        key the same tags on every call; a tagged call reads the tags'
+        versions with the entry on standalone Redis (one command), with one
+        more command per master holding some of them on Redis Cluster, and
+        not at all while the near cache keeps them (a warm tagged hit sends
+        nothing).
 
         The loader under control (seconds; None: the default). max_load: a
         loader slower than its lease renews it (every third of the lease,
