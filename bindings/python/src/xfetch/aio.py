@@ -31,7 +31,7 @@ from ._core import (NEAR_NOT_SERVED, Config, call_error, check_loader, check_not
                     check_value, enabled_now, key_bytes, near_value, outcome,
                     stats_of, value_of, _loading)
 from ._errors import check
-from ._policy import tag_array, tag_names
+from ._policy import tag_array, tag_names, tagged
 from ._face import AioFace
 from ._native import ffi, lib
 from ._setup import LateSetup
@@ -159,8 +159,9 @@ class Cache(LateSetup):
         value codec refuses is recomputed (_values.recover)."""
         kb = key_bytes(key)
         check_loader(loader)
-        got = await self._fetch_raw(key, codec.async_loader(kb, loader, previous), ttl, beta,
-                                    **policy)
+        got = await self._run(key, codec.async_loader(kb, loader, previous),
+                              self._policies.of_call(ttl, beta, **policy),
+                              policy.get("lease", 5.0))
         return (self._config.codecs.fetched(codec, key, kb, got)
                 or await recover(AioFace(self), codec, key, kb, loader,
                                  dict(policy, ttl=ttl, beta=beta, previous=previous)))
@@ -177,12 +178,19 @@ class Cache(LateSetup):
         function or an async def) to compute it when missing, expired or
         elected for early recomputation. Same keywords, values and errors as
         xfetch.Cache.get_or_compute."""
+        tags = None
         if policy:
-            return (await self.fetch(key, loader, ttl, beta, **policy))[0]
-        # ttl and beta only (the common call): a smaller memo than fetch's
+            if len(policy) != 1 or "tags" not in policy:
+                return (await self._fetch_with(self._codec, key, loader, ttl, beta,
+                                               **policy))[0]
+            tags = policy["tags"]
+        # ttl, beta and tags only (the common calls): a smaller memo than fetch's
         p = self._commons.get((ttl, beta, type(ttl), type(beta)))
         if p is None:
             p = self._policies.common(ttl, beta)
+        if tags is not None:  # C serves it near once it knows it current for its tags
+            tags = tag_names(tags)
+            p = tagged(p, tags)
         codec = self._codec
         if codec.raw:
             return (await self._run(key, loader, p, 5.0))[0]
@@ -190,7 +198,7 @@ class Cache(LateSetup):
         got = await self._run(key, codec.async_loader(kb, loader), p, 5.0)
         return (self._config.codecs.fetched(codec, key, kb, got)
                 or await recover(AioFace(self), codec, key, kb, loader,
-                                 {"ttl": ttl, "beta": beta}))[0]
+                                 {"ttl": ttl, "beta": beta, "tags": tags}))[0]
 
     def _near_serve(self, kb, policy):
         """C xf_near_serve (policy NULL: a get), before anything is awaited:
