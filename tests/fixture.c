@@ -186,16 +186,30 @@ xf_client *xft_client_port(int port, uint64_t seed) {
   return xft_client_format(port, seed, xft_entry_format());
 }
 
-static xf_client *client_with(int port, uint64_t seed, int format) {
+static int open_with(xf_client **c, int port, uint64_t seed, int format) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.seed = seed;
   o.entry_format = format;
   o.connect_timeout_ms = o.command_timeout_ms = XFT_PATIENT_MS;
+  *c = NULL;
+  return xf_client_open(c, &o);
+}
+
+static xf_client *client_with(int port, uint64_t seed, int format) {
   xf_client *c = NULL;
-  int rc = xf_client_open(&c, &o);
+  int rc = open_with(&c, port, seed, format);
   cr_assert_eq(rc, XF_OK, "xf_client_open: %s (%s)", xf_strerror(rc), xf_errmsg(NULL));
   return c;
+}
+
+int xft_client_open(xf_client **c, uint64_t seed) {
+  const char *port = getenv("XFT_REDIS_PORT");
+  if (!port) { /* no shared server: never a port of the default's */
+    *c = NULL;
+    return XF_EINVAL;
+  }
+  return open_with(c, atoi(port), seed, xft_entry_format());
 }
 
 xf_client *xft_client_format(int port, uint64_t seed, int format) {
@@ -337,19 +351,42 @@ void xft_busy_stop(int port, redisContext *b) {
   redisFree(b);
 }
 
-xf_reply *xft_call_exchange(int fd, xf_reader *rd, const xf_call *call, size_t chunk) {
+xf_reply *xft_call_exchange_try(int fd, xf_reader *rd, const xf_call *call, size_t chunk,
+                                const char **why) {
   size_t len;
   const char *req = xf_call_request(call, &len);
-  cr_assert_not_null(req);
-  cr_assert_eq(write(fd, req, len), (ssize_t)len);
+  if (!req) {
+    *why = "the call has no request";
+    return NULL;
+  }
+  if (write(fd, req, len) != (ssize_t)len) {
+    *why = "the request's write failed";
+    return NULL;
+  }
   for (;;) {
     xf_reply *reply;
-    cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
+    if (xf_reader_next(rd, &reply) != XF_OK) {
+      *why = "xf_reader_next failed";
+      return NULL;
+    }
     if (reply)
       return reply;
     char buf[4096];
     ssize_t n = read(fd, buf, chunk && chunk < sizeof buf ? chunk : sizeof buf);
-    cr_assert_gt(n, 0);
-    cr_assert_eq(xf_reader_feed(rd, buf, (size_t)n), XF_OK);
+    if (n <= 0) {
+      *why = "the reply's read failed";
+      return NULL;
+    }
+    if (xf_reader_feed(rd, buf, (size_t)n) != XF_OK) {
+      *why = "xf_reader_feed failed";
+      return NULL;
+    }
   }
+}
+
+xf_reply *xft_call_exchange(int fd, xf_reader *rd, const xf_call *call, size_t chunk) {
+  const char *why = "";
+  xf_reply *reply = xft_call_exchange_try(fd, rd, call, chunk, &why);
+  cr_assert_not_null(reply, "the call's exchange: %s", why);
+  return reply;
 }

@@ -79,6 +79,10 @@ const char *xft_unix_path(void);
 
 /* A client of the shared server (seeded when seed != 0); asserts success. */
 xf_client *xft_client(uint64_t seed);
+/* xft_client's open without the assertion, for a thread of the test's own
+ * (thread_fail.h): XF_OK, or the open's code (*c NULL; xf_errmsg(NULL) says
+ * why on the calling thread; XF_EINVAL when there is no shared server). */
+int xft_client_open(xf_client **c, uint64_t seed);
 /* The options.entry_format the fixture's clients get: XFT_ENTRY_FORMAT (unset:
  * 0, the default: format 2). XFT_ENTRY_FORMAT=1 runs a suite on format-1
  * entries (hashes), as a fleet that keeps them does. */
@@ -105,6 +109,10 @@ int xft_listen_loopback(int backlog, int *port);
  * (chunk bytes at a time; 0 = as much as arrives) until a reply is complete:
  * that reply. Asserts every step. */
 xf_reply *xft_call_exchange(int fd, xf_reader *rd, const xf_call *call, size_t chunk);
+/* The same without the assertions, for a thread of the test's own: NULL when
+ * a step failed, *why naming it (a static string). */
+xf_reply *xft_call_exchange_try(int fd, xf_reader *rd, const xf_call *call, size_t chunk,
+                                const char **why);
 
 /* A raw hiredis connection for inspecting entries with plain commands. */
 redisContext *xft_redis(void);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "fixture.h"
+#include "thread_fail.h"
 
 #define MAX_MEMBERS 16
 #define MAX_LOADS 512
@@ -38,6 +39,7 @@ typedef struct member {
   fleet *f;
   xf_client *c;
   uint64_t hits;
+  xft_fail fail; /* what went wrong on its thread: it stops there */
 } member;
 
 static int64_t real_ms(void) {
@@ -82,10 +84,17 @@ static void *run_member(void *arg) {
   while (running(m->f)) {
     xf_value v;
     int rc = xf_get_or_compute(m->c, m->f->key, strlen(m->f->key), &p, load, m, &v);
-    cr_assert_eq(rc, XF_OK, "%s", xf_errmsg(m->c));
-    cr_assert(v.len == value_len && memcmp(v.data, value_data, value_len) == 0,
-              "member %d: a value of %zu bytes", m->i, v.len);
+    if (rc != XF_OK) {
+      xft_fail_record(&m->fail, "xf_get_or_compute returned %d (%s): %s", rc,
+                      xf_strerror(rc), xf_errmsg(m->c));
+      break;
+    }
+    int right = v.len == value_len && memcmp(v.data, value_data, value_len) == 0;
+    if (!right)
+      xft_fail_record(&m->fail, "a value of %zu bytes", v.len);
     xf_value_free(&v);
+    if (!right)
+      break;
   }
   xf_stats st;
   xf_client_stats(m->c, &st);
@@ -110,6 +119,9 @@ void xft_fleet_run(const char *key, int members, int duration_ms, int min_loads,
     pthread_join(t[i], NULL);
     xf_client_close(m[i].c);
   }
+  for (int i = 0; i < members; i++)
+    cr_assert_eq(xft_fail_count(&m[i].fail), 0, "member %d (%s): %s", i, label(i),
+                 xft_fail_msg(&m[i].fail));
   int64_t ran_ms = real_ms() - start_ms;
   cr_assert(f.nloads >= min_loads && f.nloads < MAX_LOADS, "%d loads", f.nloads);
   /* One load per episode: no load starts before the one before it ended. */

@@ -9,7 +9,8 @@
 #include "near_track.h"
 #include "share.h"
 
-xf_client *near_client(int port, xf_share *share, const char *user, const char *password) {
+int near_client_open(xf_client **c, int port, xf_share *share, const char *user,
+                     const char *password) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = port;
   o.share = share;
@@ -19,8 +20,12 @@ xf_client *near_client(int port, xf_share *share, const char *user, const char *
   o.entry_format = xft_entry_format(); /* XFT_ENTRY_FORMAT, as the fixture's clients */
   /* Patient, as the fixture's clients: no near-cache test is about a timeout */
   o.connect_timeout_ms = o.command_timeout_ms = XFT_PATIENT_MS;
+  return xf_client_open(c, &o);
+}
+
+xf_client *near_client(int port, xf_share *share, const char *user, const char *password) {
   xf_client *c;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  cr_assert_eq(near_client_open(&c, port, share, user, password), XF_OK);
   return c;
 }
 

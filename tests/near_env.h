@@ -28,6 +28,10 @@ typedef struct near_env {
 
 /* A client of port on share (NULL: none), as user (NULL: default). */
 xf_client *near_client(int port, xf_share *share, const char *user, const char *password);
+/* near_client's open without the assertion, for a thread of the test's own
+ * (thread_fail.h): XF_OK or the open's code (xf_errmsg(NULL) says why). */
+int near_client_open(xf_client **c, int port, xf_share *share, const char *user,
+                     const char *password);
 
 void near_env_open(near_env *e);
 void near_env_close(near_env *e);

@@ -14,6 +14,7 @@
 #include "fixture.h"
 #include "near_impl.h"
 #include "share.h"
+#include "thread_fail.h"
 
 #define BOUND_MS 5000
 
@@ -220,6 +221,7 @@ typedef struct leader {
   int port;
   xft_loader *l;
   int64_t done_ms;
+  xft_fail fail; /* what went wrong on its thread */
 } leader;
 
 static void *lead(void *arg) { /* another process's client, holding the lease */
@@ -227,12 +229,22 @@ static void *lead(void *arg) { /* another process's client, holding the lease */
   xf_options o = XF_OPTIONS_INIT;
   o.port = ld->port;
   xf_client *c;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  int rc = xf_client_open(&c, &o);
+  if (rc != XF_OK) {
+    xft_fail_record(&ld->fail, "the leader: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    return NULL;
+  }
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
-  cr_assert_eq(xf_get_or_compute(c, "an:wait", 7, &p, xft_load, ld->l, &v), XF_OK);
-  xf_value_free(&v);
-  ld->done_ms = xft_now_ms();
+  rc = xf_get_or_compute(c, "an:wait", 7, &p, xft_load, ld->l, &v);
+  if (rc == XF_OK) {
+    xf_value_free(&v);
+    ld->done_ms = xft_now_ms();
+  } else {
+    xft_fail_record(&ld->fail, "the leader: xf_get_or_compute returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(c));
+  }
   xf_client_close(c);
   return NULL;
 }
@@ -293,8 +305,10 @@ ParameterizedTest(int *kind, async_near, waiters_are_woken_by_the_write) {
   pthread_create(&t, NULL, lead, &ld);
   /* the waiters start 100 ms after the leader took the lease (its loader
    * runs): their polls do not fall with the write */
-  for (int ms = 0; xft_loader_calls(&l) == 0 && ms < 10000; ms++)
+  for (int ms = 0; xft_loader_calls(&l) == 0 && !xft_fail_count(&ld.fail) && ms < 10000;
+       ms++)
     xft_sleep_ms(1);
+  xft_assert_no_fail_join(&ld.fail, t);
   xft_sleep_ms(100);
   long long before = xft_read_calls(e.raw) + xft_command_calls(e.raw, "evalsha");
   waiters w = {.r = &e.r, .left = 3};
@@ -311,6 +325,7 @@ ParameterizedTest(int *kind, async_near, waiters_are_woken_by_the_write) {
       event_base_dispatch(e.r.base);
   }
   pthread_join(t, NULL);
+  xft_assert_no_fail(&ld.fail);
   cr_assert_eq(w.wrong, 0);
   cr_assert_eq(xft_loader_calls(&l), 1);
   long long sent = xft_read_calls(e.raw) + xft_command_calls(e.raw, "evalsha") - before;

@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "fixture.h"
 #include "now.h"
+#include "thread_fail.h"
 
 #define N 100
 
@@ -563,16 +564,22 @@ static void print_timeline(timeline *tl, int turn) {
   pthread_mutex_unlock(&tl->mu);
 }
 
-static xf_client *witnessed_client(witness *w) {
+/* A client of port whose events w notes: XF_OK or the open's code. */
+static int open_witnessed(xf_client **c, int port, witness *w) {
   xf_options o = XF_OPTIONS_INIT;
-  o.port = xft_port();
+  o.port = port;
   o.seed = (uint64_t)w->who;
   o.entry_format = xft_entry_format();
   o.connect_timeout_ms = o.command_timeout_ms = XFT_PATIENT_MS;
   o.on_event = note_event;
   o.on_event_ud = w;
-  xf_client *c = NULL;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK, "%s", xf_errmsg(NULL));
+  *c = NULL;
+  return xf_client_open(c, &o);
+}
+
+static xf_client *witnessed_client(witness *w) {
+  xf_client *c;
+  cr_assert_eq(open_witnessed(&c, xft_port(), w), XF_OK, "%s", xf_errmsg(NULL));
   return c;
 }
 
@@ -581,8 +588,10 @@ typedef struct second {
   witness *w;
   const keys *k;
   const xf_policy *p;
+  int port;
   int batch; /* the second client runs a batch too, else one call per key */
   int uncached, wrong;
+  xft_fail fail; /* what went wrong on its thread */
 } second;
 
 /* Another client, once the batch has started loading: asks for every key. */
@@ -590,7 +599,13 @@ static void *second_client(void *arg) {
   second *s = arg;
   while (!__atomic_load_n(&s->t->started, __ATOMIC_SEQ_CST))
     xft_sleep_ms(1);
-  xf_client *c = witnessed_client(s->w);
+  xf_client *c;
+  int rc = open_witnessed(&c, s->port, s->w);
+  if (rc != XF_OK) {
+    xft_fail_record(&s->fail, "the second client: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    return NULL;
+  }
   xf_value v[TURNS];
   int rcs[TURNS];
   if (s->batch) {
@@ -632,7 +647,8 @@ static void keys_stay_protected(const char *prefix, int second_batch) {
   p.lease_ms = 5000; /* 24 loads of 250 ms take 6 s: leases taken up front run out */
   p.wait_ms = 30000; /* a loaded machine: never give up waiting in this test */
   turns t = {.sleep_ms = 250};
-  second s = {.t = &t, .w = &second_w, .k = &k, .p = &p, .batch = second_batch};
+  second s = {
+      .t = &t, .w = &second_w, .k = &k, .p = &p, .port = xft_port(), .batch = second_batch};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, second_client, &s), 0);
   xf_value v[TURNS];
@@ -641,6 +657,7 @@ static void keys_stay_protected(const char *prefix, int second_batch) {
       xf_get_or_compute_many(c, TURNS, k.ptr, k.len, &p, slow_key_loader, &t, v, rcs),
       XF_OK);
   pthread_join(th, NULL);
+  xft_assert_no_fail(&s.fail);
   int uncached = 0;
   for (size_t i = 0; i < TURNS; i++) {
     cr_expect_eq(rcs[i], XF_OK, "key %zu: %s", i, xf_strerror(rcs[i]));
@@ -717,15 +734,22 @@ typedef struct stall_batch {
   int use_batch_loader;
   int use_pool; /* xf_pool_get_or_compute_many(_batch) on a pool of one */
   int rc;
+  xft_fail fail; /* what went wrong on its thread before the batch */
 } stall_batch;
 
 static int stalled_batch_on_client(stall_batch *sb, xf_value *v, int *rcs) {
-  xf_client *c = xft_client(1);
-  int rc = sb->use_batch_loader
-               ? xf_get_or_compute_many_batch(c, STALLED, sb->k.ptr, sb->k.len, &sb->p,
-                                              stalling_batch_loader, &sb->st, v, rcs)
-               : xf_get_or_compute_many(c, STALLED, sb->k.ptr, sb->k.len, &sb->p,
-                                        stalling_loader, &sb->st, v, rcs);
+  xf_client *c;
+  int rc = xft_client_open(&c, 1);
+  if (rc != XF_OK) {
+    xft_fail_record(&sb->fail, "the batch's thread: xf_client_open returned %d (%s): %s",
+                    rc, xf_strerror(rc), xf_errmsg(NULL));
+    return rc;
+  }
+  rc = sb->use_batch_loader
+           ? xf_get_or_compute_many_batch(c, STALLED, sb->k.ptr, sb->k.len, &sb->p,
+                                          stalling_batch_loader, &sb->st, v, rcs)
+           : xf_get_or_compute_many(c, STALLED, sb->k.ptr, sb->k.len, &sb->p,
+                                    stalling_loader, &sb->st, v, rcs);
   xf_client_close(c);
   return rc;
 }
@@ -736,8 +760,11 @@ static int stalled_batch_on_pool(stall_batch *sb, xf_value *v, int *rcs) {
   o.connect_timeout_ms = o.command_timeout_ms = XFT_PATIENT_MS;
   xf_pool *pool = NULL;
   int rc = xf_pool_open(&pool, &o, 1, XFT_PATIENT_MS);
-  if (rc != XF_OK)
+  if (rc != XF_OK) {
+    xft_fail_record(&sb->fail, "the batch's thread: xf_pool_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_pool_errmsg());
     return rc;
+  }
   rc = sb->use_batch_loader
            ? xf_pool_get_or_compute_many_batch(pool, STALLED, sb->k.ptr, sb->k.len, &sb->p,
                                                stalling_batch_loader, &sb->st, v, rcs)
@@ -782,14 +809,17 @@ static void stalled_batch_keeps_its_leases(const char *prefix, int use_pool,
   sb.p.wait_ms = 60000; /* the other client waits for the batch's value */
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, run_stalled_batch, &sb), 0);
-  while (!__atomic_load_n(&sb.st.stalled, __ATOMIC_SEQ_CST))
+  while (!__atomic_load_n(&sb.st.stalled, __ATOMIC_SEQ_CST)) {
+    xft_assert_no_fail_join(&sb.fail, th); /* else no load stalls: no end to this wait */
     xft_sleep_ms(1);
+  }
   xft_sleep_ms(STALL_LEASE_MS + 500);
   xf_client *other = xft_client_patient(xft_port(), 2);
   xf_value v;
   int rc = xf_get_or_compute(other, sb.k.ptr[key_asked], sb.k.len[key_asked], &sb.p,
                              stalling_loader, &sb.st, &v);
   pthread_join(th, NULL);
+  xft_assert_no_fail(&sb.fail);
   cr_expect_eq(sb.rc, XF_OK, "the batch: %s", xf_strerror(sb.rc));
   cr_expect_eq(rc, XF_OK, "the other client: %s", xf_strerror(rc));
   char want[64];

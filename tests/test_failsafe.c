@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "op_drivers.h"
+#include "thread_fail.h"
 
 #define THROTTLE_MS 2000
 
@@ -191,6 +192,7 @@ typedef struct racer {
   xf_policy p;
   int calls, errors, stale, loads; /* atomics */
   int64_t slowest_ms;              /* atomic */
+  xft_fail fail;                   /* what went wrong on a racer's thread */
 } racer;
 
 static int slow_failing_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
@@ -202,7 +204,13 @@ static int slow_failing_load(void *ud, const char *key, size_t keylen, xf_sink *
 
 static void *race(void *arg) {
   racer *r = arg;
-  xf_client *c = xft_client(0);
+  xf_client *c;
+  int rc = xft_client_open(&c, 0);
+  if (rc != XF_OK) {
+    xft_fail_record(&r->fail, "a racer: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    return NULL;
+  }
   for (int i = 0; i < 20; i++) {
     xf_value v;
     int64_t t0 = xft_now_ms();
@@ -242,6 +250,7 @@ ParameterizedTest(int64_t *throttle, failsafe,
     cr_assert_eq(pthread_create(&t[i], NULL, race, &r), 0);
   for (int i = 0; i < 8; i++)
     pthread_join(t[i], NULL);
+  xft_assert_no_fail(&r.fail);
   int calls = __atomic_load_n(&r.calls, __ATOMIC_ACQUIRE);
   cr_log_info("throttle %lld: %d calls, %d stale, %d errors, %d loads, the slowest %lld ms",
               (long long)*throttle, calls, r.stale, r.errors, r.loads,
@@ -264,6 +273,7 @@ typedef struct holder {
   int started, go; /* under mu */
   int rc;
   pthread_t t;
+  xft_fail fail; /* what went wrong on its thread (then it broadcasts cv) */
 } holder;
 
 static void holder_set(holder *h, int *field) {
@@ -273,10 +283,11 @@ static void holder_set(holder *h, int *field) {
   pthread_mutex_unlock(&h->mu);
 }
 
-/* Waits up to 20 s (a busy machine's margin; a step takes milliseconds). */
+/* Waits up to 20 s (a busy machine's margin; a step takes milliseconds), or
+ * until the holder's thread failed. */
 static int holder_wait(holder *h, const int *field) {
   pthread_mutex_lock(&h->mu);
-  for (int i = 0; i < 200 && !*field; i++) {
+  for (int i = 0; i < 200 && !*field && !xft_fail_count(&h->fail); i++) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += 100000000L;
@@ -299,7 +310,16 @@ static int held_then_failing_load(void *ud, const char *key, size_t keylen, xf_s
 
 static void *hold(void *arg) {
   holder *h = arg;
-  xf_client *c = xft_client(0);
+  xf_client *c;
+  int rc = xft_client_open(&c, 0);
+  if (rc != XF_OK) {
+    pthread_mutex_lock(&h->mu);
+    xft_fail_record(&h->fail, "the holder: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+  }
   xf_value v;
   h->rc =
       xf_get_or_compute(c, h->key, strlen(h->key), &h->p, held_then_failing_load, h, &v);
@@ -313,7 +333,9 @@ static void holder_start(holder *h, const char *key, const xf_policy *p) {
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
   cr_assert_eq(pthread_create(&h->t, NULL, hold, h), 0);
-  cr_assert(holder_wait(h, &h->started), "the holder's loader runs");
+  int started = holder_wait(h, &h->started);
+  xft_assert_no_fail_join(&h->fail, h->t);
+  cr_assert(started, "the holder's loader runs");
 }
 
 static void holder_end(holder *h) {

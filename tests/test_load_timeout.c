@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "fixture.h"
+#include "thread_fail.h"
 
 #define TIMEOUT_MS 100
 #define LOAD_MS 2000
@@ -174,11 +175,18 @@ typedef struct holder {
   const char *key;
   xft_loader *l;
   int rc;
+  xft_fail fail; /* what went wrong on its thread */
 } holder;
 
 static void *hold(void *arg) {
   holder *h = arg;
-  xf_client *c = xft_client(0);
+  xf_client *c;
+  int rc = xft_client_open(&c, 0);
+  if (rc != XF_OK) {
+    xft_fail_record(&h->fail, "the holder: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    return NULL;
+  }
   xf_policy p = timed_policy();
   xf_value v;
   h->rc = xf_get_or_compute(c, h->key, strlen(h->key), &p, xft_load, h->l, &v);
@@ -197,8 +205,11 @@ Test(load_timeout, a_waiter_waits_no_longer_than_its_hard_timeout) {
   holder h = {.key = key, .l = &slow};
   pthread_t t;
   pthread_create(&t, NULL, hold, &h);
-  while (xft_loader_calls(&slow) == 0)
+  while (xft_loader_calls(&slow) == 0) {
+    xft_assert_no_fail_join(&h.fail,
+                            t); /* else its loader never runs: no end to this wait */
     xft_sleep_ms(5);
+  }
   xf_client *c = xft_client(0);
   xf_policy p = timed_policy();
   p.hard_timeout_ms = TIMEOUT_MS;

@@ -15,6 +15,7 @@
 #include "near_env.h"
 #include "near_impl.h"
 #include "share.h"
+#include "thread_fail.h"
 
 Test(near, hits_send_nothing) {
   near_env e;
@@ -207,11 +208,18 @@ typedef struct waiter {
   int rc;
   char value[16];
   int64_t began_ms, done_ms; /* its call */
+  xft_fail fail;             /* what went wrong on its thread */
 } waiter;
 
 static void *wait_for_load(void *arg) {
   waiter *w = arg;
-  xf_client *c = near_client(w->port, w->share, NULL, NULL);
+  xf_client *c;
+  int rc = near_client_open(&c, w->port, w->share, NULL, NULL);
+  if (rc != XF_OK) {
+    xft_fail_record(&w->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
+                    xf_errmsg(NULL));
+    return NULL;
+  }
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xft_sleep_ms(w->start_ms);
@@ -253,8 +261,12 @@ Test(near, waiters_are_woken_by_the_write) {
   }
   int64_t lag_ms = 0;
   long long allowed = 3; /* the leader: read, lease, write */
-  for (int i = 0; i < 4; i++) {
+  /* join them all before an assertion leaves the frame they write to */
+  for (int i = 0; i < 4; i++)
     pthread_join(t[i], NULL);
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(xft_fail_count(&w[i].fail), 0, "waiter %d: %s", i,
+                 xft_fail_msg(&w[i].fail));
     cr_assert_eq(w[i].rc, XF_OK);
     cr_assert_str_eq(w[i].value, "slow");
     /* a waiter: its read, the re-read after the write, one wake by the

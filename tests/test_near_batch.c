@@ -14,6 +14,7 @@
 #include "near_env.h"
 #include "near_impl.h"
 #include "share.h"
+#include "thread_fail.h"
 
 #define BATCH_NEAR_BYTES (1u << 22) /* 100 keys of a batch and more */
 #define NKEYS 100
@@ -27,14 +28,19 @@ typedef struct env {
   int format;
 } env;
 
-static xf_client *client_of(const env *e, xf_share *share) {
+/* A client of e's server on share (NULL: none): XF_OK or the open's code. */
+static int open_client_of(xf_client **c, const env *e, xf_share *share) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = e->srv.port;
   o.share = share;
   o.seed = 7;
   o.entry_format = e->format;
+  return xf_client_open(c, &o);
+}
+
+static xf_client *client_of(const env *e, xf_share *share) {
   xf_client *c;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  cr_assert_eq(open_client_of(&c, e, share), XF_OK);
   return c;
 }
 
@@ -83,20 +89,28 @@ static int key_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   return xf_sink_set(sink, buf, (size_t)n);
 }
 
-/* One batch call of n keys: each value (or "" for an error) in got[i]. */
-static void batch(xf_client *c, size_t n, const char *const *keys, char (*got)[32]) {
+/* One batch call of n keys: each value (or "" for an error) in got[i]; the
+ * call's code (got untouched unless XF_OK). */
+static int try_batch(xf_client *c, size_t n, const char *const *keys, char (*got)[32]) {
   size_t lens[NKEYS];
   xf_value v[NKEYS];
   int rcs[NKEYS];
   for (size_t i = 0; i < n; i++)
     lens[i] = strlen(keys[i]);
   xf_policy p = XF_POLICY_INIT;
-  cr_assert_eq(xf_get_or_compute_many(c, n, keys, lens, &p, key_loader, NULL, v, rcs),
-               XF_OK, "%s", xf_errmsg(c));
+  int rc = xf_get_or_compute_many(c, n, keys, lens, &p, key_loader, NULL, v, rcs);
+  if (rc != XF_OK)
+    return rc;
   for (size_t i = 0; i < n; i++) {
     snprintf(got[i], sizeof got[i], "%s", rcs[i] == XF_OK ? v[i].data : "");
     xf_value_free(&v[i]);
   }
+  return XF_OK;
+}
+
+/* try_batch, asserted. */
+static void batch(xf_client *c, size_t n, const char *const *keys, char (*got)[32]) {
+  cr_assert_eq(try_batch(c, n, keys, got), XF_OK, "%s", xf_errmsg(c));
 }
 
 static char names[NKEYS][16];
@@ -278,15 +292,25 @@ typedef struct waiter {
   int start_ms;
   char got[3][32];
   int64_t began_ms, done_ms;
+  xft_fail fail; /* what went wrong on its thread */
 } waiter;
 
 static void *wait_in_batch(void *arg) {
   waiter *w = arg;
-  xf_client *c = client_of(w->e, w->e->share);
+  xf_client *c;
+  int rc = open_client_of(&c, w->e, w->e->share);
+  if (rc != XF_OK) {
+    xft_fail_record(&w->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
+                    xf_errmsg(NULL));
+    return NULL;
+  }
   static const char *const ks[3] = {"nb:a", "nb:slow", "nb:b"};
   xft_sleep_ms(w->start_ms);
   w->began_ms = xft_now_ms();
-  batch(c, 3, ks, w->got);
+  rc = try_batch(c, 3, ks, w->got);
+  if (rc != XF_OK)
+    xft_fail_record(&w->fail, "xf_get_or_compute_many returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(c));
   w->done_ms = xft_now_ms();
   xf_client_close(c);
   return NULL;
@@ -318,8 +342,12 @@ ParameterizedTest(int *format, near_batch, waiters_are_woken_by_the_write) {
   cr_assert_eq(l.rc, XF_OK);
   int64_t lag_ms = 0;
   int waited = 0;
-  for (int i = 0; i < 3; i++) {
+  /* join them all before an assertion leaves the frame they write to */
+  for (int i = 0; i < 3; i++)
     pthread_join(wt[i], NULL);
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(xft_fail_count(&w[i].fail), 0, "waiter %d: %s", i,
+                 xft_fail_msg(&w[i].fail));
     cr_assert_str_eq(w[i].got[0], "a");
     cr_assert_str_eq(w[i].got[1], "slow");
     cr_assert_str_eq(w[i].got[2], "b");

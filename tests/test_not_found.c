@@ -11,6 +11,7 @@
 #include <xfetch_libevent.h>
 
 #include "fixture.h"
+#include "thread_fail.h"
 
 enum { BLOCKING, SHARE, NEAR, POOL, BATCH, ASYNC, CALL, NDRIVERS };
 static const char *const driver_names[] = {"blocking", "share", "near", "pool",
@@ -22,13 +23,16 @@ enum { WAITERS = 8 };
  * depends on them. */
 #define GUARD_MS 60000
 
-static void await_count(const int *counter, int want, const char *what) {
+/* Waits until *counter reaches want: whether it did within GUARD_MS, before
+ * a thread of the test recorded a failure in f (any thread). */
+static int wait_count(const int *counter, int want, xft_fail *f) {
   int64_t until = xft_now_ms() + GUARD_MS;
   while (__atomic_load_n(counter, __ATOMIC_ACQUIRE) < want) {
-    cr_assert_lt(xft_now_ms(), until, "%s: %d of %d after %d ms", what,
-                 __atomic_load_n(counter, __ATOMIC_ACQUIRE), want, GUARD_MS);
+    if (xft_now_ms() >= until || xft_fail_count(f))
+      return 0;
     xft_sleep_ms(1);
   }
+  return 1;
 }
 
 /* ---- the leader: a loader held until the test lets it find nothing ------------ */
@@ -36,13 +40,19 @@ static void await_count(const int *counter, int want, const char *what) {
 typedef struct gate {
   int entered; /* the loader runs: its caller holds the lease */
   int open;
+  xft_fail *fail; /* the test's */
 } gate;
 
 static int gated_not_found(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key, (void)keylen;
   gate *g = ud;
   __atomic_store_n(&g->entered, 1, __ATOMIC_RELEASE);
-  await_count(&g->open, 1, "the gate");
+  if (!wait_count(&g->open, 1, g->fail)) {
+    if (!xft_fail_count(g->fail)) /* else the test gave up after another failure */
+      xft_fail_record(g->fail, "the leader's loader: the gate still shut after %d ms",
+                      GUARD_MS);
+    return -1;
+  }
   xf_sink_not_found(sink);
   return 0;
 }
@@ -51,13 +61,20 @@ typedef struct leader {
   const char *key;
   gate first, next; /* the load the waiters wait on; the next caller's */
   int rc_first, rc_next;
+  xft_fail *fail; /* the test's */
 } leader;
 
 /* The load the waiters wait on, then, as on a hot key, at once the next
  * caller's (the same thread, as a loop of requests would). */
 static void *lead(void *arg) {
   leader *l = arg;
-  xf_client *c = xft_client(0);
+  xf_client *c;
+  int rc = xft_client_open(&c, 0);
+  if (rc != XF_OK) {
+    xft_fail_record(l->fail, "the leader: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    return NULL;
+  }
   xf_policy p = XF_POLICY_INIT;
   p.lease_ms = GUARD_MS; /* held as long as the test needs, whatever the machine */
   size_t len = strlen(l->key);
@@ -83,6 +100,7 @@ typedef struct waiters {
   int loads;      /* their loader's runs: none, when the leader's answer is theirs */
   int done;
   int rc[WAITERS];
+  xft_fail *fail; /* the test's */
 } waiters;
 
 static void count_lease_lost(const xf_event *ev, void *ud) {
@@ -120,7 +138,12 @@ static void *call_on_thread(void *arg) {
     xf_value_free(&v);
   } else {
     xf_client *c;
-    cr_assert_eq(xf_client_open(&c, &w->o), XF_OK);
+    rc = xf_client_open(&c, &w->o);
+    if (rc != XF_OK) {
+      xft_fail_record(w->fail, "waiter %d: xf_client_open returned %d (%s): %s", o->i, rc,
+                      xf_strerror(rc), xf_errmsg(NULL));
+      return NULL;
+    }
     if (w->driver == BATCH) {
       int rcs[1] = {-100};
       rc =
@@ -159,15 +182,29 @@ static void async_done(int rc, const xf_value *v, void *privdata) {
 
 static void run_async(waiters *w) {
   struct event_base *base = event_base_new();
-  cr_assert_not_null(base);
+  if (!base) {
+    xft_fail_record(w->fail, "async waiters: event_base_new failed");
+    return;
+  }
   xf_async *ac;
-  cr_assert_eq(xf_async_open_libevent(&ac, &w->o, base), XF_OK);
+  int rc = xf_async_open_libevent(&ac, &w->o, base);
+  if (rc != XF_OK) {
+    xft_fail_record(w->fail, "async waiters: xf_async_open_libevent returned %d (%s): %s",
+                    rc, xf_strerror(rc), xf_errmsg(NULL));
+    event_base_free(base);
+    return;
+  }
   async_one ones[WAITERS];
   for (int i = 0; i < WAITERS; i++) {
     ones[i] = (async_one){w, i, base};
-    cr_assert_eq(xf_async_get_or_compute(ac, w->key, strlen(w->key), &w->p, async_loader, w,
-                                         async_done, &ones[i]),
-                 XF_OK);
+    rc = xf_async_get_or_compute(ac, w->key, strlen(w->key), &w->p, async_loader, w,
+                                 async_done, &ones[i]);
+    if (rc != XF_OK) { /* never called back: counted done here, so the loop ends */
+      xft_fail_record(w->fail,
+                      "async waiter %d: xf_async_get_or_compute returned %d (%s): %s", i,
+                      rc, xf_strerror(rc), xf_async_errmsg(ac));
+      finish(w, i, rc);
+    }
   }
   while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) < WAITERS)
     event_base_dispatch(base);
@@ -175,33 +212,60 @@ static void run_async(waiters *w) {
   event_base_free(base);
 }
 
-/* The sans-I/O call: the callers driven here, each over a socket of its own
- * (no clock estimate kept: every read is the read script). */
-static xf_reply *exchange(redisContext *sock, xf_reader *rd, const xf_call *call) {
-  return xft_call_exchange(sock->fd, rd, call, 0);
+/* Opens the call waiters' sockets, readers and calls: XF_OK, or the code of
+ * the step that failed (recorded in w->fail; what was opened stays, for the
+ * caller to free). */
+static int open_calls(waiters *w, xf_client *c, redisContext **socks, xf_reader **rds,
+                      xf_call **calls) {
+  for (int i = 0; i < WAITERS; i++) {
+    socks[i] = redisConnect("127.0.0.1", w->o.port);
+    if (!socks[i] || socks[i]->err) {
+      xft_fail_record(w->fail, "call waiter %d: raw connect to %d failed", i, w->o.port);
+      return XF_ECONNECT;
+    }
+    int rc = xf_reader_open(&rds[i]);
+    if (rc == XF_OK)
+      rc = xf_call_start(&calls[i], c, w->key, strlen(w->key), &w->p, xft_now_ms());
+    if (rc != XF_OK) {
+      xft_fail_record(w->fail,
+                      "call waiter %d: xf_reader_open or xf_call_start returned %d (%s)", i,
+                      rc, xf_strerror(rc));
+      return rc;
+    }
+  }
+  return XF_OK;
 }
 
+/* The sans-I/O call: the callers driven here, each over a socket of its own
+ * (no clock estimate kept: every read is the read script). */
 static void run_calls(waiters *w) {
   xf_client *c;
   xf_options o = w->o;
   o.lazy_connect = 1; /* no socket of its own: the test's are the wire */
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
-  xf_call *calls[WAITERS];
-  redisContext *socks[WAITERS];
-  xf_reader *rds[WAITERS];
-  for (int i = 0; i < WAITERS; i++) {
-    socks[i] = xft_redis();
-    cr_assert_eq(xf_reader_open(&rds[i]), XF_OK);
-    cr_assert_eq(xf_call_start(&calls[i], c, w->key, strlen(w->key), &w->p, xft_now_ms()),
-                 XF_OK);
+  int rc = xf_client_open(&c, &o);
+  if (rc != XF_OK) {
+    xft_fail_record(w->fail, "call waiters: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    return;
   }
-  while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) < WAITERS) {
+  xf_call *calls[WAITERS] = {0};
+  redisContext *socks[WAITERS] = {0};
+  xf_reader *rds[WAITERS] = {0};
+  rc = open_calls(w, c, socks, rds, calls);
+  while (rc == XF_OK && __atomic_load_n(&w->done, __ATOMIC_ACQUIRE) < WAITERS) {
     for (int i = 0; i < WAITERS; i++) {
       if (!calls[i])
         continue;
       xf_call_step step = xf_call_next(calls[i]);
       if (step == XF_CALL_SEND) {
-        xf_call_reply(calls[i], exchange(socks[i], rds[i], calls[i]), xft_now_ms());
+        const char *why = "";
+        xf_reply *reply = xft_call_exchange_try(socks[i]->fd, rds[i], calls[i], 0, &why);
+        if (!reply) {
+          xft_fail_record(w->fail, "call waiter %d: the exchange: %s", i, why);
+          rc = XF_ECONNECT;
+          break;
+        }
+        xf_call_reply(calls[i], reply, xft_now_ms());
       } else if (step == XF_CALL_LOAD) {
         __atomic_add_fetch(&w->loads, 1, __ATOMIC_RELAXED);
         xf_call_not_found(calls[i], 1, xft_now_ms());
@@ -217,6 +281,7 @@ static void run_calls(waiters *w) {
     xft_sleep_ms(1);
   }
   for (int i = 0; i < WAITERS; i++) {
+    xf_call_free(calls[i]); /* one left: the run failed */
     xf_reader_close(rds[i]);
     redisFree(socks[i]);
   }
@@ -242,8 +307,9 @@ static void *run_waiters(void *arg) {
   return NULL;
 }
 
-static void waiters_open(waiters *w, int driver, const char *key) {
+static void waiters_open(waiters *w, int driver, const char *key, xft_fail *fail) {
   memset(w, 0, sizeof *w);
+  w->fail = fail;
   w->driver = driver;
   w->key = key;
   w->p = (xf_policy)XF_POLICY_INIT;
@@ -263,6 +329,32 @@ static void waiters_open(waiters *w, int driver, const char *key) {
   }
   if (driver == POOL)
     cr_assert_eq(xf_pool_open(&w->pool, &w->o, WAITERS, GUARD_MS), XF_OK);
+}
+
+/* The test's threads and what went wrong on them: a wait that ends on a
+ * failure joins them before it asserts (until they end, they write to the
+ * test's frame, which the assertion leaves). */
+typedef struct threads {
+  leader *l;
+  pthread_t lt, wt; /* the leader; the waiters (once waiting) */
+  int waiting;
+  xft_fail fail;
+} threads;
+
+/* On the test's thread: wait_count, asserted; a thread's failure first. */
+static void await_count(threads *t, const int *counter, int want, const char *what) {
+  if (wait_count(counter, want, &t->fail))
+    return;
+  int got = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
+  if (xft_fail_count(&t->fail)) { /* the threads give up on it: let them end */
+    __atomic_store_n(&t->l->first.open, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->l->next.open, 1, __ATOMIC_RELEASE);
+    if (t->waiting)
+      pthread_join(t->wt, NULL);
+    pthread_join(t->lt, NULL);
+    xft_assert_no_fail(&t->fail);
+  }
+  cr_assert_fail("%s: %d of %d after %d ms", what, got, want, GUARD_MS);
 }
 
 static void waiters_close(waiters *w) {
@@ -299,23 +391,31 @@ ParameterizedTest(int *driver, not_found,
                   callers_during_a_load_that_finds_nothing_share_it) {
   char key[32];
   snprintf(key, sizeof key, "not_found:%s", driver_names[*driver]);
-  leader l = {.key = key, .rc_first = -100, .rc_next = -100};
-  pthread_t lt, wt;
-  pthread_create(&lt, NULL, lead, &l);
-  await_count(&l.first.entered, 1, "the leader's load");
+  threads t = {0};
+  leader l = {.key = key,
+              .first = {.fail = &t.fail},
+              .next = {.fail = &t.fail},
+              .rc_first = -100,
+              .rc_next = -100,
+              .fail = &t.fail};
+  t.l = &l;
+  pthread_create(&t.lt, NULL, lead, &l);
+  await_count(&t, &l.first.entered, 1, "the leader's load");
   waiters w;
   int64_t window_ms = xft_now_ms();
-  waiters_open(&w, *driver, key);
-  pthread_create(&wt, NULL, run_waiters, &w);
-  await_count(&w.lease_lost, WAITERS, "callers waiting on the leader's lease");
+  waiters_open(&w, *driver, key, &t.fail);
+  pthread_create(&t.wt, NULL, run_waiters, &w);
+  t.waiting = 1;
+  await_count(&t, &w.lease_lost, WAITERS, "callers waiting on the leader's lease");
   window_ms = xft_now_ms() - window_ms;
   xft_sleep_ms((int)window_ms + PAUSE_MS);
   __atomic_store_n(&l.first.open, 1, __ATOMIC_RELEASE); /* it finds nothing */
-  await_count(&l.next.entered, 1, "the next caller's load");
-  await_count(&w.done, WAITERS, "the waiters' answers");
+  await_count(&t, &l.next.entered, 1, "the next caller's load");
+  await_count(&t, &w.done, WAITERS, "the waiters' answers");
   __atomic_store_n(&l.next.open, 1, __ATOMIC_RELEASE);
-  pthread_join(wt, NULL);
-  pthread_join(lt, NULL);
+  pthread_join(t.wt, NULL);
+  pthread_join(t.lt, NULL);
+  xft_assert_no_fail(&t.fail);
   const char *name = driver_names[*driver];
   cr_expect_eq(l.rc_first, XF_ENOTFOUND, "%s: the leader: %s", name,
                xf_strerror(l.rc_first));

@@ -14,26 +14,35 @@
 #include "client_io.h" /* xf__test_fail_open_every */
 #include "fixture.h"
 #include "pool_util.h"
+#include "thread_fail.h"
 
 typedef struct blocker {
   int port;
+  xft_fail fail; /* what went wrong on its thread */
 } blocker;
 
 /* Keeps the server busy for 2 s (DEBUG SLEEP; 600 ms was too short under valgrind on a busy
  * run: the holder was answered before the call timed out): a command sent meanwhile holds
  * its pooled client until then. */
 static void *block_server(void *arg) {
-  redisContext *r = xft_redis_port(((blocker *)arg)->port);
-  freeReplyObject(xft_cmd(r, "DEBUG SLEEP 2"));
+  blocker *b = arg;
+  redisContext *r = redisConnect("127.0.0.1", b->port);
+  redisReply *rep = r && !r->err ? redisCommand(r, "DEBUG SLEEP 2") : NULL;
+  if (!rep)
+    xft_fail_record(&b->fail, "the sleeper: DEBUG SLEEP 2 on port %d failed: %s", b->port,
+                    r ? r->errstr : "no connection");
+  freeReplyObject(rep);
   redisFree(r);
   return NULL;
 }
 
-/* Until the server on port is inside its DEBUG SLEEP: a PING goes
- * unanswered for 100 ms (bounded: 5 s). */
-static void await_asleep(int port) {
+/* Until the server on b's port is inside its DEBUG SLEEP: a PING goes
+ * unanswered for 100 ms (bounded: 5 s); sleeper: b's thread. */
+static void await_asleep(blocker *b, pthread_t sleeper) {
+  int port = b->port;
   int64_t until = xft_now_ms() + 5000;
   for (;;) {
+    xft_assert_no_fail_join(&b->fail, sleeper); /* else the server never sleeps */
     redisContext *r = xft_redis_port(port);
     redisSetTimeout(r, (struct timeval){.tv_usec = 100000});
     redisReply *rep = redisCommand(r, "PING");
@@ -66,9 +75,9 @@ Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
   cr_assert_eq(xf_pool_set(pool, "pool:busy", 9, "v", 1, &p), XF_OK, "%s",
                xf_pool_errmsg());
   pthread_t sleeper;
-  blocker b = {s.port};
+  blocker b = {.port = s.port};
   cr_assert_eq(pthread_create(&sleeper, NULL, block_server, &b), 0);
-  await_asleep(s.port);
+  await_asleep(&b, sleeper);
   xft_loader l = {.value = "x"};
   caller holder = {.pool = pool, .key = "pool:busy", .loader = &l};
   cr_assert_eq(pthread_create(&holder.th, NULL, call, &holder), 0);
@@ -92,6 +101,7 @@ Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
   cr_expect_eq(xf_pool_delete(pool, "", 0), XF_EINVAL);
   pthread_join(holder.th, NULL);
   pthread_join(sleeper, NULL);
+  xft_assert_no_fail(&b.fail);
   cr_expect_eq(holder.rc, XF_OK);
   xf_pool_info info;
   xf_pool_stats(pool, &info);

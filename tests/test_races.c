@@ -12,6 +12,7 @@
 #include "entry_io.h"
 #include "entry_peek.h"
 #include "fixture.h"
+#include "thread_fail.h"
 
 static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
                xf_value *v) {
@@ -104,11 +105,18 @@ typedef struct {
   xft_loader l;
   xf_value v;
   int rc;
+  xft_fail fail; /* what went wrong on its thread */
 } background_call;
 
 static void *run_call(void *arg) {
   background_call *b = arg;
-  xf_client *c = xft_client(3);
+  xf_client *c;
+  int rc = xft_client_open(&c, 3);
+  if (rc != XF_OK) {
+    xft_fail_record(&b->fail, "the background call: xf_client_open returned %d (%s): %s",
+                    rc, xf_strerror(rc), xf_errmsg(NULL));
+    return NULL;
+  }
   b->rc = get(c, b->key, &b->p, &b->l, &b->v);
   xf_client_close(c);
   return NULL;
@@ -128,9 +136,14 @@ static void start_held_call(pthread_t *t, background_call *b, const char *key,
   pthread_create(t, NULL, run_call, b);
 }
 
-static void wait_for_loader(xft_loader *l) {
-  for (int i = 0; i < 500 && __atomic_load_n(&l->calls, __ATOMIC_SEQ_CST) == 0; i++)
+/* Until b's loader runs (bounded: 1 s); t: b's thread. */
+static void wait_for_loader(background_call *b, pthread_t t) {
+  xft_loader *l = &b->l;
+  for (int i = 0; i < 500 && __atomic_load_n(&l->calls, __ATOMIC_SEQ_CST) == 0 &&
+                  !xft_fail_count(&b->fail);
+       i++)
     xft_sleep_ms(2);
+  xft_assert_no_fail_join(&b->fail, t);
   cr_assert_eq(__atomic_load_n(&l->calls, __ATOMIC_SEQ_CST), 1, "the loader never started");
 }
 
@@ -140,7 +153,7 @@ Test(races, a_delete_during_a_load_wins) {
   pthread_t t;
   background_call b;
   start_held_call(&t, &b, "races:delete", "before-delete", 0, 1); /* until the delete */
-  wait_for_loader(&b.l);
+  wait_for_loader(&b, t);
   cr_assert_eq(xf_delete(c, "races:delete", 12), XF_OK);
   xft_loader_release(&b.l);
   pthread_join(t, NULL);
@@ -196,7 +209,7 @@ Test(races, a_set_during_a_waiters_load_wins) {
   b.l.value = "waiter";
   b.l.held = 1; /* until the set */
   pthread_create(&t, NULL, run_call, &b);
-  wait_for_loader(&b.l);
+  wait_for_loader(&b, t);
   xft_sleep_ms(5); /* dates are the server's ms: be a later one than its read */
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
@@ -235,7 +248,7 @@ Test(races, a_lease_taken_over_refuses_the_old_holders_write) {
   pthread_t t;
   background_call b;
   start_held_call(&t, &b, "races:takeover", "slow", 0, 1); /* until the takeover */
-  wait_for_loader(&b.l);
+  wait_for_loader(&b, t);
   /* The slow loader's lease is replaced by another holder's (as after its
    * lease_ms ran out and someone else took it): the entry in the default
    * format, whatever its writer's. */

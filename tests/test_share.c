@@ -9,15 +9,22 @@
 
 #include "fixture.h"
 #include "share.h"
+#include "thread_fail.h"
 
-/* A client whose Redis is gone (lazy: nobody listens on port 1). */
-static xf_client *down_client(xf_share *s) {
+/* A client whose Redis is gone (lazy: nobody listens on port 1): XF_OK or
+ * the open's code. */
+static int open_down(xf_client **c, xf_share *s) {
   xf_options o = XF_OPTIONS_INIT;
   o.port = 1;
   o.lazy_connect = 1;
   o.share = s;
+  return xf_client_open(c, &o);
+}
+
+/* open_down, asserted. */
+static xf_client *down_client(xf_share *s) {
   xf_client *c;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  cr_assert_eq(open_down(&c, s), XF_OK);
   return c;
 }
 
@@ -31,11 +38,18 @@ typedef struct worker {
   xft_loader *loader;
   int wrong;
   int sources[5];
+  xft_fail fail; /* what went wrong on its thread */
 } worker;
 
 static void *hammer(void *arg) {
   worker *w = arg;
-  xf_client *c = down_client(w->share);
+  xf_client *c;
+  int rc = open_down(&c, w->share);
+  if (rc != XF_OK) {
+    xft_fail_record(&w->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
+                    xf_errmsg(NULL));
+    return NULL;
+  }
   xf_policy p = XF_POLICY_INIT;
   for (int i = 0; i < 300; i++) {
     xf_value v;
@@ -59,8 +73,12 @@ static int run_workers(xf_share *s, xft_loader *l, worker w[4]) {
     pthread_create(&t[i], NULL, hammer, &w[i]);
   }
   int wrong = 0;
-  for (int i = 0; i < 4; i++) {
+  /* join them all before an assertion leaves the frame they write to */
+  for (int i = 0; i < 4; i++)
     pthread_join(t[i], NULL);
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(xft_fail_count(&w[i].fail), 0, "worker %d: %s", i,
+                 xft_fail_msg(&w[i].fail));
     wrong += w[i].wrong;
   }
   return wrong;
@@ -544,11 +562,18 @@ typedef struct {
   xf_share *share;
   xft_loader *l;
   int rc;
+  xft_fail fail; /* what went wrong on its thread */
 } share_call;
 
 static void *slow_lead(void *arg) {
   share_call *sc = arg;
-  xf_client *c = down_client(sc->share);
+  xf_client *c;
+  int rc = open_down(&c, sc->share);
+  if (rc != XF_OK) {
+    xft_fail_record(&sc->fail, "the lead: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    return NULL;
+  }
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   sc->rc = get(c, "share:intr", &p, sc->l, &v);
@@ -566,12 +591,15 @@ Test(share, interrupt_ends_a_wait_for_another_threads_load) {
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   xft_loader slow = {.value = "v", .sleep_ms = 1500};
-  share_call lead = {s, &slow, -100};
+  share_call lead = {s, &slow, -100, {0}};
   pthread_t t;
   pthread_create(&t, NULL, slow_lead, &lead);
   /* The lead is loading (bound 20 s; the load takes 1.5 s from its start). */
-  for (int64_t until = xft_now_ms() + 20000; xft_loader_calls(&slow) == 0; xft_sleep_ms(1))
+  for (int64_t until = xft_now_ms() + 20000; xft_loader_calls(&slow) == 0;
+       xft_sleep_ms(1)) {
+    xft_assert_no_fail_join(&lead.fail, t);
     cr_assert_lt(xft_now_ms(), until, "the lead never loaded");
+  }
   int checks = 0;
   xf_options o = XF_OPTIONS_INIT;
   o.port = 1;

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "near_env.h"
 #include "op_drivers.h"
+#include "thread_fail.h"
 
 static xf_options options(void) {
   xf_options o = XF_OPTIONS_INIT;
@@ -514,11 +515,18 @@ static int slow_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
 typedef struct caller {
   hot *h;
   int i;
+  xft_fail fail; /* what went wrong on its thread */
 } caller;
 
 static void *call_hot(void *arg) {
   caller *k = arg;
-  xf_client *c = xft_client(0);
+  xf_client *c;
+  int rc = xft_client_open(&c, 0);
+  if (rc != XF_OK) {
+    xft_fail_record(&k->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
+                    xf_errmsg(NULL));
+    return NULL;
+  }
   while (!__atomic_load_n(&k->h->start, __ATOMIC_ACQUIRE))
     xft_sleep_ms(1);
   xf_value v;
@@ -533,12 +541,16 @@ static void episode(hot *h) {
   caller k[CALLERS];
   __atomic_store_n(&h->start, 0, __ATOMIC_RELEASE);
   for (int i = 0; i < CALLERS; i++) {
-    k[i] = (caller){h, i};
+    k[i] = (caller){.h = h, .i = i};
     pthread_create(&t[i], NULL, call_hot, &k[i]);
   }
   __atomic_store_n(&h->start, 1, __ATOMIC_RELEASE);
-  for (int i = 0; i < CALLERS; i++) {
+  /* join them all before an assertion leaves the frame they write to */
+  for (int i = 0; i < CALLERS; i++)
     pthread_join(t[i], NULL);
+  for (int i = 0; i < CALLERS; i++) {
+    cr_assert_eq(xft_fail_count(&k[i].fail), 0, "caller %d: %s", i,
+                 xft_fail_msg(&k[i].fail));
     cr_expect_eq(h->rcs[i], XF_OK, "caller %d: %s", i, xf_strerror(h->rcs[i]));
   }
 }
@@ -649,6 +661,7 @@ typedef struct stale_run {
   long gen, done; /* the generation loaders read; the last one invalidated */
   int stop;
   long calls, near, wrong, errors;
+  xft_fail killer_fail; /* what went wrong on the killer's thread */
 } stale_run;
 
 static int load_gen(void *ud, const char *key, size_t keylen, xf_sink *sink) {
@@ -702,12 +715,23 @@ static void *stale_invalidator(void *arg) {
 
 static void *stale_killer(void *arg) {
   stale_run *run = arg;
-  redisContext *r = xft_redis_port(run->port);
+  redisContext *r = redisConnect("127.0.0.1", run->port);
+  if (!r || r->err) {
+    xft_fail_record(&run->killer_fail, "the killer: raw connect to %d failed", run->port);
+    redisFree(r);
+    return NULL;
+  }
   for (int i = 0; !__atomic_load_n(&run->stop, __ATOMIC_ACQUIRE); i++) {
     xft_sleep_ms(100);
     static const char *const faults[] = {"CLIENT KILL TYPE normal SKIPME yes",
                                          "CLIENT KILL TYPE pubsub", "FLUSHALL"};
-    freeReplyObject(xft_cmd(r, faults[i % 3]));
+    redisReply *rep = redisCommand(r, faults[i % 3]);
+    if (!rep) {
+      xft_fail_record(&run->killer_fail, "the killer: %s failed: %s", faults[i % 3],
+                      r->errstr);
+      break;
+    }
+    freeReplyObject(rep);
   }
   redisFree(r);
   return NULL;
@@ -734,6 +758,7 @@ Test(tags, an_invalidated_entry_is_never_served_after_the_invalidation_returned)
     pthread_join(readers[i], NULL);
   pthread_join(inv, NULL);
   pthread_join(killer, NULL);
+  xft_assert_no_fail(&run.killer_fail);
   cr_expect_eq(run.wrong, 0,
                "%ld of %ld calls served a value loaded before an invalidation "
                "that had returned",

@@ -8,6 +8,7 @@
 
 #include "entry_peek.h"
 #include "fixture.h"
+#include "thread_fail.h"
 
 static long long mono_ms(void) {
   struct timespec ts;
@@ -181,16 +182,31 @@ Test(xfetch, value_past_the_stale_window_is_not_served) {
 
 static int reading; /* the waiter is about to read */
 
+typedef struct later {
+  const char *key;
+  xft_fail fail; /* what went wrong on its thread */
+} later;
+
 /* The holder's write, 300 ms after the waiter starts its call (not after the
  * test starts: under valgrind a client's open and first read took longer
  * than a fixed 200 ms, and the write came first: no wait to count). */
 static void *set_later(void *arg) {
+  later *l = arg;
   while (!__atomic_load_n(&reading, __ATOMIC_ACQUIRE))
     xft_sleep_ms(1);
   xft_sleep_ms(300);
-  xf_client *c = xft_client(2);
+  xf_client *c;
+  int rc = xft_client_open(&c, 2);
+  if (rc != XF_OK) {
+    xft_fail_record(&l->fail, "the holder: xf_client_open returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(NULL));
+    return NULL;
+  }
   xf_policy p = XF_POLICY_INIT;
-  cr_assert_eq(xf_set(c, (const char *)arg, strlen(arg), "from-holder", 11, &p), XF_OK);
+  rc = xf_set(c, l->key, strlen(l->key), "from-holder", 11, &p);
+  if (rc != XF_OK)
+    xft_fail_record(&l->fail, "the holder: xf_set returned %d (%s): %s", rc,
+                    xf_strerror(rc), xf_errmsg(c));
   xf_client_close(c);
   return NULL;
 }
@@ -199,14 +215,17 @@ Test(xfetch, miss_waits_for_the_lease_holder_and_gets_its_value) {
   redisContext *r = xft_redis();
   hold_lease(r, "flow:wait", 5000);
   pthread_t t;
-  pthread_create(&t, NULL, set_later, "flow:wait");
+  later holder = {.key = "flow:wait"};
+  pthread_create(&t, NULL, set_later, &holder);
   xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "mine"};
   xf_value v;
   __atomic_store_n(&reading, 1, __ATOMIC_RELEASE);
-  cr_assert_eq(get(c, "flow:wait", &p, &l, &v), XF_OK);
+  int rc = get(c, "flow:wait", &p, &l, &v);
   pthread_join(t, NULL);
+  xft_assert_no_fail(&holder.fail);
+  cr_assert_eq(rc, XF_OK);
   cr_expect_str_eq(v.data, "from-holder");
   cr_expect_eq(v.source, XF_SOURCE_CACHE);
   cr_expect_eq(xft_loader_calls(&l), 0);
@@ -343,11 +362,18 @@ typedef struct {
   xft_loader *loader;
   xf_value value;
   int rc;
+  xft_fail fail; /* what went wrong on its thread */
 } racer;
 
 static void *race(void *arg) {
   racer *me = arg;
-  xf_client *c = xft_client(0);
+  xf_client *c;
+  int rc = xft_client_open(&c, 0);
+  if (rc != XF_OK) {
+    xft_fail_record(&me->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
+                    xf_errmsg(NULL));
+    return NULL;
+  }
   xf_policy p = XF_POLICY_INIT;
   me->rc = xf_get_or_compute(c, "flow:cold16", 11, &p, xft_load, me->loader, &me->value);
   xf_client_close(c);
@@ -363,8 +389,12 @@ Test(xfetch, sixteen_threads_on_a_cold_key_load_once) {
     pthread_create(&ts[i], NULL, race, &rs[i]);
   }
   int from_loader = 0;
-  for (int i = 0; i < 16; i++) {
+  /* join them all before an assertion leaves the frame they write to */
+  for (int i = 0; i < 16; i++)
     pthread_join(ts[i], NULL);
+  for (int i = 0; i < 16; i++) {
+    cr_assert_eq(xft_fail_count(&rs[i].fail), 0, "racer %d: %s", i,
+                 xft_fail_msg(&rs[i].fail));
     cr_expect_eq(rs[i].rc, XF_OK);
     cr_expect_str_eq(rs[i].value.data, "computed-once");
     from_loader += rs[i].value.source == XF_SOURCE_LOADER;
