@@ -21,6 +21,7 @@
 
 #include "fixture.h"
 #include "port_free.h"
+#include "thread_fail.h"
 
 static xft_server shared;
 
@@ -210,6 +211,13 @@ int xft_client_open(xf_client **c, uint64_t seed) {
     return XF_EINVAL;
   }
   return open_with(c, atoi(port), seed, xft_entry_format());
+}
+
+int xft_record_open(int rc, struct xft_fail *f, const char *who) {
+  if (rc != XF_OK)
+    xft_fail_record(f, "%s: xf_client_open returned %d (%s): %s", who, rc, xf_strerror(rc),
+                    xf_errmsg(NULL));
+  return rc;
 }
 
 xf_client *xft_client_format(int port, uint64_t seed, int format) {

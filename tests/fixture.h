@@ -83,6 +83,14 @@ xf_client *xft_client(uint64_t seed);
  * (thread_fail.h): XF_OK, or the open's code (*c NULL; xf_errmsg(NULL) says
  * why on the calling thread; XF_EINVAL when there is no shared server). */
 int xft_client_open(xf_client **c, uint64_t seed);
+/* For a thread of the test's own, just after it opened a client (any way:
+ * xft_client_open, xf_client_open with options of its own...) and got rc:
+ * unless rc is XF_OK, records "<who>: xf_client_open returned <rc> (<its
+ * name>): <xf_errmsg(NULL)>" in f (thread_fail.h). Returns rc. Call it on
+ * the opening thread before any other xf_ call: xf_errmsg(NULL) is that
+ * thread's last failure. */
+struct xft_fail;
+int xft_record_open(int rc, struct xft_fail *f, const char *who);
 /* The options.entry_format the fixture's clients get: XFT_ENTRY_FORMAT (unset:
  * 0, the default: format 2). XFT_ENTRY_FORMAT=1 runs a suite on format-1
  * entries (hashes), as a fleet that keeps them does. */

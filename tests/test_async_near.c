@@ -229,12 +229,9 @@ static void *lead(void *arg) { /* another process's client, holding the lease */
   xf_options o = XF_OPTIONS_INIT;
   o.port = ld->port;
   xf_client *c;
-  int rc = xf_client_open(&c, &o);
-  if (rc != XF_OK) {
-    xft_fail_record(&ld->fail, "the leader: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(xf_client_open(&c, &o), &ld->fail, "the leader");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   rc = xf_get_or_compute(c, "an:wait", 7, &p, xft_load, ld->l, &v);

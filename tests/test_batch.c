@@ -600,12 +600,10 @@ static void *second_client(void *arg) {
   while (!__atomic_load_n(&s->t->started, __ATOMIC_SEQ_CST))
     xft_sleep_ms(1);
   xf_client *c;
-  int rc = open_witnessed(&c, s->port, s->w);
-  if (rc != XF_OK) {
-    xft_fail_record(&s->fail, "the second client: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+  int rc =
+      xft_record_open(open_witnessed(&c, s->port, s->w), &s->fail, "the second client");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_value v[TURNS];
   int rcs[TURNS];
   if (s->batch) {
@@ -739,12 +737,9 @@ typedef struct stall_batch {
 
 static int stalled_batch_on_client(stall_batch *sb, xf_value *v, int *rcs) {
   xf_client *c;
-  int rc = xft_client_open(&c, 1);
-  if (rc != XF_OK) {
-    xft_fail_record(&sb->fail, "the batch's thread: xf_client_open returned %d (%s): %s",
-                    rc, xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(xft_client_open(&c, 1), &sb->fail, "the batch's thread");
+  if (rc != XF_OK)
     return rc;
-  }
   rc = sb->use_batch_loader
            ? xf_get_or_compute_many_batch(c, STALLED, sb->k.ptr, sb->k.len, &sb->p,
                                           stalling_batch_loader, &sb->st, v, rcs)

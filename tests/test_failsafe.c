@@ -205,12 +205,9 @@ static int slow_failing_load(void *ud, const char *key, size_t keylen, xf_sink *
 static void *race(void *arg) {
   racer *r = arg;
   xf_client *c;
-  int rc = xft_client_open(&c, 0);
-  if (rc != XF_OK) {
-    xft_fail_record(&r->fail, "a racer: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(xft_client_open(&c, 0), &r->fail, "a racer");
+  if (rc != XF_OK)
     return NULL;
-  }
   for (int i = 0; i < 20; i++) {
     xf_value v;
     int64_t t0 = xft_now_ms();
@@ -314,8 +311,7 @@ static void *hold(void *arg) {
   int rc = xft_client_open(&c, 0);
   if (rc != XF_OK) {
     pthread_mutex_lock(&h->mu);
-    xft_fail_record(&h->fail, "the holder: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+    xft_record_open(rc, &h->fail, "the holder");
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     return NULL;

@@ -181,12 +181,9 @@ typedef struct holder {
 static void *hold(void *arg) {
   holder *h = arg;
   xf_client *c;
-  int rc = xft_client_open(&c, 0);
-  if (rc != XF_OK) {
-    xft_fail_record(&h->fail, "the holder: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(xft_client_open(&c, 0), &h->fail, "the holder");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_policy p = timed_policy();
   xf_value v;
   h->rc = xf_get_or_compute(c, h->key, strlen(h->key), &p, xft_load, h->l, &v);

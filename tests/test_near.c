@@ -214,12 +214,10 @@ typedef struct waiter {
 static void *wait_for_load(void *arg) {
   waiter *w = arg;
   xf_client *c;
-  int rc = near_client_open(&c, w->port, w->share, NULL, NULL);
-  if (rc != XF_OK) {
-    xft_fail_record(&w->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
-                    xf_errmsg(NULL));
+  int rc = xft_record_open(near_client_open(&c, w->port, w->share, NULL, NULL), &w->fail,
+                           "the waiter");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   xft_sleep_ms(w->start_ms);

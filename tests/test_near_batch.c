@@ -298,12 +298,9 @@ typedef struct waiter {
 static void *wait_in_batch(void *arg) {
   waiter *w = arg;
   xf_client *c;
-  int rc = open_client_of(&c, w->e, w->e->share);
-  if (rc != XF_OK) {
-    xft_fail_record(&w->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
-                    xf_errmsg(NULL));
+  int rc = xft_record_open(open_client_of(&c, w->e, w->e->share), &w->fail, "the waiter");
+  if (rc != XF_OK)
     return NULL;
-  }
   static const char *const ks[3] = {"nb:a", "nb:slow", "nb:b"};
   xft_sleep_ms(w->start_ms);
   w->began_ms = xft_now_ms();

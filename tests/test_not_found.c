@@ -69,12 +69,9 @@ typedef struct leader {
 static void *lead(void *arg) {
   leader *l = arg;
   xf_client *c;
-  int rc = xft_client_open(&c, 0);
-  if (rc != XF_OK) {
-    xft_fail_record(l->fail, "the leader: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(xft_client_open(&c, 0), l->fail, "the leader");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_policy p = XF_POLICY_INIT;
   p.lease_ms = GUARD_MS; /* held as long as the test needs, whatever the machine */
   size_t len = strlen(l->key);
@@ -138,12 +135,10 @@ static void *call_on_thread(void *arg) {
     xf_value_free(&v);
   } else {
     xf_client *c;
-    rc = xf_client_open(&c, &w->o);
-    if (rc != XF_OK) {
-      xft_fail_record(w->fail, "waiter %d: xf_client_open returned %d (%s): %s", o->i, rc,
-                      xf_strerror(rc), xf_errmsg(NULL));
+    char who[32];
+    snprintf(who, sizeof who, "waiter %d", o->i);
+    if (xft_record_open(xf_client_open(&c, &w->o), w->fail, who) != XF_OK)
       return NULL;
-    }
     if (w->driver == BATCH) {
       int rcs[1] = {-100};
       rc =
@@ -242,12 +237,9 @@ static void run_calls(waiters *w) {
   xf_client *c;
   xf_options o = w->o;
   o.lazy_connect = 1; /* no socket of its own: the test's are the wire */
-  int rc = xf_client_open(&c, &o);
-  if (rc != XF_OK) {
-    xft_fail_record(w->fail, "call waiters: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(xf_client_open(&c, &o), w->fail, "call waiters");
+  if (rc != XF_OK)
     return;
-  }
   xf_call *calls[WAITERS] = {0};
   redisContext *socks[WAITERS] = {0};
   xf_reader *rds[WAITERS] = {0};

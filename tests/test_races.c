@@ -111,12 +111,9 @@ typedef struct {
 static void *run_call(void *arg) {
   background_call *b = arg;
   xf_client *c;
-  int rc = xft_client_open(&c, 3);
-  if (rc != XF_OK) {
-    xft_fail_record(&b->fail, "the background call: xf_client_open returned %d (%s): %s",
-                    rc, xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(xft_client_open(&c, 3), &b->fail, "the background call");
+  if (rc != XF_OK)
     return NULL;
-  }
   b->rc = get(c, b->key, &b->p, &b->l, &b->v);
   xf_client_close(c);
   return NULL;

@@ -44,12 +44,9 @@ typedef struct worker {
 static void *hammer(void *arg) {
   worker *w = arg;
   xf_client *c;
-  int rc = open_down(&c, w->share);
-  if (rc != XF_OK) {
-    xft_fail_record(&w->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
-                    xf_errmsg(NULL));
+  int rc = xft_record_open(open_down(&c, w->share), &w->fail, "the worker");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_policy p = XF_POLICY_INIT;
   for (int i = 0; i < 300; i++) {
     xf_value v;
@@ -568,12 +565,9 @@ typedef struct {
 static void *slow_lead(void *arg) {
   share_call *sc = arg;
   xf_client *c;
-  int rc = open_down(&c, sc->share);
-  if (rc != XF_OK) {
-    xft_fail_record(&sc->fail, "the lead: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(open_down(&c, sc->share), &sc->fail, "the lead");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_policy p = XF_POLICY_INIT;
   xf_value v;
   sc->rc = get(c, "share:intr", &p, sc->l, &v);

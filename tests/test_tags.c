@@ -2,8 +2,8 @@
  * xf_clear_namespace): an entry loaded before an invalidation is never served
  * fresh after it returns, on every driver (op_drivers.h); an invalidation
  * during a load wins; untagged entries and other tags are untouched; a tagged
- * hot key loads once per episode; a version-3 reader (a client that knows no tags) judges a tagged entry
- * malformed. Real redis-server. */
+ * hot key loads once per episode; a version-3 reader (a client that knows no tags) judges a
+ * tagged entry malformed. Real redis-server. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <pthread.h>
@@ -521,12 +521,9 @@ typedef struct caller {
 static void *call_hot(void *arg) {
   caller *k = arg;
   xf_client *c;
-  int rc = xft_client_open(&c, 0);
-  if (rc != XF_OK) {
-    xft_fail_record(&k->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
-                    xf_errmsg(NULL));
+  int rc = xft_record_open(xft_client_open(&c, 0), &k->fail, "the caller");
+  if (rc != XF_OK)
     return NULL;
-  }
   while (!__atomic_load_n(&k->h->start, __ATOMIC_ACQUIRE))
     xft_sleep_ms(1);
   xf_value v;

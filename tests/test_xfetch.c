@@ -196,12 +196,9 @@ static void *set_later(void *arg) {
     xft_sleep_ms(1);
   xft_sleep_ms(300);
   xf_client *c;
-  int rc = xft_client_open(&c, 2);
-  if (rc != XF_OK) {
-    xft_fail_record(&l->fail, "the holder: xf_client_open returned %d (%s): %s", rc,
-                    xf_strerror(rc), xf_errmsg(NULL));
+  int rc = xft_record_open(xft_client_open(&c, 2), &l->fail, "the holder");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_policy p = XF_POLICY_INIT;
   rc = xf_set(c, l->key, strlen(l->key), "from-holder", 11, &p);
   if (rc != XF_OK)
@@ -368,12 +365,9 @@ typedef struct {
 static void *race(void *arg) {
   racer *me = arg;
   xf_client *c;
-  int rc = xft_client_open(&c, 0);
-  if (rc != XF_OK) {
-    xft_fail_record(&me->fail, "xf_client_open returned %d (%s): %s", rc, xf_strerror(rc),
-                    xf_errmsg(NULL));
+  int rc = xft_record_open(xft_client_open(&c, 0), &me->fail, "the racer");
+  if (rc != XF_OK)
     return NULL;
-  }
   xf_policy p = XF_POLICY_INIT;
   me->rc = xf_get_or_compute(c, "flow:cold16", 11, &p, xft_load, me->loader, &me->value);
   xf_client_close(c);
