@@ -12,6 +12,7 @@
 #include "entry_io.h"
 #include "entry_peek.h"
 #include "fixture.h"
+#include "thread_fail.h"
 
 static int get(xf_client *c, const char *key, const xf_policy *p, xft_loader *l,
                xf_value *v) {
@@ -385,21 +386,29 @@ static int count_ids(void *ud, size_t n, const char *const *keys, const size_t *
 typedef struct batcher {
   xf_share *share;
   id_loads *loads;
-  pthread_barrier_t *go;
+  pthread_barrier_t *go; /* THREADS batchers wait there each round */
+  const int *started;    /* atomic: 1 once all of them started, -1 if not all did */
   int index, wrong;
+  xft_fail *fail; /* the test's */
 } batcher;
 
 /* Each round: the round's ids in an order of the thread's own (and one of
- * them twice), so that two calls lead different keys and want each other's. */
+ * them twice), so that two calls lead different keys and want each other's.
+ * A batcher whose client did not open still waits at the barrier each
+ * round: the others go on. */
 static void *batch_rounds(void *arg) {
   batcher *w = arg;
   xf_options o = XF_OPTIONS_INIT;
   o.port = 1; /* nobody listens: Redis is down */
   o.lazy_connect = 1;
   o.share = w->share;
-  xf_client *c;
-  if (xf_client_open(&c, &o) != XF_OK) {
-    w->wrong++;
+  xf_client *c = NULL;
+  int opened = xft_record_open(xf_client_open(&c, &o), w->fail, "a batcher") == XF_OK;
+  int started;
+  while (!(started = __atomic_load_n(w->started, __ATOMIC_ACQUIRE)))
+    xft_sleep_ms(1);
+  if (started < 0) { /* too few at the barrier: none goes there */
+    xf_client_close(c);
     return NULL;
   }
   xf_policy p = XF_POLICY_INIT;
@@ -415,6 +424,8 @@ static void *batch_rounds(void *arg) {
     xf_value v[IDS + 1];
     int rcs[IDS + 1];
     pthread_barrier_wait(w->go);
+    if (!opened)
+      continue;
     if (xf_get_or_compute_many_batch(c, IDS + 1, keys, lens, &p, count_ids, w->loads, v,
                                      rcs) != XF_OK) {
       w->wrong++;
@@ -438,15 +449,28 @@ Test(faults, redis_down_batch_loaders_share_their_loads) {
   pthread_barrier_init(&go, NULL, THREADS);
   batcher w[THREADS];
   pthread_t t[THREADS];
-  for (int i = 0; i < THREADS; i++) {
-    w[i] = (batcher){.share = s, .loads = &loads, .go = &go, .index = i};
-    cr_assert_eq(pthread_create(&t[i], NULL, batch_rounds, &w[i]), 0);
+  xft_fail fail = {0};
+  int started = 0, created = 0, rc = 0;
+  while (created < THREADS) {
+    int i = created;
+    w[i] = (batcher){.share = s,
+                     .loads = &loads,
+                     .go = &go,
+                     .started = &started,
+                     .index = i,
+                     .fail = &fail};
+    if ((rc = pthread_create(&t[i], NULL, batch_rounds, &w[i])) != 0)
+      break;
+    created++;
   }
+  __atomic_store_n(&started, rc == 0 ? 1 : -1, __ATOMIC_RELEASE);
   int wrong = 0;
-  for (int i = 0; i < THREADS; i++) {
+  for (int i = 0; i < created; i++) {
     pthread_join(t[i], NULL);
     wrong += w[i].wrong;
   }
+  cr_assert_eq(rc, 0);
+  xft_assert_no_fail(&fail);
   cr_expect_eq(wrong, 0, "every key answered with its value, uncached or local");
   cr_expect_eq(__atomic_load_n(&loads.bad_keys, __ATOMIC_SEQ_CST), 0);
   for (int r = 0; r < ROUNDS; r++)

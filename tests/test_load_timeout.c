@@ -200,6 +200,7 @@ Test(load_timeout, a_waiter_waits_no_longer_than_its_hard_timeout) {
   const char *key = "lt:waiter";
   xft_loader slow = {.value = "held", .len = 4, .sleep_ms = LOAD_MS};
   holder h = {.key = key, .l = &slow};
+  xf_client *c = xft_client(0); /* opened (asserted) before the holder runs */
   pthread_t t;
   pthread_create(&t, NULL, hold, &h);
   while (xft_loader_calls(&slow) == 0) {
@@ -207,7 +208,6 @@ Test(load_timeout, a_waiter_waits_no_longer_than_its_hard_timeout) {
                             t); /* else its loader never runs: no end to this wait */
     xft_sleep_ms(5);
   }
-  xf_client *c = xft_client(0);
   xf_policy p = timed_policy();
   p.hard_timeout_ms = TIMEOUT_MS;
   xft_loader l = {.value = "mine", .len = 4};

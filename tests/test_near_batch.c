@@ -276,13 +276,18 @@ static void *lead(void *arg) { /* another process's client, holding the lease */
   return NULL;
 }
 
-/* Waits (bounded) until n leaders' loaders run: each holds its key's lease
- * from then on. A fixed sleep after starting them was outlasted on a busy
- * machine (the batch took a lease first and loaded itself). */
-static void await_leaders(int n) {
+/* Waits (bounded) until the n leaders' loaders run: each holds its key's
+ * lease from then on. A fixed sleep after starting them was outlasted on a
+ * busy machine (the batch took a lease first and loaded itself). Asserted
+ * once the leaders (threads t) ended. */
+static void await_leaders(int n, const pthread_t *t) {
   int64_t until = xft_now_ms() + 10000;
   while (__atomic_load_n(&calls, __ATOMIC_SEQ_CST) < n) {
-    cr_assert_lt(xft_now_ms(), until, "the leaders' loads never started");
+    if (xft_now_ms() >= until) {
+      for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+      cr_assert_fail("the leaders' loads never started");
+    }
     xft_sleep_ms(1);
   }
 }
@@ -329,19 +334,19 @@ ParameterizedTest(int *format, near_batch, waiters_are_woken_by_the_write) {
   leader l = {.e = &e};
   pthread_t lt, wt[3];
   pthread_create(&lt, NULL, lead, &l);
-  await_leaders(1);
+  await_leaders(1, &lt);
   waiter w[3];
   for (int i = 0; i < 3; i++) {
     w[i] = (waiter){.e = &e, .start_ms = 50 * i};
     pthread_create(&wt[i], NULL, wait_in_batch, &w[i]);
   }
-  pthread_join(lt, NULL);
-  cr_assert_eq(l.rc, XF_OK);
   int64_t lag_ms = 0;
   int waited = 0;
   /* join them all before an assertion leaves the frame they write to */
+  pthread_join(lt, NULL);
   for (int i = 0; i < 3; i++)
     pthread_join(wt[i], NULL);
+  cr_assert_eq(l.rc, XF_OK);
   for (int i = 0; i < 3; i++) {
     cr_assert_eq(xft_fail_count(&w[i].fail), 0, "waiter %d: %s", i,
                  xft_fail_msg(&w[i].fail));
@@ -397,11 +402,13 @@ ParameterizedTest(int *format, near_batch,
     pthread_create(&lt[i], NULL, lead, &l[i]);
   static const char *const ks[2] = {"nb:s1", "nb:s2"};
   char got[2][32];
-  await_leaders(2);
-  batch(e.c, 2, ks, got);
+  await_leaders(2, lt);
+  int rc = try_batch(e.c, 2, ks, got);
   int64_t done_ms = xft_now_ms();
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2; i++) /* before an assertion leaves the frame they write to */
     pthread_join(lt[i], NULL);
+  cr_assert_eq(rc, XF_OK, "%s", xf_errmsg(e.c));
+  for (int i = 0; i < 2; i++) {
     cr_assert_eq(l[i].rc, XF_OK);
     cr_assert_str_eq(got[i], "slow");
   }

@@ -299,9 +299,31 @@ static void *run_waiters(void *arg) {
   return NULL;
 }
 
-static void waiters_open(waiters *w, int driver, const char *key, xft_fail *fail) {
+/* The test's threads and what went wrong on them: a wait that ends on a
+ * failure joins them before it asserts (until they end, they write to the
+ * test's frame, which the assertion leaves). */
+typedef struct threads {
+  leader *l;
+  pthread_t lt, wt; /* the leader; the waiters (once waiting) */
+  int waiting;
+  xft_fail fail;
+} threads;
+
+/* Lets the threads end (both of the leader's loads find nothing; the
+ * waiters are then answered within their wait_ms) and joins them: before
+ * an assertion that fails while they run. */
+static void threads_end(threads *t) {
+  __atomic_store_n(&t->l->first.open, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&t->l->next.open, 1, __ATOMIC_RELEASE);
+  if (t->waiting)
+    pthread_join(t->wt, NULL);
+  pthread_join(t->lt, NULL);
+}
+
+/* On the test's thread, while the leader runs: the waiters' share or pool. */
+static void waiters_open(waiters *w, int driver, const char *key, threads *t) {
   memset(w, 0, sizeof *w);
-  w->fail = fail;
+  w->fail = &t->fail;
   w->driver = driver;
   w->key = key;
   w->p = (xf_policy)XF_POLICY_INIT;
@@ -316,36 +338,30 @@ static void waiters_open(waiters *w, int driver, const char *key, xft_fail *fail
   w->o.on_event_ud = w;
   if (driver == SHARE || driver == NEAR) {
     xf_share_options so = {.near_cache_bytes = driver == NEAR ? 1u << 20 : 0};
-    cr_assert_eq(xf_share_open(&w->share, &so), XF_OK);
+    int rc = xf_share_open(&w->share, &so);
+    if (rc != XF_OK)
+      threads_end(t);
+    cr_assert_eq(rc, XF_OK);
     w->o.share = w->share;
   }
-  if (driver == POOL)
-    cr_assert_eq(xf_pool_open(&w->pool, &w->o, WAITERS, GUARD_MS), XF_OK);
+  if (driver == POOL) {
+    int rc = xf_pool_open(&w->pool, &w->o, WAITERS, GUARD_MS);
+    if (rc != XF_OK)
+      threads_end(t);
+    cr_assert_eq(rc, XF_OK);
+  }
 }
 
-/* The test's threads and what went wrong on them: a wait that ends on a
- * failure joins them before it asserts (until they end, they write to the
- * test's frame, which the assertion leaves). */
-typedef struct threads {
-  leader *l;
-  pthread_t lt, wt; /* the leader; the waiters (once waiting) */
-  int waiting;
-  xft_fail fail;
-} threads;
-
-/* On the test's thread: wait_count, asserted; a thread's failure first. */
+/* On the test's thread: wait_count, asserted once the threads ended; a
+ * thread's failure first. */
 static void await_count(threads *t, const int *counter, int want, const char *what) {
   if (wait_count(counter, want, &t->fail))
     return;
   int got = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
-  if (xft_fail_count(&t->fail)) { /* the threads give up on it: let them end */
-    __atomic_store_n(&t->l->first.open, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&t->l->next.open, 1, __ATOMIC_RELEASE);
-    if (t->waiting)
-      pthread_join(t->wt, NULL);
-    pthread_join(t->lt, NULL);
+  int failed = xft_fail_count(&t->fail); /* then the threads give up on it */
+  threads_end(t);
+  if (failed)
     xft_assert_no_fail(&t->fail);
-  }
   cr_assert_fail("%s: %d of %d after %d ms", what, got, want, GUARD_MS);
 }
 
@@ -395,7 +411,7 @@ ParameterizedTest(int *driver, not_found,
   await_count(&t, &l.first.entered, 1, "the leader's load");
   waiters w;
   int64_t window_ms = xft_now_ms();
-  waiters_open(&w, *driver, key, &t.fail);
+  waiters_open(&w, *driver, key, &t);
   pthread_create(&t.wt, NULL, run_waiters, &w);
   t.waiting = 1;
   await_count(&t, &w.lease_lost, WAITERS, "callers waiting on the leader's lease");

@@ -37,8 +37,9 @@ static void *block_server(void *arg) {
 }
 
 /* Until the server on b's port is inside its DEBUG SLEEP: a PING goes
- * unanswered for 100 ms (bounded: 5 s); sleeper: b's thread. */
-static void await_asleep(blocker *b, pthread_t sleeper) {
+ * unanswered for 100 ms (bounded: 5 s); sleeper: b's thread. Whether it
+ * is (the caller asserts it, once its threads ended). */
+static int await_asleep(blocker *b, pthread_t sleeper) {
   int port = b->port;
   int64_t until = xft_now_ms() + 5000;
   for (;;) {
@@ -50,20 +51,24 @@ static void await_asleep(blocker *b, pthread_t sleeper) {
     freeReplyObject(rep);
     redisFree(r);
     if (asleep)
-      return;
-    cr_assert_lt(xft_now_ms(), until, "the server never slept");
+      return 1;
+    if (xft_now_ms() >= until)
+      return 0;
     xft_sleep_ms(1);
   }
 }
 
-/* Until no client of pool is idle (bounded: 5 s). */
-static void await_all_busy(xf_pool *pool) {
+/* Until no client of pool is idle (bounded: 5 s): whether none is (the
+ * caller asserts it, once its threads ended). */
+static int await_all_busy(xf_pool *pool) {
   int64_t until = xft_now_ms() + 5000;
   xf_pool_info info;
   for (xf_pool_stats(pool, &info); info.idle > 0; xf_pool_stats(pool, &info)) {
-    cr_assert_lt(xft_now_ms(), until, "the holder never took the client");
+    if (xft_now_ms() >= until)
+      return 0;
     xft_sleep_ms(1);
   }
+  return 1;
 }
 
 Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
@@ -77,13 +82,24 @@ Test(pool, a_call_that_finds_every_client_busy_gives_up_with_ebusy) {
   pthread_t sleeper;
   blocker b = {.port = s.port};
   cr_assert_eq(pthread_create(&sleeper, NULL, block_server, &b), 0);
-  await_asleep(&b, sleeper);
+  int asleep = await_asleep(&b, sleeper);
+  if (!asleep) /* the threads end before an assertion leaves the frame they use */
+    pthread_join(sleeper, NULL);
+  cr_assert(asleep, "the server never slept");
   xft_loader l = {.value = "x"};
   caller holder = {.pool = pool, .key = "pool:busy", .loader = &l};
-  cr_assert_eq(pthread_create(&holder.th, NULL, call, &holder), 0);
-  await_all_busy(pool); /* holder waits for its reply, holding the only client */
+  int rc = pthread_create(&holder.th, NULL, call, &holder);
+  if (rc != 0)
+    pthread_join(sleeper, NULL);
+  cr_assert_eq(rc, 0);
+  /* holder waits for its reply, holding the only client */
+  if (!await_all_busy(pool)) {
+    pthread_join(holder.th, NULL);
+    pthread_join(sleeper, NULL);
+    cr_assert_fail("the holder never took the client");
+  }
   xf_value v;
-  int rc = xf_pool_get_or_compute(pool, "pool:busy", 9, &p, xft_load, &l, &v);
+  rc = xf_pool_get_or_compute(pool, "pool:busy", 9, &p, xft_load, &l, &v);
   cr_expect_eq(rc, XF_EBUSY, "got %s", xf_errname(rc));
   xf_value_free(&v); /* a value only if it failed */
   cr_expect(strstr(xf_pool_errmsg(), "max_connections 1") != NULL, "%s", xf_pool_errmsg());
@@ -150,17 +166,20 @@ Test(pool, a_failed_client_open_leaves_the_pool_as_it_was) {
   xft_loader l = {.value = "loaded"};
   hammer hs[OPENFAIL_THREADS];
   __atomic_store_n(&xf__test_fail_open_every, 2, __ATOMIC_SEQ_CST);
-  for (int i = 0; i < OPENFAIL_THREADS; i++) {
-    hs[i] = (hammer){.pool = pool, .loader = &l, .id = i};
-    cr_assert_eq(pthread_create(&hs[i].th, NULL, hammer_calls, &hs[i]), 0);
+  int started = 0, rc = 0;
+  for (; started < OPENFAIL_THREADS; started++) {
+    hs[started] = (hammer){.pool = pool, .loader = &l, .id = started};
+    if ((rc = pthread_create(&hs[started].th, NULL, hammer_calls, &hs[started])) != 0)
+      break;
   }
   int ok = 0, enomem = 0, ebusy = 0, other = 0, wrong = 0;
-  for (int i = 0; i < OPENFAIL_THREADS; i++) {
+  for (int i = 0; i < started; i++) {
     pthread_join(hs[i].th, NULL);
     ok += hs[i].ok, enomem += hs[i].enomem, ebusy += hs[i].ebusy;
     other += hs[i].other, wrong += hs[i].wrong;
   }
   __atomic_store_n(&xf__test_fail_open_every, 0, __ATOMIC_SEQ_CST);
+  cr_assert_eq(rc, 0);
   unsigned failed = __atomic_load_n(&xf__test_failed_opens, __ATOMIC_SEQ_CST);
   cr_expect_gt(failed, 0, "no open failed: the test tested nothing");
   cr_expect_eq(other, 0, "calls end XF_OK, XF_ENOMEM or XF_EBUSY");
@@ -286,7 +305,12 @@ Test(pool, interrupt_ends_a_wait_for_a_pooled_client) {
   xft_loader l = {.value = "x"};
   caller holder = {.pool = pool, .key = "pool:held", .loader = &l};
   cr_assert_eq(pthread_create(&holder.th, NULL, call, &holder), 0);
-  await_all_busy(pool); /* holder waits for its reply, holding the only client */
+  /* holder waits for its reply, holding the only client */
+  if (!await_all_busy(pool)) { /* it ends once the server answers */
+    kill(s.pid, SIGCONT);
+    pthread_join(holder.th, NULL);
+    cr_assert_fail("the holder never took the client");
+  }
   xf_value v;
   long long t0 = mono_ms();
   a.at = t0 + 100;
@@ -360,7 +384,11 @@ Test(pool, a_near_hit_waits_for_no_client) {
   xft_loader slow = {.value = "slow", .len = 4};
   caller holder = {.pool = pool, .key = "slow", .loader = &slow};
   cr_assert_eq(pthread_create(&holder.th, NULL, call, &holder), 0);
-  await_all_busy(pool);
+  if (!await_all_busy(pool)) { /* the holder ends once the pause does */
+    freeReplyObject(xft_cmd(raw, "CLIENT UNPAUSE"));
+    pthread_join(holder.th, NULL);
+    cr_assert_fail("the holder never took the client");
+  }
   xf_value v;
   int rc = xf_pool_get_or_compute(pool, "hot", 3, &p, xft_load, &never, &v);
   int held = pthread_tryjoin_np(holder.th, NULL) == EBUSY;
@@ -369,12 +397,15 @@ Test(pool, a_near_hit_waits_for_no_client) {
    * done (whether its near hit was drawn on a spare or, late, on the client). */
   xft_loader fresh = {.value = "fresh", .len = 5};
   elected_call refresher = {.pool = pool, .loader = &fresh};
-  cr_assert_eq(pthread_create(&refresher.th, NULL, call_elected, &refresher), 0);
-  xft_sleep_ms(50);
+  int refresher_rc = pthread_create(&refresher.th, NULL, call_elected, &refresher);
+  if (refresher_rc == 0)
+    xft_sleep_ms(50);
   freeReplyObject(xft_cmd(raw, "CLIENT UNPAUSE"));
   if (held)
     pthread_join(holder.th, NULL);
-  pthread_join(refresher.th, NULL);
+  if (refresher_rc == 0)
+    pthread_join(refresher.th, NULL);
+  cr_assert_eq(refresher_rc, 0);
   cr_assert_eq(rc, XF_OK, "%s", xf_pool_errmsg());
   cr_assert_str_eq(v.data, "v");
   cr_assert_eq(v.source, XF_SOURCE_CACHE);

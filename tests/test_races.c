@@ -133,6 +133,13 @@ static void start_held_call(pthread_t *t, background_call *b, const char *key,
   pthread_create(t, NULL, run_call, b);
 }
 
+/* Lets b's call end (its loader, held or not yet run, returns at once) and
+ * joins t, b's thread: before an assertion that fails while it runs. */
+static void end_call(background_call *b, pthread_t t) {
+  xft_loader_release(&b->l);
+  pthread_join(t, NULL);
+}
+
 /* Until b's loader runs (bounded: 1 s); t: b's thread. */
 static void wait_for_loader(background_call *b, pthread_t t) {
   xft_loader *l = &b->l;
@@ -141,7 +148,10 @@ static void wait_for_loader(background_call *b, pthread_t t) {
        i++)
     xft_sleep_ms(2);
   xft_assert_no_fail_join(&b->fail, t);
-  cr_assert_eq(__atomic_load_n(&l->calls, __ATOMIC_SEQ_CST), 1, "the loader never started");
+  int calls = __atomic_load_n(&l->calls, __ATOMIC_SEQ_CST);
+  if (calls != 1)
+    end_call(b, t);
+  cr_assert_eq(calls, 1, "the loader never started");
 }
 
 Test(races, a_delete_during_a_load_wins) {
@@ -151,9 +161,9 @@ Test(races, a_delete_during_a_load_wins) {
   background_call b;
   start_held_call(&t, &b, "races:delete", "before-delete", 0, 1); /* until the delete */
   wait_for_loader(&b, t);
-  cr_assert_eq(xf_delete(c, "races:delete", 12), XF_OK);
-  xft_loader_release(&b.l);
-  pthread_join(t, NULL);
+  int deleted = xf_delete(c, "races:delete", 12);
+  end_call(&b, t);
+  cr_assert_eq(deleted, XF_OK);
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_str_eq(b.v.data, "before-delete", "the caller still gets what it computed");
   cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED, "but it was not cached");
@@ -197,6 +207,7 @@ Test(races, a_set_during_a_waiters_load_wins) {
   /* Someone else holds the lease for long: the waiter gives up after 100 ms. */
   freeReplyObject(xft_cmd(r, "HSET races:waiter l other:%lld", xft_server_ms(r) + 10000));
   freeReplyObject(xft_cmd(r, "PEXPIRE races:waiter 10000"));
+  xf_client *c = xft_client(1); /* opened (asserted) before the call runs */
   pthread_t t;
   background_call b;
   memset(&b, 0, sizeof b);
@@ -208,11 +219,10 @@ Test(races, a_set_during_a_waiters_load_wins) {
   pthread_create(&t, NULL, run_call, &b);
   wait_for_loader(&b, t);
   xft_sleep_ms(5); /* dates are the server's ms: be a later one than its read */
-  xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
-  cr_assert_eq(xf_set(c, "races:waiter", 12, "set", 3, &p), XF_OK);
-  xft_loader_release(&b.l);
-  pthread_join(t, NULL);
+  int set = xf_set(c, "races:waiter", 12, "set", 3, &p);
+  end_call(&b, t);
+  cr_assert_eq(set, XF_OK);
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_str_eq(b.v.data, "waiter");
   cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED);
@@ -242,6 +252,7 @@ Test(races, a_set_refused_by_a_newer_entry_says_so) {
 
 Test(races, a_lease_taken_over_refuses_the_old_holders_write) {
   redisContext *r = xft_redis();
+  xf_client *other = xft_client(2); /* opened (asserted) before the call runs */
   pthread_t t;
   background_call b;
   start_held_call(&t, &b, "races:takeover", "slow", 0, 1); /* until the takeover */
@@ -249,18 +260,19 @@ Test(races, a_lease_taken_over_refuses_the_old_holders_write) {
   /* The slow loader's lease is replaced by another holder's (as after its
    * lease_ms ran out and someone else took it): the entry in the default
    * format, whatever its writer's. */
-  xf_client *other = xft_client(2);
   char token[40];
   int64_t now;
-  xf__lease_result won;
+  xf__lease_result won = XF_LEASE_LOST; /* until the lease says */
   xf__entry newer;
-  freeReplyObject(xft_cmd(r, "DEL races:takeover"));
-  cr_assert_eq(
-      xft_entry_lease(other, "races:takeover", 14, 10000, 0, token, &now, &won, &newer),
-      XF_OK);
+  redisReply *del = redisCommand(r, "DEL races:takeover"); /* xft_cmd, asserted below */
+  int leased = del ? xft_entry_lease(other, "races:takeover", 14, 10000, 0, token, &now,
+                                     &won, &newer)
+                   : XF_EIO;
+  end_call(&b, t);
+  cr_assert_not_null(del, "command DEL races:takeover failed: %s", r->errstr);
+  freeReplyObject(del);
+  cr_assert_eq(leased, XF_OK);
   cr_assert_eq(won, XF_LEASE_WON);
-  xft_loader_release(&b.l);
-  pthread_join(t, NULL);
   cr_assert_eq(b.rc, XF_OK);
   cr_expect_eq(b.v.source, XF_SOURCE_UNCACHED);
   expect_value(r, "races:takeover", NULL);

@@ -387,6 +387,35 @@ static void *fly(void *arg) {
   return NULL;
 }
 
+/* Lets fl's gated load go on and joins t, its thread. */
+static void land(flight *fl, pthread_t t) {
+  pthread_mutex_lock(&fl->g.mu);
+  fl->g.go = 1;
+  pthread_cond_broadcast(&fl->g.cv);
+  pthread_mutex_unlock(&fl->g.mu);
+  pthread_join(t, NULL);
+}
+
+/* other's delete of key, a sans-I/O call fed its reply (":1") by hand:
+ * NULL, or the step that failed. */
+static const char *delete_by_hand(xf_client *other, const char *key) {
+  xf_call *del = NULL;
+  xf_reader *rd = NULL;
+  xf_reply *reply = NULL;
+  xf_value dv;
+  const char *failed = xf_call_start_delete(&del, other, key, strlen(key), 0) != XF_OK
+                           ? "xf_call_start_delete"
+                       : xf_reader_open(&rd) != XF_OK                  ? "xf_reader_open"
+                       : xf_reader_feed(rd, ":1\r\n", 4) != XF_OK      ? "xf_reader_feed"
+                       : xf_reader_next(rd, &reply) != XF_OK || !reply ? "xf_reader_next"
+                       : xf_call_reply(del, reply, 0) != XF_CALL_DONE  ? "xf_call_reply"
+                       : xf_call_result(del, &dv) != XF_OK             ? "xf_call_result"
+                                                                       : NULL;
+  xf_call_free(del);
+  xf_reader_close(rd);
+  return failed;
+}
+
 /* A delete acknowledged while a fail-open load runs: the load's followers
  * get its value, the share does not keep it. The delete is a sans-I/O call
  * fed the reply by hand (no Redis needed to acknowledge it). */
@@ -395,12 +424,6 @@ Test(share, a_delete_during_a_flight_is_not_undone_by_it) {
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   flight fl = {.c = down_client(s),
                .g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER}};
-  pthread_t t;
-  cr_assert_eq(pthread_create(&t, NULL, fly, &fl), 0);
-  pthread_mutex_lock(&fl.g.mu);
-  while (!fl.g.started)
-    pthread_cond_wait(&fl.g.cv, &fl.g.mu);
-  pthread_mutex_unlock(&fl.g.mu);
   /* Same server, db, user: same namespace. Cluster OFF: the call's first SEND
    * is the delete itself, not INFO cluster (its reply is fed by hand). */
   xf_options o = XF_OPTIONS_INIT;
@@ -409,25 +432,16 @@ Test(share, a_delete_during_a_flight_is_not_undone_by_it) {
   o.share = s;
   o.cluster = XF_CLUSTER_OFF;
   xf_client *other;
-  cr_assert_eq(xf_client_open(&other, &o), XF_OK);
-  xf_call *del;
-  cr_assert_eq(xf_call_start_delete(&del, other, "share:inflight", 14, 0), XF_OK);
-  xf_reader *rd;
-  xf_reply *reply;
-  cr_assert_eq(xf_reader_open(&rd), XF_OK);
-  cr_assert_eq(xf_reader_feed(rd, ":1\r\n", 4), XF_OK);
-  cr_assert_eq(xf_reader_next(rd, &reply), XF_OK);
-  cr_assert_not_null(reply);
-  cr_assert_eq(xf_call_reply(del, reply, 0), XF_CALL_DONE);
-  xf_value dv;
-  cr_assert_eq(xf_call_result(del, &dv), XF_OK);
-  xf_call_free(del);
-  xf_reader_close(rd);
+  cr_assert_eq(xf_client_open(&other, &o), XF_OK); /* before the flight: asserted */
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, fly, &fl), 0);
   pthread_mutex_lock(&fl.g.mu);
-  fl.g.go = 1;
-  pthread_cond_broadcast(&fl.g.cv);
+  while (!fl.g.started)
+    pthread_cond_wait(&fl.g.cv, &fl.g.mu);
   pthread_mutex_unlock(&fl.g.mu);
-  pthread_join(t, NULL);
+  const char *failed = delete_by_hand(other, "share:inflight");
+  land(&fl, t);
+  cr_assert(!failed, "the delete: %s failed", failed);
   cr_assert_eq(fl.rc, XF_OK);
   cr_expect_str_eq(fl.v.data, "during");
   xf_value_free(&fl.v);
@@ -518,12 +532,8 @@ Test(share, a_forked_childs_threads_on_one_key_load_once) {
     _exit(loads > 250 ? 250 : loads);
   }
   int status = xft_wait_child(pid, 60); /* a child alone takes < 5 s */
+  land(&parent, t);
   cr_assert_neq(status, -1, "the child ended within 60 s");
-  pthread_mutex_lock(&parent.g.mu);
-  parent.g.go = 1;
-  pthread_cond_broadcast(&parent.g.cv);
-  pthread_mutex_unlock(&parent.g.mu);
-  pthread_join(t, NULL);
   xf_value_free(&parent.v);
   cr_assert(WIFEXITED(status));
   cr_expect_eq(WEXITSTATUS(status), 1, "the child's %d threads ran the loader %d times",
@@ -586,14 +596,6 @@ Test(share, interrupt_ends_a_wait_for_another_threads_load) {
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   xft_loader slow = {.value = "v", .sleep_ms = 1500};
   share_call lead = {s, &slow, -100, {0}};
-  pthread_t t;
-  pthread_create(&t, NULL, slow_lead, &lead);
-  /* The lead is loading (bound 20 s; the load takes 1.5 s from its start). */
-  for (int64_t until = xft_now_ms() + 20000; xft_loader_calls(&slow) == 0;
-       xft_sleep_ms(1)) {
-    xft_assert_no_fail_join(&lead.fail, t);
-    cr_assert_lt(xft_now_ms(), until, "the lead never loaded");
-  }
   int checks = 0;
   xf_options o = XF_OPTIONS_INIT;
   o.port = 1;
@@ -602,7 +604,18 @@ Test(share, interrupt_ends_a_wait_for_another_threads_load) {
   o.interrupt = stop_now;
   o.interrupt_ud = &checks;
   xf_client *c;
-  cr_assert_eq(xf_client_open(&c, &o), XF_OK);
+  cr_assert_eq(xf_client_open(&c, &o), XF_OK); /* before the lead: asserted */
+  pthread_t t;
+  pthread_create(&t, NULL, slow_lead, &lead);
+  /* The lead is loading (bound 20 s; the load takes 1.5 s from its start). */
+  for (int64_t until = xft_now_ms() + 20000; xft_loader_calls(&slow) == 0;
+       xft_sleep_ms(1)) {
+    xft_assert_no_fail_join(&lead.fail, t);
+    if (xft_now_ms() >= until) {
+      pthread_join(t, NULL);
+      cr_assert_fail("the lead never loaded");
+    }
+  }
   xf_policy p = XF_POLICY_INIT;
   xft_loader mine = {.value = "mine"};
   xf_value v;

@@ -223,9 +223,9 @@ static void *plain_answerer(void *arg) {
 Test(stream, tls_to_a_plain_text_answer_is_not_speaking_tls) {
   int port;
   int lfd = xft_listen_loopback(1, &port);
+  xf__tls *t = tls_trusting("ca.crt"); /* (asserted) before the answerer runs */
   pthread_t th;
   pthread_create(&th, NULL, plain_answerer, &lfd);
-  xf__tls *t = tls_trusting("ca.crt");
   xf__stream s;
   int64_t t0 = xf__stream_now_ms();
   int rc = connect_to(&s, "127.0.0.1", port, t, DEADLINE_MS);

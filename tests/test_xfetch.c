@@ -211,10 +211,10 @@ static void *set_later(void *arg) {
 Test(xfetch, miss_waits_for_the_lease_holder_and_gets_its_value) {
   redisContext *r = xft_redis();
   hold_lease(r, "flow:wait", 5000);
+  xf_client *c = xft_client(1); /* opened (asserted) before the holder runs */
   pthread_t t;
   later holder = {.key = "flow:wait"};
   pthread_create(&t, NULL, set_later, &holder);
-  xf_client *c = xft_client(1);
   xf_policy p = XF_POLICY_INIT;
   xft_loader l = {.value = "mine"};
   xf_value v;
