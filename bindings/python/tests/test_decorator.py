@@ -105,3 +105,35 @@ def test_exceptions_propagate_through_the_decorator(cache):
 def test_bad_decorator_arguments_raise_at_decoration(cache, kwargs, exc):
     with pytest.raises(exc):
         cache.cached(**kwargs)
+
+
+def test_the_key_binding_agrees_with_inspect():
+    """The decorators' argument binding (_keys._binder: positional calls to
+    plain parameters bound without inspect) gives what inspect's bind and
+    apply_defaults give, and raises where they raise."""
+    import inspect
+    from xfetch._keys import _binder
+
+    def f0(): ...
+    def f1(a): ...
+    def f2(a, b=2): ...
+    def f3(a, b=2, c=None): ...
+    def f4(a, *rest): ...
+    def f5(a, *, b=1): ...
+    def f6(a, /, b=1): ...
+    def f7(a, **kw): ...
+    calls = [((), {}), ((1,), {}), ((1, 5), {}), ((1, 5, 6), {}), ((1, 5, 6, 7), {}),
+             ((), {"a": 1}), ((1,), {"b": 3}), ((1,), {"c": 3}), ((1, 2), {"a": 1})]
+    for func in (f0, f1, f2, f3, f4, f5, f6, f7):
+        sig = inspect.signature(func)
+        bound = _binder(sig)
+        for args, kwargs in calls:
+            try:
+                b = sig.bind(*args, **kwargs)
+                b.apply_defaults()
+                want = list(b.arguments.items())
+            except TypeError:
+                with pytest.raises(TypeError):
+                    bound(args, kwargs)
+                continue
+            assert list(bound(args, kwargs).items()) == want, (func.__name__, args, kwargs)

@@ -379,6 +379,12 @@ class Cache(LateSetup):
                                 soft_timeout=soft_timeout, hard_timeout=hard_timeout,
                                 failsafe_throttle=failsafe_throttle)[0]
 
+    def _near_get(self, key, policy):
+        """(key's bytes, the near hit's value or NEAR_NOT_SERVED): the call's
+        first step, for the decorators' near hits."""
+        kb = key_bytes(key)
+        return kb, self._near_serve(kb, policy) if self._near else NEAR_NOT_SERVED
+
     def _near_serve(self, kb, policy):
         """C xf_near_serve on an idle connection of the pool (policy NULL: a
         get): the near hit's draw, counters and events as the call's, in

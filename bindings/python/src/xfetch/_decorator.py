@@ -11,12 +11,14 @@ import time
 
 from ._revalidate import UNCHANGED, Validated
 from ._runtime import Timed
+from ._core import NEAR_NOT_SERVED
 from ._events import NAMESPACE
 from ._face import face_of
 from ._keys import _first_param, _key_builder, _scope, _takes_self
 from ._method import _CachedMethod
 from ._policy import make_policy, tag_names
 from ._serializers import _serializer
+from ._types import Fetched
 from ._values import ttl_seconds
 
 log = logging.getLogger("xfetch")
@@ -156,13 +158,38 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
 
         load = face.loader(compute)
 
+        # The last call's policy: (Cache config, leased[0], tags) -> xf_policy
+        last = [None, None, None, None]
+
+        def near_hit(k, t):
+            """The call's near hit, decoded, or NEAR_NOT_SERVED: the first
+            step of the Cache's call (_near_get), its policy built once while
+            the Cache's setup, the lease and the tags stay the same."""
+            config = cache.__dict__.get("_config")
+            if config is None or not cache._near:
+                return NEAR_NOT_SERVED
+            if last[0] is not config or last[1] is not leased[0] or last[2] != t:
+                kw = dict(leased[0])
+                p = cache._policies.of_call(kw.pop("ttl", None), tags=t, **kw)
+                last[:] = config, leased[0], t, p
+            kb, value = cache._near_get(k, last[3])
+            if value is NEAR_NOT_SERVED:
+                return value
+            got = config.codecs.fetched(codec(), k, kb, Fetched(value, "cache"))
+            return NEAR_NOT_SERVED if got is None else got[0]  # refused: recomputed
+
         async def call(*args, **kwargs):
             keyed = args[1:] if drop else args
             k = make_key(*keyed, **kwargs)
+            t = None if tags is None else tags_of(keyed, kwargs)
+            if not previous:
+                value = near_hit(k, t)
+                if value is not NEAR_NOT_SERVED:
+                    return value
             loader = functools.partial(load, args, kwargs)
-            if tags is not None:
+            if t is not None:
                 return (await face.call("_fetch_with", codec(), k, loader, previous=previous,
-                                        tags=tags_of(keyed, kwargs), **leased[0]))[0]
+                                        tags=t, **leased[0]))[0]
             return (await face.call("_fetch_with", codec(), k, loader, previous=previous,
                                     **leased[0]))[0]
 

@@ -200,6 +200,14 @@ class Cache(LateSetup):
                 or await recover(AioFace(self), codec, key, kb, loader,
                                  {"ttl": ttl, "beta": beta, "tags": tags}))[0]
 
+    def _near_get(self, key, policy):
+        """(key's bytes, the near hit's value or NEAR_NOT_SERVED): _run's
+        first step, for the decorators' near hits."""
+        kb = self._start(key)
+        if self._near and self._enabled:
+            return kb, self._near_serve(kb, policy)
+        return kb, NEAR_NOT_SERVED
+
     def _near_serve(self, kb, policy):
         """C xf_near_serve (policy NULL: a get), before anything is awaited:
         the value of a near hit (None: a kept not-found), or NEAR_NOT_SERVED:
