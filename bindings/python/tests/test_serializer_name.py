@@ -4,6 +4,7 @@ fixture): a miss, counted as undecodable, reloaded by its loader and
 rewritten with the reader's serializer."""
 import json
 import pickle
+import time
 
 import pytest
 
@@ -62,3 +63,37 @@ def test_an_untagged_value_is_read_as_before(face, server, prefix):
     assert face.run(cache.get("k")) == {"a": 1}
     from xfetch._values import Codec
     assert pickle.loads(Codec("pickle", (), b"").encode(b"k", {"a": 1})) == {"a": 1}
+
+
+def test_a_decorated_near_hit_another_serializer_wrote_is_counted_once_and_reloaded(
+        face, server, prefix):
+    """A decorated call's near hit (served before the decorator's generic
+    path) that its serializer refuses: counted once, recomputed by the
+    function, rewritten; later calls are near hits of the new value."""
+    cache = face.Cache(server.url, prefix=prefix, near_cache_bytes=1 << 20)
+    runs = []
+
+    def body(i):
+        runs.append(i)
+        return {"i": i}
+    if face.aio:
+        async def f(i):
+            return body(i)
+    else:
+        def f(i):
+            return body(i)
+    f = cache.cached(ttl=60, serializer="json", namespace="ns")(f)
+    k = f.key(1)
+    face.run(cache.set(k, ("pickled",), ttl=60))  # the Cache's pickle, not json
+    assert face.run(cache.get(k)) == ("pickled",)  # near-cached now
+    assert face.run(f(1)) == {"i": 1}
+    assert runs == [1]
+    assert cache.stats()["undecodable"] == 1
+    near = cache.stats()["near_hits"]
+    for _ in range(500):  # the rewrite's invalidation, then a read from Redis, then near
+        assert face.run(f(1)) == {"i": 1}
+        if cache.stats()["near_hits"] > near:
+            break
+        time.sleep(0.01)
+    assert runs == [1] and cache.stats()["near_hits"] > near
+    assert cache.stats()["undecodable"] == 1

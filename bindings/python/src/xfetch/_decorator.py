@@ -19,7 +19,7 @@ from ._method import _CachedMethod
 from ._policy import make_policy, tag_names
 from ._serializers import _serializer
 from ._types import Fetched
-from ._values import ttl_seconds
+from ._values import recover, ttl_seconds
 
 log = logging.getLogger("xfetch")
 
@@ -162,30 +162,33 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
         last = [None, None, None, None]
 
         def near_hit(k, t):
-            """The call's near hit, decoded, or NEAR_NOT_SERVED: the first
-            step of the Cache's call (_near_get), its policy built once while
-            the Cache's setup, the lease and the tags stay the same."""
+            """(k's bytes, the call's near hit decoded as a Fetched, None when
+            the serializer refuses it, or NEAR_NOT_SERVED): the first step of
+            the Cache's call (_near_get), its policy built once while the
+            Cache's setup, the lease and the tags stay the same."""
             config = cache.__dict__.get("_config")
             if config is None or not cache._near:
-                return NEAR_NOT_SERVED
+                return None, NEAR_NOT_SERVED
             if last[0] is not config or last[1] is not leased[0] or last[2] != t:
                 kw = dict(leased[0])
                 p = cache._policies.of_call(kw.pop("ttl", None), tags=t, **kw)
                 last[:] = config, leased[0], t, p
             kb, value = cache._near_get(k, last[3])
             if value is NEAR_NOT_SERVED:
-                return value
-            got = config.codecs.fetched(codec(), k, kb, Fetched(value, "cache"))
-            return NEAR_NOT_SERVED if got is None else got[0]  # refused: recomputed
+                return kb, value
+            return kb, config.codecs.fetched(codec(), k, kb, Fetched(value, "cache"))
 
         async def call(*args, **kwargs):
             keyed = args[1:] if drop else args
             k = make_key(*keyed, **kwargs)
             t = None if tags is None else tags_of(keyed, kwargs)
             if not previous:
-                value = near_hit(k, t)
-                if value is not NEAR_NOT_SERVED:
-                    return value
+                kb, got = near_hit(k, t)
+                if got is None:  # refused (counted): recomputed, as a call's would be
+                    got = await recover(face, codec(), k, kb, functools.partial(load, args, kwargs),
+                                        dict(leased[0], tags=t))
+                if got is not NEAR_NOT_SERVED:
+                    return got[0]
             loader = functools.partial(load, args, kwargs)
             if t is not None:
                 return (await face.call("_fetch_with", codec(), k, loader, previous=previous,
