@@ -158,8 +158,8 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
 
         load = face.loader(compute)
 
-        # The last call's policy: (Cache config, leased[0], tags) -> xf_policy
-        last = [None, None, None, None]
+        # The last call's policy: (Cache config, leased[0], tags, xf_policy)
+        last = [None]
 
         def near_hit(k, t):
             """(k's bytes, the call's near hit decoded as a Fetched, None when
@@ -169,11 +169,13 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
             config = cache.__dict__.get("_config")
             if config is None or not cache._near:
                 return None, NEAR_NOT_SERVED
-            if last[0] is not config or last[1] is not leased[0] or last[2] != t:
+            m = last[0]  # one read: threads replace it whole
+            if m is None or m[0] is not config or m[1] is not leased[0] or m[2] != t:
                 kw = dict(leased[0])
-                p = cache._policies.of_call(kw.pop("ttl", None), tags=t, **kw)
-                last[:] = config, leased[0], t, p
-            kb, value = cache._near_get(k, last[3])
+                m = (config, leased[0], t,
+                     cache._policies.of_call(kw.pop("ttl", None), tags=t, **kw))
+                last[0] = m
+            kb, value = cache._near_get(k, m[3])
             if value is NEAR_NOT_SERVED:
                 return kb, value
             return kb, config.codecs.fetched(codec(), k, kb, Fetched(value, "cache"))
