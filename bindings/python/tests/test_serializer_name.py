@@ -76,13 +76,7 @@ def test_a_decorated_near_hit_another_serializer_wrote_is_counted_once_and_reloa
     def body(i):
         runs.append(i)
         return {"i": i}
-    if face.aio:
-        async def f(i):
-            return body(i)
-    else:
-        def f(i):
-            return body(i)
-    f = cache.cached(ttl=60, serializer="json", namespace="ns")(f)
+    f = cache.cached(ttl=60, serializer="json", namespace="ns")(face.loader(body))
     k = f.key(1)
     face.run(cache.set(k, ("pickled",), ttl=60))  # the Cache's pickle, not json
     assert face.run(cache.get(k)) == ("pickled",)  # near-cached now
