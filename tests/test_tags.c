@@ -994,3 +994,154 @@ ParameterizedTest(int *driver, tags, a_tagged_set_reads_its_versions_in_one_comm
   xft_drv_close(d);
   xft_server_stop(&srv);
 }
+
+/* ---- an invalidated entry under the stale rules -------------------------------- */
+
+/* Another caller reloading: a blocking client's get-or-compute of key on a
+ * thread of its own, its loader holding the key's lease until released. */
+typedef struct reloader {
+  const char *key;
+  xf_policy p;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int loading, released;
+  int rc;
+  char got[16];
+  xf_source source;
+  xft_fail fail;
+} reloader;
+
+static int held_load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
+  (void)key, (void)keylen;
+  reloader *r = ud;
+  pthread_mutex_lock(&r->mu);
+  r->loading = 1;
+  pthread_cond_broadcast(&r->cv);
+  while (!r->released)
+    pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+  return xf_sink_set(sink, "v2", 2);
+}
+
+static void *reload(void *arg) {
+  reloader *r = arg;
+  xf_client *c;
+  if (xft_record_open(xft_client_open(&c, 0), &r->fail, "the reloader") == XF_OK) {
+    xf_value v;
+    r->rc = xf_get_or_compute(c, r->key, strlen(r->key), &r->p, held_load, r, &v);
+    if (r->rc == XF_OK) {
+      snprintf(r->got, sizeof r->got, "%.*s", (int)v.len, v.data);
+      r->source = v.source;
+      xf_value_free(&v);
+    }
+    xf_client_close(c);
+  }
+  pthread_mutex_lock(&r->mu);
+  r->loading = 1; /* a failed open waits for nothing */
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+ParameterizedTestParameters(tags, an_invalidated_entry_is_stale_from_the_invalidation) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* After an invalidation, an entry of the tag counts as a value that expired
+ * then: within stale_ms, a caller that finds another one reloading it is
+ * served it (XF_SOURCE_STALE) instead of waiting; within
+ * stale_if_error_ms, a failed load serves it; the windows count from the
+ * invalidation (a window of 1 ms is over 20 ms after it, whatever the
+ * entry's own ttl); policy.tags_never_stale serves it in no case. Never
+ * fresh. */
+ParameterizedTest(int *driver, tags, an_invalidated_entry_is_stale_from_the_invalidation) {
+  const char *what = xft_driver_names[*driver];
+  char key[64], tag[64];
+  key_of(key, sizeof key, "stale", *driver);
+  snprintf(tag, sizeof tag, "stale:%s", what);
+  xf_options o = options();
+  xft_drv *d = xft_drv_open(*driver, &o);
+  const char *tags[] = {tag};
+  xf_policy p = XF_POLICY_INIT;
+  p.tags = tags, p.ntags = 1;
+  p.ttl_ms = 3600 * 1000;
+  p.stale_ms = p.stale_if_error_ms = 3600 * 1000;
+  p.wait_ms = 0, p.on_wait_timeout = XF_WAIT_FAIL; /* no stale value: XF_ETIMEDOUT */
+  for (int strict = 0; strict <= 1; strict++) {
+    p.tags_never_stale = strict;
+    const char *how = strict ? "tags_never_stale" : "stale rules";
+    /* While another caller reloads: stale, or (strict) no value to give. */
+    del(key);
+    xft_op_loader l = {.value = "v1"};
+    expect_goc(d, what, key, &p, &l, "v1", XF_SOURCE_LOADER);
+    invalidate(tags, 1);
+    reloader r = {.key = key, .p = p};
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, reload, &r), 0);
+    pthread_mutex_lock(&r.mu);
+    while (!r.loading)
+      pthread_cond_wait(&r.cv, &r.mu);
+    pthread_mutex_unlock(&r.mu);
+    xf_value v = {0};
+    int rc = xft_drv_get_or_compute(d, key, &p, &l, &v);
+    int served_stale =
+        rc == XF_OK && v.data && strcmp(v.data, "v1") == 0 && v.source == XF_SOURCE_STALE;
+    if (rc == XF_OK)
+      xf_value_free(&v);
+    pthread_mutex_lock(&r.mu);
+    r.released = 1;
+    pthread_cond_broadcast(&r.cv);
+    pthread_mutex_unlock(&r.mu);
+    pthread_join(th, NULL);
+    xft_assert_no_fail(&r.fail);
+    if (strict)
+      cr_expect_eq(rc, XF_ETIMEDOUT, "%s, %s: while reloading: %s, want XF_ETIMEDOUT", what,
+                   how, xf_strerror(rc));
+    else
+      cr_expect(served_stale, "%s, %s: while reloading: %s, not v1 stale", what, how,
+                xf_strerror(rc));
+    cr_expect_eq(r.rc, XF_OK, "%s, %s: the reload: %s", what, how, xf_strerror(r.rc));
+    cr_expect_str_eq(r.got, "v2", "%s, %s: the reload", what, how);
+    cr_expect_eq(r.source, XF_SOURCE_LOADER, "%s, %s: the reload's source", what, how);
+    expect_goc(d, what, key, &p, &l, "v2", XF_SOURCE_CACHE);
+    cr_expect_eq(l.calls, 1, "%s, %s: %d loads of the driver's", what, how, l.calls);
+    pthread_mutex_destroy(&r.mu);
+    pthread_cond_destroy(&r.cv);
+
+    /* A failed load: the invalidated value within stale_if_error_ms. */
+    invalidate(tags, 1);
+    xft_op_loader failing = {.fail = 5};
+    rc = xft_drv_get_or_compute(d, key, &p, &failing, &v);
+    if (strict)
+      cr_expect_neq(rc, XF_OK, "%s, %s: a failed load served a value", what, how);
+    else {
+      cr_expect_eq(rc, XF_OK, "%s, %s: a failed load: %s", what, how, xf_strerror(rc));
+      if (rc == XF_OK) {
+        cr_expect_str_eq(v.data, "v2", "%s, %s: a failed load", what, how);
+        cr_expect_eq(v.source, XF_SOURCE_STALE, "%s, %s: a failed load's source", what,
+                     how);
+      }
+    }
+    if (rc == XF_OK)
+      xf_value_free(&v);
+  }
+  /* The window counts from the invalidation: 1 ms, 20 ms ago at least. */
+  p.tags_never_stale = 0;
+  p.stale_ms = p.stale_if_error_ms = 1;
+  del(key);
+  xft_op_loader l = {.value = "v3"};
+  expect_goc(d, what, key, &p, &l, "v3", XF_SOURCE_LOADER);
+  invalidate(tags, 1);
+  xft_sleep_ms(20);
+  xft_op_loader failing = {.fail = 5};
+  xf_value v;
+  int rc = xft_drv_get_or_compute(d, key, &p, &failing, &v);
+  cr_expect_neq(rc, XF_OK, "%s: a failed load 20 ms past a 1 ms window served %s", what,
+                rc == XF_OK ? v.data : "");
+  if (rc == XF_OK)
+    xf_value_free(&v);
+  xft_drv_close(d);
+}

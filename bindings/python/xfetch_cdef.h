@@ -136,6 +136,7 @@ typedef struct xf_policy {
   xf_ud_keep_fn loader_ud_keep;
   xf_ud_drop_fn loader_ud_drop;
   size_t compress_min_bytes;
+  int tags_never_stale;
 } xf_policy;
 #define XF_MAX_TAGS 15
 #define XF_MAX_TAG_LEN 200

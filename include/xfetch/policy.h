@@ -113,7 +113,8 @@ typedef struct xf_policy {
    * (its own key, "<prefix>xf-tag:{<name>}") before anything else, records
    * them in the entry it writes, and serves an entry only while the versions
    * it records are the current ones: xf_invalidate_tags makes every entry
-   * that carries a tag a miss, in O(1). An entry is judged by the tags of the
+   * that carries a tag a miss, in O(1) (served stale at most, as
+   * tags_never_stale below says). An entry is judged by the tags of the
    * call that reads it: give a key the same tags on every call. A tagged call
    * reads its tags' versions from Redis unless the client's near cache keeps
    * them: with the entry on standalone Redis (a hit is still one command), on
@@ -172,12 +173,20 @@ typedef struct xf_policy {
    * (a miss, reloaded), so turn it on once the whole fleet reads it.
    * 0: off (the default). */
   size_t compress_min_bytes;
+  /* An entry whose tag was invalidated (policy.tags, xf_invalidate_tags) is
+   * never served as fresh again. 0 (the default): it counts as a value that
+   * expired when the invalidation happened, so the stale rules above apply
+   * from then on: within stale_ms it is served (XF_SOURCE_STALE) to the
+   * callers that find another caller reloading it; within
+   * stale_if_error_ms, when that load fails. 1: never served at all, not
+   * even stale: the callers wait for the reload as on a miss. */
+  int tags_never_stale;
 } xf_policy;
 
 /* clang-format off */
 #define XF_POLICY_INIT                                                                     \
   { 60000, 1.0, 5000, 5000, 0, 0, 0, 0.0, XF_WAIT_LOAD, XF_BACKGROUND_AUTO, 0.0, NULL, 0,   \
-    0, 0, 0, 0, NULL, NULL, 0 }
+    0, 0, 0, 0, NULL, NULL, 0, 0 }
 /* clang-format on */
 
 /* The most tags a call carries (its namespace's included). */

@@ -29,8 +29,9 @@ typedef struct xf__entry {
   int malformed;             /* the entry is not as xfetch writes it: a miss (value NULL) */
   const unsigned char *tags; /* its tag record (flow_tags.c), into reply; */
   size_t tags_len;           /* NULL and 0: none */
-  int invalidated;           /* a tagged call refused it (value NULL): a tag it carries was
-                                invalidated since it was loaded (flow_tags.c) */
+  int invalidated;           /* a tag it carries was invalidated since it was loaded:
+                                a tagged call refused it (value NULL) or made it
+                                expire at the invalidation (flow_tag_record.c) */
   int zstd;                  /* value is still a zstd frame (header flag 128):
                                 xf__entry_decode makes it the value */
   int64_t start_ms;          /* server ms its computation (or revalidation)

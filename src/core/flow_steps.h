@@ -143,8 +143,10 @@ void xf__flow_tags_record(xf__flow *f);
 uint64_t xf__flow_tags_names_hash64(const char *const *names, size_t n, int ns);
 int xf__flow_tags_version(const xf__reply *r, int64_t *v);
 /* Judges e (just read) by the call's tag record: 1 when the entry carries
- * the current versions; else it is refused (its value cleared, invalidated
- * set, counted and told). */
+ * the current versions; else 0, invalidated set, counted and told: an entry
+ * of the same tags, one raised since, is past its ttl from the raise on
+ * (served stale only as the policy allows, policy.tags_never_stale); any
+ * other is refused (its value cleared). */
 int xf__flow_tags_judge(xf__flow *f, xf__entry *e);
 /* xf__flow_tags_judge for a get of a namespace client: by the namespace's
  * version alone (the record's last; a get names no tags of its own). */

@@ -74,12 +74,48 @@ static int refuse(xf__flow *f, xf__entry *e, int raised) {
   return 0;
 }
 
+/* When the newest raise of e's tags happened (server ms): the largest current
+ * version that is not the one e recorded, a version being the server's time
+ * in us when the tag was raised (tag_bump.lua) or its key made again
+ * (tag_read.lua). e's record has the call's count and names. */
+static int64_t raised_at_ms(const xf__flow *f, const xf__entry *e) {
+  int64_t at_us = 0;
+  for (size_t i = 0, n = xf__flow_tag_count(f); i < n; i++) {
+    const unsigned char *rec = e->tags + 5 + 8 * i;
+    if (memcmp(rec, f->tag_rec + 5 + 8 * i, 8) != 0 && f->tag_versions[i] > at_us)
+      at_us = f->tag_versions[i];
+  }
+  return at_us / 1000;
+}
+
+/* e, whose tags were raised since it was loaded, kept as a value that
+ * expired when the newest raise happened (no later than its own expiry):
+ * past its ttl, served stale only as the policy's stale rules allow
+ * (stale_ms while another caller reloads it, stale_if_error_ms when the
+ * load fails), never as fresh; counted and told as refused; 0. */
+static int expire_at_raise(xf__flow *f, xf__entry *e) {
+  /* At least 1 ms ago (the raise's ms rounded down, a clock a little
+   * ahead): past its ttl, served by no window of 0. */
+  int64_t since_ms = e->now_late_ms - raised_at_ms(f, e) + 1;
+  if (since_ms < 1)
+    since_ms = 1;
+  if (-since_ms < e->remaining_ms)
+    e->remaining_ms = -since_ms;
+  e->invalidated = 1;
+  f->rt->stats.tag_invalidated++;
+  xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, XF_TAG_RAISED);
+  return 0;
+}
+
 int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
   if (!e->value ||
       (e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, f->tag_rec_len) == 0))
     return 1;
   /* The same count and names' hash: a version was raised; else other tags. */
-  return refuse(f, e, e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, 5) == 0);
+  int raised = e->tags_len == f->tag_rec_len && memcmp(e->tags, f->tag_rec, 5) == 0;
+  if (raised && !e->negative && !f->p->tags_never_stale)
+    return expire_at_raise(f, e);
+  return refuse(f, e, raised);
 }
 
 int xf__flow_tags_judge_namespace(xf__flow *f, xf__entry *e) {

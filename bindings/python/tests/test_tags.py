@@ -428,3 +428,62 @@ def test_a_tagged_set_reads_its_versions_in_one_mget(face, server, admin, prefix
     face.run(cache.invalidate_tags(["sb"]))
     assert face.run(cache.fetch("k", face.loader(lambda: "loaded"), ttl=60,
                                 tags=tags)) == ("loaded", "loader")
+
+
+@pytest.mark.parametrize("never_stale", [False, True])
+def test_an_invalidated_entry_is_stale_from_the_invalidation(face, server, admin, prefix,
+                                                             never_stale):
+    """After an invalidation, an entry of the tag is a value that expired
+    then: a caller that finds another one reloading it gets it as "stale"
+    within stale (not waiting), a failed load within stale_if_error;
+    tags_never_stale=True gives it in no case."""
+    cache = face.Cache(server.url, prefix=prefix, seed=11)
+    other = xfetch.Cache(server.url, prefix=prefix)  # another process, as it were
+    policy = dict(ttl=3600, tags=["t"], stale=3600, stale_if_error=3600, wait=0,
+                  on_wait_timeout="fail", tags_never_stale=never_stale)
+    try:
+        assert face.run(cache.fetch("k", face.loader(lambda: "v1"), **policy)) == \
+            ("v1", "loader")
+        other.invalidate_tags(["t"])
+        loading, release = threading.Event(), threading.Event()
+
+        def held():
+            loading.set()
+            release.wait(30)
+            return "v2"
+        reload = {}
+        t = threading.Thread(target=lambda: reload.update(
+            got=other.fetch("k", held, **policy)))
+        t.start()
+        try:
+            assert loading.wait(30)
+            if never_stale:
+                with pytest.raises(xfetch.TimeoutError):
+                    face.run(cache.fetch("k", face.loader(lambda: "mine"), **policy))
+            else:
+                got = face.run(cache.fetch("k", face.loader(lambda: "mine"), **policy))
+                assert got == ("v1", "stale"), "served stale while another caller reloads"
+        finally:
+            release.set()
+            t.join()
+        assert reload["got"] == ("v2", "loader")
+
+        other.invalidate_tags(["t"])
+
+        def failing():
+            raise RuntimeError("the source is down")
+        if never_stale:
+            with pytest.raises(RuntimeError):
+                face.run(cache.fetch("k", face.loader(failing), **policy))
+        else:
+            assert face.run(cache.fetch("k", face.loader(failing), **policy)) == \
+                ("v2", "stale"), "a failed load: the invalidated value, stale"
+    finally:
+        other.close()
+
+
+def test_tags_never_stale_must_be_a_bool(face, server, prefix):
+    cache = face.Cache(server.url, prefix=prefix)
+    with pytest.raises(TypeError, match="tags_never_stale"):
+        face.run(cache.get_or_compute("k", face.loader(lambda: 1), ttl=60,
+                                      tags_never_stale=1))

@@ -168,7 +168,8 @@ class Cache(LateSetup):
               refresh_ahead: float | None = None, tags: Iterable[str] | None = None,
               max_load: float | None = None, soft_timeout: float | None = None,
               hard_timeout: float | None = None,
-              failsafe_throttle: float | None = None, previous: bool = False) -> Fetched:
+              failsafe_throttle: float | None = None, tags_never_stale: bool = False,
+              previous: bool = False) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
         return self._fetch_with(self._codec, key, loader, ttl, beta, previous=previous,
                                 lease=lease, wait=wait,
@@ -178,7 +179,8 @@ class Cache(LateSetup):
                                 background_refresh=background_refresh,
                                 refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
                                 soft_timeout=soft_timeout, hard_timeout=hard_timeout,
-                                failsafe_throttle=failsafe_throttle)
+                                failsafe_throttle=failsafe_throttle,
+                                tags_never_stale=tags_never_stale)
 
     def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, previous=False, **policy):
         """fetch with codec (the Cache's, or a decorator's serializer); a
@@ -198,14 +200,16 @@ class Cache(LateSetup):
                    refresh_ahead: float | None = None, tags=None,
                    max_load: float | None = None, soft_timeout: float | None = None,
                    hard_timeout: float | None = None,
-                   failsafe_throttle: float | None = None) -> Fetched:
+                   failsafe_throttle: float | None = None,
+                   tags_never_stale: bool = False) -> Fetched:
         """fetch of the bytes C caches (loader returns them)."""
         kb = key_bytes(key)
         check_loader(loader)
         policy = self._policies.of_call(ttl, beta, lease, wait, stale, stale_if_error,
                                         negative_ttl, jitter, on_wait_timeout,
                                         background_refresh, refresh_ahead, tags, max_load,
-                                        soft_timeout, hard_timeout, failsafe_throttle)
+                                        soft_timeout, hard_timeout, failsafe_throttle,
+                                        tags_never_stale)
         if self._near:  # a tagged hit: served when C knows it current for its tags
             value = self._near_serve(kb, policy)
             if value is not NEAR_NOT_SERVED:
@@ -275,6 +279,7 @@ class Cache(LateSetup):
                        soft_timeout: float | None = None,
                        hard_timeout: float | None = None,
                        failsafe_throttle: float | None = None,
+                       tags_never_stale: bool = False,
                        previous: bool = False) -> Any:
         """Returns the value cached under key, calling loader() to compute it
         when missing, expired or elected for early recomputation (XFetch).
@@ -313,7 +318,10 @@ class Cache(LateSetup):
         versions with the entry on standalone Redis (one command), with one
         more command per master holding some of them on Redis Cluster, and
         not at all while the near cache keeps them (a warm tagged hit sends
-        nothing).
+        nothing). After an invalidation, an entry of the tag is never
+        returned as fresh: it counts as a value that expired then, so stale
+        and stale_if_error apply from the invalidation on (source "stale");
+        tags_never_stale=True returns it in no case.
 
         The loader under control (seconds; None: the default). max_load: a
         loader slower than its lease renews it (every third of the lease,
@@ -345,7 +353,7 @@ class Cache(LateSetup):
                 and negative_ttl is _0 and jitter is _0 and on_wait_timeout is _LOAD
                 and background_refresh is None and refresh_ahead is None
                 and max_load is None and soft_timeout is None and hard_timeout is None
-                and failsafe_throttle is None and not previous):
+                and failsafe_throttle is None and not tags_never_stale and not previous):
             # fetch's steps, without its call and bigger memo (a str key and a
             # callable loader inline: the checks' cost is the hit's)
             kb = key.encode() if type(key) is str and key else key_bytes(key)
@@ -377,7 +385,8 @@ class Cache(LateSetup):
                                 background_refresh=background_refresh,
                                 refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
                                 soft_timeout=soft_timeout, hard_timeout=hard_timeout,
-                                failsafe_throttle=failsafe_throttle)[0]
+                                failsafe_throttle=failsafe_throttle,
+                                tags_never_stale=tags_never_stale)[0]
 
     def _near_get(self, key, policy):
         """(key's bytes, the near hit's value or NEAR_NOT_SERVED): the call's

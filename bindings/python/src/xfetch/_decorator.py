@@ -330,14 +330,14 @@ def cached_many(cache, ttl=None, key="{}", serializer=None, *, namespace=None, v
 _POLICY_KEYWORDS = {"ttl", "beta", "lease", "wait", "stale", "stale_if_error",
                     "negative_ttl", "jitter", "on_wait_timeout", "background_refresh",
                     "refresh_ahead", "max_load", "soft_timeout", "hard_timeout",
-                    "failsafe_throttle"}
+                    "failsafe_throttle", "tags_never_stale"}
 
 
 def _validate(ttl, beta=1.0, lease=5.0, wait=5.0, stale=0.0, stale_if_error=0.0,
               negative_ttl=0.0, jitter=0.0, on_wait_timeout="load", background_refresh=None,
               refresh_ahead=None, max_load=None, soft_timeout=None, hard_timeout=None,
-              failsafe_throttle=None):
+              failsafe_throttle=None, tags_never_stale=False):
     """Raises TypeError/ValueError at decoration time rather than on first call."""
     make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
                 on_wait_timeout, background_refresh, refresh_ahead, max_load, soft_timeout,
-                hard_timeout, failsafe_throttle)
+                hard_timeout, failsafe_throttle, tags_never_stale)

@@ -53,7 +53,7 @@ def _optional_ms(name, seconds):
 def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jitter,
                 on_wait_timeout, background_refresh=True, refresh_ahead=None,
                 max_load=None, soft_timeout=None, hard_timeout=None, failsafe_throttle=None,
-                compress_min_bytes=0):
+                tags_never_stale=False, compress_min_bytes=0):
     """Returns a new xf_policy cdata; raises TypeError / ValueError.
     compress_min_bytes: C policy.compress_min_bytes (the Cache's; 0 off).
     background_refresh: True (None too: both faces take refreshes) = an
@@ -61,9 +61,12 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
     False = in the call (XF_BACKGROUND_OFF).
     refresh_ahead: C policy.refresh_ahead (check_refresh_ahead). max_load,
     soft_timeout, hard_timeout, failsafe_throttle: seconds or None (C's 0: the
-    default, none)."""
+    default, none). tags_never_stale: True or False (C
+    policy.tags_never_stale)."""
     if background_refresh is not None and type(background_refresh) is not bool:
         raise TypeError(f"background_refresh must be True or False, not {background_refresh!r}")
+    if type(tags_never_stale) is not bool:
+        raise TypeError(f"tags_never_stale must be True or False, not {tags_never_stale!r}")
     refresh_ahead = check_refresh_ahead(refresh_ahead)
     beta = _number("beta", beta)
     if beta < 0:
@@ -95,6 +98,7 @@ def make_policy(ttl, beta, lease, wait, stale, stale_if_error, negative_ttl, jit
         "soft_timeout_ms": soft, "hard_timeout_ms": hard,
         "failsafe_throttle_ms": _optional_ms("failsafe_throttle", failsafe_throttle),
         "compress_min_bytes": compress_min_bytes,
+        "tags_never_stale": int(tags_never_stale),
     })
 
 
@@ -132,7 +136,7 @@ class PolicyCache:
     def of_call(self, ttl, beta=1.0, lease=5.0, wait=5.0, stale=0.0, stale_if_error=0.0,
                 negative_ttl=0.0, jitter=0.0, on_wait_timeout="load", background_refresh=None,
                 refresh_ahead=None, tags=None, max_load=None, soft_timeout=None,
-                hard_timeout=None, failsafe_throttle=None):
+                hard_timeout=None, failsafe_throttle=None, tags_never_stale=False):
         """A get-or-compute's policy, the same on both faces: its keywords
         (background_refresh and refresh_ahead None: the Cache's), tagged
         with tags (tag_names)."""
@@ -143,7 +147,8 @@ class PolicyCache:
             refresh_ahead = self._defaults[1]
         return tagged(self.get((ttl, beta, lease, wait, stale, stale_if_error, negative_ttl,
                                 jitter, on_wait_timeout, background_refresh, refresh_ahead,
-                                max_load, soft_timeout, hard_timeout, failsafe_throttle)),
+                                max_load, soft_timeout, hard_timeout, failsafe_throttle,
+                                tags_never_stale)),
                       names)
 
     # The keywords whose loads need a get-or-compute per key: the batch driver
