@@ -1054,7 +1054,7 @@ ParameterizedTestParameters(tags, an_invalidated_entry_is_stale_from_the_invalid
  * stale_if_error_ms, a failed load serves it; the windows count from the
  * invalidation (a window of 1 ms is over 20 ms after it, whatever the
  * entry's own ttl); policy.tags_never_stale serves it in no case. Never
- * fresh. */
+ * fresh. The batch, where the driver has one, as a get-or-compute. */
 ParameterizedTest(int *driver, tags, an_invalidated_entry_is_stale_from_the_invalidation) {
   const char *what = xft_driver_names[*driver];
   char key[64], tag[64];
@@ -1091,6 +1091,18 @@ ParameterizedTest(int *driver, tags, an_invalidated_entry_is_stale_from_the_inva
         rc == XF_OK && v.data && strcmp(v.data, "v1") == 0 && v.source == XF_SOURCE_STALE;
     if (rc == XF_OK)
       xf_value_free(&v);
+    int batch_rc = XF_OK, batch_stale = 1; /* the batch's one key, where it has one */
+    if (xft_drv_has_batch(*driver)) {
+      const char *keys[] = {key};
+      xf_value bv[1] = {{0}};
+      int rcs[1] = {XF_OK};
+      int all = xft_drv_many(d, 1, keys, &p, &l, bv, rcs);
+      batch_rc = all == XF_OK ? rcs[0] : all;
+      batch_stale = batch_rc == XF_OK && bv[0].data && strcmp(bv[0].data, "v1") == 0 &&
+                    bv[0].source == XF_SOURCE_STALE;
+      if (batch_rc == XF_OK)
+        xf_value_free(&bv[0]);
+    }
     pthread_mutex_lock(&r.mu);
     r.released = 1;
     pthread_cond_broadcast(&r.cv);
@@ -1103,6 +1115,13 @@ ParameterizedTest(int *driver, tags, an_invalidated_entry_is_stale_from_the_inva
     else
       cr_expect(served_stale, "%s, %s: while reloading: %s, not v1 stale", what, how,
                 xf_strerror(rc));
+    if (strict)
+      cr_expect_eq(batch_rc, xft_drv_has_batch(*driver) ? XF_ETIMEDOUT : XF_OK,
+                   "%s, %s: the batch while reloading: %s", what, how,
+                   xf_strerror(batch_rc));
+    else
+      cr_expect(batch_stale, "%s, %s: the batch while reloading: %s, not v1 stale", what,
+                how, xf_strerror(batch_rc));
     cr_expect_eq(r.rc, XF_OK, "%s, %s: the reload: %s", what, how, xf_strerror(r.rc));
     cr_expect_str_eq(r.got, "v2", "%s, %s: the reload", what, how);
     cr_expect_eq(r.source, XF_SOURCE_LOADER, "%s, %s: the reload's source", what, how);
