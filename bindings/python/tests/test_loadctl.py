@@ -353,7 +353,7 @@ def test_failsafe_throttle_is_checked(face, server, prefix, throttle):
 CALL_POLICY = dict(lease=4.0, wait=4.0, stale=30.0, stale_if_error=30.0, negative_ttl=5.0,
                    jitter=0.1, on_wait_timeout="fail", background_refresh=False,
                    refresh_ahead=2.0, tags=["many"], max_load=20.0, soft_timeout=3.0,
-                   hard_timeout=4.0, failsafe_throttle=1.0)
+                   hard_timeout=4.0, failsafe_throttle=1.0, tags_never_stale=True)
 
 
 def test_every_get_or_compute_keyword_is_listed_here():
