@@ -69,6 +69,18 @@ int xft_drv_has_batch(int driver);
 int xft_drv_many(xft_drv *d, size_t n, const char *const *keys, const xf_policy *p,
                  xft_op_loader *l, xf_value *values, int *rcs);
 
+/* A batch driver and its loader, for a test's parameters: the batch with a
+ * loader per key (xf_get_or_compute_many) or a batch loader (_many_batch). */
+typedef struct xft_batch_kind {
+  int driver; /* one with a batch (xft_drv_has_batch) */
+  int batch_loader;
+} xft_batch_kind;
+/* Every batch kind, for a parametrized test's array. */
+#define XFT_ALL_BATCH_KINDS                                                                \
+  {                                                                                        \
+    {XFT_BLOCKING, 0}, {XFT_BLOCKING, 1}, {XFT_POOL, 0}, { XFT_POOL, 1 }                   \
+  }
+
 /* The handle's counters (the pool's: its clients' summed). */
 void xft_drv_stats(const xft_drv *d, xf_stats *out);
 

@@ -201,14 +201,7 @@ ParameterizedTest(int *driver, tags, after_an_old_clients_overwrite) {
   xft_drv_close(d);
 }
 
-/* A batch and its loader: xf_get_or_compute_many (a loader per key) or
- * _many_batch (one loader for the round's keys). */
-typedef struct batch_kind {
-  int driver;
-  int batch_loader;
-} batch_kind;
-
-static const char *batch_name(const batch_kind *k) {
+static const char *batch_name(const xft_batch_kind *k) {
   static const char *const names[XFT_NDRIVERS][2] = {
       [XFT_BLOCKING] = {"blocking many", "blocking many_batch"},
       [XFT_POOL] = {"pool many", "pool many_batch"}};
@@ -216,9 +209,8 @@ static const char *batch_name(const batch_kind *k) {
 }
 
 ParameterizedTestParameters(tags, a_tagged_batch) {
-  static batch_kind kinds[] = {
-      {XFT_BLOCKING, 0}, {XFT_BLOCKING, 1}, {XFT_POOL, 0}, {XFT_POOL, 1}};
-  return cr_make_param_array(batch_kind, kinds, sizeof kinds / sizeof *kinds);
+  static xft_batch_kind kinds[] = XFT_ALL_BATCH_KINDS;
+  return cr_make_param_array(xft_batch_kind, kinds, sizeof kinds / sizeof *kinds);
 }
 
 /* The batch, with either loader: each key's tags read first, then the same
@@ -226,7 +218,7 @@ ParameterizedTestParameters(tags, a_tagged_batch) {
  * were read before them: the values are served once, not cached as
  * current); then hits; an invalidation before a batch makes every key a
  * miss, loaded once. */
-ParameterizedTest(batch_kind *kind, tags, a_tagged_batch) {
+ParameterizedTest(xft_batch_kind *kind, tags, a_tagged_batch) {
   const char *what = batch_name(kind);
   enum { N = 5 };
   char names[N][64], tag[64];

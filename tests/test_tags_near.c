@@ -238,13 +238,6 @@ ParameterizedTest(int *driver, tags_near, a_flushall_makes_the_versions_read) {
 
 /* ---- the batch ------------------------------------------------------------------ */
 
-/* A batch and its loader: xf_get_or_compute_many (a loader per key) or
- * _many_batch (one loader for the round's keys). */
-typedef struct batch_kind {
-  int driver;
-  int batch_loader;
-} batch_kind;
-
 enum { BATCH_N = 4 };
 
 /* One tagged batch of keys: how many were served from source want; *sent
@@ -280,16 +273,15 @@ static void batch_warm(env *e, const char *const *keys, xft_op_loader *l) {
 }
 
 ParameterizedTestParameters(tags_near, a_tagged_batch_is_near_hits_until_a_tag_is_raised) {
-  static batch_kind kinds[] = {
-      {XFT_BLOCKING, 0}, {XFT_BLOCKING, 1}, {XFT_POOL, 0}, {XFT_POOL, 1}};
-  return cr_make_param_array(batch_kind, kinds, sizeof kinds / sizeof *kinds);
+  static xft_batch_kind kinds[] = XFT_ALL_BATCH_KINDS;
+  return cr_make_param_array(xft_batch_kind, kinds, sizeof kinds / sizeof *kinds);
 }
 
 /* The batch with a near cache, with either loader: a warm batch of tagged
  * entries is near hits, sending nothing (MAY_MISS); another client's
  * invalidation of either tag (fenced) makes the very next batch load every
  * key, once; then it is near hits again. */
-ParameterizedTest(batch_kind *kind, tags_near,
+ParameterizedTest(xft_batch_kind *kind, tags_near,
                   a_tagged_batch_is_near_hits_until_a_tag_is_raised) {
   const char *what = xft_driver_names[kind->driver];
   env e;
