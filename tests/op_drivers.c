@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <xfetch_libevent.h>
 #include <xfetch_libuv.h>
@@ -14,15 +15,18 @@
 const char *const xft_driver_names[XFT_NDRIVERS] = {"blocking", "pool", "async", "call",
                                                     "async-libuv"};
 
+enum { XFT_CLUSTER_MAX_NETS = 8 }; /* the servers a call driver talks to */
+
 struct xft_drv {
   int driver;
   xf_client *c; /* blocking, call */
   xf_pool *pool;
   xf_async *ac;
-  struct event_base *base; /* async on libevent */
-  uv_loop_t *uv;           /* async on libuv */
-  xft_net net;             /* the call's link and its socket */
-  xf_async_load *pending;  /* an async load its loader left for the test */
+  struct event_base *base;            /* async on libevent */
+  uv_loop_t *uv;                      /* async on libuv */
+  xft_net nets[XFT_CLUSTER_MAX_NETS]; /* the call's links, one per server it named */
+  int nnets;
+  xf_async_load *pending; /* an async load its loader left for the test */
   xft_op_loader *pending_l;
   char errmsg[256];
 };
@@ -46,9 +50,8 @@ xft_drv *xft_drv_open(int driver, const xf_options *o) {
     cr_assert_eq(xf_async_open_libuv(&d->ac, &co, d->uv), XF_OK);
     break;
   case XFT_CALL:
-    co.lazy_connect = 1;
+    co.lazy_connect = 1; /* the links, opened as the calls name servers */
     cr_assert_eq(xf_client_open(&d->c, &co), XF_OK);
-    d->net = xft_net_open(d->c, co.port, 0);
     break;
   default:
     cr_assert_eq(xf_client_open(&d->c, &co), XF_OK);
@@ -66,8 +69,8 @@ void xft_drv_close(xft_drv *d) {
     free(d->uv);
   }
   xf_pool_close(d->pool);
-  if (d->net.link)
-    xft_net_close(&d->net);
+  for (int i = 0; i < d->nnets; i++)
+    xft_net_close(&d->nets[i]);
   xf_client_close(d->c);
   free(d);
 }
@@ -218,7 +221,27 @@ static int async_run(xft_drv *d, async_wait *w, int start_rc, xft_op_loader *l) 
   return w->rc;
 }
 
-/* ---- the sans-I/O call on a link over the test's socket ----------------------- */
+/* ---- the sans-I/O call on links over the test's sockets ------------------------ */
+
+/* The driver's clock (the fixture's, without the fixture: op_drivers.h). */
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The link to the server call names (xf_call_target: the seed, or a
+ * cluster's node), opened on first use. */
+static xft_net *net_for(xft_drv *d, const xf_call *call) {
+  int port;
+  cr_assert_geq(xf_call_target(call, NULL, &port), 1);
+  for (int i = 0; i < d->nnets; i++)
+    if (d->nets[i].port == port)
+      return &d->nets[i];
+  cr_assert_lt(d->nnets, XFT_CLUSTER_MAX_NETS, "a call driver of more servers");
+  d->nets[d->nnets] = xft_net_open(d->c, port, 0);
+  return &d->nets[d->nnets++];
+}
 
 /* Runs *callp (set by the start whose code is start_rc: an argument, so read
  * after the start) to its end; its code. */
@@ -228,11 +251,11 @@ static int call_run(xft_drv *d, int start_rc, xf_call **callp, xft_op_loader *l,
   xf_call *call = *callp;
   for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
     if (step == XF_CALL_SEND) {
-      step = xft_net_exchange(&d->net, call);
+      step = xft_net_exchange(net_for(d, call), call);
     } else if (step == XF_CALL_LOAD) {
       cr_assert_not_null(l, "a load without a loader");
       l->calls++;
-      int64_t t0 = xft_now_ms();
+      int64_t t0 = now_ms();
       const void *prev;
       size_t prev_len;
       int64_t age_ms;
@@ -246,19 +269,19 @@ static int call_run(xft_drv *d, int start_rc, xf_call **callp, xft_op_loader *l,
         cr_assert_eq(xf_sink_validator(sink, l->validator, strlen(l->validator)), XF_OK);
       if (l->during)
         l->during(d, l->arg);
-      int64_t took_us = (xft_now_ms() - t0) * 1000;
+      int64_t took_us = (now_ms() - t0) * 1000;
       if (!l->fail && l->unchanged && has) {
         cr_assert_eq(xf_sink_unchanged(sink), XF_OK);
-        step = xf_call_load_done(call, 0, took_us, xft_now_ms());
+        step = xf_call_load_done(call, 0, took_us, now_ms());
         continue;
       }
-      step = l->fail ? xf_call_load_failed(call, l->fail, xft_now_ms())
+      step = l->fail ? xf_call_load_failed(call, l->fail, now_ms())
              : l->value
-                 ? xf_call_loaded(call, l->value, strlen(l->value), took_us, xft_now_ms())
-                 : xf_call_not_found(call, took_us, xft_now_ms());
+                 ? xf_call_loaded(call, l->value, strlen(l->value), took_us, now_ms())
+                 : xf_call_not_found(call, took_us, now_ms());
     } else {
-      usleep((useconds_t)xf_call_wait_ms(call, xft_now_ms()) * 1000);
-      step = xf_call_woke(call, xft_now_ms());
+      usleep((useconds_t)xf_call_wait_ms(call, now_ms()) * 1000);
+      step = xf_call_woke(call, now_ms());
     }
   }
   int rc = xf_call_result(call, out);
@@ -290,8 +313,7 @@ int xft_drv_get_or_compute(xft_drv *d, const char *key, const xf_policy *p,
         d, &w, xf_async_get_or_compute(d->ac, key, len, p, async_loader, d, on_value, &w),
         l);
   default:
-    return call_run(d, xf_call_start(&call, d->c, key, len, p, xft_now_ms()), &call, l,
-                    out);
+    return call_run(d, xf_call_start(&call, d->c, key, len, p, now_ms()), &call, l, out);
   }
 }
 
@@ -309,7 +331,7 @@ int xft_drv_get(xft_drv *d, const char *key, xf_value *out) {
   case XFT_ASYNC_UV:
     return async_run(d, &w, xf_async_get(d->ac, key, len, on_value, &w), NULL);
   default:
-    return call_run(d, xf_call_start_get(&call, d->c, key, len, xft_now_ms()), &call, NULL,
+    return call_run(d, xf_call_start_get(&call, d->c, key, len, now_ms()), &call, NULL,
                     out);
   }
 }
@@ -328,8 +350,7 @@ int xft_drv_set(xft_drv *d, const char *key, const char *value, const xf_policy 
     return async_run(d, &w, xf_async_set(d->ac, key, len, value, vlen, p, on_code, &w),
                      NULL);
   default:
-    return call_run(d,
-                    xf_call_start_set(&call, d->c, key, len, value, vlen, p, xft_now_ms()),
+    return call_run(d, xf_call_start_set(&call, d->c, key, len, value, vlen, p, now_ms()),
                     &call, NULL, NULL);
   }
 }
@@ -347,8 +368,8 @@ int xft_drv_delete(xft_drv *d, const char *key) {
   case XFT_ASYNC_UV:
     return async_run(d, &w, xf_async_delete(d->ac, key, len, on_code, &w), NULL);
   default:
-    return call_run(d, xf_call_start_delete(&call, d->c, key, len, xft_now_ms()), &call,
-                    NULL, NULL);
+    return call_run(d, xf_call_start_delete(&call, d->c, key, len, now_ms()), &call, NULL,
+                    NULL);
   }
 }
 
@@ -364,12 +385,34 @@ int xft_drv_invalidate_tags(xft_drv *d, const char *const *tags, size_t n) {
   case XFT_ASYNC_UV:
     return async_run(d, &w, xf_async_invalidate_tags(d->ac, tags, n, on_code, &w), NULL);
   default:
-    return call_run(d, xf_call_start_invalidate_tags(&call, d->c, tags, n, xft_now_ms()),
-                    &call, NULL, NULL);
+    return call_run(d, xf_call_start_invalidate_tags(&call, d->c, tags, n, now_ms()), &call,
+                    NULL, NULL);
   }
 }
 
 int xft_drv_has_batch(int driver) { return driver == XFT_BLOCKING || driver == XFT_POOL; }
+
+/* The batch loader (l->batch): value (or not found) to every key, or fail;
+ * during runs first. */
+static int run_batch_loader(void *ud, size_t n, const char *const *keys,
+                            const size_t *keylens, xf_sink *const *sinks) {
+  (void)keys, (void)keylens;
+  sync_load *s = ud;
+  xft_op_loader *l = s->l;
+  l->batch_calls++;
+  l->calls += (int)n;
+  if (l->during)
+    l->during(s->d, l->arg);
+  if (l->fail)
+    return l->fail;
+  for (size_t i = 0; i < n; i++) {
+    if (!l->value)
+      xf_sink_not_found(sinks[i]);
+    else if (xf_sink_set(sinks[i], l->value, strlen(l->value)) != XF_OK)
+      return XF_ENOMEM;
+  }
+  return 0;
+}
 
 int xft_drv_many(xft_drv *d, size_t n, const char *const *keys, const xf_policy *p,
                  xft_op_loader *l, xf_value *values, int *rcs) {
@@ -379,7 +422,15 @@ int xft_drv_many(xft_drv *d, size_t n, const char *const *keys, const xf_policy 
   for (size_t i = 0; i < n; i++)
     lens[i] = strlen(keys[i]);
   sync_load s = {d, l};
-  if (d->driver == XFT_POOL)
+  int pool = d->driver == XFT_POOL;
+  if (l->batch)
+    return keep_msg(d,
+                    pool ? xf_pool_get_or_compute_many_batch(
+                               d->pool, n, keys, lens, p, run_batch_loader, &s, values, rcs)
+                         : xf_get_or_compute_many_batch(d->c, n, keys, lens, p,
+                                                        run_batch_loader, &s, values, rcs),
+                    pool ? xf_pool_errmsg() : xf_errmsg(d->c));
+  if (pool)
     return keep_msg(d,
                     xf_pool_get_or_compute_many(d->pool, n, keys, lens, p, run_sync_loader,
                                                 &s, values, rcs),

@@ -1,6 +1,8 @@
 /* The client against a real 3 masters + 3 replicas cluster (cluster_fixture.c):
  * routing by slot, one round trip per hit once warm, MOVED and ASK while a
- * slot moves, seed lists, replica reads, the batch driver per node. */
+ * slot moves, seed lists, replica reads, the batch driver per node; tags in
+ * other slots than their entries, and a tag's slot moved, on every driver
+ * (op_drivers.h, built with the event loops' libraries: XFT_WITH_DRIVERS). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,11 @@
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
 #include "xfetch.h"
+#ifdef XFT_WITH_DRIVERS
+#include <criterion/parameterized.h>
+
+#include "op_drivers.h"
+#endif
 
 #define HOST "127.0.0.1"
 #define NKEYS 1000
@@ -518,63 +525,117 @@ Test(cluster_client, a_batch_reads_once_per_slot) {
   xf_client_close(c);
 }
 
+#ifdef XFT_WITH_DRIVERS
+/* A driver's handle on the cluster, seeded with node i. */
+static xft_drv *node_drv(int driver, int i) {
+  static char hosts[XFT_CLUSTER_NODES][64]; /* each seed's, for the handle's life */
+  snprintf(hosts[i], sizeof hosts[i], HOST ":%d", xft_cluster_port(i));
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = hosts[i];
+  o.cluster = XF_CLUSTER_AUTO;
+  o.seed = 7;
+  o.entry_format = xft_cluster_entry_format();
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_CLUSTER_PATIENT_MS;
+  return xft_drv_open(driver, &o);
+}
+
+/* A get-or-compute of key through d: XF_OK with l's value from source want. */
+static void drv_expect(xft_drv *d, const char *what, const char *key, const xf_policy *p,
+                       xft_op_loader *l, xf_source want) {
+  xf_value v;
+  int rc = xft_drv_get_or_compute(d, key, p, l, &v);
+  cr_assert_eq(rc, XF_OK, "%s: %s: %s (%s)", what, key, xf_strerror(rc), xft_drv_errmsg(d));
+  cr_expect_str_eq(v.data, l->value, "%s: %s", what, key);
+  cr_expect_eq(v.source, want, "%s: %s: source %d, want %d", what, key, v.source, want);
+  xf_value_free(&v);
+}
+
+/* An invalidation of tags through d, asserted. */
+static void drv_invalidate(xft_drv *d, const char *what, const char *const *tags,
+                           size_t n) {
+  int rc = xft_drv_invalidate_tags(d, tags, n);
+  cr_assert_eq(rc, XF_OK, "%s: invalidate: %s (%s)", what, xf_strerror(rc),
+               xft_drv_errmsg(d));
+}
+
+ParameterizedTestParameters(cluster_client, tags_in_other_slots_than_their_entries) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
 /* Tags whose keys ("xf-tag:{<name>}") sit in other slots, on other masters,
  * than the entries: each tag's version is read on its own slot's master, and
- * an invalidation from another client makes every tagged entry a miss, loaded
- * once, the batch's included; no redirection once mapped. */
-Test(cluster_client, tags_in_other_slots_than_their_entries) {
+ * an invalidation, from another client or the driver's own, makes every
+ * tagged entry a miss, loaded once, the batch's included (with either
+ * loader, on the drivers that have a batch); no redirection once mapped. */
+ParameterizedTest(int *driver, cluster_client, tags_in_other_slots_than_their_entries) {
   if (xft_cluster_entry_format() == XF_ENTRY_HASH)
     cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
-  xf_client *c = node_client(0), *other = node_client(5);
-  const char *tags[] = {"cc-a", "cc-b", "cc-c"}; /* slots of their own */
+  const char *what = xft_driver_names[*driver];
+  xft_drv *d = node_drv(*driver, 0);
+  xf_client *other = node_client(5);
+  char names[3][32];
+  const char *tags[3];
   int slots[3];
-  for (int i = 0; i < 3; i++) {
-    char key[32];
+  for (int i = 0; i < 3; i++) { /* slots of their own */
+    snprintf(names[i], sizeof names[i], "cc-%c:%s", 'a' + i, what);
+    tags[i] = names[i];
+    char key[48];
     int len = snprintf(key, sizeof key, "xf-tag:{%s}", tags[i]);
     slots[i] = xf__cluster_keyslot(key, (size_t)len);
   }
   cr_assert(slots[0] != slots[1] || slots[1] != slots[2]);
   xf_policy p = xft_long_ttl();
   p.tags = tags, p.ntags = 3;
-  enum { N = 30 };
-  char buf[N][32];
+  enum { N = 12 };
+  char buf[N][48];
   const char *keys[N];
-  size_t lens[N];
   for (int i = 0; i < N; i++) {
-    snprintf(buf[i], sizeof buf[i], "cc:tagged:%d", i);
+    snprintf(buf[i], sizeof buf[i], "cc:tagged:%s:%d", what, i);
     keys[i] = buf[i];
-    lens[i] = strlen(buf[i]);
   }
-  int calls = 0;
-  xf_value v[N];
-  int rcs[N];
-  xf_source want[] = {XF_SOURCE_LOADER, XF_SOURCE_CACHE, XF_SOURCE_LOADER, XF_SOURCE_CACHE};
-  for (int round = 0; round < 4; round++) {
+  int batch = xft_drv_has_batch(*driver);
+  xft_op_loader l = {.value = "t"};
+  /* even rounds one key at a time, odd ones the batch (if any); round 4 and
+   * 5 with the batch loader */
+  xf_source want[] = {XF_SOURCE_LOADER, XF_SOURCE_CACHE,  XF_SOURCE_LOADER,
+                      XF_SOURCE_CACHE,  XF_SOURCE_LOADER, XF_SOURCE_CACHE};
+  for (int round = 0; round < 6; round++) {
     if (round == 2)
       cr_assert_eq(xf_invalidate_tags(other, tags + 1, 1), XF_OK, "%s", xf_errmsg(other));
-    if (round % 2 == 0) { /* one key at a time */
+    if (round == 4)
+      drv_invalidate(d, what, tags + 2, 1);
+    if (!batch || round % 2 == 0) {
       for (int i = 0; i < N; i++)
-        rcs[i] = xf_get_or_compute(c, keys[i], lens[i], &p, xft_key_loader, &calls, &v[i]);
-    } else { /* the batch */
-      cr_assert_eq(
-          xf_get_or_compute_many(c, N, keys, lens, &p, xft_key_loader, &calls, v, rcs),
-          XF_OK);
+        drv_expect(d, what, keys[i], &p, &l, want[round]);
+      continue;
     }
+    l.batch = round >= 4;
+    xf_value v[N];
+    int rcs[N];
+    cr_assert_eq(xft_drv_many(d, N, keys, &p, &l, v, rcs), XF_OK, "%s: %s", what,
+                 xft_drv_errmsg(d));
     for (int i = 0; i < N; i++) {
-      cr_expect_eq(rcs[i], XF_OK, "round %d key %d: %s", round, i, xf_strerror(rcs[i]));
-      cr_expect_eq(v[i].source, want[round], "round %d key %d: source %d", round, i,
-                   v[i].source);
+      cr_expect_eq(rcs[i], XF_OK, "%s round %d key %d: %s", what, round, i,
+                   xf_strerror(rcs[i]));
+      if (rcs[i] != XF_OK)
+        continue;
+      cr_expect_eq(v[i].source, want[round], "%s round %d key %d: source %d", what, round,
+                   i, v[i].source);
       xf_value_free(&v[i]);
     }
   }
-  cr_expect_eq(calls, 2 * N);
+  cr_expect_eq(l.calls, 3 * N, "%s: %d loads", what, l.calls);
   xf_stats st;
-  xf_client_stats(c, &st);
-  cr_expect_eq(st.tag_invalidated, N);
-  cr_expect_eq(st.redirects, 0);
-  xf_client_close(c);
+  xft_drv_stats(d, &st);
+  cr_expect_eq(st.tag_invalidated, 2 * N, "%s: %llu refused", what,
+               (unsigned long long)st.tag_invalidated);
+  cr_expect_eq(st.redirects, 0, "%s: %llu redirects", what,
+               (unsigned long long)st.redirects);
+  xft_drv_close(d);
   xf_client_close(other);
 }
+#endif
 
 /* A MONITOR connection to the node at port. */
 static redisContext *monitor(int port) {
@@ -619,16 +680,28 @@ static long long errors_counted(int port) {
   return n;
 }
 
+#ifdef XFT_WITH_DRIVERS
 /* What a tagged hit without a near cache sends: 6 tags on the masters, in
  * slots of their own, the entry on another slot. A tag's key cannot be read
  * with another slot's in one MGET (next test), but tag_read.lua reads every
  * tag a node holds in one command: the entry's read plus one command per
  * master holding tags (one per tag before: 7 per hit, where 4 are allowed
- * now). Counted on the wire (MONITOR: a script's own GETs are not sent). */
-Test(cluster_client, a_tagged_hit_reads_its_tags_with_one_command_per_node) {
+ * now). Counted on the wire (MONITOR: a script's own GETs are not sent), on
+ * every driver. */
+ParameterizedTestParameters(cluster_client,
+                            a_tagged_hit_reads_its_tags_with_one_command_per_node) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+ParameterizedTest(int *driver, cluster_client,
+                  a_tagged_hit_reads_its_tags_with_one_command_per_node) {
   if (xft_cluster_entry_format() == XF_ENTRY_HASH)
     cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
-  xf_client *c = node_client(0);
+  const char *what = xft_driver_names[*driver];
+  xft_drv *d = node_drv(*driver, 0);
+  char key[48];
+  snprintf(key, sizeof key, "cc:pernode:%s", what);
   const char *tags[] = {"pn-a", "pn-b", "pn-c", "pn-d", "pn-e", "pn-f"};
   enum { NT = 6, HITS = 10 };
   int masters[NT], nmasters = 0; /* the distinct masters holding the tags */
@@ -645,9 +718,9 @@ Test(cluster_client, a_tagged_hit_reads_its_tags_with_one_command_per_node) {
   cr_assert_gt(nmasters, 1, "the test needs tags on two masters at least");
   xf_policy p = xft_long_ttl();
   p.tags = tags, p.ntags = NT;
-  int calls = 0;
-  xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_LOADER);
-  xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_CACHE); /* clocks learned */
+  xft_op_loader l = {.value = "n"};
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_LOADER);
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE); /* clocks learned */
   redisContext *mon[XFT_CLUSTER_NODES];
   long long errors = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
@@ -656,28 +729,30 @@ Test(cluster_client, a_tagged_hit_reads_its_tags_with_one_command_per_node) {
   }
   int64_t t0 = mono_ms();
   for (int i = 0; i < HITS; i++)
-    xft_expect_get(c, "cc:pernode", &p, &calls, XF_SOURCE_CACHE);
+    drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE);
   long long periods = 1 + (mono_ms() - t0) / (XF_CLOCK_REFRESH_MS / 2);
   long long total = 0;
   for (int i = 0; i < XFT_CLUSTER_NODES; i++) {
     long long n = reads_sent(mon[i], xft_cluster_port(i));
     errors += errors_counted(xft_cluster_port(i));
-    cr_log_info("node %d (port %d): %lld reads sent for %d hits with %d tags on %d masters",
-                i, xft_cluster_port(i), n, HITS, NT, nmasters);
+    cr_log_info("%s: node %d (port %d): %lld reads sent for %d hits with %d tags on %d "
+                "masters",
+                what, i, xft_cluster_port(i), n, HITS, NT, nmasters);
     total += n;
   }
-  cr_log_info("total: %lld reads sent per hit", total / HITS);
+  cr_log_info("%s: total: %lld reads sent per hit", what, total / HITS);
   /* Besides: at most one clock refresh per master per half refresh period
    * (XF_CLOCK_REFRESH_MS / 2) the hits took: a busy machine's slower hits
    * find the estimates old more often. */
   cr_expect_leq(total, (long long)HITS * (1 + nmasters) + nmasters * periods,
-                "%lld reads sent in %lld half refresh periods", total, periods);
+                "%s: %lld reads sent in %lld half refresh periods", what, total, periods);
   /* a script only reads the keys its node holds: no error replies counted
    * (an operator watching errorstats sees none) */
-  cr_expect_eq(errors, 0, "%lld error replies counted by the nodes", errors);
-  cr_expect_eq(calls, 1);
-  xf_client_close(c);
+  cr_expect_eq(errors, 0, "%s: %lld error replies counted by the nodes", what, errors);
+  cr_expect_eq(l.calls, 1, "%s: %d loads", what, l.calls);
+  xft_drv_close(d);
 }
+#endif
 
 /* Why tags' keys on one node are not read with one MGET: Redis Cluster
  * refuses a multi-key command whose keys are in different slots, on one node
@@ -750,3 +825,86 @@ Test(cluster_client, replica_reads_of_a_tagged_entry_read_the_tag_on_its_master)
   xf_client_close(c);
   xf_client_close(w);
 }
+
+#ifdef XFT_WITH_DRIVERS
+/* The number of keys the node at port holds in slot. */
+static long long keys_in_slot(int port, int slot) {
+  redisContext *r = xft_cluster_redis(port);
+  redisReply *rep = xft_cluster_cmd(r, "CLUSTER COUNTKEYSINSLOT %d", slot);
+  long long n = rep->integer;
+  freeReplyObject(rep);
+  redisFree(r);
+  return n;
+}
+
+ParameterizedTestParameters(cluster_client, a_tags_slot_moved_is_followed) {
+  static int drivers[] = XFT_ALL_DRIVERS;
+  return cr_make_param_array(int, drivers, XFT_NDRIVERS);
+}
+
+/* A tag's key whose slot moves to another master while an entry carries it,
+ * next to a tag of the same master the call reads in the same command
+ * (tag_read.lua, the moved one in its ARGV): the next calls follow MOVED to
+ * its new master and are hits; another client's invalidation of the tag there
+ * is seen; with the slot half-way back (MIGRATING, its key moved: ASK) a call
+ * is a hit, and the driver's own invalidation reaches the tag's key (ASK)
+ * and is seen; the slot is given back at the end. */
+ParameterizedTest(int *driver, cluster_client, a_tags_slot_moved_is_followed) {
+  if (xft_cluster_entry_format() == XF_ENTRY_HASH)
+    cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
+  const char *what = xft_driver_names[*driver];
+  char moved[32], kept[32], moved_key[48], kept_key[48], key[48];
+  xft_node from, to, owner, unused;
+  int slot;
+  for (int i = 0;; i++) { /* a slot nobody else's keys are in: it moves */
+    cr_assert_lt(i, 1000);
+    snprintf(moved, sizeof moved, "mv%d-%s", i, what);
+    snprintf(moved_key, sizeof moved_key, "xf-tag:{%s}", moved);
+    slot = xf__cluster_keyslot(moved_key, strlen(moved_key));
+    xft_masters_of(slot, &from, &to);
+    if (keys_in_slot(from.port, slot) == 0)
+      break;
+  }
+  for (int i = 0;; i++) { /* another slot of the same master: it stays */
+    cr_assert_lt(i, 1000);
+    snprintf(kept, sizeof kept, "kp%d-%s", i, what);
+    snprintf(kept_key, sizeof kept_key, "xf-tag:{%s}", kept);
+    int s = xf__cluster_keyslot(kept_key, strlen(kept_key));
+    xft_masters_of(s, &owner, &unused);
+    if (s != slot && owner.port == from.port)
+      break;
+  }
+  snprintf(key, sizeof key, "cc:tagmove:%s", what);
+  const char *tags[] = {kept, moved};
+  xf_policy p = xft_long_ttl();
+  p.tags = tags, p.ntags = 2;
+  xft_drv *d = node_drv(*driver, 1);
+  xf_client *other = node_client(4);
+  xft_op_loader l = {.value = "m"};
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_LOADER);
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE);
+  xft_migrate_key(slot, &from, &to, moved_key);
+  xft_assign(slot, &to);
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE); /* MOVED */
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE);
+  cr_assert_eq(xf_invalidate_tags(other, tags + 1, 1), XF_OK, "%s", xf_errmsg(other));
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_LOADER);
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE);
+  xft_migrate_key(slot, &to, &from, moved_key); /* half-way back: ASK */
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE);
+  drv_invalidate(d, what, tags + 1, 1);
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_LOADER);
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE);
+  xft_assign(slot, &from);
+  drv_expect(d, what, key, &p, &l, XF_SOURCE_CACHE);
+  cr_expect_eq(l.calls, 3, "%s: %d loads", what, l.calls);
+  xf_stats st;
+  xft_drv_stats(d, &st);
+  cr_expect_eq(st.tag_invalidated, 2, "%s: %llu refused", what,
+               (unsigned long long)st.tag_invalidated);
+  cr_expect_geq(st.redirects, 2, "%s: %llu redirects (MOVED, ASK)", what,
+                (unsigned long long)st.redirects);
+  xft_drv_close(d);
+  xf_client_close(other);
+}
+#endif

@@ -2,7 +2,8 @@
  * Redis): a warm tagged hit sends nothing and checks the near cache's news
  * once, as an untagged hit does; an invalidation from another client is
  * seen by the next call; a tracking connection killed, or a FLUSHALL, makes
- * the versions read again; on every driver (op_drivers.h); xf_near_serve
+ * the versions read again; on every driver (op_drivers.h), the batch with
+ * either loader too; xf_near_serve
  * serves a stamped tagged hit, never a namespace client's get. The tag
  * scripts are loaded with the others at connection setup. Each test on a
  * redis-server of its own. */
@@ -232,6 +233,93 @@ ParameterizedTest(int *driver, tags_near, a_flushall_makes_the_versions_read) {
   cr_assert_eq(xf_invalidate_tags(e.other, TAGS, 1), XF_OK, "%s", xf_errmsg(e.other));
   cr_expect_eq(call(&e, "tn:flush", &l, NULL, 0, NULL), XF_SOURCE_LOADER);
   warm(&e, "tn:flush", &l);
+  env_close(&e);
+}
+
+/* ---- the batch ------------------------------------------------------------------ */
+
+enum { BATCH_N = 4 };
+
+/* One tagged batch of keys: how many were served from source want; *sent
+ * the data commands it made Redis run. */
+static int batch_call(env *e, const char *const *keys, xft_op_loader *l, xf_source want,
+                      long long *sent) {
+  xf_policy p = tagged();
+  xf_value values[BATCH_N];
+  int rcs[BATCH_N], as_wanted = 0;
+  long long before = data_calls(e->raw);
+  int rc = xft_drv_many(e->d, BATCH_N, keys, &p, l, values, rcs);
+  cr_assert_eq(rc, XF_OK, "batch: %s (%s)", xf_strerror(rc), xft_drv_errmsg(e->d));
+  if (sent)
+    *sent = data_calls(e->raw) - before;
+  for (int i = 0; i < BATCH_N; i++) {
+    cr_assert_eq(rcs[i], XF_OK, "%s: %s", keys[i], xf_strerror(rcs[i]));
+    as_wanted += values[i].source == want;
+    xf_value_free(&values[i]);
+  }
+  return as_wanted;
+}
+
+/* Calls the batch until it is served from the cache without a command
+ * (bounded: BOUND_MS). */
+static void batch_warm(env *e, const char *const *keys, xft_op_loader *l) {
+  int64_t until = xft_now_ms() + BOUND_MS;
+  for (;;) {
+    long long sent;
+    if (batch_call(e, keys, l, XF_SOURCE_CACHE, &sent) == BATCH_N && sent == 0)
+      return;
+    cr_assert(xft_now_ms() < until, "never a batch of hits sending nothing");
+  }
+}
+
+ParameterizedTestParameters(tags_near, a_tagged_batch_is_near_hits_until_a_tag_is_raised) {
+  static xft_batch_kind kinds[] = XFT_ALL_BATCH_KINDS;
+  return cr_make_param_array(xft_batch_kind, kinds, sizeof kinds / sizeof *kinds);
+}
+
+/* The batch with a near cache, with either loader: a warm batch of tagged
+ * entries is near hits, sending nothing (MAY_MISS); another client's
+ * invalidation of either tag (fenced) makes the very next batch load every
+ * key, once; then it is near hits again. */
+ParameterizedTest(xft_batch_kind *kind, tags_near,
+                  a_tagged_batch_is_near_hits_until_a_tag_is_raised) {
+  const char *what = xft_driver_names[kind->driver];
+  env e;
+  env_open(&e, kind->driver);
+  char names[BATCH_N][32];
+  const char *keys[BATCH_N];
+  for (int i = 0; i < BATCH_N; i++) {
+    snprintf(names[i], sizeof names[i], "tn:batch:%d", i);
+    keys[i] = names[i];
+  }
+  xft_op_loader l = {.value = "b", .batch = kind->batch_loader};
+  batch_warm(&e, keys, &l);
+  for (int round = 0; round < 2; round++) {
+    xf_stats before, after;
+    xft_drv_stats(e.d, &before);
+    int sent_some = 0;
+    for (int i = 0; i < HITS; i++) {
+      long long sent;
+      cr_expect_eq(batch_call(&e, keys, &l, XF_SOURCE_CACHE, &sent), BATCH_N,
+                   "%s (batch loader %d): round %d: a batch not all hits", what,
+                   kind->batch_loader, round);
+      sent_some += sent > 0;
+    }
+    xft_drv_stats(e.d, &after);
+    cr_expect(sent_some <= MAY_MISS, "%s (batch loader %d): %d of %d batches sent commands",
+              what, kind->batch_loader, sent_some, HITS);
+    cr_expect_geq(after.near_hits - before.near_hits, (uint64_t)(HITS - MAY_MISS) * BATCH_N,
+                  "%s (batch loader %d): %llu near hits", what, kind->batch_loader,
+                  (unsigned long long)(after.near_hits - before.near_hits));
+    cr_assert_eq(xf_invalidate_tags(e.other, TAGS + round, 1), XF_OK, "%s",
+                 xf_errmsg(e.other));
+    cr_expect_eq(batch_call(&e, keys, &l, XF_SOURCE_LOADER, NULL), BATCH_N,
+                 "%s (batch loader %d): round %d: served after the invalidation returned",
+                 what, kind->batch_loader, round);
+    batch_warm(&e, keys, &l);
+  }
+  cr_expect_eq(l.calls, 3 * BATCH_N, "%s (batch loader %d): %d loads", what,
+               kind->batch_loader, l.calls);
   env_close(&e);
 }
 
