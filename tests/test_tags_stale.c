@@ -8,10 +8,12 @@
  * that starts after the invalidation of generation g of one of its tags
  * returned is never served a value of a generation below g from the cache
  * (0 such reads), with the near cache off and on, and every process ends
- * (a call never hangs). A value the client's share serves while Redis cannot
- * be used (XF_SOURCE_LOCAL, fail open) is counted apart and printed, not
- * judged: the process cannot know of the invalidation then. No timing in the
- * verdict: the run's length only bounds how much it sees. Real redis-server. */
+ * (a call never hangs). With the policy's stale windows set, such a value
+ * may be served as XF_SOURCE_STALE (counted and printed), never as fresh. A value the
+ * client's share serves while Redis cannot be used (XF_SOURCE_LOCAL, fail open) is counted
+ * apart and printed, not judged: the process cannot know of the invalidation then. No
+ * timing in the verdict: the run's length only bounds how much it sees. Real redis-server.
+ */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <pthread.h>
@@ -45,7 +47,10 @@ typedef struct stale_log {
   long done[TAGS]; /* the highest generation whose invalidation of tag t returned */
   int stop;
   long calls, cached, near, wrong, errors, invalidations, loads;
-  long local_old; /* XF_SOURCE_LOCAL (Redis unusable) of a value older than the floor */
+  long local_old;  /* XF_SOURCE_LOCAL (Redis unusable) of a value older than the floor */
+  long stale_old;  /* XF_SOURCE_STALE of a value older than the floor (stale rules on) */
+  int stale_rules; /* the policy's stale windows set: an invalidated value may be
+                      served as XF_SOURCE_STALE, never as XF_SOURCE_CACHE */
   long driver_calls[XFT_NDRIVERS];
   char first_wrong[160];
   /* Held by a process opening or closing a driver and by the faults: an open
@@ -105,6 +110,8 @@ static void reader_step(xft_drv *d, int driver, unsigned *seed) {
   const char *tags[] = {tag_name(t[0]), tag_name(t[1])};
   xf_policy p = XF_POLICY_INIT;
   p.tags = tags, p.ntags = 2;
+  if (run->stale_rules)
+    p.stale_ms = p.stale_if_error_ms = 60000;
   long f0 = __atomic_load_n(&run->done[t[0]], __ATOMIC_ACQUIRE),
        f1 = __atomic_load_n(&run->done[t[1]], __ATOMIC_ACQUIRE);
   long floor = f0 > f1 ? f0 : f1;
@@ -122,6 +129,8 @@ static void reader_step(xft_drv *d, int driver, unsigned *seed) {
     __atomic_add_fetch(&run->cached, 1, __ATOMIC_RELAXED);
   if (v.source == XF_SOURCE_LOCAL && atol(v.data) < floor)
     __atomic_add_fetch(&run->local_old, 1, __ATOMIC_RELAXED);
+  else if (run->stale_rules && v.source == XF_SOURCE_STALE && atol(v.data) < floor)
+    __atomic_add_fetch(&run->stale_old, 1, __ATOMIC_RELAXED);
   else if (v.source != XF_SOURCE_UNCACHED && atol(v.data) < floor &&
            __atomic_add_fetch(&run->wrong, 1, __ATOMIC_ACQ_REL) == 1)
     snprintf(run->first_wrong, sizeof run->first_wrong,
@@ -168,9 +177,10 @@ static void child(int i, int port, int near) {
   _exit(0);
 }
 
+/* The near cache off (0), on (1), on with the policy's stale windows set (2). */
 ParameterizedTestParameters(tags_stale, processes) {
-  static int near[] = {0, 1};
-  return cr_make_param_array(int, near, 2);
+  static int near[] = {0, 1, 2};
+  return cr_make_param_array(int, near, 3);
 }
 
 ParameterizedTest(int *near, tags_stale, processes, .timeout = 20) {
@@ -178,6 +188,7 @@ ParameterizedTest(int *near, tags_stale, processes, .timeout = 20) {
   run = mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   cr_assert_neq(run, MAP_FAILED);
   memset(run, 0, sizeof *run);
+  run->stale_rules = *near == 2;
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);
   pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
@@ -233,9 +244,11 @@ ParameterizedTest(int *near, tags_stale, processes, .timeout = 20) {
   xft_server_stop(&srv);
   fprintf(stderr,
           "tags_stale (near %s): %ld calls (%ld from the cache, %ld near hits), %ld loads, "
-          "%ld invalidations, %d faults, %ld errors, %ld wrong, %ld older local values\n",
-          *near ? "on" : "off", run->calls, run->cached, run->near, run->loads,
-          run->invalidations, nfaults, run->errors, run->wrong, run->local_old);
+          "%ld invalidations, %d faults, %ld errors, %ld wrong, %ld older local values, "
+          "%ld older stale values\n",
+          *near ? (*near == 2 ? "on, stale rules" : "on") : "off", run->calls, run->cached,
+          run->near, run->loads, run->invalidations, nfaults, run->errors, run->wrong,
+          run->local_old, run->stale_old);
   cr_assert_eq(left, 0, "%d processes still running %d ms after their run", left, EXIT_MS);
   cr_expect_eq(failed, 0, "%d processes failed", failed);
   cr_expect_eq(run->wrong, 0,
