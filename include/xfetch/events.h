@@ -50,10 +50,11 @@ typedef enum xf_event_type {
   XF_EV_REDIRECT = 16,        /* Cluster MOVED / ASK followed (server: where to) */
   XF_EV_INVALIDATION = 17,    /* the near cache was told a key changed, or
                                  dropped a server's entries: see below */
-  XF_EV_TAG_INVALIDATED = 18, /* an entry read was refused (rc: why,
+  XF_EV_TAG_INVALIDATED = 18, /* an entry read was refused as fresh (rc: why,
                                  xf_tag_reason): a tag it carries was
-                                 invalidated since it was loaded, or it carries
-                                 other tags than the call's (or none) */
+                                 invalidated since it was loaded (served stale
+                                 at most: policy.tags_never_stale), or it
+                                 carries other tags than the call's (or none) */
   XF_EV_LEASE_RENEWED = 19,   /* a loader's lease was renewed while it ran
                                  (policy.max_load_ms; rc 0, or XF_ESUPERSEDED:
                                  it is not the loader's any more), reported

@@ -47,8 +47,9 @@ typedef struct xf_stats {
    * acknowledged write: the call succeeded, the fleet's near caches may be
    * told of the write later than it returned */
   uint64_t fence_failed;
-  /* entries read that a tagged call refused (also in misses): a tag they
-   * carry was invalidated since they were loaded (policy.tags) */
+  /* entries read that a tagged call refused as fresh (also in misses): a
+   * tag they carry was invalidated since they were loaded (policy.tags;
+   * served stale at most, as policy.tags_never_stale says) */
   uint64_t tag_invalidated;
   /* stale values served under the fleet-wide fail-safe (also in stale): a
    * load of the key failed lately (policy.failsafe_throttle_ms), so its last

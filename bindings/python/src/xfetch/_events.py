@@ -44,8 +44,9 @@ class Event(NamedTuple):
     waiting for a load: source the value it got, or error XF_ETIMEDOUT; the
     load goes on), "failsafe" (a load failed lately: the last good value,
     no load; policy failsafe_throttle), "tag_invalidated" (an entry read
-    was refused, error 1: a tag it carries was invalidated since it was
-    loaded; 2: it carries other tags than the call's, or none). key: the key's bytes (without
+    was refused as fresh, error 1: a tag it carries was invalidated since it
+    was loaded, so it is served stale at most (tags_never_stale); 2: it
+    carries other tags than the call's, or none). key: the key's bytes (without
     the prefix), None for a server's events; for "invalidation" (near cache):
     the Redis key Redis invalidated (prefix included), or None when the near
     cache dropped what it kept from server (error 0: a flush; XF_EIO: a lost
