@@ -6,7 +6,9 @@
  *                 1,000 calls, commands per hit;
  *   hot_key       threads (one client each) on one key that expires every
  *                 500 ms, 20 ms loader: loader calls per expiry, errors,
- *                 latency, redirects per 1,000 calls. */
+ *                 latency, redirects per 1,000 calls;
+ *   invalidate    one client, 1,000 invalidations of one tag in a row
+ *                 (xf_invalidate_tags): p50 and p99. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #define HIT_KEYS 1000
 #define HOT_TTL_MS 500
 #define HOT_LOADER_MS 20
+#define INVALIDATIONS 1000
 
 typedef struct node_stat {
   int port;
@@ -38,6 +41,9 @@ typedef struct side {
   /* hot_key */
   long hot_calls, hot_errors, hot_loads;
   double hot_p50, hot_p99, hot_redirects, hot_seconds;
+  /* invalidate */
+  double inv_p50, inv_p99;
+  step_errors inv_errs;
 } side;
 
 static int cmp_u32(const void *a, const void *b) {
@@ -242,6 +248,38 @@ static int hot_key(side *s, int threads, double seconds) {
   return 0;
 }
 
+/* INVALIDATIONS invalidations of one tag, one after the other. */
+static int invalidate(side *s) {
+  xf_client *c = open_client(s);
+  if (!c)
+    return -1;
+  const char *tag[] = {"xfb:tag"};
+  uint32_t *lat = malloc(INVALIDATIONS * sizeof *lat);
+  if (!lat) {
+    xf_client_close(c);
+    return step_failed_because("invalidate", strerror(ENOMEM));
+  }
+  (void)xf_invalidate_tags(c, tag, 1); /* connected, the tag's key made */
+  for (int i = 0; i < INVALIDATIONS; i++) {
+    int64_t t0 = now_us();
+    int rc = xf_invalidate_tags(c, tag, 1);
+    lat[i] = (uint32_t)(now_us() - t0);
+    if (rc != XF_OK)
+      step_count(&s->inv_errs, "xf_invalidate_tags", rc, xf_errmsg(c));
+  }
+  xf_client_close(c);
+  if (s->inv_errs.n >= INVALIDATIONS) {
+    free(lat);
+    return step_meaningless(s->name, "invalidate p50, p99", "no invalidation succeeded",
+                            &s->inv_errs);
+  }
+  step_errors_report(s->name, &s->inv_errs, INVALIDATIONS);
+  s->inv_p50 = pct(lat, INVALIDATIONS, 0.5);
+  s->inv_p99 = pct(lat, INVALIDATIONS, 0.99);
+  free(lat);
+  return 0;
+}
+
 static void print(const side *sides, int nsides, int threads) {
   printf("\nhit_overhead: one client, %d warm keys (all hits)\n", HIT_KEYS);
   printf("  %-10s  %8s  %8s  %14s  %16s  %7s\n", "redis", "p50 us", "p99 us",
@@ -268,6 +306,11 @@ static void print(const side *sides, int nsides, int threads) {
            s->hot_calls, s->hot_errors, s->hot_loads, (double)s->hot_loads / expiries,
            s->hot_p50, s->hot_p99, s->hot_redirects);
   }
+  printf("\ninvalidate: one client, %d invalidations of one tag in a row\n", INVALIDATIONS);
+  printf("  %-10s  %8s  %8s  %7s\n", "redis", "p50 us", "p99 us", "errors");
+  for (int i = 0; i < nsides; i++)
+    printf("  %-10s  %8.0f  %8.0f  %7llu\n", sides[i].name, sides[i].inv_p50,
+           sides[i].inv_p99, (unsigned long long)sides[i].inv_errs.n);
 }
 
 int bench_cluster(int quick) {
@@ -296,6 +339,8 @@ int bench_cluster(int quick) {
     rc = hit_overhead(&sides[i], hits);
     step_scenario("cluster: hot_key");
     rc = rc || hot_key(&sides[i], threads, seconds);
+    step_scenario("cluster: invalidate");
+    rc = rc || invalidate(&sides[i]);
   }
   if (rc)
     fprintf(stderr, "xfetch-bench --cluster: failed (its failed step above)\n");

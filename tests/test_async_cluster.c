@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "cluster.h"
+#include "cluster_calls.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
 
@@ -519,5 +520,39 @@ Test(async_cluster, a_node_that_lost_its_scripts_gets_them_again) {
   long long loads = xft_total_calls("script|load");
   cr_expect(loads >= 1 && loads <= 30, "%lld SCRIPT LOADs, each on the node that lost it",
             loads);
+  close_handle(&h);
+}
+
+static void on_code(int rc, void *privdata) {
+  call *k = privdata;
+  k->fired++;
+  k->rc = rc;
+  if (--k->h->pending == 0)
+    uv_stop(&k->h->loop);
+}
+
+/* The event loop's invalidation: its fence is WAIT 1 where the tag's master
+ * has a replica, on the connection its raise went on. */
+Test(async_cluster, an_invalidation_waits_for_a_replica_on_its_raise_s_connection) {
+  const char *tags[] = {"wr-e"}, *key = "xf-tag:{wr-e}";
+  xft_node owner, other;
+  xft_masters_of(xf__cluster_keyslot(key, strlen(key)), &owner, &other);
+  handle h;
+  open_node(&h, 2);
+  redisContext *m = NULL;
+  for (int i = 0; i < 3; i++) {
+    if (i == 1) /* the first one connected and mapped */
+      m = xft_monitor(owner.port);
+    call k = {.h = &h};
+    h.pending = 1;
+    cr_assert_eq(xf_async_invalidate_tags(h.ac, tags, 1, on_code, &k), XF_OK);
+    uv_run(&h.loop, UV_RUN_DEFAULT);
+    cr_assert_eq(k.fired, 1);
+    cr_assert_eq(k.rc, XF_OK, "%s", xf_async_errmsg(h.ac));
+  }
+  xft_raises seen = xft_raises_seen(m, owner.port);
+  cr_expect_eq(seen.raises, 2);
+  cr_expect_eq(seen.waits, 2);
+  cr_expect_eq(seen.waits_on_the_raise_s_connection, 2);
   close_handle(&h);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "cluster_calls.h"
 #include "cluster_fixture.h"
 #include "cluster_slots.h"
 #include "link_net.h"
@@ -362,4 +363,43 @@ Test(call_cluster, hits_sent_together_read_with_one_mget_per_slot) {
   }
   cr_expect_eq(loads, 30);
   xf_client_close(c);
+}
+
+/* Runs an invalidation call of tags to the end; its code. */
+static int drive_invalidate(xf_client *c, const char *const *tags, size_t n) {
+  xf_call *call;
+  cr_assert_eq(xf_call_start_invalidate_tags(&call, c, tags, n, driver_ms()), XF_OK);
+  for (xf_call_step step = xf_call_next(call); step != XF_CALL_DONE;) {
+    cr_assert_eq(step, XF_CALL_SEND, "an invalidation only sends");
+    step = send_step(call);
+  }
+  int rc = xf_call_result(call, NULL);
+  if (rc != XF_OK)
+    cr_log_error("%s", xf_call_errmsg(call));
+  xf_call_free(call);
+  return rc;
+}
+
+/* The fence after a raise is WAIT 1 where the tag's master has a replica,
+ * on the raise's connection: what the call names as its target (its
+ * tag's key: the same server), over a plain socket per server and over a
+ * link per server (as xfetch.aio drives it). */
+Test(call_cluster, an_invalidation_waits_for_a_replica_on_its_raise_s_connection) {
+  const char *tags[] = {"wr-c"}, *key = "xf-tag:{wr-c}";
+  xft_node owner, other;
+  xft_masters_of(xf__cluster_keyslot(key, strlen(key)), &owner, &other);
+  for (int linked = 0; linked < 2; linked++) {
+    xf_client *c = config_client(1, 0);
+    links_of = linked ? c : NULL;
+    cr_assert_eq(drive_invalidate(c, tags, 1), XF_OK); /* the map learned */
+    redisContext *m = xft_monitor(owner.port);
+    cr_assert_eq(drive_invalidate(c, tags, 1), XF_OK);
+    cr_assert_eq(drive_invalidate(c, tags, 1), XF_OK);
+    xft_raises seen = xft_raises_seen(m, owner.port);
+    cr_expect_eq(seen.raises, 2, "linked %d", linked);
+    cr_expect_eq(seen.waits, 2, "linked %d", linked);
+    cr_expect_eq(seen.waits_on_the_raise_s_connection, 2, "linked %d", linked);
+    close_wires();
+    xf_client_close(c);
+  }
 }

@@ -908,3 +908,34 @@ ParameterizedTest(int *driver, cluster_client, a_tags_slot_moved_is_followed) {
   xf_client_close(other);
 }
 #endif
+
+/* On a cluster whose masters have a replica, an invalidation's fence is
+ * WAIT 1 on the connection of its raise (WAIT counts that connection's
+ * writes): one raise and one WAIT per tag, from the same client address,
+ * on the blocking client and the pool. */
+Test(cluster_client, an_invalidation_waits_for_a_replica_on_its_raise_s_connection) {
+  const char *tags[] = {"wr-a"};
+  int port = owner_port("xf-tag:{wr-a}");
+  cr_assert_geq(port, 0);
+  xf_client *c = node_client(0);
+  char host[64];
+  snprintf(host, sizeof host, HOST ":%d", xft_cluster_port(0));
+  xf_options o = XF_OPTIONS_INIT;
+  o.host = host;
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_CLUSTER_PATIENT_MS;
+  xf_pool *pool;
+  cr_assert_eq(xf_pool_open(&pool, &o, 2, 0), XF_OK);
+  redisContext *m = NULL;
+  for (int i = 0; i < 3; i++) {
+    if (i == 1) /* connected, the scripts loaded */
+      m = xft_monitor(port);
+    cr_assert_eq(xf_invalidate_tags(c, tags, 1), XF_OK, "%s", xf_errmsg(c));
+    cr_assert_eq(xf_pool_invalidate_tags(pool, tags, 1), XF_OK, "%s", xf_pool_errmsg());
+  }
+  xft_raises seen = xft_raises_seen(m, port);
+  cr_expect_eq(seen.raises, 4, "%d raises, %d waits", seen.raises, seen.waits);
+  cr_expect_eq(seen.waits, 4);
+  cr_expect_eq(seen.waits_on_the_raise_s_connection, 4);
+  xf_pool_close(pool);
+  xf_client_close(c);
+}

@@ -25,18 +25,22 @@ static int loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   return xf_sink_set(sink, v, (size_t)len);
 }
 
-static xf_client *open_at(int port, int replicas) {
+static xf_client *open_timed(int port, int replicas, int timeout_ms) {
   char host[64];
   snprintf(host, sizeof host, HOST ":%d", port);
   xf_options o = XF_OPTIONS_INIT;
   o.host = host;
   o.read_from_replicas = replicas;
   o.seed = 7;
-  o.connect_timeout_ms = o.command_timeout_ms = XFT_CLUSTER_PATIENT_MS;
+  o.connect_timeout_ms = o.command_timeout_ms = timeout_ms;
   xf_client *c = NULL;
   int rc = xf_client_open(&c, &o);
   cr_assert_eq(rc, XF_OK, "open %s: %s", host, xf_strerror(rc));
   return c;
+}
+
+static xf_client *open_at(int port, int replicas) {
+  return open_timed(port, replicas, XFT_CLUSTER_PATIENT_MS);
 }
 
 static double now_ms(void) {
@@ -243,5 +247,100 @@ Test(cluster_replicas, a_batch_refused_by_its_slots_backs_off_once) {
    * took six seconds (at least 20 x 310 ms = 6.2 s). Margin: 3.7 s over the
    * one back-off for a busy machine, 2.2 s under the twenty. */
   cr_expect_lt(took, 4000, "%.0f ms for %d refused keys", took, N);
+  xf_client_close(c);
+}
+
+/* The tagged entry key (in its tag's slot: on the same master), loaded and
+ * then a hit, everything replicated; c is the client that read it. */
+static void tagged_entry(xf_client *c, const char *key, const xf_policy *p, int owner,
+                         int *calls) {
+  get(c, key, p, calls, XF_SOURCE_LOADER);
+  get(c, key, p, calls, XF_SOURCE_CACHE);
+  xft_replicated(xft_cluster_shared(), owner);
+}
+
+/* Replica takes its master's slots without asking anyone and without
+ * catching up (CLUSTER FAILOVER TAKEOVER): what it has not received is lost,
+ * as when a master dies. The old master, demoted, syncs from it. */
+static void takeover(int replica, int owner) {
+  xft_expect_ok(
+      xft_cluster_node_cmd(xft_cluster_shared(), replica, "CLUSTER FAILOVER TAKEOVER"));
+  xft_node_wait_info(xft_cluster_shared(), replica, "role:master");
+  xft_node_wait_info(xft_cluster_shared(), owner, "role:slave");
+  xft_node_wait_info(xft_cluster_shared(), owner, "master_link_status:up");
+}
+
+/* Back as it was: owner the slot's master, replica linked to it, every node
+ * agreeing. The same way (a manual failover after a takeover can be undone
+ * by the epochs' collision handling), once owner has all replica has. */
+static void take_back(int slot, int replica, int owner) {
+  config(replica, "masterauth", "");
+  xft_replicated(xft_cluster_shared(), replica);
+  takeover(owner, replica);
+  xft_wait_replica_listed(xft_cluster_shared(), slot, replica);
+}
+
+/* The tag's master takes invalidations while its replica cannot receive
+ * them (its link cut: link_down), then the replica takes over: a raise that
+ * only the old master had is lost with it. An invalidation that returned
+ * XF_OK must not be: the entry loaded before it is never served as fresh
+ * after it. No timing margin: the replica cannot receive the raise at all
+ * (a wrong masterauth keeps it from reconnecting), the takeover and the
+ * old master's resync are waited for by their state (10 s bounds). */
+Test(cluster_replicas, an_invalidation_that_returned_ok_survives_a_failover) {
+  const char *tags[] = {"cr-inv"}, *tag_key = "xf-tag:{cr-inv}";
+  int slot = xf__cluster_keyslot(tag_key, strlen(tag_key));
+  xft_node owner, other;
+  xft_masters_of(slot, &owner, &other);
+  int replica = xft_slot_replica(xft_cluster_shared(), slot);
+  /* the library's default timeouts: how long an invalidation waits for its
+   * replica is bounded by the command timeout */
+  xf_client *c = open_timed(other.port, 0, 0);
+  xf_policy p = xft_long_ttl();
+  p.tags = tags, p.ntags = 1;
+  int calls = 0;
+  tagged_entry(c, "{cr-inv}k", &p, owner.port, &calls);
+  link_down(replica);
+  int rc = xf_invalidate_tags(c, tags, 1);
+  cr_expect_eq(rc, XF_ENOTREPLICATED, "%s (%s)", xf_errname(rc), xf_errmsg(c));
+  takeover(replica, owner.port);
+  xf_value v;
+  int got = xf_get_or_compute(c, "{cr-inv}k", 9, &p, loader, &calls, &v);
+  cr_expect_eq(got, XF_OK, "%s", xf_errmsg(c));
+  if (got == XF_OK) {
+    cr_expect(rc != XF_OK || v.source == XF_SOURCE_LOADER,
+              "the invalidation returned XF_OK and the entry it invalidated was served "
+              "as fresh after the failover (source %d)",
+              v.source);
+    xf_value_free(&v);
+  }
+  take_back(slot, replica, owner.port);
+  xf_client_close(c);
+}
+
+/* The same with the replica linked: the invalidation returns XF_OK once the
+ * replica has the raise (WAIT), so a takeover right after it keeps it and
+ * the entry is loaded again. No timing margin: XF_OK means acknowledged. */
+Test(cluster_replicas, an_invalidation_acknowledged_by_the_replica_survives_a_takeover) {
+  const char *tags[] = {"cr-ack"}, *tag_key = "xf-tag:{cr-ack}";
+  int slot = xf__cluster_keyslot(tag_key, strlen(tag_key));
+  xft_node owner, other;
+  xft_masters_of(slot, &owner, &other);
+  int replica = xft_slot_replica(xft_cluster_shared(), slot);
+  xf_client *c = open_timed(other.port, 0, 0);
+  xf_policy p = xft_long_ttl();
+  p.tags = tags, p.ntags = 1;
+  int calls = 0;
+  tagged_entry(c, "{cr-ack}k", &p, owner.port, &calls);
+  cr_assert_eq(xf_invalidate_tags(c, tags, 1), XF_OK, "%s", xf_errmsg(c));
+  takeover(replica, owner.port);
+  xf_value v;
+  int got = xf_get_or_compute(c, "{cr-ack}k", 9, &p, loader, &calls, &v);
+  cr_expect_eq(got, XF_OK, "%s", xf_errmsg(c));
+  if (got == XF_OK) {
+    cr_expect_eq(v.source, XF_SOURCE_LOADER, "served as fresh after the takeover");
+    xf_value_free(&v);
+  }
+  take_back(slot, replica, owner.port);
   xf_client_close(c);
 }

@@ -1,12 +1,14 @@
 /* The flow's one-script kinds (get, set, delete) without Redis: scripted
  * replies in, steps out. NOSCRIPT, superseded writes, Redis' errors (no
  * fail-open: no loader) and the share's drops are the machine's, so every
- * driver (blocking, pool, xf_call_*) gets them from here. */
+ * driver (blocking, pool, xf_call_*) gets them from here; so is the fence
+ * after a tag's raise. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "client.h"
+#include "cluster.h"
 #include "flow.h"
 #include "flow_replies.h"
 #include "script.h"
@@ -208,4 +210,110 @@ Test(flow_kinds, a_set_or_delete_drops_the_share_s_copy_acknowledged_or_not) {
   start(&f, GET, "k", &v);
   xf__flow_reply(&f, XF_OK, reply(MISS), 0);
   cr_expect(share_has("k"));
+}
+
+/* The client's slot map: one master serving every slot, with one replica
+ * or none (a CLUSTER SLOTS reply). */
+static void map_with_replicas(int replicas) {
+  xf__reply *r = reply(replicas ? "*1\r\n*4\r\n:0\r\n:16383\r\n"
+                                  "*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nm1\r\n"
+                                  "*3\r\n$9\r\n127.0.0.1\r\n:7001\r\n$2\r\nr1\r\n"
+                                : "*1\r\n*3\r\n:0\r\n:16383\r\n"
+                                  "*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nm1\r\n");
+  char err[128];
+  cr_assert_eq(xf__cluster_map_parse(&c->routes.map, r, "127.0.0.1", err, sizeof err),
+               XF_OK, "%s", err);
+  xf__reply_free(r);
+}
+
+#define RAISED "$16\r\n1700000000000000\r\n"
+
+/* Starts the invalidation of tag "t"; the raise goes on stream `on`. */
+static void raise_on(xf__flow *f, uint64_t on) {
+  static const char *tags[] = {"t"};
+  cr_assert_eq(xf__flow_start_invalidate(f, c, tags, 1, 0, 0), XF_STEP_SEND);
+  expect_arg(f, 1, xf__scripts[XF_SCRIPT_TAG_BUMP].sha);
+  cr_assert_not_null(f->cmd.stream_out, "the raise asks which stream it goes on");
+  *f->cmd.stream_out = on;
+}
+
+/* The raise answered; the fence (on the tag's key: the raise's node) goes
+ * on stream `on`. */
+static void fence_on(xf__flow *f, const char *want, uint64_t on) {
+  cr_assert_eq(xf__flow_reply(f, XF_OK, reply(RAISED), 0), XF_STEP_SEND);
+  expect_arg(f, 0, want);
+  cr_expect_eq(f->cmd.keylen, strlen("xf-tag:{t}"));
+  cr_expect_eq(memcmp(f->cmd.key, "xf-tag:{t}", f->cmd.keylen), 0);
+  cr_assert_not_null(f->cmd.stream_out, "the fence asks which stream it goes on");
+  *f->cmd.stream_out = on;
+}
+
+/* Where the map gives the tag's master a replica, the raise is fenced by
+ * WAIT 1 (half the command timeout): XF_OK once a replica has it,
+ * XF_ENOTREPLICATED when none acknowledged it, Redis' errors returned. */
+Test(flow_kinds, a_raise_is_fenced_by_wait_where_the_tag_s_master_has_a_replica) {
+  map_with_replicas(1);
+  xf__flow f;
+  raise_on(&f, 7);
+  fence_on(&f, "WAIT", 7);
+  cr_assert_eq(f.cmd.argc, 3);
+  expect_arg(&f, 1, "1");
+  expect_arg(&f, 2, "500"); /* the default command timeout: 1000 ms */
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  raise_on(&f, 7);
+  fence_on(&f, "WAIT", 7);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":0\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_ENOTREPLICATED);
+  cr_expect(strstr(xf_errmsg(c), "no replica acknowledged it within 500 ms"), "%s",
+            xf_errmsg(c));
+  raise_on(&f, 7);
+  fence_on(&f, "WAIT", 7);
+  cr_assert_eq(xf__flow_reply(&f, XF_EIO, NULL, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EIO, "a WAIT unanswered is returned: the raise may be lost");
+  raise_on(&f, 7);
+  fence_on(&f, "WAIT", 7);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("-ERR nope\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EREDIS);
+  cr_expect_eq(c->stats.fence_failed, 0);
+}
+
+/* WAIT counts its own connection's writes: one on another stream than the
+ * raise's (a reconnect in between) says nothing of it. The tag is raised
+ * once more, then the call fails. */
+Test(flow_kinds, a_wait_on_another_stream_than_its_raise_s_raises_again) {
+  map_with_replicas(1);
+  xf__flow f;
+  raise_on(&f, 7);
+  fence_on(&f, "WAIT", 8);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_SEND);
+  expect_arg(&f, 1, xf__scripts[XF_SCRIPT_TAG_BUMP].sha);
+  *f.cmd.stream_out = 8;
+  fence_on(&f, "WAIT", 8);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  raise_on(&f, 7);
+  fence_on(&f, "WAIT", 8);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_SEND);
+  *f.cmd.stream_out = 9;
+  fence_on(&f, "WAIT", 10);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_EIO);
+}
+
+/* No replica known (a master alone in the map; standalone: no map): the
+ * PING, whose failure is counted, not returned. */
+Test(flow_kinds, a_raise_without_a_replica_known_is_fenced_by_a_ping) {
+  map_with_replicas(0);
+  xf__flow f;
+  raise_on(&f, 7);
+  fence_on(&f, "PING", 7);
+  cr_assert_eq(f.cmd.argc, 1);
+  cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("+PONG\r\n"), 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  raise_on(&f, 7);
+  fence_on(&f, "PING", 7);
+  cr_assert_eq(xf__flow_reply(&f, XF_EIO, NULL, 0), XF_STEP_DONE);
+  cr_expect_eq(f.rc, XF_OK);
+  cr_expect_eq(c->stats.fence_failed, 1);
 }

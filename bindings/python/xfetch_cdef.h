@@ -18,7 +18,8 @@ enum {
   XF_ESUPERSEDED = -14,
   XF_ECANCELED = -15,
   XF_EBUSY = -16,
-  XF_ETLS = -17
+  XF_ETLS = -17,
+  XF_ENOTREPLICATED = -18
 };
 
 const char *xf_strerror(int rc);

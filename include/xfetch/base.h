@@ -45,7 +45,10 @@ extern "C" {
   XF_ERR(EBUSY, -16, "every pooled client stayed busy for the checkout timeout")           \
   XF_ERR(ETLS, -17,                                                                        \
          "TLS failed: certificate not trusted, host name mismatch, or the handshake "      \
-         "failed or timed out")
+         "failed or timed out")                                                            \
+  XF_ERR(ENOTREPLICATED, -18,                                                              \
+         "written on the master, but no replica acknowledged it in time: a failover may "  \
+         "lose it")
 
 /* Return codes. */
 enum {

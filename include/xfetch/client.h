@@ -185,13 +185,19 @@ XF_EXPORT int xf_delete(xf_client *c, const char *key, size_t keylen);
 /* Invalidates ntags tags (policy.tags' names; at most XF_MAX_TAGS): one
  * write of each tag's own key (a version, raised), whatever the number of
  * entries that carry it, never a scan, each followed by a PING on its
- * connection (the write fence, always: near caches keep versions). Once it
- * returns XF_OK, no tagged call of any client serves an entry loaded before
- * it as fresh: each is a miss,
- * loaded once per key again (stats.tag_invalidated). Returns XF_OK, XF_EINVAL
- * (a bad name), or Redis' error (XF_EIO, XF_ECONNECT, XF_EUNAVAILABLE...):
- * then some of the tags may be invalidated, and the call should be made
- * again. */
+ * connection (the write fence, always: near caches keep versions). On Redis
+ * Cluster, where the client's slot map gives the tag's master a replica, the
+ * PING is WAIT 1 with half options.command_timeout_ms as its timeout: the
+ * call goes on once a replica has the raise, so a failover after it returned
+ * does not lose it. Once it returns XF_OK, no tagged call of any client
+ * serves an entry loaded before it as fresh: each is a miss, loaded once per
+ * key again (stats.tag_invalidated). Returns XF_OK, XF_EINVAL (a bad name),
+ * XF_ENOTREPLICATED (a tag was raised on its master, but no replica
+ * acknowledged it within that timeout: a failover could lose it; the tags
+ * after it were not raised), or Redis' error (XF_EIO, XF_ECONNECT,
+ * XF_EUNAVAILABLE...). After an error some of the tags may be invalidated,
+ * and the call should be made again (raising a tag twice costs one more miss
+ * per entry, nothing else). */
 XF_EXPORT int xf_invalidate_tags(xf_client *c, const char *const *tags, size_t ntags);
 
 /* Invalidates every entry of the client's namespace (its key_prefix) in

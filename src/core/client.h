@@ -41,6 +41,7 @@ struct xf_client {
   xf__buf request; /* the RESP encoding of the command being sent */
   unsigned long fork_generation; /* of the process that owns the connections */
   char conn_err[256];            /* the event-loop driver's: why its connection dropped */
+  uint64_t streams;              /* streams its links started: each one's number (link.h) */
   int load_moved;                /* the last get-or-compute timed out with its loader still
                                     running on a worker (blocking_timeout.c, bindings.h) */
   union { /* what the flow reads (flow_env.h): c->prefix is c->cfg.prefix */

@@ -363,7 +363,7 @@ xf__step xf__flow_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) {
     f->script_loading = 0;
     return xf__flow_cancel(f);
   }
-  if (f->state == XF__BUMP && f->tag_fencing) /* a PING: no script */
+  if (f->state == XF__BUMP && f->tag_fencing) /* a PING or a WAIT: no script */
     return xf__flow_tags_reply(f, rc, r, now_ms);
   int script = script_for(f->state);
   if (f->script_loading) { /* the reply to SCRIPT LOAD: resend the command */

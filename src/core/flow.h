@@ -137,8 +137,12 @@ typedef struct xf__flow {
   int tag_ns;
   size_t tag_i;
   int tag_next;
-  int tag_plain;   /* XF__TAGS: a GET (kept in the near cache), else tag_read.lua */
-  int tag_fencing; /* XF__BUMP: the PING after a raise (the write fence) */
+  int tag_plain;        /* XF__TAGS: a GET (kept in the near cache), else tag_read.lua */
+  int tag_fencing;      /* XF__BUMP: the fence after a raise: a PING, or a WAIT */
+  int tag_wait;         /* that fence is WAIT 1: the tag's master has a replica */
+  int tag_raised_again; /* the raise was sent again: its WAIT went on another stream */
+  uint64_t tag_raise_stream, tag_fence_stream; /* the streams the raise and its fence
+                                                  went on (resp.h; 0: not said) */
   xf__key tag_key;
   int64_t tag_versions[XF_MAX_TAGS];
   unsigned char tag_rec[5 + 8 * XF_MAX_TAGS];

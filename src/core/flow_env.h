@@ -31,6 +31,8 @@
   int write_fence;   /* 1: a write that changes an entry is followed by a PING before      \
                         it returns (options.write_fence, resolved) */                      \
   int namespace_tag; /* every entry carries the prefix's tag (options.namespace_tag) */    \
+  int tag_wait_ms;   /* the WAIT after a tag's raise where its master has a replica:       \
+                        its timeout (half the command timeout: flow_tag_raise.c) */        \
   int64_t tombstone_ms;                                                                    \
   int read_from_replicas;                                                                  \
   xf_event_fn on_event; /* options.on_event (event.h); NULL = none */                      \
@@ -54,13 +56,13 @@
                        call's) */                                                          \
   int one_node;     /* every key on one server (standalone): a command may read any        \
                        keys together (a tagged read its tags': flow_tags.c) */             \
-  const struct xf__cluster_map *slot_map; /* the router's (route.c), read on the       \
-                       driver's thread: which master a tag's key is on (flow_tags.c);  \
+  const struct xf__cluster_map *slot_map; /* the router's (route.c), read on the           \
+                       driver's thread: which master a tag's key is on (flow_tags.c);      \
                        NULL: unknown */                                                    \
-  int near_wake_fd; /* > 0: the write end of an event loop's wake pipe                     \
-                       (xf_call_wake_open): its waits end on a write */                    \
-  int link_wakes;   /* links with a wake pipe (xf_link_open): their parked                 \
-                       calls' waits end on a write */                                      \
+  int near_wake_fd;             /* > 0: the write end of an event loop's wake pipe         \
+                                   (xf_call_wake_open): its waits end on a write */        \
+  int link_wakes;               /* links with a wake pipe (xf_link_open): their parked     \
+                                   calls' waits end on a write */                          \
   uint64_t near_elect_hash;     /* near_elect: a near hit's draw elected an early */       \
   size_t near_elect_len;        /* refresh of the key of this hash and length that */      \
   int near_elect;               /* the next call takes up (xf__flow_near_elect) */         \

@@ -129,6 +129,15 @@ void xf__flow_tags_free(xf__flow *f);
 void xf__flow_tags_encode(xf__flow *f);
 /* A reply to XF__TAGS or XF__BUMP (rc as xf__flow_reply's, r taken). */
 xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
+/* The next tag raised (XF__BUMP, its key built), or the call's end. */
+xf__step xf__flow_tags_raise_next(xf__flow *f);
+
+/* flow_tag_raise.c: a tag just raised: its near copy dropped, then the
+ * fence's SEND; the fence's command (a PING or a WAIT) into f->cmd; its
+ * reply (rc as xf__flow_reply's, r taken): the next tag, or the end. */
+xf__step xf__flow_tags_raised(xf__flow *f);
+void xf__flow_tags_fence_cmd(xf__flow *f);
+xf__step xf__flow_tags_fenced(xf__flow *f, int rc, xf__reply *r);
 
 /* flow_tag_record.c: how many tags the call carries (the namespace's
  * last); the record of the versions read (f->tag_versions into f->tag_rec);

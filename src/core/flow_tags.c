@@ -32,9 +32,10 @@
  * invalidation of the key overtook the read) and dropped by Redis' own
  * invalidation when the tag is raised anywhere, so a tagged call whose
  * versions are kept sends nothing for them. An invalidation drops its own
- * copies and always PINGs the tag's connection before it goes on (the write
- * fence, flow.c, whatever options.write_fence says): once it returns, Redis
- * has sent the invalidation to every near cache of the fleet.
+ * copies and always fences each raise on the tag's connection before it goes
+ * on (flow_tag_raise.c: a PING, or a WAIT where the tag's master has a
+ * replica): once it returns, Redis has sent the invalidation to every near
+ * cache of the fleet, and a replica that takes over has it.
  *
  * The tag record, and an entry judged by it: flow_tag_record.c. */
 #include <stdlib.h>
@@ -103,7 +104,6 @@ void xf__flow_tags_free(xf__flow *f) {
 }
 
 static xf__step next_tag(xf__flow *f);
-static xf__step bump_next(xf__flow *f);
 static xf__step by_node_send(xf__flow *f);
 
 int xf__flow_tags_near_fast(xf__flow *f, xf__step *step) {
@@ -200,7 +200,7 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
   }
   f->tag_i = 0;
   f->tag_next = next;
-  f->tag_fencing = 0;
+  f->tag_fencing = f->tag_raised_again = 0;
   if (read_with_entry(f) && build_read_keys(f) == XF_OK) {
     f->tag_in_read = 1; /* the versions come with the entry (xf__flow_tags_split_read) */
     *step = xf__flow_send(f, XF__READ);
@@ -227,7 +227,7 @@ int xf__flow_tags_first(xf__flow *f, int next, xf__step *step) {
                                    .names = f->tag_names64,
                                    .until_ms = INT64_MAX};
   }
-  *step = f->kind == XF_KIND_INVALIDATE ? bump_next(f) : next_tag(f);
+  *step = f->kind == XF_KIND_INVALIDATE ? xf__flow_tags_raise_next(f) : next_tag(f);
   return 1;
 }
 
@@ -253,11 +253,8 @@ static int build_key(xf__flow *f, size_t i) {
 
 void xf__flow_tags_encode(xf__flow *f) {
   const xf__port_near *near = f->rt->ports.near;
-  if (f->tag_fencing) { /* on the tag's key: where its raise went */
-    xf__cmd_begin(&f->cmd, f->tag_key.data, f->tag_key.len);
-    f->cmd.argc = 1;
-    f->cmd.argv[0] = "PING";
-    f->cmd.lens[0] = 4;
+  if (f->tag_fencing) {
+    xf__flow_tags_fence_cmd(f);
     return;
   }
   if (f->state == XF__TAGS && f->tag_all_at_once) { /* the keys after the entry's */
@@ -284,6 +281,10 @@ void xf__flow_tags_encode(xf__flow *f) {
   }
   int script = f->state == XF__BUMP ? XF_SCRIPT_TAG_BUMP : XF_SCRIPT_TAG_READ;
   xf__script_cmd(&f->cmd, script, f->tag_key.data, f->tag_key.len, 0, NULL, NULL);
+  if (f->state == XF__BUMP) {
+    f->tag_raise_stream = 0;
+    f->cmd.stream_out = &f->tag_raise_stream;
+  }
 }
 
 /* Every tag read (or raised): on to the call's own steps. */
@@ -388,18 +389,8 @@ int xf__flow_tags_split_read(xf__flow *f, xf__reply **r, xf__step *step) {
   return 1;
 }
 
-/* A tag raised: its near copy dropped, then the fence or the next tag. */
-static xf__step bumped(xf__flow *f) {
-  const xf__ports *ports = &f->rt->ports;
-  if (ports->near)
-    ports->near->drop(ports->self, f->tag_key.data, f->tag_key.len);
-  /* always: an invalidation is rare, a near hit of an old version not */
-  f->tag_fencing = 1;
-  return xf__flow_send(f, XF__BUMP);
-}
-
 /* The next tag raised (its key built), or the end. */
-static xf__step bump_next(xf__flow *f) {
+xf__step xf__flow_tags_raise_next(xf__flow *f) {
   if (f->tag_i >= xf__flow_tag_count(f))
     return tags_done(f);
   if (build_key(f, f->tag_i) != XF_OK)
@@ -482,15 +473,8 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     return read_all_at_once(f, r);
   if (rc == XF_OK && f->state == XF__TAGS && f->tag_by_node)
     return read_by_node(f, r);
-  if (f->tag_fencing) { /* the PING after a raise: counted when it failed, not returned */
-    if (rc != XF_OK || (r && r->type == XF_REPLY_ERROR))
-      f->rt->stats.fence_failed++;
-    if (r)
-      xf__reply_free(r);
-    f->tag_fencing = 0;
-    f->tag_i++;
-    return bump_next(f);
-  }
+  if (f->tag_fencing)
+    return xf__flow_tags_fenced(f, rc, r);
   if (rc == XF_OK && f->state == XF__TAGS && f->tag_plain && r->type == XF_REPLY_NIL) {
     xf__reply_free(r); /* a tag never seen, or its key gone: made by the script */
     f->tag_plain = 0;
@@ -524,5 +508,5 @@ xf__step xf__flow_tags_reply(xf__flow *f, int rc, xf__reply *r, int64_t now_ms) 
     f->tag_versions[f->tag_i++] = v;
     return next_tag(f);
   }
-  return bumped(f);
+  return xf__flow_tags_raised(f);
 }

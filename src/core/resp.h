@@ -4,6 +4,7 @@
 #define XF_RESP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct xf__buf {
   char *data;
@@ -55,6 +56,12 @@ typedef struct xf__cmd {
    * not track leaves it as it was (node NULL: the read is not kept). NULL =
    * not asked. Whoever fills argv clears it. */
   struct xf__track *track_out;
+  /* Where the transport says which stream (one connection, from its connect
+   * to its end) it put the command on: *stream_out = that stream's number,
+   * unique among the client's (link.h), set when it is queued there; a
+   * transport that does not know leaves it as it was. NULL = not asked.
+   * Whoever fills argv clears it. */
+  uint64_t *stream_out;
 } xf__cmd;
 
 /* Starts a command on key (NULL: none): no arguments yet, and every routing
@@ -70,6 +77,7 @@ static inline void xf__cmd_begin(xf__cmd *cmd, const char *key, size_t keylen) {
   cmd->ask_node = 0;
   cmd->asked_out = NULL;
   cmd->track_out = NULL;
+  cmd->stream_out = NULL;
 }
 
 /* Encodes argv as a RESP array of bulk strings into buf (replacing its

@@ -183,6 +183,7 @@ int xf__link_start(xf__link *l, int64_t now_ms) {
   if (!(l->rd = xf__reader_create()))
     return xf__fail(l->c, XF_ENOMEM, "out of memory for a connection");
   l->live = 1;
+  l->stream = ++l->c->streams;
   l->setup_rc = XF_OK;
   l->progress_ms = now_ms;
   l->refresh_ms = -1;
@@ -260,6 +261,8 @@ int xf__link_submit(xf__link *l, const xf__cmd *cmd, int opts, int64_t now_ms,
     l->progress_ms = now_ms;
   if (cmd->clock_out) /* the reply will tell of this server's clock */
     *cmd->clock_out = l->clock;
+  if (cmd->stream_out) /* a reply comes on the stream its command went on */
+    *cmd->stream_out = l->stream;
   return XF_OK;
 }
 

@@ -144,6 +144,8 @@ struct xf__link {
   xf__link_pending *fifo; /* awaiting replies, oldest first (a ring) */
   size_t fifo_at, fifo_len, fifo_cap;
   unsigned gen;        /* one more on every start and failure */
+  uint64_t stream;     /* this stream's number among the client's (c->streams), from
+                          1: a command's stream_out (resp.h) */
   int64_t progress_ms; /* last sign of life: start, connect, a reply */
   int64_t refresh_ms;  /* when a read script last went to refresh the clock (-1) */
   /* Across streams. */

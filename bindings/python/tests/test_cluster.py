@@ -225,3 +225,70 @@ def test_get_many_of_warm_keys_sends_one_mget_per_slot(cluster, face):
         assert sent["mget"] <= 3, sent
         assert sent["evalsha_ro"] <= 3 + 5, sent  # one per slot at most
         assert sent["get"] <= len(keys), sent
+
+
+@pytest.fixture(scope="module")
+def replicated():
+    with xfetch.testing.RedisCluster(masters=3, replicas=1) as c:
+        # A client knows a master's replicas from CLUSTER SLOTS, which lists a
+        # replica once its node heard of its replication offset: wait for it.
+        deadline = time.monotonic() + 10
+        while not all(len(r) > 3 for p in c.ports
+                      for r in redis.Redis(port=p).execute_command("CLUSTER SLOTS")):
+            assert time.monotonic() < deadline, "replicas never listed in CLUSTER SLOTS"
+            time.sleep(0.05)
+        yield c
+
+
+def _raises_and_waits(port, invalidate):
+    """Runs invalidate() under MONITOR on the node at port: the raises
+    (EVALSHA on a tag's key), the WAITs, and the WAITs sent from the client
+    address of the raise before them."""
+    import re
+    import socket
+    mon = socket.create_connection(("127.0.0.1", port))
+    mon.sendall(b"MONITOR\r\n")
+    buf = b""
+    while b"\r\n" not in buf:
+        buf += mon.recv(4096)
+    invalidate()
+    redis.Redis(port=port).echo("xft-monitor-end")
+    while b"xft-monitor-end" not in buf:
+        buf += mon.recv(65536)
+    mon.close()
+    raises = waits = same = 0
+    last = None
+    for line in buf.split(b"\r\n"):
+        m = re.match(rb'\+[\d.]+ \[\d+ (\S+)\] "(\w+)"', line)
+        if not m or b" lua] " in line:
+            continue
+        addr, cmd = m.groups()
+        if cmd == b"EVALSHA" and b'xf-tag:{' in line:
+            raises, last = raises + 1, addr
+        elif cmd == b"WAIT":
+            waits, same = waits + 1, same + (addr == last)
+    return raises, waits, same
+
+
+def test_an_invalidation_waits_for_a_replica_on_its_raise_s_connection(replicated, face):
+    """Where a tag's master has a replica, invalidate_tags returns once one
+    has the raise (WAIT 1, on the raise's own connection: WAIT counts that
+    connection's writes), so a failover does not undo it."""
+    cache = face.Cache(replicated.url, prefix=f"wr:{face.kind}:")
+    face.run(cache.invalidate_tags(["wr"]))  # connected, mapped, scripts loaded
+    port = next(p for p in replicated.ports if _owns(p, "xf-tag:{wr}"))
+
+    def twice():
+        for _ in range(2):
+            face.run(cache.invalidate_tags(["wr"]))
+    assert _raises_and_waits(port, twice) == (2, 2, 2)
+
+
+def _owns(port, key):
+    """Whether the node at port is the master serving key's slot."""
+    r = redis.Redis(port=port)
+    slot = r.execute_command("CLUSTER KEYSLOT", key)
+    for start, end, master, *_ in r.execute_command("CLUSTER SLOTS"):
+        if start <= slot <= end:
+            return master[1] == port
+    return False

@@ -16,7 +16,8 @@ from ._cache import Cache, Fetched
 from ._decorator import cached
 from ._events import Event
 from ._errors import (AuthError, CanceledError, ConnectionError, ConnectionLostError, Error,
-                      InvalidArgumentError, LoaderError, NotFoundError, NotSetUpError, OutOfMemoryError,
+                      InvalidArgumentError, LoaderError, NotFoundError, NotReplicatedError,
+                      NotSetUpError, OutOfMemoryError,
                       BusyError, NoPermissionError, ProtocolError, RedisError, SupersededError, TLSError,
                       TimeoutError, UnavailableError,
                       WrongTypeError, check)
@@ -35,5 +36,5 @@ __all__ = ["Cache", "Fetched", "Event", "UNCHANGED", "Previous", "Validated", "C
            "AsyncCachedMethod", "cached", "Error", "InvalidArgumentError", "OutOfMemoryError",
            "ConnectionError", "ConnectionLostError", "RedisError", "ProtocolError",
            "TimeoutError", "LoaderError", "NotFoundError", "WrongTypeError", "AuthError",
-           "SupersededError", "NotSetUpError", "UnavailableError", "NoPermissionError", "BusyError", "CanceledError", "TLSError", "check",
+           "SupersededError", "NotSetUpError", "NotReplicatedError", "UnavailableError", "NoPermissionError", "BusyError", "CanceledError", "TLSError", "check",
            "ffi", "lib"]

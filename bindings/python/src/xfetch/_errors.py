@@ -93,6 +93,12 @@ class TLSError(ConnectionError):
     misconfiguration: never served fail-open, raised by every call."""
 
 
+class NotReplicatedError(Error):
+    """XF_ENOTREPLICATED: invalidate_tags raised a tag on its Redis Cluster
+    master, but no replica acknowledged it in time: a failover may lose it.
+    Call invalidate_tags again."""
+
+
 class NotSetUpError(Error, RuntimeError):
     """A call on a Cache made without a URL before its setup(url, ...): the
     Cache is made at import time and connected at startup by setup()."""
@@ -126,6 +132,7 @@ _BY_CODE = {
     lib.XF_ECANCELED: CanceledError,
     lib.XF_EBUSY: BusyError,
     lib.XF_ETLS: TLSError,
+    lib.XF_ENOTREPLICATED: NotReplicatedError,
 }
 
 
