@@ -245,8 +245,8 @@ static void dump_slow(const run_spec *s, const arena *a) {
   size_t n = a->nsamples < a->cap_samples ? a->nsamples : a->cap_samples;
   for (size_t i = 0; f && i < n; i++)
     if (a->samples[i].lat_us >= 50000)
-      fprintf(f, "%.3f %.3f %u\n", a->samples[i].t_us / 1e3,
-              a->samples[i].lat_us / 1e3, (unsigned)a->samples[i].flags);
+      fprintf(f, "%.3f %.3f %u\n", a->samples[i].t_us / 1e3, a->samples[i].lat_us / 1e3,
+              (unsigned)a->samples[i].flags);
   if (f)
     fclose(f);
 }

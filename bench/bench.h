@@ -124,6 +124,9 @@ typedef struct target {
 
 int target_parse_url(target *t, const char *url);
 int target_start_server(target *t);
+/* The redis-server on 127.0.0.1:port (port non-zero: someone else's, left
+ * running), or a throwaway one started as target_start_server does. */
+int target_local_or_start(target *t, int port);
 /* The same with extra redis-server arguments (NULL-terminated; may be NULL). */
 int target_start_server_with(target *t, const char *const *extra);
 int target_free_port(void);

@@ -80,13 +80,9 @@ int main(int argc, char **argv) {
     else
       k = atol(argv[i]);
   size_t len = make_json();
-  target t = {0};
-  if (port) {
-    snprintf(t.host, sizeof t.host, "127.0.0.1");
-    t.port = port;
-  } else if (target_start_server(&t) != 0) {
+  target t;
+  if (target_local_or_start(&t, port) != 0)
     return 1;
-  }
   t.entry_format = XF_ENTRY_STRING;
   xf_options o = target_options(&t);
   xf_client *c = NULL;

@@ -132,13 +132,9 @@ int main(int argc, char **argv) {
             "[--fail-ms FAIL] [--load-ms LOAD] [--throttle-ms THROTTLE] [--port P]\n");
     return 2;
   }
-  target t = {0};
-  if (port) {
-    snprintf(t.host, sizeof t.host, "127.0.0.1");
-    t.port = port;
-  } else if (target_start_server(&t) != 0) {
+  target t;
+  if (target_local_or_start(&t, port) != 0)
     return 1;
-  }
   xf_options o = target_options(&t);
   fleet *f =
       mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

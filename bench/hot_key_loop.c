@@ -92,13 +92,9 @@ int main(int argc, char **argv) {
                     "[--load-ms LOAD] [--share | --near] [--port P] [format1]\n");
     return 2;
   }
-  target t = {0};
-  if (port) {
-    snprintf(t.host, sizeof t.host, "127.0.0.1");
-    t.port = port;
-  } else if (target_start_server(&t) != 0) {
+  target t;
+  if (target_local_or_start(&t, port) != 0)
     return 1;
-  }
   t.entry_format = format;
   r.o = target_options(&t);
   xf_share *share = NULL;

@@ -141,6 +141,15 @@ static int await_ready(target *t) {
 
 int target_start_server(target *t) { return target_start_server_with(t, NULL); }
 
+int target_local_or_start(target *t, int port) {
+  if (!port)
+    return target_start_server(t);
+  memset(t, 0, sizeof *t);
+  snprintf(t->host, sizeof t->host, "127.0.0.1");
+  t->port = port;
+  return 0;
+}
+
 int target_start_server_with(target *t, const char *const *extra) {
   memset(t, 0, sizeof *t);
   snprintf(t->host, sizeof t->host, "127.0.0.1");

@@ -192,13 +192,9 @@ int main(int argc, char **argv) {
       len = (size_t)atol(argv[++i]);
     else
       n = atoi(argv[i]);
-  target t = {0};
-  if (port) {
-    snprintf(t.host, sizeof t.host, "127.0.0.1");
-    t.port = port;
-  } else if (target_start_server(&t) != 0) {
+  target t;
+  if (target_local_or_start(&t, port) != 0)
     return 1;
-  }
   char *value = malloc(len);
   redisContext *r = target_connect(&t, 2000);
   int bad = !value || !r;

@@ -168,13 +168,9 @@ int main(int argc, char **argv) {
                     "[--every-ms EVERY (> LOAD, < DUR)] [--port P]\n");
     return 2;
   }
-  target t = {0};
-  if (port) {
-    snprintf(t.host, sizeof t.host, "127.0.0.1");
-    t.port = port;
-  } else if (target_start_server(&t) != 0) {
+  target t;
+  if (target_local_or_start(&t, port) != 0)
     return 1;
-  }
   xf_options o = target_options(&t);
   int rc = one_run(&o, threads, ms, load_ms, every_ms, 0) |
            one_run(&o, threads, ms, load_ms, every_ms, 1);
