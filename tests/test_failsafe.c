@@ -24,6 +24,19 @@ static void del(const char *key) {
   redisFree(r);
 }
 
+/* The drivers' options: the shared server, the suite's entry format, and
+ * the fixture's patience (fixture.h: 10 s connect and command timeouts): no
+ * test here is about a timeout, and a read that timed out on a busy machine
+ * would fail open (the loader run uncached, the stale value it waited for
+ * not served). */
+static xf_options patient_options(void) {
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.entry_format = xft_entry_format();
+  o.connect_timeout_ms = o.command_timeout_ms = XFT_PATIENT_MS;
+  return o;
+}
+
 static void count_failsafe(const xf_event *ev, void *ud) {
   if (ev->type == XF_EV_FAILSAFE)
     __atomic_add_fetch((int *)ud, 1, __ATOMIC_ACQ_REL);
@@ -63,9 +76,7 @@ static int second_callers_loads(int driver, const char *key, int64_t throttle_ms
                                 int *failsafe_events, xf_stats *second_stats) {
   xf_policy p = failsafe_policy(throttle_ms);
   a_stale_good_value(key, &p);
-  xf_options o = XF_OPTIONS_INIT;
-  o.port = xft_port();
-  o.entry_format = xft_entry_format();
+  xf_options o = patient_options();
   xft_drv *first = xft_drv_open(driver, &o);
   o.on_event = count_failsafe;
   o.on_event_ud = failsafe_events;
@@ -132,9 +143,7 @@ Test(failsafe, the_batch_serves_the_last_good_value) {
   const char *key = "fs:batch";
   xf_policy p = failsafe_policy(THROTTLE_MS);
   a_stale_good_value(key, &p);
-  xf_options o = XF_OPTIONS_INIT;
-  o.port = xft_port();
-  o.entry_format = xft_entry_format();
+  xf_options o = patient_options();
   xft_drv *first = xft_drv_open(XFT_BLOCKING, &o);
   xft_op_loader failing = {.fail = 5};
   xf_value v;
@@ -164,9 +173,7 @@ Test(failsafe, a_caller_without_the_throttle_sees_a_live_lease) {
   const char *key = "fs:unaware";
   xf_policy p = failsafe_policy(THROTTLE_MS);
   a_stale_good_value(key, &p);
-  xf_options o = XF_OPTIONS_INIT;
-  o.port = xft_port();
-  o.entry_format = xft_entry_format();
+  xf_options o = patient_options();
   xft_drv *d = xft_drv_open(XFT_BLOCKING, &o);
   xft_op_loader failing = {.fail = 5};
   xf_value v;
@@ -369,9 +376,7 @@ ParameterizedTest(int *driver, failsafe,
   xf_policy p = failsafe_policy(0);
   a_stale_good_value(key, &p);
   holder h;
-  xf_options o = XF_OPTIONS_INIT;
-  o.port = xft_port();
-  o.entry_format = xft_entry_format();
+  xf_options o = patient_options();
   o.on_event = go_when_waiting; /* the holder fails once this call waits */
   o.on_event_ud = &h;
   xft_drv *d = xft_drv_open(*driver, &o); /* opened (asserted) before the holder runs */
@@ -401,9 +406,7 @@ ParameterizedTest(int *driver, failsafe,
   xf_policy p = failsafe_policy(0);
   a_stale_good_value(key, &p);
   holder h;
-  xf_options o = XF_OPTIONS_INIT;
-  o.port = xft_port();
-  o.entry_format = xft_entry_format();
+  xf_options o = patient_options();
   xft_drv *d = xft_drv_open(*driver, &o); /* opened (asserted) before the holder runs */
   holder_start(&h, key, &p);              /* held until this call ended */
   xf_policy impatient = p;
