@@ -314,6 +314,8 @@ ParameterizedTest(tcase *t, ud_lifetime, kept_across_the_handoff_and_dropped_onc
   cr_log_info("%s, %s", driver_names[t->d], ending_names[t->e]);
   if (t->e == E_FORK)
     XFT_SKIP_THREADED_FORK();
+  else if (getenv("XFT_ONLY_FORKS")) /* the release stage's native run of the forks */
+    cr_skip_test("not a fork: run under the sanitizers");
   G.test_thread = pthread_self();
   handle h;
   open_handle(&h, t->d);
