@@ -21,6 +21,11 @@
 #include <criterion/parameterized.h>
 
 #include "op_drivers.h"
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#endif
 #endif
 
 #define HOST "127.0.0.1"
@@ -558,6 +563,13 @@ static void drv_invalidate(xft_drv *d, const char *what, const char *const *tags
                xft_drv_errmsg(d));
 }
 
+/* Under valgrind (memcheck: one test at a time on the cluster) the tags'
+ * tests run the blocking driver's cases; ASan and TSan run every driver's. */
+static void tag_drivers_skip_under_valgrind(int driver) {
+  if (driver != XFT_BLOCKING && RUNNING_ON_VALGRIND)
+    cr_skip_test("the blocking driver's case only, under valgrind");
+}
+
 ParameterizedTestParameters(cluster_client, tags_in_other_slots_than_their_entries) {
   static int drivers[] = XFT_ALL_DRIVERS;
   return cr_make_param_array(int, drivers, XFT_NDRIVERS);
@@ -571,6 +583,7 @@ ParameterizedTestParameters(cluster_client, tags_in_other_slots_than_their_entri
 ParameterizedTest(int *driver, cluster_client, tags_in_other_slots_than_their_entries) {
   if (xft_cluster_entry_format() == XF_ENTRY_HASH)
     cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
+  tag_drivers_skip_under_valgrind(*driver);
   const char *what = xft_driver_names[*driver];
   xft_drv *d = node_drv(*driver, 0);
   xf_client *other = node_client(5);
@@ -698,6 +711,7 @@ ParameterizedTest(int *driver, cluster_client,
                   a_tagged_hit_reads_its_tags_with_one_command_per_node) {
   if (xft_cluster_entry_format() == XF_ENTRY_HASH)
     cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
+  tag_drivers_skip_under_valgrind(*driver);
   const char *what = xft_driver_names[*driver];
   xft_drv *d = node_drv(*driver, 0);
   char key[48];
@@ -852,6 +866,7 @@ ParameterizedTestParameters(cluster_client, a_tags_slot_moved_is_followed) {
 ParameterizedTest(int *driver, cluster_client, a_tags_slot_moved_is_followed) {
   if (xft_cluster_entry_format() == XF_ENTRY_HASH)
     cr_skip_test("tags need entry format 2 (format 1 refuses them: XF_EINVAL)");
+  tag_drivers_skip_under_valgrind(*driver);
   const char *what = xft_driver_names[*driver];
   char moved[32], kept[32], moved_key[48], kept_key[48], key[48];
   xft_node from, to, owner, unused;
