@@ -64,14 +64,19 @@ int xf__flow_tags_version(const xf__reply *r, int64_t *v) {
   return 1;
 }
 
-/* e refused as invalidated (raised: a version of its tags was raised, else it
- * carries other tags): its value cleared, counted and told; 0. */
-static int refuse(xf__flow *f, xf__entry *e, int raised) {
-  e->value = NULL; /* its reply still holds it: freed with the entry */
+/* e judged invalidated (raised: a version of its tags was raised, else it
+ * carries other tags): marked, counted and told; 0. */
+static int told_invalidated(xf__flow *f, xf__entry *e, int raised) {
   e->invalidated = 1;
   f->rt->stats.tag_invalidated++;
   xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, raised ? XF_TAG_RAISED : XF_TAG_OTHER);
   return 0;
+}
+
+/* e refused as invalidated: its value cleared, then told; 0. */
+static int refuse(xf__flow *f, xf__entry *e, int raised) {
+  e->value = NULL; /* its reply still holds it: freed with the entry */
+  return told_invalidated(f, e, raised);
 }
 
 /* When the newest raise of e's tags happened (server ms): the largest current
@@ -101,10 +106,7 @@ static int expire_at_raise(xf__flow *f, xf__entry *e) {
     since_ms = 1;
   if (-since_ms < e->remaining_ms)
     e->remaining_ms = -since_ms;
-  e->invalidated = 1;
-  f->rt->stats.tag_invalidated++;
-  xf__emit(f, XF_EV_TAG_INVALIDATED, -1, 0, XF_TAG_RAISED);
-  return 0;
+  return told_invalidated(f, e, 1);
 }
 
 int xf__flow_tags_judge(xf__flow *f, xf__entry *e) {
