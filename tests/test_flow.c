@@ -440,3 +440,50 @@ Test(flow, a_read_many_error_reaches_every_flow) {
   cr_expect_eq(xf__flow_reply(&f[1], XF_EREDIS, NULL, 0), XF_STEP_DONE);
   cr_expect_eq(f[1].rc, XF_EREDIS);
 }
+
+/* A stale window of W ms serves a value at most W ms past its ttl, the
+ * entry's remaining time in (-W, 0], as Redis keeps it (its PEXPIRE is the
+ * ttl plus the window): a window of 0 serves nothing past the ttl, not even
+ * in the ms it ends. Here another caller holds the lease, with wait_ms 0. */
+Test(flow, a_stale_window_of_w_ms_serves_w_ms_past_the_ttl_and_no_more) {
+  static const struct {
+    int64_t stale_ms, remaining_ms;
+    int served;
+  } cases[] = {{0, 0, 0}, {1, 0, 1}, {1, -1, 0}, {5, -4, 1}, {5, -5, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    for (int if_error = 0; if_error <= 1; if_error++) {
+      xf_policy p = XF_POLICY_INIT;
+      p.wait_ms = 0;
+      p.on_wait_timeout = XF_WAIT_FAIL;
+      if (if_error)
+        p.stale_if_error_ms = cases[i].stale_ms;
+      else
+        p.stale_ms = cases[i].stale_ms;
+      char read[160];
+      snprintf(
+          read, sizeof read,
+          "*8\r\n$3\r\nold\r\n:1000\r\n:%lld\r\n:%d\r\n:0\r\n:1060000\r\n:0\r\n$0\r\n\r\n",
+          (long long)cases[i].remaining_ms, if_error ? 0 : 1);
+      xf_value v = {0};
+      xf__flow f;
+      xf__flow_begin(bound(&f), "k", 1, &p, &v, 0);
+      xf__step step = xf__flow_reply(&f, XF_OK, reply(read), 0);
+      if (if_error) { /* no lease held: this call loads, and its loader fails */
+        cr_assert_eq(step, XF_STEP_SEND, "case %zu", i);
+        cr_assert_eq(xf__flow_reply(&f, XF_OK, reply("*2\r\n:1\r\n:1060000\r\n"), 0),
+                     XF_STEP_LOAD);
+        step = xf__flow_loaded(&f, 5, 1, 0);
+        if (step == XF_STEP_SEND) /* the release of its lease */
+          step = xf__flow_reply(&f, XF_OK, reply(":1\r\n"), 0);
+      }
+      cr_assert_eq(step, XF_STEP_DONE, "case %zu, %s", i, if_error ? "if_error" : "stale");
+      cr_expect_eq(f.rc == XF_OK, cases[i].served,
+                   "case %zu (%s): window %lld, remaining %lld", i,
+                   if_error ? "stale_if_error_ms" : "stale_ms",
+                   (long long)cases[i].stale_ms, (long long)cases[i].remaining_ms);
+      if (cases[i].served)
+        cr_expect_eq(v.source, XF_SOURCE_STALE);
+      xf_value_free(&v);
+    }
+  }
+}

@@ -94,7 +94,7 @@ static xf__step serve(xf__flow *f, xf_source source) {
 
 /* Whether e's value may be served when a load fails (stale_if_error_ms). */
 int xf__flow_within_stale_if_error(const xf__flow *f, const xf__entry *e) {
-  return e->value && !e->negative && -e->remaining_ms <= f->p->stale_if_error_ms;
+  return !e->negative && xf__flow_within_window(e, f->p->stale_if_error_ms);
 }
 
 /* ---- miss: lease, stale, or wait ---------------------------------------------- */
@@ -131,7 +131,7 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
     if (f->hard_wait) /* no caller waits past its hard timeout */
       f->give_up_ms = f->began_ms + hard_ms;
   }
-  if (e->value && -e->remaining_ms <= f->p->stale_ms)
+  if (xf__flow_within_window(e, f->p->stale_ms))
     return serve(f, XF_SOURCE_STALE);
   if (f->hard_wait && now_ms >= f->give_up_ms)
     return xf__flow_hard_timeout(f);

@@ -69,6 +69,14 @@ xf__step xf__flow_lease_done(xf__flow *f, int rc, xf__reply *r, int64_t now_ms);
 int xf__flow_serve_read(xf__flow *f, xf_source source);
 int xf__flow_within_stale_if_error(const xf__flow *f, const xf__entry *e);
 
+/* Whether e's value is within a window of window_ms past its ttl: its
+ * remaining time in (-window_ms, 0] (or still positive), as Redis keeps it
+ * (PEXPIRE is the ttl plus the window). A window of 0 gives nothing past
+ * the ttl, not even in the ms it ends. */
+static inline int xf__flow_within_window(const xf__entry *e, int64_t window_ms) {
+  return e->value && -e->remaining_ms < window_ms;
+}
+
 /* flow_load.c: a LOAD of kind begins (the loader gets the value it
  * refreshes); Redis cannot be used (rc): the loader runs uncached; what the
  * write will be; the outcome decided (rc), the lease released first; what a

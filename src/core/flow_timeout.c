@@ -17,7 +17,7 @@ static int value_to_give(const xf__flow *f, int64_t window_ms) {
     return -1;
   if (f->refresh)
     return XF_SOURCE_CACHE;
-  return -e->remaining_ms <= window_ms ? XF_SOURCE_STALE : -1;
+  return xf__flow_within_window(e, window_ms) ? XF_SOURCE_STALE : -1;
 }
 
 static int64_t larger(int64_t a, int64_t b) { return a > b ? a : b; }
