@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "client.h"
 #include "near_impl.h"
 #include "near_track.h"
 #include "share.h"
@@ -28,6 +29,8 @@ xf_client *near_client(int port, xf_share *share, const char *user, const char *
   cr_assert_eq(near_client_open(&c, port, share, user, password), XF_OK);
   return c;
 }
+
+void near_wake_by_writes_only(xf_client *c) { c->wake_poll_ms = NEAR_FALLBACK_POLL_MS; }
 
 void near_env_open(near_env *e) {
   memset(e, 0, sizeof *e);

@@ -33,6 +33,15 @@ xf_client *near_client(int port, xf_share *share, const char *user, const char *
 int near_client_open(xf_client **c, int port, xf_share *share, const char *user,
                      const char *password);
 
+/* Makes c's waits with wake-on-write poll only every NEAR_FALLBACK_POLL_MS
+ * (200 ms otherwise): a call waiting at most NEAR_WAIT_MS (its policy's
+ * wait_ms) that comes back within NEAR_WOKEN_MS of a write was woken by
+ * it, not by its poll, on any machine (the margin is 15 s both ways). */
+#define NEAR_FALLBACK_POLL_MS 30000
+#define NEAR_WAIT_MS 60000
+#define NEAR_WOKEN_MS 15000
+void near_wake_by_writes_only(xf_client *c);
+
 void near_env_open(near_env *e);
 void near_env_close(near_env *e);
 

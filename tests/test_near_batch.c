@@ -98,6 +98,7 @@ static int try_batch(xf_client *c, size_t n, const char *const *keys, char (*got
   for (size_t i = 0; i < n; i++)
     lens[i] = strlen(keys[i]);
   xf_policy p = XF_POLICY_INIT;
+  p.wait_ms = NEAR_WAIT_MS; /* past the fallback poll of near_wake_by_writes_only */
   int rc = xf_get_or_compute_many(c, n, keys, lens, &p, key_loader, NULL, v, rcs);
   if (rc != XF_OK)
     return rc;
@@ -250,7 +251,6 @@ typedef struct leader {
   int sleep_ms; /* 400 unless told */
   int rc;
   int64_t done_ms;
-  int64_t overslept_ms; /* how late its loader's sleep ended: the machine's lag */
 } leader;
 
 static int slow_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
@@ -258,9 +258,7 @@ static int slow_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) 
   leader *l = ud;
   __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
   int ms = l->sleep_ms ? l->sleep_ms : 400;
-  int64_t t0 = xft_now_ms();
   xft_sleep_ms(ms);
-  l->overslept_ms = xft_now_ms() - t0 - ms;
   return xf_sink_set(sink, "slow", 4);
 }
 
@@ -306,6 +304,7 @@ static void *wait_in_batch(void *arg) {
   int rc = xft_record_open(open_client_of(&c, w->e, w->e->share), &w->fail, "the waiter");
   if (rc != XF_OK)
     return NULL;
+  near_wake_by_writes_only(c);
   static const char *const ks[3] = {"nb:a", "nb:slow", "nb:b"};
   xft_sleep_ms(w->start_ms);
   w->began_ms = xft_now_ms();
@@ -320,7 +319,9 @@ static void *wait_in_batch(void *arg) {
 
 /* Batches waiting for another client's 400 ms load come back when its write
  * invalidates the key, having read it a few times (a poll reads it ~20
- * times in 400 ms); the batches start 50 ms apart, once the load runs. */
+ * times in 400 ms), not at their fallback poll (30 s here:
+ * near_wake_by_writes_only); the batches start 50 ms apart, once the load
+ * runs. */
 ParameterizedTestParameters(near_batch, waiters_are_woken_by_the_write) {
   return cr_make_param_array(int, formats, 2);
 }
@@ -366,18 +367,14 @@ ParameterizedTest(int *format, near_batch, waiters_are_woken_by_the_write) {
       "the write",
       *format, n, (long long)lag_ms);
   /* leader: read, lease, write (+ the scripts' inner commands); each waiter:
-   * its first round, a fallback poll, the re-read after the write (the
-   * lease's own invalidation may wake it once) */
-  cr_assert_leq(n, 10 + 3 * 6, "%lld commands: the waiters polled", n);
-  /* Woken: back well within 150 ms of the write; left to the fallback poll
-   * (every 200 ms), up to 200 ms. Judged natively, for the waiters whose batch
-   * began before the write, while the machine kept time (the leader's 400 ms
-   * sleep ended < 50 ms late). Under ASan on a busy machine a waiter came back
-   * 5.8 s after the write; under valgrind 155 ms (load average 14): there the
-   * commands counted above are the check. */
-  if (!xft_under_valgrind() && !XFT_ASAN && !XFT_TSAN && waited && l.overslept_ms < 50)
-    cr_assert_lt(lag_ms, 150, "a waiter came back %lld ms after the write",
-                 (long long)lag_ms);
+   * its first round, the re-read after the write (the lease's own
+   * invalidation may wake it once), +1 */
+  cr_assert_leq(n, 10 + 3 * 5, "%lld commands: the waiters polled", n);
+  /* Woken: the waiters whose batch began before the write back within 15 s
+   * of it (the slowest seen: 5.8 s under ASan on a busy machine); left to
+   * the fallback poll, 30 s. */
+  cr_assert_lt(lag_ms, NEAR_WOKEN_MS, "a waiter came back %lld ms after the write",
+               (long long)lag_ms);
   env_close(&e);
 }
 
@@ -403,6 +400,7 @@ ParameterizedTest(int *format, near_batch,
   static const char *const ks[2] = {"nb:s1", "nb:s2"};
   char got[2][32];
   await_leaders(2, lt);
+  near_wake_by_writes_only(e.c);
   int rc = try_batch(e.c, 2, ks, got);
   int64_t done_ms = xft_now_ms();
   for (int i = 0; i < 2; i++) /* before an assertion leaves the frame they write to */
@@ -419,12 +417,11 @@ ParameterizedTest(int *format, near_batch,
               "the last write",
               *format, n, (long long)lag_ms);
   cr_assert_leq(n, 2 * 10 + 12, "%lld commands: the waits polled", n);
-  /* Natively only: under ASan on a busy machine a woken batch came back 195 ms
-   * after the write, as late as the fallback poll (200 ms); there and under
-   * valgrind the commands counted above are the check; natively, while the
-   * machine kept time (the 400 ms leader's sleep ended < 50 ms late). */
-  if (!xft_under_valgrind() && !XFT_ASAN && !XFT_TSAN && l[1].overslept_ms < 50)
-    cr_assert_lt(lag_ms, 150, "back %lld ms after the last write", (long long)lag_ms);
+  /* Woken by each write: back within 15 s of the last (195 ms was the
+   * slowest seen, under ASan on a busy machine); a wait left to the fallback
+   * poll ends 30 s after it began. */
+  cr_assert_lt(lag_ms, NEAR_WOKEN_MS, "back %lld ms after the last write",
+               (long long)lag_ms);
   xf_client_close(third);
   env_close(&e);
 }

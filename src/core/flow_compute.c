@@ -21,11 +21,6 @@
 #define WAIT_POLL_MIN_MS 2
 #define WAIT_POLL_MAX_MS 50
 #define WAIT_POLL_DIVISOR 4
-/* With wake-on-write (a near cache), the fallback poll: a write wakes the
- * waiter, a lost connection too (its node's drop); this only bounds how
- * late a lease that expired without a write (its holder died) is seen. */
-#define WAIT_POLL_NEAR_MS 200
-
 /* Redis cannot be used for this step (down, cut off, or busy, loading,
  * read-only, out of memory...): every step fails open the same way. */
 static int is_unreachable(int rc) {
@@ -164,8 +159,8 @@ static xf__step lease_held_elsewhere(xf__flow *f, int64_t now_ms) {
                       f->driver == XF_DRIVER_BATCH ||
                       ((f->driver == XF_DRIVER_CALL || f->driver == XF_DRIVER_ASYNC) &&
                        (f->rt->near_wake_fd > 0 || f->rt->link_wakes > 0)));
-  f->wake_ms = now_ms + (f->wake_on_write && WAIT_POLL_NEAR_MS < left_ms
-                             ? WAIT_POLL_NEAR_MS
+  f->wake_ms = now_ms + (f->wake_on_write && f->cfg->wake_poll_ms < left_ms
+                             ? f->cfg->wake_poll_ms
                              : poll_interval_ms(now_ms - f->waited_from_ms, left_ms));
   f->state = XF__WAIT;
   return XF_STEP_WAIT;

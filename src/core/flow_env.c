@@ -16,6 +16,7 @@ void xf__config_init(xf__config *cfg) {
   cfg->entry_format = XF_ENTRY_STRING;
   cfg->tombstone_ms = 60000;
   cfg->tag_wait_ms = 500; /* half xf_options' command timeout */
+  cfg->wake_poll_ms = XF__WAKE_POLL_MS;
 }
 
 void xf__runtime_init(xf__runtime *rt, uint64_t seed) {

@@ -15,6 +15,11 @@
 #include "ports.h"
 #include "xfetch.h"
 
+/* With wake-on-write (a near cache), a wait's fallback poll: a write wakes
+ * the waiter, a lost connection too (its node's drop); the poll only bounds
+ * how late a lease that expired without a write (its holder died) is seen. */
+#define XF__WAKE_POLL_MS 200
+
 /* The fields of each, listed once: client.h lays them out the same way in
  * a union with the named struct, so the client's own names and the flow's
  * pointer reach the same bytes (a common initial sequence). */
@@ -33,6 +38,9 @@
   int namespace_tag; /* every entry carries the prefix's tag (options.namespace_tag) */    \
   int tag_wait_ms;   /* the WAIT after a tag's raise where its master has a replica:       \
                         its timeout (half the command timeout: flow_tag_raise.c) */        \
+  int wake_poll_ms;  /* with wake-on-write (a near cache), a wait's fallback poll: a       \
+                        write or a lost connection ends the wait sooner (200 ms; a test    \
+                        raises it to tell a wake from a poll) */                           \
   int64_t tombstone_ms;                                                                    \
   int read_from_replicas;                                                                  \
   xf_event_fn on_event; /* options.on_event (event.h); NULL = none */                      \

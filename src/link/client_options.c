@@ -140,6 +140,7 @@ int xf__client_options_copy(xf_client *c, const xf_options *o) {
       o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;
   /* WAIT's reply must come back within the command's own timeout */
   c->tag_wait_ms = c->command_timeout_ms > 1 ? c->command_timeout_ms / 2 : 1;
+  c->wake_poll_ms = XF__WAKE_POLL_MS;
   c->breaker_ms = o->breaker_ms ? o->breaker_ms : DEFAULT_BREAKER_MS;
   c->max_key_len = o->max_key_len ? o->max_key_len : DEFAULT_MAX_KEY_LEN;
   c->max_value_len = o->max_value_len ? o->max_value_len : DEFAULT_MAX_VALUE_LEN;
