@@ -16,9 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHUNK (16 * 1024)
-#define QLEN 64 /* chunks on the wire or waiting for it, per direction */
+#define CHUNK (64 * 1024)
+#define QLEN 32 /* chunks on the wire or waiting for it, per direction */
 #define MAXCONN 16
+/* A chunk due within EARLY_NS leaves at once: on a busy machine a sleep that
+ * short costs tens of us, far more than it waits. The last SPIN_NS before a
+ * chunk is due are polled without a timeout, not slept: a timed wake-up on a
+ * busy machine comes that late (at 10 Gbit/s this took the raw GET's p50 from
+ * about 420 to 310 us of its 164 on the wire). */
+#define EARLY_NS 2000
+#define SPIN_NS 60000
 
 typedef struct wire {
   int in, out;
@@ -69,14 +76,14 @@ static void *wire_run(void *arg) {
   int head = 0, n = 0, eof = 0;
   while (buf && (!eof || n)) {
     int64_t now = now_ns();
-    for (; n && due[head] <= now; head = (head + 1) % QLEN, n--)
+    for (; n && due[head] <= now + EARLY_NS; head = (head + 1) % QLEN, n--)
       if (send_all(w->out, buf[head], len[head]) != 0)
         goto done;
     int reading = !eof && n < QLEN;
     struct pollfd pfd = {.fd = reading ? w->in : -1, .events = POLLIN};
     struct timespec wait, *until = NULL;
     if (n) {
-      int64_t d = due[head] > now ? due[head] - now : 0;
+      int64_t d = due[head] - now > SPIN_NS ? due[head] - now - SPIN_NS : 0;
       wait = (struct timespec){d / 1000000000, d % 1000000000};
       until = &wait;
     }

@@ -4,11 +4,12 @@
  *
  * What it emulates: each direction of each connection is a wire of `mbit`
  * Mbit/s. A chunk read from one side (what the sender had written, up to
- * 16 KiB) starts to cross the wire once it has arrived and the wire is free,
+ * 64 KiB) starts to cross the wire once it has arrived and the wire is free,
  * takes bytes * 8 / rate, and is written to the other side `delay_us` after
- * its last bit left (store and forward per chunk). The wake-ups that release
- * the chunks run with a 1 ns timer slack; a late wake-up delays one chunk and
- * does not move the next chunk's slot.
+ * its last bit left (store and forward per chunk, as a 64 KiB TSO segment
+ * would be). A late wake-up delays one chunk and does not move the next
+ * chunk's slot; the proxy polls the last 60 us before a chunk is due rather
+ * than sleep through them (link_proxy.c), so a run costs some CPU.
  *
  * What it does not emulate: loss, reordering, jitter, a real path's TCP slow
  * start and congestion window, a receiver window, per-packet headers (200 KiB
