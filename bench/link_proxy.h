@@ -15,8 +15,9 @@
  * start and congestion window, a receiver window, per-packet headers (200 KiB
  * at 1 Gbit/s takes 1.64 ms here, about 1.7 ms on Ethernet). The proxy's own
  * work (one more hop through loopback, two threads per connection) adds to
- * every request through it, the raw GET's and the library's alike; a run at a
- * rate too high to pace measures it. */
+ * every request through it, the raw GET's and the library's alike (a larger
+ * reply's copies cost more, mostly hidden behind its pacing); a run at a rate
+ * too high to pace measures it. */
 #ifndef LINK_PROXY_H
 #define LINK_PROXY_H
 
