@@ -5,14 +5,20 @@ redis-py GET of the raw bytes against xfetch get_or_compute hits (sync and
 asyncio) on the compressed and the plain entry (serializer="bytes": the cost
 measured is the cache's, not json's).
 
-    /usr/bin/python3 bench_compress.py [-n 2000]
+    /usr/bin/python3 bench_compress.py [-n 2000] [--link-mbit N [--link-delay-us D]]
+
+With --link-mbit every client reaches the server through an emulated link of N
+Mbit/s each way (the C bench's build/bench/link_proxy: what it emulates and
+what not, bench/link_proxy.h; --link-proxy names another path).
 
 Goals: compressed memory <= 0.25 x raw; compressed hit p50 <= 1.0 x GET.
 """
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
 import time
 
 import redis
@@ -38,14 +44,38 @@ def timed(call, n):
     return statistics.median(out), out[int(0.99 * (len(out) - 1))]
 
 
+PROXY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "bench",
+                     "link_proxy")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=2000)
+    ap.add_argument("--link-mbit", type=float, help="through an emulated link of this rate")
+    ap.add_argument("--link-delay-us", type=int, default=0, help="its one-way delay")
+    ap.add_argument("--link-proxy", default=PROXY, help="the link_proxy program")
     args = ap.parse_args()
     server = xfetch.testing.RedisServer()
+    proxy = None
     try:
-        run(server.url, args.n)
+        url = server.url
+        if args.link_mbit:
+            if not os.access(args.link_proxy, os.X_OK):
+                raise SystemExit(f"{args.link_proxy}: not built (cmake --build build --target "
+                                 f"link_proxy, with -DXFETCH_BUILD_BENCH=ON), or name it "
+                                 f"with --link-proxy")
+            proxy = subprocess.Popen([args.link_proxy, str(server.port), str(args.link_mbit),
+                                      str(args.link_delay_us)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            port = int(proxy.stdout.readline().split()[1])  # "port N"
+            url = f"redis://127.0.0.1:{port}/0"
+            print(f"link: {args.link_mbit:g} Mbit/s each way, one-way delay "
+                  f"{args.link_delay_us} us (bench/link_proxy.h)")
+        run(url, args.n)
     finally:
+        if proxy is not None:
+            proxy.stdin.close()  # its end
+            proxy.wait(10)
         server.stop()
 
 
