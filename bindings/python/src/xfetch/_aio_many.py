@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping
 
 from ._core import unique_keys
+from ._runtime import batch_result
 
 
 class _Batch:
@@ -42,9 +42,7 @@ class _Batch:
             values = self.loader(list(futures))
             if inspect.isawaitable(values):
                 values = await values
-            if not isinstance(values, Mapping):
-                raise TypeError(f"a batch loader must return a mapping of key to bytes or "
-                                f"None, not {type(values).__name__}")
+            batch_result(values)
         except BaseException as e:  # every key of the round fails with it
             for fut in futures.values():
                 if not fut.done():

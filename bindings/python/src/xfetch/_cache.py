@@ -4,7 +4,6 @@ core's (_core); this face waits and does I/O on a pool of C blocking clients
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
 
 from ._core import (BYPASS, NEAR_NOT_SERVED, Config, check_loader, check_value, key_bytes,
                     outcome, unique_keys)
@@ -13,7 +12,7 @@ from ._face import SyncFace, drive
 from ._native import ffi, lib
 from ._policy import tag_array, tag_names, tagged
 from ._pool import Pool
-from ._runtime import CallState
+from ._runtime import CallState, batch_result
 from ._setup import LateSetup
 from ._types import Fetched  # a typed NamedTuple
 from ._values import Codecs, Unreadable, recover, values_of_many
@@ -635,11 +634,7 @@ class Cache(LateSetup):
         for key in originals.values():
             if batch:
                 def load(key=key):
-                    values = loader([key])
-                    if not isinstance(values, Mapping):
-                        raise TypeError(f"a batch loader must return a mapping of key to "
-                                        f"bytes or None, not {type(values).__name__}")
-                    return values.get(key)  # a key left out is "not found"
+                    return batch_result(loader([key])).get(key)
             else:
                 def load(key=key):
                     return loader(key)

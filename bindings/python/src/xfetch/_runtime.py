@@ -189,6 +189,15 @@ def _xf_py_key_loader(ud, key, keylen, sink):
         return -1
 
 
+def batch_result(values):
+    """values, a batch loader's result (every face's): a mapping of key to
+    bytes or None, a key left out "not found"; else TypeError."""
+    if not isinstance(values, collections.abc.Mapping):
+        raise TypeError(f"a batch loader must return a mapping of key to bytes or None, "
+                        f"not {type(values).__name__}")
+    return values
+
+
 @ffi.def_extern(onerror=_raised_on_entry(-1))
 def _xf_py_batch_loader(ud, n, keys, keylens, sinks):
     state = ffi.from_handle(ud)
@@ -196,10 +205,7 @@ def _xf_py_batch_loader(ud, n, keys, keylens, sinks):
         return -1
     try:
         asked = [state.keys[ffi.unpack(keys[i], keylens[i])] for i in range(n)]
-        values = state.loader(asked)
-        if not isinstance(values, collections.abc.Mapping):
-            raise TypeError(f"a batch loader must return a mapping of key to bytes or None, "
-                            f"not {type(values).__name__}")
+        values = batch_result(state.loader(asked))
         for i, k in enumerate(asked):
             sink_value(values.get(k), sinks[i])  # a key left out is "not found"
         return 0

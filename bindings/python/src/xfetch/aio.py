@@ -21,11 +21,10 @@ import asyncio
 import inspect
 
 from ._aio_call import steps
-from ._aio_link import now_ms
-from ._refresh import log_failure
-from ._aio_link import Links
-from ._aio_tls import context
+from ._aio_link import Links, now_ms
 from ._aio_many import get_many
+from ._aio_tls import context
+from ._refresh import log_failure
 from ._cache import Cache as SyncCache
 from ._core import (NEAR_NOT_SERVED, Config, call_error, check_loader, check_not_loading,
                     check_value, enabled_now, key_bytes, near_value, outcome,
