@@ -80,6 +80,16 @@ def test_rediss_miss_then_hit(tls, face):
     assert cache.stats()["hits"] >= 1
 
 
+def test_values_larger_than_a_tls_record_and_a_read(tls, face):
+    d, ports = tls  # a reply across TLS records (16 KiB) and reads (the aio link's 256 KiB)
+    cache = face.Cache(f"rediss://127.0.0.1:{ports['tls']}/0?ssl_ca_certs={d}/ca.crt",
+                       prefix=f"pytlsbig{time.time_ns()}:", serializer="bytes")
+    for size in (20_000, 300_000):
+        value = os.urandom(size)
+        assert face.run(cache.set(f"k{size}", value, ttl=60)) is True
+        assert face.run(cache.get(f"k{size}")) == value
+
+
 def test_a_host_name_is_verified_and_sent(tls, face):
     d, ports = tls  # the certificate names DNS:localhost and IP:127.0.0.1
     cache = face.Cache(f"rediss://localhost:{ports['tls']}", ssl_ca_certs=f"{d}/ca.crt")
