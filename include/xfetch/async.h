@@ -185,6 +185,14 @@ XF_EXPORT int xf_async_load_previous_validator(const xf_async_load *load, const 
                                                size_t *len);
 XF_EXPORT int xf_async_load_validator(xf_async_load *load, const void *data, size_t len);
 
+/* Gives the value load completes with its own ttl instead of policy.ttl_ms, as
+ * xf_sink_ttl (<xfetch/client.h>) does (0: returned uncached, nothing
+ * written), also when the load completes after the call ended (a background
+ * refresh, a soft or hard timeout). Call it before completing load. Returns
+ * XF_OK, or XF_EINVAL (load NULL, completed or of a closed handle; ttl_ms
+ * outside [0, 2^40]). */
+XF_EXPORT int xf_async_load_ttl(xf_async_load *load, int64_t ttl_ms);
+
 /* Completes load with "unchanged" (see xf_sink_unchanged): XF_OK, or
  * XF_EINVAL when there is no previous value (load is then not used up). */
 XF_EXPORT int xf_async_load_unchanged(xf_async_load *load);
