@@ -118,6 +118,15 @@ XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
  * its load valid: complete it as usual; the result is discarded. NULL-safe. */
 XF_EXPORT void xf_async_close(xf_async *ac);
 
+/* The bypass switch, as xf_client_set_enabled (<xfetch/client.h>) for a
+ * client: with enabled 0 the handle's calls send nothing to Redis
+ * (get-or-compute runs the loader, its value XF_SOURCE_UNCACHED and counted in
+ * stats.bypassed; a get calls back XF_ENOTFOUND, a set or a delete XF_OK
+ * having done nothing); 1 caches again (connecting then, if the handle opened
+ * with options.disabled). A call reads the switch when it starts: calls in
+ * flight finish as they began. On the loop's thread; NULL-safe. */
+XF_EXPORT void xf_async_set_enabled(xf_async *ac, int enabled);
+
 /* Starts get-or-compute of key on the loop: the same flow and results as
  * xf_get_or_compute, with loader run as an async loader and callback called
  * once when it is over. key and policy are copied. Returns XF_OK (the callback
