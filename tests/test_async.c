@@ -1,6 +1,7 @@
 /* The event-loop driver (xf_async_*) on a libuv loop against a real Redis. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,9 +91,13 @@ static void run_open_patient(run *r) {
 }
 
 /* Starts n calls on key, runs the loop until the last callback closed the
- * handle, and checks each callback fired exactly once. */
+ * handle (without close_when_done: until it fired; the sources are then
+ * this batch's), and checks each callback fired exactly once. */
 static void run_calls(run *r, int n, const char *key, const xf_policy *p,
                       xf_async_loader_fn loader, void *ud) {
+  free(r->slots);
+  r->fired = 0;
+  memset(r->by_source, 0, sizeof r->by_source);
   r->n = n;
   r->slots = calloc((size_t)n, sizeof *r->slots);
   cr_assert_not_null(r->slots);
@@ -103,7 +108,11 @@ static void run_calls(run *r, int n, const char *key, const xf_policy *p,
     cr_assert_eq(rc, XF_OK, "call %d: %s", i, xf_strerror(rc));
   }
   cr_assert_eq(r->fired, 0, "no callback fires inside xf_async_get_or_compute");
-  uv_run(&r->loop, UV_RUN_DEFAULT);
+  if (r->close_when_done)
+    uv_run(&r->loop, UV_RUN_DEFAULT);
+  else
+    while (r->fired < n)
+      uv_run(&r->loop, UV_RUN_ONCE);
   for (int i = 0; i < n; i++)
     cr_expect_eq(r->slots[i].fired, 1, "callback %d fired %d times", i, r->slots[i].fired);
 }
@@ -678,5 +687,69 @@ Test(async, a_loader_asking_for_its_own_key_is_refused_at_once) {
   cr_expect_eq(s.calls, 1);
   cr_expect_eq(r.slots[0].rc, XF_OK);
   cr_expect_eq(r.slots[0].source, XF_SOURCE_LOADER);
+  run_end(&r);
+}
+
+/* ---- the bypass switch ------------------------------------------------------------ */
+
+static void code_done(int rc, void *privdata) { *(int *)privdata = rc; }
+
+static void got_done(int rc, const xf_value *v, void *privdata) {
+  (void)v;
+  *(int *)privdata = rc;
+}
+
+/* xf_async_set_enabled(ac, 0), on a connected handle, or kept from
+ * options.disabled (which connected to nothing): get-or-compute runs the
+ * loader every time (XF_SOURCE_UNCACHED, stats.bypassed), a get finds
+ * nothing though Redis holds the key, a set and a delete do nothing. Then
+ * xf_async_set_enabled(ac, 1): the key's value, untouched, is a hit. */
+ParameterizedTestParameters(async, the_bypass_switch_leaves_redis_alone) {
+  static int opened_disabled[] = {0, 1};
+  return cr_make_param_array(int, opened_disabled, 2);
+}
+
+ParameterizedTest(int *opened_disabled, async, the_bypass_switch_leaves_redis_alone) {
+  const char *key = *opened_disabled ? "async:bypass:opened" : "async:bypass:switched";
+  xf_policy p = steady();
+  xf_client *c = xft_client(1);
+  cr_assert_eq(xf_set(c, key, strlen(key), "cached", 6, &p), XF_OK);
+  xf_client_close(c);
+  run r;
+  xf_options o = XF_OPTIONS_INIT;
+  o.port = xft_port();
+  o.entry_format = xft_entry_format();
+  o.disabled = *opened_disabled;
+  run_open_with(&r, &o);
+  r.close_when_done = 0;
+  xf_async_set_enabled(NULL, 0); /* NULL-safe */
+  if (!*opened_disabled)
+    xf_async_set_enabled(r.ac, 0);
+  loader l = {.value = "v"};
+  r.want = "v";
+  run_calls(&r, 3, key, &p, test_loader, &l);
+  cr_expect_eq(l.calls, 3, "the loader runs for every bypassed call");
+  cr_expect_eq(r.by_source[XF_SOURCE_UNCACHED], 3);
+  int get_rc = 1, set_rc = 1, del_rc = 1;
+  cr_assert_eq(xf_async_get(r.ac, key, strlen(key), got_done, &get_rc), XF_OK);
+  cr_assert_eq(xf_async_set(r.ac, key, strlen(key), "x", 1, &p, code_done, &set_rc), XF_OK);
+  cr_assert_eq(xf_async_delete(r.ac, key, strlen(key), code_done, &del_rc), XF_OK);
+  while (get_rc == 1 || set_rc == 1 || del_rc == 1)
+    uv_run(&r.loop, UV_RUN_ONCE);
+  cr_expect_eq(get_rc, XF_ENOTFOUND);
+  cr_expect_eq(set_rc, XF_OK);
+  cr_expect_eq(del_rc, XF_OK);
+  xf_stats st;
+  xf_async_stats(r.ac, &st);
+  cr_expect_eq(st.bypassed, 6);
+  cr_expect_eq(st.uncached, 0, "a bypass is not a fail-open");
+  xf_async_set_enabled(r.ac, 1);
+  r.want = "cached"; /* neither the loads nor the set nor the delete reached Redis */
+  run_calls(&r, 1, key, &p, test_loader, &l);
+  cr_expect_eq(r.slots[0].rc, XF_OK, "%s", r.errmsg);
+  cr_expect_eq(r.by_source[XF_SOURCE_CACHE], 1, "not a hit: the switch stayed off");
+  cr_expect_eq(r.wrong, 0);
+  cr_expect_eq(l.calls, 3);
+  xf_async_close(r.ac);
   run_end(&r);
 }

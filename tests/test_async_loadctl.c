@@ -2,14 +2,16 @@
  * against a real Redis: a loader that completes after twice its lease
  * keeps the lease (the loop renews it: a second handle's call loads
  * nothing), and the soft and hard timeouts end the call on a loop timer
- * while the load completes later and is cached.
+ * while the load completes later and is cached (with its loader's ttl).
  *
  * Timing margins: a 1.5 s lease against a 3 s loader (renewals every
  * 500 ms: one may come 1 s late; a 1 s lease lost it in 1 of 5 runs beside
  * two CPU loops); a 100-200 ms timeout against a 3 s loader, the callback
  * within 1.2 s (the timeout plus 1-1.1 s for a busy 2-core machine); the
- * load's write within 6 s of its completion, looked for on one client. */
+ * load's write within 6 s of its completion, looked for on one client; its
+ * PTTL read within 10 s of it. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,8 @@ typedef struct ctx {
   xf_policy p;
   int unchanged;    /* the held loads answer "unchanged" */
   int previous_old; /* and were given the previous value "old" */
+  int64_t ttl_ms;   /* > 0: the held loads' ttl (xf_async_load_ttl), */
+  int ttl_early;    /* set in the loader (before the timeout), else at completion */
 } ctx;
 
 static void on_done(int rc, const xf_value *v, void *privdata) {
@@ -72,6 +76,8 @@ static void completes(uv_timer_t *t) {
     if (xf_async_load_unchanged(h->load) != XF_OK)
       xf_async_load_fail(h->load, 0);
   } else {
+    if (h->x->ttl_ms && !h->x->ttl_early)
+      cr_expect_eq(xf_async_load_ttl(h->load, h->x->ttl_ms), XF_OK);
     xf_async_load_done(h->load, "new", 3);
   }
   uv_close((uv_handle_t *)t, freed);
@@ -82,6 +88,8 @@ static void slow_loader(void *ud, const char *key, size_t keylen, xf_async_load 
   (void)key, (void)keylen;
   ctx *x = ud;
   x->loads++;
+  if (x->ttl_ms && x->ttl_early)
+    cr_expect_eq(xf_async_load_ttl(load, x->ttl_ms), XF_OK);
   held *h = calloc(1, sizeof *h);
   cr_assert_not_null(h);
   h->load = load;
@@ -231,6 +239,31 @@ Test(async_loadctl, soft_timeout_serves_stale) {
   char *got = cached(x.key);
   cr_expect_str_eq(got, "new");
   free(got);
+  end(&x);
+}
+
+/* A load that ran past its soft timeout keeps the loader's ttl
+ * (xf_async_load_ttl), given in the loader (before the timeout moved the load
+ * off the call) or at its completion (after): the entry's PTTL is that ttl
+ * (20 s) plus stale_ms (60 s), not the policy's 60 s plus stale_ms. Margin:
+ * PTTL is read within 10 s of the write. */
+ParameterizedTestParameters(async_loadctl, a_load_past_its_soft_timeout_keeps_its_ttl) {
+  static int early[] = {1, 0};
+  return cr_make_param_array(int, early, 2);
+}
+
+ParameterizedTest(int *early, async_loadctl, a_load_past_its_soft_timeout_keeps_its_ttl) {
+  ctx x;
+  open_ctx(&x, *early ? "aload:soft:ttl:early" : "aload:soft:ttl:late");
+  x.ttl_ms = 20000;
+  x.ttl_early = *early;
+  served_stale_past_the_soft_timeout(&x);
+  run_past_the_load(&x);
+  redisContext *r = xft_redis();
+  long long pttl = xft_int(r, "PTTL %s", x.key);
+  redisFree(r);
+  long long want = x.ttl_ms + x.p.stale_ms;
+  cr_expect(pttl > want - 10000 && pttl <= want, "PTTL %lld, want %lld", pttl, want);
   end(&x);
 }
 

@@ -3,7 +3,8 @@
  * callback while the refresh's loader is still pending; the refresh runs on
  * the loop as a call of its own and its value lands; closing the handle
  * with a refresh pending cancels it (its load completes into nothing). By
- * default the refresh runs in the call. */
+ * default the refresh runs in the call. A loader's own ttl is the entry's,
+ * in the call and in the refresh. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@ typedef struct ctx {
   xf_async_load *held; /* the loader's pending load (hold: not completed) */
   int hold, loads;
   const char *next; /* the value the loader completes with */
+  int64_t ttl_ms;   /* > 0: its ttl (xf_async_load_ttl), set before it holds */
   const char *key, *want;
   uv_timer_t poll;
   int polls;
@@ -41,6 +43,10 @@ static void loader(void *ud, const char *key, size_t keylen, xf_async_load *load
   ctx *x = ud;
   x->loads++;
   xft_sleep_ms(2); /* a delta the rate-aware rule can work with */
+  if (x->ttl_ms) {
+    cr_expect_eq(xf_async_load_ttl(load, -1), XF_EINVAL);
+    cr_expect_eq(xf_async_load_ttl(load, x->ttl_ms), XF_OK);
+  }
   if (x->hold)
     x->held = load;
   else
@@ -100,6 +106,29 @@ static void polled(uv_timer_t *t) {
   }
 }
 
+/* Runs the loop until Redis holds want for the key (the loop sends the
+ * write), looking every 5 ms, 1000 times at most. */
+static void run_until_cached(ctx *x, const char *want) {
+  x->want = want;
+  x->polls = 0;
+  uv_timer_init(&x->loop, &x->poll);
+  x->poll.data = x;
+  uv_timer_start(&x->poll, polled, 5, 5);
+  uv_run(&x->loop, UV_RUN_DEFAULT); /* until the poll stops */
+  uv_close((uv_handle_t *)&x->poll, NULL);
+  cr_expect(cached_is(x->key, want), "%s was not written", want);
+}
+
+/* The key's PTTL: its entry's ttl (no stale window) less the time since it
+ * was written, at most a few seconds on a busy machine. */
+static void expect_ttl(const char *key, long long ttl_ms) {
+  redisContext *r = xft_redis();
+  long long pttl = xft_int(r, "PTTL %s", key);
+  redisFree(r);
+  cr_expect(pttl > ttl_ms - 10000 && pttl <= ttl_ms, "PTTL %lld, want the loader's %lld",
+            pttl, ttl_ms);
+}
+
 Test(async_refresh, the_winner_is_answered_while_the_refresh_runs_on_the_loop) {
   ctx x;
   open_ctx(&x, "async:bg");
@@ -119,13 +148,35 @@ Test(async_refresh, the_winner_is_answered_while_the_refresh_runs_on_the_loop) {
   cr_expect_eq(x.loads, 2);
   xf_async_load *held = x.held;
   cr_expect_eq(xf_async_load_done(held, "v2", 2), XF_OK);
-  x.want = "v2";
-  uv_timer_init(&x.loop, &x.poll);
-  x.poll.data = &x;
-  uv_timer_start(&x.poll, polled, 5, 5);
-  uv_run(&x.loop, UV_RUN_DEFAULT); /* until the poll stops */
-  uv_close((uv_handle_t *)&x.poll, NULL);
-  cr_expect(cached_is(x.key, "v2"), "the refresh wrote");
+  run_until_cached(&x, "v2"); /* the refresh wrote */
+  end(&x);
+}
+
+/* xf_async_load_ttl: the entry's ttl is the loader's, not the policy's
+ * 60 s, in the call's own load (20 s) and in the refresh the loop runs after
+ * the call was answered (30 s, set before the load completes later); the
+ * margin of expect_ttl (10 s) keeps them apart. */
+Test(async_refresh, the_loader_s_ttl_is_the_entry_s_in_the_call_and_in_the_refresh) {
+  ctx x;
+  open_ctx(&x, "async:bgttl");
+  x.next = "v1";
+  x.ttl_ms = 20000;
+  call(&x);
+  run_until_fired(&x);
+  cr_assert_eq(x.source, XF_SOURCE_LOADER);
+  expect_ttl(x.key, 20000);
+  x.fired = 0;
+  x.hold = 1;
+  x.ttl_ms = 30000;
+  call(&x);
+  run_until_fired(&x);
+  cr_expect_eq(x.source, XF_SOURCE_CACHE);
+  cr_assert_not_null(x.held, "the refresh's loader runs, still pending");
+  cr_expect_eq(xf_async_load_done(x.held, "v2", 2), XF_OK);
+  cr_expect_eq(xf_async_load_ttl(x.held, 1000), XF_EINVAL, "a completed load");
+  cr_expect_eq(xf_async_load_ttl(NULL, 1000), XF_EINVAL);
+  run_until_cached(&x, "v2");
+  expect_ttl(x.key, 30000);
   end(&x);
 }
 

@@ -118,6 +118,15 @@ XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
  * its load valid: complete it as usual; the result is discarded. NULL-safe. */
 XF_EXPORT void xf_async_close(xf_async *ac);
 
+/* The bypass switch, as xf_client_set_enabled (<xfetch/client.h>) for a
+ * client: with enabled 0 the handle's calls send nothing to Redis
+ * (get-or-compute runs the loader, its value XF_SOURCE_UNCACHED and counted in
+ * stats.bypassed; a get calls back XF_ENOTFOUND, a set or a delete XF_OK
+ * having done nothing); 1 caches again (connecting then, if the handle opened
+ * with options.disabled). A call reads the switch when it starts: calls in
+ * flight finish as they began. On the loop's thread; NULL-safe. */
+XF_EXPORT void xf_async_set_enabled(xf_async *ac, int enabled);
+
 /* Starts get-or-compute of key on the loop: the same flow and results as
  * xf_get_or_compute, with loader run as an async loader and callback called
  * once when it is over. key and policy are copied. Returns XF_OK (the callback
@@ -184,6 +193,14 @@ XF_EXPORT int xf_async_load_previous(const xf_async_load *load, const void **dat
 XF_EXPORT int xf_async_load_previous_validator(const xf_async_load *load, const void **data,
                                                size_t *len);
 XF_EXPORT int xf_async_load_validator(xf_async_load *load, const void *data, size_t len);
+
+/* Gives the value load completes with its own ttl instead of policy.ttl_ms, as
+ * xf_sink_ttl (<xfetch/client.h>) does (0: returned uncached, nothing
+ * written), also when the load completes after the call ended (a background
+ * refresh, a soft or hard timeout). Call it before completing load. Returns
+ * XF_OK, or XF_EINVAL (load NULL, completed or of a closed handle; ttl_ms
+ * outside [0, 2^40]). */
+XF_EXPORT int xf_async_load_ttl(xf_async_load *load, int64_t ttl_ms);
 
 /* Completes load with "unchanged" (see xf_sink_unchanged): XF_OK, or
  * XF_EINVAL when there is no previous value (load is then not used up). */

@@ -39,8 +39,9 @@ XF_EXPORT int xf_client_open(xf_client **out, const xf_options *opts);
  * no event but LOAD_START / LOAD_DONE), xf_get returns XF_ENOTFOUND, xf_set
  * and xf_delete return XF_OK having done nothing. Enabled 1 (the default)
  * caches again. A call reads the switch when it starts. Not thread-safe
- * against the client's own calls (a client is one thread's). Pools and
- * event-loop handles take options.disabled for their clients. */
+ * against the client's own calls (a client is one thread's). Pools take
+ * options.disabled for their clients; an event-loop handle also has
+ * xf_async_set_enabled. */
 XF_EXPORT void xf_client_set_enabled(xf_client *c, int enabled);
 
 /* Closes the connection and frees the client. NULL-safe. */

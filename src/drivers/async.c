@@ -212,8 +212,8 @@ static void run_deferred(xf_async *ac, int64_t now_ms) {
   ac->deferred = ac->deferred_tail = NULL;
   while (k && !ac->closing) {
     xf__acall *next = k->next_deferred;
-    if (k->deferred_done) /* its result is in: the callback, now on the loop */
-      xf__async_advance(k, XF_STEP_DONE);
+    if (k->deferred_start) /* the callback, or a bypass's loader, now on the loop */
+      xf__async_advance(k, k->start_step);
     else
       xf__async_advance(k, xf__flow_reply(&k->f, k->deferred_rc, NULL, now_ms));
     k = next;
@@ -283,6 +283,13 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   return XF_OK;
 }
 
+/* The core client's switch: each call's flow reads it as it starts, and a
+ * handle opened disabled connects on its first call once enabled. */
+void xf_async_set_enabled(xf_async *ac, int enabled) {
+  if (ac)
+    xf_client_set_enabled(ac->core, enabled);
+}
+
 void xf_async_close(xf_async *ac) {
   if (!ac || ac->closing)
     return;
@@ -304,10 +311,11 @@ int xf__async_accept(xf_async *ac, xf__acall *k, xf__step step) {
   link_call(ac, k);
   ac->ncalls++;
   xf__async_enter(ac);
-  /* Decided at start (a near hit, a bypass): its callback on the next tick,
-   * never here. */
-  if (step == XF_STEP_DONE) {
-    k->deferred_done = 1;
+  /* Decided at start (a near hit: DONE; a bypass: LOAD): its callback or its
+   * loader on the next tick, never here. */
+  if (step == XF_STEP_DONE || step == XF_STEP_LOAD) {
+    k->deferred_start = 1;
+    k->start_step = step;
     xf__async_defer(ac, k, rc);
   } else {
     xf__async_advance(k, step); /* a SEND: queued or deferred, no user code */

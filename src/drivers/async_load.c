@@ -60,7 +60,9 @@ static void lead(xf_async *ac, xf__acall *k) {
 }
 
 /* Takes the leader off the list and hands each follower a copy of its result
- * (before the leader's flow takes it). */
+ * (before the leader's flow takes it): its value only, as a fail-open load
+ * writes nothing and its ttl (xf_async_load_ttl) or validator would go
+ * nowhere. */
 static xf__acall *share_result(xf_async *ac, xf__acall *k) {
   xf__acall **at = &ac->leaders;
   while (*at && *at != k)
@@ -169,6 +171,12 @@ int xf_async_load_previous_validator(const xf_async_load *load, const void **dat
 
 int xf_async_load_validator(xf_async_load *load, const void *data, size_t len) {
   return xf_sink_validator(load_sink(load), data, len);
+}
+
+/* The sink moves with a load that leaves its call (a background refresh, a
+ * timeout: xf__flow_move_load), a ttl set before included. */
+int xf_async_load_ttl(xf_async_load *load, int64_t ttl_ms) {
+  return xf_sink_ttl(load_sink(load), ttl_ms);
 }
 
 int xf_async_load_unchanged(xf_async_load *load) {

@@ -80,12 +80,13 @@ struct xf__acall {
   int in_loader; /* the loader is running on our stack */
   int loaded;    /* it completed there; loader_rc says how */
   int loader_rc;
-  int finished;      /* DONE or canceled: the callback has fired (or never will) */
-  int sent;          /* a command is on a connection (its callback will run) */
-  int loading;       /* the loader has not completed yet */
-  int deferred_rc;   /* a SEND that could not go out: fed on the next tick */
-  int deferred_done; /* served at start (a near hit): finished on the next tick */
-  int64_t wake_ms;   /* WAIT (or, with resend, a cluster retry's backoff) */
+  int finished;        /* DONE or canceled: the callback has fired (or never will) */
+  int sent;            /* a command is on a connection (its callback will run) */
+  int loading;         /* the loader has not completed yet */
+  int deferred_rc;     /* a SEND that could not go out: fed on the next tick */
+  int deferred_start;  /* decided at start (a near hit, a bypass): start_step, */
+  xf__step start_step; /* DONE or LOAD, is taken on the next tick */
+  int64_t wake_ms;     /* WAIT (or, with resend, a cluster retry's backoff) */
   /* Routing of the current command (async_router.c). */
   xf__aconn *conn;        /* where it was sent */
   xf__trip trip;          /* its way through the fleet (fleet.h); trip.act
