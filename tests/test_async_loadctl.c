@@ -252,6 +252,15 @@ ParameterizedTestParameters(async_loadctl, a_load_past_its_soft_timeout_keeps_it
   return cr_make_param_array(int, early, 2);
 }
 
+/* The entry x's load wrote lives the loader's ttl plus stale_ms. */
+static void expect_the_loader_s_ttl(const ctx *x) {
+  redisContext *r = xft_redis();
+  long long pttl = xft_int(r, "PTTL %s", x->key);
+  redisFree(r);
+  long long want = x->ttl_ms + x->p.stale_ms;
+  cr_expect(pttl > want - 10000 && pttl <= want, "PTTL %lld, want %lld", pttl, want);
+}
+
 ParameterizedTest(int *early, async_loadctl, a_load_past_its_soft_timeout_keeps_its_ttl) {
   ctx x;
   open_ctx(&x, *early ? "aload:soft:ttl:early" : "aload:soft:ttl:late");
@@ -259,11 +268,29 @@ ParameterizedTest(int *early, async_loadctl, a_load_past_its_soft_timeout_keeps_
   x.ttl_early = *early;
   served_stale_past_the_soft_timeout(&x);
   run_past_the_load(&x);
-  redisContext *r = xft_redis();
-  long long pttl = xft_int(r, "PTTL %s", x.key);
-  redisFree(r);
-  long long want = x.ttl_ms + x.p.stale_ms;
-  cr_expect(pttl > want - 10000 && pttl <= want, "PTTL %lld, want %lld", pttl, want);
+  expect_the_loader_s_ttl(&x);
+  end(&x);
+}
+
+/* The same past a hard timeout: a cold key's call ends with XF_ETIMEDOUT at
+ * 200 ms, and its load goes on to write with the loader's ttl. */
+ParameterizedTestParameters(async_loadctl, a_load_past_its_hard_timeout_keeps_its_ttl) {
+  static int early[] = {1, 0};
+  return cr_make_param_array(int, early, 2);
+}
+
+ParameterizedTest(int *early, async_loadctl, a_load_past_its_hard_timeout_keeps_its_ttl) {
+  ctx x;
+  open_ctx(&x, *early ? "aload:hard:ttl:early" : "aload:hard:ttl:late");
+  x.ttl_ms = 20000;
+  x.ttl_early = *early;
+  x.p.hard_timeout_ms = 200;
+  call(&x, 0);
+  while (!x.callers[0].fired)
+    uv_run(&x.loop, UV_RUN_ONCE);
+  cr_expect_eq(x.callers[0].rc, XF_ETIMEDOUT, "%s", xf_strerror(x.callers[0].rc));
+  run_past_the_load(&x);
+  expect_the_loader_s_ttl(&x);
   end(&x);
 }
 
