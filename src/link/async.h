@@ -17,6 +17,7 @@
 #include "near.h"
 #include "reply.h"
 #include "resp.h"
+#include "share.h"
 #include "stream.h"
 
 typedef struct xf__acall xf__acall;
@@ -103,6 +104,7 @@ struct xf__acall {
    * loader runs, calls that need the same load meanwhile follow it. */
   xf__acall *followers, *next_follower; /* a leader's; a follower's link */
   xf__acall *next_leader;               /* in xf_async.leaders */
+  xf__flight share; /* with a share: its flight instead (drivers/flight.h) */
   /* A load that outlives its loader's return (async_bound.c): its lease's
    * renewals and its soft or hard timeout, on the wait heap (k->loading). */
   xf__renewal renew;
@@ -132,6 +134,10 @@ struct xf_async {
   int64_t armed_ms;                    /* when the loop timer fires; -1 = stopped */
   int depth;                           /* driver frames on the stack */
   int closing;
+  /* Corked sends (async_many.c): the plain reads waiting for xf_async_uncork. */
+  int corked;
+  xf__acall **cork;
+  size_t ncorked, corked_cap;
   xf__aconn *waker; /* the near cache's wake pipe, watched (async_wake.c); NULL = none */
   int wake_rd;      /* its read end */
 };
@@ -254,6 +260,20 @@ void xf__awire_drop(xf__aconn *cn, int dying, int rc, int how, const char *why);
 
 /* Closes cn's stream after the engine was done with it (XF__LINK_CLOSE). */
 void xf__awire_close(xf__aconn *cn);
+
+/* The reply path of a call's command on cn's engine l (rc XF_OK with *reply,
+ * taken when the flow takes it; or the connection's failure). */
+void xf__aconn_reply(xf__link *l, xf__acall *k, int rc, xf__reply **reply);
+
+/* ---- async_many.c: corked sends ----------------------------------------------- */
+
+/* While the handle is corked, takes k's command for cn (a first plain read
+ * of an entry on a connected cn with a fresh clock) to send with the others
+ * at xf_async_uncork: 1, with k sent; 0: send it as usual. */
+int xf__acork_take(xf__acall *k, xf__aconn *cn, int asking);
+
+/* xf_async_close: the corked calls are not sent, the cork freed. */
+void xf__acork_drop(xf_async *ac);
 
 /* ---- async_router.c: where commands go --------------------------------------- */
 
