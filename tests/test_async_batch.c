@@ -90,11 +90,13 @@ static void round_of(uv_loop_t *loop, xf_async *ac, char keys[][32], int n, int 
 Test(async_batch, corked_hits_go_as_one_mget) {
   uv_loop_t loop;
   cr_assert_eq(uv_loop_init(&loop), 0);
-  redisContext *r = xft_redis();
+  xft_server own; /* its command counts are this test's alone */
+  cr_assert_eq(xft_server_start(&own, NULL), 0);
+  redisContext *r = xft_redis_port(own.port);
   char keys[NKEYS][32];
   for (int i = 0; i < NKEYS; i++)
     snprintf(keys[i], sizeof keys[i], "corked:%d:%lld", i, (long long)xft_now_ms());
-  xf_async *ac = open_on(&loop, xft_port(), NULL);
+  xf_async *ac = open_on(&loop, own.port, NULL);
   tally t;
   int64_t learning = xft_now_ms();
   round_of(&loop, ac, keys, NKEYS, 1, &t); /* cold: loads and writes */
@@ -127,6 +129,7 @@ Test(async_batch, corked_hits_go_as_one_mget) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   redisFree(r);
+  xft_server_stop(&own);
 }
 
 Test(async_batch, a_fail_open_load_is_served_to_another_handle_from_the_share) {
@@ -213,4 +216,47 @@ Test(async_batch, a_loader_completes_through_its_sink) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   redisFree(r);
+}
+
+static void on_get(int rc, const xf_value *v, void *privdata) {
+  (void)v;
+  *(int *)privdata = rc == XF_OK || rc == XF_ENOTFOUND ? 1 : -1;
+}
+
+/* An eager handle writes a call's command as xf_async_get returns: Redis runs
+ * it while the loop never turns; a handle left as it opened does not (its
+ * commands wait for the loop's writable event). Polled up to 5 s (a busy
+ * machine), and the lazy handle watched 300 ms: nothing writes without the
+ * loop, so no margin decides its outcome. */
+Test(async_batch, an_eager_handle_writes_as_the_call_starts) {
+  uv_loop_t loop;
+  cr_assert_eq(uv_loop_init(&loop), 0);
+  xft_server own; /* its command counts are this test's alone */
+  cr_assert_eq(xft_server_start(&own, NULL), 0);
+  redisContext *r = xft_redis_port(own.port);
+  for (int eager = 0; eager < 2; eager++) {
+    xf_async *ac = open_on(&loop, own.port, NULL);
+    xf_async_set_eager(ac, eager);
+    int done = 0;
+    cr_assert_eq(xf_async_get(ac, "eager-probe", 11, on_get, &done), XF_OK);
+    while (!done) /* connected, the setup over, the first get answered */
+      uv_run(&loop, UV_RUN_ONCE);
+    long long before = xft_command_calls(r, "get");
+    done = 0;
+    cr_assert_eq(xf_async_get(ac, "eager-probe", 11, on_get, &done), XF_OK);
+    int64_t deadline = xft_now_ms() + (eager ? 5000 : 300);
+    while (xft_command_calls(r, "get") == before && xft_now_ms() < deadline)
+      xft_sleep_ms(5);
+    if (eager)
+      cr_expect_eq(xft_command_calls(r, "get") - before, 1, "written as the get started");
+    else
+      cr_expect_eq(xft_command_calls(r, "get") - before, 0, "written by the loop only");
+    while (!done)
+      uv_run(&loop, UV_RUN_ONCE);
+    xf_async_close(ac);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  redisFree(r);
+  xft_server_stop(&own);
 }

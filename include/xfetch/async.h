@@ -177,6 +177,13 @@ XF_EXPORT int xf_async_invalidate_tags(xf_async *ac, const char *const *tags, si
 XF_EXPORT int xf_async_clear_namespace(xf_async *ac, xf_async_done_fn callback,
                                        void *privdata);
 
+/* With eager 1, a command is written when the xf_async_* function (or the
+ * loop event) that queued it returns, instead of on the loop's next writable
+ * event: one write per call started outside a callback, a loop turn less per
+ * call. For a loop whose turn costs more than a write (an interpreter's);
+ * 0 (the default) writes the commands of one loop turn together. */
+XF_EXPORT void xf_async_set_eager(xf_async *ac, int eager);
+
 /* Corks the handle's sends: the hits' plain reads that calls started from
  * now on would send wait for xf_async_uncork, which sends those waiting on one
  * connection as one MGET per slot (a batch's hits: one command per node and

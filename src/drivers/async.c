@@ -204,10 +204,18 @@ void xf__async_enter(xf_async *ac) { ac->depth++; }
 void xf__async_leave(xf_async *ac) {
   if (--ac->depth > 0)
     return;
-  if (ac->closing)
+  if (ac->closing) {
     finish_close(ac);
-  else
-    rearm(ac);
+    return;
+  }
+  if (ac->write_soon)
+    xf__awire_write_soon(ac);
+  rearm(ac);
+}
+
+void xf_async_set_eager(xf_async *ac, int eager) {
+  if (ac)
+    ac->eager = eager != 0;
 }
 
 static void run_deferred(xf_async *ac, int64_t now_ms) {

@@ -50,6 +50,7 @@ struct xf_async_conn {
   int connected;        /* the stream is open (TLS: after the handshake) */
   int failed_connect;   /* never came up: its commands were never written */
   int is_waker;         /* not a connection: the near cache's wake pipe (async_wake.c) */
+  int write_soon;       /* eager: output to write as the driver's frame ends */
 };
 
 /* The connection whose engine l is. */
@@ -133,6 +134,8 @@ struct xf_async {
   xf__acall *leaders;                  /* calls running a fail-open load */
   int64_t armed_ms;                    /* when the loop timer fires; -1 = stopped */
   int depth;                           /* driver frames on the stack */
+  int eager;      /* xf_async_set_eager: commands written as the frame ends */
+  int write_soon; /* some connection's write_soon is set */
   int closing;
   /* Corked sends (async_many.c): the plain reads waiting for xf_async_uncork. */
   int corked;
@@ -245,8 +248,14 @@ void xf__aconn_failed(xf__aconn *cn);
  * s.errstr saying why. */
 int xf__awire_open(xf__aconn *cn);
 
-/* cn has output to write: watched for writability. */
+/* cn has output to write: watched for writability (eager: written as the
+ * driver's outermost frame ends, xf__awire_write_soon). */
 void xf__awire_rewatch(xf__aconn *cn);
+
+/* The outermost frame ends: writes what the eager handle's connections have
+ * queued meanwhile, as far as their sockets take it; the rest (and a
+ * failure) waits for the loop's writable event. No user code runs. */
+void xf__awire_write_soon(xf_async *ac);
 
 /* Does what cn's descriptor is ready for (XF_ASYNC_*): the connect and
  * handshake, writing, reading and answering the replies. */

@@ -140,6 +140,7 @@ void xf_async_uncork(xf_async *ac) {
   ac->corked = 0;
   size_t n = ac->ncorked;
   ac->ncorked = 0;
+  xf__async_enter(ac); /* a deferred send's error: fed on the next tick */
   if (n > 1)
     qsort(ac->cork, n, sizeof *ac->cork, by_conn_and_slot);
   for (size_t s = 0, e; s < n; s = e) {
@@ -161,7 +162,6 @@ void xf_async_uncork(xf_async *ac) {
         xf__async_defer(ac, k, rc);
     }
   }
-  xf__async_enter(ac); /* a deferred send's error: fed on the next tick */
   xf__async_leave(ac);
 }
 

@@ -65,8 +65,36 @@ int xf__awire_open(xf__aconn *cn) {
 }
 
 void xf__awire_rewatch(xf__aconn *cn) {
-  if (cn->connected)
-    rewatch(cn); /* a failure shows as a watchdog timeout */
+  if (!cn->connected)
+    return;
+  if (cn->ac->eager && cn->ac->depth > 0) { /* written as the frame ends */
+    cn->write_soon = 1;
+    cn->ac->write_soon = 1;
+    return;
+  }
+  rewatch(cn); /* a failure shows as a watchdog timeout */
+}
+
+void xf__awire_write_soon(xf_async *ac) {
+  ac->write_soon = 0;
+  for (int i = 0; i < ac->nconns; i++) {
+    xf__aconn *cn = ac->conns[i];
+    if (!cn->write_soon)
+      continue;
+    cn->write_soon = 0;
+    if (!cn->up || !cn->connected)
+      continue;
+    for (;;) { /* a failure is the loop's to find: no callback runs here */
+      const char *data;
+      size_t len, put;
+      xf__link_output(&cn->link, &data, &len);
+      if (len == 0 || cn->read_wants_write ||
+          xf__stream_write(&cn->s, data, len, &put) != XF__IO_DONE)
+        break;
+      xf__link_written(&cn->link, put);
+    }
+    rewatch(cn);
+  }
 }
 
 /* Writes what waits, until done or the socket is full. 0, or -1 when cn
