@@ -401,6 +401,16 @@ int xf_async_clear_namespace(xf_async *ac, xf_async_done_fn callback, void *priv
 void xf_async_set_eager(xf_async *ac, int eager);
 void xf_async_cork(xf_async *ac);
 void xf_async_uncork(xf_async *ac);
+int xf_async_load_done(xf_async_load *load, const void *data, size_t len);
+int xf_async_load_previous(const xf_async_load *load, const void **data, size_t *len,
+                           int64_t *age_ms);
+int xf_async_load_previous_validator(const xf_async_load *load, const void **data,
+                                     size_t *len);
+int xf_async_load_validator(xf_async_load *load, const void *data, size_t len);
+int xf_async_load_ttl(xf_async_load *load, int64_t ttl_ms);
+int xf_async_load_unchanged(xf_async_load *load);
+void xf_async_load_not_found(xf_async_load *load);
+void xf_async_load_fail(xf_async_load *load, int code);
 xf_sink *xf_async_load_sink(xf_async_load *load);
 void xf_async_load_complete(xf_async_load *load, int rc);
 int xf_async_near_serve(xf_async *ac, const char *key, size_t keylen,

@@ -65,19 +65,13 @@ class Engine:
             self.ac = None
 
     def start(self, call, start, *args, value=True):
-        """Starts call: start (an xf_async_*) with args, then call's callback
-        (value: a get's, else a set's) and its handle."""
+        """Starts call: start (an xf_async_*) with args, then (call.loader:
+        a get-or-compute) the loader and its ud, then the callback (value: a
+        get's, else a set's) and its privdata: the call's handle."""
         me = self.live[call] = ffi.new_handle(call)  # not the call's: no cycle
+        if call.loader is not None:
+            args += (lib._xf_aio_loader, me)
         rc = start(self.ac, *args, lib._xf_aio_done if value else lib._xf_aio_done_rc, me)
-        if rc != 0:
-            del self.live[call]
-            raise _error(rc, self.ac)
-
-    def start_load(self, call, kb, policy):
-        """Starts call, a get-or-compute of kb under policy."""
-        me = self.live[call] = ffi.new_handle(call)
-        rc = lib.xf_async_get_or_compute(self.ac, kb, len(kb), policy, lib._xf_aio_loader, me,
-                                         lib._xf_aio_done, me)
         if rc != 0:
             del self.live[call]
             raise _error(rc, self.ac)
@@ -174,7 +168,7 @@ class Call:
     the context it runs in (its caller's: contextvars, the bypass switch)."""
 
     __slots__ = ("engine", "fut", "loader", "key", "kb", "ctx", "rc", "value",
-                 "source", "error", "exc", "task", "left", "took", "__weakref__")
+                 "source", "error", "exc", "task", "left", "took")
 
     def __init__(self, engine, key=None, kb=None, loader=None):
         self.engine, self.key, self.kb, self.loader = engine, key, kb, loader

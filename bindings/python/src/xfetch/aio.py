@@ -232,7 +232,7 @@ class Cache(LateSetup):
                 return Fetched(value, None if value is None else "cache")
         engine = self._engine
         call = Call(engine, key, kb, loader)
-        engine.start_load(call, kb, policy)
+        engine.start(call, lib.xf_async_get_or_compute, kb, len(kb), policy)
         await call.wait()
         rc, exc = call.rc, call.exc
         if rc == 0 and exc is None:  # the hot path
