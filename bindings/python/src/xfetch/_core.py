@@ -9,7 +9,7 @@ import contextlib
 import contextvars
 import logging
 
-from ._errors import InvalidArgumentError, check, error_for
+from ._errors import InvalidArgumentError, check
 from ._events import Events
 from ._native import ffi, lib
 from ._policy import PolicyCache, check_refresh_ahead
@@ -377,9 +377,3 @@ def check_not_loading(namespace, kb, key):
         raise InvalidArgumentError(
             lib.XF_EINVAL, f"the loader for key {shown} asked for {shown} itself (a "
             f"recursion: it would wait on its own lease)")
-
-
-def call_error(rc, call):
-    """The exception for a failed C call (xf_call_*), with its message."""
-    msg = ffi.string(lib.xf_call_errmsg(call)).decode(errors="replace")
-    return type(error_for(rc))(rc, msg)
