@@ -194,7 +194,7 @@ Test(async_batch, a_loader_completes_through_its_sink) {
   slot s = {&t, 0, NULL};
   for (int round = 0; round < 2; round++) {
     if (round == 1) /* gone: the second load runs, and fails */
-      xft_cmd(r, "DEL %s", key);
+      freeReplyObject(xft_cmd(r, "DEL %s", key));
     int fired = t.fired;
     cr_assert_eq(
         xf_async_get_or_compute(ac, key, strlen(key), &p, load_by_sink, &t, on_result, &s),
