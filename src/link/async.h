@@ -39,18 +39,19 @@ struct xf_async_conn {
   xf__link link; /* everything but the bytes' way; live: commands may be queued */
   /* The transport (async_wire.c); up while s is connecting or open. */
   int up;
-  xf__stream s;         /* must not move while open: cn is never moved */
-  void *watch;          /* the adapter's state for one descriptor; NULL = none yet */
-  unsigned watch_gen;   /* s.fd_gen when it was made (s.fd changes: the resolver's
-                           pipe, then a socket per address tried, maybe by the
-                           same number) */
-  int watching;         /* XF_ASYNC_* asked of the adapter */
-  int read_wants_write; /* TLS: a read waits for the socket to be writable */
-  int dying;            /* its commands are being told it went away */
-  int connected;        /* the stream is open (TLS: after the handshake) */
-  int failed_connect;   /* never came up: its commands were never written */
-  int is_waker;         /* not a connection: the near cache's wake pipe (async_wake.c) */
-  int write_soon;       /* eager: output to write as the driver's frame ends */
+  xf__stream s;           /* must not move while open: cn is never moved */
+  void *watch;            /* the adapter's state for one descriptor; NULL = none yet */
+  unsigned watch_gen;     /* s.fd_gen when it was made (s.fd changes: the resolver's
+                             pipe, then a socket per address tried, maybe by the
+                             same number) */
+  int watching;           /* XF_ASYNC_* asked of the adapter */
+  int read_wants_write;   /* TLS: a read waits for the socket to be writable */
+  int dying;              /* its commands are being told it went away */
+  int connected;          /* the stream is open (TLS: after the handshake) */
+  int failed_connect;     /* never came up: its commands were never written */
+  int is_waker;           /* not a connection: the near cache's wake pipe (async_wake.c) */
+  int write_soon;         /* eager: output to write as the driver's frame ends */
+  unsigned long fork_gen; /* of the process that opened the stream */
 };
 
 /* The connection whose engine l is. */

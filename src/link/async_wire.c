@@ -52,6 +52,7 @@ int xf__awire_open(xf__aconn *cn) {
                       : xf__stream_open_unix(&cn->s, c->unix_path, c->tls);
   if (r == XF__IO_FAIL)
     return xf__stream_code(&cn->s);
+  cn->fork_gen = xf__fork_generation();
   cn->up = 1;
   cn->watching = 0;
   if (rewatch(cn) != 0) {
@@ -172,11 +173,17 @@ void xf__awire_step(xf__aconn *cn, int events) {
   rewatch(cn);
 }
 
-/* The stream goes (what it tracked told first). */
+/* The stream goes (what it tracked told first); in a forked child, one the
+ * parent opened is forgotten: never a byte (a TLS close_notify) on the
+ * parent's connection. */
 static void close_stream(xf__aconn *cn) {
   unwatch(cn);
-  xf__link_untrack(&cn->link);
-  xf__stream_close(&cn->s);
+  if (cn->fork_gen != xf__fork_generation()) {
+    xf__stream_forget(&cn->s);
+  } else {
+    xf__link_untrack(&cn->link);
+    xf__stream_close(&cn->s);
+  }
   cn->up = cn->connected = cn->read_wants_write = 0;
 }
 

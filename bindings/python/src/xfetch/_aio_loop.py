@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import os
 import time
 import weakref
 
@@ -20,6 +21,9 @@ from ._revalidate import call_loader
 from ._runtime import sink_value
 
 _READ, _WRITE = lib.XF_ASYNC_READ, lib.XF_ASYNC_WRITE
+_FORKS = [0]  # forks this process is the child of: an Engine of an earlier one is its parent's
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
 _KEPT = {}  # a kept call's handle (an int) -> [the call, how many refreshes keep it]
 
 
@@ -40,6 +44,7 @@ class Engine:
         self.timer = None
         self.live = {}  # call -> its handle, until its callback fired
         self.retiring = False
+        self.forks = _FORKS[0]  # a fork's child leaves its loop and sockets alone
         hooks = ffi.new("xf_async_loop *", {
             "data": self.me, "watch": lib._xf_aio_watch, "unwatch": lib._xf_aio_unwatch,
             "timer_start": lib._xf_aio_timer_start, "timer_stop": lib._xf_aio_timer_stop,
@@ -58,8 +63,14 @@ class Engine:
         if not self.live:
             self.close()
 
+    def forked(self):
+        """Whether this process is a fork's child of the one that opened it:
+        its connections and loop registrations are the parent's."""
+        return self.forks != _FORKS[0]
+
     def close(self):
-        """Ends the calls in flight (XF_ECANCELED) and the connections."""
+        """Ends the calls in flight (XF_ECANCELED) and the connections (in a
+        fork's child: forgotten, the parent's loop and sockets untouched)."""
         if self.ac is not None:
             lib.xf_async_close(self.ac)  # the callbacks still read its messages
             self.ac = None
@@ -129,7 +140,7 @@ def _xf_aio_watch(data, watch, fd, events, conn):
 def _xf_aio_unwatch(data, watch):
     eng = ffi.from_handle(data)
     fd, events = eng.watches.pop(_address(watch))
-    if not eng.loop.is_closed():
+    if not eng.loop.is_closed() and not eng.forked():  # its epoll set is the parent's too
         if events & _READ:
             eng.loop.remove_reader(fd)
         if events & _WRITE:

@@ -78,7 +78,8 @@ class Cache(LateSetup):
         # Dropped without close(): the loop's readers would keep the sockets open
         engine = self.__dict__.get("_engine")
         loop = engine and engine.loop
-        if engine is not None and (not loop.is_running() or asyncio._get_running_loop() is loop):
+        if engine is not None and (not loop.is_running() or asyncio._get_running_loop() is loop
+                                   or engine.forked()):
             engine.close()
 
     async def close(self, timeout: float = 2.0) -> None:
@@ -130,12 +131,14 @@ class Cache(LateSetup):
     def _ready(self):
         """What every call checks first: the handle on the running loop (a
         new one once the old loop no longer runs: an earlier asyncio.run;
-        refused while it runs in another thread), and the enabled switch
+        refused while it runs in another thread; in a fork's child, the
+        parent's forgotten), and the enabled switch
         (read by the C call as it starts). Returns the handle."""
         engine = self._engine
         loop = asyncio.get_running_loop()
-        if engine is None or engine.loop is not loop:
-            if engine is not None and engine.loop.is_running() and not engine.loop.is_closed():
+        if engine is None or engine.loop is not loop or engine.forked():
+            if (engine is not None and engine.loop.is_running() and not engine.loop.is_closed()
+                    and not engine.forked()):
                 raise RuntimeError(
                     f"this xfetch.aio.Cache belongs to event loop {engine.loop!r}, which runs "
                     f"in another thread; it cannot be used from event loop {loop!r} "
