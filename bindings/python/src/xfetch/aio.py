@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 
-from ._aio_loop import KEEP, Call, Engine
+from ._aio_loop import _FORKS, KEEP, Call, Engine
 from ._aio_many import get_many
 from ._cache import Cache as SyncCache
 from ._core import (NEAR_NOT_SERVED, SOURCES, STAT_FIELDS, Config, check_loader, check_not_loading,
@@ -68,6 +68,7 @@ class Cache(LateSetup):
         self._enabled = None  # the handle's bypass switch, as last set
         self._commons = self._policies.commons
         self._near = config.near  # the near hit's fast path
+        self._note_namespace = config.events.note_namespace
         self._value = ffi.new("xf_value *")
         self._refreshes = set()  # background loads' tasks (close() drains them)
         self._closing = False
@@ -123,7 +124,7 @@ class Cache(LateSetup):
         """The key's bytes, with the loop and own-key checks every call makes."""
         kb = key_bytes(key)
         self._ready()
-        self._config.events.note_namespace(kb)  # for C's events (reported from the loop)
+        self._note_namespace(kb)  # for C's events (reported from the loop)
         if _loading.get():
             check_not_loading(self._config.namespace, kb, key)
         return kb
@@ -136,7 +137,7 @@ class Cache(LateSetup):
         (read by the C call as it starts). Returns the handle."""
         engine = self._engine
         loop = asyncio.get_running_loop()
-        if engine is None or engine.loop is not loop or engine.forked():
+        if engine is None or engine.loop is not loop or engine.forks != _FORKS[0]:
             if (engine is not None and engine.loop.is_running() and not engine.loop.is_closed()
                     and not engine.forked()):
                 raise RuntimeError(
