@@ -87,24 +87,44 @@ static void round_of(uv_loop_t *loop, xf_async *ac, char keys[][32], int n, int 
   cr_assert_eq(t->wrong, 0);
 }
 
-Test(async_batch, corked_hits_go_as_one_mget) {
+/* A loop and a redis-server of the test's own: its command counts are the
+ * test's alone. */
+typedef struct bed {
   uv_loop_t loop;
-  cr_assert_eq(uv_loop_init(&loop), 0);
-  xft_server own; /* its command counts are this test's alone */
-  cr_assert_eq(xft_server_start(&own, NULL), 0);
-  redisContext *r = xft_redis_port(own.port);
+  xft_server own;
+  redisContext *r;
+} bed;
+
+static void bed_open(bed *b) {
+  cr_assert_eq(uv_loop_init(&b->loop), 0);
+  cr_assert_eq(xft_server_start(&b->own, NULL), 0);
+  b->r = xft_redis_port(b->own.port);
+}
+
+static void bed_close(bed *b) {
+  uv_run(&b->loop, UV_RUN_DEFAULT); /* the closed handles' last events */
+  uv_loop_close(&b->loop);
+  redisFree(b->r);
+  xft_server_stop(&b->own);
+}
+
+Test(async_batch, corked_hits_go_as_one_mget) {
+  bed b;
+  bed_open(&b);
+  uv_loop_t *loop = &b.loop;
+  redisContext *r = b.r;
   char keys[NKEYS][32];
   for (int i = 0; i < NKEYS; i++)
     snprintf(keys[i], sizeof keys[i], "corked:%d:%lld", i, (long long)xft_now_ms());
-  xf_async *ac = open_on(&loop, own.port, NULL);
+  xf_async *ac = open_on(loop, b.own.port, NULL);
   tally t;
   int64_t learning = xft_now_ms();
-  round_of(&loop, ac, keys, NKEYS, 1, &t); /* cold: loads and writes */
+  round_of(loop, ac, keys, NKEYS, 1, &t); /* cold: loads and writes */
   cr_assert_eq(t.loads, NKEYS);
-  round_of(&loop, ac, keys, NKEYS, 1, &t); /* warm: the connection's clock, learned */
+  round_of(loop, ac, keys, NKEYS, 1, &t); /* warm: the connection's clock, learned */
 
   long long mget = xft_command_calls(r, "mget"), get = xft_command_calls(r, "get");
-  round_of(&loop, ac, keys, NKEYS, 0, &t); /* uncorked: a GET each */
+  round_of(loop, ac, keys, NKEYS, 0, &t); /* uncorked: a GET each */
   cr_assert_eq(t.ok, NKEYS);
   int fresh = xft_now_ms() - learning < FRESH_MS;
   if (fresh) {
@@ -113,7 +133,7 @@ Test(async_batch, corked_hits_go_as_one_mget) {
   }
 
   mget = xft_command_calls(r, "mget"), get = xft_command_calls(r, "get");
-  round_of(&loop, ac, keys, NKEYS, 1, &t); /* corked: one MGET */
+  round_of(loop, ac, keys, NKEYS, 1, &t); /* corked: one MGET */
   fresh = xft_now_ms() - learning < FRESH_MS;
   cr_assert_eq(t.ok, NKEYS);
   cr_assert_eq(t.loads, 0, "every key was a hit");
@@ -126,10 +146,7 @@ Test(async_batch, corked_hits_go_as_one_mget) {
     cr_expect_leq(xft_command_calls(r, "mget") - mget, 1);
   }
   xf_async_close(ac);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
-  redisFree(r);
-  xft_server_stop(&own);
+  bed_close(&b);
 }
 
 Test(async_batch, a_fail_open_load_is_served_to_another_handle_from_the_share) {
@@ -229,18 +246,17 @@ static void on_get(int rc, const xf_value *v, void *privdata) {
  * machine), and the lazy handle watched 300 ms: nothing writes without the
  * loop, so no margin decides its outcome. */
 Test(async_batch, an_eager_handle_writes_as_the_call_starts) {
-  uv_loop_t loop;
-  cr_assert_eq(uv_loop_init(&loop), 0);
-  xft_server own; /* its command counts are this test's alone */
-  cr_assert_eq(xft_server_start(&own, NULL), 0);
-  redisContext *r = xft_redis_port(own.port);
+  bed b;
+  bed_open(&b);
+  uv_loop_t *loop = &b.loop;
+  redisContext *r = b.r;
   for (int eager = 0; eager < 2; eager++) {
-    xf_async *ac = open_on(&loop, own.port, NULL);
+    xf_async *ac = open_on(loop, b.own.port, NULL);
     xf_async_set_eager(ac, eager);
     int done = 0;
     cr_assert_eq(xf_async_get(ac, "eager-probe", 11, on_get, &done), XF_OK);
     while (!done) /* connected, the setup over, the first get answered */
-      uv_run(&loop, UV_RUN_ONCE);
+      uv_run(loop, UV_RUN_ONCE);
     long long before = xft_command_calls(r, "get");
     done = 0;
     cr_assert_eq(xf_async_get(ac, "eager-probe", 11, on_get, &done), XF_OK);
@@ -252,11 +268,8 @@ Test(async_batch, an_eager_handle_writes_as_the_call_starts) {
     else
       cr_expect_eq(xft_command_calls(r, "get") - before, 0, "written by the loop only");
     while (!done)
-      uv_run(&loop, UV_RUN_ONCE);
+      uv_run(loop, UV_RUN_ONCE);
     xf_async_close(ac);
   }
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
-  redisFree(r);
-  xft_server_stop(&own);
+  bed_close(&b);
 }

@@ -35,17 +35,13 @@ static int slot_of(const xf_call *call) {
   return xf__many_slot(&call->f, call->f.c->routes.mode != XF_ROUTE_STANDALONE);
 }
 
+static xf__flow *flow_of(void *item) { return &((xf_call *)item)->f; }
+
 /* Sends calls[0..n) (mgettable, one slot) as one MGET on k's live stream. */
 static int send_mget(xf_link *k, xf_call **calls, size_t n, int64_t now_ms) {
-  xf__flow **flows = malloc(n * sizeof *flows);
-  if (!flows)
-    return XF_ENOMEM;
-  for (size_t i = 0; i < n; i++)
-    flows[i] = &calls[i]->f;
   int rc;
   xf__many *m = xf__many_submit(&k->l, &k->c->rt, k->c->near != NULL, n,
-                                (void *const *)calls, flows, many_moved, now_ms, &rc);
-  free(flows);
+                                (void *const *)calls, flow_of, many_moved, now_ms, &rc);
   for (size_t i = 0; m && i < n; i++) {
     calls[i]->many = m;
     calls[i]->on_link = ON_WIRE;

@@ -35,18 +35,14 @@ static void many_reply(void *item, int rc, xf__reply **part) {
   xf__aconn_reply(&k->conn->link, k, rc, part);
 }
 
+static xf__flow *flow_of(void *item) { return &((xf__acall *)item)->f; }
+
 /* Sends calls[0..n) (one connection, one slot) as one MGET. */
 static int send_mget(xf__aconn *cn, xf__acall **calls, size_t n) {
-  xf__flow **flows = malloc(n * sizeof *flows);
-  if (!flows)
-    return XF_ENOMEM;
-  for (size_t i = 0; i < n; i++)
-    flows[i] = &calls[i]->f;
   int rc;
   xf_client *c = cn->ac->core;
-  xf__many_submit(&cn->link, &c->rt, c->near != NULL, n, (void *const *)calls, flows,
+  xf__many_submit(&cn->link, &c->rt, c->near != NULL, n, (void *const *)calls, flow_of,
                   many_reply, xf__now_ms(), &rc);
-  free(flows);
   return rc;
 }
 

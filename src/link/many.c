@@ -8,7 +8,6 @@
 
 static void many_free(xf__many *m) {
   free(m->items);
-  free(m->flows);
   free(m->keys);
   free(m->lens);
   free(m);
@@ -46,7 +45,7 @@ static void on_many(xf__link *l, void *ud, int rc, xf__reply **reply) {
     }
     int item_rc = rc;
     if (parts) {
-      xf__flow *f = m->flows[i];
+      xf__flow *f = m->flow_of(m->items[i]);
       f->clock = m->clock;
       f->track = m->track; /* its read offers its value to the near cache */
       f->plain_read = 1;
@@ -64,11 +63,10 @@ static void on_many(xf__link *l, void *ud, int rc, xf__reply **reply) {
 }
 
 xf__many *xf__many_submit(xf__link *l, xf__runtime *rt, int track, size_t n,
-                          void *const *items, xf__flow *const *flows, xf__many_fn *fn,
+                          void *const *items, xf__many_flow_fn *flow_of, xf__many_fn *fn,
                           int64_t now_ms, int *rc) {
   xf__many *m = calloc(1, sizeof *m);
   if (!m || !(m->items = malloc(n * sizeof *m->items)) ||
-      !(m->flows = malloc(n * sizeof *m->flows)) ||
       !(m->keys = malloc(n * sizeof *m->keys)) ||
       !(m->lens = malloc(n * sizeof *m->lens))) {
     if (m)
@@ -78,12 +76,13 @@ xf__many *xf__many_submit(xf__link *l, xf__runtime *rt, int track, size_t n,
   }
   m->n = n;
   m->rt = rt;
+  m->flow_of = flow_of;
   m->fn = fn;
   for (size_t i = 0; i < n; i++) {
+    const xf__flow *f = flow_of(items[i]);
     m->items[i] = items[i];
-    m->flows[i] = flows[i];
-    m->keys[i] = flows[i]->cmd.argv[1];
-    m->lens[i] = flows[i]->cmd.lens[1];
+    m->keys[i] = f->cmd.argv[1];
+    m->lens[i] = f->cmd.lens[1];
   }
   xf__entry_mget_cmd(&m->cmd, n, m->keys, m->lens);
   m->cmd.clock_out = &m->clock;

@@ -21,16 +21,19 @@
  * the engine's, to send again alone). */
 typedef void xf__many_fn(void *item, int rc, xf__reply **part);
 
+/* The flow of an item. */
+typedef xf__flow *xf__many_flow_fn(void *item);
+
 typedef struct xf__many {
   size_t n;
   void **items; /* NULL where an item left meanwhile: its part is dropped */
-  xf__flow **flows;
   const char **keys;
   size_t *lens;
   xf__cmd cmd;
   xf__clock *clock; /* whose server answered: each flow's */
   xf__track track;  /* whose tracking it came under: each flow's */
   xf__runtime *rt;
+  xf__many_flow_fn *flow_of;
   xf__many_fn *fn;
 } xf__many;
 
@@ -41,12 +44,13 @@ int xf__many_fits(const xf__flow *f);
 /* The slot of f's key in a Cluster (cluster 0: -1), to group by. */
 int xf__many_slot(const xf__flow *f, int cluster);
 
-/* Submits one MGET of flows[0..n) (their keys in one slot in a Cluster) on
- * l, tracked for the near cache when track; each item's outcome goes to
- * fn(items[i], ...). Returns the MGET in flight (a driver that drops an item
- * sets its items[i] NULL), or NULL with *rc the refusal: nothing was sent. */
+/* Submits one MGET of the flows of items[0..n) (their keys in one slot in a
+ * Cluster) on l, tracked for the near cache when track; each item's outcome
+ * goes to fn(items[i], ...). Returns the MGET in flight (a driver that drops
+ * an item sets its items[i] NULL), or NULL with *rc the refusal: nothing was
+ * sent. */
 xf__many *xf__many_submit(xf__link *l, xf__runtime *rt, int track, size_t n,
-                          void *const *items, xf__flow *const *flows, xf__many_fn *fn,
+                          void *const *items, xf__many_flow_fn *flow_of, xf__many_fn *fn,
                           int64_t now_ms, int *rc);
 
 #endif
