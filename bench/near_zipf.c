@@ -288,23 +288,27 @@ int nb_zipf_run(const bench_env *e, int quick, nb_zipf *out, step_errors *errs) 
 /* ---- waiters woken by the write ---- */
 
 typedef struct wake_log {
-  double leader_loaded, waiter_done[4];
+  double leader_started, leader_loaded, waiter_done[4];
   step_errors leader, waiters; /* their failed calls */
 } wake_log;
 
-/* ud: where the leader notes when its load ended (NULL for a waiter). */
+/* ud: the log where the leader notes when its load started and ended (NULL
+ * for a waiter). */
 static int slow_loader(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   (void)key, (void)keylen;
+  wake_log *log = ud;
+  if (log)
+    log->leader_started = now_s();
   struct timespec ts = {0, 200 * 1000000L};
   nanosleep(&ts, NULL);
-  if (ud)
-    *(double *)ud = now_s();
+  if (log)
+    log->leader_loaded = now_s();
   return xf_sink_set(sink, "slow", 4);
 }
 
 /* One process's call: its own share (near on or off); a waiter's end time
- * to done, the leader's load's end to loaded. */
-static void one_call(const target *t, const char *key, int near, double *loaded,
+ * to done, the leader's load to loaded (the leader's log). */
+static void one_call(const target *t, const char *key, int near, wake_log *loaded,
                      double *done, step_errors *errs) {
   xf_share *s = near ? nb_share(1 << 20) : NULL;
   xf_client *c = !near || s ? drv_client_shared(t, s) : NULL;
@@ -338,13 +342,17 @@ static int wake_pass(const bench_env *e, int near, double *max_ms, double *mean_
       step_failed_because("wake: fork", strerror(errno));
     else if (pid[i] == 0) {
       if (i == 0)
-        one_call(e->t, key, near, &log->leader_loaded, NULL, &log->leader);
+        one_call(e->t, key, near, log, NULL, &log->leader);
       else
         one_call(e->t, key, near, NULL, &log->waiter_done[i - 1], &log->waiters);
       _exit(0);
     }
-    if (i == 0)
-      usleep(30000); /* the leader takes the lease first */
+    /* The waiters start once the leader's loader runs (it holds the lease),
+     * however long a busy machine takes to get it there (10 s at most). */
+    volatile double *started = &log->leader_started; /* another process writes it */
+    for (double until = now_s() + 10;
+         i == 0 && pid[0] > 0 && *started <= 0 && now_s() < until;)
+      usleep(1000);
   }
   for (int i = 0; i < 5; i++)
     if (pid[i] > 0)

@@ -363,3 +363,73 @@ void xf_reader_close(xf_reader *rd);
 int xf_near_serve(xf_client *c, const char *key, size_t keylen, const xf_policy *policy,
                   xf_driver driver, uint64_t *near_hits, xf_value *out);
 void xf_near_move_refresh(xf_client *from, xf_client *to);
+
+/* The event-loop driver (xfetch.aio runs on it: _aio_loop.py). */
+typedef struct xf_async xf_async;
+typedef struct xf_async_conn xf_async_conn;
+#define XF_ASYNC_READ 1
+#define XF_ASYNC_WRITE 2
+typedef struct xf_async_load xf_async_load;
+typedef void (*xf_async_callback_fn)(int rc, const xf_value *value, void *privdata);
+typedef void (*xf_async_done_fn)(int rc, void *privdata);
+typedef void (*xf_async_loader_fn)(void *ud, const char *key, size_t keylen,
+                                   xf_async_load *load);
+typedef struct xf_async_loop {
+  void *data;
+  int (*watch)(void *data, void **watch, int fd, int events, xf_async_conn *conn);
+  void (*unwatch)(void *data, void *watch);
+  void (*timer_start)(void *data, int64_t delay_ms);
+  void (*timer_stop)(void *data);
+  void (*cleanup)(void *data);
+} xf_async_loop;
+int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *loop);
+void xf_async_close(xf_async *ac);
+void xf_async_set_enabled(xf_async *ac, int enabled);
+int xf_async_get_or_compute(xf_async *ac, const char *key, size_t keylen,
+                            const xf_policy *policy, xf_async_loader_fn loader,
+                            void *loader_ud, xf_async_callback_fn callback, void *privdata);
+int xf_async_get(xf_async *ac, const char *key, size_t keylen,
+                 xf_async_callback_fn callback, void *privdata);
+int xf_async_set(xf_async *ac, const char *key, size_t keylen, const void *data,
+                 size_t len, const xf_policy *policy, xf_async_done_fn callback,
+                 void *privdata);
+int xf_async_delete(xf_async *ac, const char *key, size_t keylen,
+                    xf_async_done_fn callback, void *privdata);
+int xf_async_invalidate_tags(xf_async *ac, const char *const *tags, size_t ntags,
+                             xf_async_done_fn callback, void *privdata);
+int xf_async_clear_namespace(xf_async *ac, xf_async_done_fn callback, void *privdata);
+void xf_async_set_eager(xf_async *ac, int eager);
+void xf_async_cork(xf_async *ac);
+void xf_async_uncork(xf_async *ac);
+int xf_async_load_done(xf_async_load *load, const void *data, size_t len);
+int xf_async_load_previous(const xf_async_load *load, const void **data, size_t *len,
+                           int64_t *age_ms);
+int xf_async_load_previous_validator(const xf_async_load *load, const void **data,
+                                     size_t *len);
+int xf_async_load_validator(xf_async_load *load, const void *data, size_t len);
+int xf_async_load_ttl(xf_async_load *load, int64_t ttl_ms);
+int xf_async_load_unchanged(xf_async_load *load);
+void xf_async_load_not_found(xf_async_load *load);
+void xf_async_load_fail(xf_async_load *load, int code);
+xf_sink *xf_async_load_sink(xf_async_load *load);
+void xf_async_load_complete(xf_async_load *load, int rc);
+int xf_async_near_serve(xf_async *ac, const char *key, size_t keylen,
+                        const xf_policy *policy, uint64_t *near_hits, xf_value *out);
+void xf_async_timer_fired(xf_async *ac);
+void xf_async_ready(xf_async_conn *conn, int events);
+const char *xf_async_errmsg(const xf_async *ac);
+int xf_async_loader_error(const xf_async *ac);
+void xf_async_stats(const xf_async *ac, xf_stats *out);
+/* Its loop adapter and callbacks (_aio_loop.py). */
+extern "Python" int _xf_aio_watch(void *data, void **watch, int fd, int events,
+                                  xf_async_conn *conn);
+extern "Python" void _xf_aio_unwatch(void *data, void *watch);
+extern "Python" void _xf_aio_timer_start(void *data, int64_t delay_ms);
+extern "Python" void _xf_aio_timer_stop(void *data);
+extern "Python" void _xf_aio_cleanup(void *data);
+extern "Python" void _xf_aio_loader(void *ud, const char *key, size_t keylen,
+                                    xf_async_load *load);
+extern "Python" void _xf_aio_done(int rc, const xf_value *value, void *privdata);
+extern "Python" void _xf_aio_done_rc(int rc, void *privdata);
+extern "Python" void *_xf_aio_keep(void *ud);
+extern "Python" void _xf_aio_drop(void *ud);

@@ -6,6 +6,7 @@
 #define XFETCH_ASYNC_H
 
 #include "base.h"
+#include "client.h"
 #include "options.h"
 #include "policy.h"
 #include "stats.h"
@@ -176,6 +177,22 @@ XF_EXPORT int xf_async_invalidate_tags(xf_async *ac, const char *const *tags, si
 XF_EXPORT int xf_async_clear_namespace(xf_async *ac, xf_async_done_fn callback,
                                        void *privdata);
 
+/* With eager 1, a command is written when the xf_async_* function (or the
+ * loop event) that queued it returns, instead of on the loop's next writable
+ * event: one write per call started outside a callback, a loop turn less per
+ * call. For a loop whose turn costs more than a write (an interpreter's);
+ * 0 (the default) writes the commands of one loop turn together. */
+XF_EXPORT void xf_async_set_eager(xf_async *ac, int eager);
+
+/* Corks the handle's sends: the hits' plain reads that calls started from
+ * now on would send wait for xf_async_uncork, which sends those waiting on one
+ * connection as one MGET per slot (a batch's hits: one command per node and
+ * slot instead of one per key). Other commands go at once. Cork, start the
+ * calls, then uncork before returning to the loop. On the loop's thread;
+ * NULL-safe. */
+XF_EXPORT void xf_async_cork(xf_async *ac);
+XF_EXPORT void xf_async_uncork(xf_async *ac);
+
 /* Completes load with the value (copied). Returns XF_OK, or XF_EINVAL (data
  * NULL with len > 0, len above max_value_len) / XF_ENOMEM, in which case the
  * load completes as a loader failure with that code. Either way load is used
@@ -213,6 +230,28 @@ XF_EXPORT void xf_async_load_not_found(xf_async_load *load);
  * XF_ELOADER) is kept for xf_async_loader_error, and the call serves stale
  * data if its policy allows or fails with XF_ELOADER. */
 XF_EXPORT void xf_async_load_fail(xf_async_load *load, int code);
+
+/* The sink of load (xf_sink, <xfetch/client.h>): a loader may hand its result
+ * over as a blocking loader does (xf_sink_set, xf_sink_not_found, xf_sink_ttl,
+ * xf_sink_unchanged, xf_sink_validator; xf_sink_previous reads the value
+ * refreshed), then complete load with xf_async_load_complete. NULL when load
+ * is completed, or when its handle was closed (the result goes nowhere:
+ * complete load all the same). For bindings that share one loader glue
+ * between the blocking and the event-loop driver. */
+XF_EXPORT xf_sink *xf_async_load_sink(xf_async_load *load);
+
+/* Completes load as a blocking loader returning rc would: XF_OK (0) with
+ * what its sink holds, else as xf_async_load_fail(load, rc). */
+XF_EXPORT void xf_async_load_complete(xf_async_load *load, int rc);
+
+/* xf_near_serve (<xfetch/near.h>) for an event-loop handle: a near hit (or a
+ * kept not-found) served before any call is started, its events naming
+ * XF_DRIVER_ASYNC; XF_NEAR_NOT_SERVED: start the call as usual (an early
+ * refresh the draw elected is made by the handle's next get-or-compute of
+ * key). On the loop's thread. */
+XF_EXPORT int xf_async_near_serve(xf_async *ac, const char *key, size_t keylen,
+                                  const xf_policy *policy, uint64_t *near_hits,
+                                  xf_value *out);
 
 /* For adapters: the timer armed by timer_start has fired. */
 XF_EXPORT void xf_async_timer_fired(xf_async *ac);

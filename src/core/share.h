@@ -16,6 +16,14 @@ typedef enum {
   XF_SHARE_ALONE   /* the wait ran out: the caller loads on its own */
 } xf__share_role;
 
+/* A caller's place in a key's flight, for the drivers that must not block
+ * (the sans-I/O call, the event loop: drivers/flight.h). */
+typedef struct xf__flight {
+  int lead, polling, alone;
+  unsigned long seen; /* the flight found in progress (xf__share_try) */
+  int64_t from_ms, give_up_ms;
+} xf__flight;
+
 /* Every function takes the client whose share (c->share; NULL = none: a
  * no-op, or XF_SHARE_ALONE) and namespace (c->ns: where its values come
  * from) to use, and key, the Redis key (prefixed): the share keys its slots

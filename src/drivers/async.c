@@ -11,6 +11,7 @@
 #include "async.h"
 #include "async_start.h"
 #include "client_io.h"
+#include "flight.h"
 
 /* ---- the calls ------------------------------------------------------------------ */
 
@@ -175,11 +176,13 @@ static void rearm(xf_async *ac) {
 
 static void finish_close(xf_async *ac) {
   ac->depth++; /* for good: callbacks below cannot re-enter the close */
+  xf__acork_drop(ac);
   while (ac->calls) {
     xf__acall *k = ac->calls;
     unlink_call(ac, k);
     k->finished = 1;
     k->ac = NULL; /* orphaned: its connection or a late loader may still hold it */
+    xf__flight_end(&k->f, &k->share, -1, 0); /* a flight it leads ends, failed */
     xf__flow_abandon(&k->f);
     xf__fail(ac->core, XF_ECANCELED, "the async handle was closed");
     k->cb(XF_ECANCELED, NULL, k->privdata);
@@ -201,10 +204,18 @@ void xf__async_enter(xf_async *ac) { ac->depth++; }
 void xf__async_leave(xf_async *ac) {
   if (--ac->depth > 0)
     return;
-  if (ac->closing)
+  if (ac->closing) {
     finish_close(ac);
-  else
-    rearm(ac);
+    return;
+  }
+  if (ac->write_soon)
+    xf__awire_write_soon(ac);
+  rearm(ac);
+}
+
+void xf_async_set_eager(xf_async *ac, int eager) {
+  if (ac)
+    ac->eager = eager != 0;
 }
 
 static void run_deferred(xf_async *ac, int64_t now_ms) {
@@ -227,6 +238,8 @@ static void wake_due(xf_async *ac, int64_t now_ms) {
       xf__async_load_woke(ac, k, now_ms);
     else if (k->resend) /* a cluster retry's backoff is over */
       k->resend = 0, xf__async_advance(k, XF_STEP_SEND);
+    else if (k->share.polling) /* another caller's fail-open load: landed yet? */
+      xf__async_advance(k, xf__flight_join(&k->f, &k->share, now_ms));
     else
       xf__async_advance(k, xf__flow_woke(&k->f, now_ms));
   }
@@ -334,4 +347,15 @@ void xf_async_stats(const xf_async *ac, xf_stats *out) {
   xf_client_stats(ac ? ac->core : NULL, out);
   if (ac && out)
     out->connections = (uint64_t)xf__aconn_count(ac);
+}
+
+int xf_async_near_serve(xf_async *ac, const char *key, size_t keylen,
+                        const xf_policy *policy, uint64_t *near_hits, xf_value *out) {
+  if (ac && ac->closing) {
+    if (out)
+      memset(out, 0, sizeof *out);
+    return XF_NEAR_NOT_SERVED; /* the call says why */
+  }
+  return xf_near_serve(ac ? ac->core : NULL, key, keylen, policy, XF_DRIVER_ASYNC,
+                       near_hits, out);
 }

@@ -1,12 +1,15 @@
 /* The event-loop driver's loads (async.c steps the calls): a call's LOAD
  * runs the user's loader, which completes now or later through
- * xf_async_load_done / _not_found / _fail; while Redis cannot be used, a call
- * whose fail-open load matches one already running waits for that one's
- * result instead of running the loader again. */
+ * xf_async_load_done / _not_found / _fail; while Redis cannot be used, a
+ * load goes through the handle's share (flight.h: a kept value, another
+ * caller's flight in this process), or without one, a call whose fail-open
+ * load matches one already running waits for that one's result instead of
+ * running the loader again. */
 #include <string.h>
 
 #include "async.h"
 #include "client_io.h"
+#include "flight.h"
 #include "flow_steps.h"
 #include "nesting.h"
 
@@ -29,6 +32,7 @@ static int run_loader(xf__acall *k) {
 
 static xf__step loaded(xf__acall *k) {
   int64_t t1 = xf__now_us();
+  xf__flight_end(&k->f, &k->share, k->loader_rc, t1 / 1000); /* its followers' outcome */
   return xf__flow_loaded(&k->f, k->loader_rc, t1 - k->load_t0_us, t1 / 1000);
 }
 
@@ -86,7 +90,12 @@ static xf__acall *share_result(xf_async *ac, xf__acall *k) {
  * returning; 0 when k resumes later (its loader's completion, or its
  * leader's). */
 int xf__async_load(xf_async *ac, xf__acall *k, xf__step *step) {
-  if (k->f.load == XF_LOAD_UNCACHED && follow(ac, k))
+  if (xf__flight_joins(&k->f, &k->share)) { /* Redis cannot be used: the share first */
+    *step = xf__flight_join(&k->f, &k->share, xf__now_ms());
+    if (*step != XF_STEP_LOAD)
+      return 1; /* served, or a flight to poll */
+  }
+  if (k->f.load == XF_LOAD_UNCACHED && !k->f.c->share && follow(ac, k))
     return 0;
   if (!run_loader(k)) {
     if (k->f.load == XF_LOAD_UNCACHED)
@@ -199,6 +208,10 @@ void xf_async_load_not_found(xf_async_load *load) {
     xf_sink_not_found(&k->f.sink);
   complete_load(load, 0);
 }
+
+xf_sink *xf_async_load_sink(xf_async_load *load) { return load_sink(load); }
+
+void xf_async_load_complete(xf_async_load *load, int rc) { complete_load(load, rc); }
 
 void xf_async_load_fail(xf_async_load *load, int code) {
   complete_load(load, code ? code : XF_ELOADER);

@@ -60,8 +60,9 @@ static xf_call_step advance(xf_call *call, xf__step step, int64_t now_ms) {
   case XF_STEP_SEND:
     return routed(call, xf__call_route(call, &call->f.cmd, now_ms), now_ms);
   case XF_STEP_LOAD:
-    if (xf__call_share_joins(call)) /* Redis cannot be used: the share first */
-      return advance(call, xf__call_share_join(call, now_ms), now_ms);
+    if (xf__flight_joins(&call->f,
+                         &call->share)) /* Redis cannot be used: the share first */
+      return advance(call, xf__flight_join(&call->f, &call->share, now_ms), now_ms);
     if (xf__flow_detachable(&call->f, XF__OFF_PATH_DRIVER))
       return advance(call, detach(call), now_ms);
     xf__flow_settle(&call->f); /* the caller runs the loader: what it owes first */
@@ -322,10 +323,7 @@ xf_call_step xf_call_io_failed(xf_call *call, int rc, int64_t now_ms) {
  * duration (the XFetch delta) is the driver's measure. */
 static xf_call_step loaded(xf_call *call, int loader_rc, int64_t duration_us,
                            int64_t now_ms) {
-  if (call->share.lead) { /* the flight's followers get this outcome */
-    call->share.lead = 0;
-    xf__flow_share_end(&call->f, call->f.c, loader_rc, now_ms);
-  }
+  xf__flight_end(&call->f, &call->share, loader_rc, now_ms); /* its followers' outcome */
   return advance(
       call, xf__flow_loaded(&call->f, loader_rc, duration_us > 0 ? duration_us : 0, now_ms),
       now_ms);
@@ -378,7 +376,7 @@ xf_call_step xf_call_woke(xf_call *call, int64_t now_ms) {
   if (call->backoff) /* the router's: the command again */
     return routed(call, xf__call_route(call, &call->f.cmd, now_ms), now_ms);
   if (call->share.polling) /* another caller's load of the key: landed yet? */
-    return advance(call, xf__call_share_join(call, now_ms), now_ms);
+    return advance(call, xf__flight_join(&call->f, &call->share, now_ms), now_ms);
   return advance(call, xf__flow_woke(&call->f, now_ms), now_ms);
 }
 
@@ -429,8 +427,7 @@ void xf_call_free(xf_call *call) {
   xf__call_link_forget(call);
   if (call->got)
     xf__reply_free(call->got);
-  if (call->share.lead) /* abandoned in its load: the flight ends, failed */
-    xf__flow_share_end(&call->f, call->f.c, -1, 0);
+  xf__flight_end(&call->f, &call->share, -1, 0); /* abandoned in its load: failed */
   if (call->step != XF_STEP_DONE) /* abandoned mid-way: what the flow holds */
     xf__flow_abandon(&call->f);
   xf_call_free(call->refresh); /* never taken: its lease expires */

@@ -6,6 +6,7 @@
 
 #include "clock.h"
 #include "fleet.h"
+#include "flight.h"
 #include "flow.h"
 #include "reply.h"
 
@@ -50,11 +51,7 @@ struct xf_call {
                     the next command is new */
   int backoff;   /* the WAIT step is the router's, until wake_ms */
   int64_t wake_ms;
-  struct { /* a load while Redis cannot be used goes through the share (call_share.c) */
-    int lead, polling, alone;
-    unsigned long seen; /* the flight found in progress (xf__share_try) */
-    int64_t from_ms, give_up_ms;
-  } share;
+  xf__flight share; /* a load while Redis cannot be used (flight.h) */
 };
 
 /* Outcomes of call_route.c's functions, beside an error code (< 0) for the
@@ -72,17 +69,6 @@ int xf__call_route(xf_call *call, const xf__cmd *cmd, int64_t now_ms);
  * xf__call_route, or an error code. */
 int xf__call_route_reply(xf_call *call, const xf__cmd *cmd, xf__reply **r, int rc,
                          int64_t now_ms);
-
-/* Whether the call's LOAD must first go through the client's share: a load
- * that will not be cached (Redis cannot be used), not joined yet. */
-int xf__call_share_joins(const xf_call *call);
-
-/* Joins (or polls) the share's flight for the call's key, without blocking:
- * XF_STEP_LOAD (the call leads the flight, or loads alone after the
- * policy's wait), XF_STEP_WAIT (another caller's flight: poll again at
- * f.wake_ms, then call again), or the flow's step for the value or outcome
- * the share served. now_ms: the share's clock (xf__now_ms's). */
-xf__step xf__call_share_join(xf_call *call, int64_t now_ms);
 
 /* A call sent on a link reached its next step: rc XF_OK with r (the
  * call takes it), or the failure rc (r NULL) as the link decided it. */

@@ -345,8 +345,8 @@ void xf__call_link_forget(xf_call *call) {
   xf__link *l = &k->l;
   if (call->on_link == ON_WIRE && call->many) /* its part is dropped */
     for (size_t i = 0; i < call->many->n; i++) {
-      if (call->many->calls[i] == call)
-        call->many->calls[i] = NULL;
+      if (call->many->items[i] == call)
+        call->many->items[i] = NULL;
     }
   else if (call->on_link == ON_WIRE) /* its reply is read and dropped */
     for (size_t i = 0; i < l->fifo_len; i++) {

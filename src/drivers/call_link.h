@@ -1,11 +1,11 @@
 /* What the call driver's link (call_link.c) shares with the calls sent
- * together on it (call_send_many.c): the link, its lists of calls, and the
- * MGET several calls' reads share. */
+ * together on it (call_send_many.c): the link and its lists of calls. */
 #ifndef XF_CALL_LINK_H
 #define XF_CALL_LINK_H
 
 #include "call.h"
 #include "link.h"
+#include "many.h"
 
 /* Where a call sent on a link is (xf_call.on_link): on the wire, waiting for
  * a stream, moved (listed for xf_link_ready), or parked in its XF_CALL_WAIT. */
@@ -33,18 +33,6 @@ struct xf_link {
   int wake_rd;  /* the wake pipe (with a near cache; else -1): a byte on */
   int wake_wr;  /* every invalidation */
 };
-
-/* The calls whose first reads go as one MGET: the command and who is in it. */
-typedef struct xf__many {
-  xf_link *k;
-  size_t n;
-  xf_call **calls; /* NULL where a call was freed meanwhile */
-  const char **keys;
-  size_t *lens;
-  xf__cmd cmd;
-  xf__clock *clock; /* whose server answered: each call's */
-  xf__track track;  /* whose tracking it came under: each call's */
-} xf__many;
 
 /* Room in v for n calls: the engine's completions never allocate. */
 int xf__calls_reserve(calls *v, size_t n);

@@ -6,113 +6,48 @@
 #include "call.h"
 #include "call_link.h"
 #include "client.h"
-#include "cluster.h"
-#include "entry.h"
-#include "flow_steps.h"
+#include "many.h"
 
-static void many_free(xf__many *m) {
-  free(m->calls);
-  free(m->keys);
-  free(m->lens);
-  free(m);
-}
-
-/* The MGET's outcome: each call gets its own part as if its own GET had
- * answered (an error reply: each a copy, to follow as its own: MOVED,
- * TRYAGAIN...), or the link's failure; resent ones go once more alone. */
-static void on_many(xf__link *l, void *ud, int rc, xf__reply **reply) {
-  (void)l;
-  xf__many *m = ud;
-  xf_link *k = m->k;
-  xf__reply *r = rc == XF_OK ? *reply : NULL;
-  if (r)
-    *reply = NULL;
-  xf__reply **parts = NULL;
-  if (r && r->type != XF_REPLY_ERROR) {
-    if (!(parts = calloc(m->n, sizeof *parts)))
-      rc = XF_ENOMEM;
-    else if ((rc = xf__entry_split_read_many(&k->c->rt, r, m->n, parts)) != XF_OK)
-      free(parts), parts = NULL;
-    r = NULL; /* taken */
+/* The MGET's outcome for one call: as if its own GET had answered (many.h);
+ * one the engine asks to resend goes once more alone. */
+static void many_moved(void *item, int rc, xf__reply **part) {
+  xf_call *call = item;
+  xf_link *k = call->link;
+  call->many = NULL;
+  if (rc == XF__LINK_AGAIN) {
+    call->resend = 1;
+    call->on_link = ON_WAIT;
+    k->waiting.at[k->waiting.len++] = call;
+    return;
   }
-  for (size_t i = 0; i < m->n; i++) {
-    xf_call *call = m->calls[i];
-    if (!call) {
-      if (parts)
-        xf__reply_free(parts[i]);
-      continue;
-    }
-    call->many = NULL;
-    if (rc == XF__LINK_AGAIN) {
-      call->resend = 1;
-      call->on_link = ON_WAIT;
-      k->waiting.at[k->waiting.len++] = call;
-    } else if (parts) {
-      call->f.clock = m->clock;
-      call->f.track = m->track; /* its read offers its value to the near cache */
-      call->f.plain_read = 1;
-      xf__link_moved(k, call, parts[i], XF_OK);
-    } else if (r) {
-      xf__reply *copy = xf__reply_copy(r);
-      xf__link_moved(k, call, copy, copy ? XF_OK : XF_ENOMEM);
-    } else {
-      xf__link_moved(k, call, NULL, rc != XF_OK ? rc : XF_EIO);
-    }
-  }
-  if (r)
-    xf__reply_free(r);
-  free(parts);
-  many_free(m);
+  xf__reply *r = *part;
+  *part = NULL;
+  xf__link_moved(k, call, r, rc);
 }
 
 /* Whether call's command is a first plain GET of an entry with nothing
- * before it (plain_out: a plain read, whatever the route encoded for a
- * driver without a clock): it may share an MGET. */
+ * before it: it may share an MGET. */
 static int mgettable(const xf_call *call) {
-  return call->send_cmd == &call->f.cmd && call->pre == 0 && call->f.state == XF__READ &&
-         call->f.cmd.plain_out && call->f.read_format == XF_ENTRY_STRING &&
-         !call->f.tag_in_read && call->f.cmd.argc == 2;
+  return call->send_cmd == &call->f.cmd && call->pre == 0 && xf__many_fits(&call->f);
 }
 
 static int slot_of(const xf_call *call) {
-  return xf__cluster_keyslot(call->f.cmd.argv[1], call->f.cmd.lens[1]);
+  return xf__many_slot(&call->f, call->f.c->routes.mode != XF_ROUTE_STANDALONE);
 }
+
+static xf__flow *flow_of(void *item) { return &((xf_call *)item)->f; }
 
 /* Sends calls[0..n) (mgettable, one slot) as one MGET on k's live stream. */
 static int send_mget(xf_link *k, xf_call **calls, size_t n, int64_t now_ms) {
-  xf__many *m = calloc(1, sizeof *m);
-  if (!m || !(m->calls = malloc(n * sizeof *m->calls)) ||
-      !(m->keys = malloc(n * sizeof *m->keys)) ||
-      !(m->lens = malloc(n * sizeof *m->lens))) {
-    if (m)
-      many_free(m);
-    return XF_ENOMEM;
-  }
-  m->k = k;
-  m->n = n;
-  for (size_t i = 0; i < n; i++) {
-    m->calls[i] = calls[i];
-    m->keys[i] = calls[i]->f.cmd.argv[1];
-    m->lens[i] = calls[i]->f.cmd.lens[1];
-  }
-  xf__entry_mget_cmd(&m->cmd, n, m->keys, m->lens);
-  m->cmd.clock_out = &m->clock;
-  if (k->c->near)
-    m->cmd.track_out = &m->track;
-  int rc = xf__link_submit(&k->l, &m->cmd, 0, now_ms, on_many, m);
-  if (rc != XF_OK) {
-    many_free(m);
-    return rc;
-  }
-  for (size_t i = 0; i < n; i++) {
+  int rc;
+  xf__many *m = xf__many_submit(&k->l, &k->c->rt, k->c->near != NULL, n,
+                                (void *const *)calls, flow_of, many_moved, now_ms, &rc);
+  for (size_t i = 0; m && i < n; i++) {
     calls[i]->many = m;
     calls[i]->on_link = ON_WIRE;
   }
-  return XF_OK;
+  return rc;
 }
-
-/* Most keys one MGET carries: bound how long it keeps Redis from others. */
-#define MANY_MAX_KEYS 512
 
 static int by_slot(const void *pa, const void *pb) {
   int a = slot_of(*(xf_call *const *)pa), b = slot_of(*(xf_call *const *)pb);
@@ -147,7 +82,7 @@ int xf_call_send_many(xf_call *const *calls, size_t n, xf_link *k, int64_t now_m
     qsort(group, ng, sizeof *group, by_slot);
   for (size_t s = 0, e; rc == XF_OK && s < ng; s = e) {
     int slot = k->c->routes.mode != XF_ROUTE_STANDALONE ? slot_of(group[s]) : -1;
-    for (e = s + 1; e < ng && e - s < MANY_MAX_KEYS; e++)
+    for (e = s + 1; e < ng && e - s < XF__MANY_MAX_KEYS; e++)
       if (slot >= 0 && slot_of(group[e]) != slot)
         break;
     if (e - s == 1) {

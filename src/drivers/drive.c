@@ -10,26 +10,13 @@
 #include "nesting.h"
 #include "reply.h"
 
-/* The share's code for what the loader gave. */
-static int load_outcome(const xf__flow *f, int lrc) {
-  if (lrc != 0 || (!f->sink.is_set && !f->sink.not_found))
-    return XF_ELOADER;
-  return f->sink.not_found ? XF_ENOTFOUND : XF_OK;
-}
-
-/* The only calls into the share (single-flight and fallback while Redis
- * cannot be used), for every driver; sc's share (none: ALONE). */
+/* The calls into the share (single-flight and fallback while Redis cannot be
+ * used) that may block, for every driver; sc's share (none: ALONE). */
 xf__share_role xf__flow_share_begin(xf__flow *f, const xf_client *sc, char **data,
                                     size_t *len, int *rc) {
   int64_t now = xf__now_ms();
   return xf__share_begin(sc, f->key.data, f->key.len, now, now + f->p->wait_ms, data, len,
                          rc);
-}
-
-void xf__flow_share_end(xf__flow *f, const xf_client *sc, int loader_rc, int64_t end_ms) {
-  /* kept for the loader's ttl (xf_sink_ttl), 0 = not kept */
-  xf__share_end(sc, f->key.data, f->key.len, load_outcome(f, loader_rc), f->sink.data,
-                f->sink.len, end_ms + (f->sink.ttl_set ? f->sink.ttl_ms : f->p->ttl_ms));
 }
 
 void xf__flow_call_loader(xf__flow *f, const xf_client *sc, xf_loader_fn loader, void *ud,

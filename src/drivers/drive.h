@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "client_io.h"
+#include "flight.h"
 #include "flow.h"
 #include "reply.h"
 #include "share.h"
@@ -41,8 +42,8 @@ xf__step xf__flow_feed_loaded(xf__flow *f, const xf__loaded *l);
  * loader has filled f->sink (loader_rc its code, end_ms when it returned, on
  * xf__now_ms's clock), with xf__flow_share_end. */
 xf__share_role xf__flow_share_begin(xf__flow *f, const xf_client *sc, char **data,
-                                    size_t *len, int *rc);
-void xf__flow_share_end(xf__flow *f, const xf_client *sc, int loader_rc, int64_t end_ms);
+                                    size_t *len,
+                                    int *rc); /* xf__flow_share_end: flight.h */
 
 /* Sends f's command on f->c (a release after an interrupt within the grace
  * of xf__flow_canceled) and feeds the reply back. Inline: a hit pays no call

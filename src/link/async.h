@@ -17,6 +17,7 @@
 #include "near.h"
 #include "reply.h"
 #include "resp.h"
+#include "share.h"
 #include "stream.h"
 
 typedef struct xf__acall xf__acall;
@@ -38,17 +39,19 @@ struct xf_async_conn {
   xf__link link; /* everything but the bytes' way; live: commands may be queued */
   /* The transport (async_wire.c); up while s is connecting or open. */
   int up;
-  xf__stream s;         /* must not move while open: cn is never moved */
-  void *watch;          /* the adapter's state for one descriptor; NULL = none yet */
-  unsigned watch_gen;   /* s.fd_gen when it was made (s.fd changes: the resolver's
-                           pipe, then a socket per address tried, maybe by the
-                           same number) */
-  int watching;         /* XF_ASYNC_* asked of the adapter */
-  int read_wants_write; /* TLS: a read waits for the socket to be writable */
-  int dying;            /* its commands are being told it went away */
-  int connected;        /* the stream is open (TLS: after the handshake) */
-  int failed_connect;   /* never came up: its commands were never written */
-  int is_waker;         /* not a connection: the near cache's wake pipe (async_wake.c) */
+  xf__stream s;           /* must not move while open: cn is never moved */
+  void *watch;            /* the adapter's state for one descriptor; NULL = none yet */
+  unsigned watch_gen;     /* s.fd_gen when it was made (s.fd changes: the resolver's
+                             pipe, then a socket per address tried, maybe by the
+                             same number) */
+  int watching;           /* XF_ASYNC_* asked of the adapter */
+  int read_wants_write;   /* TLS: a read waits for the socket to be writable */
+  int dying;              /* its commands are being told it went away */
+  int connected;          /* the stream is open (TLS: after the handshake) */
+  int failed_connect;     /* never came up: its commands were never written */
+  int is_waker;           /* not a connection: the near cache's wake pipe (async_wake.c) */
+  int write_soon;         /* eager: output to write as the driver's frame ends */
+  unsigned long fork_gen; /* of the process that opened the stream */
 };
 
 /* The connection whose engine l is. */
@@ -103,6 +106,7 @@ struct xf__acall {
    * loader runs, calls that need the same load meanwhile follow it. */
   xf__acall *followers, *next_follower; /* a leader's; a follower's link */
   xf__acall *next_leader;               /* in xf_async.leaders */
+  xf__flight share; /* with a share: its flight instead (drivers/flight.h) */
   /* A load that outlives its loader's return (async_bound.c): its lease's
    * renewals and its soft or hard timeout, on the wait heap (k->loading). */
   xf__renewal renew;
@@ -131,7 +135,13 @@ struct xf_async {
   xf__acall *leaders;                  /* calls running a fail-open load */
   int64_t armed_ms;                    /* when the loop timer fires; -1 = stopped */
   int depth;                           /* driver frames on the stack */
+  int eager;      /* xf_async_set_eager: commands written as the frame ends */
+  int write_soon; /* some connection's write_soon is set */
   int closing;
+  /* Corked sends (async_many.c): the plain reads waiting for xf_async_uncork. */
+  int corked;
+  xf__acall **cork;
+  size_t ncorked, corked_cap;
   xf__aconn *waker; /* the near cache's wake pipe, watched (async_wake.c); NULL = none */
   int wake_rd;      /* its read end */
 };
@@ -239,8 +249,14 @@ void xf__aconn_failed(xf__aconn *cn);
  * s.errstr saying why. */
 int xf__awire_open(xf__aconn *cn);
 
-/* cn has output to write: watched for writability. */
+/* cn has output to write: watched for writability (eager: written as the
+ * driver's outermost frame ends, xf__awire_write_soon). */
 void xf__awire_rewatch(xf__aconn *cn);
+
+/* The outermost frame ends: writes what the eager handle's connections have
+ * queued meanwhile, as far as their sockets take it; the rest (and a
+ * failure) waits for the loop's writable event. No user code runs. */
+void xf__awire_write_soon(xf_async *ac);
 
 /* Does what cn's descriptor is ready for (XF_ASYNC_*): the connect and
  * handshake, writing, reading and answering the replies. */
@@ -254,6 +270,20 @@ void xf__awire_drop(xf__aconn *cn, int dying, int rc, int how, const char *why);
 
 /* Closes cn's stream after the engine was done with it (XF__LINK_CLOSE). */
 void xf__awire_close(xf__aconn *cn);
+
+/* The reply path of a call's command on cn's engine l (rc XF_OK with *reply,
+ * taken when the flow takes it; or the connection's failure). */
+void xf__aconn_reply(xf__link *l, xf__acall *k, int rc, xf__reply **reply);
+
+/* ---- async_many.c: corked sends ----------------------------------------------- */
+
+/* While the handle is corked, takes k's command for cn (a first plain read
+ * of an entry on a connected cn with a fresh clock) to send with the others
+ * at xf_async_uncork: 1, with k sent; 0: send it as usual. */
+int xf__acork_take(xf__acall *k, xf__aconn *cn, int asking);
+
+/* xf_async_close: the corked calls are not sent, the cork freed. */
+void xf__acork_drop(xf_async *ac);
 
 /* ---- async_router.c: where commands go --------------------------------------- */
 

@@ -127,8 +127,11 @@ int xf__aconn_open(xf__aconn *cn) {
 /* ---- calls' commands ------------------------------------------------------------ */
 
 static void on_reply(xf__link *l, void *privdata, int rc, xf__reply **reply) {
+  xf__aconn_reply(l, privdata, rc, reply);
+}
+
+void xf__aconn_reply(xf__link *l, xf__acall *k, int rc, xf__reply **reply) {
   xf__aconn *cn = XF__ACONN_OF(l);
-  xf__acall *k = privdata;
   k->sent = 0;
   xf_async *ac = k->ac;
   if (!ac) { /* canceled by xf_async_close */
@@ -164,6 +167,8 @@ static void on_reply(xf__link *l, void *privdata, int rc, xf__reply **reply) {
 }
 
 int xf__aconn_send(xf__acall *k, xf__aconn *cn, int asking) {
+  if (xf__acork_take(k, cn, asking))
+    return XF_OK; /* sent at xf_async_uncork, with the others */
   int rc = xf__aconn_open(cn);
   if (rc == XF_OK)
     rc = xf__link_submit(&cn->link, &k->f.cmd,

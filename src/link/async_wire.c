@@ -52,6 +52,7 @@ int xf__awire_open(xf__aconn *cn) {
                       : xf__stream_open_unix(&cn->s, c->unix_path, c->tls);
   if (r == XF__IO_FAIL)
     return xf__stream_code(&cn->s);
+  cn->fork_gen = xf__fork_generation();
   cn->up = 1;
   cn->watching = 0;
   if (rewatch(cn) != 0) {
@@ -65,8 +66,36 @@ int xf__awire_open(xf__aconn *cn) {
 }
 
 void xf__awire_rewatch(xf__aconn *cn) {
-  if (cn->connected)
-    rewatch(cn); /* a failure shows as a watchdog timeout */
+  if (!cn->connected)
+    return;
+  if (cn->ac->eager && cn->ac->depth > 0) { /* written as the frame ends */
+    cn->write_soon = 1;
+    cn->ac->write_soon = 1;
+    return;
+  }
+  rewatch(cn); /* a failure shows as a watchdog timeout */
+}
+
+void xf__awire_write_soon(xf_async *ac) {
+  ac->write_soon = 0;
+  for (int i = 0; i < ac->nconns; i++) {
+    xf__aconn *cn = ac->conns[i];
+    if (!cn->write_soon)
+      continue;
+    cn->write_soon = 0;
+    if (!cn->up || !cn->connected)
+      continue;
+    for (;;) { /* a failure is the loop's to find: no callback runs here */
+      const char *data;
+      size_t len, put;
+      xf__link_output(&cn->link, &data, &len);
+      if (len == 0 || cn->read_wants_write ||
+          xf__stream_write(&cn->s, data, len, &put) != XF__IO_DONE)
+        break;
+      xf__link_written(&cn->link, put);
+    }
+    rewatch(cn);
+  }
 }
 
 /* Writes what waits, until done or the socket is full. 0, or -1 when cn
@@ -144,11 +173,17 @@ void xf__awire_step(xf__aconn *cn, int events) {
   rewatch(cn);
 }
 
-/* The stream goes (what it tracked told first). */
+/* The stream goes (what it tracked told first); in a forked child, one the
+ * parent opened is forgotten: never a byte (a TLS close_notify) on the
+ * parent's connection. */
 static void close_stream(xf__aconn *cn) {
   unwatch(cn);
-  xf__link_untrack(&cn->link);
-  xf__stream_close(&cn->s);
+  if (cn->fork_gen != xf__fork_generation()) {
+    xf__stream_forget(&cn->s);
+  } else {
+    xf__link_untrack(&cn->link);
+    xf__stream_close(&cn->s);
+  }
   cn->up = cn->connected = cn->read_wants_write = 0;
 }
 

@@ -177,6 +177,8 @@ int xf_client_open(xf_client **out, const xf_options *opts) {
 void xf_client_close(xf_client *c) {
   if (!c)
     return;
+  if (c->fork_generation != current_fork_generation())
+    xf__router_forget(c);    /* a fork's child: never a byte on the parent's connections */
   xf_call_wake_close(c, -1); /* a wake pipe left open: its write end */
   for (int i = 0; i < c->nseeds; i++)
     xf__conn_free(&c->seeds[i]);

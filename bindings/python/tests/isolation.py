@@ -92,7 +92,7 @@ def _close(cache):
                 task.cancel()
             except RuntimeError:  # "Event loop is closed": the task is gone with it
                 pass
-        cache.__del__()  # drops its streams, as when it is garbage collected
+        cache.__del__()  # drops its connections, as when it is garbage collected
     else:
         cache.close(timeout=0)
 
@@ -101,7 +101,7 @@ def _is_open(cache):
     if not cache.is_set_up:  # made without a URL, never set up: nothing to close
         return False
     if isinstance(cache, xfetch.aio.Cache):
-        return bool(cache._links.by_name)
+        return cache._engine is not None
     return not cache._pool.closed
 
 

@@ -30,8 +30,6 @@ def test_every_public_function_and_code_is_bound():
     functions = re.findall(r"XF_EXPORT[^;(]*?\b(xf_\w+)\s*\(", text)
     assert len(functions) >= 13
     for name in functions:
-        if name.startswith("xf_async_"):
-            continue  # the C event-loop driver: for C services; Python's asyncio is its own
         assert hasattr(xfetch.lib, name), name
     for name, code in re.findall(r"XF_ERR\((\w+), (-\d+),", text):
         assert getattr(xfetch.lib, "XF_" + name) == int(code)

@@ -1,4 +1,4 @@
-"""The near hit's fast path (C xf_near_serve), on both faces: a plain near
+"""The near hit's fast path (C xf_near_serve, xf_async_near_serve), on both faces: a plain near
 hit is served by that one C call before the call is set up, with the call's
 source, counters and events; anything else (an elected early refresh, an
 expired or absent entry, the near cache off, a bypass) is the call as before."""
@@ -9,13 +9,15 @@ import time
 import pytest
 
 import xfetch
+import xfetch._aio_loop
 import xfetch._cache
 import xfetch.aio
 from xfetch import lib
 
 from test_near import until_near_hit
 
-WATCHED = ("xf_near_serve", "xf_get_or_compute", "xf_get", "xf_call_start", "xf_call_start_get")
+WATCHED = ("xf_near_serve", "xf_get_or_compute", "xf_get", "xf_async_near_serve",
+           "xf_async_get_or_compute", "xf_async_get")
 
 
 class Spy:
@@ -41,13 +43,19 @@ def spy(monkeypatch):
     s = Spy(lib)
     monkeypatch.setattr(xfetch._cache, "lib", s)
     monkeypatch.setattr(xfetch.aio, "lib", s)
+    monkeypatch.setattr(xfetch._aio_loop, "lib", s)
     return s
 
 
 def calls_made(face):
     """The entry points of the call made as usual, on this face."""
-    return ("xf_call_start", "xf_call_start_get") if face.aio else ("xf_get_or_compute",
-                                                                    "xf_get")
+    return (("xf_async_get_or_compute", "xf_async_get") if face.aio
+            else ("xf_get_or_compute", "xf_get"))
+
+
+def near_serve(face):
+    """The near hit's entry point, on this face."""
+    return "xf_async_near_serve" if face.aio else "xf_near_serve"
 
 
 def test_a_near_hit_is_one_c_call_with_the_calls_counts_and_events(face, server, prefix,
@@ -69,10 +77,10 @@ def test_a_near_hit_is_one_c_call_with_the_calls_counts_and_events(face, server,
         after = cache.stats()
         assert after["near_hits"] - before["near_hits"] == 3
         assert after["hits"] - before["hits"] == 3
-        assert spy.calls == {"xf_near_serve": 3}  # no call set up
+        assert spy.calls == {near_serve(face): 3}  # no call set up
         calls = cache._config.events.snapshot()[0]
         assert calls.get(("", "near"), 0) >= 3  # metrics: xfetch_calls_total{result="near"}
-        driver = "call" if face.aio else "blocking"
+        driver = "async" if face.aio else "blocking"
         assert [(e.type, e.key, e.source, e.driver) for e in events
                 if e.type != "invalidation"] == [
             ("near", b"k", "cache", driver)] * (3 if cache is near else 0)
@@ -93,7 +101,7 @@ def test_an_elected_early_refresh_is_the_call_with_one_draw(face, server, prefix
     early = near.stats()["early"]
     assert face.run(near.fetch("k", load, ttl=60, beta=math.inf)) == (b"v2", "loader")
     assert near.stats()["early"] == early + 1
-    assert spy.calls["xf_near_serve"] == 1 and spy.calls[calls_made(face)[0]] == 1
+    assert spy.calls[near_serve(face)] == 1 and spy.calls[calls_made(face)[0]] == 1
     until_near_hit(face, near, "k", b"v2")
     policy = near._policies.common(60, math.inf)
     assert near._near_serve(b"k", policy) is xfetch._core.NEAR_NOT_SERVED  # elected, kept
@@ -108,7 +116,7 @@ def test_what_the_fast_path_leaves_to_the_call(face, server, prefix, spy):
     time.sleep(0.35)  # expired: its near entry too
     spy.calls.clear()
     assert face.run(near.fetch("short", load, ttl=60)) == (b"fresh", "loader")
-    assert spy.calls["xf_near_serve"] == 1 and spy.calls[calls_made(face)[0]] == 1
+    assert spy.calls[near_serve(face)] == 1 and spy.calls[calls_made(face)[0]] == 1
 
     # a kept not-found: a get-or-compute's near hit (None), a get's miss
     none = face.loader(lambda: None)
@@ -124,7 +132,7 @@ def test_what_the_fast_path_leaves_to_the_call(face, server, prefix, spy):
     assert face.run(near.get_or_compute("neg", none, ttl=60, negative_ttl=60)) is None
     assert face.run(near.get("neg")) is None
     after = near.stats()
-    assert spy.calls == {"xf_near_serve": 2}
+    assert spy.calls == {near_serve(face): 2}
     assert (after["near_hits"] - before["near_hits"], after["hits"] - before["hits"],
             after["misses"] - before["misses"], after["loads"] - before["loads"]) == (2, 1, 1, 0)
 
@@ -132,7 +140,7 @@ def test_what_the_fast_path_leaves_to_the_call(face, server, prefix, spy):
     spy.calls.clear()
     with near.disabled():
         assert face.run(near.get_or_compute("short", load, ttl=60)) == b"fresh"
-    assert spy.calls["xf_near_serve"] == 0
+    assert spy.calls[near_serve(face)] == 0
 
     # no near cache: the call, always
     plain = face.Cache(server.url, prefix=prefix)

@@ -28,7 +28,7 @@ def test_events_for_miss_load_and_hit(face, server, admin, prefix):
     done = seen[3]
     assert done.key == b"k" and done.namespace == "" and done.error == 0
     assert done.duration >= 0.02
-    assert done.driver == ("call" if face.aio else "blocking")
+    assert done.driver == ("async" if face.aio else "blocking")
     assert done.face == face.kind
     seen.clear()
     face.run(cache.get_or_compute("k", load, ttl=60))

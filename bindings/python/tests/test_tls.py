@@ -224,3 +224,45 @@ def test_near_cache_over_rediss(tls, face):
         until(b"v3", near_hit=True)  # tracked again under a new connection
     finally:
         other.close()
+
+
+def _connections_received(port, ca):
+    """The server's total_connections_received (counting this query's own)."""
+    info = _raw_command(port, ca, "INFO", "stats").decode()
+    return int(info.split("total_connections_received:")[1].split()[0])
+
+
+def test_a_fork_child_leaves_the_parent_s_tls_connection_alone(tls, face):
+    """A child of a fork that uses the parent's Cache opens connections of
+    its own: it never writes on the parent's (over TLS a close_notify would
+    make the server drop it; on the sync face the child closes the parent's
+    idle clients) nor touches the parent's event loop. The parent's next call
+    then goes on its connection: the server receives one connection across
+    it, the count's own query; and its loop still watches that connection:
+    a lost registration shows as a call answered only by the watchdog, after
+    the 30 s command timeout (20 s with the default), against a bound of 10 s
+    for a loopback round trip on a busy machine."""
+    d, ports = tls
+    port, ca = ports["tls"], f"{d}/ca.crt"
+    cache = face.Cache(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}",
+                       prefix=f"pytlsfork{time.time_ns()}:", timeout=30)
+    load = face.loader(lambda: b"v")
+    assert face.run(cache.get_or_compute("k", load, ttl=60)) == b"v"  # connected
+    before = _connections_received(port, ca)
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:  # the child's own loop (a loop is not shared with a fork's child)
+            run = __import__("asyncio").run if face.aio else (lambda x: x)
+            ok = (run(cache.get_or_compute("k", load, ttl=60)) == b"v"
+                  and run(cache.get("k")) == b"v")
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    between = _connections_received(port, ca)
+    t0 = time.monotonic()
+    assert face.run(cache.get("k")) == b"v"
+    assert time.monotonic() - t0 < 10
+    assert between - before >= 2  # the child's own, and the count's query
+    assert _connections_received(port, ca) - between == 1

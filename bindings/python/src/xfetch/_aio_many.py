@@ -1,6 +1,6 @@
-"""xfetch.aio's get_many: one get-or-compute call per key, all pipelined on
-the stream (the reads go out together: one round trip), each key leased at
-its turn. With batch=True the keys whose calls reach their load together
+"""xfetch.aio's get_many: one get-or-compute call per key, all pipelined
+(the hits' reads go out together: one MGET per node and slot), each key
+leased at its turn. With batch=True the keys whose calls reach their load together
 are computed by one loader(list of keys) call: a round is flushed once every
 call still running is loading."""
 from __future__ import annotations
@@ -53,9 +53,9 @@ class _Batch:
                 fut.set_result(values.get(k))  # a key left out is "not found"
 
 
-async def get_many(policies, links, fetch, keys, loader, ttl, beta, batch, policy):
-    """fetch (the Cache's bytes-level one) for each key, concurrently, their
-    first sends corked: the reads go together (C xf_call_send_many)."""
+async def get_many(policies, engine, fetch, keys, loader, ttl, beta, batch, policy):
+    """fetch (the Cache's bytes-level one) for each key, concurrently, the
+    hits' reads corked on engine: they go together (C xf_async_cork)."""
     ks = list(unique_keys(keys).values())
     if not ks:
         return {}
@@ -70,11 +70,11 @@ async def get_many(policies, links, fetch, keys, loader, ttl, beta, batch, polic
             if b is not None:
                 b.done_one()
 
-    links.cork()  # every task's first send waits until all have made theirs
+    engine.cork()  # every task's first read waits until all have made theirs
     try:
         pending = asyncio.gather(*[one(k) for k in ks], return_exceptions=True)
     finally:
-        asyncio.get_running_loop().call_soon(links.uncork)
+        engine.loop.call_soon(engine.uncork)
     results = await pending
     out, first_error = {}, None
     for k, r in zip(ks, results):

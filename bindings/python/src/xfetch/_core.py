@@ -9,7 +9,7 @@ import contextlib
 import contextvars
 import logging
 
-from ._errors import InvalidArgumentError, check, error_for
+from ._errors import InvalidArgumentError, check
 from ._events import Events
 from ._native import ffi, lib
 from ._policy import PolicyCache, check_refresh_ahead
@@ -268,7 +268,8 @@ def near_value(rc, v):
 
 
 def outcome(rc, v, exc, key, kb, failures, error, events=None, took=0.0, lease=5.0):
-    """The result of a get-or-compute: rc and the value C gave, exc the
+    """The result of a get-or-compute: rc and the value C gave (an xf_value,
+    or the Fetched the event-loop driver's callback made of it), exc the
     loader's exception (if it ran and failed), error() the library error
     for rc, took the seconds its loader ran (0: it did not) under a lease
     of lease seconds. Returns Fetched or raises, the same on both faces."""
@@ -286,10 +287,11 @@ def outcome(rc, v, exc, key, kb, failures, error, events=None, took=0.0, lease=5
 
 def _outcome(rc, v, exc, key, kb, failures, error, events):
     if exc is not None and not isinstance(exc, Exception):
-        lib.xf_value_free(v)
+        if not isinstance(v, (Fetched, type(None))):
+            lib.xf_value_free(v)
         raise exc  # KeyboardInterrupt, SystemExit, CancelledError: whatever C did
     if rc == 0:
-        result = value_of(v)
+        result = v if type(v) is Fetched else value_of(v)
         # A failed refresh may still serve a valid (or stale-if-error) value:
         # the loader's Exception is logged, not raised (counted in
         # stats()["load_errors"]).
@@ -375,9 +377,3 @@ def check_not_loading(namespace, kb, key):
         raise InvalidArgumentError(
             lib.XF_EINVAL, f"the loader for key {shown} asked for {shown} itself (a "
             f"recursion: it would wait on its own lease)")
-
-
-def call_error(rc, call):
-    """The exception for a failed C call (xf_call_*), with its message."""
-    msg = ffi.string(lib.xf_call_errmsg(call)).decode(errors="replace")
-    return type(error_for(rc))(rc, msg)

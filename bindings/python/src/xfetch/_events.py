@@ -1,7 +1,7 @@
 """Events, logging and the counters metrics read, for both faces.
 
 The C hook (xf_options.on_event) calls _xf_py_event for each event of a
-Cache's C clients; the aio face's own streams report their breaker here too.
+Cache's C clients (the aio face's: of its event-loop handle).
 Per Cache, one Events object: it counts what xfetch.metrics exports (by
 namespace: the decorator's, passed with the call in a context variable),
 writes the `xfetch` logger's records (WARNING once per episode, INFO when an
@@ -85,6 +85,10 @@ class Events:
         self.waits = {}  # namespace -> [n, seconds]
         self.invalidations = {}  # "key" | "flush" | "lost" -> n (near cache)
         self.failsafe = {}  # namespace -> n: stale values served under the fail-safe
+        # The aio face's C events come from the loop's callbacks, not from the
+        # calls' contexts: a namespaced call's key -> its namespace (noted as it
+        # starts; a decorator's keys carry their namespace, so it never changes).
+        self.namespaces = {}
         self.open_servers = set()  # breakers open now
         self.failing_open = False  # a fail-open episode was logged
         self.refresh_failed = {}  # key -> True: logged, until a load of it succeeds
@@ -147,19 +151,34 @@ class Events:
     def on_c_event(self, ev):
         """An xf_event from the C hook."""
         t = ev.type
+        ns = NAMESPACE.get() if self.face != "aio" else self.namespace_of(ev)
         if (t == _HIT or t == _NEAR) and self.quiet():
             # The hot path: a hit only counts (no key or server string made).
-            k = (NAMESPACE.get(), "hit" if t == _HIT else "near")
+            k = (ns, "hit" if t == _HIT else "near")
             with self.lock:
                 self.calls[k] = self.calls.get(k, 0) + 1
             return
         key = ffi.unpack(ev.key, ev.keylen) if ev.key != ffi.NULL else None
         server = ffi.string(ev.server).decode(errors="replace") if ev.server != ffi.NULL else None
         self.on(t, key, DRIVERS[ev.driver] if 0 <= ev.driver < len(DRIVERS) else "?",
-                ev.source, ev.duration_us, ev.rc, server)
+                ev.source, ev.duration_us, ev.rc, server, ns)
 
-    def on(self, t, key, driver, source, duration_us, rc, server):
+    def note_namespace(self, kb):
+        """An aio call of key kb starts: its events' namespace is the caller's."""
         ns = NAMESPACE.get()
+        if ns and self.namespaces.get(kb) != ns:
+            if len(self.namespaces) >= 65536:
+                self.namespaces.clear()
+            self.namespaces[kb] = ns
+
+    def namespace_of(self, ev):
+        if not self.namespaces or ev.key == ffi.NULL:
+            return ""
+        return self.namespaces.get(ffi.unpack(ev.key, ev.keylen), "")
+
+    def on(self, t, key, driver, source, duration_us, rc, server, ns=None):
+        if ns is None:
+            ns = NAMESPACE.get()
         result = RESULTS.get(t)
         if t == _FAIL_OPEN and source == _LOCAL:
             result = "shared"  # failed open, answered by the process share: no load
@@ -201,10 +220,6 @@ class Events:
                 TYPES[t], key, ns, driver, SOURCES.get(source),
                 duration_us / 1e6 if t in (lib.XF_EV_LOAD_DONE, lib.XF_EV_WAIT) else None,
                 rc, server, self.face))
-
-    def server_event(self, t, server):
-        """A server's event from the aio face's own streams."""
-        self.on(t, None, "call", -1, 0, 0, server)
 
     def _fail_open(self, rc):
         if self.failing_open:

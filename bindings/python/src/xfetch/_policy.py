@@ -122,6 +122,7 @@ class PolicyCache:
         self._defaults = (background_refresh, refresh_ahead)  # the Cache's
         self.ttl = ttl  # the Cache's default ttl (None: every call names one)
         self.commons = {}  # (ttl, beta, type(ttl), type(beta)) -> policy
+        self.keep = None  # (loader_ud_keep, loader_ud_drop) every policy carries
 
     def common(self, ttl, beta):
         """The policy of a call passing ttl and beta only (the others their
@@ -182,6 +183,8 @@ class PolicyCache:
                                     "(Cache(ttl=...) or cache.setup(url, ttl=...))")
                 args = (self.ttl,) + args[1:]
             p = make_policy(*args, compress_min_bytes=self.compress_min_bytes)
+            if self.keep is not None:
+                p.loader_ud_keep, p.loader_ud_drop = self.keep
             if len(self._cache) >= self.MAX:
                 self._cache.clear()
             self._cache[key] = p

@@ -5,9 +5,9 @@ xfetch.Cache: the C blocking client hands the refresh to this face's
 executor (C options.refresh_executor, _xf_py_refresh, called inside the
 winning call, on its thread): a bounded queue and two daemon threads per
 Cache, which run the loader and the write (C xf_refresh_run, on a client
-opened like the caller's). xfetch.aio.Cache: the C call hands it over as a
-call of its own (xf_call_take_refresh), run as a task the Cache tracks
-(aio.py). Either way a failed refresh keeps the cached value, releases the
+opened like the caller's). xfetch.aio.Cache: the C event-loop driver runs
+it on the loop as a call of its own, its loader a task the Cache tracks
+(_aio_loop). Either way a failed refresh keeps the cached value, releases the
 lease, counts load_errors and logs a WARNING with the traceback on the
 `xfetch` logger; close() stops taking refreshes, waits up to `timeout` for
 the running ones and abandons the rest (their leases expire). Daemon

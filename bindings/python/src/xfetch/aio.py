@@ -8,36 +8,27 @@
 
 The options, checks, results, decorators and the share are the core's, the
 same as xfetch.Cache's (_core, _decorator); the decisions are the C
-library's (the sans-I/O call and link, xf_call_* and xf_link_*: the same
-state machine and connection engine as every other driver, the Redis
-Cluster router, setup, tracking and reconnects included). This face only
-waits and moves bytes: one socket per server the calls name (_aio_link: the
-seed in use, or each cluster node; over TLS for rediss://, _aio_tls), calls
-run on them (_aio_call), loaders plain or async def, waits asyncio sleeps.
-The event loop is never blocked: no call waits on a thread."""
+library's: the calls run on its event-loop driver (xf_async: the same flow
+and connection engine as every other driver, the Redis Cluster router,
+setup, tracking, reconnects and TLS included), attached to the running
+asyncio loop (_aio_loop). Loaders may be plain or async def; the event loop
+is never blocked: no call waits on a thread."""
 from __future__ import annotations
 
 import asyncio
 import inspect
 
-from ._aio_call import steps
-from ._aio_link import Links, now_ms
+from ._aio_loop import _FORKS, KEEP, Call, Engine
 from ._aio_many import get_many
-from ._aio_tls import context
-from ._refresh import log_failure
 from ._cache import Cache as SyncCache
-from ._core import (NEAR_NOT_SERVED, Config, call_error, check_loader, check_not_loading,
-                    check_value, enabled_now, key_bytes, near_value, outcome,
-                    stats_of, value_of, _loading)
-from ._errors import check
+from ._core import (NEAR_NOT_SERVED, SOURCES, STAT_FIELDS, Config, check_loader, check_not_loading,
+                    check_value, enabled_now, key_bytes, near_value, outcome, _loading)
 from ._policy import tag_array, tag_names, tagged
 from ._face import AioFace
 from ._native import ffi, lib
 from ._setup import LateSetup
 from ._types import Fetched
 from ._values import Codecs, recover, values_of_many
-
-_CALL = lib.XF_DRIVER_CALL  # the driver a near hit's events name (as the call's)
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, Union  # noqa
 
@@ -54,55 +45,51 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Cache(LateSetup):
     """The asyncio face of xfetch.Cache: the same options (url None: set up
     later with setup(url, **options), a plain call as on xfetch.Cache) (max_connections
-    is met by construction: one stream per server), the same calls, awaited.
+    is met by construction: one connection per server), the same calls, awaited.
     As xfetch.Cache, the constructor connects once to check the URL (a
     blocking connect, bounded by connect_timeout) unless lazy_connect; the
-    streams are opened by the calls that need them, on their event loop. A
-    Redis Cluster is routed by the C call as on xfetch.Cache (seed lists,
-    ?cluster=, ?replica_reads=yes; MOVED, ASK, failover). A Cache belongs to
-    one running event loop at a time."""
+    connections are opened by the calls that need them, on their event loop.
+    A Redis Cluster is routed by C as on xfetch.Cache (seed lists, ?cluster=,
+    ?replica_reads=yes; MOVED, ASK, failover). A Cache belongs to one running
+    event loop at a time."""
 
     _is_async = True  # for the decorators' face (_face)
     _label = "xfetch.aio.Cache"
 
     def _connect(self, url, **options):
         config = Config.of(url, "aio", options)
-        fields = config.fields
         self._codec = config.codecs.default
         self._policies = config.policies
-        opts = ffi.new("xf_options *", config.opts[0])
-        opts.lazy_connect = 1  # no I/O: the calls name the server, this face connects
-        out = ffi.new("xf_client **")
-        check(lib.xf_client_open(out, opts))
-        self._client = ffi.gc(out[0], lib.xf_client_close)
-        tls = config.tls and (context(config.tls), bool(config.tls["cert_file"]))
-        self._links = Links(self._client, fields, config.connect_timeout_ms / 1000,
-                            tls or None, config.share)
-        self._enabled = config.enabled  # the C client's bypass switch, as last set
+        self._policies.keep = KEEP  # a background refresh keeps its call's loader
+        self._opts = ffi.new("xf_options *", config.opts[0])
+        self._opts.lazy_connect = 1  # the first call connects, on its loop
+        self._engine = None  # the C handle on the loop of the calls (_ready)
+        self._retired = dict.fromkeys(STAT_FIELDS, 0)  # counters of closed handles
+        self._enabled = None  # the handle's bypass switch, as last set
         self._commons = self._policies.commons
         self._near = config.near  # the near hit's fast path
-        # Scratch cdata for the hot path: used between two awaits only.
-        self._callp = ffi.new("xf_call **")
-        self._hostp = ffi.new("const char **")
-        self._portp = ffi.new("int *")
+        self._note_namespace = config.events.note_namespace
         self._value = ffi.new("xf_value *")
-        self._refreshes = set()  # background refreshes' tasks (_refresh)
+        self._refreshes = set()  # background loads' tasks (close() drains them)
         self._closing = False
         self._closed = False
         self._config = config  # last: set up (LateSetup)
 
     def __del__(self):
-        # Dropped without close(): the loop's reader would keep the socket open
-        links = self.__dict__.get("_links")
-        if links is not None:
-            links.drop("the Cache was dropped")
+        # Dropped without close(): the loop's readers would keep the sockets open
+        engine = self.__dict__.get("_engine")
+        loop = engine and engine.loop
+        if engine is not None and (not loop.is_running() or asyncio._get_running_loop() is loop
+                                   or engine.forked()):
+            engine.close()
 
     async def close(self, timeout: float = 2.0) -> None:
-        """Closes the streams; calls made afterwards open new ones. Background
-        refreshes: none are started any more; running ones are waited for up
-        to timeout seconds, then cancelled (their leases released when a
-        stream can take it, else they expire). Nothing to do on a Cache not
-        set up; setup() may be called again after it."""
+        """Closes the connections once the calls in flight are over; calls
+        made afterwards open new ones.
+        Background refreshes: none are started any more; running ones are
+        waited for up to timeout seconds, then cancelled (their leases
+        released). Nothing to do on a Cache not set up; setup() may be
+        called again after it."""
         if "_config" not in self.__dict__:
             return
         self._closed = True
@@ -117,7 +104,15 @@ class Cache(LateSetup):
                     await asyncio.wait(late, timeout=0.1)
         finally:
             self._closing = False
-            self._links.drop("closed", unbind=False)  # calls waiting still end
+            self._retire()
+
+    def _retire(self, now=False):
+        """Retires the handle (now: its loop is gone, so are its calls')."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            for name, n in self._counters(engine).items():
+                self._retired[name] += n if name != "connections" else 0
+            engine.close() if now else engine.retire()
 
     async def __aenter__(self):
         return self
@@ -129,19 +124,34 @@ class Cache(LateSetup):
         """The key's bytes, with the loop and own-key checks every call makes."""
         kb = key_bytes(key)
         self._ready()
+        self._note_namespace(kb)  # for C's events (reported from the loop)
         if _loading.get():
             check_not_loading(self._config.namespace, kb, key)
         return kb
 
     def _ready(self):
-        """What every call checks first: the running loop (bound to it) and
-        the enabled switch (read by the C call as it starts)."""
-        if self._links.loop is not asyncio.get_running_loop():
-            self._links.bind()
+        """What every call checks first: the handle on the running loop (a
+        new one once the old loop no longer runs: an earlier asyncio.run;
+        refused while it runs in another thread; in a fork's child, the
+        parent's forgotten), and the enabled switch
+        (read by the C call as it starts). Returns the handle."""
+        engine = self._engine
+        loop = asyncio.get_running_loop()
+        if engine is None or engine.loop is not loop or engine.forks != _FORKS[0]:
+            if (engine is not None and engine.loop.is_running() and not engine.loop.is_closed()
+                    and not engine.forked()):
+                raise RuntimeError(
+                    f"this xfetch.aio.Cache belongs to event loop {engine.loop!r}, which runs "
+                    f"in another thread; it cannot be used from event loop {loop!r} "
+                    f"meanwhile: open one xfetch.aio.Cache per event loop")
+            self._retire(now=True)
+            engine = self._engine = Engine(loop, self._opts, self)
+            self._enabled = None
         enabled = enabled_now(self._config)
         if enabled is not self._enabled:
             self._enabled = enabled
-            lib.xf_client_set_enabled(self._client, 1 if enabled else 0)
+            lib.xf_async_set_enabled(engine.ac, 1 if enabled else 0)
+        return engine
 
     # ---- get-or-compute -------------------------------------------------------
 
@@ -208,12 +218,13 @@ class Cache(LateSetup):
         return kb, NEAR_NOT_SERVED
 
     def _near_serve(self, kb, policy):
-        """C xf_near_serve (policy NULL: a get), before anything is awaited:
-        the value of a near hit (None: a kept not-found), or NEAR_NOT_SERVED:
-        make the call (a draw that elected an early refresh is kept for it)."""
+        """C xf_async_near_serve (policy NULL: a get), before anything is
+        awaited: the value of a near hit (None: a kept not-found), or
+        NEAR_NOT_SERVED: make the call (a draw that elected an early refresh
+        is kept for it)."""
         v = self._value
-        rc = lib.xf_near_serve(self._client, kb, len(kb), policy, _CALL,
-                               self._config.events.near_count(), v)
+        rc = lib.xf_async_near_serve(self._engine.ac, kb, len(kb), policy,
+                                     self._config.events.near_count(), v)
         return NEAR_NOT_SERVED if rc == NEAR_NOT_SERVED else near_value(rc, v)
 
     async def _run(self, key, loader, policy, lease):
@@ -223,54 +234,29 @@ class Cache(LateSetup):
             value = self._near_serve(kb, policy)
             if value is not NEAR_NOT_SERVED:
                 return Fetched(value, None if value is None else "cache")
-        out = self._callp
-        check(lib.xf_call_start(out, self._client, kb, len(kb), policy, now_ms()))
-        call = out[0]
-        exc, took = await steps(self, call, loader, key, kb)
-        if policy.background_refresh == lib.XF_BACKGROUND_ON:  # a won refresh, handed over
-            refresh = lib.xf_call_take_refresh(call)
-            if refresh != ffi.NULL:
-                self._spawn_refresh(refresh, loader, key, kb)
-        try:
-            value = self._value
-            rc = lib.xf_call_result(call, value)
-            if rc == 0 and exc is None:  # the hot path
-                return value_of(value)
-            return outcome(rc, value, exc, key, kb, self._config.failures,
-                           lambda: call_error(rc, call), self._config.events, took, lease)
-        finally:
-            exc = None
-            lib.xf_call_free(call)
+        engine = self._engine
+        call = Call(engine, key, kb, loader)
+        engine.start(call, lib.xf_async_get_or_compute, kb, len(kb), policy)
+        await call.wait()
+        rc, exc = call.rc, call.exc
+        if rc == 0 and exc is None:  # the hot path
+            return Fetched(call.value, SOURCES[call.source])
+        got = Fetched(call.value, SOURCES[call.source]) if rc == 0 else None
+        return outcome(rc, got, exc, key, kb, self._config.failures, call.error_of,
+                       self._config.events, call.took, lease)
 
-    def _track(self, coro):
-        """Runs coro as a task close() drains (a load a timed-out call left)."""
-        task = asyncio.get_running_loop().create_task(coro)
+    def _tracked(self, task):
+        """task (a background load) is one close() drains; closing: cancelled."""
+        if self._closing:
+            task.cancel()
         self._refreshes.add(task)
         task.add_done_callback(self._refreshes.discard)
-
-    def _spawn_refresh(self, call, loader, key, kb):
-        """Runs C refresh call as a task the Cache tracks (close() drains it);
-        closing: not started (its lease expires)."""
-        if self._closing:
-            lib.xf_call_free(call)
-            return
-        self._track(self._refresh(call, loader, key, kb))
-
-    async def _refresh(self, call, loader, key, kb):
-        exc, _ = await steps(self, call, loader, key, kb)  # cancelled: abandoned there
-        try:
-            rc = lib.xf_call_result(call, ffi.NULL)
-            if exc is not None or rc != 0:
-                log_failure(key, exc if exc is not None else call_error(rc, call))
-        finally:
-            exc = None
-            lib.xf_call_free(call)
 
     async def get_many(self, keys: Iterable[Key], loader: Callable[..., Any], ttl: Any = None,
                        beta: float = 1.0, *, batch: bool = False,
                        **policy: Any) -> dict[Key, Any]:
-        """xfetch.Cache.get_many, awaited: the keys' calls pipelined on the
-        stream (one round trip for the reads), loader(key) awaited for each
+        """xfetch.Cache.get_many, awaited: the keys' calls pipelined (their
+        hits one MGET per node and slot), loader(key) awaited for each
         key this caller must compute, or with batch=True loader(list of keys)
         once per round with every such key, returning a mapping. **policy:
         every keyword of get_or_compute, for every key."""
@@ -284,33 +270,26 @@ class Cache(LateSetup):
                                     dict(policy, ttl=ttl, beta=beta))
 
     async def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, batch=False, **policy):
-        return await get_many(self._policies, self._links, self._fetch_raw, keys, loader, ttl,
-                              beta, batch, policy)
+        return await get_many(self._policies, self._ready(), self._fetch_raw, keys,
+                              loader, ttl, beta, batch, policy)
 
     # ---- reads and writes -------------------------------------------------------
 
-    async def _oneshot(self, start, *args, detail=True):
-        """Starts a get, set or delete call (start: its xf_call_start_*, with
-        args; detail: a refusal names the client's message) and runs it
-        (SEND steps only) to its end; returns (rc, value or None); errors
-        other than not found and superseded raise (nothing to fall back to)."""
-        out = ffi.new("xf_call **")
-        check(start(out, self._client, *args, now_ms()), self._client if detail else ffi.NULL)
-        call = out[0]
-        await steps(self, call)
-        try:
-            rc = lib.xf_call_result(call, self._value)
-            if rc == 0:
-                return rc, (value_of(self._value)[0] if self._value.data else None)
-            if rc in (lib.XF_ENOTFOUND, lib.XF_ESUPERSEDED):
-                return rc, None
-            raise call_error(rc, call)
-        finally:
-            lib.xf_call_free(call)
+    async def _oneshot(self, start, *args, value=False):
+        """Starts a get, set or delete call (start: its xf_async_*, with args;
+        value: a get, called back with the value) and awaits its end; returns
+        (rc, the value or None); errors other than not found and superseded
+        raise (nothing to fall back to)."""
+        call = Call(self._engine)
+        self._engine.start(call, start, *args, value=value)
+        await call.wait()
+        if call.rc in (0, lib.XF_ENOTFOUND, lib.XF_ESUPERSEDED):
+            return call.rc, call.value
+        raise call.error_of()
 
     async def get(self, key: Key) -> Any:
         """xfetch.Cache.get, awaited: the cached value while within its ttl,
-        else None; computes nothing, takes no lease (xf_call_start_get)."""
+        else None; computes nothing, takes no lease (xf_async_get)."""
         return await self._get_with(self._codec, key)
 
     async def _get_with(self, codec, key):
@@ -322,11 +301,11 @@ class Cache(LateSetup):
             value = self._near_serve(kb, ffi.NULL)
             if value is not NEAR_NOT_SERVED:
                 return value
-        return (await self._oneshot(lib.xf_call_start_get, kb, len(kb), detail=False))[1]
+        return (await self._oneshot(lib.xf_async_get, kb, len(kb), value=True))[1]
 
     async def set(self, key: Key, value: Any, ttl: Any = None, *, stale: float = 0.0,
                   jitter: float = 0.0, tags: Iterable[str] | None = None) -> bool:
-        """xfetch.Cache.set, awaited (xf_call_start_set): True when written,
+        """xfetch.Cache.set, awaited (xf_async_set): True when written,
         False when a newer value or a delete holds the entry."""
         return await self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter,
                                     tags=tags)
@@ -340,43 +319,52 @@ class Cache(LateSetup):
         kb = self._start(key)
         buf = check_value(value)
         policy = self._policies.of_set(ttl, stale, jitter, tags)
-        rc, _ = await self._oneshot(lib.xf_call_start_set, kb, len(kb), buf, len(buf), policy)
+        rc, _ = await self._oneshot(lib.xf_async_set, kb, len(kb), buf, len(buf), policy)
         return rc != lib.XF_ESUPERSEDED
 
     async def invalidate_tags(self, tags: Iterable[str]) -> None:
-        """xfetch.Cache.invalidate_tags, awaited (xf_call_start_invalidate_tags)."""
+        """xfetch.Cache.invalidate_tags, awaited (xf_async_invalidate_tags)."""
         names = tag_names(tags)
         if not names:
             return
         array, keep = tag_array(names)
         self._ready()
-        await self._oneshot(lib.xf_call_start_invalidate_tags, array, len(names))
+        await self._oneshot(lib.xf_async_invalidate_tags, array, len(names))
         del keep  # copied by the call as it started
 
     async def clear(self) -> None:
-        """xfetch.Cache.clear, awaited (xf_call_start_clear_namespace)."""
+        """xfetch.Cache.clear, awaited (xf_async_clear_namespace)."""
         if not self._config.namespace_tag:
             raise ValueError("clear() needs setup(..., namespace_tag=True)")
         self._ready()
-        await self._oneshot(lib.xf_call_start_clear_namespace)
+        await self._oneshot(lib.xf_async_clear_namespace)
 
     async def delete(self, key: Key) -> None:
-        """xfetch.Cache.delete, awaited (xf_call_start_delete)."""
+        """xfetch.Cache.delete, awaited (xf_async_delete)."""
         kb = self._start(key)
-        await self._oneshot(lib.xf_call_start_delete, kb, len(kb), detail=False)
+        await self._oneshot(lib.xf_async_delete, kb, len(kb))
 
     async def delete_many(self, keys: Iterable[Key]) -> None:
-        """Removes each key's entry, the deletes pipelined on the stream."""
+        """Removes each key's entry, the deletes pipelined."""
         await asyncio.gather(*[self.delete(k) for k in keys])
 
     # ---- stats and decorators -----------------------------------------------------
 
     def stats(self) -> dict[str, int]:
-        """xfetch.Cache.stats's counters (the C call's and link's)."""
-        s = stats_of([self._client])
-        s["connections"] = self._links.connected()
+        """xfetch.Cache.stats's counters (the C handle's)."""
+        s = dict(self._retired)
+        if self._engine is not None:
+            for name, n in self._counters(self._engine).items():
+                s[name] += n
+            s["connections"] = self._counters(self._engine)["connections"]
         s.update(self._config.codecs.counters())
         return s
+
+    @staticmethod
+    def _counters(engine):
+        out = ffi.new("xf_stats *")
+        engine.stats(out)
+        return {name: getattr(out, name) for name in STAT_FIELDS}
 
     def cached(self, ttl: Any = None,
                key: str | Callable[..., str | bytes] | None = None,
