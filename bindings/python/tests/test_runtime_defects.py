@@ -234,6 +234,32 @@ def test_a_dropped_cache_closes_its_sockets(server, admin, prefix, face):
     assert grown <= 0, f"{grown} sockets left open by 20 dropped Caches"
 
 
+def test_an_aio_cache_dropped_by_another_thread_closes_on_its_loop(server, prefix):
+    """An xfetch.aio.Cache whose loop runs in another thread, dropped (its
+    last reference, or a garbage collection) in this one: its connection is
+    closed on its own loop, soon after (polled for 5 s: a loop turn on a busy
+    machine), never left open nor closed from the wrong thread."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        base = open_sockets()
+        c = xfetch.aio.Cache(server.url, prefix=prefix)
+        got = asyncio.run_coroutine_threadsafe(
+            c.get_or_compute("k", lambda: b"v", ttl=60), loop).result(10)
+        assert got == b"v" and open_sockets() == base + 1  # its one connection
+        del c
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while open_sockets() > base and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert open_sockets() == base
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+
+
 # ---- 12: a not-found is shared with the callers that waited for it ------------------
 
 WAITERS = 8

@@ -25,6 +25,7 @@ _FORKS = [0]  # forks this process is the child of: an Engine of an earlier one 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
 _KEPT = {}  # a kept call's handle (an int) -> [the call, how many refreshes keep it]
+_OPEN = set()  # the Engines C holds (its hooks' data): never freed before their close
 
 
 def _address(ptr):
@@ -33,7 +34,8 @@ def _address(ptr):
 
 class Engine:
     """One xf_async handle on one event loop; owner: the Cache (its Config,
-    the background tasks it tracks), weakly: dropping it closes the handle."""
+    the background tasks it tracks), weakly: the Cache closes it (close(),
+    or when it is dropped)."""
 
     def __init__(self, loop, opts, owner):
         self.loop, self.owner = loop, weakref.ref(owner)
@@ -54,6 +56,7 @@ class Engine:
         if rc != 0:
             raise _error(rc, ffi.NULL)
         self.ac = out[0]
+        _OPEN.add(self)
         lib.xf_async_set_eager(self.ac, 1)  # a command goes out as its call starts
 
     def retire(self):
@@ -74,6 +77,7 @@ class Engine:
         if self.ac is not None:
             lib.xf_async_close(self.ac)  # the callbacks still read its messages
             self.ac = None
+            _OPEN.discard(self)
 
     def start(self, call, start, *args, value=True):
         """Starts call: start (an xf_async_*) with args, then (call.loader:

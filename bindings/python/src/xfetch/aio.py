@@ -79,9 +79,12 @@ class Cache(LateSetup):
         # Dropped without close(): the loop's readers would keep the sockets open
         engine = self.__dict__.get("_engine")
         loop = engine and engine.loop
-        if engine is not None and (not loop.is_running() or asyncio._get_running_loop() is loop
-                                   or engine.forked()):
+        if engine is None:
+            return
+        if not loop.is_running() or asyncio._get_running_loop() is loop or engine.forked():
             engine.close()
+        else:  # dropped by another thread (a garbage collection there): closed on its loop
+            loop.call_soon_threadsafe(engine.close)
 
     async def close(self, timeout: float = 2.0) -> None:
         """Closes the connections once the calls in flight are over; calls
