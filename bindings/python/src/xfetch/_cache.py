@@ -8,14 +8,14 @@ import datetime
 from ._core import (BYPASS, NEAR_NOT_SERVED, Config, check_loader, check_value, key_bytes,
                     outcome, unique_keys)
 from ._errors import check, error_for
-from ._face import SyncFace, drive
+from ._face import SyncFace, drive, fetch_of, set_of
 from ._native import ffi, lib
-from ._policy import tag_array, tag_names, tagged
+from ._policy import tag_array, tag_names
 from ._pool import Pool
 from ._runtime import CallState, batch_result
 from ._setup import LateSetup
 from ._types import Fetched  # a typed NamedTuple
-from ._values import Codecs, Unreadable, recover, values_of_many
+from ._values import Unreadable, recover, values_of_many
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union  # noqa: E402
 
@@ -133,7 +133,6 @@ class Cache(LateSetup):
         self._pool = pool
         self._codec = config.codecs.default
         self._policies = self._config.policies
-        self._commons = self._policies.commons
         self._near = config.near and config.enabled  # the near hit's fast path
         self._events = self._config.events
         self._moved = set()  # the handles of loads a timed-out call left running
@@ -170,26 +169,16 @@ class Cache(LateSetup):
               failsafe_throttle: float | None = None, tags_never_stale: bool = False,
               previous: bool = False) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
-        return self._fetch_with(self._codec, key, loader, ttl, beta, previous=previous,
-                                lease=lease, wait=wait,
-                                stale=stale, stale_if_error=stale_if_error,
-                                negative_ttl=negative_ttl, jitter=jitter,
-                                on_wait_timeout=on_wait_timeout,
-                                background_refresh=background_refresh,
-                                refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
-                                soft_timeout=soft_timeout, hard_timeout=hard_timeout,
-                                failsafe_throttle=failsafe_throttle,
-                                tags_never_stale=tags_never_stale)
-
-    def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, previous=False, **policy):
-        """fetch with codec (the Cache's, or a decorator's serializer); a
-        value codec refuses is recomputed (_values.recover)."""
-        kb = key_bytes(key)
-        check_loader(loader)
-        got = self._fetch_raw(key, codec.loader(kb, loader, previous), ttl, beta, **policy)
-        return (self._config.codecs.fetched(codec, key, kb, got)
-                or drive(recover(SyncFace(self), codec, key, kb, loader,
-                                 dict(policy, ttl=ttl, beta=beta, previous=previous))))
+        return drive(fetch_of(SyncFace(self), self._codec, key, loader, ttl, beta, previous,
+                              lease=lease, wait=wait,
+                              stale=stale, stale_if_error=stale_if_error,
+                              negative_ttl=negative_ttl, jitter=jitter,
+                              on_wait_timeout=on_wait_timeout,
+                              background_refresh=background_refresh,
+                              refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
+                              soft_timeout=soft_timeout, hard_timeout=hard_timeout,
+                              failsafe_throttle=failsafe_throttle,
+                              tags_never_stale=tags_never_stale))
 
     def _fetch_raw(self, key: Key, loader: Callable[[], Any], ttl: Any = None,
                    beta: float = 1.0, *, lease: float = _5, wait: float = _5,
@@ -358,12 +347,7 @@ class Cache(LateSetup):
             kb = key.encode() if type(key) is str and key else key_bytes(key)
             if not callable(loader):
                 check_loader(loader)
-            p = self._commons.get((ttl, beta, type(ttl), type(beta)))
-            if p is None:
-                p = self._policies.common(ttl, beta)
-            if tags is not None:  # C serves it near once it knows it current for its tags
-                tags = tag_names(tags)
-                p = tagged(p, tags)
+            p = self._policies.plan(ttl, beta, tags)  # tagged: near once C knows it current
             codec = self._codec
             value = self._near_serve(kb, p) if self._near else NEAR_NOT_SERVED
             if value is NEAR_NOT_SERVED:
@@ -376,16 +360,16 @@ class Cache(LateSetup):
                 self._config.codecs.count(key, e)
                 return drive(recover(SyncFace(self), codec, key, kb, loader,
                                      {"ttl": ttl, "beta": beta, "tags": tags}))[0]
-        return self._fetch_with(self._codec, key, loader, ttl, beta, previous=previous,
-                                lease=lease, wait=wait,
-                                stale=stale, stale_if_error=stale_if_error,
-                                negative_ttl=negative_ttl, jitter=jitter,
-                                on_wait_timeout=on_wait_timeout,
-                                background_refresh=background_refresh,
-                                refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
-                                soft_timeout=soft_timeout, hard_timeout=hard_timeout,
-                                failsafe_throttle=failsafe_throttle,
-                                tags_never_stale=tags_never_stale)[0]
+        return drive(fetch_of(SyncFace(self), self._codec, key, loader, ttl, beta, previous,
+                              lease=lease, wait=wait,
+                              stale=stale, stale_if_error=stale_if_error,
+                              negative_ttl=negative_ttl, jitter=jitter,
+                              on_wait_timeout=on_wait_timeout,
+                              background_refresh=background_refresh,
+                              refresh_ahead=refresh_ahead, tags=tags, max_load=max_load,
+                              soft_timeout=soft_timeout, hard_timeout=hard_timeout,
+                              failsafe_throttle=failsafe_throttle,
+                              tags_never_stale=tags_never_stale))[0]
 
     def _near_get(self, key, policy):
         """(key's bytes, the near hit's value or NEAR_NOT_SERVED): the call's
@@ -453,12 +437,8 @@ class Cache(LateSetup):
         later than now (a newer write won, or the server's clock stepped back):
         nothing is written then. Other failures raise xfetch.Error. tags: as
         get_or_compute's (the versions are read before the write)."""
-        return self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter,
-                              tags=tags)
-
-    def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
-        return self._set_raw(key, Codecs.for_set(codec, key, value), ttl,
-                             stale=stale, jitter=jitter, tags=tags)
+        return drive(set_of(SyncFace(self), self._codec, key, value, ttl, stale=stale,
+                            jitter=jitter, tags=tags))
 
     def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
         kb = key_bytes(key)
@@ -529,9 +509,6 @@ class Cache(LateSetup):
             return data
         return self._config.codecs.read(codec, key, data)
 
-    def _get_with(self, codec, key):
-        return self._config.codecs.read(codec, key, self._get_raw(key))
-
     def _get_raw(self, key):
         kb = key.encode() if type(key) is str and key else key_bytes(key)
         if self._near:
@@ -571,13 +548,7 @@ class Cache(LateSetup):
         effect (the batch refreshes in the call); with max_load,
         soft_timeout or hard_timeout the keys go through a get_or_compute
         each, one after the other (with batch=True, loader([key]) per key)."""
-        return self._get_many_with(self._codec, keys, loader, ttl, beta, batch=batch,
-                                   **policy)
-
-    def _get_many_with(self, codec, keys, loader, ttl=None, beta=1.0, *, batch=False,
-                       **policy):
-        check_loader(loader)
-        return drive(values_of_many(SyncFace(self), codec, keys, loader, batch,
+        return drive(values_of_many(SyncFace(self), self._codec, keys, loader, batch,
                                     dict(policy, ttl=ttl, beta=beta)))
 
     def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, batch=False, **options):

@@ -13,13 +13,13 @@ from ._revalidate import UNCHANGED, Validated
 from ._runtime import Timed
 from ._core import NEAR_NOT_SERVED
 from ._events import NAMESPACE
-from ._face import face_of
+from ._face import face_of, fetch_of, set_of
 from ._keys import _first_param, _key_builder, _scope, _takes_self
 from ._method import _CachedMethod
 from ._policy import make_policy, tag_names
 from ._serializers import _serializer
 from ._types import Fetched
-from ._values import recover, ttl_seconds
+from ._values import recover, ttl_seconds, values_of_many
 
 log = logging.getLogger("xfetch")
 
@@ -154,7 +154,7 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
             if not fixed_ttl and (ttl_s is None or ttl_s <= 0):  # "do not cache"
                 return False
             # False when a newer value won: ours is returned, not kept.
-            return await face.call("_set_with", codec(), k, result, ttl=ttl_s, tags=t, **extra)
+            return await set_of(face, codec(), k, result, ttl=ttl_s, tags=t, **extra)
 
         load = face.loader(compute)
 
@@ -193,10 +193,9 @@ def cached(cache, ttl=None, key=None, serializer=None, *, namespace=None, versio
                     return got[0]
             loader = functools.partial(load, args, kwargs)
             if t is not None:
-                return (await face.call("_fetch_with", codec(), k, loader, previous=previous,
-                                        tags=t, **leased[0]))[0]
-            return (await face.call("_fetch_with", codec(), k, loader, previous=previous,
-                                    **leased[0]))[0]
+                return (await fetch_of(face, codec(), k, loader, previous=previous, tags=t,
+                                       **leased[0]))[0]
+            return (await fetch_of(face, codec(), k, loader, previous=previous, **leased[0]))[0]
 
         async def refresh(*args, **kwargs):
             """Computes the value now and overwrites the entry; returns it.
@@ -310,9 +309,9 @@ def cached_many(cache, ttl=None, key="{}", serializer=None, *, namespace=None, v
                                 None) for k in keys}
 
             extra = {"tags": tags} if tags else {}
-            got = await face.call("_get_many_with", cache._config.codecs.get(serializer),
-                                  list(by_key), face.loader(compute), batch=True, **policy,
-                                  **extra)
+            got = await values_of_many(face, cache._config.codecs.get(serializer),
+                                       list(by_key), face.loader(compute), True,
+                                       dict(policy, **extra))
             return {i: got[k] for i, k in key_of.items()}
 
         async def invalidate(*ids):

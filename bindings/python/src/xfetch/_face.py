@@ -1,4 +1,5 @@
-"""What the decorators need of a face, for their logic to be written once.
+"""What the decorators and the serializer's calls need of a face, for their
+logic to be written once.
 
 The decorators' logic is written as coroutines (`async def`) that await
 face.call(...) for the Cache's methods, face.result(...) for the function's
@@ -6,13 +7,16 @@ return value and face.sleep(...). On xfetch.aio they run as the coroutines
 they are. On xfetch.Cache every such await is already done when it is
 reached (the sync call has returned), so drive() runs the coroutine to its
 end with one send(): no event loop, no thread; exceptions (the loader's own,
-KeyboardInterrupt) propagate unchanged."""
+KeyboardInterrupt) propagate unchanged. fetch_of, get_of and set_of, at the
+end, are the Caches' fetch, get and set through a serializer, on both faces."""
 import asyncio
 import functools
 import inspect
 import time
 
+from ._core import check_loader, key_bytes
 from ._keys import _check_function, _label
+from ._values import Codecs, recover
 
 
 def drive(coro):
@@ -96,3 +100,31 @@ class AioFace(SyncFace):
 
 def face_of(cache):
     return AioFace(cache) if getattr(cache, "_is_async", False) else SyncFace(cache)
+
+
+# ---- the serializer around a face's bytes-level calls ----------------------------
+
+async def fetch_of(face, codec, key, loader, ttl=None, beta=1.0, previous=False, **policy):
+    """fetch with codec: the face's bytes-level fetch (_fetch_raw) of the
+    loader's value encoded, its answer decoded; a value codec refuses is
+    recomputed (recover). Returns Fetched."""
+    kb = key_bytes(key)
+    check_loader(loader)
+    if face.is_async:  # the face's call, without face.call's layer: the hits' path
+        got = await face.cache._fetch_raw(key, codec.async_loader(kb, loader, previous), ttl,
+                                          beta, **policy)
+    else:
+        got = face.cache._fetch_raw(key, codec.loader(kb, loader, previous), ttl, beta, **policy)
+    return (face.cache._config.codecs.fetched(codec, key, kb, got)
+            or await recover(face, codec, key, kb, loader,
+                             dict(policy, ttl=ttl, beta=beta, previous=previous)))
+
+
+async def get_of(face, codec, key):
+    """get with codec: the value, or None (absent, or refused: counted)."""
+    return face.cache._config.codecs.read(codec, key, await face.call("_get_raw", key))
+
+
+async def set_of(face, codec, key, value, ttl=None, **options):
+    """set with codec (options: set's stale, jitter, tags)."""
+    return await face.call("_set_raw", key, Codecs.for_set(codec, key, value), ttl, **options)

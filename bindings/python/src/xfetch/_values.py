@@ -395,7 +395,8 @@ async def values_of_many(face, codec, keys, loader, batch, policy):
     values encoded, its answers decoded; the keys whose cached value codec
     refuses are counted, computed again (one more loader call with batch)
     and overwritten. Returns {key: value or None}."""
-    from ._core import key_bytes
+    from ._core import check_loader, key_bytes
+    check_loader(loader)
     wrapped = loader if codec.raw else _many_loader(codec, loader, batch, face.is_async)
     got = await face.call("_get_many_raw", keys, wrapped, batch=batch, **policy)
     if codec.raw:

@@ -23,12 +23,12 @@ from ._aio_many import get_many
 from ._cache import Cache as SyncCache
 from ._core import (NEAR_NOT_SERVED, SOURCES, STAT_FIELDS, Config, check_loader, check_not_loading,
                     check_value, enabled_now, key_bytes, near_value, outcome, _loading)
-from ._policy import tag_array, tag_names, tagged
-from ._face import AioFace
+from ._policy import tag_array, tag_names
+from ._face import AioFace, fetch_of, get_of, set_of
 from ._native import ffi, lib
 from ._setup import LateSetup
 from ._types import Fetched
-from ._values import Codecs, recover, values_of_many
+from ._values import recover, values_of_many
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, Union  # noqa
 
@@ -66,7 +66,6 @@ class Cache(LateSetup):
         self._engine = None  # the C handle on the loop of the calls (_ready)
         self._retired = dict.fromkeys(STAT_FIELDS, 0)  # counters of closed handles
         self._enabled = None  # the handle's bypass switch, as last set
-        self._commons = self._policies.commons
         self._near = config.near  # the near hit's fast path
         self._note_namespace = config.events.note_namespace
         self._value = ffi.new("xf_value *")
@@ -161,22 +160,9 @@ class Cache(LateSetup):
     async def fetch(self, key: Key, loader: Loader, ttl: Any = None, beta: float = 1.0,
                     **policy: Any) -> Fetched:
         """Like get_or_compute, but returns Fetched(value, source)."""
-        return await self._fetch_with(self._codec, key, loader, ttl, beta, **policy)
+        return await fetch_of(AioFace(self), self._codec, key, loader, ttl, beta, **policy)
 
     fetch.__signature__ = inspect.signature(SyncCache.fetch)  # its keywords, checked there
-
-    async def _fetch_with(self, codec, key, loader, ttl=None, beta=1.0, previous=False,
-                          **policy):
-        """fetch with codec (the Cache's, or a decorator's serializer); a
-        value codec refuses is recomputed (_values.recover)."""
-        kb = key_bytes(key)
-        check_loader(loader)
-        got = await self._run(key, codec.async_loader(kb, loader, previous),
-                              self._policies.of_call(ttl, beta, **policy),
-                              policy.get("lease", 5.0))
-        return (self._config.codecs.fetched(codec, key, kb, got)
-                or await recover(AioFace(self), codec, key, kb, loader,
-                                 dict(policy, ttl=ttl, beta=beta, previous=previous)))
 
     async def _fetch_raw(self, key, loader, ttl=None, beta=1.0, **policy):
         """fetch of the bytes C caches (loader returns them); the keywords are
@@ -190,19 +176,11 @@ class Cache(LateSetup):
         function or an async def) to compute it when missing, expired or
         elected for early recomputation. Same keywords, values and errors as
         xfetch.Cache.get_or_compute."""
-        tags = None
-        if policy:
-            if len(policy) != 1 or "tags" not in policy:
-                return (await self._fetch_with(self._codec, key, loader, ttl, beta,
-                                               **policy))[0]
-            tags = policy["tags"]
-        # ttl, beta and tags only (the common calls): a smaller memo than fetch's
-        p = self._commons.get((ttl, beta, type(ttl), type(beta)))
-        if p is None:
-            p = self._policies.common(ttl, beta)
-        if tags is not None:  # C serves it near once it knows it current for its tags
-            tags = tag_names(tags)
-            p = tagged(p, tags)
+        tags = policy.get("tags")
+        if len(policy) > (tags is not None):  # more than ttl, beta and tags (uncommon)
+            return (await fetch_of(AioFace(self), self._codec, key, loader, ttl, beta,
+                                   **policy))[0]
+        p = self._policies.plan(ttl, beta, tags)  # tagged: near once C knows it current
         codec = self._codec
         if codec.raw:
             return (await self._run(key, loader, p, 5.0))[0]
@@ -263,13 +241,7 @@ class Cache(LateSetup):
         key this caller must compute, or with batch=True loader(list of keys)
         once per round with every such key, returning a mapping. **policy:
         every keyword of get_or_compute, for every key."""
-        return await self._get_many_with(self._codec, keys, loader, ttl, beta, batch=batch,
-                                         **policy)
-
-    async def _get_many_with(self, codec, keys, loader, ttl=None, beta=1.0, *, batch=False,
-                             **policy):
-        check_loader(loader)
-        return await values_of_many(AioFace(self), codec, keys, loader, batch,
+        return await values_of_many(AioFace(self), self._codec, keys, loader, batch,
                                     dict(policy, ttl=ttl, beta=beta))
 
     async def _get_many_raw(self, keys, loader, ttl=None, beta=1.0, *, batch=False, **policy):
@@ -293,10 +265,7 @@ class Cache(LateSetup):
     async def get(self, key: Key) -> Any:
         """xfetch.Cache.get, awaited: the cached value while within its ttl,
         else None; computes nothing, takes no lease (xf_async_get)."""
-        return await self._get_with(self._codec, key)
-
-    async def _get_with(self, codec, key):
-        return self._config.codecs.read(codec, key, await self._get_raw(key))
+        return await get_of(AioFace(self), self._codec, key)
 
     async def _get_raw(self, key):
         kb = self._start(key)
@@ -310,13 +279,8 @@ class Cache(LateSetup):
                   jitter: float = 0.0, tags: Iterable[str] | None = None) -> bool:
         """xfetch.Cache.set, awaited (xf_async_set): True when written,
         False when a newer value or a delete holds the entry."""
-        return await self._set_with(self._codec, key, value, ttl, stale=stale, jitter=jitter,
-                                    tags=tags)
-
-    async def _set_with(self, codec, key, value, ttl=None, *, stale=0.0, jitter=0.0,
-                        tags=None):
-        return await self._set_raw(key, Codecs.for_set(codec, key, value), ttl,
-                                   stale=stale, jitter=jitter, tags=tags)
+        return await set_of(AioFace(self), self._codec, key, value, ttl, stale=stale,
+                            jitter=jitter, tags=tags)
 
     async def _set_raw(self, key, value, ttl=None, *, stale=0.0, jitter=0.0, tags=None):
         kb = self._start(key)
