@@ -46,6 +46,7 @@ class Engine:
         self.timer = None
         self.live = {}  # call -> its handle, until its callback fired
         self.retiring = False
+        self.corked = False  # until the loop's next turn (cork_turn)
         self.forks = _FORKS[0]  # a fork's child leaves its loop and sockets alone
         hooks = ffi.new("xf_async_loop *", {
             "data": self.me, "watch": lib._xf_aio_watch, "unwatch": lib._xf_aio_unwatch,
@@ -83,6 +84,8 @@ class Engine:
         """Starts call: start (an xf_async_*) with args, then (call.loader:
         a get-or-compute) the loader and its ud, then the callback (value: a
         get's, else a set's) and its privdata: the call's handle."""
+        if self.live and not self.corked:  # others in flight: this turn's calls go together
+            self.cork_turn()
         me = self.live[call] = ffi.new_handle(call)  # not the call's: no cycle
         if call.loader is not None:
             args += (lib._xf_aio_loader, me)
@@ -91,12 +94,19 @@ class Engine:
             del self.live[call]
             raise _error(rc, self.ac)
 
-    def cork(self):
-        """The hits' reads of the calls started from now on wait for
-        uncork, and go together: one MGET per node and slot."""
-        lib.xf_async_cork(self.ac)
+    def cork_turn(self):
+        """The hits' reads of the calls started from now until the loop's
+        next turn go together: one MGET per node and slot (C
+        xf_async_cork). A call started while others are in flight corks:
+        a burst of calls (many tasks, get_many) costs one write and one
+        command, not one each; a lone call goes at once (eager)."""
+        if not self.corked:
+            self.corked = True
+            lib.xf_async_cork(self.ac)
+            self.loop.call_soon(self._uncork)
 
-    def uncork(self):
+    def _uncork(self):
+        self.corked = False
         if self.ac is not None:
             lib.xf_async_uncork(self.ac)
 

@@ -70,11 +70,8 @@ async def get_many(policies, engine, fetch, keys, loader, ttl, beta, batch, poli
             if b is not None:
                 b.done_one()
 
-    engine.cork()  # every task's first read waits until all have made theirs
-    try:
-        pending = asyncio.gather(*[one(k) for k in ks], return_exceptions=True)
-    finally:
-        engine.loop.call_soon(engine.uncork)
+    pending = asyncio.gather(*[one(k) for k in ks], return_exceptions=True)
+    engine.cork_turn()  # the tasks' first reads go together, once all have made theirs
     results = await pending
     out, first_error = {}, None
     for k, r in zip(ks, results):
