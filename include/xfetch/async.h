@@ -108,7 +108,9 @@ typedef struct xf_async_loop {
  * XF_CLUSTER_ON with db != 0. A standalone handle given a seed list uses the first seed
  * that comes up, in order (as xf_client_open does), and, when that seed later cannot be
  * reached, the next one (wrapping around); calls queued on a seed that never came up go to
- * the next seed instead of failing open. */
+ * the next seed instead of failing open. A fork's child may keep the handle once it has
+ * re-made the loop (uv_loop_fork, event_reinit): it then opens connections of its own,
+ * and the calls whose commands the parent had on the wire end there with XF_EIO. */
 XF_EXPORT int xf_async_open(xf_async **out, const xf_options *opts,
                             const xf_async_loop *loop);
 

@@ -199,7 +199,10 @@ static void finish_close(xf_async *ac) {
   free(ac);
 }
 
-void xf__async_enter(xf_async *ac) { ac->depth++; }
+void xf__async_enter(xf_async *ac) {
+  if (ac->depth++ == 0)
+    xf__afork_check(ac);
+}
 
 void xf__async_leave(xf_async *ac) {
   if (--ac->depth > 0)
@@ -286,6 +289,7 @@ int xf_async_open(xf_async **out, const xf_options *opts, const xf_async_loop *l
   ac->loop = *loop;
   ac->armed_ms = -1;
   ac->wake_rd = -1;
+  ac->fork_gen = xf__fork_generation();
   xf__awake_open(ac);
   if ((rc = xf__aroute_open(ac, connect_now)) != XF_OK) {
     xf__open_failed(ac->core->errstr); /* xf_async_errmsg(NULL) says why */

@@ -143,11 +143,16 @@ struct xf_async {
   xf__acall **cork;
   size_t ncorked, corked_cap;
   xf__aconn *waker; /* the near cache's wake pipe, watched (async_wake.c); NULL = none */
-  int wake_rd;      /* its read end */
+  int wake_rd;      /* its read end; -1 = none (the waits poll) */
+  /* A fork's child that keeps the handle (async_fork.c). */
+  unsigned long fork_gen; /* of the process its connections and wake pipe are */
+  int forking;            /* the parent's connections are being dropped: their commands'
+                             failures are fed on the next tick */
 };
 
 /* Driver frames: a user callback may call xf_async_close; the handle is
- * freed when the outermost frame leaves. */
+ * freed when the outermost frame leaves. Entering the outermost frame in a
+ * fork's child first drops what the parent holds (xf__afork_check). */
 void xf__async_enter(xf_async *ac);
 void xf__async_leave(xf_async *ac);
 
@@ -174,6 +179,15 @@ void xf__async_load_unbound(xf_async *ac, xf__acall *k);
 /* Frees the call once nothing holds it any more. */
 void xf__acall_release(xf__acall *k);
 
+/* ---- async_fork.c: a fork's child that keeps the handle ------------------------ */
+
+/* In a fork's child (its loop re-made: uv_loop_fork, event_reinit), once:
+ * the client's identity renewed (lease tokens, draws), the parent's
+ * connections dropped without a byte on them (their commands end as lost,
+ * on the next tick), its question asked again, its wake pipe replaced. The
+ * next command opens a connection of the child's own. Nothing otherwise. */
+void xf__afork_check(xf_async *ac);
+
 /* ---- async_heap.c: the waiters, earliest wake_ms first ------------------------ */
 
 /* Makes room for need waiters (done when a call is accepted, so that a push
@@ -195,6 +209,10 @@ void xf__awake_ready(xf_async *ac);
  * its key was invalidated while its read was on the wire (the wake pipe
  * drained before the call waited). Then it reads again at once. */
 int xf__awake_missed(const xf_async *ac, const xf__acall *k);
+/* In a fork's child: the wake pipe is the parent's (its near cache writes
+ * to it, its loop reads it): unwatched, the child's copies closed, a pipe
+ * of the child's own watched instead (none: the waits poll). */
+void xf__awake_forked(xf_async *ac);
 
 /* Feeds a SEND's error to the call on the next tick (never on the stack of
  * xf_async_get_or_compute, so no loader or callback runs there). */
@@ -225,6 +243,11 @@ int xf__aconn_queue_ignored(xf__aconn *cn, const xf__cmd *cmd);
  * do when it has: drop the connections that stopped answering. */
 int64_t xf__aconn_deadline(const xf_async *ac);
 void xf__aconn_check(xf_async *ac, int64_t now_ms);
+
+/* In a fork's child: drops every connection the parent opened, as lost
+ * (XF_EIO; the breaker untouched, nothing resent), without a byte on it:
+ * unwatched, the child's copy of the socket closed. */
+void xf__aconn_forked(xf_async *ac);
 
 /* Drops every connection for good (xf_async_close): their pending callbacks
  * then find their calls orphaned. */
@@ -300,6 +323,13 @@ int xf__aseeds_resend(xf__acall *k, xf__aconn *cn);
  * first connection). With connect_now, starts connecting (and asking).
  * XF_OK, or XF_EINVAL / XF_ENOMEM / XF_ECONNECT with the message on the core. */
 int xf__aroute_open(xf_async *ac, int connect_now);
+
+/* In a fork's child: the question on the wire is the parent's, forgotten
+ * (before its connection is dropped); then (after) asked again on a
+ * connection of the child's own for the calls parked on it, or they get
+ * the failure on the next tick. */
+void xf__aroute_forget_question(xf_async *ac);
+void xf__aroute_ask_again(xf_async *ac);
 
 /* Frees the router's state (before xf__aconn_close). */
 void xf__aroute_free(xf_async *ac);

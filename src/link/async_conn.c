@@ -140,7 +140,12 @@ void xf__aconn_reply(xf__link *l, xf__acall *k, int rc, xf__reply **reply) {
   }
   int64_t now_ms = xf__now_ms();
   if (ac->closing)
-    return;                   /* the close cancels the call */
+    return;          /* the close cancels the call */
+  if (ac->forking) { /* a parent's command, in a fork's child: lost, on the next tick */
+    xf__fail(ac->core, rc, "%s", l->why);
+    xf__async_defer(ac, k, rc);
+    return;
+  }
   if (rc == XF__LINK_AGAIN) { /* the engine's: once more, on a new stream (next tick) */
     k->again = k->resend = 1;
     k->wake_ms = now_ms;
@@ -222,6 +227,15 @@ static void check(xf__aconn *cn, int64_t now_ms) {
 void xf__aconn_check(xf_async *ac, int64_t now_ms) {
   for (int i = 0; i < ac->nconns && !ac->closing; i++) /* callbacks may add some */
     check(ac->conns[i], now_ms);
+}
+
+void xf__aconn_forked(xf_async *ac) {
+  for (int i = 0; i < ac->nconns; i++) {
+    xf__aconn *cn = ac->conns[i];
+    if (cn->up && cn->fork_gen != ac->fork_gen) /* the stream is forgotten (async_wire.c) */
+      xf__awire_drop(cn, 1, XF_EIO, XF__LINK_CANCELED,
+                     "the connection was the parent's (a fork's child opens its own)");
+  }
 }
 
 void xf__aconn_close(xf_async *ac) {

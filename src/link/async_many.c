@@ -80,7 +80,10 @@ void xf_async_uncork(xf_async *ac) {
     for (e = s + 1; e < n && e - s < XF__MANY_MAX_KEYS; e++)
       if (ac->cork[e]->conn != cn || slot_of(ac->cork[e]) != slot)
         break;
-    if (e - s > 1 && send_mget(cn, group, e - s) == XF_OK) {
+    /* cn went down meanwhile (lost, or the parent's in a fork's child):
+     * each goes alone, opening it again. */
+    if (e - s > 1 && cn->connected && cn->link.live &&
+        send_mget(cn, group, e - s) == XF_OK) {
       xf__awire_rewatch(cn);
       continue;
     }

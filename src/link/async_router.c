@@ -254,6 +254,29 @@ int xf__aroute_reply(xf__acall *k, int rc, const xf__reply *r) {
   return 1;
 }
 
+/* ---- a fork's child ------------------------------------------------------------- */
+
+void xf__aroute_forget_question(xf_async *ac) {
+  if (!ac->probe)
+    return;
+  ac->probe->cn = NULL; /* its completion frees it, as after xf_async_close */
+  ac->probe = NULL;
+  ac->fleet.asking = 0;
+}
+
+void xf__aroute_ask_again(xf_async *ac) {
+  if (!ac->parked || ac->fleet.asking)
+    return;
+  int rc = ask_start(ac, -1);
+  if (rc == XF_OK)
+    return;
+  rc = xf__fleet_ask_failed(&ac->fleet, rc);
+  xf__acall *k = ac->parked;
+  ac->parked = ac->parked_tail = NULL;
+  for (; k; k = k->next_parked)
+    xf__async_defer(ac, k, rc); /* no callback inside the call that noticed the fork */
+}
+
 /* ---- life cycle --------------------------------------------------------------- */
 
 int xf__aroute_open(xf_async *ac, int connect_now) {

@@ -199,14 +199,16 @@ void xf__awire_drop(xf__aconn *cn, int dying, int rc, int how, const char *why) 
 }
 
 void xf_async_ready(xf_async_conn *cn, int events) {
-  if (cn && cn->is_waker && !cn->ac->closing) {
-    xf__awake_ready(cn->ac);
-    return;
-  }
-  if (!cn || !cn->up || cn->ac->closing)
+  if (!cn || cn->ac->closing)
     return;
   xf_async *ac = cn->ac;
-  xf__async_enter(ac); /* leaving re-arms the watchdog */
-  xf__awire_step(cn, events);
+  /* In a fork's child, entering drops the parent's connections and wake
+   * pipe first: nothing of theirs is read here. Leaving re-arms the
+   * watchdog. */
+  xf__async_enter(ac);
+  if (cn->is_waker)
+    xf__awake_ready(ac);
+  else
+    xf__awire_step(cn, events); /* nothing when cn is down */
   xf__async_leave(ac);
 }

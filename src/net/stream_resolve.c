@@ -38,6 +38,7 @@ struct xf__resolve {
   struct addrinfo hints;
   struct addrinfo *res; /* freed by whoever drops the last reference, unless taken */
   int rc, sys_errno;
+  pid_t pid; /* the thread's process: a fork's child has a copy, and no thread */
 };
 
 static void unref(xf__resolve *j) {
@@ -90,6 +91,7 @@ static int start_thread(xf__stream *s, const char *host, const char *service,
   j->hints = *hints;
   j->wfd = p[1];
   j->refs = 2;
+  j->pid = getpid();
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -160,8 +162,14 @@ xf__io xf__stream_resolve_step(xf__stream *s) {
 }
 
 void xf__stream_resolve_drop(xf__stream *s) {
-  if (!s->resolving)
+  xf__resolve *j = s->resolving;
+  if (!j)
     return;
-  unref(s->resolving); /* the thread frees it when it is the last */
   s->resolving = NULL;
+  if (j->pid != getpid()) { /* a fork's child: the copy is the child's alone */
+    if (!__atomic_load_n(&j->done, __ATOMIC_ACQUIRE))
+      close(j->wfd); /* its copy of the thread's end (once done, it may be closed) */
+    __atomic_store_n(&j->refs, 1, __ATOMIC_RELAXED);
+  }
+  unref(j); /* the thread frees it when it is the last */
 }
