@@ -46,6 +46,7 @@ class Engine:
         self.timer = None
         self.live = {}  # call -> its handle, until its callback fired
         self.retiring = False
+        self.shutdown = None  # retired with calls in flight: closed as its loop ends
         self.forks = _FORKS[0]  # a fork's child leaves its loop and sockets alone
         hooks = ffi.new("xf_async_loop *", {
             "data": self.me, "watch": lib._xf_aio_watch, "unwatch": lib._xf_aio_unwatch,
@@ -65,6 +66,8 @@ class Engine:
         self.retiring = True
         if not self.live:
             self.close()
+        elif self.shutdown is None:
+            self.shutdown = _closing_at_shutdown(self)
 
     def forked(self):
         """Whether this process is a fork's child of the one that opened it:
@@ -78,6 +81,12 @@ class Engine:
             lib.xf_async_close(self.ac)  # the callbacks still read its messages
             self.ac = None
             _OPEN.discard(self)
+        hook, self.shutdown = self.shutdown, None
+        if hook is not None:  # finished here, not by a loop that may be closed by then
+            try:
+                hook.aclose().send(None)
+            except StopIteration:
+                pass
 
     def start(self, call, start, *args, value=True):
         """Starts call: start (an xf_async_*) with args, then (call.loader:
@@ -107,6 +116,29 @@ class Engine:
 
     def stats(self, out):
         lib.xf_async_stats(self.ac, out)
+
+
+async def _until_shutdown(engine):
+    try:
+        yield
+    finally:
+        engine.shutdown = None  # running: not to be finished again by close()
+        engine.close()
+
+
+def _closing_at_shutdown(engine):
+    """A hook that closes engine when its loop shuts down: an async
+    generator, started on the running loop, which the loop finishes at
+    loop.shutdown_asyncgens (the end of asyncio.run, asyncio.Runner.close):
+    asyncio reports no other end of a loop. For a retired handle whose calls
+    in flight were left (cancelled) by a loop ending: nothing else would ever
+    close it. The loop holds the hook weakly: the engine keeps it."""
+    hook = _until_shutdown(engine)
+    try:
+        hook.asend(None).send(None)  # to its yield; the loop's firstiter hook adds it
+    except StopIteration:
+        pass
+    return hook
 
 
 def _error(rc, ac):
