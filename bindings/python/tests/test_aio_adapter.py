@@ -37,3 +37,48 @@ def test_a_closed_cache_whose_loop_ends_with_a_call_in_flight_closes_its_connect
     asyncio.run(main())
     gc.collect()
     assert open_sockets() == base, "the retired handle's connection was left open"
+
+
+def test_a_refresh_close_refuses_releases_its_lease_and_its_loader(server, admin, prefix):
+    """A background refresh whose loader C starts while close() waits for
+    another refresh is cancelled before it runs: its load still completes
+    (failed: the lease released at once, the loader's data dropped), as a
+    refresh cancelled while it runs does."""
+    from conftest import peek
+    from xfetch import _aio_loop
+
+    async def main():
+        cache = xfetch.aio.Cache(server.url, prefix=prefix)
+        go, b_loads = asyncio.Event(), []
+
+        async def first():
+            await asyncio.sleep(0.02)  # a load time: the early window is refresh_ahead x it
+            return b"v1"
+
+        async def slow_a():
+            await go.wait()
+            return b"a2"
+
+        async def load_b():
+            b_loads.append(1)
+            return b"b2"
+
+        early = {"ttl": 60, "refresh_ahead": 10000.0}  # every hit is due for a refresh
+        assert await cache.get_or_compute("a", first, **early) == b"v1"
+        assert await cache.get_or_compute("b", first, **early) == b"v1"
+        assert await cache.get_or_compute("a", slow_a, **early) == b"v1"  # a's refresh runs
+        b = asyncio.ensure_future(cache.get_or_compute("b", load_b, **early))
+
+        async def release_a():
+            assert await b == b"v1"  # b's refresh took its lease meanwhile
+            await asyncio.sleep(0.1)
+            go.set()
+        releasing = asyncio.ensure_future(release_a())
+        await cache.close(timeout=30)  # a hang guard: go is set once b is over
+        await releasing
+        return b_loads
+
+    assert asyncio.run(main()) == []  # refused: close() had begun
+    gc.collect()
+    assert peek(admin, prefix + "b").deadline is None, "b's refresh left its lease"
+    assert _aio_loop._KEPT == {}, "a refresh's loader was never dropped"

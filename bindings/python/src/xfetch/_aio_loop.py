@@ -303,7 +303,9 @@ def _xf_aio_loader(ud, key, keylen, load):
         lib.xf_async_load_complete(load, lib.XF_ELOADER)
         return
     me = eng.live.get(call) or _KEPT[_address(ud)][0]  # ud's owner, alive while it loads
-    task = eng.loop.create_task(_load(call, load, me), context=call.ctx)
+    loading = _Loading(load, me)
+    task = eng.loop.create_task(_load(call, loading), context=call.ctx)
+    task.add_done_callback(loading.ended)
     owner = eng.owner()
     if call.fut.done() and owner is not None:  # a background refresh, a timed-out load
         owner._tracked(task)
@@ -311,16 +313,39 @@ def _xf_aio_loader(ud, key, keylen, load):
         call.task = task
 
 
-async def _load(call, load, me):
+class _Loading:
+    """A load a task completes, exactly once: by _load, or as failed once
+    the task is over without it (cancelled before its first step, which
+    runs none of _load: close(), asyncio.run's end, a task group). C waits
+    for the completion: the call, its lease and its loader's data with it."""
+
+    __slots__ = ("load", "me", "completed")
+
+    def __init__(self, load, me):
+        self.load, self.me, self.completed = load, me, False  # me: ud's handle, kept alive
+
+    def complete(self, rc):
+        if not self.completed:
+            self.completed = True
+            lib.xf_async_load_complete(self.load, rc)
+
+    def sink(self):  # once completed, C may have freed load
+        return ffi.NULL if self.completed else lib.xf_async_load_sink(self.load)
+
+    def ended(self, task):
+        self.complete(lib.XF_ELOADER)
+
+
+async def _load(call, loading):
     """Runs call's loader (given the previous value when it asked for it)
-    and completes load with its result; a failure is the call's (raised by
-    it), or logged once the call is over (a refresh, a timed-out load)."""
+    and completes its load with its result; a failure is the call's (raised
+    by it), or logged once the call is over (a refresh, a timed-out load)."""
     config = call.engine.config
     token = enter_load(config.namespace, call.kb)
     exc = None
     t0 = time.monotonic()
     try:
-        value = call_loader(call.loader, lib.xf_async_load_sink(load))
+        value = call_loader(call.loader, loading.sink())
         if inspect.isawaitable(value):
             value = await value
     except Exception as e:  # noqa: B902 - nothing is cached; raised (or logged) at the end
@@ -328,24 +353,24 @@ async def _load(call, load, me):
     except BaseException as e:  # cancelled (its task left, or close()), interrupted
         if not isinstance(e, asyncio.CancelledError):
             call.exc = e
-        lib.xf_async_load_complete(load, lib.XF_ELOADER)
+        loading.complete(lib.XF_ELOADER)
         return
     finally:
         leave_load(token)
         call.took = time.monotonic() - t0
     if exc is None:
-        sink = lib.xf_async_load_sink(load)
+        sink = loading.sink()
         try:
             if sink != ffi.NULL:  # NULL: the handle closed, the result goes nowhere
                 sink_value(value, sink)
         except Exception as e:  # noqa: B902 - a wrong type or size: the loader's failure
             exc = e
     if exc is None:
-        lib.xf_async_load_complete(load, 0)
+        loading.complete(0)
         return
     config.failures.record(call.kb, exc)  # for the share's followers
     if call.fut.done():
         log_failure(call.key, exc)
     else:
         call.exc = exc
-    lib.xf_async_load_complete(load, lib.XF_ELOADER)
+    loading.complete(lib.XF_ELOADER)
