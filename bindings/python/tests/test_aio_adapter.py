@@ -82,3 +82,47 @@ def test_a_refresh_close_refuses_releases_its_lease_and_its_loader(server, admin
     gc.collect()
     assert peek(admin, prefix + "b").deadline is None, "b's refresh left its lease"
     assert _aio_loop._KEPT == {}, "a refresh's loader was never dropped"
+
+
+def test_a_batch_round_does_not_wait_for_a_key_another_client_loads(server, admin, prefix):
+    """get_many(batch=True) on a and b while another client loads b, and
+    b's loader needs a: the batch loads a (the key it leased) at once, not
+    after its wait for b runs out (the other client waits for a meanwhile:
+    each would wait for the other for `wait` seconds), as the sync face's
+    batch does. Margins: 30 s waits and leases; the guard 10 s; the path is
+    a few round trips."""
+    from conftest import peek
+    kw = {"ttl": 60, "wait": 30, "lease": 30}
+
+    async def main():
+        other = xfetch.aio.Cache(server.url, prefix=prefix)
+        cache = xfetch.aio.Cache(server.url, prefix=prefix)
+        started, go, batches = asyncio.Event(), asyncio.Event(), []
+
+        async def load_b():  # b is made from a
+            started.set()
+            await go.wait()
+            return b"b:" + await other.get_or_compute("a", lambda: b"a-other", **kw)
+
+        def batch(keys):
+            batches.append(sorted(keys))
+            return {k: k.encode() + b"1" for k in keys}
+
+        b = asyncio.ensure_future(other.get_or_compute("b", load_b, **kw))
+        await started.wait()  # the other client holds b's lease
+        many = asyncio.ensure_future(cache.get_many(["a", "b"], batch, batch=True, **kw))
+        deadline = time.monotonic() + 10
+        entry = peek(admin, prefix + "a")
+        while entry.deadline is None and entry.v is None:  # until the batch has a
+            assert time.monotonic() < deadline, "the batch never leased a"
+            await asyncio.sleep(0.01)
+            entry = peek(admin, prefix + "a")
+        go.set()
+        got = await asyncio.wait_for(asyncio.gather(many, b), 10)
+        await cache.close()
+        await other.close()
+        return got, batches
+
+    (got, b), batches = asyncio.run(main())
+    assert got == {"a": b"a1", "b": b"b:a1"} and b == b"b:a1"
+    assert batches == [["a"]]
