@@ -5,6 +5,8 @@ import asyncio
 import gc
 import time
 
+import pytest
+
 import xfetch.aio
 from test_runtime_defects import open_sockets
 
@@ -126,3 +128,41 @@ def test_a_batch_round_does_not_wait_for_a_key_another_client_loads(server, admi
     (got, b), batches = asyncio.run(main())
     assert got == {"a": b"a1", "b": b"b:a1"} and b == b"b:a1"
     assert batches == [["a"]]
+
+
+def test_a_loader_task_the_loop_will_not_create_fails_the_call_not_hangs(server, prefix):
+    """The loader runs as a task of the running loop: a task factory of the
+    two-argument kind (loop, coro), as written before Python 3.11 added
+    context=, still runs it; one that raises fails the call with its error
+    (the load failed, its lease released) instead of leaving it for ever.
+    Guard: 10 s, for a few round trips."""
+    kw = {"ttl": 60, "wait": 30, "lease": 30}
+
+    async def load():
+        return b"loaded"
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        async with xfetch.aio.Cache(server.url, prefix=prefix) as cache:
+            loop.set_task_factory(lambda loop, coro: asyncio.Task(coro, loop=loop))
+            got = await asyncio.wait_for(cache.get_or_compute("old", load, **kw), 10)
+            refused = RuntimeError("no tasks now")
+
+            def refuse(loop, coro, context=None):
+                if getattr(coro, "__qualname__", "") == "_load":
+                    coro.close()
+                    raise refused
+                return asyncio.Task(coro, loop=loop, context=context)
+            loop.set_task_factory(refuse)
+            try:
+                with pytest.raises(RuntimeError) as info:
+                    await asyncio.wait_for(cache.get_or_compute("no", load, **kw), 10)
+            finally:
+                loop.set_task_factory(None)
+            assert info.value is refused
+            t0 = time.monotonic()  # the lease was released: no 30 s wait
+            again = await asyncio.wait_for(cache.get_or_compute("no", load, **kw), 10)
+            return got, again, time.monotonic() - t0
+
+    got, again, took = asyncio.run(main())
+    assert (got, again) == (b"loaded", b"loaded") and took < 5

@@ -304,7 +304,14 @@ def _xf_aio_loader(ud, key, keylen, load):
         return
     me = eng.live.get(call) or _KEPT[_address(ud)][0]  # ud's owner, alive while it loads
     loading = _Loading(load, me)
-    task = eng.loop.create_task(_load(call, loading), context=call.ctx)
+    coro = _load(call, loading)
+    try:  # in a copy of the caller's context: a task factory (loop, coro) takes no context=
+        task = call.ctx.run(eng.loop.create_task, coro)
+    except BaseException as e:  # noqa: B902 - the loop will not run it: the load fails
+        coro.close()
+        _failed(call, e)
+        loading.complete(lib.XF_ELOADER)
+        return
     task.add_done_callback(loading.ended)
     owner = eng.owner()
     if call.fut.done() and owner is not None:  # a background refresh, a timed-out load
@@ -340,8 +347,7 @@ async def _load(call, loading):
     """Runs call's loader (given the previous value when it asked for it)
     and completes its load with its result; a failure is the call's (raised
     by it), or logged once the call is over (a refresh, a timed-out load)."""
-    config = call.engine.config
-    token = enter_load(config.namespace, call.kb)
+    token = enter_load(call.engine.config.namespace, call.kb)
     exc = None
     t0 = time.monotonic()
     try:
@@ -368,9 +374,17 @@ async def _load(call, loading):
     if exc is None:
         loading.complete(0)
         return
-    config.failures.record(call.kb, exc)  # for the share's followers
+    _failed(call, exc)
+    loading.complete(lib.XF_ELOADER)
+
+
+def _failed(call, exc):
+    """exc is the call's loader's failure: raised by the call, or logged
+    once the call is over (a refresh, a timed-out load); kept for the
+    share's followers."""
+    if isinstance(exc, Exception):
+        call.engine.config.failures.record(call.kb, exc)
     if call.fut.done():
         log_failure(call.key, exc)
     else:
         call.exc = exc
-    loading.complete(lib.XF_ELOADER)
