@@ -1,6 +1,7 @@
 """The asyncio adapter of the C event-loop driver (_aio_loop, _aio_many) at
 its edges: the event loop ending with calls in flight, close() racing
-background refreshes, batch rounds beside other clients' leases."""
+background refreshes, batch rounds beside other clients' leases, a loop
+whose task factory will not run a loader."""
 import asyncio
 import gc
 import time

@@ -62,7 +62,8 @@ class Engine:
 
     def retire(self):
         """Closes the handle once the calls in flight are over (their waits,
-        loads and replies end as they would have)."""
+        loads and replies end as they would have), or as its loop shuts down
+        before they are (asyncio.run's end cancelled their callers)."""
         self.retiring = True
         if not self.live:
             self.close()
