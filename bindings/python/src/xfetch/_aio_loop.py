@@ -47,6 +47,7 @@ class Engine:
         self.live = {}  # call -> its handle, until its callback fired
         self.retiring = False
         self.corked = False  # until the loop's next turn (cork_turn)
+        self.shutdown = None  # retired with calls in flight: closed as its loop ends
         self.forks = _FORKS[0]  # a fork's child leaves its loop and sockets alone
         hooks = ffi.new("xf_async_loop *", {
             "data": self.me, "watch": lib._xf_aio_watch, "unwatch": lib._xf_aio_unwatch,
@@ -62,10 +63,13 @@ class Engine:
 
     def retire(self):
         """Closes the handle once the calls in flight are over (their waits,
-        loads and replies end as they would have)."""
+        loads and replies end as they would have), or as its loop shuts down
+        before they are (asyncio.run's end cancelled their callers)."""
         self.retiring = True
         if not self.live:
             self.close()
+        elif self.shutdown is None:
+            self.shutdown = _closing_at_shutdown(self)
 
     def forked(self):
         """Whether this process is a fork's child of the one that opened it:
@@ -79,6 +83,12 @@ class Engine:
             lib.xf_async_close(self.ac)  # the callbacks still read its messages
             self.ac = None
             _OPEN.discard(self)
+        hook, self.shutdown = self.shutdown, None
+        if hook is not None:  # finished here, not by a loop that may be closed by then
+            try:
+                hook.aclose().send(None)
+            except StopIteration:
+                pass
 
     def start(self, call, start, *args, value=True):
         """Starts call: start (an xf_async_*) with args, then (call.loader:
@@ -117,6 +127,29 @@ class Engine:
 
     def stats(self, out):
         lib.xf_async_stats(self.ac, out)
+
+
+async def _until_shutdown(engine):
+    try:
+        yield
+    finally:
+        engine.shutdown = None  # running: not to be finished again by close()
+        engine.close()
+
+
+def _closing_at_shutdown(engine):
+    """A hook that closes engine when its loop shuts down: an async
+    generator, started on the running loop, which the loop finishes at
+    loop.shutdown_asyncgens (the end of asyncio.run, asyncio.Runner.close):
+    asyncio reports no other end of a loop. For a retired handle whose calls
+    in flight were left (cancelled) by a loop ending: nothing else would ever
+    close it. The loop holds the hook weakly: the engine keeps it."""
+    hook = _until_shutdown(engine)
+    try:
+        hook.asend(None).send(None)  # to its yield; the loop's firstiter hook adds it
+    except StopIteration:
+        pass
+    return hook
 
 
 def _error(rc, ac):
@@ -281,7 +314,16 @@ def _xf_aio_loader(ud, key, keylen, load):
         lib.xf_async_load_complete(load, lib.XF_ELOADER)
         return
     me = eng.live.get(call) or _KEPT[_address(ud)][0]  # ud's owner, alive while it loads
-    task = eng.loop.create_task(_load(call, load, me), context=call.ctx)
+    loading = _Loading(load, me)
+    coro = _load(call, loading)
+    try:  # in a copy of the caller's context: a task factory (loop, coro) takes no context=
+        task = call.ctx.run(eng.loop.create_task, coro)
+    except BaseException as e:  # noqa: B902 - the loop will not run it: the load fails
+        coro.close()
+        _failed(call, e)
+        loading.complete(lib.XF_ELOADER)
+        return
+    task.add_done_callback(loading.ended)
     owner = eng.owner()
     if call.fut.done() and owner is not None:  # a background refresh, a timed-out load
         owner._tracked(task)
@@ -289,16 +331,38 @@ def _xf_aio_loader(ud, key, keylen, load):
         call.task = task
 
 
-async def _load(call, load, me):
+class _Loading:
+    """A load a task completes, exactly once: by _load, or as failed once
+    the task is over without it (cancelled before its first step, which
+    runs none of _load: close(), asyncio.run's end, a task group). C waits
+    for the completion: the call, its lease and its loader's data with it."""
+
+    __slots__ = ("load", "me", "completed")
+
+    def __init__(self, load, me):
+        self.load, self.me, self.completed = load, me, False  # me: ud's handle, kept alive
+
+    def complete(self, rc):
+        if not self.completed:
+            self.completed = True
+            lib.xf_async_load_complete(self.load, rc)
+
+    def sink(self):  # once completed, C may have freed load
+        return ffi.NULL if self.completed else lib.xf_async_load_sink(self.load)
+
+    def ended(self, task):
+        self.complete(lib.XF_ELOADER)
+
+
+async def _load(call, loading):
     """Runs call's loader (given the previous value when it asked for it)
-    and completes load with its result; a failure is the call's (raised by
-    it), or logged once the call is over (a refresh, a timed-out load)."""
-    config = call.engine.config
-    token = enter_load(config.namespace, call.kb)
+    and completes its load with its result; a failure is the call's (raised
+    by it), or logged once the call is over (a refresh, a timed-out load)."""
+    token = enter_load(call.engine.config.namespace, call.kb)
     exc = None
     t0 = time.monotonic()
     try:
-        value = call_loader(call.loader, lib.xf_async_load_sink(load))
+        value = call_loader(call.loader, loading.sink())
         if inspect.isawaitable(value):
             value = await value
     except Exception as e:  # noqa: B902 - nothing is cached; raised (or logged) at the end
@@ -306,24 +370,32 @@ async def _load(call, load, me):
     except BaseException as e:  # cancelled (its task left, or close()), interrupted
         if not isinstance(e, asyncio.CancelledError):
             call.exc = e
-        lib.xf_async_load_complete(load, lib.XF_ELOADER)
+        loading.complete(lib.XF_ELOADER)
         return
     finally:
         leave_load(token)
         call.took = time.monotonic() - t0
     if exc is None:
-        sink = lib.xf_async_load_sink(load)
+        sink = loading.sink()
         try:
             if sink != ffi.NULL:  # NULL: the handle closed, the result goes nowhere
                 sink_value(value, sink)
         except Exception as e:  # noqa: B902 - a wrong type or size: the loader's failure
             exc = e
     if exc is None:
-        lib.xf_async_load_complete(load, 0)
+        loading.complete(0)
         return
-    config.failures.record(call.kb, exc)  # for the share's followers
+    _failed(call, exc)
+    loading.complete(lib.XF_ELOADER)
+
+
+def _failed(call, exc):
+    """exc is the call's loader's failure: raised by the call, or logged
+    once the call is over (a refresh, a timed-out load); kept for the
+    share's followers."""
+    if isinstance(exc, Exception):
+        call.engine.config.failures.record(call.kb, exc)
     if call.fut.done():
         log_failure(call.key, exc)
     else:
         call.exc = exc
-    lib.xf_async_load_complete(load, lib.XF_ELOADER)

@@ -2,7 +2,9 @@
 (the hits' reads go out together: one MGET per node and slot), each key
 leased at its turn. With batch=True the keys whose calls reach their load together
 are computed by one loader(list of keys) call: a round is flushed once every
-call still running is loading."""
+call still running is loading, else after one loop turn without a change: a
+call waiting for another client's lease must not hold back the keys this one
+leased (that client may be waiting for one of them)."""
 from __future__ import annotations
 
 import asyncio
@@ -20,6 +22,8 @@ class _Batch:
         self.loader = loader
         self.running = running  # calls not finished yet
         self.round = {}  # key -> the future of its value
+        self.changes = 0  # keys joined and calls over: the round's progress
+        self.turn = None  # the loop's next turn, checking whether the round still grows
 
     def load_one(self, key):
         """The per-key loader the call awaits."""
@@ -33,7 +37,23 @@ class _Batch:
         self._maybe_flush()
 
     def _maybe_flush(self):
-        if self.round and len(self.round) >= self.running:
+        self.changes += 1
+        if not self.round:
+            return
+        if len(self.round) >= self.running:
+            self._flush_round()
+        elif self.turn is None:  # the other calls may wait on leases the round holds
+            self.turn = asyncio.get_running_loop().call_soon(self._turned, self.changes)
+
+    def _turned(self, changes):
+        self.turn = None
+        if self.changes == changes:  # a loop turn and nothing joined nor ended: go
+            self._flush_round()
+        elif self.round:
+            self.turn = asyncio.get_running_loop().call_soon(self._turned, self.changes)
+
+    def _flush_round(self):
+        if self.round:
             keys, self.round = self.round, {}
             asyncio.ensure_future(self._flush(keys))
 
