@@ -275,6 +275,16 @@ long long xft_int(redisContext *r, const char *fmt, ...) {
   return v;
 }
 
+long long xft_info_int(redisContext *r, const char *field) {
+  redisReply *rep = xft_cmd(r, "INFO");
+  char needle[128];
+  snprintf(needle, sizeof needle, "\r\n%s:", field);
+  const char *at = strstr(rep->str, needle);
+  long long n = at ? atoll(at + strlen(needle)) : -1;
+  freeReplyObject(rep);
+  return n;
+}
+
 long long xft_command_calls(redisContext *r, const char *cmd) {
   redisReply *rep = xft_cmd(r, "INFO commandstats");
   char needle[64];

@@ -131,6 +131,10 @@ redisContext *xft_redis_port(int port);
 redisReply *xft_cmd(redisContext *r, const char *fmt, ...);
 long long xft_int(redisContext *r, const char *fmt, ...);
 
+/* The integer field of INFO (e.g. "total_connections_received"), -1 when
+ * absent. */
+long long xft_info_int(redisContext *r, const char *field);
+
 /* How many times the server ran cmd, lower case (INFO commandstats). */
 long long xft_command_calls(redisContext *r, const char *cmd);
 

@@ -92,14 +92,6 @@ static int loop_after_fork(loop *l) {
   return l->kind == LIBUV ? uv_loop_fork(&l->uv) : event_reinit(l->base);
 }
 
-static long long connections_received(redisContext *r) {
-  redisReply *rep = xft_cmd(r, "INFO stats");
-  const char *at = strstr(rep->str, "total_connections_received:");
-  long long n = at ? atoll(at + strlen("total_connections_received:")) : -1;
-  freeReplyObject(rep);
-  return n;
-}
-
 static void set(loop *l, const char *key, const char *value) {
   xf_policy p = XF_POLICY_INIT;
   call k = {0};
@@ -146,7 +138,7 @@ ParameterizedTest(int *kind, async_fork, a_child_calls_on_a_connection_of_its_ow
   set(&l, "afork:parent", "parent"); /* the parent's connection is up */
   set(&l, "afork:child", "child");
   redisContext *r = xft_redis_port(s.port);
-  long long before = connections_received(r);
+  long long before = xft_info_int(r, "total_connections_received");
   call theirs = {0};
   cr_assert_eq(get(&l, "afork:parent", &theirs), XF_OK); /* queued, not answered */
   pid_t pid = fork();
@@ -162,7 +154,7 @@ ParameterizedTest(int *kind, async_fork, a_child_calls_on_a_connection_of_its_ow
             "the child: status %d (1: its value wrong, 2: the parent's reply read, "
             "4: the parent's call not ended as lost, 16: no callback within %d ms)",
             WIFEXITED(status) ? WEXITSTATUS(status) : -1, BOUND_MS);
-  long long after_child = connections_received(r);
+  long long after_child = xft_info_int(r, "total_connections_received");
   cr_expect_eq(after_child, before + 1, "the child connected anew (%lld connections)",
                after_child - before);
   cr_assert_eq(turn_until(&l, &theirs, NULL), 0, "the parent's get never called back");
@@ -173,7 +165,8 @@ ParameterizedTest(int *kind, async_fork, a_child_calls_on_a_connection_of_its_ow
   cr_assert_eq(turn_until(&l, &again, NULL), 0);
   cr_expect_eq(again.rc, XF_OK, "%s", xf_async_errmsg(l.ac));
   cr_expect_str_eq(again.got, "parent");
-  cr_expect_eq(connections_received(r), after_child, "the parent kept its connection");
+  cr_expect_eq(xft_info_int(r, "total_connections_received"), after_child,
+               "the parent kept its connection");
   loop_close(&l);
   redisFree(r);
   xft_server_stop(&s);

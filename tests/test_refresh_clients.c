@@ -23,14 +23,6 @@ static int load(void *ud, const char *key, size_t keylen, xf_sink *sink) {
   return n == fail_at ? 9 : (xf_sink_set(sink, v, strlen(v)) == XF_OK ? 0 : -1);
 }
 
-static long long info_field(redisContext *r, const char *section, const char *name) {
-  redisReply *rep = xft_cmd(r, "INFO %s", section);
-  const char *at = strstr(rep->str, name);
-  long long n = at ? atoll(at + strlen(name)) : -1;
-  freeReplyObject(rep);
-  return n;
-}
-
 static xf_refresh_info info_when(xf_share *s, uint64_t done) {
   xf_refresh_info i;
   for (int n = 0; n < 1000; n++) {
@@ -75,19 +67,19 @@ Test(refresh_clients, n_refreshes_open_at_most_one_connection_per_worker) {
   xft_server srv;
   cr_assert_eq(xft_server_start(&srv, NULL), 0);
   redisContext *r = xft_redis_port(srv.port);
-  long long before = info_field(r, "stats", "total_connections_received:");
+  long long before = xft_info_int(r, "total_connections_received");
   xf_share *s;
   cr_assert_eq(xf_share_open(&s, NULL), XF_OK);
   xf_refresh_info i = refresh_n(s, srv.port, 20, "refresh_clients:hot");
-  long long made = info_field(r, "stats", "total_connections_received:") - before;
+  long long made = xft_info_int(r, "total_connections_received") - before;
   /* the caller's one, and at most one per worker for 20 refreshes */
   cr_expect_leq(made, 1 + WORKERS, "%lld connections", made);
   cr_expect_geq(i.clients.connections, 1, "an idle refresh client stays connected");
-  long long clients = info_field(r, "clients", "connected_clients:");
+  long long clients = xft_info_int(r, "connected_clients");
   xf_share_close(s); /* closes the idle refresh clients */
-  for (int n = 0; n < 100 && info_field(r, "clients", "connected_clients:") >= clients; n++)
+  for (int n = 0; n < 100 && xft_info_int(r, "connected_clients") >= clients; n++)
     xft_sleep_ms(10);
-  cr_expect_eq(info_field(r, "clients", "connected_clients:"), 1, "only the probe's left");
+  cr_expect_eq(xft_info_int(r, "connected_clients"), 1, "only the probe's left");
   redisFree(r);
   xft_server_stop(&srv);
 }
