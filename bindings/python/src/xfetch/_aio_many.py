@@ -24,6 +24,7 @@ class _Batch:
         self.round = {}  # key -> the future of its value
         self.changes = 0  # keys joined and calls over: the round's progress
         self.turn = None  # the loop's next turn, checking whether the round still grows
+        self.flushes = set()  # the rounds' tasks: held (the loop holds tasks weakly)
 
     def load_one(self, key):
         """The per-key loader the call awaits."""
@@ -55,7 +56,9 @@ class _Batch:
     def _flush_round(self):
         if self.round:
             keys, self.round = self.round, {}
-            asyncio.ensure_future(self._flush(keys))
+            task = asyncio.ensure_future(self._flush(keys))
+            self.flushes.add(task)
+            task.add_done_callback(self.flushes.discard)
 
     async def _flush(self, futures):
         try:
