@@ -3,7 +3,8 @@
 dogpile.cache (its redis backend), xfetch get_or_compute (sync; and with 2
 tags, no near cache), redis-py's asyncio GET, xfetch.aio (asyncio, when
 built; and with 2 tags), and a 100-key get_many (sync and asyncio) against 100
-single gets (and redis-py MGET / GETs for reference).
+single gets (and redis-py MGET / GETs for reference); last, asyncio hits made
+by 10 and 100 tasks at once (calls/s: xfetch.aio and redis-py asyncio GET).
 
     /usr/bin/python3 bench_hit.py [--url redis://...] [-n 3000] [--rounds 15] [--size 100]
                                   [--entry-format 1|2]
@@ -132,6 +133,28 @@ def server_cost(r, loop, aio_hit, n):
     direct = plain - scripts["calls"]
     usec = scripts["usec"] + (plain_usec * direct / plain if plain else 0)
     print(f"{'xfetch.aio hit, Redis side':<34}: {usec / n:5.2f} us/hit; per hit: {per_hit}")
+
+
+def concurrent_hits(loop, contenders, n, rounds, tasks=(10, 100)):
+    """Throughput of asyncio hits made by many tasks at once (a web server's
+    concurrent requests): n calls a round spread over T tasks, rounds
+    alternating between the contenders; calls/s over every round."""
+    async def spread(afn, t):
+        async def worker():
+            for _ in range(n // t):
+                await afn()
+        t0 = time.perf_counter()
+        await asyncio.gather(*[worker() for _ in range(t)])
+        return time.perf_counter() - t0
+
+    spent = {(name, t): 0.0 for name in contenders for t in tasks}
+    for _ in range(rounds):
+        for t in tasks:
+            for name, afn in contenders.items():
+                spent[name, t] += loop.run_until_complete(spread(afn, t))
+    print(f"\n{'concurrent hits, T tasks':<34} {'T':>9} {'calls/s':>11}")
+    for (name, t), seconds in spent.items():
+        print(f"{name:<34} {t:>9} {rounds * (n // t) * t / seconds:>11,.0f}")
 
 
 def main():
@@ -358,6 +381,8 @@ def run(args, url):
           f"{gets_s.p(0.5) / many_s.p(0.5):5.1f}x")
     if xfetch_aio:  # issue 19: what an asyncio hit costs Redis
         server_cost(r, loop, aio_hit, n)
+        concurrent_hits(loop, {"redis-py asyncio GET": aio_get,
+                               "xfetch.aio get_or_compute": aio_hit}, n, args.rounds)
 
     loop.run_until_complete(ar.close())
     for c in (acache, anear):

@@ -43,3 +43,7 @@ def test_bench_hit_script(server):
         assert re.search(r"2 tags / untagged, " + face + r" +: p50 +\d+\.\d+, mean", out), face
     assert re.search(r"sync hit p50 / redis-py GET p50 +:\s+\d+\.\d+  \(goal <= 1\.2: ", out)
     assert re.search(r"100 x get / get_many\(100\), p50 +:\s+\d+\.\dx", out)
+    if "xfetch.aio not built" not in out:  # hits made by many tasks at once
+        for name in ("redis-py asyncio GET", r"xfetch\.aio get_or_compute"):
+            for tasks in (10, 100):
+                assert re.search(name + rf" +{tasks} +[\d,]+\n", out), (name, tasks)
