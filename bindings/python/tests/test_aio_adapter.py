@@ -167,3 +167,30 @@ def test_a_loader_task_the_loop_will_not_create_fails_the_call_not_hangs(server,
 
     got, again, took = asyncio.run(main())
     assert (got, again) == (b"loaded", b"loaded") and took < 5
+
+
+def test_ctrl_c_in_a_background_refresh_s_loader_stops_the_program(server, admin, prefix):
+    """A KeyboardInterrupt raised in a background refresh's loader (Ctrl-C
+    while it computes) has no caller to be raised in: it goes out of the
+    event loop, as a KeyboardInterrupt in any task does, and the refresh's
+    lease is released. It was kept on the refresh's call, which nobody
+    awaits: the program went on."""
+    from conftest import peek
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    async def main():
+        async with xfetch.aio.Cache(server.url, prefix=prefix) as cache:
+            await cache.get_or_compute("k", lambda: b"v", ttl=60)
+            # refresh_ahead < 0 with beta=inf: XFetch elects every hit for an early refresh
+            got = await cache.get_or_compute("k", interrupted, ttl=60, beta=float("inf"),
+                                             refresh_ahead=-1.0)
+            assert got == b"v"  # the current value; the refresh runs in the background
+            await asyncio.sleep(10)  # the refresh's task raises meanwhile
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(main())
+    assert time.monotonic() - t0 < 10
+    assert peek(admin, prefix + "k").deadline is None  # the refresh's lease released

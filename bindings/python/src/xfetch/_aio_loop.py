@@ -369,6 +369,9 @@ async def _load(call, loading):
         exc = e
     except BaseException as e:  # cancelled (its task left, or close()), interrupted
         if not isinstance(e, asyncio.CancelledError):
+            if call.fut.done():  # no caller to raise it in (a refresh): out of the
+                loading.complete(lib.XF_ELOADER)  # loop, as from any task
+                raise
             call.exc = e
         loading.complete(lib.XF_ELOADER)
         return
