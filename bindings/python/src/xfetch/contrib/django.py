@@ -100,8 +100,9 @@ def _shared_cache(url: str, kw: dict) -> tuple[xfetch.Cache, ForeignKeys]:
 
 class XFetchCache(BaseCache):
     """Django's cache API on xfetch.Cache (LOCATION: the URL; OPTIONS: its
-    keywords). Timeouts: None = forever, 0 or less = expire at once (set
-    deletes, add and get_or_set store nothing), DEFAULT_TIMEOUT = TIMEOUT.
+    keywords). Timeouts: None = forever, 0 or less (or under a millisecond)
+    = expire at once (set deletes, add and get_or_set store nothing),
+    DEFAULT_TIMEOUT = TIMEOUT.
     A key another backend wrote under the same name reads as a miss, and
     set, add, get_or_set and delete replace it. self.xfetch is the
     underlying xfetch.Cache (stats(), events)."""
@@ -136,12 +137,14 @@ class XFetchCache(BaseCache):
         return key
 
     def _ttl(self, timeout):
-        """Django's timeout -> xfetch's ttl in seconds, or None: expire at once."""
+        """Django's timeout -> xfetch's ttl in seconds, or None: expire at
+        once. A timeout under a millisecond (xfetch's shortest ttl; e.g. a
+        computed expires_at - now) is as good as reached: expire at once."""
         if timeout is DEFAULT_TIMEOUT:
             timeout = self.default_timeout
         if timeout is None:
             return FOREVER
-        if timeout <= 0:
+        if timeout < 0.001:
             return None
         return min(float(timeout), FOREVER)
 
