@@ -271,12 +271,14 @@ class XFetchCache(BaseCache):
         return self._delete(self._key(key, version))
 
     def _delete(self, k):
+        """Removes k; whether a value was there. A key another program wrote
+        (the read or xfetch's delete refuses its type) is removed too."""
         try:
             existed = self._read_strict(k) is not None
+            self.xfetch.delete(k)
         except xfetch.WrongTypeError:
             self._remove_foreign(k)
             return True
-        self.xfetch.delete(k)
         return existed
 
     def incr(self, key, delta=1, version=None):
