@@ -1,10 +1,15 @@
 """xfetch.contrib.django.XFetchCache where Django's cache contract is easy
-to miss, on a real redis-server: timeouts below xfetch's millisecond, and
-keys another program wrote with a type other than a string. Skipped when
-Django is not installed."""
+to miss, on a real redis-server: timeouts below xfetch's millisecond, keys
+another program wrote with a type other than a string, and entries whose
+value no longer unpickles (get's miss must be everyone's miss). Skipped
+when Django is not installed."""
+import threading
+
 import pytest
 
 from django_setup import dj  # noqa: F401 (a fixture)
+
+from django.core.cache import caches  # noqa: E402
 
 
 # ---- timeouts ----------------------------------------------------------------------
@@ -41,3 +46,38 @@ def test_delete_removes_a_key_of_another_type_another_program_wrote(dj, admin, k
     assert not admin.exists("site:1:one")
     dj.delete_many(["mine", "many"])
     assert not admin.exists("site:1:many") and dj.get("mine") is None
+
+
+# ---- values that no longer unpickle ------------------------------------------------
+
+
+def test_an_unreadable_value_is_a_miss_for_has_key_and_add(dj):
+    """A value this code cannot unpickle (a class renamed by a deploy) reads
+    as a miss: has_key says so, and add stores over it, as get_or_set does
+    (else, with timeout None, add never stores and get never hits)."""
+    dj.xfetch.set("site:1:k", b"not a pickle", 60)
+    assert dj.get("k", "dflt") == "dflt"
+    assert not dj.has_key("k") and "k" not in dj
+    assert dj.add("k", "not stored", 0) is True  # absent, as with a timeout of 0
+    assert dj.add("k", "fresh") is True
+    assert dj.get("k") == "fresh"
+    assert dj.add("k", "again") is False and dj.get("k") == "fresh"
+
+
+def test_of_concurrent_adds_over_an_unreadable_value_one_wins(dj):
+    """As of concurrent adds of an absent key (test_django_fleet)."""
+    dj.xfetch.set("site:1:slot", b"not a pickle", 60)
+    barrier = threading.Barrier(8)
+    won = []
+
+    def one(i):
+        c = caches["default"]
+        barrier.wait()
+        won.append((c.add("slot", i), i))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for ok, i in won if ok]
+    assert len(winners) == 1 and dj.get("slot") == winners[0]

@@ -17,6 +17,7 @@ this backend's entries only (xfetch's namespace tag), never other keys.
 """
 from __future__ import annotations
 
+import math
 import pickle
 import threading
 
@@ -102,7 +103,8 @@ class XFetchCache(BaseCache):
     """Django's cache API on xfetch.Cache (LOCATION: the URL; OPTIONS: its
     keywords). Timeouts: None = forever, 0 or less (or under a millisecond)
     = expire at once (set deletes, add and get_or_set store nothing),
-    DEFAULT_TIMEOUT = TIMEOUT.
+    DEFAULT_TIMEOUT = TIMEOUT. A value that does not unpickle (another code
+    version) is a miss to get, has_key and add alike.
     A key another backend wrote under the same name reads as a miss, and
     set, add, get_or_set and delete replace it. self.xfetch is the
     underlying xfetch.Cache (stats(), events)."""
@@ -178,6 +180,15 @@ class XFetchCache(BaseCache):
         self._foreign.remove(k)
 
     @staticmethod
+    def _readable(data):
+        """Whether data unpickles (get's hit, not its default)."""
+        try:
+            pickle.loads(data)
+            return True
+        except Exception:
+            return False
+
+    @staticmethod
     def _value(data, default):
         if data is None:
             return default
@@ -205,7 +216,13 @@ class XFetchCache(BaseCache):
             return default
 
     def has_key(self, key, version=None):
-        return self._read(self._key(key, version)) is not None
+        """Whether get would find a value: a value that does not unpickle is
+        a miss here too."""
+        return self._found(self._key(key, version))
+
+    def _found(self, k):
+        data = self._read(k)
+        return data is not None and self._readable(data)
 
     def set(self, key, value, timeout=DEFAULT_TIMEOUT, version=None):
         k, ttl = self._key(key, version), self._ttl(timeout)
@@ -220,11 +237,32 @@ class XFetchCache(BaseCache):
         Under the key's lease: of concurrent adds, in any process, one wins."""
         k, ttl = self._key(key, version), self._ttl(timeout)
         if ttl is None:
-            return self._read(k) is None
+            return not self._found(k)
         data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
         got = self._replacing(k, lambda: self.xfetch.fetch(
             k, lambda: data, ttl, beta=0.0, refresh_ahead=-1.0, background_refresh=False))
-        return got.source == "loader"
+        if got.source == "loader":
+            return True
+        if got.source != "cache" or self._readable(got.value):
+            return False
+        return self._add_over_unreadable(k, data, ttl)
+
+    def _add_over_unreadable(self, k, data, ttl):
+        """add over an entry whose value does not unpickle (a miss to get,
+        which would otherwise block add until it expires): a refresh of it
+        forced (beta inf) under the key's lease, so of concurrent adds one
+        stores. Its loader keeps the entry (UNCHANGED) when another add
+        already made it readable: then this add stored nothing."""
+        present = []
+
+        def load(previous):
+            if previous is not None and self._readable(previous.value):
+                present.append(True)
+                return xfetch.UNCHANGED
+            return data
+        got = self.xfetch.fetch(k, load, ttl, beta=math.inf, refresh_ahead=-1.0,
+                                background_refresh=False, previous=True)
+        return got.source == "loader" and not present
 
     def get_or_set(self, key, default, timeout=DEFAULT_TIMEOUT, version=None):
         """The cached value, else default (called if callable) cached and
