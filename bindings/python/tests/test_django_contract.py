@@ -51,13 +51,15 @@ def test_delete_removes_a_key_of_another_type_another_program_wrote(dj, admin, k
 # ---- values that no longer unpickle ------------------------------------------------
 
 
-def test_an_unreadable_value_is_a_miss_for_has_key_and_add(dj):
+def test_an_unreadable_value_is_a_miss_for_has_key_add_and_touch(dj):
     """A value this code cannot unpickle (a class renamed by a deploy) reads
-    as a miss: has_key says so, and add stores over it, as get_or_set does
-    (else, with timeout None, add never stores and get never hits)."""
+    as a miss: has_key and touch say so, and add stores over it, as
+    get_or_set does (else, with timeout None, add never stores and get never
+    hits; `touch() or set()` never sets)."""
     dj.xfetch.set("site:1:k", b"not a pickle", 60)
     assert dj.get("k", "dflt") == "dflt"
     assert not dj.has_key("k") and "k" not in dj
+    assert dj.touch("k", 100) is False
     assert dj.add("k", "not stored", 0) is True  # absent, as with a timeout of 0
     assert dj.add("k", "fresh") is True
     assert dj.get("k") == "fresh"

@@ -104,7 +104,7 @@ class XFetchCache(BaseCache):
     keywords). Timeouts: None = forever, 0 or less (or under a millisecond)
     = expire at once (set deletes, add and get_or_set store nothing),
     DEFAULT_TIMEOUT = TIMEOUT. A value that does not unpickle (another code
-    version) is a miss to get, has_key and add alike.
+    version) is a miss to get, has_key, add and touch alike.
     A key another backend wrote under the same name reads as a miss, and
     set, add, get_or_set and delete replace it. self.xfetch is the
     underlying xfetch.Cache (stats(), events)."""
@@ -294,10 +294,11 @@ class XFetchCache(BaseCache):
             key, default, timeout, version)
 
     def touch(self, key, timeout=DEFAULT_TIMEOUT, version=None):
-        """Gives the key a new timeout (a read and a write, not atomic)."""
+        """Gives the key a new timeout (a read and a write, not atomic);
+        False for a key get misses (a value that does not unpickle too)."""
         k, ttl = self._key(key, version), self._ttl(timeout)
         data = self._read(k)
-        if data is None:
+        if data is None or not self._readable(data):
             return False
         if ttl is None:
             self.xfetch.delete(k)
