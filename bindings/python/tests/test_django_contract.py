@@ -1,13 +1,13 @@
 """xfetch.contrib.django.XFetchCache where Django's cache contract is easy
 to miss, on a real redis-server: timeouts below xfetch's millisecond, keys
-another program wrote with a type other than a string, and entries whose
-value no longer unpickles (get's miss must be everyone's miss). Skipped
-when Django is not installed."""
+another program wrote with a type other than a string, entries whose value
+no longer unpickles (get's miss must be everyone's miss), and what clear()
+empties. Skipped when Django is not installed."""
 import threading
 
 import pytest
 
-from django_setup import dj  # noqa: F401 (a fixture)
+from django_setup import configured, dj  # noqa: F401 (dj: a fixture)
 
 from django.core.cache import caches  # noqa: E402
 
@@ -83,3 +83,20 @@ def test_of_concurrent_adds_over_an_unreadable_value_one_wins(dj):
         t.join()
     winners = [i for ok, i in won if ok]
     assert len(winners) == 1 and dj.get("slot") == winners[0]
+
+
+# ---- clear -------------------------------------------------------------------------
+
+
+def test_clear_empties_the_aliases_of_one_location_and_prefix(server, admin):
+    """KEY_PREFIX does not separate two aliases' namespaces (as FLUSHDB of
+    Django's RedisCache would not): an OPTIONS prefix of its own does."""
+    backends = {"default": {"LOCATION": server.url, "KEY_PREFIX": "a"},
+                "same": {"LOCATION": server.url, "KEY_PREFIX": "b"},
+                "own": {"LOCATION": server.url, "KEY_PREFIX": "b",
+                        "OPTIONS": {"prefix": "sessions:"}}}
+    with configured(**backends):
+        caches["same"].set("k", 1)
+        caches["own"].set("k", 2)
+        caches["default"].clear()
+        assert caches["same"].get("k") is None and caches["own"].get("k") == 2

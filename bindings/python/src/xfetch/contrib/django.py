@@ -13,7 +13,9 @@ for a missing key while the others wait for its value, and a hot key is
 refreshed once before it expires. Keys are Django's (make_key: KEY_PREFIX,
 VERSION, KEY_FUNCTION); values are pickled by this backend (ints too: incr
 and decr read and write, as Django's BaseCache does); clear() invalidates
-this backend's entries only (xfetch's namespace tag), never other keys.
+the entries of this backend's xfetch namespace (OPTIONS prefix, shared by
+every backend on the LOCATION with the same one, whatever its KEY_PREFIX),
+never other keys.
 """
 from __future__ import annotations
 
@@ -376,9 +378,10 @@ class XFetchCache(BaseCache):
 
     def clear(self):
         """Invalidates every entry of this backend's xfetch namespace (its
-        OPTIONS prefix, "" by default) in O(1), in every process; other keys
-        on the server stay. Needs namespace_tag (on unless OPTIONS turns it
-        off)."""
+        OPTIONS prefix, "" by default) in O(1), in every process: those of
+        another alias on the same LOCATION and prefix too, whatever its
+        KEY_PREFIX (Django's RedisCache empties the db); other keys on the
+        server stay. Needs namespace_tag (on unless OPTIONS turns it off)."""
         if not self._namespace:
             raise NotImplementedError("clear() needs OPTIONS namespace_tag=True")
         self.xfetch.clear()
