@@ -13,10 +13,13 @@ for a missing key while the others wait for its value, and a hot key is
 refreshed once before it expires. Keys are Django's (make_key: KEY_PREFIX,
 VERSION, KEY_FUNCTION); values are pickled by this backend (ints too: incr
 and decr read and write, as Django's BaseCache does); clear() invalidates
-this backend's entries only (xfetch's namespace tag), never other keys.
+the entries of this backend's xfetch namespace (OPTIONS prefix, shared by
+every backend on the LOCATION with the same one, whatever its KEY_PREFIX),
+never other keys.
 """
 from __future__ import annotations
 
+import math
 import pickle
 import threading
 
@@ -100,8 +103,10 @@ def _shared_cache(url: str, kw: dict) -> tuple[xfetch.Cache, ForeignKeys]:
 
 class XFetchCache(BaseCache):
     """Django's cache API on xfetch.Cache (LOCATION: the URL; OPTIONS: its
-    keywords). Timeouts: None = forever, 0 or less = expire at once (set
-    deletes, add and get_or_set store nothing), DEFAULT_TIMEOUT = TIMEOUT.
+    keywords). Timeouts: None = forever, 0 or less (or under a millisecond)
+    = expire at once (set deletes, add and get_or_set store nothing),
+    DEFAULT_TIMEOUT = TIMEOUT. A value that does not unpickle (another code
+    version) is a miss to get, has_key, add and touch alike.
     A key another backend wrote under the same name reads as a miss, and
     set, add, get_or_set and delete replace it. self.xfetch is the
     underlying xfetch.Cache (stats(), events)."""
@@ -136,12 +141,14 @@ class XFetchCache(BaseCache):
         return key
 
     def _ttl(self, timeout):
-        """Django's timeout -> xfetch's ttl in seconds, or None: expire at once."""
+        """Django's timeout -> xfetch's ttl in seconds, or None: expire at
+        once. A timeout under a millisecond (xfetch's shortest ttl; e.g. a
+        computed expires_at - now) is as good as reached: expire at once."""
         if timeout is DEFAULT_TIMEOUT:
             timeout = self.default_timeout
         if timeout is None:
             return FOREVER
-        if timeout <= 0:
+        if timeout < 0.001:
             return None
         return min(float(timeout), FOREVER)
 
@@ -175,6 +182,15 @@ class XFetchCache(BaseCache):
         self._foreign.remove(k)
 
     @staticmethod
+    def _readable(data):
+        """Whether data unpickles (get's hit, not its default)."""
+        try:
+            pickle.loads(data)
+            return True
+        except Exception:
+            return False
+
+    @staticmethod
     def _value(data, default):
         if data is None:
             return default
@@ -202,7 +218,13 @@ class XFetchCache(BaseCache):
             return default
 
     def has_key(self, key, version=None):
-        return self._read(self._key(key, version)) is not None
+        """Whether get would find a value: a value that does not unpickle is
+        a miss here too."""
+        return self._found(self._key(key, version))
+
+    def _found(self, k):
+        data = self._read(k)
+        return data is not None and self._readable(data)
 
     def set(self, key, value, timeout=DEFAULT_TIMEOUT, version=None):
         k, ttl = self._key(key, version), self._ttl(timeout)
@@ -217,11 +239,32 @@ class XFetchCache(BaseCache):
         Under the key's lease: of concurrent adds, in any process, one wins."""
         k, ttl = self._key(key, version), self._ttl(timeout)
         if ttl is None:
-            return self._read(k) is None
+            return not self._found(k)
         data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
         got = self._replacing(k, lambda: self.xfetch.fetch(
             k, lambda: data, ttl, beta=0.0, refresh_ahead=-1.0, background_refresh=False))
-        return got.source == "loader"
+        if got.source == "loader":
+            return True
+        if got.source != "cache" or self._readable(got.value):
+            return False
+        return self._add_over_unreadable(k, data, ttl)
+
+    def _add_over_unreadable(self, k, data, ttl):
+        """add over an entry whose value does not unpickle (a miss to get,
+        which would otherwise block add until it expires): a refresh of it
+        forced (beta inf) under the key's lease, so of concurrent adds one
+        stores. Its loader keeps the entry (UNCHANGED) when another add
+        already made it readable: then this add stored nothing."""
+        present = []
+
+        def load(previous):
+            if previous is not None and self._readable(previous.value):
+                present.append(True)
+                return xfetch.UNCHANGED
+            return data
+        got = self.xfetch.fetch(k, load, ttl, beta=math.inf, refresh_ahead=-1.0,
+                                background_refresh=False, previous=True)
+        return got.source == "loader" and not present
 
     def get_or_set(self, key, default, timeout=DEFAULT_TIMEOUT, version=None):
         """The cached value, else default (called if callable) cached and
@@ -253,10 +296,11 @@ class XFetchCache(BaseCache):
             key, default, timeout, version)
 
     def touch(self, key, timeout=DEFAULT_TIMEOUT, version=None):
-        """Gives the key a new timeout (a read and a write, not atomic)."""
+        """Gives the key a new timeout (a read and a write, not atomic);
+        False for a key get misses (a value that does not unpickle too)."""
         k, ttl = self._key(key, version), self._ttl(timeout)
         data = self._read(k)
-        if data is None:
+        if data is None or not self._readable(data):
             return False
         if ttl is None:
             self.xfetch.delete(k)
@@ -268,12 +312,14 @@ class XFetchCache(BaseCache):
         return self._delete(self._key(key, version))
 
     def _delete(self, k):
+        """Removes k; whether a value was there. A key another program wrote
+        (the read or xfetch's delete refuses its type) is removed too."""
         try:
             existed = self._read_strict(k) is not None
+            self.xfetch.delete(k)
         except xfetch.WrongTypeError:
             self._remove_foreign(k)
             return True
-        self.xfetch.delete(k)
         return existed
 
     def incr(self, key, delta=1, version=None):
@@ -332,9 +378,10 @@ class XFetchCache(BaseCache):
 
     def clear(self):
         """Invalidates every entry of this backend's xfetch namespace (its
-        OPTIONS prefix, "" by default) in O(1), in every process; other keys
-        on the server stay. Needs namespace_tag (on unless OPTIONS turns it
-        off)."""
+        OPTIONS prefix, "" by default) in O(1), in every process: those of
+        another alias on the same LOCATION and prefix too, whatever its
+        KEY_PREFIX (Django's RedisCache empties the db); other keys on the
+        server stay. Needs namespace_tag (on unless OPTIONS turns it off)."""
         if not self._namespace:
             raise NotImplementedError("clear() needs OPTIONS namespace_tag=True")
         self.xfetch.clear()
