@@ -16,8 +16,8 @@
 -- to 8).
 -- Returns 1 written, 0 refused: the entry holds a newer computation (its s is
 -- later than start_ms, e.g. a delete's tombstone or an xf_set), or the caller's
--- lease is no longer the entry's (a delete removed it, or another caller took
--- it over after it ran out). A lease holder whose whole entry is gone may
+-- lease is no longer the entry's (a delete or a write dated now, an xf_set,
+-- removed it, or another caller took it over after it ran out). A lease holder whose whole entry is gone may
 -- still write: nothing newer was written. A malformed entry is overwritten
 -- (its malformed s refuses nothing) and a malformed lease dropped. A format-2
 -- value of BIG_AT bytes or more is written without concatenating it to its
@@ -37,6 +37,12 @@ if (t.s and t.s > start) or (token ~= '' and not mine and redis.call('EXISTS', k
   return 0
 end
 if t.bad then t = {kind = t.kind} end
+if ARGV[6] == '' and t.tok then
+  -- Dated now (an xf_set): every computation under way started at or before
+  -- it, in its millisecond maybe: their lease ends, so their writes are refused.
+  t.tok, t.deadline = nil, nil
+  if t.kind == 'hash' then redis.call('HDEL', key, 'l') end
+end
 local ttl = tonumber(ARGV[4])
 if kind == '2' then
   local pttl = redis.call('PTTL', key)

@@ -282,7 +282,9 @@ Test(entry2, a_format_1_client_reads_a_string) {
 }
 
 /* A write in the other format keeps another caller's live lease, which that
- * caller may then release: a lease is not lost across the formats. */
+ * caller may then release: a lease is not lost across the formats. The
+ * write is dated (a waiter's that gave up): one dated now, an xf_set, ends
+ * every lease (test_races). */
 Test(entry2, a_converting_write_keeps_anothers_lease) {
   redisContext *r = xft_redis();
   for (int from = XF_ENTRY_HASH; from <= XF_ENTRY_STRING; from++) {
@@ -297,8 +299,16 @@ Test(entry2, a_converting_write_keeps_anothers_lease) {
         xft_entry_lease(holder, key, strlen(key), 5000, 0, token, &now, &won, &newer),
         XF_OK);
     cr_assert_eq(won, XF_LEASE_WON);
-    xf_policy p = XF_POLICY_INIT;
-    cr_assert_eq(xf_set(w, key, strlen(key), "v", 1, &p), XF_OK);
+    xf__write dated = {.token = "",
+                       .data = "v",
+                       .len = 1,
+                       .delta_us = -1,
+                       .ttl_ms = 60000,
+                       .start_ms = xft_server_ms(r),
+                       .kind = XF_WRITE_VALUE};
+    int set = 0;
+    cr_assert_eq(xft_entry_write(w, key, strlen(key), &dated, &set), XF_OK);
+    cr_assert_eq(set, 1);
     xf_client *other = client_in(to, 3);
     char token2[40];
     cr_assert_eq(
@@ -306,7 +316,6 @@ Test(entry2, a_converting_write_keeps_anothers_lease) {
         XF_OK);
     cr_expect_eq(won, XF_LEASE_NEWER, "from %d: the value is newer than expiry 1", from);
     xf__entry_free(&newer);
-    p.stale_ms = 0;
     xf__write wr = {.token = token,
                     .data = "held",
                     .len = 4,

@@ -114,7 +114,8 @@ Test(entry2_big, a_big_entry_is_the_bytes_ttl_and_memory_of_a_set) {
 }
 
 /* A write while another caller holds the entry's lease keeps that lease in
- * the header, the new value after it. */
+ * the header, the new value after it. The write is dated (a waiter's that
+ * gave up): one dated now, an xf_set, ends every lease (test_races). */
 Test(entry2_big, a_big_write_keeps_another_callers_lease) {
   redisContext *r = xft_redis();
   xf_client *c = xft_client_format(xft_port(), 1, XF_ENTRY_STRING),
@@ -137,7 +138,16 @@ Test(entry2_big, a_big_write_keeps_another_callers_lease) {
   char slot[14]; /* deadline and token, after s */
   memcpy(slot, rep->str, sizeof slot);
   freeReplyObject(rep);
-  cr_assert_eq(xf_set(c, "big:leased", 10, v, n, &p), XF_OK);
+  xf__write dated = {.token = "",
+                     .data = v,
+                     .len = n,
+                     .delta_us = -1,
+                     .ttl_ms = 60000,
+                     .start_ms = xft_server_ms(r),
+                     .kind = XF_WRITE_VALUE};
+  int written = 0;
+  cr_assert_eq(xft_entry_write(c, "big:leased", 10, &dated, &written), XF_OK);
+  cr_assert_eq(written, 1);
   rep = xft_cmd(r, "GET big:leased");
   cr_expect_eq((unsigned char)rep->str[2], H_VALUE | H_S | H_LEASE | H_SLOT);
   cr_expect(memcmp(rep->str + 20, slot, sizeof slot) == 0, "the other caller's lease kept");

@@ -232,6 +232,41 @@ Test(races, a_set_during_a_waiters_load_wins) {
   xf_client_close(c);
 }
 
+/* ---- 3b. a set ends the lease of a load under way ---------------------------- */
+
+/* Dates are the server's milliseconds: a load whose lease was taken in the
+ * set's own millisecond is not older than the set by its date, and was
+ * written over the set (a Django get_or_set racing a set: 1 in 6 to 12 tries
+ * in a loop). The set ends the lease, so the load's write is refused
+ * whatever its date. Its write here is dated the set's very millisecond. */
+Test(races, a_set_ends_the_lease_of_a_load_under_way) {
+  xf_client *c = xft_client(1);
+  redisContext *r = xft_redis();
+  char token[40];
+  int64_t now;
+  xf__lease_result won;
+  xf__entry newer;
+  cr_assert_eq(xft_entry_lease(c, "races:tie", 9, 5000, 0, token, &now, &won, &newer),
+               XF_OK);
+  cr_assert_eq(won, XF_LEASE_WON);
+  xf_policy p = XF_POLICY_INIT;
+  cr_assert_eq(xf_set(c, "races:tie", 9, "set", 3, &p), XF_OK);
+  xft_peek e;
+  xft_peek_read(r, "races:tie", token, &e);
+  long long set_ms = e.s;
+  xft_peek_free(&e);
+  cr_assert_gt(set_ms, 0);
+  xf__write load = {token,          "load", 4, 10, 60000, 0, set_ms,
+                    XF_WRITE_VALUE, NULL,   0, 0,  NULL,  0};
+  int written = -1;
+  cr_assert_eq(xft_entry_write(c, "races:tie", 9, &load, &written), XF_OK);
+  cr_expect_eq(written, 0,
+               "the load's write (its lease older than the set) replaced the set");
+  expect_value(r, "races:tie", "set");
+  redisFree(r);
+  xf_client_close(c);
+}
+
 /* ---- 9. refused writes are reported ----------------------------------------- */
 
 Test(races, a_set_refused_by_a_newer_entry_says_so) {

@@ -162,8 +162,9 @@ XF_EXPORT int xf_get(xf_client *c, const char *key, size_t keylen, xf_value *out
 /* Writes a value for key as if a loader had produced it now (warm-up, or
  * write-through). The entry keeps the delta it learned from its last loader
  * run (0 for a new entry, which is then never refreshed early in its first
- * lifetime). A value being computed concurrently that started earlier will
- * not overwrite it. Returns XF_ESUPERSEDED, writing nothing, when the entry
+ * lifetime). A value being computed concurrently will not overwrite it, even
+ * one whose computation started in the same millisecond: the write ends the
+ * key's lease, and its holder's write is refused. Returns XF_ESUPERSEDED, writing nothing, when the entry
  * holds a value dated later than now (e.g. after the server's clock stepped
  * back); XF_EUNAVAILABLE when Redis cannot run it now (BUSY, LOADING, ...:
  * answered to the write or to its SCRIPT LOAD). */
