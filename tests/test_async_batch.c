@@ -149,6 +149,45 @@ Test(async_batch, corked_hits_go_as_one_mget) {
   bed_close(&b);
 }
 
+/* With autocork, the calls started while one is in flight (a burst of
+ * concurrent requests) go together on the loop's next turn: the first one's
+ * GET, then one MGET for the others; without it, a GET each (the test
+ * above). Counted only while the connection's clock estimate is fresh
+ * (FRESH_MS: else a read script refreshes it first). */
+Test(async_batch, autocork_sends_the_hits_of_calls_started_together_as_one_mget) {
+  bed b;
+  bed_open(&b);
+  char keys[NKEYS][32];
+  for (int i = 0; i < NKEYS; i++)
+    snprintf(keys[i], sizeof keys[i], "auto:%d:%lld", i, (long long)xft_now_ms());
+  xf_async *ac = open_on(&b.loop, b.own.port, NULL);
+  xf_async_set_autocork(ac, 1);
+  tally t;
+  round_of(&b.loop, ac, keys, NKEYS, 0, &t); /* cold: loads and writes */
+  cr_assert_eq(t.loads, NKEYS);
+  int64_t learning = xft_now_ms();
+  round_of(&b.loop, ac, keys, NKEYS, 0, &t); /* warm: the connection's clock, learned */
+  int tries = 0, fresh = 0;
+  long long mget = 0, get = 0;
+  while (!fresh && tries++ < 5) { /* a busy machine may take a round past FRESH_MS */
+    if (xft_now_ms() - learning >= FRESH_MS / 2) {
+      round_of(&b.loop, ac, keys, NKEYS, 0, &t); /* a read script learns the clock again */
+      learning = xft_now_ms();
+    }
+    mget = xft_command_calls(b.r, "mget"), get = xft_command_calls(b.r, "get");
+    round_of(&b.loop, ac, keys, NKEYS, 0, &t);
+    cr_assert_eq(t.ok, NKEYS);
+    cr_assert_eq(t.loads, 0, "every key was a hit");
+    fresh = xft_now_ms() - learning < FRESH_MS;
+    mget = xft_command_calls(b.r, "mget") - mget, get = xft_command_calls(b.r, "get") - get;
+  }
+  cr_assert(fresh, "no round within %d ms of the clock's estimate in 5 tries", FRESH_MS);
+  cr_expect_eq(get, 1, "the first call's GET alone");
+  cr_expect_eq(mget, 1, "the other %d hits in one MGET", NKEYS - 1);
+  xf_async_close(ac);
+  bed_close(&b);
+}
+
 Test(async_batch, a_fail_open_load_is_served_to_another_handle_from_the_share) {
   uv_loop_t loop;
   cr_assert_eq(uv_loop_init(&loop), 0);

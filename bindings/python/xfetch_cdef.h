@@ -401,6 +401,7 @@ int xf_async_clear_namespace(xf_async *ac, xf_async_done_fn callback, void *priv
 void xf_async_set_eager(xf_async *ac, int eager);
 void xf_async_cork(xf_async *ac);
 void xf_async_uncork(xf_async *ac);
+void xf_async_set_autocork(xf_async *ac, int autocork);
 int xf_async_load_done(xf_async_load *load, const void *data, size_t len);
 int xf_async_load_previous(const xf_async_load *load, const void **data, size_t *len,
                            int64_t *age_ms);

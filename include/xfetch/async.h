@@ -195,6 +195,15 @@ XF_EXPORT void xf_async_set_eager(xf_async *ac, int eager);
 XF_EXPORT void xf_async_cork(xf_async *ac);
 XF_EXPORT void xf_async_uncork(xf_async *ac);
 
+/* With autocork 1, a call started while others of the handle are in flight
+ * corks the handle until the loop's next turn (its timer, armed at 0): the
+ * hits of the calls started meanwhile go as one MGET per node and slot, in
+ * one write, and a lone call goes at once. For a handle serving many
+ * concurrent requests: one command for a burst of hits, a loop turn more for
+ * the corked ones. 0 (the default): each call's read goes on its own unless
+ * corked by hand. */
+XF_EXPORT void xf_async_set_autocork(xf_async *ac, int autocork);
+
 /* Completes load with the value (copied). Returns XF_OK, or XF_EINVAL (data
  * NULL with len > 0, len above max_value_len) / XF_ENOMEM, in which case the
  * load completes as a loader failure with that code. Either way load is used

@@ -157,7 +157,7 @@ void xf__async_advance(xf__acall *k, xf__step step) {
 /* ---- frames, the timer, closing ---------------------------------------------- */
 
 static void rearm(xf_async *ac) {
-  int64_t due = ac->deferred ? 0 : INT64_MAX;
+  int64_t due = ac->deferred || ac->auto_corked ? 0 : INT64_MAX;
   if (ac->heap_len && ac->heap[0]->wake_ms < due)
     due = ac->heap[0]->wake_ms;
   int64_t watchdog = xf__aconn_deadline(ac);
@@ -253,6 +253,8 @@ void xf_async_timer_fired(xf_async *ac) {
     return;
   ac->armed_ms = -1;
   xf__async_enter(ac);
+  if (ac->auto_corked) /* the loop's next turn: the calls started together go */
+    xf_async_uncork(ac);
   int64_t now_ms = xf__now_ms();
   xf__aconn_check(ac, now_ms);
   run_deferred(ac, now_ms);
@@ -325,6 +327,7 @@ int xf__async_accept(xf_async *ac, xf__acall *k, xf__step step) {
     free(k);
     return rc;
   }
+  xf__acork_auto(ac);
   link_call(ac, k);
   ac->ncalls++;
   xf__async_enter(ac);

@@ -140,6 +140,9 @@ struct xf_async {
   int closing;
   /* Corked sends (async_many.c): the plain reads waiting for xf_async_uncork. */
   int corked;
+  int autocork;    /* xf_async_set_autocork */
+  int auto_corked; /* corked by a call started while others were in flight: the
+                      timer, armed at 0, uncorks on the loop's next turn */
   xf__acall **cork;
   size_t ncorked, corked_cap;
   xf__aconn *waker; /* the near cache's wake pipe, watched (async_wake.c); NULL = none */
@@ -304,6 +307,10 @@ void xf__aconn_reply(xf__link *l, xf__acall *k, int rc, xf__reply **reply);
  * of an entry on a connected cn with a fresh clock) to send with the others
  * at xf_async_uncork: 1, with k sent; 0: send it as usual. */
 int xf__acork_take(xf__acall *k, xf__aconn *cn, int asking);
+
+/* A call is starting: with autocork, corks the handle when others are in
+ * flight (uncorked by the timer on the loop's next turn). */
+void xf__acork_auto(xf_async *ac);
 
 /* xf_async_close: the corked calls are not sent, the cork freed. */
 void xf__acork_drop(xf_async *ac);

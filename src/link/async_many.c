@@ -64,7 +64,19 @@ void xf_async_cork(xf_async *ac) {
     ac->corked = 1;
 }
 
+void xf_async_set_autocork(xf_async *ac, int autocork) {
+  if (ac)
+    ac->autocork = autocork != 0;
+}
+
+void xf__acork_auto(xf_async *ac) {
+  if (ac->autocork && ac->ncalls > 0 && !ac->corked && !ac->closing)
+    ac->corked = ac->auto_corked = 1; /* rearm() arms the timer at 0 */
+}
+
 void xf_async_uncork(xf_async *ac) {
+  if (ac)
+    ac->auto_corked = 0;
   if (!ac || !ac->corked)
     return;
   ac->corked = 0;

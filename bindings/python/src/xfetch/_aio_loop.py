@@ -44,6 +44,7 @@ class Engine:
         self.watches = {}  # token (a serial) -> [fd, events watched]
         self.serial = 0
         self.timer = None
+        self.soon = None  # a firing on the loop's next turn (a timer armed at 0)
         self.live = {}  # call -> its handle, until its callback fired
         self.retiring = False
         self.corked = False  # until the loop's next turn (cork_turn)
@@ -59,7 +60,8 @@ class Engine:
             raise _error(rc, ffi.NULL)
         self.ac = out[0]
         _OPEN.add(self)
-        lib.xf_async_set_eager(self.ac, 1)  # a command goes out as its call starts
+        lib.xf_async_set_eager(self.ac, 1)  # a command goes out as its call starts,
+        lib.xf_async_set_autocork(self.ac, 1)  # or with the others of this loop turn
 
     def retire(self):
         """Closes the handle once the calls in flight are over (their waits,
@@ -94,8 +96,6 @@ class Engine:
         """Starts call: start (an xf_async_*) with args, then (call.loader:
         a get-or-compute) the loader and its ud, then the callback (value: a
         get's, else a set's) and its privdata: the call's handle."""
-        if self.live and not self.corked:  # others in flight: this turn's calls go together
-            self.cork_turn()
         me = self.live[call] = ffi.new_handle(call)  # not the call's: no cycle
         if call.loader is not None:
             args += (lib._xf_aio_loader, me)
@@ -107,9 +107,10 @@ class Engine:
     def cork_turn(self):
         """The hits' reads of the calls started from now until the loop's
         next turn go together: one MGET per node and slot (C
-        xf_async_cork). A call started while others are in flight corks:
-        a burst of calls (many tasks, get_many) costs one write and one
-        command, not one each; a lone call goes at once (eager)."""
+        xf_async_cork), the first call's too (get_many). Without it, C
+        corks a call started while others are in flight (autocork): a
+        burst of calls costs one write and one command, a lone call goes
+        at once."""
         if not self.corked:
             self.corked = True
             lib.xf_async_cork(self.ac)
@@ -120,8 +121,11 @@ class Engine:
         if self.ac is not None:
             lib.xf_async_uncork(self.ac)
 
-    def fired(self):
-        self.timer = None
+    def fired(self, soon=False):
+        if soon:
+            self.soon = None
+        else:
+            self.timer = None
         if self.ac is not None:
             lib.xf_async_timer_fired(self.ac)
 
@@ -198,9 +202,14 @@ def _xf_aio_unwatch(data, watch):
 def _xf_aio_timer_start(data, delay_ms):
     """An armed timer due sooner is kept: firing early, C finds nothing due
     and arms it again (each call moves the watchdog's time a little later:
-    one loop timer per watchdog period, not per call)."""
+    one loop timer per watchdog period, not per call). One at 0 (autocork's
+    uncork, a completion for the next tick) is a call_soon beside it."""
     eng = ffi.from_handle(data)
     loop = eng.loop
+    if delay_ms == 0:
+        if eng.soon is None and not loop.is_closed():
+            eng.soon = loop.call_soon(eng.fired, True)
+        return
     when = loop.time() + delay_ms / 1000
     if eng.timer is not None:
         if eng.timer.when() <= when:
