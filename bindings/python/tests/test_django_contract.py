@@ -3,7 +3,6 @@ to miss, on a real redis-server: timeouts below xfetch's millisecond, keys
 another program wrote with a type other than a string, entries whose value
 no longer unpickles (get's miss must be everyone's miss), and what clear()
 empties. Skipped when Django is not installed."""
-import threading
 
 import pytest
 
@@ -68,20 +67,9 @@ def test_an_unreadable_value_is_a_miss_for_has_key_add_and_touch(dj):
 
 def test_of_concurrent_adds_over_an_unreadable_value_one_wins(dj):
     """As of concurrent adds of an absent key (test_django_fleet)."""
+    from test_django_fleet import adds_from_threads
     dj.xfetch.set("site:1:slot", b"not a pickle", 60)
-    barrier = threading.Barrier(8)
-    won = []
-
-    def one(i):
-        c = caches["default"]
-        barrier.wait()
-        won.append((c.add("slot", i), i))
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    winners = [i for ok, i in won if ok]
+    winners = adds_from_threads("slot")
     assert len(winners) == 1 and dj.get("slot") == winners[0]
 
 

@@ -27,20 +27,25 @@ def test_get_or_set_16_threads_on_a_cold_key_load_once(dj):
     assert out == [{"v": 1}] * 16 and len(loads) == 1
 
 
-def test_of_many_concurrent_adds_one_wins(dj):
-    barrier = threading.Barrier(8)
+def adds_from_threads(key, n=8):
+    """n threads add(key, i) at once; returns the i of those that won."""
+    barrier = threading.Barrier(n)
     won = []
 
     def one(i):
         c = caches["default"]
         barrier.wait()
-        won.append((c.add("slot", i), i))
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        won.append((c.add(key, i), i))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    winners = [i for ok, i in won if ok]
+    return [i for ok, i in won if ok]
+
+
+def test_of_many_concurrent_adds_one_wins(dj):
+    winners = adds_from_threads("slot")
     assert len(winners) == 1 and dj.get("slot") == winners[0]
 
 
