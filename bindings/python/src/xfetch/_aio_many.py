@@ -2,13 +2,17 @@
 (the hits' reads go out together: one MGET per node and slot), each key
 leased at its turn. With batch=True the keys whose calls reach their load together
 are computed by one loader(list of keys) call: a round is flushed once every
-call still running is loading, else after one loop turn without a change: a
-call waiting for another client's lease must not hold back the keys this one
-leased (that client may be waiting for one of them)."""
+call still running is loading, else once nothing changed for QUIET seconds
+and one more loop turn: a call waiting for another client's lease must not
+hold back the keys this one leased (that client may be waiting for one of
+them), and the keys of one burst, whose replies a busy machine may deliver in
+separate loop turns, still load together."""
 from __future__ import annotations
 
 import asyncio
 import inspect
+
+QUIET = 0.05  # seconds without a key joining or a call ending: the round goes
 
 from ._core import unique_keys
 from ._runtime import batch_result
@@ -44,14 +48,20 @@ class _Batch:
         if len(self.round) >= self.running:
             self._flush_round()
         elif self.turn is None:  # the other calls may wait on leases the round holds
-            self.turn = asyncio.get_running_loop().call_soon(self._turned, self.changes)
+            self.turn = asyncio.get_running_loop().call_later(QUIET, self._quiet, self.changes)
 
-    def _turned(self, changes):
-        self.turn = None
-        if self.changes == changes:  # a loop turn and nothing joined nor ended: go
+    def _quiet(self, changes, settled=False):
+        """QUIET seconds after changes, then one more loop turn (an I/O event
+        of the same turn as this timer queues its loader after it): if
+        nothing joined nor ended meanwhile, the round goes."""
+        loop = asyncio.get_running_loop()
+        if self.changes != changes:
+            self.turn = loop.call_later(QUIET, self._quiet, self.changes) if self.round else None
+        elif not settled:
+            self.turn = loop.call_soon(self._quiet, changes, True)
+        else:
+            self.turn = None
             self._flush_round()
-        elif self.round:
-            self.turn = asyncio.get_running_loop().call_soon(self._turned, self.changes)
 
     def _flush_round(self):
         if self.round:
